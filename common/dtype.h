@@ -1,0 +1,125 @@
+// common/dtype.h — element types of weights and KV caches, and the scalar
+// conversions between them. Vectorised conversions live in kernels/.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string_view>
+
+#include "common/host_device.h"
+
+namespace baton {
+
+enum class DType : uint8_t { kF32, kF16, kBF16 };
+
+BATON_HOST_DEVICE constexpr size_t dtype_size(DType t) { return t == DType::kF32 ? 4 : 2; }
+
+// Lower-case names as Baton's CLI and configs spell them: "f32", "f16", "bf16".
+std::string_view dtype_name(DType t);
+std::optional<DType> parse_dtype(std::string_view name);
+// Safetensors spells them "F32", "F16", "BF16".
+std::string_view dtype_safetensors_name(DType t);
+std::optional<DType> parse_safetensors_dtype(std::string_view name);
+
+// Raw 16-bit storage types, so the compiler never converts them implicitly.
+struct bf16_t {
+  uint16_t bits;
+};
+struct f16_t {
+  uint16_t bits;
+};
+
+inline float bits_to_float(uint32_t bits) {
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+inline uint32_t float_to_bits(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+inline float bf16_to_float(bf16_t v) { return bits_to_float(uint32_t(v.bits) << 16); }
+
+// Round to nearest even, as PyTorch does; NaN stays NaN.
+inline bf16_t float_to_bf16(float f) {
+  uint32_t bits = float_to_bits(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return bf16_t{uint16_t((bits >> 16) | 0x40)};
+  uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return bf16_t{uint16_t((bits + rounding) >> 16)};
+}
+
+// IEEE half <-> float, exact for every half value including subnormals.
+inline float f16_to_float(f16_t v) {
+  uint32_t sign = uint32_t(v.bits & 0x8000u) << 16;
+  uint32_t exponent = (v.bits >> 10) & 0x1fu;
+  uint32_t mantissa = v.bits & 0x3ffu;
+  uint32_t bits;
+  if (exponent == 0) {
+    if (mantissa == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do {
+        ++e;
+        mantissa <<= 1;
+      } while ((mantissa & 0x400u) == 0);
+      bits = sign | uint32_t(127 - 15 - e) << 23 | (mantissa & 0x3ffu) << 13;
+    }
+  } else if (exponent == 0x1f) {
+    bits = sign | 0x7f800000u | mantissa << 13;
+  } else {
+    bits = sign | (exponent + 127 - 15) << 23 | mantissa << 13;
+  }
+  return bits_to_float(bits);
+}
+
+// Round to nearest even; overflow goes to infinity.
+inline f16_t float_to_f16(float f) {
+  uint32_t bits = float_to_bits(f);
+  uint16_t sign = uint16_t((bits >> 16) & 0x8000u);
+  uint32_t abs_bits = bits & 0x7fffffffu;
+  if (abs_bits > 0x7f800000u) return f16_t{uint16_t(sign | 0x7e00u)};   // NaN
+  if (abs_bits >= 0x477ff000u) return f16_t{uint16_t(sign | 0x7c00u)};  // rounds to inf
+  if (abs_bits < 0x38800000u) {  // result is subnormal or zero
+    // Add 0.5 (as a float) so the FPU does the round-to-nearest-even for us.
+    float shifted = bits_to_float(abs_bits) + 0.5f;
+    return f16_t{uint16_t(sign | (float_to_bits(shifted) - 0x3f000000u))};
+  }
+  uint32_t mantissa_odd = (abs_bits >> 13) & 1u;
+  abs_bits += 0xc8000fffu + mantissa_odd;  // rebias exponent and round
+  return f16_t{uint16_t(sign | (abs_bits >> 13))};
+}
+
+// Reads element `i` of a buffer of type `t` as float.
+inline float load_as_float(const void* data, DType t, size_t i) {
+  switch (t) {
+    case DType::kF32:
+      return static_cast<const float*>(data)[i];
+    case DType::kF16:
+      return f16_to_float(static_cast<const f16_t*>(data)[i]);
+    case DType::kBF16:
+      return bf16_to_float(static_cast<const bf16_t*>(data)[i]);
+  }
+  return 0.0f;
+}
+
+// Writes `value` as element `i` of a buffer of type `t`.
+inline void store_from_float(void* data, DType t, size_t i, float value) {
+  switch (t) {
+    case DType::kF32:
+      static_cast<float*>(data)[i] = value;
+      break;
+    case DType::kF16:
+      static_cast<f16_t*>(data)[i] = float_to_f16(value);
+      break;
+    case DType::kBF16:
+      static_cast<bf16_t*>(data)[i] = float_to_bf16(value);
+      break;
+  }
+}
+
+}  // namespace baton

@@ -1,0 +1,86 @@
+// common/kv_layout.h — the one paged-KV layout of Baton.
+//
+// A KV pool is a single allocation holding K and V of every layer for
+// `num_blocks` blocks of `block_size` tokens each:
+//
+//   pool[num_layers][num_blocks][2 (K, V)][num_kv_heads][block_size][head_dim]
+//
+// Why this order (docs/ARCHITECTURE.md has the full argument):
+//  * Layer-major: one layer's pages for all blocks form one contiguous region,
+//    so a run of adjacent block ids is one contiguous byte range per layer.
+//    Layer-wise transfer posts one put per (layer, run of adjacent blocks).
+//  * K and V of a block sit side by side: one put moves both.
+//  * Within a block, each KV head's `block_size x head_dim` tile is contiguous,
+//    so decode attention streams one head's keys linearly while applying them
+//    to every query head of its GQA group.
+//
+// The offsets are plain inline arithmetic usable from CUDA kernels, the
+// transfer engine and SSD offload alike. A block id is just an index; the pool
+// that owns the memory is the one this layout describes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/host_device.h"
+
+namespace baton {
+
+enum class KvPart : uint8_t { kKey = 0, kValue = 1 };
+
+struct KvLayout {
+  int32_t num_layers = 0;
+  int32_t num_blocks = 0;
+  int32_t block_size = 16;  // tokens per block
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  DType dtype = DType::kF32;
+
+  BATON_HOST_DEVICE size_t element_bytes() const { return dtype_size(dtype); }
+  // Elements of one head's tile in one block: block_size x head_dim.
+  BATON_HOST_DEVICE size_t head_tile_elements() const {
+    return size_t(block_size) * size_t(head_dim);
+  }
+  // Elements of K (or V) of one block of one layer.
+  BATON_HOST_DEVICE size_t part_elements() const {
+    return size_t(num_kv_heads) * head_tile_elements();
+  }
+  // Elements of K and V of one block of one layer.
+  BATON_HOST_DEVICE size_t block_elements() const { return 2 * part_elements(); }
+  BATON_HOST_DEVICE size_t block_bytes() const { return block_elements() * element_bytes(); }
+  // Elements of one layer across all blocks.
+  BATON_HOST_DEVICE size_t layer_elements() const { return size_t(num_blocks) * block_elements(); }
+  BATON_HOST_DEVICE size_t total_elements() const { return size_t(num_layers) * layer_elements(); }
+  BATON_HOST_DEVICE size_t total_bytes() const { return total_elements() * element_bytes(); }
+  // K and V bytes one token occupies across all layers.
+  BATON_HOST_DEVICE size_t bytes_per_token() const {
+    return size_t(num_layers) * 2 * size_t(num_kv_heads) * size_t(head_dim) * element_bytes();
+  }
+
+  // Element offset of the start of (layer, block): K then V follow.
+  BATON_HOST_DEVICE size_t block_offset(int32_t layer, int32_t block) const {
+    return size_t(layer) * layer_elements() + size_t(block) * block_elements();
+  }
+  BATON_HOST_DEVICE size_t block_byte_offset(int32_t layer, int32_t block) const {
+    return block_offset(layer, block) * element_bytes();
+  }
+  // Element offset of the head tile [block_size][head_dim] of (layer, block, part, head).
+  BATON_HOST_DEVICE size_t head_tile_offset(int32_t layer, int32_t block, KvPart part,
+                                            int32_t kv_head) const {
+    return block_offset(layer, block) + size_t(part) * part_elements() +
+           size_t(kv_head) * head_tile_elements();
+  }
+  // Element offset of the head_dim vector of one token slot.
+  BATON_HOST_DEVICE size_t element_offset(int32_t layer, int32_t block, KvPart part,
+                                          int32_t kv_head, int32_t slot) const {
+    return head_tile_offset(layer, block, part, kv_head) + size_t(slot) * size_t(head_dim);
+  }
+
+  BATON_HOST_DEVICE bool same_geometry(const KvLayout& o) const {
+    return num_layers == o.num_layers && block_size == o.block_size &&
+           num_kv_heads == o.num_kv_heads && head_dim == o.head_dim && dtype == o.dtype;
+  }
+};
+
+}  // namespace baton

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs every Debian package Baton's build, tests and benchmarks need.
+# Idempotent and non-interactive: safe to run on every CI start.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git python3
+  libopenblas-dev
+  libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
+  libxxhash-dev
+  libucx-dev ucx-utils
+  libzmq3-dev cppzmq-dev
+  libboost-dev libboost-system-dev
+  liburing-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang-format
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if ((${#missing[@]})); then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+echo "setup: all ${#packages[@]} packages present"

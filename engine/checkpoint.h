@@ -1,0 +1,58 @@
+// engine/checkpoint.h — a Hugging Face checkpoint directory, memory-mapped.
+//
+// config.json plus model.safetensors, or model-XXXXX-of-YYYYY.safetensors with
+// model.safetensors.index.json. Every tensor is validated against the file
+// (offsets in range, not overlapping, size = shape x dtype) before use, and
+// every weight against the shape the config implies.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/model_config.h"
+#include "kernels/cpu/linear.h"
+
+namespace baton::engine {
+
+struct LayerWeights {
+  kernels::cpu::WeightView q_proj, k_proj, v_proj, o_proj;
+  kernels::cpu::WeightView gate_proj, up_proj, down_proj;
+  std::vector<float> q_bias, k_bias, v_bias;  // empty unless attention_bias
+  std::vector<float> input_norm;              // input_layernorm.weight, as F32
+  std::vector<float> post_attention_norm;     // post_attention_layernorm.weight, as F32
+};
+
+struct ModelWeights {
+  kernels::cpu::WeightView embed_tokens;  // [vocab, hidden]
+  kernels::cpu::WeightView lm_head;       // [vocab, hidden]; embed_tokens when tied
+  std::vector<float> final_norm;          // model.norm.weight, as F32
+  std::vector<LayerWeights> layers;
+};
+
+class SafetensorsFile;  // engine/safetensors.h
+
+// Owns the mapped files; WeightViews in `weights()` point into them.
+class Checkpoint {
+ public:
+  static Result<std::unique_ptr<Checkpoint>> open(const std::filesystem::path& dir);
+  ~Checkpoint();
+
+  const std::filesystem::path& dir() const { return dir_; }
+  const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return weights_; }
+  // Bytes of all weights the forward pass reads (lm_head counted once when tied).
+  uint64_t weight_bytes() const;
+
+ private:
+  Checkpoint() = default;
+  std::filesystem::path dir_;
+  ModelConfig config_;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  ModelWeights weights_;
+};
+
+}  // namespace baton::engine

@@ -1,0 +1,1 @@
+#include "engine/make_model.h"

@@ -1,0 +1,33 @@
+// engine/make_model.h — random-weight checkpoints in Hugging Face's exact
+// format (config.json, safetensors, plus Baton's byte tokenizer), for named
+// model shapes. Deterministic from the seed; written tensor by tensor so even
+// llama3-8b never needs its full size in memory.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "engine/model_config.h"
+
+namespace baton::engine {
+
+std::vector<std::string> model_preset_names();
+// tiny, smollm2-135m, qwen2.5-0.5b, llama3-8b, ...; unknown names are an error listing the known.
+Result<ModelConfig> model_preset(std::string_view name);
+
+struct MakeModelOptions {
+  uint64_t seed = 0;
+  DType dtype = DType::kF32;
+  // Shard into several safetensors files (with an index) above this size.
+  uint64_t max_shard_bytes = uint64_t(4) << 30;
+};
+
+Status make_random_checkpoint(const ModelConfig& config, const std::filesystem::path& out_dir,
+                              const MakeModelOptions& options);
+
+}  // namespace baton::engine

@@ -1,0 +1,60 @@
+// engine/model_config.h — the model's shape and numerics, read from a Hugging
+// Face config.json (Llama family: LlamaForCausalLM, MistralForCausalLM,
+// Qwen2ForCausalLM; SmolLM is a Llama). Anything the engine does not implement
+// is refused with an error naming the field, never run with wrong output.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace baton::engine {
+
+struct RopeScaling {
+  enum class Type { kNone, kLlama3 };
+  Type type = Type::kNone;
+  double factor = 1.0;
+  double low_freq_factor = 1.0;
+  double high_freq_factor = 4.0;
+  int64_t original_max_position_embeddings = 8192;
+};
+
+struct ModelConfig {
+  std::string architecture;  // e.g. "LlamaForCausalLM"
+  int32_t hidden_size = 0;
+  int32_t num_layers = 0;    // num_hidden_layers
+  int32_t num_heads = 0;     // num_attention_heads
+  int32_t num_kv_heads = 0;  // num_key_value_heads (defaults to num_heads)
+  int32_t head_dim = 0;      // head_dim, or hidden_size / num_heads
+  int32_t intermediate_size = 0;
+  int32_t vocab_size = 0;
+  int32_t max_position_embeddings = 0;
+  float rms_norm_eps = 1e-6f;
+  double rope_theta = 10000.0;
+  RopeScaling rope_scaling;
+  bool tie_word_embeddings = false;
+  bool attention_bias = false;  // q/k/v biases (always on for Qwen2)
+  int32_t bos_token_id = -1;    // -1: none
+  std::vector<int32_t> eos_token_ids;
+  DType torch_dtype = DType::kF32;
+
+  int32_t group_size() const { return num_heads / num_kv_heads; }
+};
+
+// Parses and validates a config.json document. `source` names it in errors.
+Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_view source);
+Result<ModelConfig> load_model_config(const std::filesystem::path& config_json);
+// The inverse, as Hugging Face writes it (used by make-model).
+nlohmann::json model_config_to_json(const ModelConfig& config);
+
+// θ_i of RoPE for i < head_dim / 2, with rope_scaling applied.
+std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+}  // namespace baton::engine

@@ -1,0 +1,51 @@
+// engine/tokenizer.h — text <-> token ids.
+//
+// The interface every tokenizer implements, and the byte-level tokenizer that
+// `baton make-model` ships with random checkpoints: byte b is token
+// b + byte_offset; ids below byte_offset are specials (pad, bos, eos).
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/status.h"
+
+namespace baton::engine {
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Ids the tokenizer has no text for (specials, out of range) decode to "".
+  virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
+  virtual int32_t bos_id() const = 0;  // -1 when none
+  virtual int32_t eos_id() const = 0;  // -1 when none
+};
+
+inline constexpr const char* kByteTokenizerFile = "baton_tokenizer.json";
+
+class ByteTokenizer final : public Tokenizer {
+ public:
+  static constexpr int32_t kPadId = 0;
+  static constexpr int32_t kBosId = 1;
+  static constexpr int32_t kEosId = 2;
+  static constexpr int32_t kByteOffset = 3;
+  static constexpr int32_t kMinVocab = kByteOffset + 256;
+
+  std::vector<int32_t> encode(std::string_view text) const override;
+  std::string decode(const std::vector<int32_t>& ids) const override;
+  int32_t bos_id() const override { return kBosId; }
+  int32_t eos_id() const override { return kEosId; }
+
+  static Status save(const std::filesystem::path& dir);
+};
+
+// Loads the tokenizer a checkpoint ships. NotFound when it ships none (the
+// model still runs from token ids).
+Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::filesystem::path& checkpoint_dir);
+
+}  // namespace baton::engine

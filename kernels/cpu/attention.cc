@@ -1,0 +1,1 @@
+#include "kernels/cpu/attention.h"

@@ -1,0 +1,34 @@
+// kernels/cpu/linear.h — dense layers: out = x · Wᵀ (+ bias), embedding rows.
+//
+// Weights stay in the checkpoint's dtype (memory-mapped, never copied):
+//  * small batches (decode) read F16/BF16 rows directly with AVX2/F16C, so
+//    half-precision weights move half the bytes of F32;
+//  * large batches (prefill) go through single-threaded OpenBLAS sgemm on
+//    per-thread slices of W (converted to F32 tile by tile when W is half).
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace baton::kernels::cpu {
+
+// A row-major weight matrix [rows, cols] as Hugging Face stores Linear weights:
+// rows = output features, cols = input features.
+struct WeightView {
+  const void* data = nullptr;
+  DType dtype = DType::kF32;
+  int64_t rows = 0;
+  int64_t cols = 0;
+};
+
+// out[m, w.rows] = x[m, w.cols] · wᵀ + bias. bias is F32 [w.rows] or null.
+void linear(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, const float* bias,
+            float* out);
+
+// out[n, table.cols] = table[ids[i]] as F32. Ids are validated by the caller.
+void embedding(ThreadPool& pool, const WeightView& table, const int32_t* ids, int64_t n,
+               float* out);
+
+}  // namespace baton::kernels::cpu

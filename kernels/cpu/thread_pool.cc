@@ -1,0 +1,1 @@
+#include "kernels/cpu/thread_pool.h"

@@ -1,0 +1,49 @@
+// kernels/cpu/thread_pool.h — the one owner of the CPU cores.
+//
+// Every CPU kernel that parallelises does it through this pool. BLAS is kept
+// single-threaded (openblas_set_num_threads(1)) and called from inside the
+// pool's workers on disjoint slices, so two thread pools never fight over the
+// same cores.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace baton::kernels::cpu {
+
+class ThreadPool {
+ public:
+  // num_threads <= 0 means one per hardware thread. The calling thread takes
+  // part in every parallel_for, so `size() - 1` workers are spawned.
+  explicit ThreadPool(int num_threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return num_threads_; }
+
+  // Splits [0, n) into at most size() contiguous chunks and runs
+  // fn(begin, end, thread_index) on each, returning when all are done.
+  // Not reentrant: fn must not call parallel_for on the same pool.
+  void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn);
+
+ private:
+  void worker_loop(int thread_index);
+
+  int num_threads_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable work_ready_;
+  std::condition_variable work_done_;
+  const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
+  int64_t job_size_ = 0;
+  uint64_t generation_ = 0;
+  int pending_ = 0;
+  bool stopping_ = false;
+};
+
+}  // namespace baton::kernels::cpu
