@@ -1,1 +1,275 @@
+// Paged GQA attention on the CPU.
+//
+// Work is planned as a list of items, each one (sequence, KV head, run of query
+// rows, run of keys): the query vectors of an item are all the query heads of
+// the KV head's group for those rows, so K and V are read once per group.
+//  * Prefill rows are tiled by kQueryVectorsPerTile / group rows; the key run
+//    is the causal prefix [0, last row's position].
+//  * Decode rows (and very short query runs) with a long context are split
+//    over the keys into partitions of kPartitionTokens (flash-decoding), so a
+//    single long sequence still keeps every core busy; their partial softmax
+//    states are merged in a second pass.
+// Items run with dynamic scheduling (largest first) since their costs differ.
 #include "kernels/cpu/attention.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/attention_block.h"
+#include "kernels/cpu/convert.h"
+#include "kernels/cpu/cpu_features.h"
+
+namespace baton::kernels::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Query vectors (rows x group heads) per prefill tile: enough to amortise the
+// conversion of each K/V block, few enough that the accumulators stay in L1.
+constexpr int32_t kQueryVectorsPerTile = 32;
+// Keys per decode partition (rounded up to whole blocks).
+constexpr int32_t kPartitionTokens = 512;
+// Query runs up to this many rows are split over keys like decode rows.
+constexpr int32_t kMaxSplitRows = 4;
+
+struct WorkItem {
+  int32_t seq;
+  int32_t kv_head;
+  int32_t row_begin;  // rows of the sequence, relative to query_start[seq]
+  int32_t row_end;
+  int32_t key_begin;  // a multiple of block_size
+  int32_t key_end;
+  int64_t partial_offset;  // floats into the partial buffer, or -1: write `out` directly
+  int64_t cost;
+};
+
+// A group of items whose partial results merge into one output slice.
+struct MergeGroup {
+  int32_t seq;
+  int32_t kv_head;
+  int32_t num_rows;
+  int32_t first_item;  // items [first_item, first_item + num_parts) in plan order
+  int32_t num_parts;
+};
+
+struct Scratch {
+  std::vector<float> q, k, v, scores, alpha, row_max, row_sum, acc;
+  std::vector<int32_t> visible;
+};
+
+int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
+
+// Loads one block's K or V tile of `keys` tokens as F32 [keys_padded, head_dim]
+// with zero rows after `keys` (pool slots past the context may hold anything).
+// F32 pools with a full block are used in place.
+const float* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part, int32_t kv_head,
+                       int32_t keys, int32_t keys_padded, float* buffer) {
+  const KvLayout& L = p.layout;
+  const size_t offset = L.head_tile_offset(p.layer, block, part, kv_head);
+  if (L.dtype == DType::kF32 && keys == L.block_size && keys == keys_padded)
+    return static_cast<const float*>(p.kv_pool) + offset;
+  const char* src = static_cast<const char*>(p.kv_pool) + offset * L.element_bytes();
+  convert_to_f32(src, L.dtype, int64_t(keys) * L.head_dim, buffer);
+  std::fill(buffer + size_t(keys) * L.head_dim, buffer + size_t(keys_padded) * L.head_dim, 0.0f);
+  return buffer;
+}
+
+void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partials, Scratch& sc) {
+  const KvLayout& L = p.layout;
+  const int32_t d = L.head_dim;
+  const int32_t bs = L.block_size;
+  const int32_t group = p.num_heads / L.num_kv_heads;
+  const int32_t rows = item.row_end - item.row_begin;
+  const int32_t n_q = rows * group;
+  const int32_t q_len = p.query_start[item.seq + 1] - p.query_start[item.seq];
+  const int32_t ctx = p.context_lens[item.seq];
+  const int32_t first_row = p.query_start[item.seq] + item.row_begin;
+  const int32_t keys_padded_max = round_up(bs, 8);
+  const size_t row_stride = size_t(p.num_heads) * d;
+
+  sc.q.resize(size_t(n_q) * d);
+  sc.acc.assign(size_t(n_q) * d, 0.0f);
+  sc.row_max.assign(size_t(n_q), kNegInf);
+  sc.row_sum.assign(size_t(n_q), 0.0f);
+  sc.alpha.resize(size_t(n_q));
+  sc.visible.resize(size_t(n_q));
+  sc.scores.resize(size_t(n_q) * keys_padded_max);
+  sc.k.resize(size_t(keys_padded_max) * d);
+  sc.v.resize(size_t(keys_padded_max) * d);
+
+  // Query vector i = r * group + g is head (kv_head * group + g) of row r; the
+  // group's heads of one row are adjacent in q.
+  for (int32_t r = 0; r < rows; ++r) {
+    const float* src = p.q + size_t(first_row + r) * row_stride + size_t(item.kv_head) * group * d;
+    float* dst = sc.q.data() + size_t(r) * group * d;
+    for (int32_t c = 0; c < group * d; ++c) dst[c] = src[c] * p.scale;
+  }
+  const int32_t* table = p.block_tables + size_t(item.seq) * p.block_table_stride;
+  for (int32_t kb = item.key_begin; kb < item.key_end; kb += bs) {
+    const int32_t keys = std::min(bs, item.key_end - kb);
+    const int32_t keys_padded = round_up(keys, 8);
+    const int32_t block = table[kb / bs];
+    for (int32_t r = 0; r < rows; ++r) {
+      // Row r sits at position ctx - q_len + row; it sees keys up to itself.
+      const int32_t pos = ctx - q_len + item.row_begin + r;
+      const int32_t visible = std::clamp(pos + 1 - kb, 0, keys);
+      for (int32_t g = 0; g < group; ++g) sc.visible[size_t(r) * group + g] = visible;
+    }
+    AttentionBlockArgs a;
+    a.q = sc.q.data();
+    a.n_q = n_q;
+    a.head_dim = d;
+    a.k = load_tile(p, block, KvPart::kKey, item.kv_head, keys, keys_padded, sc.k.data());
+    a.v = load_tile(p, block, KvPart::kValue, item.kv_head, keys, keys_padded, sc.v.data());
+    a.keys_padded = keys_padded;
+    a.visible = sc.visible.data();
+    a.scores = sc.scores.data();
+    a.alpha = sc.alpha.data();
+    a.row_max = sc.row_max.data();
+    a.row_sum = sc.row_sum.data();
+    a.acc = sc.acc.data();
+    attend_block(a);
+  }
+
+  if (item.partial_offset < 0) {
+    for (int32_t i = 0; i < n_q; ++i) {
+      const int32_t r = i / group, g = i % group;
+      float* dst =
+          p.out + size_t(first_row + r) * row_stride + size_t(item.kv_head * group + g) * d;
+      const float inv = sc.row_sum[i] > 0.0f ? 1.0f / sc.row_sum[i] : 0.0f;
+      const float* acc = sc.acc.data() + size_t(i) * d;
+      for (int32_t c = 0; c < d; ++c) dst[c] = acc[c] * inv;
+    }
+  } else {
+    // Partial layout: [n_q] maxima, [n_q] sums, [n_q, head_dim] accumulators.
+    float* dst = partials + item.partial_offset;
+    std::copy(sc.row_max.begin(), sc.row_max.end(), dst);
+    std::copy(sc.row_sum.begin(), sc.row_sum.end(), dst + n_q);
+    std::copy(sc.acc.begin(), sc.acc.end(), dst + 2 * n_q);
+  }
+}
+
+// Combines the partitions' softmax states: out = Σ e^(m_p - M) acc_p / Σ e^(m_p - M) l_p.
+void merge_group(const PagedAttentionParams& p, const MergeGroup& mg,
+                 const std::vector<WorkItem>& items, const float* partials) {
+  const int32_t d = p.layout.head_dim;
+  const int32_t group = p.num_heads / p.layout.num_kv_heads;
+  const int32_t n_q = mg.num_rows * group;
+  const size_t row_stride = size_t(p.num_heads) * d;
+  const int32_t first_row = p.query_start[mg.seq];
+  for (int32_t i = 0; i < n_q; ++i) {
+    float global_max = kNegInf;
+    for (int32_t j = 0; j < mg.num_parts; ++j)
+      global_max = std::max(global_max, partials[items[mg.first_item + j].partial_offset + i]);
+    const int32_t r = i / group, g = i % group;
+    float* dst = p.out + size_t(first_row + r) * row_stride + size_t(mg.kv_head * group + g) * d;
+    std::fill(dst, dst + d, 0.0f);
+    if (global_max == kNegInf) continue;
+    float total = 0.0f;
+    for (int32_t j = 0; j < mg.num_parts; ++j) {
+      const float* part = partials + items[mg.first_item + j].partial_offset;
+      if (part[i] == kNegInf) continue;
+      const float w = std::exp(part[i] - global_max);
+      total += w * part[n_q + i];
+      const float* acc = part + 2 * n_q + size_t(i) * d;
+      for (int32_t c = 0; c < d; ++c) dst[c] += w * acc[c];
+    }
+    const float inv = total > 0.0f ? 1.0f / total : 0.0f;
+    for (int32_t c = 0; c < d; ++c) dst[c] *= inv;
+  }
+}
+
+}  // namespace
+
+void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t layer,
+              const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens) {
+  const int32_t heads = layout.num_kv_heads;
+  const int32_t d = layout.head_dim;
+  const int64_t per_token = int64_t(heads) * d;
+  parallel_chunks(
+      pool, num_tokens, std::max<int64_t>(1, (1 << 14) / std::max<int64_t>(1, per_token)),
+      [&](int64_t t0, int64_t t1, int) {
+        for (int64_t t = t0; t < t1; ++t) {
+          const int32_t slot = slot_mapping[t];
+          if (slot < 0) continue;  // padding token: nothing to store
+          const int32_t block = slot / layout.block_size;
+          const int32_t offset = slot % layout.block_size;
+          for (int32_t h = 0; h < heads; ++h) {
+            const float* ks = k + t * per_token + int64_t(h) * d;
+            const float* vs = v + t * per_token + int64_t(h) * d;
+            const size_t ko = layout.element_offset(layer, block, KvPart::kKey, h, offset);
+            const size_t vo = layout.element_offset(layer, block, KvPart::kValue, h, offset);
+            for (int32_t c = 0; c < d; ++c) {
+              store_from_float(kv_pool, layout.dtype, ko + size_t(c), ks[c]);
+              store_from_float(kv_pool, layout.dtype, vo + size_t(c), vs[c]);
+            }
+          }
+        }
+      });
+}
+
+void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
+  const KvLayout& L = p.layout;
+  if (p.num_seqs <= 0 || L.num_kv_heads <= 0 || p.num_heads <= 0) return;
+  const int32_t group = p.num_heads / L.num_kv_heads;
+  const int32_t bs = L.block_size;
+  const int32_t d = L.head_dim;
+  const int32_t rows_per_tile = std::max(1, kQueryVectorsPerTile / group);
+  const int32_t partition = round_up(kPartitionTokens, bs);
+
+  std::vector<WorkItem> items;
+  std::vector<MergeGroup> merges;
+  int64_t partial_floats = 0;
+  for (int32_t s = 0; s < p.num_seqs; ++s) {
+    const int32_t q_len = p.query_start[s + 1] - p.query_start[s];
+    const int32_t ctx = p.context_lens[s];
+    if (q_len <= 0) continue;
+    if (q_len <= kMaxSplitRows && ctx > partition) {
+      const int32_t n_q = q_len * group;
+      for (int32_t h = 0; h < L.num_kv_heads; ++h) {
+        MergeGroup mg{s, h, q_len, int32_t(items.size()), 0};
+        for (int32_t k0 = 0; k0 < ctx; k0 += partition) {
+          const int32_t k1 = std::min(ctx, k0 + partition);
+          items.push_back({s, h, 0, q_len, k0, k1, partial_floats, int64_t(n_q) * (k1 - k0)});
+          partial_floats += int64_t(n_q) * (d + 2);
+          ++mg.num_parts;
+        }
+        merges.push_back(mg);
+      }
+      continue;
+    }
+    for (int32_t r0 = 0; r0 < q_len; r0 += rows_per_tile) {
+      const int32_t r1 = std::min(q_len, r0 + rows_per_tile);
+      const int32_t key_end = std::clamp(ctx - q_len + r1, 0, ctx);
+      for (int32_t h = 0; h < L.num_kv_heads; ++h)
+        items.push_back(
+            {s, h, r0, r1, 0, key_end, -1, int64_t(r1 - r0) * group * std::max(key_end, 1)});
+    }
+  }
+  if (items.empty()) return;
+
+  thread_local std::vector<float> partials;
+  partials.resize(size_t(partial_floats));
+  // Largest first, so the last items to start are the short ones.
+  std::vector<int32_t> order(items.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = int32_t(i);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return items[a].cost > items[b].cost; });
+  std::atomic<size_t> next{0};
+  float* partial_data = partials.data();
+  const int64_t workers = std::min<int64_t>(pool.size(), int64_t(items.size()));
+  pool.parallel_for(workers, [&](int64_t, int64_t, int) {
+    thread_local Scratch scratch;
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < order.size();)
+      run_item(p, items[order[i]], partial_data, scratch);
+  });
+  if (!merges.empty()) {
+    parallel_chunks(pool, int64_t(merges.size()), 4, [&](int64_t m0, int64_t m1, int) {
+      for (int64_t m = m0; m < m1; ++m) merge_group(p, merges[m], items, partial_data);
+    });
+  }
+}
+
+}  // namespace baton::kernels::cpu

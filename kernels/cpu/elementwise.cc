@@ -1,1 +1,81 @@
 #include "kernels/cpu/elementwise.h"
+
+#include <cmath>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+
+namespace baton::kernels::cpu {
+namespace {
+// Elements below which an elementwise kernel runs on the calling thread only:
+// waking a worker costs more than the work.
+constexpr int64_t kMinParallelElements = 1 << 14;
+}  // namespace
+
+void rms_norm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t dim,
+              float eps, float* out) {
+  parallel_chunks(pool, rows,
+                  std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(1, dim)),
+                  [&](int64_t r0, int64_t r1, int) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                      const float* xr = x + r * dim;
+                      float* o = out + r * dim;
+                      // Double keeps the mean exact enough for long rows; the
+                      // scale is then rounded to float, as HF's float32 rsqrt.
+                      double sum_sq = 0.0;
+                      for (int64_t i = 0; i < dim; ++i) sum_sq += double(xr[i]) * double(xr[i]);
+                      float inv = float(1.0 / std::sqrt(sum_sq / double(dim) + double(eps)));
+                      for (int64_t i = 0; i < dim; ++i) o[i] = (xr[i] * inv) * weight[i];
+                    }
+                  });
+}
+
+void apply_rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t tokens, int64_t heads,
+                int64_t head_dim, const float* inv_freq) {
+  const int64_t half = head_dim / 2;
+  parallel_chunks(
+      pool, tokens,
+      std::max<int64_t>(1, kMinParallelElements / std::max<int64_t>(1, heads * head_dim)),
+      [&](int64_t t0, int64_t t1, int) {
+        thread_local std::vector<float> cos_sin;  // [2, half]
+        cos_sin.resize(size_t(2 * half));
+        float* cs = cos_sin.data();
+        float* sn = cs + half;
+        for (int64_t t = t0; t < t1; ++t) {
+          // The angle is rounded to float as HF computes it (float32
+          // position times float32 inv_freq); cos/sin of it are exact.
+          const float pos = float(positions[t]);
+          for (int64_t i = 0; i < half; ++i) {
+            float angle = pos * inv_freq[i];
+            cs[i] = float(std::cos(double(angle)));
+            sn[i] = float(std::sin(double(angle)));
+          }
+          for (int64_t h = 0; h < heads; ++h) {
+            float* v = x + (t * heads + h) * head_dim;
+            for (int64_t i = 0; i < half; ++i) {
+              float a = v[i];
+              float b = v[i + half];
+              v[i] = a * cs[i] - b * sn[i];
+              v[i + half] = b * cs[i] + a * sn[i];
+            }
+          }
+        }
+      });
+}
+
+void silu_and_mul(ThreadPool& pool, const float* gate, const float* up, int64_t n, float* out) {
+  parallel_chunks(pool, n, kMinParallelElements, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) {
+      float g = gate[i];
+      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+    }
+  });
+}
+
+void add_in_place(ThreadPool& pool, float* x, const float* y, int64_t n) {
+  parallel_chunks(pool, n, kMinParallelElements, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) x[i] += y[i];
+  });
+}
+
+}  // namespace baton::kernels::cpu

@@ -6,6 +6,7 @@
 // same cores.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -33,6 +34,7 @@ class ThreadPool {
 
  private:
   void worker_loop(int thread_index);
+  void run_chunk(int thread_index);
 
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -41,8 +43,11 @@ class ThreadPool {
   std::condition_variable work_done_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_size_ = 0;
-  uint64_t generation_ = 0;
-  int pending_ = 0;
+  int64_t job_chunks_ = 0;
+  // Workers spin briefly on generation_ before sleeping on work_ready_, so the
+  // back-to-back kernel launches of one decode step do not pay a futex wake each.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> pending_{0};
   bool stopping_ = false;
 };
 

@@ -1,0 +1,33 @@
+// kernels/cpu/attention_block.h — the inner step of paged attention: one KV
+// block applied to a set of query vectors with an online softmax.
+//
+// The caller (attention.cc) walks a sequence's block table and hands each block
+// here already converted to F32; the query vectors are the query heads of one
+// GQA group for one or more query rows, so each K/V vector is loaded once for
+// the whole group.
+#pragma once
+
+#include <cstdint>
+
+namespace baton::kernels::cpu {
+
+struct AttentionBlockArgs {
+  const float* q = nullptr;  // [n_q, head_dim], already multiplied by the scale
+  int32_t n_q = 0;
+  int32_t head_dim = 0;
+  const float* k = nullptr;          // [keys_padded, head_dim], finite everywhere
+  const float* v = nullptr;          // [keys_padded, head_dim], finite everywhere
+  int32_t keys_padded = 0;           // rows of k/v and the scores stride; a multiple of 8
+  const int32_t* visible = nullptr;  // [n_q]: query i sees keys [0, visible[i]) of this block
+  float* scores = nullptr;           // scratch [n_q, keys_padded]
+  float* alpha = nullptr;            // scratch [n_q]
+  // Running online-softmax state, updated in place:
+  float* row_max = nullptr;  // [n_q], -inf before the first block
+  float* row_sum = nullptr;  // [n_q], 0 before the first block
+  float* acc = nullptr;      // [n_q, head_dim], unnormalised output
+};
+
+// Applies one block. Uses AVX2 when enabled and head_dim % 8 == 0.
+void attend_block(const AttentionBlockArgs& a);
+
+}  // namespace baton::kernels::cpu

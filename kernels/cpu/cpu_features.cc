@@ -1,0 +1,29 @@
+#include "kernels/cpu/cpu_features.h"
+
+#include <atomic>
+
+namespace baton::kernels::cpu {
+namespace {
+std::atomic<bool> g_simd_enabled{true};
+}  // namespace
+
+bool cpu_has_avx2_fma_f16c() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+           __builtin_cpu_supports("f16c");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool use_avx2() {
+  return cpu_has_avx2_fma_f16c() && g_simd_enabled.load(std::memory_order_relaxed);
+}
+
+void set_simd_enabled(bool enabled) { g_simd_enabled.store(enabled, std::memory_order_relaxed); }
+
+}  // namespace baton::kernels::cpu

@@ -1,0 +1,111 @@
+#include "kernels/cpu/gemv.h"
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace baton::kernels::cpu {
+namespace {
+
+// Portable fallback: one weight row at a time, every x row against it.
+void gemv_rows_scalar(const float* x, int64_t m, const WeightView& w, const float* bias,
+                      int64_t row_begin, int64_t row_end, float* out) {
+  const int64_t cols = w.cols;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    float acc[kGemvMaxBatch] = {};
+    const size_t base = size_t(r) * size_t(cols);
+    for (int64_t k = 0; k < cols; ++k) {
+      float wk = load_as_float(w.data, w.dtype, base + size_t(k));
+      for (int64_t i = 0; i < m; ++i) acc[i] += wk * x[i * cols + k];
+    }
+    for (int64_t i = 0; i < m; ++i) out[i * w.rows + r] = acc[i] + (bias ? bias[r] : 0.0f);
+  }
+}
+
+#if BATON_HAVE_X86
+
+template <DType T>
+BATON_AVX2_INLINE __m256 load_w8(const void* base, size_t offset) {
+  if constexpr (T == DType::kF32) {
+    return avx2::load8(static_cast<const float*>(base) + offset);
+  } else if constexpr (T == DType::kBF16) {
+    return avx2::load8_bf16(static_cast<const uint16_t*>(base) + offset);
+  } else {
+    return avx2::load8_f16(static_cast<const uint16_t*>(base) + offset);
+  }
+}
+
+// Columns per pass: R weight rows of this many columns stay in L1 while every
+// x row is applied to them, so m > 1 does not re-read weights from memory.
+constexpr int64_t kColumnChunk = 512;
+
+// Rows [r0, r0 + R) of W against all m rows of x.
+template <DType T, int R>
+BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, const float* bias,
+                                int64_t r0, float* out) {
+  const int64_t cols = w.cols;
+  const int64_t cols8 = cols & ~int64_t{7};
+  __m256 acc[kGemvMaxBatch][R];
+  for (int64_t i = 0; i < m; ++i)
+    for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
+  size_t row_offset[R];
+  for (int r = 0; r < R; ++r) row_offset[r] = size_t(r0 + r) * size_t(cols);
+
+  for (int64_t kc = 0; kc < cols8; kc += kColumnChunk) {
+    const int64_t kend = kc + kColumnChunk < cols8 ? kc + kColumnChunk : cols8;
+    for (int64_t i = 0; i < m; ++i) {
+      const float* xi = x + i * cols;
+      __m256 a[R];
+      for (int r = 0; r < R; ++r) a[r] = acc[i][r];
+      for (int64_t k = kc; k < kend; k += 8) {
+        __m256 xv = _mm256_loadu_ps(xi + k);
+        for (int r = 0; r < R; ++r)
+          a[r] = _mm256_fmadd_ps(load_w8<T>(w.data, row_offset[r] + size_t(k)), xv, a[r]);
+      }
+      for (int r = 0; r < R; ++r) acc[i][r] = a[r];
+    }
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    const float* xi = x + i * cols;
+    for (int r = 0; r < R; ++r) {
+      float sum = avx2::hsum(acc[i][r]);
+      for (int64_t k = cols8; k < cols; ++k)
+        sum += load_as_float(w.data, T, row_offset[r] + size_t(k)) * xi[k];
+      out[i * w.rows + r0 + r] = sum + (bias ? bias[r0 + r] : 0.0f);
+    }
+  }
+}
+
+// Four rows share each x load; fewer rows finish the tail.
+constexpr int kRowBlock = 4;
+
+template <DType T>
+BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, const float* bias,
+                               int64_t row_begin, int64_t row_end, float* out) {
+  int64_t r = row_begin;
+  for (; r + kRowBlock <= row_end; r += kRowBlock)
+    gemv_block_avx2<T, kRowBlock>(x, m, w, bias, r, out);
+  for (; r < row_end; ++r) gemv_block_avx2<T, 1>(x, m, w, bias, r, out);
+}
+
+#endif  // BATON_HAVE_X86
+
+}  // namespace
+
+void gemv_rows(const float* x, int64_t m, const WeightView& w, const float* bias, int64_t row_begin,
+               int64_t row_end, float* out) {
+#if BATON_HAVE_X86
+  if (use_avx2()) {
+    switch (w.dtype) {
+      case DType::kF32:
+        return gemv_rows_avx2<DType::kF32>(x, m, w, bias, row_begin, row_end, out);
+      case DType::kF16:
+        return gemv_rows_avx2<DType::kF16>(x, m, w, bias, row_begin, row_end, out);
+      case DType::kBF16:
+        return gemv_rows_avx2<DType::kBF16>(x, m, w, bias, row_begin, row_end, out);
+    }
+  }
+#endif
+  gemv_rows_scalar(x, m, w, bias, row_begin, row_end, out);
+}
+
+}  // namespace baton::kernels::cpu

@@ -1,0 +1,19 @@
+// kernels/cpu/gemv.h — the small-batch (decode) half of linear(): every row of
+// W is streamed from memory once and applied to all m rows of x.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/linear.h"
+
+namespace baton::kernels::cpu {
+
+// Largest m the GEMV path takes; bigger batches go to sgemm.
+inline constexpr int64_t kGemvMaxBatch = 8;
+
+// out[i, r] = x[i, :] · w[r, :] + bias[r] for i < m (m <= kGemvMaxBatch) and
+// r in [row_begin, row_end). x: [m, w.cols]; out: [m, w.rows]; bias: [w.rows] or null.
+void gemv_rows(const float* x, int64_t m, const WeightView& w, const float* bias, int64_t row_begin,
+               int64_t row_end, float* out);
+
+}  // namespace baton::kernels::cpu

@@ -1,0 +1,75 @@
+// kernels/cpu/simd_avx2.h — small AVX2/FMA/F16C building blocks shared by the
+// kernels: loading F32/F16/BF16 as 8 floats, horizontal sums, a vector exp.
+//
+// Everything here is compiled for AVX2 through a target attribute, so only
+// functions carrying BATON_AVX2 themselves may call it, and only after
+// use_avx2() said yes.
+#pragma once
+
+#if defined(__x86_64__) || defined(__i386__)
+#define BATON_HAVE_X86 1
+#include <immintrin.h>
+
+#include <cstdint>
+
+#define BATON_AVX2 __attribute__((target("avx2,fma,f16c")))
+#define BATON_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
+
+namespace baton::kernels::cpu::avx2 {
+
+BATON_AVX2_INLINE __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+// BF16 is the top half of an F32: widen to 32 bits and shift up.
+BATON_AVX2_INLINE __m256 load8_bf16(const uint16_t* p) {
+  __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+}
+
+BATON_AVX2_INLINE __m256 load8_f16(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
+BATON_AVX2_INLINE float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// Lane j of the result is the sum of all lanes of a[j].
+BATON_AVX2_INLINE __m256 hsum8x8(const __m256* a) {
+  __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
+  __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
+  __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
+  __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
+  __m256 u0 = _mm256_hadd_ps(t0, t1);
+  __m256 u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// exp(x) for x <= ~88, relative error ~2e-7 (Cephes polynomial). Inputs below
+// -87 give 0 or a tiny value; callers mask excluded entries explicitly.
+BATON_AVX2_INLINE __m256 exp8(__m256 x) {
+  const __m256 hi = _mm256_set1_ps(88.3762626647949f);
+  const __m256 lo = _mm256_set1_ps(-87.0f);
+  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
+  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
+  fx = _mm256_floor_ps(fx);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
+  __m256 x2 = _mm256_mul_ps(x, x);
+  y = _mm256_fmadd_ps(y, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
+}
+
+}  // namespace baton::kernels::cpu::avx2
+
+#endif  // x86
