@@ -69,15 +69,17 @@ void run_case(const Case& c, DType dtype, bool simd, uint64_t seed) {
   // Every byte 0xff: NaN in f32, f16 and bf16, so a read of an unwritten slot shows.
   std::vector<uint8_t> kv_pool(layout.total_bytes(), 0xff);
 
-  std::vector<int32_t> ids(size_t(layout.num_blocks));
+  std::vector<int32_t> ids(static_cast<size_t>(layout.num_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
   const int32_t stride = max_blocks + 1;
-  std::vector<int32_t> block_tables(size_t(num_seqs * stride), -1);
-  std::vector<int32_t> query_start(size_t(num_seqs + 1), 0), context_lens(static_cast<size_t>(num_seqs));
+  std::vector<int32_t> block_tables(static_cast<size_t>(num_seqs * stride), -1);
+  std::vector<int32_t> query_start(static_cast<size_t>(num_seqs + 1), 0),
+      context_lens(static_cast<size_t>(num_seqs));
   size_t next_id = 0;
   const int32_t kv_width = c.num_kv_heads * c.head_dim;
-  std::vector<std::vector<float>> k_of(static_cast<size_t>(num_seqs)), v_of(static_cast<size_t>(num_seqs));
+  std::vector<std::vector<float>> k_of(static_cast<size_t>(num_seqs)),
+      v_of(static_cast<size_t>(num_seqs));
   for (int32_t s = 0; s < num_seqs; ++s) {
     const SeqSpec& spec = c.seqs[size_t(s)];
     const int32_t nb = (spec.context_len + c.block_size - 1) / c.block_size;
@@ -86,7 +88,7 @@ void run_case(const Case& c, DType dtype, bool simd, uint64_t seed) {
     context_lens[size_t(s)] = spec.context_len;
     k_of[size_t(s)] = random_floats(rng, size_t(spec.context_len) * kv_width);
     v_of[size_t(s)] = random_floats(rng, size_t(spec.context_len) * kv_width, -2.0f, 2.0f);
-    std::vector<int32_t> slots(size_t(spec.context_len));
+    std::vector<int32_t> slots(static_cast<size_t>(spec.context_len));
     for (int32_t t = 0; t < spec.context_len; ++t)
       slots[size_t(t)] =
           block_tables[size_t(s * stride + t / c.block_size)] * c.block_size + t % c.block_size;
@@ -198,7 +200,7 @@ TEST(StoreKvTest, WritesEverySlotWhereTheLayoutSays) {
     KvLayout layout{3, 11, 16, 3, 64, dt};
     std::vector<uint8_t> kv_pool(layout.total_bytes(), 0);
     const int32_t tokens = 37;
-    std::vector<int32_t> slots(size_t(layout.num_blocks * layout.block_size));
+    std::vector<int32_t> slots(static_cast<size_t>(layout.num_blocks * layout.block_size));
     std::iota(slots.begin(), slots.end(), 0);
     std::shuffle(slots.begin(), slots.end(), rng);
     slots.resize(tokens);

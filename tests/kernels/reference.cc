@@ -8,7 +8,7 @@ namespace baton::kernels::reference {
 
 std::vector<double> linear(const std::vector<float>& x, int64_t m, const std::vector<double>& w,
                            int64_t rows, int64_t cols, const float* bias) {
-  std::vector<double> out(size_t(m * rows));
+  std::vector<double> out(static_cast<size_t>(m * rows));
   for (int64_t i = 0; i < m; ++i)
     for (int64_t r = 0; r < rows; ++r) {
       double sum = bias ? double(bias[r]) : 0.0;
@@ -63,12 +63,13 @@ std::vector<double> attention(const std::vector<float>& q, int64_t q_len,
                               const std::vector<double>& k, const std::vector<double>& v,
                               int64_t ctx, int64_t num_heads, int64_t num_kv_heads,
                               int64_t head_dim, double scale) {
-  std::vector<double> out(size_t(q_len * num_heads * head_dim), 0.0);
+  std::vector<double> out(static_cast<size_t>(q_len * num_heads * head_dim), 0.0);
   const int64_t group = num_heads / num_kv_heads;
   for (int64_t h = 0; h < num_heads; ++h) {
     const int64_t kvh = h / group;
     // Full [q_len, ctx] score matrix, masked causally.
-    std::vector<double> scores(size_t(q_len * ctx), -std::numeric_limits<double>::infinity());
+    std::vector<double> scores(static_cast<size_t>(q_len * ctx),
+                               -std::numeric_limits<double>::infinity());
     for (int64_t j = 0; j < q_len; ++j) {
       const int64_t pos = ctx - q_len + j;
       for (int64_t t = 0; t <= pos; ++t) {

@@ -1,0 +1,115 @@
+// linear() and embedding() against the double reference on dequantised weights.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <sstream>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/linear.h"
+#include "tests/kernels/reference.h"
+#include "tests/kernels/test_util.h"
+
+namespace baton::kernels::cpu {
+namespace {
+
+using testing::fresh_seed;
+using testing::random_floats;
+
+struct Shape {
+  int64_t rows, cols;
+};
+
+void check_linear(ThreadPool& pool, std::mt19937_64& rng, int64_t m, Shape shape, DType dt,
+                  bool with_bias) {
+  std::ostringstream os;
+  os << "m=" << m << " rows=" << shape.rows << " cols=" << shape.cols << " dtype=" << dtype_name(dt)
+     << " bias=" << with_bias << " simd=" << use_avx2();
+  SCOPED_TRACE(os.str());
+  const auto w_f = random_floats(rng, size_t(shape.rows * shape.cols));
+  const auto w_bytes = testing::encode(w_f, dt);
+  std::vector<double> w(w_f.size());
+  for (size_t i = 0; i < w.size(); ++i) w[i] = load_as_float(w_bytes.data(), dt, i);
+  const auto x = random_floats(rng, size_t(m * shape.cols), -2.0f, 2.0f);
+  const auto bias = random_floats(rng, size_t(shape.rows));
+  std::vector<float> out(static_cast<size_t>(m * shape.rows), testing::kNaN);
+  WeightView view{w_bytes.data(), dt, shape.rows, shape.cols};
+  linear(pool, x.data(), m, view, with_bias ? bias.data() : nullptr, out.data());
+  const auto ref =
+      reference::linear(x, m, w, shape.rows, shape.cols, with_bias ? bias.data() : nullptr);
+  int failures = 0;
+  for (int64_t i = 0; i < m && failures < 5; ++i)
+    for (int64_t r = 0; r < shape.rows && failures < 5; ++r) {
+      // Float accumulation error grows with the magnitude of the terms summed.
+      double magnitude = with_bias ? std::abs(bias[size_t(r)]) : 0.0;
+      for (int64_t c = 0; c < shape.cols; ++c)
+        magnitude += std::abs(x[size_t(i * shape.cols + c)] * w[size_t(r * shape.cols + c)]);
+      const double got = out[size_t(i * shape.rows + r)];
+      const double want = ref[size_t(i * shape.rows + r)];
+      if (!(std::abs(got - want) <= 1e-5 * magnitude + 1e-6)) {
+        ++failures;
+        ADD_FAILURE() << "out[" << i << "," << r << "] = " << got << ", want " << want;
+      }
+    }
+}
+
+class LinearTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  set_simd_enabled(GetParam());
+  ThreadPool pool(2);
+  const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8}, {1, 1}, {300, 17}};
+  for (int64_t m : {1, 3, 8, 9, 17, 64, 200})
+    for (Shape s : shapes)
+      for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
+        for (bool bias : {false, true}) check_linear(pool, rng, m, s, dt, bias);
+  set_simd_enabled(true);
+}
+
+INSTANTIATE_TEST_SUITE_P(Simd, LinearTest, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "avx2" : "scalar"; });
+
+TEST(LinearTest, PoolSizesGiveTheSameAnswer) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const auto w_f = random_floats(rng, 1000 * 96);
+  const auto w = testing::encode(w_f, DType::kBF16);
+  WeightView view{w.data(), DType::kBF16, 1000, 96};
+  // The GEMV path (small m) computes each output with one thread and one
+  // summation order, so the pool size cannot change it. (sgemm's blocking may
+  // depend on the slice width, so large m is only checked against the reference.)
+  for (int64_t m : {1, 5}) {
+    const auto x = random_floats(rng, size_t(m * 96));
+    std::vector<float> a(static_cast<size_t>(m * 1000)), b(a.size());
+    ThreadPool one(1), three(3);
+    linear(one, x.data(), m, view, nullptr, a.data());
+    linear(three, x.data(), m, view, nullptr, b.data());
+    EXPECT_EQ(a, b) << "m=" << m;
+  }
+}
+
+TEST(EmbeddingTest, CopiesRowsAsFloat) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ThreadPool pool(2);
+  for (DType dt : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int64_t vocab = 50, dim = 37;
+    const auto table_f = random_floats(rng, size_t(vocab * dim));
+    const auto table = testing::encode(table_f, dt);
+    std::vector<int32_t> ids = {3, 0, 49, 3, 17};
+    std::vector<float> out(ids.size() * dim, testing::kNaN);
+    embedding(pool, WeightView{table.data(), dt, vocab, dim}, ids.data(), int64_t(ids.size()),
+              out.data());
+    for (size_t i = 0; i < ids.size(); ++i)
+      for (int64_t c = 0; c < dim; ++c)
+        EXPECT_EQ(out[i * dim + size_t(c)],
+                  load_as_float(table.data(), dt, size_t(ids[i] * dim + c)));
+  }
+}
+
+}  // namespace
+}  // namespace baton::kernels::cpu

@@ -1,0 +1,167 @@
+// Sampling: greedy ties, cut-offs, determinism, empirical distribution, logprobs.
+#include "kernels/cpu/sampling.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <set>
+
+#include "tests/kernels/reference.h"
+#include "tests/kernels/test_util.h"
+
+namespace baton::kernels::cpu {
+namespace {
+
+using testing::fresh_seed;
+using testing::random_floats;
+
+int32_t naive_argmax(const std::vector<float>& l) {
+  int32_t best = 0;
+  for (int32_t i = 1; i < int32_t(l.size()); ++i)
+    if (l[size_t(i)] > l[size_t(best)]) best = i;
+  return best;
+}
+
+TEST(SamplingTest, GreedyPicksArgmaxLowestIdOnTies) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 data(seed);
+  SamplerRng rng(1);
+  SamplingParams greedy{0.0f, 0, 1.0f};
+  std::vector<float> l = {1.0f, 3.0f, -2.0f, 3.0f, 0.5f};
+  EXPECT_EQ(sample_token(l.data(), 5, greedy, rng), 1);
+  std::vector<float> flat(100, 0.25f);
+  EXPECT_EQ(sample_token(flat.data(), 100, greedy, rng), 0);
+  for (int trial = 0; trial < 20; ++trial) {
+    auto x = random_floats(data, 1000, -10.0f, 10.0f);
+    EXPECT_EQ(sample_token(x.data(), 1000, greedy, rng), naive_argmax(x));
+  }
+}
+
+TEST(SamplingTest, TopKOneAndTinyTopPAreGreedy) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 data(seed);
+  SamplerRng rng(seed);
+  for (int trial = 0; trial < 50; ++trial) {
+    auto x = random_floats(data, 500, -3.0f, 3.0f);
+    const int32_t want = naive_argmax(x);
+    EXPECT_EQ(sample_token(x.data(), 500, SamplingParams{1.5f, 1, 1.0f}, rng), want);
+    EXPECT_EQ(sample_token(x.data(), 500, SamplingParams{1.5f, 0, 1e-6f}, rng), want);
+    EXPECT_EQ(sample_token(x.data(), 500, SamplingParams{0.7f, 50, 1e-6f}, rng), want);
+  }
+}
+
+TEST(SamplingTest, SameSeedSameSequence) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 data(seed);
+  auto x = random_floats(data, 300, -2.0f, 2.0f);
+  for (SamplingParams params : {SamplingParams{1.0f, 0, 1.0f}, SamplingParams{0.8f, 40, 0.9f},
+                                SamplingParams{1.3f, 0, 0.5f}}) {
+    SamplerRng a(seed), b(seed);
+    std::vector<int32_t> sa, sb;
+    for (int i = 0; i < 200; ++i) {
+      sa.push_back(sample_token(x.data(), 300, params, a));
+      sb.push_back(sample_token(x.data(), 300, params, b));
+    }
+    EXPECT_EQ(sa, sb);
+    EXPECT_GT(std::set<int32_t>(sa.begin(), sa.end()).size(), 1u);  // it does sample
+  }
+}
+
+// Expected probabilities of each token after temperature, top-k and top-p,
+// computed independently in double.
+std::vector<double> expected_probs(const std::vector<float>& logits, SamplingParams p) {
+  const int32_t n = int32_t(logits.size());
+  std::vector<int32_t> order(static_cast<size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return logits[size_t(a)] > logits[size_t(b)]; });
+  int32_t kept = (p.top_k > 0 && p.top_k < n) ? p.top_k : n;
+  std::vector<double> w(static_cast<size_t>(n), 0.0);
+  double total = 0.0;
+  for (int32_t j = 0; j < kept; ++j) {
+    w[size_t(order[size_t(j)])] =
+        std::exp(double(logits[size_t(order[size_t(j)])]) / p.temperature);
+    total += w[size_t(order[size_t(j)])];
+  }
+  if (p.top_p < 1.0f) {
+    double mass = 0.0;
+    int32_t j = 0;
+    while (j < kept) {
+      mass += w[size_t(order[size_t(j++)])] / total;
+      if (mass >= p.top_p) break;
+    }
+    for (int32_t r = j; r < kept; ++r) w[size_t(order[size_t(r)])] = 0.0;
+    total = 0.0;
+    for (double v : w) total += v;
+  }
+  for (double& v : w) v /= total;
+  return w;
+}
+
+TEST(SamplingTest, EmpiricalFrequenciesMatchProbabilities) {
+  std::mt19937_64 data(12345);
+  const std::vector<float> logits = random_floats(data, 20, -2.0f, 2.0f);
+  for (SamplingParams params :
+       {SamplingParams{1.0f, 0, 1.0f}, SamplingParams{0.6f, 0, 1.0f}, SamplingParams{1.5f, 8, 1.0f},
+        SamplingParams{1.0f, 0, 0.7f}, SamplingParams{0.9f, 10, 0.8f}}) {
+    SCOPED_TRACE("t=" + std::to_string(params.temperature) + " k=" + std::to_string(params.top_k) +
+                 " p=" + std::to_string(params.top_p));
+    const auto probs = expected_probs(logits, params);
+    SamplerRng rng(777);
+    const int draws = 100000;
+    std::vector<int> counts(logits.size(), 0);
+    for (int i = 0; i < draws; ++i) counts[size_t(sample_token(logits.data(), 20, params, rng))]++;
+    double chi2 = 0.0;
+    int dof = -1;
+    for (size_t i = 0; i < probs.size(); ++i) {
+      if (probs[i] == 0.0) {
+        EXPECT_EQ(counts[i], 0) << "token " << i << " was cut and must never be drawn";
+        continue;
+      }
+      const double e = probs[i] * draws;
+      chi2 += (counts[i] - e) * (counts[i] - e) / e;
+      ++dof;
+    }
+    // Far above the 99.9th percentile of chi-square with <= 19 degrees of
+    // freedom (43.8), yet a wrong temperature or cut is in the thousands.
+    EXPECT_LT(chi2, 60.0) << "dof " << dof;
+  }
+}
+
+TEST(LogprobTest, MatchesDoubleLogSoftmax) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 data(seed);
+  auto x = random_floats(data, 49152, -20.0f, 20.0f);
+  x[7] = 300.0f;  // large logits must not overflow
+  const auto ref = reference::log_softmax(x.data(), int64_t(x.size()));
+  for (int32_t id : {0, 7, 100, 49151})
+    EXPECT_NEAR(token_logprob(x.data(), int32_t(x.size()), id), ref[size_t(id)],
+                1e-6 * std::max(1.0, std::abs(ref[size_t(id)])));
+  const auto top = top_logprobs(x.data(), int32_t(x.size()), 5);
+  ASSERT_EQ(top.size(), 5u);
+  std::vector<int32_t> order(x.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(),
+                   [&](int32_t a, int32_t b) { return x[size_t(a)] > x[size_t(b)]; });
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(top[i].id, order[i]);
+    EXPECT_NEAR(top[i].logprob, ref[size_t(order[i])],
+                1e-6 * std::max(1.0, std::abs(ref[size_t(order[i])])));
+  }
+  std::vector<float> tied = {1.0f, 2.0f, 2.0f, 0.0f};
+  const auto t = top_logprobs(tied.data(), 4, 10);
+  ASSERT_EQ(t.size(), 4u);
+  EXPECT_EQ(t[0].id, 1);
+  EXPECT_EQ(t[1].id, 2);
+  EXPECT_EQ(t[2].id, 0);
+  EXPECT_EQ(t[3].id, 3);
+}
+
+}  // namespace
+}  // namespace baton::kernels::cpu

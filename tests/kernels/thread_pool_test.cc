@@ -1,0 +1,53 @@
+#include "kernels/cpu/thread_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <memory>
+#include <vector>
+
+namespace baton::kernels::cpu {
+namespace {
+
+TEST(ThreadPoolTest, VisitsEveryIndexExactlyOnceInContiguousChunks) {
+  for (int threads : {1, 2, 3, 5}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.size(), threads);
+    for (int64_t n : {0, 1, 2, 3, 4, 5, 7, 64, 1000, 100003}) {
+      SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n));
+      auto visits = std::make_unique<std::atomic<int>[]>(size_t(n) + 1);
+      std::atomic<int> calls{0};
+      std::vector<std::atomic<int>> per_thread(static_cast<size_t>(threads));
+      pool.parallel_for(n, [&](int64_t begin, int64_t end, int t) {
+        ASSERT_LE(0, begin);
+        ASSERT_LT(begin, end);
+        ASSERT_LE(end, n);
+        ASSERT_GE(t, 0);
+        ASSERT_LT(t, threads);
+        per_thread[size_t(t)]++;
+        calls++;
+        for (int64_t i = begin; i < end; ++i) visits[size_t(i)]++;
+      });
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[size_t(i)].load(), 1) << "index " << i;
+      EXPECT_LE(calls.load(), threads);
+      EXPECT_EQ(calls.load(), n == 0 ? 0 : int(std::min<int64_t>(n, threads)));
+      for (auto& c : per_thread) EXPECT_LE(c.load(), 1);  // one chunk per thread
+    }
+  }
+}
+
+TEST(ThreadPoolTest, ManyBackToBackJobs) {
+  ThreadPool pool(2);
+  std::atomic<int64_t> total{0};
+  for (int job = 0; job < 2000; ++job)
+    pool.parallel_for(10, [&](int64_t b, int64_t e, int) { total += e - b; });
+  EXPECT_EQ(total.load(), 20000);
+}
+
+TEST(ThreadPoolTest, DefaultSizeIsHardwareThreads) {
+  ThreadPool pool;
+  EXPECT_GE(pool.size(), 1);
+}
+
+}  // namespace
+}  // namespace baton::kernels::cpu
