@@ -1,0 +1,64 @@
+#include "engine/engine.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+namespace baton::engine {
+
+Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& model_dir,
+                                               const EngineConfig& config) {
+  BATON_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
+  const ModelConfig& model_config = checkpoint->config();
+
+  KvLayout layout{.num_layers = model_config.num_layers,
+                  .num_blocks = 0,
+                  .block_size = config.block_size,
+                  .num_kv_heads = model_config.num_kv_heads,
+                  .head_dim = model_config.head_dim,
+                  .dtype = config.kv_dtype.value_or(model_config.torch_dtype)};
+  int64_t blocks = config.kv_cache_blocks > 0 ? config.kv_cache_blocks
+                                              : kv_blocks_for_bytes(layout, config.kv_cache_bytes);
+  if (blocks < 1) {
+    return invalid_argument("engine.kv_cache_bytes: " + std::to_string(config.kv_cache_bytes) +
+                            " bytes hold no KV block of " +
+                            std::to_string(layout.bytes_per_token() * size_t(layout.block_size)) +
+                            " bytes");
+  }
+  layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX));
+  BATON_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(layout));
+
+  std::unique_ptr<Engine> engine(new Engine(config, std::move(pool)));
+  engine->checkpoint_ = std::move(checkpoint);
+  auto tokenizer = load_tokenizer(model_dir);
+  if (tokenizer.is_ok()) {
+    engine->tokenizer_ = std::move(tokenizer).value();
+  } else if (tokenizer.status().code() != StatusCode::kNotFound) {
+    return tokenizer.status();
+  }
+  engine->thread_pool_ = std::make_unique<kernels::cpu::ThreadPool>(config.threads);
+  engine->model_ = std::make_unique<LlamaModel>(*engine->checkpoint_, *engine->thread_pool_);
+  SchedulerConfig scheduler_config{.max_num_seqs = config.max_num_seqs,
+                                   .max_num_batched_tokens = config.max_num_batched_tokens,
+                                   .max_model_len = config.max_model_len};
+  engine->scheduler_ =
+      std::make_unique<Scheduler>(*engine->model_, engine->kv_pool_, scheduler_config);
+  spdlog::info(
+      "engine: {} layers, {} heads / {} KV heads, KV pool {} blocks x {} tokens ({} MiB, {})",
+      model_config.num_layers, model_config.num_heads, model_config.num_kv_heads, layout.num_blocks,
+      layout.block_size, engine->kv_pool_.bytes() >> 20, dtype_name(layout.dtype));
+  return engine;
+}
+
+Result<std::vector<std::unique_ptr<Sequence>>> Engine::run_to_completion() {
+  std::vector<std::unique_ptr<Sequence>> done;
+  while (scheduler_->has_work()) {
+    BATON_RETURN_IF_ERROR(scheduler_->step(nullptr));
+    for (auto& seq : scheduler_->take_finished()) done.push_back(std::move(seq));
+  }
+  for (auto& seq : scheduler_->take_finished()) done.push_back(std::move(seq));
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+  return done;
+}
+
+}  // namespace baton::engine

@@ -1,0 +1,51 @@
+// engine/engine.h — the engine assembled: checkpoint, tokenizer, thread pool,
+// model, KV pool and scheduler, built from an EngineConfig. Prefill and decode
+// nodes each own one; `baton generate` drives one directly.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <vector>
+
+#include "common/status.h"
+#include "engine/checkpoint.h"
+#include "engine/engine_config.h"
+#include "engine/kv_pool.h"
+#include "engine/model.h"
+#include "engine/scheduler.h"
+#include "engine/tokenizer.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace baton::engine {
+
+class Engine {
+ public:
+  static Result<std::unique_ptr<Engine>> create(const std::filesystem::path& model_dir,
+                                                const EngineConfig& config);
+
+  const EngineConfig& config() const { return config_; }
+  const Checkpoint& checkpoint() const { return *checkpoint_; }
+  const ModelConfig& model_config() const { return checkpoint_->config(); }
+  // Null when the checkpoint ships no tokenizer (token ids still work).
+  const Tokenizer* tokenizer() const { return tokenizer_.get(); }
+  LlamaModel& model() { return *model_; }
+  KvPool& kv_pool() { return kv_pool_; }
+  Scheduler& scheduler() { return *scheduler_; }
+  kernels::cpu::ThreadPool& thread_pool() { return *thread_pool_; }
+
+  // Steps until every queued sequence has finished; returns them by id order.
+  Result<std::vector<std::unique_ptr<Sequence>>> run_to_completion();
+
+ private:
+  Engine(EngineConfig config, KvPool pool) : config_(config), kv_pool_(std::move(pool)) {}
+
+  EngineConfig config_;
+  std::unique_ptr<Checkpoint> checkpoint_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<kernels::cpu::ThreadPool> thread_pool_;
+  std::unique_ptr<LlamaModel> model_;
+  KvPool kv_pool_;
+  std::unique_ptr<Scheduler> scheduler_;
+};
+
+}  // namespace baton::engine

@@ -1,0 +1,46 @@
+// engine/engine_config.h — every setting of the engine, declared once.
+//
+// Read from the `engine:` mapping of a YAML file (yaml-cpp), validated as a
+// whole, then passed around as this immutable struct. Missing keys take their
+// defaults; an unknown key or an out-of-range value is an error naming it
+// (e.g. "engine.block_size: must be a power of two in [1, 256], got 24").
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/dtype.h"
+#include "common/status.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace baton::engine {
+
+struct EngineConfig {
+  int32_t threads = 0;                     // 0: one per hardware thread
+  int32_t block_size = 16;                 // tokens per KV block
+  std::optional<DType> kv_dtype;           // unset: the checkpoint's torch_dtype
+  uint64_t kv_cache_bytes = 256ull << 20;  // pool size when kv_cache_blocks is unset
+  int32_t kv_cache_blocks = 0;             // > 0 overrides kv_cache_bytes
+  int32_t max_num_seqs = 256;              // running sequences at once
+  int32_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill above it)
+  int32_t max_model_len = 0;               // 0: the model's max_position_embeddings
+};
+
+// Parses `node` (a mapping). `prefix` names it in errors, e.g. "engine".
+Result<EngineConfig> parse_engine_config(const YAML::Node& node, std::string_view prefix);
+// Reads the `engine:` mapping of a YAML file (absent: all defaults).
+Result<EngineConfig> load_engine_config(const std::filesystem::path& yaml_file);
+
+// "512MiB", "2GiB", "1000000", "64 KB" -> bytes; errors name `key`.
+Result<uint64_t> parse_byte_size(std::string_view text, std::string_view key);
+
+// One line per setting: name, default, meaning (for `--help-config`).
+std::string engine_config_reference();
+
+}  // namespace baton::engine

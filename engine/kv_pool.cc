@@ -1,0 +1,58 @@
+#include "engine/kv_pool.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstring>
+#include <string>
+#include <utility>
+
+namespace baton::engine {
+
+Result<KvPool> KvPool::create(const KvLayout& layout) {
+  if (layout.num_layers <= 0 || layout.num_blocks <= 0 || layout.block_size <= 0 ||
+      layout.num_kv_heads <= 0 || layout.head_dim <= 0) {
+    return invalid_argument("KV pool layout has a non-positive dimension");
+  }
+  size_t bytes = layout.total_bytes();
+  // Anonymous mappings are page-aligned and zero-filled lazily, so a large
+  // pool costs nothing until its blocks are touched.
+  void* data = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (data == MAP_FAILED) {
+    return resource_exhausted("cannot map a KV pool of " + std::to_string(bytes) +
+                              " bytes: " + std::strerror(errno));
+  }
+  return KvPool(layout, data, bytes);
+}
+
+KvPool::KvPool(KvPool&& other) noexcept
+    : layout_(other.layout_),
+      data_(std::exchange(other.data_, nullptr)),
+      bytes_(std::exchange(other.bytes_, 0)) {}
+
+KvPool& KvPool::operator=(KvPool&& other) noexcept {
+  if (this != &other) {
+    release();
+    layout_ = other.layout_;
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+KvPool::~KvPool() { release(); }
+
+void KvPool::release() {
+  if (data_ != nullptr) munmap(data_, bytes_);
+  data_ = nullptr;
+  bytes_ = 0;
+}
+
+int64_t kv_blocks_for_bytes(const KvLayout& geometry, uint64_t budget_bytes) {
+  KvLayout one = geometry;
+  one.num_blocks = 1;
+  uint64_t per_block_all_layers = uint64_t(one.total_bytes());
+  return per_block_all_layers == 0 ? 0 : int64_t(budget_bytes / per_block_all_layers);
+}
+
+}  // namespace baton::engine

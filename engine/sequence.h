@@ -1,0 +1,59 @@
+// engine/sequence.h — one generation request as the engine sees it.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "kernels/cpu/sampling.h"
+
+namespace baton::engine {
+
+struct GenerationOptions {
+  kernels::cpu::SamplingParams sampling;
+  uint64_t seed = 0;
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t logprobs = 0;  // top-N log-probabilities per output token; 0 = none
+};
+
+enum class FinishReason { kNone, kStop, kLength, kAborted };
+std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "abort"
+
+struct OutputLogprobs {
+  int32_t id = 0;
+  float logprob = 0.0f;
+  std::vector<kernels::cpu::TokenLogprob> top;
+};
+
+struct Sequence {
+  Sequence(int64_t id, std::vector<int32_t> prompt, GenerationOptions options, int32_t block_size)
+      : id(id),
+        prompt(std::move(prompt)),
+        options(std::move(options)),
+        rng(this->options.seed),
+        block_table(block_size) {}
+
+  int32_t num_tokens() const { return int32_t(prompt.size() + output.size()); }
+  int32_t token_at(int32_t pos) const {
+    return pos < int32_t(prompt.size()) ? prompt[size_t(pos)] : output[size_t(pos) - prompt.size()];
+  }
+  // Tokens whose K/V still has to be computed before the next sample.
+  int32_t num_pending() const { return num_tokens() - num_computed; }
+  bool finished() const { return finish_reason != FinishReason::kNone; }
+
+  int64_t id;
+  std::vector<int32_t> prompt;
+  std::vector<int32_t> output;
+  std::vector<OutputLogprobs> output_logprobs;  // one per output token when asked
+  GenerationOptions options;
+  kernels::cpu::SamplerRng rng;
+  BlockTable block_table;
+  int32_t num_computed = 0;  // tokens whose K/V is in the pool
+  int32_t num_preemptions = 0;
+  FinishReason finish_reason = FinishReason::kNone;
+};
+
+}  // namespace baton::engine

@@ -1,0 +1,71 @@
+#include "engine/engine_config.h"
+
+#include <gtest/gtest.h>
+#include <yaml-cpp/yaml.h>
+
+namespace baton::engine {
+namespace {
+
+Result<EngineConfig> parse(const std::string& yaml) {
+  return parse_engine_config(YAML::Load(yaml), "engine");
+}
+
+TEST(EngineConfig, MissingMeansDefault) {
+  auto config = parse("{}");
+  ASSERT_TRUE(config.is_ok());
+  EXPECT_EQ(config->block_size, 16);
+  EXPECT_FALSE(config->kv_dtype.has_value());
+  EXPECT_EQ(config->kv_cache_bytes, 256ull << 20);
+}
+
+TEST(EngineConfig, ReadsEveryKey) {
+  auto config = parse(
+      "{threads: 3, block_size: 32, kv_dtype: bf16, kv_cache_bytes: 2GiB, kv_cache_blocks: 7,"
+      " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024}");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->threads, 3);
+  EXPECT_EQ(config->block_size, 32);
+  EXPECT_EQ(config->kv_dtype, DType::kBF16);
+  EXPECT_EQ(config->kv_cache_bytes, 2ull << 30);
+  EXPECT_EQ(config->kv_cache_blocks, 7);
+  EXPECT_EQ(config->max_num_seqs, 9);
+  EXPECT_EQ(config->max_num_batched_tokens, 512);
+  EXPECT_EQ(config->max_model_len, 1024);
+}
+
+TEST(EngineConfig, ErrorsNameTheKey) {
+  struct Case {
+    const char* yaml;
+    const char* key;
+  } cases[] = {
+      {"{blok_size: 16}", "engine.blok_size: unknown key"},
+      {"{block_size: 24}", "engine.block_size: must be a power of two"},
+      {"{block_size: 0}", "engine.block_size"},
+      {"{block_size: abc}", "engine.block_size: expected an integer"},
+      {"{kv_dtype: f64}", "engine.kv_dtype"},
+      {"{kv_cache_bytes: 12XB}", "engine.kv_cache_bytes"},
+      {"{kv_cache_bytes: 0}", "engine.kv_cache_bytes"},
+      {"{max_num_seqs: 0}", "engine.max_num_seqs"},
+      {"{threads: -1}", "engine.threads"},
+      {"[1, 2]", "engine: expected a mapping"},
+  };
+  for (const auto& c : cases) {
+    auto config = parse(c.yaml);
+    ASSERT_FALSE(config.is_ok()) << c.yaml;
+    EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(config.status().message().find(c.key), std::string::npos)
+        << c.yaml << " -> " << config.status().message();
+  }
+}
+
+TEST(EngineConfig, ByteSizes) {
+  EXPECT_EQ(*parse_byte_size("512MiB", "k"), 512ull << 20);
+  EXPECT_EQ(*parse_byte_size("3 GB", "k"), 3000000000ull);
+  EXPECT_EQ(*parse_byte_size("4096", "k"), 4096ull);
+  EXPECT_FALSE(parse_byte_size("MiB", "k").is_ok());
+  EXPECT_FALSE(parse_byte_size("99999999999999999999", "k").is_ok());
+  EXPECT_FALSE(parse_byte_size("20000000000TiB", "k").is_ok());
+}
+
+}  // namespace
+}  // namespace baton::engine

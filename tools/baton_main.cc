@@ -1,0 +1,30 @@
+// tools/baton_main.cc — the `baton` command-line entry.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <map>
+#include <string>
+
+#include "common/logging.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Baton: disaggregated prefill/decode serving for Llama-family models"};
+  app.require_subcommand(1);
+  std::string log_level = "warn";
+  app.add_option("--log-level", log_level, "trace, debug, info, warn, error or off")
+      ->capture_default_str();
+
+  std::map<std::string, std::function<int()>> runners;
+  runners["make-model"] = baton::tools::add_make_model_command(app);
+  runners["generate"] = baton::tools::add_generate_command(app);
+
+  CLI11_PARSE(app, argc, argv);
+  baton::init_logging("baton");
+  if (auto status = baton::set_log_level(log_level); !status.is_ok()) {
+    std::fprintf(stderr, "error: --log-level: %s\n", status.message().c_str());
+    return 2;
+  }
+  for (auto* sub : app.get_subcommands()) return runners.at(sub->get_name())();
+  return 2;
+}

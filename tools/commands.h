@@ -1,0 +1,15 @@
+// tools/commands.h — the subcommands of the `baton` binary. Each registers
+// its options on the CLI11 app and returns the process exit code when run.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace baton::tools {
+
+// Returns the function that runs the subcommand after parsing.
+std::function<int()> add_make_model_command(CLI::App& app);
+std::function<int()> add_generate_command(CLI::App& app);
+
+}  // namespace baton::tools

@@ -1,0 +1,251 @@
+// tools/generate_command.cc — `baton generate`: run prompts through the
+// engine with continuous batching and print the text and throughput.
+#include <yaml-cpp/yaml.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "tools/commands.h"
+
+namespace baton::tools {
+namespace {
+
+struct GenerateOptions {
+  std::string model_dir;
+  std::string prompt;
+  std::string prompt_ids;
+  std::string prompts_file;
+  std::string config_file;
+  int32_t max_tokens = 16;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+  int32_t logprobs = 0;
+  bool ignore_eos = false;
+  bool json = false;
+  std::string stop_token_ids;
+  // Engine overrides, applied on top of --config's `engine:` section.
+  std::vector<std::pair<std::string, std::string>> engine_overrides;
+};
+
+Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& what) {
+  std::vector<int32_t> ids;
+  std::stringstream stream(text);
+  std::string item;
+  while (std::getline(stream, item, ',')) {
+    size_t used = 0;
+    long long value = 0;
+    try {
+      value = std::stoll(item, &used);
+    } catch (...) {
+      used = 0;
+    }
+    while (used < item.size() && item[used] == ' ') ++used;
+    if (used == 0 || used != item.size() || value < INT32_MIN || value > INT32_MAX) {
+      return invalid_argument(what + ": '" + item + "' is not a token id");
+    }
+    ids.push_back(int32_t(value));
+  }
+  if (ids.empty()) return invalid_argument(what + ": no token ids");
+  return ids;
+}
+
+// Each prompt as token ids. Lines of --prompts starting with "ids:" are token
+// ids; other lines are text for the checkpoint's tokenizer.
+Result<std::vector<std::vector<int32_t>>> read_prompts(const GenerateOptions& o,
+                                                       const engine::Tokenizer* tokenizer) {
+  std::vector<std::vector<int32_t>> prompts;
+  auto encode = [&](const std::string& text, const std::string& what) -> Status {
+    if (tokenizer == nullptr) {
+      return invalid_argument(what + ": the checkpoint ships no tokenizer; give token ids");
+    }
+    auto ids = tokenizer->encode(text);
+    if (tokenizer->bos_id() >= 0) ids.insert(ids.begin(), tokenizer->bos_id());
+    prompts.push_back(std::move(ids));
+    return Status::ok();
+  };
+  int given = !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty();
+  if (given != 1) return invalid_argument("give exactly one of --prompt, --prompt-ids, --prompts");
+  if (!o.prompt.empty()) BATON_RETURN_IF_ERROR(encode(o.prompt, "--prompt"));
+  if (!o.prompt_ids.empty()) {
+    BATON_ASSIGN_OR_RETURN(auto ids, parse_id_list(o.prompt_ids, "--prompt-ids"));
+    prompts.push_back(std::move(ids));
+  }
+  if (!o.prompts_file.empty()) {
+    std::ifstream in(o.prompts_file);
+    if (!in) return not_found("--prompts: cannot open " + o.prompts_file);
+    std::string line;
+    for (int line_no = 1; std::getline(in, line); ++line_no) {
+      if (line.empty()) continue;
+      std::string where = o.prompts_file + ":" + std::to_string(line_no);
+      if (line.rfind("ids:", 0) == 0) {
+        BATON_ASSIGN_OR_RETURN(auto ids, parse_id_list(line.substr(4), where));
+        prompts.push_back(std::move(ids));
+      } else {
+        BATON_RETURN_IF_ERROR(encode(line, where));
+      }
+    }
+    if (prompts.empty())
+      return invalid_argument("--prompts: " + o.prompts_file + " has no prompts");
+  }
+  return prompts;
+}
+
+Result<engine::EngineConfig> engine_config_from(const GenerateOptions& o) {
+  YAML::Node node(YAML::NodeType::Map);
+  if (!o.config_file.empty()) {
+    try {
+      YAML::Node root = YAML::LoadFile(o.config_file);
+      if (root["engine"]) node = root["engine"];
+    } catch (const YAML::Exception& e) {
+      return invalid_argument(o.config_file + ": " + e.what());
+    }
+  }
+  for (const auto& [key, value] : o.engine_overrides) node[key] = value;
+  return engine::parse_engine_config(node, "engine");
+}
+
+nlohmann::json sequence_json(const engine::Sequence& seq, const engine::Tokenizer* tokenizer) {
+  nlohmann::json out = {{"prompt_ids", seq.prompt},
+                        {"output_ids", seq.output},
+                        {"finish_reason", engine::finish_reason_name(seq.finish_reason)}};
+  out["text"] = tokenizer ? tokenizer->decode(seq.output) : "";
+  if (!seq.output_logprobs.empty()) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& lp : seq.output_logprobs) {
+      nlohmann::json top = nlohmann::json::array();
+      for (const auto& t : lp.top) top.push_back({{"id", t.id}, {"logprob", t.logprob}});
+      list.push_back({{"id", lp.id}, {"logprob", lp.logprob}, {"top", top}});
+    }
+    out["logprobs"] = list;
+  }
+  return out;
+}
+
+int run_generate(const GenerateOptions& o) {
+  auto fail = [](const Status& s) {
+    std::fprintf(stderr, "error: %s\n", s.message().c_str());
+    return s.code() == StatusCode::kInvalidArgument ? 2 : 1;
+  };
+  auto config = engine_config_from(o);
+  if (!config.is_ok()) return fail(config.status());
+  auto created = engine::Engine::create(o.model_dir, *config);
+  if (!created.is_ok()) return fail(created.status());
+  engine::Engine& eng = **created;
+  auto prompts = read_prompts(o, eng.tokenizer());
+  if (!prompts.is_ok()) return fail(prompts.status());
+  engine::GenerationOptions gen;
+  gen.sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p};
+  gen.max_tokens = o.max_tokens;
+  gen.ignore_eos = o.ignore_eos;
+  gen.logprobs = o.logprobs;
+  if (!o.stop_token_ids.empty()) {
+    auto ids = parse_id_list(o.stop_token_ids, "--stop-token-ids");
+    if (!ids.is_ok()) return fail(ids.status());
+    gen.stop_token_ids = *ids;
+  }
+  int64_t prompt_tokens = 0;
+  for (size_t i = 0; i < prompts->size(); ++i) {
+    // Each prompt gets its own reproducible stream: seed, seed + 1, ...
+    gen.seed = o.seed + i;
+    prompt_tokens += int64_t((*prompts)[i].size());
+    auto id = eng.scheduler().add((*prompts)[i], gen);
+    if (!id.is_ok()) return fail(id.status().with_context("prompt " + std::to_string(i)));
+  }
+
+  using Clock = std::chrono::steady_clock;
+  double prefill_seconds = 0, decode_seconds = 0;
+  int64_t decode_tokens = 0;
+  std::vector<std::unique_ptr<engine::Sequence>> done;
+  auto start = Clock::now();
+  while (eng.scheduler().has_work()) {
+    auto t0 = Clock::now();
+    Status status = eng.scheduler().step(nullptr);
+    if (!status.is_ok()) return fail(status);
+    double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+    // Steps that carry prompt tokens count as prefill time; the rest as decode.
+    if (eng.scheduler().last_step().prompt_tokens > 0) {
+      prefill_seconds += seconds;
+    } else {
+      decode_seconds += seconds;
+      decode_tokens += eng.scheduler().last_step().generated_tokens;
+    }
+    for (auto& seq : eng.scheduler().take_finished()) done.push_back(std::move(seq));
+  }
+  double total_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+
+  int64_t output_tokens = 0;
+  for (const auto& seq : done) {
+    output_tokens += int64_t(seq->output.size());
+    if (o.json) {
+      std::printf("%s\n", sequence_json(*seq, eng.tokenizer()).dump().c_str());
+    } else if (eng.tokenizer() != nullptr) {
+      std::printf("%s\n", eng.tokenizer()->decode(seq->output).c_str());
+    } else {
+      std::string ids;
+      for (int32_t id : seq->output) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+      std::printf("%s\n", ids.c_str());
+    }
+  }
+  const auto& layout = eng.kv_pool().layout();
+  auto stats = eng.scheduler().stats();
+  uint64_t kv_used =
+      uint64_t(stats.peak_used_blocks) * layout.block_size * layout.bytes_per_token();
+  std::fprintf(stderr,
+               "stats: %zu prompts, %lld prompt tokens at %.1f tok/s, %lld output tokens "
+               "(decode %.1f tok/s, overall %.1f tok/s), %.2f s; KV used %.2f MiB peak, "
+               "%zu bytes/token (%s), %lld preemptions\n",
+               done.size(), static_cast<long long>(prompt_tokens),
+               prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0,
+               static_cast<long long>(output_tokens),
+               decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0,
+               total_seconds > 0 ? double(output_tokens) / total_seconds : 0.0, total_seconds,
+               double(kv_used) / (1 << 20), layout.bytes_per_token(),
+               std::string(dtype_name(layout.dtype)).c_str(),
+               static_cast<long long>(stats.preemptions));
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_generate_command(CLI::App& app) {
+  auto o = std::make_shared<GenerateOptions>();
+  auto* cmd = app.add_subcommand("generate", "Generate text from a checkpoint on this machine");
+  cmd->add_option("--model", o->model_dir, "checkpoint directory")->required();
+  cmd->add_option("--prompt", o->prompt, "prompt text");
+  cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as token ids: 1,2,3");
+  cmd->add_option("--prompts", o->prompts_file,
+                  "file with one prompt per line (\"ids:1,2,3\" lines are token ids)");
+  cmd->add_option("--config", o->config_file,
+                  "YAML file whose `engine:` section configures the engine");
+  cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
+  cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
+  cmd->add_option("--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
+  cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens; 0 = all")
+      ->capture_default_str();
+  cmd->add_option("--seed", o->seed, "sampling seed (prompt i uses seed + i)")
+      ->capture_default_str();
+  cmd->add_option("--logprobs", o->logprobs, "top-N log-probabilities per token (with --json)");
+  cmd->add_option("--stop-token-ids", o->stop_token_ids, "token ids that end generation: 5,7");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
+  cmd->add_flag("--json", o->json, "one JSON object per prompt");
+  for (const char* key : {"threads", "block_size", "kv_dtype", "kv_cache_bytes", "kv_cache_blocks",
+                          "max_num_seqs", "max_num_batched_tokens", "max_model_len"}) {
+    std::string flag = std::string("--") + key;
+    for (auto& c : flag) c = c == '_' ? '-' : c;
+    cmd->add_option_function<std::string>(
+        flag, [o, key](const std::string& v) { o->engine_overrides.emplace_back(key, v); },
+        std::string("overrides engine.") + key);
+  }
+  return [o]() { return run_generate(*o); };
+}
+
+}  // namespace baton::tools
