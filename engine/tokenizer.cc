@@ -16,7 +16,13 @@ std::string ByteTokenizer::decode(const std::vector<int32_t>& ids) const {
   std::string text;
   text.reserve(ids.size());
   for (int32_t id : ids) {
-    if (id >= kByteOffset && id < kByteOffset + 256) text.push_back(char(id - kByteOffset));
+    if (id >= kByteOffset && id < kByteOffset + 256) {
+      text.push_back(char(id - kByteOffset));
+    } else if (id >= kByteOffset + 256) {
+      // A made model's vocabulary is larger than 256 bytes; show the ids it
+      // samples there instead of dropping them silently.
+      text += "<|" + std::to_string(id) + "|>";
+    }
   }
   return text;
 }

@@ -2,7 +2,8 @@
 //
 // The interface every tokenizer implements, and the byte-level tokenizer that
 // `baton make-model` ships with random checkpoints: byte b is token
-// b + byte_offset; ids below byte_offset are specials (pad, bos, eos).
+// b + byte_offset; ids below byte_offset are specials (pad, bos, eos); ids past
+// the bytes decode as "<|id|>".
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,7 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   virtual std::vector<int32_t> encode(std::string_view text) const = 0;
-  // Ids the tokenizer has no text for (specials, out of range) decode to "".
+  // Special ids (pad, bos, eos) decode to "".
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int32_t bos_id() const = 0;  // -1 when none
   virtual int32_t eos_id() const = 0;  // -1 when none

@@ -21,7 +21,8 @@ TEST(ByteTokenizer, RoundTripsArbitraryBytes) {
     for (int32_t id : ids) ASSERT_GE(id, ByteTokenizer::kByteOffset);
     EXPECT_EQ(tok.decode(ids), text);
   }
-  EXPECT_EQ(tok.decode({ByteTokenizer::kBosId, 'h' + 3, ByteTokenizer::kEosId, 100000}), "h");
+  EXPECT_EQ(tok.decode({ByteTokenizer::kBosId, 'h' + 3, ByteTokenizer::kEosId, 100000}),
+            "h<|100000|>");
 }
 
 TEST(ByteTokenizer, SavesAndLoads) {
