@@ -44,8 +44,12 @@ class Checkpoint {
   const std::filesystem::path& dir() const { return dir_; }
   const ModelConfig& config() const { return config_; }
   const ModelWeights& weights() const { return weights_; }
-  // Bytes of all weights the forward pass reads (lm_head counted once when tied).
+  // Bytes of all weights the forward pass reads (lm_head counted once when tied):
+  // every matrix in its stored dtype, embed_tokens included, plus the F32
+  // copies of norms and biases.
   uint64_t weight_bytes() const;
+  // The mapped safetensors files (one, or one per shard).
+  const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
 
  private:
   Checkpoint() = default;
@@ -53,6 +57,7 @@ class Checkpoint {
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   ModelWeights weights_;
+  uint64_t weight_bytes_ = 0;
 };
 
 }  // namespace baton::engine

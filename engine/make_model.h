@@ -13,6 +13,7 @@
 #include "common/dtype.h"
 #include "common/status.h"
 #include "engine/model_config.h"
+#include "engine/safetensors_writer.h"
 
 namespace baton::engine {
 
@@ -27,6 +28,15 @@ struct MakeModelOptions {
   uint64_t max_shard_bytes = uint64_t(4) << 30;
 };
 
+// The tensors make_random_checkpoint writes for `config`, in file order
+// (sizes before writing anything; parameter counts).
+std::vector<TensorSpec> random_checkpoint_tensors(const ModelConfig& config, DType dtype);
+
+// Writes config.json, model.safetensors (or shards plus
+// model.safetensors.index.json above max_shard_bytes) and the byte tokenizer
+// into `out_dir`, through a hidden temporary sibling renamed into place at the
+// end. An existing `out_dir` is replaced only when it holds nothing but
+// checkpoint files.
 Status make_random_checkpoint(const ModelConfig& config, const std::filesystem::path& out_dir,
                               const MakeModelOptions& options);
 

@@ -1,1 +1,437 @@
 #include "engine/model_config.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <limits>
+#include <numbers>
+#include <optional>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+namespace baton::engine {
+namespace {
+
+using nlohmann::json;
+
+// Reads fields of one config.json and words every error the same way:
+// "<source>: field '<key>' <problem>".
+class FieldReader {
+ public:
+  FieldReader(const json& doc, std::string_view source) : doc_(doc), source_(source) {}
+
+  Status error(StatusCode code, std::string_view key, std::string_view problem) const {
+    std::string m(source_);
+    m += ": field '";
+    m += key;
+    m += "' ";
+    m += problem;
+    return Status(code, std::move(m));
+  }
+  Status invalid(std::string_view key, std::string_view problem) const {
+    return error(StatusCode::kInvalidArgument, key, problem);
+  }
+
+  // Absent and null both mean "not given", as transformers treats them.
+  const json* find(std::string_view key) const {
+    auto it = doc_.find(key);
+    if (it == doc_.end() || it->is_null()) return nullptr;
+    return &*it;
+  }
+
+  // A positive int32. `fallback` is used when absent; without one the field is required.
+  Result<int32_t> positive_int(std::string_view key, std::optional<int32_t> fallback = {}) const {
+    const json* v = find(key);
+    if (v == nullptr) {
+      if (fallback) return *fallback;
+      return invalid(key, "is required");
+    }
+    if (!v->is_number_integer()) return invalid(key, "must be an integer, got " + v->dump());
+    int64_t x;
+    if (v->is_number_unsigned()) {
+      uint64_t u = v->get<uint64_t>();
+      if (u > uint64_t(std::numeric_limits<int32_t>::max())) {
+        return invalid(key, "is too large: " + v->dump());
+      }
+      x = int64_t(u);
+    } else {
+      x = v->get<int64_t>();
+    }
+    if (x <= 0) return invalid(key, "must be positive, got " + v->dump());
+    if (x > std::numeric_limits<int32_t>::max()) return invalid(key, "is too large: " + v->dump());
+    return int32_t(x);
+  }
+
+  Result<double> positive_number(std::string_view key, double fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_number()) return invalid(key, "must be a number, got " + v->dump());
+    double x = v->get<double>();
+    if (!std::isfinite(x) || x <= 0) return invalid(key, "must be positive, got " + v->dump());
+    return x;
+  }
+
+  Result<bool> boolean(std::string_view key, bool fallback) const {
+    const json* v = find(key);
+    if (v == nullptr) return fallback;
+    if (!v->is_boolean()) return invalid(key, "must be true or false, got " + v->dump());
+    return v->get<bool>();
+  }
+
+  // An optional token id: int, or null/absent (-1).
+  Result<int32_t> token_id(const json& v, std::string_view key) const {
+    if (v.is_null()) return -1;
+    if (!v.is_number_integer()) return invalid(key, "must be an integer or null, got " + v.dump());
+    int64_t x = v.is_number_unsigned() ? int64_t(std::min<uint64_t>(v.get<uint64_t>(), 1ull << 40))
+                                       : v.get<int64_t>();
+    if (x < 0 || x > std::numeric_limits<int32_t>::max()) {
+      return invalid(key, "is out of range: " + v.dump());
+    }
+    return int32_t(x);
+  }
+
+ private:
+  const json& doc_;
+  std::string_view source_;
+};
+
+// transformers' model_type for each architecture we run.
+std::optional<std::string_view> model_type_of(std::string_view architecture) {
+  if (architecture == "LlamaForCausalLM") return "llama";
+  if (architecture == "MistralForCausalLM") return "mistral";
+  if (architecture == "Qwen2ForCausalLM") return "qwen2";
+  return std::nullopt;
+}
+
+Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
+  if (const json* v = r.find("architectures")) {
+    if (!v->is_array() || v->empty() || !(*v)[0].is_string()) {
+      return r.invalid("architectures", "must be a non-empty list of strings, got " + v->dump());
+    }
+    std::string arch = (*v)[0].get<std::string>();
+    if (!model_type_of(arch)) {
+      return r.error(StatusCode::kUnimplemented, "architectures",
+                     "\"" + arch +
+                         "\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
+                         "Qwen2ForCausalLM are)");
+    }
+    return arch;
+  }
+  // Older configs name only the model_type.
+  if (const json* v = r.find("model_type"); v != nullptr && v->is_string()) {
+    std::string type = v->get<std::string>();
+    if (type == "llama") return std::string("LlamaForCausalLM");
+    if (type == "mistral") return std::string("MistralForCausalLM");
+    if (type == "qwen2") return std::string("Qwen2ForCausalLM");
+  }
+  (void)doc;
+  return r.error(StatusCode::kUnimplemented, "architectures",
+                 "is missing and model_type names no supported model");
+}
+
+Status read_rope_scaling(const FieldReader& r, ModelConfig& c) {
+  const json* v = r.find("rope_scaling");
+  if (v == nullptr) return Status::ok();
+  if (!v->is_object()) return r.invalid("rope_scaling", "must be an object or null");
+  // transformers accepts both spellings; "rope_type" is the newer one.
+  std::string type;
+  for (const char* key : {"rope_type", "type"}) {
+    auto it = v->find(key);
+    if (it == v->end() || it->is_null()) continue;
+    if (!it->is_string()) return r.invalid(std::string("rope_scaling.") + key, "must be a string");
+    type = it->get<std::string>();
+    break;
+  }
+  if (type.empty()) return r.invalid("rope_scaling.rope_type", "is required");
+  if (type == "default") return Status::ok();
+  if (type != "llama3") {
+    return r.error(StatusCode::kUnimplemented, "rope_scaling.rope_type",
+                   "\"" + type + "\" is not supported (only \"llama3\" and \"default\" are)");
+  }
+  auto number = [&](const char* key) -> Result<double> {
+    auto it = v->find(key);
+    std::string name = std::string("rope_scaling.") + key;
+    if (it == v->end() || it->is_null()) return r.invalid(name, "is required for llama3");
+    if (!it->is_number()) return r.invalid(name, "must be a number, got " + it->dump());
+    double x = it->get<double>();
+    if (!std::isfinite(x) || x <= 0) return r.invalid(name, "must be positive, got " + it->dump());
+    return x;
+  };
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  BATON_ASSIGN_OR_RETURN(c.rope_scaling.factor, number("factor"));
+  BATON_ASSIGN_OR_RETURN(c.rope_scaling.low_freq_factor, number("low_freq_factor"));
+  BATON_ASSIGN_OR_RETURN(c.rope_scaling.high_freq_factor, number("high_freq_factor"));
+  BATON_ASSIGN_OR_RETURN(double original, number("original_max_position_embeddings"));
+  auto orig_it = v->find("original_max_position_embeddings");
+  if (!orig_it->is_number_integer()) {
+    return r.invalid("rope_scaling.original_max_position_embeddings", "must be an integer");
+  }
+  c.rope_scaling.original_max_position_embeddings = int64_t(original);
+  if (c.rope_scaling.factor < 1.0) {
+    return r.invalid("rope_scaling.factor", "must be at least 1");
+  }
+  // The smooth interpolation divides by (high - low).
+  if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor) {
+    return r.invalid("rope_scaling.high_freq_factor", "must be greater than low_freq_factor");
+  }
+  return Status::ok();
+}
+
+// Sliding-window attention changes which keys a query sees; the engine attends
+// to the full context, so an active window would silently give wrong logits.
+Status check_sliding_window(const FieldReader& r, const ModelConfig& c) {
+  if (c.architecture == "Qwen2ForCausalLM") {
+    BATON_ASSIGN_OR_RETURN(bool use, r.boolean("use_sliding_window", false));
+    if (use) {
+      return r.error(StatusCode::kUnimplemented, "sliding_window",
+                     "is active (use_sliding_window is true); sliding-window attention is not "
+                     "supported");
+    }
+    return Status::ok();
+  }
+  if (c.architecture == "MistralForCausalLM") {
+    const json* v = r.find("sliding_window");
+    if (v == nullptr) return Status::ok();
+    if (!v->is_number_integer()) {
+      return r.invalid("sliding_window", "must be an integer or null, got " + v->dump());
+    }
+    const int64_t window =
+        v->is_number_unsigned()
+            ? int64_t(std::min<uint64_t>(v->get<uint64_t>(), uint64_t(INT64_MAX)))
+            : v->get<int64_t>();
+    if (window <= 0) return r.invalid("sliding_window", "must be positive, got " + v->dump());
+    if (window < c.max_position_embeddings) {
+      return r.error(StatusCode::kUnimplemented, "sliding_window",
+                     "is active (" + v->dump() + " < max_position_embeddings " +
+                         std::to_string(c.max_position_embeddings) +
+                         "); sliding-window attention is not supported");
+    }
+  }
+  return Status::ok();
+}
+
+// A float as the shortest decimal that reads back to it, so 1e-5f is written
+// "1e-05" and not "9.999999747378752e-06".
+double shortest_double(float f) {
+  char buf[64];
+  auto res = std::to_chars(buf, buf + sizeof buf, f);
+  *res.ptr = '\0';
+  return std::strtod(buf, nullptr);
+}
+
+}  // namespace
+
+Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_view source) {
+  if (!doc.is_object()) {
+    return invalid_argument(std::string(source) + ": config must be a JSON object");
+  }
+  FieldReader r(doc, source);
+  ModelConfig c;
+  BATON_ASSIGN_OR_RETURN(c.architecture, read_architecture(doc, r));
+  const bool is_qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool is_llama = c.architecture == "LlamaForCausalLM";
+
+  BATON_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
+  BATON_ASSIGN_OR_RETURN(c.num_layers, r.positive_int("num_hidden_layers"));
+  BATON_ASSIGN_OR_RETURN(c.num_heads, r.positive_int("num_attention_heads"));
+  BATON_ASSIGN_OR_RETURN(c.intermediate_size, r.positive_int("intermediate_size"));
+  BATON_ASSIGN_OR_RETURN(c.vocab_size, r.positive_int("vocab_size"));
+  BATON_ASSIGN_OR_RETURN(c.num_kv_heads, r.positive_int("num_key_value_heads", c.num_heads));
+  if (c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0) {
+    return r.invalid("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
+                                                ") must divide num_attention_heads (" +
+                                                std::to_string(c.num_heads) + ")");
+  }
+  if (r.find("head_dim") != nullptr) {
+    BATON_ASSIGN_OR_RETURN(c.head_dim, r.positive_int("head_dim"));
+  } else {
+    if (c.hidden_size % c.num_heads != 0) {
+      return r.invalid("head_dim", "is absent and hidden_size (" + std::to_string(c.hidden_size) +
+                                       ") is not a multiple of num_attention_heads (" +
+                                       std::to_string(c.num_heads) + ")");
+    }
+    c.head_dim = c.hidden_size / c.num_heads;
+  }
+  // RoPE rotates pairs of dimensions.
+  if (c.head_dim % 2 != 0) {
+    return r.invalid("head_dim", "must be even for RoPE, got " + std::to_string(c.head_dim));
+  }
+  BATON_ASSIGN_OR_RETURN(c.max_position_embeddings,
+                         r.positive_int("max_position_embeddings", 2048));
+  BATON_ASSIGN_OR_RETURN(double eps, r.positive_number("rms_norm_eps", 1e-6));
+  c.rms_norm_eps = float(eps);
+  if (!(c.rms_norm_eps > 0)) return r.invalid("rms_norm_eps", "underflows float");
+  BATON_ASSIGN_OR_RETURN(c.rope_theta, r.positive_number("rope_theta", 10000.0));
+  BATON_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.boolean("tie_word_embeddings", false));
+
+  if (const json* v = r.find("hidden_act")) {
+    if (!v->is_string()) return r.invalid("hidden_act", "must be a string, got " + v->dump());
+    if (v->get<std::string>() != "silu") {
+      return r.error(StatusCode::kUnimplemented, "hidden_act",
+                     v->dump() + " is not supported (only \"silu\" is)");
+    }
+  }
+  // Qwen2 always has q/k/v biases; Mistral never has; Llama says so in attention_bias.
+  if (is_qwen2) {
+    c.attention_bias = true;
+  } else if (is_llama) {
+    BATON_ASSIGN_OR_RETURN(c.attention_bias, r.boolean("attention_bias", false));
+  }
+  BATON_ASSIGN_OR_RETURN(bool mlp_bias, r.boolean("mlp_bias", false));
+  if (mlp_bias) {
+    return r.error(StatusCode::kUnimplemented, "mlp_bias", "true is not supported");
+  }
+
+  BATON_RETURN_IF_ERROR(read_rope_scaling(r, c));
+  BATON_RETURN_IF_ERROR(check_sliding_window(r, c));
+
+  // Token ids: transformers defaults Llama and Mistral to bos 1 / eos 2, Qwen2 to none.
+  const bool has_default_ids = !is_qwen2;
+  {
+    auto it = doc.find("bos_token_id");
+    if (it == doc.end()) {
+      c.bos_token_id = has_default_ids ? 1 : -1;
+    } else {
+      BATON_ASSIGN_OR_RETURN(c.bos_token_id, r.token_id(*it, "bos_token_id"));
+    }
+  }
+  {
+    auto it = doc.find("eos_token_id");
+    if (it == doc.end()) {
+      if (has_default_ids) c.eos_token_ids = {2};
+    } else if (it->is_array()) {
+      for (const json& e : *it) {
+        if (e.is_null()) return r.invalid("eos_token_id", "list must not contain null");
+        BATON_ASSIGN_OR_RETURN(int32_t id, r.token_id(e, "eos_token_id"));
+        c.eos_token_ids.push_back(id);
+      }
+    } else {
+      BATON_ASSIGN_OR_RETURN(int32_t id, r.token_id(*it, "eos_token_id"));
+      if (id >= 0) c.eos_token_ids.push_back(id);
+    }
+  }
+
+  // Newer transformers write "dtype", older "torch_dtype".
+  for (const char* key : {"torch_dtype", "dtype"}) {
+    const json* v = r.find(key);
+    if (v == nullptr) continue;
+    if (!v->is_string()) return r.invalid(key, "must be a string, got " + v->dump());
+    std::string name = v->get<std::string>();
+    if (name == "float32") {
+      c.torch_dtype = DType::kF32;
+    } else if (name == "float16") {
+      c.torch_dtype = DType::kF16;
+    } else if (name == "bfloat16") {
+      c.torch_dtype = DType::kBF16;
+    } else {
+      return r.error(StatusCode::kUnimplemented, key,
+                     "\"" + name + "\" is not supported (float32, float16, bfloat16 are)");
+    }
+    break;
+  }
+  return c;
+}
+
+Result<ModelConfig> load_model_config(const std::filesystem::path& config_json) {
+  std::ifstream in(config_json, std::ios::binary);
+  if (!in) return not_found("cannot open " + config_json.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  if (in.bad()) return io_error("cannot read " + config_json.string());
+  json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return data_loss(config_json.string() + ": invalid JSON");
+  return parse_model_config(doc, config_json.string());
+}
+
+nlohmann::json model_config_to_json(const ModelConfig& c) {
+  json doc = json::object();
+  std::string_view type = model_type_of(c.architecture).value_or("llama");
+  doc["architectures"] = json::array({c.architecture});
+  doc["model_type"] = type;
+  doc["hidden_size"] = c.hidden_size;
+  doc["intermediate_size"] = c.intermediate_size;
+  doc["num_hidden_layers"] = c.num_layers;
+  doc["num_attention_heads"] = c.num_heads;
+  doc["num_key_value_heads"] = c.num_kv_heads;
+  doc["head_dim"] = c.head_dim;
+  doc["hidden_act"] = "silu";
+  doc["max_position_embeddings"] = c.max_position_embeddings;
+  doc["rms_norm_eps"] = shortest_double(c.rms_norm_eps);
+  doc["rope_theta"] = c.rope_theta;
+  if (c.rope_scaling.type == RopeScaling::Type::kLlama3) {
+    doc["rope_scaling"] = {
+        {"rope_type", "llama3"},
+        {"factor", c.rope_scaling.factor},
+        {"low_freq_factor", c.rope_scaling.low_freq_factor},
+        {"high_freq_factor", c.rope_scaling.high_freq_factor},
+        {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+  } else {
+    doc["rope_scaling"] = nullptr;
+  }
+  doc["tie_word_embeddings"] = c.tie_word_embeddings;
+  doc["vocab_size"] = c.vocab_size;
+  doc["initializer_range"] = 0.02;
+  doc["attention_dropout"] = 0.0;
+  doc["use_cache"] = true;
+  if (type == "llama") {
+    doc["attention_bias"] = c.attention_bias;
+    doc["mlp_bias"] = false;
+    doc["pretraining_tp"] = 1;
+  } else if (type == "mistral") {
+    doc["sliding_window"] = nullptr;
+  } else if (type == "qwen2") {
+    doc["use_sliding_window"] = false;
+    doc["sliding_window"] = c.max_position_embeddings;
+    doc["max_window_layers"] = c.num_layers;
+  }
+  doc["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
+  if (c.eos_token_ids.empty()) {
+    doc["eos_token_id"] = nullptr;
+  } else if (c.eos_token_ids.size() == 1) {
+    doc["eos_token_id"] = c.eos_token_ids[0];
+  } else {
+    doc["eos_token_id"] = c.eos_token_ids;
+  }
+  switch (c.torch_dtype) {
+    case DType::kF32:
+      doc["torch_dtype"] = "float32";
+      break;
+    case DType::kF16:
+      doc["torch_dtype"] = "float16";
+      break;
+    case DType::kBF16:
+      doc["torch_dtype"] = "bfloat16";
+      break;
+  }
+  doc["transformers_version"] = "4.46.0";
+  return doc;
+}
+
+std::vector<float> rope_inv_freq(const ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<float> out(size_t(std::max(half, 0)));
+  const RopeScaling& s = c.rope_scaling;
+  // transformers' _compute_llama3_parameters, in double.
+  const double old_context = double(s.original_max_position_embeddings);
+  const double low_freq_wavelen = old_context / s.low_freq_factor;
+  const double high_freq_wavelen = old_context / s.high_freq_factor;
+  for (int i = 0; i < half; ++i) {
+    double inv = 1.0 / std::pow(c.rope_theta, double(2 * i) / double(c.head_dim));
+    if (s.type == RopeScaling::Type::kLlama3) {
+      const double wavelen = 2.0 * std::numbers::pi / inv;
+      if (wavelen > low_freq_wavelen) {
+        inv = inv / s.factor;  // low frequencies: fully interpolated
+      } else if (wavelen >= high_freq_wavelen) {
+        const double smooth =
+            (old_context / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
+        inv = (1.0 - smooth) * inv / s.factor + smooth * inv;
+      }  // high frequencies: unchanged
+    }
+    out[size_t(i)] = float(inv);
+  }
+  return out;
+}
+
+}  // namespace baton::engine

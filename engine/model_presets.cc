@@ -1,0 +1,135 @@
+// Named model shapes for make-model: tiny ones for tests, real models' shapes
+// (with random weights) for benchmarks.
+#include <functional>
+#include <utility>
+
+#include "engine/make_model.h"
+#include "engine/tokenizer.h"
+
+namespace baton::engine {
+namespace {
+
+ModelConfig base(std::string architecture) {
+  ModelConfig c;
+  c.architecture = std::move(architecture);
+  // Random checkpoints ship Baton's byte tokenizer; its special ids.
+  c.bos_token_id = ByteTokenizer::kBosId;
+  c.eos_token_ids = {ByteTokenizer::kEosId};
+  c.torch_dtype = DType::kF32;
+  return c;
+}
+
+ModelConfig tiny() {
+  ModelConfig c = base("LlamaForCausalLM");
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 1;  // GQA 4:1
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+ModelConfig tiny_qwen2() {
+  ModelConfig c = base("Qwen2ForCausalLM");
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0;
+  c.tie_word_embeddings = true;
+  c.attention_bias = true;
+  return c;
+}
+
+ModelConfig smollm2_135m() {
+  ModelConfig c = base("LlamaForCausalLM");
+  c.hidden_size = 576;
+  c.num_layers = 30;
+  c.num_heads = 9;
+  c.num_kv_heads = 3;
+  c.head_dim = 64;
+  c.intermediate_size = 1536;
+  c.vocab_size = 49152;
+  c.max_position_embeddings = 8192;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 100000.0;
+  c.tie_word_embeddings = true;
+  return c;
+}
+
+ModelConfig qwen25_05b() {
+  ModelConfig c = base("Qwen2ForCausalLM");
+  c.hidden_size = 896;
+  c.num_layers = 24;
+  c.num_heads = 14;
+  c.num_kv_heads = 2;
+  c.head_dim = 64;
+  c.intermediate_size = 4864;
+  c.vocab_size = 151936;
+  c.max_position_embeddings = 32768;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0;
+  c.tie_word_embeddings = true;
+  c.attention_bias = true;
+  return c;
+}
+
+ModelConfig llama3_8b() {
+  ModelConfig c = base("LlamaForCausalLM");
+  c.hidden_size = 4096;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.intermediate_size = 14336;
+  c.vocab_size = 128256;
+  c.max_position_embeddings = 131072;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 500000.0;
+  c.rope_scaling.type = RopeScaling::Type::kLlama3;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.low_freq_factor = 1.0;
+  c.rope_scaling.high_freq_factor = 4.0;
+  c.rope_scaling.original_max_position_embeddings = 8192;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+const std::pair<const char*, ModelConfig (*)()> kPresets[] = {
+    {"tiny", tiny},
+    {"tiny-qwen2", tiny_qwen2},
+    {"smollm2-135m", smollm2_135m},
+    {"qwen2.5-0.5b", qwen25_05b},
+    {"llama3-8b", llama3_8b},
+};
+
+}  // namespace
+
+std::vector<std::string> model_preset_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, make] : kPresets) names.emplace_back(name);
+  return names;
+}
+
+Result<ModelConfig> model_preset(std::string_view name) {
+  std::string known;
+  for (const auto& [preset, make] : kPresets) {
+    if (name == preset) return make();
+    if (!known.empty()) known += ", ";
+    known += preset;
+  }
+  return not_found("unknown model preset '" + std::string(name) + "' (known: " + known + ")");
+}
+
+}  // namespace baton::engine
