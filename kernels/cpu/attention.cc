@@ -20,7 +20,7 @@
 
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/parallel.h"
 
 namespace baton::kernels::cpu {
 namespace {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <vector>
 
-#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/parallel.h"
 
 namespace baton::kernels::cpu {
 namespace {

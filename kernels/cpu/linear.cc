@@ -7,14 +7,15 @@
 #include <vector>
 
 #include "kernels/cpu/convert.h"
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemv.h"
+#include "kernels/cpu/parallel.h"
 
 namespace baton::kernels::cpu {
 namespace {
 
-// Rows of W per GEMV work chunk, a multiple of the GEMV row block.
-constexpr int64_t kGemvMinRowsPerChunk = 64;
+// Rows of W per claimed GEMV piece (a multiple of the 4-row block): ~50-100 KB
+// of weights, tens of µs, fine enough to balance two threads when one starts late.
+constexpr int64_t kGemvRowsPerPiece = 64;
 // Bytes of F32 scratch one converted half-precision weight tile may take:
 // large enough for sgemm to run near its peak, small enough to stay in L2/L3.
 constexpr int64_t kTileBytes = 1 << 20;
@@ -29,28 +30,29 @@ void init_blas_once() {
   std::call_once(once, [] { openblas_set_num_threads(1); });
 }
 
-// out[:, r0:r1] = x · W[r0:r1]ᵀ + bias for a slice of W's rows, through sgemm.
+// Rows of W per sgemm call: its F32 copy (for half weights) takes about
+// kTileBytes, large enough for sgemm to run near peak, small enough for L2/L3.
+int64_t sgemm_tile_rows(int64_t cols) {
+  const int64_t rows = kTileBytes / (cols * int64_t(sizeof(float)));
+  return std::clamp(rows / kMinTileRows * kMinTileRows, kMinTileRows, kMaxTileRows);
+}
+
+// out[:, r0:r1] = x · W[r0:r1]ᵀ + bias for one tile of W's rows, through sgemm.
 void sgemm_rows(const float* x, int64_t m, const WeightView& w, const float* bias, int64_t r0,
                 int64_t r1, float* out) {
   const int64_t cols = w.cols;
+  const float* w32;
   if (w.dtype == DType::kF32) {
-    const float* w32 = static_cast<const float*>(w.data) + r0 * cols;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(r1 - r0), int(cols), 1.0f, x,
-                int(cols), w32, int(cols), 0.0f, out + r0, int(w.rows));
+    w32 = static_cast<const float*>(w.data) + r0 * cols;
   } else {
-    int64_t tile_rows = kTileBytes / (cols * int64_t(sizeof(float)));
-    tile_rows = std::clamp(tile_rows / kMinTileRows * kMinTileRows, kMinTileRows, kMaxTileRows);
-    thread_local std::vector<float> scratch;  // [tile_rows, cols]
-    scratch.resize(size_t(tile_rows * cols));
-    const size_t elem = dtype_size(w.dtype);
-    for (int64_t t0 = r0; t0 < r1; t0 += tile_rows) {
-      int64_t n = std::min(tile_rows, r1 - t0);
-      convert_to_f32(static_cast<const char*>(w.data) + size_t(t0 * cols) * elem, w.dtype, n * cols,
-                     scratch.data());
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(n), int(cols), 1.0f, x,
-                  int(cols), scratch.data(), int(cols), 0.0f, out + t0, int(w.rows));
-    }
+    thread_local std::vector<float> scratch;  // [r1 - r0, cols]
+    scratch.resize(size_t((r1 - r0) * cols));
+    convert_to_f32(static_cast<const char*>(w.data) + size_t(r0 * cols) * dtype_size(w.dtype),
+                   w.dtype, (r1 - r0) * cols, scratch.data());
+    w32 = scratch.data();
   }
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, int(m), int(r1 - r0), int(cols), 1.0f, x,
+              int(cols), w32, int(cols), 0.0f, out + r0, int(w.rows));
   if (bias) {
     for (int64_t i = 0; i < m; ++i) {
       float* o = out + i * w.rows;
@@ -72,13 +74,20 @@ void linear(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, co
   const int64_t macs_per_row = m * w.cols;
   const int64_t min_rows = std::max<int64_t>(1, kMinParallelMacs / macs_per_row);
   if (m <= kGemvMaxBatch) {
-    parallel_chunks(pool, w.rows, std::max(kGemvMinRowsPerChunk, min_rows),
-                    [&](int64_t r0, int64_t r1, int) { gemv_rows(x, m, w, bias, r0, r1, out); });
+    if (w.rows < 2 * std::max(kGemvRowsPerPiece, min_rows)) {
+      gemv_rows(x, m, w, bias, 0, w.rows, out);
+      return;
+    }
+    parallel_dynamic(pool, w.rows, kGemvRowsPerPiece,
+                     [&](int64_t r0, int64_t r1, int) { gemv_rows(x, m, w, bias, r0, r1, out); });
     return;
   }
   init_blas_once();
-  parallel_chunks(pool, w.rows, std::max(kMinTileRows, min_rows),
-                  [&](int64_t r0, int64_t r1, int) { sgemm_rows(x, m, w, bias, r0, r1, out); });
+  // Tiles are claimed dynamically: sgemm speed per tile varies (edges, other
+  // processes), and a late thread then simply takes fewer tiles.
+  const int64_t tile_rows = std::max(sgemm_tile_rows(w.cols), min_rows);
+  parallel_dynamic(pool, w.rows, tile_rows,
+                   [&](int64_t r0, int64_t r1, int) { sgemm_rows(x, m, w, bias, r0, r1, out); });
 }
 
 void embedding(ThreadPool& pool, const WeightView& table, const int32_t* ids, int64_t n,

@@ -11,14 +11,19 @@
 
 namespace baton::kernels::cpu {
 namespace {
-// About 20-50 µs of pause instructions: long enough to catch the next kernel of
-// the same step, short enough not to steal a core from anyone for long.
+// A few tens of µs of pause instructions: long enough to catch the next kernel
+// of the same step, short enough not to keep a core from anyone for long.
 constexpr int kSpinIterations = 4000;
+constexpr int kMaxThreads = 0xffff;  // chunk counts must fit 16 bits of claim_
+
+uint32_t generation_of(uint64_t claim) { return uint32_t(claim >> 32); }
+uint32_t chunks_of(uint64_t claim) { return uint32_t(claim >> 16) & 0xffffu; }
+uint32_t next_of(uint64_t claim) { return uint32_t(claim) & 0xffffu; }
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
   if (num_threads <= 0) num_threads = int(std::max(1u, std::thread::hardware_concurrency()));
-  num_threads_ = num_threads;
+  num_threads_ = std::min(num_threads, kMaxThreads);
   workers_.reserve(size_t(num_threads_ - 1));
   for (int t = 1; t < num_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
@@ -27,17 +32,32 @@ ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mutex_);
     stopping_ = true;
-    generation_.fetch_add(1, std::memory_order_release);
+    const uint32_t generation = generation_of(claim_.load()) + 1;
+    claim_.store(uint64_t(generation) << 32, std::memory_order_release);
   }
   work_ready_.notify_all();
   for (auto& w : workers_) w.join();
 }
 
-void ThreadPool::run_chunk(int thread_index) {
-  if (thread_index >= job_chunks_) return;
-  int64_t begin = job_size_ * thread_index / job_chunks_;
-  int64_t end = job_size_ * (thread_index + 1) / job_chunks_;
-  if (begin < end) (*job_)(begin, end, thread_index);
+void ThreadPool::run_chunks(uint32_t generation, int thread_index) {
+  uint64_t claim = claim_.load(std::memory_order_acquire);
+  for (;;) {
+    if (generation_of(claim) != generation || next_of(claim) >= chunks_of(claim)) return;
+    if (!claim_.compare_exchange_weak(claim, claim + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    // Our claim keeps the job alive: parallel_for cannot return before this
+    // chunk is counted done, so job_ and job_size_ are stable here.
+    const int64_t chunks = chunks_of(claim), index = next_of(claim);
+    const int64_t begin = job_size_ * index / chunks;
+    const int64_t end = job_size_ * (index + 1) / chunks;
+    (*job_)(begin, end, thread_index);
+    if (chunks_done_.fetch_add(1, std::memory_order_acq_rel) + 1 == chunks) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      work_done_.notify_one();
+    }
+    claim = claim_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn) {
@@ -46,51 +66,46 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
     fn(0, n, 0);
     return;
   }
+  const int chunks = int(std::min<int64_t>(n, num_threads_));
+  uint32_t generation;
   {
     std::lock_guard<std::mutex> lock(mutex_);
     job_ = &fn;
     job_size_ = n;
-    job_chunks_ = std::min<int64_t>(n, num_threads_);
-    pending_.store(num_threads_ - 1, std::memory_order_relaxed);
-    generation_.fetch_add(1, std::memory_order_release);
+    chunks_done_.store(0, std::memory_order_relaxed);
+    generation = generation_of(claim_.load(std::memory_order_relaxed)) + 1;
+    claim_.store(uint64_t(generation) << 32 | uint64_t(chunks) << 16, std::memory_order_release);
   }
   work_ready_.notify_all();
-  run_chunk(0);
+  run_chunks(generation, 0);
   for (int i = 0; i < kSpinIterations; ++i) {
-    if (pending_.load(std::memory_order_acquire) == 0) return;
+    if (chunks_done_.load(std::memory_order_acquire) == chunks) return;
     BATON_CPU_RELAX();
   }
   std::unique_lock<std::mutex> lock(mutex_);
-  work_done_.wait(lock, [this] { return pending_.load(std::memory_order_acquire) == 0; });
+  work_done_.wait(lock, [&] { return chunks_done_.load(std::memory_order_acquire) == chunks; });
 }
 
 void ThreadPool::worker_loop(int thread_index) {
-  uint64_t seen = 0;
+  uint32_t seen = 0;
   for (;;) {
     bool ready = false;
-    for (int i = 0; i < kSpinIterations; ++i) {
-      if (generation_.load(std::memory_order_acquire) != seen) {
-        ready = true;
-        break;
-      }
-      BATON_CPU_RELAX();
+    for (int i = 0; i < kSpinIterations && !ready; ++i) {
+      ready = generation_of(claim_.load(std::memory_order_acquire)) != seen;
+      if (!ready) BATON_CPU_RELAX();
     }
     if (!ready) {
       std::unique_lock<std::mutex> lock(mutex_);
-      work_ready_.wait(lock, [&] { return generation_.load(std::memory_order_acquire) != seen; });
+      work_ready_.wait(lock, [&] {
+        return generation_of(claim_.load(std::memory_order_acquire)) != seen || stopping_;
+      });
     }
     {
-      // Taking the lock orders our reads of job_ after the producer's writes
-      // even when we saw the new generation while spinning.
       std::lock_guard<std::mutex> lock(mutex_);
       if (stopping_) return;
-      seen = generation_.load(std::memory_order_acquire);
     }
-    run_chunk(thread_index);
-    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      std::lock_guard<std::mutex> lock(mutex_);
-      work_done_.notify_one();
-    }
+    seen = generation_of(claim_.load(std::memory_order_acquire));
+    run_chunks(seen, thread_index);
   }
 }
 

@@ -34,7 +34,8 @@ class ThreadPool {
 
  private:
   void worker_loop(int thread_index);
-  void run_chunk(int thread_index);
+  // Claims and runs chunks of generation `generation` until none are left.
+  void run_chunks(uint32_t generation, int thread_index);
 
   int num_threads_;
   std::vector<std::thread> workers_;
@@ -43,11 +44,11 @@ class ThreadPool {
   std::condition_variable work_done_;
   const std::function<void(int64_t, int64_t, int)>* job_ = nullptr;
   int64_t job_size_ = 0;
-  int64_t job_chunks_ = 0;
-  // Workers spin briefly on generation_ before sleeping on work_ready_, so the
-  // back-to-back kernel launches of one decode step do not pay a futex wake each.
-  std::atomic<uint64_t> generation_{0};
-  std::atomic<int> pending_{0};
+  // Chunks are claimed, not assigned: [generation:32 | chunks:16 | next:16].
+  // Whoever is running takes the next chunk, so a worker the OS has not
+  // scheduled yet never holds up the caller (it finds nothing left to do).
+  std::atomic<uint64_t> claim_{0};
+  std::atomic<int> chunks_done_{0};
   bool stopping_ = false;
 };
 

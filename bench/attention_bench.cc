@@ -1,0 +1,94 @@
+// Paged decode attention over the KV cache: bytes of K/V read per second and
+// the ratio to the measured memory bandwidth.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "kernels/cpu/attention.h"
+
+namespace baton::bench {
+namespace {
+
+using kernels::cpu::PagedAttentionParams;
+
+// SmolLM2-135M attention: 9 query heads, 3 KV heads, head_dim 64.
+constexpr int32_t kHeads = 9, kKvHeads = 3, kHeadDim = 64, kBlockSize = 16;
+// Layers are rotated between iterations until this many bytes are touched, so
+// the KV cache of small cases is not served from the last-level cache (a real
+// model reads a different layer's cache in every attention call).
+constexpr size_t kColdBytes = size_t(256) << 20;
+
+void BM_PagedDecodeAttention(benchmark::State& state) {
+  const int32_t ctx = int32_t(state.range(0));
+  const int32_t batch = int32_t(state.range(1));
+  const DType dtype = state.range(2) == 0 ? DType::kF32 : DType::kBF16;
+  const double bandwidth = measure_memory_bandwidth_gbs();
+
+  const int32_t blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
+  KvLayout layout;
+  layout.block_size = kBlockSize;
+  layout.num_kv_heads = kKvHeads;
+  layout.head_dim = kHeadDim;
+  layout.dtype = dtype;
+  layout.num_blocks = blocks_per_seq * batch;
+  layout.num_layers = 1;
+  const size_t layer_bytes = layout.layer_elements() * layout.element_bytes();
+  layout.num_layers = int32_t(std::clamp<size_t>(kColdBytes / layer_bytes, 1, 64));
+  std::vector<uint8_t> kv_pool(layout.total_bytes());
+  std::mt19937_64 rng(42);
+  // Small random values in every dtype: bytes 0x00..0x3f in each 16-bit half.
+  for (size_t i = 0; i < kv_pool.size(); ++i) kv_pool[i] = uint8_t(rng() & 0x3f);
+
+  std::vector<int32_t> ids(static_cast<size_t>(layout.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);  // block tables are not contiguous in practice
+  std::vector<int32_t> query_start(static_cast<size_t>(batch) + 1), context_lens(size_t(batch), ctx);
+  for (int32_t s = 0; s <= batch; ++s) query_start[size_t(s)] = s;
+  std::vector<float> q(static_cast<size_t>(batch) * kHeads * kHeadDim), out(q.size());
+  std::normal_distribution<float> normal;
+  for (auto& x : q) x = normal(rng);
+
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.kv_pool = kv_pool.data();
+  p.layout = layout;
+  p.num_heads = kHeads;
+  p.num_seqs = batch;
+  p.query_start = query_start.data();
+  p.context_lens = context_lens.data();
+  p.block_tables = ids.data();
+  p.block_table_stride = blocks_per_seq;
+  p.scale = 1.0f / std::sqrt(float(kHeadDim));
+  auto& pool = bench_pool();
+  int32_t layer = 0;
+  for (auto _ : state) {
+    p.layer = layer;
+    layer = (layer + 1) % layout.num_layers;
+    kernels::cpu::paged_attention(pool, p);
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double kv_bytes = double(batch) * ctx * 2 * kKvHeads * kHeadDim * layout.element_bytes();
+  state.counters["KV_GBps"] =
+      benchmark::Counter(kv_bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_ceiling_GBps"] = bandwidth;
+  state.counters["KV_bytes_MiB"] = kv_bytes / (1 << 20);
+  state.SetLabel(std::string(dtype_name(dtype)));
+}
+
+void DecodeArgs(benchmark::internal::Benchmark* b) {
+  for (int dtype : {0, 1})
+    for (int batch : {1, 16})
+      for (int ctx : {1024, 4096, 16384}) b->Args({ctx, batch, dtype});
+  b->ArgNames({"ctx", "batch", "bf16"});
+  b->UseRealTime();
+}
+BENCHMARK(BM_PagedDecodeAttention)->Apply(DecodeArgs);
+
+}  // namespace
+}  // namespace baton::bench

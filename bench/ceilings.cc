@@ -1,0 +1,140 @@
+#include "bench/ceilings.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace baton::bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// 96 MiB per array: three times a 32 MiB L3, so every pass goes to DRAM.
+constexpr size_t kStreamFloats = size_t(96) << 18;
+constexpr int kStreamPasses = 6;
+// A prefill-like sgemm: 512 tokens x 1024 inputs x 1024 outputs.
+constexpr int kGemmM = 512, kGemmN = 1024, kGemmK = 1024;
+constexpr int kGemmRepeats = 6;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// Best time over passes of fn, each run on all pool threads over their chunk.
+template <typename F>
+double best_seconds(kernels::cpu::ThreadPool& pool, size_t n, F&& fn) {
+  double best = 1e30;
+  for (int pass = 0; pass < kStreamPasses; ++pass) {
+    auto t0 = Clock::now();
+    pool.parallel_for(int64_t(n),
+                      [&](int64_t b, int64_t e, int t) { fn(size_t(b), size_t(e), t); });
+    best = std::min(best, seconds_since(t0));
+  }
+  return best;
+}
+
+}  // namespace
+
+kernels::cpu::ThreadPool& bench_pool() {
+  static kernels::cpu::ThreadPool pool(0);
+  return pool;
+}
+
+double MemoryBandwidth::best_gbs() const { return std::max({read_gbs, copy_gbs, triad_gbs}); }
+
+const MemoryBandwidth& measure_memory_bandwidth() {
+  static const MemoryBandwidth result = [] {
+    auto& pool = bench_pool();
+    const size_t n = kStreamFloats;
+    std::unique_ptr<float[]> a(new float[n]), b(new float[n]), c(new float[n]);
+    // First touch from the threads that will use each chunk.
+    pool.parallel_for(int64_t(n), [&](int64_t lo, int64_t hi, int) {
+      for (int64_t i = lo; i < hi; ++i)
+        a[size_t(i)] = 1.0f, b[size_t(i)] = 2.0f, c[size_t(i)] = 0.5f;
+    });
+    std::vector<double> sums(static_cast<size_t>(pool.size()), 0.0);
+    const double read_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int t) {
+      // Eight partial sums so the loop is limited by loads, not add latency.
+      float s[8] = {};
+      size_t i = lo;
+      for (; i + 8 <= hi; i += 8)
+        for (int j = 0; j < 8; ++j) s[j] += a[i + size_t(j)];
+      for (; i < hi; ++i) s[0] += a[i];
+      double total = 0.0;
+      for (float v : s) total += v;
+      sums[size_t(t)] += total;
+    });
+    const double copy_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int) {
+      std::copy(a.get() + lo, a.get() + hi, b.get() + lo);
+    });
+    const float scalar = 3.0f;
+    const double triad_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int) {
+      float* pa = a.get();
+      const float* pb = b.get();
+      const float* pc = c.get();
+      for (size_t i = lo; i < hi; ++i) pa[i] = pb[i] + scalar * pc[i];
+    });
+    volatile double sink = sums[0];
+    (void)sink;
+    const double bytes = double(n) * sizeof(float);
+    MemoryBandwidth bw{bytes / read_s / 1e9, 2 * bytes / copy_s / 1e9, 3 * bytes / triad_s / 1e9};
+    std::fprintf(stderr,
+                 "ceiling: memory bandwidth read %.1f GB/s, copy %.1f GB/s, triad %.1f GB/s "
+                 "(%d threads, %zu MiB arrays)\n",
+                 bw.read_gbs, bw.copy_gbs, bw.triad_gbs, pool.size(), n * sizeof(float) >> 20);
+    return bw;
+  }();
+  return result;
+}
+
+const SgemmRate& measure_sgemm() {
+  static const SgemmRate result = [] {
+    openblas_set_num_threads(1);
+    auto& pool = bench_pool();
+    const int threads = pool.size();
+    struct Buffers {
+      std::vector<float> a, b, c;
+    };
+    std::vector<Buffers> buf(static_cast<size_t>(threads));
+    for (auto& bf : buf) {
+      bf.a.assign(size_t(kGemmM) * kGemmK, 0.5f);
+      bf.b.assign(size_t(kGemmN) * kGemmK, 0.25f);
+      bf.c.assign(size_t(kGemmM) * kGemmN, 0.0f);
+    }
+    auto run = [&](Buffers& bf) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGemmM, kGemmN, kGemmK, 1.0f,
+                  bf.a.data(), kGemmK, bf.b.data(), kGemmK, 0.0f, bf.c.data(), kGemmN);
+    };
+    const double flops = 2.0 * kGemmM * kGemmN * kGemmK;
+    run(buf[0]);  // warm up
+    double single = 1e30;
+    for (int r = 0; r < kGemmRepeats; ++r) {
+      auto t0 = Clock::now();
+      run(buf[0]);
+      single = std::min(single, seconds_since(t0));
+    }
+    double all = 1e30;
+    for (int r = 0; r < kGemmRepeats; ++r) {
+      auto t0 = Clock::now();
+      pool.parallel_for(threads, [&](int64_t b, int64_t e, int) {
+        for (int64_t i = b; i < e; ++i) run(buf[size_t(i)]);
+      });
+      all = std::min(all, seconds_since(t0));
+    }
+    SgemmRate rate{flops / single / 1e9, threads * flops / all / 1e9, threads};
+    std::fprintf(stderr,
+                 "ceiling: sgemm %dx%dx%d single thread %.1f GFLOP/s, %d threads concurrently "
+                 "%.1f GFLOP/s\n",
+                 kGemmM, kGemmN, kGemmK, rate.single_thread_gflops, threads, rate.pool_gflops);
+    return rate;
+  }();
+  return result;
+}
+
+}  // namespace baton::bench

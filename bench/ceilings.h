@@ -1,0 +1,37 @@
+// bench/ceilings.h — the machine's own limits, measured once per process, that
+// every benchmark prints beside its result: memory bandwidth for memory-bound
+// kernels, sgemm rate for compute-bound ones.
+#pragma once
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace baton::bench {
+
+// The process-wide pool benchmarks run kernels on (one thread per hardware thread).
+kernels::cpu::ThreadPool& bench_pool();
+
+struct MemoryBandwidth {
+  double read_gbs;   // sum of one array: bytes read / s
+  double copy_gbs;   // b = a: (read + written bytes) / s, STREAM convention
+  double triad_gbs;  // a = b + s * c: STREAM convention
+  // The highest of the three: the ceiling a kernel's bytes/s is compared with.
+  double best_gbs() const;
+};
+
+// STREAM-like kernels over arrays far larger than the last-level cache, run on
+// all cores through bench_pool(); best of several passes. Cached after the first call.
+const MemoryBandwidth& measure_memory_bandwidth();
+inline double measure_memory_bandwidth_gbs() { return measure_memory_bandwidth().best_gbs(); }
+
+struct SgemmRate {
+  double single_thread_gflops;  // one cblas_sgemm on one core
+  double pool_gflops;           // one single-threaded sgemm per pool thread at once
+  int threads;
+};
+
+// OpenBLAS sgemm (single-threaded, as linear() uses it) on a prefill-like shape,
+// alone and concurrently on every pool thread. Cached after the first call.
+const SgemmRate& measure_sgemm();
+inline double measure_sgemm_gflops() { return measure_sgemm().pool_gflops; }
+
+}  // namespace baton::bench

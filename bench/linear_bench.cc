@@ -1,0 +1,114 @@
+// linear(): batch-1 GEMV (memory-bound: weight bytes/s vs bandwidth) and
+// prefill m=512 (compute-bound: GFLOP/s vs the pool's sgemm rate).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "kernels/cpu/linear.h"
+
+namespace baton::bench {
+namespace {
+
+using kernels::cpu::WeightView;
+
+// Weight copies are rotated until this many bytes are touched, so each GEMV
+// streams its weights from DRAM as a decode step over a whole model does.
+constexpr size_t kColdBytes = size_t(256) << 20;
+
+DType dtype_arg(int64_t v) { return v == 0 ? DType::kF32 : v == 1 ? DType::kBF16 : DType::kF16; }
+
+struct Weights {
+  std::vector<uint8_t> bytes;
+  std::vector<WeightView> copies;
+};
+
+Weights make_weights(int64_t rows, int64_t cols, DType dtype, size_t min_total_bytes) {
+  Weights w;
+  const size_t one = size_t(rows * cols) * dtype_size(dtype);
+  const size_t n = std::max<size_t>(1, (min_total_bytes + one - 1) / one);
+  w.bytes.resize(one * n);
+  std::mt19937_64 rng(7);
+  for (size_t i = 0; i < w.bytes.size(); ++i) w.bytes[i] = uint8_t(rng() & 0x3f);
+  for (size_t c = 0; c < n; ++c) w.copies.push_back({w.bytes.data() + c * one, dtype, rows, cols});
+  return w;
+}
+
+void BM_LinearGemv(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), m = state.range(3);
+  const DType dtype = dtype_arg(state.range(2));
+  const double bandwidth = measure_memory_bandwidth_gbs();
+  Weights w = make_weights(rows, cols, dtype, kColdBytes);
+  std::vector<float> x(static_cast<size_t>(m * cols), 0.5f), out(size_t(m * rows));
+  auto& pool = bench_pool();
+  size_t i = 0;
+  for (auto _ : state) {
+    kernels::cpu::linear(pool, x.data(), m, w.copies[i], nullptr, out.data());
+    i = (i + 1) % w.copies.size();
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double bytes = double(rows * cols) * dtype_size(dtype);
+  state.counters["W_GBps"] =
+      benchmark::Counter(bytes * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["bw_ceiling_GBps"] = bandwidth;
+  state.SetLabel(std::string(dtype_name(dtype)));
+}
+BENCHMARK(BM_LinearGemv)
+    ->ArgNames({"rows", "cols", "dtype", "m"})
+    ->Args({4864, 896, 0, 1})
+    ->Args({4864, 896, 1, 1})
+    ->Args({4864, 896, 2, 1})
+    ->Args({1536, 576, 0, 1})
+    ->Args({1536, 576, 1, 1})
+    ->Args({4864, 896, 1, 4})
+    ->Args({4864, 896, 1, 8})
+    ->UseRealTime();
+
+void BM_LinearPrefill(benchmark::State& state) {
+  const int64_t rows = state.range(0), cols = state.range(1), m = state.range(3);
+  const DType dtype = dtype_arg(state.range(2));
+  const SgemmRate& ceiling = measure_sgemm();
+  Weights w = make_weights(rows, cols, dtype, 0);
+  std::vector<float> x(static_cast<size_t>(m * cols), 0.5f), out(size_t(m * rows));
+  auto& pool = bench_pool();
+  for (auto _ : state) {
+    kernels::cpu::linear(pool, x.data(), m, w.copies[0], nullptr, out.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["GFLOPs"] = benchmark::Counter(2e-9 * double(m * rows * cols),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["sgemm_ceiling_GFLOPs"] = ceiling.pool_gflops;
+  state.SetLabel(std::string(dtype_name(dtype)));
+}
+BENCHMARK(BM_LinearPrefill)
+    ->ArgNames({"rows", "cols", "dtype", "m"})
+    ->Args({4864, 896, 0, 512})
+    ->Args({4864, 896, 1, 512})
+    ->Args({896, 4864, 1, 512})
+    ->Args({1536, 576, 0, 512})
+    ->Args({1536, 576, 1, 512})
+    ->Args({4864, 896, 1, 16})
+    ->UseRealTime();
+
+void BM_Ceilings(benchmark::State& state) {
+  for (auto _ : state) benchmark::DoNotOptimize(measure_memory_bandwidth_gbs());
+  const MemoryBandwidth& bw = measure_memory_bandwidth();
+  const SgemmRate& g = measure_sgemm();
+  state.counters["read_GBps"] = bw.read_gbs;
+  state.counters["copy_GBps"] = bw.copy_gbs;
+  state.counters["triad_GBps"] = bw.triad_gbs;
+  state.counters["sgemm_1t_GFLOPs"] = g.single_thread_gflops;
+  state.counters["sgemm_pool_GFLOPs"] = g.pool_gflops;
+}
+BENCHMARK(BM_Ceilings)->Iterations(1);
+
+void BM_ThreadPoolDispatch(benchmark::State& state) {
+  auto& pool = bench_pool();
+  for (auto _ : state) pool.parallel_for(pool.size(), [](int64_t, int64_t, int) {});
+}
+BENCHMARK(BM_ThreadPoolDispatch)->UseRealTime();
+
+}  // namespace
+}  // namespace baton::bench

@@ -1,0 +1,189 @@
+// bench/model_bench.cc — whole-model decode steps and prefill on real model
+// shapes (random weights), beside the machine's measured ceilings.
+//
+// Decode is memory-bound: its ceiling is the measured memory bandwidth, and
+// the result is the effective bandwidth (weight bytes + KV bytes read per
+// step) / step time. Prefill is compute-bound: its ceiling is the measured
+// sgemm rate over all threads.
+//
+//   ./build/bench/model_bench --benchmark_filter=Decode
+// Checkpoints are written on first use under $BATON_BENCH_MODELS (default
+// ./models/bench).
+#include <benchmark/benchmark.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/ceilings.h"
+#include "engine/checkpoint.h"
+#include "engine/make_model.h"
+#include "engine/model.h"
+
+namespace baton::bench {
+namespace {
+
+constexpr int32_t kDecodeContext = 512;  // tokens already cached per sequence
+constexpr int32_t kBlockSize = 16;
+
+struct LoadedModel {
+  std::unique_ptr<engine::Checkpoint> checkpoint;
+  std::unique_ptr<kernels::cpu::ThreadPool> pool;
+  std::unique_ptr<engine::LlamaModel> model;
+};
+
+LoadedModel& load(const std::string& preset, DType dtype) {
+  static std::map<std::string, LoadedModel> cache;
+  std::string key = preset + "-" + std::string(dtype_name(dtype));
+  auto it = cache.find(key);
+  if (it != cache.end()) return it->second;
+  const char* root_env = std::getenv("BATON_BENCH_MODELS");
+  std::filesystem::path dir = std::filesystem::path(root_env ? root_env : "models/bench") / key;
+  if (!std::filesystem::exists(dir / "config.json")) {
+    auto config = engine::model_preset(preset);
+    engine::MakeModelOptions options;
+    options.dtype = dtype;
+    options.seed = 7;
+    Status s =
+        config.is_ok() ? engine::make_random_checkpoint(*config, dir, options) : config.status();
+    if (!s.is_ok()) {
+      std::fprintf(stderr, "cannot make %s: %s\n", key.c_str(), s.to_string().c_str());
+      std::exit(1);
+    }
+  }
+  auto checkpoint = engine::Checkpoint::open(dir);
+  if (!checkpoint.is_ok()) {
+    std::fprintf(stderr, "cannot open %s: %s\n", dir.c_str(),
+                 checkpoint.status().to_string().c_str());
+    std::exit(1);
+  }
+  LoadedModel loaded;
+  loaded.checkpoint = std::move(checkpoint).value();
+  loaded.pool = std::make_unique<kernels::cpu::ThreadPool>(0);
+  loaded.model = std::make_unique<engine::LlamaModel>(*loaded.checkpoint, *loaded.pool);
+  return cache.emplace(key, std::move(loaded)).first->second;
+}
+
+// One decode step for `batch` sequences of kDecodeContext cached tokens each.
+// Every iteration rewrites the same slot, so the context stays constant.
+void run_decode(benchmark::State& state, const std::string& preset, DType dtype) {
+  const int32_t batch = int32_t(state.range(0));
+  LoadedModel& m = load(preset, dtype);
+  const auto& config = m.model->config();
+  const int32_t blocks_per_seq = (kDecodeContext + 1 + kBlockSize - 1) / kBlockSize;
+  auto kv = engine::KvPool::create(m.model->kv_layout(batch * blocks_per_seq, kBlockSize, dtype));
+  if (!kv.is_ok()) {
+    state.SkipWithError(kv.status().to_string().c_str());
+    return;
+  }
+  // Touch every block so attention reads real memory, not the zero page.
+  std::memset(kv->data(), 0x3c, kv->bytes());
+  engine::BlockManager manager(batch * blocks_per_seq);
+  std::vector<engine::BlockTable> tables(static_cast<size_t>(batch), engine::BlockTable(kBlockSize));
+  std::vector<int32_t> tokens(static_cast<size_t>(batch));
+  engine::StepPlan plan;
+  for (int32_t s = 0; s < batch; ++s) {
+    (void)tables[size_t(s)].reserve(manager, kDecodeContext + 1);
+    tables[size_t(s)].commit(kDecodeContext);
+    tokens[size_t(s)] = 3 + s;
+    plan.sequences.push_back({.token_ids = std::span<const int32_t>(&tokens[size_t(s)], 1),
+                              .start_position = kDecodeContext,
+                              .block_table = &tables[size_t(s)],
+                              .wants_logits = true});
+  }
+  std::vector<float> logits;
+  for (auto _ : state) {
+    Status status = m.model->forward(plan, *kv, &logits);
+    if (!status.is_ok()) state.SkipWithError(status.to_string().c_str());
+    benchmark::DoNotOptimize(logits.data());
+  }
+  const double kv_bytes =
+      double(batch) * (kDecodeContext + 1) * double(kv->layout().bytes_per_token());
+  const double bytes_per_step = double(m.checkpoint->weight_bytes()) + kv_bytes;
+  const double bandwidth = measure_memory_bandwidth_gbs();
+  state.counters["tok/s"] =
+      benchmark::Counter(double(batch), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_step / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ceiling_GB/s"] = bandwidth;
+  state.SetLabel(preset + " " + std::string(dtype_name(dtype)) + " ctx " +
+                 std::to_string(kDecodeContext) + " (" + std::to_string(config.num_layers) +
+                 " layers)");
+}
+
+// Prefill of one 512-token prompt from an empty cache.
+void run_prefill(benchmark::State& state, const std::string& preset, DType dtype) {
+  const int32_t length = int32_t(state.range(0));
+  LoadedModel& m = load(preset, dtype);
+  const auto& c = m.model->config();
+  const int32_t blocks = (length + kBlockSize - 1) / kBlockSize;
+  auto kv = engine::KvPool::create(m.model->kv_layout(blocks, kBlockSize, DType::kF32));
+  if (!kv.is_ok()) {
+    state.SkipWithError(kv.status().to_string().c_str());
+    return;
+  }
+  engine::BlockManager manager(blocks);
+  engine::BlockTable table(kBlockSize);
+  (void)table.reserve(manager, length);
+  std::vector<int32_t> tokens(static_cast<size_t>(length));
+  for (int32_t i = 0; i < length; ++i) tokens[size_t(i)] = 3 + (i * 7919) % (c.vocab_size - 3);
+  engine::StepPlan plan{
+      {{.token_ids = tokens, .start_position = 0, .block_table = &table, .wants_logits = true}}};
+  std::vector<float> logits;
+  for (auto _ : state) {
+    Status status = m.model->forward(plan, *kv, &logits);
+    if (!status.is_ok()) state.SkipWithError(status.to_string().c_str());
+    benchmark::DoNotOptimize(logits.data());
+  }
+  // 2 FLOPs per weight per token for the layer matmuls, the lm_head once,
+  // plus causal attention (QKᵀ and PV: 2 · 2 · heads · head_dim per pair).
+  const double hd = c.head_dim, h = c.hidden_size;
+  const double layer_weights =
+      h * hd * (c.num_heads * 2.0 + c.num_kv_heads * 2.0) + 3.0 * h * c.intermediate_size;
+  const double pairs = double(length) * (length + 1) / 2.0;
+  const double flops = 2.0 * layer_weights * c.num_layers * length + 2.0 * h * c.vocab_size +
+                       4.0 * c.num_heads * hd * pairs * c.num_layers;
+  state.counters["tok/s"] =
+      benchmark::Counter(double(length), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["ceiling_GFLOP/s"] = measure_sgemm_gflops();
+  state.SetLabel(preset + " " + std::string(dtype_name(dtype)));
+}
+
+void register_all() {
+  for (const char* preset : {"smollm2-135m", "qwen2.5-0.5b"}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      std::string suffix = std::string(preset) + "/" + std::string(dtype_name(dtype));
+      benchmark::RegisterBenchmark(("Decode/" + suffix).c_str(), run_decode, preset, dtype)
+          ->Arg(1)
+          ->Arg(8)
+          ->Arg(32)
+          ->Arg(64)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      benchmark::RegisterBenchmark(("Prefill/" + suffix).c_str(), run_prefill, preset, dtype)
+          ->Arg(512)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->Iterations(3);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton::bench
+
+int main(int argc, char** argv) {
+  benchmark::Initialize(&argc, argv);
+  baton::bench::register_all();
+  std::printf("ceilings: memory bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (all threads)\n",
+              baton::bench::measure_memory_bandwidth_gbs(), baton::bench::measure_sgemm_gflops());
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

@@ -1,0 +1,50 @@
+// kernels/cpu/parallel.h — loop helpers over ThreadPool that every kernel uses:
+// small problems stay on the calling thread, large ones are split statically
+// (equal work per element) or claimed dynamically (uneven or preemptible work).
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+
+#include "kernels/cpu/thread_pool.h"
+
+namespace baton::kernels::cpu {
+
+// Runs f(begin, end, thread_index) over [0, n) in at most pool.size() chunks of
+// at least min_chunk elements; small problems run inline on the caller, which
+// avoids waking workers for a few microseconds of work.
+template <typename F>
+void parallel_chunks(ThreadPool& pool, int64_t n, int64_t min_chunk, F&& f) {
+  if (n <= 0) return;
+  const int64_t chunks =
+      std::min<int64_t>(pool.size(), std::max<int64_t>(1, n / std::max<int64_t>(1, min_chunk)));
+  if (chunks <= 1) {
+    f(int64_t{0}, n, 0);
+    return;
+  }
+  pool.parallel_for(chunks,
+                    [&](int64_t c0, int64_t c1, int t) { f(n * c0 / chunks, n * c1 / chunks, t); });
+}
+
+// Runs f(begin, end, thread_index) over [0, n) in pieces of `grain` elements
+// that running threads claim one by one: a thread that starts late or is
+// preempted (other processes share the cores) takes fewer pieces instead of
+// holding everyone up with a fixed half of the work.
+template <typename F>
+void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, F&& f) {
+  if (n <= 0) return;
+  grain = std::max<int64_t>(1, grain);
+  const int64_t pieces = (n + grain - 1) / grain;
+  if (pieces <= 1 || pool.size() == 1) {
+    f(int64_t{0}, n, 0);
+    return;
+  }
+  std::atomic<int64_t> next{0};
+  pool.parallel_for(std::min<int64_t>(pool.size(), pieces), [&](int64_t, int64_t, int t) {
+    for (int64_t piece; (piece = next.fetch_add(1, std::memory_order_relaxed)) < pieces;)
+      f(piece * grain, std::min(n, (piece + 1) * grain), t);
+  });
+}
+
+}  // namespace baton::kernels::cpu
