@@ -21,6 +21,8 @@ namespace fs = std::filesystem;
 // logits a 50k-vocabulary softmax is nearly flat; at this scale the top token
 // clearly stands out, so greedy and sampled decoding both behave like a model.
 constexpr double kLogitScale = 5.0;
+// Norm of an embedding row when it doubles as the output layer (tied).
+constexpr double kTiedEmbeddingNorm = 0.25;
 constexpr size_t kChunkBytes = size_t(4) << 20;
 
 uint64_t splitmix64(uint64_t x) {
@@ -57,11 +59,13 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, DType dtype) {
   auto linear = [&](std::string name, int64_t rows, int64_t cols) {
     add(std::move(name), {rows, cols}, 0.0, std::sqrt(3.0 / double(cols)));
   };
-  // Embedding rows have unit norm (variance 1/hidden), small next to the
-  // unit-variance layer outputs added to the residual stream. With tied
-  // weights this keeps the logit of the current token from dominating (the
-  // model would otherwise just repeat its input).
-  add("model.embed_tokens.weight", {vocab, hidden}, 0.0, std::sqrt(3.0 / double(hidden)));
+  // Embedding rows are short next to the unit-variance layer outputs added to
+  // the residual stream. With tied weights the current token's own row is in
+  // the final hidden state, and a long row would make the model repeat its
+  // input; untied, norm 1 keeps the first RMSNorm far from its epsilon.
+  const double embed_norm = c.tie_word_embeddings ? kTiedEmbeddingNorm : 1.0;
+  add("model.embed_tokens.weight", {vocab, hidden}, 0.0,
+      embed_norm * std::sqrt(3.0 / double(hidden)));
   for (int32_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     add(p + "input_layernorm.weight", {hidden}, 1.0, 0.1);
@@ -79,9 +83,11 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, DType dtype) {
     linear(p + "mlp.up_proj.weight", ffn, hidden);
     linear(p + "mlp.down_proj.weight", hidden, ffn);
   }
-  // The final norm sets the logit scale: normalised hidden states times rows
-  // of norm ~1 give unit-variance logits, scaled here to kLogitScale.
-  add("model.norm.weight", {hidden}, kLogitScale, 0.1 * kLogitScale);
+  // The final norm sets the logit scale: a normalised hidden state (norm
+  // sqrt(hidden)) against output rows of norm r gives logits of deviation r;
+  // the norm weight rescales that to kLogitScale.
+  const double out_norm = c.tie_word_embeddings ? embed_norm : 1.0;
+  add("model.norm.weight", {hidden}, kLogitScale / out_norm, 0.1 * kLogitScale / out_norm);
   if (!c.tie_word_embeddings) {
     add("lm_head.weight", {vocab, hidden}, 0.0, std::sqrt(3.0 / double(hidden)));
   }

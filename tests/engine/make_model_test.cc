@@ -2,9 +2,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <random>
 #include <set>
 
 #include <nlohmann/json.hpp>
@@ -160,8 +162,9 @@ TEST(MakeModelTest, WeightDistributions) {
     EXPECT_NEAR(var * double(m->cols), 1.0, 0.1);
     EXPECT_LE(max_abs, std::sqrt(3.0 / double(m->cols)));
   }
+  // tiny-qwen2 is tied: embedding rows of norm ~0.25 (1 when untied).
   auto [emean, evar, emax] = stats(w.embed_tokens);
-  EXPECT_NEAR(evar * 64, 1.0, 0.05);  // rows of norm ~1
+  EXPECT_NEAR(std::sqrt(evar * 64), 0.25, 0.01);
   for (float g : w.layers[0].input_norm) {
     EXPECT_GE(g, 0.9f);
     EXPECT_LE(g, 1.1f);
@@ -196,6 +199,123 @@ TEST(MakeModelTest, HalfDtypesRoundTheSameValues) {
   }
   // Matrices halve; the 320 norm weights count as F32 either way.
   EXPECT_EQ(2 * ((*b)->weight_bytes() - 4 * 320), (*a)->weight_bytes() - 4 * 320);
+}
+
+// A plain double forward pass without a cache, only to look at the random
+// models' next-token distributions: logits after the last token.
+std::vector<double> last_logits(const Checkpoint& ck, const std::vector<int32_t>& tokens) {
+  using Vec = std::vector<double>;
+  const ModelConfig& c = ck.config();
+  const ModelWeights& w = ck.weights();
+  auto at = [](const kernels::cpu::WeightView& m, int64_t r, int64_t col) {
+    return double(load_as_float(m.data, m.dtype, size_t(r * m.cols + col)));
+  };
+  auto matvec = [&](const kernels::cpu::WeightView& m, const Vec& x, const std::vector<float>& b) {
+    Vec y(size_t(m.rows));
+    for (int64_t r = 0; r < m.rows; ++r) {
+      double acc = b.empty() ? 0.0 : b[size_t(r)];
+      for (int64_t col = 0; col < m.cols; ++col) acc += at(m, r, col) * x[size_t(col)];
+      y[size_t(r)] = acc;
+    }
+    return y;
+  };
+  auto norm = [&](const Vec& x, const std::vector<float>& g) {
+    double ms = 0;
+    for (double v : x) ms += v * v;
+    const double inv = 1.0 / std::sqrt(ms / double(x.size()) + c.rms_norm_eps);
+    Vec y(x.size());
+    for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
+    return y;
+  };
+  const auto inv_freq = rope_inv_freq(c);
+  auto rope = [&](Vec& v, int heads, size_t pos) {
+    const int half = c.head_dim / 2;
+    for (int h = 0; h < heads; ++h) {
+      double* p = v.data() + size_t(h * c.head_dim);
+      for (int i = 0; i < half; ++i) {
+        const double a = double(pos) * inv_freq[size_t(i)], x0 = p[i], x1 = p[i + half];
+        p[i] = x0 * std::cos(a) - x1 * std::sin(a);
+        p[i + half] = x1 * std::cos(a) + x0 * std::sin(a);
+      }
+    }
+  };
+  const size_t n = tokens.size(), d = size_t(c.head_dim);
+  std::vector<Vec> x(n);
+  for (size_t t = 0; t < n; ++t) {
+    for (int64_t j = 0; j < c.hidden_size; ++j) x[t].push_back(at(w.embed_tokens, tokens[t], j));
+  }
+  for (const LayerWeights& l : w.layers) {
+    std::vector<Vec> q(n), k(n), v(n);
+    for (size_t t = 0; t < n; ++t) {
+      const Vec h = norm(x[t], l.input_norm);
+      q[t] = matvec(l.q_proj, h, l.q_bias);
+      k[t] = matvec(l.k_proj, h, l.k_bias);
+      v[t] = matvec(l.v_proj, h, l.v_bias);
+      rope(q[t], c.num_heads, t);
+      rope(k[t], c.num_kv_heads, t);
+    }
+    for (size_t t = 0; t < n; ++t) {
+      Vec attn(size_t(c.num_heads) * d, 0.0);
+      for (int h = 0; h < c.num_heads; ++h) {
+        const size_t kv = size_t(h / c.group_size());
+        Vec scores(t + 1);
+        double max = -1e300, sum = 0;
+        for (size_t s = 0; s <= t; ++s) {
+          double dot = 0;
+          for (size_t i = 0; i < d; ++i) dot += q[t][size_t(h) * d + i] * k[s][kv * d + i];
+          scores[s] = dot / std::sqrt(double(d));
+          max = std::max(max, scores[s]);
+        }
+        for (double& sc : scores) sum += (sc = std::exp(sc - max));
+        for (size_t s = 0; s <= t; ++s) {
+          for (size_t i = 0; i < d; ++i)
+            attn[size_t(h) * d + i] += scores[s] / sum * v[s][kv * d + i];
+        }
+      }
+      const Vec o = matvec(l.o_proj, attn, {});
+      for (size_t j = 0; j < o.size(); ++j) x[t][j] += o[j];
+      const Vec h = norm(x[t], l.post_attention_norm);
+      const Vec g = matvec(l.gate_proj, h, {}), u = matvec(l.up_proj, h, {});
+      Vec a(g.size());
+      for (size_t j = 0; j < g.size(); ++j) a[j] = g[j] / (1 + std::exp(-g[j])) * u[j];
+      const Vec down = matvec(l.down_proj, a, {});
+      for (size_t j = 0; j < down.size(); ++j) x[t][j] += down[j];
+    }
+  }
+  return matvec(w.lm_head, norm(x.back(), w.final_norm), {});
+}
+
+// Peaked (far from uniform), not one-hot, clear of near-ties, and dependent on the input.
+TEST(MakeModelTest, RandomModelsPredictLikeModels) {
+  ScratchDir dir;
+  for (const char* name : {"tiny", "tiny-qwen2"}) {
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(make_random_checkpoint(preset(name), dir / name, {.seed = 11}).is_ok());
+    auto ck = Checkpoint::open(dir / name);
+    ASSERT_TRUE(ck.is_ok());
+    std::mt19937 rng(5);
+    std::set<size_t> argmaxes;
+    std::vector<double> top_probs, gaps;
+    for (int prompt = 0; prompt < 48; ++prompt) {
+      std::vector<int32_t> tokens = {1};
+      for (int i = 0; i < 5; ++i) tokens.push_back(int32_t(3 + rng() % 256));
+      std::vector<double> logits = last_logits(**ck, tokens);
+      std::vector<double> sorted = logits;
+      std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<>());
+      double z = 0;
+      for (double v : logits) z += std::exp(v - sorted[0]);
+      top_probs.push_back(1.0 / z);
+      gaps.push_back(sorted[0] - sorted[1]);
+      argmaxes.insert(size_t(std::max_element(logits.begin(), logits.end()) - logits.begin()));
+    }
+    std::sort(top_probs.begin(), top_probs.end());
+    std::sort(gaps.begin(), gaps.end());
+    const double median_top = top_probs[top_probs.size() / 2];
+    EXPECT_GT(median_top, 0.2);  // uniform would be 1/512
+    EXPECT_LT(median_top, 0.99);
+    EXPECT_GT(gaps[gaps.size() / 2], 0.3);  // logits have deviation ~5
+    EXPECT_GE(argmaxes.size(), 24u);        // of 48 prompts
+  }
 }
 
 void expect_same_weights(const Checkpoint& x, const Checkpoint& y) {
