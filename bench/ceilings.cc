@@ -41,8 +41,14 @@ double best_seconds(kernels::cpu::ThreadPool& pool, size_t n, F&& fn) {
 
 }  // namespace
 
+namespace {
+int g_bench_threads = 0;
+}  // namespace
+
+void set_bench_threads(int threads) { g_bench_threads = threads; }
+
 kernels::cpu::ThreadPool& bench_pool() {
-  static kernels::cpu::ThreadPool pool(0);
+  static kernels::cpu::ThreadPool pool(g_bench_threads);
   return pool;
 }
 

@@ -7,8 +7,10 @@
 
 namespace baton::bench {
 
-// The process-wide pool benchmarks run kernels on (one thread per hardware thread).
+// The process-wide pool benchmarks run kernels on: one thread per hardware
+// thread unless set_bench_threads() chose otherwise before its first use.
 kernels::cpu::ThreadPool& bench_pool();
+void set_bench_threads(int threads);
 
 struct MemoryBandwidth {
   double read_gbs;   // sum of one array: bytes read / s

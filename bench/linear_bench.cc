@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "bench/ceilings.h"
+#include "bench/stats.h"
 #include "kernels/cpu/linear.h"
 
 namespace baton::bench {
@@ -64,7 +65,9 @@ BENCHMARK(BM_LinearGemv)
     ->Args({1536, 576, 1, 1})
     ->Args({4864, 896, 1, 4})
     ->Args({4864, 896, 1, 8})
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of)
+    ->ComputeStatistics("max", max_of);
 
 void BM_LinearPrefill(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1), m = state.range(3);
@@ -90,7 +93,9 @@ BENCHMARK(BM_LinearPrefill)
     ->Args({1536, 576, 0, 512})
     ->Args({1536, 576, 1, 512})
     ->Args({4864, 896, 1, 16})
-    ->UseRealTime();
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of)
+    ->ComputeStatistics("max", max_of);
 
 void BM_Ceilings(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(measure_memory_bandwidth_gbs());
@@ -108,7 +113,10 @@ void BM_ThreadPoolDispatch(benchmark::State& state) {
   auto& pool = bench_pool();
   for (auto _ : state) pool.parallel_for(pool.size(), [](int64_t, int64_t, int) {});
 }
-BENCHMARK(BM_ThreadPoolDispatch)->UseRealTime();
+BENCHMARK(BM_ThreadPoolDispatch)
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of)
+    ->ComputeStatistics("max", max_of);
 
 }  // namespace
 }  // namespace baton::bench

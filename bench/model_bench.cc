@@ -83,7 +83,8 @@ void run_decode(benchmark::State& state, const std::string& preset, DType dtype)
   // Touch every block so attention reads real memory, not the zero page.
   std::memset(kv->data(), 0x3c, kv->bytes());
   engine::BlockManager manager(batch * blocks_per_seq);
-  std::vector<engine::BlockTable> tables(static_cast<size_t>(batch), engine::BlockTable(kBlockSize));
+  std::vector<engine::BlockTable> tables(static_cast<size_t>(batch),
+                                         engine::BlockTable(kBlockSize));
   std::vector<int32_t> tokens(static_cast<size_t>(batch));
   engine::StepPlan plan;
   for (int32_t s = 0; s < batch; ++s) {

@@ -1,14 +1,18 @@
 // Paged GQA attention on the CPU.
 //
-// Work is planned as a list of items, each one (sequence, KV head, run of query
-// rows, run of keys): the query vectors of an item are all the query heads of
-// the KV head's group for those rows, so K and V are read once per group.
-//  * Prefill rows are tiled by kQueryVectorsPerTile / group rows; the key run
-//    is the causal prefix [0, last row's position].
-//  * Decode rows (and very short query runs) with a long context are split
-//    over the keys into partitions of kPartitionTokens (flash-decoding), so a
-//    single long sequence still keeps every core busy; their partial softmax
-//    states are merged in a second pass.
+// Work is planned as a list of items, each one (sequence, run of KV heads, run
+// of query rows, run of keys): the query vectors of an item are all the query
+// heads of each KV head's group for those rows, so K and V are read once per
+// group.
+//  * Prefill rows are tiled by kQueryVectorsPerTile / group rows, one KV head
+//    per item; the key run is the causal prefix [0, last row's position].
+//  * Decode rows (and very short query runs) take all KV heads of a block in
+//    one item, so each block is read as one contiguous run of memory (per
+//    head, a tile is only 2-4 KiB). A context longer than kPartitionTokens is
+//    split over the keys (flash-decoding), so a single long sequence still
+//    keeps every core busy; partial softmax states are merged in a second
+//    pass. The partition size is fixed, so results do not depend on the
+//    batch or the thread count.
 // Items run with dynamic scheduling (largest first) since their costs differ.
 #include "kernels/cpu/attention.h"
 
@@ -29,14 +33,17 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Query vectors (rows x group heads) per prefill tile: enough to amortise the
 // conversion of each K/V block, few enough that the accumulators stay in L1.
 constexpr int32_t kQueryVectorsPerTile = 32;
-// Keys per decode partition (rounded up to whole blocks).
-constexpr int32_t kPartitionTokens = 512;
+// Keys per decode partition (rounded up to whole blocks): small enough to
+// spread one long context over many cores, large enough that merging
+// partials (n_q x head_dim floats each) costs ~1% of reading the keys.
+constexpr int32_t kPartitionTokens = 256;
 // Query runs up to this many rows are split over keys like decode rows.
 constexpr int32_t kMaxSplitRows = 4;
 
 struct WorkItem {
   int32_t seq;
-  int32_t kv_head;
+  int32_t kv_begin;  // KV heads [kv_begin, kv_end)
+  int32_t kv_end;
   int32_t row_begin;  // rows of the sequence, relative to query_start[seq]
   int32_t row_end;
   int32_t key_begin;  // a multiple of block_size
@@ -45,10 +52,9 @@ struct WorkItem {
   int64_t cost;
 };
 
-// A group of items whose partial results merge into one output slice.
+// Items whose partial results merge into the output of one sequence's rows.
 struct MergeGroup {
   int32_t seq;
-  int32_t kv_head;
   int32_t num_rows;
   int32_t first_item;  // items [first_item, first_item + num_parts) in plan order
   int32_t num_parts;
@@ -60,6 +66,23 @@ struct Scratch {
 };
 
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
+
+// Blocks are scattered over the pool, so the hardware prefetcher cannot
+// foresee the next one: without help every block starts with a full DRAM
+// latency. We ask for the item's K and V runs this many blocks ahead.
+constexpr int32_t kPrefetchBlocksAhead = 4;
+constexpr size_t kCacheLine = 64;
+
+void prefetch_block(const PagedAttentionParams& p, int32_t block, int32_t kv_begin,
+                    int32_t kv_end) {
+  const KvLayout& L = p.layout;
+  const size_t run_bytes = size_t(kv_end - kv_begin) * L.head_tile_elements() * L.element_bytes();
+  for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
+    const char* run = static_cast<const char*>(p.kv_pool) +
+                      L.head_tile_offset(p.layer, block, part, kv_begin) * L.element_bytes();
+    for (size_t off = 0; off < run_bytes; off += kCacheLine) __builtin_prefetch(run + off, 0, 3);
+  }
+}
 
 // Loads one block's K or V tile of `keys` tokens as F32 [keys_padded, head_dim]
 // with zero rows after `keys` (pool slots past the context may hold anything).
@@ -76,38 +99,57 @@ const float* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part
   return buffer;
 }
 
+// Query vector i of an item with `rows` rows is, with per_head = rows * group:
+// KV head kv_begin + i / per_head, row (i % per_head) / group, query head
+// (kv_begin + i / per_head) * group + i % group. Returns its slot in `out`.
+float* output_vector(const PagedAttentionParams& p, int32_t first_row, int32_t rows,
+                     int32_t kv_begin, int32_t i) {
+  const int32_t group = p.num_heads / p.layout.num_kv_heads;
+  const int32_t per_head = rows * group;
+  const int32_t h = kv_begin + i / per_head;
+  const int32_t r = (i % per_head) / group;
+  const int32_t g = i % group;
+  return p.out + (size_t(first_row + r) * p.num_heads + size_t(h * group + g)) * p.layout.head_dim;
+}
+
 void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partials, Scratch& sc) {
   const KvLayout& L = p.layout;
   const int32_t d = L.head_dim;
   const int32_t bs = L.block_size;
   const int32_t group = p.num_heads / L.num_kv_heads;
   const int32_t rows = item.row_end - item.row_begin;
-  const int32_t n_q = rows * group;
+  const int32_t per_head = rows * group;
+  const int32_t n_q = per_head * (item.kv_end - item.kv_begin);
   const int32_t q_len = p.query_start[item.seq + 1] - p.query_start[item.seq];
   const int32_t ctx = p.context_lens[item.seq];
   const int32_t first_row = p.query_start[item.seq] + item.row_begin;
   const int32_t keys_padded_max = round_up(bs, 8);
-  const size_t row_stride = size_t(p.num_heads) * d;
 
   sc.q.resize(size_t(n_q) * d);
   sc.acc.assign(size_t(n_q) * d, 0.0f);
   sc.row_max.assign(size_t(n_q), kNegInf);
   sc.row_sum.assign(size_t(n_q), 0.0f);
   sc.alpha.resize(size_t(n_q));
-  sc.visible.resize(size_t(n_q));
-  sc.scores.resize(size_t(n_q) * keys_padded_max);
+  sc.visible.resize(size_t(per_head));
+  sc.scores.resize(size_t(per_head) * keys_padded_max);
   sc.k.resize(size_t(keys_padded_max) * d);
   sc.v.resize(size_t(keys_padded_max) * d);
 
-  // Query vector i = r * group + g is head (kv_head * group + g) of row r; the
-  // group's heads of one row are adjacent in q.
-  for (int32_t r = 0; r < rows; ++r) {
-    const float* src = p.q + size_t(first_row + r) * row_stride + size_t(item.kv_head) * group * d;
-    float* dst = sc.q.data() + size_t(r) * group * d;
-    for (int32_t c = 0; c < group * d; ++c) dst[c] = src[c] * p.scale;
-  }
+  for (int32_t h = item.kv_begin; h < item.kv_end; ++h)
+    for (int32_t r = 0; r < rows; ++r) {
+      // The group's query heads of one row are adjacent in q.
+      const float* src = p.q + (size_t(first_row + r) * p.num_heads + size_t(h) * group) * d;
+      float* dst = sc.q.data() + (size_t(h - item.kv_begin) * per_head + size_t(r) * group) * d;
+      for (int32_t c = 0; c < group * d; ++c) dst[c] = src[c] * p.scale;
+    }
   const int32_t* table = p.block_tables + size_t(item.seq) * p.block_table_stride;
+  const int32_t first_block = item.key_begin / bs;
+  const int32_t end_block = (item.key_end + bs - 1) / bs;
+  for (int32_t b = first_block; b < std::min(end_block, first_block + kPrefetchBlocksAhead); ++b)
+    prefetch_block(p, table[b], item.kv_begin, item.kv_end);
   for (int32_t kb = item.key_begin; kb < item.key_end; kb += bs) {
+    if (kb / bs + kPrefetchBlocksAhead < end_block)
+      prefetch_block(p, table[kb / bs + kPrefetchBlocksAhead], item.kv_begin, item.kv_end);
     const int32_t keys = std::min(bs, item.key_end - kb);
     const int32_t keys_padded = round_up(keys, 8);
     const int32_t block = table[kb / bs];
@@ -117,27 +159,28 @@ void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partia
       const int32_t visible = std::clamp(pos + 1 - kb, 0, keys);
       for (int32_t g = 0; g < group; ++g) sc.visible[size_t(r) * group + g] = visible;
     }
-    AttentionBlockArgs a;
-    a.q = sc.q.data();
-    a.n_q = n_q;
-    a.head_dim = d;
-    a.k = load_tile(p, block, KvPart::kKey, item.kv_head, keys, keys_padded, sc.k.data());
-    a.v = load_tile(p, block, KvPart::kValue, item.kv_head, keys, keys_padded, sc.v.data());
-    a.keys_padded = keys_padded;
-    a.visible = sc.visible.data();
-    a.scores = sc.scores.data();
-    a.alpha = sc.alpha.data();
-    a.row_max = sc.row_max.data();
-    a.row_sum = sc.row_sum.data();
-    a.acc = sc.acc.data();
-    attend_block(a);
+    for (int32_t h = item.kv_begin; h < item.kv_end; ++h) {
+      const size_t first = size_t(h - item.kv_begin) * per_head;
+      AttentionBlockArgs a;
+      a.q = sc.q.data() + first * d;
+      a.n_q = per_head;
+      a.head_dim = d;
+      a.k = load_tile(p, block, KvPart::kKey, h, keys, keys_padded, sc.k.data());
+      a.v = load_tile(p, block, KvPart::kValue, h, keys, keys_padded, sc.v.data());
+      a.keys_padded = keys_padded;
+      a.visible = sc.visible.data();
+      a.scores = sc.scores.data();
+      a.alpha = sc.alpha.data() + first;
+      a.row_max = sc.row_max.data() + first;
+      a.row_sum = sc.row_sum.data() + first;
+      a.acc = sc.acc.data() + first * d;
+      attend_block(a);
+    }
   }
 
   if (item.partial_offset < 0) {
     for (int32_t i = 0; i < n_q; ++i) {
-      const int32_t r = i / group, g = i % group;
-      float* dst =
-          p.out + size_t(first_row + r) * row_stride + size_t(item.kv_head * group + g) * d;
+      float* dst = output_vector(p, first_row, rows, item.kv_begin, i);
       const float inv = sc.row_sum[i] > 0.0f ? 1.0f / sc.row_sum[i] : 0.0f;
       const float* acc = sc.acc.data() + size_t(i) * d;
       for (int32_t c = 0; c < d; ++c) dst[c] = acc[c] * inv;
@@ -152,19 +195,17 @@ void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partia
 }
 
 // Combines the partitions' softmax states: out = Σ e^(m_p - M) acc_p / Σ e^(m_p - M) l_p.
+// Every part of a group covers the same heads and rows (all KV heads, all rows).
 void merge_group(const PagedAttentionParams& p, const MergeGroup& mg,
                  const std::vector<WorkItem>& items, const float* partials) {
   const int32_t d = p.layout.head_dim;
-  const int32_t group = p.num_heads / p.layout.num_kv_heads;
-  const int32_t n_q = mg.num_rows * group;
-  const size_t row_stride = size_t(p.num_heads) * d;
+  const int32_t n_q = mg.num_rows * p.num_heads;
   const int32_t first_row = p.query_start[mg.seq];
   for (int32_t i = 0; i < n_q; ++i) {
     float global_max = kNegInf;
     for (int32_t j = 0; j < mg.num_parts; ++j)
       global_max = std::max(global_max, partials[items[mg.first_item + j].partial_offset + i]);
-    const int32_t r = i / group, g = i % group;
-    float* dst = p.out + size_t(first_row + r) * row_stride + size_t(mg.kv_head * group + g) * d;
+    float* dst = output_vector(p, first_row, mg.num_rows, 0, i);
     std::fill(dst, dst + d, 0.0f);
     if (global_max == kNegInf) continue;
     float total = 0.0f;
@@ -226,18 +267,22 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
     const int32_t q_len = p.query_start[s + 1] - p.query_start[s];
     const int32_t ctx = p.context_lens[s];
     if (q_len <= 0) continue;
-    if (q_len <= kMaxSplitRows && ctx > partition) {
-      const int32_t n_q = q_len * group;
-      for (int32_t h = 0; h < L.num_kv_heads; ++h) {
-        MergeGroup mg{s, h, q_len, int32_t(items.size()), 0};
-        for (int32_t k0 = 0; k0 < ctx; k0 += partition) {
-          const int32_t k1 = std::min(ctx, k0 + partition);
-          items.push_back({s, h, 0, q_len, k0, k1, partial_floats, int64_t(n_q) * (k1 - k0)});
-          partial_floats += int64_t(n_q) * (d + 2);
-          ++mg.num_parts;
-        }
-        merges.push_back(mg);
+    if (q_len <= kMaxSplitRows) {
+      const int32_t n_q = q_len * p.num_heads;
+      if (ctx <= partition) {
+        items.push_back({s, 0, L.num_kv_heads, 0, q_len, 0, std::max(ctx, 0), -1,
+                         int64_t(n_q) * std::max(ctx, 1)});
+        continue;
       }
+      MergeGroup mg{s, q_len, int32_t(items.size()), 0};
+      for (int32_t k0 = 0; k0 < ctx; k0 += partition) {
+        const int32_t k1 = std::min(ctx, k0 + partition);
+        items.push_back(
+            {s, 0, L.num_kv_heads, 0, q_len, k0, k1, partial_floats, int64_t(n_q) * (k1 - k0)});
+        partial_floats += int64_t(n_q) * (d + 2);
+        ++mg.num_parts;
+      }
+      merges.push_back(mg);
       continue;
     }
     for (int32_t r0 = 0; r0 < q_len; r0 += rows_per_tile) {
@@ -245,7 +290,7 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
       const int32_t key_end = std::clamp(ctx - q_len + r1, 0, ctx);
       for (int32_t h = 0; h < L.num_kv_heads; ++h)
         items.push_back(
-            {s, h, r0, r1, 0, key_end, -1, int64_t(r1 - r0) * group * std::max(key_end, 1)});
+            {s, h, h + 1, r0, r1, 0, key_end, -1, int64_t(r1 - r0) * group * std::max(key_end, 1)});
     }
   }
   if (items.empty()) return;
