@@ -131,28 +131,36 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
                  "is missing and model_type names no supported model");
 }
 
-Status read_rope_scaling(const FieldReader& r, ModelConfig& c) {
-  const json* v = r.find("rope_scaling");
+// `section` is "rope_scaling" (transformers 4) or "rope_parameters"
+// (transformers 5, which also moves rope_theta inside it).
+Status read_rope_scaling(const FieldReader& r, ModelConfig& c, const std::string& section) {
+  const json* v = r.find(section);
   if (v == nullptr) return Status::ok();
-  if (!v->is_object()) return r.invalid("rope_scaling", "must be an object or null");
+  if (!v->is_object()) return r.invalid(section, "must be an object or null");
+  if (auto theta = v->find("rope_theta"); theta != v->end() && !theta->is_null()) {
+    if (!theta->is_number() || !std::isfinite(theta->get<double>()) || theta->get<double>() <= 0) {
+      return r.invalid(section + ".rope_theta", "must be a positive number, got " + theta->dump());
+    }
+    c.rope_theta = theta->get<double>();
+  }
   // transformers accepts both spellings; "rope_type" is the newer one.
   std::string type;
   for (const char* key : {"rope_type", "type"}) {
     auto it = v->find(key);
     if (it == v->end() || it->is_null()) continue;
-    if (!it->is_string()) return r.invalid(std::string("rope_scaling.") + key, "must be a string");
+    if (!it->is_string()) return r.invalid(section + "." + key, "must be a string");
     type = it->get<std::string>();
     break;
   }
-  if (type.empty()) return r.invalid("rope_scaling.rope_type", "is required");
+  if (type.empty()) return r.invalid(section + ".rope_type", "is required");
   if (type == "default") return Status::ok();
   if (type != "llama3") {
-    return r.error(StatusCode::kUnimplemented, "rope_scaling.rope_type",
+    return r.error(StatusCode::kUnimplemented, section + ".rope_type",
                    "\"" + type + "\" is not supported (only \"llama3\" and \"default\" are)");
   }
   auto number = [&](const char* key) -> Result<double> {
     auto it = v->find(key);
-    std::string name = std::string("rope_scaling.") + key;
+    std::string name = section + "." + key;
     if (it == v->end() || it->is_null()) return r.invalid(name, "is required for llama3");
     if (!it->is_number()) return r.invalid(name, "must be a number, got " + it->dump());
     double x = it->get<double>();
@@ -166,15 +174,15 @@ Status read_rope_scaling(const FieldReader& r, ModelConfig& c) {
   BATON_ASSIGN_OR_RETURN(double original, number("original_max_position_embeddings"));
   auto orig_it = v->find("original_max_position_embeddings");
   if (!orig_it->is_number_integer()) {
-    return r.invalid("rope_scaling.original_max_position_embeddings", "must be an integer");
+    return r.invalid(section + ".original_max_position_embeddings", "must be an integer");
   }
   c.rope_scaling.original_max_position_embeddings = int64_t(original);
   if (c.rope_scaling.factor < 1.0) {
-    return r.invalid("rope_scaling.factor", "must be at least 1");
+    return r.invalid(section + ".factor", "must be at least 1");
   }
   // The smooth interpolation divides by (high - low).
   if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor) {
-    return r.invalid("rope_scaling.high_freq_factor", "must be greater than low_freq_factor");
+    return r.invalid(section + ".high_freq_factor", "must be greater than low_freq_factor");
   }
   return Status::ok();
 }
@@ -284,7 +292,14 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
     return r.error(StatusCode::kUnimplemented, "mlp_bias", "true is not supported");
   }
 
-  BATON_RETURN_IF_ERROR(read_rope_scaling(r, c));
+  const json* rope_scaling = r.find("rope_scaling");
+  const json* rope_parameters = r.find("rope_parameters");
+  if (rope_scaling != nullptr && !rope_scaling->is_null() && rope_parameters != nullptr &&
+      !rope_parameters->is_null()) {
+    return r.invalid("rope_parameters", "given together with rope_scaling; give one of them");
+  }
+  BATON_RETURN_IF_ERROR(read_rope_scaling(r, c, "rope_scaling"));
+  BATON_RETURN_IF_ERROR(read_rope_scaling(r, c, "rope_parameters"));
   BATON_RETURN_IF_ERROR(check_sliding_window(r, c));
 
   // Token ids: transformers defaults Llama and Mistral to bos 1 / eos 2, Qwen2 to none.

@@ -109,6 +109,41 @@ TEST(ModelConfigTest, ParsesLlama31WithLlama3RopeScaling) {
   EXPECT_FALSE(c->tie_word_embeddings);
 }
 
+// transformers 5 writes rope_theta and the scaling inside "rope_parameters".
+TEST(ModelConfigTest, ParsesTransformers5RopeParameters) {
+  json j = doc(kLlama31);
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {{"rope_type", "llama3"},   {"rope_theta", 250000.0},
+                          {"factor", 4.0},           {"low_freq_factor", 1.0},
+                          {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 4096}};
+  auto c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->rope_theta, 250000.0);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kLlama3);
+  EXPECT_EQ(c->rope_scaling.factor, 4.0);
+  EXPECT_EQ(c->rope_scaling.original_max_position_embeddings, 4096);
+
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", 1e6}};
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->rope_theta, 1e6);
+  EXPECT_EQ(c->rope_scaling.type, RopeScaling::Type::kNone);
+
+  j["rope_parameters"] = {{"rope_type", "yarn"}, {"rope_theta", 1e6}, {"factor", 4.0}};
+  c = parse(j);
+  ASSERT_FALSE(c.is_ok());
+  EXPECT_EQ(c.status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(c.status().message().find("rope_parameters.rope_type"), std::string::npos);
+
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", -1}};
+  EXPECT_NE(parse(j).status().message().find("rope_parameters.rope_theta"), std::string::npos);
+
+  j["rope_parameters"] = {{"rope_type", "default"}};
+  j["rope_scaling"] = {{"rope_type", "llama3"}};
+  EXPECT_NE(parse(j).status().message().find("rope_parameters"), std::string::npos);
+}
+
 TEST(ModelConfigTest, ParsesQwen25WithBiasAndInactiveWindow) {
   auto c = parse(doc(kQwen25));
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
