@@ -84,18 +84,24 @@ void prefetch_block(const PagedAttentionParams& p, int32_t block, int32_t kv_beg
   }
 }
 
-// Loads one block's K or V tile of `keys` tokens as F32 [keys_padded, head_dim]
-// with zero rows after `keys` (pool slots past the context may hold anything).
-// F32 pools with a full block are used in place.
-const float* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part, int32_t kv_head,
-                       int32_t keys, int32_t keys_padded, float* buffer) {
+// One block's K or V tile of `keys` tokens, as attend_block will read it:
+// in place, in the pool's dtype, when the block is full and the kernel can
+// read that dtype; otherwise converted to F32 [keys_padded, head_dim] in
+// `buffer` with zero rows after `keys` (pool slots past the context may hold
+// anything, NaN included).
+const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part, int32_t kv_head,
+                      int32_t keys, int32_t keys_padded, float* buffer, DType* dtype) {
   const KvLayout& L = p.layout;
   const size_t offset = L.head_tile_offset(p.layer, block, part, kv_head);
-  if (L.dtype == DType::kF32 && keys == L.block_size && keys == keys_padded)
-    return static_cast<const float*>(p.kv_pool) + offset;
   const char* src = static_cast<const char*>(p.kv_pool) + offset * L.element_bytes();
+  if (keys == L.block_size && keys == keys_padded &&
+      (L.dtype == DType::kF32 || attend_block_reads_half(L.head_dim, keys_padded))) {
+    *dtype = L.dtype;
+    return src;
+  }
   convert_to_f32(src, L.dtype, int64_t(keys) * L.head_dim, buffer);
   std::fill(buffer + size_t(keys) * L.head_dim, buffer + size_t(keys_padded) * L.head_dim, 0.0f);
+  *dtype = DType::kF32;
   return buffer;
 }
 
@@ -165,8 +171,10 @@ void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partia
       a.q = sc.q.data() + first * d;
       a.n_q = per_head;
       a.head_dim = d;
-      a.k = load_tile(p, block, KvPart::kKey, h, keys, keys_padded, sc.k.data());
-      a.v = load_tile(p, block, KvPart::kValue, h, keys, keys_padded, sc.v.data());
+      DType k_dtype, v_dtype;
+      a.k = load_tile(p, block, KvPart::kKey, h, keys, keys_padded, sc.k.data(), &k_dtype);
+      a.v = load_tile(p, block, KvPart::kValue, h, keys, keys_padded, sc.v.data(), &v_dtype);
+      a.kv_dtype = k_dtype;  // both tiles take the same branch of load_tile
       a.keys_padded = keys_padded;
       a.visible = sc.visible.data();
       a.scores = sc.scores.data();

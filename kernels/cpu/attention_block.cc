@@ -38,6 +38,8 @@ float softmax_update_scalar(float* s, int32_t visible, int32_t keys, float* row_
 
 void attend_block_scalar(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
+  const float* k = static_cast<const float*>(a.k);  // F32 only here
+  const float* v = static_cast<const float*>(a.v);
   int32_t max_visible = 0;
   for (int32_t i = 0; i < a.n_q; ++i) {
     const float* qi = a.q + size_t(i) * d;
@@ -45,7 +47,7 @@ void attend_block_scalar(const AttentionBlockArgs& a) {
     const int32_t visible = std::min(a.visible[i], a.keys_padded);
     max_visible = std::max(max_visible, visible);
     for (int32_t t = 0; t < visible; ++t) {
-      const float* kt = a.k + size_t(t) * d;
+      const float* kt = k + size_t(t) * d;
       float dot = 0.0f;
       for (int32_t c = 0; c < d; ++c) dot += qi[c] * kt[c];
       s[t] = dot;
@@ -58,7 +60,7 @@ void attend_block_scalar(const AttentionBlockArgs& a) {
     for (int32_t c = 0; c < d; ++c) acc[c] *= a.alpha[i];
     for (int32_t t = 0; t < max_visible; ++t) {
       if (p[t] == 0.0f) continue;
-      const float* vt = a.v + size_t(t) * d;
+      const float* vt = v + size_t(t) * d;
       for (int32_t c = 0; c < d; ++c) acc[c] += p[t] * vt[c];
     }
   }
@@ -66,17 +68,30 @@ void attend_block_scalar(const AttentionBlockArgs& a) {
 
 #if BATON_HAVE_X86
 
+// Eight K/V elements starting at element i of a tile, as floats.
+template <DType T>
+BATON_AVX2_INLINE __m256 load8_kv(const void* base, size_t i) {
+  if constexpr (T == DType::kF32) {
+    return _mm256_loadu_ps(static_cast<const float*>(base) + i);
+  } else if constexpr (T == DType::kBF16) {
+    return avx2::load8_bf16(static_cast<const uint16_t*>(base) + i);
+  } else {
+    return avx2::load8_f16(static_cast<const uint16_t*>(base) + i);
+  }
+}
+
 // Scores of one query against keys [0, keys) (keys a multiple of 8), eight
 // keys at a time so one transposing horizontal sum yields eight scores.
-BATON_AVX2 void scores_avx2(const float* q, const float* k, int32_t d, int32_t keys, float* s) {
+template <DType T>
+BATON_AVX2 void scores_avx2(const float* q, const void* k, int32_t d, int32_t keys, float* s) {
   for (int32_t t0 = 0; t0 < keys; t0 += 8) {
     __m256 acc[8];
     for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    const float* kt = k + size_t(t0) * d;
+    const size_t kt = size_t(t0) * d;
     for (int32_t c = 0; c < d; c += 8) {
       __m256 qv = _mm256_loadu_ps(q + c);
       for (int j = 0; j < 8; ++j)
-        acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kt + size_t(j) * d + c), acc[j]);
+        acc[j] = _mm256_fmadd_ps(qv, load8_kv<T>(k, kt + size_t(j) * d + c), acc[j]);
     }
     _mm256_storeu_ps(s + t0, avx2::hsum8x8(acc));
   }
@@ -116,24 +131,41 @@ BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, fl
   return alpha;
 }
 
-// acc[r] = acc[r] * alpha[r] + Σ_t p[r][t] · v[t] for R queries at once, so each
-// V vector loaded serves R queries.
-template <int R>
-BATON_AVX2 void pv_avx2(const float* p, int32_t p_stride, const float* alpha, const float* v,
-                        int32_t d, int32_t keys, float* acc) {
-  for (int32_t c = 0; c < d; c += 8) {
-    __m256 a[R];
-    for (int r = 0; r < R; ++r)
-      a[r] = _mm256_mul_ps(_mm256_loadu_ps(acc + size_t(r) * d + c), _mm256_set1_ps(alpha[r]));
-    for (int32_t t = 0; t < keys; ++t) {
-      __m256 vt = _mm256_loadu_ps(v + size_t(t) * d + c);
-      for (int r = 0; r < R; ++r)
-        a[r] = _mm256_fmadd_ps(_mm256_broadcast_ss(p + size_t(r) * p_stride + t), vt, a[r]);
+// acc[r] = acc[r] * alpha[r] + Σ_t p[r][t] · v[t] for R queries and C chunks of
+// 8 dimensions at once: each V load serves R queries, and R x C independent
+// accumulators hide the FMA latency (one chain per accumulator would stall).
+template <DType T, int R, int C>
+BATON_AVX2_INLINE void pv_chunk_avx2(const float* p, int32_t p_stride, const float* alpha,
+                                     const void* v, int32_t d, int32_t keys, int32_t c0,
+                                     float* acc) {
+  __m256 a[R][C];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j)
+      a[r][j] = _mm256_mul_ps(_mm256_loadu_ps(acc + size_t(r) * d + c0 + 8 * j),
+                              _mm256_set1_ps(alpha[r]));
+  for (int32_t t = 0; t < keys; ++t) {
+    __m256 vt[C];
+    for (int j = 0; j < C; ++j) vt[j] = load8_kv<T>(v, size_t(t) * d + c0 + 8 * j);
+    for (int r = 0; r < R; ++r) {
+      const __m256 pr = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
+      for (int j = 0; j < C; ++j) a[r][j] = _mm256_fmadd_ps(pr, vt[j], a[r][j]);
     }
-    for (int r = 0; r < R; ++r) _mm256_storeu_ps(acc + size_t(r) * d + c, a[r]);
   }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + size_t(r) * d + c0 + 8 * j, a[r][j]);
 }
 
+// C chunks per pass such that R x C accumulators plus C V registers fit in 16.
+template <DType T, int R>
+BATON_AVX2 void pv_avx2(const float* p, int32_t p_stride, const float* alpha, const void* v,
+                        int32_t d, int32_t keys, float* acc) {
+  constexpr int C = R <= 3 ? 4 : 2;
+  int32_t c = 0;
+  for (; c + 8 * C <= d; c += 8 * C) pv_chunk_avx2<T, R, C>(p, p_stride, alpha, v, d, keys, c, acc);
+  for (; c < d; c += 8) pv_chunk_avx2<T, R, 1>(p, p_stride, alpha, v, d, keys, c, acc);
+}
+
+template <DType T>
 BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
   int32_t max_visible = 0;
@@ -142,34 +174,50 @@ BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
     const int32_t visible = std::min(a.visible[i], a.keys_padded);
     max_visible = std::max(max_visible, visible);
     const int32_t keys = (visible + 7) & ~7;
-    scores_avx2(a.q + size_t(i) * d, a.k, d, keys, s);
+    scores_avx2<T>(a.q + size_t(i) * d, a.k, d, keys, s);
     a.alpha[i] = softmax_update_avx2(s, visible, a.keys_padded, a.row_max + i, a.row_sum + i);
   }
   constexpr int kRows = 4;
   int32_t i = 0;
   for (; i + kRows <= a.n_q; i += kRows)
-    pv_avx2<kRows>(a.scores + size_t(i) * a.keys_padded, a.keys_padded, a.alpha + i, a.v, d,
-                   max_visible, a.acc + size_t(i) * d);
+    pv_avx2<T, kRows>(a.scores + size_t(i) * a.keys_padded, a.keys_padded, a.alpha + i, a.v, d,
+                      max_visible, a.acc + size_t(i) * d);
   const int32_t rest = a.n_q - i;
   const float* p = a.scores + size_t(i) * a.keys_padded;
   float* acc = a.acc + size_t(i) * d;
-  if (rest == 3) pv_avx2<3>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
-  if (rest == 2) pv_avx2<2>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
-  if (rest == 1) pv_avx2<1>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+  if (rest == 3) pv_avx2<T, 3>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+  if (rest == 2) pv_avx2<T, 2>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+  if (rest == 1) pv_avx2<T, 1>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
 }
 
 #endif  // BATON_HAVE_X86
 
 }  // namespace
 
+bool attend_block_reads_half(int32_t head_dim, int32_t keys_padded) {
+#if BATON_HAVE_X86
+  return use_avx2() && head_dim % 8 == 0 && keys_padded % 8 == 0;
+#else
+  (void)head_dim;
+  (void)keys_padded;
+  return false;
+#endif
+}
+
 void attend_block(const AttentionBlockArgs& a) {
 #if BATON_HAVE_X86
   if (use_avx2() && a.head_dim % 8 == 0 && a.keys_padded % 8 == 0) {
-    attend_block_avx2(a);
-    return;
+    switch (a.kv_dtype) {
+      case DType::kF32:
+        return attend_block_avx2<DType::kF32>(a);
+      case DType::kF16:
+        return attend_block_avx2<DType::kF16>(a);
+      case DType::kBF16:
+        return attend_block_avx2<DType::kBF16>(a);
+    }
   }
 #endif
-  attend_block_scalar(a);
+  attend_block_scalar(a);  // callers pass F32 tiles whenever this path can be taken
 }
 
 }  // namespace baton::kernels::cpu

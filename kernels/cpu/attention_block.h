@@ -9,14 +9,20 @@
 
 #include <cstdint>
 
+#include "common/dtype.h"
+
 namespace baton::kernels::cpu {
 
 struct AttentionBlockArgs {
   const float* q = nullptr;  // [n_q, head_dim], already multiplied by the scale
   int32_t n_q = 0;
   int32_t head_dim = 0;
-  const float* k = nullptr;          // [keys_padded, head_dim], finite everywhere
-  const float* v = nullptr;          // [keys_padded, head_dim], finite everywhere
+  // [keys_padded, head_dim] of kv_dtype. Scores may read rows past
+  // max(visible) (masked afterwards), so they must be addressable; pass F16 or
+  // BF16 only when attend_block_reads_half() says so, else F32.
+  const void* k = nullptr;
+  const void* v = nullptr;
+  DType kv_dtype = DType::kF32;
   int32_t keys_padded = 0;           // rows of k/v and the scores stride; a multiple of 8
   const int32_t* visible = nullptr;  // [n_q]: query i sees keys [0, visible[i]) of this block
   float* scores = nullptr;           // scratch [n_q, keys_padded]
@@ -29,5 +35,9 @@ struct AttentionBlockArgs {
 
 // Applies one block. Uses AVX2 when enabled and head_dim % 8 == 0.
 void attend_block(const AttentionBlockArgs& a);
+
+// True when attend_block can read F16/BF16 K/V directly (converting in
+// registers) for this shape; otherwise the caller converts tiles to F32 first.
+bool attend_block_reads_half(int32_t head_dim, int32_t keys_padded);
 
 }  // namespace baton::kernels::cpu
