@@ -1,0 +1,80 @@
+#include "kv_transfer/block_runs.h"
+
+#include <xxhash.h>
+
+#include <string>
+#include <unordered_set>
+
+namespace baton::kv_transfer {
+
+std::vector<BlockRun> merge_block_runs(std::span<const int32_t> src, std::span<const int32_t> dst) {
+  std::vector<BlockRun> runs;
+  for (size_t i = 0; i < src.size() && i < dst.size(); ++i) {
+    if (!runs.empty()) {
+      BlockRun& last = runs.back();
+      if (src[i] == last.src_block + last.count && dst[i] == last.dst_block + last.count) {
+        ++last.count;
+        continue;
+      }
+    }
+    runs.push_back(BlockRun{src[i], dst[i], 1});
+  }
+  return runs;
+}
+
+Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_layout,
+                            std::span<const int32_t> dst, const KvLayout& dst_layout) {
+  if (src.empty()) return invalid_argument("empty block list");
+  if (src.size() != dst.size()) {
+    return invalid_argument("source has " + std::to_string(src.size()) + " blocks, destination " +
+                            std::to_string(dst.size()));
+  }
+  if (!src_layout.same_geometry(dst_layout)) {
+    return invalid_argument("source and destination pools differ in KV geometry");
+  }
+  std::unordered_set<int32_t> seen;
+  for (size_t i = 0; i < src.size(); ++i) {
+    if (src[i] < 0 || src[i] >= src_layout.num_blocks) {
+      return out_of_range("source block " + std::to_string(src[i]) + " outside the pool");
+    }
+    if (dst[i] < 0 || dst[i] >= dst_layout.num_blocks) {
+      return out_of_range("destination block " + std::to_string(dst[i]) + " outside the pool");
+    }
+    if (!seen.insert(dst[i]).second) {
+      return invalid_argument("destination block " + std::to_string(dst[i]) + " repeated");
+    }
+  }
+  return Status::ok();
+}
+
+KvChecksum::KvChecksum() : state_(XXH3_createState()) {
+  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
+}
+
+KvChecksum::~KvChecksum() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
+
+void KvChecksum::add_layer(const uint8_t* pool, const KvLayout& layout, int32_t layer,
+                           std::span<const BlockRun> runs, bool source_side) {
+  auto* state = static_cast<XXH3_state_t*>(state_);
+  for (const BlockRun& run : runs) {
+    int32_t block = source_side ? run.src_block : run.dst_block;
+    XXH3_64bits_update(state, pool + layout.block_byte_offset(layer, block),
+                       size_t(run.count) * layout.block_bytes());
+  }
+}
+
+uint64_t KvChecksum::digest() const {
+  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+}
+
+uint64_t checksum_blocks(const uint8_t* pool, const KvLayout& layout,
+                         std::span<const int32_t> blocks, int32_t layer_begin, int32_t layer_end) {
+  std::vector<BlockRun> runs = merge_block_runs(blocks, blocks);
+  KvChecksum sum;
+  for (int32_t layer = layer_begin; layer < layer_end; ++layer) {
+    sum.add_layer(pool, layout, layer, runs, /*source_side=*/false);
+  }
+  return sum.digest();
+}
+
+}  // namespace baton::kv_transfer

@@ -1,0 +1,494 @@
+// kv_transfer/engine_core.cc — TransferEngine set-up, the progress thread,
+// endpoints (connect, probe, tear down) and deadlines.
+#include <poll.h>
+
+#include <algorithm>
+
+#include "common/logging.h"
+#include "kv_transfer/engine_impl.h"
+
+namespace baton::kv_transfer {
+namespace {
+
+void op_callback(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<OpContext*>(user_data);
+  op->engine->on_op_complete(op, status);
+  ucp_request_free(request);
+}
+
+void endpoint_error_callback(void* arg, ucp_ep_h /*ep*/, ucs_status_t status) {
+  auto* tag = static_cast<EndpointTag*>(arg);
+  tag->engine->on_endpoint_error(tag, status);
+}
+
+ucs_status_t control_callback(void* arg, const void* header, size_t header_length, void* /*data*/,
+                              size_t /*length*/, const ucp_am_recv_param_t* param) {
+  ucp_ep_h reply = (param->recv_attr & UCP_AM_RECV_ATTR_FIELD_REPLY_EP) ? param->reply_ep : nullptr;
+  return static_cast<TransferEngine::Impl*>(arg)->on_control(header, header_length, reply);
+}
+
+ucs_status_t data_callback(void* arg, const void* header, size_t header_length, void* data,
+                           size_t length, const ucp_am_recv_param_t* param) {
+  return static_cast<TransferEngine::Impl*>(arg)->on_data(header, header_length, data, length,
+                                                          param);
+}
+
+}  // namespace
+
+// ---- set-up -----------------------------------------------------------------
+
+Status TransferEngine::Impl::init() {
+  if (config_.pool_memory == PoolMemory::kCuda) {
+    // This build's UCX reports no CUDA memory type; the pinned-host staging
+    // path is not implemented yet.
+    return unimplemented("kv_transfer: CUDA pools need a UCX built with CUDA support");
+  }
+  std::vector<std::pair<std::string, std::string>> env(config_.ucx_env.begin(),
+                                                       config_.ucx_env.end());
+  BATON_ASSIGN_OR_RETURN(UcpConfigPtr ucp_config, read_ucp_config(env));
+
+  ucp_params_t params{};
+  params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.mt_workers_shared = 0;
+  ucp_context_h context = nullptr;
+  BATON_UCX(ucp_init(&params, ucp_config.get(), &context));
+  context_.reset(context);
+
+  ucp_worker_params_t worker_params{};
+  worker_params.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE;
+  worker_params.thread_mode = UCS_THREAD_MODE_SINGLE;
+  ucp_worker_h worker = nullptr;
+  BATON_UCX(ucp_worker_create(context_.get(), &worker_params, &worker));
+  worker_.reset(worker);
+  BATON_UCX(ucp_worker_get_efd(worker_.get(), &event_fd_));
+
+  ucp_mem_map_params_t map{};
+  map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  map.address = pool_;
+  map.length = pool_bytes_;
+  ucp_mem_h mem = nullptr;
+  BATON_UCX(ucp_mem_map(context_.get(), &map, &mem));
+  registration_ = MemRegistration(context_.get(), mem);
+
+  void* rkey_buffer = nullptr;
+  size_t rkey_size = 0;
+  BATON_UCX(ucp_rkey_pack(context_.get(), mem, &rkey_buffer, &rkey_size));
+  RkeyBufferPtr rkey_owner(rkey_buffer);
+
+  ucp_address_t* address = nullptr;
+  size_t address_length = 0;
+  BATON_UCX(ucp_worker_get_address(worker_.get(), &address, &address_length));
+  WorkerAddress worker_address(worker_.get(), address, address_length);
+
+  PoolDescriptor d;
+  d.worker_address = worker_address.bytes();
+  d.pool_base = reinterpret_cast<uint64_t>(pool_);
+  d.pool_bytes = pool_bytes_;
+  auto* rk = static_cast<const uint8_t*>(rkey_buffer);
+  d.rkey.assign(rk, rk + rkey_size);
+  d.layout = layout_;
+  descriptor_bytes_ = encode_descriptor(d);
+
+  for (auto [id, cb] : {std::pair{kAmControl, &control_callback}, {kAmData, &data_callback}}) {
+    ucp_am_handler_param_t handler{};
+    handler.field_mask = UCP_AM_HANDLER_PARAM_FIELD_ID | UCP_AM_HANDLER_PARAM_FIELD_CB |
+                         UCP_AM_HANDLER_PARAM_FIELD_ARG | UCP_AM_HANDLER_PARAM_FIELD_FLAGS;
+    handler.id = id;
+    handler.cb = cb;
+    handler.arg = this;
+    handler.flags = UCP_AM_FLAG_WHOLE_MSG;
+    BATON_UCX(ucp_worker_set_am_recv_handler(worker_.get(), &handler));
+  }
+
+  transports_ = context_transports(context_.get());
+  std::string list;
+  for (const auto& t : transports_) list += (list.empty() ? "" : " ") + t;
+  spdlog::info("kv_transfer[{}]: UCX {} transports: {}; pool {} bytes registered; mode {}",
+               config_.node_name, ucp_get_version_string(), list, pool_bytes_,
+               transfer_mode_name(config_.mode));
+
+  thread_ = std::thread([this] { run(); });
+  return Status::ok();
+}
+
+TransferEngine::Impl::~Impl() {
+  if (thread_.joinable()) {
+    stopping_ = true;
+    ucp_worker_signal(worker_.get());
+    thread_.join();
+  }
+}
+
+// ---- the progress loop -------------------------------------------------------
+
+void TransferEngine::Impl::enqueue(std::function<void()> command) {
+  {
+    std::lock_guard lock(api_mutex_);
+    commands_.push_back(std::move(command));
+  }
+  ucp_worker_signal(worker_.get());
+}
+
+bool TransferEngine::Impl::busy() const {
+  if (!sends_.empty()) return true;
+  for (const auto& [id, e] : expectations_) {
+    if (e.outstanding > 0) return true;
+  }
+  return false;
+}
+
+void TransferEngine::Impl::run() {
+  constexpr int kProgressBurst = 64;
+  while (!stopping_) {
+    std::vector<std::function<void()>> commands;
+    {
+      std::lock_guard lock(api_mutex_);
+      commands.swap(commands_);
+    }
+    for (auto& command : commands) command();
+    int progressed = 0;
+    while (progressed < kProgressBurst && ucp_worker_progress(worker_.get()) != 0) ++progressed;
+    process_events();
+    Clock::time_point now = Clock::now();
+    check_deadlines(now);
+    if (progressed > 0 || !commands.empty() || busy()) continue;
+    wait_for_events(now);
+  }
+  shutdown();
+}
+
+void TransferEngine::Impl::wait_for_events(Clock::time_point now) {
+  ucs_status_t status = ucp_worker_arm(worker_.get());
+  if (status == UCS_ERR_BUSY) return;  // events already pending
+  if (status != UCS_OK) {
+    spdlog::warn("kv_transfer[{}]: ucp_worker_arm failed: {}", config_.node_name,
+                 ucs_status_string(status));
+  }
+  auto wait = config_.idle_wait;
+  for (const auto& [id, e] : expectations_) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(e.deadline - now);
+    wait = std::clamp(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0), wait);
+  }
+  pollfd fd{event_fd_, POLLIN, 0};
+  poll(&fd, 1, int(wait.count()));
+}
+
+void TransferEngine::Impl::process_events() {
+  // Connections and endpoint failures first: they decide what transfers can do.
+  while (!connected_.empty() || !failed_endpoints_.empty() || !dirty_sends_.empty() ||
+         !dirty_recvs_.empty()) {
+    auto connected = std::move(connected_);
+    connected_.clear();
+    for (auto [peer, generation, status] : connected) on_connected(peer, generation, status);
+    auto failed = std::move(failed_endpoints_);
+    failed_endpoints_.clear();
+    for (auto [peer, generation, status] : failed) {
+      if (peer < peers_.size() && peers_[peer].generation == generation &&
+          peers_[peer].phase != PeerState::Phase::kIdle) {
+        tear_down(peer, Status(ucx_status_code(status),
+                               std::string("peer endpoint failed: ") + ucs_status_string(status)));
+      }
+    }
+    auto sends = std::move(dirty_sends_);
+    dirty_sends_.clear();
+    for (uint64_t id : sends) maybe_finish_send(id);
+    auto recvs = std::move(dirty_recvs_);
+    dirty_recvs_.clear();
+    for (uint64_t id : recvs) maybe_finish_recv(id);
+  }
+}
+
+void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
+  std::vector<PeerId> expired_peers;
+  for (auto& [id, t] : sends_) {
+    if (t.phase != SendTransfer::Phase::kDone && t.failure.is_ok() && now > t.deadline) {
+      fail_send(t, deadline_exceeded("transfer " + std::to_string(id) + " missed its deadline"));
+      expired_peers.push_back(t.peer);
+      dirty_sends_.push_back(id);
+    }
+  }
+  // A peer that let a transfer expire is presumed broken: its endpoint goes,
+  // which also cancels whatever of ours is still in flight on it.
+  for (PeerId peer : expired_peers) {
+    if (peers_[peer].phase != PeerState::Phase::kIdle) {
+      tear_down(peer, deadline_exceeded("peer did not complete a transfer in time"));
+    }
+  }
+  for (auto& [id, e] : expectations_) {
+    if (!e.failed && !e.noticed && now > e.deadline) {
+      e.failed = true;
+      e.result = deadline_exceeded("expected transfer " + std::to_string(id) +
+                                   " did not complete in time");
+      dirty_recvs_.push_back(id);
+    }
+  }
+  process_events();
+}
+
+void TransferEngine::Impl::shutdown() {
+  for (auto& [id, t] : sends_) {
+    if (t.failure.is_ok()) t.failure = Status(StatusCode::kAborted, "transfer engine stopped");
+  }
+  for (auto& [id, e] : expectations_) {
+    if (!e.failed && !e.noticed) {
+      e.failed = true;
+      e.result = Status(StatusCode::kAborted, "transfer engine stopped");
+    }
+  }
+  for (PeerId p = 0; p < peers_.size(); ++p) {
+    if (peers_[p].phase != PeerState::Phase::kIdle) {
+      tear_down(p, Status(StatusCode::kAborted, "transfer engine stopped"));
+    }
+  }
+  // Whatever UCX still holds completes within the bound; then report.
+  auto until = Clock::now() + config_.close_timeout;
+  while (Clock::now() < until && busy()) {
+    ucp_worker_progress(worker_.get());
+    for (auto& [id, t] : sends_) dirty_sends_.push_back(id);
+    for (auto& [id, e] : expectations_) dirty_recvs_.push_back(id);
+    process_events();
+  }
+  for (auto& [id, e] : expectations_) dirty_recvs_.push_back(id);
+  process_events();
+  for (auto& [id, t] : sends_) {
+    spdlog::error("kv_transfer[{}]: transfer {} still has UCX operations at shutdown",
+                  config_.node_name, id);
+  }
+}
+
+// ---- endpoints ---------------------------------------------------------------
+
+ucs_status_ptr_t TransferEngine::Impl::post_op(OpContext* op, ucs_status_ptr_t request) {
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) delete op;
+  return request;
+}
+
+void TransferEngine::Impl::connect(PeerId id) {
+  PeerState& peer = peers_[id];
+  if (peer.phase != PeerState::Phase::kIdle) return;
+  ++peer.generation;
+  endpoint_tags_.push_back(EndpointTag{this, id, peer.generation});
+  ucp_ep_params_t params{};
+  params.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS | UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE |
+                      UCP_EP_PARAM_FIELD_ERR_HANDLER;
+  params.address = reinterpret_cast<const ucp_address_t*>(peer.descriptor.worker_address.data());
+  params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  params.err_handler.cb = endpoint_error_callback;
+  params.err_handler.arg = &endpoint_tags_.back();
+  ucs_status_t status = UCS_ERR_UNREACHABLE;
+  if (!peer_errors_unsupported_) status = ucp_ep_create(worker_.get(), &params, &peer.ep);
+  if (status == UCS_ERR_UNREACHABLE) {
+    // UCX 1.13's shared-memory transports cannot detect a dead peer, so UCX
+    // refuses PEER error handling over them. Fall back to none: deadlines and
+    // the receiver's ack still bound every transfer.
+    if (!peer_errors_unsupported_) {
+      spdlog::warn(
+          "kv_transfer[{}]: transports to peer {} offer no peer-failure detection; "
+          "relying on deadlines and acks",
+          config_.node_name, id);
+      peer_errors_unsupported_ = true;  // and no second try: UCX logs each refusal
+    }
+    params.field_mask &= ~uint64_t(UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    status = ucp_ep_create(worker_.get(), &params, &peer.ep);
+  }
+  if (status != UCS_OK) {
+    peer.ep = nullptr;
+    connected_.emplace_back(id, peer.generation, status);
+    peer.phase = PeerState::Phase::kConnecting;
+    return;
+  }
+  peer.phase = PeerState::Phase::kConnecting;
+  // A flush completes once wire-up has settled the endpoint's lanes; only then
+  // does the lane table say what UCX will really use.
+  auto* op = new OpContext{this, 0, OpContext::kConnect, id, peer.generation};
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = op_callback;
+  param.user_data = op;
+  ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {
+    connected_.emplace_back(id, peer.generation, UCS_PTR_STATUS(request));
+  }
+}
+
+void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_status_t status) {
+  PeerState& peer = peers_[id];
+  if (peer.generation != generation || peer.phase != PeerState::Phase::kConnecting) return;
+  if (status != UCS_OK) {
+    tear_down(id, Status(ucx_status_code(status),
+                         std::string("connecting to peer failed: ") + ucs_status_string(status)));
+    return;
+  }
+  peer.caps = probe_endpoint(peer.ep);
+  ucp_rkey_h rkey = nullptr;
+  ucs_status_t unpack = ucp_ep_rkey_unpack(peer.ep, peer.descriptor.rkey.data(), &rkey);
+  if (unpack == UCS_OK) peer.rkey.reset(rkey);
+  bool rma = config_.mode == TransferMode::kRma ||
+             (config_.mode == TransferMode::kAuto && peer.caps.native_rma);
+  if (rma && peer.rkey == nullptr) {
+    tear_down(id, ucx_error("ucp_ep_rkey_unpack", unpack, __FILE__, __LINE__));
+    return;
+  }
+  peer.mode = rma ? TransferMode::kRma : TransferMode::kAm;
+  peer.phase = PeerState::Phase::kReady;
+  std::string lanes;
+  for (const auto& t : peer.caps.transports) lanes += (lanes.empty() ? "" : " ") + t;
+  spdlog::info("kv_transfer[{}]: peer {} connected over {} ({} RMA); transfers use {}",
+               config_.node_name, id, lanes, peer.caps.native_rma ? "native" : "emulated",
+               transfer_mode_name(peer.mode));
+  spdlog::debug("kv_transfer[{}]: peer {} lanes:\n{}", config_.node_name, id, peer.caps.lane_table);
+  auto waiting = std::move(peer.waiting);
+  peer.waiting.clear();
+  for (uint64_t t : waiting) {
+    auto it = sends_.find(t);
+    if (it != sends_.end()) pump(it->second, t);
+  }
+}
+
+void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
+  PeerState& peer = peers_[id];
+  spdlog::warn("kv_transfer[{}]: tearing down endpoint to peer {}: {}", config_.node_name, id,
+               why.to_string());
+  counters_.torn_down++;
+  // Fail this peer's transfers first, so completions arriving from the forced
+  // close find them already failed.
+  for (auto& [tid, t] : sends_) {
+    if (t.peer == id && t.phase != SendTransfer::Phase::kDone) {
+      fail_send(t, why);
+      dirty_sends_.push_back(tid);
+    }
+  }
+  peer.waiting.clear();
+  peer.rkey.reset();  // rkeys go before their endpoint
+  ucp_ep_h ep = std::exchange(peer.ep, nullptr);
+  peer.phase = PeerState::Phase::kIdle;
+  ++peer.generation;  // callbacks of the old endpoint no longer match
+  Status closed = close_endpoint(worker_.get(), ep, /*force=*/true, config_.close_timeout);
+  if (!closed.is_ok()) {
+    spdlog::warn("kv_transfer[{}]: {}", config_.node_name, closed.to_string());
+  }
+}
+
+void TransferEngine::Impl::on_endpoint_error(EndpointTag* tag, ucs_status_t status) {
+  failed_endpoints_.emplace_back(tag->peer, tag->generation, status);
+}
+
+void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
+  switch (op->kind) {
+    case OpContext::kConnect:
+      connected_.emplace_back(op->peer, op->generation, status);
+      break;
+    case OpContext::kSendData:
+    case OpContext::kFlush:
+    case OpContext::kNotice: {
+      auto it = sends_.find(op->transfer_id);
+      if (it != sends_.end()) {
+        SendTransfer& t = it->second;
+        --t.outstanding;
+        if (status != UCS_OK && t.failure.is_ok()) {
+          t.failure = Status(ucx_status_code(status),
+                             std::string("UCX operation failed: ") + ucs_status_string(status));
+        }
+        if (op->kind == OpContext::kFlush && status == UCS_OK) t.flush_done = true;
+        dirty_sends_.push_back(op->transfer_id);
+      }
+      break;
+    }
+    case OpContext::kRecvData: {
+      auto it = expectations_.find(op->transfer_id);
+      if (it != expectations_.end()) {
+        Expectation& e = it->second;
+        --e.outstanding;
+        if (status == UCS_OK) {
+          e.received_bytes += op->bytes;
+        } else if (!e.failed) {
+          e.failed = true;
+          e.result = Status(ucx_status_code(status),
+                            std::string("receiving KV data failed: ") + ucs_status_string(status));
+        }
+        dirty_recvs_.push_back(op->transfer_id);
+      }
+      break;
+    }
+    case OpContext::kAck:
+      break;
+  }
+  delete op;
+}
+
+// ---- public API --------------------------------------------------------------
+
+Result<PeerId> TransferEngine::Impl::add_peer(std::span<const uint8_t> bytes) {
+  BATON_ASSIGN_OR_RETURN(PoolDescriptor d, decode_descriptor(bytes));
+  if (!d.layout.same_geometry(layout_)) {
+    return invalid_argument("peer pool has a different KV geometry");
+  }
+  PeerId id;
+  {
+    std::lock_guard lock(api_mutex_);
+    id = PeerId(peer_layouts_.size());
+    peer_layouts_.push_back(d.layout);
+  }
+  enqueue([this, d = std::move(d)]() mutable {
+    peers_.emplace_back();
+    peers_.back().descriptor = std::move(d);
+  });
+  return id;
+}
+
+EngineStats TransferEngine::Impl::stats() const {
+  EngineStats s;
+  s.sends_ok = counters_.sends_ok;
+  s.sends_failed = counters_.sends_failed;
+  s.receives_ok = counters_.receives_ok;
+  s.receives_failed = counters_.receives_failed;
+  s.ops_posted = counters_.ops_posted;
+  s.bytes_sent = counters_.bytes_sent;
+  s.notices_rejected = counters_.notices_rejected;
+  s.data_rejected = counters_.data_rejected;
+  s.endpoints_torn_down = counters_.torn_down;
+  return s;
+}
+
+Result<std::unique_ptr<TransferEngine>> TransferEngine::create(const TransferConfig& config,
+                                                               const KvLayout& layout, void* pool,
+                                                               size_t pool_bytes) {
+  BATON_RETURN_IF_ERROR(validate(config));
+  if (pool == nullptr || pool_bytes != layout.total_bytes() || layout.num_blocks <= 0 ||
+      layout.num_layers <= 0) {
+    return invalid_argument("kv_transfer: pool size does not match its KV layout");
+  }
+  auto impl = std::make_unique<Impl>(config, layout, static_cast<uint8_t*>(pool), pool_bytes);
+  BATON_RETURN_IF_ERROR(impl->init().with_context("starting the KV transfer engine"));
+  return std::unique_ptr<TransferEngine>(new TransferEngine(std::move(impl)));
+}
+
+TransferEngine::TransferEngine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+TransferEngine::~TransferEngine() = default;
+
+const std::vector<uint8_t>& TransferEngine::descriptor() const { return impl_->descriptor_bytes_; }
+Result<PeerId> TransferEngine::add_peer(std::span<const uint8_t> d) { return impl_->add_peer(d); }
+Status TransferEngine::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done) {
+  return impl_->begin_send(peer, std::move(spec), std::move(on_done));
+}
+Status TransferEngine::post_layers(uint64_t transfer_id, int32_t layer_end) {
+  return impl_->post_layers(transfer_id, layer_end);
+}
+Status TransferEngine::write_blocks(PeerId peer, SendSpec spec, TransferCallback on_done) {
+  uint64_t id = spec.transfer_id;
+  int32_t end = spec.layer_end < 0 ? impl_->layout_.num_layers : spec.layer_end;
+  BATON_RETURN_IF_ERROR(impl_->begin_send(peer, std::move(spec), std::move(on_done)));
+  return impl_->post_layers(id, end);
+}
+Status TransferEngine::expect(RecvSpec spec, TransferCallback on_done) {
+  return impl_->expect(std::move(spec), std::move(on_done));
+}
+Status TransferEngine::send_control_bytes(PeerId peer, std::vector<uint8_t> bytes) {
+  return impl_->send_control_bytes(peer, std::move(bytes));
+}
+EngineStats TransferEngine::stats() const { return impl_->stats(); }
+std::vector<std::string> TransferEngine::transports() const { return impl_->transports_; }
+
+}  // namespace baton::kv_transfer

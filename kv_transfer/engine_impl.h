@@ -1,0 +1,190 @@
+// kv_transfer/engine_impl.h — internals of TransferEngine, shared by its .cc files.
+//
+// Threading: API calls validate what they can under `api_mutex_`, then queue a
+// command and wake the progress thread with ucp_worker_signal. Everything UCX
+// (the worker, endpoints, requests, AM handlers) and every map below marked
+// "progress thread" is touched by that thread only. UCX callbacks only record
+// what happened and mark a transfer dirty; the loop acts on it afterwards, so
+// no callback re-enters a half-updated map (force-closing an endpoint completes
+// its requests from inside ucp_ep_close_nbx).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "kv_transfer/block_runs.h"
+#include "kv_transfer/transfer_engine.h"
+#include "kv_transfer/ucx_handles.h"
+#include "kv_transfer/ucx_probe.h"
+#include "kv_transfer/wire.h"
+
+namespace baton::kv_transfer {
+
+inline constexpr uint32_t kAmControl = 11;  // notices, acks (and whatever garbage arrives)
+inline constexpr uint32_t kAmData = 12;     // one merged run of KV bytes
+
+// user_data of every UCX request we post.
+struct OpContext {
+  enum Kind : uint8_t { kSendData, kFlush, kNotice, kRecvData, kAck, kConnect };
+  OpContext(TransferEngine::Impl* e, uint64_t id, Kind k, uint32_t p = 0, uint64_t g = 0)
+      : engine(e), transfer_id(id), kind(k), peer(p), generation(g) {}
+  TransferEngine::Impl* engine = nullptr;
+  uint64_t transfer_id = 0;
+  Kind kind = kSendData;
+  uint32_t peer = 0;
+  uint64_t generation = 0;
+  uint64_t bytes = 0;
+  std::vector<uint8_t> header;  // AM header, alive until the send completes
+};
+
+// err_handler argument of an endpoint.
+struct EndpointTag {
+  TransferEngine::Impl* engine = nullptr;
+  uint32_t peer = 0;
+  uint64_t generation = 0;
+};
+
+struct PeerState {  // progress thread
+  PoolDescriptor descriptor;
+  enum class Phase { kIdle, kConnecting, kReady } phase = Phase::kIdle;
+  ucp_ep_h ep = nullptr;
+  RkeyPtr rkey;
+  uint64_t generation = 0;
+  TransferMode mode = TransferMode::kAm;
+  EndpointCaps caps;
+  std::vector<uint64_t> waiting;  // transfers queued until connected
+};
+
+struct SendTransfer {  // progress thread
+  SendSpec spec;
+  PeerId peer = 0;
+  TransferCallback on_done;
+  Clock::time_point started, deadline;
+  std::vector<BlockRun> runs;
+  int32_t posted_end = 0;  // layers the caller has handed over
+  int32_t issued_end = 0;  // layers given to UCX
+  std::unique_ptr<KvChecksum> checksum;
+  TransferMode mode = TransferMode::kAm;
+  uint32_t ops = 0;
+  uint64_t bytes = 0;
+  int outstanding = 0;
+  enum class Phase { kPosting, kFlushing, kAwaitAck, kDone } phase = Phase::kPosting;
+  bool flush_done = false;
+  bool acked = false;
+  Status failure;  // first error, if any
+  uint64_t digest = 0;
+};
+
+struct Expectation {  // progress thread
+  RecvSpec spec;
+  TransferCallback on_done;
+  Clock::time_point started, deadline;
+  std::unordered_set<int32_t> blocks;
+  uint64_t expected_bytes = 0;
+  uint64_t received_bytes = 0;
+  int outstanding = 0;
+  bool noticed = false;
+  bool failed = false;
+  Status result;
+  Notice notice;
+};
+
+class TransferEngine::Impl {
+ public:
+  Impl(const TransferConfig& config, const KvLayout& layout, uint8_t* pool, size_t pool_bytes)
+      : config_(config), layout_(layout), pool_(pool), pool_bytes_(pool_bytes) {}
+  ~Impl();
+
+  Status init();  // context, worker, registration, descriptor, handlers, thread
+
+  // API side (any thread).
+  Result<PeerId> add_peer(std::span<const uint8_t> bytes);
+  Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
+  Status post_layers(uint64_t transfer_id, int32_t layer_end);
+  Status expect(RecvSpec spec, TransferCallback on_done);
+  Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
+  EngineStats stats() const;
+
+  // UCX callbacks (progress thread).
+  void on_op_complete(OpContext* op, ucs_status_t status);
+  void on_endpoint_error(EndpointTag* tag, ucs_status_t status);
+  ucs_status_t on_control(const void* header, size_t header_length, ucp_ep_h reply_ep);
+  ucs_status_t on_data(const void* header, size_t header_length, void* data, size_t length,
+                       const ucp_am_recv_param_t* param);
+
+  const TransferConfig config_;
+  const KvLayout layout_;
+  uint8_t* const pool_;
+  const size_t pool_bytes_;
+  std::vector<uint8_t> descriptor_bytes_;
+  std::vector<std::string> transports_;
+
+ private:
+  void run();
+  void enqueue(std::function<void()> command);
+  void wait_for_events(Clock::time_point now);
+  bool busy() const;
+
+  // Peers and endpoints.
+  void connect(PeerId id);
+  void on_connected(PeerId id, uint64_t generation, ucs_status_t status);
+  void tear_down(PeerId id, const Status& why);
+  ucs_status_ptr_t post_op(OpContext* op, ucs_status_ptr_t request);
+
+  // Sending.
+  void start_send(uint64_t transfer_id);
+  void pump(SendTransfer& t, uint64_t id);
+  void issue_layer(SendTransfer& t, uint64_t id, PeerState& peer, int32_t layer);
+  void fail_send(SendTransfer& t, const Status& why);
+  void maybe_finish_send(uint64_t id);
+
+  // Receiving.
+  void handle_notice(const Notice& n, ucp_ep_h reply_ep);
+  void handle_ack(const Notice& n);
+  void send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict);
+  void maybe_finish_recv(uint64_t id);
+  void reject_notice(const std::string& why);
+
+  void check_deadlines(Clock::time_point now);
+  void process_events();
+  void shutdown();
+
+  UcpContextPtr context_;
+  UcpWorkerPtr worker_;
+  MemRegistration registration_;
+  int event_fd_ = -1;
+  bool peer_errors_unsupported_ = false;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+
+  // API side, under api_mutex_.
+  mutable std::mutex api_mutex_;
+  std::vector<KvLayout> peer_layouts_;
+  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> send_tickets_;  // id -> posted, end
+  std::unordered_set<uint64_t> recv_tickets_;
+  std::vector<std::function<void()>> commands_;
+
+  // Progress thread.
+  std::vector<PeerState> peers_;
+  std::deque<EndpointTag> endpoint_tags_;
+  std::unordered_map<uint64_t, SendTransfer> sends_;
+  std::unordered_map<uint64_t, Expectation> expectations_;
+  std::vector<uint64_t> dirty_sends_, dirty_recvs_;
+  std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> failed_endpoints_;
+  std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> connected_;
+
+  struct Counters {
+    std::atomic<uint64_t> sends_ok{0}, sends_failed{0}, receives_ok{0}, receives_failed{0},
+        ops_posted{0}, bytes_sent{0}, notices_rejected{0}, data_rejected{0}, torn_down{0};
+  } counters_;
+};
+
+}  // namespace baton::kv_transfer

@@ -1,0 +1,219 @@
+// kv_transfer/engine_recv.cc — the receiver: expectations, AM data landing in
+// the expected blocks, notices, checksum verification, acks.
+#include <cstring>
+
+#include "common/logging.h"
+#include "kv_transfer/engine_impl.h"
+
+namespace baton::kv_transfer {
+namespace {
+
+void recv_callback(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
+  auto* op = static_cast<OpContext*>(user_data);
+  op->engine->on_op_complete(op, status);
+  ucp_request_free(request);
+}
+
+void ack_callback(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<OpContext*>(user_data);
+  op->engine->on_op_complete(op, status);
+  ucp_request_free(request);
+}
+
+}  // namespace
+
+Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
+  if (!on_done) return invalid_argument("expect needs a completion callback");
+  if (spec.layer_end < 0) spec.layer_end = layout_.num_layers;
+  if (spec.layer_begin < 0 || spec.layer_begin >= spec.layer_end ||
+      spec.layer_end > layout_.num_layers) {
+    return out_of_range("expected layer range outside the pool");
+  }
+  BATON_RETURN_IF_ERROR(validate_block_lists(spec.dst_blocks, layout_, spec.dst_blocks, layout_));
+  {
+    std::lock_guard lock(api_mutex_);
+    if (!recv_tickets_.insert(spec.transfer_id).second) {
+      return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
+                              " is already expected");
+    }
+  }
+  uint64_t id = spec.transfer_id;
+  enqueue([this, id, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
+    Expectation& e = expectations_[id];
+    e.started = Clock::now();
+    e.deadline = e.started + spec.deadline.value_or(config_.default_deadline);
+    e.blocks.insert(spec.dst_blocks.begin(), spec.dst_blocks.end());
+    e.expected_bytes = uint64_t(spec.dst_blocks.size()) * layout_.block_bytes() *
+                       uint64_t(spec.layer_end - spec.layer_begin);
+    e.spec = std::move(spec);
+    e.on_done = std::move(on_done);
+  });
+  return Status::ok();
+}
+
+void TransferEngine::Impl::reject_notice(const std::string& why) {
+  counters_.notices_rejected++;
+  spdlog::warn("kv_transfer[{}]: rejected control message: {}", config_.node_name, why);
+}
+
+ucs_status_t TransferEngine::Impl::on_control(const void* header, size_t header_length,
+                                              ucp_ep_h reply_ep) {
+  Result<Notice> n =
+      decode_notice({static_cast<const uint8_t*>(header), header == nullptr ? 0 : header_length});
+  if (!n.is_ok()) {
+    reject_notice(n.status().message());
+    return UCS_OK;
+  }
+  if (n->kind == WireKind::kAck) {
+    handle_ack(*n);
+  } else {
+    handle_notice(*n, reply_ep);
+  }
+  return UCS_OK;
+}
+
+ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_length, void* data,
+                                           size_t length, const ucp_am_recv_param_t* param) {
+  bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
+  auto reject = [&](const std::string& why) {
+    counters_.data_rejected++;
+    spdlog::warn("kv_transfer[{}]: rejected KV data: {}", config_.node_name, why);
+    if (rendezvous) ucp_am_data_release(worker_.get(), data);
+    return UCS_OK;
+  };
+  Result<DataHeader> h = decode_data_header({static_cast<const uint8_t*>(header), header_length});
+  if (!h.is_ok()) return reject(h.status().message());
+  auto it = expectations_.find(h->transfer_id);
+  if (it == expectations_.end() || it->second.failed || it->second.noticed) {
+    return reject("transfer " + std::to_string(h->transfer_id) + " is not expected (late?)");
+  }
+  Expectation& e = it->second;
+  if (h->layer < e.spec.layer_begin || h->layer >= e.spec.layer_end) {
+    return reject("layer " + std::to_string(h->layer) + " outside the expected range");
+  }
+  for (int32_t b = h->dst_block; b < h->dst_block + h->block_count; ++b) {
+    if (!e.blocks.contains(b)) {
+      return reject("block " + std::to_string(b) + " is not reserved for transfer " +
+                    std::to_string(h->transfer_id));
+    }
+  }
+  size_t expected_length = size_t(h->block_count) * layout_.block_bytes();
+  if (length != expected_length || e.received_bytes + length > e.expected_bytes) {
+    return reject("data length " + std::to_string(length) + " does not match its blocks");
+  }
+  uint8_t* dst = pool_ + layout_.block_byte_offset(h->layer, h->dst_block);
+  if (!rendezvous) {
+    std::memcpy(dst, data, length);
+    e.received_bytes += length;
+    return UCS_OK;
+  }
+  // Rendezvous: UCX fetches the bytes straight into the reserved blocks.
+  auto* op = new OpContext{this, h->transfer_id, OpContext::kRecvData};
+  op->bytes = length;
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.recv_am = recv_callback;
+  rp.user_data = op;
+  ucs_status_ptr_t request =
+      post_op(op, ucp_am_recv_data_nbx(worker_.get(), data, dst, length, &rp));
+  if (UCS_PTR_IS_ERR(request)) {
+    e.failed = true;
+    e.result = ucx_error("ucp_am_recv_data_nbx", UCS_PTR_STATUS(request), __FILE__, __LINE__);
+    dirty_recvs_.push_back(h->transfer_id);
+  } else if (request == nullptr) {
+    e.received_bytes += length;
+  } else {
+    ++e.outstanding;
+  }
+  return UCS_OK;
+}
+
+void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
+  auto it = expectations_.find(n.transfer_id);
+  if (it == expectations_.end() || it->second.failed || it->second.noticed) {
+    reject_notice("notice for transfer " + std::to_string(n.transfer_id) +
+                  " that is not expected (late, duplicate or expired)");
+    if (reply_ep != nullptr) {
+      send_ack(reply_ep, n, Status(StatusCode::kAborted, "not expected"));
+    }
+    return;
+  }
+  Expectation& e = it->second;
+  if (n.request_id != e.spec.request_id || n.layer_begin != e.spec.layer_begin ||
+      n.layer_end != e.spec.layer_end || n.num_blocks != e.spec.dst_blocks.size() ||
+      n.bytes != e.expected_bytes) {
+    reject_notice("notice for transfer " + std::to_string(n.transfer_id) +
+                  " does not match its expectation");
+    return;
+  }
+  e.noticed = true;
+  e.notice = n;
+  Status verdict;
+  if ((n.flags & kNoticeFlagAmData) != 0 &&
+      (e.received_bytes != e.expected_bytes || e.outstanding != 0)) {
+    verdict =
+        data_loss("notice arrived before all data of transfer " + std::to_string(n.transfer_id));
+  } else if (config_.verify_checksum) {
+    uint64_t sum =
+        checksum_blocks(pool_, layout_, e.spec.dst_blocks, e.spec.layer_begin, e.spec.layer_end);
+    if (sum != n.checksum) {
+      verdict = data_loss("checksum mismatch on transfer " + std::to_string(n.transfer_id));
+    }
+  }
+  e.result = verdict;
+  if (reply_ep != nullptr) send_ack(reply_ep, n, verdict);
+  dirty_recvs_.push_back(n.transfer_id);
+}
+
+void TransferEngine::Impl::send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict) {
+  Notice ack = n;
+  ack.kind = WireKind::kAck;
+  ack.status_code = uint32_t(verdict.code());
+  ack.flags = 0;
+  auto* op = new OpContext{this, n.transfer_id, OpContext::kAck};
+  op->header = encode_notice(ack);
+  ucp_request_param_t param{};
+  param.op_attr_mask =
+      UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
+  param.cb.send = ack_callback;
+  param.user_data = op;
+  param.flags = UCP_AM_SEND_FLAG_EAGER;
+  ucs_status_ptr_t request = post_op(op, ucp_am_send_nbx(reply_ep, kAmControl, op->header.data(),
+                                                         op->header.size(), nullptr, 0, &param));
+  if (UCS_PTR_IS_ERR(request)) {
+    spdlog::warn("kv_transfer[{}]: ack for transfer {} not sent: {}", config_.node_name,
+                 n.transfer_id, ucs_status_string(UCS_PTR_STATUS(request)));
+  }
+}
+
+void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
+  auto it = expectations_.find(id);
+  if (it == expectations_.end()) return;
+  Expectation& e = it->second;
+  // Blocks are handed back only when no receive of ours can still write them.
+  if (e.outstanding != 0 || !(e.noticed || e.failed)) return;
+  TransferResult r;
+  r.status = e.result;
+  r.request_id = e.spec.request_id;
+  r.transfer_id = id;
+  r.bytes = e.notice.bytes;
+  r.ops = e.notice.ops;
+  r.checksum = e.notice.checksum;
+  r.mode = (e.notice.flags & kNoticeFlagAmData) ? TransferMode::kAm : TransferMode::kRma;
+  r.started = e.started;
+  r.finished = Clock::now();
+  (r.status.is_ok() ? counters_.receives_ok : counters_.receives_failed)++;
+  if (!r.status.is_ok()) {
+    spdlog::warn("kv_transfer[{}]: receive {} (request {}) failed: {}", config_.node_name, id,
+                 r.request_id, r.status.to_string());
+  }
+  TransferCallback done = std::move(e.on_done);
+  expectations_.erase(it);
+  {
+    std::lock_guard lock(api_mutex_);
+    recv_tickets_.erase(id);
+  }
+  done(r);
+}
+
+}  // namespace baton::kv_transfer

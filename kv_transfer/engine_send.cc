@@ -1,0 +1,262 @@
+// kv_transfer/engine_send.cc — the sender: merged runs per layer as RMA puts
+// or AM rendezvous, flush, completion notice, ack.
+#include "common/logging.h"
+#include "kv_transfer/engine_impl.h"
+
+namespace baton::kv_transfer {
+namespace {
+
+void send_callback(void* request, ucs_status_t status, void* user_data) {
+  auto* op = static_cast<OpContext*>(user_data);
+  op->engine->on_op_complete(op, status);
+  ucp_request_free(request);
+}
+
+ucp_request_param_t request_param(OpContext* op) {
+  ucp_request_param_t param{};
+  param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  param.cb.send = send_callback;
+  param.user_data = op;
+  return param;
+}
+
+}  // namespace
+
+Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done) {
+  if (!on_done) return invalid_argument("begin_send needs a completion callback");
+  {
+    std::lock_guard lock(api_mutex_);
+    if (peer >= peer_layouts_.size()) {
+      return not_found("unknown peer " + std::to_string(peer));
+    }
+    if (spec.layer_end < 0) spec.layer_end = layout_.num_layers;
+    if (spec.layer_begin < 0 || spec.layer_begin >= spec.layer_end ||
+        spec.layer_end > layout_.num_layers) {
+      return out_of_range("layer range [" + std::to_string(spec.layer_begin) + ", " +
+                          std::to_string(spec.layer_end) + ") outside the pool");
+    }
+    BATON_RETURN_IF_ERROR(
+        validate_block_lists(spec.src_blocks, layout_, spec.dst_blocks, peer_layouts_[peer]));
+    if (!send_tickets_.emplace(spec.transfer_id, std::pair{spec.layer_begin, spec.layer_end})
+             .second) {
+      return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
+                              " is already in flight");
+    }
+  }
+  uint64_t id = spec.transfer_id;
+  enqueue([this, peer, id, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
+    SendTransfer& t = sends_[id];
+    t.started = Clock::now();
+    t.deadline = t.started + spec.deadline.value_or(config_.default_deadline);
+    t.runs = merge_block_runs(spec.src_blocks, spec.dst_blocks);
+    t.posted_end = t.issued_end = spec.layer_begin;
+    t.spec = std::move(spec);
+    t.peer = peer;
+    t.on_done = std::move(on_done);
+    t.checksum = std::make_unique<KvChecksum>();
+    start_send(id);
+  });
+  return Status::ok();
+}
+
+Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end) {
+  {
+    std::lock_guard lock(api_mutex_);
+    auto it = send_tickets_.find(transfer_id);
+    if (it == send_tickets_.end()) {
+      return not_found("no transfer " + std::to_string(transfer_id) + " in flight");
+    }
+    auto& [posted, end] = it->second;
+    if (layer_end > end || layer_end < posted) {
+      return out_of_range("post_layers(" + std::to_string(layer_end) + ") outside [" +
+                          std::to_string(posted) + ", " + std::to_string(end) + "]");
+    }
+    posted = layer_end;
+  }
+  enqueue([this, transfer_id, layer_end] {
+    auto it = sends_.find(transfer_id);
+    if (it == sends_.end()) return;  // already failed and reported
+    it->second.posted_end = std::max(it->second.posted_end, layer_end);
+    pump(it->second, transfer_id);
+  });
+  return Status::ok();
+}
+
+void TransferEngine::Impl::start_send(uint64_t id) {
+  SendTransfer& t = sends_[id];
+  PeerState& peer = peers_[t.peer];
+  if (peer.phase == PeerState::Phase::kIdle) connect(t.peer);
+  if (peer.phase != PeerState::Phase::kReady) {
+    peer.waiting.push_back(id);
+    return;
+  }
+  pump(t, id);
+}
+
+void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
+  PeerState& peer = peers_[t.peer];
+  if (!t.failure.is_ok() || peer.phase != PeerState::Phase::kReady) return;
+  t.mode = peer.mode;
+  while (t.issued_end < t.posted_end && t.failure.is_ok()) {
+    issue_layer(t, id, peer, t.issued_end);
+    ++t.issued_end;
+  }
+  if (t.issued_end == t.spec.layer_end && t.phase == SendTransfer::Phase::kPosting &&
+      t.failure.is_ok()) {
+    // Remote completion of every put/message before the notice goes out.
+    t.digest = t.checksum->digest();
+    t.phase = SendTransfer::Phase::kFlushing;
+    auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
+    ucp_request_param_t param = request_param(op);
+    ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
+    if (UCS_PTR_IS_ERR(request)) {
+      fail_send(t, ucx_error("ucp_ep_flush_nbx", UCS_PTR_STATUS(request), __FILE__, __LINE__));
+    } else if (request == nullptr) {
+      t.flush_done = true;
+    } else {
+      ++t.outstanding;
+    }
+  }
+  dirty_sends_.push_back(id);
+}
+
+void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& peer,
+                                       int32_t layer) {
+  const KvLayout& remote = peer.descriptor.layout;
+  for (const BlockRun& run : t.runs) {
+    const uint8_t* src = pool_ + layout_.block_byte_offset(layer, run.src_block);
+    size_t length = size_t(run.count) * layout_.block_bytes();
+    auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
+    ucp_request_param_t param = request_param(op);
+    ucs_status_ptr_t request;
+    const char* call;
+    if (t.mode == TransferMode::kRma) {
+      uint64_t remote_address =
+          peer.descriptor.pool_base + remote.block_byte_offset(layer, run.dst_block);
+      call = "ucp_put_nbx";
+      request =
+          post_op(op, ucp_put_nbx(peer.ep, src, length, remote_address, peer.rkey.get(), &param));
+    } else {
+      op->header = encode_data_header(DataHeader{id, layer, run.dst_block, run.count});
+      call = "ucp_am_send_nbx";
+      request = post_op(op, ucp_am_send_nbx(peer.ep, kAmData, op->header.data(), op->header.size(),
+                                            src, length, &param));
+    }
+    if (UCS_PTR_IS_ERR(request)) {
+      fail_send(t, ucx_error(call, UCS_PTR_STATUS(request), __FILE__, __LINE__));
+      return;
+    }
+    if (request != nullptr) ++t.outstanding;
+    ++t.ops;
+    t.bytes += length;
+    counters_.ops_posted++;
+    counters_.bytes_sent += length;
+  }
+  // Hash while the layer is on the wire; the source is stable until completion.
+  t.checksum->add_layer(pool_, layout_, layer, t.runs, /*source_side=*/true);
+}
+
+void TransferEngine::Impl::fail_send(SendTransfer& t, const Status& why) {
+  if (t.failure.is_ok()) t.failure = why;
+}
+
+void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
+  auto it = sends_.find(id);
+  if (it == sends_.end()) return;
+  SendTransfer& t = it->second;
+  if (t.failure.is_ok() && t.phase == SendTransfer::Phase::kFlushing && t.flush_done &&
+      t.outstanding == 0) {
+    PeerState& peer = peers_[t.peer];
+    Notice n;
+    n.kind = WireKind::kNotice;
+    n.request_id = t.spec.request_id;
+    n.transfer_id = id;
+    n.layer_begin = t.spec.layer_begin;
+    n.layer_end = t.spec.layer_end;
+    n.num_blocks = uint32_t(t.spec.src_blocks.size());
+    n.ops = t.ops;
+    n.bytes = t.bytes;
+    n.checksum = t.digest;
+    n.flags = t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0;
+    auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
+    op->header = encode_notice(n);
+    ucp_request_param_t param = request_param(op);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    t.phase = SendTransfer::Phase::kAwaitAck;
+    ucs_status_ptr_t request = post_op(op, ucp_am_send_nbx(peer.ep, kAmControl, op->header.data(),
+                                                           op->header.size(), nullptr, 0, &param));
+    if (UCS_PTR_IS_ERR(request)) {
+      fail_send(t,
+                ucx_error("ucp_am_send_nbx(notice)", UCS_PTR_STATUS(request), __FILE__, __LINE__));
+    } else if (request != nullptr) {
+      ++t.outstanding;
+    }
+  }
+  bool finished = t.outstanding == 0 && (!t.failure.is_ok() || t.acked);
+  if (!finished) return;
+  TransferResult r;
+  r.status = t.failure;
+  r.request_id = t.spec.request_id;
+  r.transfer_id = id;
+  r.bytes = t.bytes;
+  r.ops = t.ops;
+  r.checksum = t.digest;
+  r.mode = t.mode;
+  r.started = t.started;
+  r.finished = Clock::now();
+  (r.status.is_ok() ? counters_.sends_ok : counters_.sends_failed)++;
+  if (!r.status.is_ok()) {
+    spdlog::warn("kv_transfer[{}]: send {} (request {}) failed: {}", config_.node_name, id,
+                 r.request_id, r.status.to_string());
+  }
+  TransferCallback done = std::move(t.on_done);
+  sends_.erase(it);
+  {
+    std::lock_guard lock(api_mutex_);
+    send_tickets_.erase(id);
+  }
+  done(r);
+}
+
+void TransferEngine::Impl::handle_ack(const Notice& n) {
+  auto it = sends_.find(n.transfer_id);
+  if (it == sends_.end() || it->second.phase != SendTransfer::Phase::kAwaitAck ||
+      it->second.spec.request_id != n.request_id) {
+    reject_notice("ack for transfer " + std::to_string(n.transfer_id) +
+                  " that awaits none (late or duplicate)");
+    return;
+  }
+  SendTransfer& t = it->second;
+  t.acked = true;
+  if (n.status_code != uint32_t(StatusCode::kOk) && t.failure.is_ok()) {
+    t.failure = Status(StatusCode(n.status_code),
+                       "receiver rejected transfer " + std::to_string(n.transfer_id));
+  }
+  dirty_sends_.push_back(n.transfer_id);
+}
+
+Status TransferEngine::Impl::send_control_bytes(PeerId peer_id, std::vector<uint8_t> bytes) {
+  {
+    std::lock_guard lock(api_mutex_);
+    if (peer_id >= peer_layouts_.size()) return not_found("unknown peer");
+  }
+  enqueue([this, peer_id, bytes = std::move(bytes)]() mutable {
+    PeerState& peer = peers_[peer_id];
+    if (peer.phase != PeerState::Phase::kReady) {
+      spdlog::warn("kv_transfer[{}]: control bytes to unconnected peer {} dropped",
+                   config_.node_name, peer_id);
+      return;
+    }
+    auto* op = new OpContext{this, 0, OpContext::kAck, peer_id, peer.generation};
+    op->header = std::move(bytes);
+    ucp_request_param_t param = request_param(op);
+    param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
+    param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
+    post_op(op, ucp_am_send_nbx(peer.ep, kAmControl, op->header.data(), op->header.size(), nullptr,
+                                0, &param));
+  });
+  return Status::ok();
+}
+
+}  // namespace baton::kv_transfer

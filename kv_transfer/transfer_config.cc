@@ -1,0 +1,42 @@
+#include "kv_transfer/transfer_config.h"
+
+namespace baton::kv_transfer {
+
+std::string_view transfer_mode_name(TransferMode mode) {
+  switch (mode) {
+    case TransferMode::kAuto:
+      return "auto";
+    case TransferMode::kRma:
+      return "rma";
+    case TransferMode::kAm:
+      return "am";
+  }
+  return "?";
+}
+
+std::optional<TransferMode> parse_transfer_mode(std::string_view name) {
+  if (name == "auto") return TransferMode::kAuto;
+  if (name == "rma") return TransferMode::kRma;
+  if (name == "am" || name == "tag") return TransferMode::kAm;
+  return std::nullopt;
+}
+
+Status validate(const TransferConfig& config) {
+  if (config.default_deadline.count() <= 0) {
+    return invalid_argument("kv_transfer.default_deadline_ms must be positive");
+  }
+  if (config.close_timeout.count() <= 0) {
+    return invalid_argument("kv_transfer.close_timeout_ms must be positive");
+  }
+  if (config.idle_wait.count() <= 0) {
+    return invalid_argument("kv_transfer.idle_wait_ms must be positive");
+  }
+  for (const auto& [key, value] : config.ucx_env) {
+    if (key.rfind("UCX_", 0) != 0 || key.size() == 4) {
+      return invalid_argument("kv_transfer.ucx_env key '" + key + "' does not start with UCX_");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace baton::kv_transfer

@@ -1,0 +1,55 @@
+// kv_transfer/transfer_config.h — every setting of the transfer engine, declared once.
+//
+// The node's YAML loader fills a TransferConfig; the engine takes it by value
+// and never reads the environment itself. UCX variables (UCX_TLS,
+// UCX_NET_DEVICES, keepalive and TCP timeouts...) pass through `ucx_env`, applied
+// to the UCP configuration with ucp_config_modify before the context is built.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "common/status.h"
+
+namespace baton::kv_transfer {
+
+// How KV bytes cross the wire.
+//  kAuto: RMA when UCX reports a native RMA lane to the peer, active-message
+//         rendezvous into the registered destination otherwise.
+//  kRma:  one-sided puts (ucp_put_nbx), even where UCX only emulates them.
+//  kAm:   active messages whose rendezvous lands straight in the receiver's blocks.
+enum class TransferMode { kAuto, kRma, kAm };
+
+std::string_view transfer_mode_name(TransferMode mode);
+std::optional<TransferMode> parse_transfer_mode(std::string_view name);
+
+// Where the registered pool lives.
+enum class PoolMemory { kHost, kCuda };
+
+struct TransferConfig {
+  // A transfer (sender) or expectation (receiver) without an explicit deadline
+  // fails with kDeadlineExceeded after this long. Unit: milliseconds.
+  std::chrono::milliseconds default_deadline{3000};
+  // Bound on tearing an endpoint down (nonblocking close + progress).
+  std::chrono::milliseconds close_timeout{1000};
+  // Longest the progress thread sleeps in epoll when nothing is in flight;
+  // deadlines are checked at least this often.
+  std::chrono::milliseconds idle_wait{20};
+  TransferMode mode = TransferMode::kAuto;
+  // The receiver recomputes xxhash over the written blocks and compares it with
+  // the sender's; off only in benchmarks that measure the wire alone.
+  bool verify_checksum = true;
+  PoolMemory pool_memory = PoolMemory::kHost;
+  // "UCX_TLS" -> "tcp", "UCX_KEEPALIVE_INTERVAL" -> "1s", ... Keys must start with "UCX_".
+  std::map<std::string, std::string> ucx_env;
+  // Name for logs ("prefill-0").
+  std::string node_name = "node";
+};
+
+// Checks ranges; a bad value is an error naming the field.
+Status validate(const TransferConfig& config);
+
+}  // namespace baton::kv_transfer

@@ -1,0 +1,136 @@
+// kv_transfer/transfer_engine.h — the data plane of Baton: KV blocks from a
+// prefill node's pool straight into a decode node's pool over UCX.
+//
+// Module map: kv_transfer depends on common/ only (status, logging, the paged
+// KvLayout). The engine owns one UCP context and worker per node, registers the
+// node's whole KV pool once, and publishes a PoolDescriptor (worker address,
+// pool address, packed rkey, layout) that the control plane carries to peers.
+//
+//  * Sender: begin_send() opens a transfer of (src block -> dst block) pairs;
+//    post_layers() hands over layers as the prefill computes them (layer-wise
+//    streaming); write_blocks() does both at once. Adjacent blocks on both
+//    sides merge into one operation per layer. After the last layer the engine
+//    flushes (remote completion), then sends a notice with request id,
+//    transfer id and xxhash of the bytes; the receiver's ack completes the
+//    transfer. The completion callback is the moment the source blocks may be
+//    reused: no UCX operation reads them afterwards.
+//  * Receiver: expect() registers which transfer may write which blocks until
+//    when. Notices and data for any other transfer are rejected and counted.
+//    The callback is the moment the destination blocks are filled (OK) or may
+//    be freed (error): no UCX operation of ours writes them afterwards.
+//  * Operation: one-sided puts when UCX reports a native RMA lane to the peer,
+//    otherwise active-message rendezvous straight into the destination blocks
+//    (what UCX emulating RMA over TCP would do many times slower).
+//  * Failure: deadlines on both sides, UCX peer error handling; a failed
+//    endpoint is torn down and recreated on next use. A single progress thread
+//    owns the worker and never blocks without a timeout.
+//
+// All methods are thread-safe. Callbacks run on the engine's progress thread:
+// keep them short; they may call back into the engine.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/kv_layout.h"
+#include "common/status.h"
+#include "kv_transfer/transfer_config.h"
+
+namespace baton::kv_transfer {
+
+using PeerId = uint32_t;
+using Clock = std::chrono::steady_clock;
+
+struct SendSpec {
+  uint64_t request_id = 0;
+  // Unique among this sender's live transfers and the receiver's expectations;
+  // the control plane picks it with the destination blocks.
+  uint64_t transfer_id = 0;
+  std::vector<int32_t> src_blocks;  // in this node's pool
+  std::vector<int32_t> dst_blocks;  // in the peer's pool, paired with src_blocks
+  int32_t layer_begin = 0;
+  int32_t layer_end = -1;                             // exclusive; -1: every layer of the pool
+  std::optional<std::chrono::milliseconds> deadline;  // default: config.default_deadline
+};
+
+struct RecvSpec {
+  uint64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  std::vector<int32_t> dst_blocks;  // in this node's pool, the sender's block order
+  int32_t layer_begin = 0;
+  int32_t layer_end = -1;
+  std::optional<std::chrono::milliseconds> deadline;
+};
+
+struct TransferResult {
+  Status status;
+  uint64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  uint64_t bytes = 0;
+  uint32_t ops = 0;  // puts or messages the sender posted (after merging)
+  uint64_t checksum = 0;
+  TransferMode mode = TransferMode::kAuto;  // the one actually used
+  Clock::time_point started;
+  Clock::time_point finished;
+};
+
+using TransferCallback = std::function<void(const TransferResult&)>;
+
+struct EngineStats {
+  uint64_t sends_ok = 0;
+  uint64_t sends_failed = 0;
+  uint64_t receives_ok = 0;
+  uint64_t receives_failed = 0;
+  uint64_t ops_posted = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t notices_rejected = 0;  // garbage, late, duplicate or foreign notices/acks
+  uint64_t data_rejected = 0;     // data messages for no live expectation
+  uint64_t endpoints_torn_down = 0;
+};
+
+class TransferEngine {
+ public:
+  // Registers `pool` (`pool_bytes` = layout.total_bytes()) and starts the
+  // progress thread.
+  static Result<std::unique_ptr<TransferEngine>> create(const TransferConfig& config,
+                                                        const KvLayout& layout, void* pool,
+                                                        size_t pool_bytes);
+  // Fails every unfinished transfer with kAborted (callbacks run) and stops.
+  ~TransferEngine();
+  TransferEngine(const TransferEngine&) = delete;
+  TransferEngine& operator=(const TransferEngine&) = delete;
+
+  // This node's PoolDescriptor, encoded (kv_transfer/wire.h).
+  const std::vector<uint8_t>& descriptor() const;
+  // Decodes a peer's descriptor; the endpoint is created on first use.
+  Result<PeerId> add_peer(std::span<const uint8_t> descriptor);
+
+  Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
+  // Layers [.., layer_end) of the transfer are computed and may be sent.
+  Status post_layers(uint64_t transfer_id, int32_t layer_end);
+  // begin_send + post_layers(all).
+  Status write_blocks(PeerId peer, SendSpec spec, TransferCallback on_done);
+
+  Status expect(RecvSpec spec, TransferCallback on_done);
+
+  // Sends raw bytes on the notice channel (control-path tests and tooling).
+  Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
+
+  EngineStats stats() const;
+  // The transports the UCP context uses, as UCX names them ("tcp/lo").
+  std::vector<std::string> transports() const;
+
+  class Impl;
+
+ private:
+  explicit TransferEngine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace baton::kv_transfer

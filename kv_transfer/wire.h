@@ -1,0 +1,78 @@
+// kv_transfer/wire.h — the bytes the transfer engines exchange, and their codecs.
+//
+// Three message kinds, each opening with a 4-byte magic, a version and a kind,
+// little-endian, fixed-width fields, length-checked on decode:
+//  * PoolDescriptor: what a peer needs to write into this node's pool — UCX
+//    worker address, pool base address and size, packed rkey, KvLayout
+//    geometry. The control plane carries it (a small bootstrap message).
+//  * Notice: sender -> receiver "transfer T of request R is complete" with the
+//    layer range, bytes, operations and xxhash64 of the bytes written; and
+//    receiver -> sender acknowledgement carrying the receiver's verdict.
+//  * DataHeader: the active-message header of one merged run (AM mode): which
+//    transfer, which layer, which destination blocks.
+// Decoding never trusts a length: a garbage or truncated buffer is a kDataLoss
+// Status naming the message, never a crash.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "common/kv_layout.h"
+#include "common/status.h"
+
+namespace baton::kv_transfer {
+
+inline constexpr uint32_t kWireMagic = 0x4b564254;  // "TBVK" little-endian: Baton KV
+inline constexpr uint16_t kWireVersion = 1;
+
+enum class WireKind : uint16_t { kDescriptor = 1, kNotice = 2, kAck = 3, kData = 4 };
+
+// Upper bounds that keep a hostile length from becoming a huge allocation.
+inline constexpr uint32_t kMaxWorkerAddressBytes = 64 * 1024;
+inline constexpr uint32_t kMaxRkeyBytes = 64 * 1024;
+
+struct PoolDescriptor {
+  std::vector<uint8_t> worker_address;
+  uint64_t pool_base = 0;   // remote virtual address of pool byte 0
+  uint64_t pool_bytes = 0;  // must equal layout.total_bytes()
+  std::vector<uint8_t> rkey;
+  KvLayout layout;
+};
+
+std::vector<uint8_t> encode_descriptor(const PoolDescriptor& d);
+Result<PoolDescriptor> decode_descriptor(std::span<const uint8_t> bytes);
+
+// Both the completion notice (kNotice) and the receiver's reply (kAck).
+struct Notice {
+  WireKind kind = WireKind::kNotice;
+  uint64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  int32_t layer_begin = 0;
+  int32_t layer_end = 0;
+  uint32_t num_blocks = 0;
+  uint32_t ops = 0;          // merged operations the sender posted
+  uint64_t bytes = 0;        // bytes written
+  uint64_t checksum = 0;     // XXH3-64 of the bytes, in layer then block-pair order
+  uint32_t status_code = 0;  // kAck only: StatusCode of the receiver's verdict
+  uint32_t flags = 0;        // kNotice only: kNoticeFlag* bits
+};
+
+// Notice flag: the bytes came as active messages (the receiver counted them).
+inline constexpr uint32_t kNoticeFlagAmData = 1;
+
+std::vector<uint8_t> encode_notice(const Notice& n);
+Result<Notice> decode_notice(std::span<const uint8_t> bytes);
+
+struct DataHeader {
+  uint64_t transfer_id = 0;
+  int32_t layer = 0;
+  int32_t dst_block = 0;    // first destination block of the run
+  int32_t block_count = 0;  // adjacent destination blocks in the run
+};
+
+inline constexpr size_t kDataHeaderBytes = 4 + 2 + 2 + 8 + 4 + 4 + 4;
+std::vector<uint8_t> encode_data_header(const DataHeader& h);
+Result<DataHeader> decode_data_header(std::span<const uint8_t> bytes);
+
+}  // namespace baton::kv_transfer

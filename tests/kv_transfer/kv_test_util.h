@@ -1,0 +1,185 @@
+// tests/kv_transfer/kv_test_util.h — shared by the transfer tests and their
+// helper process: deterministic pool contents, byte checks, hex, child processes.
+#pragma once
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "common/kv_layout.h"
+
+extern char** environ;
+
+namespace baton::kv_transfer::testing {
+
+inline constexpr uint8_t kPoison = 0xA5;
+
+inline uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Sender pools hold pattern(seed, byte offset): random-looking, reproducible.
+inline void fill_pattern(uint8_t* pool, size_t bytes, uint64_t seed) {
+  for (size_t w = 0; w * 8 < bytes; ++w) {
+    uint64_t v = splitmix64(seed ^ (w * 0x100000001b3ull));
+    std::memcpy(pool + w * 8, &v, std::min<size_t>(8, bytes - w * 8));
+  }
+}
+
+// Whether `n` bytes at `dst` equal the pattern at source byte offset `src_offset`.
+inline bool matches_pattern(const uint8_t* dst, size_t src_offset, size_t n, uint64_t seed) {
+  // Offsets in the tests are block multiples, so 8-byte aligned.
+  for (size_t i = 0; i < n; i += 8) {
+    uint64_t v = splitmix64(seed ^ (((src_offset + i) / 8) * 0x100000001b3ull));
+    if (std::memcmp(dst + i, &v, std::min<size_t>(8, n - i)) != 0) return false;
+  }
+  return true;
+}
+
+inline std::string to_hex(const std::vector<uint8_t>& b) {
+  static const char* d = "0123456789abcdef";
+  std::string s;
+  for (uint8_t x : b) {
+    s += d[x >> 4];
+    s += d[x & 15];
+  }
+  return s;
+}
+
+inline std::vector<uint8_t> from_hex(const std::string& s) {
+  std::vector<uint8_t> b;
+  for (size_t i = 0; i + 1 < s.size(); i += 2)
+    b.push_back(uint8_t(std::stoi(s.substr(i, 2), nullptr, 16)));
+  return b;
+}
+
+// `n` distinct block ids in [0, num_blocks), in a random order with some
+// adjacent stretches, so merging has something to do on both sides.
+inline std::vector<int32_t> random_blocks(std::mt19937_64& rng, int32_t num_blocks, int32_t n) {
+  std::vector<int32_t> all(num_blocks);
+  for (int32_t i = 0; i < num_blocks; ++i) all[i] = i;
+  std::vector<int32_t> out;
+  std::vector<bool> used(num_blocks, false);
+  while (int32_t(out.size()) < n) {
+    int32_t start = int32_t(rng() % num_blocks);
+    int32_t run = 1 + int32_t(rng() % 4);
+    for (int32_t b = start; b < num_blocks && run > 0 && int32_t(out.size()) < n; ++b, --run) {
+      if (used[b]) break;
+      used[b] = true;
+      out.push_back(b);
+    }
+  }
+  return out;
+}
+
+// A child process with line-based stdin/stdout; killed and reaped on destruction.
+class Child {
+ public:
+  explicit Child(const std::vector<std::string>& argv) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) return;
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_adddup2(&actions, in[0], 0);
+    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
+    posix_spawn_file_actions_addclose(&actions, in[1]);
+    posix_spawn_file_actions_addclose(&actions, out[0]);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &actions, nullptr, args.data(), environ) != 0) pid_ = -1;
+    posix_spawn_file_actions_destroy(&actions);
+    close(in[0]);
+    close(out[1]);
+    to_child_ = in[1];
+    from_child_ = out[0];
+    fcntl(to_child_, F_SETFD, FD_CLOEXEC);
+    fcntl(from_child_, F_SETFD, FD_CLOEXEC);
+  }
+  ~Child() {
+    kill_now();
+    if (to_child_ >= 0) close(to_child_);
+    if (from_child_ >= 0) close(from_child_);
+  }
+  bool alive() const { return pid_ > 0; }
+  void send(const std::string& line) {
+    std::string l = line + "\n";
+    ssize_t n = write(to_child_, l.data(), l.size());
+    (void)n;
+  }
+  // Next line starting with `prefix` (others are skipped), or nullopt on timeout/EOF.
+  std::optional<std::string> wait_for(
+      const std::string& prefix, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (true) {
+      auto nl = buffer_.find('\n');
+      while (nl != std::string::npos) {
+        std::string line = buffer_.substr(0, nl);
+        buffer_.erase(0, nl + 1);
+        if (line.rfind(prefix, 0) == 0) return line;
+        nl = buffer_.find('\n');
+      }
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      if (left.count() <= 0) return std::nullopt;
+      pollfd fd{from_child_, POLLIN, 0};
+      if (poll(&fd, 1, int(left.count())) <= 0) continue;
+      char chunk[65536];
+      ssize_t n = read(from_child_, chunk, sizeof chunk);
+      if (n <= 0) return std::nullopt;
+      buffer_.append(chunk, size_t(n));
+    }
+  }
+  void kill_now() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  // Asks the child to quit; reaps it (kills it after `timeout`).
+  void quit(std::chrono::milliseconds timeout = std::chrono::seconds(5)) {
+    if (pid_ <= 0) return;
+    send("QUIT");
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (std::chrono::steady_clock::now() < until) {
+      int status = 0;
+      if (waitpid(pid_, &status, WNOHANG) == pid_) {
+        pid_ = -1;
+        return;
+      }
+      usleep(10000);
+    }
+    kill_now();
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1;
+  std::string buffer_;
+};
+
+inline std::vector<std::string> split(const std::string& line) {
+  std::istringstream in(line);
+  std::vector<std::string> words;
+  std::string w;
+  while (in >> w) words.push_back(w);
+  return words;
+}
+
+}  // namespace baton::kv_transfer::testing
