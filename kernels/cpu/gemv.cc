@@ -1,5 +1,7 @@
 #include "kernels/cpu/gemv.h"
 
+#include <algorithm>
+
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -52,7 +54,26 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
 
   for (int64_t kc = 0; kc < cols8; kc += kColumnChunk) {
     const int64_t kend = kc + kColumnChunk < cols8 ? kc + kColumnChunk : cols8;
-    for (int64_t i = 0; i < m; ++i) {
+    int64_t i = 0;
+    // Two x rows per pass: each converted weight vector feeds two FMAs, and
+    // 2 x R independent accumulators keep the FMA units busy.
+    for (; i + 2 <= m; i += 2) {
+      const float* x0 = x + i * cols;
+      const float* x1 = x0 + cols;
+      __m256 a0[R], a1[R];
+      for (int r = 0; r < R; ++r) a0[r] = acc[i][r], a1[r] = acc[i + 1][r];
+      for (int64_t k = kc; k < kend; k += 8) {
+        const __m256 xv0 = _mm256_loadu_ps(x0 + k);
+        const __m256 xv1 = _mm256_loadu_ps(x1 + k);
+        for (int r = 0; r < R; ++r) {
+          const __m256 wv = load_w8<T>(w.data, row_offset[r] + size_t(k));
+          a0[r] = _mm256_fmadd_ps(wv, xv0, a0[r]);
+          a1[r] = _mm256_fmadd_ps(wv, xv1, a1[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) acc[i][r] = a0[r], acc[i + 1][r] = a1[r];
+    }
+    for (; i < m; ++i) {
       const float* xi = x + i * cols;
       __m256 a[R];
       for (int r = 0; r < R; ++r) a[r] = acc[i][r];
@@ -78,12 +99,24 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
 // Four rows share each x load; fewer rows finish the tail.
 constexpr int kRowBlock = 4;
 
+// Rows are short (1-4 KiB for typical widths) and four are read side by side,
+// so the hardware prefetcher keeps restarting its streams; asking for the next
+// row block while working on this one keeps DRAM busy.
+void prefetch_rows(const WeightView& w, int64_t row_begin, int64_t row_end) {
+  const size_t row_bytes = size_t(w.cols) * dtype_size(w.dtype);
+  const char* begin = static_cast<const char*>(w.data) + size_t(row_begin) * row_bytes;
+  const size_t bytes = size_t(row_end - row_begin) * row_bytes;
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(begin + off, 0, 3);
+}
+
 template <DType T>
 BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, const float* bias,
                                int64_t row_begin, int64_t row_end, float* out) {
   int64_t r = row_begin;
-  for (; r + kRowBlock <= row_end; r += kRowBlock)
+  for (; r + kRowBlock <= row_end; r += kRowBlock) {
+    prefetch_rows(w, r + kRowBlock, std::min(r + 2 * kRowBlock, row_end));
     gemv_block_avx2<T, kRowBlock>(x, m, w, bias, r, out);
+  }
   for (; r < row_end; ++r) gemv_block_avx2<T, 1>(x, m, w, bias, r, out);
 }
 
