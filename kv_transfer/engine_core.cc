@@ -413,6 +413,7 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
       break;
     }
     case OpContext::kAck:
+    case OpContext::kDiscard:
       break;
   }
   delete op;

@@ -33,7 +33,7 @@ inline constexpr uint32_t kAmData = 12;     // one merged run of KV bytes
 
 // user_data of every UCX request we post.
 struct OpContext {
-  enum Kind : uint8_t { kSendData, kFlush, kNotice, kRecvData, kAck, kConnect };
+  enum Kind : uint8_t { kSendData, kFlush, kNotice, kRecvData, kAck, kConnect, kDiscard };
   OpContext(TransferEngine::Impl* e, uint64_t id, Kind k, uint32_t p = 0, uint64_t g = 0)
       : engine(e), transfer_id(id), kind(k), peer(p), generation(g) {}
   TransferEngine::Impl* engine = nullptr;
@@ -42,7 +42,7 @@ struct OpContext {
   uint32_t peer = 0;
   uint64_t generation = 0;
   uint64_t bytes = 0;
-  std::vector<uint8_t> header;  // AM header, alive until the send completes
+  std::vector<uint8_t> header;  // AM header alive until the send completes; discard scratch
 };
 
 // err_handler argument of an endpoint.
@@ -150,6 +150,7 @@ class TransferEngine::Impl {
   void handle_notice(const Notice& n, ucp_ep_h reply_ep);
   void handle_ack(const Notice& n);
   void send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict);
+  void discard_rendezvous(void* data_desc, size_t length);
   void maybe_finish_recv(uint64_t id);
   void reject_notice(const std::string& why);
 

@@ -78,7 +78,7 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
   auto reject = [&](const std::string& why) {
     counters_.data_rejected++;
     spdlog::warn("kv_transfer[{}]: rejected KV data: {}", config_.node_name, why);
-    if (rendezvous) ucp_am_data_release(worker_.get(), data);
+    if (rendezvous) discard_rendezvous(data, length);
     return UCS_OK;
   };
   Result<DataHeader> h = decode_data_header({static_cast<const uint8_t*>(header), header_length});
@@ -126,6 +126,19 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
     ++e.outstanding;
   }
   return UCS_OK;
+}
+
+void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
+  // UCX 1.13 asserts in the sender's ATS handler when a rendezvous is released
+  // unread (ucp_am_data_release over shared memory), so rejected bytes are
+  // drained into scratch memory that no block owns, then dropped.
+  auto* op = new OpContext{this, 0, OpContext::kDiscard};
+  op->header.resize(length);
+  ucp_request_param_t rp{};
+  rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+  rp.cb.recv_am = recv_callback;
+  rp.user_data = op;
+  post_op(op, ucp_am_recv_data_nbx(worker_.get(), data_desc, op->header.data(), length, &rp));
 }
 
 void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {

@@ -24,9 +24,12 @@ using testing::Child;
 struct Transport {
   const char* name;
   const char* tls;
+  const char* mode;  // the sender's TransferMode
 };
 
-const Transport kTransports[] = {{"tcp", "tcp"}, {"shm", "sm,self"}};
+const Transport kTransports[] = {{"tcp", "tcp", "auto"}, {"shm", "sm,self", "auto"}};
+// The non-default operation on each transport: emulated puts over TCP, AM over shm.
+const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"}, {"shm_am", "sm,self", "am"}};
 
 uint64_t test_seed() {
   static uint64_t seed = [] {
@@ -72,7 +75,7 @@ class Mailbox {
 class LocalNode {
  public:
   LocalNode(const KvLayout& layout, const char* tls, uint64_t seed, const char* name,
-            std::chrono::milliseconds deadline = 3000ms)
+            std::chrono::milliseconds deadline = 3000ms, const char* mode = "auto")
       : layout_(layout), bytes_(layout.total_bytes()) {
     pool_ = static_cast<uint8_t*>(
         mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -85,6 +88,7 @@ class LocalNode {
     config.ucx_env["UCX_TLS"] = tls;
     config.node_name = name;
     config.default_deadline = deadline;
+    config.mode = *parse_transfer_mode(mode);
     auto e = TransferEngine::create(config, layout, pool_, bytes_);
     EXPECT_TRUE(e.is_ok()) << e.status().to_string();
     if (e.is_ok()) engine_ = std::move(e).value();
@@ -169,7 +173,7 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
     KvLayout sender_layout = make_layout(dtype, 96, 5);
     KvLayout receiver_layout = make_layout(dtype, 80, 5);  // pools may differ in size
     uint64_t seed = rng_() | 1;
-    LocalNode sender(sender_layout, GetParam().tls, seed, "sender");
+    LocalNode sender(sender_layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode);
     auto receiver = spawn_peer(GetParam().tls, receiver_layout, 0, seed, sender_layout.num_blocks);
     PeerId peer = connect(sender, *receiver);
     for (uint64_t tid = 1; tid <= 3; ++tid) {
@@ -199,7 +203,210 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
   }
 }
 
+// Layer-wise streaming: three requests in flight, layers handed over
+// interleaved; none completes before its last layer, all land intact.
+TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
+  KvLayout layout = make_layout(DType::kBF16, 64, 6);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  std::vector<int32_t> all_dst = testing::random_blocks(rng_, layout.num_blocks, 48);
+  constexpr int kRequests = 3;
+  for (uint64_t tid = 1; tid <= kRequests; ++tid) {
+    auto src = testing::random_blocks(rng_, layout.num_blocks, 16);
+    std::vector<int32_t> dst(all_dst.begin() + (tid - 1) * 16, all_dst.begin() + tid * 16);
+    receiver->send(expect_line(tid, tid, 0, 6, 8000, src, dst));
+    ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+    SendSpec spec{tid, tid, src, dst, 0, 6, 8000ms};
+    ASSERT_TRUE(sender.engine().begin_send(peer, spec, sender.callback()).is_ok());
+  }
+  for (int32_t layer = 1; layer <= 5; ++layer) {
+    for (uint64_t tid = 1; tid <= kRequests; ++tid) {
+      ASSERT_TRUE(sender.engine().post_layers(tid, layer).is_ok());
+    }
+  }
+  // Five of six layers are out: nobody may be told the request is complete.
+  EXPECT_FALSE(receiver->wait_for("RECV ", 150ms).has_value());
+  EXPECT_FALSE(sender.engine().post_layers(1, 7).is_ok());  // past the range
+  for (uint64_t tid = kRequests; tid >= 1; --tid) {
+    ASSERT_TRUE(sender.engine().post_layers(tid, 6).is_ok());
+  }
+  for (uint64_t tid = 1; tid <= kRequests; ++tid) {
+    auto sent = sender.mail().wait(tid);
+    ASSERT_TRUE(sent.has_value());
+    EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  }
+  for (int i = 0; i < kRequests; ++i) {
+    auto w = testing::split(receiver->wait_for("RECV ").value_or("RECV x 99 0 0 0"));
+    EXPECT_EQ(w[2], "0");
+    EXPECT_EQ(w[5], "1") << "transfer " << w[1] << " bytes differ";
+  }
+  receiver->send("POISON_CHECK");
+  EXPECT_EQ(receiver->wait_for("POISON").value_or(""), "POISON ok");
+  receiver->quit();
+}
+
+// Many transfers in flight at once to two receivers.
+TEST_P(TransferTest, ManyConcurrentTransfersToTwoReceivers) {
+  KvLayout layout = make_layout(DType::kF16, 128, 4);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 8000ms, GetParam().mode);
+  std::unique_ptr<Child> receivers[2];
+  PeerId peers[2];
+  for (int r = 0; r < 2; ++r) {
+    receivers[r] = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+    peers[r] = connect(sender, *receivers[r]);
+  }
+  constexpr int kPerReceiver = 12;
+  std::vector<uint64_t> ids;
+  for (int r = 0; r < 2; ++r) {
+    auto dst_pool = testing::random_blocks(rng_, layout.num_blocks, kPerReceiver * 8);
+    for (int i = 0; i < kPerReceiver; ++i) {
+      uint64_t tid = 1000 * (r + 1) + i;
+      auto src = testing::random_blocks(rng_, layout.num_blocks, 8);
+      std::vector<int32_t> dst(dst_pool.begin() + i * 8, dst_pool.begin() + (i + 1) * 8);
+      receivers[r]->send(expect_line(tid, tid, 0, 4, 15000, src, dst));
+      ASSERT_TRUE(receivers[r]->wait_for("EXPECT_OK"));
+      SendSpec spec{tid, tid, src, dst, 0, -1, 15000ms};
+      ASSERT_TRUE(sender.engine().write_blocks(peers[r], spec, sender.callback()).is_ok());
+      ids.push_back(tid);
+    }
+  }
+  for (uint64_t tid : ids) {
+    auto sent = sender.mail().wait(tid);
+    ASSERT_TRUE(sent.has_value()) << tid;
+    EXPECT_TRUE(sent->status.is_ok()) << tid << ": " << sent->status.to_string();
+  }
+  for (int r = 0; r < 2; ++r) {
+    for (int i = 0; i < kPerReceiver; ++i) {
+      auto w = testing::split(receivers[r]->wait_for("RECV ").value_or("RECV x 99 0 0 0"));
+      EXPECT_EQ(w[2], "0");
+      EXPECT_EQ(w[5], "1") << "transfer " << w[1] << " bytes differ";
+    }
+    receivers[r]->send("POISON_CHECK");
+    EXPECT_EQ(receivers[r]->wait_for("POISON").value_or(""), "POISON ok");
+    receivers[r]->quit();
+  }
+  EXPECT_EQ(sender.engine().stats().sends_ok, ids.size());
+}
+
+// The other direction: a sender process streams layers into this process's
+// pool; every byte checked here, nothing outside the blocks touched.
+TEST_P(TransferTest, ReceiverInThisProcessVerifiesEveryByte) {
+  KvLayout layout = make_layout(DType::kF32, 48, 4);
+  uint64_t seed = rng_() | 1;
+  LocalNode receiver(layout, GetParam().tls, 0, "receiver");
+  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode);
+  PeerId peer = connect(receiver, *sender);
+  (void)peer;
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 20);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 20);
+  RecvSpec expect{9, 77, dst, 1, 4, 5000ms};
+  ASSERT_TRUE(receiver.engine().expect(expect, receiver.callback()).is_ok());
+  sender->send("SEND 9 77 0 1 4 5000 20 20" + join(src) + join(dst));
+  auto got = receiver.mail().wait(77);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();
+  EXPECT_EQ(got->request_id, 9u);
+  std::vector<bool> written(size_t(layout.num_layers) * layout.num_blocks, false);
+  for (int32_t l = 1; l < 4; ++l) {
+    for (size_t i = 0; i < src.size(); ++i) {
+      EXPECT_TRUE(testing::matches_pattern(receiver.pool() + layout.block_byte_offset(l, dst[i]),
+                                           layout.block_byte_offset(l, src[i]),
+                                           layout.block_bytes(), seed))
+          << "layer " << l << " block " << dst[i];
+      written[size_t(l) * layout.num_blocks + dst[i]] = true;
+    }
+  }
+  size_t untouched_bad = 0;
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    for (int32_t b = 0; b < layout.num_blocks; ++b) {
+      if (written[size_t(l) * layout.num_blocks + b]) continue;
+      const uint8_t* p = receiver.pool() + layout.block_byte_offset(l, b);
+      for (size_t i = 0; i < layout.block_bytes(); ++i) untouched_bad += p[i] != testing::kPoison;
+    }
+  }
+  EXPECT_EQ(untouched_bad, 0u);
+  sender->quit();
+}
+
+// Garbage, truncated, late and duplicate control messages are rejected with a
+// log line; the receiver keeps working.
+TEST_P(TransferTest, GarbageLateAndDuplicateNoticesAreRejected) {
+  KvLayout layout = make_layout(DType::kBF16, 32, 2);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  std::vector<int32_t> src = {1, 2, 3}, dst = {7, 8, 20};
+  receiver->send(expect_line(5, 50, 0, 2, 5000, src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(
+      sender.engine().write_blocks(peer, {5, 50, src, dst, 0, -1, {}}, sender.callback()).is_ok());
+  auto sent = sender.mail().wait(50);
+  ASSERT_TRUE(sent && sent->status.is_ok());
+  ASSERT_TRUE(receiver->wait_for("RECV 50 0"));
+
+  Notice duplicate{WireKind::kNotice, 5, 50, 0, 2, 3, sent->ops, sent->bytes, sent->checksum};
+  auto truncated = encode_notice(duplicate);
+  truncated.resize(truncated.size() / 2);
+  Notice unknown = duplicate;
+  unknown.transfer_id = 4242;
+  std::vector<uint8_t> garbage(40);
+  for (auto& b : garbage) b = uint8_t(rng_());
+  ASSERT_TRUE(sender.engine().send_control_bytes(peer, garbage).is_ok());
+  ASSERT_TRUE(sender.engine().send_control_bytes(peer, truncated).is_ok());
+  ASSERT_TRUE(sender.engine().send_control_bytes(peer, encode_notice(duplicate)).is_ok());
+  ASSERT_TRUE(sender.engine().send_control_bytes(peer, encode_notice(unknown)).is_ok());
+  ASSERT_TRUE(sender.engine().send_control_bytes(peer, {}).is_ok());
+  std::string stats;
+  for (int i = 0; i < 100 && stats != "STATS 5 0"; ++i) {
+    std::this_thread::sleep_for(10ms);
+    receiver->send("STATS");
+    stats = receiver->wait_for("STATS").value_or("");
+  }
+  EXPECT_EQ(stats, "STATS 5 0");
+  // Still healthy: another transfer into other blocks works and is intact.
+  std::vector<int32_t> dst2 = {0, 1, 2};
+  receiver->send(expect_line(6, 51, 0, 2, 5000, src, dst2));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(
+      sender.engine().write_blocks(peer, {6, 51, src, dst2, 0, -1, {}}, sender.callback()).is_ok());
+  auto w = testing::split(receiver->wait_for("RECV 51").value_or("RECV x 99 0 0 0"));
+  EXPECT_EQ(w[2], "0");
+  EXPECT_EQ(w[5], "1");
+  receiver->quit();
+}
+
+// A transfer the receiver never expected fails on the sender (the receiver
+// acks it as aborted); over active messages its data is dropped, never written.
+TEST_P(TransferTest, UnexpectedTransferIsRejected) {
+  KvLayout layout = make_layout(DType::kF16, 32, 2);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  std::vector<int32_t> src = {1, 2, 3}, dst = {4, 5, 6};
+  ASSERT_TRUE(
+      sender.engine().write_blocks(peer, {1, 60, src, dst, 0, -1, {}}, sender.callback()).is_ok());
+  auto sent = sender.mail().wait(60);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_EQ(sent->status.code(), StatusCode::kAborted) << sent->status.to_string();
+  receiver->send("STATS");
+  auto w = testing::split(receiver->wait_for("STATS").value_or("STATS 0 0"));
+  EXPECT_EQ(w[1], "1");  // the notice
+  if (sent->mode == TransferMode::kAm) {
+    EXPECT_EQ(w[2], "2");  // one message per layer (3 adjacent blocks merged)
+    receiver->send("POISON_CHECK");
+    EXPECT_EQ(receiver->wait_for("POISON").value_or(""), "POISON ok");
+  }
+  receiver->quit();
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferTest, ::testing::ValuesIn(kTransports),
+                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(ForcedMode, TransferTest, ::testing::ValuesIn(kForcedModes),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace

@@ -1,0 +1,180 @@
+// Codecs, run merging and lane-table parsing, in-process (no UCX traffic).
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include "kv_transfer/block_runs.h"
+#include "kv_transfer/transfer_config.h"
+#include "kv_transfer/ucx_probe.h"
+#include "kv_transfer/wire.h"
+
+namespace baton::kv_transfer {
+namespace {
+
+KvLayout layout() {
+  KvLayout l;
+  l.num_layers = 3;
+  l.num_blocks = 10;
+  l.block_size = 16;
+  l.num_kv_heads = 2;
+  l.head_dim = 8;
+  l.dtype = DType::kBF16;
+  return l;
+}
+
+PoolDescriptor descriptor() {
+  PoolDescriptor d;
+  d.worker_address = {1, 2, 3, 4, 5};
+  d.pool_base = 0x7f0012345000;
+  d.layout = layout();
+  d.pool_bytes = d.layout.total_bytes();
+  d.rkey = {9, 8, 7};
+  return d;
+}
+
+TEST(WireTest, DescriptorRoundTrips) {
+  auto bytes = encode_descriptor(descriptor());
+  auto d = decode_descriptor(bytes);
+  ASSERT_TRUE(d.is_ok()) << d.status().to_string();
+  EXPECT_EQ(d->worker_address, descriptor().worker_address);
+  EXPECT_EQ(d->pool_base, descriptor().pool_base);
+  EXPECT_EQ(d->rkey, descriptor().rkey);
+  EXPECT_TRUE(d->layout.same_geometry(layout()));
+  EXPECT_EQ(d->layout.num_blocks, 10);
+}
+
+TEST(WireTest, NoticeAndAckRoundTrip) {
+  Notice n{WireKind::kNotice, 7, 8, 1, 3, 4, 6, 12345, 0xdeadbeefcafeull, 0, kNoticeFlagAmData};
+  auto back = decode_notice(encode_notice(n));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->kind, WireKind::kNotice);
+  EXPECT_EQ(back->checksum, n.checksum);
+  EXPECT_EQ(back->flags, kNoticeFlagAmData);
+  n.kind = WireKind::kAck;
+  n.status_code = uint32_t(StatusCode::kDataLoss);
+  back = decode_notice(encode_notice(n));
+  ASSERT_TRUE(back.is_ok());
+  EXPECT_EQ(back->kind, WireKind::kAck);
+  EXPECT_EQ(back->status_code, uint32_t(StatusCode::kDataLoss));
+}
+
+TEST(WireTest, RejectsTruncationAndCorruptionNamingTheMessage) {
+  auto bytes = encode_descriptor(descriptor());
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    auto d = decode_descriptor(std::span(bytes).first(n));
+    ASSERT_FALSE(d.is_ok()) << n;
+    EXPECT_EQ(d.status().code(), StatusCode::kDataLoss);
+    EXPECT_NE(d.status().message().find("pool descriptor"), std::string::npos);
+  }
+  auto bad = bytes;
+  bad[0] ^= 1;
+  EXPECT_NE(decode_descriptor(bad).status().message().find("magic"), std::string::npos);
+  bad = bytes;
+  bad[4] = 9;  // version
+  EXPECT_NE(decode_descriptor(bad).status().message().find("version"), std::string::npos);
+  bad = bytes;
+  bad.push_back(0);
+  EXPECT_NE(decode_descriptor(bad).status().message().find("trailing"), std::string::npos);
+  auto notice = encode_notice(Notice{});
+  notice.pop_back();
+  EXPECT_NE(decode_notice(notice).status().message().find("truncated"), std::string::npos);
+}
+
+// Thousands of random and mutated byte strings: every one decodes to a value
+// or an error, none crashes (run under the sanitizer build too).
+TEST(WireTest, FuzzedBytesNeverCrash) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<std::vector<uint8_t>> seeds = {encode_descriptor(descriptor()),
+                                             encode_notice(Notice{}),
+                                             encode_data_header(DataHeader{1, 2, 3, 4})};
+  int accepted = 0;
+  for (int i = 0; i < 6000; ++i) {
+    std::vector<uint8_t> b;
+    if (i % 3 == 0) {
+      b.resize(rng() % 96);
+      for (auto& x : b) x = uint8_t(rng());
+    } else {
+      b = seeds[rng() % seeds.size()];
+      int flips = 1 + int(rng() % 4);
+      for (int f = 0; f < flips && !b.empty(); ++f) b[rng() % b.size()] = uint8_t(rng());
+      if (rng() % 2) b.resize(rng() % (b.size() + 1));
+    }
+    accepted += decode_descriptor(b).is_ok();
+    accepted += decode_notice(b).is_ok();
+    accepted += decode_data_header(b).is_ok();
+  }
+  SUCCEED() << accepted << " mutated inputs still decoded";
+}
+
+TEST(BlockRunsTest, MergesOnlyWhereBothSidesAreAdjacent) {
+  std::vector<int32_t> src = {4, 5, 6, 9, 10, 2};
+  std::vector<int32_t> dst = {0, 1, 3, 4, 5, 6};
+  auto runs = merge_block_runs(src, dst);
+  ASSERT_EQ(runs.size(), 4u);
+  EXPECT_EQ(runs[0].count, 2);  // 4,5 -> 0,1
+  EXPECT_EQ(runs[1].count, 1);  // 6 -> 3 (dst jumps)
+  EXPECT_EQ(runs[2].count, 2);  // 9,10 -> 4,5
+  EXPECT_EQ(runs[3].src_block, 2);
+}
+
+TEST(BlockRunsTest, ValidatesIdsAndLengths) {
+  KvLayout l = layout();
+  std::vector<int32_t> a = {1, 2}, b = {3, 3}, c = {1}, d = {1, 10};
+  EXPECT_TRUE(validate_block_lists(a, l, a, l).is_ok());
+  EXPECT_FALSE(validate_block_lists(a, l, b, l).is_ok());  // repeated destination
+  EXPECT_FALSE(validate_block_lists(a, l, c, l).is_ok());  // length mismatch
+  EXPECT_EQ(validate_block_lists(a, l, d, l).code(), StatusCode::kOutOfRange);
+  KvLayout other = l;
+  other.head_dim = 16;
+  EXPECT_FALSE(validate_block_lists(a, l, a, other).is_ok());
+}
+
+TEST(BlockRunsTest, ChecksumIgnoresHowBlocksWereMerged) {
+  KvLayout l = layout();
+  std::vector<uint8_t> pool(l.total_bytes());
+  for (size_t i = 0; i < pool.size(); ++i) pool[i] = uint8_t(i * 31 + 7);
+  std::vector<int32_t> blocks = {3, 4, 5, 8};
+  KvChecksum merged;
+  auto runs = merge_block_runs(blocks, blocks);
+  for (int layer = 0; layer < 3; ++layer) merged.add_layer(pool.data(), l, layer, runs, true);
+  KvChecksum single;
+  std::vector<BlockRun> ones;
+  for (int32_t b : blocks) ones.push_back(BlockRun{b, b, 1});
+  for (int layer = 0; layer < 3; ++layer) single.add_layer(pool.data(), l, layer, ones, false);
+  EXPECT_EQ(merged.digest(), single.digest());
+  EXPECT_EQ(merged.digest(), checksum_blocks(pool.data(), l, blocks, 0, 3));
+  pool[l.block_byte_offset(2, 8) + 5] ^= 1;
+  EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, blocks, 0, 3));
+}
+
+TEST(ProbeTest, ReadsLanesAndRmaRoles) {
+  const char* tcp =
+      "#                 lane[0]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am "
+      "am_bw#0 wireup\n#                  rma_bw: mds #\n";
+  auto caps = parse_endpoint_info(tcp);
+  EXPECT_FALSE(caps.native_rma);
+  ASSERT_EQ(caps.transports.size(), 1u);
+  EXPECT_EQ(caps.transports[0], "tcp/lo");
+  const char* shm =
+      "#  lane[0]:  0:posix/memory.0 md[1] -> md[1]/posix/sysdev[255] am am_bw#0\n"
+      "#  lane[1]:  2:cma/memory.0 md[2] -> md[2]/cma/sysdev[255] rma_bw#0 rndv\n";
+  caps = parse_endpoint_info(shm);
+  EXPECT_TRUE(caps.native_rma);
+  EXPECT_EQ(caps.transports.size(), 2u);
+}
+
+TEST(ConfigTest, ModesAndValidation) {
+  EXPECT_EQ(parse_transfer_mode("rma"), TransferMode::kRma);
+  EXPECT_EQ(parse_transfer_mode("tag"), TransferMode::kAm);
+  EXPECT_FALSE(parse_transfer_mode("fast").has_value());
+  TransferConfig c;
+  EXPECT_TRUE(validate(c).is_ok());
+  c.ucx_env["TLS"] = "tcp";
+  EXPECT_NE(validate(c).message().find("TLS"), std::string::npos);
+  c.ucx_env.clear();
+  c.default_deadline = std::chrono::milliseconds(0);
+  EXPECT_FALSE(validate(c).is_ok());
+}
+
+}  // namespace
+}  // namespace baton::kv_transfer
