@@ -24,7 +24,10 @@ float softmax_update_scalar(float* s, int32_t visible, int32_t keys, float* row_
   float block_max = kNegInf;
   for (int32_t t = 0; t < visible; ++t) block_max = std::max(block_max, s[t]);
   const float new_max = std::max(*row_max, block_max);
-  const float alpha = std::exp(*row_max - new_max);  // exp(-inf) = 0 on the first block
+  // Once the running max settles (most blocks), skip the exp.
+  const float alpha = new_max == *row_max
+                          ? 1.0f
+                          : std::exp(*row_max - new_max);  // exp(-inf) = 0 on the first block
   float sum = 0.0f;
   for (int32_t t = 0; t < visible; ++t) {
     s[t] = std::exp(s[t] - new_max);
@@ -115,7 +118,8 @@ BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, fl
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
   const float new_max = std::max(*row_max, _mm_cvtss_f32(m4));
-  const float alpha = std::exp(*row_max - new_max);
+  // Once the running max settles (most blocks), skip the exp.
+  const float alpha = new_max == *row_max ? 1.0f : std::exp(*row_max - new_max);
   const __m256 vnew = _mm256_set1_ps(new_max);
   __m256 vsum = _mm256_setzero_ps();
   int32_t t = 0;
@@ -165,17 +169,64 @@ BATON_AVX2 void pv_avx2(const float* p, int32_t p_stride, const float* alpha, co
   for (; c < d; c += 8) pv_chunk_avx2<T, R, 1>(p, p_stride, alpha, v, d, keys, c, acc);
 }
 
+// Half-precision K: scores of R queries against 4 keys at a time, so each
+// converted K vector feeds R FMAs (converting it once per query would cost more
+// than the multiply). F32 K goes through scores_avx2, whose loads fold into
+// the FMAs for free.
+template <DType T, int R>
+BATON_AVX2 void scores_half_avx2(const float* q, const void* k, int32_t d, int32_t keys, float* s,
+                                 int32_t s_stride) {
+  for (int32_t t0 = 0; t0 < keys; t0 += 4) {
+    __m256 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
+    const size_t kt = size_t(t0) * d;
+    for (int32_t c = 0; c < d; c += 8) {
+      __m256 kv[4];
+      for (int j = 0; j < 4; ++j) kv[j] = load8_kv<T>(k, kt + size_t(j) * d + c);
+      for (int r = 0; r < R; ++r) {
+        const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c);
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
+      }
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(acc[r][0], acc[r][1]),
+                                      _mm256_hadd_ps(acc[r][2], acc[r][3]));
+      _mm_storeu_ps(s + size_t(r) * s_stride + t0,
+                    _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)));
+    }
+  }
+}
+
 template <DType T>
 BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
   int32_t max_visible = 0;
+  if constexpr (T == DType::kF32) {
+    for (int32_t i = 0; i < a.n_q; ++i) {
+      const int32_t visible = std::min(a.visible[i], a.keys_padded);
+      scores_avx2<T>(a.q + size_t(i) * d, a.k, d, (visible + 7) & ~7,
+                     a.scores + size_t(i) * a.keys_padded);
+    }
+  } else {
+    constexpr int kQueries = 3;
+    for (int32_t i = 0; i < a.n_q; i += kQueries) {
+      const int32_t n = std::min(kQueries, a.n_q - i);
+      int32_t visible = 0;
+      for (int32_t j = i; j < i + n; ++j) visible = std::max(visible, a.visible[j]);
+      const int32_t keys = (std::min(visible, a.keys_padded) + 7) & ~7;
+      const float* q = a.q + size_t(i) * d;
+      float* s = a.scores + size_t(i) * a.keys_padded;
+      if (n == 3) scores_half_avx2<T, 3>(q, a.k, d, keys, s, a.keys_padded);
+      if (n == 2) scores_half_avx2<T, 2>(q, a.k, d, keys, s, a.keys_padded);
+      if (n == 1) scores_half_avx2<T, 1>(q, a.k, d, keys, s, a.keys_padded);
+    }
+  }
   for (int32_t i = 0; i < a.n_q; ++i) {
-    float* s = a.scores + size_t(i) * a.keys_padded;
     const int32_t visible = std::min(a.visible[i], a.keys_padded);
     max_visible = std::max(max_visible, visible);
-    const int32_t keys = (visible + 7) & ~7;
-    scores_avx2<T>(a.q + size_t(i) * d, a.k, d, keys, s);
-    a.alpha[i] = softmax_update_avx2(s, visible, a.keys_padded, a.row_max + i, a.row_sum + i);
+    a.alpha[i] = softmax_update_avx2(a.scores + size_t(i) * a.keys_padded, visible, a.keys_padded,
+                                     a.row_max + i, a.row_sum + i);
   }
   constexpr int kRows = 4;
   int32_t i = 0;
