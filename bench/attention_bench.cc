@@ -100,5 +100,62 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
 }
 BENCHMARK(BM_PagedDecodeAttention)->Apply(DecodeArgs);
 
+// Causal prefill of one sequence (context = q_len, no earlier chunks): the
+// attention FLOPs (QK and PV, causal half) per second.
+void BM_PagedPrefillAttention(benchmark::State& state) {
+  const int32_t q_len = int32_t(state.range(0));
+  const DType dtype = state.range(1) == 0 ? DType::kF32 : DType::kBF16;
+  const int32_t blocks = (q_len + kBlockSize - 1) / kBlockSize;
+  KvLayout layout;
+  layout.num_layers = 1;
+  layout.num_blocks = blocks;
+  layout.block_size = kBlockSize;
+  layout.num_kv_heads = kKvHeads;
+  layout.head_dim = kHeadDim;
+  layout.dtype = dtype;
+  HugeBuffer kv_pool(layout.total_bytes());
+  std::mt19937_64 rng(42);
+  for (size_t i = 0; i + 8 <= kv_pool.size(); i += 8) {
+    const uint64_t r = rng() & 0x3f3f3f3f3f3f3f3full;
+    std::memcpy(kv_pool.data() + i, &r, 8);
+  }
+  std::vector<int32_t> ids(static_cast<size_t>(blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> query_start = {0, q_len}, context_lens = {q_len};
+  std::vector<float> q(static_cast<size_t>(q_len) * kHeads * kHeadDim), out(q.size());
+  std::normal_distribution<float> normal;
+  for (auto& x : q) x = normal(rng);
+  PagedAttentionParams p;
+  p.q = q.data();
+  p.out = out.data();
+  p.kv_pool = kv_pool.data();
+  p.layout = layout;
+  p.num_heads = kHeads;
+  p.num_seqs = 1;
+  p.query_start = query_start.data();
+  p.context_lens = context_lens.data();
+  p.block_tables = ids.data();
+  p.block_table_stride = blocks;
+  p.scale = 1.0f / std::sqrt(float(kHeadDim));
+  for (auto _ : state) {
+    kernels::cpu::paged_attention(bench_pool(), p);
+    benchmark::DoNotOptimize(out.data());
+  }
+  // Causal: about q_len^2 / 2 (query, key) pairs, 2 x head_dim FMAs each per head.
+  const double flops = double(q_len) * (q_len + 1) / 2 * kHeads * kHeadDim * 4;
+  state.counters["GFLOPs"] =
+      benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.SetLabel(std::string(dtype_name(dtype)));
+}
+BENCHMARK(BM_PagedPrefillAttention)
+    ->ArgNames({"q_len", "bf16"})
+    ->Args({512, 0})
+    ->Args({512, 1})
+    ->Args({2048, 1})
+    ->UseRealTime()
+    ->ComputeStatistics("min", min_of)
+    ->ComputeStatistics("max", max_of);
+
 }  // namespace
 }  // namespace baton::bench

@@ -1,6 +1,7 @@
 #include "bench/ceilings.h"
 
 #include <cblas.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <atomic>
@@ -21,6 +22,29 @@ constexpr int kStreamPasses = 6;
 // A prefill-like sgemm: 512 tokens x 1024 inputs x 1024 outputs.
 constexpr int kGemmM = 512, kGemmN = 1024, kGemmK = 1024;
 constexpr int kGemmRepeats = 6;
+
+// Sum of n floats with AVX2 when available and four independent accumulators,
+// so the loop is limited by the memory system, not by add latency.
+__attribute__((target("avx2"))) double sum_floats_avx2(const float* p, size_t n) {
+  __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
+                 _mm256_setzero_ps()};
+  size_t i = 0;
+  for (; i + 32 <= n; i += 32)
+    for (int j = 0; j < 4; ++j) s[j] = _mm256_add_ps(s[j], _mm256_loadu_ps(p + i + 8 * j));
+  float lanes[8];
+  _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
+  double total = 0.0;
+  for (float v : lanes) total += v;
+  for (; i < n; ++i) total += p[i];
+  return total;
+}
+
+double sum_floats(const float* p, size_t n) {
+  if (__builtin_cpu_supports("avx2")) return sum_floats_avx2(p, n);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += p[i];
+  return total;
+}
 
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
@@ -66,15 +90,7 @@ const MemoryBandwidth& measure_memory_bandwidth() {
     });
     std::vector<double> sums(static_cast<size_t>(pool.size()), 0.0);
     const double read_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int t) {
-      // Eight partial sums so the loop is limited by loads, not add latency.
-      float s[8] = {};
-      size_t i = lo;
-      for (; i + 8 <= hi; i += 8)
-        for (int j = 0; j < 8; ++j) s[j] += a[i + size_t(j)];
-      for (; i < hi; ++i) s[0] += a[i];
-      double total = 0.0;
-      for (float v : s) total += v;
-      sums[size_t(t)] += total;
+      sums[size_t(t)] += sum_floats(a.get() + lo, hi - lo);
     });
     const double copy_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int) {
       std::copy(a.get() + lo, a.get() + hi, b.get() + lo);

@@ -29,7 +29,10 @@ class ThreadPool {
 
   // Splits [0, n) into at most size() contiguous chunks and runs
   // fn(begin, end, thread_index) on each, returning when all are done.
-  // Not reentrant: fn must not call parallel_for on the same pool.
+  // thread_index (< size(), 0 = the caller) names the thread running the
+  // chunk; chunks are claimed by whichever thread is free first, so one thread
+  // may run several chunks, never two at once. Not reentrant: fn must not
+  // call parallel_for on the same pool.
   void parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn);
 
  private:
