@@ -1,0 +1,261 @@
+#include "router/completion_request.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+
+namespace baton::router {
+namespace {
+
+using nlohmann::json;
+
+Status bad(const std::string& field, const std::string& what) {
+  return invalid_argument("'" + field + "' " + what);
+}
+
+// A present, non-null member of `doc`, or null.
+const json* member(const json& doc, const char* key) {
+  auto it = doc.find(key);
+  return it == doc.end() || it->is_null() ? nullptr : &*it;
+}
+
+Result<int64_t> read_int(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  if (!v.is_number_integer()) return bad(field, "must be an integer, got " + v.dump());
+  if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
+    return bad(field, "is out of range: " + v.dump());
+  }
+  int64_t x = v.get<int64_t>();
+  if (x < lo || x > hi) {
+    return bad(field, "must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got " +
+                          std::to_string(x));
+  }
+  return x;
+}
+
+Result<double> read_number(const json& v, const std::string& field) {
+  if (!v.is_number()) return bad(field, "must be a number, got " + v.dump());
+  double x = v.get<double>();
+  if (!std::isfinite(x)) return bad(field, "must be finite");
+  return x;
+}
+
+Result<bool> read_bool(const json& v, const std::string& field) {
+  if (!v.is_boolean()) return bad(field, "must be true or false, got " + v.dump());
+  return v.get<bool>();
+}
+
+Result<std::vector<int32_t>> read_token_ids(const json& v, const std::string& field) {
+  if (!v.is_array()) return bad(field, "must be a list of token ids");
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    BATON_ASSIGN_OR_RETURN(int64_t id, read_int(v[i], field + "[" + std::to_string(i) + "]", 0,
+                                                std::numeric_limits<int32_t>::max()));
+    ids.push_back(int32_t(id));
+  }
+  return ids;
+}
+
+Result<json> parse_object(std::string_view body) {
+  json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded()) return invalid_argument("the request body is not valid JSON");
+  if (!doc.is_object()) return invalid_argument("the request body must be a JSON object");
+  return doc;
+}
+
+Result<std::string> read_model(const json& doc) {
+  const json* v = member(doc, "model");
+  if (v == nullptr) return std::string();
+  if (!v->is_string()) return bad("model", "must be a string");
+  return v->get<std::string>();
+}
+
+// `max_tokens_key` is "max_tokens", or for chat also "max_completion_tokens".
+Status read_sampling(const json& doc, const RequestLimits& limits, SamplingFields& s,
+                     bool is_chat) {
+  for (const char* key : {"max_tokens", "max_completion_tokens"}) {
+    if (!is_chat && std::string_view(key) == "max_completion_tokens") continue;
+    if (const json* v = member(doc, key)) {
+      BATON_ASSIGN_OR_RETURN(int64_t x, read_int(*v, key, 1, std::numeric_limits<int32_t>::max()));
+      s.max_tokens = int32_t(x);
+    }
+  }
+  if (const json* v = member(doc, "temperature")) {
+    BATON_ASSIGN_OR_RETURN(double t, read_number(*v, "temperature"));
+    if (t < 0) return bad("temperature", "must be at least 0");
+    s.temperature = float(t);
+  }
+  if (const json* v = member(doc, "top_p")) {
+    BATON_ASSIGN_OR_RETURN(double p, read_number(*v, "top_p"));
+    if (!(p > 0 && p <= 1)) return bad("top_p", "must be in (0, 1]");
+    s.top_p = float(p);
+  }
+  if (const json* v = member(doc, "top_k")) {
+    BATON_ASSIGN_OR_RETURN(int64_t k,
+                           read_int(*v, "top_k", -1, std::numeric_limits<int32_t>::max()));
+    s.top_k = k < 0 ? 0 : int32_t(k);
+  }
+  if (const json* v = member(doc, "seed")) {
+    BATON_ASSIGN_OR_RETURN(int64_t seed, read_int(*v, "seed", std::numeric_limits<int64_t>::min(),
+                                                  std::numeric_limits<int64_t>::max()));
+    s.seed = uint64_t(seed);
+  }
+  if (const json* v = member(doc, "stop")) {
+    if (v->is_string()) {
+      s.stop.push_back(v->get<std::string>());
+    } else if (v->is_array()) {
+      for (size_t i = 0; i < v->size(); ++i) {
+        if (!(*v)[i].is_string()) return bad("stop", "must be a string or a list of strings");
+        s.stop.push_back((*v)[i].get<std::string>());
+      }
+    } else {
+      return bad("stop", "must be a string or a list of strings");
+    }
+    if (int32_t(s.stop.size()) > limits.max_stop_strings) {
+      return bad("stop", "has more than " + std::to_string(limits.max_stop_strings) + " strings");
+    }
+    for (const auto& stop : s.stop) {
+      if (stop.empty()) return bad("stop", "must not contain an empty string");
+    }
+  }
+  if (const json* v = member(doc, "stop_token_ids")) {
+    BATON_ASSIGN_OR_RETURN(s.stop_token_ids, read_token_ids(*v, "stop_token_ids"));
+  }
+  if (const json* v = member(doc, "ignore_eos")) {
+    BATON_ASSIGN_OR_RETURN(s.ignore_eos, read_bool(*v, "ignore_eos"));
+  }
+  if (const json* v = member(doc, "n")) {
+    BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "n", 1, limits.max_n));
+    s.n = int32_t(n);
+  }
+  if (const json* v = member(doc, "stream")) {
+    BATON_ASSIGN_OR_RETURN(s.stream, read_bool(*v, "stream"));
+  }
+  if (const json* v = member(doc, "stream_options")) {
+    if (!s.stream) return bad("stream_options", "can only be given when 'stream' is true");
+    if (!v->is_object()) return bad("stream_options", "must be an object");
+    if (const json* u = member(*v, "include_usage")) {
+      BATON_ASSIGN_OR_RETURN(s.include_usage, read_bool(*u, "stream_options.include_usage"));
+    }
+  }
+  if (is_chat) {
+    // Chat: "logprobs": bool, "top_logprobs": N.
+    bool want = false;
+    if (const json* v = member(doc, "logprobs")) {
+      BATON_ASSIGN_OR_RETURN(want, read_bool(*v, "logprobs"));
+    }
+    if (const json* v = member(doc, "top_logprobs")) {
+      if (!want) return bad("top_logprobs", "requires 'logprobs' to be true");
+      BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "top_logprobs", 0, limits.max_logprobs));
+      s.logprobs = int32_t(n);
+    } else if (want) {
+      s.logprobs = 1;
+    }
+  } else if (const json* v = member(doc, "logprobs")) {
+    BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "logprobs", 0, limits.max_logprobs));
+    s.logprobs = int32_t(n);
+  }
+  return Status::ok();
+}
+
+Result<std::vector<Prompt>> read_prompts(const json& doc, const RequestLimits& limits) {
+  const json* v = member(doc, "prompt");
+  if (v == nullptr) return bad("prompt", "is required");
+  std::vector<Prompt> prompts;
+  auto check_text = [](const std::string& text, const std::string& field) -> Status {
+    if (text.empty()) return bad(field, "must not be empty");
+    return Status::ok();
+  };
+  if (v->is_string()) {
+    BATON_RETURN_IF_ERROR(check_text(v->get<std::string>(), "prompt"));
+    prompts.emplace_back(v->get<std::string>());
+    return prompts;
+  }
+  if (!v->is_array() || v->empty()) {
+    return bad("prompt", "must be a string, a list of token ids, or a non-empty list of either");
+  }
+  if ((*v)[0].is_number()) {  // one prompt as token ids
+    BATON_ASSIGN_OR_RETURN(auto ids, read_token_ids(*v, "prompt"));
+    prompts.emplace_back(std::move(ids));
+    return prompts;
+  }
+  if (int32_t(v->size()) > limits.max_batch) {
+    return bad("prompt", "batch has more than " + std::to_string(limits.max_batch) + " prompts");
+  }
+  for (size_t i = 0; i < v->size(); ++i) {
+    const json& item = (*v)[i];
+    std::string field = "prompt[" + std::to_string(i) + "]";
+    if (item.is_string()) {
+      BATON_RETURN_IF_ERROR(check_text(item.get<std::string>(), field));
+      prompts.emplace_back(item.get<std::string>());
+    } else if (item.is_array()) {
+      if (item.empty()) return bad(field, "must not be empty");
+      BATON_ASSIGN_OR_RETURN(auto ids, read_token_ids(item, field));
+      prompts.emplace_back(std::move(ids));
+    } else {
+      return bad(field, "must be a string or a list of token ids");
+    }
+  }
+  return prompts;
+}
+
+Result<std::string> read_content(const json& v, const std::string& field) {
+  if (v.is_string()) return v.get<std::string>();
+  // The list form: [{"type": "text", "text": "..."}, ...]; only text parts.
+  if (!v.is_array()) return bad(field, "must be a string or a list of text parts");
+  std::string text;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const json& part = v[i];
+    std::string part_field = field + "[" + std::to_string(i) + "]";
+    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        !part["text"].is_string()) {
+      return bad(part_field,
+                 "must be {\"type\": \"text\", \"text\": ...}; other parts are not supported");
+    }
+    text += part["text"].get<std::string>();
+  }
+  return text;
+}
+
+}  // namespace
+
+Result<CompletionRequest> parse_completion_request(std::string_view body,
+                                                   const RequestLimits& limits) {
+  BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
+  CompletionRequest request;
+  BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
+  BATON_ASSIGN_OR_RETURN(request.prompts, read_prompts(doc, limits));
+  BATON_RETURN_IF_ERROR(read_sampling(doc, limits, request.sampling, /*is_chat=*/false));
+  return request;
+}
+
+Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimits& limits) {
+  BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
+  ChatRequest request;
+  BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
+  const json* messages = member(doc, "messages");
+  if (messages == nullptr) return bad("messages", "is required");
+  if (!messages->is_array() || messages->empty())
+    return bad("messages", "must be a non-empty list");
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    std::string field = "messages[" + std::to_string(i) + "]";
+    if (!m.is_object()) return bad(field, "must be an object");
+    const json* role = member(m, "role");
+    if (role == nullptr || !role->is_string()) return bad(field + ".role", "must be a string");
+    std::string role_name = role->get<std::string>();
+    if (role_name != "system" && role_name != "user" && role_name != "assistant" &&
+        role_name != "developer") {
+      return bad(field + ".role",
+                 "must be system, developer, user or assistant, got \"" + role_name + "\"");
+    }
+    const json* content = member(m, "content");
+    if (content == nullptr) return bad(field + ".content", "is required");
+    BATON_ASSIGN_OR_RETURN(std::string text, read_content(*content, field + ".content"));
+    request.messages.push_back({role_name == "developer" ? "system" : role_name, std::move(text)});
+  }
+  BATON_RETURN_IF_ERROR(read_sampling(doc, limits, request.sampling, /*is_chat=*/true));
+  return request;
+}
+
+}  // namespace baton::router

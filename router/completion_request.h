@@ -1,0 +1,68 @@
+// router/completion_request.h — OpenAI-compatible request bodies, validated.
+//
+// `POST /v1/completions` and `POST /v1/chat/completions` bodies are parsed
+// into typed structs with the fields vLLM accepts; any invalid field is an
+// InvalidArgument Status whose message names the field, which the HTTP layer
+// turns into a 400 with a JSON error. Nothing here tokenises or routes.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace baton::router {
+
+// Fields shared by completions and chat completions.
+struct SamplingFields {
+  int32_t max_tokens = 16;
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;  // 0: disabled (vLLM's -1 is accepted and means the same)
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+  int32_t logprobs = 0;        // top-N per token; 0 = none
+};
+
+// A prompt is text (tokenised by the router) or token ids.
+using Prompt = std::variant<std::string, std::vector<int32_t>>;
+
+struct CompletionRequest {
+  std::string model;
+  std::vector<Prompt> prompts;  // one, or a batch
+  SamplingFields sampling;
+};
+
+struct ChatMessage {
+  std::string role;  // system, user, assistant
+  std::string content;
+};
+
+struct ChatRequest {
+  std::string model;
+  std::vector<ChatMessage> messages;
+  SamplingFields sampling;
+};
+
+// Limits the router applies while parsing.
+struct RequestLimits {
+  int32_t max_n = 16;
+  int32_t max_batch = 256;
+  int32_t max_logprobs = 20;
+  int32_t max_stop_strings = 16;
+};
+
+Result<CompletionRequest> parse_completion_request(std::string_view body,
+                                                   const RequestLimits& limits = {});
+Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimits& limits = {});
+
+}  // namespace baton::router

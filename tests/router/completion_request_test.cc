@@ -1,0 +1,169 @@
+#include "router/completion_request.h"
+
+#include <gtest/gtest.h>
+
+#include "router/api_error.h"
+
+namespace baton::router {
+namespace {
+
+TEST(CompletionRequest, DefaultsLikeVllm) {
+  auto r = parse_completion_request(R"({"model": "m", "prompt": "hi"})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  EXPECT_EQ(r->model, "m");
+  ASSERT_EQ(r->prompts.size(), 1u);
+  EXPECT_EQ(std::get<std::string>(r->prompts[0]), "hi");
+  EXPECT_EQ(r->sampling.max_tokens, 16);
+  EXPECT_EQ(r->sampling.temperature, 1.0f);
+  EXPECT_EQ(r->sampling.top_p, 1.0f);
+  EXPECT_EQ(r->sampling.top_k, 0);
+  EXPECT_EQ(r->sampling.n, 1);
+  EXPECT_FALSE(r->sampling.stream);
+  EXPECT_FALSE(r->sampling.seed.has_value());
+}
+
+TEST(CompletionRequest, EveryFieldAndPromptForm) {
+  auto r = parse_completion_request(R"({
+    "model": "m", "prompt": [[1, 2, 3], "text", [7]], "max_tokens": 5, "temperature": 0,
+    "top_p": 0.5, "top_k": -1, "seed": -3, "stop": ["a", "bc"], "stop_token_ids": [4, 5],
+    "ignore_eos": true, "n": 2, "stream": true, "stream_options": {"include_usage": true},
+    "logprobs": 3, "unknown_field_is_ignored": {"x": 1}})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->prompts.size(), 3u);
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r->prompts[0]), (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(std::get<std::string>(r->prompts[1]), "text");
+  EXPECT_EQ(std::get<std::vector<int32_t>>(r->prompts[2]), (std::vector<int32_t>{7}));
+  const auto& s = r->sampling;
+  EXPECT_EQ(s.max_tokens, 5);
+  EXPECT_EQ(s.temperature, 0.0f);
+  EXPECT_EQ(s.top_p, 0.5f);
+  EXPECT_EQ(s.top_k, 0);
+  EXPECT_EQ(s.seed, uint64_t(int64_t(-3)));
+  EXPECT_EQ(s.stop, (std::vector<std::string>{"a", "bc"}));
+  EXPECT_EQ(s.stop_token_ids, (std::vector<int32_t>{4, 5}));
+  EXPECT_TRUE(s.ignore_eos);
+  EXPECT_EQ(s.n, 2);
+  EXPECT_TRUE(s.stream);
+  EXPECT_TRUE(s.include_usage);
+  EXPECT_EQ(s.logprobs, 3);
+
+  auto ids = parse_completion_request(R"({"prompt": [9, 8], "stop": "x"})");
+  ASSERT_TRUE(ids.is_ok());
+  EXPECT_EQ(std::get<std::vector<int32_t>>(ids->prompts[0]), (std::vector<int32_t>{9, 8}));
+  EXPECT_EQ(ids->sampling.stop, (std::vector<std::string>{"x"}));
+}
+
+TEST(CompletionRequest, InvalidFieldsAreNamed) {
+  struct Case {
+    const char* body;
+    const char* expect;
+  } cases[] = {
+      {"not json", "not valid JSON"},
+      {"[1, 2]", "must be a JSON object"},
+      {R"({"model": "m"})", "'prompt' is required"},
+      {R"({"prompt": ""})", "'prompt' must not be empty"},
+      {R"({"prompt": []})", "'prompt' must be"},
+      {R"({"prompt": {"a": 1}})", "'prompt' must be"},
+      {R"({"prompt": [1, "x"]})", "'prompt[1]' must be an integer"},
+      {R"({"prompt": [1, -2]})", "'prompt[1]' must be in"},
+      {R"({"prompt": ["a", 3]})", "'prompt[1]' must be a string or a list"},
+      {R"({"prompt": ["a", []]})", "'prompt[1]' must not be empty"},
+      {R"({"prompt": "x", "model": 3})", "'model' must be a string"},
+      {R"({"prompt": "x", "max_tokens": 0})", "'max_tokens' must be in"},
+      {R"({"prompt": "x", "max_tokens": 1.5})", "'max_tokens' must be an integer"},
+      {R"({"prompt": "x", "temperature": -0.1})", "'temperature' must be at least 0"},
+      {R"({"prompt": "x", "temperature": "hot"})", "'temperature' must be a number"},
+      {R"({"prompt": "x", "top_p": 0})", "'top_p' must be in (0, 1]"},
+      {R"({"prompt": "x", "top_p": 1.5})", "'top_p' must be in (0, 1]"},
+      {R"({"prompt": "x", "top_k": -2})", "'top_k' must be in"},
+      {R"({"prompt": "x", "seed": 1.5})", "'seed' must be an integer"},
+      {R"({"prompt": "x", "seed": 18446744073709551615})", "'seed' is out of range"},
+      {R"({"prompt": "x", "stop": 3})", "'stop' must be a string or a list"},
+      {R"({"prompt": "x", "stop": [""]})", "'stop' must not contain an empty string"},
+      {R"({"prompt": "x", "stop_token_ids": [1, "a"]})", "'stop_token_ids[1]'"},
+      {R"({"prompt": "x", "ignore_eos": 1})", "'ignore_eos' must be true or false"},
+      {R"({"prompt": "x", "n": 0})", "'n' must be in"},
+      {R"({"prompt": "x", "n": 1000})", "'n' must be in"},
+      {R"({"prompt": "x", "stream": "yes"})", "'stream' must be true or false"},
+      {R"({"prompt": "x", "stream_options": {"include_usage": true}})",
+       "'stream_options' can only be given when 'stream' is true"},
+      {R"({"prompt": "x", "logprobs": 100})", "'logprobs' must be in"},
+  };
+  for (const auto& c : cases) {
+    auto r = parse_completion_request(c.body);
+    ASSERT_FALSE(r.is_ok()) << c.body;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << c.body;
+    EXPECT_NE(r.status().message().find(c.expect), std::string::npos)
+        << c.body << " -> " << r.status().message();
+    auto error = api_error_from_status(r.status()).to_json();
+    EXPECT_EQ(error["error"]["code"], 400);
+    EXPECT_EQ(error["error"]["type"], "BadRequestError");
+    EXPECT_EQ(error["error"]["message"], r.status().message());
+  }
+}
+
+TEST(ChatRequest, MessagesAndChatOnlyFields) {
+  auto r = parse_chat_request(R"({
+    "model": "m", "messages": [{"role": "system", "content": "be brief"},
+                               {"role": "user", "content": [{"type": "text", "text": "a"},
+                                                            {"type": "text", "text": "b"}]}],
+    "max_completion_tokens": 7, "logprobs": true, "top_logprobs": 2})");
+  ASSERT_TRUE(r.is_ok()) << r.status().to_string();
+  ASSERT_EQ(r->messages.size(), 2u);
+  EXPECT_EQ(r->messages[0].role, "system");
+  EXPECT_EQ(r->messages[1].content, "ab");
+  EXPECT_EQ(r->sampling.max_tokens, 7);
+  EXPECT_EQ(r->sampling.logprobs, 2);
+
+  struct Case {
+    const char* body;
+    const char* expect;
+  } cases[] = {
+      {R"({"model": "m"})", "'messages' is required"},
+      {R"({"messages": []})", "'messages' must be a non-empty list"},
+      {R"({"messages": [{"role": "robot", "content": "x"}]})", "'messages[0].role' must be"},
+      {R"({"messages": [{"role": "user"}]})", "'messages[0].content' is required"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "image_url"}]}]})",
+       "'messages[0].content[0]'"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})",
+       "'top_logprobs' requires 'logprobs'"},
+  };
+  for (const auto& c : cases) {
+    auto bad = parse_chat_request(c.body);
+    ASSERT_FALSE(bad.is_ok()) << c.body;
+    EXPECT_NE(bad.status().message().find(c.expect), std::string::npos)
+        << c.body << " -> " << bad.status().message();
+  }
+}
+
+TEST(ApiError, StatusCodesMapToHttp) {
+  EXPECT_EQ(api_error_from_status(not_found("no model x")).http_status, 404);
+  EXPECT_EQ(api_error_from_status(resource_exhausted("queue full")).http_status, 429);
+  EXPECT_EQ(api_error_from_status(unavailable("no decode node")).http_status, 503);
+  EXPECT_EQ(api_error_from_status(internal_error("bug")).http_status, 500);
+  auto json = api_error_from_status(not_found("The model `x` does not exist.")).to_json();
+  EXPECT_EQ(json["error"]["type"], "NotFoundError");
+  EXPECT_TRUE(json["error"]["param"].is_null());
+}
+
+// Random bytes and truncations of a valid body never crash the parser.
+TEST(CompletionRequest, GarbageIsRejectedNotCrashing) {
+  std::string valid = R"({"model": "m", "prompt": [[1, 2], "abc"], "stop": ["x"], "n": 2})";
+  for (size_t cut = 0; cut < valid.size(); ++cut) {
+    auto r = parse_completion_request(valid.substr(0, cut));
+    EXPECT_FALSE(r.is_ok()) << cut;
+  }
+  uint32_t state = 12345;
+  for (int i = 0; i < 2000; ++i) {
+    std::string body = valid;
+    for (int k = 0; k < 3; ++k) {
+      state = state * 1664525u + 1013904223u;
+      body[state % body.size()] = char(state >> 24);
+    }
+    (void)parse_completion_request(body);
+    (void)parse_chat_request(body);
+  }
+}
+
+}  // namespace
+}  // namespace baton::router
