@@ -216,6 +216,14 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
     }
   }
   for (auto& [id, e] : expectations_) {
+    if (e.failed && e.outstanding > 0 && now > e.deadline + config_.close_timeout) {
+      // Receives from a sender that vanished on a transport without failure
+      // detection: nothing can fetch from a dead process any more.
+      spdlog::warn("kv_transfer[{}]: abandoning {} receives of expired transfer {}",
+                   config_.node_name, e.outstanding, id);
+      e.outstanding = 0;
+      dirty_recvs_.push_back(id);
+    }
     if (!e.failed && !e.noticed && now > e.deadline) {
       e.failed = true;
       e.result = deadline_exceeded("expected transfer " + std::to_string(id) +
@@ -277,21 +285,22 @@ void TransferEngine::Impl::connect(PeerId id) {
   params.err_handler.cb = endpoint_error_callback;
   params.err_handler.arg = &endpoint_tags_.back();
   ucs_status_t status = UCS_ERR_UNREACHABLE;
-  if (!peer_errors_unsupported_) status = ucp_ep_create(worker_.get(), &params, &peer.ep);
+  if (!peer.no_failure_detection) status = ucp_ep_create(worker_.get(), &params, &peer.ep);
   if (status == UCS_ERR_UNREACHABLE) {
     // UCX 1.13's shared-memory transports cannot detect a dead peer, so UCX
     // refuses PEER error handling over them. Fall back to none: deadlines and
-    // the receiver's ack still bound every transfer.
-    if (!peer_errors_unsupported_) {
+    // the receiver's ack still bound every transfer. (A refused TCP connection
+    // is also "unreachable", and fails again below.)
+    params.field_mask &= ~uint64_t(UCP_EP_PARAM_FIELD_ERR_HANDLER);
+    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
+    status = ucp_ep_create(worker_.get(), &params, &peer.ep);
+    if (status == UCS_OK && !peer.no_failure_detection) {
       spdlog::warn(
           "kv_transfer[{}]: transports to peer {} offer no peer-failure detection; "
           "relying on deadlines and acks",
           config_.node_name, id);
-      peer_errors_unsupported_ = true;  // and no second try: UCX logs each refusal
+      peer.no_failure_detection = true;  // no second try: UCX logs each refusal
     }
-    params.field_mask &= ~uint64_t(UCP_EP_PARAM_FIELD_ERR_HANDLER);
-    params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
-    status = ucp_ep_create(worker_.get(), &params, &peer.ep);
   }
   if (status != UCS_OK) {
     peer.ep = nullptr;
@@ -369,6 +378,18 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   if (!closed.is_ok()) {
     spdlog::warn("kv_transfer[{}]: {}", config_.node_name, closed.to_string());
   }
+  // With peer error handling a forced close completes every request. Without
+  // it (shared memory in UCX 1.13) requests to a dead peer may stay pending
+  // forever; they can only read our source blocks on behalf of a peer we have
+  // given up on, so the transfer is abandoned and its late callbacks ignored.
+  for (auto& [tid, t] : sends_) {
+    if (t.peer == id && t.outstanding > 0) {
+      spdlog::warn("kv_transfer[{}]: abandoning {} UCX operations of transfer {} to peer {}",
+                   config_.node_name, t.outstanding, tid, id);
+      t.outstanding = 0;
+      dirty_sends_.push_back(tid);
+    }
+  }
 }
 
 void TransferEngine::Impl::on_endpoint_error(EndpointTag* tag, ucs_status_t status) {
@@ -384,7 +405,7 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
     case OpContext::kFlush:
     case OpContext::kNotice: {
       auto it = sends_.find(op->transfer_id);
-      if (it != sends_.end()) {
+      if (it != sends_.end() && it->second.serial == op->serial) {
         SendTransfer& t = it->second;
         --t.outstanding;
         if (status != UCS_OK && t.failure.is_ok()) {
@@ -398,7 +419,7 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
     }
     case OpContext::kRecvData: {
       auto it = expectations_.find(op->transfer_id);
-      if (it != expectations_.end()) {
+      if (it != expectations_.end() && it->second.serial == op->serial) {
         Expectation& e = it->second;
         --e.outstanding;
         if (status == UCS_OK) {
@@ -472,16 +493,13 @@ TransferEngine::~TransferEngine() = default;
 const std::vector<uint8_t>& TransferEngine::descriptor() const { return impl_->descriptor_bytes_; }
 Result<PeerId> TransferEngine::add_peer(std::span<const uint8_t> d) { return impl_->add_peer(d); }
 Status TransferEngine::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done) {
-  return impl_->begin_send(peer, std::move(spec), std::move(on_done));
+  return impl_->begin_send(peer, std::move(spec), std::move(on_done), /*all_posted=*/false);
 }
 Status TransferEngine::post_layers(uint64_t transfer_id, int32_t layer_end) {
   return impl_->post_layers(transfer_id, layer_end);
 }
 Status TransferEngine::write_blocks(PeerId peer, SendSpec spec, TransferCallback on_done) {
-  uint64_t id = spec.transfer_id;
-  int32_t end = spec.layer_end < 0 ? impl_->layout_.num_layers : spec.layer_end;
-  BATON_RETURN_IF_ERROR(impl_->begin_send(peer, std::move(spec), std::move(on_done)));
-  return impl_->post_layers(id, end);
+  return impl_->begin_send(peer, std::move(spec), std::move(on_done), /*all_posted=*/true);
 }
 Status TransferEngine::expect(RecvSpec spec, TransferCallback on_done) {
   return impl_->expect(std::move(spec), std::move(on_done));

@@ -41,6 +41,7 @@ struct OpContext {
   Kind kind = kSendData;
   uint32_t peer = 0;
   uint64_t generation = 0;
+  uint64_t serial = 0;  // the SendTransfer/Expectation instance, so late callbacks miss
   uint64_t bytes = 0;
   std::vector<uint8_t> header;  // AM header alive until the send completes; discard scratch
 };
@@ -59,11 +60,13 @@ struct PeerState {  // progress thread
   RkeyPtr rkey;
   uint64_t generation = 0;
   TransferMode mode = TransferMode::kAm;
+  bool no_failure_detection = false;  // endpoint runs without UCP peer error handling
   EndpointCaps caps;
   std::vector<uint64_t> waiting;  // transfers queued until connected
 };
 
 struct SendTransfer {  // progress thread
+  uint64_t serial = 0;
   SendSpec spec;
   PeerId peer = 0;
   TransferCallback on_done;
@@ -84,6 +87,7 @@ struct SendTransfer {  // progress thread
 };
 
 struct Expectation {  // progress thread
+  uint64_t serial = 0;
   RecvSpec spec;
   TransferCallback on_done;
   Clock::time_point started, deadline;
@@ -107,7 +111,8 @@ class TransferEngine::Impl {
 
   // API side (any thread).
   Result<PeerId> add_peer(std::span<const uint8_t> bytes);
-  Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
+  // `all_posted`: every layer is ready now (write_blocks), no post_layers to follow.
+  Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done, bool all_posted);
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
   Status expect(RecvSpec spec, TransferCallback on_done);
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
@@ -162,7 +167,6 @@ class TransferEngine::Impl {
   UcpWorkerPtr worker_;
   MemRegistration registration_;
   int event_fd_ = -1;
-  bool peer_errors_unsupported_ = false;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
@@ -174,6 +178,7 @@ class TransferEngine::Impl {
   std::vector<std::function<void()>> commands_;
 
   // Progress thread.
+  uint64_t next_serial_ = 1;
   std::vector<PeerState> peers_;
   std::deque<EndpointTag> endpoint_tags_;
   std::unordered_map<uint64_t, SendTransfer> sends_;

@@ -40,6 +40,7 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
   uint64_t id = spec.transfer_id;
   enqueue([this, id, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
     Expectation& e = expectations_[id];
+    e.serial = next_serial_++;
     e.started = Clock::now();
     e.deadline = e.started + spec.deadline.value_or(config_.default_deadline);
     e.blocks.insert(spec.dst_blocks.begin(), spec.dst_blocks.end());
@@ -109,6 +110,7 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
   }
   // Rendezvous: UCX fetches the bytes straight into the reserved blocks.
   auto* op = new OpContext{this, h->transfer_id, OpContext::kRecvData};
+  op->serial = e.serial;
   op->bytes = length;
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;

@@ -22,7 +22,8 @@ ucp_request_param_t request_param(OpContext* op) {
 
 }  // namespace
 
-Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done) {
+Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done,
+                                        bool all_posted) {
   if (!on_done) return invalid_argument("begin_send needs a completion callback");
   {
     std::lock_guard lock(api_mutex_);
@@ -37,25 +38,28 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     }
     BATON_RETURN_IF_ERROR(
         validate_block_lists(spec.src_blocks, layout_, spec.dst_blocks, peer_layouts_[peer]));
-    if (!send_tickets_.emplace(spec.transfer_id, std::pair{spec.layer_begin, spec.layer_end})
-             .second) {
+    int32_t posted = all_posted ? spec.layer_end : spec.layer_begin;
+    if (!send_tickets_.emplace(spec.transfer_id, std::pair{posted, spec.layer_end}).second) {
       return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
                               " is already in flight");
     }
   }
   uint64_t id = spec.transfer_id;
-  enqueue([this, peer, id, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
-    SendTransfer& t = sends_[id];
-    t.started = Clock::now();
-    t.deadline = t.started + spec.deadline.value_or(config_.default_deadline);
-    t.runs = merge_block_runs(spec.src_blocks, spec.dst_blocks);
-    t.posted_end = t.issued_end = spec.layer_begin;
-    t.spec = std::move(spec);
-    t.peer = peer;
-    t.on_done = std::move(on_done);
-    t.checksum = std::make_unique<KvChecksum>();
-    start_send(id);
-  });
+  enqueue(
+      [this, peer, id, all_posted, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
+        SendTransfer& t = sends_[id];
+        t.serial = next_serial_++;
+        t.started = Clock::now();
+        t.deadline = t.started + spec.deadline.value_or(config_.default_deadline);
+        t.runs = merge_block_runs(spec.src_blocks, spec.dst_blocks);
+        t.issued_end = spec.layer_begin;
+        t.posted_end = all_posted ? spec.layer_end : spec.layer_begin;
+        t.spec = std::move(spec);
+        t.peer = peer;
+        t.on_done = std::move(on_done);
+        t.checksum = std::make_unique<KvChecksum>();
+        start_send(id);
+      });
   return Status::ok();
 }
 
@@ -107,6 +111,7 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
     t.digest = t.checksum->digest();
     t.phase = SendTransfer::Phase::kFlushing;
     auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
+    op->serial = t.serial;
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
     if (UCS_PTR_IS_ERR(request)) {
@@ -127,6 +132,7 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     const uint8_t* src = pool_ + layout_.block_byte_offset(layer, run.src_block);
     size_t length = size_t(run.count) * layout_.block_bytes();
     auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
+    op->serial = t.serial;
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request;
     const char* call;
@@ -179,6 +185,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     n.checksum = t.digest;
     n.flags = t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0;
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
+    op->serial = t.serial;
     op->header = encode_notice(n);
     ucp_request_param_t param = request_param(op);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;

@@ -8,7 +8,6 @@ namespace baton::kv_transfer {
 StatusCode ucx_status_code(ucs_status_t status) {
   switch (status) {
     case UCS_ERR_TIMED_OUT:
-    case UCS_ERR_ENDPOINT_TIMEOUT:
       return StatusCode::kDeadlineExceeded;
     case UCS_ERR_CANCELED:
       return StatusCode::kAborted;
@@ -20,6 +19,7 @@ StatusCode ucx_status_code(ucs_status_t status) {
       return StatusCode::kInvalidArgument;
     case UCS_ERR_UNSUPPORTED:
       return StatusCode::kUnimplemented;
+    case UCS_ERR_ENDPOINT_TIMEOUT:  // what UCX reports for a peer that went away
     case UCS_ERR_UNREACHABLE:
     case UCS_ERR_CONNECTION_RESET:
     case UCS_ERR_NOT_CONNECTED:

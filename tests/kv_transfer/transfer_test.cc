@@ -404,9 +404,142 @@ TEST_P(TransferTest, UnexpectedTransferIsRejected) {
   receiver->quit();
 }
 
+// Faults: SIGKILL mid-transfer on either side, an unreachable peer. Each
+// side must learn within its deadline (+ slack for process scheduling) and
+// hand its blocks back exactly once.
+constexpr auto kFaultDeadline = 2000ms;
+constexpr auto kSlack = 700ms;
+
+// Which transfer owns which block; the transfer callback is what frees them.
+class BlockOwners {
+ public:
+  void reserve(uint64_t tid, const std::vector<int32_t>& blocks) {
+    std::lock_guard lock(mutex_);
+    for (int32_t b : blocks) owner_[b] = tid;
+  }
+  void release(uint64_t tid) {
+    std::lock_guard lock(mutex_);
+    for (auto it = owner_.begin(); it != owner_.end();) {
+      it = it->second == tid ? owner_.erase(it) : std::next(it);
+    }
+  }
+  size_t owned_by(uint64_t tid) {
+    std::lock_guard lock(mutex_);
+    size_t n = 0;
+    for (auto& [b, t] : owner_) n += t == tid;
+    return n;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::map<int32_t, uint64_t> owner_;
+};
+
+class TransferFaultTest : public TransferTest {};
+
+TEST_P(TransferFaultTest, ReceiverKilledMidTransferFailsSenderWithinDeadline) {
+  KvLayout layout = make_layout(DType::kBF16, 64, 8);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam().tls, seed, "sender", kFaultDeadline, GetParam().mode);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 24);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 24);
+  BlockOwners owners;
+  owners.reserve(1, src);
+  receiver->send(expect_line(1, 1, 0, 8, 10000, src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(sender.engine()
+                  .begin_send(peer, {1, 1, src, dst, 0, -1, {}},
+                              [&](const TransferResult& r) {
+                                owners.release(r.transfer_id);
+                                sender.mail().post(r);
+                              })
+                  .is_ok());
+  ASSERT_TRUE(sender.engine().post_layers(1, 3).is_ok());
+  std::this_thread::sleep_for(50ms);
+  auto killed = Clock::now();
+  receiver->kill_now();
+  // Over TCP the sender may already know and have reported the failure.
+  Status posted = sender.engine().post_layers(1, 8);
+  EXPECT_TRUE(posted.is_ok() || posted.code() == StatusCode::kNotFound) << posted.to_string();
+  auto r = sender.mail().wait(1, kFaultDeadline + 5s);
+  ASSERT_TRUE(r.has_value()) << "sender never completed";
+  EXPECT_FALSE(r->status.is_ok());
+  EXPECT_LT(r->finished - killed, kFaultDeadline + kSlack) << r->status.to_string();
+  EXPECT_EQ(owners.owned_by(1), 0u) << "source blocks not released";
+  std::printf("sender learned of the dead receiver after %lld ms: %s\n",
+              (long long)std::chrono::duration_cast<std::chrono::milliseconds>(r->finished - killed)
+                  .count(),
+              r->status.to_string().c_str());
+  // Next use recreates the endpoint; the peer is still dead, so it fails
+  // again within the deadline rather than hanging.
+  auto again_start = Clock::now();
+  ASSERT_TRUE(
+      sender.engine().write_blocks(peer, {2, 2, src, dst, 0, -1, {}}, sender.callback()).is_ok());
+  auto again = sender.mail().wait(2, kFaultDeadline + 5s);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_FALSE(again->status.is_ok());
+  EXPECT_LT(again->finished - again_start, kFaultDeadline + kSlack);
+  EXPECT_GE(sender.engine().stats().endpoints_torn_down, 1u);
+}
+
+TEST_P(TransferFaultTest, SenderKilledMidTransferFreesReceiverBlocksWithinDeadline) {
+  KvLayout layout = make_layout(DType::kF16, 64, 8);
+  uint64_t seed = rng_() | 1;
+  LocalNode receiver(layout, GetParam().tls, 0, "receiver", kFaultDeadline);
+  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode);
+  connect(receiver, *sender);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 24);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 24);
+  BlockOwners owners;
+  owners.reserve(3, dst);
+  auto expected_at = Clock::now();
+  ASSERT_TRUE(receiver.engine()
+                  .expect({3, 3, dst, 0, -1, kFaultDeadline},
+                          [&](const TransferResult& r) {
+                            owners.release(r.transfer_id);
+                            receiver.mail().post(r);
+                          })
+                  .is_ok());
+  // The sender posts a layer every 100 ms; kill it after the second.
+  sender->send("SEND 3 3 0 0 8 10000 100 24" + join(src) + join(dst));
+  ASSERT_TRUE(sender->wait_for("POSTED 3 2").has_value());
+  sender->kill_now();
+  auto r = receiver.mail().wait(3, kFaultDeadline + 5s);
+  ASSERT_TRUE(r.has_value()) << "receiver never completed";
+  EXPECT_FALSE(r->status.is_ok());
+  EXPECT_LT(r->finished - expected_at, kFaultDeadline + kSlack) << r->status.to_string();
+  EXPECT_EQ(owners.owned_by(3), 0u) << "reserved blocks not freed";
+  EXPECT_EQ(receiver.engine().stats().receives_failed, 1u);
+}
+
+TEST_P(TransferFaultTest, UnreachablePeerFailsWithinDeadline) {
+  KvLayout layout = make_layout(DType::kF32, 16, 2);
+  LocalNode sender(layout, GetParam().tls, 7, "sender", kFaultDeadline);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, 7, layout.num_blocks);
+  auto desc = receiver->wait_for("DESC ");
+  ASSERT_TRUE(desc.has_value());
+  receiver->kill_now();
+  auto peer = sender.engine().add_peer(testing::from_hex(desc->substr(5)));
+  ASSERT_TRUE(peer.is_ok());
+  auto start = Clock::now();
+  ASSERT_TRUE(sender.engine()
+                  .write_blocks(*peer, {1, 1, {0, 1}, {2, 3}, 0, -1, {}}, sender.callback())
+                  .is_ok());
+  auto r = sender.mail().wait(1, kFaultDeadline + 5s);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_FALSE(r->status.is_ok());
+  EXPECT_LT(r->finished - start, kFaultDeadline + kSlack) << r->status.to_string();
+}
+
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferTest, ::testing::ValuesIn(kTransports),
                          [](const auto& info) { return std::string(info.param.name); });
 INSTANTIATE_TEST_SUITE_P(ForcedMode, TransferTest, ::testing::ValuesIn(kForcedModes),
+                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(Loopback, TransferFaultTest, ::testing::ValuesIn(kTransports),
+                         [](const auto& info) { return std::string(info.param.name); });
+INSTANTIATE_TEST_SUITE_P(ForcedMode, TransferFaultTest, ::testing::ValuesIn(kForcedModes),
                          [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
