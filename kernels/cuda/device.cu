@@ -1,0 +1,59 @@
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device.h"
+
+namespace baton::kernels::cuda {
+
+int device_count() {
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    (void)cudaGetLastError();  // clear the sticky "no driver" error
+    return 0;
+  }
+  return count;
+}
+
+Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
+  DeviceBuffer buffer;
+  BATON_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer.data_, bytes));
+  buffer.bytes_ = bytes;
+  return Result<DeviceBuffer>(std::move(buffer));
+}
+
+DeviceBuffer::DeviceBuffer(DeviceBuffer&& other) noexcept
+    : data_(std::exchange(other.data_, nullptr)), bytes_(std::exchange(other.bytes_, 0)) {}
+
+DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
+  if (this != &other) {
+    if (data_ != nullptr) cudaFree(data_);
+    data_ = std::exchange(other.data_, nullptr);
+    bytes_ = std::exchange(other.bytes_, 0);
+  }
+  return *this;
+}
+
+DeviceBuffer::~DeviceBuffer() {
+  if (data_ != nullptr) cudaFree(data_);
+}
+
+Status DeviceBuffer::copy_from_host(const void* src, size_t bytes) {
+  if (bytes > bytes_) return invalid_argument("copy larger than the device buffer");
+  BATON_CUDA_RETURN_IF_ERROR(cudaMemcpy(data_, src, bytes, cudaMemcpyHostToDevice));
+  return Status::ok();
+}
+
+Status DeviceBuffer::copy_to_host(void* dst, size_t bytes) const {
+  if (bytes > bytes_) return invalid_argument("copy larger than the device buffer");
+  BATON_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, data_, bytes, cudaMemcpyDeviceToHost));
+  return Status::ok();
+}
+
+Status synchronize() {
+  BATON_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return Status::ok();
+}
+
+}  // namespace baton::kernels::cuda

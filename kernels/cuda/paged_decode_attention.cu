@@ -1,0 +1,171 @@
+// kernels/cuda/paged_decode_attention.cu — GQA decode attention over the
+// paged KV pool (common/kv_layout.h), one query row per sequence.
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <string>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device.h"
+
+namespace baton::kernels::cuda {
+namespace {
+
+constexpr int kWarpSize = 32;
+constexpr int kWarps = 4;
+constexpr int kMaxGroup = 8;  // query heads per KV head
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+// Grid: (num_kv_heads, num_seqs). Block: kWarps warps.
+// Each block owns one (sequence, KV head) and every query head of its GQA
+// group, so each K and V vector is read from memory once for the whole group.
+// Warps stride over the context's tokens; within a warp each lane owns
+// HEAD_DIM / 32 consecutive dimensions. Every warp keeps an online softmax
+// (running max, sum, weighted V) per query head; the warps' partial results
+// are merged through shared memory at the end.
+template <typename KvT, int HEAD_DIM>
+__global__ void __launch_bounds__(kWarps* kWarpSize)
+    paged_decode_attention_kernel(DecodeAttentionParams p) {
+  constexpr int kPerLane = HEAD_DIM / kWarpSize;
+  const int kv_head = blockIdx.x;
+  const int seq = blockIdx.y;
+  const int warp = threadIdx.x / kWarpSize;
+  const int lane = threadIdx.x % kWarpSize;
+  const int group = p.num_heads / p.layout.num_kv_heads;
+  const int first_head = kv_head * group;
+  const int context = p.context_lens[seq];
+  const int block_size = p.layout.block_size;
+  const int32_t* table = p.block_tables + size_t(seq) * p.block_table_stride;
+  const KvT* pool = static_cast<const KvT*>(p.kv_pool);
+
+  __shared__ float q_shared[kMaxGroup][HEAD_DIM];  // pre-scaled queries of the group
+  __shared__ float m_shared[kWarps][kMaxGroup];
+  __shared__ float l_shared[kWarps][kMaxGroup];
+  __shared__ float acc_shared[kWarps][kMaxGroup][HEAD_DIM];
+
+  for (int i = threadIdx.x; i < group * HEAD_DIM; i += blockDim.x) {
+    int g = i / HEAD_DIM, d = i % HEAD_DIM;
+    q_shared[g][d] = p.q[(size_t(seq) * p.num_heads + first_head + g) * HEAD_DIM + d] * p.scale;
+  }
+  __syncthreads();
+
+  float m[kMaxGroup], l[kMaxGroup], acc[kMaxGroup][kPerLane];
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    m[g] = -INFINITY;
+    l[g] = 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc[g][i] = 0.0f;
+  }
+
+  for (int t = warp; t < context; t += kWarps) {
+    const int block = table[t / block_size];
+    const int slot = t % block_size;
+    const size_t k_offset = p.layout.element_offset(p.layer, block, KvPart::kKey, kv_head, slot);
+    const size_t v_offset = p.layout.element_offset(p.layer, block, KvPart::kValue, kv_head, slot);
+    float k[kPerLane], v[kPerLane];
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) {
+      k[i] = to_float(pool[k_offset + lane * kPerLane + i]);
+      v[i] = to_float(pool[v_offset + lane * kPerLane + i]);
+    }
+#pragma unroll
+    for (int g = 0; g < kMaxGroup; ++g) {
+      if (g >= group) break;
+      float partial = 0.0f;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) partial += k[i] * q_shared[g][lane * kPerLane + i];
+      const float score = warp_sum(partial);
+      const float new_m = fmaxf(m[g], score);
+      const float correction = __expf(m[g] - new_m);
+      const float weight = __expf(score - new_m);
+      l[g] = l[g] * correction + weight;
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) acc[g][i] = acc[g][i] * correction + weight * v[i];
+      m[g] = new_m;
+    }
+  }
+
+#pragma unroll
+  for (int g = 0; g < kMaxGroup; ++g) {
+    if (g >= group) break;
+    if (lane == 0) {
+      m_shared[warp][g] = m[g];
+      l_shared[warp][g] = l[g];
+    }
+#pragma unroll
+    for (int i = 0; i < kPerLane; ++i) acc_shared[warp][g][lane * kPerLane + i] = acc[g][i];
+  }
+  __syncthreads();
+
+  // Merge the warps: out = Σ_w acc_w e^{m_w - M} / Σ_w l_w e^{m_w - M}.
+  for (int i = threadIdx.x; i < group * HEAD_DIM; i += blockDim.x) {
+    const int g = i / HEAD_DIM, d = i % HEAD_DIM;
+    float max_m = -INFINITY;
+    for (int w = 0; w < kWarps; ++w) max_m = fmaxf(max_m, m_shared[w][g]);
+    float sum = 0.0f, value = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      if (m_shared[w][g] == -INFINITY) continue;  // this warp saw no token
+      const float factor = __expf(m_shared[w][g] - max_m);
+      sum += l_shared[w][g] * factor;
+      value += acc_shared[w][g][d] * factor;
+    }
+    p.out[(size_t(seq) * p.num_heads + first_head + g) * HEAD_DIM + d] =
+        sum > 0.0f ? value / sum : 0.0f;
+  }
+}
+
+template <typename KvT>
+Status launch_for_dtype(const DecodeAttentionParams& p, cudaStream_t stream) {
+  dim3 grid(unsigned(p.layout.num_kv_heads), unsigned(p.num_seqs));
+  dim3 block(kWarps * kWarpSize);
+  switch (p.layout.head_dim) {
+    case 64:
+      paged_decode_attention_kernel<KvT, 64><<<grid, block, 0, stream>>>(p);
+      break;
+    case 128:
+      paged_decode_attention_kernel<KvT, 128><<<grid, block, 0, stream>>>(p);
+      break;
+    default:
+      return invalid_argument("CUDA decode attention supports head_dim 64 and 128, not " +
+                              std::to_string(p.layout.head_dim));
+  }
+  BATON_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+}  // namespace
+
+Status paged_decode_attention(const DecodeAttentionParams& p, void* stream) {
+  if (p.num_seqs <= 0) return Status::ok();
+  if (p.layout.num_kv_heads <= 0 || p.num_heads % p.layout.num_kv_heads != 0 ||
+      p.num_heads / p.layout.num_kv_heads > kMaxGroup) {
+    return invalid_argument(
+        "CUDA decode attention needs num_heads a multiple of num_kv_heads, "
+        "at most " +
+        std::to_string(kMaxGroup) + " per KV head");
+  }
+  auto s = static_cast<cudaStream_t>(stream);
+  switch (p.layout.dtype) {
+    case DType::kF32:
+      return launch_for_dtype<float>(p, s);
+    case DType::kF16:
+      return launch_for_dtype<__half>(p, s);
+    case DType::kBF16:
+      return launch_for_dtype<__nv_bfloat16>(p, s);
+  }
+  return invalid_argument("unknown KV dtype");
+}
+
+}  // namespace baton::kernels::cuda
