@@ -110,8 +110,53 @@ void prefetch_rows(const WeightView& w, int64_t row_begin, int64_t row_end) {
 }
 
 template <DType T>
+constexpr int64_t sizeof_dtype() {
+  return T == DType::kF32 ? 4 : 2;
+}
+
+// How far ahead of the batch-1 weight stream to prefetch. The hardware
+// prefetcher alone leaves half-precision rows short of bandwidth: with twice
+// the instructions per byte, fewer misses fit in the out-of-order window.
+constexpr int64_t kPrefetchBytes = 1024;
+
+// Batch 1: one row at a time with four accumulators along the row, so the
+// weights are read as a single linear stream (rows are adjacent in memory),
+// which the hardware prefetcher follows best; x stays in L1.
+template <DType T>
+BATON_AVX2 void gemv_batch1_avx2(const float* x, const WeightView& w, const float* bias,
+                                 int64_t row_begin, int64_t row_end, float* out) {
+  const int64_t cols = w.cols;
+  for (int64_t r = row_begin; r < row_end; ++r) {
+    const size_t base = size_t(r) * size_t(cols);
+    __m256 a0 = _mm256_setzero_ps(), a1 = _mm256_setzero_ps();
+    __m256 a2 = _mm256_setzero_ps(), a3 = _mm256_setzero_ps();
+    const char* row = static_cast<const char*>(w.data) + base * sizeof_dtype<T>();
+    int64_t k = 0;
+    for (; k + 32 <= cols; k += 32) {
+      // 32 half elements are one cache line; stay kPrefetchBytes ahead. (F32
+      // rows measured no better with it: the hardware prefetcher keeps up.)
+      if constexpr (T != DType::kF32)
+        __builtin_prefetch(row + k * sizeof_dtype<T>() + kPrefetchBytes, 0, 3);
+      a0 = _mm256_fmadd_ps(load_w8<T>(w.data, base + size_t(k)), _mm256_loadu_ps(x + k), a0);
+      a1 =
+          _mm256_fmadd_ps(load_w8<T>(w.data, base + size_t(k + 8)), _mm256_loadu_ps(x + k + 8), a1);
+      a2 = _mm256_fmadd_ps(load_w8<T>(w.data, base + size_t(k + 16)), _mm256_loadu_ps(x + k + 16),
+                           a2);
+      a3 = _mm256_fmadd_ps(load_w8<T>(w.data, base + size_t(k + 24)), _mm256_loadu_ps(x + k + 24),
+                           a3);
+    }
+    for (; k + 8 <= cols; k += 8)
+      a0 = _mm256_fmadd_ps(load_w8<T>(w.data, base + size_t(k)), _mm256_loadu_ps(x + k), a0);
+    float sum = avx2::hsum(_mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+    for (; k < cols; ++k) sum += load_as_float(w.data, T, base + size_t(k)) * x[k];
+    out[r] = sum + (bias ? bias[r] : 0.0f);
+  }
+}
+
+template <DType T>
 BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, const float* bias,
                                int64_t row_begin, int64_t row_end, float* out) {
+  if (m == 1) return gemv_batch1_avx2<T>(x, w, bias, row_begin, row_end, out);
   int64_t r = row_begin;
   for (; r + kRowBlock <= row_end; r += kRowBlock) {
     prefetch_rows(w, r + kRowBlock, std::min(r + 2 * kRowBlock, row_end));
