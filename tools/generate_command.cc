@@ -186,7 +186,10 @@ int run_generate(const GenerateOptions& o) {
   for (const auto& seq : done) {
     output_tokens += int64_t(seq->output.size());
     if (o.json) {
-      std::printf("%s\n", sequence_json(*seq, eng.tokenizer()).dump().c_str());
+      // Sampled bytes need not be valid UTF-8: replace, never throw.
+      std::printf("%s\n", sequence_json(*seq, eng.tokenizer())
+                              .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                              .c_str());
     } else if (eng.tokenizer() != nullptr) {
       std::printf("%s\n", eng.tokenizer()->decode(seq->output).c_str());
     } else {

@@ -1,0 +1,112 @@
+// The `baton` binary as users run it: a real process, its stdout and exit code.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+#include <string>
+
+namespace {
+
+struct RunResult {
+  int exit_code;
+  std::string out;  // stdout and stderr together
+};
+
+RunResult run(const std::string& args) {
+  std::string command = std::string(BATON_BINARY) + " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return {-1, "popen failed"};
+  std::string out;
+  std::array<char, 4096> buffer;
+  size_t n;
+  while ((n = fread(buffer.data(), 1, buffer.size(), pipe)) > 0) out.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
+}
+
+std::vector<nlohmann::json> json_lines(const std::string& out) {
+  std::vector<nlohmann::json> docs;
+  std::istringstream lines(out);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (!line.empty() && line[0] == '{') docs.push_back(nlohmann::json::parse(line));
+  }
+  return docs;
+}
+
+class BatonCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::filesystem::path(std::filesystem::temp_directory_path() /
+                                     ("baton-cli-" + std::to_string(std::random_device{}())));
+    auto made = run("make-model --preset tiny --seed 3 --out " + model().string());
+    ASSERT_EQ(made.exit_code, 0) << made.out;
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::filesystem::path model() { return *dir_ / "tiny"; }
+  static std::filesystem::path* dir_;
+};
+std::filesystem::path* BatonCli::dir_ = nullptr;
+
+TEST_F(BatonCli, GenerateJsonBatchEqualsEachPromptAlone) {
+  std::ofstream(*dir_ / "prompts.txt") << "hello\nids:1,20,30,40\nBaton runs\n";
+  auto batch = run("generate --model " + model().string() + " --prompts " +
+                   (*dir_ / "prompts.txt").string() +
+                   " --max-tokens 6 --temperature 0 --ignore-eos --json --logprobs 3");
+  ASSERT_EQ(batch.exit_code, 0) << batch.out;
+  auto docs = json_lines(batch.out);
+  ASSERT_EQ(docs.size(), 3u) << batch.out;
+  EXPECT_NE(batch.out.find("stats: 3 prompts"), std::string::npos);
+  for (const auto& doc : docs) {
+    ASSERT_EQ(doc["output_ids"].size(), 6u);
+    ASSERT_EQ(doc["logprobs"].size(), 6u);
+    for (size_t i = 0; i < 6; ++i) {
+      const auto& lp = doc["logprobs"][i];
+      EXPECT_EQ(lp["id"], doc["output_ids"][i]);
+      ASSERT_EQ(lp["top"].size(), 3u);
+      // Greedy: the chosen token is the most likely one.
+      EXPECT_EQ(lp["top"][0]["id"], lp["id"]);
+      EXPECT_LE(lp["logprob"].get<double>(), 0.0);
+    }
+  }
+  EXPECT_EQ(docs[1]["prompt_ids"], nlohmann::json::array({1, 20, 30, 40}));
+  auto alone = run("generate --model " + model().string() +
+                   " --prompt-ids 1,20,30,40 --max-tokens 6 --temperature 0 --ignore-eos --json");
+  ASSERT_EQ(alone.exit_code, 0) << alone.out;
+  EXPECT_EQ(json_lines(alone.out).at(0)["output_ids"], docs[1]["output_ids"]);
+}
+
+TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
+  struct Case {
+    std::string args;
+    int exit_code;
+    std::string message;
+  } cases[] = {
+      {"generate --model " + model().string() + " --prompt-ids 1,x", 2, "'x' is not a token id"},
+      {"generate --model " + model().string() + " --prompt-ids 1,99999", 2,
+       "outside the vocabulary"},
+      {"generate --model " + model().string() + " --prompt hi --block-size 24", 2,
+       "engine.block_size"},
+      {"generate --model " + model().string(), 2, "give exactly one of"},
+      {"generate --model " + (*dir_ / "missing").string() + " --prompt hi", 1, "missing"},
+      {"make-model --preset nope --out " + (*dir_ / "x").string(), 2, "unknown model preset"},
+      {"generate --model " + model().string() + " --prompt hi --temperature -1", 2, "temperature"},
+  };
+  for (const auto& c : cases) {
+    auto r = run(c.args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.args << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
+    EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
+  }
+}
+
+}  // namespace
