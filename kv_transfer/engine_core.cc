@@ -102,11 +102,15 @@ Status TransferEngine::Impl::init() {
   }
 
   transports_ = context_transports(context_.get());
-  std::string list;
+  registering_domains_ = domains_registering_host_memory();
+  std::string list, domains;
   for (const auto& t : transports_) list += (list.empty() ? "" : " ") + t;
-  spdlog::info("kv_transfer[{}]: UCX {} transports: {}; pool {} bytes registered; mode {}",
-               config_.node_name, ucp_get_version_string(), list, pool_bytes_,
-               transfer_mode_name(config_.mode));
+  for (const auto& d : registering_domains_) domains += (domains.empty() ? "" : " ") + d;
+  spdlog::info(
+      "kv_transfer[{}]: UCX {} transports: {}; domains registering user memory: {}; pool {} "
+      "bytes registered; mode {}",
+      config_.node_name, ucp_get_version_string(), list, domains, pool_bytes_,
+      transfer_mode_name(config_.mode));
 
   thread_ = std::thread([this] { run(); });
   return Status::ok();
@@ -224,7 +228,7 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
       e.outstanding = 0;
       dirty_recvs_.push_back(id);
     }
-    if (!e.failed && !e.noticed && now > e.deadline) {
+    if (!e.failed && !e.judged && now > e.deadline) {
       e.failed = true;
       e.result = deadline_exceeded("expected transfer " + std::to_string(id) +
                                    " did not complete in time");
@@ -239,7 +243,7 @@ void TransferEngine::Impl::shutdown() {
     if (t.failure.is_ok()) t.failure = Status(StatusCode::kAborted, "transfer engine stopped");
   }
   for (auto& [id, e] : expectations_) {
-    if (!e.failed && !e.noticed) {
+    if (!e.failed && !e.judged) {
       e.failed = true;
       e.result = Status(StatusCode::kAborted, "transfer engine stopped");
     }
@@ -285,6 +289,7 @@ void TransferEngine::Impl::connect(PeerId id) {
   params.err_handler.cb = endpoint_error_callback;
   params.err_handler.arg = &endpoint_tags_.back();
   ucs_status_t status = UCS_ERR_UNREACHABLE;
+  if (!config_.peer_error_handling) peer.no_failure_detection = true;
   if (!peer.no_failure_detection) status = ucp_ep_create(worker_.get(), &params, &peer.ep);
   if (status == UCS_ERR_UNREACHABLE) {
     // UCX 1.13's shared-memory transports cannot detect a dead peer, so UCX
@@ -294,7 +299,7 @@ void TransferEngine::Impl::connect(PeerId id) {
     params.field_mask &= ~uint64_t(UCP_EP_PARAM_FIELD_ERR_HANDLER);
     params.err_mode = UCP_ERR_HANDLING_MODE_NONE;
     status = ucp_ep_create(worker_.get(), &params, &peer.ep);
-    if (status == UCS_OK && !peer.no_failure_detection) {
+    if (status == UCS_OK && !peer.no_failure_detection && config_.peer_error_handling) {
       spdlog::warn(
           "kv_transfer[{}]: transports to peer {} offer no peer-failure detection; "
           "relying on deadlines and acks",
@@ -330,7 +335,7 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
                          std::string("connecting to peer failed: ") + ucs_status_string(status)));
     return;
   }
-  peer.caps = probe_endpoint(peer.ep);
+  peer.caps = probe_endpoint(peer.ep, registering_domains_);
   ucp_rkey_h rkey = nullptr;
   ucs_status_t unpack = ucp_ep_rkey_unpack(peer.ep, peer.descriptor.rkey.data(), &rkey);
   if (unpack == UCS_OK) peer.rkey.reset(rkey);
@@ -344,9 +349,12 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
   peer.phase = PeerState::Phase::kReady;
   std::string lanes;
   for (const auto& t : peer.caps.transports) lanes += (lanes.empty() ? "" : " ") + t;
-  spdlog::info("kv_transfer[{}]: peer {} connected over {} ({} RMA); transfers use {}",
-               config_.node_name, id, lanes, peer.caps.native_rma ? "native" : "emulated",
-               transfer_mode_name(peer.mode));
+  std::string rma_domains;
+  for (const auto& d : peer.caps.rma_domains) rma_domains += (rma_domains.empty() ? "" : " ") + d;
+  spdlog::info(
+      "kv_transfer[{}]: peer {} connected over {}; RMA lanes on [{}]: {} RMA; transfers use {}",
+      config_.node_name, id, lanes, rma_domains, peer.caps.native_rma ? "native" : "emulated",
+      transfer_mode_name(peer.mode));
   spdlog::debug("kv_transfer[{}]: peer {} lanes:\n{}", config_.node_name, id, peer.caps.lane_table);
   auto waiting = std::move(peer.waiting);
   peer.waiting.clear();
@@ -408,6 +416,11 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
       if (it != sends_.end() && it->second.serial == op->serial) {
         SendTransfer& t = it->second;
         --t.outstanding;
+        if (status != UCS_OK && status != UCS_ERR_CANCELED) {
+          // The endpoint is broken (also where UCX calls no error handler):
+          // tear it down, the next transfer builds a fresh one.
+          failed_endpoints_.emplace_back(op->peer, op->generation, status);
+        }
         if (status != UCS_OK && t.failure.is_ok()) {
           t.failure = Status(ucx_status_code(status),
                              std::string("UCX operation failed: ") + ucs_status_string(status));

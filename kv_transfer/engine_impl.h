@@ -95,10 +95,12 @@ struct Expectation {  // progress thread
   uint64_t expected_bytes = 0;
   uint64_t received_bytes = 0;
   int outstanding = 0;
-  bool noticed = false;
+  bool noticed = false;  // the sender's notice arrived (it may overtake rendezvous data)
+  bool judged = false;   // checksum verdict reached and acked
   bool failed = false;
   Status result;
   Notice notice;
+  ucp_ep_h reply_ep = nullptr;  // where the ack goes
 };
 
 class TransferEngine::Impl {
@@ -131,6 +133,7 @@ class TransferEngine::Impl {
   const size_t pool_bytes_;
   std::vector<uint8_t> descriptor_bytes_;
   std::vector<std::string> transports_;
+  std::vector<std::string> registering_domains_;  // UCT domains that register user memory
 
  private:
   void run();
@@ -157,6 +160,7 @@ class TransferEngine::Impl {
   void send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict);
   void discard_rendezvous(void* data_desc, size_t length);
   void maybe_finish_recv(uint64_t id);
+  void judge(uint64_t id, Expectation& e);
   void reject_notice(const std::string& why);
 
   void check_deadlines(Clock::time_point now);

@@ -85,7 +85,7 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
   Result<DataHeader> h = decode_data_header({static_cast<const uint8_t*>(header), header_length});
   if (!h.is_ok()) return reject(h.status().message());
   auto it = expectations_.find(h->transfer_id);
-  if (it == expectations_.end() || it->second.failed || it->second.noticed) {
+  if (it == expectations_.end() || it->second.failed || it->second.judged) {
     return reject("transfer " + std::to_string(h->transfer_id) + " is not expected (late?)");
   }
   Expectation& e = it->second;
@@ -163,21 +163,26 @@ void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
   }
   e.noticed = true;
   e.notice = n;
+  e.reply_ep = reply_ep;
+  dirty_recvs_.push_back(n.transfer_id);
+}
+
+// Called once the notice is in and every byte has landed.
+void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
+  const Notice& n = e.notice;
   Status verdict;
-  if ((n.flags & kNoticeFlagAmData) != 0 &&
-      (e.received_bytes != e.expected_bytes || e.outstanding != 0)) {
-    verdict =
-        data_loss("notice arrived before all data of transfer " + std::to_string(n.transfer_id));
+  if (config_.verify_checksum && (n.flags & kNoticeFlagNoChecksum) != 0) {
+    verdict = data_loss("transfer " + std::to_string(id) +
+                        " carries no checksum and this receiver verifies");
   } else if (config_.verify_checksum) {
     uint64_t sum =
         checksum_blocks(pool_, layout_, e.spec.dst_blocks, e.spec.layer_begin, e.spec.layer_end);
-    if (sum != n.checksum) {
-      verdict = data_loss("checksum mismatch on transfer " + std::to_string(n.transfer_id));
-    }
+    if (sum != n.checksum)
+      verdict = data_loss("checksum mismatch on transfer " + std::to_string(id));
   }
+  e.judged = true;
   e.result = verdict;
-  if (reply_ep != nullptr) send_ack(reply_ep, n, verdict);
-  dirty_recvs_.push_back(n.transfer_id);
+  if (e.reply_ep != nullptr) send_ack(e.reply_ep, n, verdict);
 }
 
 void TransferEngine::Impl::send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict) {
@@ -205,8 +210,14 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   auto it = expectations_.find(id);
   if (it == expectations_.end()) return;
   Expectation& e = it->second;
+  // Active-message data may still be on its way when the notice arrives (a
+  // rendezvous completes on the receiver after the sender's flush); judge once
+  // every byte is in. Missing bytes end at the deadline.
+  bool all_data = (e.notice.flags & kNoticeFlagAmData) == 0 ||
+                  (e.received_bytes == e.expected_bytes && e.outstanding == 0);
+  if (!e.failed && e.noticed && !e.judged && all_data) judge(id, e);
   // Blocks are handed back only when no receive of ours can still write them.
-  if (e.outstanding != 0 || !(e.noticed || e.failed)) return;
+  if (e.outstanding != 0 || !(e.judged || e.failed)) return;
   TransferResult r;
   r.status = e.result;
   r.request_id = e.spec.request_id;

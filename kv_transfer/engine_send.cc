@@ -150,6 +150,7 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     }
     if (UCS_PTR_IS_ERR(request)) {
       fail_send(t, ucx_error(call, UCS_PTR_STATUS(request), __FILE__, __LINE__));
+      failed_endpoints_.emplace_back(t.peer, peer.generation, UCS_PTR_STATUS(request));
       return;
     }
     if (request != nullptr) ++t.outstanding;
@@ -159,7 +160,9 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     counters_.bytes_sent += length;
   }
   // Hash while the layer is on the wire; the source is stable until completion.
-  t.checksum->add_layer(pool_, layout_, layer, t.runs, /*source_side=*/true);
+  if (config_.verify_checksum) {
+    t.checksum->add_layer(pool_, layout_, layer, t.runs, /*source_side=*/true);
+  }
 }
 
 void TransferEngine::Impl::fail_send(SendTransfer& t, const Status& why) {
@@ -183,7 +186,8 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     n.ops = t.ops;
     n.bytes = t.bytes;
     n.checksum = t.digest;
-    n.flags = t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0;
+    n.flags = (t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0) |
+              (config_.verify_checksum ? 0 : kNoticeFlagNoChecksum);
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
     op->serial = t.serial;
     op->header = encode_notice(n);

@@ -39,10 +39,16 @@ struct TransferConfig {
   // deadlines are checked at least this often.
   std::chrono::milliseconds idle_wait{20};
   TransferMode mode = TransferMode::kAuto;
-  // The receiver recomputes xxhash over the written blocks and compares it with
-  // the sender's; off only in benchmarks that measure the wire alone.
+  // The sender hashes what it sends (xxhash, overlapped with the transfer) and
+  // the receiver recomputes it over the written blocks. Off only in benchmarks
+  // that measure the wire alone; a verifying receiver rejects an unhashed transfer.
   bool verify_checksum = true;
   PoolMemory pool_memory = PoolMemory::kHost;
+  // Ask UCX for peer error handling (UCP_ERR_HANDLING_MODE_PEER) so a dead
+  // peer surfaces at once, not at the deadline. UCX 1.13 then avoids some
+  // zero-copy protocols (no CMA rendezvous, for one), so throughput-bound
+  // deployments may turn it off and rely on deadlines and acks alone.
+  bool peer_error_handling = true;
   // "UCX_TLS" -> "tcp", "UCX_KEEPALIVE_INTERVAL" -> "1s", ... Keys must start with "UCX_".
   std::map<std::string, std::string> ucx_env;
   // Name for logs ("prefill-0").

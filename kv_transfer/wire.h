@@ -60,6 +60,8 @@ struct Notice {
 
 // Notice flag: the bytes came as active messages (the receiver counted them).
 inline constexpr uint32_t kNoticeFlagAmData = 1;
+// Notice flag: the sender computed no checksum (verify_checksum off).
+inline constexpr uint32_t kNoticeFlagNoChecksum = 2;
 
 std::vector<uint8_t> encode_notice(const Notice& n);
 Result<Notice> decode_notice(std::span<const uint8_t> bytes);

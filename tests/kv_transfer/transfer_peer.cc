@@ -3,6 +3,7 @@
 // commands on stdin, answering on stdout:
 //   start: transfer_peer <tls> <mode> <num_layers> <num_blocks> <block_size> <kv_heads>
 //                        <head_dim> <dtype> <seed> <peer_seed> <peer_num_blocks>
+//                        <peer_error_handling 0|1>
 //          A pool seeded with `seed` (0: poisoned, a receiver) -> "DESC <hex>"
 //   PEER <hex>                                  -> "PEER_OK <id>" | "ERR ..."
 //   EXPECT req tid lb le deadline_ms n src... dst... -> later "RECV tid code ops bytes verified"
@@ -43,7 +44,7 @@ std::vector<int32_t> read_ints(const std::vector<std::string>& w, size_t at, siz
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 12) {
+  if (argc != 13) {
     std::fprintf(stderr, "usage: see tests/kv_transfer/transfer_peer.cc\n");
     return 2;
   }
@@ -74,7 +75,9 @@ int main(int argc, char** argv) {
 
   TransferConfig config;
   config.ucx_env["UCX_TLS"] = argv[1];
+  config.ucx_env["UCX_NET_DEVICES"] = "lo";
   config.mode = *parse_transfer_mode(argv[2]);
+  config.peer_error_handling = std::string(argv[12]) == "1";
   config.node_name = seed != 0 ? "child-sender" : "child-receiver";
   auto engine = TransferEngine::create(config, layout, pool, bytes);
   if (!engine.is_ok()) {

@@ -24,12 +24,16 @@ using testing::Child;
 struct Transport {
   const char* name;
   const char* tls;
-  const char* mode;  // the sender's TransferMode
+  const char* mode;         // the sender's TransferMode
+  bool peer_errors = true;  // TransferConfig::peer_error_handling, both sides
 };
 
 const Transport kTransports[] = {{"tcp", "tcp", "auto"}, {"shm", "sm,self", "auto"}};
-// The non-default operation on each transport: emulated puts over TCP, AM over shm.
-const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"}, {"shm_am", "sm,self", "am"}};
+// Forced operations (emulated puts over TCP, puts over shm) and TCP without
+// UCX peer error handling (the faster configuration: deadlines and acks only).
+const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"},
+                                  {"shm_rma", "sm,self", "rma"},
+                                  {"tcp_no_peer_errors", "tcp", "auto", false}};
 
 uint64_t test_seed() {
   static uint64_t seed = [] {
@@ -75,7 +79,8 @@ class Mailbox {
 class LocalNode {
  public:
   LocalNode(const KvLayout& layout, const char* tls, uint64_t seed, const char* name,
-            std::chrono::milliseconds deadline = 3000ms, const char* mode = "auto")
+            std::chrono::milliseconds deadline = 3000ms, const char* mode = "auto",
+            bool peer_errors = true)
       : layout_(layout), bytes_(layout.total_bytes()) {
     pool_ = static_cast<uint8_t*>(
         mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -86,9 +91,11 @@ class LocalNode {
     }
     TransferConfig config;
     config.ucx_env["UCX_TLS"] = tls;
+    config.ucx_env["UCX_NET_DEVICES"] = "lo";  // loopback only, never eth0
     config.node_name = name;
     config.default_deadline = deadline;
     config.mode = *parse_transfer_mode(mode);
+    config.peer_error_handling = peer_errors;
     auto e = TransferEngine::create(config, layout, pool_, bytes_);
     EXPECT_TRUE(e.is_ok()) << e.status().to_string();
     if (e.is_ok()) engine_ = std::move(e).value();
@@ -114,12 +121,12 @@ class LocalNode {
 
 std::unique_ptr<Child> spawn_peer(const char* tls, const KvLayout& l, uint64_t seed,
                                   uint64_t peer_seed, int32_t peer_num_blocks,
-                                  const char* mode = "auto") {
+                                  const char* mode = "auto", bool peer_errors = true) {
   auto child = std::make_unique<Child>(std::vector<std::string>{
       BATON_TRANSFER_PEER, tls, mode, std::to_string(l.num_layers), std::to_string(l.num_blocks),
       std::to_string(l.block_size), std::to_string(l.num_kv_heads), std::to_string(l.head_dim),
       std::string(dtype_name(l.dtype)), std::to_string(seed), std::to_string(peer_seed),
-      std::to_string(peer_num_blocks)});
+      std::to_string(peer_num_blocks), peer_errors ? "1" : "0"});
   return child;
 }
 
@@ -173,8 +180,10 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
     KvLayout sender_layout = make_layout(dtype, 96, 5);
     KvLayout receiver_layout = make_layout(dtype, 80, 5);  // pools may differ in size
     uint64_t seed = rng_() | 1;
-    LocalNode sender(sender_layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode);
-    auto receiver = spawn_peer(GetParam().tls, receiver_layout, 0, seed, sender_layout.num_blocks);
+    LocalNode sender(sender_layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode,
+                     GetParam().peer_errors);
+    auto receiver = spawn_peer(GetParam().tls, receiver_layout, 0, seed, sender_layout.num_blocks,
+                               "auto", GetParam().peer_errors);
     PeerId peer = connect(sender, *receiver);
     for (uint64_t tid = 1; tid <= 3; ++tid) {
       int32_t n = 8 + int32_t(rng_() % 24);
@@ -208,8 +217,10 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
 TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
   KvLayout layout = make_layout(DType::kBF16, 64, 6);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode,
+                   GetParam().peer_errors);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                             GetParam().peer_errors);
   PeerId peer = connect(sender, *receiver);
   std::vector<int32_t> all_dst = testing::random_blocks(rng_, layout.num_blocks, 48);
   constexpr int kRequests = 3;
@@ -251,11 +262,13 @@ TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
 TEST_P(TransferTest, ManyConcurrentTransfersToTwoReceivers) {
   KvLayout layout = make_layout(DType::kF16, 128, 4);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 8000ms, GetParam().mode);
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 8000ms, GetParam().mode,
+                   GetParam().peer_errors);
   std::unique_ptr<Child> receivers[2];
   PeerId peers[2];
   for (int r = 0; r < 2; ++r) {
-    receivers[r] = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+    receivers[r] = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                              GetParam().peer_errors);
     peers[r] = connect(sender, *receivers[r]);
   }
   constexpr int kPerReceiver = 12;
@@ -296,8 +309,9 @@ TEST_P(TransferTest, ManyConcurrentTransfersToTwoReceivers) {
 TEST_P(TransferTest, ReceiverInThisProcessVerifiesEveryByte) {
   KvLayout layout = make_layout(DType::kF32, 48, 4);
   uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam().tls, 0, "receiver");
-  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode);
+  LocalNode receiver(layout, GetParam().tls, 0, "receiver", 3000ms, "auto", GetParam().peer_errors);
+  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
+                           GetParam().peer_errors);
   PeerId peer = connect(receiver, *sender);
   (void)peer;
   auto src = testing::random_blocks(rng_, layout.num_blocks, 20);
@@ -336,8 +350,10 @@ TEST_P(TransferTest, ReceiverInThisProcessVerifiesEveryByte) {
 TEST_P(TransferTest, GarbageLateAndDuplicateNoticesAreRejected) {
   KvLayout layout = make_layout(DType::kBF16, 32, 2);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode,
+                   GetParam().peer_errors);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                             GetParam().peer_errors);
   PeerId peer = connect(sender, *receiver);
   std::vector<int32_t> src = {1, 2, 3}, dst = {7, 8, 20};
   receiver->send(expect_line(5, 50, 0, 2, 5000, src, dst));
@@ -384,8 +400,10 @@ TEST_P(TransferTest, GarbageLateAndDuplicateNoticesAreRejected) {
 TEST_P(TransferTest, UnexpectedTransferIsRejected) {
   KvLayout layout = make_layout(DType::kF16, 32, 2);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode,
+                   GetParam().peer_errors);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                             GetParam().peer_errors);
   PeerId peer = connect(sender, *receiver);
   std::vector<int32_t> src = {1, 2, 3}, dst = {4, 5, 6};
   ASSERT_TRUE(
@@ -440,8 +458,10 @@ class TransferFaultTest : public TransferTest {};
 TEST_P(TransferFaultTest, ReceiverKilledMidTransferFailsSenderWithinDeadline) {
   KvLayout layout = make_layout(DType::kBF16, 64, 8);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", kFaultDeadline, GetParam().mode);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks);
+  LocalNode sender(layout, GetParam().tls, seed, "sender", kFaultDeadline, GetParam().mode,
+                   GetParam().peer_errors);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                             GetParam().peer_errors);
   PeerId peer = connect(sender, *receiver);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 24);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 24);
@@ -487,8 +507,10 @@ TEST_P(TransferFaultTest, ReceiverKilledMidTransferFailsSenderWithinDeadline) {
 TEST_P(TransferFaultTest, SenderKilledMidTransferFreesReceiverBlocksWithinDeadline) {
   KvLayout layout = make_layout(DType::kF16, 64, 8);
   uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam().tls, 0, "receiver", kFaultDeadline);
-  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode);
+  LocalNode receiver(layout, GetParam().tls, 0, "receiver", kFaultDeadline, "auto",
+                     GetParam().peer_errors);
+  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
+                           GetParam().peer_errors);
   connect(receiver, *sender);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 24);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 24);
@@ -516,8 +538,10 @@ TEST_P(TransferFaultTest, SenderKilledMidTransferFreesReceiverBlocksWithinDeadli
 
 TEST_P(TransferFaultTest, UnreachablePeerFailsWithinDeadline) {
   KvLayout layout = make_layout(DType::kF32, 16, 2);
-  LocalNode sender(layout, GetParam().tls, 7, "sender", kFaultDeadline);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, 7, layout.num_blocks);
+  LocalNode sender(layout, GetParam().tls, 7, "sender", kFaultDeadline, GetParam().mode,
+                   GetParam().peer_errors);
+  auto receiver =
+      spawn_peer(GetParam().tls, layout, 0, 7, layout.num_blocks, "auto", GetParam().peer_errors);
   auto desc = receiver->wait_for("DESC ");
   ASSERT_TRUE(desc.has_value());
   receiver->kill_now();

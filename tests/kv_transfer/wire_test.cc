@@ -148,19 +148,42 @@ TEST(BlockRunsTest, ChecksumIgnoresHowBlocksWereMerged) {
 }
 
 TEST(ProbeTest, ReadsLanesAndRmaRoles) {
+  // What UCX 1.13 prints over TCP: no RMA lane, puts would be emulated.
   const char* tcp =
       "#                 lane[0]:  1:tcp/lo.0 md[0]                -> md[0]/tcp/sysdev[255] am "
       "am_bw#0 wireup\n#                  rma_bw: mds #\n";
-  auto caps = parse_endpoint_info(tcp);
+  auto caps = parse_endpoint_info(tcp, {"cma"});
   EXPECT_FALSE(caps.native_rma);
   ASSERT_EQ(caps.transports.size(), 1u);
   EXPECT_EQ(caps.transports[0], "tcp/lo");
+  // Over shared memory: RMA lanes exist, but on domains that cannot register
+  // a user buffer (posix/sysv), so a put into a KV pool is still emulated.
   const char* shm =
-      "#  lane[0]:  0:posix/memory.0 md[1] -> md[1]/posix/sysdev[255] am am_bw#0\n"
-      "#  lane[1]:  2:cma/memory.0 md[2] -> md[2]/cma/sysdev[255] rma_bw#0 rndv\n";
-  caps = parse_endpoint_info(shm);
+      "#  lane[0]:  1:sysv/memory.0 md[1] -> md[1]/sysv/sysdev[255] am am_bw#0\n"
+      "#  lane[1]:  2:posix/memory.0 md[2] -> md[2]/posix/sysdev[255]\n"
+      "#  lane[2]:  3:cma/memory.0 md[3] -> md[3]/cma/sysdev[255] rma_bw#0\n"
+      "#                  put[0]: 0..<short>..4294967296..<bcopy>..(inf)\n"
+      "#                  put[1]: 0..<short>..4294967296..<bcopy>..(inf)\n";
+  caps = parse_endpoint_info(shm, {"cma"});
+  EXPECT_FALSE(caps.native_rma);
+  EXPECT_EQ(caps.transports.size(), 3u);
+  EXPECT_EQ(caps.rma_domains, (std::vector<std::string>{"sysv", "posix"}));
+  // An RDMA-like lane whose domain registers memory: native.
+  const char* rdma =
+      "#  lane[0]:  1:rc_mlx5/mlx5_0:1.0 md[1] -> md[1]/ib/sysdev[255] am rma_bw#0\n"
+      "#                  put[0]: 0..<short>..92..<bcopy>..8256..<zcopy>..(inf)\n";
+  caps = parse_endpoint_info(rdma, {"ib"});
   EXPECT_TRUE(caps.native_rma);
-  EXPECT_EQ(caps.transports.size(), 2u);
+}
+
+TEST(ProbeTest, AsksUctWhichDomainsRegister) {
+  auto domains = domains_registering_host_memory();
+  // Whatever this machine has, the shared-memory allocators never register
+  // user memory; CMA, where present, does.
+  for (const auto& d : domains) {
+    EXPECT_NE(d, "posix");
+    EXPECT_NE(d, "sysv");
+  }
 }
 
 TEST(ConfigTest, ModesAndValidation) {

@@ -1,0 +1,384 @@
+// bench/transfer/transfer_bench.cc — one request's KV from a prefill pool to a
+// decode pool, two processes on this machine, over the UCX transport given.
+//
+// For each (model, block size, prompt length) it reports the bytes, the
+// operations per transfer after merging, the achieved rate (first byte posted
+// -> receiver notified) in the same MB/s (2^20 bytes/s) ucx_perftest prints,
+// and the time from the last layer posted to "decode node may start" (the
+// receiver's completion callback). The ceiling beside it is ucx_perftest's, run
+// by run_transfer_bench.sh at the same message size.
+//
+//   transfer_bench --tls tcp --mode auto [--verify 1] [--iters 5] [--streamed 0]
+//                  [--models smollm2-135m,llama3-8b] [--tokens 512,2048,8192,16384]
+//                  [--block-sizes 16,64] [--fragmented 0] [--peer-errors 1]
+//                  [--layer-gap-us 0] [--net-devices lo]
+// The process re-executes itself with --receiver for the decode side.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <map>
+#include <mutex>
+#include <random>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/logging.h"
+#include "kv_transfer/transfer_engine.h"
+
+extern char** environ;
+
+using namespace baton;
+using namespace baton::kv_transfer;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Model {
+  const char* name;
+  int32_t layers, kv_heads, head_dim;
+};
+// KV geometry of the real models (bf16 KV).
+const Model kModels[] = {{"smollm2-135m", 30, 3, 64}, {"llama3-8b", 32, 8, 128}};
+
+std::map<std::string, std::string> parse_args(int argc, char** argv) {
+  std::map<std::string, std::string> a = {{"tls", "tcp"},
+                                          {"mode", "auto"},
+                                          {"verify", "1"},
+                                          {"iters", "5"},
+                                          {"streamed", "0"},
+                                          {"models", "smollm2-135m,llama3-8b"},
+                                          {"tokens", "512,2048,8192,16384"},
+                                          {"block-sizes", "16,64"},
+                                          {"fragmented", "0"},
+                                          {"layer-gap-us", "0"},
+                                          {"receiver", "0"},
+                                          {"model", ""},
+                                          {"block-size", "16"},
+                                          {"num-blocks", "0"},
+                                          {"peer-errors", "1"},
+                                          {"net-devices", "lo"}};
+  for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
+  return a;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream in(s);
+  std::string w;
+  while (std::getline(in, w, sep)) {
+    if (!w.empty()) out.push_back(w);
+  }
+  return out;
+}
+
+std::string hex(const std::vector<uint8_t>& b) {
+  std::string s;
+  char buf[3];
+  for (uint8_t x : b) {
+    std::snprintf(buf, sizeof buf, "%02x", x);
+    s += buf;
+  }
+  return s;
+}
+
+std::vector<uint8_t> unhex(const std::string& s) {
+  std::vector<uint8_t> b;
+  for (size_t i = 0; i + 1 < s.size(); i += 2)
+    b.push_back(uint8_t(std::stoi(s.substr(i, 2), nullptr, 16)));
+  return b;
+}
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch())
+      .count();
+}
+
+KvLayout layout_for(const Model& m, int32_t block_size, int32_t num_blocks) {
+  KvLayout l;
+  l.num_layers = m.layers;
+  l.num_blocks = num_blocks;
+  l.block_size = block_size;
+  l.num_kv_heads = m.kv_heads;
+  l.head_dim = m.head_dim;
+  l.dtype = DType::kBF16;
+  return l;
+}
+
+TransferConfig config_from(const std::map<std::string, std::string>& a, const char* name) {
+  TransferConfig c;
+  c.ucx_env["UCX_TLS"] = a.at("tls");
+  c.ucx_env["UCX_NET_DEVICES"] = a.at("net-devices");
+  c.mode = parse_transfer_mode(a.at("mode")).value_or(TransferMode::kAuto);
+  c.verify_checksum = a.at("verify") == "1";
+  c.peer_error_handling = a.at("peer-errors") == "1";
+  c.default_deadline = 60s;
+  c.node_name = name;
+  return c;
+}
+
+struct Pool {
+  explicit Pool(size_t n) : bytes(n) {
+    data = static_cast<uint8_t*>(
+        mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
+    std::memset(data, 0x5a, n);  // touch every page before timing
+  }
+  ~Pool() { munmap(data, bytes); }
+  uint8_t* data;
+  size_t bytes;
+};
+
+// The decode side: obeys "EXPECT tid n dst..." lines, answers "DONE tid code ns".
+int run_receiver(const std::map<std::string, std::string>& a) {
+  const Model* model = nullptr;
+  for (const Model& m : kModels) {
+    if (a.at("model") == m.name) model = &m;
+  }
+  KvLayout layout =
+      layout_for(*model, std::stoi(a.at("block-size")), std::stoi(a.at("num-blocks")));
+  Pool pool(layout.total_bytes());
+  auto engine = TransferEngine::create(config_from(a, "decode"), layout, pool.data, pool.bytes);
+  if (!engine.is_ok()) {
+    std::cout << "ERR " << engine.status().to_string() << std::endl;
+    return 1;
+  }
+  std::mutex out;
+  std::cout << "DESC " << hex((*engine)->descriptor()) << std::endl;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string cmd;
+    in >> cmd;
+    if (cmd == "QUIT") break;
+    if (cmd == "PEER") {
+      std::string h;
+      in >> h;
+      auto p = (*engine)->add_peer(unhex(h));
+      std::cout << (p.is_ok() ? "PEER_OK" : "ERR " + p.status().to_string()) << std::endl;
+    } else if (cmd == "EXPECT") {
+      RecvSpec spec;
+      size_t n;
+      in >> spec.transfer_id >> n;
+      spec.request_id = spec.transfer_id;
+      spec.dst_blocks.resize(n);
+      for (auto& b : spec.dst_blocks) in >> b;
+      Status s = (*engine)->expect(std::move(spec), [&](const TransferResult& r) {
+        int64_t t = now_ns();
+        std::lock_guard lock(out);
+        std::cout << "DONE " << r.transfer_id << " " << int(r.status.code()) << " " << t
+                  << std::endl;
+      });
+      std::lock_guard lock(out);
+      std::cout << (s.is_ok() ? "READY" : "ERR " + s.to_string()) << std::endl;
+    }
+  }
+  engine->reset();
+  return 0;
+}
+
+class ReceiverProcess {
+ public:
+  explicit ReceiverProcess(std::vector<std::string> argv) {
+    int in[2], out[2];
+    if (pipe(in) != 0 || pipe(out) != 0) std::abort();
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, in[0], 0);
+    posix_spawn_file_actions_adddup2(&fa, out[1], 1);
+    posix_spawn_file_actions_addclose(&fa, in[1]);
+    posix_spawn_file_actions_addclose(&fa, out[0]);
+    std::vector<char*> args;
+    for (auto& s : argv) args.push_back(s.data());
+    args.push_back(nullptr);
+    if (posix_spawn(&pid_, args[0], &fa, nullptr, args.data(), environ) != 0) std::abort();
+    posix_spawn_file_actions_destroy(&fa);
+    close(in[0]);
+    close(out[1]);
+    to_ = fdopen(in[1], "w");
+    from_ = fdopen(out[0], "r");
+  }
+  ~ReceiverProcess() {
+    send("QUIT");
+    fclose(to_);
+    int st;
+    waitpid(pid_, &st, 0);
+    fclose(from_);
+  }
+  void send(const std::string& s) {
+    std::fputs((s + "\n").c_str(), to_);
+    std::fflush(to_);
+  }
+  std::string line() {
+    std::string s;
+    int c;
+    while ((c = std::fgetc(from_)) != EOF && c != '\n') s += char(c);
+    return s;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  FILE* to_ = nullptr;
+  FILE* from_ = nullptr;
+};
+
+struct Sample {
+  double seconds;       // first post -> receiver notified
+  double tail_seconds;  // last layer posted -> receiver notified
+  uint32_t ops;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto a = parse_args(argc, argv);
+  init_logging(a.at("receiver") == "1" ? "bench-decode" : "bench-prefill");
+  (void)set_log_level("warn");
+  if (a.at("receiver") == "1") return run_receiver(a);
+
+  int iters = std::stoi(a.at("iters"));
+  bool streamed = a.at("streamed") == "1";
+  bool fragmented = a.at("fragmented") == "1";
+  auto gap = std::chrono::microseconds(std::stoi(a.at("layer-gap-us")));
+  std::printf(
+      "| transport | mode | model | block | tokens | MiB | ops | op size KiB | MB/s | "
+      "last layer -> notified ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& model_name : split(a.at("models"), ',')) {
+    const Model* model = nullptr;
+    for (const Model& m : kModels) {
+      if (model_name == m.name) model = &m;
+    }
+    if (model == nullptr) {
+      std::fprintf(stderr, "unknown model %s\n", model_name.c_str());
+      return 2;
+    }
+    for (const std::string& bs : split(a.at("block-sizes"), ',')) {
+      for (const std::string& tok : split(a.at("tokens"), ',')) {
+        int32_t block_size = std::stoi(bs), tokens = std::stoi(tok);
+        int32_t blocks = (tokens + block_size - 1) / block_size;
+        // Fragmented: the request's blocks are scattered over a pool twice its size.
+        int32_t pool_blocks = fragmented ? 2 * blocks : blocks;
+        KvLayout layout = layout_for(*model, block_size, pool_blocks);
+        Pool pool(layout.total_bytes());
+        auto engine =
+            TransferEngine::create(config_from(a, "prefill"), layout, pool.data, pool.bytes);
+        if (!engine.is_ok()) {
+          std::fprintf(stderr, "%s\n", engine.status().to_string().c_str());
+          return 1;
+        }
+        std::vector<std::string> rargv = {"/proc/self/exe",
+                                          "--receiver",
+                                          "1",
+                                          "--model",
+                                          model_name,
+                                          "--block-size",
+                                          bs,
+                                          "--num-blocks",
+                                          std::to_string(pool_blocks)};
+        for (const char* k : {"tls", "mode", "verify", "peer-errors", "net-devices"}) {
+          rargv.push_back(std::string("--") + k);
+          rargv.push_back(a.at(k));
+        }
+        rargv[0] = argv[0];
+        ReceiverProcess receiver(rargv);
+        std::string desc = receiver.line();
+        if (desc.rfind("DESC ", 0) != 0) {
+          std::fprintf(stderr, "receiver failed: %s\n", desc.c_str());
+          return 1;
+        }
+        PeerId peer = *(*engine)->add_peer(unhex(desc.substr(5)));
+        receiver.send("PEER " + hex((*engine)->descriptor()));
+        receiver.line();
+
+        std::mt19937 rng(42);
+        std::vector<Sample> samples;
+        for (int it = 0; it <= iters; ++it) {  // iteration 0 warms up the endpoint
+          std::vector<int32_t> src(blocks), dst(blocks);
+          for (int32_t i = 0; i < blocks; ++i) src[i] = dst[i] = i;
+          if (fragmented) {
+            std::vector<int32_t> all(pool_blocks);
+            for (int32_t i = 0; i < pool_blocks; ++i) all[i] = i;
+            std::shuffle(all.begin(), all.end(), rng);
+            dst.assign(all.begin(), all.begin() + blocks);
+            std::shuffle(all.begin(), all.end(), rng);
+            src.assign(all.begin(), all.begin() + blocks);
+          }
+          uint64_t tid = uint64_t(it) + 1;
+          std::string cmd = "EXPECT " + std::to_string(tid) + " " + std::to_string(blocks);
+          for (int32_t b : dst) cmd += " " + std::to_string(b);
+          receiver.send(cmd);
+          receiver.line();  // READY
+          std::mutex m;
+          std::condition_variable cv;
+          bool done = false;
+          TransferResult result;
+          auto on_done = [&](const TransferResult& r) {
+            std::lock_guard lock(m);
+            result = r;
+            done = true;
+            cv.notify_all();
+          };
+          SendSpec spec{tid, tid, src, dst, 0, -1, std::nullopt};
+          int64_t start = now_ns(), last_posted = start;
+          if (!streamed) {
+            (void)(*engine)->write_blocks(peer, std::move(spec), on_done);
+            last_posted = start;
+          } else {
+            (void)(*engine)->begin_send(peer, std::move(spec), on_done);
+            for (int32_t l = 1; l <= layout.num_layers; ++l) {
+              if (gap.count() > 0) std::this_thread::sleep_for(gap);  // "computing" layer l
+              last_posted = now_ns();
+              (void)(*engine)->post_layers(tid, l);
+            }
+          }
+          std::string reply = receiver.line();
+          std::istringstream in(reply);
+          std::string word;
+          uint64_t rtid;
+          int code;
+          int64_t finished;
+          in >> word >> rtid >> code >> finished;
+          {
+            std::unique_lock lock(m);
+            cv.wait(lock, [&] { return done; });
+          }
+          if (code != 0 || !result.status.is_ok()) {
+            std::fprintf(stderr, "transfer failed: %s / receiver code %d\n",
+                         result.status.to_string().c_str(), code);
+            return 1;
+          }
+          if (it > 0) {
+            samples.push_back({double(finished - start) * 1e-9,
+                               double(finished - last_posted) * 1e-9, result.ops});
+          }
+          if (it == iters) {
+            std::sort(samples.begin(), samples.end(),
+                      [](const Sample& x, const Sample& y) { return x.seconds < y.seconds; });
+            const Sample& med = samples[samples.size() / 2];
+            std::vector<double> tails;
+            for (auto& s : samples) tails.push_back(s.tail_seconds);
+            std::sort(tails.begin(), tails.end());
+            double bytes = double(blocks) * layout.block_bytes() * layout.num_layers;
+            std::printf("| %s | %s | %s | %d | %d | %.1f | %u | %.0f | %.0f | %.2f |\n",
+                        a.at("tls").c_str(), transfer_mode_name(result.mode).data(),
+                        model_name.c_str(), block_size, tokens, bytes / (1 << 20), med.ops,
+                        bytes / med.ops / 1024, bytes / med.seconds / (1 << 20),
+                        tails[tails.size() / 2] * 1e3);
+            std::fflush(stdout);
+          }
+        }
+      }
+    }
+  }
+  return 0;
+}
