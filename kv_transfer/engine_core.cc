@@ -130,6 +130,7 @@ void TransferEngine::Impl::enqueue(std::function<void()> command) {
   {
     std::lock_guard lock(api_mutex_);
     commands_.push_back(std::move(command));
+    has_commands_ = true;
   }
   ucp_worker_signal(worker_.get());
 }
@@ -144,9 +145,13 @@ bool TransferEngine::Impl::busy() const {
 
 void TransferEngine::Impl::run() {
   constexpr int kProgressBurst = 64;
+  // Busy polling must stay cheap: the clock and the command lock are touched
+  // only every few hundred idle spins (deadlines are milliseconds apart).
+  constexpr int kSpinsPerDeadlineCheck = 256;
+  int spins = 0;
   while (!stopping_) {
     std::vector<std::function<void()>> commands;
-    {
+    if (has_commands_.exchange(false)) {
       std::lock_guard lock(api_mutex_);
       commands.swap(commands_);
     }
@@ -154,10 +159,12 @@ void TransferEngine::Impl::run() {
     int progressed = 0;
     while (progressed < kProgressBurst && ucp_worker_progress(worker_.get()) != 0) ++progressed;
     process_events();
+    bool active = progressed > 0 || !commands.empty() || busy();
+    if (active && ++spins < kSpinsPerDeadlineCheck) continue;
+    spins = 0;
     Clock::time_point now = Clock::now();
     check_deadlines(now);
-    if (progressed > 0 || !commands.empty() || busy()) continue;
-    wait_for_events(now);
+    if (!active) wait_for_events(now);
   }
   shutdown();
 }

@@ -173,6 +173,7 @@ class TransferEngine::Impl {
   int event_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
+  std::atomic<bool> has_commands_{false};
 
   // API side, under api_mutex_.
   mutable std::mutex api_mutex_;
