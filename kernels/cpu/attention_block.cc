@@ -147,12 +147,14 @@ BATON_AVX2_INLINE void pv_chunk_avx2(const float* p, int32_t p_stride, const flo
     for (int j = 0; j < C; ++j)
       a[r][j] = _mm256_mul_ps(_mm256_loadu_ps(acc + size_t(r) * d + c0 + 8 * j),
                               _mm256_set1_ps(alpha[r]));
+  // R broadcasts + R x C accumulators + one V vector fit in 16 registers
+  // (holding all C V vectors at once would spill for R = 3, C = 4).
   for (int32_t t = 0; t < keys; ++t) {
-    __m256 vt[C];
-    for (int j = 0; j < C; ++j) vt[j] = load8_kv<T>(v, size_t(t) * d + c0 + 8 * j);
-    for (int r = 0; r < R; ++r) {
-      const __m256 pr = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
-      for (int j = 0; j < C; ++j) a[r][j] = _mm256_fmadd_ps(pr, vt[j], a[r][j]);
+    __m256 pr[R];
+    for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
+    for (int j = 0; j < C; ++j) {
+      const __m256 vt = load8_kv<T>(v, size_t(t) * d + c0 + 8 * j);
+      for (int r = 0; r < R; ++r) a[r][j] = _mm256_fmadd_ps(pr[r], vt, a[r][j]);
     }
   }
   for (int r = 0; r < R; ++r)
@@ -181,12 +183,14 @@ BATON_AVX2 void scores_half_avx2(const float* q, const void* k, int32_t d, int32
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
     const size_t kt = size_t(t0) * d;
+    // One converted K vector at a time with q as a memory operand of the FMA:
+    // R x 4 accumulators + 1 stay in registers (holding 4 K vectors and a q
+    // vector would spill for R = 3).
     for (int32_t c = 0; c < d; c += 8) {
-      __m256 kv[4];
-      for (int j = 0; j < 4; ++j) kv[j] = load8_kv<T>(k, kt + size_t(j) * d + c);
-      for (int r = 0; r < R; ++r) {
-        const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c);
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_fmadd_ps(qv, kv[j], acc[r][j]);
+      for (int j = 0; j < 4; ++j) {
+        const __m256 kv = load8_kv<T>(k, kt + size_t(j) * d + c);
+        for (int r = 0; r < R; ++r)
+          acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c), kv, acc[r][j]);
       }
     }
     for (int r = 0; r < R; ++r) {
