@@ -17,13 +17,21 @@
 //  * Receiver: expect() registers which transfer may write which blocks until
 //    when. Notices and data for any other transfer are rejected and counted.
 //    The callback is the moment the destination blocks are filled (OK) or may
-//    be freed (error): no UCX operation of ours writes them afterwards.
-//  * Operation: one-sided puts when UCX reports a native RMA lane to the peer,
-//    otherwise active-message rendezvous straight into the destination blocks
-//    (what UCX emulating RMA over TCP would do many times slower).
-//  * Failure: deadlines on both sides, UCX peer error handling; a failed
-//    endpoint is torn down and recreated on next use. A single progress thread
-//    owns the worker and never blocks without a timeout.
+//    be freed (error): no UCX operation of ours writes them afterwards. (One
+//    exception, logged: a rendezvous receive still pending close_timeout past
+//    the deadline is abandoned, as UCX 1.13 cannot cancel it; it can only
+//    complete if the vanished sender comes back.)
+//  * Operation: one-sided puts when UCX has a native RMA lane to the peer
+//    whose memory domain can register the pool (kv_transfer/ucx_probe.h says
+//    how that is read from UCX); otherwise active-message rendezvous straight
+//    into the destination blocks, which is what UCX's own zero-copy protocols
+//    (CMA, TCP zcopy) serve, where emulated puts would crawl. Overridable
+//    (TransferConfig::mode) for benchmarks.
+//  * Failure: deadlines on both sides; UCX peer error handling where the
+//    transports support it; a receiver ack closes every transfer, so a dead
+//    receiver is noticed even on shared memory. A failed endpoint is torn down
+//    and recreated on next use. One progress thread owns the worker and never
+//    waits without a timeout.
 //
 // All methods are thread-safe. Callbacks run on the engine's progress thread:
 // keep them short; they may call back into the engine.

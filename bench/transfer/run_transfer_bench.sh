@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # bench/transfer/run_transfer_bench.sh — the KV transfer benchmark beside this
-# machine's UCX ceiling, measured back to back over the same transports.
+# machine's UCX ceiling, measured back to back over the same transport.
 #
-# For each transport it runs ucx_perftest (ucp_put_bw, tag_bw and ucp_am_bw,
-# with and without UCX peer error handling, -e) at the per-operation sizes the
-# transfers use, then bench_transfer for smollm2-135m and llama3-8b KV.
+# For every (transport, UCX peer error handling on/off, model, prompt length)
+# it runs ucx_perftest's ucp_put_bw and tag_bw at the transfer's per-operation
+# size (one layer of the request: contiguous blocks merge into one op per
+# layer), with -e when peer error handling is on, then bench_transfer for that
+# one shape, and prints the ratio of bench_transfer's best rate to the better
+# of the two ceilings. Both run right after each other because other work on a
+# shared machine moves either by a factor of two.
 #
-#   bench/transfer/run_transfer_bench.sh [BUILD_DIR] [TRANSPORTS...]
-#   e.g. bench/transfer/run_transfer_bench.sh build "tcp" "sm,self"
+#   bench/transfer/run_transfer_bench.sh BUILD_DIR [TRANSPORT...]
+#   e.g. bench/transfer/run_transfer_bench.sh build tcp sm,self
 # Environment: ITERS (default 5), TOKENS (default 512,2048,8192,16384),
-#              MODELS (default smollm2-135m,llama3-8b), PERFTEST_ITERS (default 50).
+#              MODELS (default smollm2-135m,llama3-8b), BLOCK (default 16).
 set -euo pipefail
 
 build_dir="${1:-build}"
@@ -22,52 +26,46 @@ bench="${build_dir}/bench_transfer"
 iters="${ITERS:-5}"
 tokens="${TOKENS:-512,2048,8192,16384}"
 models="${MODELS:-smollm2-135m,llama3-8b}"
-perftest_iters="${PERFTEST_ITERS:-50}"
+block="${BLOCK:-16}"
+
+# KV bytes one token adds to one layer: 2 (K,V) x kv_heads x head_dim x 2 (bf16).
+declare -A bytes_per_token_layer=([smollm2-135m]=768 [llama3-8b]=4096)
 
 # One ucx_perftest client/server pair on a free loopback port; prints MB/s.
 perftest() {
-  local tls="$1" test="$2" size="$3" errmode="$4" port server rate
+  local tls="$1" test="$2" size="$3" errmode="$4" port server rate n
+  n=$(( (64 << 20) / size )); (( n < 3 )) && n=3; (( n > 200 )) && n=200
   port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
   UCX_TLS="${tls}" UCX_NET_DEVICES=lo ucx_perftest -p "${port}" ${errmode} >/dev/null 2>&1 &
   server=$!
   sleep 0.3
-  rate=$(UCX_TLS="${tls}" UCX_NET_DEVICES=lo timeout 120 ucx_perftest 127.0.0.1 -p "${port}" -t "${test}" \
-           -s "${size}" -n "${perftest_iters}" -w 5 ${errmode} 2>/dev/null |
+  rate=$(UCX_TLS="${tls}" UCX_NET_DEVICES=lo timeout 120 ucx_perftest 127.0.0.1 -p "${port}" \
+           -t "${test}" -s "${size}" -n "${n}" -w 2 ${errmode} 2>/dev/null |
          awk '/^Final:/ {print $6}')
   wait "${server}" 2>/dev/null || true
-  echo "${rate:-n/a}"
+  echo "${rate:-0}"
 }
 
-# Per-operation sizes of contiguous transfers: one put/message per layer.
-declare -A op_sizes=(
-  [smollm2-135m]="393216 1572864 6291456 12582912"   # 512..16k tokens, 30 layers
-  [llama3-8b]="2097152 8388608 33554432 67108864"    # 512..16k tokens, 32 layers
-)
-
-echo "# UCX ceiling (ucx_perftest, MB/s = 2^20 B/s); -e = peer error handling"
-echo
-echo "| transport | op size | put_bw | tag_bw | am_bw | put_bw -e | tag_bw -e | am_bw -e |"
-echo "|---|---|---|---|---|---|---|---|"
-for tls in "${transports[@]}"; do
-  sizes=$(for m in ${models//,/ }; do echo "${op_sizes[$m]}"; done | tr ' ' '\n' | sort -n | uniq)
-  for size in ${sizes}; do
-    row="| ${tls} | $((size / 1024)) KiB"
-    for e in "" "-e"; do
-      for t in ucp_put_bw tag_bw ucp_am_bw; do row+=" | $(perftest "${tls}" "${t}" "${size}" "${e}")"; done
-    done
-    echo "${row} |"
-  done
-done
-echo
+echo "| transport | peer errors | model | tokens | op size KiB | ops | bench MB/s (median / best) |" \
+     "last layer -> notified ms | ucp_put_bw | tag_bw | best / ceiling |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|"
 for tls in "${transports[@]}"; do
   for pe in 1 0; do
-    echo "# bench_transfer --tls ${tls} --peer-errors ${pe} (contiguous blocks, verify on)"
-    "${bench}" --tls "${tls}" --peer-errors "${pe}" --iters "${iters}" --models "${models}" \
-      --tokens "${tokens}" --block-sizes 16,64 --verify 1 2>/dev/null
-    echo
+    errmode=""; [[ "${pe}" == 1 ]] && errmode="-e"
+    for model in ${models//,/ }; do
+      for tok in ${tokens//,/ }; do
+        size=$(( tok * ${bytes_per_token_layer[$model]} ))
+        put=$(perftest "${tls}" ucp_put_bw "${size}" "${errmode}")
+        tag=$(perftest "${tls}" tag_bw "${size}" "${errmode}")
+        row=$("${bench}" --tls "${tls}" --peer-errors "${pe}" --iters "${iters}" \
+                --models "${model}" --tokens "${tok}" --block-sizes "${block}" 2>/dev/null | tail -1)
+        # | tls | pe | mode | model | block | tokens | MiB | ops | op KiB | median | best | tail |
+        IFS='|' read -r _ _ _ mode _ _ _ _ ops opkib median best tail _ <<<"${row}"
+        ceiling=$(python3 -c "print(max(${put}, ${tag}))")
+        ratio=$(python3 -c "print(f'{100*${best}/${ceiling}:.0f}%' if ${ceiling} > 0 else 'n/a')")
+        echo "| ${tls} | $([[ ${pe} == 1 ]] && echo on || echo off) | ${model} | ${tok} | ${opkib// /} | ${ops// /} |" \
+             "${median// /} / ${best// /} (${mode// /}) | ${tail// /} | ${put} | ${tag} | ${ratio} |"
+      done
+    done
   done
-  echo "# bench_transfer --tls ${tls}: fragmented blocks, streamed layers (1 ms per layer)"
-  "${bench}" --tls "${tls}" --iters "${iters}" --models smollm2-135m --tokens 2048,8192 \
-    --block-sizes 16 --fragmented 1 --streamed 1 --layer-gap-us 1000 2>/dev/null
-  echo
 done

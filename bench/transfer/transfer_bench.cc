@@ -369,11 +369,12 @@ int main(int argc, char** argv) {
             for (auto& s : samples) tails.push_back(s.tail_seconds);
             std::sort(tails.begin(), tails.end());
             double bytes = double(blocks) * layout.block_bytes() * layout.num_layers;
-            std::printf("| %s | %s | %s | %d | %d | %.1f | %u | %.0f | %.0f | %.2f |\n",
-                        a.at("tls").c_str(), transfer_mode_name(result.mode).data(),
-                        model_name.c_str(), block_size, tokens, bytes / (1 << 20), med.ops,
-                        bytes / med.ops / 1024, bytes / med.seconds / (1 << 20),
-                        tails[tails.size() / 2] * 1e3);
+            std::printf("| %s | %s | %s | %s | %d | %d | %.1f | %u | %.0f | %.0f | %.0f | %.2f |\n",
+                        a.at("tls").c_str(), a.at("peer-errors") == "1" ? "on" : "off",
+                        transfer_mode_name(result.mode).data(), model_name.c_str(), block_size,
+                        tokens, bytes / (1 << 20), med.ops, bytes / med.ops / 1024,
+                        bytes / med.seconds / (1 << 20),
+                        bytes / samples.front().seconds / (1 << 20), tails[tails.size() / 2] * 1e3);
             std::fflush(stdout);
           }
         }
