@@ -17,7 +17,7 @@ std::vector<BlockRun> merge_block_runs(std::span<const int32_t> src, std::span<c
         continue;
       }
     }
-    runs.push_back(BlockRun{src[i], dst[i], 1});
+    runs.push_back(BlockRun{src[i], dst[i], 1, int32_t(i)});
   }
   return runs;
 }
@@ -47,34 +47,29 @@ Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_la
   return Status::ok();
 }
 
-KvChecksum::KvChecksum() : state_(XXH3_createState()) {
-  XXH3_64bits_reset(static_cast<XXH3_state_t*>(state_));
-}
+uint64_t block_hash(const uint8_t* block, size_t bytes) { return XXH3_64bits(block, bytes); }
 
-KvChecksum::~KvChecksum() { XXH3_freeState(static_cast<XXH3_state_t*>(state_)); }
-
-void KvChecksum::add_layer(const uint8_t* pool, const KvLayout& layout, int32_t layer,
-                           std::span<const BlockRun> runs, bool source_side) {
-  auto* state = static_cast<XXH3_state_t*>(state_);
-  for (const BlockRun& run : runs) {
-    int32_t block = source_side ? run.src_block : run.dst_block;
-    XXH3_64bits_update(state, pool + layout.block_byte_offset(layer, block),
-                       size_t(run.count) * layout.block_bytes());
+void BlockHashes::add_run(const uint8_t* pool, const KvLayout& layout, int32_t layer,
+                          const BlockRun& run, bool source_side) {
+  int32_t first = source_side ? run.src_block : run.dst_block;
+  for (int32_t k = 0; k < run.count; ++k) {
+    set(layer, size_t(run.first_pair + k),
+        block_hash(pool + layout.block_byte_offset(layer, first + k), layout.block_bytes()));
   }
 }
 
-uint64_t KvChecksum::digest() const {
-  return XXH3_64bits_digest(static_cast<const XXH3_state_t*>(state_));
+uint64_t BlockHashes::digest() const {
+  return XXH3_64bits(hashes_.data(), hashes_.size() * sizeof(uint64_t));
 }
 
 uint64_t checksum_blocks(const uint8_t* pool, const KvLayout& layout,
                          std::span<const int32_t> blocks, int32_t layer_begin, int32_t layer_end) {
+  BlockHashes hashes(layer_begin, layer_end, blocks.size());
   std::vector<BlockRun> runs = merge_block_runs(blocks, blocks);
-  KvChecksum sum;
   for (int32_t layer = layer_begin; layer < layer_end; ++layer) {
-    sum.add_layer(pool, layout, layer, runs, /*source_side=*/false);
+    for (const BlockRun& run : runs) hashes.add_run(pool, layout, layer, run, false);
   }
-  return sum.digest();
+  return hashes.digest();
 }
 
 }  // namespace baton::kv_transfer

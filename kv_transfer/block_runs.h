@@ -19,6 +19,7 @@ struct BlockRun {
   int32_t src_block = 0;
   int32_t dst_block = 0;
   int32_t count = 0;
+  int32_t first_pair = 0;  // index of the run's first (src, dst) pair
 };
 
 // Pairs src[i] -> dst[i] merged into maximal runs, order kept.
@@ -28,24 +29,36 @@ std::vector<BlockRun> merge_block_runs(std::span<const int32_t> src, std::span<c
 Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_layout,
                             std::span<const int32_t> dst, const KvLayout& dst_layout);
 
-// Streaming XXH3-64 over the bytes of `blocks` for layers [layer_begin,
-// layer_end), layer by layer, blocks in list order. Sender (over source
-// blocks) and receiver (over destination blocks) get the same value when the
-// bytes arrived intact, whatever the merging.
-class KvChecksum {
+// The transfer checksum: XXH3-64 of every (layer, block pair) block, folded
+// in (layer, pair) order by one more XXH3 over those hashes. Per-block hashes
+// make it independent of how blocks were merged and let the receiver hash each
+// run as it lands (AM mode), so "all layers in" is not followed by one long
+// pass over the whole request. Sender and receiver agree when the bytes do.
+class BlockHashes {
  public:
-  KvChecksum();
-  ~KvChecksum();
-  KvChecksum(const KvChecksum&) = delete;
-  KvChecksum& operator=(const KvChecksum&) = delete;
-  void add_layer(const uint8_t* pool, const KvLayout& layout, int32_t layer,
-                 std::span<const BlockRun> runs, bool source_side);
+  BlockHashes() = default;
+  BlockHashes(int32_t layer_begin, int32_t layer_end, size_t num_pairs)
+      : layer_begin_(layer_begin),
+        num_pairs_(num_pairs),
+        hashes_(size_t(layer_end - layer_begin) * num_pairs, 0) {}
+  // Hashes the blocks of `run` in `layer` (source or destination side).
+  void add_run(const uint8_t* pool, const KvLayout& layout, int32_t layer, const BlockRun& run,
+               bool source_side);
+  // Hashes `count` destination blocks from `first_block`, pairs looked up by block.
+  void set(int32_t layer, size_t pair, uint64_t hash) {
+    hashes_[size_t(layer - layer_begin_) * num_pairs_ + pair] = hash;
+  }
   uint64_t digest() const;
 
  private:
-  void* state_;  // XXH3_state_t, kept out of this header
+  int32_t layer_begin_ = 0;
+  size_t num_pairs_ = 0;
+  std::vector<uint64_t> hashes_;
 };
 
+uint64_t block_hash(const uint8_t* block, size_t bytes);
+
+// The checksum of `blocks` (one side of the pairs), all at once.
 uint64_t checksum_blocks(const uint8_t* pool, const KvLayout& layout,
                          std::span<const int32_t> blocks, int32_t layer_begin, int32_t layer_end);
 

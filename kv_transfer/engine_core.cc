@@ -444,6 +444,7 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
         --e.outstanding;
         if (status == UCS_OK) {
           e.received_bytes += op->bytes;
+          hash_landed(e, op->layer, op->first_block, op->block_count);
         } else if (!e.failed) {
           e.failed = true;
           e.result = Status(ucx_status_code(status),

@@ -43,6 +43,7 @@ struct OpContext {
   uint64_t generation = 0;
   uint64_t serial = 0;  // the SendTransfer/Expectation instance, so late callbacks miss
   uint64_t bytes = 0;
+  int32_t layer = 0, first_block = 0, block_count = 0;  // a receive's destination run
   std::vector<uint8_t> header;  // AM header alive until the send completes; discard scratch
 };
 
@@ -74,7 +75,7 @@ struct SendTransfer {  // progress thread
   std::vector<BlockRun> runs;
   int32_t posted_end = 0;  // layers the caller has handed over
   int32_t issued_end = 0;  // layers given to UCX
-  std::unique_ptr<KvChecksum> checksum;
+  BlockHashes hashes;
   TransferMode mode = TransferMode::kAm;
   uint32_t ops = 0;
   uint64_t bytes = 0;
@@ -91,7 +92,8 @@ struct Expectation {  // progress thread
   RecvSpec spec;
   TransferCallback on_done;
   Clock::time_point started, deadline;
-  std::unordered_set<int32_t> blocks;
+  std::unordered_map<int32_t, size_t> pair_of;  // destination block -> pair index
+  BlockHashes hashes;                           // filled as AM data lands
   uint64_t expected_bytes = 0;
   uint64_t received_bytes = 0;
   int outstanding = 0;
@@ -161,6 +163,7 @@ class TransferEngine::Impl {
   void discard_rendezvous(void* data_desc, size_t length);
   void maybe_finish_recv(uint64_t id);
   void judge(uint64_t id, Expectation& e);
+  void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count);
   void reject_notice(const std::string& why);
 
   void check_deadlines(Clock::time_point now);

@@ -43,7 +43,8 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
     e.serial = next_serial_++;
     e.started = Clock::now();
     e.deadline = e.started + spec.deadline.value_or(config_.default_deadline);
-    e.blocks.insert(spec.dst_blocks.begin(), spec.dst_blocks.end());
+    for (size_t i = 0; i < spec.dst_blocks.size(); ++i) e.pair_of[spec.dst_blocks[i]] = i;
+    e.hashes = BlockHashes(spec.layer_begin, spec.layer_end, spec.dst_blocks.size());
     e.expected_bytes = uint64_t(spec.dst_blocks.size()) * layout_.block_bytes() *
                        uint64_t(spec.layer_end - spec.layer_begin);
     e.spec = std::move(spec);
@@ -93,7 +94,7 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
     return reject("layer " + std::to_string(h->layer) + " outside the expected range");
   }
   for (int32_t b = h->dst_block; b < h->dst_block + h->block_count; ++b) {
-    if (!e.blocks.contains(b)) {
+    if (!e.pair_of.contains(b)) {
       return reject("block " + std::to_string(b) + " is not reserved for transfer " +
                     std::to_string(h->transfer_id));
     }
@@ -106,12 +107,16 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
   if (!rendezvous) {
     std::memcpy(dst, data, length);
     e.received_bytes += length;
+    hash_landed(e, h->layer, h->dst_block, h->block_count);
     return UCS_OK;
   }
   // Rendezvous: UCX fetches the bytes straight into the reserved blocks.
   auto* op = new OpContext{this, h->transfer_id, OpContext::kRecvData};
   op->serial = e.serial;
   op->bytes = length;
+  op->layer = h->layer;
+  op->first_block = h->dst_block;
+  op->block_count = h->block_count;
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = recv_callback;
@@ -124,6 +129,7 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
     dirty_recvs_.push_back(h->transfer_id);
   } else if (request == nullptr) {
     e.received_bytes += length;
+    hash_landed(e, h->layer, h->dst_block, h->block_count);
   } else {
     ++e.outstanding;
   }
@@ -141,6 +147,15 @@ void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
   rp.cb.recv_am = recv_callback;
   rp.user_data = op;
   post_op(op, ucp_am_recv_data_nbx(worker_.get(), data_desc, op->header.data(), length, &rp));
+}
+
+void TransferEngine::Impl::hash_landed(Expectation& e, int32_t layer, int32_t first_block,
+                                       int32_t count) {
+  if (!config_.verify_checksum) return;
+  for (int32_t b = first_block; b < first_block + count; ++b) {
+    e.hashes.set(layer, e.pair_of[b],
+                 block_hash(pool_ + layout_.block_byte_offset(layer, b), layout_.block_bytes()));
+  }
 }
 
 void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
@@ -175,8 +190,11 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
     verdict = data_loss("transfer " + std::to_string(id) +
                         " carries no checksum and this receiver verifies");
   } else if (config_.verify_checksum) {
-    uint64_t sum =
-        checksum_blocks(pool_, layout_, e.spec.dst_blocks, e.spec.layer_begin, e.spec.layer_end);
+    // AM data was hashed block by block as it landed; puts land unseen.
+    uint64_t sum = (n.flags & kNoticeFlagAmData) != 0
+                       ? e.hashes.digest()
+                       : checksum_blocks(pool_, layout_, e.spec.dst_blocks, e.spec.layer_begin,
+                                         e.spec.layer_end);
     if (sum != n.checksum)
       verdict = data_loss("checksum mismatch on transfer " + std::to_string(id));
   }

@@ -57,7 +57,7 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
         t.spec = std::move(spec);
         t.peer = peer;
         t.on_done = std::move(on_done);
-        t.checksum = std::make_unique<KvChecksum>();
+        t.hashes = BlockHashes(t.spec.layer_begin, t.spec.layer_end, t.spec.src_blocks.size());
         start_send(id);
       });
   return Status::ok();
@@ -108,7 +108,7 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
   if (t.issued_end == t.spec.layer_end && t.phase == SendTransfer::Phase::kPosting &&
       t.failure.is_ok()) {
     // Remote completion of every put/message before the notice goes out.
-    t.digest = t.checksum->digest();
+    t.digest = t.hashes.digest();
     t.phase = SendTransfer::Phase::kFlushing;
     auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
     op->serial = t.serial;
@@ -161,7 +161,7 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
   }
   // Hash while the layer is on the wire; the source is stable until completion.
   if (config_.verify_checksum) {
-    t.checksum->add_layer(pool_, layout_, layer, t.runs, /*source_side=*/true);
+    for (const BlockRun& run : t.runs) t.hashes.add_run(pool_, layout_, layer, run, true);
   }
 }
 

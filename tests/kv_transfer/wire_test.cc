@@ -133,18 +133,28 @@ TEST(BlockRunsTest, ChecksumIgnoresHowBlocksWereMerged) {
   KvLayout l = layout();
   std::vector<uint8_t> pool(l.total_bytes());
   for (size_t i = 0; i < pool.size(); ++i) pool[i] = uint8_t(i * 31 + 7);
-  std::vector<int32_t> blocks = {3, 4, 5, 8};
-  KvChecksum merged;
-  auto runs = merge_block_runs(blocks, blocks);
-  for (int layer = 0; layer < 3; ++layer) merged.add_layer(pool.data(), l, layer, runs, true);
-  KvChecksum single;
-  std::vector<BlockRun> ones;
-  for (int32_t b : blocks) ones.push_back(BlockRun{b, b, 1});
-  for (int layer = 0; layer < 3; ++layer) single.add_layer(pool.data(), l, layer, ones, false);
+  std::vector<int32_t> src = {3, 4, 5, 8}, dst = {0, 1, 6, 7};
+  auto runs = merge_block_runs(src, dst);
+  ASSERT_EQ(runs.size(), 3u);  // 3,4->0,1 | 5->6 | 8->7
+  EXPECT_EQ(runs[2].first_pair, 3);
+  // Sender side, merged, layers 1..3.
+  BlockHashes merged(1, 3, src.size());
+  for (int layer = 1; layer < 3; ++layer) {
+    for (const auto& run : runs) merged.add_run(pool.data(), l, layer, run, true);
+  }
+  // Block by block, in any arrival order.
+  BlockHashes single(1, 3, src.size());
+  for (int layer = 2; layer >= 1; --layer) {
+    for (size_t i = src.size(); i-- > 0;) {
+      single.set(layer, i,
+                 block_hash(pool.data() + l.block_byte_offset(layer, src[i]), l.block_bytes()));
+    }
+  }
   EXPECT_EQ(merged.digest(), single.digest());
-  EXPECT_EQ(merged.digest(), checksum_blocks(pool.data(), l, blocks, 0, 3));
+  EXPECT_EQ(merged.digest(), checksum_blocks(pool.data(), l, src, 1, 3));
+  EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, src, 0, 3));
   pool[l.block_byte_offset(2, 8) + 5] ^= 1;
-  EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, blocks, 0, 3));
+  EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, src, 1, 3));
 }
 
 TEST(ProbeTest, ReadsLanesAndRmaRoles) {
