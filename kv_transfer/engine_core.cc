@@ -49,7 +49,7 @@ Status TransferEngine::Impl::init() {
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;
-  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_WAKEUP;
+  params.features = UCP_FEATURE_RMA | UCP_FEATURE_AM | UCP_FEATURE_TAG | UCP_FEATURE_WAKEUP;
   params.mt_workers_shared = 0;
   ucp_context_h context = nullptr;
   BATON_UCX(ucp_init(&params, ucp_config.get(), &context));
@@ -158,6 +158,7 @@ void TransferEngine::Impl::run() {
     for (auto& command : commands) command();
     int progressed = 0;
     while (progressed < kProgressBurst && ucp_worker_progress(worker_.get()) != 0) ++progressed;
+    progressed += receive_tagged();
     process_events();
     bool active = progressed > 0 || !commands.empty() || busy();
     if (active && ++spins < kSpinsPerDeadlineCheck) continue;
@@ -352,7 +353,9 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
     tear_down(id, ucx_error("ucp_ep_rkey_unpack", unpack, __FILE__, __LINE__));
     return;
   }
-  peer.mode = rma ? TransferMode::kRma : TransferMode::kAm;
+  peer.mode = rma                                 ? TransferMode::kRma
+              : config_.mode == TransferMode::kAm ? TransferMode::kAm
+                                                  : TransferMode::kTag;
   peer.phase = PeerState::Phase::kReady;
   std::string lanes;
   for (const auto& t : peer.caps.transports) lanes += (lanes.empty() ? "" : " ") + t;
@@ -502,6 +505,9 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(const TransferCon
   if (pool == nullptr || pool_bytes != layout.total_bytes() || layout.num_blocks <= 0 ||
       layout.num_layers <= 0) {
     return invalid_argument("kv_transfer: pool size does not match its KV layout");
+  }
+  if (layout.num_layers > kMaxLayers || layout.num_blocks > kMaxBlocks) {
+    return out_of_range("kv_transfer: at most 256 layers and 2^24 blocks per pool");
   }
   auto impl = std::make_unique<Impl>(config, layout, static_cast<uint8_t*>(pool), pool_bytes);
   BATON_RETURN_IF_ERROR(impl->init().with_context("starting the KV transfer engine"));

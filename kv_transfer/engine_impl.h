@@ -161,6 +161,15 @@ class TransferEngine::Impl {
   void handle_ack(const Notice& n);
   void send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict);
   void discard_rendezvous(void* data_desc, size_t length);
+  // The live expectation a run of KV data may land in, or null with `why`.
+  Expectation* accept_run(uint64_t transfer_id, int32_t layer, int32_t dst_block,
+                          int64_t block_count, size_t length, std::string& why);
+  OpContext* landing_op(Expectation& e, uint64_t transfer_id, int32_t layer, int32_t block,
+                        int32_t count, size_t length);
+  void landing_started(Expectation& e, uint64_t transfer_id, OpContext* op,
+                       ucs_status_ptr_t request, const char* call);
+  // Probes tagged KV messages, receiving each into its blocks; returns how many.
+  int receive_tagged();
   void maybe_finish_recv(uint64_t id);
   void judge(uint64_t id, Expectation& e);
   void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count);
@@ -187,6 +196,9 @@ class TransferEngine::Impl {
 
   // Progress thread.
   uint64_t next_serial_ = 1;
+  // The run of the receive being posted, for one completing in place.
+  size_t op_bytes_ = 0;
+  int32_t op_layer_ = 0, op_block_ = 0, op_count_ = 0;
   std::vector<PeerState> peers_;
   std::deque<EndpointTag> endpoint_tags_;
   std::unordered_map<uint64_t, SendTransfer> sends_;

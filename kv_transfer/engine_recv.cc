@@ -14,6 +14,13 @@ void recv_callback(void* request, ucs_status_t status, size_t /*length*/, void* 
   ucp_request_free(request);
 }
 
+void tag_recv_callback(void* request, ucs_status_t status, const ucp_tag_recv_info_t* /*info*/,
+                       void* user_data) {
+  auto* op = static_cast<OpContext*>(user_data);
+  op->engine->on_op_complete(op, status);
+  ucp_request_free(request);
+}
+
 void ack_callback(void* request, ucs_status_t status, void* user_data) {
   auto* op = static_cast<OpContext*>(user_data);
   op->engine->on_op_complete(op, status);
@@ -24,6 +31,9 @@ void ack_callback(void* request, ucs_status_t status, void* user_data) {
 
 Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
   if (!on_done) return invalid_argument("expect needs a completion callback");
+  if (spec.transfer_id > kMaxTransferId) {
+    return out_of_range("transfer id " + std::to_string(spec.transfer_id) + " over 32 bits");
+  }
   if (spec.layer_end < 0) spec.layer_end = layout_.num_layers;
   if (spec.layer_begin < 0 || spec.layer_begin >= spec.layer_end ||
       spec.layer_end > layout_.num_layers) {
@@ -74,66 +84,129 @@ ucs_status_t TransferEngine::Impl::on_control(const void* header, size_t header_
   return UCS_OK;
 }
 
+Expectation* TransferEngine::Impl::accept_run(uint64_t transfer_id, int32_t layer,
+                                              int32_t dst_block, int64_t block_count, size_t length,
+                                              std::string& why) {
+  auto it = expectations_.find(transfer_id);
+  if (it == expectations_.end() || it->second.failed || it->second.judged) {
+    why = "transfer " + std::to_string(transfer_id) + " is not expected (late?)";
+    return nullptr;
+  }
+  Expectation& e = it->second;
+  if (layer < e.spec.layer_begin || layer >= e.spec.layer_end) {
+    why = "layer " + std::to_string(layer) + " outside the expected range";
+    return nullptr;
+  }
+  if (block_count <= 0 || size_t(block_count) * layout_.block_bytes() != length ||
+      e.received_bytes + length > e.expected_bytes) {
+    why = "data length " + std::to_string(length) + " does not match its blocks";
+    return nullptr;
+  }
+  for (int64_t b = dst_block; b < dst_block + block_count; ++b) {
+    if (!e.pair_of.contains(int32_t(b))) {
+      why = "block " + std::to_string(b) + " is not reserved for transfer " +
+            std::to_string(transfer_id);
+      return nullptr;
+    }
+  }
+  return &e;
+}
+
+void TransferEngine::Impl::landing_started(Expectation& e, uint64_t transfer_id, OpContext* op,
+                                           ucs_status_ptr_t request, const char* call) {
+  if (UCS_PTR_IS_ERR(request)) {
+    e.failed = true;
+    e.result = ucx_error(call, UCS_PTR_STATUS(request), __FILE__, __LINE__);
+    dirty_recvs_.push_back(transfer_id);
+  } else if (request == nullptr) {  // completed in place; op already deleted
+    e.received_bytes += op_bytes_;
+    hash_landed(e, op_layer_, op_block_, op_count_);
+  } else {
+    ++e.outstanding;
+  }
+}
+
 ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_length, void* data,
                                            size_t length, const ucp_am_recv_param_t* param) {
   bool rendezvous = (param->recv_attr & UCP_AM_RECV_ATTR_FLAG_RNDV) != 0;
-  auto reject = [&](const std::string& why) {
+  std::string why;
+  Result<DataHeader> h = decode_data_header({static_cast<const uint8_t*>(header), header_length});
+  Expectation* e = nullptr;
+  if (!h.is_ok()) {
+    why = h.status().message();
+  } else {
+    e = accept_run(h->transfer_id, h->layer, h->dst_block, h->block_count, length, why);
+  }
+  if (e == nullptr) {
     counters_.data_rejected++;
     spdlog::warn("kv_transfer[{}]: rejected KV data: {}", config_.node_name, why);
     if (rendezvous) discard_rendezvous(data, length);
     return UCS_OK;
-  };
-  Result<DataHeader> h = decode_data_header({static_cast<const uint8_t*>(header), header_length});
-  if (!h.is_ok()) return reject(h.status().message());
-  auto it = expectations_.find(h->transfer_id);
-  if (it == expectations_.end() || it->second.failed || it->second.judged) {
-    return reject("transfer " + std::to_string(h->transfer_id) + " is not expected (late?)");
-  }
-  Expectation& e = it->second;
-  if (h->layer < e.spec.layer_begin || h->layer >= e.spec.layer_end) {
-    return reject("layer " + std::to_string(h->layer) + " outside the expected range");
-  }
-  for (int32_t b = h->dst_block; b < h->dst_block + h->block_count; ++b) {
-    if (!e.pair_of.contains(b)) {
-      return reject("block " + std::to_string(b) + " is not reserved for transfer " +
-                    std::to_string(h->transfer_id));
-    }
-  }
-  size_t expected_length = size_t(h->block_count) * layout_.block_bytes();
-  if (length != expected_length || e.received_bytes + length > e.expected_bytes) {
-    return reject("data length " + std::to_string(length) + " does not match its blocks");
   }
   uint8_t* dst = pool_ + layout_.block_byte_offset(h->layer, h->dst_block);
   if (!rendezvous) {
     std::memcpy(dst, data, length);
-    e.received_bytes += length;
-    hash_landed(e, h->layer, h->dst_block, h->block_count);
+    e->received_bytes += length;
+    hash_landed(*e, h->layer, h->dst_block, h->block_count);
     return UCS_OK;
   }
   // Rendezvous: UCX fetches the bytes straight into the reserved blocks.
-  auto* op = new OpContext{this, h->transfer_id, OpContext::kRecvData};
-  op->serial = e.serial;
-  op->bytes = length;
-  op->layer = h->layer;
-  op->first_block = h->dst_block;
-  op->block_count = h->block_count;
+  OpContext* op = landing_op(*e, h->transfer_id, h->layer, h->dst_block, h->block_count, length);
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = recv_callback;
   rp.user_data = op;
-  ucs_status_ptr_t request =
-      post_op(op, ucp_am_recv_data_nbx(worker_.get(), data, dst, length, &rp));
-  if (UCS_PTR_IS_ERR(request)) {
-    e.failed = true;
-    e.result = ucx_error("ucp_am_recv_data_nbx", UCS_PTR_STATUS(request), __FILE__, __LINE__);
-    dirty_recvs_.push_back(h->transfer_id);
-  } else if (request == nullptr) {
-    e.received_bytes += length;
-    hash_landed(e, h->layer, h->dst_block, h->block_count);
-  } else {
-    ++e.outstanding;
-  }
+  landing_started(*e, h->transfer_id, op,
+                  post_op(op, ucp_am_recv_data_nbx(worker_.get(), data, dst, length, &rp)),
+                  "ucp_am_recv_data_nbx");
   return UCS_OK;
+}
+
+OpContext* TransferEngine::Impl::landing_op(Expectation& e, uint64_t transfer_id, int32_t layer,
+                                            int32_t block, int32_t count, size_t length) {
+  auto* op = new OpContext{this, transfer_id, OpContext::kRecvData};
+  op->serial = e.serial;
+  op->bytes = op_bytes_ = length;
+  op->layer = op_layer_ = layer;
+  op->first_block = op_block_ = block;
+  op->block_count = op_count_ = count;
+  return op;
+}
+
+int TransferEngine::Impl::receive_tagged() {
+  int received = 0;
+  ucp_tag_recv_info_t info{};
+  while (ucp_tag_message_h message = ucp_tag_probe_nb(worker_.get(), 0, 0, /*remove=*/1, &info)) {
+    ++received;
+    uint64_t transfer_id = info.sender_tag >> 32;
+    int32_t layer = int32_t((info.sender_tag >> kTagBlockBits) & ((1u << kTagLayerBits) - 1));
+    int32_t block = int32_t(info.sender_tag & ((1u << kTagBlockBits) - 1));
+    int64_t count = int64_t(info.length / layout_.block_bytes());
+    std::string why;
+    Expectation* e = accept_run(transfer_id, layer, block, count, info.length, why);
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.recv = tag_recv_callback;
+    if (e == nullptr) {
+      // Drained into scratch memory no block owns, then dropped.
+      counters_.data_rejected++;
+      spdlog::warn("kv_transfer[{}]: rejected tagged KV data: {}", config_.node_name, why);
+      auto* op = new OpContext{this, 0, OpContext::kDiscard};
+      op->header.resize(info.length);
+      rp.user_data = op;
+      post_op(op,
+              ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), info.length, message, &rp));
+      continue;
+    }
+    uint8_t* dst = pool_ + layout_.block_byte_offset(layer, block);
+    OpContext* op = landing_op(*e, transfer_id, layer, block, int32_t(count), info.length);
+    rp.user_data = op;
+    landing_started(
+        *e, transfer_id, op,
+        post_op(op, ucp_tag_msg_recv_nbx(worker_.get(), dst, info.length, message, &rp)),
+        "ucp_tag_msg_recv_nbx");
+  }
+  return received;
 }
 
 void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
@@ -243,7 +316,9 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   r.bytes = e.notice.bytes;
   r.ops = e.notice.ops;
   r.checksum = e.notice.checksum;
-  r.mode = (e.notice.flags & kNoticeFlagAmData) ? TransferMode::kAm : TransferMode::kRma;
+  r.mode = (e.notice.flags & kNoticeFlagTagData)  ? TransferMode::kTag
+           : (e.notice.flags & kNoticeFlagAmData) ? TransferMode::kAm
+                                                  : TransferMode::kRma;
   r.started = e.started;
   r.finished = Clock::now();
   (r.status.is_ok() ? counters_.receives_ok : counters_.receives_failed)++;

@@ -30,6 +30,9 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     if (peer >= peer_layouts_.size()) {
       return not_found("unknown peer " + std::to_string(peer));
     }
+    if (spec.transfer_id > kMaxTransferId) {
+      return out_of_range("transfer id " + std::to_string(spec.transfer_id) + " over 32 bits");
+    }
     if (spec.layer_end < 0) spec.layer_end = layout_.num_layers;
     if (spec.layer_begin < 0 || spec.layer_begin >= spec.layer_end ||
         spec.layer_end > layout_.num_layers) {
@@ -142,6 +145,10 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
       call = "ucp_put_nbx";
       request =
           post_op(op, ucp_put_nbx(peer.ep, src, length, remote_address, peer.rkey.get(), &param));
+    } else if (t.mode == TransferMode::kTag) {
+      call = "ucp_tag_send_nbx";
+      request = post_op(op, ucp_tag_send_nbx(peer.ep, src, length,
+                                             make_data_tag(id, layer, run.dst_block), &param));
     } else {
       op->header = encode_data_header(DataHeader{id, layer, run.dst_block, run.count});
       call = "ucp_am_send_nbx";
@@ -187,6 +194,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     n.bytes = t.bytes;
     n.checksum = t.digest;
     n.flags = (t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0) |
+              (t.mode == TransferMode::kTag ? kNoticeFlagAmData | kNoticeFlagTagData : 0) |
               (config_.verify_checksum ? 0 : kNoticeFlagNoChecksum);
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
     op->serial = t.serial;

@@ -8,6 +8,8 @@ std::string_view transfer_mode_name(TransferMode mode) {
       return "auto";
     case TransferMode::kRma:
       return "rma";
+    case TransferMode::kTag:
+      return "tag";
     case TransferMode::kAm:
       return "am";
   }
@@ -17,7 +19,8 @@ std::string_view transfer_mode_name(TransferMode mode) {
 std::optional<TransferMode> parse_transfer_mode(std::string_view name) {
   if (name == "auto") return TransferMode::kAuto;
   if (name == "rma") return TransferMode::kRma;
-  if (name == "am" || name == "tag") return TransferMode::kAm;
+  if (name == "tag") return TransferMode::kTag;
+  if (name == "am") return TransferMode::kAm;
   return std::nullopt;
 }
 

@@ -17,11 +17,14 @@
 namespace baton::kv_transfer {
 
 // How KV bytes cross the wire.
-//  kAuto: RMA when UCX reports a native RMA lane to the peer, active-message
+//  kAuto: RMA when UCX reports a native RMA lane to the peer, tagged
 //         rendezvous into the registered destination otherwise.
 //  kRma:  one-sided puts (ucp_put_nbx), even where UCX only emulates them.
-//  kAm:   active messages whose rendezvous lands straight in the receiver's blocks.
-enum class TransferMode { kAuto, kRma, kAm };
+//  kTag:  tagged sends; the receiver probes each message's tag (transfer,
+//         layer, block), checks it against its expectations and receives it
+//         straight into the reserved blocks (rendezvous: zero-copy).
+//  kAm:   the same with active messages (UCX 1.13's AM rendezvous is slower).
+enum class TransferMode { kAuto, kRma, kTag, kAm };
 
 std::string_view transfer_mode_name(TransferMode mode);
 std::optional<TransferMode> parse_transfer_mode(std::string_view name);

@@ -58,7 +58,8 @@ using Clock = std::chrono::steady_clock;
 struct SendSpec {
   uint64_t request_id = 0;
   // Unique among this sender's live transfers and the receiver's expectations;
-  // the control plane picks it with the destination blocks.
+  // the control plane picks it with the destination blocks. At most 2^32 - 1
+  // (it travels in message tags).
   uint64_t transfer_id = 0;
   std::vector<int32_t> src_blocks;  // in this node's pool
   std::vector<int32_t> dst_blocks;  // in the peer's pool, paired with src_blocks

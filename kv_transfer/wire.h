@@ -62,6 +62,22 @@ struct Notice {
 inline constexpr uint32_t kNoticeFlagAmData = 1;
 // Notice flag: the sender computed no checksum (verify_checksum off).
 inline constexpr uint32_t kNoticeFlagNoChecksum = 2;
+// Notice flag: the bytes came as tagged messages (kNoticeFlagAmData is set too:
+// the receiver counted and hashed them as they landed).
+inline constexpr uint32_t kNoticeFlagTagData = 4;
+
+// Transfer ids travel in 32 bits of a tag; layers in 8, blocks in 24.
+inline constexpr uint64_t kMaxTransferId = 0xffffffffull;
+inline constexpr int32_t kMaxLayers = 256;
+inline constexpr int32_t kMaxBlocks = 1 << 24;
+
+// Tag of one tagged run: transfer id (32 bits), layer (8), first destination block (24).
+inline constexpr int kTagLayerBits = 8;
+inline constexpr int kTagBlockBits = 24;
+inline constexpr uint64_t make_data_tag(uint64_t transfer_id, int32_t layer, int32_t block) {
+  return (transfer_id << 32) | (uint64_t(uint32_t(layer)) << kTagBlockBits) |
+         uint64_t(uint32_t(block));
+}
 
 std::vector<uint8_t> encode_notice(const Notice& n);
 Result<Notice> decode_notice(std::span<const uint8_t> bytes);

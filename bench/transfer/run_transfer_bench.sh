@@ -5,7 +5,7 @@
 # For every (transport, UCX peer error handling on/off, model, prompt length)
 # it runs ucx_perftest's ucp_put_bw and tag_bw at the transfer's per-operation
 # size (one layer of the request: contiguous blocks merge into one op per
-# layer), with -e when peer error handling is on, then bench_transfer for that
+# layer), best of two, with -e when peer error handling is on, then bench_transfer for that
 # one shape, and prints the ratio of bench_transfer's best rate to the better
 # of the two ceilings. Both run right after each other because other work on a
 # shared machine moves either by a factor of two.
@@ -48,6 +48,16 @@ perftest() {
   echo "${rate:-0}"
 }
 
+# Best of two runs; where UCX refuses peer error handling (shared memory in
+# 1.13) the engine runs without it, and so does the ceiling.
+ceiling() {
+  local a b
+  a=$(perftest "$@")
+  [[ "${a}" == 0 && -n "$4" ]] && { set -- "$1" "$2" "$3" ""; a=$(perftest "$@"); }
+  b=$(perftest "$@")
+  python3 -c "print(max(${a}, ${b}))"
+}
+
 echo "| transport | peer errors | model | tokens | op size KiB | ops | bench MB/s (median / best) |" \
      "last layer -> notified ms | ucp_put_bw | tag_bw | best / ceiling |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -57,8 +67,8 @@ for tls in "${transports[@]}"; do
     for model in ${models//,/ }; do
       for tok in ${tokens//,/ }; do
         size=$(( tok * ${bytes_per_token_layer[$model]} ))
-        put=$(perftest "${tls}" ucp_put_bw "${size}" "${errmode}")
-        tag=$(perftest "${tls}" tag_bw "${size}" "${errmode}")
+        put=$(ceiling "${tls}" ucp_put_bw "${size}" "${errmode}")
+        tag=$(ceiling "${tls}" tag_bw "${size}" "${errmode}")
         row=$("${bench}" --tls "${tls}" --peer-errors "${pe}" --iters "${iters}" \
                 --models "${model}" --tokens "${tok}" --block-sizes "${block}" --verify "${verify}" 2>/dev/null | tail -1)
         # | tls | pe | mode | model | block | tokens | MiB | ops | op KiB | median | best | tail |

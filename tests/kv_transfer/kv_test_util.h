@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <optional>
 #include <random>
 #include <sstream>
@@ -122,17 +123,18 @@ class Child {
     ssize_t n = write(to_child_, l.data(), l.size());
     (void)n;
   }
-  // Next line starting with `prefix` (others are skipped), or nullopt on timeout/EOF.
+  // Next line starting with `prefix`, or nullopt on timeout/EOF. Lines that
+  // do not match stay queued for later calls.
   std::optional<std::string> wait_for(
       const std::string& prefix, std::chrono::milliseconds timeout = std::chrono::seconds(20)) {
     auto until = std::chrono::steady_clock::now() + timeout;
     while (true) {
-      auto nl = buffer_.find('\n');
-      while (nl != std::string::npos) {
-        std::string line = buffer_.substr(0, nl);
-        buffer_.erase(0, nl + 1);
-        if (line.rfind(prefix, 0) == 0) return line;
-        nl = buffer_.find('\n');
+      for (auto it = lines_.begin(); it != lines_.end(); ++it) {
+        if (it->rfind(prefix, 0) == 0) {
+          std::string line = *it;
+          lines_.erase(it);
+          return line;
+        }
       }
       auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
           until - std::chrono::steady_clock::now());
@@ -143,6 +145,10 @@ class Child {
       ssize_t n = read(from_child_, chunk, sizeof chunk);
       if (n <= 0) return std::nullopt;
       buffer_.append(chunk, size_t(n));
+      for (auto nl = buffer_.find('\n'); nl != std::string::npos; nl = buffer_.find('\n')) {
+        lines_.push_back(buffer_.substr(0, nl));
+        buffer_.erase(0, nl + 1);
+      }
     }
   }
   void kill_now() {
@@ -172,6 +178,7 @@ class Child {
   pid_t pid_ = -1;
   int to_child_ = -1, from_child_ = -1;
   std::string buffer_;
+  std::deque<std::string> lines_;
 };
 
 inline std::vector<std::string> split(const std::string& line) {

@@ -198,7 +198,9 @@ TEST(ProbeTest, AsksUctWhichDomainsRegister) {
 
 TEST(ConfigTest, ModesAndValidation) {
   EXPECT_EQ(parse_transfer_mode("rma"), TransferMode::kRma);
-  EXPECT_EQ(parse_transfer_mode("tag"), TransferMode::kAm);
+  EXPECT_EQ(parse_transfer_mode("tag"), TransferMode::kTag);
+  EXPECT_EQ(parse_transfer_mode("am"), TransferMode::kAm);
+  EXPECT_EQ(make_data_tag(7, 3, 5) >> 32, 7u);
   EXPECT_FALSE(parse_transfer_mode("fast").has_value());
   TransferConfig c;
   EXPECT_TRUE(validate(c).is_ok());
