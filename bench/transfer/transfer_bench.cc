@@ -251,8 +251,9 @@ int main(int argc, char** argv) {
   bool fragmented = a.at("fragmented") == "1";
   auto gap = std::chrono::microseconds(std::stoi(a.at("layer-gap-us")));
   std::printf(
-      "| transport | mode | model | block | tokens | MiB | ops | op size KiB | MB/s | "
-      "last layer -> notified ms |\n|---|---|---|---|---|---|---|---|---|---|\n");
+      "| transport | peer errors | mode | model | block | tokens | MiB | ops | op size KiB | "
+      "MB/s median | MB/s best | last layer -> notified ms |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& model_name : split(a.at("models"), ',')) {
     const Model* model = nullptr;
     for (const Model& m : kModels) {
