@@ -376,8 +376,12 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
 
 void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   PeerState& peer = peers_[id];
-  spdlog::warn("kv_transfer[{}]: tearing down endpoint to peer {}: {}", config_.node_name, id,
-               why.to_string());
+  if (why.code() == StatusCode::kAborted) {  // our own shutdown
+    spdlog::debug("kv_transfer[{}]: closing endpoint to peer {}", config_.node_name, id);
+  } else {
+    spdlog::warn("kv_transfer[{}]: tearing down endpoint to peer {}: {}", config_.node_name, id,
+                 why.to_string());
+  }
   counters_.torn_down++;
   // Fail this peer's transfers first, so completions arriving from the forced
   // close find them already failed.
