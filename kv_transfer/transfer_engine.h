@@ -23,10 +23,10 @@
 //    complete if the vanished sender comes back.)
 //  * Operation: one-sided puts when UCX has a native RMA lane to the peer
 //    whose memory domain can register the pool (kv_transfer/ucx_probe.h says
-//    how that is read from UCX); otherwise active-message rendezvous straight
-//    into the destination blocks, which is what UCX's own zero-copy protocols
-//    (CMA, TCP zcopy) serve, where emulated puts would crawl. Overridable
-//    (TransferConfig::mode) for benchmarks.
+//    how that is read from UCX); otherwise tagged rendezvous straight into the
+//    destination blocks (active messages as the alternative), which UCX's own
+//    zero-copy protocols (CMA, TCP zcopy) serve, where emulated puts would
+//    crawl. Overridable (TransferConfig::mode) for benchmarks.
 //  * Failure: deadlines on both sides; UCX peer error handling where the
 //    transports support it; a receiver ack closes every transfer, so a dead
 //    receiver is noticed even on shared memory. A failed endpoint is torn down
