@@ -25,7 +25,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
                             std::to_string(layout.bytes_per_token() * size_t(layout.block_size)) +
                             " bytes");
   }
-  layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX));
+  // Token slots (block * block_size + offset) are int32 in the kernels.
+  layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
   BATON_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(layout));
 
   std::unique_ptr<Engine> engine(new Engine(config, std::move(pool)));

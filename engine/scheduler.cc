@@ -27,7 +27,12 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
       config_(config),
       max_model_len_(config.max_model_len > 0 ? config.max_model_len
                                               : model.config().max_position_embeddings),
-      blocks_(kv.layout().num_blocks) {}
+      blocks_(kv.layout().num_blocks) {
+  // A sequence can never hold more tokens than the whole pool: past that it
+  // would preempt itself forever. It ends with "length" there instead.
+  const int64_t pool_tokens = int64_t(kv.layout().num_blocks) * kv.layout().block_size;
+  max_model_len_ = int32_t(std::min<int64_t>(max_model_len_, pool_tokens));
+}
 
 Result<int64_t> Scheduler::add(std::vector<int32_t> prompt, const GenerationOptions& options) {
   const int32_t vocab = model_.config().vocab_size;
@@ -50,11 +55,6 @@ Result<int64_t> Scheduler::add(std::vector<int32_t> prompt, const GenerationOpti
   }
   if (options.logprobs < 0) return invalid_argument("logprobs must be >= 0");
   const int32_t block_size = kv_.layout().block_size;
-  int64_t blocks_needed = (int64_t(prompt.size()) + 1 + block_size - 1) / block_size;
-  if (blocks_needed > blocks_.num_blocks()) {
-    return resource_exhausted("the prompt needs " + std::to_string(blocks_needed) +
-                              " KV blocks; the pool has " + std::to_string(blocks_.num_blocks()));
-  }
   int64_t id = next_id_++;
   waiting_.push_back(std::make_unique<Sequence>(id, std::move(prompt), options, block_size));
   return id;
@@ -129,14 +129,13 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
       int32_t n = std::min(seq.num_pending(), budget);
       // Victims come from the back of running_, after index i.
       size_t before = running_.size();
-      if (!reserve_or_preempt(seq, n)) {
-        unschedule(&seq);
-        break;  // seq was the last one; nothing after it to schedule
-      }
+      const bool reserved = reserve_or_preempt(seq, n);
       if (running_.size() != before) {
-        // Preempted sequences may have been scheduled in the decode pass.
+        // Victims (seq itself among them when !reserved) may already hold a
+        // place in this step, e.g. from the decode pass: take it back.
         for (auto& w : waiting_) unschedule(w.get());
       }
+      if (!reserved) break;  // seq was the last running one; nothing after it
       scheduled.push_back({&seq, n});
       budget -= n;
     }
@@ -173,10 +172,17 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     for (int32_t j = 0; j < s.num_tokens; ++j) {
       step_tokens_[offset + size_t(j)] = seq.token_at(seq.num_computed + j);
     }
-    int64_t prompt_part =
-        std::clamp<int64_t>(int64_t(seq.prompt.size()) - seq.num_computed, 0, s.num_tokens);
+    // Positions below the prompt's end are prompt; below the sequence's
+    // high-water mark, recomputation after a preemption; the rest generated.
+    const int64_t begin = seq.num_computed, end = begin + s.num_tokens;
+    const int64_t prompt_end = int64_t(seq.prompt.size());
+    const int64_t recompute_end = std::max<int64_t>(prompt_end, seq.high_water);
+    const int64_t prompt_part = std::clamp<int64_t>(prompt_end - begin, 0, s.num_tokens);
+    const int64_t recompute_part = std::clamp<int64_t>(recompute_end - std::max(begin, prompt_end),
+                                                       0, end - begin - prompt_part);
     last_step_.prompt_tokens += prompt_part;
-    last_step_.generated_tokens += s.num_tokens - prompt_part;
+    last_step_.recomputed_tokens += recompute_part;
+    last_step_.generated_tokens += s.num_tokens - prompt_part - recompute_part;
     plan.sequences.push_back(StepSequence{
         .token_ids = std::span<const int32_t>(step_tokens_.data() + offset, size_t(s.num_tokens)),
         .start_position = seq.num_computed,
@@ -192,6 +198,7 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     Sequence& seq = *scheduled[i].sequence;
     seq.block_table.commit(scheduled[i].num_tokens);
     seq.num_computed += scheduled[i].num_tokens;
+    seq.high_water = std::max(seq.high_water, seq.num_computed);
     if (plan.sequences[i].wants_logits) {
       sample(seq, logits_.data() + logits_row * size_t(vocab), outputs);
       ++logits_row;

@@ -24,7 +24,8 @@ namespace baton::engine {
 struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once
   int32_t max_num_batched_tokens = 2048;  // token budget of one step
-  int32_t max_model_len = 0;              // prompt + output limit; 0: the model's maximum
+  int32_t max_model_len = 0;              // prompt + output limit; 0: the model's maximum. Never
+                                          // more than the pool holds.
 };
 
 // What one step produced for one sequence.
@@ -43,9 +44,11 @@ struct SchedulerStats {
   int64_t preemptions = 0;
 };
 
-// What the last step computed: prompt positions versus generated positions.
+// What the last step computed: prompt positions, positions recomputed after
+// a preemption, and newly generated positions.
 struct StepTokenCounts {
   int64_t prompt_tokens = 0;
+  int64_t recomputed_tokens = 0;
   int64_t generated_tokens = 0;
 };
 
@@ -54,7 +57,7 @@ class Scheduler {
   Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& config);
 
   // Queues a request. Errors: empty prompt, ids outside the vocabulary, a
-  // prompt at or over max_model_len, one needing more blocks than the pool has.
+  // prompt at or over max_model_len (which never exceeds the pool's capacity).
   Result<int64_t> add(std::vector<int32_t> prompt, const GenerationOptions& options);
   // Finishes a sequence now (aborted) and frees its blocks. False if unknown.
   bool abort(int64_t sequence_id);

@@ -52,6 +52,7 @@ struct Sequence {
   kernels::cpu::SamplerRng rng;
   BlockTable block_table;
   int32_t num_computed = 0;  // tokens whose K/V is in the pool
+  int32_t high_water = 0;    // most tokens ever computed (preemption resets num_computed)
   int32_t num_preemptions = 0;
   FinishReason finish_reason = FinishReason::kNone;
 };

@@ -101,12 +101,18 @@ Result<std::vector<std::vector<int32_t>>> read_prompts(const GenerateOptions& o,
 Result<engine::EngineConfig> engine_config_from(const GenerateOptions& o) {
   YAML::Node node(YAML::NodeType::Map);
   if (!o.config_file.empty()) {
+    // The whole file is validated first (unknown keys, bad values, a
+    // non-mapping `engine:`), so the overrides below apply to a mapping.
+    BATON_RETURN_IF_ERROR(engine::load_engine_config(o.config_file).status());
     try {
       YAML::Node root = YAML::LoadFile(o.config_file);
-      if (root["engine"]) node = root["engine"];
+      if (root.IsMap() && root["engine"]) node = root["engine"];
     } catch (const YAML::Exception& e) {
       return invalid_argument(o.config_file + ": " + e.what());
     }
+  }
+  if (!node.IsMap() && !node.IsNull()) {
+    return invalid_argument(o.config_file + ": engine: expected a mapping");
   }
   for (const auto& [key, value] : o.engine_overrides) node[key] = value;
   return engine::parse_engine_config(node, "engine");
@@ -171,11 +177,12 @@ int run_generate(const GenerateOptions& o) {
     if (!status.is_ok()) return fail(status);
     double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
     // Steps that carry prompt tokens count as prefill time; the rest as decode.
-    if (eng.scheduler().last_step().prompt_tokens > 0) {
+    const auto& counts = eng.scheduler().last_step();
+    if (counts.prompt_tokens > 0 || counts.recomputed_tokens > 0) {
       prefill_seconds += seconds;
     } else {
       decode_seconds += seconds;
-      decode_tokens += eng.scheduler().last_step().generated_tokens;
+      decode_tokens += counts.generated_tokens;
     }
     for (auto& seq : eng.scheduler().take_finished()) done.push_back(std::move(seq));
   }

@@ -95,6 +95,51 @@ TEST_F(SchedulerTest, BatchEqualsAloneUnderChunkingAndPreemption) {
   EXPECT_GT(tight->scheduler().stats().preemptions, 0);
 }
 
+// Random pool sizes, block sizes, budgets and batch limits: tight pools
+// preempt during chunked prefill while other sequences decode. Outputs must
+// equal each prompt generated alone and every block must come back.
+TEST_F(SchedulerTest, RandomTightConfigurationsMatchAlone) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  auto prompts = random_prompts(6);
+  auto options = greedy(10);
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    auto engine = make_engine(64, 16, 2048);
+    alone.push_back(generate(*engine, {p}, options)[0]);
+  }
+  std::uniform_int_distribution<int> pick_block(0, 2), pick_budget(1, 24), pick_seqs(1, 6);
+  int64_t preemptions = 0;
+  for (int round = 0; round < 30; ++round) {
+    const int32_t block_size = 2 << pick_block(rng_);  // 2, 4 or 8
+    // Just enough blocks for the longest sequence alone (prompt <= 40, +10 out).
+    const int32_t min_blocks = (50 + block_size - 1) / block_size;
+    const int32_t blocks = min_blocks + int32_t(rng_() % 8);
+    const int32_t budget = pick_budget(rng_);
+    const int32_t max_seqs = pick_seqs(rng_);
+    SCOPED_TRACE("round " + std::to_string(round) + ": blocks " + std::to_string(blocks) + " x " +
+                 std::to_string(block_size) + ", budget " + std::to_string(budget) + ", max_seqs " +
+                 std::to_string(max_seqs));
+    auto engine = make_engine(blocks, block_size, budget, max_seqs);
+    ASSERT_EQ(generate(*engine, prompts, options), alone);
+    preemptions += engine->scheduler().stats().preemptions;
+  }
+  EXPECT_GT(preemptions, 0) << "no round exercised preemption";
+}
+
+// A sequence that would outgrow the whole pool ends with "length" at the
+// pool's capacity instead of preempting itself forever.
+TEST_F(SchedulerTest, SequenceLongerThanThePoolEndsAtItsCapacity) {
+  auto engine = make_engine(/*blocks=*/2, /*block_size=*/4, /*budget=*/3);
+  EXPECT_EQ(engine->scheduler().max_model_len(), 8);
+  ASSERT_TRUE(engine->scheduler().add({5, 6, 7}, greedy(100)).is_ok());
+  auto done = engine->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  const auto& seq = *(*done)[0];
+  EXPECT_EQ(seq.finish_reason, FinishReason::kLength);
+  EXPECT_EQ(seq.num_tokens(), 8);
+  EXPECT_EQ(engine->scheduler().stats().free_blocks, 2);
+}
+
 TEST_F(SchedulerTest, SameSeedSameSamples) {
   auto prompts = random_prompts(3);
   GenerationOptions o;
@@ -137,10 +182,15 @@ TEST_F(SchedulerTest, RejectsBadRequestsAndAbortFreesBlocks) {
   EXPECT_EQ(s.add({}, greedy(4)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.add({1, 512}, greedy(4)).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.add({1, 2}, greedy(0)).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.add(std::vector<int32_t>(40, 5), greedy(4)).status().code(),
-            StatusCode::kResourceExhausted);  // 41 tokens need 11 blocks of 4; pool has 8
-  EXPECT_EQ(s.add(std::vector<int32_t>(2048, 5), greedy(4)).status().code(),
-            StatusCode::kInvalidArgument);  // at the model's maximum context
+  // The pool holds 8 x 4 = 32 tokens: that is the context limit here.
+  auto too_long = s.add(std::vector<int32_t>(32, 5), greedy(4));
+  EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(too_long.status().message().find("maximum context length is 32"), std::string::npos)
+      << too_long.status().message();
+  auto longest = s.add(std::vector<int32_t>(31, 5), greedy(4));
+  ASSERT_TRUE(longest.is_ok());
+  EXPECT_TRUE(s.abort(*longest));  // aborted while waiting
+  EXPECT_EQ(s.take_finished().size(), 1u);
   auto id = s.add({5, 6, 7, 8, 9}, greedy(100));
   ASSERT_TRUE(id.is_ok());
   ASSERT_TRUE(s.step(nullptr).is_ok());

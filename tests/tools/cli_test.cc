@@ -86,11 +86,19 @@ TEST_F(BatonCli, GenerateJsonBatchEqualsEachPromptAlone) {
 }
 
 TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
+  std::ofstream(*dir_ / "scalar_engine.yaml") << "engine: 5\n";
+  std::ofstream(*dir_ / "unknown_key.yaml") << "engine:\n  blok_size: 16\n";
   struct Case {
     std::string args;
     int exit_code;
     std::string message;
   } cases[] = {
+      {"generate --model " + model().string() + " --prompt hi --threads 1 --config " +
+           (*dir_ / "scalar_engine.yaml").string(),
+       2, "engine: expected a mapping"},
+      {"generate --model " + model().string() + " --prompt hi --config " +
+           (*dir_ / "unknown_key.yaml").string(),
+       2, "engine.blok_size: unknown key"},
       {"generate --model " + model().string() + " --prompt-ids 1,x", 2, "'x' is not a token id"},
       {"generate --model " + model().string() + " --prompt-ids 1,99999", 2,
        "outside the vocabulary"},
