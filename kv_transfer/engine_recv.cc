@@ -1,6 +1,9 @@
 // kv_transfer/engine_recv.cc — the receiver: expectations, AM data landing in
 // the expected blocks, notices, checksum verification, acks.
 #include <cstring>
+#include <future>
+#include <memory>
+#include <thread>
 
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"
@@ -48,7 +51,11 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
     }
   }
   uint64_t id = spec.transfer_id;
-  enqueue([this, id, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
+  // The expectation must be live before the caller tells the sender to go:
+  // data that arrived while it was still queued would be rejected as unknown.
+  auto registered = std::make_shared<std::promise<void>>();
+  std::future<void> active = registered->get_future();
+  enqueue([this, id, registered, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
     Expectation& e = expectations_[id];
     e.serial = next_serial_++;
     e.started = Clock::now();
@@ -59,7 +66,17 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
                        uint64_t(spec.layer_end - spec.layer_begin);
     e.spec = std::move(spec);
     e.on_done = std::move(on_done);
+    registered->set_value();
   });
+  // The progress thread itself (inside a callback) cannot wait for its own
+  // queue. Elsewhere the wait is bounded; past it the expectation still goes
+  // live and still ends with its callback, which alone says when the blocks
+  // may be freed, so returning is safe either way.
+  if (std::this_thread::get_id() != thread_.get_id() &&
+      active.wait_for(config_.close_timeout) != std::future_status::ready) {
+    spdlog::warn("kv_transfer[{}]: transfer {} not yet registered after {} ms", config_.node_name,
+                 id, config_.close_timeout.count());
+  }
   return Status::ok();
 }
 

@@ -126,6 +126,8 @@ class TransferEngine {
   // begin_send + post_layers(all).
   Status write_blocks(PeerId peer, SendSpec spec, TransferCallback on_done);
 
+  // Returns once the expectation is live: data for it that arrives from then
+  // on is accepted, so the caller may now tell the sender to start.
   Status expect(RecvSpec spec, TransferCallback on_done);
 
   // Sends raw bytes on the notice channel (control-path tests and tooling).
