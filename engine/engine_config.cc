@@ -160,6 +160,12 @@ Result<EngineConfig> load_engine_config(const std::filesystem::path& yaml_file) 
   return config;
 }
 
+std::vector<std::string> engine_config_keys() {
+  std::vector<std::string> keys;
+  for (const auto& s : settings()) keys.emplace_back(s.name);
+  return keys;
+}
+
 std::string engine_config_reference() {
   std::string out;
   for (const auto& s : settings()) {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/status.h"
@@ -40,7 +41,9 @@ Result<EngineConfig> load_engine_config(const std::filesystem::path& yaml_file);
 // "512MiB", "2GiB", "1000000", "64 KB" -> bytes; errors name `key`.
 Result<uint64_t> parse_byte_size(std::string_view text, std::string_view key);
 
-// One line per setting: name, default, meaning (for `--help-config`).
+// The setting names, in declaration order (CLI flags are derived from them).
+std::vector<std::string> engine_config_keys();
+// One line per setting: name, default, meaning (shown by `baton generate --help`).
 std::string engine_config_reference();
 
 }  // namespace baton::engine

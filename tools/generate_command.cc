@@ -229,6 +229,8 @@ int run_generate(const GenerateOptions& o) {
 std::function<int()> add_generate_command(CLI::App& app) {
   auto o = std::make_shared<GenerateOptions>();
   auto* cmd = app.add_subcommand("generate", "Generate text from a checkpoint on this machine");
+  cmd->footer("Engine settings (YAML `engine:` keys; --flag-name overrides):\n" +
+              engine::engine_config_reference());
   cmd->add_option("--model", o->model_dir, "checkpoint directory")->required();
   cmd->add_option("--prompt", o->prompt, "prompt text");
   cmd->add_option("--prompt-ids", o->prompt_ids, "prompt as token ids: 1,2,3");
@@ -247,13 +249,13 @@ std::function<int()> add_generate_command(CLI::App& app) {
   cmd->add_option("--stop-token-ids", o->stop_token_ids, "token ids that end generation: 5,7");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--json", o->json, "one JSON object per prompt");
-  for (const char* key : {"threads", "block_size", "kv_dtype", "kv_cache_bytes", "kv_cache_blocks",
-                          "max_num_seqs", "max_num_batched_tokens", "max_model_len"}) {
-    std::string flag = std::string("--") + key;
+  // One override flag per engine setting: engine.block_size -> --block-size.
+  for (const std::string& key : engine::engine_config_keys()) {
+    std::string flag = "--" + key;
     for (auto& c : flag) c = c == '_' ? '-' : c;
     cmd->add_option_function<std::string>(
         flag, [o, key](const std::string& v) { o->engine_overrides.emplace_back(key, v); },
-        std::string("overrides engine.") + key);
+        "overrides engine." + key);
   }
   return [o]() { return run_generate(*o); };
 }

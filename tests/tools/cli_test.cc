@@ -85,6 +85,15 @@ TEST_F(BatonCli, GenerateJsonBatchEqualsEachPromptAlone) {
   EXPECT_EQ(json_lines(alone.out).at(0)["output_ids"], docs[1]["output_ids"]);
 }
 
+TEST_F(BatonCli, HelpListsEveryEngineSetting) {
+  auto help = run("generate --help");
+  EXPECT_EQ(help.exit_code, 0) << help.out;
+  for (const char* key : {"threads", "block_size", "kv_dtype", "kv_cache_bytes", "kv_cache_blocks",
+                          "max_num_seqs", "max_num_batched_tokens", "max_model_len"}) {
+    EXPECT_NE(help.out.find(std::string("engine.") + key), std::string::npos) << key;
+  }
+}
+
 TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
   std::ofstream(*dir_ / "scalar_engine.yaml") << "engine: 5\n";
   std::ofstream(*dir_ / "unknown_key.yaml") << "engine:\n  blok_size: 16\n";
