@@ -1,0 +1,430 @@
+// common/control_messages.cc — MessagePack codec of the control messages.
+#include "common/control_messages.h"
+
+#include <cmath>
+#include <limits>
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace baton::control {
+namespace {
+
+using json = nlohmann::json;
+
+// Deepest nesting any valid message has (Events: map > list > map > list) plus slack.
+constexpr size_t kMaxDepth = 8;
+
+// Builds the DOM like nlohmann's own SAX parser but refuses nesting past
+// kMaxDepth before descending: the MessagePack reader recurses per level, so
+// a frame of nested one-element arrays would otherwise exhaust the stack.
+class DepthLimitedSax : public nlohmann::detail::json_sax_dom_parser<json> {
+ public:
+  explicit DepthLimitedSax(json& root) : json_sax_dom_parser(root, /*allow_exceptions=*/false) {}
+  bool start_object(size_t size) {
+    return ++depth_ <= kMaxDepth && json_sax_dom_parser::start_object(size);
+  }
+  bool start_array(size_t size) {
+    return ++depth_ <= kMaxDepth && json_sax_dom_parser::start_array(size);
+  }
+  bool end_object() {
+    --depth_;
+    return json_sax_dom_parser::end_object();
+  }
+  bool end_array() {
+    --depth_;
+    return json_sax_dom_parser::end_array();
+  }
+  bool too_deep() const { return depth_ > kMaxDepth; }
+
+ private:
+  size_t depth_ = 0;
+};
+
+// Reads typed, bounded fields of one message; remembers the first problem.
+class FieldReader {
+ public:
+  FieldReader(const json& object, std::string_view type) : object_(object), type_(type) {}
+
+  const std::string& error() const { return error_; }
+
+  int64_t integer(const char* key, int64_t min, int64_t max) {
+    const json* value = field(key);
+    if (value == nullptr) return 0;
+    if (value->is_number_unsigned()) {
+      uint64_t v = value->get<uint64_t>();
+      if (v > uint64_t(max) || (min > 0 && v < uint64_t(min))) return fail(key, "out of range"), 0;
+      return int64_t(v);
+    }
+    if (!value->is_number_integer()) return fail(key, "not an integer"), 0;
+    int64_t v = value->get<int64_t>();
+    if (v < min || v > max) return fail(key, "out of range"), 0;
+    return v;
+  }
+  int32_t int32(const char* key, int32_t min = 0,
+                int32_t max = std::numeric_limits<int32_t>::max()) {
+    return int32_t(integer(key, min, max));
+  }
+  uint64_t uint64(const char* key) {
+    const json* value = field(key);
+    if (value == nullptr) return 0;
+    if (!value->is_number_unsigned()) return fail(key, "not an unsigned integer"), 0;
+    return value->get<uint64_t>();
+  }
+  float real(const char* key) {
+    const json* value = field(key);
+    if (value == nullptr) return 0;
+    if (!value->is_number()) return fail(key, "not a number"), 0.0f;
+    double v = value->get<double>();
+    if (!std::isfinite(v) || std::fabs(v) > 1e30) return fail(key, "not a finite number"), 0.0f;
+    return float(v);
+  }
+  bool boolean(const char* key) {
+    const json* value = field(key);
+    if (value == nullptr) return false;
+    if (!value->is_boolean()) return fail(key, "not a boolean"), false;
+    return value->get<bool>();
+  }
+  std::string string(const char* key, size_t max_bytes = kMaxStringBytes) {
+    const json* value = field(key);
+    if (value == nullptr) return {};
+    if (!value->is_string()) return fail(key, "not a string"), std::string();
+    const auto& s = value->get_ref<const std::string&>();
+    if (s.size() > max_bytes)
+      return fail(key, "longer than " + std::to_string(max_bytes) + " bytes"), std::string();
+    return s;
+  }
+  std::vector<uint8_t> bytes(const char* key, size_t max_bytes) {
+    const json* value = field(key);
+    if (value == nullptr) return {};
+    if (!value->is_binary()) return fail(key, "not binary"), std::vector<uint8_t>();
+    const auto& b = value->get_binary();
+    if (b.size() > max_bytes)
+      return fail(key, "longer than " + std::to_string(max_bytes) + " bytes"),
+             std::vector<uint8_t>();
+    return std::vector<uint8_t>(b.begin(), b.end());
+  }
+  std::vector<int32_t> ints(const char* key, size_t max_count, int32_t min = 0,
+                            int32_t max = std::numeric_limits<int32_t>::max()) {
+    std::vector<int32_t> out;
+    const json* value = field(key);
+    if (value == nullptr) return out;
+    if (!value->is_array()) return fail(key, "not a list"), out;
+    if (value->size() > max_count)
+      return fail(key, "more than " + std::to_string(max_count) + " entries"), out;
+    out.reserve(value->size());
+    for (const json& item : *value) {
+      if (!item.is_number_integer()) return fail(key, "holds a non-integer"), out;
+      int64_t v = item.get<int64_t>();
+      if (v < min || v > max) return fail(key, "holds an out-of-range value"), out;
+      out.push_back(int32_t(v));
+    }
+    return out;
+  }
+  const json* list(const char* key, size_t max_count) {
+    const json* value = field(key);
+    if (value == nullptr) return nullptr;
+    if (!value->is_array()) return fail(key, "not a list"), nullptr;
+    if (value->size() > max_count) return fail(key, "too many entries"), nullptr;
+    return value;
+  }
+  const json* object(const char* key) {
+    const json* value = field(key);
+    if (value == nullptr) return nullptr;
+    if (!value->is_object()) return fail(key, "not a map"), nullptr;
+    return value;
+  }
+  void fail(std::string_view key, std::string_view what) {
+    if (error_.empty())
+      error_ = std::string(type_) + "." + std::string(key) + ": " + std::string(what);
+  }
+
+ private:
+  const json* field(const char* key) {
+    auto it = object_.find(key);
+    if (it == object_.end()) {
+      fail(key, "missing");
+      return nullptr;
+    }
+    return &*it;
+  }
+
+  const json& object_;
+  std::string_view type_;
+  std::string error_;
+};
+
+json binary(const std::vector<uint8_t>& bytes) { return json::binary(bytes); }
+
+// --- per-type field lists: one to_json and one from_json each -------------
+
+json to_json(const SamplingSpec& s) {
+  return {{"temperature", s.temperature},
+          {"top_p", s.top_p},
+          {"top_k", s.top_k},
+          {"seed", s.seed},
+          {"max_tokens", s.max_tokens},
+          {"stop_token_ids", s.stop_token_ids},
+          {"ignore_eos", s.ignore_eos}};
+}
+SamplingSpec sampling_from(FieldReader& parent, const char* key, std::string_view type) {
+  SamplingSpec s;
+  const json* object = parent.object(key);
+  if (object == nullptr) return s;
+  FieldReader r(*object, type);
+  s.temperature = r.real("temperature");
+  s.top_p = r.real("top_p");
+  s.top_k = r.int32("top_k", -1);
+  s.seed = r.uint64("seed");
+  s.max_tokens = r.int32("max_tokens", 1);
+  s.stop_token_ids = r.ints("stop_token_ids", kMaxStopTokenIds);
+  s.ignore_eos = r.boolean("ignore_eos");
+  if (!r.error().empty()) parent.fail(key, r.error());
+  return s;
+}
+
+json to_json(const NodeLoad& l) {
+  return {{"running", l.running},
+          {"waiting", l.waiting},
+          {"awaiting_kv", l.awaiting_kv},
+          {"waiting_tokens", l.waiting_tokens},
+          {"free_blocks", l.free_blocks},
+          {"total_blocks", l.total_blocks},
+          {"prompt_tokens", l.prompt_tokens},
+          {"generation_tokens", l.generation_tokens},
+          {"preemptions", l.preemptions},
+          {"transfers_ok", l.transfers_ok},
+          {"transfers_failed", l.transfers_failed},
+          {"messages_rejected", l.messages_rejected}};
+}
+NodeLoad load_from(FieldReader& parent, const char* key) {
+  NodeLoad l;
+  const json* object = parent.object(key);
+  if (object == nullptr) return l;
+  FieldReader r(*object, "load");
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  l.running = r.int32("running");
+  l.waiting = r.int32("waiting");
+  l.awaiting_kv = r.int32("awaiting_kv");
+  l.waiting_tokens = r.integer("waiting_tokens", 0, kMax);
+  l.free_blocks = r.int32("free_blocks");
+  l.total_blocks = r.int32("total_blocks");
+  l.prompt_tokens = r.integer("prompt_tokens", 0, kMax);
+  l.generation_tokens = r.integer("generation_tokens", 0, kMax);
+  l.preemptions = r.integer("preemptions", 0, kMax);
+  l.transfers_ok = r.integer("transfers_ok", 0, kMax);
+  l.transfers_failed = r.integer("transfers_failed", 0, kMax);
+  l.messages_rejected = r.integer("messages_rejected", 0, kMax);
+  if (!r.error().empty()) parent.fail(key, r.error());
+  return l;
+}
+
+json to_json(const TokenEvent& e) {
+  return {{"request_id", e.request_id},
+          {"tokens", e.tokens},
+          {"finish_reason", e.finish_reason},
+          {"error", e.error}};
+}
+
+struct Codec {
+  json operator()(const Register& m) const {
+    return {{"t", "register"},
+            {"node", m.node},
+            {"role", m.role},
+            {"descriptor", binary(m.descriptor)},
+            {"block_size", m.block_size},
+            {"max_model_len", m.max_model_len},
+            {"pid", m.pid}};
+  }
+  json operator()(const RegisterAck& m) const {
+    return {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
+  }
+  json operator()(const Heartbeat& m) const {
+    return {{"t", "heartbeat"}, {"node", m.node}, {"load", to_json(m.load)}};
+  }
+  json operator()(const PeerInfo& m) const {
+    return {{"t", "peer_info"}, {"node", m.node}, {"descriptor", binary(m.descriptor)}};
+  }
+  json operator()(const Generate& m) const {
+    return {{"t", "generate"},
+            {"request_id", m.request_id},
+            {"prompt", m.prompt},
+            {"sampling", to_json(m.sampling)},
+            {"prefill_node", m.prefill_node}};
+  }
+  json operator()(const PrefillReady& m) const {
+    return {{"t", "prefill_ready"},
+            {"request_id", m.request_id},
+            {"transfer_id", m.transfer_id},
+            {"dst_blocks", m.dst_blocks}};
+  }
+  json operator()(const Prefill& m) const {
+    return {{"t", "prefill"},
+            {"request_id", m.request_id},
+            {"prompt", m.prompt},
+            {"sampling", to_json(m.sampling)},
+            {"decode_node", m.decode_node},
+            {"transfer_id", m.transfer_id},
+            {"dst_blocks", m.dst_blocks}};
+  }
+  json operator()(const PrefillDone& m) const {
+    return {{"t", "prefill_done"},
+            {"request_id", m.request_id},
+            {"first_token", m.first_token},
+            {"rng_draws", m.rng_draws},
+            {"error", m.error}};
+  }
+  json operator()(const Abort& m) const {
+    return {{"t", "abort"}, {"request_id", m.request_id}, {"reason", m.reason}};
+  }
+  json operator()(const Events& m) const {
+    json events = json::array();
+    for (const TokenEvent& e : m.events) events.push_back(to_json(e));
+    return {{"t", "events"}, {"events", std::move(events)}};
+  }
+};
+
+Result<Message> decode_fields(const json& object, const std::string& type) {
+  FieldReader r(object, type);
+  auto finish = [&](Message message) -> Result<Message> {
+    if (!r.error().empty()) return data_loss("control message " + r.error());
+    return message;
+  };
+  if (type == "register") {
+    Register m;
+    m.node = r.string("node");
+    m.role = r.string("role");
+    m.descriptor = r.bytes("descriptor", kMaxDescriptorBytes);
+    m.block_size = r.int32("block_size", 1);
+    m.max_model_len = r.int32("max_model_len", 1);
+    m.pid = r.integer("pid", 0, std::numeric_limits<int64_t>::max());
+    if (r.error().empty() && m.role != "prefill" && m.role != "decode")
+      r.fail("role", "not prefill or decode");
+    return finish(std::move(m));
+  }
+  if (type == "register_ack") {
+    RegisterAck m;
+    m.accepted = r.boolean("accepted");
+    m.message = r.string("message");
+    return finish(std::move(m));
+  }
+  if (type == "heartbeat") {
+    Heartbeat m;
+    m.node = r.string("node");
+    m.load = load_from(r, "load");
+    return finish(std::move(m));
+  }
+  if (type == "peer_info") {
+    PeerInfo m;
+    m.node = r.string("node");
+    m.descriptor = r.bytes("descriptor", kMaxDescriptorBytes);
+    return finish(std::move(m));
+  }
+  if (type == "generate") {
+    Generate m;
+    m.request_id = r.uint64("request_id");
+    m.prompt = r.ints("prompt", kMaxPromptTokens);
+    m.sampling = sampling_from(r, "sampling", "generate.sampling");
+    m.prefill_node = r.string("prefill_node");
+    return finish(std::move(m));
+  }
+  if (type == "prefill_ready") {
+    PrefillReady m;
+    m.request_id = r.uint64("request_id");
+    m.transfer_id = r.uint64("transfer_id");
+    m.dst_blocks = r.ints("dst_blocks", kMaxBlocksPerRequest);
+    return finish(std::move(m));
+  }
+  if (type == "prefill") {
+    Prefill m;
+    m.request_id = r.uint64("request_id");
+    m.prompt = r.ints("prompt", kMaxPromptTokens);
+    m.sampling = sampling_from(r, "sampling", "prefill.sampling");
+    m.decode_node = r.string("decode_node");
+    m.transfer_id = r.uint64("transfer_id");
+    m.dst_blocks = r.ints("dst_blocks", kMaxBlocksPerRequest);
+    return finish(std::move(m));
+  }
+  if (type == "prefill_done") {
+    PrefillDone m;
+    m.request_id = r.uint64("request_id");
+    m.first_token = r.int32("first_token", -1);
+    m.rng_draws = r.uint64("rng_draws");
+    m.error = r.string("error");
+    return finish(std::move(m));
+  }
+  if (type == "abort") {
+    Abort m;
+    m.request_id = r.uint64("request_id");
+    m.reason = r.string("reason");
+    return finish(std::move(m));
+  }
+  if (type == "events") {
+    Events m;
+    if (const json* list = r.list("events", kMaxEventsPerMessage)) {
+      m.events.reserve(list->size());
+      for (const json& item : *list) {
+        if (!item.is_object()) {
+          r.fail("events", "holds a non-map");
+          break;
+        }
+        FieldReader e(item, "events[]");
+        TokenEvent event;
+        event.request_id = e.uint64("request_id");
+        event.tokens = e.ints("tokens", kMaxPromptTokens);
+        event.finish_reason = e.string("finish_reason");
+        event.error = e.string("error");
+        if (!e.error().empty()) {
+          r.fail("events", e.error());
+          break;
+        }
+        m.events.push_back(std::move(event));
+      }
+    }
+    return finish(std::move(m));
+  }
+  return data_loss("control message: unknown type '" + type.substr(0, 64) + "'");
+}
+
+}  // namespace
+
+std::string_view message_type(const Message& message) {
+  static constexpr std::string_view kNames[] = {
+      "register",      "register_ack", "heartbeat",    "peer_info", "generate",
+      "prefill_ready", "prefill",      "prefill_done", "abort",     "events"};
+  static_assert(std::size(kNames) == std::variant_size_v<Message>);
+  return kNames[message.index()];
+}
+
+std::vector<uint8_t> encode(const Message& message) {
+  json object = std::visit(Codec{}, message);
+  object["v"] = kProtocolVersion;
+  return json::to_msgpack(object);
+}
+
+Result<Message> decode(std::span<const uint8_t> frame) {
+  if (frame.empty()) return data_loss("control message: empty frame");
+  if (frame.size() > kMaxMessageBytes) {
+    return data_loss("control message: " + std::to_string(frame.size()) +
+                     " bytes, over the limit of " + std::to_string(kMaxMessageBytes));
+  }
+  json object;
+  DepthLimitedSax sax(object);
+  bool parsed =
+      json::sax_parse(frame.begin(), frame.end(), &sax, nlohmann::detail::input_format_t::msgpack,
+                      /*strict=*/true);
+  if (sax.too_deep())
+    return data_loss("control message: nested deeper than " + std::to_string(kMaxDepth));
+  if (!parsed || sax.is_errored()) return data_loss("control message: not valid MessagePack");
+  if (!object.is_object()) return data_loss("control message: not a map");
+  FieldReader envelope(object, "message");
+  int64_t version = envelope.integer("v", 0, std::numeric_limits<int32_t>::max());
+  std::string type = envelope.string("t", 64);
+  if (!envelope.error().empty()) return data_loss("control " + envelope.error());
+  if (version != kProtocolVersion) {
+    return data_loss("control message '" + type + "': protocol version " + std::to_string(version) +
+                     ", this build speaks " + std::to_string(kProtocolVersion));
+  }
+  return decode_fields(object, type);
+}
+
+}  // namespace baton::control

@@ -1,0 +1,140 @@
+// common/control_messages.h — the control plane's messages between the router
+// and the prefill and decode nodes, and their codec.
+//
+// Every message is one ZeroMQ frame holding a MessagePack map with a protocol
+// version `v`, a type `t` and typed fields (the self-describing binary shape
+// vLLM's engine-core protocol also uses). Decoding never trusts the sender:
+// the frame size, every field's presence, type and range, and every list's
+// length are checked against the bounds below; a malformed, truncated,
+// oversized or unknown message is a kDataLoss Status naming the message and
+// the field, never an exception or a crash. KV bytes never travel here: only
+// ids, block lists, UCX pool descriptors and tokens do.
+//
+// The request flow these messages carry (docs/ARCHITECTURE.md has the picture):
+//   router -> decode   Generate      (prefill_node empty: prefill on the decode node)
+//   decode -> router   PrefillReady  (blocks reserved, expectation live)
+//   router -> prefill  Prefill       (where to write the KV)
+//   prefill -> router  PrefillDone   (KV landed and acknowledged; first token)
+//   router -> decode   PrefillDone   (forwarded)
+//   decode -> router   Events        (tokens and finishes of one step)
+//   router -> any      Abort         (client gone, timeout, peer down)
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "common/status.h"
+
+namespace baton::control {
+
+inline constexpr int32_t kProtocolVersion = 1;
+// Bounds that keep a hostile frame from becoming a huge allocation.
+inline constexpr size_t kMaxMessageBytes = 16u << 20;
+inline constexpr size_t kMaxPromptTokens = 1u << 20;
+inline constexpr size_t kMaxBlocksPerRequest = 1u << 20;
+inline constexpr size_t kMaxEventsPerMessage = 1u << 16;
+inline constexpr size_t kMaxStringBytes = 4096;
+inline constexpr size_t kMaxDescriptorBytes = 256u << 10;
+inline constexpr size_t kMaxStopTokenIds = 1024;
+
+// How a request samples; mirrors engine::GenerationOptions without depending on it.
+struct SamplingSpec {
+  float temperature = 1.0f;
+  float top_p = 1.0f;
+  int32_t top_k = 0;
+  uint64_t seed = 0;
+  int32_t max_tokens = 16;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+};
+
+// A node's load, as heartbeats report it.
+struct NodeLoad {
+  int32_t running = 0;         // sequences in the running batch
+  int32_t waiting = 0;         // queued, not yet admitted
+  int32_t awaiting_kv = 0;     // decode: blocks reserved, KV still in flight
+  int64_t waiting_tokens = 0;  // prompt tokens queued and not yet computed
+  int32_t free_blocks = 0;
+  int32_t total_blocks = 0;
+  int64_t prompt_tokens = 0;      // counters since start
+  int64_t generation_tokens = 0;  // counters since start
+  int64_t preemptions = 0;
+  int64_t transfers_ok = 0;
+  int64_t transfers_failed = 0;
+  int64_t messages_rejected = 0;  // malformed control frames dropped
+};
+
+struct Register {  // node -> router, first message and after a reconnect
+  std::string node;
+  std::string role;                 // "prefill" or "decode"
+  std::vector<uint8_t> descriptor;  // kv_transfer PoolDescriptor, encoded
+  int32_t block_size = 0;
+  int32_t max_model_len = 0;
+  int64_t pid = 0;
+};
+struct RegisterAck {  // router -> node
+  bool accepted = false;
+  std::string message;
+};
+struct Heartbeat {  // node -> router, every heartbeat interval
+  std::string node;
+  NodeLoad load;
+};
+struct PeerInfo {  // router -> prefill: a decode node's pool descriptor
+  std::string node;
+  std::vector<uint8_t> descriptor;
+};
+struct Generate {  // router -> decode
+  uint64_t request_id = 0;
+  std::vector<int32_t> prompt;
+  SamplingSpec sampling;
+  std::string prefill_node;  // empty: prefill on the decode node itself
+};
+struct PrefillReady {  // decode -> router
+  uint64_t request_id = 0;
+  uint64_t transfer_id = 0;
+  std::vector<int32_t> dst_blocks;  // the decode node's reserved blocks, in prompt order
+};
+struct Prefill {  // router -> prefill
+  uint64_t request_id = 0;
+  std::vector<int32_t> prompt;
+  SamplingSpec sampling;
+  std::string decode_node;
+  uint64_t transfer_id = 0;
+  std::vector<int32_t> dst_blocks;
+};
+struct PrefillDone {  // prefill -> router, forwarded to decode
+  uint64_t request_id = 0;
+  int32_t first_token = -1;
+  uint64_t rng_draws = 0;  // draws of the request's generator the first token took
+  std::string error;       // empty: the KV is in the decode node's blocks
+};
+struct Abort {  // router -> node
+  uint64_t request_id = 0;
+  std::string reason;
+};
+struct TokenEvent {
+  uint64_t request_id = 0;
+  std::vector<int32_t> tokens;  // new tokens, in order
+  std::string finish_reason;    // "" (more to come), "stop", "length", "abort", "error"
+  std::string error;            // with "error" and "abort": why
+};
+struct Events {  // decode -> router, once per step that produced something
+  std::vector<TokenEvent> events;
+};
+
+using Message = std::variant<Register, RegisterAck, Heartbeat, PeerInfo, Generate, PrefillReady,
+                             Prefill, PrefillDone, Abort, Events>;
+
+// The message's wire type name ("generate", "prefill_done", ...).
+std::string_view message_type(const Message& message);
+
+std::vector<uint8_t> encode(const Message& message);
+// kDataLoss naming the type and field when anything is off.
+Result<Message> decode(std::span<const uint8_t> frame);
+
+}  // namespace baton::control

@@ -1,0 +1,220 @@
+// Round trips and hostile frames for the control-plane codec.
+#include "common/control_messages.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <random>
+
+namespace baton::control {
+namespace {
+
+using json = nlohmann::json;
+
+std::vector<int32_t> random_ints(std::mt19937_64& rng, size_t n, int32_t max) {
+  std::vector<int32_t> out(n);
+  for (int32_t& v : out) v = int32_t(rng() % uint64_t(max));
+  return out;
+}
+
+SamplingSpec random_sampling(std::mt19937_64& rng) {
+  SamplingSpec s;
+  s.temperature = float(rng() % 200) / 100.0f;
+  s.top_p = float(1 + rng() % 100) / 100.0f;
+  s.top_k = int32_t(rng() % 50);
+  s.seed = rng();
+  s.max_tokens = int32_t(1 + rng() % 4096);
+  s.stop_token_ids = random_ints(rng, rng() % 4, 50000);
+  s.ignore_eos = rng() % 2;
+  return s;
+}
+
+void expect_equal(const SamplingSpec& a, const SamplingSpec& b) {
+  EXPECT_EQ(a.temperature, b.temperature);
+  EXPECT_EQ(a.top_p, b.top_p);
+  EXPECT_EQ(a.top_k, b.top_k);
+  EXPECT_EQ(a.seed, b.seed);
+  EXPECT_EQ(a.max_tokens, b.max_tokens);
+  EXPECT_EQ(a.stop_token_ids, b.stop_token_ids);
+  EXPECT_EQ(a.ignore_eos, b.ignore_eos);
+}
+
+template <typename T>
+T round_trip(const T& message) {
+  std::vector<uint8_t> frame = encode(Message(message));
+  Result<Message> decoded = decode(frame);
+  EXPECT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  EXPECT_TRUE(std::holds_alternative<T>(*decoded));
+  return std::get<T>(std::move(decoded).value());
+}
+
+TEST(ControlMessages, EveryTypeRoundTrips) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<uint8_t> descriptor(100 + rng() % 300);
+  for (uint8_t& b : descriptor) b = uint8_t(rng());
+
+  Register reg{"decode-" + std::to_string(rng() % 9),
+               "decode",
+               descriptor,
+               16,
+               2048,
+               int64_t(rng() % 100000)};
+  Register reg2 = round_trip(reg);
+  EXPECT_EQ(reg2.node, reg.node);
+  EXPECT_EQ(reg2.role, reg.role);
+  EXPECT_EQ(reg2.descriptor, reg.descriptor);
+  EXPECT_EQ(reg2.block_size, 16);
+  EXPECT_EQ(reg2.max_model_len, 2048);
+  EXPECT_EQ(reg2.pid, reg.pid);
+
+  EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).message, "welcome");
+
+  Heartbeat hb{"prefill-1", {}};
+  hb.load.running = int32_t(rng() % 100);
+  hb.load.waiting_tokens = int64_t(rng() % (1ull << 40));
+  hb.load.free_blocks = 17;
+  hb.load.total_blocks = 99;
+  hb.load.messages_rejected = 3;
+  Heartbeat hb2 = round_trip(hb);
+  EXPECT_EQ(hb2.node, hb.node);
+  EXPECT_EQ(hb2.load.running, hb.load.running);
+  EXPECT_EQ(hb2.load.waiting_tokens, hb.load.waiting_tokens);
+  EXPECT_EQ(hb2.load.free_blocks, 17);
+  EXPECT_EQ(hb2.load.total_blocks, 99);
+  EXPECT_EQ(hb2.load.messages_rejected, 3);
+
+  EXPECT_EQ(round_trip(PeerInfo{"decode-0", descriptor}).descriptor, descriptor);
+
+  Generate gen{rng(), random_ints(rng, 1 + rng() % 3000, 150000), random_sampling(rng),
+               "prefill-0"};
+  Generate gen2 = round_trip(gen);
+  EXPECT_EQ(gen2.request_id, gen.request_id);
+  EXPECT_EQ(gen2.prompt, gen.prompt);
+  expect_equal(gen2.sampling, gen.sampling);
+  EXPECT_EQ(gen2.prefill_node, "prefill-0");
+
+  PrefillReady ready{rng(), rng() % (1ull << 32), random_ints(rng, 200, 1 << 20)};
+  PrefillReady ready2 = round_trip(ready);
+  EXPECT_EQ(ready2.request_id, ready.request_id);
+  EXPECT_EQ(ready2.transfer_id, ready.transfer_id);
+  EXPECT_EQ(ready2.dst_blocks, ready.dst_blocks);
+
+  Prefill pre{rng(), random_ints(rng, 500, 150000), random_sampling(rng), "decode-1",
+              77,    random_ints(rng, 32, 4096)};
+  Prefill pre2 = round_trip(pre);
+  EXPECT_EQ(pre2.prompt, pre.prompt);
+  expect_equal(pre2.sampling, pre.sampling);
+  EXPECT_EQ(pre2.decode_node, "decode-1");
+  EXPECT_EQ(pre2.transfer_id, 77u);
+  EXPECT_EQ(pre2.dst_blocks, pre.dst_blocks);
+
+  PrefillDone done{rng(), int32_t(rng() % 1000), rng() % 10, "peer lost"};
+  PrefillDone done2 = round_trip(done);
+  EXPECT_EQ(done2.request_id, done.request_id);
+  EXPECT_EQ(done2.first_token, done.first_token);
+  EXPECT_EQ(done2.rng_draws, done.rng_draws);
+  EXPECT_EQ(done2.error, "peer lost");
+
+  EXPECT_EQ(round_trip(Abort{42, "client disconnected"}).reason, "client disconnected");
+
+  Events events;
+  for (int i = 0; i < 5; ++i) {
+    events.events.push_back({rng(), random_ints(rng, rng() % 4, 150000), i == 4 ? "stop" : "", ""});
+  }
+  Events events2 = round_trip(events);
+  ASSERT_EQ(events2.events.size(), 5u);
+  for (size_t i = 0; i < 5; ++i) {
+    EXPECT_EQ(events2.events[i].request_id, events.events[i].request_id);
+    EXPECT_EQ(events2.events[i].tokens, events.events[i].tokens);
+    EXPECT_EQ(events2.events[i].finish_reason, events.events[i].finish_reason);
+  }
+}
+
+TEST(ControlMessages, EveryTruncationIsRejected) {
+  std::mt19937_64 rng(std::random_device{}());
+  Prefill pre{rng(), random_ints(rng, 64, 150000), random_sampling(rng), "decode-1",
+              5,     random_ints(rng, 4, 4096)};
+  std::vector<uint8_t> frame = encode(pre);
+  for (size_t n = 0; n < frame.size(); ++n) {
+    Result<Message> decoded = decode(std::span(frame.data(), n));
+    ASSERT_FALSE(decoded.is_ok()) << "prefix of " << n << " bytes decoded";
+    EXPECT_EQ(decoded.status().code(), StatusCode::kDataLoss);
+  }
+}
+
+TEST(ControlMessages, RandomCorruptionNeverCrashes) {
+  std::mt19937_64 rng(std::random_device{}());
+  Events events;
+  events.events.push_back({1, {1, 2, 3}, "", ""});
+  std::vector<uint8_t> frame = encode(events);
+  int rejected = 0;
+  for (int trial = 0; trial < 5000; ++trial) {
+    std::vector<uint8_t> bad = frame;
+    int flips = 1 + int(rng() % 4);
+    for (int f = 0; f < flips; ++f) bad[rng() % bad.size()] = uint8_t(rng());
+    Result<Message> decoded = decode(bad);
+    if (!decoded.is_ok()) {
+      ++rejected;
+      EXPECT_FALSE(decoded.status().message().empty());
+    }
+  }
+  EXPECT_GT(rejected, 0);
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::vector<uint8_t> garbage(1 + rng() % 64);
+    for (uint8_t& b : garbage) b = uint8_t(rng());
+    (void)decode(garbage);  // must return, whatever it says
+  }
+}
+
+TEST(ControlMessages, DeepNestingIsRejectedWithoutRecursingIntoIt) {
+  std::vector<uint8_t> bomb(1 << 20, 0x91);  // fixarray of one element, a million deep
+  bomb.push_back(0x00);
+  Result<Message> decoded = decode(bomb);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("nested"), std::string::npos)
+      << decoded.status().message();
+}
+
+Result<Message> decode_json(const json& object) { return decode(json::to_msgpack(object)); }
+
+TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
+  auto message_of = [](const Result<Message>& r) {
+    return r.is_ok() ? std::string("OK") : r.status().message();
+  };
+  EXPECT_NE(message_of(decode_json({{"v", 2}, {"t", "abort"}, {"request_id", 1}, {"reason", ""}}))
+                .find("version 2"),
+            std::string::npos);
+  EXPECT_NE(message_of(decode_json({{"v", 1}, {"t", "launch"}})).find("unknown type 'launch'"),
+            std::string::npos);
+  EXPECT_NE(message_of(decode_json({{"v", 1}, {"t", "abort"}, {"reason", ""}}))
+                .find("abort.request_id: missing"),
+            std::string::npos);
+  EXPECT_NE(message_of(decode_json({{"v", 1}, {"t", "abort"}, {"request_id", "7"}, {"reason", ""}}))
+                .find("abort.request_id: not an unsigned integer"),
+            std::string::npos);
+  EXPECT_NE(message_of(decode_json(json::array({1, 2}))).find("not a map"), std::string::npos);
+
+  Generate gen{9, {1, 2, 3}, {}, ""};
+  json object = json::from_msgpack(encode(gen));
+  object["prompt"] = json::array({1, -5});
+  EXPECT_NE(message_of(decode_json(object)).find("generate.prompt: holds an out-of-range value"),
+            std::string::npos);
+  object = json::from_msgpack(encode(gen));
+  object["sampling"]["max_tokens"] = 0;
+  EXPECT_NE(message_of(decode_json(object)).find("max_tokens: out of range"), std::string::npos)
+      << message_of(decode_json(object));
+  object = json::from_msgpack(encode(gen));
+  object["prompt"] = json::array();
+  for (size_t i = 0; i <= kMaxPromptTokens; ++i) object["prompt"].push_back(1);
+  EXPECT_NE(message_of(decode_json(object)).find("more than"), std::string::npos);
+}
+
+TEST(ControlMessages, OversizedFrameIsRejectedBeforeParsing) {
+  std::vector<uint8_t> frame(kMaxMessageBytes + 1, 0);
+  Result<Message> decoded = decode(frame);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("over the limit"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace baton::control
