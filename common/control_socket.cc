@@ -1,0 +1,155 @@
+// common/control_socket.cc — cppzmq behind the control socket.
+#include "common/control_socket.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <zmq.hpp>
+
+namespace baton::control {
+
+struct ControlSocket::Sockets {
+  zmq::context_t context{1};
+  zmq::socket_t socket;
+};
+
+namespace {
+
+void set_bounds(zmq::socket_t& socket) {
+  socket.set(zmq::sockopt::sndhwm, kControlHighWaterMark);
+  socket.set(zmq::sockopt::rcvhwm, kControlHighWaterMark);
+  socket.set(zmq::sockopt::maxmsgsize, int64_t(kMaxMessageBytes));
+  socket.set(zmq::sockopt::linger, 0);
+}
+
+}  // namespace
+
+ControlSocket::ControlSocket(std::unique_ptr<Sockets> sockets, bool is_router)
+    : sockets_(std::move(sockets)), is_router_(is_router) {}
+
+ControlSocket::~ControlSocket() = default;
+
+Result<std::unique_ptr<ControlSocket>> ControlSocket::connect(const std::string& endpoint,
+                                                              const std::string& node_name) {
+  auto sockets = std::make_unique<Sockets>();
+  try {
+    sockets->socket = zmq::socket_t(sockets->context, zmq::socket_type::dealer);
+    set_bounds(sockets->socket);
+    sockets->socket.set(zmq::sockopt::routing_id, node_name);
+    sockets->socket.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return unavailable("control socket: cannot connect to " + endpoint + ": " + e.what());
+  }
+  return std::unique_ptr<ControlSocket>(new ControlSocket(std::move(sockets), false));
+}
+
+Result<std::unique_ptr<ControlSocket>> ControlSocket::bind(const std::string& endpoint) {
+  auto sockets = std::make_unique<Sockets>();
+  try {
+    sockets->socket = zmq::socket_t(sockets->context, zmq::socket_type::router);
+    set_bounds(sockets->socket);
+    sockets->socket.set(zmq::sockopt::router_mandatory, 1);
+    sockets->socket.set(zmq::sockopt::router_handover, 1);
+    sockets->socket.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    return unavailable("control socket: cannot bind " + endpoint + ": " + e.what());
+  }
+  return std::unique_ptr<ControlSocket>(new ControlSocket(std::move(sockets), true));
+}
+
+Status ControlSocket::send(const std::string& to, const Message& message) {
+  std::vector<uint8_t> frame = encode(message);
+  try {
+    zmq::socket_t& socket = sockets_->socket;
+    if (is_router_) {
+      if (!socket.send(zmq::buffer(to), zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        return resource_exhausted("control socket: queue to " + to + " is full");
+      }
+    }
+    if (!socket.send(zmq::buffer(frame), zmq::send_flags::dontwait)) {
+      return resource_exhausted("control socket: send queue is full");
+    }
+  } catch (const zmq::error_t& e) {
+    if (e.num() == EHOSTUNREACH)
+      return unavailable("control socket: no node named " + to + " is connected");
+    return unavailable(std::string("control socket: send failed: ") + e.what());
+  }
+  return Status::ok();
+}
+
+std::vector<ControlSocket::Received> ControlSocket::poll(std::chrono::milliseconds timeout,
+                                                         int wake_fd, size_t max_messages) {
+  std::vector<Received> received;
+  zmq::socket_t& socket = sockets_->socket;
+  zmq::pollitem_t items[2] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+                              {nullptr, wake_fd, ZMQ_POLLIN, 0}};
+  try {
+    zmq::poll(items, wake_fd >= 0 ? 2 : 1, timeout);
+    while (received.size() < max_messages) {
+      std::string from;
+      zmq::message_t frame;
+      if (is_router_) {
+        zmq::message_t identity;
+        if (!socket.recv(identity, zmq::recv_flags::dontwait)) break;
+        from = identity.to_string();
+        if (!identity.more() || !socket.recv(frame, zmq::recv_flags::dontwait)) {
+          ++rejected_;
+          spdlog::warn("control socket: dropped a frame without payload from '{}'", from);
+          continue;
+        }
+      } else if (!socket.recv(frame, zmq::recv_flags::dontwait)) {
+        break;
+      }
+      // A sender that splits a message into parts is not speaking this protocol.
+      bool extra_parts = false;
+      while (frame.more()) {
+        zmq::message_t extra;
+        if (!socket.recv(extra, zmq::recv_flags::dontwait)) break;
+        extra_parts = true;
+        frame.swap(extra);
+      }
+      if (extra_parts) {
+        ++rejected_;
+        spdlog::warn("control socket: dropped a multi-part frame from '{}'", from);
+        continue;
+      }
+      Result<Message> message =
+          decode(std::span(static_cast<const uint8_t*>(frame.data()), frame.size()));
+      if (!message.is_ok()) {
+        ++rejected_;
+        spdlog::warn("control socket: dropped a frame from '{}': {}", from,
+                     message.status().message());
+        continue;
+      }
+      received.push_back({std::move(from), std::move(message).value()});
+    }
+  } catch (const zmq::error_t& e) {
+    spdlog::error("control socket: poll failed: {}", e.what());
+  }
+  return received;
+}
+
+std::string ControlSocket::endpoint() const {
+  return sockets_->socket.get(zmq::sockopt::last_endpoint);
+}
+
+WakeFd::WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+
+WakeFd::~WakeFd() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void WakeFd::signal() {
+  uint64_t one = 1;
+  [[maybe_unused]] ssize_t n = ::write(fd_, &one, sizeof(one));
+}
+
+void WakeFd::drain() {
+  uint64_t value;
+  while (::read(fd_, &value, sizeof(value)) > 0) {
+  }
+}
+
+}  // namespace baton::control

@@ -1,0 +1,80 @@
+// common/control_socket.h — the ZeroMQ sockets that carry control messages.
+//
+// The router binds one ROUTER socket; every node connects one DEALER whose
+// routing id is its node name, so the router addresses nodes by name and a
+// restarted node takes its name over (ZMQ_ROUTER_HANDOVER). Both ends set
+// high-water marks and a maximum frame size, so no queue grows without bound:
+// a send that would block fails with ResourceExhausted instead. Frames that do
+// not decode are dropped with a log line and counted, never surfaced.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/control_messages.h"
+#include "common/status.h"
+
+namespace baton::control {
+
+// Bounds of one socket's queues (messages, each direction).
+inline constexpr int kControlHighWaterMark = 100000;
+
+class ControlSocket {
+ public:
+  // A node's DEALER, connected to the router's control endpoint ("tcp://host:port").
+  static Result<std::unique_ptr<ControlSocket>> connect(const std::string& endpoint,
+                                                        const std::string& node_name);
+  // The router's ROUTER, bound to `endpoint`.
+  static Result<std::unique_ptr<ControlSocket>> bind(const std::string& endpoint);
+  ~ControlSocket();
+  ControlSocket(const ControlSocket&) = delete;
+  ControlSocket& operator=(const ControlSocket&) = delete;
+
+  // Router side: `to` is the node's name; node side: `to` is ignored. Never
+  // blocks. Unavailable when the router knows no such node; ResourceExhausted
+  // when the peer's queue is full.
+  Status send(const std::string& to, const Message& message);
+
+  struct Received {
+    std::string from;  // router side: the sending node's name; node side: empty
+    Message message;
+  };
+  // Waits up to `timeout` until a frame arrives or `wake_fd` (an eventfd, -1
+  // for none) becomes readable, then returns every frame already queued (at
+  // most `max_messages`). Malformed frames are dropped and counted.
+  std::vector<Received> poll(std::chrono::milliseconds timeout, int wake_fd = -1,
+                             size_t max_messages = 4096);
+
+  // The bound or connected endpoint ("tcp://127.0.0.1:41234" after binding port *).
+  std::string endpoint() const;
+
+  // Frames dropped because they did not decode.
+  uint64_t rejected() const { return rejected_; }
+
+ private:
+  struct Sockets;
+  ControlSocket(std::unique_ptr<Sockets> sockets, bool is_router);
+
+  std::unique_ptr<Sockets> sockets_;
+  bool is_router_;
+  uint64_t rejected_ = 0;
+};
+
+// An eventfd another thread signals to wake a poll() above.
+class WakeFd {
+ public:
+  WakeFd();
+  ~WakeFd();
+  WakeFd(const WakeFd&) = delete;
+  WakeFd& operator=(const WakeFd&) = delete;
+  int fd() const { return fd_; }
+  void signal();  // thread-safe, async-signal-safe
+  void drain();   // clears pending signals
+ private:
+  int fd_;
+};
+
+}  // namespace baton::control

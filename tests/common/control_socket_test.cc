@@ -1,0 +1,82 @@
+// The control sockets over real ZeroMQ on loopback.
+#include "common/control_socket.h"
+
+#include <gtest/gtest.h>
+#include <zmq.hpp>
+
+#include <thread>
+
+namespace baton::control {
+namespace {
+
+using namespace std::chrono_literals;
+
+std::vector<ControlSocket::Received> poll_until(ControlSocket& socket, size_t want) {
+  std::vector<ControlSocket::Received> all;
+  auto deadline = std::chrono::steady_clock::now() + 5s;
+  while (all.size() < want && std::chrono::steady_clock::now() < deadline) {
+    for (auto& r : socket.poll(50ms)) all.push_back(std::move(r));
+  }
+  return all;
+}
+
+TEST(ControlSocket, NodesAndRouterExchangeMessagesByName) {
+  auto router = ControlSocket::bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(router.is_ok()) << router.status().to_string();
+  std::string endpoint = (*router)->endpoint();
+  auto node_a = ControlSocket::connect(endpoint, "decode-0");
+  auto node_b = ControlSocket::connect(endpoint, "prefill-0");
+  ASSERT_TRUE(node_a.is_ok() && node_b.is_ok());
+  ASSERT_TRUE((*node_a)->send("", Heartbeat{"decode-0", {}}).is_ok());
+  ASSERT_TRUE((*node_b)->send("", Heartbeat{"prefill-0", {}}).is_ok());
+  auto got = poll_until(**router, 2);
+  ASSERT_EQ(got.size(), 2u);
+  for (auto& r : got) {
+    ASSERT_TRUE(std::holds_alternative<Heartbeat>(r.message));
+    EXPECT_EQ(std::get<Heartbeat>(r.message).node, r.from);
+  }
+  ASSERT_TRUE((*router)->send("prefill-0", Abort{5, "test"}).is_ok());
+  auto at_b = poll_until(**node_b, 1);
+  ASSERT_EQ(at_b.size(), 1u);
+  EXPECT_EQ(std::get<Abort>(at_b[0].message).request_id, 5u);
+  EXPECT_TRUE((*node_a)->poll(50ms).empty());
+  Status unknown = (*router)->send("decode-9", Abort{1, ""});
+  EXPECT_EQ(unknown.code(), StatusCode::kUnavailable);
+}
+
+TEST(ControlSocket, MalformedFramesAreDroppedAndCounted) {
+  auto router = ControlSocket::bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(router.is_ok());
+  zmq::context_t context;
+  zmq::socket_t rogue(context, zmq::socket_type::dealer);
+  rogue.set(zmq::sockopt::routing_id, "rogue");
+  rogue.connect((*router)->endpoint());
+  rogue.send(zmq::str_buffer("not msgpack at all"), zmq::send_flags::none);
+  rogue.send(zmq::str_buffer("a"), zmq::send_flags::sndmore);
+  rogue.send(zmq::str_buffer("b"), zmq::send_flags::none);
+  std::vector<uint8_t> good = encode(Abort{3, ""});
+  rogue.send(zmq::buffer(good), zmq::send_flags::none);
+  auto got = poll_until(**router, 1);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(std::get<Abort>(got[0].message).request_id, 3u);
+  EXPECT_EQ((*router)->rejected(), 2u);
+}
+
+TEST(ControlSocket, WakeFdInterruptsPoll) {
+  auto router = ControlSocket::bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(router.is_ok());
+  WakeFd wake;
+  std::thread waker([&] {
+    std::this_thread::sleep_for(50ms);
+    wake.signal();
+  });
+  auto start = std::chrono::steady_clock::now();
+  (*router)->poll(5s, wake.fd());
+  auto waited = std::chrono::steady_clock::now() - start;
+  waker.join();
+  wake.drain();
+  EXPECT_LT(waited, 2s);
+}
+
+}  // namespace
+}  // namespace baton::control
