@@ -1,0 +1,98 @@
+// router/node_registry.cc — registration, liveness and node choice.
+#include "router/node_registry.h"
+
+#include <spdlog/spdlog.h>
+
+#include <tuple>
+
+namespace baton::router {
+
+NodeRegistry::NodeRegistry(std::map<std::string, std::string> expected, Policy policy)
+    : policy_(policy) {
+  for (auto& [name, role] : expected) {
+    NodeState& node = nodes_[name];
+    node.name = name;
+    node.role = role;
+  }
+}
+
+Status NodeRegistry::register_node(const control::Register& message, Clock::time_point now) {
+  auto it = nodes_.find(message.node);
+  if (it == nodes_.end())
+    return invalid_argument("node '" + message.node + "' is not in the cluster config");
+  NodeState& node = it->second;
+  if (node.role != message.role) {
+    return invalid_argument("node '" + message.node + "' is configured as " + node.role +
+                            ", registered as " + message.role);
+  }
+  if (block_size_ != 0 && message.block_size != block_size_) {
+    return invalid_argument("node '" + message.node + "' has KV block size " +
+                            std::to_string(message.block_size) + ", the cluster uses " +
+                            std::to_string(block_size_));
+  }
+  block_size_ = message.block_size;
+  node.up = true;
+  node.ever_registered = true;
+  node.descriptor = message.descriptor;
+  node.block_size = message.block_size;
+  node.max_model_len = message.max_model_len;
+  node.pid = message.pid;
+  node.last_seen = now;
+  return Status::ok();
+}
+
+bool NodeRegistry::heartbeat(const std::string& name, const control::NodeLoad& load,
+                             Clock::time_point now) {
+  auto it = nodes_.find(name);
+  if (it == nodes_.end() || !it->second.up) return false;
+  it->second.load = load;
+  it->second.last_seen = now;
+  return true;
+}
+
+std::vector<std::string> NodeRegistry::expire(Clock::time_point now,
+                                              std::chrono::milliseconds timeout) {
+  std::vector<std::string> down;
+  for (auto& [name, node] : nodes_) {
+    if (node.up && now - node.last_seen > timeout) {
+      node.up = false;
+      down.push_back(name);
+    }
+  }
+  return down;
+}
+
+NodeState* NodeRegistry::pick(const std::string& role) {
+  std::vector<NodeState*> candidates;
+  for (auto& [name, node] : nodes_) {
+    if (node.up && node.role == role) candidates.push_back(&node);
+  }
+  if (candidates.empty()) return nullptr;
+  if (policy_ == Policy::kRoundRobin) {
+    size_t& next = round_robin_next_[role];
+    return candidates[next++ % candidates.size()];
+  }
+  auto load_key = [&](const NodeState* node) {
+    if (role == "prefill")
+      return std::tuple<int64_t, int64_t>(node->assigned_tokens, node->assigned_requests);
+    return std::tuple<int64_t, int64_t>(node->assigned_requests, -int64_t(node->load.free_blocks));
+  };
+  NodeState* best = candidates.front();
+  for (NodeState* node : candidates) {
+    if (load_key(node) < load_key(best)) best = node;
+  }
+  return best;
+}
+
+NodeState* NodeRegistry::find(const std::string& name) {
+  auto it = nodes_.find(name);
+  return it == nodes_.end() ? nullptr : &it->second;
+}
+
+int32_t NodeRegistry::up_count(const std::string& role) const {
+  int32_t count = 0;
+  for (const auto& [name, node] : nodes_) count += node.up && node.role == role;
+  return count;
+}
+
+}  // namespace baton::router

@@ -1,0 +1,70 @@
+// router/node_registry.h — the router's view of the cluster's nodes.
+//
+// Nodes named in the cluster config register over the control plane and
+// heartbeat their load; a node silent for longer than the heartbeat timeout is
+// marked down and gets no new work. Routing picks among the nodes that are up:
+// round-robin, or least-loaded — for decode nodes the fewest requests the
+// router has placed there (exact and instantaneous, where heartbeats lag),
+// ties broken by more free KV blocks; for prefill nodes the fewest prompt
+// tokens placed there and not yet prefilled. Single-threaded: the router core
+// owns it.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/control_messages.h"
+#include "common/status.h"
+
+namespace baton::router {
+
+enum class Policy { kRoundRobin, kLeastLoaded };
+
+struct NodeState {
+  std::string name;
+  std::string role;  // "prefill" or "decode"
+  bool up = false;
+  bool ever_registered = false;
+  std::vector<uint8_t> descriptor;
+  int32_t block_size = 0;
+  int32_t max_model_len = 0;
+  int64_t pid = 0;
+  std::chrono::steady_clock::time_point last_seen{};
+  control::NodeLoad load;         // from the last heartbeat
+  int32_t assigned_requests = 0;  // placed by the router, not yet finished
+  int64_t assigned_tokens = 0;    // prompt tokens placed, not yet prefilled (prefill nodes)
+};
+
+class NodeRegistry {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // `expected` maps every configured node name to its role.
+  NodeRegistry(std::map<std::string, std::string> expected, Policy policy);
+
+  // Accepts a Register from a configured node with the configured role whose
+  // block size matches the cluster's (the first registered node sets it).
+  Status register_node(const control::Register& message, Clock::time_point now);
+  // False when the node is unknown or down: it must register again.
+  bool heartbeat(const std::string& name, const control::NodeLoad& load, Clock::time_point now);
+  // Marks nodes silent for longer than `timeout` down; returns their names.
+  std::vector<std::string> expire(Clock::time_point now, std::chrono::milliseconds timeout);
+
+  // A node of `role` that is up, by the policy; nullptr when none is.
+  NodeState* pick(const std::string& role);
+  NodeState* find(const std::string& name);
+  const std::map<std::string, NodeState>& nodes() const { return nodes_; }
+  int32_t up_count(const std::string& role) const;
+
+ private:
+  std::map<std::string, NodeState> nodes_;
+  Policy policy_;
+  std::map<std::string, size_t> round_robin_next_;  // by role
+  int32_t block_size_ = 0;
+};
+
+}  // namespace baton::router

@@ -1,0 +1,324 @@
+// router/router_core.cc — the dispatcher loop.
+#include "router/router_core.h"
+
+#include <spdlog/spdlog.h>
+
+namespace baton::router {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// Longest the loop sleeps; bounds how late timeouts and node expiry are seen.
+constexpr auto kLoopTick = 10ms;
+
+RouterCore::RouterCore(RouterCoreConfig config)
+    : config_(std::move(config)), registry_(config_.nodes, config_.policy) {}
+
+Result<std::unique_ptr<RouterCore>> RouterCore::start(RouterCoreConfig config) {
+  std::unique_ptr<RouterCore> core(new RouterCore(std::move(config)));
+  {
+    BATON_ASSIGN_OR_RETURN(core->socket_,
+                           control::ControlSocket::bind(core->config_.control_endpoint));
+  }
+  core->publish_snapshot();
+  core->thread_ = std::thread([c = core.get()] { c->loop(); });
+  return core;
+}
+
+RouterCore::~RouterCore() { stop(); }
+
+void RouterCore::stop() {
+  if (stop_.exchange(true)) return;
+  wake_.signal();
+  if (thread_.joinable()) thread_.join();
+}
+
+Result<uint64_t> RouterCore::submit(GenerationRequest request, UpdateSink sink) {
+  if (decode_up_.load() == 0) return unavailable("no decode node is up");
+  if (in_flight_.fetch_add(1) >= config_.max_queued_requests) {
+    in_flight_.fetch_sub(1);
+    return resource_exhausted("the router holds " + std::to_string(config_.max_queued_requests) +
+                              " requests, its limit; retry later");
+  }
+  uint64_t id = next_id_.fetch_add(1);
+  {
+    std::lock_guard lock(inbox_mutex_);
+    submissions_.push_back({id, std::move(request), std::move(sink)});
+  }
+  wake_.signal();
+  return id;
+}
+
+void RouterCore::cancel(uint64_t request_id) {
+  {
+    std::lock_guard lock(inbox_mutex_);
+    cancels_.push_back(request_id);
+  }
+  wake_.signal();
+}
+
+ClusterSnapshot RouterCore::snapshot() const {
+  std::lock_guard lock(snapshot_mutex_);
+  return snapshot_;
+}
+
+void RouterCore::loop() {
+  auto next_snapshot = Clock::now();
+  while (!stop_.load()) {
+    auto received = socket_->poll(kLoopTick, wake_.fd());
+    wake_.drain();
+    for (auto& r : received) handle(r.from, r.message);
+
+    std::vector<Submission> submissions;
+    std::vector<uint64_t> cancels;
+    {
+      std::lock_guard lock(inbox_mutex_);
+      submissions.swap(submissions_);
+      cancels.swap(cancels_);
+    }
+    for (Submission& submission : submissions) dispatch(submission);
+    for (uint64_t id : cancels) {
+      auto it = requests_.find(id);
+      if (it == requests_.end()) continue;
+      abort_on_nodes(it->second, "cancelled by the client");
+      forget(id);
+    }
+
+    auto now = Clock::now();
+    for (const std::string& name : registry_.expire(now, config_.heartbeat_timeout)) {
+      node_down(name,
+                "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " ms");
+    }
+    std::vector<uint64_t> expired;
+    for (const auto& [id, request] : requests_) {
+      if (now > request.deadline) expired.push_back(id);
+    }
+    for (uint64_t id : expired) {
+      fail(id, deadline_exceeded("the request ran past the router's request timeout of " +
+                                 std::to_string(config_.request_timeout.count()) + " ms"));
+    }
+    if (now >= next_snapshot || !received.empty()) {
+      publish_snapshot();
+      next_snapshot = now + 50ms;
+    }
+  }
+  // Shutting down: end what is left, so no client waits forever.
+  std::vector<uint64_t> left;
+  for (const auto& [id, request] : requests_) left.push_back(id);
+  for (uint64_t id : left) fail(id, unavailable("the router is shutting down"));
+  std::vector<Submission> submissions;
+  {
+    std::lock_guard lock(inbox_mutex_);
+    submissions.swap(submissions_);
+  }
+  for (Submission& s : submissions) {
+    in_flight_.fetch_sub(1);
+    s.sink({{}, true, "error", unavailable("the router is shutting down")});
+  }
+}
+
+void RouterCore::dispatch(Submission& submission) {
+  NodeState* decode = registry_.pick("decode");
+  if (decode == nullptr) {
+    in_flight_.fetch_sub(1);
+    submission.sink({{}, true, "error", unavailable("no decode node is up")});
+    return;
+  }
+  Request& request = requests_[submission.id];
+  request.id = submission.id;
+  request.request = std::move(submission.request);
+  request.sink = std::move(submission.sink);
+  request.decode_node = decode->name;
+  request.deadline = Clock::now() + config_.request_timeout;
+  decode->assigned_requests++;
+
+  control::Generate generate;
+  generate.request_id = request.id;
+  generate.prompt = request.request.prompt;
+  generate.sampling = request.request.sampling;
+  if (int32_t(request.request.prompt.size()) >= config_.min_remote_prefill_tokens) {
+    if (NodeState* prefill = registry_.pick("prefill")) {
+      request.prefill_node = prefill->name;
+      prefill->assigned_requests++;
+      prefill->assigned_tokens += int64_t(request.request.prompt.size());
+      generate.prefill_node = prefill->name;
+    }
+  }
+  Status sent = send(request.decode_node, generate);
+  if (!sent.is_ok()) fail(request.id, sent);
+}
+
+void RouterCore::handle(const std::string& from, control::Message& message) {
+  if (auto* reg = std::get_if<control::Register>(&message)) return on_register(from, *reg);
+  if (auto* heartbeat = std::get_if<control::Heartbeat>(&message)) {
+    if (heartbeat->node != from || !registry_.heartbeat(from, heartbeat->load, Clock::now())) {
+      (void)send(
+          from, control::RegisterAck{false, "unknown or down node '" + from + "': register again"});
+    }
+    return;
+  }
+  if (auto* ready = std::get_if<control::PrefillReady>(&message))
+    return on_prefill_ready(from, *ready);
+  if (auto* done = std::get_if<control::PrefillDone>(&message)) return on_prefill_done(from, *done);
+  if (auto* events = std::get_if<control::Events>(&message)) return on_events(from, *events);
+  spdlog::warn("router: ignored an unexpected '{}' message from {}", control::message_type(message),
+               from);
+}
+
+void RouterCore::on_register(const std::string& from, const control::Register& message) {
+  if (message.node != from) {
+    spdlog::warn("router: '{}' registered under the name '{}'; refused", from, message.node);
+    (void)send(from, control::RegisterAck{false, "register under your routing id"});
+    return;
+  }
+  NodeState* before = registry_.find(from);
+  bool was_up = before != nullptr && before->up;
+  Status status = registry_.register_node(message, Clock::now());
+  if (!status.is_ok()) {
+    spdlog::error("router: refused node registration: {}", status.message());
+    (void)send(from, control::RegisterAck{false, status.message()});
+    return;
+  }
+  // A node that comes back lost whatever it was doing.
+  if (was_up) node_down(from, "registered again: it restarted");
+  spdlog::info("router: {} node {} registered (pid {})", message.role, from, message.pid);
+  (void)send(from, control::RegisterAck{true, "welcome"});
+  // Prefill nodes need every decode node's pool descriptor.
+  if (message.role == "decode") {
+    for (const auto& [name, node] : registry_.nodes()) {
+      if (node.up && node.role == "prefill")
+        (void)send(name, control::PeerInfo{from, message.descriptor});
+    }
+  } else {
+    for (const auto& [name, node] : registry_.nodes()) {
+      if (node.up && node.role == "decode")
+        (void)send(from, control::PeerInfo{name, node.descriptor});
+    }
+  }
+  publish_snapshot();
+}
+
+void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady& ready) {
+  auto it = requests_.find(ready.request_id);
+  if (it == requests_.end() || it->second.decode_node != from) {
+    // Ended meanwhile: the decode node frees the reservation on abort.
+    (void)send(from, control::Abort{ready.request_id, "the request already ended"});
+    return;
+  }
+  Request& request = it->second;
+  control::Prefill prefill;
+  prefill.request_id = request.id;
+  prefill.prompt = request.request.prompt;
+  prefill.sampling = request.request.sampling;
+  prefill.decode_node = request.decode_node;
+  prefill.transfer_id = ready.transfer_id;
+  prefill.dst_blocks = std::move(ready.dst_blocks);
+  NodeState* prefill_node = registry_.find(request.prefill_node);
+  if (prefill_node == nullptr || !prefill_node->up) {
+    return fail(request.id, unavailable("prefill node '" + request.prefill_node + "' is down"));
+  }
+  Status sent = send(request.prefill_node, prefill);
+  if (!sent.is_ok()) fail(request.id, sent);
+}
+
+void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& done) {
+  auto it = requests_.find(done.request_id);
+  if (it == requests_.end() || it->second.prefill_node != from) return;
+  Request& request = it->second;
+  release_prefill(request);
+  if (!done.error.empty()) {
+    return fail(request.id, unavailable("prefill on " + from + " failed: " + done.error));
+  }
+  Status sent = send(request.decode_node, done);
+  if (!sent.is_ok()) fail(request.id, sent);
+}
+
+void RouterCore::on_events(const std::string& from, control::Events& events) {
+  for (control::TokenEvent& event : events.events) {
+    auto it = requests_.find(event.request_id);
+    if (it == requests_.end() || it->second.decode_node != from) continue;
+    GenerationUpdate update;
+    update.tokens = std::move(event.tokens);
+    update.finished = !event.finish_reason.empty();
+    update.finish_reason = event.finish_reason;
+    if (event.finish_reason == "error") update.error = unavailable(from + ": " + event.error);
+    it->second.sink(update);
+    if (update.finished) forget(event.request_id);
+  }
+}
+
+void RouterCore::node_down(const std::string& name, const std::string& why) {
+  spdlog::warn("router: node {} is down: {}", name, why);
+  std::vector<uint64_t> affected;
+  for (const auto& [id, request] : requests_) {
+    if (request.decode_node == name || request.prefill_node == name) affected.push_back(id);
+  }
+  for (uint64_t id : affected)
+    fail(id, unavailable("node " + name + " failed during the request: " + why));
+  if (NodeState* node = registry_.find(name)) {
+    node->assigned_requests = 0;
+    node->assigned_tokens = 0;
+  }
+  publish_snapshot();
+}
+
+void RouterCore::fail(uint64_t request_id, Status error) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  abort_on_nodes(it->second, error.message());
+  it->second.sink({{}, true, "error", std::move(error)});
+  forget(request_id);
+}
+
+void RouterCore::abort_on_nodes(const Request& request, const std::string& reason) {
+  control::Abort abort{request.id, reason};
+  for (const std::string& name : {request.decode_node, request.prefill_node}) {
+    if (name.empty()) continue;
+    NodeState* node = registry_.find(name);
+    if (node != nullptr && node->up) (void)send(name, abort);
+  }
+}
+
+void RouterCore::release_prefill(Request& request) {
+  if (request.prefill_node.empty()) return;
+  if (NodeState* node = registry_.find(request.prefill_node)) {
+    node->assigned_requests = std::max(0, node->assigned_requests - 1);
+    node->assigned_tokens =
+        std::max<int64_t>(0, node->assigned_tokens - int64_t(request.request.prompt.size()));
+  }
+  request.prefill_node.clear();
+}
+
+void RouterCore::forget(uint64_t request_id) {
+  auto it = requests_.find(request_id);
+  if (it == requests_.end()) return;
+  release_prefill(it->second);
+  if (NodeState* node = registry_.find(it->second.decode_node)) {
+    node->assigned_requests = std::max(0, node->assigned_requests - 1);
+  }
+  requests_.erase(it);
+  in_flight_.fetch_sub(1);
+}
+
+void RouterCore::publish_snapshot() {
+  ClusterSnapshot snapshot;
+  for (const auto& [name, node] : registry_.nodes()) snapshot.nodes.push_back(node);
+  snapshot.requests_in_router = int32_t(requests_.size());
+  snapshot.prefill_up = registry_.up_count("prefill");
+  snapshot.decode_up = registry_.up_count("decode");
+  snapshot.control_messages_rejected = socket_->rejected();
+  decode_up_.store(snapshot.decode_up);
+  std::lock_guard lock(snapshot_mutex_);
+  snapshot_ = std::move(snapshot);
+}
+
+Status RouterCore::send(const std::string& node, const control::Message& message) {
+  Status status = socket_->send(node, message);
+  if (!status.is_ok()) {
+    spdlog::warn("router: {} to {} not sent: {}", control::message_type(message), node,
+                 status.message());
+  }
+  return status;
+}
+
+}  // namespace baton::router

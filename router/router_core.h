@@ -1,0 +1,135 @@
+// router/router_core.h — the router's dispatcher: requests in, nodes out.
+//
+// One thread owns the control socket and every request's routing state. Front
+// ends (HTTP, ZeroMQ) submit token-level generation requests from their own
+// threads; the core picks a decode node (which owns the request) and, for
+// prompts of at least `min_remote_prefill_tokens`, a prefill node; relays
+// PrefillReady -> Prefill and PrefillDone between them; and hands each step's
+// tokens to the request's sink. It also ends requests: on the router's
+// timeout, on cancel (client gone, stop string), when a node involved stops
+// heartbeating (the request fails with an error and the surviving node is
+// told to abort), or when a node reports an error.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/control_messages.h"
+#include "common/control_socket.h"
+#include "common/status.h"
+#include "router/node_registry.h"
+
+namespace baton::router {
+
+struct RouterCoreConfig {
+  std::string control_endpoint;              // bind address, "tcp://127.0.0.1:8002"
+  std::map<std::string, std::string> nodes;  // configured node name -> role
+  Policy policy = Policy::kLeastLoaded;
+  int32_t max_queued_requests = 1024;  // requests in the router at once
+  std::chrono::milliseconds request_timeout{600000};
+  std::chrono::milliseconds heartbeat_timeout{2000};
+  int32_t min_remote_prefill_tokens = 32;
+};
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt;
+  control::SamplingSpec sampling;
+};
+
+// What a request produced since the last update. The last update of a
+// request has `finished` set: finish_reason "stop", "length", "abort" or
+// "error" (then `error` says why, with its status code).
+struct GenerationUpdate {
+  std::vector<int32_t> tokens;
+  bool finished = false;
+  std::string finish_reason;
+  Status error;
+};
+// Runs on the core thread: keep it short, never block, never call back into
+// the core except cancel().
+using UpdateSink = std::function<void(const GenerationUpdate&)>;
+
+// Nodes as the core last saw them, for /health, /metrics and node stats.
+struct ClusterSnapshot {
+  std::vector<NodeState> nodes;
+  int32_t requests_in_router = 0;
+  int32_t prefill_up = 0;
+  int32_t decode_up = 0;
+  uint64_t control_messages_rejected = 0;
+};
+
+class RouterCore {
+ public:
+  static Result<std::unique_ptr<RouterCore>> start(RouterCoreConfig config);
+  ~RouterCore();  // stop()
+  void stop();
+
+  // Thread-safe. Unavailable when no decode node is up, ResourceExhausted
+  // when max_queued_requests are in flight; otherwise the sink will see the
+  // request through to its end.
+  Result<uint64_t> submit(GenerationRequest request, UpdateSink sink);
+  // Thread-safe. Ends the request on its nodes; its sink gets nothing more.
+  void cancel(uint64_t request_id);
+  ClusterSnapshot snapshot() const;
+  int32_t in_flight() const { return in_flight_.load(); }
+
+ private:
+  struct Request {
+    uint64_t id = 0;
+    GenerationRequest request;
+    UpdateSink sink;
+    std::string decode_node;
+    std::string prefill_node;  // empty: prefilled on the decode node, or prefill over
+    std::chrono::steady_clock::time_point deadline;
+  };
+  struct Submission {
+    uint64_t id;
+    GenerationRequest request;
+    UpdateSink sink;
+  };
+
+  explicit RouterCore(RouterCoreConfig config);
+  void loop();
+  void dispatch(Submission& submission);
+  void handle(const std::string& from, control::Message& message);
+  void on_register(const std::string& from, const control::Register& message);
+  void on_prefill_ready(const std::string& from, control::PrefillReady& ready);
+  void on_prefill_done(const std::string& from, control::PrefillDone& done);
+  void on_events(const std::string& from, control::Events& events);
+  void node_down(const std::string& name, const std::string& why);
+  // Ends a request with an error for its client and aborts it on its nodes.
+  void fail(uint64_t request_id, Status error);
+  void abort_on_nodes(const Request& request, const std::string& reason);
+  void release_prefill(Request& request);
+  void forget(uint64_t request_id);
+  void publish_snapshot();
+  Status send(const std::string& node, const control::Message& message);
+
+  RouterCoreConfig config_;
+  std::unique_ptr<control::ControlSocket> socket_;
+  control::WakeFd wake_;
+  NodeRegistry registry_;
+  std::unordered_map<uint64_t, Request> requests_;  // core thread only
+
+  std::mutex inbox_mutex_;
+  std::vector<Submission> submissions_;
+  std::vector<uint64_t> cancels_;
+
+  mutable std::mutex snapshot_mutex_;
+  ClusterSnapshot snapshot_;
+  std::atomic<int32_t> decode_up_{0};
+  std::atomic<int32_t> in_flight_{0};
+  std::atomic<uint64_t> next_id_{1};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace baton::router
