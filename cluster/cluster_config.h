@@ -41,8 +41,8 @@ std::string_view routing_policy_name(RoutingPolicy policy);
 
 struct ModelSection {
   std::string preset;  // optional: a make-model preset; with it, `path` is made when missing
-  std::filesystem::path
-      path;  // checkpoint directory (relative paths: relative to the YAML file's directory)
+  // The checkpoint directory; relative paths are relative to the YAML file's directory.
+  std::filesystem::path path;
   DType dtype = DType::kBF16;  // for making the preset
   uint64_t seed = 0;           // for making the preset
   std::string served_name;     // the `model` name clients send; default: path's last component
