@@ -1,0 +1,611 @@
+#include "cluster/cluster_config.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <charconv>
+#include <functional>
+#include <set>
+#include <utility>
+
+#include "common/kv_layout.h"
+#include "engine/kv_pool.h"
+#include "engine/make_model.h"
+
+namespace baton::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::string join_key(std::string_view prefix, std::string_view name) {
+  if (prefix.empty()) return std::string(name);
+  return std::string(prefix) + "." + std::string(name);
+}
+
+// The names of a mapping's keys, in order; a repeated or non-scalar key is an error.
+Result<std::vector<std::pair<std::string, YAML::Node>>> map_entries(const YAML::Node& node,
+                                                                    std::string_view prefix) {
+  std::vector<std::pair<std::string, YAML::Node>> entries;
+  if (!node || node.IsNull()) return entries;
+  if (!node.IsMap()) {
+    return invalid_argument((prefix.empty() ? std::string("top level") : std::string(prefix)) +
+                            ": expected a mapping");
+  }
+  std::set<std::string> seen;
+  for (const auto& entry : node) {
+    if (!entry.first.IsScalar()) {
+      return invalid_argument(join_key(prefix, "?") + ": keys must be plain names");
+    }
+    std::string name = entry.first.Scalar();
+    if (!seen.insert(name).second) {
+      return invalid_argument(join_key(prefix, name) + ": given twice");
+    }
+    entries.emplace_back(std::move(name), entry.second);
+  }
+  return entries;
+}
+
+// A mapping parsed against a table of known keys: unknown keys are errors.
+template <typename T>
+using Setter = std::function<Status(const YAML::Node&, const std::string& key, T&)>;
+template <typename T>
+using Fields = std::vector<std::pair<const char*, Setter<T>>>;
+
+template <typename T>
+Status parse_fields(const YAML::Node& node, std::string_view prefix, const Fields<T>& fields,
+                    T& out) {
+  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(node, prefix));
+  for (const auto& [name, value] : entries) {
+    const std::string key = join_key(prefix, name);
+    auto it = std::find_if(fields.begin(), fields.end(),
+                           [&](const auto& field) { return name == field.first; });
+    if (it == fields.end()) return invalid_argument(key + ": unknown key");
+    BATON_RETURN_IF_ERROR(it->second(value, key, out));
+  }
+  return Status::ok();
+}
+
+Result<int64_t> read_int(const YAML::Node& node, const std::string& key, int64_t lo, int64_t hi) {
+  if (!node.IsScalar()) return invalid_argument(key + ": expected an integer");
+  const std::string& text = node.Scalar();
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return invalid_argument(key + ": expected an integer, got '" + text + "'");
+  }
+  if (value < lo || value > hi) {
+    return invalid_argument(key + ": must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got " + text);
+  }
+  return value;
+}
+
+Result<bool> read_bool(const YAML::Node& node, const std::string& key) {
+  std::string text = node.IsScalar() ? node.Scalar() : "";
+  if (text == "true" || text == "True" || text == "TRUE") return true;
+  if (text == "false" || text == "False" || text == "FALSE") return false;
+  return invalid_argument(key + ": expected true or false, got '" + text + "'");
+}
+
+Result<std::string> read_string(const YAML::Node& node, const std::string& key) {
+  if (!node.IsScalar() || node.Scalar().empty()) {
+    return invalid_argument(key + ": expected a non-empty string");
+  }
+  return node.Scalar();
+}
+
+// A host name or address: no spaces, nothing a URL or an endpoint would choke on.
+Result<std::string> read_host(const YAML::Node& node, const std::string& key) {
+  BATON_ASSIGN_OR_RETURN(std::string host, read_string(node, key));
+  for (char c : host) {
+    if (c == ' ' || c == '\t' || c == '/' || c == '@' || c == '?' || c == '#') {
+      return invalid_argument(key + ": '" + host + "' is not a host name or address");
+    }
+  }
+  return host;
+}
+
+template <typename T, typename Field>
+Setter<T> int_field(Field T::*field, int64_t lo, int64_t hi) {
+  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
+    BATON_ASSIGN_OR_RETURN(int64_t value, read_int(node, key, lo, hi));
+    out.*field = Field(value);
+    return Status::ok();
+  };
+}
+
+template <typename T>
+Setter<T> ms_field(std::chrono::milliseconds T::*field, int64_t lo, int64_t hi) {
+  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
+    BATON_ASSIGN_OR_RETURN(int64_t value, read_int(node, key, lo, hi));
+    out.*field = std::chrono::milliseconds(value);
+    return Status::ok();
+  };
+}
+
+template <typename T>
+Setter<T> bool_field(bool T::*field) {
+  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
+    BATON_ASSIGN_OR_RETURN(out.*field, read_bool(node, key));
+    return Status::ok();
+  };
+}
+
+template <typename T>
+Setter<T> string_field(std::string T::*field) {
+  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
+    BATON_ASSIGN_OR_RETURN(out.*field, read_string(node, key));
+    return Status::ok();
+  };
+}
+
+// `over` laid over `base`, key by key; where both hold a mapping, those merge too
+// (so a node's transfer.ucx_env adds to the defaults' instead of replacing them).
+// Built without assigning to any YAML::Node: yaml-cpp's operator= writes through
+// to the node it refers to, which would change the shared defaults.
+Result<YAML::Node> merge_maps(const YAML::Node& base, const YAML::Node& over,
+                              std::string_view base_prefix, std::string_view over_prefix) {
+  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(base, base_prefix));
+  BATON_ASSIGN_OR_RETURN(auto overrides, map_entries(over, over_prefix));
+  auto find = [](const auto& list, const std::string& name) {
+    return std::find_if(list.begin(), list.end(),
+                        [&](const auto& entry) { return entry.first == name; });
+  };
+  YAML::Node merged(YAML::NodeType::Map);
+  for (const auto& [name, value] : entries) {
+    auto it = find(overrides, name);
+    if (it == overrides.end()) {
+      merged.force_insert(name, value);
+    } else if (value.IsMap() && it->second.IsMap()) {
+      BATON_ASSIGN_OR_RETURN(
+          YAML::Node both,
+          merge_maps(value, it->second, join_key(base_prefix, name), join_key(over_prefix, name)));
+      merged.force_insert(name, both);
+    } else {
+      merged.force_insert(name, it->second);
+    }
+  }
+  for (const auto& [name, value] : overrides) {
+    if (find(entries, name) == entries.end()) merged.force_insert(name, value);
+  }
+  return merged;
+}
+
+// --- model ------------------------------------------------------------------
+
+const Fields<ModelSection>& model_fields() {
+  static const Fields<ModelSection> fields = {
+      {"preset", string_field(&ModelSection::preset)},
+      {"path",
+       [](const YAML::Node& node, const std::string& key, ModelSection& out) -> Status {
+         BATON_ASSIGN_OR_RETURN(std::string path, read_string(node, key));
+         out.path = path;
+         return Status::ok();
+       }},
+      {"dtype",
+       [](const YAML::Node& node, const std::string& key, ModelSection& out) -> Status {
+         std::string text = node.IsScalar() ? node.Scalar() : "";
+         auto dtype = parse_dtype(text);
+         if (!dtype)
+           return invalid_argument(key + ": expected f32, bf16 or f16, got '" + text + "'");
+         out.dtype = *dtype;
+         return Status::ok();
+       }},
+      {"seed",
+       [](const YAML::Node& node, const std::string& key, ModelSection& out) -> Status {
+         std::string text = node.IsScalar() ? node.Scalar() : "";
+         auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out.seed);
+         if (text.empty() || ec != std::errc() || end != text.data() + text.size()) {
+           return invalid_argument(key + ": expected a non-negative 64-bit integer, got '" + text +
+                                   "'");
+         }
+         return Status::ok();
+       }},
+      {"served_name", string_field(&ModelSection::served_name)},
+  };
+  return fields;
+}
+
+Result<ModelSection> parse_model(const YAML::Node& node, const fs::path& base_dir) {
+  ModelSection model;
+  BATON_RETURN_IF_ERROR(parse_fields(node, "model", model_fields(), model));
+  if (!model.preset.empty()) {
+    auto names = engine::model_preset_names();
+    if (std::find(names.begin(), names.end(), model.preset) == names.end()) {
+      std::string known;
+      for (const auto& name : names) known += (known.empty() ? "" : ", ") + name;
+      return invalid_argument("model.preset: unknown preset '" + model.preset +
+                              "' (known: " + known + ")");
+    }
+  }
+  if (model.path.empty()) {
+    if (model.preset.empty()) {
+      return invalid_argument("model: needs path (a checkpoint directory) or preset");
+    }
+    model.path = fs::path("models") / model.preset;
+  }
+  if (model.path.is_relative()) model.path = base_dir / model.path;
+  model.path = model.path.lexically_normal();
+  if (!model.path.has_filename()) model.path = model.path.parent_path();  // "dir/" -> "dir"
+  if (model.served_name.empty()) model.served_name = model.path.filename().string();
+  if (model.served_name.empty() || model.served_name == "." || model.served_name == "..") {
+    return invalid_argument("model.served_name: cannot be derived from path '" +
+                            model.path.string() + "'; give one");
+  }
+  return model;
+}
+
+// --- router -----------------------------------------------------------------
+
+const Fields<router::RequestLimits>& limits_fields() {
+  using L = router::RequestLimits;
+  static const Fields<L> fields = {
+      {"max_n", int_field(&L::max_n, 1, 1024)},
+      {"max_batch", int_field(&L::max_batch, 1, 65536)},
+      {"max_logprobs", int_field(&L::max_logprobs, 0, 1024)},
+      {"max_stop_strings", int_field(&L::max_stop_strings, 0, 1024)},
+  };
+  return fields;
+}
+
+const Fields<RouterSection>& router_fields() {
+  using R = RouterSection;
+  static const Fields<R> fields = {
+      {"host",
+       [](const YAML::Node& node, const std::string& key, R& out) -> Status {
+         BATON_ASSIGN_OR_RETURN(out.host, read_host(node, key));
+         return Status::ok();
+       }},
+      {"http_port", int_field(&R::http_port, 1, 65535)},
+      {"zmq_port", int_field(&R::zmq_port, 1, 65535)},
+      {"control_port", int_field(&R::control_port, 1, 65535)},
+      {"policy",
+       [](const YAML::Node& node, const std::string& key, R& out) -> Status {
+         std::string text = node.IsScalar() ? node.Scalar() : "";
+         if (text == "round-robin") {
+           out.policy = RoutingPolicy::kRoundRobin;
+         } else if (text == "least-loaded") {
+           out.policy = RoutingPolicy::kLeastLoaded;
+         } else {
+           return invalid_argument(key + ": expected round-robin or least-loaded, got '" + text +
+                                   "'");
+         }
+         return Status::ok();
+       }},
+      {"max_queued_requests", int_field(&R::max_queued_requests, 1, int64_t(1) << 20)},
+      {"request_timeout_ms", ms_field(&R::request_timeout, 1, 86400000)},
+      {"heartbeat_interval_ms", ms_field(&R::heartbeat_interval, 1, 60000)},
+      {"heartbeat_timeout_ms", ms_field(&R::heartbeat_timeout, 1, 3600000)},
+      {"min_remote_prefill_tokens", int_field(&R::min_remote_prefill_tokens, 0, int64_t(1) << 24)},
+      {"drain_timeout_ms", ms_field(&R::drain_timeout, 0, 3600000)},
+      {"http_threads", int_field(&R::http_threads, 1, 256)},
+      {"limits",
+       [](const YAML::Node& node, const std::string& key, R& out) -> Status {
+         return parse_fields(node, key, limits_fields(), out.limits);
+       }},
+  };
+  return fields;
+}
+
+Result<RouterSection> parse_router(const YAML::Node& node) {
+  RouterSection router;
+  BATON_RETURN_IF_ERROR(parse_fields(node, "router", router_fields(), router));
+  if (router.heartbeat_timeout <= 2 * router.heartbeat_interval) {
+    return invalid_argument("router.heartbeat_timeout_ms: must exceed 2 x heartbeat_interval_ms (" +
+                            std::to_string(2 * router.heartbeat_interval.count()) + "), got " +
+                            std::to_string(router.heartbeat_timeout.count()));
+  }
+  return router;
+}
+
+// Every port the cluster listens on, with the host it listens on: none twice.
+Status check_ports(const RouterSection& router) {
+  struct Port {
+    std::string host;
+    uint16_t port;
+    std::string key;
+  };
+  const std::vector<Port> ports = {{router.host, router.http_port, "router.http_port"},
+                                   {router.host, router.zmq_port, "router.zmq_port"},
+                                   {router.host, router.control_port, "router.control_port"}};
+  for (size_t i = 0; i < ports.size(); ++i) {
+    for (size_t j = 0; j < i; ++j) {
+      if (ports[i].host == ports[j].host && ports[i].port == ports[j].port) {
+        return invalid_argument(ports[i].key + ": port " + std::to_string(ports[i].port) + " on " +
+                                ports[i].host + " is already " + ports[j].key);
+      }
+    }
+  }
+  return Status::ok();
+}
+
+// --- nodes ------------------------------------------------------------------
+
+Status check_node_name(const std::string& name, const std::string& key) {
+  if (name.empty() || name.size() > 64) {
+    return invalid_argument(key + ": must be 1 to 64 characters");
+  }
+  for (char c : name) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) {
+      return invalid_argument(key + ": '" + name +
+                              "' may hold only letters, digits, '-', '_' and '.'");
+    }
+  }
+  return Status::ok();
+}
+
+struct NodeDefaults {
+  YAML::Node engine;
+  YAML::Node transfer;
+};
+
+Result<NodeSection> parse_node(const YAML::Node& node, Role role, size_t index,
+                               const NodeDefaults& defaults) {
+  const std::string prefix = std::string(role_name(role)) + "[" + std::to_string(index) + "]";
+  if (!node.IsMap()) {
+    return invalid_argument(prefix + ": expected a mapping with name, host, engine, transfer");
+  }
+  NodeSection out;
+  out.role = role;
+  out.name = std::string(role_name(role)) + "-" + std::to_string(index);
+  YAML::Node engine_node;
+  YAML::Node transfer_node;
+  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(node, prefix));
+  for (const auto& [name, value] : entries) {
+    const std::string key = join_key(prefix, name);
+    if (name == "name") {
+      BATON_ASSIGN_OR_RETURN(out.name, read_string(value, key));
+      BATON_RETURN_IF_ERROR(check_node_name(out.name, key));
+    } else if (name == "host") {
+      BATON_ASSIGN_OR_RETURN(out.host, read_host(value, key));
+    } else if (name == "engine") {
+      engine_node = value;
+    } else if (name == "transfer") {
+      transfer_node = value;
+    } else {
+      return invalid_argument(key + ": unknown key");
+    }
+  }
+  {
+    const std::string key = prefix + ".engine";
+    BATON_ASSIGN_OR_RETURN(YAML::Node merged,
+                           merge_maps(defaults.engine, engine_node, "engine", key));
+    BATON_ASSIGN_OR_RETURN(out.engine, engine::parse_engine_config(merged, key));
+  }
+  {
+    const std::string key = prefix + ".transfer";
+    BATON_ASSIGN_OR_RETURN(YAML::Node merged,
+                           merge_maps(defaults.transfer, transfer_node, "transfer", key));
+    BATON_ASSIGN_OR_RETURN(out.transfer, parse_transfer_config(merged, key));
+  }
+  out.transfer.node_name = out.name;
+  return out;
+}
+
+Result<std::vector<NodeSection>> parse_nodes(const YAML::Node& node, Role role,
+                                             const NodeDefaults& defaults) {
+  const std::string key(role_name(role));
+  if (node && !node.IsNull() && !node.IsSequence()) {
+    return invalid_argument(key + ": expected a list of nodes");
+  }
+  std::vector<NodeSection> nodes;
+  if (node) {
+    for (size_t i = 0; i < node.size(); ++i) {
+      BATON_ASSIGN_OR_RETURN(NodeSection parsed, parse_node(node[i], role, i, defaults));
+      nodes.push_back(std::move(parsed));
+    }
+  }
+  if (nodes.empty()) return invalid_argument(key + ": at least one node is required");
+  return nodes;
+}
+
+// "256MiB" when exact, else a plain byte count.
+std::string format_bytes(uint64_t bytes) {
+  static const std::pair<const char*, uint64_t> kUnits[] = {
+      {"GiB", 1ull << 30}, {"MiB", 1ull << 20}, {"KiB", 1ull << 10}};
+  for (const auto& [name, scale] : kUnits) {
+    if (bytes >= scale && bytes % scale == 0) return std::to_string(bytes / scale) + name;
+  }
+  return std::to_string(bytes) + " bytes";
+}
+
+// Rounded up to whole MiB (KiB below one MiB): a lower bound to quote.
+std::string format_bytes_ceil(uint64_t bytes) {
+  if (bytes >= (1ull << 20)) return std::to_string((bytes + (1ull << 20) - 1) >> 20) + "MiB";
+  return std::to_string((bytes + 1023) >> 10) + "KiB";
+}
+
+}  // namespace
+
+std::string_view role_name(Role role) {
+  switch (role) {
+    case Role::kRouter:
+      return "router";
+    case Role::kPrefill:
+      return "prefill";
+    case Role::kDecode:
+      return "decode";
+  }
+  return "?";
+}
+
+std::string_view routing_policy_name(RoutingPolicy policy) {
+  switch (policy) {
+    case RoutingPolicy::kRoundRobin:
+      return "round-robin";
+    case RoutingPolicy::kLeastLoaded:
+      return "least-loaded";
+  }
+  return "?";
+}
+
+const NodeSection* ClusterConfig::find_node(std::string_view name) const {
+  for (const auto* nodes : {&prefill, &decode}) {
+    for (const auto& node : *nodes) {
+      if (node.name == name) return &node;
+    }
+  }
+  return nullptr;
+}
+
+Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node,
+                                                          std::string_view prefix) {
+  using T = kv_transfer::TransferConfig;
+  static const Fields<T> fields = {
+      {"mode",
+       [](const YAML::Node& value, const std::string& key, T& out) -> Status {
+         std::string text = value.IsScalar() ? value.Scalar() : "";
+         auto mode = kv_transfer::parse_transfer_mode(text);
+         if (!mode) {
+           return invalid_argument(key + ": expected auto, rma, tag or am, got '" + text + "'");
+         }
+         out.mode = *mode;
+         return Status::ok();
+       }},
+      {"default_deadline_ms", ms_field(&T::default_deadline, 1, 3600000)},
+      {"close_timeout_ms", ms_field(&T::close_timeout, 1, 600000)},
+      {"idle_wait_ms", ms_field(&T::idle_wait, 1, 10000)},
+      {"verify_checksum", bool_field(&T::verify_checksum)},
+      {"peer_error_handling", bool_field(&T::peer_error_handling)},
+      {"ucx_env",
+       [](const YAML::Node& value, const std::string& key, T& out) -> Status {
+         BATON_ASSIGN_OR_RETURN(auto entries, map_entries(value, key));
+         for (const auto& [name, setting] : entries) {
+           const std::string entry_key = join_key(key, name);
+           if (name.rfind("UCX_", 0) != 0 || name.size() == 4) {
+             return invalid_argument(entry_key + ": UCX variables start with UCX_");
+           }
+           if (!setting.IsScalar()) return invalid_argument(entry_key + ": expected a value");
+           out.ucx_env[name] = setting.Scalar();
+         }
+         return Status::ok();
+       }},
+  };
+  kv_transfer::TransferConfig config;
+  BATON_RETURN_IF_ERROR(parse_fields(node, prefix, fields, config));
+  BATON_RETURN_IF_ERROR(kv_transfer::validate(config));
+  return config;
+}
+
+Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::path& base_dir) {
+  static const char* const kTopLevel[] = {"model",    "router",  "engine",
+                                          "transfer", "prefill", "decode"};
+  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(root, ""));
+  for (const auto& entry : entries) {
+    if (std::find(std::begin(kTopLevel), std::end(kTopLevel), entry.first) == std::end(kTopLevel)) {
+      return invalid_argument(entry.first + ": unknown key");
+    }
+  }
+  auto section = [&](const char* name) {
+    for (const auto& entry : entries) {
+      if (entry.first == name) return entry.second;
+    }
+    return YAML::Node();
+  };
+
+  ClusterConfig config;
+  BATON_ASSIGN_OR_RETURN(config.model, parse_model(section("model"), base_dir));
+  BATON_ASSIGN_OR_RETURN(config.router, parse_router(section("router")));
+  BATON_RETURN_IF_ERROR(check_ports(config.router));
+
+  // The defaults are checked on their own first, so their errors name "engine.x",
+  // and any error of a node's merged mapping is the node's own key.
+  NodeDefaults defaults{section("engine"), section("transfer")};
+  {
+    auto engine = engine::parse_engine_config(defaults.engine, "engine");
+    if (!engine.is_ok()) return engine.status();
+    auto transfer = parse_transfer_config(defaults.transfer, "transfer");
+    if (!transfer.is_ok()) return transfer.status();
+  }
+  BATON_ASSIGN_OR_RETURN(config.prefill, parse_nodes(section("prefill"), Role::kPrefill, defaults));
+  BATON_ASSIGN_OR_RETURN(config.decode, parse_nodes(section("decode"), Role::kDecode, defaults));
+
+  std::vector<std::pair<std::string, std::string>> names;  // name, key
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (size_t i = 0; i < nodes->size(); ++i) {
+      const NodeSection& node = (*nodes)[i];
+      std::string node_key = std::string(role_name(node.role)) + "[" + std::to_string(i) + "]";
+      for (const auto& [name, other] : names) {
+        if (name == node.name) {
+          return invalid_argument(node_key + ".name: '" + node.name + "' is already the name of " +
+                                  other);
+        }
+      }
+      names.emplace_back(node.name, node_key);
+    }
+  }
+  return config;
+}
+
+Result<ClusterConfig> load_cluster_config(const fs::path& yaml_file) {
+  std::error_code ec;
+  fs::path file = fs::absolute(yaml_file, ec).lexically_normal();
+  if (ec) file = yaml_file;
+  if (!fs::exists(file, ec)) return not_found(yaml_file.string() + ": no such file");
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(file.string());
+  } catch (const YAML::Exception& e) {
+    return invalid_argument(yaml_file.string() + ": " + e.what());
+  }
+  auto config = parse_cluster_config(root, file.parent_path());
+  if (!config.is_ok()) return config.status().with_context(yaml_file.string());
+  config->file = file;
+  return config;
+}
+
+Status validate_against_model(const ClusterConfig& config, const engine::ModelConfig& model) {
+  const std::string model_name =
+      config.model.served_name.empty() ? std::string("the model") : config.model.served_name;
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (size_t i = 0; i < nodes->size(); ++i) {
+      const NodeSection& node = (*nodes)[i];
+      const engine::EngineConfig& engine = node.engine;
+      const std::string prefix =
+          std::string(role_name(node.role)) + "[" + std::to_string(i) + "].engine.";
+      if (engine.max_model_len > model.max_position_embeddings) {
+        return invalid_argument(prefix + "max_model_len: " + std::to_string(engine.max_model_len) +
+                                " exceeds " + model_name + "'s max_position_embeddings " +
+                                std::to_string(model.max_position_embeddings));
+      }
+      const int64_t max_len =
+          engine.max_model_len > 0 ? engine.max_model_len : model.max_position_embeddings;
+      KvLayout layout{.num_layers = model.num_layers,
+                      .num_blocks = 1,
+                      .block_size = engine.block_size,
+                      .num_kv_heads = model.num_kv_heads,
+                      .head_dim = model.head_dim,
+                      .dtype = engine.kv_dtype.value_or(model.torch_dtype)};
+      const uint64_t block_bytes = layout.total_bytes();  // one block, every layer
+      if (block_bytes == 0) {
+        return invalid_argument(model_name +
+                                ": the model's shape has no KV (layers, KV heads or "
+                                "head_dim is zero)");
+      }
+      int64_t blocks = engine.kv_cache_blocks > 0
+                           ? engine.kv_cache_blocks
+                           : engine::kv_blocks_for_bytes(layout, engine.kv_cache_bytes);
+      // As the engine does: token slots are int32 in the kernels.
+      blocks = std::min<int64_t>(blocks, INT32_MAX / engine.block_size);
+      const int64_t needed = (max_len + engine.block_size - 1) / engine.block_size;
+      if (blocks >= needed) continue;
+      const int64_t tokens = blocks * engine.block_size;
+      std::string what =
+          engine.kv_cache_blocks > 0
+              ? prefix + "kv_cache_blocks: " + std::to_string(engine.kv_cache_blocks) +
+                    " blocks hold "
+              : prefix + "kv_cache_bytes: " + format_bytes(engine.kv_cache_bytes) + " holds ";
+      return invalid_argument(
+          what + std::to_string(tokens) + " tokens of " + model_name + "'s KV, less than one " +
+          std::to_string(max_len) + "-token request (needs " + std::to_string(needed) +
+          " blocks of " + std::to_string(engine.block_size) + " tokens, at least " +
+          format_bytes_ceil(uint64_t(needed) * block_bytes) + " in " +
+          std::string(dtype_name(layout.dtype)) + "; or lower " + prefix + "max_model_len)");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace baton::cluster

@@ -1,0 +1,106 @@
+// cluster/cluster_config.h — the cluster YAML, parsed and validated as a whole.
+//
+// One file describes a whole cluster: the model, the router, and every prefill
+// and decode node. The top-level `engine:` and `transfer:` mappings are
+// defaults for every node; a node's own `engine:` / `transfer:` override them
+// key by key (the YAML maps are merged, then parsed once). Missing keys take
+// their defaults; anything wrong is one InvalidArgument naming the key path,
+// e.g. "decode[1].engine.block_size: must be a power of two ...",
+// "router.zmq_port: 8000 is already router.http_port on 127.0.0.1".
+//
+// Checks that need the model's shape (does each KV pool hold one max-length
+// request?) run separately, in validate_against_model, once the checkpoint's
+// config.json is at hand.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "common/dtype.h"
+#include "common/status.h"
+#include "engine/engine_config.h"
+#include "engine/model_config.h"
+#include "kv_transfer/transfer_config.h"
+#include "router/completion_request.h"
+
+namespace YAML {
+class Node;
+}
+
+namespace baton::cluster {
+
+enum class Role { kRouter, kPrefill, kDecode };
+std::string_view role_name(Role role);  // "router", "prefill", "decode"
+
+enum class RoutingPolicy { kRoundRobin, kLeastLoaded };  // YAML: round-robin, least-loaded
+std::string_view routing_policy_name(RoutingPolicy policy);
+
+struct ModelSection {
+  std::string preset;  // optional: a make-model preset; with it, `path` is made when missing
+  // The checkpoint directory; relative paths are relative to the YAML file's directory.
+  std::filesystem::path path;
+  DType dtype = DType::kBF16;  // for making the preset
+  uint64_t seed = 0;           // for making the preset
+  std::string served_name;     // the `model` name clients send; default: path's last component
+};
+
+struct RouterSection {
+  std::string host = "127.0.0.1";
+  uint16_t http_port = 8000;
+  uint16_t zmq_port = 8001;      // ZeroMQ client front end
+  uint16_t control_port = 8002;  // nodes connect here (ZeroMQ control plane)
+  RoutingPolicy policy = RoutingPolicy::kLeastLoaded;
+  int32_t max_queued_requests = 1024;  // beyond: 429 with Retry-After
+  std::chrono::milliseconds request_timeout{600000};
+  std::chrono::milliseconds heartbeat_interval{200};
+  std::chrono::milliseconds heartbeat_timeout{2000};  // must exceed 2 intervals
+  int32_t min_remote_prefill_tokens = 32;  // shorter prompts are prefilled on the decode node
+  std::chrono::milliseconds drain_timeout{10000};  // on stop: let running requests finish this long
+  int32_t http_threads = 1;
+  router::RequestLimits limits;  // keys max_n, max_batch, max_logprobs, max_stop_strings
+};
+
+struct NodeSection {
+  std::string name;  // unique across the cluster
+  Role role = Role::kPrefill;
+  std::string host = "127.0.0.1";  // where it runs (baton up starts the nodes whose host is local)
+  engine::EngineConfig engine;
+  kv_transfer::TransferConfig transfer;  // transfer.node_name = name
+};
+
+struct ClusterConfig {
+  std::filesystem::path file;  // the YAML it came from (empty when parsed from a node)
+  ModelSection model;
+  RouterSection router;
+  std::vector<NodeSection> prefill;
+  std::vector<NodeSection> decode;
+
+  const NodeSection* find_node(std::string_view name) const;  // nullptr if none
+};
+
+// Reads and validates a cluster YAML; errors are prefixed with the file name.
+// `file` is stored absolute, and relative paths inside resolve against its directory.
+Result<ClusterConfig> load_cluster_config(const std::filesystem::path& yaml_file);
+// The same for an already parsed document; relative paths resolve against `base_dir`.
+Result<ClusterConfig> parse_cluster_config(const YAML::Node& root,
+                                           const std::filesystem::path& base_dir);
+
+// Checks that need the model's shape: every node's KV pool holds at least one
+// max-length request (max_model_len tokens, the node's block size and KV dtype),
+// and max_model_len <= max_position_embeddings. Error names the node key, e.g.
+// "decode[0].engine.kv_cache_bytes: 1MiB holds 32 tokens of smollm2-135m's KV, less
+// than one 8192-token request ...". `model` is the checkpoint's config.json: its
+// torch_dtype is the KV dtype of nodes whose engine.kv_dtype is auto.
+Status validate_against_model(const ClusterConfig& config, const engine::ModelConfig& model);
+
+// Parses the `transfer:` mapping (keys: mode auto|rma|tag|am, default_deadline_ms,
+// close_timeout_ms, idle_wait_ms, verify_checksum, peer_error_handling,
+// ucx_env: {UCX_...: value}); errors name prefix.key. Absent or null: defaults.
+Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node,
+                                                          std::string_view prefix);
+
+}  // namespace baton::cluster

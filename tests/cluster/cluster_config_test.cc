@@ -1,0 +1,592 @@
+#include "cluster/cluster_config.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "engine/make_model.h"
+
+namespace baton::cluster {
+namespace {
+
+namespace fs = std::filesystem;
+
+const std::string kModel = "model: {path: m}\n";
+const std::string kNodes = "prefill: [{name: p}]\ndecode: [{name: d}]\n";
+
+Result<ClusterConfig> parse(const std::string& yaml, const fs::path& base = "/cfg") {
+  return parse_cluster_config(YAML::Load(yaml), base);
+}
+
+engine::ModelConfig preset(const char* name, DType dtype) {
+  auto model = engine::model_preset(name);
+  EXPECT_TRUE(model.is_ok()) << model.status().to_string();
+  model->torch_dtype = dtype;  // as make-model writes it
+  return *model;
+}
+
+// Expects `config` to fail with one InvalidArgument line containing `expected`.
+void expect_error(const Result<ClusterConfig>& config, const std::string& expected,
+                  const std::string& yaml) {
+  ASSERT_FALSE(config.is_ok()) << yaml;
+  EXPECT_EQ(config.status().code(), StatusCode::kInvalidArgument) << yaml;
+  const std::string& message = config.status().message();
+  EXPECT_NE(message.find(expected), std::string::npos)
+      << yaml << "\n  -> " << message << "\n  wanted: " << expected;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
+TEST(ClusterConfig, MissingMeansDefault) {
+  auto config = parse(kModel + kNodes);
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  const RouterSection defaults;
+  const RouterSection& r = config->router;
+  EXPECT_EQ(r.host, "127.0.0.1");
+  EXPECT_EQ(r.http_port, 8000);
+  EXPECT_EQ(r.zmq_port, 8001);
+  EXPECT_EQ(r.control_port, 8002);
+  EXPECT_EQ(r.policy, RoutingPolicy::kLeastLoaded);
+  EXPECT_EQ(r.max_queued_requests, 1024);
+  EXPECT_EQ(r.request_timeout, std::chrono::milliseconds(600000));
+  EXPECT_EQ(r.heartbeat_interval, std::chrono::milliseconds(200));
+  EXPECT_EQ(r.heartbeat_timeout, std::chrono::milliseconds(2000));
+  EXPECT_EQ(r.min_remote_prefill_tokens, 32);
+  EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(10000));
+  EXPECT_EQ(r.http_threads, 1);
+  EXPECT_EQ(r.limits.max_n, 16);
+  EXPECT_EQ(r.limits.max_batch, 256);
+  EXPECT_EQ(r.limits.max_logprobs, 20);
+  EXPECT_EQ(r.limits.max_stop_strings, 16);
+
+  EXPECT_EQ(config->model.path, fs::path("/cfg/m"));
+  EXPECT_EQ(config->model.served_name, "m");
+  EXPECT_EQ(config->model.dtype, DType::kBF16);
+  EXPECT_EQ(config->model.seed, 0u);
+  EXPECT_TRUE(config->model.preset.empty());
+
+  ASSERT_EQ(config->prefill.size(), 1u);
+  ASSERT_EQ(config->decode.size(), 1u);
+  const NodeSection& p = config->prefill[0];
+  EXPECT_EQ(p.name, "p");
+  EXPECT_EQ(p.role, Role::kPrefill);
+  EXPECT_EQ(p.host, "127.0.0.1");
+  EXPECT_EQ(p.engine.block_size, 16);
+  EXPECT_EQ(p.engine.kv_cache_bytes, 256ull << 20);
+  EXPECT_EQ(p.engine.threads, 0);
+  EXPECT_EQ(p.transfer.mode, kv_transfer::TransferMode::kAuto);
+  EXPECT_EQ(p.transfer.default_deadline, std::chrono::milliseconds(3000));
+  EXPECT_TRUE(p.transfer.verify_checksum);
+  EXPECT_TRUE(p.transfer.ucx_env.empty());
+  EXPECT_EQ(p.transfer.node_name, "p");
+  EXPECT_EQ(config->decode[0].role, Role::kDecode);
+  EXPECT_EQ(config->decode[0].transfer.node_name, "d");
+}
+
+TEST(ClusterConfig, ReadsEveryKey) {
+  auto config = parse(R"(
+model: {preset: tiny, path: /abs/ckpt, dtype: f16, seed: 18446744073709551615, served_name: chat}
+router:
+  host: 10.1.2.3
+  http_port: 9000
+  zmq_port: 9001
+  control_port: 9002
+  policy: round-robin
+  max_queued_requests: 7
+  request_timeout_ms: 1234
+  heartbeat_interval_ms: 50
+  heartbeat_timeout_ms: 101
+  min_remote_prefill_tokens: 0
+  drain_timeout_ms: 0
+  http_threads: 3
+  limits: {max_n: 2, max_batch: 3, max_logprobs: 4, max_stop_strings: 5}
+transfer:
+  mode: tag
+  default_deadline_ms: 10
+  close_timeout_ms: 11
+  idle_wait_ms: 12
+  verify_checksum: false
+  peer_error_handling: false
+  ucx_env: {UCX_TLS: "tcp,self", UCX_RNDV_THRESH: 8192}
+prefill: [{name: p, host: node-a.example}]
+decode: [{name: d, host: 10.1.2.4}]
+)");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->model.preset, "tiny");
+  EXPECT_EQ(config->model.path, fs::path("/abs/ckpt"));
+  EXPECT_EQ(config->model.dtype, DType::kF16);
+  EXPECT_EQ(config->model.seed, 18446744073709551615ull);
+  EXPECT_EQ(config->model.served_name, "chat");
+  const RouterSection& r = config->router;
+  EXPECT_EQ(r.host, "10.1.2.3");
+  EXPECT_EQ(r.http_port, 9000);
+  EXPECT_EQ(r.zmq_port, 9001);
+  EXPECT_EQ(r.control_port, 9002);
+  EXPECT_EQ(r.policy, RoutingPolicy::kRoundRobin);
+  EXPECT_EQ(r.max_queued_requests, 7);
+  EXPECT_EQ(r.request_timeout, std::chrono::milliseconds(1234));
+  EXPECT_EQ(r.heartbeat_interval, std::chrono::milliseconds(50));
+  EXPECT_EQ(r.heartbeat_timeout, std::chrono::milliseconds(101));
+  EXPECT_EQ(r.min_remote_prefill_tokens, 0);
+  EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(0));
+  EXPECT_EQ(r.http_threads, 3);
+  EXPECT_EQ(r.limits.max_n, 2);
+  EXPECT_EQ(r.limits.max_batch, 3);
+  EXPECT_EQ(r.limits.max_logprobs, 4);
+  EXPECT_EQ(r.limits.max_stop_strings, 5);
+  for (const auto* node : {&config->prefill[0], &config->decode[0]}) {
+    const kv_transfer::TransferConfig& t = node->transfer;
+    EXPECT_EQ(t.mode, kv_transfer::TransferMode::kTag);
+    EXPECT_EQ(t.default_deadline, std::chrono::milliseconds(10));
+    EXPECT_EQ(t.close_timeout, std::chrono::milliseconds(11));
+    EXPECT_EQ(t.idle_wait, std::chrono::milliseconds(12));
+    EXPECT_FALSE(t.verify_checksum);
+    EXPECT_FALSE(t.peer_error_handling);
+    EXPECT_EQ(t.ucx_env.size(), 2u);
+    EXPECT_EQ(t.ucx_env.at("UCX_TLS"), "tcp,self");
+    EXPECT_EQ(t.ucx_env.at("UCX_RNDV_THRESH"), "8192");
+  }
+  EXPECT_EQ(config->prefill[0].host, "node-a.example");
+  EXPECT_EQ(config->decode[0].host, "10.1.2.4");
+  EXPECT_EQ(role_name(Role::kRouter), "router");
+  EXPECT_EQ(role_name(Role::kPrefill), "prefill");
+  EXPECT_EQ(role_name(Role::kDecode), "decode");
+  EXPECT_EQ(routing_policy_name(RoutingPolicy::kRoundRobin), "round-robin");
+  EXPECT_EQ(routing_policy_name(RoutingPolicy::kLeastLoaded), "least-loaded");
+}
+
+TEST(ClusterConfig, NodeSettingsOverrideDefaultsKeyByKey) {
+  auto config = parse(kModel + R"(
+engine: {threads: 2, block_size: 32, kv_cache_bytes: 128MiB, kv_dtype: f16}
+transfer: {mode: tag, default_deadline_ms: 100, ucx_env: {UCX_TLS: tcp, UCX_NET_DEVICES: eth0}}
+prefill:
+  - {name: p0, engine: {kv_cache_bytes: 1GiB, kv_dtype: auto}}
+  - {name: p1, transfer: {mode: rma, ucx_env: {UCX_NET_DEVICES: "mlx5_1:1"}}}
+decode:
+  - {name: d0, engine: {max_model_len: 512, threads: 4}}
+)");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  const NodeSection& p0 = config->prefill[0];
+  EXPECT_EQ(p0.engine.threads, 2);
+  EXPECT_EQ(p0.engine.block_size, 32);
+  EXPECT_EQ(p0.engine.kv_cache_bytes, 1ull << 30);
+  EXPECT_FALSE(p0.engine.kv_dtype.has_value());
+  EXPECT_EQ(p0.transfer.mode, kv_transfer::TransferMode::kTag);
+
+  const NodeSection& p1 = config->prefill[1];
+  EXPECT_EQ(p1.engine.kv_cache_bytes, 128ull << 20);
+  EXPECT_EQ(p1.engine.kv_dtype, DType::kF16);
+  EXPECT_EQ(p1.transfer.mode, kv_transfer::TransferMode::kRma);
+  EXPECT_EQ(p1.transfer.default_deadline, std::chrono::milliseconds(100));
+  // ucx_env merges too: the node's device, the defaults' transports.
+  EXPECT_EQ(p1.transfer.ucx_env.at("UCX_TLS"), "tcp");
+  EXPECT_EQ(p1.transfer.ucx_env.at("UCX_NET_DEVICES"), "mlx5_1:1");
+  EXPECT_EQ(p0.transfer.ucx_env.at("UCX_NET_DEVICES"), "eth0");
+
+  const NodeSection& d0 = config->decode[0];
+  EXPECT_EQ(d0.engine.threads, 4);
+  EXPECT_EQ(d0.engine.block_size, 32);
+  EXPECT_EQ(d0.engine.max_model_len, 512);
+  EXPECT_EQ(d0.engine.kv_cache_bytes, 128ull << 20);
+  EXPECT_EQ(d0.transfer.node_name, "d0");
+}
+
+TEST(ClusterConfig, NodesWithoutNamesAreNamedByRoleAndIndex) {
+  auto config = parse(kModel + "prefill: [{}, {host: 10.0.0.9}]\ndecode: [{}]\n");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->prefill[0].name, "prefill-0");
+  EXPECT_EQ(config->prefill[1].name, "prefill-1");
+  EXPECT_EQ(config->prefill[1].host, "10.0.0.9");
+  EXPECT_EQ(config->decode[0].name, "decode-0");
+  EXPECT_EQ(config->decode[0].transfer.node_name, "decode-0");
+}
+
+TEST(ClusterConfig, FindNode) {
+  auto config = parse(kModel + "prefill: [{name: a}, {name: b}]\ndecode: [{name: c}]\n");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  ASSERT_NE(config->find_node("b"), nullptr);
+  EXPECT_EQ(config->find_node("b"), &config->prefill[1]);
+  ASSERT_NE(config->find_node("c"), nullptr);
+  EXPECT_EQ(config->find_node("c")->role, Role::kDecode);
+  EXPECT_EQ(config->find_node("d"), nullptr);
+  EXPECT_EQ(config->find_node(""), nullptr);
+}
+
+TEST(ClusterConfig, ModelPaths) {
+  // Relative paths resolve against the YAML's directory.
+  auto config = parse("model: {path: ../models/x}\n" + kNodes, "/etc/baton/configs");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->model.path, fs::path("/etc/baton/models/x"));
+  EXPECT_EQ(config->model.served_name, "x");
+
+  // Absolute paths stay; a trailing slash does not make the served name empty.
+  config = parse("model: {path: /data/ckpt/llama/}\n" + kNodes, "/etc/baton");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->model.path, fs::path("/data/ckpt/llama"));
+  EXPECT_EQ(config->model.served_name, "llama");
+
+  // A preset alone: models/<preset> next to the YAML.
+  config = parse("model: {preset: smollm2-135m}\n" + kNodes, "/srv/cfg");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->model.path, fs::path("/srv/cfg/models/smollm2-135m"));
+  EXPECT_EQ(config->model.served_name, "smollm2-135m");
+  EXPECT_EQ(config->model.preset, "smollm2-135m");
+}
+
+TEST(ClusterConfig, LoadResolvesAgainstTheFilesDirectoryAndNamesTheFile) {
+  fs::path dir = fs::temp_directory_path() / ("baton-cluster-" + std::to_string(getpid()));
+  fs::create_directories(dir / "conf");
+  fs::path file = dir / "conf" / "c.yaml";
+  {
+    std::ofstream out(file);
+    out << "model: {path: ../ckpt}\n" << kNodes;
+  }
+  auto config = load_cluster_config(file);
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->file, file);
+  EXPECT_EQ(config->model.path, dir / "ckpt");
+
+  {
+    std::ofstream out(file);
+    out << "model: {path: ../ckpt}\nrouter: {http_port: 0}\n" << kNodes;
+  }
+  config = load_cluster_config(file);
+  ASSERT_FALSE(config.is_ok());
+  EXPECT_NE(config.status().message().find(file.string()), std::string::npos)
+      << config.status().message();
+  EXPECT_NE(config.status().message().find("router.http_port"), std::string::npos)
+      << config.status().message();
+
+  {
+    std::ofstream out(file);
+    out << "model: {path: [unclosed\n";
+  }
+  config = load_cluster_config(file);
+  ASSERT_FALSE(config.is_ok());
+  EXPECT_NE(config.status().message().find(file.string()), std::string::npos);
+
+  config = load_cluster_config(dir / "missing.yaml");
+  ASSERT_FALSE(config.is_ok());
+  EXPECT_EQ(config.status().code(), StatusCode::kNotFound);
+  fs::remove_all(dir);
+}
+
+TEST(ClusterConfig, ErrorsNameTheKey) {
+  const std::string node_d = "decode: [{name: d}]\n";
+  const std::string node_p = "prefill: [{name: p}]\n";
+  struct Case {
+    std::string yaml;
+    std::string expected;
+  } cases[] = {
+      // Unknown keys, at every level.
+      {kModel + kNodes + "modle: {}\n", "modle: unknown key"},
+      {kModel + kNodes + "router: {http_prot: 1}\n", "router.http_prot: unknown key"},
+      {kModel + kNodes + "router: {limits: {max_m: 1}}\n", "router.limits.max_m: unknown key"},
+      {"model: {path: m, dtyp: bf16}\n" + kNodes, "model.dtyp: unknown key"},
+      {kModel + node_d + "prefill: [{name: p, port: 9000}]\n", "prefill[0].port: unknown key"},
+      {kModel + node_p + "decode: [{name: d}, {name: e, engine: {blok_size: 16}}]\n",
+       "decode[1].engine.blok_size: unknown key"},
+      {kModel + kNodes + "engine: {blok_size: 16}\n", "engine.blok_size: unknown key"},
+      {kModel + kNodes + "transfer: {deadline_ms: 1}\n", "transfer.deadline_ms: unknown key"},
+      {kModel + node_p + "decode: [{name: d, transfer: {moed: tag}}]\n",
+       "decode[0].transfer.moed: unknown key"},
+      // Wrong types and out-of-range values.
+      {kModel + node_p + "decode: [{name: d}, {name: e, engine: {block_size: 24}}]\n",
+       "decode[1].engine.block_size: must be a power of two"},
+      {kModel + kNodes + "engine: {kv_cache_bytes: lots}\n", "engine.kv_cache_bytes"},
+      {kModel + kNodes + "router: {http_port: 0}\n", "router.http_port: must be in [1, 65535]"},
+      {kModel + kNodes + "router: {zmq_port: 65536}\n", "router.zmq_port: must be in"},
+      {kModel + kNodes + "router: {control_port: abc}\n",
+       "router.control_port: expected an integer"},
+      {kModel + kNodes + "router: {http_port: [1]}\n", "router.http_port: expected an integer"},
+      {kModel + kNodes + "router: {policy: random}\n", "router.policy: expected round-robin"},
+      {kModel + kNodes + "router: {host: ''}\n", "router.host"},
+      {kModel + kNodes + "router: {host: 'a b'}\n", "router.host"},
+      {kModel + kNodes + "router: {max_queued_requests: 0}\n", "router.max_queued_requests"},
+      {kModel + kNodes + "router: {request_timeout_ms: -1}\n", "router.request_timeout_ms"},
+      {kModel + kNodes + "router: {drain_timeout_ms: x}\n", "router.drain_timeout_ms"},
+      {kModel + kNodes + "router: {http_threads: 0}\n", "router.http_threads"},
+      {kModel + kNodes + "router: {min_remote_prefill_tokens: -1}\n",
+       "router.min_remote_prefill_tokens"},
+      {kModel + kNodes + "router: {limits: {max_n: 0}}\n", "router.limits.max_n"},
+      {kModel + kNodes + "router: {limits: {max_batch: 0}}\n", "router.limits.max_batch"},
+      {kModel + kNodes + "router: {limits: {max_logprobs: -1}}\n", "router.limits.max_logprobs"},
+      {kModel + kNodes + "router: {limits: {max_stop_strings: x}}\n",
+       "router.limits.max_stop_strings"},
+      {kModel + kNodes + "router: {limits: 5}\n", "router.limits: expected a mapping"},
+      {kModel + kNodes + "router: 5\n", "router: expected a mapping"},
+      {kModel + kNodes + "router: {http_port: 1, http_port: 2}\n", "router.http_port: given twice"},
+      {kModel + kNodes + "transfer: {mode: fast}\n",
+       "transfer.mode: expected auto, rma, tag or am"},
+      {kModel + kNodes + "transfer: {default_deadline_ms: 0}\n", "transfer.default_deadline_ms"},
+      {kModel + kNodes + "transfer: {close_timeout_ms: 0}\n", "transfer.close_timeout_ms"},
+      {kModel + kNodes + "transfer: {idle_wait_ms: -5}\n", "transfer.idle_wait_ms"},
+      {kModel + kNodes + "transfer: {verify_checksum: maybe}\n",
+       "transfer.verify_checksum: expected true or false"},
+      {kModel + kNodes + "transfer: {peer_error_handling: 1}\n", "transfer.peer_error_handling"},
+      {kModel + kNodes + "transfer: {ucx_env: {TLS: tcp}}\n",
+       "transfer.ucx_env.TLS: UCX variables start with UCX_"},
+      {kModel + kNodes + "transfer: {ucx_env: {UCX_: tcp}}\n", "transfer.ucx_env.UCX_"},
+      {kModel + kNodes + "transfer: {ucx_env: {UCX_TLS: [tcp]}}\n",
+       "transfer.ucx_env.UCX_TLS: expected a value"},
+      {kModel + kNodes + "transfer: {ucx_env: tcp}\n", "transfer.ucx_env: expected a mapping"},
+      {kModel + node_d + "prefill: [{name: p, transfer: {ucx_env: {NET: x}}}]\n",
+       "prefill[0].transfer.ucx_env.NET"},
+      {kModel + node_d + "prefill: [{name: p, engine: 5}]\n",
+       "prefill[0].engine: expected a mapping"},
+      {kModel + node_d + "prefill: [{name: p, host: ''}]\n", "prefill[0].host"},
+      {kModel + node_d + "prefill: [{name: 'a b'}]\n", "prefill[0].name"},
+      {kModel + node_d + "prefill: [{name: [x]}]\n", "prefill[0].name"},
+      {kModel + node_d + "prefill: [5]\n", "prefill[0]: expected a mapping"},
+      {kModel + node_d + "prefill: {name: p}\n", "prefill: expected a list"},
+      {"model: {path: m, dtype: f64}\n" + kNodes, "model.dtype: expected f32, bf16 or f16"},
+      {"model: {path: m, seed: -1}\n" + kNodes, "model.seed"},
+      {"model: {path: ''}\n" + kNodes, "model.path"},
+      {"model: {path: m, served_name: ''}\n" + kNodes, "model.served_name"},
+      {"model: [m]\n" + kNodes, "model: expected a mapping"},
+      {"[1, 2]", "top level: expected a mapping"},
+      // Nodes.
+      {kModel + node_d, "prefill: at least one node is required"},
+      {kModel + node_d + "prefill: []\n", "prefill: at least one node is required"},
+      {kModel + node_p, "decode: at least one node is required"},
+      {kModel + node_p + "decode:\n", "decode: at least one node is required"},
+      {kModel + "prefill: [{name: x}]\ndecode: [{name: x}]\n",
+       "decode[0].name: 'x' is already the name of prefill[0]"},
+      {kModel + node_d + "prefill: [{name: a}, {name: a}]\n",
+       "prefill[1].name: 'a' is already the name of prefill[0]"},
+      {kModel + node_d + "prefill: [{}, {name: prefill-0}]\n",
+       "prefill[1].name: 'prefill-0' is already the name of prefill[0]"},
+      // Ports and heartbeats.
+      {kModel + kNodes + "router: {zmq_port: 8000}\n",
+       "router.zmq_port: port 8000 on 127.0.0.1 is already router.http_port"},
+      {kModel + kNodes + "router: {control_port: 9000, zmq_port: 9000}\n",
+       "router.control_port: port 9000 on 127.0.0.1 is already router.zmq_port"},
+      {kModel + kNodes + "router: {heartbeat_interval_ms: 500, heartbeat_timeout_ms: 1000}\n",
+       "router.heartbeat_timeout_ms: must exceed 2 x heartbeat_interval_ms (1000), got 1000"},
+      {kModel + kNodes + "router: {heartbeat_interval_ms: 1500}\n",
+       "router.heartbeat_timeout_ms: must exceed"},
+      // The model.
+      {kNodes, "model: needs path"},
+      {"model: {dtype: bf16}\n" + kNodes, "model: needs path"},
+      {"model: {preset: gpt-9}\n" + kNodes,
+       "model.preset: unknown preset 'gpt-9' (known: tiny, tiny-qwen2, smollm2-135m"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.yaml);
+    expect_error(parse(c.yaml), c.expected, c.yaml);
+  }
+}
+
+TEST(ClusterConfig, ErrorsInTheDefaultsNameTheDefaults) {
+  // The top-level engine mapping is wrong, not the node's: say so.
+  auto config = parse(kModel + kNodes + "engine: {block_size: 3}\n");
+  expect_error(config, "engine.block_size", "");
+  EXPECT_EQ(config.status().message().rfind("engine.block_size", 0), 0u)
+      << config.status().message();
+  config = parse(kModel + kNodes + "transfer: {mode: x}\n");
+  expect_error(config, "transfer.mode", "");
+  EXPECT_EQ(config.status().message().rfind("transfer.mode", 0), 0u) << config.status().message();
+}
+
+TEST(ClusterConfig, BoundariesThatPass) {
+  // Just over two intervals; the same port on the router's three front ends is the error,
+  // different ones are fine; the same host for every node is fine.
+  auto config = parse(kModel + kNodes +
+                      "router: {heartbeat_interval_ms: 500, heartbeat_timeout_ms: 1001,"
+                      " http_port: 1, zmq_port: 65535, control_port: 2}\n");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->router.heartbeat_timeout, std::chrono::milliseconds(1001));
+  EXPECT_EQ(config->router.zmq_port, 65535);
+}
+
+TEST(TransferConfig, ParsesOnItsOwn) {
+  auto config = parse_transfer_config(YAML::Load("{mode: am, idle_wait_ms: 5}"), "kv");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->mode, kv_transfer::TransferMode::kAm);
+  EXPECT_EQ(config->idle_wait, std::chrono::milliseconds(5));
+  auto defaults = parse_transfer_config(YAML::Node(), "kv");
+  ASSERT_TRUE(defaults.is_ok());
+  EXPECT_EQ(defaults->mode, kv_transfer::TransferMode::kAuto);
+  auto bad = parse_transfer_config(YAML::Load("{mode: rdma}"), "node.kv");
+  ASSERT_FALSE(bad.is_ok());
+  EXPECT_EQ(bad.status().message().rfind("node.kv.mode: ", 0), 0u) << bad.status().message();
+}
+
+// --- validate_against_model --------------------------------------------------
+
+// smollm2-135m in bf16: 30 layers x 2 x 3 KV heads x 64 x 2 bytes = 23040 bytes of KV
+// per token, 368640 per 16-token block.
+constexpr uint64_t kSmolBlockBytes = 368640;
+
+Result<ClusterConfig> smol_cluster(const std::string& decode_engine,
+                                   const std::string& prefill_engine = "{}") {
+  return parse("model: {preset: smollm2-135m}\nprefill: [{name: p0}, {name: p1, engine: " +
+               prefill_engine + "}]\ndecode: [{name: d0, engine: " + decode_engine + "}]\n");
+}
+
+TEST(ValidateAgainstModel, DefaultsHoldAFullLengthRequest) {
+  // 256MiB: 728 blocks, 11648 tokens >= max_position_embeddings 8192.
+  auto config = smol_cluster("{}");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  Status status = validate_against_model(*config, preset("smollm2-135m", DType::kBF16));
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+TEST(ValidateAgainstModel, PoolTooSmallNamesTheNodesKey) {
+  auto config = smol_cluster("{kv_cache_bytes: 1MiB, max_model_len: 2048}");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  Status status = validate_against_model(*config, preset("smollm2-135m", DType::kBF16));
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+  // 1MiB / 368640 = 2 blocks = 32 tokens.
+  EXPECT_EQ(status.message().rfind("decode[0].engine.kv_cache_bytes: 1MiB holds 32 tokens of "
+                                   "smollm2-135m's KV, less than one 2048-token request",
+                                   0),
+            0u)
+      << status.message();
+  EXPECT_NE(status.message().find("128 blocks"), std::string::npos) << status.message();
+}
+
+TEST(ValidateAgainstModel, ExactFitPassesOneByteLessFails) {
+  const auto model = preset("smollm2-135m", DType::kBF16);
+  const uint64_t exact = 128 * kSmolBlockBytes;  // 2048 tokens
+  auto fits = smol_cluster("{kv_cache_bytes: " + std::to_string(exact) + ", max_model_len: 2048}");
+  ASSERT_TRUE(fits.is_ok()) << fits.status().to_string();
+  EXPECT_TRUE(validate_against_model(*fits, model).is_ok());
+  auto short_by_one =
+      smol_cluster("{kv_cache_bytes: " + std::to_string(exact - 1) + ", max_model_len: 2048}");
+  ASSERT_TRUE(short_by_one.is_ok());
+  Status status = validate_against_model(*short_by_one, model);
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_NE(status.message().find("decode[0].engine.kv_cache_bytes: 47185919 bytes holds 2032"),
+            std::string::npos)
+      << status.message();
+  // A partly used last block still needs the whole block.
+  auto ragged = smol_cluster("{kv_cache_bytes: " + std::to_string(exact - kSmolBlockBytes) +
+                             ", max_model_len: 2033}");
+  ASSERT_TRUE(ragged.is_ok());
+  EXPECT_FALSE(validate_against_model(*ragged, model).is_ok());
+}
+
+TEST(ValidateAgainstModel, KvCacheBlocksTakePrecedence) {
+  const auto model = preset("smollm2-135m", DType::kBF16);
+  auto config = smol_cluster("{}", "{kv_cache_blocks: 127, max_model_len: 2048}");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  Status status = validate_against_model(*config, model);
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_EQ(
+      status.message().rfind("prefill[1].engine.kv_cache_blocks: 127 blocks hold 2032 tokens", 0),
+      0u)
+      << status.message();
+  config = smol_cluster("{}", "{kv_cache_blocks: 128, max_model_len: 2048, kv_cache_bytes: 1KiB}");
+  ASSERT_TRUE(config.is_ok());
+  EXPECT_TRUE(validate_against_model(*config, model).is_ok());
+}
+
+TEST(ValidateAgainstModel, KvDtypeAndBlockSizeCount) {
+  const uint64_t exact = 128 * kSmolBlockBytes;  // 2048 bf16 tokens
+  const std::string engine = "kv_cache_bytes: " + std::to_string(exact) + ", max_model_len: 2048";
+  // f32 KV takes twice the bytes.
+  auto config = smol_cluster("{" + engine + ", kv_dtype: f32}");
+  ASSERT_TRUE(config.is_ok());
+  EXPECT_FALSE(validate_against_model(*config, preset("smollm2-135m", DType::kBF16)).is_ok());
+  // auto: the checkpoint's dtype.
+  config = smol_cluster("{" + engine + "}");
+  ASSERT_TRUE(config.is_ok());
+  EXPECT_TRUE(validate_against_model(*config, preset("smollm2-135m", DType::kBF16)).is_ok());
+  Status f32 = validate_against_model(*config, preset("smollm2-135m", DType::kF32));
+  ASSERT_FALSE(f32.is_ok());
+  EXPECT_NE(f32.message().find("in f32"), std::string::npos) << f32.message();
+  // Bigger blocks: the same bytes, counted in 256-token blocks (8 of them).
+  config = smol_cluster("{" + engine + ", block_size: 256}");
+  ASSERT_TRUE(config.is_ok());
+  EXPECT_TRUE(validate_against_model(*config, preset("smollm2-135m", DType::kBF16)).is_ok());
+}
+
+TEST(ValidateAgainstModel, MaxModelLenWithinPositionEmbeddings) {
+  const auto model = preset("smollm2-135m", DType::kBF16);
+  auto config = smol_cluster("{max_model_len: 8193, kv_cache_bytes: 1GiB}");
+  ASSERT_TRUE(config.is_ok());
+  Status status = validate_against_model(*config, model);
+  ASSERT_FALSE(status.is_ok());
+  EXPECT_EQ(status.message(),
+            "decode[0].engine.max_model_len: 8193 exceeds smollm2-135m's "
+            "max_position_embeddings 8192");
+  config = smol_cluster("{max_model_len: 8192, kv_cache_bytes: 1GiB}");
+  ASSERT_TRUE(config.is_ok());
+  EXPECT_TRUE(validate_against_model(*config, model).is_ok());
+}
+
+// --- the shipped configs ------------------------------------------------------
+
+fs::path shipped(const char* name) { return fs::path(BATON_SOURCE_DIR) / "configs" / name; }
+
+Status validate_shipped(const ClusterConfig& config) {
+  auto model = engine::model_preset(config.model.preset);
+  if (!model.is_ok()) return model.status();
+  model->torch_dtype = config.model.dtype;
+  return validate_against_model(config, *model);
+}
+
+TEST(ShippedConfigs, LocalLoadsAndFitsItsModel) {
+  auto config = load_cluster_config(shipped("local.yaml"));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->model.preset, "smollm2-135m");
+  EXPECT_EQ(config->model.path,
+            (fs::path(BATON_SOURCE_DIR) / "models" / "smollm2-135m").lexically_normal());
+  EXPECT_EQ(config->model.served_name, "smollm2-135m");
+  EXPECT_EQ(config->model.dtype, DType::kBF16);
+  EXPECT_EQ(config->router.host, "127.0.0.1");
+  ASSERT_EQ(config->prefill.size(), 1u);
+  ASSERT_EQ(config->decode.size(), 1u);
+  EXPECT_EQ(config->prefill[0].name, "prefill-0");
+  EXPECT_EQ(config->decode[0].name, "decode-0");
+  for (const auto* node : {&config->prefill[0], &config->decode[0]}) {
+    EXPECT_EQ(node->host, "127.0.0.1");
+    EXPECT_EQ(node->engine.threads, 1);
+    EXPECT_EQ(node->engine.kv_cache_bytes, 256ull << 20);
+  }
+  Status status = validate_shipped(*config);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+TEST(ShippedConfigs, TwoPrefillTwoDecodeLoadsAndFitsItsModel) {
+  auto config = load_cluster_config(shipped("local-2p2d.yaml"));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  ASSERT_EQ(config->prefill.size(), 2u);
+  ASSERT_EQ(config->decode.size(), 2u);
+  for (const char* name : {"prefill-0", "prefill-1", "decode-0", "decode-1"}) {
+    const NodeSection* node = config->find_node(name);
+    ASSERT_NE(node, nullptr) << name;
+    EXPECT_EQ(node->host, "127.0.0.1");
+    EXPECT_EQ(node->engine.threads, 1);
+  }
+  EXPECT_EQ(config->decode[1].engine.kv_cache_bytes, 512ull << 20);
+  EXPECT_EQ(config->prefill[1].engine.kv_cache_bytes, 256ull << 20);
+  Status status = validate_shipped(*config);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+TEST(ShippedConfigs, MultiHostLoadsAndFitsItsModel) {
+  auto config = load_cluster_config(shipped("multi-host.yaml"));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->router.host, "10.0.0.1");
+  ASSERT_EQ(config->prefill.size(), 2u);
+  ASSERT_EQ(config->decode.size(), 2u);
+  EXPECT_EQ(config->prefill[0].host, "10.0.0.2");
+  EXPECT_EQ(config->prefill[1].host, "10.0.0.3");
+  EXPECT_EQ(config->decode[0].host, "10.0.0.4");
+  EXPECT_EQ(config->decode[1].host, "10.0.0.5");
+  // prefill-1 overrides only the NIC; the transports come from the defaults.
+  EXPECT_EQ(config->prefill[0].transfer.ucx_env.at("UCX_NET_DEVICES"), "mlx5_0:1");
+  EXPECT_EQ(config->prefill[1].transfer.ucx_env.at("UCX_NET_DEVICES"), "mlx5_1:1");
+  EXPECT_EQ(config->prefill[1].transfer.ucx_env.at("UCX_TLS"),
+            config->prefill[0].transfer.ucx_env.at("UCX_TLS"));
+  Status status = validate_shipped(*config);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+}  // namespace
+}  // namespace baton::cluster
