@@ -55,6 +55,12 @@ Result<std::vector<std::unique_ptr<Sequence>>> Engine::run_to_completion() {
   std::vector<std::unique_ptr<Sequence>> done;
   while (scheduler_->has_work()) {
     BATON_RETURN_IF_ERROR(scheduler_->step(nullptr));
+    const auto& counts = scheduler_->last_step();
+    if (counts.prompt_tokens + counts.recomputed_tokens + counts.generated_tokens == 0) {
+      // Only sequences awaiting remote KV can make a step schedule nothing.
+      return resource_exhausted(
+          "queued sequences need KV blocks that sequences awaiting remote KV hold");
+    }
     for (auto& seq : scheduler_->take_finished()) done.push_back(std::move(seq));
   }
   for (auto& seq : scheduler_->take_finished()) done.push_back(std::move(seq));

@@ -34,6 +34,8 @@ class Engine {
   kernels::cpu::ThreadPool& thread_pool() { return *thread_pool_; }
 
   // Steps until every queued sequence has finished; returns them by id order.
+  // Sequences awaiting remote KV are not waited for; ResourceExhausted if the
+  // blocks they hold keep the queued ones from running.
   Result<std::vector<std::unique_ptr<Sequence>>> run_to_completion();
 
  private:

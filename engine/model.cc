@@ -39,7 +39,8 @@ static T* grow(std::vector<T>& v, size_t n) {
   return v.data();
 }
 
-Status LlamaModel::forward(const StepPlan& plan, KvPool& kv, std::vector<float>* logits) {
+Status LlamaModel::forward(const StepPlan& plan, KvPool& kv, std::vector<float>* logits,
+                           const std::function<void(int32_t layer)>* on_layer_done) {
   const int64_t tokens = plan.num_tokens();
   const auto& layout = kv.layout();
   if (!layout.same_geometry(kv_layout(layout.num_blocks, layout.block_size, layout.dtype))) {
@@ -91,7 +92,8 @@ Status LlamaModel::forward(const StepPlan& plan, KvPool& kv, std::vector<float>*
   grow(h_, size_t(tokens) * hidden);
   kc::embedding(pool_, weights_.embed_tokens, token_ids_.data(), tokens, x_.data());
   for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
-    attention_block(layer, tokens, kv);
+    attention_block(layer, tokens, kv);  // stores this layer's K/V, then attends
+    if (on_layer_done != nullptr) (*on_layer_done)(layer);
     mlp_block(layer, tokens);
   }
 

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <span>
 #include <vector>
 
@@ -45,7 +46,11 @@ class LlamaModel {
   // Runs one step and writes logits [sequences wanting logits, vocab], in plan
   // order. K/V of every new token is stored in `kv`. Token ids outside the
   // vocabulary are an InvalidArgument error (nothing is computed).
-  Status forward(const StepPlan& plan, KvPool& kv, std::vector<float>* logits);
+  // `on_layer_done`, when given, is called with each layer's index as soon as
+  // that layer's K/V of every token in the step is stored in `kv`, before the
+  // next layer writes anything.
+  Status forward(const StepPlan& plan, KvPool& kv, std::vector<float>* logits,
+                 const std::function<void(int32_t layer)>* on_layer_done = nullptr);
 
  private:
   void attention_block(int32_t layer, int64_t tokens, KvPool& kv);

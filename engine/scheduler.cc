@@ -1,6 +1,7 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <limits>
 #include <string>
 
 #include "kernels/cpu/sampling.h"
@@ -34,7 +35,8 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
   max_model_len_ = int32_t(std::min<int64_t>(max_model_len_, pool_tokens));
 }
 
-Result<int64_t> Scheduler::add(std::vector<int32_t> prompt, const GenerationOptions& options) {
+Status Scheduler::validate(const std::vector<int32_t>& prompt,
+                           const GenerationOptions& options) const {
   const int32_t vocab = model_.config().vocab_size;
   if (prompt.empty()) return invalid_argument("the prompt is empty");
   for (int32_t id : prompt) {
@@ -54,35 +56,105 @@ Result<int64_t> Scheduler::add(std::vector<int32_t> prompt, const GenerationOpti
     return invalid_argument("top_p must be in (0, 1]");
   }
   if (options.logprobs < 0) return invalid_argument("logprobs must be >= 0");
+  return Status::ok();
+}
+
+Result<int64_t> Scheduler::add(std::vector<int32_t> prompt, const GenerationOptions& options) {
+  BATON_RETURN_IF_ERROR(validate(prompt, options));
   const int32_t block_size = kv_.layout().block_size;
   int64_t id = next_id_++;
   waiting_.push_back(std::make_unique<Sequence>(id, std::move(prompt), options, block_size));
   return id;
 }
 
+Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
+                                          const GenerationOptions& options) {
+  BATON_RETURN_IF_ERROR(validate(prompt, options));
+  auto seq =
+      std::make_unique<Sequence>(next_id_, std::move(prompt), options, kv_.layout().block_size);
+  const auto tokens = int32_t(seq->prompt.size());
+  const int32_t needed = seq->block_table.blocks_needed(tokens);
+  if (needed > blocks_.num_free()) {
+    return resource_exhausted("the KV of a " + std::to_string(tokens) + "-token prompt needs " +
+                              std::to_string(needed) + " blocks; " +
+                              std::to_string(blocks_.num_free()) + " of " +
+                              std::to_string(blocks_.num_blocks()) + " are free");
+  }
+  BATON_RETURN_IF_ERROR(seq->block_table.reserve(blocks_, tokens));
+  seq->awaiting_kv = true;
+  ++next_id_;
+  const int64_t id = seq->id;
+  awaiting_.push_back(std::move(seq));
+  note_peak_usage();
+  return id;
+}
+
+const Sequence* Scheduler::find(int64_t id) const {
+  for (const auto* list : {&running_, &awaiting_}) {
+    for (const auto& seq : *list) {
+      if (seq->id == id) return seq.get();
+    }
+  }
+  for (const auto& seq : waiting_) {
+    if (seq->id == id) return seq.get();
+  }
+  return nullptr;
+}
+
+Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws) {
+  auto it =
+      std::find_if(awaiting_.begin(), awaiting_.end(), [&](const auto& s) { return s->id == id; });
+  if (it == awaiting_.end()) {
+    if (find(id) != nullptr) {
+      return invalid_argument("sequence " + std::to_string(id) + " is not awaiting remote KV");
+    }
+    return not_found("no sequence " + std::to_string(id));
+  }
+  const int32_t vocab = model_.config().vocab_size;
+  if (first_token < 0 || first_token >= vocab) {
+    return invalid_argument("first token id " + std::to_string(first_token) +
+                            " is outside the vocabulary of size " + std::to_string(vocab));
+  }
+  Sequence& seq = **it;
+  const auto prompt_tokens = int32_t(seq.prompt.size());
+  seq.awaiting_kv = false;
+  seq.block_table.commit(prompt_tokens);
+  seq.num_computed = prompt_tokens;
+  seq.high_water = prompt_tokens;
+  seq.rng.discard(rng_draws);
+  if (seq.options.logprobs > 0) {
+    // The prefill node holds this token's log-probabilities; keep one entry
+    // per output token all the same.
+    seq.output_logprobs.push_back(OutputLogprobs{
+        .id = first_token, .logprob = std::numeric_limits<float>::quiet_NaN(), .top = {}});
+  }
+  append_token(seq, first_token);
+  const StepOutput out{seq.id, first_token, seq.finish_reason};
+  running_.push_back(std::move(*it));
+  awaiting_.erase(it);
+  if (out.finish_reason != FinishReason::kNone) retire_finished();
+  return out;
+}
+
+void Scheduler::release_blocks(Sequence& finished) { finished.block_table.release(blocks_); }
+
 bool Scheduler::abort(int64_t sequence_id) {
   auto finish = [&](std::unique_ptr<Sequence> seq) {
-    seq->block_table.release(blocks_);
+    seq->block_table.release(blocks_);  // retain_blocks or not: nothing more will read them
+    seq->awaiting_kv = false;
     seq->finish_reason = FinishReason::kAborted;
     finished_.push_back(std::move(seq));
   };
-  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
-    if ((*it)->id == sequence_id) {
-      auto seq = std::move(*it);
-      waiting_.erase(it);
-      finish(std::move(seq));
-      return true;
-    }
-  }
-  for (auto it = running_.begin(); it != running_.end(); ++it) {
-    if ((*it)->id == sequence_id) {
-      auto seq = std::move(*it);
-      running_.erase(it);
-      finish(std::move(seq));
-      return true;
-    }
-  }
-  return false;
+  auto take = [&](auto& list) {
+    auto it =
+        std::find_if(list.begin(), list.end(), [&](const auto& s) { return s->id == sequence_id; });
+    if (it == list.end()) return false;
+    auto seq = std::move(*it);
+    list.erase(it);
+    finish(std::move(seq));
+    return true;
+  };
+  return take(waiting_) || take(running_) || take(awaiting_);
 }
 
 void Scheduler::preempt(Sequence& victim) {
@@ -153,12 +225,20 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
   return scheduled;
 }
 
+void Scheduler::note_peak_usage() {
+  peak_used_blocks_ = std::max(peak_used_blocks_, blocks_.num_blocks() - blocks_.num_free());
+}
+
 Status Scheduler::step(std::vector<StepOutput>* outputs) {
   std::vector<Scheduled> scheduled = schedule();
   last_step_ = {};
-  peak_used_blocks_ = std::max(peak_used_blocks_, blocks_.num_blocks() - blocks_.num_free());
+  note_peak_usage();
   if (scheduled.empty()) {
-    if (has_work()) return internal_error("scheduler could not schedule any work");
+    // Blocks held by sequences awaiting remote KV come back when they are
+    // activated (and later finish) or aborted; until then there is nothing to do.
+    if (has_work() && awaiting_.empty()) {
+      return internal_error("scheduler could not schedule any work");
+    }
     return Status::ok();
   }
   // The plan's spans point into step_tokens_, so size it before taking them.
@@ -190,7 +270,20 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
         .wants_logits = seq.num_computed + s.num_tokens == seq.num_tokens()});
     offset += size_t(s.num_tokens);
   }
-  BATON_RETURN_IF_ERROR(model_.forward(plan, kv_, &logits_));
+  if (layer_observer_) {
+    step_info_.clear();
+    for (size_t i = 0; i < scheduled.size(); ++i) {
+      step_info_.push_back(StepSequenceInfo{.sequence_id = scheduled[i].sequence->id,
+                                            .start_position = plan.sequences[i].start_position,
+                                            .num_tokens = scheduled[i].num_tokens});
+    }
+    const std::function<void(int32_t)> on_layer_done = [this](int32_t layer) {
+      layer_observer_(layer, std::span<const StepSequenceInfo>(step_info_));
+    };
+    BATON_RETURN_IF_ERROR(model_.forward(plan, kv_, &logits_, &on_layer_done));
+  } else {
+    BATON_RETURN_IF_ERROR(model_.forward(plan, kv_, &logits_));
+  }
 
   const int32_t vocab = model_.config().vocab_size;
   size_t logits_row = 0;
@@ -219,6 +312,12 @@ void Scheduler::sample(Sequence& seq, const float* logits, std::vector<StepOutpu
                        .logprob = kc::token_logprob(logits, vocab, token),
                        .top = kc::top_logprobs(logits, vocab, opts.logprobs)});
   }
+  append_token(seq, token);
+  if (outputs != nullptr) outputs->push_back({seq.id, token, seq.finish_reason});
+}
+
+void Scheduler::append_token(Sequence& seq, int32_t token) {
+  const auto& opts = seq.options;
   seq.output.push_back(token);
   auto contains = [](const std::vector<int32_t>& ids, int32_t id) {
     return std::find(ids.begin(), ids.end(), id) != ids.end();
@@ -229,13 +328,12 @@ void Scheduler::sample(Sequence& seq, const float* logits, std::vector<StepOutpu
   } else if (int32_t(seq.output.size()) >= opts.max_tokens || seq.num_tokens() >= max_model_len_) {
     seq.finish_reason = FinishReason::kLength;
   }
-  if (outputs != nullptr) outputs->push_back({seq.id, token, seq.finish_reason});
 }
 
 void Scheduler::retire_finished() {
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->finished()) {
-      (*it)->block_table.release(blocks_);
+      if (!(*it)->options.retain_blocks) (*it)->block_table.release(blocks_);
       finished_.push_back(std::move(*it));
       it = running_.erase(it);
     } else {
@@ -249,8 +347,16 @@ std::vector<std::unique_ptr<Sequence>> Scheduler::take_finished() {
 }
 
 SchedulerStats Scheduler::stats() const {
+  int64_t waiting_tokens = 0;
+  auto count = [&](const Sequence& seq) {
+    waiting_tokens += std::max<int64_t>(0, int64_t(seq.prompt.size()) - seq.num_computed);
+  };
+  for (const auto& seq : waiting_) count(*seq);
+  for (const auto& seq : running_) count(*seq);
   return SchedulerStats{.running = int32_t(running_.size()),
                         .waiting = int32_t(waiting_.size()),
+                        .awaiting = int32_t(awaiting_.size()),
+                        .waiting_tokens = waiting_tokens,
                         .free_blocks = blocks_.num_free(),
                         .total_blocks = blocks_.num_blocks(),
                         .peak_used_blocks = peak_used_blocks_,

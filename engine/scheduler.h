@@ -6,11 +6,19 @@
 // out, waiting sequences wait; a running sequence that needs a block preempts
 // the most recently admitted running one, whose blocks are freed and whose
 // tokens are recomputed when it is readmitted (preempt by recompute).
+//
+// Disaggregated serving: a prefill node runs requests with max_tokens 1 and
+// retain_blocks, streams each layer's KV out as a layer observer reports it,
+// and releases the blocks when the transfer completes. A decode node reserves
+// blocks for the prompt (reserve_remote), lets the prefill node write them,
+// then activates the sequence with the prefill node's first token.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
+#include <span>
 #include <vector>
 
 #include "common/status.h"
@@ -38,7 +46,10 @@ struct StepOutput {
 struct SchedulerStats {
   int32_t running = 0;
   int32_t waiting = 0;
-  int32_t free_blocks = 0;
+  int32_t awaiting = 0;        // reserved by reserve_remote, not yet activated
+  int64_t waiting_tokens = 0;  // prompt tokens not yet computed: waiting sequences and
+                               // running ones still in (chunked) prefill
+  int32_t free_blocks = 0;     // blocks of awaiting and retained sequences count as used
   int32_t total_blocks = 0;
   int32_t peak_used_blocks = 0;
   int64_t preemptions = 0;
@@ -52,6 +63,20 @@ struct StepTokenCounts {
   int64_t generated_tokens = 0;
 };
 
+// One sequence's share of a step, as a layer observer sees it: positions
+// [start_position, start_position + num_tokens) were computed in this step.
+struct StepSequenceInfo {
+  int64_t sequence_id;
+  int32_t start_position;
+  int32_t num_tokens;
+};
+
+// Called from inside the forward pass, on the engine thread, after layer
+// `layer`'s K/V of every token in the step is stored in the pool (and before
+// the next layer writes anything). Layers come in order 0..num_layers-1, once
+// per step.
+using LayerObserver = std::function<void(int32_t layer, std::span<const StepSequenceInfo> step)>;
+
 class Scheduler {
  public:
   Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& config);
@@ -59,11 +84,42 @@ class Scheduler {
   // Queues a request. Errors: empty prompt, ids outside the vocabulary, a
   // prompt at or over max_model_len (which never exceeds the pool's capacity).
   Result<int64_t> add(std::vector<int32_t> prompt, const GenerationOptions& options);
-  // Finishes a sequence now (aborted) and frees its blocks. False if unknown.
+  // Finishes a queued, running or awaiting sequence now (aborted) and frees
+  // its blocks, retain_blocks or not. False if unknown (or already finished).
   bool abort(int64_t sequence_id);
 
+  // Reserves blocks for the whole prompt of a request whose KV another node
+  // will write, without scheduling it. Validation as add(); ResourceExhausted
+  // (the message says how many blocks are needed and free) when the free
+  // blocks do not cover the prompt now: nothing is reserved then. The
+  // sequence is "awaiting KV": never scheduled, never preempted.
+  Result<int64_t> reserve_remote(std::vector<int32_t> prompt, const GenerationOptions& options);
+  // A queued, running or awaiting sequence, or nullptr (finished ones are not found).
+  const Sequence* find(int64_t id) const;
+  // The whole prompt's KV is in the reserved blocks, and the prefill node
+  // sampled `first_token` after `rng_draws` draws of the generator. The
+  // sequence joins the running batch with num_computed = prompt length and
+  // output = {first_token} (generator advanced by rng_draws). If that token
+  // already finishes it (stop id, EOS unless ignore_eos, max_tokens 1,
+  // max_model_len), it finishes now and take_finished() hands it over.
+  // Errors: NotFound for an unknown id, InvalidArgument for a sequence not
+  // awaiting KV or a token outside the vocabulary (the sequence stays awaiting).
+  // With logprobs asked, the first token's entry has a NaN logprob and no top
+  // list: its log-probabilities are the prefill node's.
+  Result<StepOutput> activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws);
+
+  // Frees the blocks a finished retain_blocks sequence kept (no-op if none).
+  // Call it before dropping such a sequence, or its blocks stay in use.
+  void release_blocks(Sequence& finished);
+
+  // Called per layer from inside every step's forward pass; empty: none.
+  void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
+
+  // Queued or running sequences exist (awaiting ones need no steps).
   bool has_work() const { return !running_.empty() || !waiting_.empty(); }
   // Runs one step: schedules, runs the model, samples, retires finished ones.
+  // A step that can schedule nothing because awaiting sequences hold the
+  // blocks it needs does nothing and returns OK (last_step() is all zero).
   Status step(std::vector<StepOutput>* outputs);
 
   // Finished sequences, handed over once (the scheduler forgets them).
@@ -80,8 +136,12 @@ class Scheduler {
   std::vector<Scheduled> schedule();
   bool reserve_or_preempt(Sequence& sequence, int32_t tokens);
   void preempt(Sequence& victim);
+  Status validate(const std::vector<int32_t>& prompt, const GenerationOptions& options) const;
   void sample(Sequence& sequence, const float* logits, std::vector<StepOutput>* outputs);
+  // Appends a generated token and sets the finish reason it causes, if any.
+  void append_token(Sequence& sequence, int32_t token);
   void retire_finished();
+  void note_peak_usage();
 
   LlamaModel& model_;
   KvPool& kv_;
@@ -93,10 +153,13 @@ class Scheduler {
   int32_t peak_used_blocks_ = 0;
   StepTokenCounts last_step_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
-  std::vector<std::unique_ptr<Sequence>> running_;  // admission order
+  std::vector<std::unique_ptr<Sequence>> running_;   // admission order
+  std::vector<std::unique_ptr<Sequence>> awaiting_;  // reserve_remote order
   std::vector<std::unique_ptr<Sequence>> finished_;
   std::vector<int32_t> step_tokens_;  // backing store of the plan's token spans
   std::vector<float> logits_;
+  LayerObserver layer_observer_;
+  std::vector<StepSequenceInfo> step_info_;  // what the observer is shown
 };
 
 }  // namespace baton::engine

@@ -17,6 +17,9 @@ struct GenerationOptions {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = 0;  // top-N log-probabilities per output token; 0 = none
+  // A finished sequence keeps its KV blocks until Scheduler::release_blocks
+  // (a prefill node: until the transfer out of them completes).
+  bool retain_blocks = false;
 };
 
 enum class FinishReason { kNone, kStop, kLength, kAborted };
@@ -54,6 +57,7 @@ struct Sequence {
   int32_t num_computed = 0;  // tokens whose K/V is in the pool
   int32_t high_water = 0;    // most tokens ever computed (preemption resets num_computed)
   int32_t num_preemptions = 0;
+  bool awaiting_kv = false;  // reserved by reserve_remote, KV not yet activated
   FinishReason finish_reason = FinishReason::kNone;
 };
 

@@ -16,8 +16,34 @@ struct SamplingParams {
   float top_p = 1.0f;        // 1: no nucleus cut
 };
 
-// The per-request random state; seed it from the request's seed.
-using SamplerRng = std::mt19937_64;
+// The per-request random state; seed it from the request's seed. A
+// std::mt19937_64 that counts its draws, so another node can recreate it from
+// the seed and skip the draws already made (`discard(draws())`): seeded
+// sampling split across a prefill and a decode node equals sampling on one.
+class SamplerRng {
+ public:
+  using result_type = std::mt19937_64::result_type;
+
+  explicit SamplerRng(uint64_t seed) : engine_(seed) {}
+
+  static constexpr result_type min() { return std::mt19937_64::min(); }
+  static constexpr result_type max() { return std::mt19937_64::max(); }
+  result_type operator()() {
+    ++draws_;
+    return engine_();
+  }
+  // Draws made since seeding, those skipped by discard() included.
+  uint64_t draws() const { return draws_; }
+  // Skips n draws, as if they had been made.
+  void discard(uint64_t n) {
+    engine_.discard(n);
+    draws_ += n;
+  }
+
+ private:
+  std::mt19937_64 engine_;
+  uint64_t draws_ = 0;
+};
 
 // Samples one token id from logits [vocab]. Applies temperature, then top-k,
 // then top-p over the remaining tokens sorted by probability.

@@ -5,7 +5,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <concepts>
 #include <numeric>
+#include <random>
 #include <set>
 
 #include "tests/kernels/reference.h"
@@ -52,6 +54,39 @@ TEST(SamplingTest, TopKOneAndTinyTopPAreGreedy) {
     EXPECT_EQ(sample_token(x.data(), 500, SamplingParams{1.5f, 0, 1e-6f}, rng), want);
     EXPECT_EQ(sample_token(x.data(), 500, SamplingParams{0.7f, 50, 1e-6f}, rng), want);
   }
+}
+
+static_assert(std::uniform_random_bit_generator<SamplerRng>);
+
+// SamplerRng is std::mt19937_64 plus a draw count; recreated from the seed and
+// advanced by the count, it continues the same stream (how a decode node takes
+// over a request's sampling from the prefill node).
+TEST(SamplingTest, SamplerRngCountsDrawsAndResumesFromTheSeed) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 reference(seed);
+  SamplerRng rng(seed);
+  EXPECT_EQ(rng.draws(), 0u);
+  for (int i = 0; i < 1000; ++i) ASSERT_EQ(rng(), reference());
+  EXPECT_EQ(rng.draws(), 1000u);
+
+  std::mt19937_64 data(seed);
+  auto x = random_floats(data, 300, -2.0f, 2.0f);
+  const SamplingParams params{0.9f, 0, 0.95f};
+  SamplerRng whole(seed);
+  std::vector<int32_t> expected;
+  for (int i = 0; i < 50; ++i) expected.push_back(sample_token(x.data(), 300, params, whole));
+  EXPECT_EQ(whole.draws(), 50u);  // one uniform draw per sampled token
+
+  SamplerRng first_node(seed);
+  std::vector<int32_t> split;
+  for (int i = 0; i < 7; ++i) split.push_back(sample_token(x.data(), 300, params, first_node));
+  SamplerRng second_node(seed);
+  second_node.discard(first_node.draws());
+  EXPECT_EQ(second_node.draws(), 7u);
+  for (int i = 7; i < 50; ++i) split.push_back(sample_token(x.data(), 300, params, second_node));
+  EXPECT_EQ(split, expected);
+  EXPECT_EQ(second_node.draws(), whole.draws());
 }
 
 TEST(SamplingTest, SameSeedSameSequence) {

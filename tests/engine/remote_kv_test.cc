@@ -1,0 +1,637 @@
+// Disaggregated serving through the scheduler: a request prefilled on one
+// engine and decoded on another (KV copied between their pools) produces
+// exactly what one engine produces; reserved blocks are never scheduled or
+// preempted; retained blocks stay used until released; the layer observer
+// sees each layer's K/V stored before the next layer writes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <random>
+#include <span>
+#include <tuple>
+
+#include "engine/engine.h"
+#include "engine/make_model.h"
+#include "engine/scheduler.h"
+#include "tests/engine/temp_model.h"
+
+namespace baton::engine {
+namespace {
+
+class RemoteKvTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+    model_dir_ = testing::make_preset_model(dir_, "tiny", DType::kF32, seed_);
+  }
+
+  std::unique_ptr<Engine> make_engine(int32_t blocks, int32_t block_size, int32_t budget,
+                                      const std::filesystem::path& model_dir = {}) {
+    EngineConfig config;
+    config.threads = 2;
+    config.kv_cache_blocks = blocks;
+    config.block_size = block_size;
+    config.max_num_batched_tokens = budget;
+    auto engine = Engine::create(model_dir.empty() ? model_dir_ : model_dir, config);
+    EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
+    return std::move(engine).value();
+  }
+
+  std::vector<int32_t> random_prompt(int32_t min_len, int32_t max_len) {
+    std::uniform_int_distribution<int32_t> len(min_len, max_len), id(3, 511);
+    std::vector<int32_t> p(size_t(len(rng_)));
+    for (auto& t : p) t = id(rng_);
+    return p;
+  }
+
+  uint32_t seed_ = 0;
+  std::mt19937 rng_;
+  testing::TempDir dir_;
+  std::filesystem::path model_dir_;
+};
+
+GenerationOptions greedy(int32_t max_tokens) {
+  GenerationOptions o;
+  o.sampling.temperature = 0;
+  o.max_tokens = max_tokens;
+  o.ignore_eos = true;
+  return o;
+}
+
+// The transfer, simulated: every layer of the first `n` blocks of `src`
+// copied byte for byte into the blocks `dst` (pools may differ in size).
+void copy_kv(const KvPool& from, const std::vector<int32_t>& src, KvPool& to,
+             const std::vector<int32_t>& dst, size_t n) {
+  const KvLayout& a = from.layout();
+  const KvLayout& b = to.layout();
+  ASSERT_TRUE(a.same_geometry(b));
+  ASSERT_GE(src.size(), n);
+  ASSERT_GE(dst.size(), n);
+  for (int32_t layer = 0; layer < a.num_layers; ++layer) {
+    for (size_t i = 0; i < n; ++i) {
+      std::memcpy(static_cast<char*>(to.data()) + b.block_byte_offset(layer, dst[i]),
+                  static_cast<const char*>(from.data()) + a.block_byte_offset(layer, src[i]),
+                  a.block_bytes());
+    }
+  }
+}
+
+// Log-probs agree up to rounding: how a step is batched and chunked changes
+// the summation order in attention (short query runs are split over keys like
+// decode rows), so the last bits may differ. KV that is wrong or missing moves
+// them by far more.
+constexpr float kLogprobTolerance = 1e-4f;
+
+void expect_same_logprobs(const OutputLogprobs& got, const OutputLogprobs& want) {
+  EXPECT_EQ(got.id, want.id);
+  EXPECT_NEAR(got.logprob, want.logprob, kLogprobTolerance);
+  ASSERT_EQ(got.top.size(), want.top.size());
+  for (size_t i = 0; i < got.top.size(); ++i) {
+    EXPECT_EQ(got.top[i].id, want.top[i].id);
+    EXPECT_NEAR(got.top[i].logprob, want.top[i].logprob, kLogprobTolerance);
+  }
+}
+
+// Engine A runs each request whole (the reference). Engine B is the prefill
+// node: max_tokens 1, blocks retained. Engine C is the decode node: it
+// reserves blocks, receives B's prompt KV, is activated with B's first token
+// and generator draws, and decodes the rest. C's tokens must equal A's
+// exactly, and its log-probs, which would show any fault in the KV, up to
+// rounding.
+void check_handoff(const GenerationOptions& options, uint64_t draws_per_token,
+                   const std::vector<std::vector<int32_t>>& prompts,
+                   const std::function<std::unique_ptr<Engine>(int32_t, int32_t, int32_t)>& make) {
+  const int32_t block_size = 8;
+  auto a = make(128, block_size, 2048);
+  for (const auto& p : prompts) ASSERT_TRUE(a->scheduler().add(p, options).is_ok());
+  auto reference = a->run_to_completion();
+  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+  ASSERT_EQ(reference->size(), prompts.size());
+
+  // Prefill node: a small budget, so long prompts are prefilled in chunks.
+  auto b = make(96, block_size, 16);
+  GenerationOptions prefill = options;
+  prefill.max_tokens = 1;
+  prefill.retain_blocks = true;
+  for (const auto& p : prompts) ASSERT_TRUE(b->scheduler().add(p, prefill).is_ok());
+  auto prefilled = b->run_to_completion();
+  ASSERT_TRUE(prefilled.is_ok()) << prefilled.status().to_string();
+  ASSERT_EQ(prefilled->size(), prompts.size());
+  EXPECT_LT(b->scheduler().stats().free_blocks, b->scheduler().stats().total_blocks)
+      << "retained blocks must stay in use";
+
+  // Decode node: a different pool size; a placeholder reservation taken first
+  // and aborted after, so C's block ids differ from B's.
+  auto c = make(48, block_size, 2048);
+  Scheduler& cs = c->scheduler();
+  auto placeholder = cs.reserve_remote(std::vector<int32_t>(20, 9), options);
+  ASSERT_TRUE(placeholder.is_ok()) << placeholder.status().to_string();
+  std::vector<int64_t> ids(prompts.size());
+  for (size_t i = prompts.size(); i-- > 0;) {  // reverse order: other block ids again
+    auto id = cs.reserve_remote(prompts[i], options);
+    ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+    ids[i] = *id;
+  }
+  ASSERT_TRUE(cs.abort(*placeholder));
+  // A control request: reserved and activated like the others but never
+  // given its KV. Its log-probs must differ, or the comparison proves nothing.
+  auto control = cs.reserve_remote(prompts[0], options);
+  ASSERT_TRUE(control.is_ok());
+  EXPECT_FALSE(cs.has_work()) << "awaiting sequences need no steps";
+  EXPECT_EQ(cs.stats().awaiting, int32_t(prompts.size()) + 1);
+  EXPECT_EQ(cs.stats().running, 0);
+
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const Sequence& done = *(*prefilled)[i];
+    ASSERT_EQ(done.output.size(), 1u);
+    EXPECT_EQ(done.finish_reason, FinishReason::kLength);
+    EXPECT_EQ(done.rng.draws(), draws_per_token);
+    const Sequence* awaiting = cs.find(ids[i]);
+    ASSERT_NE(awaiting, nullptr);
+    EXPECT_TRUE(awaiting->awaiting_kv);
+    const size_t n = size_t(awaiting->block_table.blocks_needed(int32_t(prompts[i].size())));
+    ASSERT_EQ(awaiting->block_table.blocks().size(), n);
+    copy_kv(b->kv_pool(), done.block_table.blocks(), c->kv_pool(), awaiting->block_table.blocks(),
+            n);
+    auto first = cs.activate_remote(ids[i], done.output[0], done.rng.draws());
+    ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+    EXPECT_EQ(first->sequence_id, ids[i]);
+    EXPECT_EQ(first->token, done.output[0]);
+    EXPECT_EQ(first->finish_reason, FinishReason::kNone);
+    EXPECT_FALSE(cs.find(ids[i])->awaiting_kv);
+  }
+  const Sequence& first_prefilled = *(*prefilled)[0];
+  ASSERT_TRUE(
+      cs.activate_remote(*control, first_prefilled.output[0], first_prefilled.rng.draws()).is_ok());
+  EXPECT_EQ(cs.stats().awaiting, 0);
+  EXPECT_TRUE(cs.has_work());
+
+  auto decoded = c->run_to_completion();
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  std::map<int64_t, const Sequence*> by_id;
+  for (const auto& seq : *decoded) by_id[seq->id] = seq.get();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    SCOPED_TRACE("prompt " + std::to_string(i) + " of " + std::to_string(prompts[i].size()) +
+                 " tokens");
+    const Sequence& want = *(*reference)[i];
+    const Sequence& got = *by_id.at(ids[i]);
+    EXPECT_EQ(got.output, want.output);
+    EXPECT_EQ(got.finish_reason, want.finish_reason);
+    EXPECT_EQ(got.rng.draws(), want.rng.draws());
+    // The first token's log-probs stay with the prefill node.
+    {
+      SCOPED_TRACE("first token, on the prefill node");
+      expect_same_logprobs((*prefilled)[i]->output_logprobs.at(0), want.output_logprobs.at(0));
+    }
+    ASSERT_EQ(got.output_logprobs.size(), want.output_logprobs.size());
+    EXPECT_EQ(got.output_logprobs[0].id, got.output[0]);
+    EXPECT_TRUE(std::isnan(got.output_logprobs[0].logprob));
+    for (size_t j = 1; j < got.output_logprobs.size(); ++j) {
+      SCOPED_TRACE("output token " + std::to_string(j));
+      expect_same_logprobs(got.output_logprobs[j], want.output_logprobs[j]);
+    }
+  }
+  // The control must be told apart: some token or top token differs, or a
+  // log-prob is off by well over the rounding tolerance.
+  const Sequence& uncopied = *by_id.at(*control);
+  const Sequence& control_want = *(*reference)[0];
+  ASSERT_EQ(uncopied.output_logprobs.size(), control_want.output_logprobs.size());
+  bool told_apart = uncopied.output != control_want.output;
+  float largest_difference = 0;
+  for (size_t j = 1; j < uncopied.output_logprobs.size(); ++j) {
+    const auto& got = uncopied.output_logprobs[j];
+    const auto& want = control_want.output_logprobs[j];
+    for (size_t k = 0; k < got.top.size(); ++k) {
+      told_apart = told_apart || got.top[k].id != want.top[k].id;
+      largest_difference =
+          std::max(largest_difference, std::abs(got.top[k].logprob - want.top[k].logprob));
+    }
+  }
+  EXPECT_TRUE(told_apart || largest_difference > 10 * kLogprobTolerance)
+      << "largest log-prob difference " << largest_difference
+      << "decoding without the prompt's KV gave the reference's log-probs";
+  EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+
+  // The prefill node frees the blocks once "the transfer" is done.
+  for (auto& seq : *prefilled) b->scheduler().release_blocks(*seq);
+  EXPECT_EQ(b->scheduler().stats().free_blocks, b->scheduler().stats().total_blocks);
+}
+
+TEST_F(RemoteKvTest, GreedyHandoffEqualsOneEngine) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  GenerationOptions o = greedy(10);
+  o.logprobs = 3;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(1, 40));
+  prompts.push_back(random_prompt(16, 16));  // exactly two blocks: decode needs a new one
+  check_handoff(o, 0, prompts, [&](int32_t blocks, int32_t block_size, int32_t budget) {
+    return make_engine(blocks, block_size, budget);
+  });
+}
+
+TEST_F(RemoteKvTest, SeededSamplingHandoffEqualsOneEngine) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  GenerationOptions o;
+  o.sampling = {.temperature = 1.0f, .top_k = 0, .top_p = 0.9f};
+  o.seed = seed_;
+  o.max_tokens = 10;
+  o.ignore_eos = true;
+  o.logprobs = 2;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(1, 40));
+  check_handoff(o, 1, prompts, [&](int32_t blocks, int32_t block_size, int32_t budget) {
+    return make_engine(blocks, block_size, budget);
+  });
+}
+
+TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {
+  auto engine = make_engine(/*blocks=*/8, /*block_size=*/4, /*budget=*/2048);
+  Scheduler& s = engine->scheduler();
+  // Validation as add().
+  EXPECT_EQ(s.reserve_remote({}, greedy(4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.reserve_remote({1, 512}, greedy(4)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.reserve_remote(std::vector<int32_t>(32, 5), greedy(4)).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.reserve_remote({1, 2}, greedy(0)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.stats().free_blocks, 8);
+
+  auto first = s.reserve_remote(std::vector<int32_t>(20, 5), greedy(4));  // 5 blocks
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  EXPECT_EQ(s.stats().free_blocks, 3);
+  EXPECT_EQ(s.stats().peak_used_blocks, 5);
+  auto short_of_blocks = s.reserve_remote(std::vector<int32_t>(17, 5), greedy(4));  // 5 blocks
+  EXPECT_EQ(short_of_blocks.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(short_of_blocks.status().message().find("needs 5 blocks; 3 of 8 are free"),
+            std::string::npos)
+      << short_of_blocks.status().message();
+  EXPECT_EQ(s.stats().free_blocks, 3) << "a failed reservation must take nothing";
+  EXPECT_EQ(s.stats().awaiting, 1);
+
+  // Awaiting sequences are not work: a step does nothing.
+  EXPECT_FALSE(s.has_work());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  EXPECT_EQ(s.last_step().prompt_tokens + s.last_step().generated_tokens, 0);
+
+  // A queued request whose blocks the reservation holds waits: steps do
+  // nothing (OK), and run_to_completion says why instead of spinning.
+  auto queued = s.add(std::vector<int32_t>(16, 7), greedy(2));  // 4 blocks
+  ASSERT_TRUE(queued.is_ok());
+  EXPECT_EQ(s.stats().waiting_tokens, 16);
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  EXPECT_EQ(s.stats().waiting, 1);
+  auto blocked = engine->run_to_completion();
+  EXPECT_EQ(blocked.status().code(), StatusCode::kResourceExhausted);
+
+  auto second = s.reserve_remote(std::vector<int32_t>(12, 5), greedy(4));  // 3 blocks: fits
+  ASSERT_TRUE(second.is_ok());
+  EXPECT_EQ(s.stats().free_blocks, 0);
+  EXPECT_EQ(s.stats().awaiting, 2);
+  ASSERT_NE(s.find(*second), nullptr);
+  EXPECT_TRUE(s.find(*second)->awaiting_kv);
+
+  // Aborting awaiting sequences frees their blocks.
+  EXPECT_TRUE(s.abort(*first));
+  EXPECT_TRUE(s.abort(*second));
+  EXPECT_FALSE(s.abort(*second));
+  EXPECT_EQ(s.find(*first), nullptr);
+  EXPECT_EQ(s.stats().awaiting, 0);
+  EXPECT_EQ(s.stats().free_blocks, 8);
+  auto aborted = s.take_finished();
+  ASSERT_EQ(aborted.size(), 2u);
+  for (const auto& seq : aborted) {
+    EXPECT_EQ(seq->finish_reason, FinishReason::kAborted);
+    EXPECT_TRUE(seq->block_table.blocks().empty());
+  }
+  EXPECT_EQ(s.activate_remote(*first, 5, 0).status().code(), StatusCode::kNotFound);
+
+  // The queued request can run now.
+  auto done = engine->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  ASSERT_EQ(done->size(), 1u);
+  EXPECT_EQ((*done)[0]->output.size(), 2u);
+  EXPECT_EQ(s.stats().free_blocks, 8);
+}
+
+TEST_F(RemoteKvTest, ActivateErrors) {
+  auto engine = make_engine(16, 4, 2048);
+  Scheduler& s = engine->scheduler();
+  EXPECT_EQ(s.activate_remote(12345, 5, 0).status().code(), StatusCode::kNotFound);
+  auto queued = s.add({5, 6, 7}, greedy(3));
+  ASSERT_TRUE(queued.is_ok());
+  EXPECT_EQ(s.activate_remote(*queued, 5, 0).status().code(), StatusCode::kInvalidArgument);
+  auto remote = s.reserve_remote({5, 6, 7}, greedy(3));
+  ASSERT_TRUE(remote.is_ok());
+  // A token outside the vocabulary leaves the sequence awaiting.
+  EXPECT_EQ(s.activate_remote(*remote, 512, 0).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.activate_remote(*remote, -1, 0).status().code(), StatusCode::kInvalidArgument);
+  ASSERT_NE(s.find(*remote), nullptr);
+  EXPECT_TRUE(s.find(*remote)->awaiting_kv);
+  ASSERT_TRUE(s.activate_remote(*remote, 8, 0).is_ok());
+  // Running now: not awaiting any more.
+  EXPECT_EQ(s.activate_remote(*remote, 8, 0).status().code(), StatusCode::kInvalidArgument);
+  auto done = engine->run_to_completion();
+  ASSERT_TRUE(done.is_ok());
+  ASSERT_EQ(done->size(), 2u);
+  EXPECT_EQ((*done)[1]->output.size(), 3u);
+  EXPECT_EQ((*done)[1]->output[0], 8);
+  // Finished: unknown.
+  EXPECT_EQ(s.find(*remote), nullptr);
+  EXPECT_EQ(s.activate_remote(*remote, 8, 0).status().code(), StatusCode::kNotFound);
+  EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks);
+}
+
+// The first token goes through the same finish rules as a sampled one.
+TEST_F(RemoteKvTest, FirstTokenCanFinishTheSequence) {
+  auto engine = make_engine(/*blocks=*/8, /*block_size=*/4, /*budget=*/2048);
+  Scheduler& s = engine->scheduler();
+  const int32_t eos = engine->model_config().eos_token_ids.at(0);
+  auto activate = [&](std::vector<int32_t> prompt, const GenerationOptions& o, int32_t token) {
+    auto id = s.reserve_remote(std::move(prompt), o);
+    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+    auto out = s.activate_remote(*id, token, 0);
+    EXPECT_TRUE(out.is_ok()) << out.status().to_string();
+    return out.is_ok() ? out->finish_reason : FinishReason::kAborted;
+  };
+  auto expect_handed_over = [&](FinishReason reason, std::vector<int32_t> output) {
+    auto finished = s.take_finished();
+    ASSERT_EQ(finished.size(), 1u);
+    EXPECT_EQ(finished[0]->finish_reason, reason);
+    EXPECT_EQ(finished[0]->output, output);
+    EXPECT_EQ(s.stats().running, 0);
+    EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks);
+  };
+
+  GenerationOptions stop = greedy(8);
+  stop.stop_token_ids = {77, 78};
+  EXPECT_EQ(activate({5, 6, 7}, stop, 78), FinishReason::kStop);
+  expect_handed_over(FinishReason::kStop, {78});
+
+  GenerationOptions with_eos = greedy(8);
+  with_eos.ignore_eos = false;
+  EXPECT_EQ(activate({5, 6, 7}, with_eos, eos), FinishReason::kStop);
+  expect_handed_over(FinishReason::kStop, {eos});
+
+  EXPECT_EQ(activate({5, 6, 7}, greedy(1), 40), FinishReason::kLength);
+  expect_handed_over(FinishReason::kLength, {40});
+
+  // The pool holds 32 tokens, so max_model_len is 32: a 31-token prompt
+  // plus the first token reaches it.
+  EXPECT_EQ(activate(std::vector<int32_t>(31, 5), greedy(8), 40), FinishReason::kLength);
+  expect_handed_over(FinishReason::kLength, {40});
+
+  // EOS ignored: the sequence runs on.
+  GenerationOptions ignoring = greedy(3);
+  EXPECT_EQ(activate({5, 6, 7}, ignoring, eos), FinishReason::kNone);
+  EXPECT_TRUE(s.take_finished().empty());
+  EXPECT_EQ(s.stats().running, 1);
+  auto done = engine->run_to_completion();
+  ASSERT_TRUE(done.is_ok());
+  ASSERT_EQ(done->size(), 1u);
+  EXPECT_EQ((*done)[0]->output.size(), 3u);
+  EXPECT_EQ((*done)[0]->output[0], eos);
+}
+
+// Running sequences preempt each other under block pressure, but never an
+// awaiting one: its block table and the bytes a remote node put there stay
+// untouched, and the others still produce what they produce alone.
+TEST_F(RemoteKvTest, AwaitingSequencesAreNeverPreempted) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(8, 8));
+  const GenerationOptions options = greedy(12);  // 20 tokens: 5 blocks of 4 each
+  std::vector<std::vector<int32_t>> alone;
+  for (const auto& p : prompts) {
+    auto engine = make_engine(64, 4, 2048);
+    ASSERT_TRUE(engine->scheduler().add(p, options).is_ok());
+    auto done = engine->run_to_completion();
+    ASSERT_TRUE(done.is_ok());
+    alone.push_back((*done)[0]->output);
+  }
+
+  auto engine = make_engine(/*blocks=*/16, /*block_size=*/4, /*budget=*/2048);
+  Scheduler& s = engine->scheduler();
+  auto remote = s.reserve_remote(random_prompt(20, 20), options);  // 5 blocks
+  ASSERT_TRUE(remote.is_ok());
+  const std::vector<int32_t> reserved = s.find(*remote)->block_table.blocks();
+  ASSERT_EQ(reserved.size(), 5u);
+  // "Received" bytes in every layer of the reserved blocks.
+  const KvLayout& layout = engine->kv_pool().layout();
+  auto* pool = static_cast<unsigned char*>(engine->kv_pool().data());
+  auto pattern = [&](int32_t layer, int32_t block, size_t i) {
+    return static_cast<unsigned char>((size_t(layer) * 131 + size_t(block) * 31 + i) % 251);
+  };
+  for (int32_t layer = 0; layer < layout.num_layers; ++layer) {
+    for (int32_t block : reserved) {
+      for (size_t i = 0; i < layout.block_bytes(); ++i) {
+        pool[layout.block_byte_offset(layer, block) + i] = pattern(layer, block, i);
+      }
+    }
+  }
+
+  for (const auto& p : prompts) ASSERT_TRUE(s.add(p, options).is_ok());
+  std::vector<std::unique_ptr<Sequence>> done;
+  int steps = 0;
+  while (s.has_work()) {
+    ASSERT_LT(++steps, 1000);
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    for (auto& seq : s.take_finished()) done.push_back(std::move(seq));
+    const Sequence* awaiting = s.find(*remote);
+    ASSERT_NE(awaiting, nullptr);
+    ASSERT_TRUE(awaiting->awaiting_kv);
+    ASSERT_EQ(awaiting->block_table.blocks(), reserved);
+    EXPECT_EQ(s.stats().awaiting, 1);
+  }
+  EXPECT_GT(s.stats().preemptions, 0) << "the pool was meant to be too small";
+  ASSERT_EQ(done.size(), prompts.size());
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+  for (size_t i = 0; i < done.size(); ++i) EXPECT_EQ(done[i]->output, alone[i]);
+  for (int32_t layer = 0; layer < layout.num_layers; ++layer) {
+    for (int32_t block : reserved) {
+      for (size_t i = 0; i < layout.block_bytes(); ++i) {
+        ASSERT_EQ(pool[layout.block_byte_offset(layer, block) + i], pattern(layer, block, i))
+            << "layer " << layer << " block " << block << " byte " << i;
+      }
+    }
+  }
+  EXPECT_EQ(s.stats().free_blocks, 16 - 5);
+  EXPECT_TRUE(s.abort(*remote));
+  EXPECT_EQ(s.stats().free_blocks, 16);
+}
+
+TEST_F(RemoteKvTest, RetainedBlocksStayUsedUntilReleased) {
+  auto engine = make_engine(/*blocks=*/32, /*block_size=*/4, /*budget=*/2048);
+  Scheduler& s = engine->scheduler();
+  GenerationOptions keep = greedy(5);
+  keep.retain_blocks = true;
+  auto kept = s.add(random_prompt(10, 10), keep);
+  auto freed = s.add(random_prompt(10, 10), greedy(5));
+  auto aborted = s.add(random_prompt(10, 10), keep);
+  ASSERT_TRUE(kept.is_ok() && freed.is_ok() && aborted.is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  // Abort frees blocks even of a retain_blocks sequence.
+  EXPECT_TRUE(s.abort(*aborted));
+  auto done = engine->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  ASSERT_EQ(done->size(), 3u);
+  Sequence& retained = *(*done)[0];
+  EXPECT_EQ(retained.output.size(), 5u);
+  // The prompt and all but the last output token were computed: 14 tokens.
+  EXPECT_EQ(retained.block_table.blocks().size(), 4u);
+  EXPECT_TRUE((*done)[1]->block_table.blocks().empty());
+  EXPECT_TRUE((*done)[2]->block_table.blocks().empty());
+  EXPECT_EQ(s.stats().free_blocks, 32 - 4);
+  EXPECT_FALSE(s.has_work());
+
+  s.release_blocks(retained);
+  EXPECT_TRUE(retained.block_table.blocks().empty());
+  EXPECT_EQ(s.stats().free_blocks, 32);
+  s.release_blocks(retained);  // nothing left: no-op
+  EXPECT_EQ(s.stats().free_blocks, 32);
+}
+
+TEST_F(RemoteKvTest, WaitingTokensCountUncomputedPromptTokens) {
+  auto engine = make_engine(/*blocks=*/32, /*block_size=*/4, /*budget=*/8);
+  Scheduler& s = engine->scheduler();
+  ASSERT_TRUE(s.add(random_prompt(5, 5), greedy(2)).is_ok());
+  ASSERT_TRUE(s.add(random_prompt(7, 7), greedy(2)).is_ok());
+  ASSERT_TRUE(s.reserve_remote(random_prompt(9, 9), greedy(2)).is_ok());  // not counted
+  EXPECT_EQ(s.stats().waiting, 2);
+  EXPECT_EQ(s.stats().waiting_tokens, 12);
+  ASSERT_TRUE(s.step(nullptr).is_ok());  // 5 + 3 of 7
+  EXPECT_EQ(s.stats().waiting, 0);
+  EXPECT_EQ(s.stats().waiting_tokens, 4);
+  ASSERT_TRUE(s.step(nullptr).is_ok());  // a decode, then the last 4
+  EXPECT_EQ(s.stats().waiting_tokens, 0);
+}
+
+// The layer observer, on a 4-layer model whose pool starts out full of a
+// sentinel: when layer l is reported, K and V of layer l are stored for every
+// token of the step, and layer l + 1 has not written any of them yet.
+TEST_F(RemoteKvTest, LayerObserverSeesEachLayerStoredBeforeTheNext) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  auto config = model_preset("tiny");
+  ASSERT_TRUE(config.is_ok());
+  config->num_layers = 4;
+  const auto deep_dir = dir_.path() / "tiny-4-layers";
+  MakeModelOptions make;
+  make.seed = seed_;
+  ASSERT_TRUE(make_random_checkpoint(*config, deep_dir, make).is_ok());
+  auto engine = make_engine(/*blocks=*/32, /*block_size=*/4, /*budget=*/7, deep_dir);
+  Scheduler& s = engine->scheduler();
+  const KvLayout& layout = engine->kv_pool().layout();
+  ASSERT_EQ(layout.num_layers, 4);
+  ASSERT_EQ(layout.dtype, DType::kF32);
+  auto* pool = static_cast<float*>(engine->kv_pool().data());
+  constexpr uint32_t kSentinelBits = 0x7f7f7f7fu;  // a finite float no layer produces
+  float sentinel;
+  std::memcpy(&sentinel, &kSentinelBits, sizeof(sentinel));
+  std::fill(pool, pool + layout.total_elements(), sentinel);
+
+  // K and V of one token of one layer, all KV heads.
+  auto token_kv = [&](int32_t layer, const Sequence& seq, int32_t pos) {
+    const int32_t slot = seq.block_table.slot_of(pos);
+    const int32_t block = slot / layout.block_size, offset = slot % layout.block_size;
+    std::vector<float> values;
+    for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
+      for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+        const float* v = pool + layout.element_offset(layer, block, part, h, offset);
+        values.insert(values.end(), v, v + layout.head_dim);
+      }
+    }
+    return values;
+  };
+  auto is_sentinel = [&](const std::vector<float>& values) {
+    return std::all_of(values.begin(), values.end(), [&](float v) {
+      uint32_t bits;
+      std::memcpy(&bits, &v, sizeof(bits));
+      return bits == kSentinelBits;
+    });
+  };
+
+  struct Call {
+    int32_t layer;
+    std::vector<StepSequenceInfo> step;
+  };
+  std::vector<Call> calls;
+  // (layer, sequence, position) -> K/V seen when the layer was reported.
+  std::map<std::tuple<int32_t, int64_t, int32_t>, std::vector<float>> seen;
+  s.set_layer_observer([&](int32_t layer, std::span<const StepSequenceInfo> step) {
+    calls.push_back({layer, std::vector<StepSequenceInfo>(step.begin(), step.end())});
+    for (const auto& info : step) {
+      const Sequence* seq = s.find(info.sequence_id);
+      ASSERT_NE(seq, nullptr);
+      for (int32_t pos = info.start_position; pos < info.start_position + info.num_tokens; ++pos) {
+        auto values = token_kv(layer, *seq, pos);
+        EXPECT_FALSE(std::any_of(values.begin(), values.end(),
+                                 [&](float v) {
+                                   uint32_t bits;
+                                   std::memcpy(&bits, &v, sizeof(bits));
+                                   return bits == kSentinelBits;
+                                 }))
+            << "layer " << layer << " position " << pos << " not stored yet";
+        seen[{layer, info.sequence_id, pos}] = values;
+        if (layer + 1 < layout.num_layers) {
+          EXPECT_TRUE(is_sentinel(token_kv(layer + 1, *seq, pos)))
+              << "layer " << layer + 1 << " position " << pos << " written before layer " << layer
+              << " was reported";
+        }
+      }
+    }
+  });
+
+  auto a = s.add(random_prompt(10, 10), greedy(3));
+  auto b = s.add(random_prompt(6, 6), greedy(3));
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  // Budget 7: what each step computes, per the batching rules.
+  using Info = std::vector<std::tuple<int64_t, int32_t, int32_t>>;
+  const std::vector<Info> expected = {
+      {{*a, 0, 7}},               // a's first chunk fills the budget
+      {{*a, 7, 3}, {*b, 0, 4}},   // a's last chunk, b admitted with what is left
+      {{*a, 10, 1}, {*b, 4, 2}},  // a decodes first, then b's last chunk
+      {{*a, 11, 1}, {*b, 6, 1}},  // both decode; a finishes
+      {{*b, 7, 1}},               // b finishes
+  };
+  std::vector<std::unique_ptr<Sequence>> done;
+  for (size_t step = 0; step < expected.size(); ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    ASSERT_TRUE(s.has_work());
+    calls.clear();
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    ASSERT_EQ(calls.size(), size_t(layout.num_layers));
+    for (int32_t layer = 0; layer < layout.num_layers; ++layer) {
+      const Call& call = calls[size_t(layer)];
+      EXPECT_EQ(call.layer, layer);
+      Info got;
+      for (const auto& info : call.step) {
+        got.emplace_back(info.sequence_id, info.start_position, info.num_tokens);
+      }
+      EXPECT_EQ(got, expected[step]);
+    }
+    // What each layer reported is what the pool holds after the step.
+    for (const auto& [key, values] : seen) {
+      const auto& [layer, id, pos] = key;
+      const Sequence* seq = s.find(id);
+      if (seq == nullptr) continue;  // finished: its blocks are free
+      EXPECT_EQ(token_kv(layer, *seq, pos), values) << "layer " << layer << " position " << pos;
+    }
+    for (auto& seq : s.take_finished()) done.push_back(std::move(seq));
+  }
+  EXPECT_FALSE(s.has_work());
+  EXPECT_EQ(done.size(), 2u);
+  EXPECT_EQ(seen.size(), size_t(layout.num_layers) * (12 + 8));
+
+  // Removed: steps run without it.
+  s.set_layer_observer({});
+  calls.clear();
+  ASSERT_TRUE(s.add(random_prompt(3, 3), greedy(2)).is_ok());
+  ASSERT_TRUE(engine->run_to_completion().is_ok());
+  EXPECT_TRUE(calls.empty());
+}
+
+}  // namespace
+}  // namespace baton::engine
