@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <future>
 
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"
@@ -135,6 +136,24 @@ void TransferEngine::Impl::enqueue(std::function<void()> command) {
   ucp_worker_signal(worker_.get());
 }
 
+void TransferEngine::Impl::enqueue_and_wait(std::function<void()> command, uint64_t transfer_id,
+                                            const char* what) {
+  auto ran = std::make_shared<std::promise<void>>();
+  std::future<void> done = ran->get_future();
+  enqueue([ran, command = std::move(command)] {
+    command();
+    ran->set_value();
+  });
+  // The progress thread itself (inside a callback) cannot wait for its own
+  // queue: the command runs before the worker is next progressed. Elsewhere
+  // the wait is bounded; past it the command still runs.
+  if (std::this_thread::get_id() != thread_.get_id() &&
+      done.wait_for(config_.close_timeout) != std::future_status::ready) {
+    spdlog::warn("kv_transfer[{}]: {} of transfer {} not yet in effect after {} ms",
+                 config_.node_name, what, transfer_id, config_.close_timeout.count());
+  }
+}
+
 bool TransferEngine::Impl::busy() const {
   if (!sends_.empty()) return true;
   for (const auto& [id, e] : expectations_) {
@@ -214,7 +233,10 @@ void TransferEngine::Impl::process_events() {
 void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
   std::vector<PeerId> expired_peers;
   for (auto& [id, t] : sends_) {
-    if (t.phase != SendTransfer::Phase::kDone && t.failure.is_ok() && now > t.deadline) {
+    // A failed (or cancelled) transfer still waiting for its operations past
+    // the deadline is stuck on the same peer as one that missed it.
+    if (t.phase != SendTransfer::Phase::kDone && (t.failure.is_ok() || t.outstanding > 0) &&
+        now > t.deadline) {
       fail_send(t, deadline_exceeded("transfer " + std::to_string(id) + " missed its deadline"));
       expired_peers.push_back(t.peer);
       dirty_sends_.push_back(id);
@@ -228,11 +250,11 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
     }
   }
   for (auto& [id, e] : expectations_) {
-    if (e.failed && e.outstanding > 0 && now > e.deadline + config_.close_timeout) {
+    if (e.failed && e.outstanding > 0 && now > e.abandon_after) {
       // Receives from a sender that vanished on a transport without failure
       // detection: nothing can fetch from a dead process any more.
-      spdlog::warn("kv_transfer[{}]: abandoning {} receives of expired transfer {}",
-                   config_.node_name, e.outstanding, id);
+      spdlog::warn("kv_transfer[{}]: abandoning {} receives of {} transfer {}", config_.node_name,
+                   e.outstanding, e.cancelled ? "cancelled" : "expired", id);
       e.outstanding = 0;
       dirty_recvs_.push_back(id);
     }
@@ -535,6 +557,10 @@ Status TransferEngine::write_blocks(PeerId peer, SendSpec spec, TransferCallback
 Status TransferEngine::expect(RecvSpec spec, TransferCallback on_done) {
   return impl_->expect(std::move(spec), std::move(on_done));
 }
+Status TransferEngine::cancel_expect(uint64_t transfer_id) {
+  return impl_->cancel_expect(transfer_id);
+}
+Status TransferEngine::cancel_send(uint64_t transfer_id) { return impl_->cancel_send(transfer_id); }
 Status TransferEngine::send_control_bytes(PeerId peer, std::vector<uint8_t> bytes) {
   return impl_->send_control_bytes(peer, std::move(bytes));
 }

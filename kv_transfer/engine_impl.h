@@ -17,7 +17,6 @@
 #include <mutex>
 #include <thread>
 #include <unordered_map>
-#include <unordered_set>
 #include <vector>
 
 #include "kv_transfer/block_runs.h"
@@ -83,7 +82,8 @@ struct SendTransfer {  // progress thread
   enum class Phase { kPosting, kFlushing, kAwaitAck, kDone } phase = Phase::kPosting;
   bool flush_done = false;
   bool acked = false;
-  Status failure;  // first error, if any
+  bool cancelled = false;  // cancel_send: nothing new is posted, in-flight ops drain
+  Status failure;          // first error, if any
   uint64_t digest = 0;
 };
 
@@ -92,6 +92,9 @@ struct Expectation {  // progress thread
   RecvSpec spec;
   TransferCallback on_done;
   Clock::time_point started, deadline;
+  // Once failed, receives still pending after this are abandoned: deadline +
+  // close_timeout, or cancel time + close_timeout if cancelled earlier.
+  Clock::time_point abandon_after;
   std::unordered_map<int32_t, size_t> pair_of;  // destination block -> pair index
   BlockHashes hashes;                           // filled as AM data lands
   uint64_t expected_bytes = 0;
@@ -100,6 +103,7 @@ struct Expectation {  // progress thread
   bool noticed = false;  // the sender's notice arrived (it may overtake rendezvous data)
   bool judged = false;   // checksum verdict reached and acked
   bool failed = false;
+  bool cancelled = false;  // by cancel_expect
   Status result;
   Notice notice;
   ucp_ep_h reply_ep = nullptr;  // where the ack goes
@@ -119,6 +123,8 @@ class TransferEngine::Impl {
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done, bool all_posted);
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
   Status expect(RecvSpec spec, TransferCallback on_done);
+  Status cancel_expect(uint64_t transfer_id);
+  Status cancel_send(uint64_t transfer_id);
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
   EngineStats stats() const;
 
@@ -140,6 +146,9 @@ class TransferEngine::Impl {
  private:
   void run();
   void enqueue(std::function<void()> command);
+  // Queues `command` and, unless called on the progress thread (a callback),
+  // waits until it has run, at most close_timeout (`what` names it in the log).
+  void enqueue_and_wait(std::function<void()> command, uint64_t transfer_id, const char* what);
   void wait_for_events(Clock::time_point now);
   bool busy() const;
 
@@ -155,6 +164,7 @@ class TransferEngine::Impl {
   void issue_layer(SendTransfer& t, uint64_t id, PeerState& peer, int32_t layer);
   void fail_send(SendTransfer& t, const Status& why);
   void maybe_finish_send(uint64_t id);
+  void apply_cancel_send(uint64_t id);
 
   // Receiving.
   void handle_notice(const Notice& n, ucp_ep_h reply_ep);
@@ -171,6 +181,7 @@ class TransferEngine::Impl {
   // Probes tagged KV messages, receiving each into its blocks; returns how many.
   int receive_tagged();
   void maybe_finish_recv(uint64_t id);
+  void apply_cancel_expect(uint64_t id);
   void judge(uint64_t id, Expectation& e);
   void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count);
   void reject_notice(const std::string& why);
@@ -190,8 +201,14 @@ class TransferEngine::Impl {
   // API side, under api_mutex_.
   mutable std::mutex api_mutex_;
   std::vector<KvLayout> peer_layouts_;
-  std::unordered_map<uint64_t, std::pair<int32_t, int32_t>> send_tickets_;  // id -> posted, end
-  std::unordered_set<uint64_t> recv_tickets_;
+  struct SendTicket {
+    int32_t posted = 0, end = 0;  // layers handed over, the transfer's layer_end
+    bool cancelled = false;
+  };
+  // Live transfers and expectations, from the API call until their callback
+  // has been taken to run; `cancelled`: cancel_* accepted for it.
+  std::unordered_map<uint64_t, SendTicket> send_tickets_;
+  std::unordered_map<uint64_t, bool> recv_tickets_;  // id -> cancelled
   std::vector<std::function<void()>> commands_;
 
   // Progress thread.

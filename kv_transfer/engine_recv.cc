@@ -1,9 +1,7 @@
 // kv_transfer/engine_recv.cc — the receiver: expectations, AM data landing in
 // the expected blocks, notices, checksum verification, acks.
+#include <algorithm>
 #include <cstring>
-#include <future>
-#include <memory>
-#include <thread>
 
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"
@@ -45,7 +43,7 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
   BATON_RETURN_IF_ERROR(validate_block_lists(spec.dst_blocks, layout_, spec.dst_blocks, layout_));
   {
     std::lock_guard lock(api_mutex_);
-    if (!recv_tickets_.insert(spec.transfer_id).second) {
+    if (!recv_tickets_.emplace(spec.transfer_id, false).second) {
       return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
                               " is already expected");
     }
@@ -53,31 +51,63 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
   uint64_t id = spec.transfer_id;
   // The expectation must be live before the caller tells the sender to go:
   // data that arrived while it was still queued would be rejected as unknown.
-  auto registered = std::make_shared<std::promise<void>>();
-  std::future<void> active = registered->get_future();
-  enqueue([this, id, registered, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
+  // Past the bounded wait the expectation still goes live and still ends with
+  // its callback, which alone says when the blocks may be freed, so returning
+  // is safe either way.
+  auto command = [this, id, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
     Expectation& e = expectations_[id];
     e.serial = next_serial_++;
     e.started = Clock::now();
     e.deadline = e.started + spec.deadline.value_or(config_.default_deadline);
+    e.abandon_after = e.deadline + config_.close_timeout;
     for (size_t i = 0; i < spec.dst_blocks.size(); ++i) e.pair_of[spec.dst_blocks[i]] = i;
     e.hashes = BlockHashes(spec.layer_begin, spec.layer_end, spec.dst_blocks.size());
     e.expected_bytes = uint64_t(spec.dst_blocks.size()) * layout_.block_bytes() *
                        uint64_t(spec.layer_end - spec.layer_begin);
     e.spec = std::move(spec);
     e.on_done = std::move(on_done);
-    registered->set_value();
-  });
-  // The progress thread itself (inside a callback) cannot wait for its own
-  // queue. Elsewhere the wait is bounded; past it the expectation still goes
-  // live and still ends with its callback, which alone says when the blocks
-  // may be freed, so returning is safe either way.
-  if (std::this_thread::get_id() != thread_.get_id() &&
-      active.wait_for(config_.close_timeout) != std::future_status::ready) {
-    spdlog::warn("kv_transfer[{}]: transfer {} not yet registered after {} ms", config_.node_name,
-                 id, config_.close_timeout.count());
-  }
+  };
+  enqueue_and_wait(std::move(command), id, "registration");
   return Status::ok();
+}
+
+Status TransferEngine::Impl::cancel_expect(uint64_t transfer_id) {
+  {
+    std::lock_guard lock(api_mutex_);
+    auto it = recv_tickets_.find(transfer_id);
+    if (it == recv_tickets_.end()) {
+      return not_found("no expectation of transfer " + std::to_string(transfer_id));
+    }
+    if (it->second) {
+      return not_found("expectation of transfer " + std::to_string(transfer_id) +
+                       " is already cancelled");
+    }
+    it->second = true;
+  }
+  // Returns once data arriving for it is rejected; the callback may run
+  // before or after (it is not waited for, so it may take the caller's locks).
+  enqueue_and_wait([this, transfer_id] { apply_cancel_expect(transfer_id); }, transfer_id,
+                   "cancel");
+  return Status::ok();
+}
+
+void TransferEngine::Impl::apply_cancel_expect(uint64_t id) {
+  // Commands run in order, so the registration has run; the expectation is
+  // gone only if its callback has been taken to run already.
+  auto it = expectations_.find(id);
+  if (it == expectations_.end()) return;
+  Expectation& e = it->second;
+  if (!e.failed && !e.judged) {  // a verdict already reached stands
+    e.failed = true;
+    e.cancelled = true;
+    e.result = Status(StatusCode::kAborted,
+                      "expectation of transfer " + std::to_string(id) + " cancelled");
+  }
+  // Receives in flight finish (a live sender completes them within moments)
+  // or are abandoned like those of an expired transfer, but counted from now:
+  // the caller wants the blocks back, and a dead sender never completes them.
+  e.abandon_after = std::min(e.abandon_after, Clock::now() + config_.close_timeout);
+  dirty_recvs_.push_back(id);
 }
 
 void TransferEngine::Impl::reject_notice(const std::string& why) {
@@ -326,6 +356,8 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   if (!e.failed && e.noticed && !e.judged && all_data) judge(id, e);
   // Blocks are handed back only when no receive of ours can still write them.
   if (e.outstanding != 0 || !(e.judged || e.failed)) return;
+  // Cancelled or expired after its notice came in: the sender awaits an ack.
+  if (e.noticed && !e.judged && e.reply_ep != nullptr) send_ack(e.reply_ep, e.notice, e.result);
   TransferResult r;
   r.status = e.result;
   r.request_id = e.spec.request_id;
@@ -339,7 +371,10 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   r.started = e.started;
   r.finished = Clock::now();
   (r.status.is_ok() ? counters_.receives_ok : counters_.receives_failed)++;
-  if (!r.status.is_ok()) {
+  if (e.cancelled) {
+    spdlog::info("kv_transfer[{}]: receive {} (request {}) cancelled", config_.node_name, id,
+                 r.request_id);
+  } else if (!r.status.is_ok()) {
     spdlog::warn("kv_transfer[{}]: receive {} (request {}) failed: {}", config_.node_name, id,
                  r.request_id, r.status.to_string());
   }

@@ -42,7 +42,7 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     BATON_RETURN_IF_ERROR(
         validate_block_lists(spec.src_blocks, layout_, spec.dst_blocks, peer_layouts_[peer]));
     int32_t posted = all_posted ? spec.layer_end : spec.layer_begin;
-    if (!send_tickets_.emplace(spec.transfer_id, std::pair{posted, spec.layer_end}).second) {
+    if (!send_tickets_.emplace(spec.transfer_id, SendTicket{posted, spec.layer_end}).second) {
       return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
                               " is already in flight");
     }
@@ -73,12 +73,15 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
     if (it == send_tickets_.end()) {
       return not_found("no transfer " + std::to_string(transfer_id) + " in flight");
     }
-    auto& [posted, end] = it->second;
-    if (layer_end > end || layer_end < posted) {
-      return out_of_range("post_layers(" + std::to_string(layer_end) + ") outside [" +
-                          std::to_string(posted) + ", " + std::to_string(end) + "]");
+    SendTicket& ticket = it->second;
+    if (ticket.cancelled) {
+      return not_found("transfer " + std::to_string(transfer_id) + " was cancelled");
     }
-    posted = layer_end;
+    if (layer_end > ticket.end || layer_end < ticket.posted) {
+      return out_of_range("post_layers(" + std::to_string(layer_end) + ") outside [" +
+                          std::to_string(ticket.posted) + ", " + std::to_string(ticket.end) + "]");
+    }
+    ticket.posted = layer_end;
   }
   enqueue([this, transfer_id, layer_end] {
     auto it = sends_.find(transfer_id);
@@ -87,6 +90,38 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
     pump(it->second, transfer_id);
   });
   return Status::ok();
+}
+
+Status TransferEngine::Impl::cancel_send(uint64_t transfer_id) {
+  {
+    std::lock_guard lock(api_mutex_);
+    auto it = send_tickets_.find(transfer_id);
+    if (it == send_tickets_.end()) {
+      return not_found("no transfer " + std::to_string(transfer_id) + " in flight");
+    }
+    if (it->second.cancelled) {
+      return not_found("transfer " + std::to_string(transfer_id) + " is already cancelled");
+    }
+    it->second.cancelled = true;
+  }
+  // Returns once nothing new will be posted; the callback waits for what is.
+  enqueue_and_wait([this, transfer_id] { apply_cancel_send(transfer_id); }, transfer_id, "cancel");
+  return Status::ok();
+}
+
+void TransferEngine::Impl::apply_cancel_send(uint64_t id) {
+  auto it = sends_.find(id);
+  if (it == sends_.end()) return;  // its callback has been taken to run already
+  SendTransfer& t = it->second;
+  if (t.failure.is_ok()) {
+    t.cancelled = true;
+    fail_send(t, Status(StatusCode::kAborted, "transfer " + std::to_string(id) + " cancelled"));
+  }
+  // pump() posts nothing for a failed transfer, and a failed one sends no
+  // notice; it finishes once its posted operations have completed (or, if
+  // they are stuck past the deadline, its peer is torn down as for any
+  // transfer that missed it).
+  dirty_sends_.push_back(id);
 }
 
 void TransferEngine::Impl::start_send(uint64_t id) {
@@ -225,7 +260,10 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   r.started = t.started;
   r.finished = Clock::now();
   (r.status.is_ok() ? counters_.sends_ok : counters_.sends_failed)++;
-  if (!r.status.is_ok()) {
+  if (t.cancelled) {
+    spdlog::info("kv_transfer[{}]: send {} (request {}) cancelled", config_.node_name, id,
+                 r.request_id);
+  } else if (!r.status.is_ok()) {
     spdlog::warn("kv_transfer[{}]: send {} (request {}) failed: {}", config_.node_name, id,
                  r.request_id, r.status.to_string());
   }

@@ -19,8 +19,19 @@
 //    The callback is the moment the destination blocks are filled (OK) or may
 //    be freed (error): no UCX operation of ours writes them afterwards. (One
 //    exception, logged: a rendezvous receive still pending close_timeout past
-//    the deadline is abandoned, as UCX 1.13 cannot cancel it; it can only
-//    complete if the vanished sender comes back.)
+//    the deadline or a cancel is abandoned, as UCX 1.13 cannot cancel it; a
+//    live sender completes its receives long before that, so it can only
+//    complete if a vanished sender comes back.)
+//  * Cancellation: cancel_expect() hands a receiver's blocks back without
+//    waiting for the deadline (aborted request, dead prefill node): the
+//    expectation fails with kAborted, later data and notices for it are
+//    rejected like any unknown transfer's (a notice with a negative ack), and
+//    the callback runs once its receives in flight have finished or, like a
+//    dead sender's, are abandoned close_timeout after the cancel. With
+//    one-sided puts the sender writes the blocks itself; a receiver cannot stop
+//    that, so before reusing blocks whose transfer used puts the control plane
+//    must also cancel the send or know the sender dead (as after a deadline).
+//    cancel_send() stops posting; its callback waits for what was posted.
 //  * Operation: one-sided puts when UCX has a native RMA lane to the peer
 //    whose memory domain can register the pool (kv_transfer/ucx_probe.h says
 //    how that is read from UCX); otherwise tagged rendezvous straight into the
@@ -34,7 +45,10 @@
 //    waits without a timeout.
 //
 // All methods are thread-safe. Callbacks run on the engine's progress thread:
-// keep them short; they may call back into the engine.
+// keep them short; they may call back into the engine, cancel_* included (on
+// any transfer, their own being already gone: NotFound). Called from a
+// callback, expect() and cancel_*() do not wait for the progress thread; they
+// take effect before the engine next progresses UCX.
 #pragma once
 
 #include <chrono>
@@ -129,6 +143,28 @@ class TransferEngine {
   // Returns once the expectation is live: data for it that arrives from then
   // on is accepted, so the caller may now tell the sender to start.
   Status expect(RecvSpec spec, TransferCallback on_done);
+
+  // Cancels a live expectation. Its callback runs with kAborted as soon as no
+  // UCX operation of ours can still write its blocks: at once when nothing for
+  // it is in flight, otherwise when the in-flight receives finish (or are
+  // abandoned as the deadline logic already does, close_timeout after the
+  // cancel). Later data/notices for it are rejected (counted) as for any
+  // unknown transfer; a late notice gets a negative ack so the sender fails
+  // fast. NotFound if no such expectation (never expected, its callback
+  // already taken to run, or already cancelled). Returns once data arriving
+  // from then on is rejected (a wait bounded like expect()'s); the callback
+  // may run before or after it returns. If the expectation had already failed or completed, that
+  // verdict stands and the callback reports it.
+  Status cancel_expect(uint64_t transfer_id);
+  // Cancels a send: no new operations are posted; the callback runs with
+  // kAborted once every posted operation has completed (the source blocks are
+  // then free to reuse). The receiver learns nothing from us (its expectation
+  // is cancelled or times out). NotFound if no such transfer (or already
+  // cancelled); post_layers() on it is NotFound from then on. Operations still
+  // pending at the transfer's deadline make its peer's endpoint go, as for a
+  // transfer that missed it. If the transfer had already failed, that failure
+  // is what the callback reports.
+  Status cancel_send(uint64_t transfer_id);
 
   // Sends raw bytes on the notice channel (control-path tests and tooling).
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);

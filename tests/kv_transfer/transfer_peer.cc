@@ -7,9 +7,13 @@
 //          A pool seeded with `seed` (0: poisoned, a receiver) -> "DESC <hex>"
 //   PEER <hex>                                  -> "PEER_OK <id>" | "ERR ..."
 //   EXPECT req tid lb le deadline_ms n src... dst... -> later "RECV tid code ops bytes verified"
-//   SEND req tid peer lb le deadline_ms layer_delay_ms n src... dst... -> later "SENT tid code ops
-//   bytes" POISON_CHECK                                -> "POISON ok|bad" STATS -> "STATS
-//   notices_rejected data_rejected" QUIT
+//   SEND req tid peer lb le deadline_ms layer_delay_ms n src... dst...
+//                                               -> "SEND_OK tid", "POSTED tid layer" per layer
+//                                                  (if delayed), later "SENT tid code ops bytes
+//                                                  mode"
+//   POISON_CHECK                                -> "POISON ok|bad"
+//   STATS                                       -> "STATS notices_rejected data_rejected"
+//   QUIT
 #include <sys/mman.h>
 
 #include <cstdio>
@@ -145,7 +149,8 @@ int main(int argc, char** argv) {
       int32_t lb = spec.layer_begin, le = spec.layer_end;
       Status s = (*engine)->begin_send(peer, std::move(spec), [](const TransferResult& r) {
         say("SENT " + std::to_string(r.transfer_id) + " " + std::to_string(int(r.status.code())) +
-            " " + std::to_string(r.ops) + " " + std::to_string(r.bytes));
+            " " + std::to_string(r.ops) + " " + std::to_string(r.bytes) + " " +
+            std::string(transfer_mode_name(r.mode)));
       });
       if (!s.is_ok()) {
         say("ERR " + s.to_string());

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <sys/mman.h>
 
+#include <atomic>
 #include <condition_variable>
 #include <map>
 #include <mutex>
@@ -133,7 +134,10 @@ std::unique_ptr<Child> spawn_peer(const char* tls, const KvLayout& l, uint64_t s
 
 std::string join(const std::vector<int32_t>& v) {
   std::string s;
-  for (int32_t x : v) s += " " + std::to_string(x);
+  for (int32_t x : v) {
+    s += ' ';
+    s += std::to_string(x);
+  }
   return s;
 }
 
@@ -556,6 +560,358 @@ TEST_P(TransferFaultTest, UnreachablePeerFailsWithinDeadline) {
   ASSERT_TRUE(r.has_value());
   EXPECT_FALSE(r->status.is_ok());
   EXPECT_LT(r->finished - start, kFaultDeadline + kSlack) << r->status.to_string();
+}
+
+// ---- cancellation ----------------------------------------------------------
+
+// Bytes outside `blocks` (every layer) that are no longer the poison.
+size_t unpoisoned_outside(const uint8_t* pool, const KvLayout& layout,
+                          const std::vector<int32_t>& blocks) {
+  std::vector<bool> skip(layout.num_blocks, false);
+  for (int32_t b : blocks) skip[b] = true;
+  size_t bad = 0;
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    for (int32_t b = 0; b < layout.num_blocks; ++b) {
+      if (skip[b]) continue;
+      const uint8_t* p = pool + layout.block_byte_offset(l, b);
+      for (size_t i = 0; i < layout.block_bytes(); ++i) bad += p[i] != testing::kPoison;
+    }
+  }
+  return bad;
+}
+
+// The bytes of `blocks` in every layer, concatenated.
+std::vector<uint8_t> copy_blocks(const uint8_t* pool, const KvLayout& layout,
+                                 const std::vector<int32_t>& blocks) {
+  std::vector<uint8_t> out;
+  out.reserve(blocks.size() * layout.num_layers * layout.block_bytes());
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    for (int32_t b : blocks) {
+      const uint8_t* p = pool + layout.block_byte_offset(l, b);
+      out.insert(out.end(), p, p + layout.block_bytes());
+    }
+  }
+  return out;
+}
+
+// Waits until any of `blocks` in `layer` is no longer the poison: KV bytes of
+// that layer are landing (read racily from the test thread, on purpose).
+bool landing_started(const uint8_t* pool, const KvLayout& layout, int32_t layer,
+                     const std::vector<int32_t>& blocks, std::chrono::milliseconds timeout) {
+  uint64_t poison;
+  std::memset(&poison, testing::kPoison, sizeof poison);
+  auto until = Clock::now() + timeout;
+  while (Clock::now() < until) {
+    for (int32_t b : blocks) {
+      auto* p =
+          reinterpret_cast<const volatile uint64_t*>(pool + layout.block_byte_offset(layer, b));
+      if (*p != poison) return true;
+    }
+  }
+  return false;
+}
+
+// 64 KiB blocks, so a layer of a few dozen blocks is megabytes on the wire.
+KvLayout large_layout() {
+  KvLayout l = make_layout(DType::kBF16, 64, 8);
+  l.num_kv_heads = 8;
+  l.head_dim = 128;
+  return l;
+}
+
+const std::string kAbortedCode = std::to_string(int(StatusCode::kAborted));
+
+// cancel_expect before any data: the callback reports kAborted at once; a
+// sender that starts afterwards is refused by a negative ack, and its data is
+// dropped, never written into the blocks (unless it writes them itself with
+// puts, which the receiver cannot stop).
+TEST_P(TransferTest, CancelExpectBeforeDataAbortsAtOnceAndLaterSenderFails) {
+  KvLayout layout = make_layout(DType::kF16, 48, 4);
+  uint64_t seed = rng_() | 1;
+  LocalNode receiver(layout, GetParam().tls, 0, "receiver", 3000ms, "auto", GetParam().peer_errors);
+  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
+                           GetParam().peer_errors);
+  connect(receiver, *sender);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 16);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 16);
+  std::atomic<int> calls{0};
+  ASSERT_TRUE(receiver.engine()
+                  .expect({4, 40, dst, 0, -1, 5000ms},
+                          [&](const TransferResult& r) {
+                            calls++;
+                            receiver.mail().post(r);
+                          })
+                  .is_ok());
+  auto cancelled_at = Clock::now();
+  ASSERT_TRUE(receiver.engine().cancel_expect(40).is_ok());
+  auto r = receiver.mail().wait(40, 2s);
+  ASSERT_TRUE(r.has_value()) << "no callback after the cancel";
+  EXPECT_EQ(r->status.code(), StatusCode::kAborted) << r->status.to_string();
+  EXPECT_LT(r->finished - cancelled_at, 100ms);
+  EXPECT_EQ(receiver.engine().cancel_expect(40).code(), StatusCode::kNotFound);
+
+  // The sender starts only now, with a deadline of 2 s it must not need.
+  auto started = Clock::now();
+  sender->send("SEND 4 40 0 0 4 2000 0 16" + join(src) + join(dst));
+  auto sent = sender->wait_for("SENT 40 ", 2000ms + 5s);
+  ASSERT_TRUE(sent.has_value()) << "sender never finished";
+  auto w = testing::split(*sent);
+  ASSERT_EQ(w.size(), 6u) << *sent;
+  EXPECT_EQ(w[2], kAbortedCode) << "sender not refused: " << *sent;
+  EXPECT_LT(Clock::now() - started, 2000ms) << "sender waited for its deadline";
+  EngineStats stats = receiver.engine().stats();
+  EXPECT_GE(stats.notices_rejected, 1u);
+  EXPECT_EQ(stats.receives_failed, 1u);
+  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, dst), 0u);
+  if (w[5] != "rma") {
+    EXPECT_GE(stats.data_rejected, 1u);
+    EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, {}), 0u)
+        << "blocks of the cancelled expectation were written";
+  }
+  EXPECT_EQ(calls.load(), 1);
+  sender->quit();
+}
+
+// cancel_expect while a large layer-wise transfer is landing: one callback
+// (kAborted); data arriving afterwards is rejected and counted, nothing of ours
+// writes the blocks after the callback, the sender is refused, and the blocks
+// can be given to the next transfer at once.
+TEST_P(TransferTest, CancelExpectMidTransferCallsBackOnceAndRejectsTheRest) {
+  KvLayout layout = large_layout();
+  uint64_t seed = rng_() | 1;
+  LocalNode receiver(layout, GetParam().tls, 0, "receiver", 5000ms, "auto", GetParam().peer_errors);
+  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
+                           GetParam().peer_errors);
+  connect(receiver, *sender);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 48);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 48);
+  std::atomic<int> calls{0};
+  std::vector<uint8_t> at_callback;
+  ASSERT_TRUE(receiver.engine()
+                  .expect({7, 70, dst, 0, -1, 10000ms},
+                          [&](const TransferResult& r) {
+                            if (calls++ == 0)
+                              at_callback = copy_blocks(receiver.pool(), layout, dst);
+                            receiver.mail().post(r);
+                          })
+                  .is_ok());
+  // A layer every 20 ms. Cancel the moment the first bytes of layer 1 land,
+  // with most of its receives still in flight (and six layers still to come).
+  sender->send("SEND 7 70 0 0 8 10000 20 48" + join(src) + join(dst));
+  ASSERT_TRUE(landing_started(receiver.pool(), layout, 1, dst, 10s)) << "no data arrived";
+  ASSERT_TRUE(receiver.engine().cancel_expect(70).is_ok());
+  EXPECT_EQ(receiver.engine().cancel_expect(70).code(), StatusCode::kNotFound);
+  auto r = receiver.mail().wait(70, 5s);
+  ASSERT_TRUE(r.has_value()) << "no callback after the cancel";
+  EXPECT_EQ(r->status.code(), StatusCode::kAborted) << r->status.to_string();
+
+  auto sent = sender->wait_for("SENT 70 ", 15s);
+  ASSERT_TRUE(sent.has_value()) << "sender never finished";
+  auto w = testing::split(*sent);
+  ASSERT_EQ(w.size(), 6u) << *sent;
+  EXPECT_EQ(w[2], kAbortedCode) << "sender not refused: " << *sent;
+  EngineStats stats = receiver.engine().stats();
+  EXPECT_GE(stats.notices_rejected, 1u);
+  EXPECT_EQ(stats.receives_failed, 1u);
+  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, dst), 0u);
+  if (w[5] != "rma") {
+    EXPECT_GE(stats.data_rejected, 1u) << "no layer arrived after the cancel?";
+    EXPECT_TRUE(copy_blocks(receiver.pool(), layout, dst) == at_callback)
+        << "blocks written after the callback";
+  }
+  EXPECT_EQ(calls.load(), 1);
+
+  // The blocks go to the next transfer, which lands intact.
+  auto src2 = testing::random_blocks(rng_, layout.num_blocks, 48);
+  ASSERT_TRUE(receiver.engine().expect({8, 71, dst, 0, -1, 10000ms}, receiver.callback()).is_ok());
+  sender->send("SEND 8 71 0 0 8 10000 0 48" + join(src2) + join(dst));
+  auto r2 = receiver.mail().wait(71, 15s);
+  ASSERT_TRUE(r2.has_value());
+  ASSERT_TRUE(r2->status.is_ok()) << r2->status.to_string();
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    for (size_t i = 0; i < dst.size(); ++i) {
+      ASSERT_TRUE(testing::matches_pattern(receiver.pool() + layout.block_byte_offset(l, dst[i]),
+                                           layout.block_byte_offset(l, src2[i]),
+                                           layout.block_bytes(), seed))
+          << "layer " << l << " block " << dst[i];
+    }
+  }
+  sender->quit();
+}
+
+// cancel_send mid-transfer: nothing more is posted, one callback (kAborted)
+// once what was posted has completed; the receiver hears nothing and fails at
+// its deadline; the endpoint still carries the next transfer.
+TEST_P(TransferTest, CancelSendMidTransferAbortsOnceAndReceiverTimesOut) {
+  KvLayout layout = large_layout();
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode,
+                   GetParam().peer_errors);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                             GetParam().peer_errors);
+  PeerId peer = connect(sender, *receiver);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 48);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 48);
+  constexpr auto kReceiverDeadline = 1000ms;
+  receiver->send(expect_line(8, 80, 0, 8, int(kReceiverDeadline.count()), src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  auto expected_at = Clock::now();
+  std::atomic<int> calls{0};
+  ASSERT_TRUE(sender.engine()
+                  .begin_send(peer, {8, 80, src, dst, 0, -1, 5000ms},
+                              [&](const TransferResult& r) {
+                                calls++;
+                                sender.mail().post(r);
+                              })
+                  .is_ok());
+  ASSERT_TRUE(sender.engine().post_layers(80, 3).is_ok());
+  ASSERT_TRUE(sender.engine().cancel_send(80).is_ok());
+  EXPECT_EQ(sender.engine().post_layers(80, 4).code(), StatusCode::kNotFound);
+  EXPECT_EQ(sender.engine().cancel_send(80).code(), StatusCode::kNotFound);
+  auto r = sender.mail().wait(80, 5s);
+  ASSERT_TRUE(r.has_value()) << "no callback after the cancel";
+  EXPECT_EQ(r->status.code(), StatusCode::kAborted) << r->status.to_string();
+  EXPECT_LE(r->ops, merged_runs(src, dst) * 3) << "operations posted after the cancel";
+
+  auto recv = receiver->wait_for("RECV 80 ", kReceiverDeadline + 5s);
+  ASSERT_TRUE(recv.has_value()) << "receiver never completed";
+  EXPECT_EQ(testing::split(*recv)[2], std::to_string(int(StatusCode::kDeadlineExceeded))) << *recv;
+  EXPECT_LT(Clock::now() - expected_at, kReceiverDeadline + kSlack);
+  EXPECT_EQ(calls.load(), 1);
+  EngineStats stats = sender.engine().stats();
+  EXPECT_EQ(stats.sends_failed, 1u);
+  EXPECT_EQ(stats.sends_ok, 0u);
+
+  // Same peer, same blocks: the next transfer goes through intact.
+  receiver->send(expect_line(9, 81, 0, 8, 10000, src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(sender.engine()
+                  .write_blocks(peer, {9, 81, src, dst, 0, -1, 10000ms}, sender.callback())
+                  .is_ok());
+  auto sent = sender.mail().wait(81, 15s);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  auto w = testing::split(receiver->wait_for("RECV 81 ").value_or("RECV x 99 0 0 0"));
+  EXPECT_EQ(w[2], "0");
+  EXPECT_EQ(w[5], "1") << "destination bytes differ";
+  EXPECT_EQ(calls.load(), 1);
+  receiver->quit();
+}
+
+TEST_P(TransferTest, CancelUnknownIdsIsNotFound) {
+  KvLayout layout = make_layout(DType::kF32, 16, 2);
+  LocalNode node(layout, GetParam().tls, 0, "node", 3000ms, "auto", GetParam().peer_errors);
+  EXPECT_EQ(node.engine().cancel_expect(999).code(), StatusCode::kNotFound);
+  EXPECT_EQ(node.engine().cancel_send(999).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(node.engine().expect({1, 5, {1, 2}, 0, -1, 5000ms}, node.callback()).is_ok());
+  EXPECT_EQ(node.engine().cancel_send(5).code(), StatusCode::kNotFound);  // not a send
+  EXPECT_EQ(node.engine().cancel_expect(6).code(), StatusCode::kNotFound);
+  ASSERT_TRUE(node.engine().cancel_expect(5).is_ok());
+  auto r = node.mail().wait(5, 2s);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status.code(), StatusCode::kAborted);
+  EXPECT_EQ(node.engine().cancel_expect(5).code(), StatusCode::kNotFound);
+}
+
+// Racing cancels: one wins, the rest are NotFound, each callback runs once.
+// A callback may cancel on the same engine (its own transfer is already gone).
+TEST_P(TransferTest, ConcurrentAndReentrantCancelsRunEachCallbackOnce) {
+  KvLayout layout = make_layout(DType::kF16, 32, 2);
+  uint64_t seed = rng_() | 1;
+  LocalNode node(layout, GetParam().tls, seed, "node", 5000ms, GetParam().mode,
+                 GetParam().peer_errors);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                             GetParam().peer_errors);
+  PeerId peer = connect(node, *receiver);
+  std::atomic<int> send_calls{0}, recv_calls{0};
+  // A send with nothing posted yet, and an expectation nobody sends to.
+  ASSERT_TRUE(node.engine()
+                  .begin_send(peer, {9, 90, {1, 2, 3}, {4, 5, 6}, 0, -1, {}},
+                              [&](const TransferResult& r) {
+                                send_calls++;
+                                node.mail().post(r);
+                              })
+                  .is_ok());
+  Status own_cancel, send_cancel;
+  ASSERT_TRUE(node.engine()
+                  .expect({9, 91, {7, 8}, 0, -1, 5000ms},
+                          [&](const TransferResult& r) {
+                            recv_calls++;
+                            own_cancel = node.engine().cancel_expect(91);
+                            send_cancel = node.engine().cancel_send(90);
+                            node.mail().post(r);
+                          })
+                  .is_ok());
+  constexpr int kThreads = 4;
+  std::atomic<int> ok{0}, not_found{0};
+  std::vector<std::thread> threads;
+  for (int i = 0; i < kThreads; ++i) {
+    threads.emplace_back([&] {
+      Status s = node.engine().cancel_expect(91);
+      (s.is_ok() ? ok : not_found)++;
+      EXPECT_TRUE(s.is_ok() || s.code() == StatusCode::kNotFound) << s.to_string();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(ok.load(), 1);
+  EXPECT_EQ(not_found.load(), kThreads - 1);
+  auto r = node.mail().wait(91, 2s);
+  ASSERT_TRUE(r.has_value());
+  EXPECT_EQ(r->status.code(), StatusCode::kAborted);
+  EXPECT_EQ(own_cancel.code(), StatusCode::kNotFound) << own_cancel.to_string();
+  EXPECT_TRUE(send_cancel.is_ok()) << send_cancel.to_string();
+  auto s = node.mail().wait(90, 2s);
+  ASSERT_TRUE(s.has_value()) << "send cancelled from a callback never completed";
+  EXPECT_EQ(s->status.code(), StatusCode::kAborted) << s->status.to_string();
+  EXPECT_EQ(node.engine().cancel_send(90).code(), StatusCode::kNotFound);
+  std::this_thread::sleep_for(100ms);  // room for a second callback, which must not come
+  EXPECT_EQ(send_calls.load(), 1);
+  EXPECT_EQ(recv_calls.load(), 1);
+  receiver->quit();
+}
+
+// The control plane declares a prefill node dead mid-transfer: cancelling the
+// expectation frees the blocks within close_timeout, not at the (far) deadline,
+// even where receives from the dead sender are left pending.
+TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
+  KvLayout layout = large_layout();
+  uint64_t seed = rng_() | 1;
+  LocalNode receiver(layout, GetParam().tls, 0, "receiver", kFaultDeadline, "auto",
+                     GetParam().peer_errors);
+  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
+                           GetParam().peer_errors);
+  connect(receiver, *sender);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 48);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 48);
+  BlockOwners owners;
+  owners.reserve(5, dst);
+  std::atomic<int> calls{0};
+  constexpr auto kFarDeadline = 30s;
+  ASSERT_TRUE(receiver.engine()
+                  .expect({5, 5, dst, 0, -1, kFarDeadline},
+                          [&](const TransferResult& r) {
+                            calls++;
+                            owners.release(r.transfer_id);
+                            receiver.mail().post(r);
+                          })
+                  .is_ok());
+  sender->send("SEND 5 5 0 0 8 30000 20 48" + join(src) + join(dst));
+  ASSERT_TRUE(landing_started(receiver.pool(), layout, 1, dst, 10s)) << "no data arrived";
+  sender->kill_now();  // mid-layer: receives of ours may be left pending
+  auto cancelled_at = Clock::now();
+  // With peer error handling the failed receives may have ended it already.
+  Status cancelled = receiver.engine().cancel_expect(5);
+  EXPECT_TRUE(cancelled.is_ok() || cancelled.code() == StatusCode::kNotFound)
+      << cancelled.to_string();
+  auto r = receiver.mail().wait(5, 10s);
+  ASSERT_TRUE(r.has_value()) << "blocks not freed after the cancel";
+  EXPECT_FALSE(r->status.is_ok());
+  // TransferConfig::close_timeout (1 s by default) bounds abandoned receives.
+  EXPECT_LT(r->finished - cancelled_at, TransferConfig{}.close_timeout + kSlack)
+      << r->status.to_string();
+  EXPECT_EQ(owners.owned_by(5), 0u);
+  EXPECT_EQ(calls.load(), 1);
+  EXPECT_EQ(receiver.engine().stats().receives_failed, 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferTest, ::testing::ValuesIn(kTransports),
