@@ -126,7 +126,8 @@ std::vector<ControlSocket::Received> ControlSocket::poll(std::chrono::millisecon
       received.push_back({std::move(from), std::move(message).value()});
     }
   } catch (const zmq::error_t& e) {
-    spdlog::error("control socket: poll failed: {}", e.what());
+    // A signal (the stop request) interrupts the wait; the caller's loop looks at its flag.
+    if (e.num() != EINTR) spdlog::error("control socket: poll failed: {}", e.what());
   }
   return received;
 }

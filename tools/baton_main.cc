@@ -18,6 +18,10 @@ int main(int argc, char** argv) {
   std::map<std::string, std::function<int()>> runners;
   runners["make-model"] = baton::tools::add_make_model_command(app);
   runners["generate"] = baton::tools::add_generate_command(app);
+  runners["up"] = baton::tools::add_up_command(app);
+  runners["router"] = baton::tools::add_router_command(app);
+  runners["prefill"] = baton::tools::add_node_command(app, baton::cluster::Role::kPrefill);
+  runners["decode"] = baton::tools::add_node_command(app, baton::cluster::Role::kDecode);
 
   CLI11_PARSE(app, argc, argv);
   baton::init_logging("baton");

@@ -1,0 +1,288 @@
+// decode_node/decode_server.cc — the decode node's loop and request states.
+#include "decode_node/decode_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+
+#include "kv_transfer/wire.h"
+
+namespace baton::decode_node {
+
+using namespace std::chrono_literals;
+
+// Longest the loop sleeps when it has nothing to compute.
+constexpr auto kIdlePoll = 20ms;
+
+Result<std::unique_ptr<DecodeServer>> DecodeServer::create(const node::NodeSettings& settings) {
+  BATON_ASSIGN_OR_RETURN(auto runtime, node::NodeRuntime::create(settings));
+  return std::unique_ptr<DecodeServer>(new DecodeServer(std::move(runtime)));
+}
+
+Status DecodeServer::run(const std::atomic<bool>& stop) {
+  engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (control::Message& message : runtime_->poll(scheduler.has_work() ? 0ms : kIdlePoll))
+      handle(message);
+    for (const auto& result : runtime_->take_completions()) on_transfer(result);
+    admit_queued();
+    if (scheduler.has_work()) BATON_RETURN_IF_ERROR(step());
+    flush_events();
+    runtime_->tick();
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& [id, request] : requests_) ids.push_back(id);
+  for (uint64_t id : ids) {
+    auto it = requests_.find(id);
+    if (it != requests_.end() && !it->second.abandoned)
+      end(it->second, "abort", "the decode node is shutting down");
+  }
+  flush_events();
+  return Status::ok();
+}
+
+void DecodeServer::handle(control::Message& message) {
+  if (auto* generate = std::get_if<control::Generate>(&message)) {
+    on_generate(*generate);
+  } else if (auto* done = std::get_if<control::PrefillDone>(&message)) {
+    on_prefill_done(*done);
+  } else if (auto* abort = std::get_if<control::Abort>(&message)) {
+    on_abort(*abort);
+  } else {
+    spdlog::warn("{}: ignored an unexpected '{}' message", runtime_->settings().name,
+                 control::message_type(message));
+  }
+}
+
+void DecodeServer::on_generate(control::Generate& generate) {
+  uint64_t id = generate.request_id;
+  if (requests_.contains(id)) {
+    spdlog::warn("{}: duplicate request {} ignored", runtime_->settings().name, id);
+    return;
+  }
+  Request& request = requests_[id];
+  request.request_id = id;
+  if (generate.prefill_node.empty()) {  // prefilled here
+    Result<int64_t> sequence = runtime_->engine().scheduler().add(
+        std::move(generate.prompt), node::generation_options(generate.sampling));
+    if (!sequence.is_ok()) return end(request, "error", sequence.status().message());
+    request.sequence_id = *sequence;
+    request.state = State::kRunning;
+    by_sequence_[*sequence] = id;
+    return;
+  }
+  request.generate = std::move(generate);
+  request.state = State::kQueued;
+  queued_.push_back(id);
+}
+
+void DecodeServer::admit_queued() {
+  while (!queued_.empty()) {
+    auto it = requests_.find(queued_.front());
+    if (it == requests_.end() || it->second.state != State::kQueued) {
+      queued_.pop_front();
+      continue;
+    }
+    if (!try_reserve(it->second)) return;  // first come, first served: later ones wait too
+    queued_.pop_front();
+  }
+}
+
+bool DecodeServer::try_reserve(Request& request) {
+  engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  control::Generate& generate = request.generate;
+  Result<int64_t> sequence =
+      scheduler.reserve_remote(generate.prompt, node::generation_options(generate.sampling));
+  if (!sequence.is_ok()) {
+    if (sequence.status().code() == StatusCode::kResourceExhausted) return false;
+    end(request, "error", sequence.status().message());
+    return true;
+  }
+  request.sequence_id = *sequence;
+  request.transfer_id = transfer_id_for(request.request_id);
+  if (by_transfer_.contains(request.transfer_id)) {
+    scheduler.abort(*sequence);
+    request.sequence_id = -1;
+    end(request, "error", "transfer id collision with a live transfer");
+    return true;
+  }
+  const engine::Sequence* reserved = scheduler.find(*sequence);
+  std::vector<int32_t> blocks = reserved->block_table.blocks();
+  kv_transfer::RecvSpec spec;
+  spec.request_id = request.request_id;
+  spec.transfer_id = request.transfer_id;
+  spec.dst_blocks = blocks;
+  spec.deadline = runtime_->settings().kv_wait_timeout;
+  Status expected = runtime_->transfer().expect(std::move(spec), runtime_->completion_sink());
+  if (!expected.is_ok()) {
+    scheduler.abort(*sequence);
+    request.sequence_id = -1;
+    end(request, "error", "cannot receive KV: " + expected.message());
+    return true;
+  }
+  by_sequence_[*sequence] = request.request_id;
+  by_transfer_[request.transfer_id] = request.request_id;
+  request.state = State::kAwaitingKv;
+  request.generate = {};
+  runtime_->send(control::PrefillReady{request.request_id, request.transfer_id, std::move(blocks)});
+  return true;
+}
+
+void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
+  auto by = by_transfer_.find(result.transfer_id);
+  if (by == by_transfer_.end()) return;
+  uint64_t id = by->second;
+  by_transfer_.erase(by);
+  auto it = requests_.find(id);
+  if (it == requests_.end()) return;
+  Request& request = it->second;
+  if (request.abandoned || !result.status.is_ok()) {
+    // Nothing writes the blocks any more: they can go back to the pool.
+    runtime_->engine().scheduler().abort(request.sequence_id);
+    by_sequence_.erase(request.sequence_id);
+    if (request.abandoned) {
+      requests_.erase(it);
+    } else {
+      request.sequence_id = -1;
+      end(request, "error", "KV transfer failed: " + result.status.message());
+    }
+    return;
+  }
+  request.kv_landed = true;
+  if (request.first_token_known) activate(request);
+}
+
+void DecodeServer::on_prefill_done(const control::PrefillDone& done) {
+  auto it = requests_.find(done.request_id);
+  if (it == requests_.end() || it->second.abandoned || it->second.state != State::kAwaitingKv)
+    return;
+  Request& request = it->second;
+  if (!done.error.empty()) return end(request, "error", "prefill failed: " + done.error);
+  request.first_token_known = true;
+  request.first_token = done.first_token;
+  request.rng_draws = done.rng_draws;
+  if (request.kv_landed) activate(request);
+}
+
+void DecodeServer::activate(Request& request) {
+  engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  Result<engine::StepOutput> first =
+      scheduler.activate_remote(request.sequence_id, request.first_token, request.rng_draws);
+  if (!first.is_ok()) return end(request, "error", first.status().message());
+  request.state = State::kRunning;
+  uint64_t id = request.request_id;
+  bool finished = first->finish_reason != engine::FinishReason::kNone;
+  emit(id, {first->token},
+       finished ? std::string(engine::finish_reason_name(first->finish_reason)) : "", "");
+  if (finished) {
+    by_sequence_.erase(request.sequence_id);
+    requests_.erase(id);
+    collect_finished();
+  }
+}
+
+void DecodeServer::on_abort(const control::Abort& abort) {
+  auto it = requests_.find(abort.request_id);
+  if (it == requests_.end() || it->second.abandoned) return;
+  Request& request = it->second;
+  // The router already ended the request for its client: nothing to tell it.
+  if (request.state == State::kQueued) {
+    queued_.erase(std::find(queued_.begin(), queued_.end(), abort.request_id));
+    requests_.erase(it);
+    return;
+  }
+  if (request.state == State::kAwaitingKv && !request.kv_landed) {
+    request.abandoned = true;
+    (void)runtime_->transfer().cancel_expect(
+        request.transfer_id);  // NotFound: its callback is queued
+    return;
+  }
+  runtime_->engine().scheduler().abort(request.sequence_id);
+  by_sequence_.erase(request.sequence_id);
+  requests_.erase(it);
+  collect_finished();
+}
+
+Status DecodeServer::step() {
+  engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  std::vector<engine::StepOutput> outputs;
+  Status status = scheduler.step(&outputs);
+  if (!status.is_ok()) {
+    spdlog::error("{}: step failed: {}", runtime_->settings().name, status.to_string());
+    return status;
+  }
+  runtime_->count_step();
+  for (const engine::StepOutput& output : outputs) {
+    auto by = by_sequence_.find(output.sequence_id);
+    if (by == by_sequence_.end()) continue;
+    uint64_t id = by->second;
+    bool finished = output.finish_reason != engine::FinishReason::kNone;
+    emit(id, {output.token},
+         finished ? std::string(engine::finish_reason_name(output.finish_reason)) : "", "");
+    if (finished) {
+      by_sequence_.erase(by);
+      requests_.erase(id);
+    }
+  }
+  collect_finished();
+  return Status::ok();
+}
+
+void DecodeServer::collect_finished() {
+  // Finished sequences already gave their blocks back; drop them.
+  (void)runtime_->engine().scheduler().take_finished();
+}
+
+void DecodeServer::end(Request& request, std::string_view finish_reason, std::string error) {
+  uint64_t id = request.request_id;
+  emit(id, {}, std::string(finish_reason), std::move(error));
+  if (request.state == State::kAwaitingKv && !request.kv_landed) {
+    // A transfer may still write the blocks: free them in its callback.
+    request.abandoned = true;
+    (void)runtime_->transfer().cancel_expect(request.transfer_id);
+    return;
+  }
+  if (request.sequence_id >= 0) {
+    runtime_->engine().scheduler().abort(request.sequence_id);
+    by_sequence_.erase(request.sequence_id);
+    collect_finished();
+  }
+  if (request.state == State::kQueued) {
+    auto queued = std::find(queued_.begin(), queued_.end(), id);
+    if (queued != queued_.end()) queued_.erase(queued);
+  }
+  requests_.erase(id);
+}
+
+void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens, std::string finish_reason,
+                        std::string error) {
+  auto pending = pending_event_.find(request_id);
+  if (pending != pending_event_.end()) {
+    control::TokenEvent& event = events_.events[pending->second];
+    event.tokens.insert(event.tokens.end(), tokens.begin(), tokens.end());
+    if (!finish_reason.empty()) {
+      event.finish_reason = std::move(finish_reason);
+      event.error = std::move(error);
+    }
+    return;
+  }
+  pending_event_[request_id] = events_.events.size();
+  events_.events.push_back(
+      {request_id, std::move(tokens), std::move(finish_reason), std::move(error)});
+}
+
+void DecodeServer::flush_events() {
+  if (events_.events.empty()) return;
+  runtime_->send(events_);
+  events_.events.clear();
+  pending_event_.clear();
+}
+
+uint64_t DecodeServer::transfer_id_for(uint64_t request_id) {
+  // Transfer ids travel in 32 bits of a UCX tag, 0 unused, and must be unique
+  // on the sending prefill node too, which serves many decode nodes: derive
+  // them from the router's cluster-wide sequential request ids.
+  return request_id % kv_transfer::kMaxTransferId + 1;
+}
+
+}  // namespace baton::decode_node

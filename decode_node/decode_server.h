@@ -1,0 +1,83 @@
+// decode_node/decode_server.h — the decode node: owns each request's lifetime.
+//
+// For a request the router sends (Generate), the decode node either prefills
+// it itself (prompts below the router's threshold) or reserves the KV blocks
+// of the whole prompt, makes the transfer engine expect them, and tells the
+// router where the prefill node must write (PrefillReady). When the KV has
+// landed and the prefill node's first token arrives (PrefillDone, forwarded by
+// the router), the request joins the running batch with its KV already
+// computed; from then on it is continuous batching with paged attention, and
+// every step's new tokens go to the router in one Events message.
+//
+// Admission: when blocks run short, new requests queue here in arrival order
+// and are reserved as blocks free up; running requests that outgrow the pool
+// are preempted by recompute (the scheduler's policy).
+//
+// Every way a request ends frees its blocks: finish, abort (router), a failed
+// prefill or transfer, an expired wait for KV. Blocks a transfer may still
+// write are freed only when the transfer engine says nothing writes them
+// any more (its callback).
+#pragma once
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <unordered_map>
+
+#include "node/node_runtime.h"
+
+namespace baton::decode_node {
+
+class DecodeServer {
+ public:
+  static Result<std::unique_ptr<DecodeServer>> create(const node::NodeSettings& settings);
+  // Serves until `stop` is set, then aborts what is left.
+  Status run(const std::atomic<bool>& stop);
+
+ private:
+  enum class State { kQueued, kAwaitingKv, kRunning };
+  struct Request {
+    uint64_t request_id = 0;
+    State state = State::kQueued;
+    int64_t sequence_id = -1;
+    uint64_t transfer_id = 0;
+    bool kv_landed = false;
+    bool first_token_known = false;
+    int32_t first_token = 0;
+    uint64_t rng_draws = 0;
+    bool abandoned = false;      // ended for the router; blocks wait for the transfer callback
+    control::Generate generate;  // kept while queued
+  };
+
+  explicit DecodeServer(std::unique_ptr<node::NodeRuntime> runtime)
+      : runtime_(std::move(runtime)) {}
+
+  void handle(control::Message& message);
+  void on_generate(control::Generate& generate);
+  void on_prefill_done(const control::PrefillDone& done);
+  void on_abort(const control::Abort& abort);
+  void on_transfer(const kv_transfer::TransferResult& result);
+  // Reserves blocks for queued requests, oldest first, while they fit.
+  void admit_queued();
+  bool try_reserve(Request& request);
+  void activate(Request& request);
+  Status step();
+  void collect_finished();
+  // Ends a request for the router with `finish_reason` and forgets it (unless
+  // a transfer may still write its blocks).
+  void end(Request& request, std::string_view finish_reason, std::string error);
+  void emit(uint64_t request_id, std::vector<int32_t> tokens, std::string finish_reason,
+            std::string error);
+  void flush_events();
+  static uint64_t transfer_id_for(uint64_t request_id);
+
+  std::unique_ptr<node::NodeRuntime> runtime_;
+  std::unordered_map<uint64_t, Request> requests_;      // by request id
+  std::unordered_map<int64_t, uint64_t> by_sequence_;   // sequence id -> request id
+  std::unordered_map<uint64_t, uint64_t> by_transfer_;  // transfer id -> request id
+  std::deque<uint64_t> queued_;                         // request ids waiting for blocks
+  std::unordered_map<uint64_t, size_t> pending_event_;  // request id -> index in events_
+  control::Events events_;
+};
+
+}  // namespace baton::decode_node

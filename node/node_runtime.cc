@@ -1,0 +1,149 @@
+// node/node_runtime.cc — engine, transfer engine and control socket of a node.
+#include "node/node_runtime.h"
+
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+namespace baton::node {
+
+using namespace std::chrono_literals;
+
+// How often an unregistered node repeats its Register.
+constexpr auto kRegisterRetry = 500ms;
+
+engine::GenerationOptions generation_options(const control::SamplingSpec& sampling) {
+  engine::GenerationOptions options;
+  options.sampling.temperature = sampling.temperature;
+  options.sampling.top_p = sampling.top_p;
+  options.sampling.top_k = sampling.top_k;
+  options.seed = sampling.seed;
+  options.max_tokens = sampling.max_tokens;
+  options.stop_token_ids = sampling.stop_token_ids;
+  options.ignore_eos = sampling.ignore_eos;
+  return options;
+}
+
+Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& settings) {
+  std::unique_ptr<NodeRuntime> node(new NodeRuntime(settings));
+  {
+    BATON_ASSIGN_OR_RETURN(node->engine_,
+                           engine::Engine::create(settings.model_dir, settings.engine));
+  }
+  engine::KvPool& pool = node->engine_->kv_pool();
+  kv_transfer::TransferConfig transfer_config = settings.transfer;
+  transfer_config.node_name = settings.name;
+  {
+    BATON_ASSIGN_OR_RETURN(node->transfer_,
+                           kv_transfer::TransferEngine::create(transfer_config, pool.layout(),
+                                                               pool.data(), pool.bytes()));
+  }
+  {
+    BATON_ASSIGN_OR_RETURN(
+        node->socket_, control::ControlSocket::connect(settings.control_endpoint, settings.name));
+  }
+  spdlog::info("{}: {} node up, KV pool {} blocks of {} tokens, transports {}", settings.name,
+               settings.role, pool.layout().num_blocks, pool.layout().block_size,
+               fmt::join(node->transfer_->transports(), ","));
+  return node;
+}
+
+// The transfer engine fails what is unfinished through completion_sink(),
+// which needs the mutex and wake fd: stop it while they still exist.
+NodeRuntime::~NodeRuntime() { transfer_.reset(); }
+
+void NodeRuntime::send(const control::Message& message) {
+  Status status = socket_->send("", message);
+  if (!status.is_ok()) {
+    ++send_failures_;
+    spdlog::warn("{}: {} not sent: {}", settings_.name, control::message_type(message),
+                 status.message());
+  }
+}
+
+void NodeRuntime::send_register() {
+  control::Register reg;
+  reg.node = settings_.name;
+  reg.role = settings_.role;
+  reg.descriptor = transfer_->descriptor();
+  reg.block_size = engine_->kv_pool().layout().block_size;
+  reg.max_model_len = engine_->scheduler().max_model_len();
+  reg.pid = ::getpid();
+  send(reg);
+  next_register_ = std::chrono::steady_clock::now() + kRegisterRetry;
+}
+
+std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeout) {
+  std::vector<control::Message> out;
+  {
+    std::lock_guard lock(completions_mutex_);
+    if (!completions_.empty()) timeout = 0ms;
+  }
+  for (auto& received : socket_->poll(timeout, wake_.fd())) {
+    if (auto* ack = std::get_if<control::RegisterAck>(&received.message)) {
+      if (ack->accepted && !registered_) {
+        spdlog::info("{}: registered with the router", settings_.name);
+      } else if (!ack->accepted) {
+        spdlog::warn("{}: router: {}", settings_.name, ack->message);
+        next_register_ = {};  // register again at the next tick
+      }
+      registered_ = ack->accepted;
+      continue;
+    }
+    out.push_back(std::move(received.message));
+  }
+  wake_.drain();
+  return out;
+}
+
+void NodeRuntime::tick() {
+  auto now = std::chrono::steady_clock::now();
+  if (!registered_) {
+    if (now >= next_register_) send_register();
+    return;
+  }
+  if (now < next_heartbeat_) return;
+  next_heartbeat_ = now + settings_.heartbeat_interval;
+  send(control::Heartbeat{settings_.name, load()});
+}
+
+void NodeRuntime::count_step() {
+  const engine::StepTokenCounts& step = engine_->scheduler().last_step();
+  prompt_tokens_ += step.prompt_tokens;
+  generation_tokens_ += step.generated_tokens;
+}
+
+control::NodeLoad NodeRuntime::load() const {
+  engine::SchedulerStats stats = engine_->scheduler().stats();
+  kv_transfer::EngineStats transfers = transfer_->stats();
+  control::NodeLoad load;
+  load.running = stats.running;
+  load.waiting = stats.waiting;
+  load.awaiting_kv = stats.awaiting;
+  load.waiting_tokens = stats.waiting_tokens;
+  load.free_blocks = stats.free_blocks;
+  load.total_blocks = stats.total_blocks;
+  load.prompt_tokens = prompt_tokens_;
+  load.generation_tokens = generation_tokens_;
+  load.preemptions = stats.preemptions;
+  load.transfers_ok = int64_t(transfers.sends_ok + transfers.receives_ok);
+  load.transfers_failed = int64_t(transfers.sends_failed + transfers.receives_failed);
+  load.messages_rejected = int64_t(socket_->rejected());
+  return load;
+}
+
+kv_transfer::TransferCallback NodeRuntime::completion_sink() {
+  return [this](const kv_transfer::TransferResult& result) {
+    {
+      std::lock_guard lock(completions_mutex_);
+      completions_.push_back(result);
+    }
+    wake_.signal();
+  };
+}
+
+std::vector<kv_transfer::TransferResult> NodeRuntime::take_completions() {
+  std::lock_guard lock(completions_mutex_);
+  return std::exchange(completions_, {});
+}
+
+}  // namespace baton::node

@@ -1,0 +1,94 @@
+// node/node_runtime.h — what prefill and decode nodes share.
+//
+// Module map: node/ depends on engine, kv_transfer and common's control
+// plane; prefill_node/ and decode_node/ build on it. A NodeRuntime owns the
+// node's engine, a TransferEngine over the engine's KV pool, and the DEALER
+// socket to the router. It registers the node (retrying until the router
+// answers), sends heartbeats with the node's load, re-registers when a
+// restarted router no longer knows it, and moves transfer completions from the
+// transfer engine's progress thread onto the node's single loop thread, which
+// is the only thread that touches the scheduler.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "common/control_messages.h"
+#include "common/control_socket.h"
+#include "common/status.h"
+#include "engine/engine.h"
+#include "engine/sequence.h"
+#include "kv_transfer/transfer_engine.h"
+
+namespace baton::node {
+
+struct NodeSettings {
+  std::string name;
+  std::string role;              // "prefill" or "decode"
+  std::string control_endpoint;  // the router's control socket, "tcp://host:port"
+  std::filesystem::path model_dir;
+  engine::EngineConfig engine;
+  kv_transfer::TransferConfig transfer;
+  std::chrono::milliseconds heartbeat_interval{200};
+  // Longest a decode node waits for a request's KV to arrive (the prefill may be queued).
+  std::chrono::milliseconds kv_wait_timeout{600000};
+};
+
+// The engine's generation options for a request's sampling fields.
+engine::GenerationOptions generation_options(const control::SamplingSpec& sampling);
+
+class NodeRuntime {
+ public:
+  static Result<std::unique_ptr<NodeRuntime>> create(const NodeSettings& settings);
+  ~NodeRuntime();
+
+  const NodeSettings& settings() const { return settings_; }
+  engine::Engine& engine() { return *engine_; }
+  kv_transfer::TransferEngine& transfer() { return *transfer_; }
+
+  // Sends to the router; a failure is logged and counted (the router's
+  // heartbeat timeout covers a router that is gone).
+  void send(const control::Message& message);
+  // Waits up to `timeout` for router messages or transfer completions; handles
+  // registration traffic itself and returns the rest.
+  std::vector<control::Message> poll(std::chrono::milliseconds timeout);
+  // Sends a heartbeat with the node's load if one is due (Register while
+  // unregistered).
+  void tick();
+  // Adds the last engine step's token counts to the reported counters.
+  void count_step();
+  control::NodeLoad load() const;
+  bool registered() const { return registered_; }
+  uint64_t messages_rejected() const { return socket_->rejected(); }
+
+  // Transfer callbacks (progress thread) hand their results over here.
+  kv_transfer::TransferCallback completion_sink();
+  std::vector<kv_transfer::TransferResult> take_completions();
+
+ private:
+  explicit NodeRuntime(NodeSettings settings) : settings_(std::move(settings)) {}
+  void send_register();
+
+  NodeSettings settings_;
+  std::unique_ptr<engine::Engine> engine_;
+  std::unique_ptr<kv_transfer::TransferEngine> transfer_;
+  std::unique_ptr<control::ControlSocket> socket_;
+  control::WakeFd wake_;
+  bool registered_ = false;
+  std::chrono::steady_clock::time_point next_heartbeat_{};
+  std::chrono::steady_clock::time_point next_register_{};
+  uint64_t send_failures_ = 0;
+  int64_t prompt_tokens_ = 0;
+  int64_t generation_tokens_ = 0;
+
+  std::mutex completions_mutex_;
+  std::vector<kv_transfer::TransferResult> completions_;
+};
+
+}  // namespace baton::node

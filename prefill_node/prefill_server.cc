@@ -1,0 +1,200 @@
+// prefill_node/prefill_server.cc — the prefill node's loop and jobs.
+#include "prefill_node/prefill_server.h"
+
+#include <spdlog/spdlog.h>
+
+namespace baton::prefill_node {
+
+using namespace std::chrono_literals;
+
+constexpr auto kIdlePoll = 20ms;
+
+Result<std::unique_ptr<PrefillServer>> PrefillServer::create(const node::NodeSettings& settings) {
+  BATON_ASSIGN_OR_RETURN(auto runtime, node::NodeRuntime::create(settings));
+  std::unique_ptr<PrefillServer> server(new PrefillServer(std::move(runtime)));
+  PrefillServer* self = server.get();
+  server->runtime_->engine().scheduler().set_layer_observer(
+      [self](int32_t layer, std::span<const engine::StepSequenceInfo> step) {
+        self->on_layer(layer, step);
+      });
+  return server;
+}
+
+Status PrefillServer::run(const std::atomic<bool>& stop) {
+  engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  while (!stop.load(std::memory_order_relaxed)) {
+    for (control::Message& message : runtime_->poll(scheduler.has_work() ? 0ms : kIdlePoll))
+      handle(message);
+    for (const auto& result : runtime_->take_completions()) on_transfer(result);
+    if (scheduler.has_work()) {
+      Status status = scheduler.step(nullptr);
+      if (!status.is_ok()) {
+        spdlog::error("{}: step failed: {}", runtime_->settings().name, status.to_string());
+        return status;
+      }
+      runtime_->count_step();
+      collect_finished();
+    }
+    runtime_->tick();
+  }
+  return Status::ok();
+}
+
+void PrefillServer::handle(control::Message& message) {
+  if (auto* info = std::get_if<control::PeerInfo>(&message)) {
+    on_peer_info(*info);
+  } else if (auto* prefill = std::get_if<control::Prefill>(&message)) {
+    on_prefill(*prefill);
+  } else if (auto* abort = std::get_if<control::Abort>(&message)) {
+    on_abort(*abort);
+  } else {
+    spdlog::warn("{}: ignored an unexpected '{}' message", runtime_->settings().name,
+                 control::message_type(message));
+  }
+}
+
+void PrefillServer::on_peer_info(const control::PeerInfo& info) {
+  Result<kv_transfer::PeerId> peer = runtime_->transfer().add_peer(info.descriptor);
+  if (!peer.is_ok()) {
+    spdlog::error("{}: cannot use decode node {}: {}", runtime_->settings().name, info.node,
+                  peer.status().message());
+    peers_.erase(info.node);
+    return;
+  }
+  peers_[info.node] = *peer;
+}
+
+void PrefillServer::on_prefill(control::Prefill& prefill) {
+  uint64_t id = prefill.request_id;
+  if (jobs_.contains(id)) {
+    spdlog::warn("{}: duplicate prefill {} ignored", runtime_->settings().name, id);
+    return;
+  }
+  auto peer = peers_.find(prefill.decode_node);
+  if (peer == peers_.end())
+    return fail(id, "no KV pool known for decode node '" + prefill.decode_node + "'");
+  int32_t prompt_len = int32_t(prefill.prompt.size());
+  int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
+  size_t blocks_needed = size_t((prompt_len + block_size - 1) / block_size);
+  if (prefill.dst_blocks.size() != blocks_needed) {
+    return fail(id, std::to_string(prefill.dst_blocks.size()) + " destination blocks for a " +
+                        std::to_string(prompt_len) + "-token prompt; " +
+                        std::to_string(blocks_needed) + " needed");
+  }
+  engine::GenerationOptions options = node::generation_options(prefill.sampling);
+  options.max_tokens = 1;        // the first token; the decode node samples the rest
+  options.retain_blocks = true;  // until the transfer out of them completes
+  Result<int64_t> sequence = runtime_->engine().scheduler().add(std::move(prefill.prompt), options);
+  if (!sequence.is_ok()) return fail(id, sequence.status().message());
+  Job& job = jobs_[id];
+  job.prefill = std::move(prefill);
+  job.prompt_len = prompt_len;
+  job.sequence_id = *sequence;
+  job.peer = peer->second;
+  by_sequence_[*sequence] = id;
+}
+
+void PrefillServer::on_layer(int32_t layer, std::span<const engine::StepSequenceInfo> step) {
+  engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  for (const engine::StepSequenceInfo& info : step) {
+    auto by = by_sequence_.find(info.sequence_id);
+    if (by == by_sequence_.end()) continue;
+    Job& job = jobs_[by->second];
+    if (job.aborted || job.transfer_done || info.start_position + info.num_tokens != job.prompt_len)
+      continue;
+    uint64_t transfer_id = job.prefill.transfer_id;
+    if (!job.transfer_started) {
+      const engine::Sequence* sequence = scheduler.find(info.sequence_id);
+      kv_transfer::SendSpec spec;
+      spec.request_id = job.prefill.request_id;
+      spec.transfer_id = transfer_id;
+      spec.dst_blocks = job.prefill.dst_blocks;
+      const std::vector<int32_t>& blocks = sequence->block_table.blocks();
+      spec.src_blocks.assign(blocks.begin(),
+                             blocks.begin() + std::ptrdiff_t(spec.dst_blocks.size()));
+      Status begun =
+          runtime_->transfer().begin_send(job.peer, std::move(spec), runtime_->completion_sink());
+      if (!begun.is_ok()) {
+        job.transfer_done = true;
+        job.transfer_status = begun;
+        continue;
+      }
+      job.transfer_started = true;
+      by_transfer_[transfer_id] = by->second;
+    }
+    Status posted = runtime_->transfer().post_layers(transfer_id, layer + 1);
+    if (!posted.is_ok()) {
+      spdlog::warn("{}: transfer {}: {}", runtime_->settings().name, transfer_id, posted.message());
+      (void)runtime_->transfer().cancel_send(transfer_id);
+    }
+  }
+}
+
+void PrefillServer::on_transfer(const kv_transfer::TransferResult& result) {
+  auto by = by_transfer_.find(result.transfer_id);
+  if (by == by_transfer_.end()) return;
+  uint64_t id = by->second;
+  by_transfer_.erase(by);
+  auto it = jobs_.find(id);
+  if (it == jobs_.end()) return;
+  it->second.transfer_done = true;
+  it->second.transfer_status = result.status;
+  maybe_complete(id);
+}
+
+void PrefillServer::collect_finished() {
+  engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  for (auto& sequence : scheduler.take_finished()) {
+    auto by = by_sequence_.find(sequence->id);
+    if (by == by_sequence_.end()) {
+      scheduler.release_blocks(*sequence);
+      continue;
+    }
+    uint64_t id = by->second;
+    by_sequence_.erase(by);
+    jobs_[id].finished = std::move(sequence);
+    maybe_complete(id);
+  }
+}
+
+void PrefillServer::maybe_complete(uint64_t request_id) {
+  auto it = jobs_.find(request_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  if (!job.finished) return;
+  if (job.transfer_started && !job.transfer_done) return;  // UCX may still read the blocks
+  runtime_->engine().scheduler().release_blocks(*job.finished);
+  if (!job.aborted) {
+    control::PrefillDone done;
+    done.request_id = request_id;
+    if (!job.transfer_status.is_ok()) {
+      done.error = "KV transfer failed: " + job.transfer_status.message();
+    } else if (!job.transfer_started || job.finished->output.empty()) {
+      done.error = "the prefill ended without its KV transfer";
+    } else {
+      done.first_token = job.finished->output.front();
+      done.rng_draws = job.finished->rng.draws();
+    }
+    runtime_->send(done);
+  }
+  jobs_.erase(it);
+}
+
+void PrefillServer::on_abort(const control::Abort& abort) {
+  auto it = jobs_.find(abort.request_id);
+  if (it == jobs_.end()) return;
+  Job& job = it->second;
+  job.aborted = true;
+  if (!job.finished) runtime_->engine().scheduler().abort(job.sequence_id);
+  if (job.transfer_started && !job.transfer_done)
+    (void)runtime_->transfer().cancel_send(job.prefill.transfer_id);
+  collect_finished();
+  maybe_complete(abort.request_id);
+}
+
+void PrefillServer::fail(uint64_t request_id, const std::string& error) {
+  spdlog::warn("{}: prefill {} failed: {}", runtime_->settings().name, request_id, error);
+  runtime_->send(control::PrefillDone{request_id, -1, 0, error});
+}
+
+}  // namespace baton::prefill_node

@@ -1,0 +1,200 @@
+// router/completion_exchange.cc — choices, text, stop strings, SSE.
+#include "router/completion_exchange.h"
+
+#include <algorithm>
+
+#include "router/api_error.h"
+
+namespace baton::router {
+
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+std::string dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+}  // namespace
+
+size_t complete_utf8_prefix(const std::string& text) {
+  size_t n = text.size();
+  // Look back at most 3 bytes for the lead byte of a sequence that is cut off.
+  for (size_t back = 1; back <= std::min<size_t>(3, n); ++back) {
+    auto byte = static_cast<unsigned char>(text[n - back]);
+    if ((byte & 0xC0) == 0x80) continue;  // continuation byte: keep looking for the lead
+    size_t length = byte >= 0xF0 ? 4 : byte >= 0xE0 ? 3 : byte >= 0xC0 ? 2 : 1;
+    return length > back ? n - back : n;
+  }
+  return n;
+}
+
+CompletionExchange::CompletionExchange(ExchangeSpec spec, std::shared_ptr<HttpResponder> responder,
+                                       RouterCore& core, const engine::Tokenizer* tokenizer,
+                                       RouterMetrics& metrics)
+    : spec_(std::move(spec)),
+      responder_(std::move(responder)),
+      core_(core),
+      tokenizer_(tokenizer),
+      metrics_(metrics),
+      arrival_(Clock::now()) {
+  for (const std::string& stop : spec_.stop)
+    max_stop_bytes_ = std::max(max_stop_bytes_, stop.size());
+}
+
+void CompletionExchange::start(std::vector<GenerationRequest> choices) {
+  std::weak_ptr<CompletionExchange> weak = weak_from_this();
+  responder_->on_close([weak] {
+    if (auto self = weak.lock()) self->on_client_gone();
+  });
+  std::lock_guard lock(mutex_);
+  choices_.resize(choices.size());
+  for (size_t i = 0; i < choices.size(); ++i) {
+    auto sink = [self = shared_from_this(), i](const GenerationUpdate& update) {
+      self->on_update(i, update);
+    };
+    Result<uint64_t> id = core_.submit(std::move(choices[i]), std::move(sink));
+    if (!id.is_ok()) return fail(id.status());
+    choices_[i].request_id = *id;
+    choices_[i].submitted = true;
+    if (done_) return;  // the client left meanwhile
+  }
+}
+
+void CompletionExchange::on_client_gone() {
+  std::lock_guard lock(mutex_);
+  if (done_) return;
+  done_ = true;
+  cancel_running();
+}
+
+void CompletionExchange::on_update(size_t index, const GenerationUpdate& update) {
+  std::lock_guard lock(mutex_);
+  if (done_ || index >= choices_.size() || choices_[index].finished) return;
+  ChoiceState& choice = choices_[index];
+  auto now = Clock::now();
+  if (!update.tokens.empty()) {
+    if (!choice.got_token) {
+      metrics_.observe_ttft(seconds_between(arrival_, now));
+    } else {
+      double gap = seconds_between(choice.last_token, now) / double(update.tokens.size());
+      for (size_t t = 0; t < update.tokens.size(); ++t) metrics_.observe_itl(gap);
+    }
+    choice.got_token = true;
+    choice.last_token = now;
+    choice.tokens.insert(choice.tokens.end(), update.tokens.begin(), update.tokens.end());
+  }
+  if (update.finished) {
+    if (update.finish_reason == "error") return fail(update.error);
+    choice.finished = true;
+    choice.finish_reason = update.finish_reason;
+  }
+  size_t visible = update_text(choice);
+  if (spec_.stream) stream_delta(index, choice, visible);
+  if (!choice.finished) return;
+  ++finished_count_;
+  metrics_.observe_e2e(seconds_between(arrival_, now));
+  metrics_.count_finished(choice.finish_reason);
+  metrics_.count_tokens(0, int64_t(choice.tokens.size()));
+  if (finished_count_ == choices_.size()) finish_exchange();
+}
+
+std::string CompletionExchange::detokenize(const std::vector<int32_t>& tokens) const {
+  if (tokenizer_ != nullptr) return tokenizer_->decode(tokens);
+  std::string text;
+  for (int32_t id : tokens) text += "<|" + std::to_string(id) + "|>";
+  return text;
+}
+
+size_t CompletionExchange::update_text(ChoiceState& choice) {
+  std::string text = detokenize(choice.tokens);
+  size_t match = std::string::npos;
+  for (const std::string& stop : spec_.stop) match = std::min(match, text.find(stop));
+  if (match != std::string::npos) {
+    text.resize(match);
+    if (!choice.finished) core_.cancel(choice.request_id);
+    choice.finished = true;
+    choice.finish_reason = "stop";
+  }
+  choice.text = std::move(text);
+  if (choice.finished) return choice.text.size();
+  size_t visible = complete_utf8_prefix(choice.text);
+  if (max_stop_bytes_ > 1) {
+    // A stop string may be starting at the end: hold that much back.
+    size_t hold = max_stop_bytes_ - 1;
+    visible = visible > hold ? complete_utf8_prefix(choice.text.substr(0, visible - hold)) : 0;
+  }
+  return std::max(visible, choice.emitted);
+}
+
+void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t visible) {
+  if (!stream_started_) {
+    responder_->start_stream(200);
+    stream_started_ = true;
+    metrics_.count_http(200);
+  }
+  std::string delta = choice.text.substr(choice.emitted, visible - choice.emitted);
+  if (delta.empty() && !choice.finished && choice.sent_chunk) return;
+  responder_->write(sse_event(
+      stream_chunk(spec_.endpoint, spec_.id, spec_.model, spec_.created, int32_t(index), delta,
+                   choice.finished ? choice.finish_reason : "", !choice.sent_chunk)));
+  choice.sent_chunk = true;
+  choice.emitted = visible;
+}
+
+void CompletionExchange::finish_exchange() {
+  done_ = true;
+  Usage usage;
+  usage.prompt_tokens = spec_.prompt_tokens;
+  for (const ChoiceState& choice : choices_)
+    usage.completion_tokens += int64_t(choice.tokens.size());
+  metrics_.count_tokens(spec_.prompt_tokens, 0);
+  if (spec_.stream) {
+    if (spec_.include_usage) {
+      responder_->write(
+          sse_event(usage_chunk(spec_.endpoint, spec_.id, spec_.model, spec_.created, usage)));
+    }
+    responder_->write(std::string(kSseDone));
+    responder_->finish();
+    return;
+  }
+  std::vector<Choice> choices;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    choices.push_back({int32_t(i), choices_[i].text, choices_[i].finish_reason});
+  }
+  metrics_.count_http(200);
+  responder_->respond(200, "application/json",
+                      dump(completion_response(spec_.endpoint, spec_.id, spec_.model, spec_.created,
+                                               choices, usage)));
+}
+
+void CompletionExchange::fail(const Status& error) {
+  done_ = true;
+  cancel_running();
+  ApiError api = api_error_from_status(error);
+  metrics_.count_finished("error");
+  if (stream_started_) {
+    responder_->write(sse_event(api.to_json()));
+    responder_->write(std::string(kSseDone));
+    responder_->finish();
+    return;
+  }
+  metrics_.count_http(api.http_status);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (api.http_status == 429 || api.http_status == 503) headers.emplace_back("Retry-After", "1");
+  responder_->respond(api.http_status, "application/json", dump(api.to_json()), std::move(headers));
+}
+
+void CompletionExchange::cancel_running() {
+  for (ChoiceState& choice : choices_) {
+    if (choice.submitted && !choice.finished) core_.cancel(choice.request_id);
+    choice.finished = true;
+  }
+}
+
+}  // namespace baton::router

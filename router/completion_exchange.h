@@ -1,0 +1,93 @@
+// router/completion_exchange.h — one client request's journey through the core.
+//
+// A completion request becomes one generation per choice (prompts x n). The
+// exchange submits them to the RouterCore, turns their token updates into text
+// (detokenising the whole output each time, holding back an incomplete UTF-8
+// sequence and a possible stop-string prefix while streaming), applies stop
+// strings (the text ends before the match, the generation is cancelled), and
+// answers the client: one JSON body, or SSE chunks, a usage chunk when asked,
+// and `data: [DONE]`. An error before anything was sent is an HTTP error;
+// after the stream started it is an SSE error event, then [DONE]. If the
+// client goes away, every generation still running is cancelled (the nodes
+// free their blocks). Updates arrive on the core thread, the disconnect on an
+// io thread: one mutex orders them.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "engine/tokenizer.h"
+#include "router/http_server.h"
+#include "router/metrics.h"
+#include "router/openai_response.h"
+#include "router/router_core.h"
+
+namespace baton::router {
+
+struct ExchangeSpec {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;     // "cmpl-..." / "chatcmpl-..."
+  std::string model;  // served model name
+  int64_t created = 0;
+  bool stream = false;
+  bool include_usage = false;
+  std::vector<std::string> stop;
+  int64_t prompt_tokens = 0;  // each prompt counted once, whatever n is
+};
+
+class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
+ public:
+  CompletionExchange(ExchangeSpec spec, std::shared_ptr<HttpResponder> responder, RouterCore& core,
+                     const engine::Tokenizer* tokenizer, RouterMetrics& metrics);
+
+  // Submits one generation per choice, in choice order; answers the client
+  // with 503/429 (and cancels what was submitted) if the core refuses one.
+  void start(std::vector<GenerationRequest> choices);
+
+ private:
+  struct ChoiceState {
+    uint64_t request_id = 0;
+    bool submitted = false;
+    std::vector<int32_t> tokens;
+    std::string text;    // final text (after stop strings) once finished
+    size_t emitted = 0;  // bytes of text already streamed
+    bool finished = false;
+    std::string finish_reason;
+    std::chrono::steady_clock::time_point last_token;
+    bool got_token = false;
+    bool sent_chunk = false;  // streaming: the first chunk (chat: with the role) is out
+  };
+
+  void on_update(size_t choice, const GenerationUpdate& update);
+  void on_client_gone();
+  // Detokenises, applies stop strings; returns the bytes that may be shown now.
+  size_t update_text(ChoiceState& choice);
+  void stream_delta(size_t index, ChoiceState& choice, size_t visible);
+  void finish_exchange();
+  void fail(const Status& error);  // with the mutex held
+  void cancel_running();           // with the mutex held
+  std::string detokenize(const std::vector<int32_t>& tokens) const;
+
+  ExchangeSpec spec_;
+  std::shared_ptr<HttpResponder> responder_;
+  RouterCore& core_;
+  const engine::Tokenizer* tokenizer_;
+  RouterMetrics& metrics_;
+  std::chrono::steady_clock::time_point arrival_;
+  size_t max_stop_bytes_ = 0;
+
+  std::mutex mutex_;
+  std::vector<ChoiceState> choices_;
+  bool stream_started_ = false;
+  bool done_ = false;  // the client has its answer (or is gone)
+  size_t finished_count_ = 0;
+};
+
+// Bytes of `text` that form complete UTF-8 sequences (an incomplete sequence
+// at the end is held back until its last byte arrives).
+size_t complete_utf8_prefix(const std::string& text);
+
+}  // namespace baton::router

@@ -1,0 +1,151 @@
+// router/metrics.cc — Prometheus text exposition.
+#include "router/metrics.h"
+
+#include <fmt/format.h>
+
+namespace baton::router {
+namespace {
+
+// vLLM's bucket boundaries for the same histograms.
+const std::vector<double> kTtftBuckets = {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08,
+                                          0.1,   0.25,  0.5,  0.75, 1.0,  2.5,  5.0,
+                                          7.5,   10.0,  20.0, 40.0, 80.0};
+const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                         0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
+const std::vector<double> kE2eBuckets = {0.3,  0.5,   0.8,   1.0,   1.5,  2.0,  2.5,
+                                         5.0,  10.0,  15.0,  20.0,  30.0, 40.0, 50.0,
+                                         60.0, 120.0, 240.0, 480.0, 960.0};
+constexpr std::string_view kFinishReasons[] = {"stop", "length", "abort", "error"};
+
+void append_metric(std::string* out, std::string_view name, std::string_view type,
+                   std::string_view help, std::string_view labels, double value) {
+  fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help,
+                 name, type, name, labels, value);
+}
+
+}  // namespace
+
+Histogram::Histogram(std::string name, std::string help, std::vector<double> bounds)
+    : name_(std::move(name)),
+      help_(std::move(help)),
+      bounds_(std::move(bounds)),
+      counts_(bounds_.size() + 1) {}
+
+void Histogram::observe(double value) {
+  size_t bucket = 0;
+  while (bucket < bounds_.size() && value > bounds_[bucket]) ++bucket;
+  std::lock_guard lock(mutex_);
+  counts_[bucket]++;
+  sum_ += value;
+  count_++;
+}
+
+void Histogram::render(std::string* out, std::string_view labels) const {
+  std::lock_guard lock(mutex_);
+  auto it = std::back_inserter(*out);
+  fmt::format_to(it, "# HELP {} {}\n# TYPE {} histogram\n", name_, help_, name_);
+  uint64_t cumulative = 0;
+  for (size_t i = 0; i < bounds_.size(); ++i) {
+    cumulative += counts_[i];
+    fmt::format_to(it, "{}_bucket{{{},le=\"{}\"}} {}\n", name_, labels, bounds_[i], cumulative);
+  }
+  cumulative += counts_.back();
+  fmt::format_to(it, "{}_bucket{{{},le=\"+Inf\"}} {}\n", name_, labels, cumulative);
+  fmt::format_to(it, "{}_sum{{{}}} {}\n{}_count{{{}}} {}\n", name_, labels, sum_, name_, labels,
+                 count_);
+}
+
+RouterMetrics::RouterMetrics(std::string model_name)
+    : model_name_(std::move(model_name)),
+      labels_("model_name=\"" + model_name_ + "\""),
+      ttft_("vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.",
+            kTtftBuckets),
+      itl_("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
+           kItlBuckets),
+      e2e_("vllm:e2e_request_latency_seconds",
+           "Histogram of end to end request latency in seconds.", kE2eBuckets) {}
+
+void RouterMetrics::count_tokens(int64_t prompt, int64_t generation) {
+  prompt_tokens_ += prompt;
+  generation_tokens_ += generation;
+}
+
+void RouterMetrics::count_finished(std::string_view finish_reason) {
+  for (size_t i = 0; i < std::size(kFinishReasons); ++i) {
+    if (kFinishReasons[i] == finish_reason) finished_[i]++;
+  }
+}
+
+void RouterMetrics::count_http(int status) {
+  if (status < 400) {
+    http_2xx_++;
+  } else if (status < 500) {
+    http_4xx_++;
+  } else {
+    http_5xx_++;
+  }
+}
+
+std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
+  int64_t running = 0, waiting = 0, free_blocks = 0, total_blocks = 0;
+  for (const NodeState& node : snapshot.nodes) {
+    if (!node.up || node.role != "decode") continue;
+    running += node.load.running;
+    waiting += node.load.waiting + node.load.awaiting_kv;
+    free_blocks += node.load.free_blocks;
+    total_blocks += node.load.total_blocks;
+  }
+  double usage = total_blocks > 0 ? 1.0 - double(free_blocks) / double(total_blocks) : 0.0;
+  std::string out;
+  append_metric(&out, "vllm:num_requests_running", "gauge",
+                "Number of requests in model execution batches.", labels_, double(running));
+  append_metric(&out, "vllm:num_requests_waiting", "gauge",
+                "Number of requests waiting to be processed.", labels_, double(waiting));
+  append_metric(&out, "vllm:kv_cache_usage_perc", "gauge",
+                "KV-cache usage of the decode nodes. 1 means 100 percent.", labels_, usage);
+  append_metric(&out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
+                labels_, double(prompt_tokens_.load()));
+  append_metric(&out, "vllm:generation_tokens_total", "counter",
+                "Number of generation tokens processed.", labels_,
+                double(generation_tokens_.load()));
+  out += "# HELP vllm:request_success_total Count of finished requests by finish reason.\n";
+  out += "# TYPE vllm:request_success_total counter\n";
+  for (size_t i = 0; i < std::size(kFinishReasons); ++i) {
+    fmt::format_to(std::back_inserter(out),
+                   "vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels_,
+                   kFinishReasons[i], finished_[i].load());
+  }
+  ttft_.render(&out, labels_);
+  itl_.render(&out, labels_);
+  e2e_.render(&out, labels_);
+  out += "# HELP baton:http_responses_total HTTP responses by status class.\n";
+  out += "# TYPE baton:http_responses_total counter\n";
+  fmt::format_to(std::back_inserter(out), "baton:http_responses_total{{code=\"2xx\"}} {}\n",
+                 http_2xx_.load());
+  fmt::format_to(std::back_inserter(out), "baton:http_responses_total{{code=\"4xx\"}} {}\n",
+                 http_4xx_.load());
+  fmt::format_to(std::back_inserter(out), "baton:http_responses_total{{code=\"5xx\"}} {}\n",
+                 http_5xx_.load());
+  auto per_node = [&](std::string_view name, std::string_view help, auto value_of) {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+    for (const NodeState& node : snapshot.nodes) {
+      fmt::format_to(std::back_inserter(out), "{}{{node=\"{}\",role=\"{}\"}} {}\n", name, node.name,
+                     node.role, value_of(node));
+    }
+  };
+  per_node("baton:node_up", "Whether a node is registered and heartbeating.",
+           [](const NodeState& node) { return node.up ? 1 : 0; });
+  per_node("baton:node_free_kv_blocks", "Free KV blocks of a node.",
+           [](const NodeState& node) { return node.load.free_blocks; });
+  per_node("baton:node_total_kv_blocks", "KV blocks of a node.",
+           [](const NodeState& node) { return node.load.total_blocks; });
+  fmt::format_to(
+      std::back_inserter(out),
+      "# HELP baton:control_messages_rejected_total Malformed control frames the router dropped.\n"
+      "# TYPE baton:control_messages_rejected_total counter\nbaton:control_messages_rejected_total "
+      "{}\n",
+      snapshot.control_messages_rejected);
+  return out;
+}
+
+}  // namespace baton::router

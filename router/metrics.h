@@ -1,0 +1,62 @@
+// router/metrics.h — the router's Prometheus metrics, with vLLM's names.
+//
+// Counters and histograms are updated from any thread (atomics and one mutex
+// per histogram); render() writes the Prometheus text exposition format,
+// adding gauges from the latest cluster snapshot.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "router/router_core.h"
+
+namespace baton::router {
+
+class Histogram {
+ public:
+  Histogram(std::string name, std::string help, std::vector<double> bounds);
+  void observe(double value);
+  void render(std::string* out, std::string_view labels) const;
+
+ private:
+  std::string name_;
+  std::string help_;
+  std::vector<double> bounds_;
+  mutable std::mutex mutex_;
+  std::vector<uint64_t> counts_;  // one per bound, plus +Inf
+  double sum_ = 0;
+  uint64_t count_ = 0;
+};
+
+class RouterMetrics {
+ public:
+  explicit RouterMetrics(std::string model_name);
+
+  void observe_ttft(double seconds) { ttft_.observe(seconds); }
+  void observe_itl(double seconds) { itl_.observe(seconds); }
+  void observe_e2e(double seconds) { e2e_.observe(seconds); }
+  void count_tokens(int64_t prompt, int64_t generation);
+  // finish_reason: stop, length, abort, error.
+  void count_finished(std::string_view finish_reason);
+  void count_http(int status);
+
+  std::string render(const ClusterSnapshot& snapshot) const;
+
+ private:
+  std::string model_name_;
+  std::string labels_;  // model_name="..."
+  Histogram ttft_;
+  Histogram itl_;
+  Histogram e2e_;
+  std::atomic<int64_t> prompt_tokens_{0};
+  std::atomic<int64_t> generation_tokens_{0};
+  std::array<std::atomic<int64_t>, 4> finished_{};  // stop, length, abort, error
+  std::atomic<int64_t> http_2xx_{0}, http_4xx_{0}, http_5xx_{0};
+};
+
+}  // namespace baton::router

@@ -1,0 +1,225 @@
+// router/openai_service.cc — routes, validation, tokenisation.
+#include "router/openai_service.h"
+
+#include <chrono>
+#include <random>
+
+#include "router/api_error.h"
+#include "router/chat_template.h"
+#include "router/completion_exchange.h"
+
+namespace baton::router {
+
+using json = nlohmann::json;
+
+namespace {
+
+std::string dump(const json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+int64_t unix_seconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+
+json node_json(const NodeState& node) {
+  const control::NodeLoad& l = node.load;
+  return {{"name", node.name},
+          {"role", node.role},
+          {"up", node.up},
+          {"pid", node.pid},
+          {"running", l.running},
+          {"waiting", l.waiting},
+          {"awaiting_kv", l.awaiting_kv},
+          {"waiting_tokens", l.waiting_tokens},
+          {"free_blocks", l.free_blocks},
+          {"total_blocks", l.total_blocks},
+          {"prompt_tokens", l.prompt_tokens},
+          {"generation_tokens", l.generation_tokens},
+          {"preemptions", l.preemptions},
+          {"transfers_ok", l.transfers_ok},
+          {"transfers_failed", l.transfers_failed},
+          {"messages_rejected", l.messages_rejected},
+          {"assigned_requests", node.assigned_requests}};
+}
+
+}  // namespace
+
+OpenAiService::OpenAiService(OpenAiServiceConfig config, RouterCore& core,
+                             const engine::Tokenizer* tokenizer, RouterMetrics& metrics)
+    : config_(std::move(config)), core_(core), tokenizer_(tokenizer), metrics_(metrics) {}
+
+void OpenAiService::send_json(HttpResponder& responder, int status, const std::string& body) {
+  metrics_.count_http(status);
+  responder.respond(status, "application/json", body);
+}
+
+void OpenAiService::send_error(HttpResponder& responder, const Status& status) {
+  ApiError error = api_error_from_status(status);
+  metrics_.count_http(error.http_status);
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (error.http_status == 429 || error.http_status == 503)
+    headers.emplace_back("Retry-After", "1");
+  responder.respond(error.http_status, "application/json", dump(error.to_json()),
+                    std::move(headers));
+}
+
+void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+  std::string path = path_of(request.target);
+  bool get = request.method == "GET";
+  bool post = request.method == "POST";
+  if (path == "/v1/completions" && post) return generate(request, std::move(responder), false);
+  if (path == "/v1/chat/completions" && post) return generate(request, std::move(responder), true);
+  if (path == "/health" && get) {
+    ClusterSnapshot snapshot = core_.snapshot();
+    bool healthy = snapshot.prefill_up > 0 && snapshot.decode_up > 0 && !draining_;
+    json body = {{"status", healthy ? "ok" : "unavailable"},
+                 {"prefill_up", snapshot.prefill_up},
+                 {"decode_up", snapshot.decode_up},
+                 {"draining", draining_.load()}};
+    return send_json(*responder, healthy ? 200 : 503, dump(body));
+  }
+  if (path == "/v1/models" && get) {
+    json model = {{"id", config_.served_model},   {"object", "model"},
+                  {"created", unix_seconds()},    {"owned_by", "baton"},
+                  {"root", config_.served_model}, {"max_model_len", config_.max_model_len}};
+    return send_json(*responder, 200, dump({{"object", "list"}, {"data", json::array({model})}}));
+  }
+  if (path == "/metrics" && get) {
+    metrics_.count_http(200);
+    return responder->respond(200, "text/plain; version=0.0.4", metrics_.render(core_.snapshot()));
+  }
+  if (path == "/v1/nodes" && get) {
+    ClusterSnapshot snapshot = core_.snapshot();
+    json nodes = json::array();
+    for (const NodeState& node : snapshot.nodes) nodes.push_back(node_json(node));
+    return send_json(*responder, 200,
+                     dump({{"nodes", nodes},
+                           {"requests_in_router", snapshot.requests_in_router},
+                           {"control_messages_rejected", snapshot.control_messages_rejected}}));
+  }
+  bool known = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/health" ||
+               path == "/v1/models" || path == "/metrics" || path == "/v1/nodes";
+  ApiError error;
+  error.http_status = known ? 405 : 404;
+  error.type = known ? "MethodNotAllowed" : "NotFoundError";
+  error.message =
+      known ? "method " + request.method + " is not allowed on " + path : "no route " + path;
+  metrics_.count_http(error.http_status);
+  responder->respond(error.http_status, "application/json", dump(error.to_json()));
+}
+
+void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
+                             bool chat) {
+  if (draining_) return send_error(*responder, unavailable("the router is shutting down"));
+  std::string model;
+  SamplingFields sampling;
+  std::vector<Prompt> prompts;
+  if (chat) {
+    Result<ChatRequest> parsed = parse_chat_request(request.body, config_.limits);
+    if (!parsed.is_ok()) return send_error(*responder, parsed.status());
+    model = parsed->model;
+    sampling = parsed->sampling;
+    prompts.emplace_back(apply_default_chat_template(parsed->messages));
+  } else {
+    Result<CompletionRequest> parsed = parse_completion_request(request.body, config_.limits);
+    if (!parsed.is_ok()) return send_error(*responder, parsed.status());
+    model = parsed->model;
+    sampling = parsed->sampling;
+    prompts = std::move(parsed->prompts);
+  }
+  if (!model.empty() && model != config_.served_model) {
+    return send_error(*responder, not_found("The model `" + model + "` does not exist."));
+  }
+  if (sampling.logprobs > 0) {
+    return send_error(*responder,
+                      invalid_argument("logprobs: not supported by the Baton cluster yet"));
+  }
+  const char* prompt_field = chat ? "messages" : "prompt";
+  std::vector<std::vector<int32_t>> token_prompts;
+  int64_t prompt_tokens = 0;
+  for (Prompt& prompt : prompts) {
+    std::vector<int32_t> ids;
+    if (auto* text = std::get_if<std::string>(&prompt)) {
+      if (tokenizer_ == nullptr) {
+        return send_error(
+            *responder, invalid_argument("prompt: this model ships no tokenizer; send token ids"));
+      }
+      ids = tokenizer_->encode(*text);
+      if (tokenizer_->bos_id() >= 0) ids.insert(ids.begin(), tokenizer_->bos_id());
+    } else {
+      ids = std::move(std::get<std::vector<int32_t>>(prompt));
+    }
+    if (ids.empty())
+      return send_error(*responder, invalid_argument(std::string(prompt_field) + ": is empty"));
+    for (int32_t id : ids) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return send_error(*responder, invalid_argument("Token id " + std::to_string(id) +
+                                                       " is out of vocabulary (size " +
+                                                       std::to_string(config_.vocab_size) + ")"));
+      }
+    }
+    int64_t length = int64_t(ids.size());
+    if (length >= config_.max_model_len) {
+      return send_error(
+          *responder,
+          invalid_argument("This model's maximum context length is " +
+                           std::to_string(config_.max_model_len) +
+                           " tokens. However, your request has " + std::to_string(length) +
+                           " input tokens. Please reduce the length of the input messages."));
+    }
+    if (length + sampling.max_tokens > config_.max_model_len) {
+      return send_error(
+          *responder,
+          invalid_argument(
+              "This model's maximum context length is " + std::to_string(config_.max_model_len) +
+              " tokens. However, you requested " + std::to_string(length + sampling.max_tokens) +
+              " tokens (" + std::to_string(length) + " in the messages, " +
+              std::to_string(sampling.max_tokens) +
+              " in the completion). Please reduce the length of the messages or completion."));
+    }
+    prompt_tokens += length;
+    token_prompts.push_back(std::move(ids));
+  }
+
+  ExchangeSpec spec;
+  spec.endpoint = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
+  spec.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(unix_seconds()) + "-" +
+            std::to_string(next_id_++);
+  spec.model = config_.served_model;
+  spec.created = unix_seconds();
+  spec.stream = sampling.stream;
+  spec.include_usage = sampling.include_usage;
+  spec.stop = sampling.stop;
+  spec.prompt_tokens = prompt_tokens;
+
+  // Choice index = prompt index * n + sample index; sample j of a seeded
+  // request uses seed + j, so the same seed gives the same choices.
+  std::vector<GenerationRequest> choices;
+  std::random_device entropy;
+  for (const std::vector<int32_t>& ids : token_prompts) {
+    for (int32_t j = 0; j < sampling.n; ++j) {
+      GenerationRequest choice;
+      choice.prompt = ids;
+      control::SamplingSpec& s = choice.sampling;
+      s.temperature = sampling.temperature;
+      s.top_p = sampling.top_p;
+      s.top_k = sampling.top_k;
+      s.seed =
+          sampling.seed ? *sampling.seed + uint64_t(j) : (uint64_t(entropy()) << 32 | entropy());
+      s.max_tokens = sampling.max_tokens;
+      s.stop_token_ids = sampling.stop_token_ids;
+      s.ignore_eos = sampling.ignore_eos;
+      choices.push_back(std::move(choice));
+    }
+  }
+  auto exchange = std::make_shared<CompletionExchange>(std::move(spec), std::move(responder), core_,
+                                                       tokenizer_, metrics_);
+  exchange->start(std::move(choices));
+}
+
+}  // namespace baton::router

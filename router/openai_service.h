@@ -1,0 +1,57 @@
+// router/openai_service.h — the router's HTTP routes.
+//
+//   POST /v1/completions, POST /v1/chat/completions   generation (JSON or SSE)
+//   GET  /v1/models                                    the served model
+//   GET  /health                                       200, or 503 while no prefill or no decode
+//   node is up GET  /metrics                                      Prometheus text (vLLM's metric
+//   names) GET  /v1/nodes                                     Baton: every node's state and load,
+//   as JSON
+//
+// Requests are validated here (fields, model name, token ids against the
+// vocabulary, prompt length against max_model_len), tokenised, and handed to
+// a CompletionExchange. Nothing here blocks an io thread.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "engine/tokenizer.h"
+#include "router/completion_request.h"
+#include "router/http_server.h"
+#include "router/metrics.h"
+#include "router/router_core.h"
+
+namespace baton::router {
+
+struct OpenAiServiceConfig {
+  std::string served_model;
+  int32_t max_model_len = 0;
+  int32_t vocab_size = 0;
+  RequestLimits limits;
+};
+
+class OpenAiService {
+ public:
+  OpenAiService(OpenAiServiceConfig config, RouterCore& core, const engine::Tokenizer* tokenizer,
+                RouterMetrics& metrics);
+
+  // The HttpHandler.
+  void handle(HttpRequest request, std::shared_ptr<HttpResponder> responder);
+  // While draining, new generation requests get 503 and /health says so.
+  void set_draining(bool draining) { draining_ = draining; }
+
+ private:
+  void generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder, bool chat);
+  void send_error(HttpResponder& responder, const Status& status);
+  void send_json(HttpResponder& responder, int status, const std::string& body);
+
+  OpenAiServiceConfig config_;
+  RouterCore& core_;
+  const engine::Tokenizer* tokenizer_;
+  RouterMetrics& metrics_;
+  std::atomic<bool> draining_{false};
+  std::atomic<uint64_t> next_id_{0};
+};
+
+}  // namespace baton::router

@@ -1,0 +1,108 @@
+// router/router_server.cc — start-up and drain of the router process.
+#include "router/router_server.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "engine/model_config.h"
+
+namespace baton::router {
+
+using namespace std::chrono_literals;
+
+namespace {
+
+Policy policy_of(cluster::RoutingPolicy policy) {
+  return policy == cluster::RoutingPolicy::kRoundRobin ? Policy::kRoundRobin : Policy::kLeastLoaded;
+}
+
+// The longest request every decode node accepts: each node's max_model_len
+// (0: the model's), never past the model's position embeddings.
+int32_t cluster_max_model_len(const cluster::ClusterConfig& config,
+                              const engine::ModelConfig& model) {
+  int32_t limit = model.max_position_embeddings;
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (const cluster::NodeSection& node : *nodes) {
+      if (node.engine.max_model_len > 0) limit = std::min(limit, node.engine.max_model_len);
+    }
+  }
+  return limit;
+}
+
+}  // namespace
+
+Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::ClusterConfig& config) {
+  std::unique_ptr<RouterServer> server(new RouterServer());
+  BATON_ASSIGN_OR_RETURN(engine::ModelConfig model,
+                         engine::load_model_config(config.model.path / "config.json"));
+  Result<std::unique_ptr<engine::Tokenizer>> tokenizer = engine::load_tokenizer(config.model.path);
+  if (tokenizer.is_ok()) {
+    server->tokenizer_ = std::move(tokenizer).value();
+  } else if (tokenizer.status().code() != StatusCode::kNotFound) {
+    return tokenizer.status();
+  }
+
+  const cluster::RouterSection& r = config.router;
+  RouterCoreConfig core;
+  core.control_endpoint = "tcp://" + r.host + ":" + std::to_string(r.control_port);
+  for (const auto& node : config.prefill) core.nodes[node.name] = "prefill";
+  for (const auto& node : config.decode) core.nodes[node.name] = "decode";
+  core.policy = policy_of(r.policy);
+  core.max_queued_requests = r.max_queued_requests;
+  core.request_timeout = r.request_timeout;
+  core.heartbeat_timeout = r.heartbeat_timeout;
+  core.min_remote_prefill_tokens = r.min_remote_prefill_tokens;
+  { BATON_ASSIGN_OR_RETURN(server->core_, RouterCore::start(core)); }
+
+  server->metrics_ = std::make_unique<RouterMetrics>(config.model.served_name);
+  OpenAiServiceConfig service;
+  service.served_model = config.model.served_name;
+  service.max_model_len = cluster_max_model_len(config, model);
+  service.vocab_size = model.vocab_size;
+  service.limits = r.limits;
+  server->service_ = std::make_unique<OpenAiService>(service, *server->core_,
+                                                     server->tokenizer_.get(), *server->metrics_);
+
+  HttpServerConfig http;
+  http.host = r.host;
+  http.port = r.http_port;
+  http.threads = r.http_threads;
+  OpenAiService* routes = server->service_.get();
+  {
+    BATON_ASSIGN_OR_RETURN(
+        server->http_,
+        HttpServer::start(http, [routes](HttpRequest request, std::shared_ptr<HttpResponder> out) {
+          routes->handle(std::move(request), std::move(out));
+        }));
+  }
+  {
+    BATON_ASSIGN_OR_RETURN(
+        server->zmq_,
+        ZmqFrontend::start("tcp://" + r.host + ":" + std::to_string(r.zmq_port), routes));
+  }
+  spdlog::info("router: serving {} on http://{}:{} (ZeroMQ tcp://{}:{}, control tcp://{}:{})",
+               config.model.served_name, r.host, server->http_->port(), r.host, r.zmq_port, r.host,
+               r.control_port);
+  return server;
+}
+
+RouterServer::~RouterServer() { drain_and_stop(0ms); }
+
+void RouterServer::drain_and_stop(std::chrono::milliseconds timeout) {
+  if (!core_) return;
+  service_->set_draining(true);
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (core_->in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
+  if (core_->in_flight() > 0)
+    spdlog::warn("router: drain timed out with {} requests left", core_->in_flight());
+  zmq_.reset();
+  core_->stop();  // fails what is left; exchanges answer their clients
+  http_->stop();
+  http_.reset();
+  core_.reset();
+}
+
+}  // namespace baton::router

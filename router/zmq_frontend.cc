@@ -1,0 +1,198 @@
+// router/zmq_frontend.cc — framing between ZeroMQ clients and the routes.
+#include "router/zmq_frontend.h"
+
+#include <spdlog/spdlog.h>
+
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include <cerrno>
+
+namespace baton::router {
+
+using namespace std::chrono_literals;
+
+struct ZmqFrontend::Sockets {
+  zmq::context_t context{1};
+  zmq::socket_t socket;
+};
+
+// An HttpResponder whose bytes go out as [tag, status, payload] frames.
+class ZmqFrontend::Responder final : public HttpResponder {
+ public:
+  Responder(ZmqFrontend* frontend, std::string identity, std::string tag)
+      : frontend_(frontend), identity_(std::move(identity)), tag_(std::move(tag)) {}
+
+  void respond(int status, std::string, std::string body,
+               std::vector<std::pair<std::string, std::string>>) override {
+    std::lock_guard lock(mutex_);
+    if (state_ != kIdle) return;
+    state_ = kDone;
+    frontend_->post(identity_, tag_, status, std::move(body), true);
+  }
+  void start_stream(int status, std::string) override {
+    std::lock_guard lock(mutex_);
+    if (state_ != kIdle) return;
+    state_ = kStreaming;
+    status_ = status;
+  }
+  void write(std::string chunk) override {
+    std::lock_guard lock(mutex_);
+    if (state_ != kStreaming) return;
+    // SSE framing ("data: ...\n\n") is HTTP's; a frame carries the event itself.
+    std::string_view event(chunk);
+    if (event.starts_with("data: ")) event.remove_prefix(6);
+    while (event.ends_with('\n')) event.remove_suffix(1);
+    frontend_->post(identity_, tag_, status_, std::string(event), event == "[DONE]");
+  }
+  void finish() override {
+    std::lock_guard lock(mutex_);
+    state_ = kDone;
+  }
+  bool closed() const override {
+    std::lock_guard lock(mutex_);
+    return cancelled_;
+  }
+  void on_close(std::function<void()> cb) override {
+    std::unique_lock lock(mutex_);
+    if (cancelled_) {
+      lock.unlock();
+      cb();
+      return;
+    }
+    on_close_ = std::move(cb);
+  }
+  void cancel() {
+    std::function<void()> cb;
+    {
+      std::lock_guard lock(mutex_);
+      if (cancelled_ || state_ == kDone) return;
+      cancelled_ = true;
+      state_ = kDone;
+      cb = std::move(on_close_);
+    }
+    if (cb) cb();
+  }
+  bool done() const {
+    std::lock_guard lock(mutex_);
+    return state_ == kDone;
+  }
+
+ private:
+  enum State { kIdle, kStreaming, kDone };
+  ZmqFrontend* frontend_;
+  std::string identity_, tag_;
+  mutable std::mutex mutex_;
+  State state_ = kIdle;
+  int status_ = 200;
+  bool cancelled_ = false;
+  std::function<void()> on_close_;
+};
+
+Result<std::unique_ptr<ZmqFrontend>> ZmqFrontend::start(const std::string& endpoint,
+                                                        OpenAiService* service) {
+  std::unique_ptr<ZmqFrontend> frontend(new ZmqFrontend());
+  frontend->service_ = service;
+  frontend->sockets_ = std::make_unique<Sockets>();
+  try {
+    zmq::socket_t& socket = frontend->sockets_->socket;
+    socket = zmq::socket_t(frontend->sockets_->context, zmq::socket_type::router);
+    socket.set(zmq::sockopt::sndhwm, control::kControlHighWaterMark);
+    socket.set(zmq::sockopt::rcvhwm, control::kControlHighWaterMark);
+    socket.set(zmq::sockopt::maxmsgsize, int64_t(16) << 20);
+    socket.set(zmq::sockopt::linger, 0);
+    socket.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    return unavailable("ZeroMQ front end: cannot bind " + endpoint + ": " + e.what());
+  }
+  frontend->thread_ = std::thread([f = frontend.get()] { f->loop(); });
+  return frontend;
+}
+
+ZmqFrontend::~ZmqFrontend() {
+  stop_ = true;
+  wake_.signal();
+  if (thread_.joinable()) thread_.join();
+}
+
+std::string ZmqFrontend::endpoint() const {
+  return sockets_->socket.get(zmq::sockopt::last_endpoint);
+}
+
+void ZmqFrontend::post(std::string identity, std::string tag, int status, std::string payload,
+                       bool last) {
+  {
+    std::lock_guard lock(outbox_mutex_);
+    outbox_.push_back({std::move(identity), std::move(tag), status, std::move(payload), last});
+  }
+  wake_.signal();
+}
+
+void ZmqFrontend::loop() {
+  zmq::socket_t& socket = sockets_->socket;
+  while (!stop_) {
+    zmq::pollitem_t items[2] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
+    try {
+      zmq::poll(items, 2, 100ms);
+      wake_.drain();
+      std::vector<Outgoing> outgoing;
+      {
+        std::lock_guard lock(outbox_mutex_);
+        outgoing.swap(outbox_);
+      }
+      for (Outgoing& out : outgoing) {
+        std::string status = std::to_string(out.status);
+        // A client that went away or stopped reading loses its replies, never the router.
+        bool sent = socket.send(zmq::buffer(out.identity),
+                                zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+                    socket.send(zmq::buffer(out.tag),
+                                zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+                    socket.send(zmq::buffer(status),
+                                zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
+                    socket.send(zmq::buffer(out.payload), zmq::send_flags::dontwait);
+        if (!sent) spdlog::debug("zmq front end: a reply was dropped (client queue full)");
+        if (out.last) live_.erase(out.identity + '\0' + out.tag);
+      }
+      while (true) {
+        std::vector<zmq::message_t> parts;
+        auto received =
+            zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait);
+        if (!received) break;
+        if (parts.size() != 4 || parts[1].size() > kMaxZmqTagBytes) {
+          rejected_++;
+          spdlog::warn("zmq front end: dropped a message of {} parts (want [tag, path, body])",
+                       parts.empty() ? 0 : parts.size() - 1);
+          continue;
+        }
+        std::string identity = parts[0].to_string(), tag = parts[1].to_string(),
+                    path = parts[2].to_string();
+        std::string key = identity + '\0' + tag;
+        if (path == "cancel") {
+          auto it = live_.find(key);
+          if (it != live_.end()) {
+            if (auto responder = it->second.lock()) responder->cancel();
+            live_.erase(it);
+          }
+          continue;
+        }
+        auto responder = std::make_shared<Responder>(this, identity, tag);
+        live_[key] = responder;
+        HttpRequest request;
+        bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
+        request.method = generation ? "POST" : "GET";
+        request.target = path;
+        request.body = parts[3].to_string();
+        service_->handle(std::move(request), responder);
+      }
+      for (auto it = live_.begin(); it != live_.end();) {
+        auto responder = it->second.lock();
+        it = (!responder || responder->done()) ? live_.erase(it) : std::next(it);
+      }
+    } catch (const zmq::error_t& e) {
+      if (!stop_ && e.num() != EINTR) spdlog::error("zmq front end: {}", e.what());
+    }
+  }
+}
+
+}  // namespace baton::router

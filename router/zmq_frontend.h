@@ -1,0 +1,65 @@
+// router/zmq_frontend.h — the ZeroMQ client front end (docs/API.md).
+//
+// A ROUTER socket for high-rate clients (DEALER sockets). A request is one
+// multipart message [tag, path, body]: `tag` is the client's own id for the
+// request (echoed on every reply, at most 256 bytes), `path` one of the HTTP
+// routes ("/v1/completions", "/v1/chat/completions", "/v1/models",
+// "/health", "/metrics", "/v1/nodes") or "cancel" (ends the request `tag`),
+// `body` the same JSON as over HTTP. Replies are [tag, status, payload]:
+// a whole JSON body; or, for a streamed request, one message per SSE event
+// holding its JSON, then a last one holding "[DONE]". The same routes and
+// validation serve both front ends (OpenAiService); only the framing differs.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "common/control_socket.h"
+#include "common/status.h"
+#include "router/openai_service.h"
+
+namespace baton::router {
+
+inline constexpr size_t kMaxZmqTagBytes = 256;
+
+class ZmqFrontend {
+ public:
+  static Result<std::unique_ptr<ZmqFrontend>> start(const std::string& endpoint,
+                                                    OpenAiService* service);
+  ~ZmqFrontend();
+  std::string endpoint() const;
+
+  // Queues a reply for the socket thread (any thread).
+  void post(std::string identity, std::string tag, int status, std::string payload, bool last);
+  uint64_t rejected() const { return rejected_.load(); }
+
+ private:
+  struct Sockets;
+  class Responder;
+  struct Outgoing {
+    std::string identity, tag;
+    int status;
+    std::string payload;
+    bool last;
+  };
+  ZmqFrontend() = default;
+  void loop();
+
+  std::unique_ptr<Sockets> sockets_;
+  OpenAiService* service_ = nullptr;
+  control::WakeFd wake_;
+  std::mutex outbox_mutex_;
+  std::vector<Outgoing> outbox_;
+  // Live requests by identity + tag, so "cancel" can reach them (socket thread only).
+  std::unordered_map<std::string, std::weak_ptr<Responder>> live_;
+  std::atomic<uint64_t> rejected_{0};
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+}  // namespace baton::router

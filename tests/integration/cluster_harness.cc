@@ -1,0 +1,192 @@
+// tests/integration/cluster_harness.cc
+#include "tests/integration/cluster_harness.h"
+
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <thread>
+
+#include "engine/make_model.h"
+
+namespace baton::testing {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+uint16_t free_port() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = 0;
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  socklen_t length = sizeof(address);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+const std::filesystem::path& tiny_model() {
+  static const std::filesystem::path dir = [] {
+    std::filesystem::path path =
+        std::filesystem::temp_directory_path() / ("baton-it-model-" + std::to_string(::getpid()) +
+                                                  "-" + std::to_string(std::random_device{}()));
+    auto config = engine::model_preset("tiny");
+    EXPECT_TRUE(config.is_ok());
+    engine::MakeModelOptions options;
+    options.seed = std::random_device{}();
+    options.dtype = DType::kF32;
+    Status made = engine::make_random_checkpoint(*config, path, options);
+    EXPECT_TRUE(made.is_ok()) << made.to_string();
+    return path;
+  }();
+  return dir;
+}
+
+std::vector<std::string> sse_payloads(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < body.size()) {
+    size_t end = body.find("\n\n", pos);
+    if (end == std::string::npos) break;
+    std::string event = body.substr(pos, end - pos);
+    if (event.rfind("data: ", 0) == 0) out.push_back(event.substr(6));
+    pos = end + 2;
+  }
+  return out;
+}
+
+json baton_generate(const std::string& prompt, const std::vector<std::string>& flags) {
+  std::string command =
+      std::string(BATON_BINARY) + " generate --model " + tiny_model().string() + " --json";
+  std::filesystem::path prompt_file =
+      tiny_model().parent_path() / ("prompt-" + std::to_string(std::random_device{}()));
+  {
+    std::ofstream out(prompt_file);
+    out << prompt << "\n";
+  }
+  command += " --prompts " + prompt_file.string();
+  for (const std::string& flag : flags) command += " " + flag;
+  command += " 2>/dev/null";
+  std::string output;
+  FILE* pipe = ::popen(command.c_str(), "r");
+  std::array<char, 4096> buffer;
+  while (pipe != nullptr && std::fgets(buffer.data(), int(buffer.size()), pipe) != nullptr)
+    output += buffer.data();
+  if (pipe != nullptr) ::pclose(pipe);
+  std::filesystem::remove(prompt_file);
+  size_t brace = output.find('{');
+  json parsed = json::parse(
+      brace == std::string::npos ? "" : output.substr(brace, output.find('\n', brace) - brace),
+      nullptr, false);
+  EXPECT_TRUE(parsed.is_object()) << "baton generate printed: " << output;
+  return parsed;
+}
+
+Cluster::Cluster(const ClusterShape& shape) {
+  dir_ = std::filesystem::temp_directory_path() /
+         ("baton-it-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
+  std::filesystem::create_directories(dir_);
+  model_dir_ = tiny_model();
+  http_port_ = free_port();
+  zmq_port_ = free_port();
+  uint16_t control_port = free_port();
+  config_file_ = dir_ / "cluster.yaml";
+  std::ofstream yaml(config_file_);
+  yaml << "model: {path: " << model_dir_.string() << ", served_name: tiny}\n"
+       << "router:\n  host: 127.0.0.1\n  http_port: " << http_port_ << "\n  zmq_port: " << zmq_port_
+       << "\n  control_port: " << control_port << "\n  policy: " << shape.policy
+       << "\n  min_remote_prefill_tokens: " << shape.min_remote_prefill_tokens
+       << "\n  heartbeat_interval_ms: " << shape.heartbeat_interval_ms
+       << "\n  heartbeat_timeout_ms: " << shape.heartbeat_timeout_ms
+       << "\n  drain_timeout_ms: 2000\n"
+       << shape.extra_router_yaml
+       << "engine: {threads: 1, kv_cache_bytes: 4MiB, max_num_seqs: " << shape.max_num_seqs
+       << ", max_num_batched_tokens: " << shape.max_num_batched_tokens
+       << ", max_model_len: " << shape.max_model_len << "}\n"
+       << "transfer: {default_deadline_ms: 3000}\n";
+  yaml << "prefill:\n";
+  for (int i = 0; i < shape.prefill_nodes; ++i) yaml << "  - {name: prefill-" << i << "}\n";
+  yaml << "decode:\n";
+  for (int i = 0; i < shape.decode_nodes; ++i) yaml << "  - {name: decode-" << i << "}\n";
+  yaml.close();
+
+  Status spawned = group_.spawn("up", {BATON_BINARY, "--log-level", "warn", "up",
+                                       config_file_.string(), "--ready-timeout", "60"});
+  EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
+  auto deadline = std::chrono::steady_clock::now() + 60s;
+  size_t want = size_t(shape.prefill_nodes + shape.decode_nodes);
+  while (std::chrono::steady_clock::now() < deadline) {
+    json doc = nodes();
+    size_t up = 0;
+    if (doc.contains("nodes")) {
+      for (const auto& node : doc["nodes"]) up += node.value("up", false);
+    }
+    if (up == want) return;
+    for (const auto& exit : group_.reap())
+      ADD_FAILURE() << "baton up " << tools::describe_exit(exit.status);
+    std::this_thread::sleep_for(50ms);
+  }
+  ADD_FAILURE() << "the cluster did not come up within 60 s";
+}
+
+Cluster::~Cluster() {
+  group_.stop({"up"}, 20s);
+  std::error_code ec;
+  std::filesystem::remove_all(dir_, ec);
+}
+
+Result<tools::HttpResponse> Cluster::get(const std::string& target) const {
+  return tools::http_request("127.0.0.1", http_port_, "GET", target, {}, 30s);
+}
+
+Result<tools::HttpResponse> Cluster::post(const std::string& target, const json& body) const {
+  return tools::http_request("127.0.0.1", http_port_, "POST", target, body.dump(), 60s);
+}
+
+Result<std::vector<std::string>> Cluster::post_stream(const std::string& target,
+                                                      const json& body) const {
+  BATON_ASSIGN_OR_RETURN(tools::HttpResponse response, post(target, body));
+  if (response.status != 200)
+    return internal_error("status " + std::to_string(response.status) + ": " + response.body);
+  return sse_payloads(response.body);
+}
+
+json Cluster::nodes() const {
+  auto response = get("/v1/nodes");
+  if (!response.is_ok() || response->status != 200) return json::object();
+  return json::parse(response->body, nullptr, false);
+}
+
+pid_t Cluster::node_pid(const std::string& name) const {
+  json doc = nodes();
+  for (const auto& node : doc.value("nodes", json::array())) {
+    if (node.value("name", "") == name) return pid_t(node.value("pid", 0));
+  }
+  return 0;
+}
+
+bool Cluster::wait_drained(std::chrono::milliseconds timeout) const {
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    json doc = nodes();
+    bool drained = doc.contains("nodes") && doc.value("requests_in_router", 1) == 0;
+    for (const auto& node : doc.value("nodes", json::array())) {
+      if (!node.value("up", false)) continue;
+      drained = drained && node.value("free_blocks", -1) == node.value("total_blocks", -2) &&
+                node.value("running", 1) == 0 && node.value("waiting", 1) == 0 &&
+                node.value("awaiting_kv", 1) == 0;
+    }
+    if (drained) return true;
+    std::this_thread::sleep_for(50ms);
+  }
+  return false;
+}
+
+}  // namespace baton::testing

@@ -1,0 +1,76 @@
+// tests/integration/cluster_harness.h — a real Baton cluster for tests:
+// a tiny random model, a cluster YAML on free loopback ports, and `baton up`
+// running it as real processes (router, prefill and decode nodes talking
+// ZeroMQ, UCX and HTTP). Tests talk to it over HTTP like any client.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "tools/http_client.h"
+#include "tools/process_group.h"
+
+namespace baton::testing {
+
+struct ClusterShape {
+  int prefill_nodes = 1;
+  int decode_nodes = 1;
+  std::string policy = "round-robin";
+  int min_remote_prefill_tokens = 8;
+  int max_num_seqs = 64;
+  int max_num_batched_tokens = 256;
+  int max_model_len = 1024;
+  int heartbeat_interval_ms = 100;
+  int heartbeat_timeout_ms = 600;
+  std::string extra_router_yaml;  // appended under router:
+};
+
+class Cluster {
+ public:
+  // Makes the model (once per test binary), writes the YAML, runs `baton up`
+  // and waits until every node is registered. Fails the test on error.
+  explicit Cluster(const ClusterShape& shape);
+  ~Cluster();  // SIGTERM to `baton up`, which drains and stops everything
+
+  const std::filesystem::path& model_dir() const { return model_dir_; }
+  const std::filesystem::path& config_file() const { return config_file_; }
+  uint16_t http_port() const { return http_port_; }
+  uint16_t zmq_port() const { return zmq_port_; }
+
+  Result<tools::HttpResponse> get(const std::string& target) const;
+  Result<tools::HttpResponse> post(const std::string& target, const nlohmann::json& body) const;
+  // POST with stream: true; returns every SSE `data:` payload in order.
+  Result<std::vector<std::string>> post_stream(const std::string& target,
+                                               const nlohmann::json& body) const;
+
+  // /v1/nodes, parsed.
+  nlohmann::json nodes() const;
+  pid_t node_pid(const std::string& name) const;
+  // Waits until every node that is up reports free == total KV blocks and
+  // nothing running or queued; false on timeout.
+  bool wait_drained(std::chrono::milliseconds timeout) const;
+
+ private:
+  std::filesystem::path dir_;
+  std::filesystem::path model_dir_;
+  std::filesystem::path config_file_;
+  uint16_t http_port_ = 0;
+  uint16_t zmq_port_ = 0;
+  tools::ProcessGroup group_;
+};
+
+// The SSE payloads of a streamed body ("data: X\n\n" -> X).
+std::vector<std::string> sse_payloads(const std::string& body);
+// A port the OS says is free right now.
+uint16_t free_port();
+// The tiny test model (made on first use in a temporary directory).
+const std::filesystem::path& tiny_model();
+// `baton generate --json` for one prompt; the parsed line.
+nlohmann::json baton_generate(const std::string& prompt, const std::vector<std::string>& flags);
+
+}  // namespace baton::testing

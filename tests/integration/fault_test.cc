@@ -1,0 +1,175 @@
+// Nodes killed with SIGKILL under load: affected requests end with an error
+// within a bounded time, blocks are freed, the router routes around the dead
+// node and keeps serving.
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <thread>
+
+#include "tests/integration/cluster_harness.h"
+
+namespace baton::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+struct StreamOutcome {
+  bool ok = false;           // ended with a finish_reason and [DONE]
+  bool error_event = false;  // ended with an SSE error event and [DONE]
+  std::string finish_reason;
+  double seconds_after_kill = -1;
+};
+
+// Streams one request and classifies how it ended.
+StreamOutcome stream_one(const Cluster& cluster, const json& body,
+                         const Clock::time_point* killed_at) {
+  StreamOutcome outcome;
+  std::string buffer;
+  auto response = tools::http_stream(
+      "127.0.0.1", cluster.http_port(), "/v1/completions", body.dump(),
+      [&](std::string_view data) {
+        buffer.append(data);
+        return true;
+      },
+      60s);
+  if (killed_at != nullptr && *killed_at != Clock::time_point{}) {
+    outcome.seconds_after_kill = std::chrono::duration<double>(Clock::now() - *killed_at).count();
+  }
+  if (!response.is_ok() || response->status != 200) return outcome;
+  std::vector<std::string> events = sse_payloads(buffer);
+  if (events.empty() || events.back() != "[DONE]") return outcome;
+  for (const std::string& event : events) {
+    if (event == "[DONE]") continue;
+    json chunk = json::parse(event, nullptr, false);
+    if (chunk.contains("error")) outcome.error_event = true;
+    if (chunk.contains("choices") && !chunk["choices"].empty() &&
+        !chunk["choices"][0]["finish_reason"].is_null()) {
+      outcome.finish_reason = chunk["choices"][0]["finish_reason"];
+    }
+  }
+  outcome.ok = !outcome.error_event && !outcome.finish_reason.empty();
+  return outcome;
+}
+
+TEST(FaultTest, DecodeNodeKilledMidStream) {
+  ClusterShape shape;
+  shape.prefill_nodes = 1;
+  shape.decode_nodes = 2;
+  shape.policy = "round-robin";
+  shape.max_num_seqs = 1;  // streams queue on their decode node, so a kill finds them in flight
+  Cluster cluster(shape);
+  pid_t victim = cluster.node_pid("decode-0");
+  ASSERT_GT(victim, 0);
+
+  constexpr int kStreams = 6;
+  std::vector<StreamOutcome> outcomes(kStreams);
+  Clock::time_point killed_at{};
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kStreams; ++i) {
+    clients.emplace_back([&, i] {
+      json body = {{"prompt", std::string(30 + i, 'q')},
+                   {"max_tokens", 600},
+                   {"ignore_eos", true},
+                   {"stream", true},
+                   {"temperature", 0}};
+      outcomes[i] = stream_one(cluster, body, &killed_at);
+    });
+    std::this_thread::sleep_for(5ms);  // round-robin alternates decode nodes in submission order
+  }
+  std::this_thread::sleep_for(150ms);
+  killed_at = Clock::now();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  for (auto& client : clients) client.join();
+
+  int failed = 0, finished = 0;
+  for (const StreamOutcome& outcome : outcomes) {
+    EXPECT_TRUE(outcome.ok || outcome.error_event)
+        << "every stream ends, with a finish or an error event";
+    if (outcome.error_event) {
+      ++failed;
+      EXPECT_LT(outcome.seconds_after_kill, 5.0) << "failed within a bounded time of the kill";
+    }
+    if (outcome.ok) {
+      ++finished;
+      EXPECT_EQ(outcome.finish_reason, "length");
+    }
+  }
+  EXPECT_GT(failed, 0) << "the killed node had streams in flight";
+  EXPECT_GT(finished, 0) << "the other decode node's streams finished";
+
+  // The router marked the node down and keeps serving on the survivor.
+  json nodes = cluster.nodes();
+  for (const auto& node : nodes["nodes"]) {
+    if (node["name"] == "decode-0") {
+      EXPECT_FALSE(node["up"].get<bool>());
+    }
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto response =
+        cluster.post("/v1/completions", {{"prompt", std::string(20 + i, 'z')}, {"max_tokens", 5}});
+    ASSERT_TRUE(response.is_ok());
+    EXPECT_EQ(response->status, 200) << response->body;
+  }
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
+  ClusterShape shape;
+  shape.prefill_nodes = 1;
+  shape.decode_nodes = 1;
+  shape.max_num_batched_tokens = 32;  // long prompts take many chunked steps
+  shape.max_model_len = 2048;
+  Cluster cluster(shape);
+  pid_t victim = cluster.node_pid("prefill-0");
+  ASSERT_GT(victim, 0);
+
+  constexpr int kRequests = 8;
+  std::vector<int> statuses(kRequests, 0);
+  std::vector<std::string> bodies(kRequests);
+  std::vector<std::thread> clients;
+  Clock::time_point killed_at{};
+  std::vector<double> seconds_after_kill(kRequests, -1);
+  for (int i = 0; i < kRequests; ++i) {
+    clients.emplace_back([&, i] {
+      json body = {{"prompt", std::string(1500 + i, 'p')}, {"max_tokens", 4}};
+      auto response = cluster.post("/v1/completions", body);
+      seconds_after_kill[i] = std::chrono::duration<double>(Clock::now() - killed_at).count();
+      statuses[i] = response.is_ok() ? response->status : -1;
+      bodies[i] = response.is_ok() ? response->body : response.status().to_string();
+    });
+  }
+  std::this_thread::sleep_for(100ms);
+  killed_at = Clock::now();
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  for (auto& client : clients) client.join();
+
+  int failed = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    EXPECT_TRUE(statuses[i] == 200 || statuses[i] == 503) << statuses[i] << " " << bodies[i];
+    if (statuses[i] == 503) {
+      ++failed;
+      json error = json::parse(bodies[i], nullptr, false);
+      EXPECT_NE(error["error"]["message"].get<std::string>().find("prefill-0"), std::string::npos)
+          << bodies[i];
+      EXPECT_LT(seconds_after_kill[i], 5.0);
+    }
+  }
+  EXPECT_GT(failed, 0) << "the killed prefill node had requests in flight";
+  // The decode node's reservations for the dead prefill are freed.
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  json nodes = cluster.nodes();
+  for (const auto& node : nodes["nodes"]) {
+    if (node["name"] == "decode-0") {
+      EXPECT_TRUE(node["up"].get<bool>());
+      EXPECT_EQ(node["free_blocks"], node["total_blocks"]);
+    }
+  }
+  auto health = cluster.get("/health");
+  ASSERT_TRUE(health.is_ok());
+  EXPECT_EQ(health->status, 503) << "no prefill node is up";
+}
+
+}  // namespace
+}  // namespace baton::testing

@@ -1,0 +1,244 @@
+// End to end through real processes: `baton up` with 2 prefill and 2 decode
+// nodes, HTTP clients, compared against `baton generate` on one engine.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <random>
+#include <thread>
+
+#include "tests/integration/cluster_harness.h"
+
+namespace baton::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+std::string random_prompt(std::mt19937& rng, int min_chars, int max_chars) {
+  static const std::string kLetters = "abcdefghijklmnopqrstuvwxyz ";
+  int length = min_chars + int(rng() % uint32_t(max_chars - min_chars + 1));
+  std::string prompt;
+  for (int i = 0; i < length; ++i) prompt += kLetters[rng() % kLetters.size()];
+  return prompt;
+}
+
+class ServingTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    ClusterShape shape;
+    shape.prefill_nodes = 2;
+    shape.decode_nodes = 2;
+    shape.policy = "least-loaded";
+    cluster_ = new Cluster(shape);
+  }
+  static void TearDownTestSuite() {
+    delete cluster_;
+    cluster_ = nullptr;
+  }
+  static Cluster* cluster_;
+  std::mt19937 rng_{std::random_device{}()};
+};
+Cluster* ServingTest::cluster_ = nullptr;
+
+TEST_F(ServingTest, ConcurrentGreedyCompletionsEqualBatonGenerate) {
+  constexpr int kPrompts = 16;
+  std::vector<std::string> prompts;
+  std::vector<int> max_tokens;
+  for (int i = 0; i < kPrompts; ++i) {
+    prompts.push_back(random_prompt(rng_, 1, 120));  // some below the remote-prefill threshold
+    max_tokens.push_back(1 + int(rng_() % 40));
+  }
+  std::vector<json> answers(kPrompts);
+  std::vector<std::thread> clients;
+  std::atomic<int> next{0};
+  for (int c = 0; c < 8; ++c) {
+    clients.emplace_back([&] {
+      for (int i = next++; i < kPrompts; i = next++) {
+        json body = {{"model", "tiny"},
+                     {"prompt", prompts[i]},
+                     {"max_tokens", max_tokens[i]},
+                     {"temperature", 0}};
+        auto response = cluster_->post("/v1/completions", body);
+        if (response.is_ok() && response->status == 200)
+          answers[i] = json::parse(response->body);
+        else
+          answers[i] = {
+              {"failed", response.is_ok() ? response->body : response.status().to_string()}};
+      }
+    });
+  }
+  for (auto& client : clients) client.join();
+  for (int i = 0; i < kPrompts; ++i) {
+    ASSERT_TRUE(answers[i].contains("choices")) << answers[i].dump();
+    json expected = baton_generate(
+        prompts[i], {"--max-tokens", std::to_string(max_tokens[i]), "--temperature", "0"});
+    const json& choice = answers[i]["choices"][0];
+    EXPECT_EQ(choice["text"], expected["text"]) << "prompt " << i << ": '" << prompts[i] << "'";
+    EXPECT_EQ(choice["finish_reason"], expected["finish_reason"]);
+    EXPECT_EQ(answers[i]["usage"]["completion_tokens"], expected["output_ids"].size());
+    EXPECT_EQ(answers[i]["usage"]["prompt_tokens"], expected["prompt_ids"].size());
+    EXPECT_EQ(answers[i]["object"], "text_completion");
+    EXPECT_FALSE(answers[i]["id"].get<std::string>().empty());
+  }
+  EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
+}
+
+TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
+  std::string prompt = random_prompt(rng_, 40, 80);  // long enough for a remote prefill
+  uint64_t seed = rng_();
+  json body = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 1.0},
+               {"top_p", 0.9},     {"seed", seed},     {"n", 3}};
+  auto first = cluster_->post("/v1/completions", body);
+  auto second = cluster_->post("/v1/completions", body);
+  ASSERT_TRUE(first.is_ok() && second.is_ok());
+  ASSERT_EQ(first->status, 200) << first->body;
+  json a = json::parse(first->body), b = json::parse(second->body);
+  ASSERT_EQ(a["choices"].size(), 3u);
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_EQ(a["choices"][j]["index"], j);
+    EXPECT_EQ(a["choices"][j]["text"], b["choices"][j]["text"]) << "same seed, same choice " << j;
+    json expected = baton_generate(prompt, {"--max-tokens", "24", "--temperature", "1.0", "--top-p",
+                                            "0.9", "--seed", std::to_string(seed + uint64_t(j))});
+    EXPECT_EQ(a["choices"][j]["text"], expected["text"])
+        << "choice " << j << " samples with seed + " << j;
+  }
+  EXPECT_EQ(a["usage"]["prompt_tokens"], int(prompt.size()) + 1);
+}
+
+TEST_F(ServingTest, StreamingChunksUsageAndDone) {
+  std::string prompt = random_prompt(rng_, 20, 60);
+  json body = {{"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0}};
+  auto whole = cluster_->post("/v1/completions", body);
+  ASSERT_TRUE(whole.is_ok());
+  json expected = json::parse(whole->body);
+  body["stream"] = true;
+  body["stream_options"] = {{"include_usage", true}};
+  auto events = cluster_->post_stream("/v1/completions", body);
+  ASSERT_TRUE(events.is_ok()) << events.status().to_string();
+  ASSERT_GE(events->size(), 3u);
+  EXPECT_EQ(events->back(), "[DONE]");
+  json usage = json::parse((*events)[events->size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"], expected["usage"]);
+  std::string text;
+  std::string finish;
+  for (size_t i = 0; i + 2 < events->size(); ++i) {
+    json chunk = json::parse((*events)[i]);
+    EXPECT_EQ(chunk["object"], "text_completion");
+    ASSERT_EQ(chunk["choices"].size(), 1u);
+    text += chunk["choices"][0]["text"].get<std::string>();
+    if (!chunk["choices"][0]["finish_reason"].is_null())
+      finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(text, expected["choices"][0]["text"]);
+  EXPECT_EQ(finish, expected["choices"][0]["finish_reason"]);
+
+  // Chat streams open with the assistant role.
+  json chat = {{"messages", json::array({{{"role", "user"}, {"content", prompt}}})},
+               {"max_tokens", 8},
+               {"stream", true}};
+  auto chat_events = cluster_->post_stream("/v1/chat/completions", chat);
+  ASSERT_TRUE(chat_events.is_ok());
+  json opening = json::parse(chat_events->front());
+  EXPECT_EQ(opening["object"], "chat.completion.chunk");
+  EXPECT_EQ(opening["choices"][0]["delta"]["role"], "assistant");
+  EXPECT_EQ(chat_events->back(), "[DONE]");
+}
+
+TEST_F(ServingTest, StopStringsCutTheTextAndEndTheRequest) {
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    std::string prompt = random_prompt(rng_, 20, 60);
+    json body = {{"prompt", prompt}, {"max_tokens", 40}, {"temperature", 0}, {"ignore_eos", true}};
+    auto whole = cluster_->post("/v1/completions", body);
+    ASSERT_TRUE(whole.is_ok());
+    std::string text = json::parse(whole->body)["choices"][0]["text"];
+    // A stop string of three printable ASCII characters from past the start
+    // (random weights also produce bytes that are not UTF-8).
+    size_t at = std::string::npos;
+    for (size_t i = 4; i + 3 <= text.size() && at == std::string::npos; ++i) {
+      bool ascii = true;
+      for (size_t k = i; k < i + 3; ++k) ascii = ascii && text[k] >= 0x20 && text[k] < 0x7f;
+      if (ascii) at = i;
+    }
+    if (at == std::string::npos) continue;
+    std::string stop = text.substr(at, 3);
+    std::string want = text.substr(0, text.find(stop));
+    body["stop"] = json::array({stop});
+    auto stopped = cluster_->post("/v1/completions", body);
+    ASSERT_TRUE(stopped.is_ok());
+    json choice = json::parse(stopped->body)["choices"][0];
+    EXPECT_EQ(choice["text"], want);
+    EXPECT_EQ(choice["finish_reason"], "stop");
+    body["stream"] = true;
+    auto events = cluster_->post_stream("/v1/completions", body);
+    ASSERT_TRUE(events.is_ok());
+    std::string streamed;
+    for (const std::string& event : *events) {
+      if (event == "[DONE]") continue;
+      streamed += json::parse(event)["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(streamed, want);
+    EXPECT_TRUE(cluster_->wait_drained(10s));
+    return;
+  }
+  GTEST_FAIL() << "no output long enough to cut in five tries";
+}
+
+TEST_F(ServingTest, ErrorsHaveTheirStatusAndShape) {
+  auto expect_error = [&](const std::string& target, const std::string& body, int status,
+                          const std::string& words) {
+    auto response = tools::http_request("127.0.0.1", cluster_->http_port(), "POST", target, body);
+    ASSERT_TRUE(response.is_ok());
+    EXPECT_EQ(response->status, status) << body << " -> " << response->body;
+    json error = json::parse(response->body, nullptr, false);
+    ASSERT_TRUE(error.is_object() && error.contains("error")) << response->body;
+    EXPECT_EQ(error["error"]["code"], status);
+    EXPECT_NE(error["error"]["message"].get<std::string>().find(words), std::string::npos)
+        << error["error"]["message"];
+  };
+  expect_error("/v1/completions", "{not json", 400, "");
+  expect_error("/v1/completions", R"({"prompt": "hi", "max_tokens": -3})", 400, "max_tokens");
+  expect_error("/v1/completions", R"({"prompt": "hi", "temperature": "hot"})", 400, "temperature");
+  expect_error("/v1/completions", R"({"prompt": [1, 2, 99999]})", 400, "Token id 99999");
+  expect_error("/v1/completions", R"({"prompt": "hi", "model": "gpt-9"})", 404, "gpt-9");
+  std::string long_prompt(1100, 'a');
+  expect_error("/v1/completions", json({{"prompt", long_prompt}}).dump(), 400,
+               "maximum context length is 1024");
+  expect_error("/v1/chat/completions", R"({"messages": "hello"})", 400, "messages");
+  auto missing = cluster_->get("/v1/nothing");
+  ASSERT_TRUE(missing.is_ok());
+  EXPECT_EQ(missing->status, 404);
+  auto health = cluster_->get("/health");
+  ASSERT_TRUE(health.is_ok());
+  EXPECT_EQ(health->status, 200) << "no error may take a node down";
+  auto models = cluster_->get("/v1/models");
+  ASSERT_TRUE(models.is_ok());
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
+}
+
+TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {
+  std::vector<std::thread> clients;
+  std::atomic<int> hung_up{0};
+  for (int c = 0; c < 4; ++c) {
+    clients.emplace_back([&, c] {
+      json body = {{"prompt", std::string(40 + c, 'x')},
+                   {"max_tokens", 900},
+                   {"ignore_eos", true},
+                   {"stream", true}};
+      int chunks = 0;
+      auto response =
+          tools::http_stream("127.0.0.1", cluster_->http_port(), "/v1/completions", body.dump(),
+                             [&](std::string_view) { return ++chunks < 3; });
+      if (response.is_ok() && response->status == 200) hung_up++;
+    });
+  }
+  for (auto& client : clients) client.join();
+  EXPECT_EQ(hung_up.load(), 4);
+  EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump(2);
+  auto metrics = cluster_->get("/metrics");
+  ASSERT_TRUE(metrics.is_ok());
+  EXPECT_NE(metrics->body.find("vllm:time_to_first_token_seconds_count"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace baton::testing

@@ -1,0 +1,99 @@
+// Registration, liveness and routing choices of the router's node registry.
+#include "router/node_registry.h"
+
+#include <gtest/gtest.h>
+
+#include <map>
+#include <random>
+
+namespace baton::router {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = NodeRegistry::Clock;
+
+control::Register registration(const std::string& name, const std::string& role,
+                               int32_t block_size = 16) {
+  control::Register r;
+  r.node = name;
+  r.role = role;
+  r.descriptor = {1, 2, 3};
+  r.block_size = block_size;
+  r.max_model_len = 1024;
+  return r;
+}
+
+std::map<std::string, std::string> two_by_two() {
+  return {{"p0", "prefill"}, {"p1", "prefill"}, {"d0", "decode"}, {"d1", "decode"}};
+}
+
+TEST(NodeRegistry, RefusesUnknownNamesWrongRolesAndMismatchedBlockSizes) {
+  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  auto now = Clock::now();
+  EXPECT_NE(registry.register_node(registration("x9", "decode"), now)
+                .message()
+                .find("not in the cluster config"),
+            std::string::npos);
+  EXPECT_NE(registry.register_node(registration("p0", "decode"), now)
+                .message()
+                .find("configured as prefill"),
+            std::string::npos);
+  ASSERT_TRUE(registry.register_node(registration("p0", "prefill", 16), now).is_ok());
+  EXPECT_NE(
+      registry.register_node(registration("d0", "decode", 32), now).message().find("block size 32"),
+      std::string::npos);
+  EXPECT_EQ(registry.up_count("prefill"), 1);
+  EXPECT_EQ(registry.up_count("decode"), 0);
+}
+
+TEST(NodeRegistry, SilentNodesGoDownAndMustRegisterAgain) {
+  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  auto t0 = Clock::now();
+  ASSERT_TRUE(registry.register_node(registration("d0", "decode"), t0).is_ok());
+  ASSERT_TRUE(registry.register_node(registration("d1", "decode"), t0).is_ok());
+  EXPECT_TRUE(registry.heartbeat("d1", {}, t0 + 900ms));
+  auto down = registry.expire(t0 + 1500ms, 1000ms);
+  ASSERT_EQ(down, std::vector<std::string>{"d0"});
+  EXPECT_FALSE(registry.heartbeat("d0", {}, t0 + 1600ms));  // must register again
+  EXPECT_FALSE(registry.heartbeat("nobody", {}, t0));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(registry.pick("decode")->name, "d1");
+  EXPECT_EQ(registry.pick("prefill"), nullptr);
+}
+
+TEST(NodeRegistry, RoundRobinCyclesOverNodesThatAreUp) {
+  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  auto now = Clock::now();
+  for (const char* name : {"d0", "d1"})
+    ASSERT_TRUE(registry.register_node(registration(name, "decode"), now).is_ok());
+  std::map<std::string, int> picks;
+  for (int i = 0; i < 100; ++i) picks[registry.pick("decode")->name]++;
+  EXPECT_EQ(picks["d0"], 50);
+  EXPECT_EQ(picks["d1"], 50);
+}
+
+TEST(NodeRegistry, LeastLoadedFollowsAssignedWorkAndFreeBlocks) {
+  std::mt19937 rng(std::random_device{}());
+  NodeRegistry registry(two_by_two(), Policy::kLeastLoaded);
+  auto now = Clock::now();
+  for (const char* name : {"p0", "p1"})
+    ASSERT_TRUE(registry.register_node(registration(name, "prefill"), now).is_ok());
+  for (const char* name : {"d0", "d1"})
+    ASSERT_TRUE(registry.register_node(registration(name, "decode"), now).is_ok());
+  int a = 1 + int(rng() % 50), b = a + 1 + int(rng() % 50);
+  registry.find("p0")->assigned_tokens = b;
+  registry.find("p1")->assigned_tokens = a;
+  EXPECT_EQ(registry.pick("prefill")->name, "p1");
+  registry.find("d0")->assigned_requests = 3;
+  registry.find("d1")->assigned_requests = 3;
+  control::NodeLoad load;
+  load.free_blocks = 100;
+  ASSERT_TRUE(registry.heartbeat("d1", load, now));
+  load.free_blocks = 10;
+  ASSERT_TRUE(registry.heartbeat("d0", load, now));
+  EXPECT_EQ(registry.pick("decode")->name, "d1");  // same requests, more free blocks
+  registry.find("d1")->assigned_requests = 4;
+  EXPECT_EQ(registry.pick("decode")->name, "d0");  // fewer requests wins
+}
+
+}  // namespace
+}  // namespace baton::router

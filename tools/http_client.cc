@@ -1,0 +1,116 @@
+// tools/http_client.cc — Beast's synchronous client with a deadline.
+#include "tools/http_client.h"
+
+#include <boost/asio/connect.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+
+namespace baton::tools {
+
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = boost::asio::ip::tcp;
+
+namespace {
+
+Status connection_error(const beast::error_code& ec, std::string_view what, const std::string& host,
+                        uint16_t port) {
+  std::string message =
+      std::string(what) + " http://" + host + ":" + std::to_string(port) + ": " + ec.message();
+  if (ec == beast::error::timeout) return deadline_exceeded(message);
+  return unavailable(message);
+}
+
+http::request<http::string_body> make_request(const std::string& host, std::string_view method,
+                                              std::string_view target, std::string_view body) {
+  http::request<http::string_body> request{
+      http::string_to_verb(boost::beast::string_view(method.data(), method.size())),
+      std::string(target), 11};
+  request.set(http::field::host, host);
+  request.set(http::field::user_agent, "baton");
+  if (!body.empty() || method == "POST") {
+    request.set(http::field::content_type, "application/json");
+    request.body() = std::string(body);
+    request.prepare_payload();
+  }
+  return request;
+}
+
+template <typename Header>
+void fill_headers(const Header& header, HttpResponse* out) {
+  out->status = int(header.result_int());
+  out->content_type = std::string(header[http::field::content_type]);
+  out->retry_after = std::string(header[http::field::retry_after]);
+}
+
+// Connects and sends the request; the stream's deadline covers the whole exchange.
+Status open_and_send(beast::tcp_stream& stream, boost::asio::io_context& io,
+                     const std::string& host, uint16_t port, std::string_view method,
+                     std::string_view target, std::string_view body,
+                     std::chrono::milliseconds timeout) {
+  beast::error_code ec;
+  tcp::resolver resolver(io);
+  auto endpoints = resolver.resolve(host, std::to_string(port), ec);
+  if (ec) return connection_error(ec, "resolving", host, port);
+  stream.expires_after(timeout);
+  stream.connect(endpoints, ec);
+  if (ec) return connection_error(ec, "connecting to", host, port);
+  http::write(stream, make_request(host, method, target, body), ec);
+  if (ec) return connection_error(ec, "writing to", host, port);
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::string_view method,
+                                  std::string_view target, std::string_view body,
+                                  std::chrono::milliseconds timeout) {
+  boost::asio::io_context io;
+  beast::tcp_stream stream(io);
+  BATON_RETURN_IF_ERROR(open_and_send(stream, io, host, port, method, target, body, timeout));
+  beast::error_code ec;
+  beast::flat_buffer buffer;
+  http::response_parser<http::string_body> parser;
+  parser.body_limit(256u << 20);
+  http::read(stream, buffer, parser, ec);
+  if (ec) return connection_error(ec, "reading from", host, port);
+  HttpResponse response;
+  fill_headers(parser.get(), &response);
+  response.body = std::move(parser.get().body());
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  return response;
+}
+
+Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::string_view target,
+                                 std::string_view body,
+                                 const std::function<bool(std::string_view)>& on_data,
+                                 std::chrono::milliseconds timeout) {
+  boost::asio::io_context io;
+  beast::tcp_stream stream(io);
+  BATON_RETURN_IF_ERROR(open_and_send(stream, io, host, port, "POST", target, body, timeout));
+  beast::error_code ec;
+  beast::flat_buffer buffer;
+  http::response_parser<http::buffer_body> parser;
+  parser.body_limit(boost::none);
+  http::read_header(stream, buffer, parser, ec);
+  if (ec) return connection_error(ec, "reading from", host, port);
+  HttpResponse response;
+  fill_headers(parser.get(), &response);
+  char chunk[16384];
+  while (!parser.is_done()) {
+    parser.get().body().data = chunk;
+    parser.get().body().size = sizeof(chunk);
+    http::read(stream, buffer, parser, ec);
+    if (ec == http::error::need_buffer) ec = {};
+    if (ec) return connection_error(ec, "reading from", host, port);
+    size_t got = sizeof(chunk) - parser.get().body().size;
+    if (got > 0 && !on_data(std::string_view(chunk, got)))
+      break;  // hang up: the server sees a disconnect
+  }
+  stream.socket().shutdown(tcp::socket::shutdown_both, ec);
+  stream.socket().close(ec);
+  return response;
+}
+
+}  // namespace baton::tools

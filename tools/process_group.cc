@@ -1,0 +1,104 @@
+// tools/process_group.cc — fork/exec, reaping and ordered stops.
+#include "tools/process_group.h"
+
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstring>
+#include <thread>
+
+namespace baton::tools {
+
+using namespace std::chrono_literals;
+
+ProcessGroup::~ProcessGroup() {
+  for (Child& child : children_) {
+    if (!child.exited) ::kill(child.pid, SIGKILL);
+  }
+  for (Child& child : children_) {
+    if (!child.exited) ::waitpid(child.pid, nullptr, 0);
+  }
+}
+
+Status ProcessGroup::spawn(const std::string& name, const std::vector<std::string>& argv) {
+  std::vector<char*> args;
+  for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
+  args.push_back(nullptr);
+  pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return io_error("fork for " + name + ": " + std::strerror(errno));
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+    if (::getppid() != parent) _exit(127);  // the parent died before prctl
+    ::execv(args[0], args.data());
+    _exit(127);
+  }
+  ::setpgid(pid, pid);
+  children_.push_back({name, pid});
+  return Status::ok();
+}
+
+std::vector<ProcessGroup::Exit> ProcessGroup::reap() {
+  std::vector<Exit> exits;
+  for (Child& child : children_) {
+    if (child.exited) continue;
+    int status = 0;
+    if (::waitpid(child.pid, &status, WNOHANG) == child.pid) {
+      child.exited = true;
+      exits.push_back({child.name, status});
+    }
+  }
+  return exits;
+}
+
+bool ProcessGroup::running(const std::string& name) const {
+  for (const Child& child : children_) {
+    if (child.name == name) return !child.exited;
+  }
+  return false;
+}
+
+void ProcessGroup::stop(const std::vector<std::string>& names, std::chrono::milliseconds grace) {
+  for (Child& child : children_) {
+    for (const std::string& name : names) {
+      if (child.name == name && !child.exited) ::kill(child.pid, SIGTERM);
+    }
+  }
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  auto any_running = [&] {
+    for (const std::string& name : names) {
+      if (running(name)) return true;
+    }
+    return false;
+  };
+  while (any_running() && std::chrono::steady_clock::now() < deadline) {
+    reap();
+    std::this_thread::sleep_for(20ms);
+  }
+  for (Child& child : children_) {
+    for (const std::string& name : names) {
+      if (child.name == name && !child.exited) {
+        ::kill(child.pid, SIGKILL);
+        ::waitpid(child.pid, nullptr, 0);
+        child.exited = true;
+      }
+    }
+  }
+}
+
+std::vector<std::string> ProcessGroup::names() const {
+  std::vector<std::string> out;
+  for (const Child& child : children_) out.push_back(child.name);
+  return out;
+}
+
+std::string describe_exit(int status) {
+  if (WIFEXITED(status)) return "exited with " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return "killed by signal " + std::to_string(WTERMSIG(status));
+  return "stopped";
+}
+
+}  // namespace baton::tools

@@ -1,0 +1,109 @@
+// tools/role_commands.cc — `baton router|prefill|decode --config FILE [--name NODE]`:
+// one role of a cluster as its own process (what `baton up` starts, and what
+// multi-host deployments run on each host).
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "cluster/cluster_config.h"
+#include "decode_node/decode_server.h"
+#include "engine/model_config.h"
+#include "prefill_node/prefill_server.h"
+#include "router/router_server.h"
+#include "tools/commands.h"
+#include "tools/stop_signal.h"
+
+namespace baton::tools {
+namespace {
+
+using namespace std::chrono_literals;
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 1;
+}
+
+// The cluster config, validated against the checkpoint it names.
+Result<cluster::ClusterConfig> load_checked(const std::string& file) {
+  BATON_ASSIGN_OR_RETURN(cluster::ClusterConfig config, cluster::load_cluster_config(file));
+  BATON_ASSIGN_OR_RETURN(engine::ModelConfig model,
+                         engine::load_model_config(config.model.path / "config.json"));
+  BATON_RETURN_IF_ERROR(cluster::validate_against_model(config, model));
+  return config;
+}
+
+int run_router(const std::string& file) {
+  const std::atomic<bool>& stop = install_stop_signals();
+  Result<cluster::ClusterConfig> config = load_checked(file);
+  if (!config.is_ok()) return fail(config.status());
+  Result<std::unique_ptr<router::RouterServer>> server = router::RouterServer::start(*config);
+  if (!server.is_ok()) return fail(server.status());
+  std::printf("router ready: http://%s:%u\n", config->router.host.c_str(),
+              unsigned((*server)->http_port()));
+  std::fflush(stdout);
+  while (!stop.load()) std::this_thread::sleep_for(50ms);
+  spdlog::info("router: stopping (signal {}), draining for up to {} ms", stop_signal_number(),
+               config->router.drain_timeout.count());
+  (*server)->drain_and_stop(config->router.drain_timeout);
+  return 0;
+}
+
+int run_node(const std::string& file, const std::string& name, cluster::Role role) {
+  const std::atomic<bool>& stop = install_stop_signals();
+  Result<cluster::ClusterConfig> config = load_checked(file);
+  if (!config.is_ok()) return fail(config.status());
+  const cluster::NodeSection* section = config->find_node(name);
+  if (section == nullptr || section->role != role) {
+    return fail(invalid_argument("no " + std::string(cluster::role_name(role)) + " node named '" +
+                                 name + "' in " + file));
+  }
+  node::NodeSettings settings;
+  settings.name = name;
+  settings.role = std::string(cluster::role_name(role));
+  settings.control_endpoint =
+      "tcp://" + config->router.host + ":" + std::to_string(config->router.control_port);
+  settings.model_dir = config->model.path;
+  settings.engine = section->engine;
+  settings.transfer = section->transfer;
+  settings.heartbeat_interval = config->router.heartbeat_interval;
+  settings.kv_wait_timeout = config->router.request_timeout;
+  Status status;
+  if (role == cluster::Role::kPrefill) {
+    auto server = prefill_node::PrefillServer::create(settings);
+    if (!server.is_ok()) return fail(server.status());
+    status = (*server)->run(stop);
+  } else {
+    auto server = decode_node::DecodeServer::create(settings);
+    if (!server.is_ok()) return fail(server.status());
+    status = (*server)->run(stop);
+  }
+  if (!status.is_ok()) return fail(status);
+  return 0;
+}
+
+}  // namespace
+
+std::function<int()> add_router_command(CLI::App& app) {
+  auto* sub = app.add_subcommand(
+      "router", "Run the router of a cluster config (HTTP, ZeroMQ, control plane)");
+  auto file = std::make_shared<std::string>();
+  sub->add_option("--config", *file, "Cluster YAML")->required();
+  return [file] { return run_router(*file); };
+}
+
+std::function<int()> add_node_command(CLI::App& app, cluster::Role role) {
+  bool prefill = role == cluster::Role::kPrefill;
+  auto* sub = app.add_subcommand(prefill ? "prefill" : "decode",
+                                 prefill ? "Run one prefill node of a cluster config"
+                                         : "Run one decode node of a cluster config");
+  auto file = std::make_shared<std::string>();
+  auto name = std::make_shared<std::string>();
+  sub->add_option("--config", *file, "Cluster YAML")->required();
+  sub->add_option("--name", *name, "The node's name in the config")->required();
+  return [file, name, role] { return run_node(*file, *name, role); };
+}
+
+}  // namespace baton::tools

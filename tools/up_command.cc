@@ -1,0 +1,206 @@
+// tools/up_command.cc — `baton up CONFIG`: every role of the config that
+// belongs to this host, as its own process; ready when the router reports
+// every local node up; Ctrl-C / SIGTERM drains the router, then stops nodes.
+#include <ifaddrs.h>
+#include <netdb.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <thread>
+
+#include "cluster/cluster_config.h"
+#include "engine/make_model.h"
+#include "engine/model_config.h"
+#include "tools/commands.h"
+#include "tools/http_client.h"
+#include "tools/process_group.h"
+#include "tools/stop_signal.h"
+
+namespace baton::tools {
+namespace {
+
+using namespace std::chrono_literals;
+
+struct UpOptions {
+  std::string config;
+  int ready_timeout_s = 300;
+};
+
+// Whether `host` names this machine: loopback, a wildcard, the host name, or
+// one of its interface addresses.
+bool is_local_host(const std::string& host) {
+  static const std::set<std::string> kAlways = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"};
+  if (kAlways.contains(host)) return true;
+  char name[256] = {};
+  if (::gethostname(name, sizeof(name) - 1) == 0 && host == name) return true;
+  ifaddrs* interfaces = nullptr;
+  if (::getifaddrs(&interfaces) != 0) return false;
+  bool local = false;
+  for (ifaddrs* it = interfaces; it != nullptr && !local; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr) continue;
+    int family = it->ifa_addr->sa_family;
+    if (family != AF_INET && family != AF_INET6) continue;
+    char address[NI_MAXHOST];
+    socklen_t length = family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+    if (::getnameinfo(it->ifa_addr, length, address, sizeof(address), nullptr, 0, NI_NUMERICHOST) ==
+        0) {
+      local = host == address;
+    }
+  }
+  ::freeifaddrs(interfaces);
+  return local;
+}
+
+Status ensure_model(const cluster::ClusterConfig& config) {
+  const cluster::ModelSection& model = config.model;
+  if (std::filesystem::exists(model.path / "config.json")) return Status::ok();
+  if (model.preset.empty())
+    return not_found(model.path.string() +
+                     "/config.json: no checkpoint there and no preset to make one");
+  std::printf("making model %s (%s) in %s ...\n", model.preset.c_str(),
+              std::string(dtype_name(model.dtype)).c_str(), model.path.c_str());
+  std::fflush(stdout);
+  BATON_ASSIGN_OR_RETURN(engine::ModelConfig shape, engine::model_preset(model.preset));
+  engine::MakeModelOptions options;
+  options.seed = model.seed;
+  options.dtype = model.dtype;
+  return engine::make_random_checkpoint(shape, model.path, options);
+}
+
+std::string self_executable() {
+  std::error_code ec;
+  auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? "baton" : path.string();
+}
+
+// Every local node is up in the router's /v1/nodes and /health says ok.
+bool cluster_ready(const std::string& host, uint16_t port,
+                   const std::set<std::string>& local_nodes) {
+  Result<HttpResponse> nodes = http_request(host, port, "GET", "/v1/nodes", {}, 2s);
+  if (!nodes.is_ok() || nodes->status != 200) return false;
+  nlohmann::json doc = nlohmann::json::parse(nodes->body, nullptr, false);
+  if (!doc.is_object() || !doc.contains("nodes")) return false;
+  size_t up = 0;
+  for (const auto& node : doc["nodes"]) {
+    if (node.value("up", false) && local_nodes.contains(node.value("name", ""))) ++up;
+  }
+  return up == local_nodes.size();
+}
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 1;
+}
+
+int run_up(const UpOptions& options) {
+  const std::atomic<bool>& stop = install_stop_signals();
+  Result<cluster::ClusterConfig> loaded = cluster::load_cluster_config(options.config);
+  if (!loaded.is_ok()) return fail(loaded.status());
+  const cluster::ClusterConfig& config = *loaded;
+  if (Status made = ensure_model(config); !made.is_ok()) return fail(made);
+  Result<engine::ModelConfig> model = engine::load_model_config(config.model.path / "config.json");
+  if (!model.is_ok()) return fail(model.status());
+  if (Status fits = cluster::validate_against_model(config, *model); !fits.is_ok())
+    return fail(fits);
+
+  std::string exe = self_executable();
+  std::string config_path = config.file.string();
+  std::string log_level(spdlog::level::to_string_view(spdlog::get_level()).data());
+  ProcessGroup group;
+  bool local_router = is_local_host(config.router.host);
+  std::set<std::string> local_nodes;
+  if (local_router) {
+    Status s =
+        group.spawn("router", {exe, "--log-level", log_level, "router", "--config", config_path});
+    if (!s.is_ok()) return fail(s);
+  }
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (const cluster::NodeSection& node : *nodes) {
+      if (!is_local_host(node.host)) continue;
+      std::string role(cluster::role_name(node.role));
+      Status s = group.spawn(node.name, {exe, "--log-level", log_level, role, "--config",
+                                         config_path, "--name", node.name});
+      if (!s.is_ok()) return fail(s);
+      local_nodes.insert(node.name);
+    }
+  }
+  if (group.names().empty())
+    return fail(invalid_argument("no role of " + config_path + " runs on this host"));
+
+  std::string router_host = config.router.host == "0.0.0.0" ? "127.0.0.1" : config.router.host;
+  uint16_t port = config.router.http_port;
+  auto stop_all = [&] {
+    if (local_router) group.stop({"router"}, config.router.drain_timeout + 5s);
+    std::vector<std::string> nodes(local_nodes.begin(), local_nodes.end());
+    group.stop(nodes, 10s);
+  };
+
+  auto ready_deadline =
+      std::chrono::steady_clock::now() + std::chrono::seconds(options.ready_timeout_s);
+  while (!cluster_ready(router_host, port, local_nodes)) {
+    for (const auto& exit : group.reap()) {
+      stop_all();
+      return fail(unavailable(exit.name + " " + describe_exit(exit.status) + " during start-up"));
+    }
+    if (stop.load()) {
+      stop_all();
+      return 0;
+    }
+    if (std::chrono::steady_clock::now() > ready_deadline) {
+      stop_all();
+      return fail(deadline_exceeded("the cluster was not ready after " +
+                                    std::to_string(options.ready_timeout_s) + " s"));
+    }
+    std::this_thread::sleep_for(100ms);
+  }
+  std::string url = "http://" + router_host + ":" + std::to_string(port);
+  std::printf("Baton is up: %s  (%zu processes: %s%zu prefill, %zu decode)\n", url.c_str(),
+              group.names().size(), local_router ? "router, " : "", config.prefill.size(),
+              config.decode.size());
+  std::printf(
+      "Try:\n  curl %s/v1/completions -H 'Content-Type: application/json' \\\n"
+      "    -d '{\"model\": \"%s\", \"prompt\": \"The capital of France is\", \"max_tokens\": "
+      "16}'\n",
+      url.c_str(), config.model.served_name.c_str());
+  std::printf("Ctrl-C stops the cluster.\n");
+  std::fflush(stdout);
+
+  int code = 0;
+  while (!stop.load()) {
+    for (const auto& exit : group.reap()) {
+      if (exit.name == "router") {
+        std::fprintf(stderr, "error: the router %s; stopping the cluster\n",
+                     describe_exit(exit.status).c_str());
+        code = 1;
+      } else {
+        std::fprintf(stderr, "warning: node %s %s; the router routes around it\n",
+                     exit.name.c_str(), describe_exit(exit.status).c_str());
+      }
+    }
+    if (code != 0) break;
+    std::this_thread::sleep_for(100ms);
+  }
+  std::printf("stopping: draining the router (up to %lld ms), then the nodes\n",
+              static_cast<long long>(config.router.drain_timeout.count()));
+  std::fflush(stdout);
+  stop_all();
+  return code;
+}
+
+}  // namespace
+
+std::function<int()> add_up_command(CLI::App& app) {
+  auto* sub =
+      app.add_subcommand("up", "Start every role of a cluster config that runs on this host");
+  auto options = std::make_shared<UpOptions>();
+  sub->add_option("config", options->config, "Cluster YAML (configs/local.yaml)")->required();
+  sub->add_option("--ready-timeout", options->ready_timeout_s,
+                  "Seconds to wait for every node to register")
+      ->capture_default_str();
+  return [options] { return run_up(*options); };
+}
+
+}  // namespace baton::tools
