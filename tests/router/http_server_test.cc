@@ -1,0 +1,634 @@
+#include "router/http_server.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <boost/asio/connect.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/string_body.hpp>
+#include <cctype>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+#include <thread>
+
+namespace baton::router {
+namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = boost::beast::http;
+using tcp = asio::ip::tcp;
+using namespace std::chrono_literals;
+using Response = http::response<http::string_body>;
+
+constexpr auto kClientTimeout = 5s;  // a hung server fails the test instead of hanging it
+
+std::string str(beast::string_view s) { return std::string(s.data(), s.size()); }
+
+// A blocking HTTP client whose every read gives up after kClientTimeout.
+class Client {
+ public:
+  explicit Client(uint16_t port) : socket_(io_) {
+    socket_.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));
+  }
+
+  void send(std::string_view bytes) { asio::write(socket_, asio::buffer(bytes)); }
+
+  // One response; a chunked body arrives de-chunked, and each chunk is also
+  // appended to `chunks` when given.
+  beast::error_code read(Response& out, std::vector<std::string>* chunks = nullptr) {
+    http::response_parser<http::string_body> parser;
+    parser.body_limit(64u << 20);
+    auto on_header = [&](uint64_t size, beast::string_view, beast::error_code&) {
+      if (size > 0) chunks->emplace_back();
+    };
+    auto on_body = [&](uint64_t, beast::string_view body, beast::error_code&) {
+      chunks->back().append(body.data(), body.size());
+      return body.size();
+    };
+    if (chunks != nullptr) {
+      parser.on_chunk_header(on_header);
+      parser.on_chunk_body(on_body);
+    }
+    beast::error_code result;
+    run([&](auto done) { http::async_read(socket_, buffer_, parser, done); }, result);
+    if (!result) out = parser.release();
+    return result;
+  }
+
+  // Reads the status line and headers of a response only.
+  beast::error_code read_header(http::response_parser<http::string_body>& parser) {
+    beast::error_code result;
+    run([&](auto done) { http::async_read_header(socket_, buffer_, parser, done); }, result);
+    return result;
+  }
+
+  // True if the server closes the connection (EOF or reset) within `timeout`.
+  bool closed_by_server(std::chrono::milliseconds timeout) {
+    beast::error_code result;
+    char byte;
+    run([&](auto done) { socket_.async_read_some(asio::buffer(&byte, 1), done); }, result, timeout);
+    return result && result != asio::error::timed_out;
+  }
+
+  void close() {
+    beast::error_code ignored;
+    socket_.close(ignored);
+  }
+
+ private:
+  // Runs one async operation for at most `timeout`; `result` gets its error, or
+  // timed_out.
+  template <typename Start>
+  void run(Start start, beast::error_code& result,
+           std::chrono::milliseconds timeout = kClientTimeout) {
+    bool done = false;
+    start([&](beast::error_code ec, size_t = 0) {
+      result = ec;
+      done = true;
+    });
+    io_.restart();
+    io_.run_for(timeout);
+    if (!done) {
+      socket_.cancel();
+      io_.restart();
+      io_.run();
+      result = asio::error::timed_out;
+    }
+  }
+
+  asio::io_context io_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+};
+
+std::string get(std::string_view target, std::string_view extra_headers = "") {
+  return "GET " + std::string(target) + " HTTP/1.1\r\nHost: t\r\n" + std::string(extra_headers) +
+         "\r\n";
+}
+
+// A one-shot flag to wait on with a bound.
+class Event {
+ public:
+  // Notifies under the lock: a waiter may destroy the Event as soon as it wakes.
+  void set() {
+    std::lock_guard lock(mutex_);
+    set_ = true;
+    cv_.notify_all();
+  }
+  bool wait(std::chrono::milliseconds timeout) {
+    std::unique_lock lock(mutex_);
+    return cv_.wait_for(lock, timeout, [&] { return set_; });
+  }
+
+ private:
+  std::mutex mutex_;
+  std::condition_variable cv_;
+  bool set_ = false;
+};
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  // Stops the server and joins the workers when a test's body ends — before
+  // the locals its handlers and callbacks refer to go away, even on failure.
+  struct Running {
+    HttpServerTest* test;
+    ~Running() { test->shutdown(); }
+  };
+  [[nodiscard]] Running start(HttpHandler handler, HttpServerConfig config = {}) {
+    auto server = HttpServer::start(config, std::move(handler));
+    if (!server.is_ok()) throw std::runtime_error(server.status().to_string());
+    server_ = std::move(server).value();
+    return Running{this};
+  }
+  // Runs `fn` on a thread of its own, joined before the server stops.
+  void later(std::function<void()> fn) {
+    std::lock_guard lock(mutex_);
+    workers_.emplace_back(std::move(fn));
+  }
+  // Keeps a responder alive for the whole test, so a dropped responder cannot
+  // be what ends a stream.
+  void keep(std::shared_ptr<HttpResponder> responder) {
+    std::lock_guard lock(mutex_);
+    kept_.push_back(std::move(responder));
+  }
+  // Server first, so no handler starts another worker; then the workers.
+  void shutdown() {
+    if (server_) server_->stop();
+    std::vector<std::thread> workers;
+    {
+      std::lock_guard lock(mutex_);
+      workers.swap(workers_);
+    }
+    for (auto& worker : workers) worker.join();
+  }
+  bool wait_for_connections(int32_t n, std::chrono::milliseconds timeout) {
+    auto deadline = std::chrono::steady_clock::now() + timeout;
+    while (server_->open_connections() != n) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(1ms);
+    }
+    return true;
+  }
+
+  std::unique_ptr<HttpServer> server_;
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::vector<std::shared_ptr<HttpResponder>> kept_;
+};
+
+void expect_json_error(const Response& response, int status) {
+  EXPECT_EQ(response.result_int(), static_cast<unsigned>(status));
+  EXPECT_EQ(str(response[http::field::content_type]), "application/json");
+  auto body = nlohmann::json::parse(response.body(), nullptr, false);
+  ASSERT_TRUE(body.is_object()) << response.body();
+  const auto& error = body["error"];
+  EXPECT_TRUE(error["message"].is_string() && !error["message"].get<std::string>().empty());
+  EXPECT_EQ(error["type"], "BadRequestError");
+  EXPECT_TRUE(error["param"].is_null());
+  EXPECT_EQ(error["code"], status);
+}
+
+TEST_F(HttpServerTest, PostRoundTripCarriesTargetHeadersAndBody) {
+  std::mutex mutex;
+  std::vector<HttpRequest> seen;
+  auto running = start([&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    std::string reply = request.method + " " + request.target + " " + request.body;
+    {
+      std::lock_guard lock(mutex);
+      seen.push_back(std::move(request));
+    }
+    responder->respond(201, "text/plain", reply, {{"X-Reply", "yes"}, {"Bad", "a\r\nInjected: 1"}});
+  });
+  Client client(server_->port());
+  client.send(
+      "POST /v1/completions?stream=0 HTTP/1.1\r\nHost: t\r\nX-Test: Abc\r\n"
+      "Content-Length: 5\r\n\r\nhello");
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.result_int(), 201u);
+  EXPECT_EQ(response.body(), "POST /v1/completions?stream=0 hello");
+  EXPECT_EQ(str(response[http::field::server]), "baton");
+  EXPECT_EQ(str(response[http::field::content_type]), "text/plain");
+  EXPECT_EQ(str(response["X-Reply"]), "yes");
+  EXPECT_EQ(response.count("Injected"), 0u);
+  EXPECT_EQ(response.count("Bad"), 0u);
+
+  client.send(get("/health"));
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.body(), "GET /health ");
+
+  std::lock_guard lock(mutex);
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0].header("x-test"), "Abc");
+  EXPECT_EQ(seen[0].header("content-length"), "5");
+  EXPECT_EQ(seen[0].header("absent"), "");
+  for (const auto& [name, value] : seen[0].headers) {
+    EXPECT_TRUE(std::none_of(name.begin(), name.end(), [](unsigned char c) {
+      return std::isupper(c);
+    })) << name;
+  }
+}
+
+TEST_F(HttpServerTest, KeepAliveServesSequentialRequestsOnOneConnection) {
+  auto running = start([](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    responder->respond(200, "text/plain", request.target);
+  });
+  Client client(server_->port());
+  for (std::string target : {"/one", "/two", "/three"}) {
+    client.send(get(target));
+    Response response;
+    ASSERT_FALSE(client.read(response));
+    EXPECT_EQ(response.body(), target);
+    EXPECT_TRUE(response.keep_alive());
+  }
+  EXPECT_EQ(server_->open_connections(), 1);
+}
+
+TEST_F(HttpServerTest, PipelinedRequestsAreHandledOneAtATimeInOrder) {
+  std::mutex mutex;
+  std::vector<std::string> events;
+  auto log = [&](std::string e) {
+    std::lock_guard lock(mutex);
+    events.push_back(std::move(e));
+  };
+  auto running = start([&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    log("handle " + request.target);
+    if (request.target == "/slow") {
+      later([&, responder] {
+        std::this_thread::sleep_for(50ms);
+        log("reply /slow");
+        responder->respond(200, "text/plain", "/slow");
+      });
+    } else {
+      responder->respond(200, "text/plain", request.target);
+    }
+  });
+  Client client(server_->port());
+  client.send(get("/slow") + get("/fast"));
+  Response first, second;
+  ASSERT_FALSE(client.read(first));
+  ASSERT_FALSE(client.read(second));
+  EXPECT_EQ(first.body(), "/slow");
+  EXPECT_EQ(second.body(), "/fast");
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(events, (std::vector<std::string>{"handle /slow", "reply /slow", "handle /fast"}));
+}
+
+// The second request arrives while the first is pending, so the disconnect
+// watch reads it; it must be kept for the next parse, not dropped.
+TEST_F(HttpServerTest, RequestSentWhileReplyPendingIsKept) {
+  Event first_handled;
+  std::shared_ptr<HttpResponder> first;
+  auto running = start([&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    if (request.target == "/first") {
+      std::lock_guard lock(mutex_);
+      first = responder;
+      first_handled.set();
+      return;
+    }
+    responder->respond(200, "text/plain", request.target);
+  });
+  Client client(server_->port());
+  client.send(get("/first"));
+  ASSERT_TRUE(first_handled.wait(1000ms));
+  client.send(get("/second"));
+  std::this_thread::sleep_for(20ms);  // time for the watch to read it (passes either way)
+  {
+    std::lock_guard lock(mutex_);
+    first->respond(200, "text/plain", "/first");
+  }
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.body(), "/first");
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.body(), "/second");
+}
+
+TEST_F(HttpServerTest, ManyClientsOnFourIoThreads) {
+  HttpServerConfig config;
+  config.threads = 4;
+  auto running = start(
+      [&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+        if (request.target.ends_with("/stream")) {
+          responder->start_stream(200);
+          later([responder, body = request.body] {
+            for (char c : body) responder->write(std::string(1, c));
+            responder->finish();
+          });
+        } else {
+          responder->respond(200, "text/plain", request.body);
+        }
+      },
+      config);
+  constexpr int kClients = 8;
+  constexpr int kRequests = 20;
+  std::atomic<int> good = 0;
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      Client client(server_->port());
+      for (int i = 0; i < kRequests; ++i) {
+        std::string body = std::to_string(c) + "-" + std::to_string(i);
+        std::string target = i % 2 ? "/stream" : "/plain";
+        client.send("POST " + target + " HTTP/1.1\r\nHost: t\r\nContent-Length: " +
+                    std::to_string(body.size()) + "\r\n\r\n" + body);
+        Response response;
+        if (!client.read(response) && response.body() == body) ++good;
+      }
+    });
+  }
+  for (auto& client : clients) client.join();
+  EXPECT_EQ(good.load(), kClients * kRequests);
+}
+
+TEST_F(HttpServerTest, HandlerRepliesFromAnotherThreadLater) {
+  auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    later([responder] {
+      std::this_thread::sleep_for(50ms);
+      responder->respond(200, "application/json", R"({"ok":true})");
+    });
+  });
+  Client client(server_->port());
+  auto begin = std::chrono::steady_clock::now();
+  client.send(get("/later"));
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  EXPECT_GE(std::chrono::steady_clock::now() - begin, 50ms);
+  EXPECT_EQ(response.body(), R"({"ok":true})");
+}
+
+TEST_F(HttpServerTest, StreamDeliversChunksInOrderThenKeepsTheConnection) {
+  auto running = start([&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    if (request.target != "/stream") return responder->respond(200, "text/plain", "after");
+    responder->start_stream(200);
+    later([responder] {
+      for (int i = 1; i <= 3; ++i) {
+        responder->write("data: " + std::to_string(i) + "\n\n");
+        std::this_thread::sleep_for(5ms);
+      }
+      responder->finish();
+      responder->write("ignored after finish");
+    });
+  });
+  Client client(server_->port());
+  client.send(get("/stream"));
+  Response response;
+  std::vector<std::string> chunks;
+  ASSERT_FALSE(client.read(response, &chunks));
+  EXPECT_EQ(response.result_int(), 200u);
+  EXPECT_EQ(str(response[http::field::content_type]), "text/event-stream");
+  EXPECT_EQ(str(response[http::field::cache_control]), "no-cache");
+  EXPECT_TRUE(response.chunked());
+  EXPECT_EQ(chunks, (std::vector<std::string>{"data: 1\n\n", "data: 2\n\n", "data: 3\n\n"}));
+
+  client.send(get("/next"));
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.body(), "after");
+}
+
+TEST_F(HttpServerTest, ClientDisconnectMidStreamFiresOnClose) {
+  Event closed;
+  std::shared_ptr<HttpResponder> stream;
+  auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    responder->on_close([&] { closed.set(); });
+    responder->start_stream(200);
+    responder->write("data: first\n\n");
+    keep(responder);
+    std::lock_guard lock(mutex_);
+    stream = responder;
+  });
+  Client client(server_->port());
+  client.send(get("/stream"));
+  http::response_parser<http::string_body> parser;
+  ASSERT_FALSE(client.read_header(parser));
+  client.close();  // the stream stays open and idle on the server side
+  ASSERT_TRUE(closed.wait(1000ms));
+  std::lock_guard lock(mutex_);
+  EXPECT_TRUE(stream->closed());
+}
+
+TEST_F(HttpServerTest, ClientDisconnectWhileReplyPendingFiresOnClose) {
+  Event handled, closed;
+  auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    responder->on_close([&] { closed.set(); });
+    keep(responder);
+    handled.set();
+  });
+  Client client(server_->port());
+  client.send(get("/pending"));
+  ASSERT_TRUE(handled.wait(1000ms));
+  client.close();
+  ASSERT_TRUE(closed.wait(1000ms));
+  EXPECT_TRUE(wait_for_connections(0, 1000ms));
+  // A callback set after the close runs at once.
+  Event late;
+  std::lock_guard lock(mutex_);
+  kept_.at(0)->on_close([&] { late.set(); });
+  EXPECT_TRUE(late.wait(1000ms));
+}
+
+TEST_F(HttpServerTest, OnCloseDoesNotFireForAFinishedReply) {
+  Event closed, replied;
+  auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    responder->on_close([&] { closed.set(); });
+    responder->respond(200, "text/plain", "done");
+  });
+  Client client(server_->port());
+  client.send(get("/"));
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  client.close();
+  ASSERT_TRUE(wait_for_connections(0, 1000ms));
+  EXPECT_FALSE(closed.wait(50ms));
+}
+
+struct Malformed {
+  const char* name;
+  std::string bytes;
+};
+
+class MalformedRequestTest : public HttpServerTest,
+                             public ::testing::WithParamInterface<Malformed> {};
+
+TEST_P(MalformedRequestTest, Gets400WithJsonErrorAndClose) {
+  std::atomic<bool> handled = false;
+  auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    handled = true;
+    responder->respond(200, "text/plain", "should not happen");
+  });
+  Client client(server_->port());
+  client.send(GetParam().bytes);
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  expect_json_error(response, 400);
+  EXPECT_FALSE(response.keep_alive());
+  EXPECT_TRUE(client.closed_by_server(1000ms));
+  EXPECT_FALSE(handled);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Inputs, MalformedRequestTest,
+    ::testing::Values(Malformed{"BadRequestLine", "THIS IS NOT HTTP\r\n\r\n"},
+                      Malformed{"BadVersion", "GET / HTTP/x.y\r\nHost: t\r\n\r\n"},
+                      Malformed{"BadChunk",
+                                "POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n"
+                                "zz\r\nhello\r\n0\r\n\r\n"},
+                      Malformed{"HeaderTooLarge", "GET / HTTP/1.1\r\nX-Big: " +
+                                                      std::string(100000, 'a') + "\r\n\r\n"}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+TEST_F(HttpServerTest, OversizedBodyGets413) {
+  HttpServerConfig config;
+  config.max_body_bytes = 1024;
+  std::atomic<bool> handled = false;
+  auto running = start(
+      [&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+        handled = true;
+        responder->respond(200, "text/plain", "");
+      },
+      config);
+  {
+    Client client(server_->port());
+    client.send("POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 4096\r\n\r\n" +
+                std::string(4096, 'x'));
+    Response response;
+    ASSERT_FALSE(client.read(response));
+    expect_json_error(response, 413);
+    EXPECT_TRUE(client.closed_by_server(1000ms));
+  }
+  {
+    Client client(server_->port());  // chunked: no length to check up front
+    std::string chunk = "400\r\n" + std::string(1024, 'y') + "\r\n";
+    client.send("POST / HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n\r\n" + chunk + chunk +
+                "0\r\n\r\n");
+    Response response;
+    ASSERT_FALSE(client.read(response));
+    expect_json_error(response, 413);
+  }
+  EXPECT_FALSE(handled);
+}
+
+TEST_F(HttpServerTest, StopReturnsPromptlyWithIdleConnectionAndOpenStream) {
+  Event streaming, closed;
+  auto running = start([&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    if (request.target != "/stream") return responder->respond(200, "text/plain", "hi");
+    responder->on_close([&] { closed.set(); });
+    responder->start_stream(200);
+    keep(responder);
+    streaming.set();
+  });
+  Client idle(server_->port());
+  idle.send(get("/"));
+  Response response;
+  ASSERT_FALSE(idle.read(response));
+  Client stream(server_->port());
+  stream.send(get("/stream"));
+  ASSERT_TRUE(streaming.wait(1000ms));
+
+  auto begin = std::chrono::steady_clock::now();
+  server_->stop();
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 2s);
+  EXPECT_TRUE(closed.wait(0ms));
+  EXPECT_TRUE(idle.closed_by_server(1000ms));
+  EXPECT_EQ(server_->open_connections(), 0);
+  server_->stop();  // idempotent
+}
+
+TEST_F(HttpServerTest, ResponderOutlivingTheServerIsHarmless) {
+  Event handled;
+  auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+    keep(responder);
+    handled.set();
+  });
+  Client client(server_->port());
+  client.send(get("/"));
+  ASSERT_TRUE(handled.wait(1000ms));
+  server_.reset();
+  std::lock_guard lock(mutex_);
+  auto& responder = kept_.at(0);
+  EXPECT_TRUE(responder->closed());
+  responder->start_stream(200);
+  responder->write("x");
+  responder->finish();
+  responder->on_close([] {});
+  kept_.clear();  // the last reference goes with no server left
+}
+
+TEST_F(HttpServerTest, DroppedResponderGets500) {
+  auto running = start([](HttpRequest, std::shared_ptr<HttpResponder>) {});
+  Client client(server_->port());
+  client.send(get("/"));
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.result_int(), 500u);
+}
+
+TEST_F(HttpServerTest, IdleKeepAliveConnectionIsClosed) {
+  HttpServerConfig config;
+  config.idle_timeout = 100ms;
+  auto running = start(
+      [](HttpRequest, std::shared_ptr<HttpResponder> r) { r->respond(200, "text/plain", ""); },
+      config);
+  Client client(server_->port());
+  client.send(get("/"));
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  auto begin = std::chrono::steady_clock::now();
+  EXPECT_TRUE(client.closed_by_server(2000ms));
+  EXPECT_GE(std::chrono::steady_clock::now() - begin, 90ms);
+}
+
+TEST_F(HttpServerTest, ConnectionsOverTheLimitGet503) {
+  HttpServerConfig config;
+  config.max_connections = 1;
+  auto running = start(
+      [](HttpRequest, std::shared_ptr<HttpResponder> r) { r->respond(200, "text/plain", ""); },
+      config);
+  Client first(server_->port());
+  first.send(get("/"));
+  Response response;
+  ASSERT_FALSE(first.read(response));
+  EXPECT_EQ(response.result_int(), 200u);
+
+  Client second(server_->port());
+  ASSERT_FALSE(second.read(response));
+  EXPECT_EQ(response.result_int(), 503u);
+  EXPECT_TRUE(second.closed_by_server(1000ms));
+}
+
+TEST_F(HttpServerTest, ExpectContinueGets100BeforeTheBody) {
+  auto running = start([](HttpRequest request, std::shared_ptr<HttpResponder> r) {
+    r->respond(200, "text/plain", request.body);
+  });
+  Client client(server_->port());
+  client.send("POST / HTTP/1.1\r\nHost: t\r\nExpect: 100-continue\r\nContent-Length: 4\r\n\r\n");
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.result_int(), 100u);
+  client.send("body");
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.body(), "body");
+}
+
+TEST_F(HttpServerTest, BindFailureNamesHostAndPort) {
+  auto running = start([](HttpRequest, std::shared_ptr<HttpResponder>) {});
+  HttpServerConfig config;
+  config.port = server_->port();
+  auto second = HttpServer::start(config, [](HttpRequest, std::shared_ptr<HttpResponder>) {});
+  ASSERT_FALSE(second.is_ok());
+  EXPECT_NE(second.status().message().find("127.0.0.1:" + std::to_string(config.port)),
+            std::string::npos)
+      << second.status().message();
+}
+
+}  // namespace
+}  // namespace baton::router
