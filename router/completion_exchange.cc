@@ -20,6 +20,12 @@ double seconds_between(Clock::time_point a, Clock::time_point b) {
   return std::chrono::duration<double>(b - a).count();
 }
 
+// Baton's extension to a choice: which nodes served it (clients ignore it).
+json served_by(const auto& choice) {
+  return {{"prefill", choice.prefill_node.empty() ? json(nullptr) : json(choice.prefill_node)},
+          {"decode", choice.decode_node}};
+}
+
 }  // namespace
 
 size_t complete_utf8_prefix(const std::string& text) {
@@ -77,6 +83,8 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   std::lock_guard lock(mutex_);
   if (done_ || index >= choices_.size() || choices_[index].finished) return;
   ChoiceState& choice = choices_[index];
+  choice.decode_node = update.decode_node;
+  choice.prefill_node = update.prefill_node;
   auto now = Clock::now();
   if (!update.tokens.empty()) {
     if (!choice.got_token) {
@@ -140,9 +148,10 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
   }
   std::string delta = choice.text.substr(choice.emitted, visible - choice.emitted);
   if (delta.empty() && !choice.finished && choice.sent_chunk) return;
-  responder_->write(sse_event(
-      stream_chunk(spec_.endpoint, spec_.id, spec_.model, spec_.created, int32_t(index), delta,
-                   choice.finished ? choice.finish_reason : "", !choice.sent_chunk)));
+  json chunk = stream_chunk(spec_.endpoint, spec_.id, spec_.model, spec_.created, int32_t(index),
+                            delta, choice.finished ? choice.finish_reason : "", !choice.sent_chunk);
+  if (choice.finished) chunk["choices"][0]["served_by"] = served_by(choice);
+  responder_->write(sse_event(chunk));
   choice.sent_chunk = true;
   choice.emitted = visible;
 }
@@ -167,10 +176,13 @@ void CompletionExchange::finish_exchange() {
   for (size_t i = 0; i < choices_.size(); ++i) {
     choices.push_back({int32_t(i), choices_[i].text, choices_[i].finish_reason});
   }
+  json body =
+      completion_response(spec_.endpoint, spec_.id, spec_.model, spec_.created, choices, usage);
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    body["choices"][i]["served_by"] = served_by(choices_[i]);
+  }
   metrics_.count_http(200);
-  responder_->respond(200, "application/json",
-                      dump(completion_response(spec_.endpoint, spec_.id, spec_.model, spec_.created,
-                                               choices, usage)));
+  responder_->respond(200, "application/json", dump(body));
 }
 
 void CompletionExchange::fail(const Status& error) {

@@ -58,7 +58,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     std::string finish_reason;
     std::chrono::steady_clock::time_point last_token;
     bool got_token = false;
-    bool sent_chunk = false;  // streaming: the first chunk (chat: with the role) is out
+    bool sent_chunk = false;
+    std::string decode_node;   // who served it, reported as `served_by`
+    std::string prefill_node;  // streaming: the first chunk (chat: with the role) is out
   };
 
   void on_update(size_t choice, const GenerationUpdate& update);

@@ -113,7 +113,7 @@ void RouterCore::loop() {
   }
   for (Submission& s : submissions) {
     in_flight_.fetch_sub(1);
-    s.sink({{}, true, "error", unavailable("the router is shutting down")});
+    s.sink(failed_update(unavailable("the router is shutting down")));
   }
 }
 
@@ -121,7 +121,7 @@ void RouterCore::dispatch(Submission& submission) {
   NodeState* decode = registry_.pick("decode");
   if (decode == nullptr) {
     in_flight_.fetch_sub(1);
-    submission.sink({{}, true, "error", unavailable("no decode node is up")});
+    submission.sink(failed_update(unavailable("no decode node is up")));
     return;
   }
   Request& request = requests_[submission.id];
@@ -139,6 +139,7 @@ void RouterCore::dispatch(Submission& submission) {
   if (int32_t(request.request.prompt.size()) >= config_.min_remote_prefill_tokens) {
     if (NodeState* prefill = registry_.pick("prefill")) {
       request.prefill_node = prefill->name;
+      request.prefilled_by = prefill->name;
       prefill->assigned_requests++;
       prefill->assigned_tokens += int64_t(request.request.prompt.size());
       generate.prefill_node = prefill->name;
@@ -242,8 +243,9 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
     update.finished = !event.finish_reason.empty();
     update.finish_reason = event.finish_reason;
     if (event.finish_reason == "error") update.error = unavailable(from + ": " + event.error);
-    it->second.sink(update);
-    if (update.finished) forget(event.request_id);
+    bool finished = update.finished;
+    deliver(it->second, std::move(update));
+    if (finished) forget(event.request_id);
   }
 }
 
@@ -266,7 +268,7 @@ void RouterCore::fail(uint64_t request_id, Status error) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   abort_on_nodes(it->second, error.message());
-  it->second.sink({{}, true, "error", std::move(error)});
+  deliver(it->second, failed_update(std::move(error)));
   forget(request_id);
 }
 
@@ -310,6 +312,12 @@ void RouterCore::publish_snapshot() {
   decode_up_.store(snapshot.decode_up);
   std::lock_guard lock(snapshot_mutex_);
   snapshot_ = std::move(snapshot);
+}
+
+void RouterCore::deliver(Request& request, GenerationUpdate update) {
+  update.decode_node = request.decode_node;
+  update.prefill_node = request.prefilled_by;
+  request.sink(update);
 }
 
 Status RouterCore::send(const std::string& node, const control::Message& message) {

@@ -52,7 +52,18 @@ struct GenerationUpdate {
   bool finished = false;
   std::string finish_reason;
   Status error;
+  // The nodes serving the request (prefill empty: prefilled on the decode node).
+  std::string decode_node;
+  std::string prefill_node;
 };
+// The last update of a request that failed.
+inline GenerationUpdate failed_update(Status error) {
+  GenerationUpdate update;
+  update.finished = true;
+  update.finish_reason = "error";
+  update.error = std::move(error);
+  return update;
+}
 // Runs on the core thread: keep it short, never block, never call back into
 // the core except cancel().
 using UpdateSink = std::function<void(const GenerationUpdate&)>;
@@ -88,6 +99,7 @@ class RouterCore {
     UpdateSink sink;
     std::string decode_node;
     std::string prefill_node;  // empty: prefilled on the decode node, or prefill over
+    std::string prefilled_by;  // the prefill node chosen at dispatch (kept for reports)
     std::chrono::steady_clock::time_point deadline;
   };
   struct Submission {
@@ -112,6 +124,7 @@ class RouterCore {
   void forget(uint64_t request_id);
   void publish_snapshot();
   Status send(const std::string& node, const control::Message& message);
+  static void deliver(Request& request, GenerationUpdate update);
 
   RouterCoreConfig config_;
   std::unique_ptr<control::ControlSocket> socket_;
