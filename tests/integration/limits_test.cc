@@ -1,0 +1,71 @@
+// The router's limits through real processes: a full queue answers 429 with
+// Retry-After; a request past the router's timeout ends with 504 and its
+// blocks are freed on the nodes.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/integration/cluster_harness.h"
+
+namespace baton::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+TEST(LimitsTest, FullRouterAnswers429WithRetryAfter) {
+  ClusterShape shape;
+  shape.max_num_seqs = 1;
+  shape.extra_router_yaml = "  max_queued_requests: 2\n";
+  Cluster cluster(shape);
+  constexpr int kClients = 8;
+  std::vector<tools::HttpResponse> responses(kClients);
+  std::vector<std::thread> clients;
+  for (int i = 0; i < kClients; ++i) {
+    clients.emplace_back([&, i] {
+      json body = {{"prompt", std::string(20 + i, 'r')}, {"max_tokens", 800}, {"ignore_eos", true}};
+      auto response = cluster.post("/v1/completions", body);
+      if (response.is_ok()) responses[i] = *response;
+    });
+  }
+  for (auto& client : clients) client.join();
+  int ok = 0, refused = 0;
+  for (const auto& response : responses) {
+    if (response.status == 200) ++ok;
+    if (response.status == 429) {
+      ++refused;
+      EXPECT_EQ(response.retry_after, "1");
+      json error = json::parse(response.body, nullptr, false);
+      EXPECT_EQ(error["error"]["code"], 429) << response.body;
+    }
+    EXPECT_TRUE(response.status == 200 || response.status == 429)
+        << response.status << " " << response.body;
+  }
+  EXPECT_GE(ok, 2);
+  EXPECT_GE(refused, 1);
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
+  ClusterShape shape;
+  shape.max_model_len = 2048;
+  shape.extra_router_yaml = "  request_timeout_ms: 40\n";
+  Cluster cluster(shape);
+  json body = {{"prompt", std::string(600, 't')}, {"max_tokens", 1400}, {"ignore_eos", true}};
+  auto response = cluster.post("/v1/completions", body);
+  ASSERT_TRUE(response.is_ok());
+  EXPECT_EQ(response->status, 504) << response->body;
+  EXPECT_NE(response->body.find("request timeout"), std::string::npos) << response->body;
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  body["stream"] = true;
+  auto events = cluster.post_stream("/v1/completions", body);
+  ASSERT_TRUE(events.is_ok()) << events.status().to_string();
+  ASSERT_GE(events->size(), 2u);
+  EXPECT_EQ(events->back(), "[DONE]");
+  json error = json::parse((*events)[events->size() - 2], nullptr, false);
+  EXPECT_TRUE(error.contains("error")) << "a stream that times out ends with an error event";
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+}  // namespace
+}  // namespace baton::testing

@@ -1,0 +1,100 @@
+// The ZeroMQ client front end against a real cluster: the same answers as
+// HTTP, streamed events, cancel, and malformed messages that change nothing.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <zmq.hpp>
+#include <zmq_addon.hpp>
+
+#include "tests/integration/cluster_harness.h"
+
+namespace baton::testing {
+namespace {
+
+using namespace std::chrono_literals;
+using json = nlohmann::json;
+
+class ZmqClient {
+ public:
+  explicit ZmqClient(uint16_t port) : socket_(context_, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvtimeo, 20000);
+    socket_.connect("tcp://127.0.0.1:" + std::to_string(port));
+  }
+  void send(const std::string& tag, const std::string& path, const std::string& body) {
+    std::array<zmq::const_buffer, 3> parts = {zmq::buffer(tag), zmq::buffer(path),
+                                              zmq::buffer(body)};
+    ASSERT_TRUE(zmq::send_multipart(socket_, parts));
+  }
+  // [tag, status, payload]; empty on timeout.
+  std::vector<std::string> receive() {
+    std::vector<zmq::message_t> parts;
+    if (!zmq::recv_multipart(socket_, std::back_inserter(parts))) return {};
+    std::vector<std::string> out;
+    for (auto& part : parts) out.push_back(part.to_string());
+    return out;
+  }
+  zmq::socket_t& socket() { return socket_; }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+};
+
+TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
+  ClusterShape shape;
+  Cluster cluster(shape);
+  ZmqClient client(cluster.zmq_port());
+  std::mt19937 rng(std::random_device{}());
+  std::string prompt(20 + rng() % 40, 'a' + char(rng() % 26));
+  json body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 0}};
+
+  // Garbage first: a message of the wrong shape is dropped.
+  std::array<zmq::const_buffer, 1> lone = {zmq::str_buffer("only-a-tag")};
+  ASSERT_TRUE(zmq::send_multipart(client.socket(), lone));
+
+  client.send("r1", "/v1/completions", body.dump());
+  std::vector<std::string> reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[0], "r1");
+  EXPECT_EQ(reply[1], "200");
+  auto over_http = cluster.post("/v1/completions", body);
+  ASSERT_TRUE(over_http.is_ok());
+  EXPECT_EQ(json::parse(reply[2])["choices"][0]["text"],
+            json::parse(over_http->body)["choices"][0]["text"]);
+
+  // Streamed: one reply per event, then [DONE]; the text adds up to the same.
+  body["stream"] = true;
+  client.send("r2", "/v1/completions", body.dump());
+  std::string text;
+  while (true) {
+    reply = client.receive();
+    ASSERT_EQ(reply.size(), 3u);
+    ASSERT_EQ(reply[0], "r2");
+    if (reply[2] == "[DONE]") break;
+    text += json::parse(reply[2])["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_EQ(text, json::parse(over_http->body)["choices"][0]["text"]);
+
+  // Errors keep their status.
+  client.send("r3", "/v1/completions", R"({"prompt": "x", "max_tokens": 0})");
+  reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[1], "400");
+  EXPECT_TRUE(json::parse(reply[2]).contains("error"));
+
+  // Cancel a long stream after its first event: the nodes free its blocks.
+  json long_body = {
+      {"prompt", prompt}, {"max_tokens", 900}, {"ignore_eos", true}, {"stream", true}};
+  client.send("r4", "/v1/completions", long_body.dump());
+  reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  client.send("r4", "cancel", "");
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  auto health = cluster.get("/health");
+  ASSERT_TRUE(health.is_ok());
+  EXPECT_EQ(health->status, 200);
+}
+
+}  // namespace
+}  // namespace baton::testing
