@@ -9,11 +9,6 @@
 
 namespace baton::decode_node {
 
-using namespace std::chrono_literals;
-
-// Longest the loop sleeps when it has nothing to compute.
-constexpr auto kIdlePoll = 20ms;
-
 Result<std::unique_ptr<DecodeServer>> DecodeServer::create(const node::NodeSettings& settings) {
   BATON_ASSIGN_OR_RETURN(auto runtime, node::NodeRuntime::create(settings));
   return std::unique_ptr<DecodeServer>(new DecodeServer(std::move(runtime)));
@@ -22,8 +17,7 @@ Result<std::unique_ptr<DecodeServer>> DecodeServer::create(const node::NodeSetti
 Status DecodeServer::run(const std::atomic<bool>& stop) {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
   while (!stop.load(std::memory_order_relaxed)) {
-    for (control::Message& message : runtime_->poll(scheduler.has_work() ? 0ms : kIdlePoll))
-      handle(message);
+    for (control::Message& message : runtime_->poll(runtime_->poll_timeout())) handle(message);
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     admit_queued();
     if (scheduler.has_work()) BATON_RETURN_IF_ERROR(step());
@@ -71,6 +65,7 @@ void DecodeServer::on_generate(control::Generate& generate) {
     by_sequence_[*sequence] = id;
     return;
   }
+  request.prefill_node = generate.prefill_node;
   request.generate = std::move(generate);
   request.state = State::kQueued;
   queued_.push_back(id);
@@ -144,7 +139,8 @@ void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
       requests_.erase(it);
     } else {
       request.sequence_id = -1;
-      end(request, "error", "KV transfer failed: " + result.status.message());
+      end(request, "error",
+          "KV transfer from " + request.prefill_node + " failed: " + result.status.message());
     }
     return;
   }
@@ -193,8 +189,7 @@ void DecodeServer::on_abort(const control::Abort& abort) {
   }
   if (request.state == State::kAwaitingKv && !request.kv_landed) {
     request.abandoned = true;
-    (void)runtime_->transfer().cancel_expect(
-        request.transfer_id);  // NotFound: its callback is queued
+    runtime_->cancel_expect_async(request.transfer_id);  // NotFound: its callback is queued
     return;
   }
   runtime_->engine().scheduler().abort(request.sequence_id);
@@ -239,7 +234,7 @@ void DecodeServer::end(Request& request, std::string_view finish_reason, std::st
   if (request.state == State::kAwaitingKv && !request.kv_landed) {
     // A transfer may still write the blocks: free them in its callback.
     request.abandoned = true;
-    (void)runtime_->transfer().cancel_expect(request.transfer_id);
+    runtime_->cancel_expect_async(request.transfer_id);
     return;
   }
   if (request.sequence_id >= 0) {

@@ -47,6 +47,7 @@ class DecodeServer {
     uint64_t rng_draws = 0;
     bool abandoned = false;      // ended for the router; blocks wait for the transfer callback
     control::Generate generate;  // kept while queued
+    std::string prefill_node;    // where the KV comes from (for error messages)
   };
 
   explicit DecodeServer(std::unique_ptr<node::NodeRuntime> runtime)

@@ -10,6 +10,8 @@ using namespace std::chrono_literals;
 
 // How often an unregistered node repeats its Register.
 constexpr auto kRegisterRetry = 500ms;
+// Longest the loop sleeps when it has nothing to compute.
+constexpr auto kIdlePoll = 20ms;
 
 engine::GenerationOptions generation_options(const control::SamplingSpec& sampling) {
   engine::GenerationOptions options;
@@ -41,6 +43,7 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
     BATON_ASSIGN_OR_RETURN(
         node->socket_, control::ControlSocket::connect(settings.control_endpoint, settings.name));
   }
+  node->cancel_thread_ = std::thread([n = node.get()] { n->cancel_loop(); });
   spdlog::info("{}: {} node up, KV pool {} blocks of {} tokens, transports {}", settings.name,
                settings.role, pool.layout().num_blocks, pool.layout().block_size,
                fmt::join(node->transfer_->transports(), ","));
@@ -49,7 +52,50 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
 
 // The transfer engine fails what is unfinished through completion_sink(),
 // which needs the mutex and wake fd: stop it while they still exist.
-NodeRuntime::~NodeRuntime() { transfer_.reset(); }
+NodeRuntime::~NodeRuntime() {
+  {
+    std::lock_guard lock(cancel_mutex_);
+    cancel_stop_ = true;
+  }
+  cancel_wakeup_.notify_all();
+  if (cancel_thread_.joinable()) cancel_thread_.join();
+  transfer_.reset();
+}
+
+void NodeRuntime::cancel_expect_async(uint64_t transfer_id) {
+  {
+    std::lock_guard lock(cancel_mutex_);
+    cancels_.push_back({transfer_id, false});
+  }
+  cancel_wakeup_.notify_one();
+}
+
+void NodeRuntime::cancel_send_async(uint64_t transfer_id) {
+  {
+    std::lock_guard lock(cancel_mutex_);
+    cancels_.push_back({transfer_id, true});
+  }
+  cancel_wakeup_.notify_one();
+}
+
+void NodeRuntime::cancel_loop() {
+  std::unique_lock lock(cancel_mutex_);
+  while (true) {
+    cancel_wakeup_.wait(lock, [&] { return cancel_stop_ || !cancels_.empty(); });
+    if (cancel_stop_) return;
+    Cancel cancel = cancels_.front();
+    cancels_.pop_front();
+    lock.unlock();
+    // NotFound: the transfer already ended; its callback reports how.
+    Status status = cancel.send ? transfer_->cancel_send(cancel.transfer_id)
+                                : transfer_->cancel_expect(cancel.transfer_id);
+    if (!status.is_ok() && status.code() != StatusCode::kNotFound) {
+      spdlog::warn("{}: cancelling transfer {}: {}", settings_.name, cancel.transfer_id,
+                   status.message());
+    }
+    lock.lock();
+  }
+}
 
 void NodeRuntime::send(const control::Message& message) {
   Status status = socket_->send("", message);
@@ -110,6 +156,11 @@ void NodeRuntime::count_step() {
   const engine::StepTokenCounts& step = engine_->scheduler().last_step();
   prompt_tokens_ += step.prompt_tokens;
   generation_tokens_ += step.generated_tokens;
+  stalled_ = step.prompt_tokens + step.recomputed_tokens + step.generated_tokens == 0;
+}
+
+std::chrono::milliseconds NodeRuntime::poll_timeout() const {
+  return engine_->scheduler().has_work() && !stalled_ ? 0ms : kIdlePoll;
 }
 
 control::NodeLoad NodeRuntime::load() const {

@@ -12,11 +12,13 @@
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <deque>
 #include <filesystem>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/control_messages.h"
@@ -63,9 +65,21 @@ class NodeRuntime {
   void tick();
   // Adds the last engine step's token counts to the reported counters.
   void count_step();
+  // How long the loop may wait for messages: not at all while the engine has
+  // work it can do; a while when it has none, or when its last step computed
+  // nothing (queued sequences waiting for blocks that remote KV holds), so a
+  // stalled node does not spin a core its neighbours need.
+  std::chrono::milliseconds poll_timeout() const;
   control::NodeLoad load() const;
   bool registered() const { return registered_; }
   uint64_t messages_rejected() const { return socket_->rejected(); }
+
+  // Cancels an expectation / a send without blocking the loop: the transfer
+  // engine may take up to its close timeout to answer while it tears down a
+  // dead peer's endpoint, and a loop that waits misses its heartbeats. The
+  // transfer's callback still reports the end, through take_completions().
+  void cancel_expect_async(uint64_t transfer_id);
+  void cancel_send_async(uint64_t transfer_id);
 
   // Transfer callbacks (progress thread) hand their results over here.
   kv_transfer::TransferCallback completion_sink();
@@ -86,9 +100,21 @@ class NodeRuntime {
   uint64_t send_failures_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;
+  bool stalled_ = false;
 
   std::mutex completions_mutex_;
   std::vector<kv_transfer::TransferResult> completions_;
+
+  struct Cancel {
+    uint64_t transfer_id;
+    bool send;
+  };
+  void cancel_loop();
+  std::mutex cancel_mutex_;
+  std::condition_variable cancel_wakeup_;
+  std::deque<Cancel> cancels_;
+  bool cancel_stop_ = false;
+  std::thread cancel_thread_;
 };
 
 }  // namespace baton::node

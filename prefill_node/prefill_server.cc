@@ -5,10 +5,6 @@
 
 namespace baton::prefill_node {
 
-using namespace std::chrono_literals;
-
-constexpr auto kIdlePoll = 20ms;
-
 Result<std::unique_ptr<PrefillServer>> PrefillServer::create(const node::NodeSettings& settings) {
   BATON_ASSIGN_OR_RETURN(auto runtime, node::NodeRuntime::create(settings));
   std::unique_ptr<PrefillServer> server(new PrefillServer(std::move(runtime)));
@@ -23,8 +19,7 @@ Result<std::unique_ptr<PrefillServer>> PrefillServer::create(const node::NodeSet
 Status PrefillServer::run(const std::atomic<bool>& stop) {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
   while (!stop.load(std::memory_order_relaxed)) {
-    for (control::Message& message : runtime_->poll(scheduler.has_work() ? 0ms : kIdlePoll))
-      handle(message);
+    for (control::Message& message : runtime_->poll(runtime_->poll_timeout())) handle(message);
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     if (scheduler.has_work()) {
       Status status = scheduler.step(nullptr);
@@ -125,7 +120,7 @@ void PrefillServer::on_layer(int32_t layer, std::span<const engine::StepSequence
     Status posted = runtime_->transfer().post_layers(transfer_id, layer + 1);
     if (!posted.is_ok()) {
       spdlog::warn("{}: transfer {}: {}", runtime_->settings().name, transfer_id, posted.message());
-      (void)runtime_->transfer().cancel_send(transfer_id);
+      runtime_->cancel_send_async(transfer_id);
     }
   }
 }
@@ -187,7 +182,7 @@ void PrefillServer::on_abort(const control::Abort& abort) {
   job.aborted = true;
   if (!job.finished) runtime_->engine().scheduler().abort(job.sequence_id);
   if (job.transfer_started && !job.transfer_done)
-    (void)runtime_->transfer().cancel_send(job.prefill.transfer_id);
+    runtime_->cancel_send_async(job.prefill.transfer_id);
   collect_finished();
   maybe_complete(abort.request_id);
 }

@@ -50,6 +50,11 @@ bool NodeRegistry::heartbeat(const std::string& name, const control::NodeLoad& l
   return true;
 }
 
+void NodeRegistry::mark_down(const std::string& name) {
+  auto it = nodes_.find(name);
+  if (it != nodes_.end()) it->second.up = false;
+}
+
 std::vector<std::string> NodeRegistry::expire(Clock::time_point now,
                                               std::chrono::milliseconds timeout) {
   std::vector<std::string> down;

@@ -51,6 +51,8 @@ class NodeRegistry {
   Status register_node(const control::Register& message, Clock::time_point now);
   // False when the node is unknown or down: it must register again.
   bool heartbeat(const std::string& name, const control::NodeLoad& load, Clock::time_point now);
+  // Marks a node down at once (its connection is gone).
+  void mark_down(const std::string& name);
   // Marks nodes silent for longer than `timeout` down; returns their names.
   std::vector<std::string> expire(Clock::time_point now, std::chrono::milliseconds timeout);
 

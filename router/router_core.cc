@@ -118,35 +118,46 @@ void RouterCore::loop() {
 }
 
 void RouterCore::dispatch(Submission& submission) {
-  NodeState* decode = registry_.pick("decode");
-  if (decode == nullptr) {
-    in_flight_.fetch_sub(1);
-    submission.sink(failed_update(unavailable("no decode node is up")));
-    return;
-  }
-  Request& request = requests_[submission.id];
-  request.id = submission.id;
-  request.request = std::move(submission.request);
-  request.sink = std::move(submission.sink);
-  request.decode_node = decode->name;
-  request.deadline = Clock::now() + config_.request_timeout;
-  decode->assigned_requests++;
-
-  control::Generate generate;
-  generate.request_id = request.id;
-  generate.prompt = request.request.prompt;
-  generate.sampling = request.request.sampling;
-  if (int32_t(request.request.prompt.size()) >= config_.min_remote_prefill_tokens) {
-    if (NodeState* prefill = registry_.pick("prefill")) {
+  const std::vector<int32_t>& prompt = submission.request.prompt;
+  while (true) {
+    NodeState* decode = registry_.pick("decode");
+    if (decode == nullptr) {
+      in_flight_.fetch_sub(1);
+      submission.sink(failed_update(unavailable("no decode node is up")));
+      return;
+    }
+    NodeState* prefill = int32_t(prompt.size()) >= config_.min_remote_prefill_tokens
+                             ? registry_.pick("prefill")
+                             : nullptr;
+    control::Generate generate;
+    generate.request_id = submission.id;
+    generate.prompt = prompt;
+    generate.sampling = submission.request.sampling;
+    generate.prefill_node = prefill != nullptr ? prefill->name : "";
+    Status sent = send(decode->name, generate);
+    if (!sent.is_ok()) {
+      // Its connection is gone (it died before its heartbeats ran out): take
+      // it out now and place the request elsewhere.
+      std::string name = decode->name;
+      registry_.mark_down(name);
+      node_down(name, sent.message());
+      continue;
+    }
+    Request& request = requests_[submission.id];
+    request.id = submission.id;
+    request.request = std::move(submission.request);
+    request.sink = std::move(submission.sink);
+    request.decode_node = decode->name;
+    request.deadline = Clock::now() + config_.request_timeout;
+    decode->assigned_requests++;
+    if (prefill != nullptr) {
       request.prefill_node = prefill->name;
       request.prefilled_by = prefill->name;
       prefill->assigned_requests++;
       prefill->assigned_tokens += int64_t(request.request.prompt.size());
-      generate.prefill_node = prefill->name;
     }
+    return;
   }
-  Status sent = send(request.decode_node, generate);
-  if (!sent.is_ok()) fail(request.id, sent);
 }
 
 void RouterCore::handle(const std::string& from, control::Message& message) {
@@ -219,7 +230,11 @@ void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady
     return fail(request.id, unavailable("prefill node '" + request.prefill_node + "' is down"));
   }
   Status sent = send(request.prefill_node, prefill);
-  if (!sent.is_ok()) fail(request.id, sent);
+  if (!sent.is_ok()) {
+    std::string name = request.prefill_node;
+    registry_.mark_down(name);
+    node_down(name, sent.message());  // fails this request and the node's others
+  }
 }
 
 void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& done) {

@@ -5,6 +5,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/beast/core.hpp>
 #include <boost/beast/http.hpp>
+#include <limits>
 
 namespace baton::tools {
 
@@ -92,7 +93,7 @@ Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::st
   beast::error_code ec;
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(boost::none);
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // streams are open-ended
   http::read_header(stream, buffer, parser, ec);
   if (ec) return connection_error(ec, "reading from", host, port);
   HttpResponse response;
