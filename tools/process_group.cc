@@ -61,6 +61,12 @@ bool ProcessGroup::running(const std::string& name) const {
   return false;
 }
 
+void ProcessGroup::signal(const std::string& name, int signal) {
+  for (Child& child : children_) {
+    if (child.name == name && !child.exited) ::kill(child.pid, signal);
+  }
+}
+
 void ProcessGroup::stop(const std::vector<std::string>& names, std::chrono::milliseconds grace) {
   for (Child& child : children_) {
     for (const std::string& name : names) {

@@ -32,6 +32,8 @@ class ProcessGroup {
   // Children that exited since the last call (never blocks).
   std::vector<Exit> reap();
   bool running(const std::string& name) const;
+  // Sends `signal` to the child `name` if it runs.
+  void signal(const std::string& name, int signal);
   // SIGTERM to `names`, up to `grace` for them to exit, then SIGKILL.
   void stop(const std::vector<std::string>& names, std::chrono::milliseconds grace);
   std::vector<std::string> names() const;

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -140,6 +141,17 @@ Cluster::~Cluster() {
   group_.stop({"up"}, 20s);
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+int Cluster::terminate(std::chrono::milliseconds grace) {
+  group_.signal("up", SIGTERM);
+  auto deadline = std::chrono::steady_clock::now() + grace;
+  while (std::chrono::steady_clock::now() < deadline) {
+    for (const auto& exit : group_.reap()) return exit.status;
+    std::this_thread::sleep_for(20ms);
+  }
+  group_.stop({"up"}, 0ms);
+  return -1;
 }
 
 Result<tools::HttpResponse> Cluster::get(const std::string& target) const {

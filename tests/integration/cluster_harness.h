@@ -37,6 +37,10 @@ class Cluster {
   explicit Cluster(const ClusterShape& shape);
   ~Cluster();  // SIGTERM to `baton up`, which drains and stops everything
 
+  // Sends SIGTERM to `baton up` now and waits up to `grace` for it to exit;
+  // returns its waitpid status, or -1 if it had to be killed.
+  int terminate(std::chrono::milliseconds grace);
+
   const std::filesystem::path& model_dir() const { return model_dir_; }
   const std::filesystem::path& config_file() const { return config_file_; }
   uint16_t http_port() const { return http_port_; }

@@ -3,6 +3,9 @@
 // blocks are freed on the nodes.
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+
+#include <atomic>
 #include <thread>
 
 #include "tests/integration/cluster_harness.h"
@@ -65,6 +68,47 @@ TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
   json error = json::parse((*events)[events->size() - 2], nullptr, false);
   EXPECT_TRUE(error.contains("error")) << "a stream that times out ends with an error event";
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+}  // namespace
+}  // namespace baton::testing
+
+namespace baton::testing {
+namespace {
+
+TEST(LimitsTest, SigtermDrainsRunningRequestsThenStopsEveryProcess) {
+  ClusterShape shape;
+  Cluster cluster(shape);
+  std::atomic<bool> first_bytes{false};
+  std::string received;
+  std::thread client([&] {
+    json body = {{"prompt", std::string(40, 'd')},
+                 {"max_tokens", 900},
+                 {"ignore_eos", true},
+                 {"stream", true}};
+    auto response = tools::http_stream("127.0.0.1", cluster.http_port(), "/v1/completions",
+                                       body.dump(), [&](std::string_view data) {
+                                         received.append(data);
+                                         first_bytes = true;
+                                         return true;
+                                       });
+    EXPECT_TRUE(response.is_ok());
+  });
+  auto until = std::chrono::steady_clock::now() + 10s;
+  while (!first_bytes && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  int status = cluster.terminate(10s);
+  client.join();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+      << "baton up exits cleanly: " << status;
+  std::vector<std::string> events = sse_payloads(received);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events.back(), "[DONE]");
+  json last = json::parse(events[events.size() - 2]);
+  EXPECT_EQ(last["choices"][0]["finish_reason"], "length")
+      << "the running request was drained, not cut";
+  // Nothing listens any more.
+  auto after = tools::http_request("127.0.0.1", cluster.http_port(), "GET", "/health", {}, 1s);
+  EXPECT_FALSE(after.is_ok() && after->status == 200);
 }
 
 }  // namespace
