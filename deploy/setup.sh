@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git python3
+  build-essential cmake ninja-build ccache pkg-config git python3 python3-venv
   libopenblas-dev
   libyaml-cpp-dev libspdlog-dev libfmt-dev nlohmann-json3-dev libcli11-dev
   libxxhash-dev

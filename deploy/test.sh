@@ -7,12 +7,18 @@ cd "$(dirname "$0")/.."
 bash deploy/setup.sh
 jobs=$(nproc)
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release
+# The `openai` client test runs in a virtualenv of its own (openai from PyPI).
+python3 -m venv build-venv
+build-venv/bin/pip install -q --disable-pip-version-check -r tests/integration/requirements.txt
+
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_TEST_PYTHON="$PWD/build-venv/bin/python"
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 
-# The parsers of untrusted files again under AddressSanitizer and UBSan.
+# The parsers of untrusted files and control messages again under
+# AddressSanitizer and UBSan.
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBATON_SANITIZE=ON \
   -DBATON_WITH_CUDA=OFF -DBATON_BUILD_BENCH=OFF
-cmake --build build-asan -j "$jobs" --target loader_test
-ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" -R '^(Safetensors|ModelConfig|Checkpoint|MakeModel)'
+cmake --build build-asan -j "$jobs" --target loader_test common_test
+ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
+  -R '^(Safetensors|ModelConfig|Checkpoint|MakeModel|ControlMessages|ControlSocket)'

@@ -1,0 +1,145 @@
+"""The official `openai` Python client against a real Baton cluster.
+
+Starts `baton up` on a tiny random model (router, one prefill and one decode
+node on loopback) and drives it the way users do: completions and chat, plain
+and streamed, with usage, seeds, n > 1, and the client's own error classes.
+Exits non-zero on the first failed check.
+
+    python openai_client_test.py --baton build/tools/baton
+"""
+import argparse
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import openai
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def check(condition, message):
+    if not condition:
+        raise AssertionError(message)
+
+
+def wait_until_up(port, nodes, timeout=60):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/v1/nodes", timeout=2) as r:
+                doc = json.load(r)
+                if sum(n["up"] for n in doc["nodes"]) == nodes:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError("the cluster did not come up")
+
+
+def baton_generate(baton, model_dir, prompt, *flags):
+    with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
+        f.write(prompt + "\n")
+    try:
+        out = subprocess.run([baton, "generate", "--model", model_dir, "--prompts", f.name, "--json", *flags],
+                             check=True, capture_output=True, text=True).stdout
+    finally:
+        os.unlink(f.name)
+    return json.loads(out.strip().splitlines()[0])
+
+
+def run(baton, work):
+    model_dir = os.path.join(work, "tiny")
+    subprocess.run([baton, "make-model", "--preset", "tiny", "--out", model_dir], check=True,
+                   capture_output=True)
+    http, zmq, control = free_port(), free_port(), free_port()
+    config = os.path.join(work, "cluster.yaml")
+    with open(config, "w") as f:
+        f.write(f"""model: {{path: {model_dir}, served_name: tiny}}
+router: {{http_port: {http}, zmq_port: {zmq}, control_port: {control}, min_remote_prefill_tokens: 4,
+          heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1000, drain_timeout_ms: 2000}}
+engine: {{threads: 1, kv_cache_bytes: 4MiB, max_model_len: 1024}}
+prefill: [{{name: prefill-0}}]
+decode: [{{name: decode-0}}]
+""")
+    up = subprocess.Popen([baton, "up", config], stdout=subprocess.DEVNULL, start_new_session=True)
+    try:
+        wait_until_up(http, 2)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key="unused", max_retries=0)
+
+        models = client.models.list()
+        check([m.id for m in models.data] == ["tiny"], f"models: {models}")
+
+        prompt = "The quick brown fox jumps"
+        done = client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0)
+        expected = baton_generate(baton, model_dir, prompt, "--max-tokens", "12", "--temperature", "0")
+        check(done.choices[0].text == expected["text"], f"{done.choices[0].text!r} != {expected['text']!r}")
+        check(done.usage.prompt_tokens == len(expected["prompt_ids"]), f"usage {done.usage}")
+        check(done.usage.completion_tokens == len(expected["output_ids"]), f"usage {done.usage}")
+
+        stream = client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0, stream=True,
+                                           stream_options={"include_usage": True})
+        text, usage, finish = "", None, None
+        for chunk in stream:
+            if chunk.choices:
+                text += chunk.choices[0].text
+                finish = chunk.choices[0].finish_reason or finish
+            if chunk.usage:
+                usage = chunk.usage
+        check(text == expected["text"], f"streamed {text!r}")
+        check(finish == expected["finish_reason"], f"finish {finish}")
+        check(usage is not None and usage.completion_tokens == done.usage.completion_tokens, f"usage {usage}")
+
+        seeded = dict(model="tiny", prompt=prompt, max_tokens=10, temperature=1.0, seed=1234, n=2)
+        a = client.completions.create(**seeded)
+        b = client.completions.create(**seeded)
+        check([c.text for c in a.choices] == [c.text for c in b.choices], "same seed, same choices")
+        check(sorted(c.index for c in a.choices) == [0, 1], "n=2 gives two choices")
+
+        chat = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}],
+                                              max_tokens=6, temperature=0)
+        check(chat.choices[0].message.role == "assistant", f"chat {chat}")
+        pieces = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hello"}],
+                                                max_tokens=6, temperature=0, stream=True)
+        streamed = "".join(c.choices[0].delta.content or "" for c in pieces if c.choices)
+        check(streamed == chat.choices[0].message.content, f"chat stream {streamed!r}")
+
+        try:
+            client.completions.create(model="tiny", prompt=prompt, max_tokens=-1)
+            check(False, "max_tokens=-1 was accepted")
+        except openai.BadRequestError as e:
+            check(e.status_code == 400 and "max_tokens" in str(e), f"400 names the field: {e}")
+        try:
+            client.completions.create(model="gpt-9", prompt=prompt, max_tokens=4)
+            check(False, "an unknown model was accepted")
+        except openai.NotFoundError as e:
+            check(e.status_code == 404, f"404: {e}")
+        print("openai client: all checks passed")
+    finally:
+        os.killpg(up.pid, signal.SIGTERM)
+        up.wait(timeout=30)
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--baton", required=True)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as work:
+        run(os.path.abspath(args.baton), work)
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except AssertionError as e:
+        print(f"FAILED: {e}", file=sys.stderr)
+        sys.exit(1)
