@@ -69,7 +69,9 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   settings.engine = section->engine;
   settings.transfer = section->transfer;
   settings.heartbeat_interval = config->router.heartbeat_interval;
-  settings.kv_wait_timeout = config->router.request_timeout;
+  // A backstop behind the router, which aborts a request at its timeout (or
+  // when the prefill node stops heartbeating) and so normally ends it first.
+  settings.kv_wait_timeout = config->router.request_timeout + config->router.heartbeat_timeout;
   Status status;
   if (role == cluster::Role::kPrefill) {
     auto server = prefill_node::PrefillServer::create(settings);

