@@ -139,8 +139,22 @@ Cluster::Cluster(const ClusterShape& shape) {
 
 Cluster::~Cluster() {
   group_.stop({"up"}, 20s);
+  group_.stop(group_.names(), 10s);  // nodes the test started itself
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+void Cluster::start_node(const std::string& role, const std::string& name) {
+  Status spawned = group_.spawn(name, {BATON_BINARY, "--log-level", "warn", role, "--config",
+                                       config_file_.string(), "--name", name});
+  EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
+}
+
+bool Cluster::node_up(const std::string& name) const {
+  for (const auto& node : nodes().value("nodes", json::array())) {
+    if (node.value("name", "") == name) return node.value("up", false);
+  }
+  return false;
 }
 
 int Cluster::terminate(std::chrono::milliseconds grace) {

@@ -37,6 +37,12 @@ class Cluster {
   explicit Cluster(const ClusterShape& shape);
   ~Cluster();  // SIGTERM to `baton up`, which drains and stops everything
 
+  // Starts `baton ROLE --config FILE --name NAME` as a process of the test
+  // (a node restarted by hand after a crash).
+  void start_node(const std::string& role, const std::string& name);
+  // Whether the router lists `name` as up.
+  bool node_up(const std::string& name) const;
+
   // Sends SIGTERM to `baton up` now and waits up to `grace` for it to exit;
   // returns its waitpid status, or -1 if it had to be killed.
   int terminate(std::chrono::milliseconds grace);

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <set>
 #include <thread>
 
 #include "tests/integration/cluster_harness.h"
@@ -136,6 +137,27 @@ TEST(FaultTest, DecodeNodeKilledMidStream) {
     ASSERT_TRUE(response.is_ok());
     EXPECT_EQ(response->status, 200) << response->body;
   }
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+
+  // Restarted by hand, the node registers again and takes work again.
+  cluster.start_node("decode", "decode-0");
+  bool back = false;
+  for (auto until = Clock::now() + 20s; !back && Clock::now() < until;) {
+    back = cluster.node_up("decode-0");
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(back) << cluster.nodes().dump(2);
+  std::set<std::string> served;
+  for (int i = 0; i < 6; ++i) {
+    auto response =
+        cluster.post("/v1/completions", {{"prompt", std::string(20 + i, 'w')}, {"max_tokens", 3}});
+    ASSERT_TRUE(response.is_ok());
+    ASSERT_EQ(response->status, 200) << response->body;
+    served.insert(
+        json::parse(response->body)["choices"][0]["served_by"]["decode"].get<std::string>());
+  }
+  EXPECT_EQ(served, (std::set<std::string>{"decode-0", "decode-1"}))
+      << "round-robin uses the restarted node";
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
