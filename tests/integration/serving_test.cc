@@ -216,6 +216,38 @@ TEST_F(ServingTest, ErrorsHaveTheirStatusAndShape) {
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
 }
 
+TEST_F(ServingTest, RandomAndMutatedBodiesGetJsonErrorsAndNothingCrashes) {
+  const std::string valid = R"({"prompt": "hello", "max_tokens": 4, "temperature": 0, "n": 1})";
+  int answered = 0;
+  for (int trial = 0; trial < 150; ++trial) {
+    std::string body = valid;
+    if (trial % 3 == 0) {
+      body.assign(1 + rng_() % 64, '\0');
+      for (char& c : body) c = char(rng_());
+    } else {
+      for (int flips = 1 + int(rng_() % 3); flips > 0; --flips)
+        body[rng_() % body.size()] = char(rng_());
+    }
+    const char* target = trial % 2 ? "/v1/completions" : "/v1/chat/completions";
+    auto response =
+        tools::http_request("127.0.0.1", cluster_->http_port(), "POST", target, body, 10s);
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    json parsed = json::parse(response->body, nullptr, false);
+    if (response->status == 200) {
+      EXPECT_TRUE(parsed.contains("choices")) << response->body;
+    } else {
+      EXPECT_TRUE(response->status == 400 || response->status == 404) << response->status;
+      EXPECT_TRUE(parsed.contains("error")) << response->body;
+    }
+    ++answered;
+  }
+  EXPECT_EQ(answered, 150);
+  auto health = cluster_->get("/health");
+  ASSERT_TRUE(health.is_ok());
+  EXPECT_EQ(health->status, 200);
+  EXPECT_TRUE(cluster_->wait_drained(10s));
+}
+
 TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {
   std::vector<std::thread> clients;
   std::atomic<int> hung_up{0};
