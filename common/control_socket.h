@@ -12,12 +12,17 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/control_messages.h"
 #include "common/status.h"
 
 namespace baton::control {
+
+// A node sends heartbeats from a second DEALER whose routing id is its name
+// plus this suffix, so they flow while its main loop is busy in a long step.
+inline constexpr std::string_view kHeartbeatIdentitySuffix = "/heartbeat";
 
 // Bounds of one socket's queues (messages, each direction).
 inline constexpr int kControlHighWaterMark = 100000;

@@ -43,7 +43,14 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
     BATON_ASSIGN_OR_RETURN(
         node->socket_, control::ControlSocket::connect(settings.control_endpoint, settings.name));
   }
+  {
+    BATON_ASSIGN_OR_RETURN(node->heartbeat_socket_,
+                           control::ControlSocket::connect(
+                               settings.control_endpoint,
+                               settings.name + std::string(control::kHeartbeatIdentitySuffix)));
+  }
   node->cancel_thread_ = std::thread([n = node.get()] { n->cancel_loop(); });
+  node->heartbeat_thread_ = std::thread([n = node.get()] { n->heartbeat_loop(); });
   spdlog::info("{}: {} node up, KV pool {} blocks of {} tokens, transports {}", settings.name,
                settings.role, pool.layout().num_blocks, pool.layout().block_size,
                fmt::join(node->transfer_->transports(), ","));
@@ -53,6 +60,8 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
 // The transfer engine fails what is unfinished through completion_sink(),
 // which needs the mutex and wake fd: stop it while they still exist.
 NodeRuntime::~NodeRuntime() {
+  heartbeat_stop_ = true;
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   {
     std::lock_guard lock(cancel_mutex_);
     cancel_stop_ = true;
@@ -143,13 +152,26 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
 
 void NodeRuntime::tick() {
   auto now = std::chrono::steady_clock::now();
-  if (!registered_) {
-    if (now >= next_register_) send_register();
-    return;
+  if (!registered_ && now >= next_register_) send_register();
+  control::NodeLoad current = load();
+  std::lock_guard lock(load_mutex_);
+  published_load_ = current;
+}
+
+void NodeRuntime::heartbeat_loop() {
+  while (!heartbeat_stop_.load()) {
+    // Waiting on the socket doubles as the interval's sleep; the router
+    // never writes to this identity.
+    (void)heartbeat_socket_->poll(settings_.heartbeat_interval);
+    if (heartbeat_stop_.load() || !registered_.load()) continue;
+    control::Heartbeat heartbeat{settings_.name, {}};
+    {
+      std::lock_guard lock(load_mutex_);
+      heartbeat.load = published_load_;
+    }
+    Status sent = heartbeat_socket_->send("", heartbeat);
+    if (!sent.is_ok()) spdlog::warn("{}: heartbeat not sent: {}", settings_.name, sent.message());
   }
-  if (now < next_heartbeat_) return;
-  next_heartbeat_ = now + settings_.heartbeat_interval;
-  send(control::Heartbeat{settings_.name, load()});
 }
 
 void NodeRuntime::count_step() {

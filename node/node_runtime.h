@@ -60,8 +60,8 @@ class NodeRuntime {
   // Waits up to `timeout` for router messages or transfer completions; handles
   // registration traffic itself and returns the rest.
   std::vector<control::Message> poll(std::chrono::milliseconds timeout);
-  // Sends a heartbeat with the node's load if one is due (Register while
-  // unregistered).
+  // Registers while unregistered, and publishes the node's load for the
+  // heartbeat thread. Call once per loop iteration.
   void tick();
   // Adds the last engine step's token counts to the reported counters.
   void count_step();
@@ -71,7 +71,7 @@ class NodeRuntime {
   // stalled node does not spin a core its neighbours need.
   std::chrono::milliseconds poll_timeout() const;
   control::NodeLoad load() const;
-  bool registered() const { return registered_; }
+  bool registered() const { return registered_.load(); }
   uint64_t messages_rejected() const { return socket_->rejected(); }
 
   // Cancels an expectation / a send without blocking the loop: the transfer
@@ -94,8 +94,7 @@ class NodeRuntime {
   std::unique_ptr<kv_transfer::TransferEngine> transfer_;
   std::unique_ptr<control::ControlSocket> socket_;
   control::WakeFd wake_;
-  bool registered_ = false;
-  std::chrono::steady_clock::time_point next_heartbeat_{};
+  std::atomic<bool> registered_{false};
   std::chrono::steady_clock::time_point next_register_{};
   uint64_t send_failures_ = 0;
   int64_t prompt_tokens_ = 0;
@@ -104,6 +103,13 @@ class NodeRuntime {
 
   std::mutex completions_mutex_;
   std::vector<kv_transfer::TransferResult> completions_;
+
+  void heartbeat_loop();
+  std::unique_ptr<control::ControlSocket> heartbeat_socket_;
+  mutable std::mutex load_mutex_;
+  control::NodeLoad published_load_;
+  std::atomic<bool> heartbeat_stop_{false};
+  std::thread heartbeat_thread_;
 
   struct Cancel {
     uint64_t transfer_id;

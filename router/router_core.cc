@@ -163,9 +163,13 @@ void RouterCore::dispatch(Submission& submission) {
 void RouterCore::handle(const std::string& from, control::Message& message) {
   if (auto* reg = std::get_if<control::Register>(&message)) return on_register(from, *reg);
   if (auto* heartbeat = std::get_if<control::Heartbeat>(&message)) {
-    if (heartbeat->node != from || !registry_.heartbeat(from, heartbeat->load, Clock::now())) {
+    // Heartbeats come from the node's second socket, `<name>/heartbeat`.
+    std::string_view suffix = control::kHeartbeatIdentitySuffix;
+    bool from_heartbeat_socket = from.size() > suffix.size() && from.ends_with(suffix);
+    std::string node = from_heartbeat_socket ? from.substr(0, from.size() - suffix.size()) : from;
+    if (heartbeat->node != node || !registry_.heartbeat(node, heartbeat->load, Clock::now())) {
       (void)send(
-          from, control::RegisterAck{false, "unknown or down node '" + from + "': register again"});
+          node, control::RegisterAck{false, "unknown or down node '" + node + "': register again"});
     }
     return;
   }

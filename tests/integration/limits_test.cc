@@ -113,3 +113,38 @@ TEST(LimitsTest, SigtermDrainsRunningRequestsThenStopsEveryProcess) {
 
 }  // namespace
 }  // namespace baton::testing
+
+namespace baton::testing {
+namespace {
+
+// Heartbeats flow from their own thread: engine steps several times longer
+// than the heartbeat timeout must not get a live node declared dead.
+TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
+  ClusterShape shape;
+  shape.max_model_len = 2048;
+  shape.max_num_batched_tokens = 4096;  // two 2000-token prompts in one step
+  shape.heartbeat_interval_ms = 10;
+  shape.heartbeat_timeout_ms = 60;
+  Cluster cluster(shape);
+  for (int round = 0; round < 3; ++round) {
+    std::vector<std::thread> clients;
+    std::vector<int> statuses(2, 0);
+    std::vector<std::string> bodies(2);
+    for (int i = 0; i < 2; ++i) {
+      clients.emplace_back([&, i] {
+        json body = {{"prompt", std::string(2000, char('a' + i + round))}, {"max_tokens", 2}};
+        auto response = cluster.post("/v1/completions", body);
+        statuses[i] = response.is_ok() ? response->status : -1;
+        bodies[i] = response.is_ok() ? response->body : response.status().to_string();
+      });
+    }
+    for (auto& client : clients) client.join();
+    for (int i = 0; i < 2; ++i) EXPECT_EQ(statuses[i], 200) << bodies[i];
+  }
+  EXPECT_TRUE(cluster.node_up("prefill-0"));
+  EXPECT_TRUE(cluster.node_up("decode-0"));
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+}  // namespace
+}  // namespace baton::testing
