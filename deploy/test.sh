@@ -8,10 +8,16 @@ bash deploy/setup.sh
 jobs=$(nproc)
 
 # The `openai` client test runs in a virtualenv of its own (openai from PyPI).
-python3 -m venv build-venv
-build-venv/bin/pip install -q --disable-pip-version-check -r tests/integration/requirements.txt
+# Without PyPI the test cannot be built; say so loudly and run the rest.
+test_python=""
+if python3 -m venv build-venv &&
+  build-venv/bin/pip install -q --disable-pip-version-check -r tests/integration/requirements.txt; then
+  test_python="$PWD/build-venv/bin/python"
+else
+  echo "WARNING: could not install the openai client from PyPI; openai_client_test is not registered" >&2
+fi
 
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_TEST_PYTHON="$PWD/build-venv/bin/python"
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_TEST_PYTHON="$test_python"
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 
