@@ -489,6 +489,40 @@ Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node
   return config;
 }
 
+// KV blocks move between any prefill and any decode node, byte for byte:
+// every node must use the same block size and KV element type.
+static Status check_shared_kv_layout(const ClusterConfig& config) {
+  const NodeSection* first = nullptr;
+  std::string first_key;
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (size_t i = 0; i < nodes->size(); ++i) {
+      const NodeSection& node = (*nodes)[i];
+      std::string key = std::string(role_name(node.role)) + "[" + std::to_string(i) + "]";
+      if (first == nullptr) {
+        first = &node;
+        first_key = key;
+        continue;
+      }
+      if (node.engine.block_size != first->engine.block_size) {
+        return invalid_argument(
+            key + ".engine.block_size: " + std::to_string(node.engine.block_size) +
+            " differs from " + first_key + "'s " + std::to_string(first->engine.block_size) +
+            "; KV blocks move between nodes, so all nodes share one block size");
+      }
+      if (node.engine.kv_dtype != first->engine.kv_dtype) {
+        auto name = [](const std::optional<DType>& d) {
+          return d ? std::string(dtype_name(*d)) : std::string("auto");
+        };
+        return invalid_argument(key + ".engine.kv_dtype: " + name(node.engine.kv_dtype) +
+                                " differs from " + first_key + "'s " +
+                                name(first->engine.kv_dtype) +
+                                "; KV blocks move between nodes, so all nodes share one KV dtype");
+      }
+    }
+  }
+  return Status::ok();
+}
+
 Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::path& base_dir) {
   static const char* const kTopLevel[] = {"model",    "router",  "engine",
                                           "transfer", "prefill", "decode"};
@@ -536,6 +570,7 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
       names.emplace_back(node.name, node_key);
     }
   }
+  BATON_RETURN_IF_ERROR(check_shared_kv_layout(config));
   return config;
 }
 

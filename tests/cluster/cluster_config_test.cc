@@ -162,7 +162,7 @@ TEST(ClusterConfig, NodeSettingsOverrideDefaultsKeyByKey) {
 engine: {threads: 2, block_size: 32, kv_cache_bytes: 128MiB, kv_dtype: f16}
 transfer: {mode: tag, default_deadline_ms: 100, ucx_env: {UCX_TLS: tcp, UCX_NET_DEVICES: eth0}}
 prefill:
-  - {name: p0, engine: {kv_cache_bytes: 1GiB, kv_dtype: auto}}
+  - {name: p0, engine: {kv_cache_bytes: 1GiB, max_num_seqs: 7}}
   - {name: p1, transfer: {mode: rma, ucx_env: {UCX_NET_DEVICES: "mlx5_1:1"}}}
 decode:
   - {name: d0, engine: {max_model_len: 512, threads: 4}}
@@ -172,7 +172,8 @@ decode:
   EXPECT_EQ(p0.engine.threads, 2);
   EXPECT_EQ(p0.engine.block_size, 32);
   EXPECT_EQ(p0.engine.kv_cache_bytes, 1ull << 30);
-  EXPECT_FALSE(p0.engine.kv_dtype.has_value());
+  EXPECT_EQ(p0.engine.kv_dtype, DType::kF16);
+  EXPECT_EQ(p0.engine.max_num_seqs, 7);
   EXPECT_EQ(p0.transfer.mode, kv_transfer::TransferMode::kTag);
 
   const NodeSection& p1 = config->prefill[1];
@@ -488,6 +489,11 @@ TEST(ValidateAgainstModel, KvCacheBlocksTakePrecedence) {
 TEST(ValidateAgainstModel, KvDtypeAndBlockSizeCount) {
   const uint64_t exact = 128 * kSmolBlockBytes;  // 2048 bf16 tokens
   const std::string engine = "kv_cache_bytes: " + std::to_string(exact) + ", max_model_len: 2048";
+  // KV dtype and block size are cluster-wide (every node shares the layout).
+  auto smol_cluster = [](const std::string& defaults) {
+    return parse("model: {preset: smollm2-135m}\nengine: " + defaults +
+                 "\nprefill: [{name: p0}]\ndecode: [{name: d0}]\n");
+  };
   // f32 KV takes twice the bytes.
   auto config = smol_cluster("{" + engine + ", kv_dtype: f32}");
   ASSERT_TRUE(config.is_ok());
@@ -586,6 +592,36 @@ TEST(ShippedConfigs, MultiHostLoadsAndFitsItsModel) {
             config->prefill[0].transfer.ucx_env.at("UCX_TLS"));
   Status status = validate_shipped(*config);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+}  // namespace
+}  // namespace baton::cluster
+
+namespace baton::cluster {
+namespace {
+
+TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeAndKvDtype) {
+  auto parse = [](const std::string& text) {
+    return parse_cluster_config(YAML::Load(text), std::filesystem::path("/tmp"));
+  };
+  std::string base = "model: {preset: tiny}\nprefill: [{name: p}]\n";
+  auto block = parse(base + "decode: [{name: d, engine: {block_size: 32}}]\n");
+  ASSERT_FALSE(block.is_ok());
+  EXPECT_NE(
+      block.status().message().find("decode[0].engine.block_size: 32 differs from prefill[0]'s 16"),
+      std::string::npos)
+      << block.status().message();
+  auto dtype = parse(base + "decode: [{name: d, engine: {kv_dtype: bf16}}]\n");
+  ASSERT_FALSE(dtype.is_ok());
+  EXPECT_NE(dtype.status().message().find(
+                "decode[0].engine.kv_dtype: bf16 differs from prefill[0]'s auto"),
+            std::string::npos)
+      << dtype.status().message();
+  EXPECT_TRUE(
+      parse(
+          "model: {preset: tiny}\nengine: {kv_dtype: bf16, block_size: 32}\nprefill: [{name: p}]\n"
+          "decode: [{name: d}]\n")
+          .is_ok());
 }
 
 }  // namespace
