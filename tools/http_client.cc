@@ -93,7 +93,9 @@ Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::st
   beast::error_code ec;
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;
-  parser.body_limit(std::numeric_limits<std::uint64_t>::max());  // streams are open-ended
+  // Not boost::none: Beast 1.74 compares a Content-Length against an empty
+  // optional as if it were a limit of 0, failing every non-streamed reply.
+  parser.body_limit(std::numeric_limits<std::uint64_t>::max());
   http::read_header(stream, buffer, parser, ec);
   if (ec) return connection_error(ec, "reading from", host, port);
   HttpResponse response;
@@ -102,7 +104,9 @@ Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::st
   while (!parser.is_done()) {
     parser.get().body().data = chunk;
     parser.get().body().size = sizeof(chunk);
-    http::read(stream, buffer, parser, ec);
+    // read_some returns as soon as some body bytes arrived; read() would wait
+    // until the buffer is full, delivering SSE events late and in bursts.
+    http::read_some(stream, buffer, parser, ec);
     if (ec == http::error::need_buffer) ec = {};
     if (ec) return connection_error(ec, "reading from", host, port);
     size_t got = sizeof(chunk) - parser.get().body().size;

@@ -25,7 +25,8 @@ Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::s
                                   std::string_view target, std::string_view body = {},
                                   std::chrono::milliseconds timeout = std::chrono::seconds(30));
 
-// Streams a response: `on_data` gets body bytes as they arrive (chunked SSE),
+// Streams a response: `on_data` gets body bytes as soon as they arrive (each
+// read, so SSE events keep their arrival times),
 // and may return false to hang up early. The returned response has the status
 // and headers (body empty).
 Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::string_view target,

@@ -1,11 +1,16 @@
-// The load tester's statistics against hand-computed values, and its arrival
-// schedule against the gamma distribution's moments.
+// The load tester's statistics against hand-computed values, its arrival
+// schedule against the gamma distribution's moments, and its report: the
+// table's labels, the per-node breakdown, saved and merged JSON results.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <limits>
+#include <sstream>
 
 #include "tools/loadtest/arrivals.h"
+#include "tools/loadtest/report.h"
+#include "tools/loadtest/result_json.h"
 #include "tools/loadtest/serving_stats.h"
 
 namespace baton::loadtest {
@@ -110,6 +115,137 @@ TEST(Arrivals, SeededInfiniteAndInvalid) {
   EXPECT_FALSE(arrival_times(5, {.request_rate = 0.0}).is_ok());
   EXPECT_FALSE(arrival_times(5, {.request_rate = 1.0, .burstiness = -1.0}).is_ok());
   EXPECT_FALSE(arrival_times(-1, {}).is_ok());
+}
+
+TEST(ServingStats, GoodputWithEndToEndLatency) {
+  std::vector<RequestRecord> records = {ok(1, 2, 0.1, 0.5), ok(1, 2, 0.1, 1.5)};
+  EXPECT_DOUBLE_EQ(*summarize(records, 4.0, {.e2el_ms = 1000.0}).request_goodput, 0.25);
+}
+
+TEST(Report, GoodputOptionParses) {
+  auto slo = parse_goodput({"ttft:200", "tpot:50.5"});
+  ASSERT_TRUE(slo.is_ok()) << slo.status().to_string();
+  EXPECT_EQ(slo->ttft_ms, 200.0);
+  EXPECT_EQ(slo->tpot_ms, 50.5);
+  EXPECT_FALSE(slo->e2el_ms.has_value());
+  for (const char* bad : {"ttft", "ttft:", "ttft:abc", "ttft:-1", "itl:5", "ttft:5ms", "ttft:inf"})
+    EXPECT_FALSE(parse_goodput({bad}).is_ok()) << bad;
+  EXPECT_FALSE(parse_goodput({"ttft:1", "ttft:2"}).is_ok());
+  EXPECT_TRUE(parse_percentile_metrics("ttft,e2el").is_ok());
+  EXPECT_FALSE(parse_percentile_metrics("ttft,latency").is_ok());
+}
+
+RequestRecord served(RequestRecord r, std::string prefill, std::string decode, double start) {
+  r.prefill_node = std::move(prefill);
+  r.decode_node = std::move(decode);
+  r.start_s = start;
+  return r;
+}
+
+BenchResult two_node_result() {
+  BenchResult result;
+  result.config.model = "tiny";
+  result.config.num_prompts = 3;
+  result.config.request_rate = 2.0;
+  result.config.slo.ttft_ms = 250.0;
+  result.started_at_unix = 1000.0;
+  result.duration_s = 2.0;
+  RequestRecord failed;
+  failed.error = "HTTP 503: no decode node";
+  result.records = {
+      served(ok(5, 10, 0.1, 1.0, std::vector<double>(9, 0.1)), "prefill-0", "decode-0", 0.0),
+      served(ok(7, 1, 0.3, 0.3), "", "decode-0", 0.5), failed};
+  return result;
+}
+
+TEST(Report, PerNodeBreakdownFollowsServedBy) {
+  std::vector<NodeShare> shares = per_node(two_node_result());
+  ASSERT_EQ(shares.size(), 3u);
+  EXPECT_EQ(shares[0].role, "prefill");
+  EXPECT_EQ(shares[0].node, kPrefilledOnDecode);  // the request without a prefill node
+  EXPECT_EQ(shares[0].summary.completed, 1);
+  EXPECT_NEAR(shares[0].summary.ttft_ms.mean, 300.0, 1e-9);
+  EXPECT_EQ(shares[1].node, "prefill-0");
+  EXPECT_DOUBLE_EQ(shares[1].summary.output_throughput, 5.0);  // 10 tokens over the run's 2 s
+  EXPECT_EQ(shares[2].role, "decode");
+  EXPECT_EQ(shares[2].node, "decode-0");
+  EXPECT_EQ(shares[2].summary.completed, 2);
+  EXPECT_DOUBLE_EQ(shares[2].summary.output_throughput, 5.5);
+}
+
+TEST(Report, TableHasVllmLabels) {
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  print_report(out, two_node_result(), {"ttft", "tpot", "itl"});
+  std::fclose(out);
+  const std::string table(text, size);
+  std::free(text);
+  for (const char* label :
+       {"============ Serving Benchmark Result ============", "Successful requests:",
+        "Benchmark duration (s):", "Total input tokens:", "Total generated tokens:",
+        "Request throughput (req/s):", "Request goodput (req/s):",
+        "Output token throughput (tok/s):", "Total Token throughput (tok/s):",
+        "---------------Time to First Token----------------", "Mean TTFT (ms):",
+        "Median TTFT (ms):", "P99 TTFT (ms):", "-----Time per Output Token (excl. 1st token)------",
+        "Mean TPOT (ms):", "P99 ITL (ms):", "1 x HTTP 503: no decode node"}) {
+    EXPECT_NE(table.find(label), std::string::npos) << label << " missing from\n" << table;
+  }
+  EXPECT_NE(table.find("Successful requests:                     2 "), std::string::npos);
+  EXPECT_NE(table.find("Output token throughput (tok/s):         5.50"), std::string::npos);
+  EXPECT_EQ(table.find("E2EL"), std::string::npos);  // not asked for
+}
+
+TEST(ResultJson, VllmKeysAndRoundTrip) {
+  BenchResult result = two_node_result();
+  nlohmann::json brief = result_json(result, /*detailed=*/false);
+  // The keys `vllm bench serve --save-result` writes, and Baton's per_node.
+  std::istringstream keys(
+      "date backend model_id num_prompts request_rate burstiness max_concurrency duration "
+      "completed total_input_tokens total_output_tokens request_throughput request_goodput "
+      "output_throughput total_token_throughput mean_ttft_ms median_ttft_ms std_ttft_ms "
+      "p99_ttft_ms mean_tpot_ms median_tpot_ms std_tpot_ms p99_tpot_ms mean_itl_ms median_itl_ms "
+      "std_itl_ms p99_itl_ms mean_e2el_ms median_e2el_ms std_e2el_ms p99_e2el_ms per_node");
+  for (std::string key; keys >> key;) EXPECT_TRUE(brief.contains(key)) << key;
+  EXPECT_EQ(brief["completed"], 2);
+  EXPECT_DOUBLE_EQ(brief["request_goodput"].get<double>(), 0.5);
+  EXPECT_NEAR(brief["p99_ttft_ms"].get<double>(), 298.0, 1e-9);
+  EXPECT_FALSE(brief.contains("ttfts"));
+  EXPECT_FALSE(result_from_json(brief, "brief.json").is_ok());  // no per-request detail
+
+  result.config.request_rate = std::numeric_limits<double>::infinity();
+  nlohmann::json detailed = result_json(result, /*detailed=*/true);
+  EXPECT_EQ(detailed["request_rate"], "inf");
+  EXPECT_EQ(detailed["input_lens"], nlohmann::json({5, 7, 0}));
+  EXPECT_EQ(detailed["served_by"][1]["prefill"], nullptr);
+  auto back = result_from_json(nlohmann::json::parse(detailed.dump()), "detailed.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_TRUE(std::isinf(back->config.request_rate));
+  EXPECT_EQ(back->config.slo.ttft_ms, 250.0);
+  EXPECT_EQ(result_json(*back, true), detailed);
+}
+
+TEST(ResultJson, MergeRecomputesOverAllShards) {
+  BenchResult a = two_node_result(), b = two_node_result();
+  a.config.shard = "0/2";
+  b.config.shard = "1/2";
+  b.started_at_unix = 1001.0;  // started a second later, ended at 1003
+  b.records.pop_back();        // no failure on this host
+  auto merged = merge_results({a, b});
+  ASSERT_TRUE(merged.is_ok()) << merged.status().to_string();
+  EXPECT_DOUBLE_EQ(merged->duration_s, 3.0);
+  EXPECT_DOUBLE_EQ(merged->started_at_unix, 1000.0);
+  EXPECT_EQ(merged->config.num_prompts, 5);
+  EXPECT_TRUE(merged->config.shard.empty());
+  EXPECT_DOUBLE_EQ(merged->records[3].start_s, 1.0);  // b's first request, on a's clock
+  ServingSummary s = merged->summary();
+  EXPECT_EQ(s.completed, 4);
+  EXPECT_EQ(s.failed, 1);
+  EXPECT_EQ(s.total_output_tokens, 22);
+  EXPECT_NEAR(s.request_throughput, 4.0 / 3.0, 1e-12);
+  b.config.model = "other";
+  EXPECT_FALSE(merge_results({a, b}).is_ok());
+  EXPECT_FALSE(merge_results({}).is_ok());
 }
 
 }  // namespace

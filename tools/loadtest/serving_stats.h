@@ -25,6 +25,10 @@ struct RequestRecord {
   double ttft_s = 0;          // seconds
   double e2el_s = 0;          // seconds
   std::vector<double> itl_s;  // inter-token gaps, seconds
+  double start_s = 0;         // when it was sent, seconds from the start of the run
+  // Which nodes served it (the router's `served_by`); prefill empty: the
+  // decode node prefilled it itself.
+  std::string prefill_node, decode_node;
 };
 
 struct Distribution {

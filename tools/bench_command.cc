@@ -1,0 +1,281 @@
+// tools/bench_command.cc — `baton bench`: load-tests a router the way
+// `vllm bench serve` does (same options where they exist, same table and
+// JSON keys); `baton bench sweep` runs it at several request rates and draws
+// the chart; `baton bench merge` joins the results of shards run on several
+// hosts. The work is in tools/loadtest/.
+#include <unistd.h>
+
+#include <cmath>
+#include <csignal>
+#include <cstdio>
+#include <fstream>
+
+#include "tools/commands.h"
+#include "tools/loadtest/bench_session.h"
+#include "tools/loadtest/result_json.h"
+#include "tools/loadtest/sweep.h"
+
+namespace baton::tools {
+namespace {
+
+using json = nlohmann::json;
+using loadtest::BenchResult;
+using loadtest::BenchSession;
+
+constexpr uint16_t kDefaultHttpPort = 8000, kDefaultZmqPort = 8001;
+
+struct BenchCli {
+  loadtest::BenchOptions run;
+  std::string backend = "http";
+  int port = 0;  // 0: the backend's default
+  std::string request_rate = "inf";
+  double timeout_s = 600;
+  std::vector<std::string> goodput;
+  std::string percentile_metrics = "ttft,tpot,itl";
+  std::string save_result;
+  bool save_detailed = false;
+  // sweep
+  std::string rates;
+  std::string label = "baton";
+  std::string svg = "sweep.svg";
+  std::string title = "Baton: latency and goodput against request rate";
+  std::vector<std::string> compare;
+  // merge
+  std::vector<std::string> merge_files;
+};
+
+int fail(const Status& status) {
+  std::fprintf(stderr, "error: %s\n", status.message().c_str());
+  return 1;
+}
+
+// The parts of the options CLI11 cannot check by itself.
+Status resolve(BenchCli& cli) {
+  BATON_ASSIGN_OR_RETURN(cli.run.address.backend, loadtest::parse_backend(cli.backend));
+  if (cli.port < 0 || cli.port > 65535) return invalid_argument("--port must be 1..65535");
+  cli.run.address.port = cli.port > 0                                          ? uint16_t(cli.port)
+                         : cli.run.address.backend == loadtest::Backend::kHttp ? kDefaultHttpPort
+                                                                               : kDefaultZmqPort;
+  if (!(cli.timeout_s > 0)) return invalid_argument("--request-timeout must be positive");
+  cli.run.address.timeout = std::chrono::milliseconds(int64_t(cli.timeout_s * 1e3));
+  double rate = 0;
+  size_t used = 0;
+  try {
+    rate = std::stod(cli.request_rate, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used == 0 || used != cli.request_rate.size() || !(rate > 0))
+    return invalid_argument("--request-rate must be a positive number or inf");
+  cli.run.request_rate = rate;
+  BATON_ASSIGN_OR_RETURN(cli.run.slo, loadtest::parse_goodput(cli.goodput));
+  cli.run.progress = ::isatty(STDERR_FILENO) == 1;
+  return Status::ok();
+}
+
+Status save(const std::string& path, const json& doc) {
+  if (path.empty()) return Status::ok();
+  BATON_RETURN_IF_ERROR(loadtest::write_json_file(path, doc));
+  std::printf("Saved %s\n", path.c_str());
+  return Status::ok();
+}
+
+void print_start(const BenchSession& session, double rate, const BenchCli& cli) {
+  const auto& c = session.config();
+  std::printf("Benchmarking %s at %s:%u%s (%s), model %s\n", c.backend.c_str(),
+              cli.run.address.host.c_str(), unsigned(cli.run.address.port), c.endpoint.c_str(),
+              c.dataset.c_str(), c.model.c_str());
+  if (std::isinf(rate)) {
+    std::printf("Traffic request rate: inf\n");
+  } else {
+    std::printf("Traffic request rate: %g\n", rate);
+  }
+  std::printf("Burstiness factor: %g%s\n", c.burstiness,
+              c.burstiness == 1.0 ? " (Poisson process)" : " (Gamma distribution)");
+  std::printf("Maximum request concurrency: %s\n",
+              c.max_concurrency > 0 ? std::to_string(c.max_concurrency).c_str() : "None");
+  if (!c.shard.empty()) {
+    std::printf("Shard %s: %zu of %lld requests\n", c.shard.c_str(), session.num_requests(),
+                static_cast<long long>(c.num_prompts));
+  }
+  std::fflush(stdout);
+}
+
+// Prepares the session and sends the warm-up request.
+Result<BenchSession> start_session(const BenchCli& cli) {
+  BATON_ASSIGN_OR_RETURN(BenchSession session, BenchSession::prepare(cli.run));
+  std::printf("Starting initial single prompt test run...\n");
+  std::fflush(stdout);
+  BATON_RETURN_IF_ERROR(session.warm_up());
+  std::printf("Initial test run completed. Starting main benchmark run...\n");
+  return session;
+}
+
+int run_bench(BenchCli& cli) {
+  if (Status s = resolve(cli); !s.is_ok()) return fail(s);
+  auto metrics = loadtest::parse_percentile_metrics(cli.percentile_metrics);
+  if (!metrics.is_ok()) return fail(metrics.status());
+  Result<BenchSession> session = start_session(cli);
+  if (!session.is_ok()) return fail(session.status());
+  print_start(*session, cli.run.request_rate, cli);
+  Result<BenchResult> result = session->run(cli.run.request_rate);
+  if (!result.is_ok()) return fail(result.status());
+  loadtest::print_report(stdout, *result, *metrics);
+  const bool detailed = cli.save_detailed || !cli.run.shard.empty();
+  if (Status s = save(cli.save_result, loadtest::result_json(*result, detailed)); !s.is_ok())
+    return fail(s);
+  return 0;
+}
+
+// "LABEL=FILE" or "FILE" (the label saved in the file).
+Result<loadtest::SweepSeries> load_series(const std::string& spec) {
+  const size_t eq = spec.find('=');
+  const std::string file = eq == std::string::npos ? spec : spec.substr(eq + 1);
+  BATON_ASSIGN_OR_RETURN(json doc, loadtest::read_json_file(file));
+  BATON_ASSIGN_OR_RETURN(loadtest::SweepSeries series, loadtest::sweep_series(doc, file));
+  if (eq != std::string::npos) series.label = spec.substr(0, eq);
+  return series;
+}
+
+int run_sweep(BenchCli& cli) {
+  if (Status s = resolve(cli); !s.is_ok()) return fail(s);
+  std::vector<loadtest::SweepSeries> all;
+  for (const std::string& spec : cli.compare) {
+    auto series = load_series(spec);
+    if (!series.is_ok()) return fail(series.status());
+    all.push_back(std::move(*series));
+  }
+  if (!cli.rates.empty()) {
+    auto rates = loadtest::parse_rates(cli.rates);
+    if (!rates.is_ok()) return fail(rates.status());
+    Result<BenchSession> session = start_session(cli);
+    if (!session.is_ok()) return fail(session.status());
+    std::vector<json> runs;
+    loadtest::SweepSeries mine{cli.label, {}};
+    for (double rate : *rates) {
+      print_start(*session, rate, cli);
+      Result<BenchResult> result = session->run(rate);
+      if (!result.is_ok()) return fail(result.status());
+      loadtest::print_report(stdout, *result, {"ttft", "tpot", "itl"});
+      runs.push_back(loadtest::result_json(*result, cli.save_detailed));
+      auto point = loadtest::sweep_point(runs.back(), "this sweep");
+      if (!point.is_ok()) return fail(point.status());
+      mine.points.push_back(*point);
+    }
+    if (Status s = save(cli.save_result, loadtest::sweep_json(cli.label, runs)); !s.is_ok())
+      return fail(s);
+    all.insert(all.begin(), std::move(mine));
+  }
+  if (all.empty()) return fail(invalid_argument("give --rates to run a sweep, or --compare files"));
+  for (const auto& series : all) loadtest::print_sweep_table(stdout, series);
+  std::ofstream out(cli.svg, std::ios::trunc);
+  out << loadtest::sweep_chart_svg(all, cli.title);
+  out.close();
+  if (!out) return fail(io_error(cli.svg + ": cannot write the chart"));
+  std::printf("Wrote %s\n", cli.svg.c_str());
+  return 0;
+}
+
+int run_merge(const BenchCli& cli) {
+  auto metrics = loadtest::parse_percentile_metrics(cli.percentile_metrics);
+  if (!metrics.is_ok()) return fail(metrics.status());
+  std::vector<BenchResult> shards;
+  for (const std::string& file : cli.merge_files) {
+    auto doc = loadtest::read_json_file(file);
+    if (!doc.is_ok()) return fail(doc.status());
+    auto shard = loadtest::result_from_json(*doc, file);
+    if (!shard.is_ok()) return fail(shard.status());
+    shards.push_back(std::move(*shard));
+  }
+  auto merged = loadtest::merge_results(shards);
+  if (!merged.is_ok()) return fail(merged.status());
+  loadtest::print_report(stdout, *merged, *metrics);
+  if (Status s = save(cli.save_result, loadtest::result_json(*merged, cli.save_detailed));
+      !s.is_ok())
+    return fail(s);
+  return 0;
+}
+
+void add_run_options(CLI::App* bench, BenchCli& cli) {
+  loadtest::BenchOptions& o = cli.run;
+  bench->add_option("--backend", cli.backend, "http, or zmq (the router's ZeroMQ front end)")
+      ->capture_default_str();
+  bench->add_option("--host", o.address.host, "the router's address")->capture_default_str();
+  bench->add_option("--port", cli.port, "the router's http_port (default 8000) or zmq_port (8001)");
+  bench->add_option("--endpoint", o.endpoint, "/v1/completions or /v1/chat/completions")
+      ->capture_default_str();
+  bench->add_option("--model", o.model, "the model name (default: the router's /v1/models)");
+  bench->add_option("--request-timeout", cli.timeout_s, "seconds one request may take")
+      ->capture_default_str();
+  bench->add_option("--dataset-name", o.dataset, "random, prefix or sharegpt")
+      ->capture_default_str();
+  bench->add_option("--dataset-path", o.dataset_path, "sharegpt: a JSONL file of conversations");
+  bench->add_option("--num-prompts", o.num_prompts, "requests in the run (all shards together)")
+      ->capture_default_str();
+  bench->add_option("--request-rate", cli.request_rate, "requests/s of the whole run, or inf")
+      ->capture_default_str();
+  bench->add_option("--burstiness", o.burstiness, "gamma shape of the gaps; 1 = Poisson")
+      ->capture_default_str();
+  bench->add_option("--max-concurrency", o.max_concurrency,
+                    "requests in flight at most (0: no limit)");
+  bench->add_option("--seed", o.seed, "seeds the request list and the schedule")
+      ->capture_default_str();
+  bench->add_option("--random-input-len", o.random.input_len, "random: prompt tokens")
+      ->capture_default_str();
+  bench->add_option("--random-output-len", o.random.output_len, "random: output tokens")
+      ->capture_default_str();
+  bench
+      ->add_option("--random-range-ratio", o.random.range_ratio,
+                   "random: lengths uniform in len*(1-r)..len*(1+r)")
+      ->capture_default_str();
+  bench->add_option("--prefix-len", o.prefix.prefix_len, "prefix: shared prefix tokens")
+      ->capture_default_str();
+  bench->add_option("--prefix-suffix-len", o.prefix.suffix_len, "prefix: tokens after the prefix")
+      ->capture_default_str();
+  bench->add_option("--prefix-num-prefixes", o.prefix.num_prefixes, "prefix: groups")
+      ->capture_default_str();
+  bench->add_option("--prefix-output-len", o.prefix.output_len, "prefix: output tokens")
+      ->capture_default_str();
+  bench->add_option("--sharegpt-output-len", o.sharegpt_output_len,
+                    "sharegpt: output tokens (default: the reply's length in bytes)");
+  bench->add_option("--vocab-size", o.vocab_size, "prompt token ids are below this")
+      ->capture_default_str();
+  bench->add_option("--temperature", o.sampling.temperature, "sampling temperature (0: greedy)")
+      ->capture_default_str();
+  bench->add_option("--goodput", cli.goodput, "service-level objectives: ttft:MS tpot:MS e2el:MS");
+  bench
+      ->add_option("--percentile-metrics", cli.percentile_metrics,
+                   "sections of the table: ttft,tpot,itl,e2el")
+      ->capture_default_str();
+  bench->add_option("--shard", o.shard, "i/N: send requests i, i+N, ... of the seeded list");
+}
+
+}  // namespace
+
+std::function<int()> add_bench_command(CLI::App& app) {
+  auto cli = std::make_shared<BenchCli>();
+  CLI::App* bench = app.add_subcommand("bench", "Load-test a router (as vllm bench serve)");
+  add_run_options(bench, *cli);
+  bench->add_option("--save-result", cli->save_result, "write the result as JSON to FILE");
+  bench->add_flag("--save-detailed", cli->save_detailed, "add per-request lists to the saved JSON");
+  CLI::App* sweep = bench->add_subcommand("sweep", "Run at several request rates; draw the chart");
+  sweep->fallthrough();
+  sweep->add_option("--rates", cli->rates, "request rates, e.g. 1,2,4,8");
+  sweep->add_option("--label", cli->label, "this configuration's name in the chart")
+      ->capture_default_str();
+  sweep->add_option("--svg", cli->svg, "the chart's file")->capture_default_str();
+  sweep->add_option("--title", cli->title, "the chart's title");
+  sweep->add_option("--compare", cli->compare,
+                    "LABEL=FILE: another saved sweep to draw beside this one (repeatable)");
+  CLI::App* merge = bench->add_subcommand("merge", "Join the saved results of shards of one run");
+  merge->fallthrough();
+  merge->add_option("files", cli->merge_files, "results saved with --shard")->required();
+  return [cli, sweep, merge] {
+    std::signal(SIGPIPE, SIG_IGN);
+    if (sweep->parsed()) return run_sweep(*cli);
+    if (merge->parsed()) return run_merge(*cli);
+    return run_bench(*cli);
+  };
+}
+
+}  // namespace baton::tools
