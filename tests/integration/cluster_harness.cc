@@ -106,7 +106,7 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "\n  min_remote_prefill_tokens: " << shape.min_remote_prefill_tokens
        << "\n  heartbeat_interval_ms: " << shape.heartbeat_interval_ms
        << "\n  heartbeat_timeout_ms: " << shape.heartbeat_timeout_ms
-       << "\n  drain_timeout_ms: 2000\n"
+       << "\n  drain_timeout_ms: 8000\n"
        << shape.extra_router_yaml
        << "engine: {threads: 1, kv_cache_bytes: 4MiB, max_num_seqs: " << shape.max_num_seqs
        << ", max_num_batched_tokens: " << shape.max_num_batched_tokens
