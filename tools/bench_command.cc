@@ -127,21 +127,41 @@ int run_bench(BenchCli& cli) {
   return 0;
 }
 
-// "LABEL=FILE" or "FILE" (the label saved in the file).
-Result<loadtest::SweepSeries> load_series(const std::string& spec) {
+// "LABEL=FILE" or "FILE" (the label saved in the file); goodput regraded
+// under `slo` when one is given.
+Result<loadtest::SweepSeries> load_series(const std::string& spec, const loadtest::Slo& slo) {
   const size_t eq = spec.find('=');
   const std::string file = eq == std::string::npos ? spec : spec.substr(eq + 1);
   BATON_ASSIGN_OR_RETURN(json doc, loadtest::read_json_file(file));
-  BATON_ASSIGN_OR_RETURN(loadtest::SweepSeries series, loadtest::sweep_series(doc, file));
+  const bool regrade = slo.ttft_ms || slo.tpot_ms || slo.e2el_ms;
+  BATON_ASSIGN_OR_RETURN(loadtest::SweepSeries series,
+                         loadtest::sweep_series(doc, file, regrade ? &slo : nullptr));
   if (eq != std::string::npos) series.label = spec.substr(0, eq);
   return series;
+}
+
+// "goodput: requests with TTFT <= 5000 ms and TPOT <= 60 ms", or "".
+std::string goodput_note(const loadtest::Slo& slo) {
+  std::vector<std::string> parts;
+  auto add = [&](const char* name, const std::optional<double>& ms) {
+    if (!ms) return;
+    char text[64];
+    std::snprintf(text, sizeof(text), "%s <= %g ms", name, *ms);
+    parts.push_back(text);
+  };
+  add("TTFT", slo.ttft_ms);
+  add("TPOT", slo.tpot_ms);
+  add("E2EL", slo.e2el_ms);
+  std::string note;
+  for (size_t i = 0; i < parts.size(); ++i) note += (i == 0 ? "" : " and ") + parts[i];
+  return note.empty() ? note : "goodput: requests with " + note;
 }
 
 int run_sweep(BenchCli& cli) {
   if (Status s = resolve(cli); !s.is_ok()) return fail(s);
   std::vector<loadtest::SweepSeries> all;
   for (const std::string& spec : cli.compare) {
-    auto series = load_series(spec);
+    auto series = load_series(spec, cli.run.slo);
     if (!series.is_ok()) return fail(series.status());
     all.push_back(std::move(*series));
   }
@@ -169,7 +189,7 @@ int run_sweep(BenchCli& cli) {
   if (all.empty()) return fail(invalid_argument("give --rates to run a sweep, or --compare files"));
   for (const auto& series : all) loadtest::print_sweep_table(stdout, series);
   std::ofstream out(cli.svg, std::ios::trunc);
-  out << loadtest::sweep_chart_svg(all, cli.title);
+  out << loadtest::sweep_chart_svg(all, cli.title, goodput_note(cli.run.slo));
   out.close();
   if (!out) return fail(io_error(cli.svg + ": cannot write the chart"));
   std::printf("Wrote %s\n", cli.svg.c_str());
@@ -266,7 +286,8 @@ std::function<int()> add_bench_command(CLI::App& app) {
   sweep->add_option("--svg", cli->svg, "the chart's file")->capture_default_str();
   sweep->add_option("--title", cli->title, "the chart's title");
   sweep->add_option("--compare", cli->compare,
-                    "LABEL=FILE: another saved sweep to draw beside this one (repeatable)");
+                    "LABEL=FILE: another saved sweep to draw beside this one (repeatable); "
+                    "with --goodput, its goodput is computed again under those objectives");
   CLI::App* merge = bench->add_subcommand("merge", "Join the saved results of shards of one run");
   merge->fallthrough();
   merge->add_option("files", cli->merge_files, "results saved with --shard")->required();

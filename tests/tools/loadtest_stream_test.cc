@@ -2,6 +2,7 @@
 // served_by, errors, inter-token gaps), and the sweep chart.
 #include <gtest/gtest.h>
 
+#include "tools/loadtest/result_json.h"
 #include "tools/loadtest/stream_record.h"
 #include "tools/loadtest/svg_chart.h"
 #include "tools/loadtest/sweep.h"
@@ -159,6 +160,26 @@ TEST(Sweep, RatesSavedSweepsAndTheChart) {
   EXPECT_EQ(polylines, 2u * 2 + 2 * 2 + 2);  // TTFT and TPOT: median + P99 each; goodput
   EXPECT_NE(svg.find("colocated &lt;2 decode&gt;"), std::string::npos);
   EXPECT_NE(svg.find("Goodput"), std::string::npos);
+}
+
+TEST(Sweep, GoodputRegradedUnderOtherObjectives) {
+  BenchResult run;
+  run.config.request_rate = 1.0;
+  run.config.slo.ttft_ms = 100.0;  // what the sweep ran with
+  run.duration_s = 2.0;
+  for (double ttft : {0.05, 0.2, 0.3, 0.4}) {
+    RequestRecord r;
+    r.success = true;
+    r.output_tokens = 1;
+    r.ttft_s = r.e2el_s = ttft;
+    run.records.push_back(r);
+  }
+  const nlohmann::json sweep = sweep_json("a", {result_json(run, /*detailed=*/true)});
+  EXPECT_DOUBLE_EQ(*sweep_series(sweep, "a.json")->points[0].request_goodput, 0.5);  // 1 of 4
+  const Slo looser{.ttft_ms = 350.0};
+  EXPECT_DOUBLE_EQ(*sweep_series(sweep, "a.json", &looser)->points[0].request_goodput, 1.5);
+  const nlohmann::json brief = sweep_json("b", {result_json(run, /*detailed=*/false)});
+  EXPECT_FALSE(sweep_series(brief, "b.json", &looser).is_ok());  // no per-request detail
 }
 
 }  // namespace

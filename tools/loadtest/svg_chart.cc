@@ -9,7 +9,7 @@ namespace baton::loadtest {
 namespace {
 
 constexpr double kPanelWidth = 330, kPanelHeight = 290;
-constexpr double kPanelLeft = 80, kPanelGap = 420, kPanelTop = 100;
+constexpr double kPanelLeft = 80, kPanelGap = 420, kPanelTop = 110;
 constexpr double kWidth = kPanelLeft + 2 * kPanelGap + kPanelWidth + 40;
 constexpr double kHeight = kPanelTop + kPanelHeight + 70;
 constexpr int kTargetTicks = 5;
@@ -135,7 +135,7 @@ std::vector<Curve> percentile_curves(const std::vector<SweepSeries>& series,
 std::string legend(const std::vector<SweepSeries>& series) {
   std::string svg;
   double x = kPanelLeft;
-  const double y = 56;
+  const double y = 70;
   for (size_t i = 0; i < series.size(); ++i) {
     const std::string color = kColors[i % std::size(kColors)];
     svg += line(x, y, x + 28, y, "stroke=\"" + color + "\" stroke-width=\"3\"");
@@ -153,7 +153,8 @@ std::string legend(const std::vector<SweepSeries>& series) {
 
 }  // namespace
 
-std::string sweep_chart_svg(const std::vector<SweepSeries>& series, const std::string& title) {
+std::string sweep_chart_svg(const std::vector<SweepSeries>& series, const std::string& title,
+                            const std::string& subtitle) {
   bool goodput = false;
   for (const SweepSeries& s : series) {
     for (const SweepPoint& p : s.points) goodput = goodput || p.request_goodput.has_value();
@@ -173,6 +174,8 @@ std::string sweep_chart_svg(const std::vector<SweepSeries>& series, const std::s
   svg += "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   svg +=
       text(kWidth / 2, 26, title, "text-anchor=\"middle\" font-size=\"16\" font-weight=\"bold\"");
+  if (!subtitle.empty())
+    svg += text(kWidth / 2, 44, subtitle, "text-anchor=\"middle\" fill=\"#555\"");
   svg += legend(series);
   svg += panel(0, "Time to first token", "TTFT (ms)",
                percentile_curves(series, &SweepPoint::median_ttft_ms, &SweepPoint::p99_ttft_ms));

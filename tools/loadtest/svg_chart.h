@@ -25,6 +25,8 @@ struct SweepSeries {
   std::vector<SweepPoint> points;
 };
 
-std::string sweep_chart_svg(const std::vector<SweepSeries>& series, const std::string& title);
+// `subtitle` (may be empty) goes under the title, e.g. the goodput objectives.
+std::string sweep_chart_svg(const std::vector<SweepSeries>& series, const std::string& title,
+                            const std::string& subtitle = "");
 
 }  // namespace baton::loadtest

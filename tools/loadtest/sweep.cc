@@ -3,6 +3,8 @@
 #include <cmath>
 #include <sstream>
 
+#include "tools/loadtest/result_json.h"
+
 namespace baton::loadtest {
 
 using json = nlohmann::json;
@@ -48,7 +50,7 @@ json sweep_json(const std::string& label, const std::vector<json>& runs) {
   return {{"label", label}, {"runs", runs}};
 }
 
-Result<SweepSeries> sweep_series(const json& sweep, const std::string& name) {
+Result<SweepSeries> sweep_series(const json& sweep, const std::string& name, const Slo* regrade) {
   if (!sweep.is_object() || !sweep.contains("runs") || !sweep["runs"].is_array())
     return invalid_argument(name + ": not a sweep result (no \"runs\" list)");
   SweepSeries series;
@@ -56,7 +58,13 @@ Result<SweepSeries> sweep_series(const json& sweep, const std::string& name) {
                      ? sweep["label"].get<std::string>()
                      : name;
   for (const json& run : sweep["runs"]) {
-    BATON_ASSIGN_OR_RETURN(SweepPoint point, sweep_point(run, name));
+    json graded = run;
+    if (regrade != nullptr) {
+      BATON_ASSIGN_OR_RETURN(BenchResult result, result_from_json(run, name));
+      result.config.slo = *regrade;
+      graded = result_json(result, /*detailed=*/false);
+    }
+    BATON_ASSIGN_OR_RETURN(SweepPoint point, sweep_point(graded, name));
     series.points.push_back(point);
   }
   return series;
