@@ -17,11 +17,19 @@ struct ControlSocket::Sockets {
 
 namespace {
 
+// ZMTP-level heartbeats: a connection whose peer vanished without closing it
+// (host down, cable pulled) is dropped within the timeout, which frees its
+// routing id for the node's next incarnation.
+constexpr int kZmtpHeartbeatIntervalMs = 1000;
+constexpr int kZmtpHeartbeatTimeoutMs = 5000;
+
 void set_bounds(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::sndhwm, kControlHighWaterMark);
   socket.set(zmq::sockopt::rcvhwm, kControlHighWaterMark);
   socket.set(zmq::sockopt::maxmsgsize, int64_t(kMaxMessageBytes));
   socket.set(zmq::sockopt::linger, 0);
+  socket.set(zmq::sockopt::heartbeat_ivl, kZmtpHeartbeatIntervalMs);
+  socket.set(zmq::sockopt::heartbeat_timeout, kZmtpHeartbeatTimeoutMs);
 }
 
 }  // namespace
@@ -51,7 +59,11 @@ Result<std::unique_ptr<ControlSocket>> ControlSocket::bind(const std::string& en
     sockets->socket = zmq::socket_t(sockets->context, zmq::socket_type::router);
     set_bounds(sockets->socket);
     sockets->socket.set(zmq::sockopt::router_mandatory, 1);
-    sockets->socket.set(zmq::sockopt::router_handover, 1);
+    // No ZMQ_ROUTER_HANDOVER: a second connection claiming a live node's
+    // name (a misconfigured twin cluster) must not take the name over, which
+    // orphans the real node's connection. A restarted node's old connection
+    // is gone (closed by its kernel, or dropped by the ZMTP heartbeat), so
+    // its name is free again.
     sockets->socket.bind(endpoint);
   } catch (const zmq::error_t& e) {
     return unavailable("control socket: cannot bind " + endpoint + ": " + e.what());

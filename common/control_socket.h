@@ -1,8 +1,10 @@
 // common/control_socket.h — the ZeroMQ sockets that carry control messages.
 //
 // The router binds one ROUTER socket; every node connects one DEALER whose
-// routing id is its node name, so the router addresses nodes by name and a
-// restarted node takes its name over (ZMQ_ROUTER_HANDOVER). Both ends set
+// routing id is its node name, so the router addresses nodes by name. A
+// second connection under a name already connected is refused (no
+// ZMQ_ROUTER_HANDOVER); ZMTP heartbeats drop connections whose peer vanished,
+// so a restarted node gets its name back. Both ends set
 // high-water marks and a maximum frame size, so no queue grows without bound:
 // a send that would block fails with ResourceExhausted instead. Frames that do
 // not decode are dropped with a log line and counted, never surfaced.

@@ -44,6 +44,35 @@ TEST(ControlSocket, NodesAndRouterExchangeMessagesByName) {
   EXPECT_EQ(unknown.code(), StatusCode::kUnavailable);
 }
 
+TEST(ControlSocket, ATwinCannotTakeALiveNodesNameOver) {
+  auto router = ControlSocket::bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(router.is_ok());
+  auto real = ControlSocket::connect((*router)->endpoint(), "decode-0");
+  ASSERT_TRUE(real.is_ok());
+  ASSERT_TRUE((*real)->send("", Heartbeat{"decode-0", {}}).is_ok());
+  ASSERT_EQ(poll_until(**router, 1).size(), 1u);
+  {
+    auto twin = ControlSocket::connect((*router)->endpoint(), "decode-0");
+    ASSERT_TRUE(twin.is_ok());
+    ASSERT_TRUE((*twin)->send("", Heartbeat{"twin", {}}).is_ok());
+    std::this_thread::sleep_for(200ms);
+    for (auto& r : (*router)->poll(100ms)) {
+      EXPECT_NE(std::get<Heartbeat>(r.message).node, "twin") << "the twin's messages are not taken";
+    }
+    ASSERT_TRUE((*router)->send("decode-0", Abort{11, ""}).is_ok());
+    auto at_real = poll_until(**real, 1);
+    ASSERT_EQ(at_real.size(), 1u) << "the router still reaches the real node";
+    EXPECT_TRUE((*twin)->poll(100ms).empty());
+  }
+  // The twin is gone; the real node still talks both ways.
+  ASSERT_TRUE((*real)->send("", Heartbeat{"decode-0", {}}).is_ok());
+  ASSERT_EQ(poll_until(**router, 1).size(), 1u);
+  ASSERT_TRUE((*router)->send("decode-0", Abort{12, ""}).is_ok());
+  auto again = poll_until(**real, 1);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(std::get<Abort>(again[0].message).request_id, 12u);
+}
+
 TEST(ControlSocket, MalformedFramesAreDroppedAndCounted) {
   auto router = ControlSocket::bind("tcp://127.0.0.1:*");
   ASSERT_TRUE(router.is_ok());
