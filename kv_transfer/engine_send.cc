@@ -86,8 +86,13 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
   enqueue([this, transfer_id, layer_end] {
     auto it = sends_.find(transfer_id);
     if (it == sends_.end()) return;  // already failed and reported
-    it->second.posted_end = std::max(it->second.posted_end, layer_end);
-    pump(it->second, transfer_id);
+    SendTransfer& t = it->second;
+    // Each release of layers restarts the clock, so the deadline bounds the
+    // wire's time, not the producer's (a long prefill step between layers).
+    t.deadline =
+        std::max(t.deadline, Clock::now() + t.spec.deadline.value_or(config_.default_deadline));
+    t.posted_end = std::max(t.posted_end, layer_end);
+    pump(t, transfer_id);
   });
   return Status::ok();
 }

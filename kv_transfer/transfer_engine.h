@@ -78,8 +78,11 @@ struct SendSpec {
   std::vector<int32_t> src_blocks;  // in this node's pool
   std::vector<int32_t> dst_blocks;  // in the peer's pool, paired with src_blocks
   int32_t layer_begin = 0;
-  int32_t layer_end = -1;                             // exclusive; -1: every layer of the pool
-  std::optional<std::chrono::milliseconds> deadline;  // default: config.default_deadline
+  int32_t layer_end = -1;  // exclusive; -1: every layer of the pool
+  // Default: config.default_deadline. Counted from begin_send and again from
+  // every post_layers() call (whichever ends later), so it bounds the wire's
+  // time, not the producer's: a long prefill step between layers is fine.
+  std::optional<std::chrono::milliseconds> deadline;
 };
 
 struct RecvSpec {

@@ -263,6 +263,35 @@ TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
   receiver->quit();
 }
 
+// Layers released more slowly than the send deadline (a long prefill step):
+// the deadline counts again from the last layer, so the transfer completes.
+TEST_P(TransferTest, SlowLayersDoNotEatTheSendDeadline) {
+  KvLayout layout = make_layout(DType::kBF16, 32, 4);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode,
+                   GetParam().peer_errors);
+  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
+                             GetParam().peer_errors);
+  PeerId peer = connect(sender, *receiver);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 8);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 8);
+  receiver->send(expect_line(1, 1, 0, 4, 8000, src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  SendSpec spec{1, 1, src, dst, 0, 4, 400ms};
+  ASSERT_TRUE(sender.engine().begin_send(peer, spec, sender.callback()).is_ok());
+  for (int32_t layer = 1; layer <= 4; ++layer) {
+    std::this_thread::sleep_for(200ms);  // 800 ms in all, twice the deadline
+    ASSERT_TRUE(sender.engine().post_layers(1, layer).is_ok());
+  }
+  auto sent = sender.mail().wait(1);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  auto w = testing::split(receiver->wait_for("RECV ").value_or("RECV x 99 0 0 0"));
+  EXPECT_EQ(w[2], "0");
+  EXPECT_EQ(w[5], "1") << "bytes differ";
+  receiver->quit();
+}
+
 // Many transfers in flight at once to two receivers.
 TEST_P(TransferTest, ManyConcurrentTransfersToTwoReceivers) {
   KvLayout layout = make_layout(DType::kF16, 128, 4);
