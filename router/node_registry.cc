@@ -73,17 +73,18 @@ NodeState* NodeRegistry::pick(const std::string& role) {
     if (node.up && node.role == role) candidates.push_back(&node);
   }
   if (candidates.empty()) return nullptr;
-  if (policy_ == Policy::kRoundRobin) {
-    size_t& next = round_robin_next_[role];
-    return candidates[next++ % candidates.size()];
-  }
+  size_t& next = round_robin_next_[role];
+  size_t start = next++ % candidates.size();
+  if (policy_ == Policy::kRoundRobin) return candidates[start];
   auto load_key = [&](const NodeState* node) {
     if (role == "prefill")
       return std::tuple<int64_t, int64_t>(node->assigned_tokens, node->assigned_requests);
     return std::tuple<int64_t, int64_t>(node->assigned_requests, -int64_t(node->load.free_blocks));
   };
-  NodeState* best = candidates.front();
-  for (NodeState* node : candidates) {
+  // Ties (idle nodes) rotate, so equal nodes share the work.
+  NodeState* best = candidates[start];
+  for (size_t i = 1; i < candidates.size(); ++i) {
+    NodeState* node = candidates[(start + i) % candidates.size()];
     if (load_key(node) < load_key(best)) best = node;
   }
   return best;

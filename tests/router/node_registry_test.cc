@@ -93,6 +93,13 @@ TEST(NodeRegistry, LeastLoadedFollowsAssignedWorkAndFreeBlocks) {
   EXPECT_EQ(registry.pick("decode")->name, "d1");  // same requests, more free blocks
   registry.find("d1")->assigned_requests = 4;
   EXPECT_EQ(registry.pick("decode")->name, "d0");  // fewer requests wins
+  // Idle, equal nodes share the work.
+  registry.find("p0")->assigned_tokens = 0;
+  registry.find("p1")->assigned_tokens = 0;
+  std::map<std::string, int> picks;
+  for (int i = 0; i < 10; ++i) picks[registry.pick("prefill")->name]++;
+  EXPECT_EQ(picks["p0"], 5);
+  EXPECT_EQ(picks["p1"], 5);
 }
 
 }  // namespace
