@@ -118,9 +118,18 @@ Cluster::Cluster(const ClusterShape& shape) {
   for (int i = 0; i < shape.decode_nodes; ++i) yaml << "  - {name: decode-" << i << "}\n";
   yaml.close();
 
-  Status spawned = group_.spawn("up", {BATON_BINARY, "--log-level", "warn", "up",
-                                       config_file_.string(), "--ready-timeout", "60"});
-  EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
+  if (shape.separate_roles) {
+    // Each role as its own process, as on several hosts.
+    start_router();
+    for (int i = 0; i < shape.prefill_nodes; ++i)
+      start_node("prefill", "prefill-" + std::to_string(i));
+    for (int i = 0; i < shape.decode_nodes; ++i)
+      start_node("decode", "decode-" + std::to_string(i));
+  } else {
+    Status spawned = group_.spawn("up", {BATON_BINARY, "--log-level", "warn", "up",
+                                         config_file_.string(), "--ready-timeout", "60"});
+    EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
+  }
   auto deadline = std::chrono::steady_clock::now() + 60s;
   size_t want = size_t(shape.prefill_nodes + shape.decode_nodes);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -142,6 +151,16 @@ Cluster::~Cluster() {
   group_.stop(group_.names(), 10s);  // nodes the test started itself
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+void Cluster::start_router() {
+  Status spawned = group_.spawn(
+      "router", {BATON_BINARY, "--log-level", "warn", "router", "--config", config_file_.string()});
+  EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
+}
+
+void Cluster::kill_process(const std::string& name) {
+  group_.stop({name}, 0ms);  // SIGTERM then at once SIGKILL, and reaped
 }
 
 void Cluster::start_node(const std::string& role, const std::string& name) {

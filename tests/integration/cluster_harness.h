@@ -28,6 +28,7 @@ struct ClusterShape {
   int heartbeat_interval_ms = 100;
   int heartbeat_timeout_ms = 600;
   std::string extra_router_yaml;  // appended under router:
+  bool separate_roles = false;    // `baton router|prefill|decode` processes instead of `baton up`
 };
 
 class Cluster {
@@ -40,6 +41,10 @@ class Cluster {
   // Starts `baton ROLE --config FILE --name NAME` as a process of the test
   // (a node restarted by hand after a crash).
   void start_node(const std::string& role, const std::string& name);
+  // `baton router --config FILE` as a process of the test (named "router").
+  void start_router();
+  // Kills a process the test started ("router", a node name) and reaps it.
+  void kill_process(const std::string& name);
   // Whether the router lists `name` as up.
   bool node_up(const std::string& name) const;
 

@@ -217,5 +217,34 @@ TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
   EXPECT_EQ(health->status, 503) << "no prefill node is up";
 }
 
+// Roles run as separate processes (as on several hosts): a router that dies
+// and comes back finds its nodes registering again on their own.
+TEST(FaultTest, RestartedRouterGetsItsNodesBack) {
+  ClusterShape shape;
+  shape.separate_roles = true;
+  Cluster cluster(shape);
+  auto first = cluster.post(
+      "/v1/completions", {{"prompt", std::string(30, 'r')}, {"max_tokens", 4}, {"temperature", 0}});
+  ASSERT_TRUE(first.is_ok());
+  ASSERT_EQ(first->status, 200) << first->body;
+
+  cluster.kill_process("router");
+  cluster.start_router();
+  bool back = false;
+  for (auto until = Clock::now() + 20s; !back && Clock::now() < until;) {
+    back = cluster.node_up("prefill-0") && cluster.node_up("decode-0");
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(back) << cluster.nodes().dump(2);
+  auto again = cluster.post(
+      "/v1/completions", {{"prompt", std::string(30, 'r')}, {"max_tokens", 4}, {"temperature", 0}});
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->status, 200) << again->body;
+  EXPECT_EQ(json::parse(again->body)["choices"][0]["text"],
+            json::parse(first->body)["choices"][0]["text"]);
+  EXPECT_EQ(json::parse(again->body)["choices"][0]["served_by"]["prefill"], "prefill-0");
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
 }  // namespace
 }  // namespace baton::testing
