@@ -120,6 +120,19 @@ class FieldReader {
     }
     return out;
   }
+  std::vector<float> reals(const char* key, size_t max_count) {
+    std::vector<float> out;
+    const json* value = field(key);
+    if (value == nullptr) return out;
+    if (!value->is_array()) return fail(key, "not a list"), out;
+    if (value->size() > max_count) return fail(key, "too many entries"), out;
+    for (const json& item : *value) {
+      if (!item.is_number() || !std::isfinite(item.get<double>()))
+        return fail(key, "holds a non-finite number"), out;
+      out.push_back(item.get<float>());
+    }
+    return out;
+  }
   const json* list(const char* key, size_t max_count) {
     const json* value = field(key);
     if (value == nullptr) return nullptr;
@@ -164,7 +177,8 @@ json to_json(const SamplingSpec& s) {
           {"seed", s.seed},
           {"max_tokens", s.max_tokens},
           {"stop_token_ids", s.stop_token_ids},
-          {"ignore_eos", s.ignore_eos}};
+          {"ignore_eos", s.ignore_eos},
+          {"logprobs", s.logprobs}};
 }
 SamplingSpec sampling_from(FieldReader& parent, const char* key, std::string_view type) {
   SamplingSpec s;
@@ -178,6 +192,7 @@ SamplingSpec sampling_from(FieldReader& parent, const char* key, std::string_vie
   s.max_tokens = r.int32("max_tokens", 1);
   s.stop_token_ids = r.ints("stop_token_ids", kMaxStopTokenIds);
   s.ignore_eos = r.boolean("ignore_eos");
+  s.logprobs = r.int32("logprobs", 0, kMaxTopLogprobs);
   if (!r.error().empty()) parent.fail(key, r.error());
   return s;
 }
@@ -218,11 +233,45 @@ NodeLoad load_from(FieldReader& parent, const char* key) {
   return l;
 }
 
+json to_json(const std::vector<TokenLogprobs>& list) {
+  json out = json::array();
+  for (const TokenLogprobs& t : list) {
+    out.push_back({{"lp", t.logprob}, {"ids", t.top_ids}, {"lps", t.top_logprobs}});
+  }
+  return out;
+}
+
+std::vector<TokenLogprobs> logprobs_from(FieldReader& parent, const char* key, size_t max_count) {
+  std::vector<TokenLogprobs> out;
+  const json* list = parent.list(key, max_count);
+  if (list == nullptr) return out;
+  for (const json& item : *list) {
+    if (!item.is_object()) {
+      parent.fail(key, "holds a non-map");
+      return out;
+    }
+    FieldReader r(item, key);
+    TokenLogprobs t;
+    t.logprob = r.real("lp");
+    t.top_ids = r.ints("ids", size_t(kMaxTopLogprobs));
+    t.top_logprobs = r.reals("lps", size_t(kMaxTopLogprobs));
+    if (r.error().empty() && t.top_ids.size() != t.top_logprobs.size())
+      r.fail("lps", "not paired with ids");
+    if (!r.error().empty()) {
+      parent.fail(key, r.error());
+      return out;
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
 json to_json(const TokenEvent& e) {
   return {{"request_id", e.request_id},
           {"tokens", e.tokens},
           {"finish_reason", e.finish_reason},
-          {"error", e.error}};
+          {"error", e.error},
+          {"logprobs", to_json(e.logprobs)}};
 }
 
 struct Codec {
@@ -271,7 +320,8 @@ struct Codec {
             {"request_id", m.request_id},
             {"first_token", m.first_token},
             {"rng_draws", m.rng_draws},
-            {"error", m.error}};
+            {"error", m.error},
+            {"first_logprobs", to_json(m.first_logprobs)}};
   }
   json operator()(const Abort& m) const {
     return {{"t", "abort"}, {"request_id", m.request_id}, {"reason", m.reason}};
@@ -350,6 +400,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.first_token = r.int32("first_token", -1);
     m.rng_draws = r.uint64("rng_draws");
     m.error = r.string("error");
+    m.first_logprobs = logprobs_from(r, "first_logprobs", 1);
     return finish(std::move(m));
   }
   if (type == "abort") {
@@ -373,6 +424,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
         event.tokens = e.ints("tokens", kMaxPromptTokens);
         event.finish_reason = e.string("finish_reason");
         event.error = e.string("error");
+        event.logprobs = logprobs_from(e, "logprobs", kMaxPromptTokens);
         if (!e.error().empty()) {
           r.fail("events", e.error());
           break;

@@ -40,6 +40,7 @@ inline constexpr size_t kMaxEventsPerMessage = 1u << 16;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxDescriptorBytes = 256u << 10;
 inline constexpr size_t kMaxStopTokenIds = 1024;
+inline constexpr int32_t kMaxTopLogprobs = 1024;
 
 // How a request samples; mirrors engine::GenerationOptions without depending on it.
 struct SamplingSpec {
@@ -50,6 +51,14 @@ struct SamplingSpec {
   int32_t max_tokens = 16;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
+  int32_t logprobs = 0;  // top-N log-probabilities per output token; 0 = none
+};
+
+// One output token's log-probability and the top-N alternatives.
+struct TokenLogprobs {
+  float logprob = 0;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;  // paired with top_ids
 };
 
 // A node's load, as heartbeats report it.
@@ -112,6 +121,7 @@ struct PrefillDone {  // prefill -> router, forwarded to decode
   int32_t first_token = -1;
   uint64_t rng_draws = 0;  // draws of the request's generator the first token took
   std::string error;       // empty: the KV is in the decode node's blocks
+  std::vector<TokenLogprobs> first_logprobs;  // one entry when the request asked for logprobs
 };
 struct Abort {  // router -> node
   uint64_t request_id = 0;
@@ -119,9 +129,10 @@ struct Abort {  // router -> node
 };
 struct TokenEvent {
   uint64_t request_id = 0;
-  std::vector<int32_t> tokens;  // new tokens, in order
-  std::string finish_reason;    // "" (more to come), "stop", "length", "abort", "error"
-  std::string error;            // with "error" and "abort": why
+  std::vector<int32_t> tokens;          // new tokens, in order
+  std::string finish_reason;            // "" (more to come), "stop", "length", "abort", "error"
+  std::string error;                    // with "error" and "abort": why
+  std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
 };
 struct Events {  // decode -> router, once per step that produced something
   std::vector<TokenEvent> events;

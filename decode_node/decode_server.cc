@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "kv_transfer/wire.h"
 
@@ -56,6 +57,7 @@ void DecodeServer::on_generate(control::Generate& generate) {
   }
   Request& request = requests_[id];
   request.request_id = id;
+  request.wants_logprobs = generate.sampling.logprobs > 0;
   if (generate.prefill_node.empty()) {  // prefilled here
     Result<int64_t> sequence = runtime_->engine().scheduler().add(
         std::move(generate.prompt), node::generation_options(generate.sampling));
@@ -157,19 +159,28 @@ void DecodeServer::on_prefill_done(const control::PrefillDone& done) {
   request.first_token_known = true;
   request.first_token = done.first_token;
   request.rng_draws = done.rng_draws;
+  request.first_logprobs = done.first_logprobs;
   if (request.kv_landed) activate(request);
 }
 
 void DecodeServer::activate(Request& request) {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
+  std::optional<engine::OutputLogprobs> first_logprobs;
+  if (!request.first_logprobs.empty()) {
+    first_logprobs = node::from_wire(request.first_logprobs.front(), request.first_token);
+  }
   Result<engine::StepOutput> first =
-      scheduler.activate_remote(request.sequence_id, request.first_token, request.rng_draws);
+      scheduler.activate_remote(request.sequence_id, request.first_token, request.rng_draws,
+                                first_logprobs ? &*first_logprobs : nullptr);
   if (!first.is_ok()) return end(request, "error", first.status().message());
   request.state = State::kRunning;
   uint64_t id = request.request_id;
   bool finished = first->finish_reason != engine::FinishReason::kNone;
+  std::vector<control::TokenLogprobs> logprobs;
+  if (request.wants_logprobs && first_logprobs) logprobs.push_back(request.first_logprobs.front());
   emit(id, {first->token},
-       finished ? std::string(engine::finish_reason_name(first->finish_reason)) : "", "");
+       finished ? std::string(engine::finish_reason_name(first->finish_reason)) : "", "",
+       std::move(logprobs));
   if (finished) {
     by_sequence_.erase(request.sequence_id);
     requests_.erase(id);
@@ -207,19 +218,36 @@ Status DecodeServer::step() {
     return status;
   }
   runtime_->count_step();
+  // Sequences that finished this step have left the scheduler: keep them for
+  // their last token's log-probabilities.
+  std::unordered_map<int64_t, std::unique_ptr<engine::Sequence>> finished;
+  for (auto& sequence : scheduler.take_finished()) {
+    int64_t sequence_id = sequence->id;
+    finished[sequence_id] = std::move(sequence);
+  }
   for (const engine::StepOutput& output : outputs) {
     auto by = by_sequence_.find(output.sequence_id);
     if (by == by_sequence_.end()) continue;
     uint64_t id = by->second;
-    bool finished = output.finish_reason != engine::FinishReason::kNone;
+    auto it = requests_.find(id);
+    std::vector<control::TokenLogprobs> logprobs;
+    if (it != requests_.end() && it->second.wants_logprobs) {
+      auto done = finished.find(output.sequence_id);
+      const engine::Sequence* sequence =
+          done != finished.end() ? done->second.get() : scheduler.find(output.sequence_id);
+      if (sequence != nullptr && !sequence->output_logprobs.empty()) {
+        logprobs.push_back(node::to_wire(sequence->output_logprobs.back()));
+      }
+    }
+    bool is_finished = output.finish_reason != engine::FinishReason::kNone;
     emit(id, {output.token},
-         finished ? std::string(engine::finish_reason_name(output.finish_reason)) : "", "");
-    if (finished) {
+         is_finished ? std::string(engine::finish_reason_name(output.finish_reason)) : "", "",
+         std::move(logprobs));
+    if (is_finished) {
       by_sequence_.erase(by);
       requests_.erase(id);
     }
   }
-  collect_finished();
   return Status::ok();
 }
 
@@ -250,11 +278,12 @@ void DecodeServer::end(Request& request, std::string_view finish_reason, std::st
 }
 
 void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens, std::string finish_reason,
-                        std::string error) {
+                        std::string error, std::vector<control::TokenLogprobs> logprobs) {
   auto pending = pending_event_.find(request_id);
   if (pending != pending_event_.end()) {
     control::TokenEvent& event = events_.events[pending->second];
     event.tokens.insert(event.tokens.end(), tokens.begin(), tokens.end());
+    for (auto& entry : logprobs) event.logprobs.push_back(std::move(entry));
     if (!finish_reason.empty()) {
       event.finish_reason = std::move(finish_reason);
       event.error = std::move(error);
@@ -262,8 +291,8 @@ void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens, std::s
     return;
   }
   pending_event_[request_id] = events_.events.size();
-  events_.events.push_back(
-      {request_id, std::move(tokens), std::move(finish_reason), std::move(error)});
+  events_.events.push_back({request_id, std::move(tokens), std::move(finish_reason),
+                            std::move(error), std::move(logprobs)});
 }
 
 void DecodeServer::flush_events() {

@@ -23,6 +23,7 @@
 #include <deque>
 #include <memory>
 #include <unordered_map>
+#include <vector>
 
 #include "node/node_runtime.h"
 
@@ -45,6 +46,8 @@ class DecodeServer {
     bool first_token_known = false;
     int32_t first_token = 0;
     uint64_t rng_draws = 0;
+    std::vector<control::TokenLogprobs> first_logprobs;
+    bool wants_logprobs = false;
     bool abandoned = false;      // ended for the router; blocks wait for the transfer callback
     control::Generate generate;  // kept while queued
     std::string prefill_node;    // where the KV comes from (for error messages)
@@ -68,7 +71,7 @@ class DecodeServer {
   // a transfer may still write its blocks).
   void end(Request& request, std::string_view finish_reason, std::string error);
   void emit(uint64_t request_id, std::vector<int32_t> tokens, std::string finish_reason,
-            std::string error);
+            std::string error, std::vector<control::TokenLogprobs> logprobs = {});
   void flush_events();
   static uint64_t transfer_id_for(uint64_t request_id);
 

@@ -101,7 +101,8 @@ const Sequence* Scheduler::find(int64_t id) const {
   return nullptr;
 }
 
-Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws) {
+Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws,
+                                              const OutputLogprobs* first_logprobs) {
   auto it =
       std::find_if(awaiting_.begin(), awaiting_.end(), [&](const auto& s) { return s->id == id; });
   if (it == awaiting_.end()) {
@@ -125,8 +126,14 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   if (seq.options.logprobs > 0) {
     // The prefill node holds this token's log-probabilities; keep one entry
     // per output token all the same.
-    seq.output_logprobs.push_back(OutputLogprobs{
-        .id = first_token, .logprob = std::numeric_limits<float>::quiet_NaN(), .top = {}});
+    if (first_logprobs != nullptr) {
+      OutputLogprobs entry = *first_logprobs;
+      entry.id = first_token;
+      seq.output_logprobs.push_back(std::move(entry));
+    } else {
+      seq.output_logprobs.push_back(OutputLogprobs{
+          .id = first_token, .logprob = std::numeric_limits<float>::quiet_NaN(), .top = {}});
+    }
   }
   append_token(seq, first_token);
   const StepOutput out{seq.id, first_token, seq.finish_reason};

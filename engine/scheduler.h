@@ -106,7 +106,10 @@ class Scheduler {
   // awaiting KV or a token outside the vocabulary (the sequence stays awaiting).
   // With logprobs asked, the first token's entry has a NaN logprob and no top
   // list: its log-probabilities are the prefill node's.
-  Result<StepOutput> activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws);
+  // `first_logprobs`: the prefill node's log-probabilities of that token, when
+  // the request asked for them (else a NaN placeholder keeps one entry per token).
+  Result<StepOutput> activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws,
+                                     const OutputLogprobs* first_logprobs = nullptr);
 
   // Frees the blocks a finished retain_blocks sequence kept (no-op if none).
   // Call it before dropping such a sequence, or its blocks stay in use.

@@ -22,7 +22,28 @@ engine::GenerationOptions generation_options(const control::SamplingSpec& sampli
   options.max_tokens = sampling.max_tokens;
   options.stop_token_ids = sampling.stop_token_ids;
   options.ignore_eos = sampling.ignore_eos;
+  options.logprobs = sampling.logprobs;
   return options;
+}
+
+control::TokenLogprobs to_wire(const engine::OutputLogprobs& logprobs) {
+  control::TokenLogprobs out;
+  out.logprob = logprobs.logprob;
+  for (const auto& top : logprobs.top) {
+    out.top_ids.push_back(top.id);
+    out.top_logprobs.push_back(top.logprob);
+  }
+  return out;
+}
+
+engine::OutputLogprobs from_wire(const control::TokenLogprobs& logprobs, int32_t token) {
+  engine::OutputLogprobs out;
+  out.id = token;
+  out.logprob = logprobs.logprob;
+  for (size_t i = 0; i < logprobs.top_ids.size() && i < logprobs.top_logprobs.size(); ++i) {
+    out.top.push_back({logprobs.top_ids[i], logprobs.top_logprobs[i]});
+  }
+  return out;
 }
 
 Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& settings) {

@@ -44,6 +44,9 @@ struct NodeSettings {
 
 // The engine's generation options for a request's sampling fields.
 engine::GenerationOptions generation_options(const control::SamplingSpec& sampling);
+// Log-probabilities between the engine's form and the wire's.
+control::TokenLogprobs to_wire(const engine::OutputLogprobs& logprobs);
+engine::OutputLogprobs from_wire(const control::TokenLogprobs& logprobs, int32_t token);
 
 class NodeRuntime {
  public:

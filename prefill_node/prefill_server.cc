@@ -169,6 +169,9 @@ void PrefillServer::maybe_complete(uint64_t request_id) {
     } else {
       done.first_token = job.finished->output.front();
       done.rng_draws = job.finished->rng.draws();
+      if (!job.finished->output_logprobs.empty()) {
+        done.first_logprobs.push_back(node::to_wire(job.finished->output_logprobs.front()));
+      }
     }
     runtime_->send(done);
   }
@@ -189,7 +192,10 @@ void PrefillServer::on_abort(const control::Abort& abort) {
 
 void PrefillServer::fail(uint64_t request_id, const std::string& error) {
   spdlog::warn("{}: prefill {} failed: {}", runtime_->settings().name, request_id, error);
-  runtime_->send(control::PrefillDone{request_id, -1, 0, error});
+  control::PrefillDone done;
+  done.request_id = request_id;
+  done.error = error;
+  runtime_->send(done);
 }
 
 }  // namespace baton::prefill_node

@@ -96,6 +96,7 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
     choice.got_token = true;
     choice.last_token = now;
     choice.tokens.insert(choice.tokens.end(), update.tokens.begin(), update.tokens.end());
+    choice.logprobs.insert(choice.logprobs.end(), update.logprobs.begin(), update.logprobs.end());
   }
   if (update.finished) {
     if (update.finish_reason == "error") return fail(update.error);
@@ -156,6 +157,60 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
   choice.emitted = visible;
 }
 
+json CompletionExchange::logprobs_json(const ChoiceState& choice) const {
+  // Token texts as valid UTF-8 (a lone byte of a multi-byte character becomes
+  // U+FFFD, as the JSON output would make it), so equal keys compare equal here.
+  auto token_text = [&](int32_t id) {
+    return json::parse(dump(json(detokenize({id})))).get<std::string>();
+  };
+  auto bytes_of = [](const std::string& text) {
+    json bytes = json::array();
+    for (unsigned char c : text) bytes.push_back(int(c));
+    return bytes;
+  };
+  size_t n = std::min(choice.tokens.size(), choice.logprobs.size());
+  if (spec_.endpoint == Endpoint::kChatCompletions) {
+    json content = json::array();
+    for (size_t t = 0; t < n; ++t) {
+      const control::TokenLogprobs& lp = choice.logprobs[t];
+      std::string text = token_text(choice.tokens[t]);
+      json top = json::array();
+      for (size_t k = 0; k < lp.top_ids.size(); ++k) {
+        std::string alt = token_text(lp.top_ids[k]);
+        top.push_back({{"token", alt}, {"logprob", lp.top_logprobs[k]}, {"bytes", bytes_of(alt)}});
+      }
+      content.push_back({{"token", text},
+                         {"logprob", lp.logprob},
+                         {"bytes", bytes_of(text)},
+                         {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+  }
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       text_offset = json::array();
+  size_t offset = 0;
+  for (size_t t = 0; t < n; ++t) {
+    const control::TokenLogprobs& lp = choice.logprobs[t];
+    std::string text = token_text(choice.tokens[t]);
+    tokens.push_back(text);
+    token_logprobs.push_back(lp.logprob);
+    json top = json::object();
+    for (size_t k = 0; k < lp.top_ids.size(); ++k) {
+      // Alternatives that render as the same text share a key: keep the likeliest.
+      std::string key = token_text(lp.top_ids[k]);
+      if (!top.contains(key) || top[key].get<float>() < lp.top_logprobs[k])
+        top[key] = lp.top_logprobs[k];
+    }
+    top_logprobs.push_back(top);
+    text_offset.push_back(offset);
+    offset += text.size();
+  }
+  return {{"tokens", tokens},
+          {"token_logprobs", token_logprobs},
+          {"top_logprobs", top_logprobs},
+          {"text_offset", text_offset}};
+}
+
 void CompletionExchange::finish_exchange() {
   done_ = true;
   Usage usage;
@@ -180,6 +235,7 @@ void CompletionExchange::finish_exchange() {
       completion_response(spec_.endpoint, spec_.id, spec_.model, spec_.created, choices, usage);
   for (size_t i = 0; i < choices_.size(); ++i) {
     body["choices"][i]["served_by"] = served_by(choices_[i]);
+    if (!choices_[i].logprobs.empty()) body["choices"][i]["logprobs"] = logprobs_json(choices_[i]);
   }
   metrics_.count_http(200);
   responder_->respond(200, "application/json", dump(body));

@@ -52,8 +52,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     uint64_t request_id = 0;
     bool submitted = false;
     std::vector<int32_t> tokens;
-    std::string text;    // final text (after stop strings) once finished
-    size_t emitted = 0;  // bytes of text already streamed
+    std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
+    std::string text;                              // final text (after stop strings) once finished
+    size_t emitted = 0;                            // bytes of text already streamed
     bool finished = false;
     std::string finish_reason;
     std::chrono::steady_clock::time_point last_token;
@@ -72,6 +73,8 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   void fail(const Status& error);  // with the mutex held
   void cancel_running();           // with the mutex held
   std::string detokenize(const std::vector<int32_t>& tokens) const;
+  // The choice's `logprobs` object in the endpoint's shape (null if none).
+  nlohmann::json logprobs_json(const ChoiceState& choice) const;
 
   ExchangeSpec spec_;
   std::shared_ptr<HttpResponder> responder_;

@@ -135,9 +135,10 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   if (!model.empty() && model != config_.served_model) {
     return send_error(*responder, not_found("The model `" + model + "` does not exist."));
   }
-  if (sampling.logprobs > 0) {
-    return send_error(*responder,
-                      invalid_argument("logprobs: not supported by the Baton cluster yet"));
+  if (sampling.logprobs > 0 && sampling.stream) {
+    return send_error(
+        *responder,
+        invalid_argument("logprobs: not supported with stream yet; ask without streaming"));
   }
   const char* prompt_field = chat ? "messages" : "prompt";
   std::vector<std::vector<int32_t>> token_prompts;
@@ -214,6 +215,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
       s.max_tokens = sampling.max_tokens;
       s.stop_token_ids = sampling.stop_token_ids;
       s.ignore_eos = sampling.ignore_eos;
+      s.logprobs = sampling.logprobs;
       choices.push_back(std::move(choice));
     }
   }

@@ -259,6 +259,7 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
     if (it == requests_.end() || it->second.decode_node != from) continue;
     GenerationUpdate update;
     update.tokens = std::move(event.tokens);
+    update.logprobs = std::move(event.logprobs);
     update.finished = !event.finish_reason.empty();
     update.finish_reason = event.finish_reason;
     if (event.finish_reason == "error") update.error = unavailable(from + ": " + event.error);

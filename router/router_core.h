@@ -52,6 +52,7 @@ struct GenerationUpdate {
   bool finished = false;
   std::string finish_reason;
   Status error;
+  std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
   // The nodes serving the request (prefill empty: prefilled on the decode node).
   std::string decode_node;
   std::string prefill_node;

@@ -108,18 +108,27 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(pre2.transfer_id, 77u);
   EXPECT_EQ(pre2.dst_blocks, pre.dst_blocks);
 
-  PrefillDone done{rng(), int32_t(rng() % 1000), rng() % 10, "peer lost"};
+  PrefillDone done{rng(), int32_t(rng() % 1000), rng() % 10, "peer lost", {}};
+  done.first_logprobs.push_back({-1.25f, {5, 9, 2}, {-0.5f, -1.0f, -3.5f}});
   PrefillDone done2 = round_trip(done);
   EXPECT_EQ(done2.request_id, done.request_id);
   EXPECT_EQ(done2.first_token, done.first_token);
   EXPECT_EQ(done2.rng_draws, done.rng_draws);
   EXPECT_EQ(done2.error, "peer lost");
+  ASSERT_EQ(done2.first_logprobs.size(), 1u);
+  EXPECT_EQ(done2.first_logprobs[0].logprob, -1.25f);
+  EXPECT_EQ(done2.first_logprobs[0].top_ids, (std::vector<int32_t>{5, 9, 2}));
+  EXPECT_EQ(done2.first_logprobs[0].top_logprobs, (std::vector<float>{-0.5f, -1.0f, -3.5f}));
 
   EXPECT_EQ(round_trip(Abort{42, "client disconnected"}).reason, "client disconnected");
 
   Events events;
   for (int i = 0; i < 5; ++i) {
-    events.events.push_back({rng(), random_ints(rng, rng() % 4, 150000), i == 4 ? "stop" : "", ""});
+    TokenEvent event{rng(), random_ints(rng, 1 + rng() % 3, 150000), i == 4 ? "stop" : "", "", {}};
+    for (size_t t = 0; t < event.tokens.size(); ++t) {
+      event.logprobs.push_back({-float(rng() % 100) / 10.0f, {int32_t(t)}, {-0.25f}});
+    }
+    events.events.push_back(std::move(event));
   }
   Events events2 = round_trip(events);
   ASSERT_EQ(events2.events.size(), 5u);
@@ -127,6 +136,11 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(events2.events[i].request_id, events.events[i].request_id);
     EXPECT_EQ(events2.events[i].tokens, events.events[i].tokens);
     EXPECT_EQ(events2.events[i].finish_reason, events.events[i].finish_reason);
+    ASSERT_EQ(events2.events[i].logprobs.size(), events.events[i].logprobs.size());
+    for (size_t t = 0; t < events.events[i].logprobs.size(); ++t) {
+      EXPECT_EQ(events2.events[i].logprobs[t].logprob, events.events[i].logprobs[t].logprob);
+      EXPECT_EQ(events2.events[i].logprobs[t].top_ids, events.events[i].logprobs[t].top_ids);
+    }
   }
 }
 
@@ -145,7 +159,7 @@ TEST(ControlMessages, EveryTruncationIsRejected) {
 TEST(ControlMessages, RandomCorruptionNeverCrashes) {
   std::mt19937_64 rng(std::random_device{}());
   Events events;
-  events.events.push_back({1, {1, 2, 3}, "", ""});
+  events.events.push_back({1, {1, 2, 3}, "", "", {}});
   std::vector<uint8_t> frame = encode(events);
   int rejected = 0;
   for (int trial = 0; trial < 5000; ++trial) {

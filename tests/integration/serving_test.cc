@@ -2,6 +2,7 @@
 // nodes, HTTP clients, compared against `baton generate` on one engine.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <random>
 #include <thread>
@@ -103,6 +104,43 @@ TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
         << "choice " << j << " samples with seed + " << j;
   }
   EXPECT_EQ(a["usage"]["prompt_tokens"], int(prompt.size()) + 1);
+}
+
+TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
+  // 40+ characters: prefilled remotely (first token's log-probs come from the
+  // prefill node); 3 characters: prefilled on the decode node.
+  for (const std::string& prompt : {random_prompt(rng_, 40, 60), random_prompt(rng_, 3, 3)}) {
+    json body = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 3}};
+    auto response = cluster_->post("/v1/completions", body);
+    ASSERT_TRUE(response.is_ok());
+    ASSERT_EQ(response->status, 200) << response->body;
+    json choice = json::parse(response->body)["choices"][0];
+    json expected =
+        baton_generate(prompt, {"--max-tokens", "6", "--temperature", "0", "--logprobs", "3"});
+    ASSERT_EQ(choice["text"], expected["text"]);
+    const json& lp = choice["logprobs"];
+    ASSERT_EQ(lp["token_logprobs"].size(), expected["logprobs"].size()) << lp.dump();
+    ASSERT_EQ(lp["tokens"].size(), expected["logprobs"].size());
+    for (size_t t = 0; t < expected["logprobs"].size(); ++t) {
+      EXPECT_NEAR(lp["token_logprobs"][t].get<double>(),
+                  expected["logprobs"][t]["logprob"].get<double>(), 1e-4)
+          << "token " << t << " of '" << prompt << "'";
+      std::vector<double> got, want;
+      for (auto& [text, value] : lp["top_logprobs"][t].items()) got.push_back(value.get<double>());
+      for (const auto& top : expected["logprobs"][t]["top"])
+        want.push_back(top["logprob"].get<double>());
+      std::sort(got.begin(), got.end());
+      std::sort(want.begin(), want.end());
+      // Alternatives whose text coincides collapse into one key; compare the best.
+      ASSERT_FALSE(got.empty());
+      EXPECT_NEAR(got.back(), want.back(), 1e-4);
+    }
+    EXPECT_EQ(lp["text_offset"][0], 0);
+  }
+  auto streamed =
+      cluster_->post("/v1/completions", {{"prompt", "hi"}, {"logprobs", 2}, {"stream", true}});
+  ASSERT_TRUE(streamed.is_ok());
+  EXPECT_EQ(streamed->status, 400) << "logprobs with stream is refused, not ignored";
 }
 
 TEST_F(ServingTest, StreamingChunksUsageAndDone) {
