@@ -113,6 +113,15 @@ decode: [{{name: decode-0}}]
         streamed = "".join(c.choices[0].delta.content or "" for c in pieces if c.choices)
         check(streamed == chat.choices[0].message.content, f"chat stream {streamed!r}")
 
+        with_logprobs = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                       max_tokens=4, temperature=0, logprobs=True, top_logprobs=2)
+        content = with_logprobs.choices[0].logprobs.content
+        check(len(content) == with_logprobs.usage.completion_tokens, f"one logprob per token: {content}")
+        check(all(len(c.top_logprobs) >= 1 and c.logprob <= 0 for c in content), f"logprobs {content}")
+        legacy = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0, logprobs=2)
+        check(len(legacy.choices[0].logprobs.token_logprobs) == legacy.usage.completion_tokens,
+              f"completion logprobs {legacy.choices[0].logprobs}")
+
         try:
             client.completions.create(model="tiny", prompt=prompt, max_tokens=-1)
             check(False, "max_tokens=-1 was accepted")
