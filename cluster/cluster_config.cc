@@ -65,21 +65,6 @@ Status parse_fields(const YAML::Node& node, std::string_view prefix, const Field
   return Status::ok();
 }
 
-Result<int64_t> read_int(const YAML::Node& node, const std::string& key, int64_t lo, int64_t hi) {
-  if (!node.IsScalar()) return invalid_argument(key + ": expected an integer");
-  const std::string& text = node.Scalar();
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    return invalid_argument(key + ": expected an integer, got '" + text + "'");
-  }
-  if (value < lo || value > hi) {
-    return invalid_argument(key + ": must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + text);
-  }
-  return value;
-}
-
 Result<bool> read_bool(const YAML::Node& node, const std::string& key) {
   std::string text = node.IsScalar() ? node.Scalar() : "";
   if (text == "true" || text == "True" || text == "TRUE") return true;
@@ -108,7 +93,7 @@ Result<std::string> read_host(const YAML::Node& node, const std::string& key) {
 template <typename T, typename Field>
 Setter<T> int_field(Field T::*field, int64_t lo, int64_t hi) {
   return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
-    BATON_ASSIGN_OR_RETURN(int64_t value, read_int(node, key, lo, hi));
+    BATON_ASSIGN_OR_RETURN(int64_t value, engine::read_yaml_int(node, key, lo, hi));
     out.*field = Field(value);
     return Status::ok();
   };
@@ -117,7 +102,7 @@ Setter<T> int_field(Field T::*field, int64_t lo, int64_t hi) {
 template <typename T>
 Setter<T> ms_field(std::chrono::milliseconds T::*field, int64_t lo, int64_t hi) {
   return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
-    BATON_ASSIGN_OR_RETURN(int64_t value, read_int(node, key, lo, hi));
+    BATON_ASSIGN_OR_RETURN(int64_t value, engine::read_yaml_int(node, key, lo, hi));
     out.*field = std::chrono::milliseconds(value);
     return Status::ok();
   };

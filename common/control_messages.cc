@@ -198,37 +198,18 @@ SamplingSpec sampling_from(FieldReader& parent, const char* key, std::string_vie
 }
 
 json to_json(const NodeLoad& l) {
-  return {{"running", l.running},
-          {"waiting", l.waiting},
-          {"awaiting_kv", l.awaiting_kv},
-          {"waiting_tokens", l.waiting_tokens},
-          {"free_blocks", l.free_blocks},
-          {"total_blocks", l.total_blocks},
-          {"prompt_tokens", l.prompt_tokens},
-          {"generation_tokens", l.generation_tokens},
-          {"preemptions", l.preemptions},
-          {"transfers_ok", l.transfers_ok},
-          {"transfers_failed", l.transfers_failed},
-          {"messages_rejected", l.messages_rejected}};
+  json out = json::object();
+  for (const NodeLoadField& f : kNodeLoadFields) out[f.name] = l.*f.member;
+  return out;
 }
 NodeLoad load_from(FieldReader& parent, const char* key) {
   NodeLoad l;
   const json* object = parent.object(key);
   if (object == nullptr) return l;
   FieldReader r(*object, "load");
-  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
-  l.running = r.int32("running");
-  l.waiting = r.int32("waiting");
-  l.awaiting_kv = r.int32("awaiting_kv");
-  l.waiting_tokens = r.integer("waiting_tokens", 0, kMax);
-  l.free_blocks = r.int32("free_blocks");
-  l.total_blocks = r.int32("total_blocks");
-  l.prompt_tokens = r.integer("prompt_tokens", 0, kMax);
-  l.generation_tokens = r.integer("generation_tokens", 0, kMax);
-  l.preemptions = r.integer("preemptions", 0, kMax);
-  l.transfers_ok = r.integer("transfers_ok", 0, kMax);
-  l.transfers_failed = r.integer("transfers_failed", 0, kMax);
-  l.messages_rejected = r.integer("messages_rejected", 0, kMax);
+  for (const NodeLoadField& f : kNodeLoadFields) {
+    l.*f.member = r.integer(f.name, 0, std::numeric_limits<int64_t>::max());
+  }
   if (!r.error().empty()) parent.fail(key, r.error());
   return l;
 }

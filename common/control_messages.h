@@ -63,18 +63,38 @@ struct TokenLogprobs {
 
 // A node's load, as heartbeats report it.
 struct NodeLoad {
-  int32_t running = 0;         // sequences in the running batch
-  int32_t waiting = 0;         // queued, not yet admitted
-  int32_t awaiting_kv = 0;     // decode: blocks reserved, KV still in flight
+  int64_t running = 0;         // sequences in the running batch
+  int64_t waiting = 0;         // queued, not yet admitted
+  int64_t awaiting_kv = 0;     // decode: blocks reserved, KV still in flight
   int64_t waiting_tokens = 0;  // prompt tokens queued and not yet computed
-  int32_t free_blocks = 0;
-  int32_t total_blocks = 0;
+  int64_t free_blocks = 0;
+  int64_t total_blocks = 0;
   int64_t prompt_tokens = 0;      // counters since start
   int64_t generation_tokens = 0;  // counters since start
   int64_t preemptions = 0;
   int64_t transfers_ok = 0;
   int64_t transfers_failed = 0;
   int64_t messages_rejected = 0;  // malformed control frames dropped
+};
+
+// NodeLoad's fields by name, in one place for the codec and for reports.
+struct NodeLoadField {
+  const char* name;
+  int64_t NodeLoad::*member;
+};
+inline constexpr NodeLoadField kNodeLoadFields[] = {
+    {"running", &NodeLoad::running},
+    {"waiting", &NodeLoad::waiting},
+    {"awaiting_kv", &NodeLoad::awaiting_kv},
+    {"waiting_tokens", &NodeLoad::waiting_tokens},
+    {"free_blocks", &NodeLoad::free_blocks},
+    {"total_blocks", &NodeLoad::total_blocks},
+    {"prompt_tokens", &NodeLoad::prompt_tokens},
+    {"generation_tokens", &NodeLoad::generation_tokens},
+    {"preemptions", &NodeLoad::preemptions},
+    {"transfers_ok", &NodeLoad::transfers_ok},
+    {"transfers_failed", &NodeLoad::transfers_failed},
+    {"messages_rejected", &NodeLoad::messages_rejected},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

@@ -19,25 +19,10 @@ struct Setting {
   Setter set;
 };
 
-Result<int64_t> read_int(const YAML::Node& node, const std::string& key, int64_t lo, int64_t hi) {
-  if (!node.IsScalar()) return invalid_argument(key + ": expected an integer");
-  const std::string& text = node.Scalar();
-  int64_t value = 0;
-  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (ec != std::errc() || end != text.data() + text.size()) {
-    return invalid_argument(key + ": expected an integer, got '" + text + "'");
-  }
-  if (value < lo || value > hi) {
-    return invalid_argument(key + ": must be in [" + std::to_string(lo) + ", " +
-                            std::to_string(hi) + "], got " + text);
-  }
-  return value;
-}
-
 // Integer settings share one shape: range-checked, then stored into a field.
 Setter int_setting(int32_t EngineConfig::*field, int64_t lo, int64_t hi) {
   return [=](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
-    BATON_ASSIGN_OR_RETURN(int64_t value, read_int(node, key, lo, hi));
+    BATON_ASSIGN_OR_RETURN(int64_t value, read_yaml_int(node, key, lo, hi));
     config.*field = int32_t(value);
     return Status::ok();
   };
@@ -49,7 +34,7 @@ const std::vector<Setting>& settings() {
        int_setting(&EngineConfig::threads, 0, 1024)},
       {"block_size", "16", "tokens per KV block (a power of two)",
        [](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
-         BATON_ASSIGN_OR_RETURN(int64_t v, read_int(node, key, 1, 256));
+         BATON_ASSIGN_OR_RETURN(int64_t v, read_yaml_int(node, key, 1, 256));
          if ((v & (v - 1)) != 0) {
            return invalid_argument(key + ": must be a power of two in [1, 256], got " +
                                    std::to_string(v));
@@ -90,6 +75,22 @@ const std::vector<Setting>& settings() {
 }
 
 }  // namespace
+
+Result<int64_t> read_yaml_int(const YAML::Node& node, const std::string& key, int64_t lo,
+                              int64_t hi) {
+  if (!node.IsScalar()) return invalid_argument(key + ": expected an integer");
+  const std::string& text = node.Scalar();
+  int64_t value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (ec != std::errc() || end != text.data() + text.size()) {
+    return invalid_argument(key + ": expected an integer, got '" + text + "'");
+  }
+  if (value < lo || value > hi) {
+    return invalid_argument(key + ": must be in [" + std::to_string(lo) + ", " +
+                            std::to_string(hi) + "], got " + text);
+  }
+  return value;
+}
 
 Result<uint64_t> parse_byte_size(std::string_view text, std::string_view key) {
   auto fail = [&] {

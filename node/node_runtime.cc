@@ -174,6 +174,10 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
 void NodeRuntime::tick() {
   auto now = std::chrono::steady_clock::now();
   if (!registered_ && now >= next_register_) send_register();
+  // Heartbeats read the load every interval: publishing it a few times per
+  // interval keeps it fresh without taking stats on every engine step.
+  if (now < next_publish_) return;
+  next_publish_ = now + settings_.heartbeat_interval / 4;
   control::NodeLoad current = load();
   std::lock_guard lock(load_mutex_);
   published_load_ = current;

@@ -99,6 +99,7 @@ class NodeRuntime {
   control::WakeFd wake_;
   std::atomic<bool> registered_{false};
   std::chrono::steady_clock::time_point next_register_{};
+  std::chrono::steady_clock::time_point next_publish_{};
   uint64_t send_failures_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;

@@ -27,24 +27,14 @@ int64_t unix_seconds() {
 std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
 
 json node_json(const NodeState& node) {
-  const control::NodeLoad& l = node.load;
-  return {{"name", node.name},
-          {"role", node.role},
-          {"up", node.up},
-          {"pid", node.pid},
-          {"running", l.running},
-          {"waiting", l.waiting},
-          {"awaiting_kv", l.awaiting_kv},
-          {"waiting_tokens", l.waiting_tokens},
-          {"free_blocks", l.free_blocks},
-          {"total_blocks", l.total_blocks},
-          {"prompt_tokens", l.prompt_tokens},
-          {"generation_tokens", l.generation_tokens},
-          {"preemptions", l.preemptions},
-          {"transfers_ok", l.transfers_ok},
-          {"transfers_failed", l.transfers_failed},
-          {"messages_rejected", l.messages_rejected},
-          {"assigned_requests", node.assigned_requests}};
+  json out = {{"name", node.name},
+              {"role", node.role},
+              {"up", node.up},
+              {"pid", node.pid},
+              {"assigned_requests", node.assigned_requests}};
+  for (const control::NodeLoadField& f : control::kNodeLoadFields)
+    out[f.name] = node.load.*f.member;
+  return out;
 }
 
 }  // namespace
