@@ -8,7 +8,8 @@
 //    per item; the key run is the causal prefix [0, last row's position].
 //  * Decode rows (and very short query runs) take all KV heads of a block in
 //    one item, so each block is read as one contiguous run of memory (per
-//    head, a tile is only 2-4 KiB). A context longer than kPartitionTokens is
+//    head, a tile is only 2-4 KiB), and run the two-pass partition kernel of
+//    attention_decode.h where it applies. A context longer than kPartitionTokens is
 //    split over the keys (flash-decoding), so a single long sequence still
 //    keeps every core busy; partial softmax states are merged in a second
 //    pass. The partition size is fixed, so results do not depend on the
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
+#include "kernels/cpu/attention_decode.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/parallel.h"
 
@@ -50,6 +52,7 @@ struct WorkItem {
   int32_t key_end;
   int64_t partial_offset;  // floats into the partial buffer, or -1: write `out` directly
   int64_t cost;
+  bool decode = false;  // all rows (at most kMaxSplitRows) and all KV heads of the sequence
 };
 
 // Items whose partial results merge into the output of one sequence's rows.
@@ -118,7 +121,8 @@ float* output_vector(const PagedAttentionParams& p, int32_t first_row, int32_t r
   return p.out + (size_t(first_row + r) * p.num_heads + size_t(h * group + g)) * p.layout.head_dim;
 }
 
-void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partials, Scratch& sc) {
+// The block-at-a-time kernel: any item, any layout.
+void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scratch& sc) {
   const KvLayout& L = p.layout;
   const int32_t d = L.head_dim;
   const int32_t bs = L.block_size;
@@ -184,6 +188,22 @@ void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partia
       a.acc = sc.acc.data() + first * d;
       attend_block(a);
     }
+  }
+}
+
+void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partials, Scratch& sc) {
+  const int32_t d = p.layout.head_dim;
+  const int32_t rows = item.row_end - item.row_begin;
+  const int32_t n_q = rows * (p.num_heads / p.layout.num_kv_heads) * (item.kv_end - item.kv_begin);
+  const int32_t first_row = p.query_start[item.seq] + item.row_begin;
+  if (item.decode && decode_partition_supported(p.layout)) {
+    sc.row_max.resize(size_t(n_q));
+    sc.row_sum.resize(size_t(n_q));
+    sc.acc.resize(size_t(n_q) * d);
+    attend_decode_partition(p, item.seq, item.key_begin, item.key_end,
+                            {sc.row_max.data(), sc.row_sum.data(), sc.acc.data()});
+  } else {
+    attend_item_tiled(p, item, sc);
   }
 
   if (item.partial_offset < 0) {
@@ -279,14 +299,14 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
       const int32_t n_q = q_len * p.num_heads;
       if (ctx <= partition) {
         items.push_back({s, 0, L.num_kv_heads, 0, q_len, 0, std::max(ctx, 0), -1,
-                         int64_t(n_q) * std::max(ctx, 1)});
+                         int64_t(n_q) * std::max(ctx, 1), true});
         continue;
       }
       MergeGroup mg{s, q_len, int32_t(items.size()), 0};
       for (int32_t k0 = 0; k0 < ctx; k0 += partition) {
         const int32_t k1 = std::min(ctx, k0 + partition);
-        items.push_back(
-            {s, 0, L.num_kv_heads, 0, q_len, k0, k1, partial_floats, int64_t(n_q) * (k1 - k0)});
+        items.push_back({s, 0, L.num_kv_heads, 0, q_len, k0, k1, partial_floats,
+                         int64_t(n_q) * (k1 - k0), true});
         partial_floats += int64_t(n_q) * (d + 2);
         ++mg.num_parts;
       }

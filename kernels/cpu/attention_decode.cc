@@ -1,0 +1,381 @@
+#include "kernels/cpu/attention_decode.h"
+
+#include <algorithm>
+#include <limits>
+#include <vector>
+
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/simd_avx2.h"
+
+namespace baton::kernels::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+// Blocks prefetched (into L2) ahead of the score pass. One block of one layer holds K
+// and V of every KV head (12 KiB for smollm2-135m in BF16), so a few blocks
+// cover a DRAM latency without pushing the current tiles out of L1.
+constexpr int32_t kPrefetchBlocksAhead = 2;
+constexpr size_t kCacheLine = 64;
+// Elements one step of the inner loops consumes from a K or V row.
+constexpr int32_t kChunk = 16;
+
+int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
+
+void prefetch_bytes(const char* p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += kCacheLine) __builtin_prefetch(p + off, 0, 2);
+}
+
+// Prefetches a byte range a few cache lines per step of the score loop. Asking
+// for a whole block at once would stall: a core tracks only a couple of dozen
+// misses, and a burst of hundreds of prefetches holds up the arithmetic
+// until memory has answered most of them, which serialises the two instead
+// of overlapping them.
+class PacedPrefetch {
+ public:
+  PacedPrefetch() = default;
+  PacedPrefetch(const char* begin, size_t bytes, int32_t steps)
+      : next_(begin),
+        end_(begin + bytes),
+        per_step_(std::max<size_t>(1, (bytes / kCacheLine + size_t(steps) - 1) / size_t(steps))) {}
+  void step() {
+    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kCacheLine)
+      __builtin_prefetch(next_, 0, 2);
+  }
+  void finish() {
+    for (; next_ < end_; next_ += kCacheLine) __builtin_prefetch(next_, 0, 2);
+  }
+
+ private:
+  const char* next_ = nullptr;
+  const char* end_ = nullptr;
+  size_t per_step_ = 0;
+};
+
+#if BATON_HAVE_X86
+
+// Sixteen K/V elements as two vectors. BF16 loads them as one 256-bit vector
+// and splits it into even and odd elements (a shift and a mask: half the work
+// of widening each half), so for BF16 `lo` holds elements 0, 2, ..., 14 and
+// `hi` 1, 3, ..., 15. The queries and accumulators are kept in that same
+// order (see to_kernel_order), which dot products and sums do not mind.
+template <DType T>
+BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi) {
+  if constexpr (T == DType::kF32) {
+    const float* f = static_cast<const float*>(base) + i;
+    lo = _mm256_loadu_ps(f);
+    hi = _mm256_loadu_ps(f + 8);
+  } else if constexpr (T == DType::kF16) {
+    const uint16_t* h = static_cast<const uint16_t*>(base) + i;
+    lo = avx2::load8_f16(h);
+    hi = avx2::load8_f16(h + 8);
+  } else {
+    const __m256i raw = _mm256_loadu_si256(
+        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
+    lo = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+    hi = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u))));
+  }
+}
+
+// Lane j of the result: the sum of all lanes of a[j], for four vectors.
+BATON_AVX2_INLINE __m128 hsum4x8(const __m256* a) {
+  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
+// s[r * s_stride + t] = q_r · k_t for R queries and keys [0, n) of one tile.
+// Four keys at a time: each loaded K chunk feeds R queries, and the R x 4
+// accumulators (plus the two halves of the chunk) fit in 16 registers for
+// R <= 3. Only the n keys asked for are read: slots past the context may hold
+// anything.
+template <DType T, int R>
+BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n, float* s,
+                            int32_t s_stride, PacedPrefetch& prefetch) {
+  int32_t t = 0;
+  if constexpr (T == DType::kF32) {
+    // F32 needs no conversion, so each query streams the keys itself with
+    // K as the FMA's memory operand and q in registers; eight keys at a
+    // time share one transposing horizontal sum.
+    const float* kf = static_cast<const float*>(k);
+    for (; t + 8 <= n; t += 8) {
+      prefetch.step();
+      prefetch.step();
+      for (int r = 0; r < R; ++r) {
+        __m256 acc[8];
+        for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
+        for (int32_t c = 0; c < d; c += 8) {
+          const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c);
+          for (int j = 0; j < 8; ++j)
+            acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kf + size_t(t + j) * d + c), acc[j]);
+        }
+        _mm256_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum8x8(acc));
+      }
+    }
+  }
+  for (; t + 4 <= n; t += 4) {
+    prefetch.step();
+    __m256 acc[R][4];
+    for (int r = 0; r < R; ++r)
+      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
+    for (int32_t c = 0; c < d; c += kChunk) {
+      for (int j = 0; j < 4; ++j) {
+        __m256 lo, hi;
+        load16<T>(k, size_t(t + j) * d + c, lo, hi);
+        for (int r = 0; r < R; ++r) {
+          const float* qr = q + size_t(r) * d + c;
+          acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr), lo, acc[r][j]);
+          acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8), hi, acc[r][j]);
+        }
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm_storeu_ps(s + size_t(r) * s_stride + t, hsum4x8(acc[r]));
+  }
+  for (; t < n; ++t) {
+    __m256 acc[R];
+    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (int32_t c = 0; c < d; c += kChunk) {
+      __m256 lo, hi;
+      load16<T>(k, size_t(t) * d + c, lo, hi);
+      for (int r = 0; r < R; ++r) {
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c), lo, acc[r]);
+        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c + 8), hi, acc[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) s[size_t(r) * s_stride + t] = avx2::hsum(acc[r]);
+  }
+}
+
+// acc_r[c0, c0 + 16 C) += Σ_t p_r[t] v_t for R queries over keys [0, n).
+template <DType T, int R, int C>
+BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void* v, int32_t d,
+                                    int32_t n, int32_t c0, float* acc) {
+  __m256 a[R][2 * C];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * C; ++j) a[r][j] = _mm256_loadu_ps(acc + size_t(r) * d + c0 + 8 * j);
+  for (int32_t t = 0; t < n; ++t) {
+    __m256 pr[R];
+    for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
+    for (int j = 0; j < C; ++j) {
+      if constexpr (T == DType::kF32) {
+        // V as the FMA's memory operand: no registers held for it.
+        const float* vt = static_cast<const float*>(v) + size_t(t) * d + c0 + kChunk * j;
+        for (int r = 0; r < R; ++r) {
+          a[r][2 * j] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt), a[r][2 * j]);
+          a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt + 8), a[r][2 * j + 1]);
+        }
+      } else {
+        __m256 lo, hi;
+        load16<T>(v, size_t(t) * d + c0 + kChunk * j, lo, hi);
+        for (int r = 0; r < R; ++r) {
+          a[r][2 * j] = _mm256_fmadd_ps(pr[r], lo, a[r][2 * j]);
+          a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], hi, a[r][2 * j + 1]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * C; ++j) _mm256_storeu_ps(acc + size_t(r) * d + c0 + 8 * j, a[r][j]);
+}
+
+// As many 16-element chunks per pass as keep R x 2C accumulators, R
+// broadcasts and (half precision) one converted chunk in 16 registers.
+template <DType T, int R>
+BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, const void* v, int32_t d, int32_t n,
+                        float* acc) {
+  constexpr int C = T == DType::kF32 ? (R == 1   ? 4
+                                        : R == 2 ? 3
+                                                 : 2)
+                                     : (R == 1   ? 4
+                                        : R == 2 ? 2
+                                                 : 1);
+  int32_t c = 0;
+  for (; c + kChunk * C <= d; c += kChunk * C) tile_pv_pass<T, R, C>(p, p_stride, v, d, n, c, acc);
+  for (; c < d; c += kChunk) tile_pv_pass<T, R, 1>(p, p_stride, v, d, n, c, acc);
+}
+
+// Turns row s[0, stride) into probabilities relative to its own maximum:
+// keys at or past `visible` get probability 0 whatever their score.
+BATON_AVX2 void softmax_row(float* s, int32_t visible, int32_t stride, float* row_max,
+                            float* row_sum) {
+  if (visible <= 0) {
+    std::fill(s, s + stride, 0.0f);
+    *row_max = kNegInf;
+    *row_sum = 0.0f;
+    return;
+  }
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
+  __m256 vmax = neg_inf;
+  for (int32_t t = 0; t < visible; t += 8) {
+    const __m256 live =
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
+    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(s + t), live));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float max = _mm_cvtss_f32(m4);
+  const __m256 vmax_all = _mm256_set1_ps(max);
+  __m256 vsum = _mm256_setzero_ps();
+  int32_t t = 0;
+  for (; t < visible; t += 8) {
+    const __m256 live =
+        _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
+    const __m256 e =
+        _mm256_and_ps(avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vmax_all)), live);
+    _mm256_storeu_ps(s + t, e);
+    vsum = _mm256_add_ps(vsum, e);
+  }
+  for (; t < stride; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
+  *row_max = max;
+  *row_sum = avx2::hsum(vsum);
+}
+
+// Applies f<R>(first, count) over [0, n) in groups of at most 3 (the widest
+// group whose accumulators fit in registers).
+template <typename F>
+BATON_AVX2_INLINE void for_query_groups(int32_t n, F&& f) {
+  int32_t i = 0;
+  for (; i + 3 <= n; i += 3) f.template operator()<3>(i);
+  if (n - i == 2) f.template operator()<2>(i);
+  if (n - i == 1) f.template operator()<1>(i);
+}
+
+struct Scratch {
+  std::vector<float> q, scores, acc;
+  std::vector<const char*> blocks;
+};
+
+template <DType T>
+BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
+                                      int32_t key_end, const PartitionState& state) {
+  thread_local Scratch sc;
+  const KvLayout& L = p.layout;
+  const int32_t d = L.head_dim;
+  const int32_t bs = L.block_size;
+  const int32_t heads = L.num_kv_heads;
+  const int32_t group = p.num_heads / heads;
+  const int32_t q_len = p.query_start[seq + 1] - p.query_start[seq];
+  const int32_t ctx = p.context_lens[seq];
+  const int32_t per_head = q_len * group;
+  const int32_t n_q = per_head * heads;
+  const int32_t keys = key_end - key_begin;
+  const int32_t stride = round_up(std::max(keys, 1), 8);
+  const size_t esize = L.element_bytes();
+
+  // Queries scaled and in kernel order (BF16: even then odd elements of each
+  // chunk of 16), vector i at sc.q + i * d.
+  sc.q.resize(size_t(n_q) * d);
+  for (int32_t h = 0; h < heads; ++h)
+    for (int32_t r = 0; r < q_len; ++r)
+      for (int32_t g = 0; g < group; ++g) {
+        const float* src =
+            p.q + (size_t(p.query_start[seq] + r) * p.num_heads + size_t(h) * group + g) * d;
+        float* dst = sc.q.data() + (size_t(h) * per_head + size_t(r) * group + g) * d;
+        for (int32_t c = 0; c < d; c += kChunk)
+          for (int32_t j = 0; j < kChunk; ++j) {
+            const int32_t slot = T == DType::kBF16 ? (j % 2) * 8 + j / 2 : j;
+            dst[c + slot] = src[c + j] * p.scale;
+          }
+      }
+  sc.scores.resize(size_t(n_q) * stride);
+  sc.acc.assign(size_t(n_q) * d, 0.0f);
+
+  const int32_t* table = p.block_tables + size_t(seq) * p.block_table_stride;
+  const int32_t first_block = key_begin / bs;
+  const int32_t num_blocks = (keys + bs - 1) / bs;
+  sc.blocks.resize(size_t(num_blocks));
+  for (int32_t j = 0; j < num_blocks; ++j)
+    sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
+                           L.block_offset(p.layer, table[first_block + j]) * esize;
+  const size_t block_bytes = L.block_elements() * esize;
+  const size_t tile_bytes = L.head_tile_elements() * esize;
+  const size_t v_offset = L.part_elements() * esize;
+
+  for (int32_t j = 0; j < std::min(num_blocks, kPrefetchBlocksAhead); ++j)
+    prefetch_bytes(sc.blocks[size_t(j)], block_bytes);
+  // Pass 1: every score of the partition, while K and V of the block
+  // kPrefetchBlocksAhead ahead stream in (V stays in L2 for pass 3).
+  const int32_t groups_per_head = (per_head + 2) / 3;
+  for (int32_t j = 0; j < num_blocks; ++j) {
+    const int32_t n = std::min(bs, keys - j * bs);
+    PacedPrefetch prefetch;
+    if (j + kPrefetchBlocksAhead < num_blocks)
+      prefetch = PacedPrefetch(sc.blocks[size_t(j + kPrefetchBlocksAhead)], block_bytes,
+                               heads * groups_per_head * std::max(1, n / 4));
+    for (int32_t h = 0; h < heads; ++h) {
+      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * tile_bytes;
+      const size_t first = size_t(h) * per_head;
+      for_query_groups(per_head, [&]<int R>(int32_t i) {
+        tile_scores<T, R>(sc.q.data() + (first + i) * d, d, k_tile, n,
+                          sc.scores.data() + (first + i) * stride + size_t(j) * bs, stride,
+                          prefetch);
+      });
+    }
+    prefetch.finish();
+  }
+  // Pass 2: one softmax per query vector over the partition.
+  for (int32_t i = 0; i < n_q; ++i) {
+    const int32_t row = (i % per_head) / group;
+    const int32_t position = ctx - q_len + row;
+    const int32_t visible = std::clamp(position + 1 - key_begin, 0, keys);
+    softmax_row(sc.scores.data() + size_t(i) * stride, visible, stride, state.row_max + i,
+                state.row_sum + i);
+  }
+  // Pass 3: V weighted by the probabilities (the blocks are in cache by now).
+  for (int32_t j = 0; j < num_blocks; ++j) {
+    const int32_t n = std::min(bs, keys - j * bs);
+    for (int32_t h = 0; h < heads; ++h) {
+      const char* v_tile = sc.blocks[size_t(j)] + v_offset + size_t(h) * tile_bytes;
+      const size_t first = size_t(h) * per_head;
+      for_query_groups(per_head, [&]<int R>(int32_t i) {
+        tile_pv<T, R>(sc.scores.data() + (first + i) * stride + size_t(j) * bs, stride, v_tile, d,
+                      n, sc.acc.data() + (first + i) * d);
+      });
+    }
+  }
+  // Back to element order.
+  for (int32_t i = 0; i < n_q; ++i) {
+    const float* src = sc.acc.data() + size_t(i) * d;
+    float* dst = state.acc + size_t(i) * d;
+    for (int32_t c = 0; c < d; c += kChunk)
+      for (int32_t j = 0; j < kChunk; ++j) {
+        const int32_t slot = T == DType::kBF16 ? (j % 2) * 8 + j / 2 : j;
+        dst[c + j] = src[c + slot];
+      }
+  }
+}
+
+#endif  // BATON_HAVE_X86
+
+}  // namespace
+
+bool decode_partition_supported(const KvLayout& layout) {
+#if BATON_HAVE_X86
+  return use_avx2() && layout.head_dim % kChunk == 0;
+#else
+  (void)layout;
+  return false;
+#endif
+}
+
+void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
+                             int32_t key_end, const PartitionState& state) {
+#if BATON_HAVE_X86
+  switch (p.layout.dtype) {
+    case DType::kF32:
+      return attend_partition_avx2<DType::kF32>(p, seq, key_begin, key_end, state);
+    case DType::kF16:
+      return attend_partition_avx2<DType::kF16>(p, seq, key_begin, key_end, state);
+    case DType::kBF16:
+      return attend_partition_avx2<DType::kBF16>(p, seq, key_begin, key_end, state);
+  }
+#else
+  (void)p;
+  (void)seq;
+  (void)key_begin;
+  (void)key_end;
+  (void)state;
+#endif
+}
+
+}  // namespace baton::kernels::cpu

@@ -1,0 +1,44 @@
+// kernels/cpu/attention_decode.h — decode attention over one partition of a
+// sequence's keys, for all its KV heads and the few query rows of a decode
+// step, in two passes: every score of the partition first, one softmax over
+// them, then the weighted sum of V.
+//
+// Why not the block-at-a-time online softmax of attention_block.h: with
+// 16-token blocks and one query row, that kernel spends as long on per-block
+// bookkeeping (max, rescale, exp of short rows) as on the dot products.
+// Here the softmax runs once per partition (256 keys) over contiguous score
+// rows, the K tiles of a block feed every query head of their group, and the
+// whole block (K and V of every head) is prefetched a few blocks ahead,
+// since block tables scatter blocks over the pool where no hardware
+// prefetcher can follow.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/attention.h"
+
+namespace baton::kernels::cpu {
+
+// The softmax state of a partition's query vectors, in the order attention.cc
+// numbers them: vector i is KV head i / per_head, row (i % per_head) / group,
+// group member i % group, with per_head = rows * group and group =
+// num_heads / num_kv_heads.
+struct PartitionState {
+  float* row_max = nullptr;  // [n_q]; -inf for a vector that sees no key here
+  float* row_sum = nullptr;  // [n_q]
+  float* acc = nullptr;      // [n_q, head_dim], unnormalised
+};
+
+// True when attend_decode_partition serves this layout (AVX2 and head_dim a
+// multiple of 16); otherwise the caller uses the block-at-a-time kernel.
+bool decode_partition_supported(const KvLayout& layout);
+
+// Attends every query row of sequence `seq` (at most a few) over its keys
+// [key_begin, key_end); key_begin is a multiple of the block size and
+// key_end <= context_lens[seq]. Row j sits at position
+// context_len - q_len + j and sees keys up to it. Writes n_q = q_len *
+// num_heads vectors of `state`.
+void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
+                             int32_t key_end, const PartitionState& state);
+
+}  // namespace baton::kernels::cpu
