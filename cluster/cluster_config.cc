@@ -454,6 +454,7 @@ Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node
       {"idle_wait_ms", ms_field(&T::idle_wait, 1, 10000)},
       {"verify_checksum", bool_field(&T::verify_checksum)},
       {"peer_error_handling", bool_field(&T::peer_error_handling)},
+      {"share_pool", bool_field(&T::share_pool)},
       {"ucx_env",
        [](const YAML::Node& value, const std::string& key, T& out) -> Status {
          BATON_ASSIGN_OR_RETURN(auto entries, map_entries(value, key));

@@ -3,11 +3,13 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 
 namespace baton::engine {
 
 Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& model_dir,
-                                               const EngineConfig& config) {
+                                               const EngineConfig& config,
+                                               const KvPoolAllocator& allocate_pool) {
   BATON_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
   const ModelConfig& model_config = checkpoint->config();
 
@@ -27,9 +29,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   // Token slots (block * block_size + offset) are int32 in the kernels.
   layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
-  BATON_ASSIGN_OR_RETURN(KvPool pool, KvPool::create(layout));
+  std::optional<KvPool> pool;
+  if (allocate_pool) {
+    BATON_ASSIGN_OR_RETURN(void* memory, allocate_pool(layout));
+    pool.emplace(KvPool::adopt(layout, memory));
+  } else {
+    BATON_ASSIGN_OR_RETURN(KvPool own, KvPool::create(layout));
+    pool.emplace(std::move(own));
+  }
 
-  std::unique_ptr<Engine> engine(new Engine(config, std::move(pool)));
+  std::unique_ptr<Engine> engine(new Engine(config, std::move(*pool)));
   engine->checkpoint_ = std::move(checkpoint);
   auto tokenizer = load_tokenizer(model_dir);
   if (tokenizer.is_ok()) {

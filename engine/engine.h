@@ -4,6 +4,7 @@
 #pragma once
 
 #include <filesystem>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -18,10 +19,17 @@
 
 namespace baton::engine {
 
+// Provides the KV pool's memory for a layout: layout.total_bytes(), owned by
+// the provider and outliving every use of the engine. Its contents do not
+// matter: a slot is always written before attention reads it.
+using KvPoolAllocator = std::function<Result<void*>(const KvLayout& layout)>;
+
 class Engine {
  public:
+  // Without `allocate_pool` the engine maps its own pool.
   static Result<std::unique_ptr<Engine>> create(const std::filesystem::path& model_dir,
-                                                const EngineConfig& config);
+                                                const EngineConfig& config,
+                                                const KvPoolAllocator& allocate_pool = {});
 
   const EngineConfig& config() const { return config_; }
   const Checkpoint& checkpoint() const { return *checkpoint_; }

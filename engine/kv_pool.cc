@@ -25,13 +25,18 @@ Result<KvPool> KvPool::create(const KvLayout& layout) {
   // Blocks of one request sit anywhere in the pool; huge pages keep attention's
   // scattered block reads from missing the TLB. Only advice: ignored if refused.
   (void)madvise(data, bytes, MADV_HUGEPAGE);
-  return KvPool(layout, data, bytes);
+  return KvPool(layout, data, bytes, /*owned=*/true);
+}
+
+KvPool KvPool::adopt(const KvLayout& layout, void* data) {
+  return KvPool(layout, data, layout.total_bytes(), /*owned=*/false);
 }
 
 KvPool::KvPool(KvPool&& other) noexcept
     : layout_(other.layout_),
       data_(std::exchange(other.data_, nullptr)),
-      bytes_(std::exchange(other.bytes_, 0)) {}
+      bytes_(std::exchange(other.bytes_, 0)),
+      owned_(other.owned_) {}
 
 KvPool& KvPool::operator=(KvPool&& other) noexcept {
   if (this != &other) {
@@ -39,6 +44,7 @@ KvPool& KvPool::operator=(KvPool&& other) noexcept {
     layout_ = other.layout_;
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
+    owned_ = other.owned_;
   }
   return *this;
 }
@@ -46,7 +52,7 @@ KvPool& KvPool::operator=(KvPool&& other) noexcept {
 KvPool::~KvPool() { release(); }
 
 void KvPool::release() {
-  if (data_ != nullptr) munmap(data_, bytes_);
+  if (data_ != nullptr && owned_) munmap(data_, bytes_);
   data_ = nullptr;
   bytes_ = 0;
 }

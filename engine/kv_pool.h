@@ -17,6 +17,10 @@ namespace baton::engine {
 class KvPool {
  public:
   static Result<KvPool> create(const KvLayout& layout);
+  // A pool in memory someone else owns (the transfer engine, when UCX
+  // allocates it to share it with same-host peers); it must hold
+  // layout.total_bytes() and outlive every use of the pool.
+  static KvPool adopt(const KvLayout& layout, void* data);
   KvPool(KvPool&& other) noexcept;
   KvPool& operator=(KvPool&& other) noexcept;
   KvPool(const KvPool&) = delete;
@@ -29,13 +33,14 @@ class KvPool {
   size_t bytes() const { return bytes_; }
 
  private:
-  KvPool(const KvLayout& layout, void* data, size_t bytes)
-      : layout_(layout), data_(data), bytes_(bytes) {}
+  KvPool(const KvLayout& layout, void* data, size_t bytes, bool owned)
+      : layout_(layout), data_(data), bytes_(bytes), owned_(owned) {}
   void release();
 
   KvLayout layout_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
+  bool owned_ = true;  // unmapped by release()
 };
 
 // How many blocks of `geometry` (num_blocks ignored) fit in `budget_bytes`.

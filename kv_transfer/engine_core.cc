@@ -65,12 +65,28 @@ Status TransferEngine::Impl::init() {
   BATON_UCX(ucp_worker_get_efd(worker_.get(), &event_fd_));
 
   ucp_mem_map_params_t map{};
-  map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH;
+  map.field_mask = UCP_MEM_MAP_PARAM_FIELD_ADDRESS | UCP_MEM_MAP_PARAM_FIELD_LENGTH |
+                   UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   map.address = pool_;
   map.length = pool_bytes_;
+  // No pool given: UCX allocates it, from shared memory first (its ALLOC_PRIO),
+  // so a peer on this host can map it and put into it with plain stores.
+  map.flags = pool_ == nullptr ? UCP_MEM_MAP_ALLOCATE : 0;
   ucp_mem_h mem = nullptr;
   BATON_UCX(ucp_mem_map(context_.get(), &map, &mem));
   registration_ = MemRegistration(context_.get(), mem);
+  if (pool_ == nullptr) {
+    ucp_mem_attr_t attr{};
+    attr.field_mask = UCP_MEM_ATTR_FIELD_ADDRESS | UCP_MEM_ATTR_FIELD_LENGTH;
+    BATON_UCX(ucp_mem_query(mem, &attr));
+    if (attr.length < pool_bytes_) {
+      return internal_error("kv_transfer: UCX allocated " + std::to_string(attr.length) +
+                            " bytes for a pool of " + std::to_string(pool_bytes_));
+    }
+    pool_ = static_cast<uint8_t*>(attr.address);
+    spdlog::info("kv_transfer[{}]: KV pool of {} MiB allocated by UCX", config_.node_name,
+                 pool_bytes_ >> 20);
+  }
 
   void* rkey_buffer = nullptr;
   size_t rkey_size = 0;
@@ -369,8 +385,14 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
   ucp_rkey_h rkey = nullptr;
   ucs_status_t unpack = ucp_ep_rkey_unpack(peer.ep, peer.descriptor.rkey.data(), &rkey);
   if (unpack == UCS_OK) peer.rkey.reset(rkey);
-  bool rma = config_.mode == TransferMode::kRma ||
-             (config_.mode == TransferMode::kAuto && peer.caps.native_rma);
+  void* mapped = nullptr;
+  peer.caps.mapped_pool =
+      peer.rkey != nullptr &&
+      ucp_rkey_ptr(peer.rkey.get(), peer.descriptor.pool_base, &mapped) == UCS_OK;
+  peer.mapped_pool = peer.caps.mapped_pool ? static_cast<uint8_t*>(mapped) : nullptr;
+  bool rma =
+      config_.mode == TransferMode::kRma ||
+      (config_.mode == TransferMode::kAuto && (peer.caps.native_rma || peer.caps.mapped_pool));
   if (rma && peer.rkey == nullptr) {
     tear_down(id, ucx_error("ucp_ep_rkey_unpack", unpack, __FILE__, __LINE__));
     return;
@@ -385,7 +407,10 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
   for (const auto& d : peer.caps.rma_domains) rma_domains += (rma_domains.empty() ? "" : " ") + d;
   spdlog::info(
       "kv_transfer[{}]: peer {} connected over {}; RMA lanes on [{}]: {} RMA; transfers use {}",
-      config_.node_name, id, lanes, rma_domains, peer.caps.native_rma ? "native" : "emulated",
+      config_.node_name, id, lanes, rma_domains,
+      peer.caps.native_rma    ? "native"
+      : peer.caps.mapped_pool ? "native (peer pool mapped)"
+                              : "emulated",
       transfer_mode_name(peer.mode));
   spdlog::debug("kv_transfer[{}]: peer {} lanes:\n{}", config_.node_name, id, peer.caps.lane_table);
   auto waiting = std::move(peer.waiting);
@@ -414,7 +439,8 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
     }
   }
   peer.waiting.clear();
-  peer.rkey.reset();  // rkeys go before their endpoint
+  peer.mapped_pool = nullptr;  // unmapped with the rkey
+  peer.rkey.reset();           // rkeys go before their endpoint
   ucp_ep_h ep = std::exchange(peer.ep, nullptr);
   peer.phase = PeerState::Phase::kIdle;
   ++peer.generation;  // callbacks of the old endpoint no longer match
@@ -528,8 +554,7 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(const TransferCon
                                                                const KvLayout& layout, void* pool,
                                                                size_t pool_bytes) {
   BATON_RETURN_IF_ERROR(validate(config));
-  if (pool == nullptr || pool_bytes != layout.total_bytes() || layout.num_blocks <= 0 ||
-      layout.num_layers <= 0) {
+  if (pool_bytes != layout.total_bytes() || layout.num_blocks <= 0 || layout.num_layers <= 0) {
     return invalid_argument("kv_transfer: pool size does not match its KV layout");
   }
   if (layout.num_layers > kMaxLayers || layout.num_blocks > kMaxBlocks) {
@@ -544,6 +569,7 @@ TransferEngine::TransferEngine(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 TransferEngine::~TransferEngine() = default;
 
 const std::vector<uint8_t>& TransferEngine::descriptor() const { return impl_->descriptor_bytes_; }
+void* TransferEngine::pool() const { return impl_->pool_; }
 Result<PeerId> TransferEngine::add_peer(std::span<const uint8_t> d) { return impl_->add_peer(d); }
 Status TransferEngine::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done) {
   return impl_->begin_send(peer, std::move(spec), std::move(on_done), /*all_posted=*/false);

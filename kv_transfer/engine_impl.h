@@ -62,6 +62,8 @@ struct PeerState {  // progress thread
   TransferMode mode = TransferMode::kAm;
   bool no_failure_detection = false;  // endpoint runs without UCP peer error handling
   EndpointCaps caps;
+  // The peer's pool mapped into this process (caps.mapped_pool), else null.
+  uint8_t* mapped_pool = nullptr;
   std::vector<uint64_t> waiting;  // transfers queued until connected
 };
 
@@ -137,7 +139,7 @@ class TransferEngine::Impl {
 
   const TransferConfig config_;
   const KvLayout layout_;
-  uint8_t* const pool_;
+  uint8_t* pool_;  // set by init() when UCX allocates the pool
   const size_t pool_bytes_;
   std::vector<uint8_t> descriptor_bytes_;
   std::vector<std::string> transports_;

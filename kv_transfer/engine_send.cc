@@ -1,5 +1,7 @@
 // kv_transfer/engine_send.cc — the sender: merged runs per layer as RMA puts
 // or AM rendezvous, flush, completion notice, ack.
+#include <cstring>
+
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"
 
@@ -179,7 +181,16 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request;
     const char* call;
-    if (t.mode == TransferMode::kRma) {
+    if (t.mode == TransferMode::kRma && peer.mapped_pool != nullptr) {
+      // The peer's pool is mapped here: the put is a copy into it, done now.
+      // UCX's shared-memory put is that same copy, but an endpoint may have
+      // no shared-memory lane (with peer error handling, UCX 1.13 gives a
+      // same-host peer TCP lanes only) and would emulate the put over them.
+      std::memcpy(peer.mapped_pool + remote.block_byte_offset(layer, run.dst_block), src, length);
+      call = "memcpy";
+      request = nullptr;
+      delete op;
+    } else if (t.mode == TransferMode::kRma) {
       uint64_t remote_address =
           peer.descriptor.pool_base + remote.block_byte_offset(layer, run.dst_block);
       call = "ucp_put_nbx";

@@ -123,7 +123,10 @@ struct EngineStats {
 class TransferEngine {
  public:
   // Registers `pool` (`pool_bytes` = layout.total_bytes()) and starts the
-  // progress thread.
+  // progress thread. With `pool` null, UCX allocates the pool (pool() has
+  // it, owned by the engine until it is destroyed): from shared
+  // memory where UCX can, so that a peer on the same host maps it and its
+  // puts are plain stores (see ucx_probe.h), not a copy through the kernel.
   static Result<std::unique_ptr<TransferEngine>> create(const TransferConfig& config,
                                                         const KvLayout& layout, void* pool,
                                                         size_t pool_bytes);
@@ -132,6 +135,8 @@ class TransferEngine {
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
+  // The registered pool: the one given to create(), or the one UCX allocated.
+  void* pool() const;
   // This node's PoolDescriptor, encoded (kv_transfer/wire.h).
   const std::vector<uint8_t>& descriptor() const;
   // Decodes a peer's descriptor; the endpoint is created on first use.

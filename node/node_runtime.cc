@@ -48,14 +48,26 @@ engine::OutputLogprobs from_wire(const control::TokenLogprobs& logprobs, int32_t
 
 Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& settings) {
   std::unique_ptr<NodeRuntime> node(new NodeRuntime(settings));
-  {
-    BATON_ASSIGN_OR_RETURN(node->engine_,
-                           engine::Engine::create(settings.model_dir, settings.engine));
-  }
-  engine::KvPool& pool = node->engine_->kv_pool();
   kv_transfer::TransferConfig transfer_config = settings.transfer;
   transfer_config.node_name = settings.name;
+  // Shared: the transfer engine is built first and UCX allocates the pool
+  // the engine then adopts (the destructor stops the transfer engine before
+  // the engine goes, and the engine never touches the pool on its way out).
+  engine::KvPoolAllocator allocate_pool;
+  if (transfer_config.share_pool) {
+    allocate_pool = [&](const KvLayout& layout) -> Result<void*> {
+      BATON_ASSIGN_OR_RETURN(node->transfer_,
+                             kv_transfer::TransferEngine::create(transfer_config, layout, nullptr,
+                                                                 layout.total_bytes()));
+      return node->transfer_->pool();
+    };
+  }
   {
+    BATON_ASSIGN_OR_RETURN(
+        node->engine_, engine::Engine::create(settings.model_dir, settings.engine, allocate_pool));
+  }
+  engine::KvPool& pool = node->engine_->kv_pool();
+  if (node->transfer_ == nullptr) {
     BATON_ASSIGN_OR_RETURN(node->transfer_,
                            kv_transfer::TransferEngine::create(transfer_config, pool.layout(),
                                                                pool.data(), pool.bytes()));

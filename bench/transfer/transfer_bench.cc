@@ -28,6 +28,7 @@
 #include <iostream>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -68,6 +69,7 @@ std::map<std::string, std::string> parse_args(int argc, char** argv) {
                                           {"block-size", "16"},
                                           {"num-blocks", "0"},
                                           {"peer-errors", "1"},
+                                          {"ucx-pool", "0"},
                                           {"net-devices", "lo"}};
   for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
   return a;
@@ -147,8 +149,11 @@ int run_receiver(const std::map<std::string, std::string>& a) {
   }
   KvLayout layout =
       layout_for(*model, std::stoi(a.at("block-size")), std::stoi(a.at("num-blocks")));
-  Pool pool(layout.total_bytes());
-  auto engine = TransferEngine::create(config_from(a, "decode"), layout, pool.data, pool.bytes);
+  // --ucx-pool 1: UCX allocates the pool (shared memory on one host).
+  std::optional<Pool> pool;
+  if (a.at("ucx-pool") != "1") pool.emplace(layout.total_bytes());
+  auto engine = TransferEngine::create(config_from(a, "decode"), layout,
+                                       pool ? pool->data : nullptr, layout.total_bytes());
   if (!engine.is_ok()) {
     std::cout << "ERR " << engine.status().to_string() << std::endl;
     return 1;
@@ -270,13 +275,15 @@ int main(int argc, char** argv) {
         // Fragmented: the request's blocks are scattered over a pool twice its size.
         int32_t pool_blocks = fragmented ? 2 * blocks : blocks;
         KvLayout layout = layout_for(*model, block_size, pool_blocks);
-        Pool pool(layout.total_bytes());
-        auto engine =
-            TransferEngine::create(config_from(a, "prefill"), layout, pool.data, pool.bytes);
+        std::optional<Pool> pool;
+        if (a.at("ucx-pool") != "1") pool.emplace(layout.total_bytes());
+        auto engine = TransferEngine::create(config_from(a, "prefill"), layout,
+                                             pool ? pool->data : nullptr, layout.total_bytes());
         if (!engine.is_ok()) {
           std::fprintf(stderr, "%s\n", engine.status().to_string().c_str());
           return 1;
         }
+        if (!pool) std::memset((*engine)->pool(), 0x5a, layout.total_bytes());
         std::vector<std::string> rargv = {"/proc/self/exe",
                                           "--receiver",
                                           "1",
@@ -286,7 +293,7 @@ int main(int argc, char** argv) {
                                           bs,
                                           "--num-blocks",
                                           std::to_string(pool_blocks)};
-        for (const char* k : {"tls", "mode", "verify", "peer-errors", "net-devices"}) {
+        for (const char* k : {"tls", "mode", "verify", "peer-errors", "net-devices", "ucx-pool"}) {
           rargv.push_back(std::string("--") + k);
           rargv.push_back(a.at(k));
         }

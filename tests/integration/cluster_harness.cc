@@ -111,7 +111,8 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "engine: {threads: 1, kv_cache_bytes: 4MiB, max_num_seqs: " << shape.max_num_seqs
        << ", max_num_batched_tokens: " << shape.max_num_batched_tokens
        << ", max_model_len: " << shape.max_model_len << "}\n"
-       << "transfer: {default_deadline_ms: 3000}\n";
+       << "transfer: {default_deadline_ms: 3000, share_pool: "
+       << (shape.share_pool ? "true" : "false") << "}\n";
   yaml << "prefill:\n";
   for (int i = 0; i < shape.prefill_nodes; ++i) yaml << "  - {name: prefill-" << i << "}\n";
   yaml << "decode:\n";

@@ -84,6 +84,30 @@ TEST_F(ServingTest, ConcurrentGreedyCompletionsEqualBatonGenerate) {
   EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
 }
 
+// Pools UCX allocated from shared memory: the prefill node maps the decode
+// node's pool and puts the KV into it; output still equals one engine's.
+TEST(SharedPoolServingTest, GreedyCompletionsEqualBatonGenerate) {
+  ClusterShape shape;
+  shape.share_pool = true;
+  Cluster cluster(shape);
+  std::mt19937 rng{std::random_device{}()};
+  for (int i = 0; i < 4; ++i) {
+    const std::string prompt = random_prompt(rng, 20, 120);  // above the remote-prefill threshold
+    const int max_tokens = 1 + int(rng() % 24);
+    auto response =
+        cluster.post("/v1/completions",
+                     json{{"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}});
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    ASSERT_EQ(response->status, 200) << response->body;
+    json answer = json::parse(response->body);
+    json expected =
+        baton_generate(prompt, {"--max-tokens", std::to_string(max_tokens), "--temperature", "0"});
+    EXPECT_EQ(answer["choices"][0]["text"], expected["text"]) << "prompt '" << prompt << "'";
+    EXPECT_EQ(answer["usage"]["completion_tokens"], expected["output_ids"].size());
+  }
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+}
+
 TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
   std::string prompt = random_prompt(rng_, 40, 80);  // long enough for a remote prefill
   uint64_t seed = rng_();

@@ -48,7 +48,7 @@ std::vector<int32_t> read_ints(const std::vector<std::string>& w, size_t at, siz
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 13) {
+  if (argc != 14) {
     std::fprintf(stderr, "usage: see tests/kv_transfer/transfer_peer.cc\n");
     return 2;
   }
@@ -66,12 +66,12 @@ int main(int argc, char** argv) {
   peer_layout.num_blocks = std::stoi(argv[11]);
 
   size_t bytes = layout.total_bytes();
-  auto* pool = static_cast<uint8_t*>(
-      mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-  if (seed != 0) {
-    fill_pattern(pool, bytes, seed);
-  } else {
-    std::memset(pool, kPoison, bytes);
+  // Shared: UCX allocates the pool (TransferEngine::create without one).
+  const bool shared_pool = std::string(argv[13]) == "1";
+  uint8_t* pool = nullptr;
+  if (!shared_pool) {
+    pool = static_cast<uint8_t*>(
+        mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   }
   // (layer, block) regions a successful transfer wrote.
   std::vector<bool> written(size_t(layout.num_layers) * layout.num_blocks, false);
@@ -87,6 +87,12 @@ int main(int argc, char** argv) {
   if (!engine.is_ok()) {
     say("ERR " + engine.status().to_string());
     return 1;
+  }
+  pool = static_cast<uint8_t*>((*engine)->pool());
+  if (seed != 0) {
+    fill_pattern(pool, bytes, seed);
+  } else {
+    std::memset(pool, kPoison, bytes);
   }
   say("DESC " + to_hex((*engine)->descriptor()));
 
@@ -183,6 +189,6 @@ int main(int argc, char** argv) {
   }
   for (auto& t : posters) t.join();
   engine->reset();
-  munmap(pool, bytes);
+  if (!shared_pool) munmap(pool, bytes);
   return 0;
 }

@@ -25,9 +25,14 @@ using testing::Child;
 struct Transport {
   const char* name;
   const char* tls;
-  const char* mode;         // the sender's TransferMode
-  bool peer_errors = true;  // TransferConfig::peer_error_handling, both sides
+  const char* mode;           // the sender's TransferMode
+  bool peer_errors = true;    // TransferConfig::peer_error_handling, both sides
+  bool shared_pools = false;  // UCX allocates both pools (shared memory): puts are stores
 };
+
+// The running case's shared_pools, set by the fixture, read by LocalNode and
+// spawn_peer (every test builds its nodes through them).
+bool g_shared_pools = false;
 
 const Transport kTransports[] = {{"tcp", "tcp", "auto"}, {"shm", "sm,self", "auto"}};
 // Forced operations (emulated puts over TCP, puts over shm) and TCP without
@@ -35,7 +40,8 @@ const Transport kTransports[] = {{"tcp", "tcp", "auto"}, {"shm", "sm,self", "aut
 const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"},
                                   {"shm_rma", "sm,self", "rma"},
                                   {"shm_am", "sm,self", "am"},
-                                  {"tcp_no_peer_errors", "tcp", "auto", false}};
+                                  {"tcp_no_peer_errors", "tcp", "auto", false},
+                                  {"shm_shared_pool", "sm,self", "auto", true, true}};
 
 uint64_t test_seed() {
   static uint64_t seed = [] {
@@ -83,13 +89,10 @@ class LocalNode {
   LocalNode(const KvLayout& layout, const char* tls, uint64_t seed, const char* name,
             std::chrono::milliseconds deadline = 3000ms, const char* mode = "auto",
             bool peer_errors = true)
-      : layout_(layout), bytes_(layout.total_bytes()) {
-    pool_ = static_cast<uint8_t*>(
-        mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
-    if (seed != 0) {
-      testing::fill_pattern(pool_, bytes_, seed);
-    } else {
-      std::memset(pool_, testing::kPoison, bytes_);
+      : layout_(layout), bytes_(layout.total_bytes()), owns_pool_(!g_shared_pools) {
+    if (owns_pool_) {
+      pool_ = static_cast<uint8_t*>(
+          mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     }
     TransferConfig config;
     config.ucx_env["UCX_TLS"] = tls;
@@ -100,11 +103,18 @@ class LocalNode {
     config.peer_error_handling = peer_errors;
     auto e = TransferEngine::create(config, layout, pool_, bytes_);
     EXPECT_TRUE(e.is_ok()) << e.status().to_string();
-    if (e.is_ok()) engine_ = std::move(e).value();
+    if (!e.is_ok()) return;
+    engine_ = std::move(e).value();
+    pool_ = static_cast<uint8_t*>(engine_->pool());
+    if (seed != 0) {
+      testing::fill_pattern(pool_, bytes_, seed);
+    } else {
+      std::memset(pool_, testing::kPoison, bytes_);
+    }
   }
   ~LocalNode() {
     engine_.reset();
-    munmap(pool_, bytes_);
+    if (owns_pool_) munmap(pool_, bytes_);
   }
   TransferEngine& engine() { return *engine_; }
   uint8_t* pool() { return pool_; }
@@ -116,6 +126,7 @@ class LocalNode {
  private:
   KvLayout layout_;
   size_t bytes_;
+  bool owns_pool_;
   uint8_t* pool_ = nullptr;
   std::unique_ptr<TransferEngine> engine_;
   Mailbox mail_;
@@ -128,7 +139,7 @@ std::unique_ptr<Child> spawn_peer(const char* tls, const KvLayout& l, uint64_t s
       BATON_TRANSFER_PEER, tls, mode, std::to_string(l.num_layers), std::to_string(l.num_blocks),
       std::to_string(l.block_size), std::to_string(l.num_kv_heads), std::to_string(l.head_dim),
       std::string(dtype_name(l.dtype)), std::to_string(seed), std::to_string(peer_seed),
-      std::to_string(peer_num_blocks), peer_errors ? "1" : "0"});
+      std::to_string(peer_num_blocks), peer_errors ? "1" : "0", g_shared_pools ? "1" : "0"});
   return child;
 }
 
@@ -170,7 +181,10 @@ size_t merged_runs(const std::vector<int32_t>& src, const std::vector<int32_t>& 
 
 class TransferTest : public ::testing::TestWithParam<Transport> {
  protected:
-  void SetUp() override { rng_.seed(test_seed() ^ std::hash<std::string>{}(test_name())); }
+  void SetUp() override {
+    rng_.seed(test_seed() ^ std::hash<std::string>{}(test_name()));
+    g_shared_pools = GetParam().shared_pools;
+  }
   static std::string test_name() {
     return ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
@@ -202,6 +216,9 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
       auto sent = sender.mail().wait(tid);
       ASSERT_TRUE(sent.has_value());
       EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+      // A pool UCX allocated from shared memory is mapped by its peer: auto
+      // takes puts there, which over sm are otherwise emulated (tag instead).
+      if (GetParam().shared_pools) EXPECT_EQ(sent->mode, TransferMode::kRma);
       EXPECT_EQ(sent->ops, merged_runs(src, dst) * size_t(le - lb));
       EXPECT_EQ(sent->bytes, src.size() * sender_layout.block_bytes() * size_t(le - lb));
       auto recv = receiver->wait_for("RECV " + std::to_string(tid) + " ");
