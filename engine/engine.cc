@@ -3,7 +3,6 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <optional>
 
 namespace baton::engine {
 
@@ -29,16 +28,14 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   // Token slots (block * block_size + offset) are int32 in the kernels.
   layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
-  std::optional<KvPool> pool;
-  if (allocate_pool) {
+  auto make_pool = [&]() -> Result<KvPool> {
+    if (!allocate_pool) return KvPool::create(layout);
     BATON_ASSIGN_OR_RETURN(void* memory, allocate_pool(layout));
-    pool.emplace(KvPool::adopt(layout, memory));
-  } else {
-    BATON_ASSIGN_OR_RETURN(KvPool own, KvPool::create(layout));
-    pool.emplace(std::move(own));
-  }
+    return KvPool::adopt(layout, memory);
+  };
+  BATON_ASSIGN_OR_RETURN(KvPool pool, make_pool());
 
-  std::unique_ptr<Engine> engine(new Engine(config, std::move(*pool)));
+  std::unique_ptr<Engine> engine(new Engine(config, std::move(pool)));
   engine->checkpoint_ = std::move(checkpoint);
   auto tokenizer = load_tokenizer(model_dir);
   if (tokenizer.is_ok()) {

@@ -386,13 +386,13 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
   ucs_status_t unpack = ucp_ep_rkey_unpack(peer.ep, peer.descriptor.rkey.data(), &rkey);
   if (unpack == UCS_OK) peer.rkey.reset(rkey);
   void* mapped = nullptr;
-  peer.caps.mapped_pool =
-      peer.rkey != nullptr &&
-      ucp_rkey_ptr(peer.rkey.get(), peer.descriptor.pool_base, &mapped) == UCS_OK;
-  peer.mapped_pool = peer.caps.mapped_pool ? static_cast<uint8_t*>(mapped) : nullptr;
+  if (peer.rkey != nullptr &&
+      ucp_rkey_ptr(peer.rkey.get(), peer.descriptor.pool_base, &mapped) == UCS_OK) {
+    peer.mapped_pool = static_cast<uint8_t*>(mapped);
+  }
   bool rma =
-      config_.mode == TransferMode::kRma ||
-      (config_.mode == TransferMode::kAuto && (peer.caps.native_rma || peer.caps.mapped_pool));
+      config_.mode == TransferMode::kRma || (config_.mode == TransferMode::kAuto &&
+                                             (peer.caps.native_rma || peer.mapped_pool != nullptr));
   if (rma && peer.rkey == nullptr) {
     tear_down(id, ucx_error("ucp_ep_rkey_unpack", unpack, __FILE__, __LINE__));
     return;
@@ -408,9 +408,9 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
   spdlog::info(
       "kv_transfer[{}]: peer {} connected over {}; RMA lanes on [{}]: {} RMA; transfers use {}",
       config_.node_name, id, lanes, rma_domains,
-      peer.caps.native_rma    ? "native"
-      : peer.caps.mapped_pool ? "native (peer pool mapped)"
-                              : "emulated",
+      peer.caps.native_rma          ? "native"
+      : peer.mapped_pool != nullptr ? "native (peer pool mapped)"
+                                    : "emulated",
       transfer_mode_name(peer.mode));
   spdlog::debug("kv_transfer[{}]: peer {} lanes:\n{}", config_.node_name, id, peer.caps.lane_table);
   auto waiting = std::move(peer.waiting);

@@ -62,7 +62,8 @@ struct PeerState {  // progress thread
   TransferMode mode = TransferMode::kAm;
   bool no_failure_detection = false;  // endpoint runs without UCP peer error handling
   EndpointCaps caps;
-  // The peer's pool mapped into this process (caps.mapped_pool), else null.
+  // The peer's pool mapped into this process (ucp_rkey_ptr succeeded: UCX
+  // allocated it from shared memory on this host), else null.
   uint8_t* mapped_pool = nullptr;
   std::vector<uint64_t> waiting;  // transfers queued until connected
 };

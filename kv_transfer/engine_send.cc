@@ -176,35 +176,34 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
   for (const BlockRun& run : t.runs) {
     const uint8_t* src = pool_ + layout_.block_byte_offset(layer, run.src_block);
     size_t length = size_t(run.count) * layout_.block_bytes();
-    auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
-    op->serial = t.serial;
-    ucp_request_param_t param = request_param(op);
-    ucs_status_ptr_t request;
-    const char* call;
+    ucs_status_ptr_t request = nullptr;  // done at once
+    const char* call = "memcpy";
     if (t.mode == TransferMode::kRma && peer.mapped_pool != nullptr) {
       // The peer's pool is mapped here: the put is a copy into it, done now.
       // UCX's shared-memory put is that same copy, but an endpoint may have
       // no shared-memory lane (with peer error handling, UCX 1.13 gives a
       // same-host peer TCP lanes only) and would emulate the put over them.
       std::memcpy(peer.mapped_pool + remote.block_byte_offset(layer, run.dst_block), src, length);
-      call = "memcpy";
-      request = nullptr;
-      delete op;
-    } else if (t.mode == TransferMode::kRma) {
-      uint64_t remote_address =
-          peer.descriptor.pool_base + remote.block_byte_offset(layer, run.dst_block);
-      call = "ucp_put_nbx";
-      request =
-          post_op(op, ucp_put_nbx(peer.ep, src, length, remote_address, peer.rkey.get(), &param));
-    } else if (t.mode == TransferMode::kTag) {
-      call = "ucp_tag_send_nbx";
-      request = post_op(op, ucp_tag_send_nbx(peer.ep, src, length,
-                                             make_data_tag(id, layer, run.dst_block), &param));
     } else {
-      op->header = encode_data_header(DataHeader{id, layer, run.dst_block, run.count});
-      call = "ucp_am_send_nbx";
-      request = post_op(op, ucp_am_send_nbx(peer.ep, kAmData, op->header.data(), op->header.size(),
-                                            src, length, &param));
+      auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
+      op->serial = t.serial;
+      ucp_request_param_t param = request_param(op);
+      if (t.mode == TransferMode::kRma) {
+        uint64_t remote_address =
+            peer.descriptor.pool_base + remote.block_byte_offset(layer, run.dst_block);
+        call = "ucp_put_nbx";
+        request =
+            post_op(op, ucp_put_nbx(peer.ep, src, length, remote_address, peer.rkey.get(), &param));
+      } else if (t.mode == TransferMode::kTag) {
+        call = "ucp_tag_send_nbx";
+        request = post_op(op, ucp_tag_send_nbx(peer.ep, src, length,
+                                               make_data_tag(id, layer, run.dst_block), &param));
+      } else {
+        op->header = encode_data_header(DataHeader{id, layer, run.dst_block, run.count});
+        call = "ucp_am_send_nbx";
+        request = post_op(op, ucp_am_send_nbx(peer.ep, kAmData, op->header.data(),
+                                              op->header.size(), src, length, &param));
+      }
     }
     if (UCS_PTR_IS_ERR(request)) {
       fail_send(t, ucx_error(call, UCS_PTR_STATUS(request), __FILE__, __LINE__));

@@ -13,8 +13,8 @@
 // put into a KV pool is emulated there too — unless the peer's pool came from
 // those domains (TransferEngine::create without a pool): then its rkey maps
 // into our address space (ucp_rkey_ptr succeeds) and the engine's put is a
-// memcpy into it, whatever lanes the endpoint got. Which domains register is asked of UCT (uct_md_query: UCT_MD_FLAG_REG),
-// not read from a list of names.
+// memcpy into it, whatever lanes the endpoint got. Which domains register is asked of UCT
+// (uct_md_query: UCT_MD_FLAG_REG), not read from a list of names.
 #pragma once
 
 #include <ucp/api/ucp.h>
@@ -28,10 +28,7 @@ struct EndpointCaps {
   std::vector<std::string> transports;   // "tcp/lo", "posix/memory", ... one per lane
   std::vector<std::string> rma_domains;  // memory domains of the RMA lanes ("posix")
   bool native_rma = false;               // an RMA lane's domain registers user memory
-  // The peer's pool is mapped into this process (ucp_rkey_ptr): UCX allocated
-  // it from shared memory on this host, so puts are plain stores into it.
-  bool mapped_pool = false;
-  std::string lane_table;  // UCX's own text, for debug logs
+  std::string lane_table;                // UCX's own text, for debug logs
 };
 
 // Parses the text ucp_ep_print_info writes (exposed for tests);

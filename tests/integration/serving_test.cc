@@ -84,8 +84,10 @@ TEST_F(ServingTest, ConcurrentGreedyCompletionsEqualBatonGenerate) {
   EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
 }
 
-// Pools UCX allocated from shared memory: the prefill node maps the decode
-// node's pool and puts the KV into it; output still equals one engine's.
+// transfer.share_pool: each node's engine adopts a pool UCX allocated, and
+// output still equals one engine's. (That auto then picks puts into the
+// mapped pool is kv_transfer's shm_shared_pool case; here it is the nodes'
+// wiring end to end.)
 TEST(SharedPoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   ClusterShape shape;
   shape.share_pool = true;

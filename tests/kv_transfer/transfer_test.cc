@@ -30,9 +30,11 @@ struct Transport {
   bool shared_pools = false;  // UCX allocates both pools (shared memory): puts are stores
 };
 
-// The running case's shared_pools, set by the fixture, read by LocalNode and
-// spawn_peer (every test builds its nodes through them).
-bool g_shared_pools = false;
+// A node that starts with data (seed != 0) is a sender and uses the case's
+// mode; a poisoned one (seed 0) only receives, and runs auto.
+const char* node_mode(const Transport& transport, uint64_t seed) {
+  return seed != 0 ? transport.mode : "auto";
+}
 
 const Transport kTransports[] = {{"tcp", "tcp", "auto"}, {"shm", "sm,self", "auto"}};
 // Forced operations (emulated puts over TCP, puts over shm) and TCP without
@@ -86,21 +88,20 @@ class Mailbox {
 // This process's node: a pool (pattern-filled or poisoned) and an engine.
 class LocalNode {
  public:
-  LocalNode(const KvLayout& layout, const char* tls, uint64_t seed, const char* name,
-            std::chrono::milliseconds deadline = 3000ms, const char* mode = "auto",
-            bool peer_errors = true)
-      : layout_(layout), bytes_(layout.total_bytes()), owns_pool_(!g_shared_pools) {
+  LocalNode(const KvLayout& layout, const Transport& transport, uint64_t seed, const char* name,
+            std::chrono::milliseconds deadline)
+      : layout_(layout), bytes_(layout.total_bytes()), owns_pool_(!transport.shared_pools) {
     if (owns_pool_) {
       pool_ = static_cast<uint8_t*>(
           mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
     }
     TransferConfig config;
-    config.ucx_env["UCX_TLS"] = tls;
+    config.ucx_env["UCX_TLS"] = transport.tls;
     config.ucx_env["UCX_NET_DEVICES"] = "lo";  // loopback only, never eth0
     config.node_name = name;
     config.default_deadline = deadline;
-    config.mode = *parse_transfer_mode(mode);
-    config.peer_error_handling = peer_errors;
+    config.mode = *parse_transfer_mode(node_mode(transport, seed));
+    config.peer_error_handling = transport.peer_errors;
     auto e = TransferEngine::create(config, layout, pool_, bytes_);
     EXPECT_TRUE(e.is_ok()) << e.status().to_string();
     if (!e.is_ok()) return;
@@ -132,14 +133,14 @@ class LocalNode {
   Mailbox mail_;
 };
 
-std::unique_ptr<Child> spawn_peer(const char* tls, const KvLayout& l, uint64_t seed,
-                                  uint64_t peer_seed, int32_t peer_num_blocks,
-                                  const char* mode = "auto", bool peer_errors = true) {
+std::unique_ptr<Child> spawn_peer(const Transport& transport, const KvLayout& l, uint64_t seed,
+                                  uint64_t peer_seed, int32_t peer_num_blocks) {
   auto child = std::make_unique<Child>(std::vector<std::string>{
-      BATON_TRANSFER_PEER, tls, mode, std::to_string(l.num_layers), std::to_string(l.num_blocks),
-      std::to_string(l.block_size), std::to_string(l.num_kv_heads), std::to_string(l.head_dim),
-      std::string(dtype_name(l.dtype)), std::to_string(seed), std::to_string(peer_seed),
-      std::to_string(peer_num_blocks), peer_errors ? "1" : "0", g_shared_pools ? "1" : "0"});
+      BATON_TRANSFER_PEER, transport.tls, node_mode(transport, seed), std::to_string(l.num_layers),
+      std::to_string(l.num_blocks), std::to_string(l.block_size), std::to_string(l.num_kv_heads),
+      std::to_string(l.head_dim), std::string(dtype_name(l.dtype)), std::to_string(seed),
+      std::to_string(peer_seed), std::to_string(peer_num_blocks), transport.peer_errors ? "1" : "0",
+      transport.shared_pools ? "1" : "0"});
   return child;
 }
 
@@ -181,10 +182,7 @@ size_t merged_runs(const std::vector<int32_t>& src, const std::vector<int32_t>& 
 
 class TransferTest : public ::testing::TestWithParam<Transport> {
  protected:
-  void SetUp() override {
-    rng_.seed(test_seed() ^ std::hash<std::string>{}(test_name()));
-    g_shared_pools = GetParam().shared_pools;
-  }
+  void SetUp() override { rng_.seed(test_seed() ^ std::hash<std::string>{}(test_name())); }
   static std::string test_name() {
     return ::testing::UnitTest::GetInstance()->current_test_info()->name();
   }
@@ -199,10 +197,8 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
     KvLayout sender_layout = make_layout(dtype, 96, 5);
     KvLayout receiver_layout = make_layout(dtype, 80, 5);  // pools may differ in size
     uint64_t seed = rng_() | 1;
-    LocalNode sender(sender_layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode,
-                     GetParam().peer_errors);
-    auto receiver = spawn_peer(GetParam().tls, receiver_layout, 0, seed, sender_layout.num_blocks,
-                               "auto", GetParam().peer_errors);
+    LocalNode sender(sender_layout, GetParam(), seed, "sender", 3000ms);
+    auto receiver = spawn_peer(GetParam(), receiver_layout, 0, seed, sender_layout.num_blocks);
     PeerId peer = connect(sender, *receiver);
     for (uint64_t tid = 1; tid <= 3; ++tid) {
       int32_t n = 8 + int32_t(rng_() % 24);
@@ -216,9 +212,14 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
       auto sent = sender.mail().wait(tid);
       ASSERT_TRUE(sent.has_value());
       EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
-      // A pool UCX allocated from shared memory is mapped by its peer: auto
-      // takes puts there, which over sm are otherwise emulated (tag instead).
-      if (GetParam().shared_pools) EXPECT_EQ(sent->mode, TransferMode::kRma);
+      // Auto takes puts only into a pool its peer mapped (UCX allocated it
+      // from shared memory); over TCP and into private pools they would be
+      // emulated, so it takes tagged rendezvous there. Forced modes hold.
+      const TransferMode expected_mode = std::string_view(GetParam().mode) != "auto"
+                                             ? *parse_transfer_mode(GetParam().mode)
+                                         : GetParam().shared_pools ? TransferMode::kRma
+                                                                   : TransferMode::kTag;
+      EXPECT_EQ(sent->mode, expected_mode);
       EXPECT_EQ(sent->ops, merged_runs(src, dst) * size_t(le - lb));
       EXPECT_EQ(sent->bytes, src.size() * sender_layout.block_bytes() * size_t(le - lb));
       auto recv = receiver->wait_for("RECV " + std::to_string(tid) + " ");
@@ -239,10 +240,8 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
 TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
   KvLayout layout = make_layout(DType::kBF16, 64, 6);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode,
-                   GetParam().peer_errors);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                             GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), seed, "sender", 5000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(sender, *receiver);
   std::vector<int32_t> all_dst = testing::random_blocks(rng_, layout.num_blocks, 48);
   constexpr int kRequests = 3;
@@ -285,10 +284,8 @@ TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
 TEST_P(TransferTest, SlowLayersDoNotEatTheSendDeadline) {
   KvLayout layout = make_layout(DType::kBF16, 32, 4);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode,
-                   GetParam().peer_errors);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                             GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), seed, "sender", 5000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(sender, *receiver);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 8);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 8);
@@ -313,13 +310,11 @@ TEST_P(TransferTest, SlowLayersDoNotEatTheSendDeadline) {
 TEST_P(TransferTest, ManyConcurrentTransfersToTwoReceivers) {
   KvLayout layout = make_layout(DType::kF16, 128, 4);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 8000ms, GetParam().mode,
-                   GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), seed, "sender", 8000ms);
   std::unique_ptr<Child> receivers[2];
   PeerId peers[2];
   for (int r = 0; r < 2; ++r) {
-    receivers[r] = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                              GetParam().peer_errors);
+    receivers[r] = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
     peers[r] = connect(sender, *receivers[r]);
   }
   constexpr int kPerReceiver = 12;
@@ -360,9 +355,8 @@ TEST_P(TransferTest, ManyConcurrentTransfersToTwoReceivers) {
 TEST_P(TransferTest, ReceiverInThisProcessVerifiesEveryByte) {
   KvLayout layout = make_layout(DType::kF32, 48, 4);
   uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam().tls, 0, "receiver", 3000ms, "auto", GetParam().peer_errors);
-  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
-                           GetParam().peer_errors);
+  LocalNode receiver(layout, GetParam(), 0, "receiver", 3000ms);
+  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
   PeerId peer = connect(receiver, *sender);
   (void)peer;
   auto src = testing::random_blocks(rng_, layout.num_blocks, 20);
@@ -401,10 +395,8 @@ TEST_P(TransferTest, ReceiverInThisProcessVerifiesEveryByte) {
 TEST_P(TransferTest, GarbageLateAndDuplicateNoticesAreRejected) {
   KvLayout layout = make_layout(DType::kBF16, 32, 2);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode,
-                   GetParam().peer_errors);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                             GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), seed, "sender", 3000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(sender, *receiver);
   std::vector<int32_t> src = {1, 2, 3}, dst = {7, 8, 20};
   receiver->send(expect_line(5, 50, 0, 2, 5000, src, dst));
@@ -451,10 +443,8 @@ TEST_P(TransferTest, GarbageLateAndDuplicateNoticesAreRejected) {
 TEST_P(TransferTest, UnexpectedTransferIsRejected) {
   KvLayout layout = make_layout(DType::kF16, 32, 2);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 3000ms, GetParam().mode,
-                   GetParam().peer_errors);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                             GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), seed, "sender", 3000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(sender, *receiver);
   std::vector<int32_t> src = {1, 2, 3}, dst = {4, 5, 6};
   ASSERT_TRUE(
@@ -509,10 +499,8 @@ class TransferFaultTest : public TransferTest {};
 TEST_P(TransferFaultTest, ReceiverKilledMidTransferFailsSenderWithinDeadline) {
   KvLayout layout = make_layout(DType::kBF16, 64, 8);
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", kFaultDeadline, GetParam().mode,
-                   GetParam().peer_errors);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                             GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), seed, "sender", kFaultDeadline);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(sender, *receiver);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 24);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 24);
@@ -558,10 +546,8 @@ TEST_P(TransferFaultTest, ReceiverKilledMidTransferFailsSenderWithinDeadline) {
 TEST_P(TransferFaultTest, SenderKilledMidTransferFreesReceiverBlocksWithinDeadline) {
   KvLayout layout = make_layout(DType::kF16, 64, 8);
   uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam().tls, 0, "receiver", kFaultDeadline, "auto",
-                     GetParam().peer_errors);
-  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
-                           GetParam().peer_errors);
+  LocalNode receiver(layout, GetParam(), 0, "receiver", kFaultDeadline);
+  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
   connect(receiver, *sender);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 24);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 24);
@@ -589,10 +575,8 @@ TEST_P(TransferFaultTest, SenderKilledMidTransferFreesReceiverBlocksWithinDeadli
 
 TEST_P(TransferFaultTest, UnreachablePeerFailsWithinDeadline) {
   KvLayout layout = make_layout(DType::kF32, 16, 2);
-  LocalNode sender(layout, GetParam().tls, 7, "sender", kFaultDeadline, GetParam().mode,
-                   GetParam().peer_errors);
-  auto receiver =
-      spawn_peer(GetParam().tls, layout, 0, 7, layout.num_blocks, "auto", GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), 7, "sender", kFaultDeadline);
+  auto receiver = spawn_peer(GetParam(), layout, 0, 7, layout.num_blocks);
   auto desc = receiver->wait_for("DESC ");
   ASSERT_TRUE(desc.has_value());
   receiver->kill_now();
@@ -674,9 +658,8 @@ const std::string kAbortedCode = std::to_string(int(StatusCode::kAborted));
 TEST_P(TransferTest, CancelExpectBeforeDataAbortsAtOnceAndLaterSenderFails) {
   KvLayout layout = make_layout(DType::kF16, 48, 4);
   uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam().tls, 0, "receiver", 3000ms, "auto", GetParam().peer_errors);
-  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
-                           GetParam().peer_errors);
+  LocalNode receiver(layout, GetParam(), 0, "receiver", 3000ms);
+  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
   connect(receiver, *sender);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 16);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 16);
@@ -725,9 +708,8 @@ TEST_P(TransferTest, CancelExpectBeforeDataAbortsAtOnceAndLaterSenderFails) {
 TEST_P(TransferTest, CancelExpectMidTransferCallsBackOnceAndRejectsTheRest) {
   KvLayout layout = large_layout();
   uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam().tls, 0, "receiver", 5000ms, "auto", GetParam().peer_errors);
-  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
-                           GetParam().peer_errors);
+  LocalNode receiver(layout, GetParam(), 0, "receiver", 5000ms);
+  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
   connect(receiver, *sender);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 48);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 48);
@@ -791,10 +773,8 @@ TEST_P(TransferTest, CancelExpectMidTransferCallsBackOnceAndRejectsTheRest) {
 TEST_P(TransferTest, CancelSendMidTransferAbortsOnceAndReceiverTimesOut) {
   KvLayout layout = large_layout();
   uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam().tls, seed, "sender", 5000ms, GetParam().mode,
-                   GetParam().peer_errors);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                             GetParam().peer_errors);
+  LocalNode sender(layout, GetParam(), seed, "sender", 5000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(sender, *receiver);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 48);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 48);
@@ -846,7 +826,7 @@ TEST_P(TransferTest, CancelSendMidTransferAbortsOnceAndReceiverTimesOut) {
 
 TEST_P(TransferTest, CancelUnknownIdsIsNotFound) {
   KvLayout layout = make_layout(DType::kF32, 16, 2);
-  LocalNode node(layout, GetParam().tls, 0, "node", 3000ms, "auto", GetParam().peer_errors);
+  LocalNode node(layout, GetParam(), 0, "node", 3000ms);
   EXPECT_EQ(node.engine().cancel_expect(999).code(), StatusCode::kNotFound);
   EXPECT_EQ(node.engine().cancel_send(999).code(), StatusCode::kNotFound);
   ASSERT_TRUE(node.engine().expect({1, 5, {1, 2}, 0, -1, 5000ms}, node.callback()).is_ok());
@@ -864,10 +844,8 @@ TEST_P(TransferTest, CancelUnknownIdsIsNotFound) {
 TEST_P(TransferTest, ConcurrentAndReentrantCancelsRunEachCallbackOnce) {
   KvLayout layout = make_layout(DType::kF16, 32, 2);
   uint64_t seed = rng_() | 1;
-  LocalNode node(layout, GetParam().tls, seed, "node", 5000ms, GetParam().mode,
-                 GetParam().peer_errors);
-  auto receiver = spawn_peer(GetParam().tls, layout, 0, seed, layout.num_blocks, "auto",
-                             GetParam().peer_errors);
+  LocalNode node(layout, GetParam(), seed, "node", 5000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(node, *receiver);
   std::atomic<int> send_calls{0}, recv_calls{0};
   // A send with nothing posted yet, and an expectation nobody sends to.
@@ -930,10 +908,8 @@ TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
   }
   KvLayout layout = large_layout();
   uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam().tls, 0, "receiver", kFaultDeadline, "auto",
-                     GetParam().peer_errors);
-  auto sender = spawn_peer(GetParam().tls, layout, seed, 0, layout.num_blocks, GetParam().mode,
-                           GetParam().peer_errors);
+  LocalNode receiver(layout, GetParam(), 0, "receiver", kFaultDeadline);
+  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
   connect(receiver, *sender);
   auto src = testing::random_blocks(rng_, layout.num_blocks, 48);
   auto dst = testing::random_blocks(rng_, layout.num_blocks, 48);
