@@ -173,7 +173,7 @@ void TransferEngine::Impl::enqueue_and_wait(std::function<void()> command, uint6
 bool TransferEngine::Impl::busy() const {
   if (!sends_.empty()) return true;
   for (const auto& [id, e] : expectations_) {
-    if (e.outstanding > 0) return true;
+    if (e.outstanding > 0 || awaits_puts_stopped(e)) return true;
   }
   return false;
 }
@@ -224,7 +224,7 @@ void TransferEngine::Impl::wait_for_events(Clock::time_point now) {
 void TransferEngine::Impl::process_events() {
   // Connections and endpoint failures first: they decide what transfers can do.
   while (!connected_.empty() || !failed_endpoints_.empty() || !dirty_sends_.empty() ||
-         !dirty_recvs_.empty()) {
+         !dirty_recvs_.empty() || !granted_sends_.empty()) {
     auto connected = std::move(connected_);
     connected_.clear();
     for (auto [peer, generation, status] : connected) on_connected(peer, generation, status);
@@ -236,6 +236,11 @@ void TransferEngine::Impl::process_events() {
         tear_down(peer, Status(ucx_status_code(status),
                                std::string("peer endpoint failed: ") + ucs_status_string(status)));
       }
+    }
+    auto granted = std::move(granted_sends_);
+    granted_sends_.clear();
+    for (uint64_t id : granted) {
+      if (auto it = sends_.find(id); it != sends_.end()) pump(it->second, id);
     }
     auto sends = std::move(dirty_sends_);
     dirty_sends_.clear();
@@ -274,6 +279,17 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
       e.outstanding = 0;
       dirty_recvs_.push_back(id);
     }
+    if (awaits_puts_stopped(e) &&
+        now > std::min(e.abandon_after, e.last_grant + config_.close_timeout)) {
+      // Puts granted before the failure have had close_timeout to land, and
+      // later ones would need a grant it no longer gives.
+      spdlog::warn(
+          "kv_transfer[{}]: the sender of {} transfer {} never reported its puts "
+          "stopped; releasing its blocks",
+          config_.node_name, e.cancelled ? "cancelled" : "failed", id);
+      e.puts_stopped = true;
+      dirty_recvs_.push_back(id);
+    }
     if (!e.failed && !e.judged && now > e.deadline) {
       e.failed = true;
       e.result = deadline_exceeded("expected transfer " + std::to_string(id) +
@@ -307,7 +323,10 @@ void TransferEngine::Impl::shutdown() {
     for (auto& [id, e] : expectations_) dirty_recvs_.push_back(id);
     process_events();
   }
-  for (auto& [id, e] : expectations_) dirty_recvs_.push_back(id);
+  for (auto& [id, e] : expectations_) {
+    e.puts_stopped = true;  // the pool goes with this engine: report regardless
+    dirty_recvs_.push_back(id);
+  }
   process_events();
   for (auto& [id, t] : sends_) {
     spdlog::error("kv_transfer[{}]: transfer {} still has UCX operations at shutdown",

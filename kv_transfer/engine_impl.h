@@ -86,7 +86,13 @@ struct SendTransfer {  // progress thread
   bool flush_done = false;
   bool acked = false;
   bool cancelled = false;  // cancel_send: nothing new is posted, in-flight ops drain
-  Status failure;          // first error, if any
+  // RMA: layers are put only once the receiver granted them (kPutAsk ->
+  // kPutGrant), so a receiver that gives its blocks up stops us by refusing.
+  int32_t granted_end = 0;  // layers [layer_begin, granted_end) may be put
+  bool asking = false;      // a kPutAsk awaits its grant
+  // Failed after a grant and before the notice: flush, then kPutsStopped.
+  enum class StopReport { kNone, kFlushing, kSent } stop_report = StopReport::kNone;
+  Status failure;  // first error, if any
   uint64_t digest = 0;
 };
 
@@ -110,6 +116,14 @@ struct Expectation {  // progress thread
   Status result;
   Notice notice;
   ucp_ep_h reply_ep = nullptr;  // where the ack goes
+  // RMA: a sender was granted puts. Failed before its notice, the blocks go
+  // back only once it says its puts have stopped and landed (kPutsStopped),
+  // or once the last grant is close_timeout old (or abandon_after passed):
+  // granted puts are posted at once and land within that, and later ones
+  // would need a grant it no longer gives.
+  bool granted = false;
+  Clock::time_point last_grant;
+  bool puts_stopped = false;
 };
 
 class TransferEngine::Impl {
@@ -171,6 +185,19 @@ class TransferEngine::Impl {
 
   // Receiving.
   void handle_notice(const Notice& n, ucp_ep_h reply_ep);
+  // Put grants (wire.h): the receiver's side, then the sender's.
+  void handle_put_ask(const Notice& n, ucp_ep_h reply_ep);
+  void handle_puts_stopped(const Notice& n);
+  bool awaits_puts_stopped(const Expectation& e) const {
+    return e.failed && e.granted && !e.noticed && !e.puts_stopped;
+  }
+  void ask_to_put(SendTransfer& t, uint64_t id, PeerState& peer);
+  void handle_put_grant(const Notice& n);
+  // Flush, then kPutsStopped, for a failed send that was granted puts; true
+  // while that is still under way.
+  bool report_puts_stopped(SendTransfer& t, uint64_t id);
+  // Sends a control message (fire and forget); false if UCX refused it.
+  bool send_control(ucp_ep_h ep, const Notice& n, bool want_reply, const char* what);
   void handle_ack(const Notice& n);
   void send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict);
   void discard_rendezvous(void* data_desc, size_t length);
@@ -224,6 +251,7 @@ class TransferEngine::Impl {
   std::unordered_map<uint64_t, SendTransfer> sends_;
   std::unordered_map<uint64_t, Expectation> expectations_;
   std::vector<uint64_t> dirty_sends_, dirty_recvs_;
+  std::vector<uint64_t> granted_sends_;  // granted more layers: pumped by the loop
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> failed_endpoints_;
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> connected_;
 

@@ -123,12 +123,67 @@ ucs_status_t TransferEngine::Impl::on_control(const void* header, size_t header_
     reject_notice(n.status().message());
     return UCS_OK;
   }
-  if (n->kind == WireKind::kAck) {
-    handle_ack(*n);
-  } else {
-    handle_notice(*n, reply_ep);
+  switch (n->kind) {
+    case WireKind::kAck:
+      handle_ack(*n);
+      break;
+    case WireKind::kPutAsk:
+      handle_put_ask(*n, reply_ep);
+      break;
+    case WireKind::kPutGrant:
+      handle_put_grant(*n);
+      break;
+    case WireKind::kPutsStopped:
+      handle_puts_stopped(*n);
+      break;
+    default:
+      handle_notice(*n, reply_ep);
   }
   return UCS_OK;
+}
+
+// Answered at once, on the endpoint the request came by: a reply endpoint is
+// only sure to live while its message is being handled, so the receiver never
+// keeps one to reach the sender later. It stops a sender by refusing its next
+// request instead.
+void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
+  if (reply_ep == nullptr) {
+    reject_notice("put request for transfer " + std::to_string(n.transfer_id) +
+                  " without a reply path");
+    return;
+  }
+  auto it = expectations_.find(n.transfer_id);
+  Status verdict;
+  if (it == expectations_.end() || it->second.failed || it->second.judged || it->second.noticed) {
+    verdict = Status(StatusCode::kAborted, "transfer " + std::to_string(n.transfer_id) +
+                                               " is not expected (late, cancelled or expired)");
+  } else if (const RecvSpec& spec = it->second.spec;
+             n.request_id != spec.request_id || n.num_blocks != spec.dst_blocks.size() ||
+             n.layer_begin < spec.layer_begin || n.layer_end > spec.layer_end) {
+    verdict = invalid_argument("put request for transfer " + std::to_string(n.transfer_id) +
+                               " does not match its expectation");
+  } else {
+    it->second.granted = true;
+    it->second.last_grant = Clock::now();
+  }
+  if (!verdict.is_ok()) reject_notice(verdict.message());
+  Notice grant = n;
+  grant.kind = WireKind::kPutGrant;
+  grant.status_code = uint32_t(verdict.code());
+  grant.flags = 0;
+  send_control(reply_ep, grant, /*want_reply=*/false, "put grant");
+}
+
+void TransferEngine::Impl::handle_puts_stopped(const Notice& n) {
+  auto it = expectations_.find(n.transfer_id);
+  if (it == expectations_.end() || !it->second.granted ||
+      it->second.spec.request_id != n.request_id) {
+    reject_notice("puts-stopped report for transfer " + std::to_string(n.transfer_id) +
+                  " that granted none (late?)");
+    return;
+  }
+  it->second.puts_stopped = true;
+  dirty_recvs_.push_back(n.transfer_id);
 }
 
 Expectation* TransferEngine::Impl::accept_run(uint64_t transfer_id, int32_t layer,
@@ -280,6 +335,13 @@ void TransferEngine::Impl::hash_landed(Expectation& e, int32_t layer, int32_t fi
 
 void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
   auto it = expectations_.find(n.transfer_id);
+  if (it != expectations_.end() && it->second.failed &&
+      it->second.spec.request_id == n.request_id) {
+    // Too late to be judged, but a notice follows the sender's flush: none of
+    // its puts is still on the way.
+    it->second.puts_stopped = true;
+    dirty_recvs_.push_back(n.transfer_id);
+  }
   if (it == expectations_.end() || it->second.failed || it->second.noticed) {
     reject_notice("notice for transfer " + std::to_string(n.transfer_id) +
                   " that is not expected (late, duplicate or expired)");
@@ -328,20 +390,27 @@ void TransferEngine::Impl::send_ack(ucp_ep_h reply_ep, const Notice& n, const St
   ack.kind = WireKind::kAck;
   ack.status_code = uint32_t(verdict.code());
   ack.flags = 0;
+  send_control(reply_ep, ack, /*want_reply=*/false, "ack");
+}
+
+bool TransferEngine::Impl::send_control(ucp_ep_h ep, const Notice& n, bool want_reply,
+                                        const char* what) {
   auto* op = new OpContext{this, n.transfer_id, OpContext::kAck};
-  op->header = encode_notice(ack);
+  op->header = encode_notice(n);
   ucp_request_param_t param{};
   param.op_attr_mask =
       UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA | UCP_OP_ATTR_FIELD_FLAGS;
   param.cb.send = ack_callback;
   param.user_data = op;
-  param.flags = UCP_AM_SEND_FLAG_EAGER;
-  ucs_status_ptr_t request = post_op(op, ucp_am_send_nbx(reply_ep, kAmControl, op->header.data(),
+  param.flags = UCP_AM_SEND_FLAG_EAGER | (want_reply ? UCP_AM_SEND_FLAG_REPLY : 0);
+  ucs_status_ptr_t request = post_op(op, ucp_am_send_nbx(ep, kAmControl, op->header.data(),
                                                          op->header.size(), nullptr, 0, &param));
   if (UCS_PTR_IS_ERR(request)) {
-    spdlog::warn("kv_transfer[{}]: ack for transfer {} not sent: {}", config_.node_name,
+    spdlog::warn("kv_transfer[{}]: {} for transfer {} not sent: {}", config_.node_name, what,
                  n.transfer_id, ucs_status_string(UCS_PTR_STATUS(request)));
+    return false;
   }
+  return true;
 }
 
 void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
@@ -354,8 +423,9 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   bool all_data = (e.notice.flags & kNoticeFlagAmData) == 0 ||
                   (e.received_bytes == e.expected_bytes && e.outstanding == 0);
   if (!e.failed && e.noticed && !e.judged && all_data) judge(id, e);
-  // Blocks are handed back only when no receive of ours can still write them.
-  if (e.outstanding != 0 || !(e.judged || e.failed)) return;
+  // Blocks are handed back only when no receive of ours can still write them,
+  // nor a put of a sender we granted.
+  if (e.outstanding != 0 || !(e.judged || e.failed) || awaits_puts_stopped(e)) return;
   // Cancelled or expired after its notice came in: the sender awaits an ack.
   if (e.noticed && !e.judged && e.reply_ep != nullptr) send_ack(e.reply_ep, e.notice, e.result);
   TransferResult r;

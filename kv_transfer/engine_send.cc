@@ -58,6 +58,7 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
         t.deadline = t.started + spec.deadline.value_or(config_.default_deadline);
         t.runs = merge_block_runs(spec.src_blocks, spec.dst_blocks);
         t.issued_end = spec.layer_begin;
+        t.granted_end = spec.layer_begin;
         t.posted_end = all_posted ? spec.layer_end : spec.layer_begin;
         t.spec = std::move(spec);
         t.peer = peer;
@@ -146,7 +147,14 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
   PeerState& peer = peers_[t.peer];
   if (!t.failure.is_ok() || peer.phase != PeerState::Phase::kReady) return;
   t.mode = peer.mode;
-  while (t.issued_end < t.posted_end && t.failure.is_ok()) {
+  int32_t ready_end = t.posted_end;
+  if (t.mode == TransferMode::kRma) {
+    // One request covers every layer posted so far; more are asked for as
+    // they come, so the round trip overlaps the producer.
+    if (!t.asking && t.granted_end < t.posted_end) ask_to_put(t, id, peer);
+    ready_end = std::min(ready_end, t.granted_end);
+  }
+  while (t.issued_end < ready_end && t.failure.is_ok()) {
     issue_layer(t, id, peer, t.issued_end);
     ++t.issued_end;
   }
@@ -262,6 +270,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
       ++t.outstanding;
     }
   }
+  if (report_puts_stopped(t, id)) return;
   bool finished = t.outstanding == 0 && (!t.failure.is_ok() || t.acked);
   if (!finished) return;
   TransferResult r;
@@ -289,6 +298,77 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     send_tickets_.erase(id);
   }
   done(r);
+}
+
+void TransferEngine::Impl::ask_to_put(SendTransfer& t, uint64_t id, PeerState& peer) {
+  Notice n;
+  n.kind = WireKind::kPutAsk;
+  n.request_id = t.spec.request_id;
+  n.transfer_id = id;
+  n.layer_begin = t.granted_end;
+  n.layer_end = t.posted_end;
+  n.num_blocks = uint32_t(t.spec.src_blocks.size());
+  t.asking = true;
+  if (!send_control(peer.ep, n, /*want_reply=*/true, "put request")) {
+    fail_send(t, unavailable("transfer " + std::to_string(id) + ": put request not sent"));
+  }
+}
+
+void TransferEngine::Impl::handle_put_grant(const Notice& n) {
+  auto it = sends_.find(n.transfer_id);
+  if (it == sends_.end() || !it->second.asking || it->second.spec.request_id != n.request_id) {
+    reject_notice("put grant for transfer " + std::to_string(n.transfer_id) +
+                  " that asked none (late or duplicate)");
+    return;
+  }
+  SendTransfer& t = it->second;
+  t.asking = false;
+  if (n.status_code == uint32_t(StatusCode::kOk)) {
+    t.granted_end = std::max(t.granted_end, n.layer_end);
+    granted_sends_.push_back(n.transfer_id);  // pumped by the loop, not in this callback
+  } else {
+    fail_send(t, Status(StatusCode(n.status_code),
+                        "receiver refused puts of transfer " + std::to_string(n.transfer_id)));
+  }
+  dirty_sends_.push_back(n.transfer_id);
+}
+
+bool TransferEngine::Impl::report_puts_stopped(SendTransfer& t, uint64_t id) {
+  // Only a failed RMA send that was granted layers and never sent its notice
+  // (which would say the same) leaves a receiver waiting; a torn-down
+  // endpoint has nobody left to tell.
+  PeerState& peer = peers_[t.peer];
+  if (t.failure.is_ok() || t.mode != TransferMode::kRma || t.granted_end == t.spec.layer_begin ||
+      t.phase == SendTransfer::Phase::kAwaitAck ||
+      t.stop_report == SendTransfer::StopReport::kSent || t.outstanding != 0) {
+    return t.outstanding != 0 && t.stop_report == SendTransfer::StopReport::kFlushing;
+  }
+  if (peer.phase != PeerState::Phase::kReady) {
+    t.stop_report = SendTransfer::StopReport::kSent;
+    return false;
+  }
+  if (t.stop_report == SendTransfer::StopReport::kNone) {
+    // Every put posted so far reaches the receiver before the report.
+    t.stop_report = SendTransfer::StopReport::kFlushing;
+    auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
+    op->serial = t.serial;
+    ucp_request_param_t param = request_param(op);
+    ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+      ++t.outstanding;
+      return true;
+    }
+  }
+  Notice n;
+  n.kind = WireKind::kPutsStopped;
+  n.request_id = t.spec.request_id;
+  n.transfer_id = id;
+  n.layer_begin = t.spec.layer_begin;
+  n.layer_end = t.spec.layer_end;
+  n.num_blocks = uint32_t(t.spec.src_blocks.size());
+  t.stop_report = SendTransfer::StopReport::kSent;
+  send_control(peer.ep, n, /*want_reply=*/false, "puts-stopped report");
+  return false;
 }
 
 void TransferEngine::Impl::handle_ack(const Notice& n) {

@@ -50,12 +50,9 @@ struct TransferConfig {
   // A node lets UCX allocate its KV pool (TransferEngine::create without a
   // pool), from shared memory where it can, so a peer on the same host maps
   // the pool and writes blocks with plain stores (auto then picks puts): one
-  // copy, no kernel, no rendezvous. Across hosts it changes nothing. Off by
-  // default: with puts a receiver cannot stop a live sender, so a decode node
-  // that cancels a request mid-transfer (client gone, request timeout) must
-  // not reuse its blocks until the prefill node has stopped, and nodes do not
-  // yet wait for that (they rely on the router cancelling both sides at once).
-  bool share_pool = false;
+  // copy, no kernel, no rendezvous. Across hosts it changes nothing. Off: the
+  // engine maps a private pool (transfers on one host then take CMA).
+  bool share_pool = true;
   // Ask UCX for peer error handling (UCP_ERR_HANDLING_MODE_PEER) so a dead
   // peer surfaces at once, not at the deadline. UCX 1.13 then avoids some
   // zero-copy protocols (no CMA rendezvous, for one), so throughput-bound

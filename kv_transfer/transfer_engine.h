@@ -27,10 +27,13 @@
 //    expectation fails with kAborted, later data and notices for it are
 //    rejected like any unknown transfer's (a notice with a negative ack), and
 //    the callback runs once its receives in flight have finished or, like a
-//    dead sender's, are abandoned close_timeout after the cancel. With
-//    one-sided puts the sender writes the blocks itself; a receiver cannot stop
-//    that, so before reusing blocks whose transfer used puts the control plane
-//    must also cancel the send or know the sender dead (as after a deadline).
+//    dead sender's, are abandoned close_timeout after the cancel. One-sided
+//    puts the receiver cannot stop, so it grants them: a sender puts a batch
+//    of layers only after the receiver's kPutGrant (wire.h), which a failed
+//    or cancelled expectation no longer gives. Failed before the notice, an
+//    expectation that granted puts calls back once the sender reports them
+//    stopped and landed (it flushes, then says so), or close_timeout after
+//    the last grant if it never does (its granted puts were posted at once).
 //    cancel_send() stops posting; its callback waits for what was posted.
 //  * Operation: one-sided puts when UCX has a native RMA lane to the peer
 //    whose memory domain can register the pool (kv_transfer/ucx_probe.h says

@@ -135,14 +135,36 @@ std::vector<uint8_t> encode_notice(const Notice& n) {
   return w.take();
 }
 
+namespace {
+
+const char* notice_name(WireKind kind) {
+  switch (kind) {
+    case WireKind::kAck:
+      return "transfer ack";
+    case WireKind::kPutAsk:
+      return "put request";
+    case WireKind::kPutGrant:
+      return "put grant";
+    case WireKind::kPutsStopped:
+      return "puts stopped";
+    default:
+      return "transfer notice";
+  }
+}
+
+}  // namespace
+
 Result<Notice> decode_notice(std::span<const uint8_t> bytes) {
-  // Peek the kind: a notice and an ack share one layout.
+  // Peek the kind: notices, acks and put grants share one layout.
   Notice n;
   if (bytes.size() >= 8) {
     uint16_t kind = uint16_t(bytes[6] | (bytes[7] << 8));
-    if (kind == uint16_t(WireKind::kAck)) n.kind = WireKind::kAck;
+    for (WireKind k :
+         {WireKind::kAck, WireKind::kPutAsk, WireKind::kPutGrant, WireKind::kPutsStopped}) {
+      if (kind == uint16_t(k)) n.kind = k;
+    }
   }
-  Reader r(bytes, n.kind == WireKind::kAck ? "transfer ack" : "transfer notice");
+  Reader r(bytes, notice_name(n.kind));
   if (!r.header(n.kind) || !r.get(n.request_id) || !r.get(n.transfer_id) || !r.get(n.layer_begin) ||
       !r.get(n.layer_end) || !r.get(n.num_blocks) || !r.get(n.ops) || !r.get(n.bytes) ||
       !r.get(n.checksum) || !r.get(n.status_code) || !r.get(n.flags) || !r.finish()) {

@@ -7,7 +7,12 @@
 //    geometry. The control plane carries it (a small bootstrap message).
 //  * Notice: sender -> receiver "transfer T of request R is complete" with the
 //    layer range, bytes, operations and xxhash64 of the bytes written; and
-//    receiver -> sender acknowledgement carrying the receiver's verdict.
+//    receiver -> sender acknowledgement carrying the receiver's verdict. The
+//    same layout carries the put grants (RMA only: a receiver cannot stop
+//    one-sided writes itself, so it lets them happen layer range by layer
+//    range): kPutAsk "may I put layers [b, e) of T?", kPutGrant (status kOk:
+//    go; anything else: stop), and kPutsStopped "T failed or was cancelled,
+//    and every put of it has reached you" (sent after a flush).
 //  * DataHeader: the active-message header of one merged run (AM mode): which
 //    transfer, which layer, which destination blocks.
 // Decoding never trusts a length: a garbage or truncated buffer is a kDataLoss
@@ -24,9 +29,17 @@
 namespace baton::kv_transfer {
 
 inline constexpr uint32_t kWireMagic = 0x4b564254;  // "TBVK" little-endian: Baton KV
-inline constexpr uint16_t kWireVersion = 1;
+inline constexpr uint16_t kWireVersion = 2;         // 2: put grants
 
-enum class WireKind : uint16_t { kDescriptor = 1, kNotice = 2, kAck = 3, kData = 4 };
+enum class WireKind : uint16_t {
+  kDescriptor = 1,
+  kNotice = 2,
+  kAck = 3,
+  kData = 4,
+  kPutAsk = 5,
+  kPutGrant = 6,
+  kPutsStopped = 7,
+};
 
 // Upper bounds that keep a hostile length from becoming a huge allocation.
 inline constexpr uint32_t kMaxWorkerAddressBytes = 64 * 1024;
@@ -43,7 +56,8 @@ struct PoolDescriptor {
 std::vector<uint8_t> encode_descriptor(const PoolDescriptor& d);
 Result<PoolDescriptor> decode_descriptor(std::span<const uint8_t> bytes);
 
-// Both the completion notice (kNotice) and the receiver's reply (kAck).
+// The completion notice (kNotice), the receiver's reply (kAck) and the put
+// grants (kPutAsk, kPutGrant, kPutsStopped).
 struct Notice {
   WireKind kind = WireKind::kNotice;
   uint64_t request_id = 0;
@@ -54,7 +68,7 @@ struct Notice {
   uint32_t ops = 0;          // merged operations the sender posted
   uint64_t bytes = 0;        // bytes written
   uint64_t checksum = 0;     // XXH3-64 of the bytes, in layer then block-pair order
-  uint32_t status_code = 0;  // kAck only: StatusCode of the receiver's verdict
+  uint32_t status_code = 0;  // kAck, kPutGrant: StatusCode of the receiver's verdict
   uint32_t flags = 0;        // kNotice only: kNoticeFlag* bits
 };
 

@@ -29,7 +29,7 @@ struct ClusterShape {
   int heartbeat_timeout_ms = 600;
   std::string extra_router_yaml;  // appended under router:
   bool separate_roles = false;    // `baton router|prefill|decode` processes instead of `baton up`
-  bool share_pool = false;        // transfer.share_pool: UCX allocates the KV pools
+  bool share_pool = true;         // transfer.share_pool (false: private pools, CMA transfers)
 };
 
 class Cluster {

@@ -84,13 +84,11 @@ TEST_F(ServingTest, ConcurrentGreedyCompletionsEqualBatonGenerate) {
   EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
 }
 
-// transfer.share_pool: each node's engine adopts a pool UCX allocated, and
-// output still equals one engine's. (That auto then picks puts into the
-// mapped pool is kv_transfer's shm_shared_pool case; here it is the nodes'
-// wiring end to end.)
-TEST(SharedPoolServingTest, GreedyCompletionsEqualBatonGenerate) {
+// Every other cluster test runs with shared pools (the default: puts into
+// the mapped pool); this one with private pools, so tagged rendezvous.
+TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   ClusterShape shape;
-  shape.share_pool = true;
+  shape.share_pool = false;
   Cluster cluster(shape);
   std::mt19937 rng{std::random_device{}()};
   for (int i = 0; i < 4; ++i) {

@@ -56,6 +56,21 @@ TEST(WireTest, NoticeAndAckRoundTrip) {
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(back->kind, WireKind::kAck);
   EXPECT_EQ(back->status_code, uint32_t(StatusCode::kDataLoss));
+  // The put grants share the layout and keep their kind.
+  for (WireKind kind : {WireKind::kPutAsk, WireKind::kPutGrant, WireKind::kPutsStopped}) {
+    n.kind = kind;
+    n.status_code = uint32_t(StatusCode::kAborted);
+    back = decode_notice(encode_notice(n));
+    ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+    EXPECT_EQ(back->kind, kind);
+    EXPECT_EQ(back->transfer_id, n.transfer_id);
+    EXPECT_EQ(back->layer_end, n.layer_end);
+    EXPECT_EQ(back->status_code, uint32_t(StatusCode::kAborted));
+  }
+  // An unknown kind in the same layout is refused, named as a notice.
+  auto bytes = encode_notice(n);
+  bytes[6] = 9;
+  EXPECT_FALSE(decode_notice(bytes).is_ok());
 }
 
 TEST(WireTest, RejectsTruncationAndCorruptionNamingTheMessage) {
