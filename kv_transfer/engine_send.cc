@@ -14,6 +14,18 @@ void send_callback(void* request, ucs_status_t status, void* user_data) {
   ucp_request_free(request);
 }
 
+// What every message of the sender about transfer `id` carries.
+Notice transfer_message(WireKind kind, const SendTransfer& t, uint64_t id) {
+  Notice n;
+  n.kind = kind;
+  n.request_id = t.spec.request_id;
+  n.transfer_id = id;
+  n.layer_begin = t.spec.layer_begin;
+  n.layer_end = t.spec.layer_end;
+  n.num_blocks = uint32_t(t.spec.src_blocks.size());
+  return n;
+}
+
 ucp_request_param_t request_param(OpContext* op) {
   ucp_request_param_t param{};
   param.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
@@ -241,13 +253,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   if (t.failure.is_ok() && t.phase == SendTransfer::Phase::kFlushing && t.flush_done &&
       t.outstanding == 0) {
     PeerState& peer = peers_[t.peer];
-    Notice n;
-    n.kind = WireKind::kNotice;
-    n.request_id = t.spec.request_id;
-    n.transfer_id = id;
-    n.layer_begin = t.spec.layer_begin;
-    n.layer_end = t.spec.layer_end;
-    n.num_blocks = uint32_t(t.spec.src_blocks.size());
+    Notice n = transfer_message(WireKind::kNotice, t, id);
     n.ops = t.ops;
     n.bytes = t.bytes;
     n.checksum = t.digest;
@@ -301,13 +307,9 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
 }
 
 void TransferEngine::Impl::ask_to_put(SendTransfer& t, uint64_t id, PeerState& peer) {
-  Notice n;
-  n.kind = WireKind::kPutAsk;
-  n.request_id = t.spec.request_id;
-  n.transfer_id = id;
-  n.layer_begin = t.granted_end;
+  Notice n = transfer_message(WireKind::kPutAsk, t, id);
+  n.layer_begin = t.granted_end;  // the layers asked for
   n.layer_end = t.posted_end;
-  n.num_blocks = uint32_t(t.spec.src_blocks.size());
   t.asking = true;
   if (!send_control(peer.ep, n, /*want_reply=*/true, "put request")) {
     fail_send(t, unavailable("transfer " + std::to_string(id) + ": put request not sent"));
@@ -359,15 +361,9 @@ bool TransferEngine::Impl::report_puts_stopped(SendTransfer& t, uint64_t id) {
       return true;
     }
   }
-  Notice n;
-  n.kind = WireKind::kPutsStopped;
-  n.request_id = t.spec.request_id;
-  n.transfer_id = id;
-  n.layer_begin = t.spec.layer_begin;
-  n.layer_end = t.spec.layer_end;
-  n.num_blocks = uint32_t(t.spec.src_blocks.size());
   t.stop_report = SendTransfer::StopReport::kSent;
-  send_control(peer.ep, n, /*want_reply=*/false, "puts-stopped report");
+  send_control(peer.ep, transfer_message(WireKind::kPutsStopped, t, id), /*want_reply=*/false,
+               "puts-stopped report");
   return false;
 }
 
