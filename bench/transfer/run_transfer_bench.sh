@@ -14,7 +14,9 @@
 #   e.g. bench/transfer/run_transfer_bench.sh build tcp sm,self
 # Environment: ITERS (default 5), TOKENS (default 512,2048,8192,16384),
 #              MODELS (default smollm2-135m,llama3-8b), BLOCK (default 16),
-#              VERIFY (default 1: xxhash on both sides, as in production).
+#              VERIFY (default 1: xxhash on both sides, as in production),
+#              SHARE_POOL (default 0; 1: UCX allocates both pools, as with
+#              transfer.share_pool, so a same-host sender maps the receiver's).
 set -euo pipefail
 
 build_dir="${1:-build}"
@@ -29,6 +31,7 @@ tokens="${TOKENS:-512,2048,8192,16384}"
 models="${MODELS:-smollm2-135m,llama3-8b}"
 block="${BLOCK:-16}"
 verify="${VERIFY:-1}"
+ucx_pool="${SHARE_POOL:-0}"
 
 # KV bytes one token adds to one layer: 2 (K,V) x kv_heads x head_dim x 2 (bf16).
 declare -A bytes_per_token_layer=([smollm2-135m]=768 [llama3-8b]=4096)
@@ -70,7 +73,8 @@ for tls in "${transports[@]}"; do
         put=$(ceiling "${tls}" ucp_put_bw "${size}" "${errmode}")
         tag=$(ceiling "${tls}" tag_bw "${size}" "${errmode}")
         row=$("${bench}" --tls "${tls}" --peer-errors "${pe}" --iters "${iters}" \
-                --models "${model}" --tokens "${tok}" --block-sizes "${block}" --verify "${verify}" 2>/dev/null | tail -1)
+                --models "${model}" --tokens "${tok}" --block-sizes "${block}" --verify "${verify}" \
+                --ucx-pool "${ucx_pool}" 2>/dev/null | tail -1)
         # | tls | pe | mode | model | block | tokens | MiB | ops | op KiB | median | best | tail |
         IFS='|' read -r _ _ _ mode _ _ _ _ ops opkib median best tail _ <<<"${row}"
         ceiling=$(python3 -c "print(max(${put}, ${tag}))")
