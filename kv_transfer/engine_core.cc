@@ -224,7 +224,7 @@ void TransferEngine::Impl::wait_for_events(Clock::time_point now) {
 void TransferEngine::Impl::process_events() {
   // Connections and endpoint failures first: they decide what transfers can do.
   while (!connected_.empty() || !failed_endpoints_.empty() || !dirty_sends_.empty() ||
-         !dirty_recvs_.empty() || !granted_sends_.empty()) {
+         !dirty_recvs_.empty() || !granted_sends_.empty() || !landed_layers_.empty()) {
     auto connected = std::move(connected_);
     connected_.clear();
     for (auto [peer, generation, status] : connected) on_connected(peer, generation, status);
@@ -242,6 +242,9 @@ void TransferEngine::Impl::process_events() {
     for (uint64_t id : granted) {
       if (auto it = sends_.find(id); it != sends_.end()) pump(it->second, id);
     }
+    auto landed = std::move(landed_layers_);
+    landed_layers_.clear();
+    for (const Notice& n : landed) hash_announced_layer(n);
     auto sends = std::move(dirty_sends_);
     dirty_sends_.clear();
     for (uint64_t id : sends) maybe_finish_send(id);

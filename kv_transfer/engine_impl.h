@@ -88,8 +88,9 @@ struct SendTransfer {  // progress thread
   bool cancelled = false;  // cancel_send: nothing new is posted, in-flight ops drain
   // RMA: layers are put only once the receiver granted them (kPutAsk ->
   // kPutGrant), so a receiver that gives its blocks up stops us by refusing.
-  int32_t granted_end = 0;  // layers [layer_begin, granted_end) may be put
-  bool asking = false;      // a kPutAsk awaits its grant
+  int32_t granted_end = 0;        // layers [layer_begin, granted_end) may be put
+  bool layers_announced = false;  // every layer so far sent a kLayerLanded
+  bool asking = false;            // a kPutAsk awaits its grant
   // Failed after a grant and before the notice: flush, then kPutsStopped.
   enum class StopReport { kNone, kFlushing, kSent } stop_report = StopReport::kNone;
   Status failure;  // first error, if any
@@ -123,6 +124,9 @@ struct Expectation {  // progress thread
   // would need a grant it no longer gives.
   bool granted = false;
   Clock::time_point last_grant;
+  // Layers announced by kLayerLanded and hashed into `hashes` (mapped copies).
+  std::vector<bool> layer_hashed;
+  int32_t layers_hashed = 0;
   bool puts_stopped = false;
 };
 
@@ -188,6 +192,7 @@ class TransferEngine::Impl {
   // Put grants (wire.h): the receiver's side, then the sender's.
   void handle_put_ask(const Notice& n, ucp_ep_h reply_ep);
   void handle_puts_stopped(const Notice& n);
+  void hash_announced_layer(const Notice& n);
   bool awaits_puts_stopped(const Expectation& e) const {
     return e.failed && e.granted && !e.noticed && !e.puts_stopped;
   }
@@ -252,6 +257,7 @@ class TransferEngine::Impl {
   std::unordered_map<uint64_t, Expectation> expectations_;
   std::vector<uint64_t> dirty_sends_, dirty_recvs_;
   std::vector<uint64_t> granted_sends_;  // granted more layers: pumped by the loop
+  std::vector<Notice> landed_layers_;    // kLayerLanded to hash, off the callback
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> failed_endpoints_;
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> connected_;
 

@@ -136,6 +136,9 @@ ucs_status_t TransferEngine::Impl::on_control(const void* header, size_t header_
     case WireKind::kPutsStopped:
       handle_puts_stopped(*n);
       break;
+    case WireKind::kLayerLanded:
+      landed_layers_.push_back(*n);  // hashed by the loop, not in this callback
+      break;
     default:
       handle_notice(*n, reply_ep);
   }
@@ -172,6 +175,32 @@ void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
   grant.status_code = uint32_t(verdict.code());
   grant.flags = 0;
   send_control(reply_ep, grant, /*want_reply=*/false, "put grant");
+}
+
+// A layer the sender copied into our pool: hash it now, while the next one is
+// on its way, instead of all of them after the notice.
+void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
+  auto it = expectations_.find(n.transfer_id);
+  if (it == expectations_.end() || !it->second.granted ||
+      it->second.spec.request_id != n.request_id) {
+    reject_notice("layer announcement for transfer " + std::to_string(n.transfer_id) +
+                  " that granted no puts");
+    return;
+  }
+  Expectation& e = it->second;
+  const int32_t layer = n.layer_begin;
+  if (e.failed || e.judged || layer < e.spec.layer_begin || layer >= e.spec.layer_end) return;
+  if (e.layer_hashed.empty())
+    e.layer_hashed.assign(size_t(e.spec.layer_end - e.spec.layer_begin), false);
+  if (e.layer_hashed[size_t(layer - e.spec.layer_begin)]) return;
+  e.layer_hashed[size_t(layer - e.spec.layer_begin)] = true;
+  ++e.layers_hashed;
+  if (!config_.verify_checksum) return;
+  for (size_t i = 0; i < e.spec.dst_blocks.size(); ++i) {
+    e.hashes.set(layer, i,
+                 block_hash(pool_ + layout_.block_byte_offset(layer, e.spec.dst_blocks[i]),
+                            layout_.block_bytes()));
+  }
 }
 
 void TransferEngine::Impl::handle_puts_stopped(const Notice& n) {
@@ -372,8 +401,11 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
     verdict = data_loss("transfer " + std::to_string(id) +
                         " carries no checksum and this receiver verifies");
   } else if (config_.verify_checksum) {
-    // AM data was hashed block by block as it landed; puts land unseen.
-    uint64_t sum = (n.flags & kNoticeFlagAmData) != 0
+    // AM data was hashed block by block as it landed, announced copies layer
+    // by layer; other puts land unseen and are hashed now.
+    const bool all_announced = (n.flags & kNoticeFlagLayersAnnounced) != 0 &&
+                               e.layers_hashed == e.spec.layer_end - e.spec.layer_begin;
+    uint64_t sum = (n.flags & kNoticeFlagAmData) != 0 || all_announced
                        ? e.hashes.digest()
                        : checksum_blocks(pool_, layout_, e.spec.dst_blocks, e.spec.layer_begin,
                                          e.spec.layer_end);

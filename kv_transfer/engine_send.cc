@@ -236,6 +236,16 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     counters_.ops_posted++;
     counters_.bytes_sent += length;
   }
+  if (t.mode == TransferMode::kRma && peer.mapped_pool != nullptr && config_.verify_checksum) {
+    // The layer is in the receiver's pool now: it can hash it while we copy
+    // the next one, instead of hashing everything after the notice.
+    Notice landed = transfer_message(WireKind::kLayerLanded, t, id);
+    landed.layer_begin = layer;
+    landed.layer_end = layer + 1;
+    t.layers_announced =
+        send_control(peer.ep, landed, /*want_reply=*/false, "layer announcement") &&
+        (layer == t.spec.layer_begin || t.layers_announced);
+  }
   // Hash while the layer is on the wire; the source is stable until completion.
   if (config_.verify_checksum) {
     for (const BlockRun& run : t.runs) t.hashes.add_run(pool_, layout_, layer, run, true);
@@ -259,7 +269,8 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     n.checksum = t.digest;
     n.flags = (t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0) |
               (t.mode == TransferMode::kTag ? kNoticeFlagAmData | kNoticeFlagTagData : 0) |
-              (config_.verify_checksum ? 0 : kNoticeFlagNoChecksum);
+              (config_.verify_checksum ? 0 : kNoticeFlagNoChecksum) |
+              (t.layers_announced ? kNoticeFlagLayersAnnounced : 0);
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
     op->serial = t.serial;
     op->header = encode_notice(n);

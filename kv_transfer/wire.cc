@@ -147,6 +147,8 @@ const char* notice_name(WireKind kind) {
       return "put grant";
     case WireKind::kPutsStopped:
       return "puts stopped";
+    case WireKind::kLayerLanded:
+      return "layer landed";
     default:
       return "transfer notice";
   }
@@ -159,8 +161,8 @@ Result<Notice> decode_notice(std::span<const uint8_t> bytes) {
   Notice n;
   if (bytes.size() >= 8) {
     uint16_t kind = uint16_t(bytes[6] | (bytes[7] << 8));
-    for (WireKind k :
-         {WireKind::kAck, WireKind::kPutAsk, WireKind::kPutGrant, WireKind::kPutsStopped}) {
+    for (WireKind k : {WireKind::kAck, WireKind::kPutAsk, WireKind::kPutGrant,
+                       WireKind::kPutsStopped, WireKind::kLayerLanded}) {
       if (kind == uint16_t(k)) n.kind = k;
     }
   }

