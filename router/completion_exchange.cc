@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "router/api_error.h"
+#include "router/incremental_text.h"
 
 namespace baton::router {
 
@@ -28,7 +29,7 @@ json served_by(const auto& choice) {
 
 }  // namespace
 
-size_t complete_utf8_prefix(const std::string& text) {
+size_t complete_utf8_prefix(std::string_view text) {
   size_t n = text.size();
   // Look back at most 3 bytes for the lead byte of a sequence that is cut off.
   for (size_t back = 1; back <= std::min<size_t>(3, n); ++back) {
@@ -121,23 +122,27 @@ std::string CompletionExchange::detokenize(const std::vector<int32_t>& tokens) c
 }
 
 size_t CompletionExchange::update_text(ChoiceState& choice) {
-  std::string text = detokenize(choice.tokens);
+  // Only the new tokens are decoded, and only text not searched before (plus
+  // the bytes a stop string starting earlier could still need) is searched:
+  // each update costs what it adds, not what the output has grown to.
+  const bool appended = append_decoded(choice.tokens, choice.decoded, choice.text,
+                                       [this](const auto& ids) { return detokenize(ids); });
+  const size_t hold = max_stop_bytes_ > 0 ? max_stop_bytes_ - 1 : 0;
+  const size_t from = appended && choice.stop_scanned > hold ? choice.stop_scanned - hold : 0;
   size_t match = std::string::npos;
-  for (const std::string& stop : spec_.stop) match = std::min(match, text.find(stop));
+  for (const std::string& stop : spec_.stop) match = std::min(match, choice.text.find(stop, from));
+  choice.stop_scanned = choice.text.size();
   if (match != std::string::npos) {
-    text.resize(match);
+    choice.text.resize(match);
     if (!choice.finished) core_.cancel(choice.request_id);
     choice.finished = true;
     choice.finish_reason = "stop";
   }
-  choice.text = std::move(text);
   if (choice.finished) return choice.text.size();
-  size_t visible = complete_utf8_prefix(choice.text);
-  if (max_stop_bytes_ > 1) {
-    // A stop string may be starting at the end: hold that much back.
-    size_t hold = max_stop_bytes_ - 1;
-    visible = visible > hold ? complete_utf8_prefix(choice.text.substr(0, visible - hold)) : 0;
-  }
+  const std::string_view text = choice.text;
+  size_t visible = complete_utf8_prefix(text);
+  // A stop string may be starting at the end: hold that much back.
+  if (hold > 0) visible = visible > hold ? complete_utf8_prefix(text.substr(0, visible - hold)) : 0;
   return std::max(visible, choice.emitted);
 }
 

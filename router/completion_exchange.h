@@ -17,6 +17,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/tokenizer.h"
@@ -53,8 +54,10 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     bool submitted = false;
     std::vector<int32_t> tokens;
     std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
-    std::string text;                              // final text (after stop strings) once finished
-    size_t emitted = 0;                            // bytes of text already streamed
+    std::string text;         // text of tokens[0, decoded), cut at a stop string once one matched
+    size_t decoded = 0;       // tokens turned into `text`
+    size_t stop_scanned = 0;  // bytes of `text` already searched for stop strings
+    size_t emitted = 0;       // bytes of text already streamed
     bool finished = false;
     std::string finish_reason;
     std::chrono::steady_clock::time_point last_token;
@@ -93,6 +96,6 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
 
 // Bytes of `text` that form complete UTF-8 sequences (an incomplete sequence
 // at the end is held back until its last byte arrives).
-size_t complete_utf8_prefix(const std::string& text);
+size_t complete_utf8_prefix(std::string_view text);
 
 }  // namespace baton::router

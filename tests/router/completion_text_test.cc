@@ -3,7 +3,9 @@
 
 #include <random>
 
+#include "engine/tokenizer.h"
 #include "router/completion_exchange.h"
+#include "router/incremental_text.h"
 #include "router/metrics.h"
 
 namespace baton::router {
@@ -34,6 +36,77 @@ TEST(CompleteUtf8Prefix, StreamingPiecesReassembleTheText) {
     emitted += text.substr(emitted.size(), visible - emitted.size());
   }
   EXPECT_EQ(emitted, text);
+}
+
+// Feeds `tokens` in random chunks through append_decoded; returns the text
+// and adds the tokens handed to `decode` to `decoded_work`.
+std::string decode_in_chunks(const std::vector<int32_t>& tokens, const DecodeFn& decode,
+                             std::mt19937& rng, size_t& decoded_work, bool& fell_back) {
+  DecodeFn counting = [&](const std::vector<int32_t>& ids) {
+    decoded_work += ids.size();
+    return decode(ids);
+  };
+  std::vector<int32_t> so_far;
+  size_t decoded = 0;
+  std::string text;
+  fell_back = false;
+  while (so_far.size() < tokens.size()) {
+    size_t chunk = 1 + rng() % 4;
+    for (size_t i = 0; i < chunk && so_far.size() < tokens.size(); ++i)
+      so_far.push_back(tokens[so_far.size()]);
+    fell_back |= !append_decoded(so_far, decoded, text, counting);
+    EXPECT_EQ(decoded, so_far.size());
+  }
+  return text;
+}
+
+TEST(IncrementalText, ByteTokenizerTextEqualsOneDecodeAndCostsLinearWork) {
+  std::mt19937 rng(std::random_device{}());
+  engine::ByteTokenizer tokenizer;
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 4000; ++i) tokens.push_back(int32_t(rng() % 300));  // bytes, specials, extras
+  DecodeFn decode = [&](const std::vector<int32_t>& ids) { return tokenizer.decode(ids); };
+  size_t work = 0;
+  bool fell_back = false;
+  EXPECT_EQ(decode_in_chunks(tokens, decode, rng, work, fell_back), tokenizer.decode(tokens));
+  EXPECT_FALSE(fell_back);
+  // Each update decodes its new tokens twice over plus twice the context:
+  // linear in the output, where decoding everything each time is quadratic
+  // (about 4000^2 / 2 / 2.5 = 3.2M tokens here).
+  EXPECT_LT(work, tokens.size() * 2 * (1 + kDetokenizeContextTokens));
+}
+
+TEST(IncrementalText, LeftContextDependentTokenizerStillExact) {
+  // SentencePiece-like: words joined by spaces, no space before the first.
+  const std::vector<std::string> words = {"a", "bb", "ccc", "dd", "e"};
+  DecodeFn decode = [&](const std::vector<int32_t>& ids) {
+    std::string text;
+    for (int32_t id : ids) text += (text.empty() ? "" : " ") + words[size_t(id)];
+    return text;
+  };
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 300; ++i) tokens.push_back(int32_t(rng() % words.size()));
+  size_t work = 0;
+  bool fell_back = false;
+  EXPECT_EQ(decode_in_chunks(tokens, decode, rng, work, fell_back), decode(tokens));
+  EXPECT_FALSE(fell_back);
+}
+
+TEST(IncrementalText, ATokenizerThatRewritesEarlierTextFallsBackToOneDecode) {
+  // Reversed output: appending a token changes the text's start.
+  DecodeFn decode = [](const std::vector<int32_t>& ids) {
+    std::string text;
+    for (auto it = ids.rbegin(); it != ids.rend(); ++it) text += char('a' + *it % 26);
+    return text;
+  };
+  std::mt19937 rng(std::random_device{}());
+  std::vector<int32_t> tokens;
+  for (int i = 0; i < 50; ++i) tokens.push_back(int32_t(rng() % 26));
+  size_t work = 0;
+  bool fell_back = false;
+  EXPECT_EQ(decode_in_chunks(tokens, decode, rng, work, fell_back), decode(tokens));
+  EXPECT_TRUE(fell_back);
 }
 
 TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
