@@ -153,16 +153,26 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
     metrics_.count_http(200);
   }
   std::string delta = choice.text.substr(choice.emitted, visible - choice.emitted);
-  if (delta.empty() && !choice.finished && choice.sent_chunk) return;
+  // Log-probabilities go out with the chunk after their token arrives, even
+  // while its text is held back (UTF-8, stop strings), as vLLM streams them.
+  const size_t scored = std::min(choice.tokens.size(), choice.logprobs.size());
+  const bool new_logprobs = scored > choice.logprobs_sent;
+  if (delta.empty() && !choice.finished && choice.sent_chunk && !new_logprobs) return;
   json chunk = stream_chunk(spec_.endpoint, spec_.id, spec_.model, spec_.created, int32_t(index),
                             delta, choice.finished ? choice.finish_reason : "", !choice.sent_chunk);
+  if (new_logprobs) {
+    chunk["choices"][0]["logprobs"] =
+        logprobs_json(choice, choice.logprobs_sent, scored, choice.logprobs_text_offset);
+    choice.logprobs_sent = scored;
+  }
   if (choice.finished) chunk["choices"][0]["served_by"] = served_by(choice);
   responder_->write(sse_event(chunk));
   choice.sent_chunk = true;
   choice.emitted = visible;
 }
 
-json CompletionExchange::logprobs_json(const ChoiceState& choice) const {
+json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
+                                       size_t& text_offset) const {
   // Token texts as valid UTF-8 (a lone byte of a multi-byte character becomes
   // U+FFFD, as the JSON output would make it), so equal keys compare equal here.
   auto token_text = [&](int32_t id) {
@@ -173,10 +183,9 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice) const {
     for (unsigned char c : text) bytes.push_back(int(c));
     return bytes;
   };
-  size_t n = std::min(choice.tokens.size(), choice.logprobs.size());
   if (spec_.endpoint == Endpoint::kChatCompletions) {
     json content = json::array();
-    for (size_t t = 0; t < n; ++t) {
+    for (size_t t = begin; t < end; ++t) {
       const control::TokenLogprobs& lp = choice.logprobs[t];
       std::string text = token_text(choice.tokens[t]);
       json top = json::array();
@@ -192,9 +201,8 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice) const {
     return {{"content", content}};
   }
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
-       text_offset = json::array();
-  size_t offset = 0;
-  for (size_t t = 0; t < n; ++t) {
+       text_offset_list = json::array();
+  for (size_t t = begin; t < end; ++t) {
     const control::TokenLogprobs& lp = choice.logprobs[t];
     std::string text = token_text(choice.tokens[t]);
     tokens.push_back(text);
@@ -207,13 +215,13 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice) const {
         top[key] = lp.top_logprobs[k];
     }
     top_logprobs.push_back(top);
-    text_offset.push_back(offset);
-    offset += text.size();
+    text_offset_list.push_back(text_offset);
+    text_offset += text.size();
   }
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
           {"top_logprobs", top_logprobs},
-          {"text_offset", text_offset}};
+          {"text_offset", text_offset_list}};
 }
 
 void CompletionExchange::finish_exchange() {
@@ -240,7 +248,12 @@ void CompletionExchange::finish_exchange() {
       completion_response(spec_.endpoint, spec_.id, spec_.model, spec_.created, choices, usage);
   for (size_t i = 0; i < choices_.size(); ++i) {
     body["choices"][i]["served_by"] = served_by(choices_[i]);
-    if (!choices_[i].logprobs.empty()) body["choices"][i]["logprobs"] = logprobs_json(choices_[i]);
+    if (!choices_[i].logprobs.empty()) {
+      const ChoiceState& c = choices_[i];
+      size_t offset = 0;
+      body["choices"][i]["logprobs"] =
+          logprobs_json(c, 0, std::min(c.tokens.size(), c.logprobs.size()), offset);
+    }
   }
   metrics_.count_http(200);
   responder_->respond(200, "application/json", dump(body));

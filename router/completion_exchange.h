@@ -54,10 +54,12 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     bool submitted = false;
     std::vector<int32_t> tokens;
     std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
-    std::string text;         // text of tokens[0, decoded), cut at a stop string once one matched
-    size_t decoded = 0;       // tokens turned into `text`
-    size_t stop_scanned = 0;  // bytes of `text` already searched for stop strings
-    size_t emitted = 0;       // bytes of text already streamed
+    std::string text;          // text of tokens[0, decoded), cut at a stop string once one matched
+    size_t decoded = 0;        // tokens turned into `text`
+    size_t stop_scanned = 0;   // bytes of `text` already searched for stop strings
+    size_t logprobs_sent = 0;  // streaming: tokens whose log-probabilities are out
+    size_t logprobs_text_offset = 0;  // completions' text_offset after those tokens
+    size_t emitted = 0;               // bytes of text already streamed
     bool finished = false;
     std::string finish_reason;
     std::chrono::steady_clock::time_point last_token;
@@ -77,7 +79,10 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   void cancel_running();           // with the mutex held
   std::string detokenize(const std::vector<int32_t>& tokens) const;
   // The choice's `logprobs` object in the endpoint's shape (null if none).
-  nlohmann::json logprobs_json(const ChoiceState& choice) const;
+  // Tokens [begin, end) of the choice; `text_offset` is where token `begin`'s
+  // text starts and comes back advanced past `end`'s (completions shape).
+  nlohmann::json logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
+                               size_t& text_offset) const;
 
   ExchangeSpec spec_;
   std::shared_ptr<HttpResponder> responder_;

@@ -125,11 +125,6 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   if (!model.empty() && model != config_.served_model) {
     return send_error(*responder, not_found("The model `" + model + "` does not exist."));
   }
-  if (sampling.logprobs > 0 && sampling.stream) {
-    return send_error(
-        *responder,
-        invalid_argument("logprobs: not supported with stream yet; ask without streaming"));
-  }
   const char* prompt_field = chat ? "messages" : "prompt";
   std::vector<std::vector<int32_t>> token_prompts;
   int64_t prompt_tokens = 0;

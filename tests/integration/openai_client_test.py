@@ -122,6 +122,21 @@ decode: [{{name: decode-0}}]
         check(len(legacy.choices[0].logprobs.token_logprobs) == legacy.usage.completion_tokens,
               f"completion logprobs {legacy.choices[0].logprobs}")
 
+        # Streamed, the chunks' log-probabilities add up to the whole answer's.
+        chunks = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0,
+                                           logprobs=2, stream=True)
+        streamed_lp = [lp for c in chunks if c.choices and c.choices[0].logprobs
+                       for lp in c.choices[0].logprobs.token_logprobs]
+        check(streamed_lp == legacy.choices[0].logprobs.token_logprobs,
+              f"streamed completion logprobs {streamed_lp}")
+        chunks = client.chat.completions.create(model="tiny", messages=[{"role": "user", "content": "hi"}],
+                                                max_tokens=4, temperature=0, logprobs=True, top_logprobs=2,
+                                                stream=True)
+        streamed_content = [e for c in chunks if c.choices and c.choices[0].logprobs
+                            for e in c.choices[0].logprobs.content]
+        check([(e.token, e.logprob) for e in streamed_content] == [(e.token, e.logprob) for e in content],
+              f"streamed chat logprobs {streamed_content}")
+
         try:
             client.completions.create(model="tiny", prompt=prompt, max_tokens=-1)
             check(False, "max_tokens=-1 was accepted")

@@ -161,10 +161,50 @@ TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
     }
     EXPECT_EQ(lp["text_offset"][0], 0);
   }
-  auto streamed =
-      cluster_->post("/v1/completions", {{"prompt", "hi"}, {"logprobs", 2}, {"stream", true}});
-  ASSERT_TRUE(streamed.is_ok());
-  EXPECT_EQ(streamed->status, 400) << "logprobs with stream is refused, not ignored";
+}
+
+// Streamed, the chunks' log-probabilities add up to the whole answer's: every
+// token's, in order, with the same text offsets (completions) and entries
+// (chat), whatever the text held back in between.
+TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
+  const std::string prompt = random_prompt(rng_, 40, 80);
+  for (const bool chat : {false, true}) {
+    SCOPED_TRACE(chat ? "chat" : "completions");
+    json body = {{"max_tokens", 12}, {"temperature", 0}};
+    if (chat) {
+      body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
+      body["logprobs"] = true;
+      body["top_logprobs"] = 2;
+    } else {
+      body["prompt"] = prompt;
+      body["logprobs"] = 2;
+    }
+    const char* path = chat ? "/v1/chat/completions" : "/v1/completions";
+    auto whole = cluster_->post(path, body);
+    ASSERT_TRUE(whole.is_ok());
+    ASSERT_EQ(whole->status, 200) << whole->body;
+    const json expected = json::parse(whole->body)["choices"][0]["logprobs"];
+    body["stream"] = true;
+    auto events = cluster_->post_stream(path, body);
+    ASSERT_TRUE(events.is_ok()) << events.status().to_string();
+    json joined = chat ? json{{"content", json::array()}}
+                       : json{{"tokens", json::array()},
+                              {"token_logprobs", json::array()},
+                              {"top_logprobs", json::array()},
+                              {"text_offset", json::array()}};
+    for (const std::string& event : *events) {
+      if (event == "[DONE]") continue;
+      const json chunk = json::parse(event);
+      if (chunk["choices"].empty()) continue;  // the usage chunk
+      const json& lp = chunk["choices"][0]["logprobs"];
+      if (lp.is_null()) continue;
+      for (auto& [key, list] : lp.items())
+        for (const json& entry : list) joined[key].push_back(entry);
+    }
+    EXPECT_EQ(joined, expected);
+    const size_t count = chat ? expected["content"].size() : expected["tokens"].size();
+    EXPECT_EQ(count, 12u) << "greedy with max_tokens 12 and no stop";
+  }
 }
 
 TEST_F(ServingTest, StreamingChunksUsageAndDone) {
