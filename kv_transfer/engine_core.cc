@@ -195,7 +195,8 @@ void TransferEngine::Impl::run() {
     while (progressed < kProgressBurst && ucp_worker_progress(worker_.get()) != 0) ++progressed;
     progressed += receive_tagged();
     process_events();
-    bool active = progressed > 0 || !commands.empty() || busy();
+    bool hashed = hash_slice();
+    bool active = progressed > 0 || hashed || !commands.empty() || busy();
     if (active && ++spins < kSpinsPerDeadlineCheck) continue;
     spins = 0;
     Clock::time_point now = Clock::now();
@@ -304,6 +305,7 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
 }
 
 void TransferEngine::Impl::shutdown() {
+  hash_jobs_.clear();  // every transfer fails below: no verdict or notice needs them
   for (auto& [id, t] : sends_) {
     if (t.failure.is_ok()) t.failure = Status(StatusCode::kAborted, "transfer engine stopped");
   }
@@ -521,7 +523,7 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
         --e.outstanding;
         if (status == UCS_OK) {
           e.received_bytes += op->bytes;
-          hash_landed(e, op->layer, op->first_block, op->block_count);
+          hash_landed(e, op->layer, op->first_block, op->block_count, /*now=*/false);
         } else if (!e.failed) {
           e.failed = true;
           e.result = Status(ucx_status_code(status),

@@ -68,6 +68,26 @@ struct PeerState {  // progress thread
   std::vector<uint64_t> waiting;  // transfers queued until connected
 };
 
+// Hashing the loop does between progress calls, a slice at a time
+// (engine_hash.cc): hashing a whole layer at once would starve the wire (TCP
+// moves bytes only while the worker is progressed), and on busy cores the
+// slices fill the time the loop would otherwise spend polling.
+struct HashJob {
+  uint64_t transfer_id = 0;
+  uint64_t serial = 0;  // of the send or expectation it belongs to
+  bool sender = false;  // source blocks of a send, else blocks landed here
+  int32_t layer = 0;
+  std::vector<uint32_t> pairs;  // block pairs of the transfer to hash
+  size_t next = 0;
+};
+
+// Pairs 0..n-1: a whole layer of a transfer.
+inline std::vector<uint32_t> every_pair(size_t n) {
+  std::vector<uint32_t> pairs(n);
+  for (size_t i = 0; i < n; ++i) pairs[i] = uint32_t(i);
+  return pairs;
+}
+
 struct SendTransfer {  // progress thread
   uint64_t serial = 0;
   SendSpec spec;
@@ -93,7 +113,8 @@ struct SendTransfer {  // progress thread
   bool asking = false;            // a kPutAsk awaits its grant
   // Failed after a grant and before the notice: flush, then kPutsStopped.
   enum class StopReport { kNone, kFlushing, kSent } stop_report = StopReport::kNone;
-  Status failure;  // first error, if any
+  Status failure;     // first error, if any
+  int hash_jobs = 0;  // queued hashing of its source blocks; the notice waits
   uint64_t digest = 0;
 };
 
@@ -127,6 +148,7 @@ struct Expectation {  // progress thread
   // Layers announced by kLayerLanded and hashed into `hashes` (mapped copies).
   std::vector<bool> layer_hashed;
   int32_t layers_hashed = 0;
+  int hash_jobs = 0;  // queued hashing of landed blocks; the verdict waits
   bool puts_stopped = false;
 };
 
@@ -211,14 +233,22 @@ class TransferEngine::Impl {
                           int64_t block_count, size_t length, std::string& why);
   OpContext* landing_op(Expectation& e, uint64_t transfer_id, int32_t layer, int32_t block,
                         int32_t count, size_t length);
-  void landing_started(Expectation& e, uint64_t transfer_id, OpContext* op,
-                       ucs_status_ptr_t request, const char* call);
+  void landing_started(Expectation& e, uint64_t transfer_id, ucs_status_ptr_t request,
+                       const char* call);
   // Probes tagged KV messages, receiving each into its blocks; returns how many.
   int receive_tagged();
   void maybe_finish_recv(uint64_t id);
   void apply_cancel_expect(uint64_t id);
   void judge(uint64_t id, Expectation& e);
-  void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count);
+  // Hashes landed blocks for the verdict: `now` for bytes just copied (still
+  // in cache), else queued for the loop.
+  void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count, bool now);
+  // Queues every layer of a noticed transfer not yet hashed (puts land unseen).
+  void hash_unseen_layers(Expectation& e);
+  // Queues `job`, counted in `pending` (its transfer's hash_jobs) until done.
+  void queue_hash(HashJob job, int& pending);
+  // Hashes up to one slice of queued blocks; false if there was nothing to do.
+  bool hash_slice();
   void reject_notice(const std::string& why);
 
   void check_deadlines(Clock::time_point now);
@@ -258,6 +288,7 @@ class TransferEngine::Impl {
   std::vector<uint64_t> dirty_sends_, dirty_recvs_;
   std::vector<uint64_t> granted_sends_;  // granted more layers: pumped by the loop
   std::vector<Notice> landed_layers_;    // kLayerLanded to hash, off the callback
+  std::deque<HashJob> hash_jobs_;
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> failed_endpoints_;
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> connected_;
 

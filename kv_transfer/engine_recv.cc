@@ -177,8 +177,8 @@ void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
   send_control(reply_ep, grant, /*want_reply=*/false, "put grant");
 }
 
-// A layer the sender copied into our pool: hash it now, while the next one is
-// on its way, instead of all of them after the notice.
+// A layer the sender copied into our pool: hash it while the next one is on
+// its way, instead of all of them after the notice.
 void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   auto it = expectations_.find(n.transfer_id);
   if (it == expectations_.end() || !it->second.granted ||
@@ -196,11 +196,9 @@ void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   e.layer_hashed[size_t(layer - e.spec.layer_begin)] = true;
   ++e.layers_hashed;
   if (!config_.verify_checksum) return;
-  for (size_t i = 0; i < e.spec.dst_blocks.size(); ++i) {
-    e.hashes.set(layer, i,
-                 block_hash(pool_ + layout_.block_byte_offset(layer, e.spec.dst_blocks[i]),
-                            layout_.block_bytes()));
-  }
+  queue_hash(
+      {n.transfer_id, e.serial, /*sender=*/false, layer, every_pair(e.spec.dst_blocks.size())},
+      e.hash_jobs);
 }
 
 void TransferEngine::Impl::handle_puts_stopped(const Notice& n) {
@@ -243,7 +241,7 @@ Expectation* TransferEngine::Impl::accept_run(uint64_t transfer_id, int32_t laye
   return &e;
 }
 
-void TransferEngine::Impl::landing_started(Expectation& e, uint64_t transfer_id, OpContext* op,
+void TransferEngine::Impl::landing_started(Expectation& e, uint64_t transfer_id,
                                            ucs_status_ptr_t request, const char* call) {
   if (UCS_PTR_IS_ERR(request)) {
     e.failed = true;
@@ -251,7 +249,7 @@ void TransferEngine::Impl::landing_started(Expectation& e, uint64_t transfer_id,
     dirty_recvs_.push_back(transfer_id);
   } else if (request == nullptr) {  // completed in place; op already deleted
     e.received_bytes += op_bytes_;
-    hash_landed(e, op_layer_, op_block_, op_count_);
+    hash_landed(e, op_layer_, op_block_, op_count_, /*now=*/true);  // copied just now
   } else {
     ++e.outstanding;
   }
@@ -278,7 +276,7 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
   if (!rendezvous) {
     std::memcpy(dst, data, length);
     e->received_bytes += length;
-    hash_landed(*e, h->layer, h->dst_block, h->block_count);
+    hash_landed(*e, h->layer, h->dst_block, h->block_count, /*now=*/true);
     return UCS_OK;
   }
   // Rendezvous: UCX fetches the bytes straight into the reserved blocks.
@@ -287,7 +285,7 @@ ucs_status_t TransferEngine::Impl::on_data(const void* header, size_t header_len
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = recv_callback;
   rp.user_data = op;
-  landing_started(*e, h->transfer_id, op,
+  landing_started(*e, h->transfer_id,
                   post_op(op, ucp_am_recv_data_nbx(worker_.get(), data, dst, length, &rp)),
                   "ucp_am_recv_data_nbx");
   return UCS_OK;
@@ -333,7 +331,7 @@ int TransferEngine::Impl::receive_tagged() {
     OpContext* op = landing_op(*e, transfer_id, layer, block, int32_t(count), info.length);
     rp.user_data = op;
     landing_started(
-        *e, transfer_id, op,
+        *e, transfer_id,
         post_op(op, ucp_tag_msg_recv_nbx(worker_.get(), dst, info.length, message, &rp)),
         "ucp_tag_msg_recv_nbx");
   }
@@ -354,11 +352,32 @@ void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
 }
 
 void TransferEngine::Impl::hash_landed(Expectation& e, int32_t layer, int32_t first_block,
-                                       int32_t count) {
+                                       int32_t count, bool now) {
   if (!config_.verify_checksum) return;
-  for (int32_t b = first_block; b < first_block + count; ++b) {
-    e.hashes.set(layer, e.pair_of[b],
-                 block_hash(pool_ + layout_.block_byte_offset(layer, b), layout_.block_bytes()));
+  if (now) {
+    for (int32_t b = first_block; b < first_block + count; ++b) {
+      e.hashes.set(layer, e.pair_of[b],
+                   block_hash(pool_ + layout_.block_byte_offset(layer, b), layout_.block_bytes()));
+    }
+    return;
+  }
+  HashJob job{e.spec.transfer_id, e.serial, /*sender=*/false, layer, {}, 0};
+  for (int32_t b = first_block; b < first_block + count; ++b) job.pairs.push_back(e.pair_of[b]);
+  queue_hash(std::move(job), e.hash_jobs);
+}
+
+// Puts land unseen: unless the sender announced each layer as it landed, the
+// layers are hashed once its notice says they are all in.
+void TransferEngine::Impl::hash_unseen_layers(Expectation& e) {
+  if (e.layer_hashed.empty())
+    e.layer_hashed.assign(size_t(e.spec.layer_end - e.spec.layer_begin), false);
+  for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
+    if (e.layer_hashed[size_t(layer - e.spec.layer_begin)]) continue;
+    e.layer_hashed[size_t(layer - e.spec.layer_begin)] = true;
+    ++e.layers_hashed;
+    queue_hash({e.spec.transfer_id, e.serial, /*sender=*/false, layer,
+                every_pair(e.spec.dst_blocks.size())},
+               e.hash_jobs);
   }
 }
 
@@ -401,15 +420,9 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
     verdict = data_loss("transfer " + std::to_string(id) +
                         " carries no checksum and this receiver verifies");
   } else if (config_.verify_checksum) {
-    // AM data was hashed block by block as it landed, announced copies layer
-    // by layer; other puts land unseen and are hashed now.
-    const bool all_announced = (n.flags & kNoticeFlagLayersAnnounced) != 0 &&
-                               e.layers_hashed == e.spec.layer_end - e.spec.layer_begin;
-    uint64_t sum = (n.flags & kNoticeFlagAmData) != 0 || all_announced
-                       ? e.hashes.digest()
-                       : checksum_blocks(pool_, layout_, e.spec.dst_blocks, e.spec.layer_begin,
-                                         e.spec.layer_end);
-    if (sum != n.checksum)
+    // Every block was hashed by now: AM and tagged data as it landed,
+    // announced copies layer by layer, other puts after the notice.
+    if (e.hashes.digest() != n.checksum)
       verdict = data_loss("checksum mismatch on transfer " + std::to_string(id));
   }
   e.judged = true;
@@ -454,7 +467,12 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   // every byte is in. Missing bytes end at the deadline.
   bool all_data = (e.notice.flags & kNoticeFlagAmData) == 0 ||
                   (e.received_bytes == e.expected_bytes && e.outstanding == 0);
-  if (!e.failed && e.noticed && !e.judged && all_data) judge(id, e);
+  if (!e.failed && e.noticed && !e.judged && all_data) {
+    const bool checksummed =
+        config_.verify_checksum && (e.notice.flags & kNoticeFlagNoChecksum) == 0;
+    if (checksummed && (e.notice.flags & kNoticeFlagAmData) == 0) hash_unseen_layers(e);
+    if (!checksummed || e.hash_jobs == 0) judge(id, e);
+  }
   // Blocks are handed back only when no receive of ours can still write them,
   // nor a put of a sender we granted.
   if (e.outstanding != 0 || !(e.judged || e.failed) || awaits_puts_stopped(e)) return;

@@ -173,7 +173,6 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
   if (t.issued_end == t.spec.layer_end && t.phase == SendTransfer::Phase::kPosting &&
       t.failure.is_ok()) {
     // Remote completion of every put/message before the notice goes out.
-    t.digest = t.hashes.digest();
     t.phase = SendTransfer::Phase::kFlushing;
     auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
     op->serial = t.serial;
@@ -203,7 +202,18 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
       // UCX's shared-memory put is that same copy, but an endpoint may have
       // no shared-memory lane (with peer error handling, UCX 1.13 gives a
       // same-host peer TCP lanes only) and would emulate the put over them.
-      std::memcpy(peer.mapped_pool + remote.block_byte_offset(layer, run.dst_block), src, length);
+      uint8_t* dst = peer.mapped_pool + remote.block_byte_offset(layer, run.dst_block);
+      if (config_.verify_checksum) {
+        // Block by block, each hashed while it is still in cache from the copy.
+        const size_t block_bytes = layout_.block_bytes();
+        for (int32_t k = 0; k < run.count; ++k) {
+          std::memcpy(dst + k * block_bytes, src + k * block_bytes, block_bytes);
+          t.hashes.set(layer, size_t(run.first_pair + k),
+                       block_hash(src + k * block_bytes, block_bytes));
+        }
+      } else {
+        std::memcpy(dst, src, length);
+      }
     } else {
       auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
       op->serial = t.serial;
@@ -246,9 +256,11 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
         send_control(peer.ep, landed, /*want_reply=*/false, "layer announcement") &&
         (layer == t.spec.layer_begin || t.layers_announced);
   }
-  // Hash while the layer is on the wire; the source is stable until completion.
-  if (config_.verify_checksum) {
-    for (const BlockRun& run : t.runs) t.hashes.add_run(pool_, layout_, layer, run, true);
+  // Hash while the layer is on the wire (copies into a mapped pool were hashed
+  // as they went); the source is stable until completion.
+  if (config_.verify_checksum && !(t.mode == TransferMode::kRma && peer.mapped_pool != nullptr)) {
+    queue_hash({id, t.serial, /*sender=*/true, layer, every_pair(t.spec.src_blocks.size())},
+               t.hash_jobs);
   }
 }
 
@@ -261,7 +273,8 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   if (it == sends_.end()) return;
   SendTransfer& t = it->second;
   if (t.failure.is_ok() && t.phase == SendTransfer::Phase::kFlushing && t.flush_done &&
-      t.outstanding == 0) {
+      t.outstanding == 0 && t.hash_jobs == 0) {
+    t.digest = t.hashes.digest();
     PeerState& peer = peers_[t.peer];
     Notice n = transfer_message(WireKind::kNotice, t, id);
     n.ops = t.ops;

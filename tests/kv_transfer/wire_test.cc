@@ -3,6 +3,8 @@
 
 #include <random>
 
+#include <xxhash.h>
+
 #include "kv_transfer/block_runs.h"
 #include "kv_transfer/transfer_config.h"
 #include "kv_transfer/ucx_probe.h"
@@ -170,6 +172,22 @@ TEST(BlockRunsTest, ChecksumIgnoresHowBlocksWereMerged) {
   EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, src, 0, 3));
   pool[l.block_byte_offset(2, 8) + 5] ^= 1;
   EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, src, 1, 3));
+}
+
+// block_hash runs xxhash's XXH3 compiled for AVX2 where the CPU has it; it
+// must agree with the library's own build (the wire format is XXH3-64) for
+// every length XXH3 treats differently and any alignment.
+TEST(BlockHashTest, AgreesWithTheXxhashLibrary) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::vector<uint8_t> bytes(70000);
+  for (auto& b : bytes) b = uint8_t(rng());
+  std::vector<size_t> lengths = {0, 1, 3, 4, 8, 9, 16, 17, 128, 129, 240, 241, 1024, 12288, 65536};
+  for (int i = 0; i < 200; ++i) lengths.push_back(rng() % 66000);
+  for (size_t length : lengths) {
+    size_t offset = rng() % 64;
+    EXPECT_EQ(block_hash(bytes.data() + offset, length), XXH3_64bits(bytes.data() + offset, length))
+        << "length " << length << " offset " << offset;
+  }
 }
 
 TEST(ProbeTest, ReadsLanesAndRmaRoles) {
