@@ -3,13 +3,35 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace baton::kernels::cpu {
 namespace {
 // Elements below which an elementwise kernel runs on the calling thread only:
 // waking a worker costs more than the work.
 constexpr int64_t kMinParallelElements = 1 << 14;
+
+float silu_times(float g, float u) { return g / (1.0f + std::exp(-g)) * u; }
+
+#if BATON_HAVE_X86
+// Eight at a time with the vector exp: libm's scalar expf made SiLU a few
+// percent of a whole prefill.
+BATON_AVX2 void silu_and_mul_avx2(const float* gate, const float* up, int64_t i0, int64_t i1,
+                                  float* out) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = i0;
+  for (; i + 8 <= i1; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 sigmoid_denominator =
+        _mm256_add_ps(one, avx2::exp8(_mm256_sub_ps(_mm256_setzero_ps(), g)));
+    _mm256_storeu_ps(out + i,
+                     _mm256_mul_ps(_mm256_div_ps(g, sigmoid_denominator), _mm256_loadu_ps(up + i)));
+  }
+  for (; i < i1; ++i) out[i] = silu_times(gate[i], up[i]);
+}
+#endif
 }  // namespace
 
 void rms_norm(ThreadPool& pool, const float* x, const float* weight, int64_t rows, int64_t dim,
@@ -65,10 +87,13 @@ void apply_rope(ThreadPool& pool, float* x, const int32_t* positions, int64_t to
 
 void silu_and_mul(ThreadPool& pool, const float* gate, const float* up, int64_t n, float* out) {
   parallel_chunks(pool, n, kMinParallelElements, [&](int64_t i0, int64_t i1, int) {
-    for (int64_t i = i0; i < i1; ++i) {
-      float g = gate[i];
-      out[i] = g / (1.0f + std::exp(-g)) * up[i];
+#if BATON_HAVE_X86
+    if (use_avx2()) {
+      silu_and_mul_avx2(gate, up, i0, i1, out);
+      return;
     }
+#endif
+    for (int64_t i = i0; i < i1; ++i) out[i] = silu_times(gate[i], up[i]);
   });
 }
 

@@ -16,6 +16,8 @@ namespace {
 // Rows of W per claimed GEMV piece (a multiple of the 4-row block): ~50-100 KB
 // of weights, tens of µs, fine enough to balance two threads when one starts late.
 constexpr int64_t kGemvRowsPerPiece = 64;
+// Pieces and tiles start on a multiple of the GEMV's 4-row block.
+constexpr int64_t kRowAlign = 4;
 // Bytes of F32 scratch one converted half-precision weight tile may take:
 // large enough for sgemm to run near its peak, small enough to stay in L2/L3.
 constexpr int64_t kTileBytes = 1 << 20;
@@ -32,6 +34,8 @@ void init_blas_once() {
 
 // Rows of W per sgemm call: its F32 copy (for half weights) takes about
 // kTileBytes, large enough for sgemm to run near peak, small enough for L2/L3.
+// parallel_dynamic then evens the tiles out over the threads (a 192-row k_proj
+// as one 256-row tile left one core idle).
 int64_t sgemm_tile_rows(int64_t cols) {
   const int64_t rows = kTileBytes / (cols * int64_t(sizeof(float)));
   return std::clamp(rows / kMinTileRows * kMinTileRows, kMinTileRows, kMaxTileRows);
@@ -78,15 +82,19 @@ void linear(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, co
       gemv_rows(x, m, w, bias, 0, w.rows, out);
       return;
     }
-    parallel_dynamic(pool, w.rows, kGemvRowsPerPiece,
+    parallel_dynamic(pool, w.rows, kGemvRowsPerPiece, kRowAlign,
                      [&](int64_t r0, int64_t r1, int) { gemv_rows(x, m, w, bias, r0, r1, out); });
     return;
   }
   init_blas_once();
+  if (w.rows < 2 * min_rows) {
+    sgemm_rows(x, m, w, bias, 0, w.rows, out);
+    return;
+  }
   // Tiles are claimed dynamically: sgemm speed per tile varies (edges, other
   // processes), and a late thread then simply takes fewer tiles.
   const int64_t tile_rows = std::max(sgemm_tile_rows(w.cols), min_rows);
-  parallel_dynamic(pool, w.rows, tile_rows,
+  parallel_dynamic(pool, w.rows, tile_rows, kRowAlign,
                    [&](int64_t r0, int64_t r1, int) { sgemm_rows(x, m, w, bias, r0, r1, out); });
 }
 
