@@ -323,7 +323,11 @@ int main(int argc, char** argv) {
           }
           uint64_t tid = uint64_t(it) + 1;
           std::string cmd = "EXPECT " + std::to_string(tid) + " " + std::to_string(blocks);
-          for (int32_t b : dst) cmd += " " + std::to_string(b);
+          for (int32_t b : dst) {
+            cmd +=
+                ' ';  // not `" " + to_string(b)`: GCC 12 warns there (-Wrestrict, a false positive)
+            cmd += std::to_string(b);
+          }
           receiver.send(cmd);
           receiver.line();  // READY
           std::mutex m;

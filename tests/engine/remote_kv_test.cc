@@ -17,6 +17,7 @@
 #include "engine/engine.h"
 #include "engine/make_model.h"
 #include "engine/scheduler.h"
+#include "tests/engine/greedy_options.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
@@ -55,13 +56,7 @@ class RemoteKvTest : public ::testing::Test {
   std::filesystem::path model_dir_;
 };
 
-GenerationOptions greedy(int32_t max_tokens) {
-  GenerationOptions o;
-  o.sampling.temperature = 0;
-  o.max_tokens = max_tokens;
-  o.ignore_eos = true;
-  return o;
-}
+using testing::greedy;
 
 // The transfer, simulated: every layer of the first `n` blocks of `src`
 // copied byte for byte into the blocks `dst` (pools may differ in size).

@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "tests/engine/greedy_options.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
@@ -64,13 +65,7 @@ class SchedulerTest : public ::testing::Test {
   std::filesystem::path model_dir_;
 };
 
-GenerationOptions greedy(int32_t max_tokens) {
-  GenerationOptions o;
-  o.sampling.temperature = 0;
-  o.max_tokens = max_tokens;
-  o.ignore_eos = true;
-  return o;
-}
+using testing::greedy;
 
 TEST_F(SchedulerTest, BatchEqualsAloneUnderChunkingAndPreemption) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
