@@ -145,9 +145,9 @@ struct Expectation {  // progress thread
   // would need a grant it no longer gives.
   bool granted = false;
   Clock::time_point last_grant;
-  // Layers announced by kLayerLanded and hashed into `hashes` (mapped copies).
+  // Whole layers queued for hashing: announced by kLayerLanded (mapped
+  // copies), or all of them after the notice (puts land unseen).
   std::vector<bool> layer_hashed;
-  int32_t layers_hashed = 0;
   int hash_jobs = 0;  // queued hashing of landed blocks; the verdict waits
   bool puts_stopped = false;
 };
@@ -245,6 +245,7 @@ class TransferEngine::Impl {
   void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count, bool now);
   // Queues every layer of a noticed transfer not yet hashed (puts land unseen).
   void hash_unseen_layers(Expectation& e);
+  void hash_layer(Expectation& e, int32_t layer);
   // Queues `job`, counted in `pending` (its transfer's hash_jobs) until done.
   void queue_hash(HashJob job, int& pending);
   // Hashes up to one slice of queued blocks; false if there was nothing to do.

@@ -190,14 +190,17 @@ void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   Expectation& e = it->second;
   const int32_t layer = n.layer_begin;
   if (e.failed || e.judged || layer < e.spec.layer_begin || layer >= e.spec.layer_end) return;
+  if (config_.verify_checksum) hash_layer(e, layer);
+}
+
+// Queues every block of `layer` for hashing, unless it already was.
+void TransferEngine::Impl::hash_layer(Expectation& e, int32_t layer) {
   if (e.layer_hashed.empty())
     e.layer_hashed.assign(size_t(e.spec.layer_end - e.spec.layer_begin), false);
   if (e.layer_hashed[size_t(layer - e.spec.layer_begin)]) return;
   e.layer_hashed[size_t(layer - e.spec.layer_begin)] = true;
-  ++e.layers_hashed;
-  if (!config_.verify_checksum) return;
   queue_hash(
-      {n.transfer_id, e.serial, /*sender=*/false, layer, every_pair(e.spec.dst_blocks.size())},
+      {e.spec.transfer_id, e.serial, /*sender=*/false, layer, every_pair(e.spec.dst_blocks.size())},
       e.hash_jobs);
 }
 
@@ -369,16 +372,7 @@ void TransferEngine::Impl::hash_landed(Expectation& e, int32_t layer, int32_t fi
 // Puts land unseen: unless the sender announced each layer as it landed, the
 // layers are hashed once its notice says they are all in.
 void TransferEngine::Impl::hash_unseen_layers(Expectation& e) {
-  if (e.layer_hashed.empty())
-    e.layer_hashed.assign(size_t(e.spec.layer_end - e.spec.layer_begin), false);
-  for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
-    if (e.layer_hashed[size_t(layer - e.spec.layer_begin)]) continue;
-    e.layer_hashed[size_t(layer - e.spec.layer_begin)] = true;
-    ++e.layers_hashed;
-    queue_hash({e.spec.transfer_id, e.serial, /*sender=*/false, layer,
-                every_pair(e.spec.dst_blocks.size())},
-               e.hash_jobs);
-  }
+  for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) hash_layer(e, layer);
 }
 
 void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
