@@ -61,27 +61,8 @@ uint64_t block_hash(const uint8_t* block, size_t bytes) {
   return cpu_has_avx2() ? xxh3_64_avx2(block, bytes) : XXH3_64bits(block, bytes);
 }
 
-void BlockHashes::add_run(const uint8_t* pool, const KvLayout& layout, int32_t layer,
-                          const BlockRun& run, bool source_side) {
-  int32_t first = source_side ? run.src_block : run.dst_block;
-  for (int32_t k = 0; k < run.count; ++k) {
-    set(layer, size_t(run.first_pair + k),
-        block_hash(pool + layout.block_byte_offset(layer, first + k), layout.block_bytes()));
-  }
-}
-
 uint64_t BlockHashes::digest() const {
   return XXH3_64bits(hashes_.data(), hashes_.size() * sizeof(uint64_t));
-}
-
-uint64_t checksum_blocks(const uint8_t* pool, const KvLayout& layout,
-                         std::span<const int32_t> blocks, int32_t layer_begin, int32_t layer_end) {
-  BlockHashes hashes(layer_begin, layer_end, blocks.size());
-  std::vector<BlockRun> runs = merge_block_runs(blocks, blocks);
-  for (int32_t layer = layer_begin; layer < layer_end; ++layer) {
-    for (const BlockRun& run : runs) hashes.add_run(pool, layout, layer, run, false);
-  }
-  return hashes.digest();
 }
 
 }  // namespace baton::kv_transfer

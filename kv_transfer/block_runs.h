@@ -41,10 +41,7 @@ class BlockHashes {
       : layer_begin_(layer_begin),
         num_pairs_(num_pairs),
         hashes_(size_t(layer_end - layer_begin) * num_pairs, 0) {}
-  // Hashes the blocks of `run` in `layer` (source or destination side).
-  void add_run(const uint8_t* pool, const KvLayout& layout, int32_t layer, const BlockRun& run,
-               bool source_side);
-  // Hashes `count` destination blocks from `first_block`, pairs looked up by block.
+  // Records the hash of pair `pair`'s block in `layer` (block_hash of it).
   void set(int32_t layer, size_t pair, uint64_t hash) {
     hashes_[size_t(layer - layer_begin_) * num_pairs_ + pair] = hash;
   }
@@ -56,10 +53,7 @@ class BlockHashes {
   std::vector<uint64_t> hashes_;
 };
 
+// XXH3-64 of one block: xxhash's AVX2 build where the CPU has AVX2.
 uint64_t block_hash(const uint8_t* block, size_t bytes);
-
-// The checksum of `blocks` (one side of the pairs), all at once.
-uint64_t checksum_blocks(const uint8_t* pool, const KvLayout& layout,
-                         std::span<const int32_t> blocks, int32_t layer_begin, int32_t layer_end);
 
 }  // namespace baton::kv_transfer

@@ -108,9 +108,8 @@ struct SendTransfer {  // progress thread
   bool cancelled = false;  // cancel_send: nothing new is posted, in-flight ops drain
   // RMA: layers are put only once the receiver granted them (kPutAsk ->
   // kPutGrant), so a receiver that gives its blocks up stops us by refusing.
-  int32_t granted_end = 0;        // layers [layer_begin, granted_end) may be put
-  bool layers_announced = false;  // every layer so far sent a kLayerLanded
-  bool asking = false;            // a kPutAsk awaits its grant
+  int32_t granted_end = 0;  // layers [layer_begin, granted_end) may be put
+  bool asking = false;      // a kPutAsk awaits its grant
   // Failed after a grant and before the notice: flush, then kPutsStopped.
   enum class StopReport { kNone, kFlushing, kSent } stop_report = StopReport::kNone;
   Status failure;     // first error, if any
@@ -215,6 +214,9 @@ class TransferEngine::Impl {
   void handle_put_ask(const Notice& n, ucp_ep_h reply_ep);
   void handle_puts_stopped(const Notice& n);
   void hash_announced_layer(const Notice& n);
+  // The expectation that granted puts to the sender of `n`, else null (and
+  // the message is rejected as `what`).
+  Expectation* granted_expectation(const Notice& n, const char* what);
   bool awaits_puts_stopped(const Expectation& e) const {
     return e.failed && e.granted && !e.noticed && !e.puts_stopped;
   }

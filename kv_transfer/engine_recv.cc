@@ -180,17 +180,11 @@ void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
 // A layer the sender copied into our pool: hash it while the next one is on
 // its way, instead of all of them after the notice.
 void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
-  auto it = expectations_.find(n.transfer_id);
-  if (it == expectations_.end() || !it->second.granted ||
-      it->second.spec.request_id != n.request_id) {
-    reject_notice("layer announcement for transfer " + std::to_string(n.transfer_id) +
-                  " that granted no puts");
-    return;
-  }
-  Expectation& e = it->second;
+  Expectation* e = granted_expectation(n, "layer announcement");
+  if (e == nullptr) return;
   const int32_t layer = n.layer_begin;
-  if (e.failed || e.judged || layer < e.spec.layer_begin || layer >= e.spec.layer_end) return;
-  if (config_.verify_checksum) hash_layer(e, layer);
+  if (e->failed || e->judged || layer < e->spec.layer_begin || layer >= e->spec.layer_end) return;
+  if (config_.verify_checksum) hash_layer(*e, layer);
 }
 
 // Queues every block of `layer` for hashing, unless it already was.
@@ -205,15 +199,21 @@ void TransferEngine::Impl::hash_layer(Expectation& e, int32_t layer) {
 }
 
 void TransferEngine::Impl::handle_puts_stopped(const Notice& n) {
+  Expectation* e = granted_expectation(n, "puts-stopped report");
+  if (e == nullptr) return;
+  e->puts_stopped = true;
+  dirty_recvs_.push_back(n.transfer_id);
+}
+
+Expectation* TransferEngine::Impl::granted_expectation(const Notice& n, const char* what) {
   auto it = expectations_.find(n.transfer_id);
   if (it == expectations_.end() || !it->second.granted ||
       it->second.spec.request_id != n.request_id) {
-    reject_notice("puts-stopped report for transfer " + std::to_string(n.transfer_id) +
-                  " that granted none (late?)");
-    return;
+    reject_notice(std::string(what) + " for transfer " + std::to_string(n.transfer_id) +
+                  " that granted no puts (late?)");
+    return nullptr;
   }
-  it->second.puts_stopped = true;
-  dirty_recvs_.push_back(n.transfer_id);
+  return &it->second;
 }
 
 Expectation* TransferEngine::Impl::accept_run(uint64_t transfer_id, int32_t layer,

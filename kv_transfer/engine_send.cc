@@ -192,12 +192,13 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
 void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& peer,
                                        int32_t layer) {
   const KvLayout& remote = peer.descriptor.layout;
+  const bool copy_into_mapped_pool = t.mode == TransferMode::kRma && peer.mapped_pool != nullptr;
   for (const BlockRun& run : t.runs) {
     const uint8_t* src = pool_ + layout_.block_byte_offset(layer, run.src_block);
     size_t length = size_t(run.count) * layout_.block_bytes();
     ucs_status_ptr_t request = nullptr;  // done at once
     const char* call = "memcpy";
-    if (t.mode == TransferMode::kRma && peer.mapped_pool != nullptr) {
+    if (copy_into_mapped_pool) {
       // The peer's pool is mapped here: the put is a copy into it, done now.
       // UCX's shared-memory put is that same copy, but an endpoint may have
       // no shared-memory lane (with peer error handling, UCX 1.13 gives a
@@ -246,19 +247,18 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     counters_.ops_posted++;
     counters_.bytes_sent += length;
   }
-  if (t.mode == TransferMode::kRma && peer.mapped_pool != nullptr && config_.verify_checksum) {
-    // The layer is in the receiver's pool now: it can hash it while we copy
-    // the next one, instead of hashing everything after the notice.
+  if (!config_.verify_checksum) return;
+  if (copy_into_mapped_pool) {
+    // Hashed as it was copied. The layer is in the receiver's pool now: it
+    // can hash it while we copy the next one, instead of after the notice.
     Notice landed = transfer_message(WireKind::kLayerLanded, t, id);
     landed.layer_begin = layer;
     landed.layer_end = layer + 1;
-    t.layers_announced =
-        send_control(peer.ep, landed, /*want_reply=*/false, "layer announcement") &&
-        (layer == t.spec.layer_begin || t.layers_announced);
-  }
-  // Hash while the layer is on the wire (copies into a mapped pool were hashed
-  // as they went); the source is stable until completion.
-  if (config_.verify_checksum && !(t.mode == TransferMode::kRma && peer.mapped_pool != nullptr)) {
+    // Lost, it costs only time: the receiver hashes unannounced layers after
+    // the notice.
+    send_control(peer.ep, landed, /*want_reply=*/false, "layer announcement");
+  } else {
+    // Hashed while the layer is on the wire; the source is stable until completion.
     queue_hash({id, t.serial, /*sender=*/true, layer, every_pair(t.spec.src_blocks.size())},
                t.hash_jobs);
   }
@@ -282,8 +282,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     n.checksum = t.digest;
     n.flags = (t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0) |
               (t.mode == TransferMode::kTag ? kNoticeFlagAmData | kNoticeFlagTagData : 0) |
-              (config_.verify_checksum ? 0 : kNoticeFlagNoChecksum) |
-              (t.layers_announced ? kNoticeFlagLayersAnnounced : 0);
+              (config_.verify_checksum ? 0 : kNoticeFlagNoChecksum);
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
     op->serial = t.serial;
     op->header = encode_notice(n);

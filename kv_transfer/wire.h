@@ -82,9 +82,6 @@ inline constexpr uint32_t kNoticeFlagNoChecksum = 2;
 // Notice flag: the bytes came as tagged messages (kNoticeFlagAmData is set too:
 // the receiver counted and hashed them as they landed).
 inline constexpr uint32_t kNoticeFlagTagData = 4;
-// Notice flag: every layer was announced by a kLayerLanded before the notice
-// (copies into a mapped pool), so the receiver has hashed them all already.
-inline constexpr uint32_t kNoticeFlagLayersAnnounced = 8;
 
 // Transfer ids travel in 32 bits of a tag; layers in 8, blocks in 24.
 inline constexpr uint64_t kMaxTransferId = 0xffffffffull;

@@ -693,7 +693,9 @@ TEST_P(TransferTest, CancelExpectBeforeDataAbortsAtOnceAndLaterSenderFails) {
   EXPECT_GE(stats.notices_rejected, 1u);
   EXPECT_EQ(stats.receives_failed, 1u);
   EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, dst), 0u);
-  if (w[5] != "rma") EXPECT_GE(stats.data_rejected, 1u);
+  if (w[5] != "rma") {
+    EXPECT_GE(stats.data_rejected, 1u);
+  }
   EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, {}), 0u)
       << "blocks of the cancelled expectation were written";
   EXPECT_EQ(calls.load(), 1);

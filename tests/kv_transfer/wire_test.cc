@@ -1,6 +1,7 @@
 // Codecs, run merging and lane-table parsing, in-process (no UCX traffic).
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
 
 #include <xxhash.h>
@@ -146,32 +147,57 @@ TEST(BlockRunsTest, ValidatesIdsAndLengths) {
   EXPECT_FALSE(validate_block_lists(a, l, a, other).is_ok());
 }
 
+// The checksum is XXH3 of every block in (layer, pair) order, folded by one
+// more XXH3: the same whether the sender fills it run by run or the receiver
+// block by block in arrival order, from its own copy of the blocks.
 TEST(BlockRunsTest, ChecksumIgnoresHowBlocksWereMerged) {
   KvLayout l = layout();
-  std::vector<uint8_t> pool(l.total_bytes());
-  for (size_t i = 0; i < pool.size(); ++i) pool[i] = uint8_t(i * 31 + 7);
+  std::vector<uint8_t> src_pool(l.total_bytes()), dst_pool(l.total_bytes(), 0);
+  for (size_t i = 0; i < src_pool.size(); ++i) src_pool[i] = uint8_t(i * 31 + 7);
   std::vector<int32_t> src = {3, 4, 5, 8}, dst = {0, 1, 6, 7};
   auto runs = merge_block_runs(src, dst);
   ASSERT_EQ(runs.size(), 3u);  // 3,4->0,1 | 5->6 | 8->7
   EXPECT_EQ(runs[2].first_pair, 3);
-  // Sender side, merged, layers 1..3.
-  BlockHashes merged(1, 3, src.size());
-  for (int layer = 1; layer < 3; ++layer) {
-    for (const auto& run : runs) merged.add_run(pool.data(), l, layer, run, true);
-  }
-  // Block by block, in any arrival order.
-  BlockHashes single(1, 3, src.size());
-  for (int layer = 2; layer >= 1; --layer) {
-    for (size_t i = src.size(); i-- > 0;) {
-      single.set(layer, i,
-                 block_hash(pool.data() + l.block_byte_offset(layer, src[i]), l.block_bytes()));
+  auto block = [&](std::vector<uint8_t>& pool, int32_t layer, int32_t b) {
+    return pool.data() + l.block_byte_offset(layer, b);
+  };
+  // The reference, with the xxhash library itself; layers 1..3.
+  std::vector<uint64_t> per_block;
+  for (int32_t layer = 1; layer < 3; ++layer) {
+    for (int32_t b : src) {
+      per_block.push_back(XXH3_64bits(block(src_pool, layer, b), l.block_bytes()));
     }
   }
-  EXPECT_EQ(merged.digest(), single.digest());
-  EXPECT_EQ(merged.digest(), checksum_blocks(pool.data(), l, src, 1, 3));
-  EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, src, 0, 3));
-  pool[l.block_byte_offset(2, 8) + 5] ^= 1;
-  EXPECT_NE(merged.digest(), checksum_blocks(pool.data(), l, src, 1, 3));
+  const uint64_t want = XXH3_64bits(per_block.data(), per_block.size() * sizeof(uint64_t));
+  // Sender side: run by run, as engine_send.cc walks them.
+  BlockHashes sender(1, 3, src.size());
+  for (int32_t layer = 1; layer < 3; ++layer) {
+    for (const auto& run : runs) {
+      for (int32_t k = 0; k < run.count; ++k) {
+        sender.set(layer, size_t(run.first_pair + k),
+                   block_hash(block(src_pool, layer, run.src_block + k), l.block_bytes()));
+      }
+    }
+  }
+  EXPECT_EQ(sender.digest(), want);
+  // Receiver side: its own blocks, in reverse arrival order.
+  for (int32_t layer = 1; layer < 3; ++layer) {
+    for (size_t i = 0; i < src.size(); ++i) {
+      std::memcpy(block(dst_pool, layer, dst[i]), block(src_pool, layer, src[i]), l.block_bytes());
+    }
+  }
+  auto receiver_digest = [&] {
+    BlockHashes receiver(1, 3, src.size());
+    for (int32_t layer = 2; layer >= 1; --layer) {
+      for (size_t i = src.size(); i-- > 0;) {
+        receiver.set(layer, i, block_hash(block(dst_pool, layer, dst[i]), l.block_bytes()));
+      }
+    }
+    return receiver.digest();
+  };
+  EXPECT_EQ(receiver_digest(), want);
+  block(dst_pool, 2, 7)[5] ^= 1;  // one bit of one landed block
+  EXPECT_NE(receiver_digest(), want);
 }
 
 // block_hash runs xxhash's XXH3 compiled for AVX2 where the CPU has it; it
