@@ -96,9 +96,6 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
   }
 }
 
-// Four rows share each x load; fewer rows finish the tail.
-constexpr int kRowBlock = 4;
-
 // Rows are short (1-4 KiB for typical widths) and four are read side by side,
 // so the hardware prefetcher keeps restarting its streams; asking for the next
 // row block while working on this one keeps DRAM busy.
@@ -158,9 +155,9 @@ BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, c
                                int64_t row_begin, int64_t row_end, float* out) {
   if (m == 1) return gemv_batch1_avx2<T>(x, w, bias, row_begin, row_end, out);
   int64_t r = row_begin;
-  for (; r + kRowBlock <= row_end; r += kRowBlock) {
-    prefetch_rows(w, r + kRowBlock, std::min(r + 2 * kRowBlock, row_end));
-    gemv_block_avx2<T, kRowBlock>(x, m, w, bias, r, out);
+  for (; r + kGemvRowBlock <= row_end; r += kGemvRowBlock) {
+    prefetch_rows(w, r + kGemvRowBlock, std::min(r + 2 * kGemvRowBlock, row_end));
+    gemv_block_avx2<T, kGemvRowBlock>(x, m, w, bias, r, out);
   }
   for (; r < row_end; ++r) gemv_block_avx2<T, 1>(x, m, w, bias, r, out);
 }

@@ -13,6 +13,10 @@ namespace baton::kernels::cpu {
 // several times faster for BF16 weights).
 inline constexpr int64_t kGemvMaxBatch = 16;
 
+// Weight rows the batched GEMV reads side by side (each x load serves them
+// all); row ranges that start on a multiple of it keep every block whole.
+inline constexpr int64_t kGemvRowBlock = 4;
+
 // out[i, r] = x[i, :] · w[r, :] + bias[r] for i < m (m <= kGemvMaxBatch) and
 // r in [row_begin, row_end). x: [m, w.cols]; out: [m, w.rows]; bias: [w.rows] or null.
 void gemv_rows(const float* x, int64_t m, const WeightView& w, const float* bias, int64_t row_begin,

@@ -13,11 +13,11 @@
 namespace baton::kernels::cpu {
 namespace {
 
-// Rows of W per claimed GEMV piece (a multiple of the 4-row block): ~50-100 KB
-// of weights, tens of µs, fine enough to balance two threads when one starts late.
+// Rows of W per claimed GEMV piece, about (pieces are evened out over the
+// threads, in whole row blocks): ~50-100 KB of weights, tens of µs, fine
+// enough to balance two threads when one starts late. Also the least a
+// thread is given.
 constexpr int64_t kGemvRowsPerPiece = 64;
-// Pieces and tiles start on a multiple of the GEMV's 4-row block.
-constexpr int64_t kRowAlign = 4;
 // Bytes of F32 scratch one converted half-precision weight tile may take:
 // large enough for sgemm to run near its peak, small enough to stay in L2/L3.
 constexpr int64_t kTileBytes = 1 << 20;
@@ -78,23 +78,16 @@ void linear(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, co
   const int64_t macs_per_row = m * w.cols;
   const int64_t min_rows = std::max<int64_t>(1, kMinParallelMacs / macs_per_row);
   if (m <= kGemvMaxBatch) {
-    if (w.rows < 2 * std::max(kGemvRowsPerPiece, min_rows)) {
-      gemv_rows(x, m, w, bias, 0, w.rows, out);
-      return;
-    }
-    parallel_dynamic(pool, w.rows, kGemvRowsPerPiece, kRowAlign,
+    parallel_dynamic(pool, w.rows, kGemvRowsPerPiece, kGemvRowBlock,
+                     std::max(kGemvRowsPerPiece, min_rows),
                      [&](int64_t r0, int64_t r1, int) { gemv_rows(x, m, w, bias, r0, r1, out); });
     return;
   }
   init_blas_once();
-  if (w.rows < 2 * min_rows) {
-    sgemm_rows(x, m, w, bias, 0, w.rows, out);
-    return;
-  }
   // Tiles are claimed dynamically: sgemm speed per tile varies (edges, other
   // processes), and a late thread then simply takes fewer tiles.
   const int64_t tile_rows = std::max(sgemm_tile_rows(w.cols), min_rows);
-  parallel_dynamic(pool, w.rows, tile_rows, kRowAlign,
+  parallel_dynamic(pool, w.rows, tile_rows, /*align=*/1, min_rows,
                    [&](int64_t r0, int64_t r1, int) { sgemm_rows(x, m, w, bias, r0, r1, out); });
 }
 

@@ -27,30 +27,32 @@ void parallel_chunks(ThreadPool& pool, int64_t n, int64_t min_chunk, F&& f) {
                     [&](int64_t c0, int64_t c1, int t) { f(n * c0 / chunks, n * c1 / chunks, t); });
 }
 
-// Runs f(begin, end, thread_index) over [0, n) in pieces of at most `grain`
-// elements that running threads claim one by one (the caller decides whether
-// n is worth splitting at all): a thread that starts late or
-// is preempted (other processes share the cores) takes fewer pieces instead of
-// holding everyone up with a fixed half of the work. The pieces are equal (in
-// whole groups of `align` elements) and as many as a multiple of the threads,
-// so threads running alike finish together: 576 rows in pieces of 64 would
-// leave one of two threads 5/9 of the work, 192 rows in one piece of 256 all.
+// Runs f(begin, end, thread_index) over [0, n) in pieces of about `grain`
+// elements (whole groups of `align`) that running threads claim one by one: a
+// thread that starts late or is preempted (other processes share the cores)
+// takes fewer pieces instead of holding everyone up with a fixed half of the
+// work. Each thread is given at least `min_share` elements, or none: too
+// little work runs inline on the caller. The pieces are equal and, unless
+// there are fewer groups, as many as a multiple of the threads that share the
+// work, so threads running alike finish together: 576 rows in pieces of 64
+// would leave one of two threads 5/9 of the work, 192 rows in one piece of
+// 256 all of it.
 template <typename F>
-void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, int64_t align, F&& f) {
+void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, int64_t align, int64_t min_share,
+                      F&& f) {
   if (n <= 0) return;
   align = std::max<int64_t>(1, align);
-  const int64_t groups = (n + align - 1) / align;
-  const int64_t threads = pool.size();
   grain = std::max<int64_t>(1, grain);
-  const int64_t pieces =
-      std::min(groups, ((n + grain - 1) / grain + threads - 1) / threads * threads);
-  if (pieces <= 1) {
+  const int64_t groups = (n + align - 1) / align;
+  const int64_t sharing = std::min<int64_t>(pool.size(), n / std::max<int64_t>(1, min_share));
+  if (sharing <= 1) {
     f(int64_t{0}, n, 0);
     return;
   }
+  const int64_t pieces = std::min(groups, ((n - 1) / grain + sharing) / sharing * sharing);
   auto bound = [&](int64_t piece) { return std::min(n, groups * piece / pieces * align); };
   std::atomic<int64_t> next{0};
-  pool.parallel_for(std::min(threads, pieces), [&](int64_t, int64_t, int t) {
+  pool.parallel_for(std::min(sharing, pieces), [&](int64_t, int64_t, int t) {
     for (int64_t piece; (piece = next.fetch_add(1, std::memory_order_relaxed)) < pieces;)
       f(bound(piece), bound(piece + 1), t);
   });

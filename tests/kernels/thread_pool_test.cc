@@ -41,43 +41,54 @@ TEST(ThreadPoolTest, VisitsEveryIndexExactlyOnceInContiguousChunks) {
   }
 }
 
-// parallel_dynamic: every index once, pieces starting on the alignment and
-// even: as many as a multiple of the threads (when there are enough aligned
-// groups), no two differing by more than one group.
+// parallel_dynamic: every index once; too little work for two threads runs
+// inline; otherwise pieces start on the alignment, hold no more than about
+// `grain`, are even (no two differ by a group or more, the last piece's short
+// tail aside) and, unless there are fewer groups, as many as a multiple of the
+// threads sharing the work.
 TEST(ParallelDynamicTest, EvenAlignedPiecesCoverEveryIndexOnce) {
   for (int threads : {1, 2, 3}) {
     ThreadPool pool(threads);
-    for (int64_t n : {0, 1, 5, 64, 192, 576, 1000, 4864}) {
-      for (int64_t grain : {1, 64, 256, 5000}) {
+    for (int64_t n : {0, 1, 5, 10, 64, 192, 576, 1000, 4864}) {
+      for (int64_t grain : {1, 5, 64, 256, 5000}) {
         for (int64_t align : {1, 4}) {
-          SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
-                       " grain=" + std::to_string(grain) + " align=" + std::to_string(align));
-          auto visits = std::make_unique<std::atomic<int>[]>(size_t(n) + 1);
-          std::mutex mutex;
-          std::vector<int64_t> sizes;
-          parallel_dynamic(pool, n, grain, align, [&](int64_t begin, int64_t end, int t) {
-            ASSERT_LE(0, begin);
-            ASSERT_LT(begin, end);
-            ASSERT_LE(end, n);
-            ASSERT_LT(t, threads);
-            ASSERT_EQ(begin % align, 0);
-            for (int64_t i = begin; i < end; ++i) visits[size_t(i)]++;
-            std::lock_guard lock(mutex);
-            sizes.push_back(end - begin);
-          });
-          for (int64_t i = 0; i < n; ++i) ASSERT_EQ(visits[size_t(i)].load(), 1) << "index " << i;
-          if (n == 0) continue;
-          const int64_t groups = (n + align - 1) / align;
-          const int64_t pieces = int64_t(sizes.size());
-          if (pieces > 1) {
-            EXPECT_TRUE(pieces % threads == 0 || pieces == groups) << pieces << " pieces";
-            // The last piece may be short by the tail of its last group.
+          for (int64_t min_share : {1, 100}) {
+            SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
+                         " grain=" + std::to_string(grain) + " align=" + std::to_string(align) +
+                         " min_share=" + std::to_string(min_share));
+            auto visits = std::make_unique<std::atomic<int>[]>(size_t(n) + 1);
+            std::mutex mutex;
+            std::vector<int64_t> sizes;
+            std::vector<int> thread_of;
+            parallel_dynamic(pool, n, grain, align, min_share,
+                             [&](int64_t begin, int64_t end, int t) {
+                               ASSERT_LE(0, begin);
+                               ASSERT_LT(begin, end);
+                               ASSERT_LE(end, n);
+                               ASSERT_LT(t, threads);
+                               ASSERT_EQ(begin % align, 0);
+                               for (int64_t i = begin; i < end; ++i) visits[size_t(i)]++;
+                               std::lock_guard lock(mutex);
+                               sizes.push_back(end - begin);
+                               thread_of.push_back(t);
+                             });
+            for (int64_t i = 0; i < n; ++i) {
+              ASSERT_EQ(visits[size_t(i)].load(), 1) << "index " << i;
+            }
+            if (n == 0) continue;
+            const int64_t sharing = std::min<int64_t>(threads, n / min_share);
+            if (sharing <= 1) {
+              EXPECT_EQ(sizes, std::vector<int64_t>{n}) << "not run inline in one call";
+              EXPECT_EQ(thread_of, std::vector<int>{0});
+              continue;
+            }
+            const int64_t groups = (n + align - 1) / align;
+            const int64_t pieces = int64_t(sizes.size());
+            EXPECT_TRUE(pieces % sharing == 0 || pieces == groups) << pieces << " pieces";
             auto [lo, hi] = std::minmax_element(sizes.begin(), sizes.end());
-            EXPECT_LE(*hi - *lo, 2 * align) << "pieces of " << *lo << " to " << *hi;
+            EXPECT_LT(*hi - *lo, 2 * align) << "pieces of " << *lo << " to " << *hi;
+            EXPECT_LT(*hi, grain + 2 * align) << "a piece of " << *hi;
           }
-          EXPECT_LE(pieces,
-                    std::max<int64_t>(1, std::min(groups, ((n + grain - 1) / grain + threads - 1) /
-                                                              threads * threads)));
         }
       }
     }
