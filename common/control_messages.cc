@@ -74,9 +74,8 @@ class FieldReader {
     const json* value = field(key);
     if (value == nullptr) return 0;
     if (!value->is_number()) return fail(key, "not a number"), 0.0f;
-    double v = value->get<double>();
-    if (!std::isfinite(v) || std::fabs(v) > 1e30) return fail(key, "not a finite number"), 0.0f;
-    return float(v);
+    if (!is_finite_float(*value)) return fail(key, "not a finite number"), 0.0f;
+    return value->get<float>();
   }
   bool boolean(const char* key) {
     const json* value = field(key);
@@ -122,12 +121,10 @@ class FieldReader {
   }
   std::vector<float> reals(const char* key, size_t max_count) {
     std::vector<float> out;
-    const json* value = field(key);
+    const json* value = list(key, max_count);
     if (value == nullptr) return out;
-    if (!value->is_array()) return fail(key, "not a list"), out;
-    if (value->size() > max_count) return fail(key, "too many entries"), out;
     for (const json& item : *value) {
-      if (!item.is_number() || !std::isfinite(item.get<double>()))
+      if (!item.is_number() || !is_finite_float(item))
         return fail(key, "holds a non-finite number"), out;
       out.push_back(item.get<float>());
     }
@@ -152,6 +149,11 @@ class FieldReader {
   }
 
  private:
+  // Finite once narrowed to a float too (1e300 would become inf).
+  static bool is_finite_float(const json& number) {
+    const double v = number.get<double>();
+    return std::isfinite(v) && std::fabs(v) <= 1e30;
+  }
   const json* field(const char* key) {
     auto it = object_.find(key);
     if (it == object_.end()) {

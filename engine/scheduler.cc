@@ -124,8 +124,8 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   seq.high_water = prompt_tokens;
   seq.rng.discard(rng_draws);
   if (seq.options.logprobs > 0) {
-    // The prefill node holds this token's log-probabilities; keep one entry
-    // per output token all the same.
+    // The prefill node computed this token's log-probabilities; without them
+    // a NaN placeholder keeps one entry per output token.
     if (first_logprobs != nullptr) {
       OutputLogprobs entry = *first_logprobs;
       entry.id = first_token;

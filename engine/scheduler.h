@@ -104,8 +104,6 @@ class Scheduler {
   // max_model_len), it finishes now and take_finished() hands it over.
   // Errors: NotFound for an unknown id, InvalidArgument for a sequence not
   // awaiting KV or a token outside the vocabulary (the sequence stays awaiting).
-  // With logprobs asked, the first token's entry has a NaN logprob and no top
-  // list: its log-probabilities are the prefill node's.
   // `first_logprobs`: the prefill node's log-probabilities of that token, when
   // the request asked for them (else a NaN placeholder keeps one entry per token).
   Result<StepOutput> activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws,

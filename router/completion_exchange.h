@@ -2,7 +2,7 @@
 //
 // A completion request becomes one generation per choice (prompts x n). The
 // exchange submits them to the RouterCore, turns their token updates into text
-// (detokenising the whole output each time, holding back an incomplete UTF-8
+// (incrementally, router/incremental_text.h, holding back an incomplete UTF-8
 // sequence and a possible stop-string prefix while streaming), applies stop
 // strings (the text ends before the match, the generation is cancelled), and
 // answers the client: one JSON body, or SSE chunks, a usage chunk when asked,
@@ -78,7 +78,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   void fail(const Status& error);  // with the mutex held
   void cancel_running();           // with the mutex held
   std::string detokenize(const std::vector<int32_t>& tokens) const;
-  // The choice's `logprobs` object in the endpoint's shape (null if none).
+  // The choice's `logprobs` object in the endpoint's shape.
   // Tokens [begin, end) of the choice; `text_offset` is where token `begin`'s
   // text starts and comes back advanced past `end`'s (completions shape).
   nlohmann::json logprobs_json(const ChoiceState& choice, size_t begin, size_t end,

@@ -490,23 +490,23 @@ TEST(ValidateAgainstModel, KvDtypeAndBlockSizeCount) {
   const uint64_t exact = 128 * kSmolBlockBytes;  // 2048 bf16 tokens
   const std::string engine = "kv_cache_bytes: " + std::to_string(exact) + ", max_model_len: 2048";
   // KV dtype and block size are cluster-wide (every node shares the layout).
-  auto smol_cluster = [](const std::string& defaults) {
+  auto smol_with_defaults = [](const std::string& defaults) {
     return parse("model: {preset: smollm2-135m}\nengine: " + defaults +
                  "\nprefill: [{name: p0}]\ndecode: [{name: d0}]\n");
   };
   // f32 KV takes twice the bytes.
-  auto config = smol_cluster("{" + engine + ", kv_dtype: f32}");
+  auto config = smol_with_defaults("{" + engine + ", kv_dtype: f32}");
   ASSERT_TRUE(config.is_ok());
   EXPECT_FALSE(validate_against_model(*config, preset("smollm2-135m", DType::kBF16)).is_ok());
   // auto: the checkpoint's dtype.
-  config = smol_cluster("{" + engine + "}");
+  config = smol_with_defaults("{" + engine + "}");
   ASSERT_TRUE(config.is_ok());
   EXPECT_TRUE(validate_against_model(*config, preset("smollm2-135m", DType::kBF16)).is_ok());
   Status f32 = validate_against_model(*config, preset("smollm2-135m", DType::kF32));
   ASSERT_FALSE(f32.is_ok());
   EXPECT_NE(f32.message().find("in f32"), std::string::npos) << f32.message();
   // Bigger blocks: the same bytes, counted in 256-token blocks (8 of them).
-  config = smol_cluster("{" + engine + ", block_size: 256}");
+  config = smol_with_defaults("{" + engine + ", block_size: 256}");
   ASSERT_TRUE(config.is_ok());
   EXPECT_TRUE(validate_against_model(*config, preset("smollm2-135m", DType::kBF16)).is_ok());
 }
@@ -594,16 +594,7 @@ TEST(ShippedConfigs, MultiHostLoadsAndFitsItsModel) {
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
 
-}  // namespace
-}  // namespace baton::cluster
-
-namespace baton::cluster {
-namespace {
-
 TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeAndKvDtype) {
-  auto parse = [](const std::string& text) {
-    return parse_cluster_config(YAML::Load(text), std::filesystem::path("/tmp"));
-  };
   std::string base = "model: {preset: tiny}\nprefill: [{name: p}]\n";
   auto block = parse(base + "decode: [{name: d, engine: {block_size: 32}}]\n");
   ASSERT_FALSE(block.is_ok());

@@ -221,6 +221,19 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   object["prompt"] = json::array();
   for (size_t i = 0; i <= kMaxPromptTokens; ++i) object["prompt"].push_back(1);
   EXPECT_NE(message_of(decode_json(object)).find("more than"), std::string::npos);
+
+  // Log-probabilities that would not survive narrowing to float.
+  PrefillDone done{3, 5, 0, "", {{-1.0f, {4}, {-0.5f}}}};
+  object = json::from_msgpack(encode(done));
+  ASSERT_TRUE(decode_json(object).is_ok());
+  object["first_logprobs"][0]["lps"][0] = -1e300;
+  EXPECT_NE(message_of(decode_json(object)).find("lps: holds a non-finite number"),
+            std::string::npos)
+      << message_of(decode_json(object));
+  object = json::from_msgpack(encode(done));
+  object["first_logprobs"][0]["lp"] = 1e300;
+  EXPECT_NE(message_of(decode_json(object)).find("lp: not a finite number"), std::string::npos)
+      << message_of(decode_json(object));
 }
 
 TEST(ControlMessages, OversizedFrameIsRejectedBeforeParsing) {

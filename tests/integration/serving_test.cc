@@ -159,7 +159,13 @@ TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
       ASSERT_FALSE(got.empty());
       EXPECT_NEAR(got.back(), want.back(), 1e-4);
     }
-    EXPECT_EQ(lp["text_offset"][0], 0);
+    // Each token's text starts where the previous one's ended.
+    ASSERT_EQ(lp["text_offset"].size(), lp["tokens"].size());
+    size_t offset = 0;
+    for (size_t t = 0; t < lp["tokens"].size(); ++t) {
+      EXPECT_EQ(lp["text_offset"][t].get<size_t>(), offset) << "token " << t;
+      offset += lp["tokens"][t].get<std::string>().size();
+    }
   }
 }
 
@@ -170,7 +176,7 @@ TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
   const std::string prompt = random_prompt(rng_, 40, 80);
   for (const bool chat : {false, true}) {
     SCOPED_TRACE(chat ? "chat" : "completions");
-    json body = {{"max_tokens", 12}, {"temperature", 0}};
+    json body = {{"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
     if (chat) {
       body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
       body["logprobs"] = true;
@@ -203,7 +209,7 @@ TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
     }
     EXPECT_EQ(joined, expected);
     const size_t count = chat ? expected["content"].size() : expected["tokens"].size();
-    EXPECT_EQ(count, 12u) << "greedy with max_tokens 12 and no stop";
+    EXPECT_EQ(count, 12u) << "greedy with max_tokens 12, EOS ignored";
   }
 }
 
