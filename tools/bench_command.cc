@@ -12,6 +12,7 @@
 
 #include "tools/commands.h"
 #include "tools/loadtest/bench_session.h"
+#include "tools/loadtest/positive_number.h"
 #include "tools/loadtest/result_json.h"
 #include "tools/loadtest/sweep.h"
 
@@ -58,16 +59,10 @@ Status resolve(BenchCli& cli) {
                                                                                : kDefaultZmqPort;
   if (!(cli.timeout_s > 0)) return invalid_argument("--request-timeout must be positive");
   cli.run.address.timeout = std::chrono::milliseconds(int64_t(cli.timeout_s * 1e3));
-  double rate = 0;
-  size_t used = 0;
-  try {
-    rate = std::stod(cli.request_rate, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used == 0 || used != cli.request_rate.size() || !(rate > 0))
-    return invalid_argument("--request-rate must be a positive number or inf");
-  cli.run.request_rate = rate;
+  std::optional<double> rate =
+      loadtest::parse_positive_number(cli.request_rate, /*allow_inf=*/true);
+  if (!rate) return invalid_argument("--request-rate must be a positive number or inf");
+  cli.run.request_rate = *rate;
   BATON_ASSIGN_OR_RETURN(cli.run.slo, loadtest::parse_goodput(cli.goodput));
   cli.run.progress = ::isatty(STDERR_FILENO) == 1;
   return Status::ok();
@@ -133,7 +128,7 @@ Result<loadtest::SweepSeries> load_series(const std::string& spec, const loadtes
   const size_t eq = spec.find('=');
   const std::string file = eq == std::string::npos ? spec : spec.substr(eq + 1);
   BATON_ASSIGN_OR_RETURN(json doc, loadtest::read_json_file(file));
-  const bool regrade = slo.ttft_ms || slo.tpot_ms || slo.e2el_ms;
+  const bool regrade = slo.any();
   BATON_ASSIGN_OR_RETURN(loadtest::SweepSeries series,
                          loadtest::sweep_series(doc, file, regrade ? &slo : nullptr));
   if (eq != std::string::npos) series.label = spec.substr(0, eq);
@@ -159,6 +154,8 @@ std::string goodput_note(const loadtest::Slo& slo) {
 
 int run_sweep(BenchCli& cli) {
   if (Status s = resolve(cli); !s.is_ok()) return fail(s);
+  auto metrics = loadtest::parse_percentile_metrics(cli.percentile_metrics);
+  if (!metrics.is_ok()) return fail(metrics.status());
   std::vector<loadtest::SweepSeries> all;
   for (const std::string& spec : cli.compare) {
     auto series = load_series(spec, cli.run.slo);
@@ -176,7 +173,7 @@ int run_sweep(BenchCli& cli) {
       print_start(*session, rate, cli);
       Result<BenchResult> result = session->run(rate);
       if (!result.is_ok()) return fail(result.status());
-      loadtest::print_report(stdout, *result, {"ttft", "tpot", "itl"});
+      loadtest::print_report(stdout, *result, *metrics);
       runs.push_back(loadtest::result_json(*result, cli.save_detailed));
       auto point = loadtest::sweep_point(runs.back(), "this sweep");
       if (!point.is_ok()) return fail(point.status());

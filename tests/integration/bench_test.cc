@@ -134,7 +134,9 @@ TEST_F(BenchTest, HttpRunCountsWhatTheRouterCounts) {
   EXPECT_EQ(result["total_input_tokens"], prompt_sum);
   EXPECT_DOUBLE_EQ(result["request_goodput"].get<double>(),
                    result["request_throughput"].get<double>());
+  ASSERT_EQ(result["itls"].size(), 20u);
   for (const auto& itls : result["itls"]) EXPECT_EQ(itls.size(), size_t(kOutputLen - 1));
+  ASSERT_EQ(result["served_by"].size(), 20u);
   for (const auto& served : result["served_by"]) {
     EXPECT_EQ(served["prefill"], "prefill-0");  // 32 tokens >= min_remote_prefill_tokens
     EXPECT_EQ(served["decode"], "decode-0");

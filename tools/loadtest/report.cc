@@ -1,4 +1,5 @@
 #include "tools/loadtest/report.h"
+#include "tools/loadtest/positive_number.h"
 
 #include <algorithm>
 #include <cmath>
@@ -84,14 +85,9 @@ Result<Slo> parse_goodput(const std::vector<std::string>& items) {
       return invalid_argument("--goodput takes ttft:MS, tpot:MS or e2el:MS, got '" + item + "'");
     }
     if (target->has_value()) return invalid_argument("--goodput: " + name + " given twice");
-    double value = 0;
-    size_t used = 0;
-    try {
-      value = std::stod(item.substr(colon + 1), &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() - colon - 1 || !(value > 0) || std::isinf(value)) {
+    std::optional<double> value =
+        parse_positive_number(item.substr(colon + 1), /*allow_inf=*/false);
+    if (!value) {
       return invalid_argument("--goodput " + name + ": '" + item.substr(colon + 1) +
                               "' is not a positive number of milliseconds");
     }

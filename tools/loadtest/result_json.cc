@@ -50,7 +50,7 @@ json summary_json(const ServingSummary& s) {
 }
 
 json slo_json(const Slo& slo) {
-  if (!slo.ttft_ms && !slo.tpot_ms && !slo.e2el_ms) return nullptr;
+  if (!slo.any()) return nullptr;
   json doc = json::object();
   if (slo.ttft_ms) doc["ttft"] = *slo.ttft_ms;
   if (slo.tpot_ms) doc["tpot"] = *slo.tpot_ms;
@@ -190,7 +190,6 @@ Result<BenchResult> merge_results(const std::vector<BenchResult>& shards) {
   BenchResult merged;
   merged.config = shards.front().config;
   merged.config.shard.clear();
-  merged.config.num_prompts = 0;
   double start = shards.front().started_at_unix, end = start;
   for (const BenchResult& shard : shards) {
     if (shard.config.model != merged.config.model) {

@@ -65,7 +65,7 @@ ServingSummary summarize(const std::vector<RequestRecord>& records, double durat
     s.request_throughput = double(s.completed) / duration_s;
     s.output_throughput = double(s.total_output_tokens) / duration_s;
     s.total_token_throughput = double(s.total_input_tokens + s.total_output_tokens) / duration_s;
-    if (slo.ttft_ms || slo.tpot_ms || slo.e2el_ms) s.request_goodput = double(good) / duration_s;
+    if (slo.any()) s.request_goodput = double(good) / duration_s;
   }
   s.ttft_ms = distribution_ms(ttfts);
   s.tpot_ms = distribution_ms(tpots);

@@ -38,7 +38,8 @@ struct Distribution {
 
 // Service-level objectives for goodput, in milliseconds; unset = not checked.
 struct Slo {
-  std::optional<double> ttft_ms, tpot_ms, e2el_ms;
+  std::optional<double> ttft_ms{}, tpot_ms{}, e2el_ms{};
+  bool any() const { return ttft_ms || tpot_ms || e2el_ms; }
 };
 
 struct ServingSummary {

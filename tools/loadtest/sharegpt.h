@@ -6,7 +6,8 @@
 //
 // The first turn is the prompt and the second the reply whose length sets
 // the output length, as `vllm bench serve --dataset-name sharegpt` uses them.
-// Conversations with fewer than two turns are skipped; anything malformed is
+// Conversations with fewer than two turns or an empty prompt are skipped;
+// anything malformed is
 // an error naming the file, the line and the field.
 #pragma once
 
@@ -26,7 +27,7 @@ struct Conversation {
 
 struct ShareGptData {
   std::vector<Conversation> conversations;
-  int64_t skipped = 0;  // conversations with fewer than two turns
+  int64_t skipped = 0;  // conversations with fewer than two turns or an empty prompt
 };
 
 // `name` prefixes error messages ("data.jsonl:3: ...").

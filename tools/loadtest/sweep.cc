@@ -3,6 +3,7 @@
 #include <cmath>
 #include <sstream>
 
+#include "tools/loadtest/positive_number.h"
 #include "tools/loadtest/result_json.h"
 
 namespace baton::loadtest {
@@ -13,18 +14,11 @@ Result<std::vector<double>> parse_rates(const std::string& list) {
   std::vector<double> rates;
   std::stringstream stream(list);
   for (std::string item; std::getline(stream, item, ',');) {
-    double rate = 0;
-    size_t used = 0;
-    try {
-      rate = std::stod(item, &used);
-    } catch (const std::exception&) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || !(rate > 0) || std::isinf(rate))
-      return invalid_argument("--rates: '" + item + "' is not a positive request rate");
-    if (!rates.empty() && rate <= rates.back())
+    std::optional<double> rate = parse_positive_number(item, /*allow_inf=*/false);
+    if (!rate) return invalid_argument("--rates: '" + item + "' is not a positive request rate");
+    if (!rates.empty() && *rate <= rates.back())
       return invalid_argument("--rates must increase, got " + list);
-    rates.push_back(rate);
+    rates.push_back(*rate);
   }
   if (rates.empty()) return invalid_argument("--rates: no rate given");
   return rates;

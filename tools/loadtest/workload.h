@@ -2,8 +2,8 @@
 // random and shared-prefix token-id prompts, or ShareGPT conversations, and
 // the JSON bodies that carry them to the router.
 //
-// Random and prefix prompts are token-id lists (`"prompt": [ids]`) of exactly
-// the asked length, ids drawn uniformly from [kFirstPlainTokenId, vocab_size):
+// Random and prefix prompts are token-id lists (`"prompt": [ids]`) of the
+// drawn length, ids drawn uniformly from [kFirstPlainTokenId, vocab_size):
 // the byte tokenizer of Baton's made models reserves ids 0-2 for pad, bos and
 // eos and maps 3..258 to bytes, so the default vocabulary of 259 suits every
 // Baton model. The chat endpoint takes text only, so there a random prompt is
@@ -17,18 +17,19 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/tokenizer.h"
 #include "tools/loadtest/sharegpt.h"
 
 namespace baton::loadtest {
 
-inline constexpr int32_t kFirstPlainTokenId = 3;
-inline constexpr int32_t kDefaultVocabSize = 259;
+inline constexpr int32_t kFirstPlainTokenId = engine::ByteTokenizer::kByteOffset;
+inline constexpr int32_t kDefaultVocabSize = engine::ByteTokenizer::kMinVocab;
 
 struct BenchRequest {
-  std::vector<int32_t> prompt_ids;  // a token-id prompt, or
-  std::string prompt_text;          // a text prompt (ShareGPT; random prompts for chat)
-  int64_t prompt_len = 0;           // exact for id prompts, bytes for text
-  int64_t output_len = 0;           // max_tokens (with ignore_eos: the output length)
+  std::vector<int32_t> prompt_ids{};  // a token-id prompt, or
+  std::string prompt_text{};          // a text prompt (ShareGPT; random prompts for chat)
+  int64_t prompt_len = 0;             // exact for id prompts, bytes for text
+  int64_t output_len = 0;             // max_tokens (with ignore_eos: the output length)
 };
 
 // Lengths are uniform integers in [len · (1 - range_ratio), len · (1 + range_ratio)]
