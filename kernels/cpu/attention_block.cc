@@ -100,41 +100,6 @@ BATON_AVX2 void scores_avx2(const float* q, const void* k, int32_t d, int32_t ke
   }
 }
 
-BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, float* row_max,
-                                     float* row_sum) {
-  if (visible <= 0) {
-    for (int32_t t = 0; t < keys; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
-    return 1.0f;
-  }
-  // Lanes at or past `visible` are masked to -inf for the max and 0 after exp.
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  __m256 vmax = _mm256_set1_ps(kNegInf);
-  for (int32_t t = 0; t < visible; t += 8) {
-    __m256 mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
-    vmax = _mm256_max_ps(vmax,
-                         _mm256_blendv_ps(_mm256_set1_ps(kNegInf), _mm256_loadu_ps(s + t), mask));
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float new_max = std::max(*row_max, _mm_cvtss_f32(m4));
-  // Once the running max settles (most blocks), skip the exp.
-  const float alpha = new_max == *row_max ? 1.0f : std::exp(*row_max - new_max);
-  const __m256 vnew = _mm256_set1_ps(new_max);
-  __m256 vsum = _mm256_setzero_ps();
-  int32_t t = 0;
-  for (; t < visible; t += 8) {
-    __m256 mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
-    __m256 p = _mm256_and_ps(avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vnew)), mask);
-    _mm256_storeu_ps(s + t, p);
-    vsum = _mm256_add_ps(vsum, p);
-  }
-  for (; t < keys; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
-  *row_max = new_max;
-  *row_sum = *row_sum * alpha + avx2::hsum(vsum);
-  return alpha;
-}
-
 // acc[r] = acc[r] * alpha[r] + Σ_t p[r][t] · v[t] for R queries and C chunks of
 // 8 dimensions at once: each V load serves R queries, and R x C independent
 // accumulators hide the FMA latency (one chain per accumulator would stall).
@@ -194,10 +159,7 @@ BATON_AVX2 void scores_half_avx2(const float* q, const void* k, int32_t d, int32
       }
     }
     for (int r = 0; r < R; ++r) {
-      const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(acc[r][0], acc[r][1]),
-                                      _mm256_hadd_ps(acc[r][2], acc[r][3]));
-      _mm_storeu_ps(s + size_t(r) * s_stride + t0,
-                    _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1)));
+      _mm_storeu_ps(s + size_t(r) * s_stride + t0, avx2::hsum4x8(acc[r]));
     }
   }
 }
@@ -248,6 +210,43 @@ BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
 #endif  // BATON_HAVE_X86
 
 }  // namespace
+
+#if BATON_HAVE_X86
+BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, float* row_max,
+                                     float* row_sum) {
+  if (visible <= 0) {
+    for (int32_t t = 0; t < keys; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
+    return 1.0f;
+  }
+  // Lanes at or past `visible` are masked to -inf for the max and 0 after exp.
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256 vmax = _mm256_set1_ps(kNegInf);
+  for (int32_t t = 0; t < visible; t += 8) {
+    __m256 mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
+    vmax = _mm256_max_ps(vmax,
+                         _mm256_blendv_ps(_mm256_set1_ps(kNegInf), _mm256_loadu_ps(s + t), mask));
+  }
+  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
+  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+  const float new_max = std::max(*row_max, _mm_cvtss_f32(m4));
+  // Once the running max settles (most blocks), skip the exp.
+  const float alpha = new_max == *row_max ? 1.0f : std::exp(*row_max - new_max);
+  const __m256 vnew = _mm256_set1_ps(new_max);
+  __m256 vsum = _mm256_setzero_ps();
+  int32_t t = 0;
+  for (; t < visible; t += 8) {
+    __m256 mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
+    __m256 p = _mm256_and_ps(avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vnew)), mask);
+    _mm256_storeu_ps(s + t, p);
+    vsum = _mm256_add_ps(vsum, p);
+  }
+  for (; t < keys; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
+  *row_max = new_max;
+  *row_sum = *row_sum * alpha + avx2::hsum(vsum);
+  return alpha;
+}
+#endif
 
 bool attend_block_reads_half(int32_t head_dim, int32_t keys_padded) {
 #if BATON_HAVE_X86

@@ -40,4 +40,12 @@ void attend_block(const AttentionBlockArgs& a);
 // registers) for this shape; otherwise the caller converts tiles to F32 first.
 bool attend_block_reads_half(int32_t head_dim, int32_t keys_padded);
 
+#if defined(__x86_64__) || defined(__i386__)
+// One online-softmax step over a row of scores s[0, keys) (keys a multiple of
+// 8): keys at or past `visible` get probability 0; s becomes exp(s - max) with
+// the running max and sum updated. Returns the factor the row's earlier
+// accumulation must be scaled by. AVX2: call only when use_avx2().
+float softmax_update_avx2(float* s, int32_t visible, int32_t keys, float* row_max, float* row_sum);
+#endif
+
 }  // namespace baton::kernels::cpu

@@ -4,6 +4,7 @@
 #include <limits>
 #include <vector>
 
+#include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -76,12 +77,6 @@ BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi
   }
 }
 
-// Lane j of the result: the sum of all lanes of a[j], for four vectors.
-BATON_AVX2_INLINE __m128 hsum4x8(const __m256* a) {
-  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
-}
-
 // s[r * s_stride + t] = q_r · k_t for R queries and keys [0, n) of one tile.
 // Four keys at a time: each loaded K chunk feeds R queries, and the R x 4
 // accumulators (plus the two halves of the chunk) fit in 16 registers for
@@ -127,7 +122,7 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
         }
       }
     }
-    for (int r = 0; r < R; ++r) _mm_storeu_ps(s + size_t(r) * s_stride + t, hsum4x8(acc[r]));
+    for (int r = 0; r < R; ++r) _mm_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum4x8(acc[r]));
   }
   for (; t < n; ++t) {
     __m256 acc[R];
@@ -190,44 +185,6 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, const void* v, int32_t
   int32_t c = 0;
   for (; c + kChunk * C <= d; c += kChunk * C) tile_pv_pass<T, R, C>(p, p_stride, v, d, n, c, acc);
   for (; c < d; c += kChunk) tile_pv_pass<T, R, 1>(p, p_stride, v, d, n, c, acc);
-}
-
-// Turns row s[0, stride) into probabilities relative to its own maximum:
-// keys at or past `visible` get probability 0 whatever their score.
-BATON_AVX2 void softmax_row(float* s, int32_t visible, int32_t stride, float* row_max,
-                            float* row_sum) {
-  if (visible <= 0) {
-    std::fill(s, s + stride, 0.0f);
-    *row_max = kNegInf;
-    *row_sum = 0.0f;
-    return;
-  }
-  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256 neg_inf = _mm256_set1_ps(kNegInf);
-  __m256 vmax = neg_inf;
-  for (int32_t t = 0; t < visible; t += 8) {
-    const __m256 live =
-        _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
-    vmax = _mm256_max_ps(vmax, _mm256_blendv_ps(neg_inf, _mm256_loadu_ps(s + t), live));
-  }
-  __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
-  m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
-  m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
-  const float max = _mm_cvtss_f32(m4);
-  const __m256 vmax_all = _mm256_set1_ps(max);
-  __m256 vsum = _mm256_setzero_ps();
-  int32_t t = 0;
-  for (; t < visible; t += 8) {
-    const __m256 live =
-        _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
-    const __m256 e =
-        _mm256_and_ps(avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vmax_all)), live);
-    _mm256_storeu_ps(s + t, e);
-    vsum = _mm256_add_ps(vsum, e);
-  }
-  for (; t < stride; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
-  *row_max = max;
-  *row_sum = avx2::hsum(vsum);
 }
 
 // Applies f<R>(first, count) over [0, n) in groups of at most 3 (the widest
@@ -318,8 +275,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     const int32_t row = (i % per_head) / group;
     const int32_t position = ctx - q_len + row;
     const int32_t visible = std::clamp(position + 1 - key_begin, 0, keys);
-    softmax_row(sc.scores.data() + size_t(i) * stride, visible, stride, state.row_max + i,
-                state.row_sum + i);
+    // A first step of the online softmax: relative to the partition's own max.
+    state.row_max[i] = kNegInf;
+    state.row_sum[i] = 0.0f;
+    softmax_update_avx2(sc.scores.data() + size_t(i) * stride, visible, stride, state.row_max + i,
+                        state.row_sum + i);
   }
   // Pass 3: V weighted by the probabilities (the blocks are in cache by now).
   for (int32_t j = 0; j < num_blocks; ++j) {

@@ -47,6 +47,12 @@ BATON_AVX2_INLINE __m256 hsum8x8(const __m256* a) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// Lane j of the result is the sum of all lanes of a[j], for four vectors.
+BATON_AVX2_INLINE __m128 hsum4x8(const __m256* a) {
+  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
+}
+
 // exp(x) for x <= ~88, relative error ~2e-7 (Cephes polynomial). Inputs below
 // -87 give 0 or a tiny value; callers mask excluded entries explicitly.
 BATON_AVX2_INLINE __m256 exp8(__m256 x) {
