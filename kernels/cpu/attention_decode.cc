@@ -12,44 +12,73 @@ namespace baton::kernels::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-// Blocks prefetched (into L2) ahead of the score pass. One block of one layer holds K
-// and V of every KV head (12 KiB for smollm2-135m in BF16), so a few blocks
-// cover a DRAM latency without pushing the current tiles out of L1.
-constexpr int32_t kPrefetchBlocksAhead = 2;
+// How far the prefetch stream runs ahead of the reads, in K or V parts of a
+// block (a part holds one layer's K, or V, of every KV head: 6 KiB for
+// smollm2-135m in BF16). One or two parts cover a DRAM latency.
+constexpr int32_t kPrefetchPartsAhead = 1;
 constexpr size_t kCacheLine = 64;
 // Elements one step of the inner loops consumes from a K or V row.
 constexpr int32_t kChunk = 16;
 
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
-void prefetch_bytes(const char* p, size_t bytes) {
-  for (size_t off = 0; off < bytes; off += kCacheLine) __builtin_prefetch(p + off, 0, 2);
-}
-
-// Prefetches a byte range a few cache lines per step of the score loop. Asking
-// for a whole block at once would stall: a core tracks only a couple of dozen
-// misses, and a burst of hundreds of prefetches holds up the arithmetic
-// until memory has answered most of them, which serialises the two instead
-// of overlapping them.
-class PacedPrefetch {
+// Prefetches a partition's memory in the order the kernel reads it (the K
+// parts of its blocks, then their V parts), a fixed distance ahead of the
+// reads and paced to them: a few lines per step of the inner loops, as many
+// as the step consumes. A core here can keep only a couple of dozen misses
+// in flight, so its share of the memory bandwidth depends on misses being
+// outstanding all the time. Prefetching the whole partition during the
+// score pass left the core with nothing in flight during the softmax and V
+// passes, and a burst of hundreds of prefetches stalls the arithmetic until
+// memory has answered most of them; either way memory time and compute time
+// add up instead of overlapping.
+class PrefetchStream {
  public:
-  PacedPrefetch() = default;
-  PacedPrefetch(const char* begin, size_t bytes, int32_t steps)
-      : next_(begin),
-        end_(begin + bytes),
-        per_step_(std::max<size_t>(1, (bytes / kCacheLine + size_t(steps) - 1) / size_t(steps))) {}
-  void step() {
-    for (size_t i = 0; i < per_step_ && next_ < end_; ++i, next_ += kCacheLine)
-      __builtin_prefetch(next_, 0, 2);
+  PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, size_t v_offset)
+      : blocks_(blocks), num_parts_(2 * num_blocks), part_bytes_(part_bytes), v_offset_(v_offset) {}
+
+  // Issues the first `parts` parts at once: nothing is in flight yet.
+  void prime(int32_t parts) {
+    const size_t lines = size_t(parts) * (part_bytes_ / kCacheLine);
+    for (size_t i = 0; i < lines && next_line(); ++i) {
+    }
   }
-  void finish() {
-    for (; next_ < end_; next_ += kCacheLine) __builtin_prefetch(next_, 0, 2);
+  // Each tile is read by `readers` groups of queries, so a read of n bytes
+  // consumes n / readers bytes of the stream.
+  void set_readers(int32_t readers) { line_credit_ = kCacheLine * size_t(std::max(readers, 1)); }
+  // Called as the kernel reads: keeps the stream as far ahead as it was.
+  [[gnu::always_inline]] void consumed(size_t bytes) {
+    for (credit_ += bytes; credit_ >= line_credit_; credit_ -= line_credit_)
+      if (!next_line()) {
+        credit_ = 0;
+        return;
+      }
   }
 
  private:
+  // Prefetches the stream's next cache line; false once it is exhausted.
+  [[gnu::always_inline]] bool next_line() {
+    if (next_ == end_) {
+      if (part_ == num_parts_) return false;
+      const int32_t block = part_ % (num_parts_ / 2);
+      next_ = blocks_[block] + (part_ < num_parts_ / 2 ? 0 : v_offset_);
+      end_ = next_ + part_bytes_;
+      ++part_;
+    }
+    __builtin_prefetch(next_, 0, 2);
+    next_ += kCacheLine;
+    return true;
+  }
+
+  const char* const* blocks_;
+  int32_t num_parts_;
+  size_t part_bytes_;
+  size_t v_offset_;
+  int32_t part_ = 0;  // next part to start: K of blocks 0..n-1, then V of 0..n-1
   const char* next_ = nullptr;
   const char* end_ = nullptr;
-  size_t per_step_ = 0;
+  size_t line_credit_ = kCacheLine;  // bytes x readers per prefetched line
+  size_t credit_ = 0;
 };
 
 #if BATON_HAVE_X86
@@ -84,7 +113,8 @@ BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi
 // anything.
 template <DType T, int R>
 BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n, float* s,
-                            int32_t s_stride, PacedPrefetch& prefetch) {
+                            int32_t s_stride, PrefetchStream& stream) {
+  PrefetchStream prefetch = stream;  // a local copy stays in registers
   int32_t t = 0;
   if constexpr (T == DType::kF32) {
     // F32 needs no conversion, so each query streams the keys itself with
@@ -92,9 +122,8 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
     // time share one transposing horizontal sum.
     const float* kf = static_cast<const float*>(k);
     for (; t + 8 <= n; t += 8) {
-      prefetch.step();
-      prefetch.step();
       for (int r = 0; r < R; ++r) {
+        prefetch.consumed(8 * size_t(d) * sizeof(float) / R);
         __m256 acc[8];
         for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
         for (int32_t c = 0; c < d; c += 8) {
@@ -107,7 +136,7 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
     }
   }
   for (; t + 4 <= n; t += 4) {
-    prefetch.step();
+    prefetch.consumed(4 * size_t(d) * dtype_size(T));
     __m256 acc[R][4];
     for (int r = 0; r < R; ++r)
       for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
@@ -125,6 +154,7 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
     for (int r = 0; r < R; ++r) _mm_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum4x8(acc[r]));
   }
   for (; t < n; ++t) {
+    prefetch.consumed(size_t(d) * dtype_size(T));
     __m256 acc[R];
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int32_t c = 0; c < d; c += kChunk) {
@@ -137,16 +167,18 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
     }
     for (int r = 0; r < R; ++r) s[size_t(r) * s_stride + t] = avx2::hsum(acc[r]);
   }
+  stream = prefetch;
 }
 
 // acc_r[c0, c0 + 16 C) += Σ_t p_r[t] v_t for R queries over keys [0, n).
 template <DType T, int R, int C>
 BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void* v, int32_t d,
-                                    int32_t n, int32_t c0, float* acc) {
+                                    int32_t n, int32_t c0, float* acc, PrefetchStream& prefetch) {
   __m256 a[R][2 * C];
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 2 * C; ++j) a[r][j] = _mm256_loadu_ps(acc + size_t(r) * d + c0 + 8 * j);
   for (int32_t t = 0; t < n; ++t) {
+    prefetch.consumed(kChunk * C * dtype_size(T));
     __m256 pr[R];
     for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
     for (int j = 0; j < C; ++j) {
@@ -175,7 +207,8 @@ BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void
 // broadcasts and (half precision) one converted chunk in 16 registers.
 template <DType T, int R>
 BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, const void* v, int32_t d, int32_t n,
-                        float* acc) {
+                        float* acc, PrefetchStream& stream) {
+  PrefetchStream prefetch = stream;  // a local copy stays in registers
   constexpr int C = T == DType::kF32 ? (R == 1   ? 4
                                         : R == 2 ? 3
                                                  : 2)
@@ -183,8 +216,10 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, const void* v, int32_t
                                         : R == 2 ? 2
                                                  : 1);
   int32_t c = 0;
-  for (; c + kChunk * C <= d; c += kChunk * C) tile_pv_pass<T, R, C>(p, p_stride, v, d, n, c, acc);
-  for (; c < d; c += kChunk) tile_pv_pass<T, R, 1>(p, p_stride, v, d, n, c, acc);
+  for (; c + kChunk * C <= d; c += kChunk * C)
+    tile_pv_pass<T, R, C>(p, p_stride, v, d, n, c, acc, prefetch);
+  for (; c < d; c += kChunk) tile_pv_pass<T, R, 1>(p, p_stride, v, d, n, c, acc, prefetch);
+  stream = prefetch;
 }
 
 // Applies f<R>(first, count) over [0, n) in groups of at most 3 (the widest
@@ -244,21 +279,15 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   for (int32_t j = 0; j < num_blocks; ++j)
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
-  const size_t block_bytes = L.block_elements() * esize;
   const size_t tile_bytes = L.head_tile_elements() * esize;
   const size_t v_offset = L.part_elements() * esize;
 
-  for (int32_t j = 0; j < std::min(num_blocks, kPrefetchBlocksAhead); ++j)
-    prefetch_bytes(sc.blocks[size_t(j)], block_bytes);
-  // Pass 1: every score of the partition, while K and V of the block
-  // kPrefetchBlocksAhead ahead stream in (V stays in L2 for pass 3).
-  const int32_t groups_per_head = (per_head + 2) / 3;
+  PrefetchStream prefetch(sc.blocks.data(), num_blocks, L.part_elements() * esize, v_offset);
+  prefetch.prime(kPrefetchPartsAhead);
+  prefetch.set_readers((per_head + 2) / 3);  // the query groups of for_query_groups
+  // Pass 1: every score of the partition.
   for (int32_t j = 0; j < num_blocks; ++j) {
     const int32_t n = std::min(bs, keys - j * bs);
-    PacedPrefetch prefetch;
-    if (j + kPrefetchBlocksAhead < num_blocks)
-      prefetch = PacedPrefetch(sc.blocks[size_t(j + kPrefetchBlocksAhead)], block_bytes,
-                               heads * groups_per_head * std::max(1, n / 4));
     for (int32_t h = 0; h < heads; ++h) {
       const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * tile_bytes;
       const size_t first = size_t(h) * per_head;
@@ -268,7 +297,6 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                           prefetch);
       });
     }
-    prefetch.finish();
   }
   // Pass 2: one softmax per query vector over the partition.
   for (int32_t i = 0; i < n_q; ++i) {
@@ -281,7 +309,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     softmax_update_avx2(sc.scores.data() + size_t(i) * stride, visible, stride, state.row_max + i,
                         state.row_sum + i);
   }
-  // Pass 3: V weighted by the probabilities (the blocks are in cache by now).
+  // Pass 3: V weighted by the probabilities.
   for (int32_t j = 0; j < num_blocks; ++j) {
     const int32_t n = std::min(bs, keys - j * bs);
     for (int32_t h = 0; h < heads; ++h) {
@@ -289,7 +317,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
       const size_t first = size_t(h) * per_head;
       for_query_groups(per_head, [&]<int R>(int32_t i) {
         tile_pv<T, R>(sc.scores.data() + (first + i) * stride + size_t(j) * bs, stride, v_tile, d,
-                      n, sc.acc.data() + (first + i) * d);
+                      n, sc.acc.data() + (first + i) * d, prefetch);
       });
     }
   }
