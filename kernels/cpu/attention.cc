@@ -191,7 +191,9 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
   }
 }
 
-void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partials, Scratch& sc) {
+// Runs one item; `following` is the item this thread runs next, or null.
+void run_item(const PagedAttentionParams& p, const WorkItem& item, const WorkItem* following,
+              float* partials, Scratch& sc) {
   const int32_t d = p.layout.head_dim;
   const int32_t rows = item.row_end - item.row_begin;
   const int32_t n_q = rows * (p.num_heads / p.layout.num_kv_heads) * (item.kv_end - item.kv_begin);
@@ -200,8 +202,11 @@ void run_item(const PagedAttentionParams& p, const WorkItem& item, float* partia
     sc.row_max.resize(size_t(n_q));
     sc.row_sum.resize(size_t(n_q));
     sc.acc.resize(size_t(n_q) * d);
+    const void* then = following && following->decode
+                           ? decode_partition_start(p, following->seq, following->key_begin)
+                           : nullptr;
     attend_decode_partition(p, item.seq, item.key_begin, item.key_end,
-                            {sc.row_max.data(), sc.row_sum.data(), sc.acc.data()});
+                            {sc.row_max.data(), sc.row_sum.data(), sc.acc.data()}, then);
   } else {
     attend_item_tiled(p, item, sc);
   }
@@ -335,8 +340,15 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
   const int64_t workers = std::min<int64_t>(pool.size(), int64_t(items.size()));
   pool.parallel_for(workers, [&](int64_t, int64_t, int) {
     thread_local Scratch scratch;
-    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < order.size();)
-      run_item(p, items[order[i]], partial_data, scratch);
+    // Each thread claims its next item before running the current one, so
+    // the decode kernel can prefetch where that item starts.
+    size_t i = next.fetch_add(1, std::memory_order_relaxed);
+    while (i < order.size()) {
+      const size_t following = next.fetch_add(1, std::memory_order_relaxed);
+      run_item(p, items[order[i]], following < order.size() ? &items[order[following]] : nullptr,
+               partial_data, scratch);
+      i = following;
+    }
   });
   if (!merges.empty()) {
     parallel_chunks(pool, int64_t(merges.size()), 4, [&](int64_t m0, int64_t m1, int) {

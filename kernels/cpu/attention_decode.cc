@@ -34,8 +34,16 @@ int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 // add up instead of overlapping.
 class PrefetchStream {
  public:
-  PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, size_t v_offset)
-      : blocks_(blocks), num_parts_(2 * num_blocks), part_bytes_(part_bytes), v_offset_(v_offset) {}
+  // `then`, if not null, is a block whose K part the stream ends with: where
+  // the thread's next partition starts.
+  PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, size_t v_offset,
+                 const char* then)
+      : blocks_(blocks),
+        num_blocks_(num_blocks),
+        num_parts_(2 * num_blocks + (then ? 1 : 0)),
+        part_bytes_(part_bytes),
+        v_offset_(v_offset),
+        then_(then) {}
 
   // Issues the first `parts` parts at once: nothing is in flight yet.
   void prime(int32_t parts) {
@@ -60,8 +68,12 @@ class PrefetchStream {
   [[gnu::always_inline]] bool next_line() {
     if (next_ == end_) {
       if (part_ == num_parts_) return false;
-      const int32_t block = part_ % (num_parts_ / 2);
-      next_ = blocks_[block] + (part_ < num_parts_ / 2 ? 0 : v_offset_);
+      if (part_ == 2 * num_blocks_)
+        next_ = then_;
+      else if (part_ < num_blocks_)
+        next_ = blocks_[part_];
+      else
+        next_ = blocks_[part_ - num_blocks_] + v_offset_;
       end_ = next_ + part_bytes_;
       ++part_;
     }
@@ -71,10 +83,12 @@ class PrefetchStream {
   }
 
   const char* const* blocks_;
+  int32_t num_blocks_;
   int32_t num_parts_;
   size_t part_bytes_;
   size_t v_offset_;
-  int32_t part_ = 0;  // next part to start: K of blocks 0..n-1, then V of 0..n-1
+  const char* then_;
+  int32_t part_ = 0;  // next part to start: K of blocks 0..n-1, V of 0..n-1, then
   const char* next_ = nullptr;
   const char* end_ = nullptr;
   size_t line_credit_ = kCacheLine;  // bytes x readers per prefetched line
@@ -239,7 +253,8 @@ struct Scratch {
 
 template <DType T>
 BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
-                                      int32_t key_end, const PartitionState& state) {
+                                      int32_t key_end, const PartitionState& state,
+                                      const char* then) {
   thread_local Scratch sc;
   const KvLayout& L = p.layout;
   const int32_t d = L.head_dim;
@@ -282,7 +297,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   const size_t tile_bytes = L.head_tile_elements() * esize;
   const size_t v_offset = L.part_elements() * esize;
 
-  PrefetchStream prefetch(sc.blocks.data(), num_blocks, L.part_elements() * esize, v_offset);
+  PrefetchStream prefetch(sc.blocks.data(), num_blocks, L.part_elements() * esize, v_offset, then);
   prefetch.prime(kPrefetchPartsAhead);
   prefetch.set_readers((per_head + 2) / 3);  // the query groups of for_query_groups
   // Pass 1: every score of the partition.
@@ -347,15 +362,16 @@ bool decode_partition_supported(const KvLayout& layout) {
 }
 
 void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
-                             int32_t key_end, const PartitionState& state) {
+                             int32_t key_end, const PartitionState& state, const void* then) {
 #if BATON_HAVE_X86
+  const char* next = static_cast<const char*>(then);
   switch (p.layout.dtype) {
     case DType::kF32:
-      return attend_partition_avx2<DType::kF32>(p, seq, key_begin, key_end, state);
+      return attend_partition_avx2<DType::kF32>(p, seq, key_begin, key_end, state, next);
     case DType::kF16:
-      return attend_partition_avx2<DType::kF16>(p, seq, key_begin, key_end, state);
+      return attend_partition_avx2<DType::kF16>(p, seq, key_begin, key_end, state, next);
     case DType::kBF16:
-      return attend_partition_avx2<DType::kBF16>(p, seq, key_begin, key_end, state);
+      return attend_partition_avx2<DType::kBF16>(p, seq, key_begin, key_end, state, next);
   }
 #else
   (void)p;
@@ -363,7 +379,16 @@ void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t
   (void)key_begin;
   (void)key_end;
   (void)state;
+  (void)then;
 #endif
+}
+
+const void* decode_partition_start(const PagedAttentionParams& p, int32_t seq, int32_t key_begin) {
+  const KvLayout& L = p.layout;
+  if (key_begin >= p.context_lens[seq]) return nullptr;
+  const int32_t block =
+      p.block_tables[size_t(seq) * p.block_table_stride + key_begin / L.block_size];
+  return static_cast<const char*>(p.kv_pool) + L.block_offset(p.layer, block) * L.element_bytes();
 }
 
 }  // namespace baton::kernels::cpu

@@ -7,10 +7,11 @@
 // 16-token blocks and one query row, that kernel spends as long on per-block
 // bookkeeping (max, rescale, exp of short rows) as on the dot products.
 // Here the softmax runs once per partition (256 keys) over contiguous score
-// rows, the K tiles of a block feed every query head of their group, and the
-// whole block (K and V of every head) is prefetched a few blocks ahead,
-// since block tables scatter blocks over the pool where no hardware
-// prefetcher can follow.
+// rows, and the K tiles of a block feed every query head of their group.
+// Block tables scatter blocks over the pool where no hardware prefetcher can
+// follow, so the kernel prefetches its own reads as one paced stream, and
+// the caller names where the next partition it will run starts, so the
+// stream runs on into it instead of leaving memory idle at the seam.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +38,15 @@ bool decode_partition_supported(const KvLayout& layout);
 // [key_begin, key_end); key_begin is a multiple of the block size and
 // key_end <= context_lens[seq]. Row j sits at position
 // context_len - q_len + j and sees keys up to it. Writes n_q = q_len *
-// num_heads vectors of `state`.
+// num_heads vectors of `state`. `then`, when not null, is the first block
+// (this layer's K and V) of the partition the caller runs next: only
+// prefetched, never read.
 void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
-                             int32_t key_end, const PartitionState& state);
+                             int32_t key_end, const PartitionState& state,
+                             const void* then = nullptr);
+
+// The first block of keys [key_begin, ...) of `seq` in this layer: what to
+// pass as `then` for that partition.
+const void* decode_partition_start(const PagedAttentionParams& p, int32_t seq, int32_t key_begin);
 
 }  // namespace baton::kernels::cpu
