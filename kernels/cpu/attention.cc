@@ -20,18 +20,17 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
-#include <limits>
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/parallel.h"
 
 namespace baton::kernels::cpu {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // Query vectors (rows x group heads) per prefill tile: enough to amortise the
 // conversion of each K/V block, few enough that the accumulators stay in L1.
 constexpr int32_t kQueryVectorsPerTile = 32;
@@ -74,7 +73,6 @@ int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 // foresee the next one: without help every block starts with a full DRAM
 // latency. We ask for the item's K and V runs this many blocks ahead.
 constexpr int32_t kPrefetchBlocksAhead = 4;
-constexpr size_t kCacheLine = 64;
 
 void prefetch_block(const PagedAttentionParams& p, int32_t block, int32_t kv_begin,
                     int32_t kv_end) {

@@ -2,15 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace baton::kernels::cpu {
 namespace {
-
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 // Online-softmax bookkeeping for one query: turns its raw scores into
 // probabilities relative to the new running max, returns the factor by which

@@ -8,10 +8,14 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 #include "common/dtype.h"
 
 namespace baton::kernels::cpu {
+
+// Score of a masked key and running max of a row that has seen no key yet.
+inline constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 struct AttentionBlockArgs {
   const float* q = nullptr;  // [n_q, head_dim], already multiplied by the scale

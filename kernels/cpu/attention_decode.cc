@@ -1,7 +1,6 @@
 #include "kernels/cpu/attention_decode.h"
 
 #include <algorithm>
-#include <limits>
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
@@ -11,19 +10,21 @@
 namespace baton::kernels::cpu {
 namespace {
 
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 // How far the prefetch stream runs ahead of the reads, in K or V parts of a
 // block (a part holds one layer's K, or V, of every KV head: 6 KiB for
 // smollm2-135m in BF16). One or two parts cover a DRAM latency.
 constexpr int32_t kPrefetchPartsAhead = 1;
-constexpr size_t kCacheLine = 64;
 // Elements one step of the inner loops consumes from a K or V row.
 constexpr int32_t kChunk = 16;
+// The most query vectors one tile call serves (its accumulators fill the
+// registers).
+constexpr int32_t kMaxQueryGroup = 3;
 
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 // Prefetches a partition's memory in the order the kernel reads it (the K
-// parts of its blocks, then their V parts), a fixed distance ahead of the
+// parts of its blocks, then their V parts, which follow the K parts in each
+// block), a fixed distance ahead of the
 // reads and paced to them: a few lines per step of the inner loops, as many
 // as the step consumes. A core here can keep only a couple of dozen misses
 // in flight, so its share of the memory bandwidth depends on misses being
@@ -36,13 +37,11 @@ class PrefetchStream {
  public:
   // `then`, if not null, is a block whose K part the stream ends with: where
   // the thread's next partition starts.
-  PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, size_t v_offset,
-                 const char* then)
+  PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, const char* then)
       : blocks_(blocks),
         num_blocks_(num_blocks),
         num_parts_(2 * num_blocks + (then ? 1 : 0)),
         part_bytes_(part_bytes),
-        v_offset_(v_offset),
         then_(then) {}
 
   // Issues the first `parts` parts at once: nothing is in flight yet.
@@ -73,7 +72,7 @@ class PrefetchStream {
       else if (part_ < num_blocks_)
         next_ = blocks_[part_];
       else
-        next_ = blocks_[part_ - num_blocks_] + v_offset_;
+        next_ = blocks_[part_ - num_blocks_] + part_bytes_;
       end_ = next_ + part_bytes_;
       ++part_;
     }
@@ -86,7 +85,6 @@ class PrefetchStream {
   int32_t num_blocks_;
   int32_t num_parts_;
   size_t part_bytes_;
-  size_t v_offset_;
   const char* then_;
   int32_t part_ = 0;  // next part to start: K of blocks 0..n-1, V of 0..n-1, then
   const char* next_ = nullptr;
@@ -101,7 +99,7 @@ class PrefetchStream {
 // and splits it into even and odd elements (a shift and a mask: half the work
 // of widening each half), so for BF16 `lo` holds elements 0, 2, ..., 14 and
 // `hi` 1, 3, ..., 15. The queries and accumulators are kept in that same
-// order (see to_kernel_order), which dot products and sums do not mind.
+// order (see kernel_slot), which dot products and sums do not mind.
 template <DType T>
 BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi) {
   if constexpr (T == DType::kF32) {
@@ -236,14 +234,22 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, const void* v, int32_t
   stream = prefetch;
 }
 
-// Applies f<R>(first, count) over [0, n) in groups of at most 3 (the widest
-// group whose accumulators fit in registers).
+// Applies f<R>(first) to the query vectors [first, first + R) of [0, n), in
+// groups of at most kMaxQueryGroup.
 template <typename F>
 BATON_AVX2_INLINE void for_query_groups(int32_t n, F&& f) {
+  static_assert(kMaxQueryGroup == 3);
   int32_t i = 0;
   for (; i + 3 <= n; i += 3) f.template operator()<3>(i);
   if (n - i == 2) f.template operator()<2>(i);
   if (n - i == 1) f.template operator()<1>(i);
+}
+
+// Where element j of a 16-element chunk sits in kernel order: BF16 keeps
+// even elements in the first half and odd ones in the second (see load16).
+template <DType T>
+constexpr int32_t kernel_slot(int32_t j) {
+  return T == DType::kBF16 ? (j % 2) * 8 + j / 2 : j;
 }
 
 struct Scratch {
@@ -279,10 +285,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
             p.q + (size_t(p.query_start[seq] + r) * p.num_heads + size_t(h) * group + g) * d;
         float* dst = sc.q.data() + (size_t(h) * per_head + size_t(r) * group + g) * d;
         for (int32_t c = 0; c < d; c += kChunk)
-          for (int32_t j = 0; j < kChunk; ++j) {
-            const int32_t slot = T == DType::kBF16 ? (j % 2) * 8 + j / 2 : j;
-            dst[c + slot] = src[c + j] * p.scale;
-          }
+          for (int32_t j = 0; j < kChunk; ++j) dst[c + kernel_slot<T>(j)] = src[c + j] * p.scale;
       }
   sc.scores.resize(size_t(n_q) * stride);
   sc.acc.assign(size_t(n_q) * d, 0.0f);
@@ -295,11 +298,12 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
   const size_t tile_bytes = L.head_tile_elements() * esize;
-  const size_t v_offset = L.part_elements() * esize;
+  const size_t v_offset = L.part_elements() * esize;  // V part after the K part
 
-  PrefetchStream prefetch(sc.blocks.data(), num_blocks, L.part_elements() * esize, v_offset, then);
+  PrefetchStream prefetch(sc.blocks.data(), num_blocks, v_offset, then);
   prefetch.prime(kPrefetchPartsAhead);
-  prefetch.set_readers((per_head + 2) / 3);  // the query groups of for_query_groups
+  // Every query group of a head reads each of its tiles.
+  prefetch.set_readers((per_head + kMaxQueryGroup - 1) / kMaxQueryGroup);
   // Pass 1: every score of the partition.
   for (int32_t j = 0; j < num_blocks; ++j) {
     const int32_t n = std::min(bs, keys - j * bs);
@@ -341,10 +345,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     const float* src = sc.acc.data() + size_t(i) * d;
     float* dst = state.acc + size_t(i) * d;
     for (int32_t c = 0; c < d; c += kChunk)
-      for (int32_t j = 0; j < kChunk; ++j) {
-        const int32_t slot = T == DType::kBF16 ? (j % 2) * 8 + j / 2 : j;
-        dst[c + j] = src[c + slot];
-      }
+      for (int32_t j = 0; j < kChunk; ++j) dst[c + j] = src[c + kernel_slot<T>(j)];
   }
 }
 

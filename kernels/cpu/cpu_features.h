@@ -2,7 +2,12 @@
 // their portable scalar twins.
 #pragma once
 
+#include <cstddef>
+
 namespace baton::kernels::cpu {
+
+// Bytes per cache line on x86-64 cores: the step of software prefetch loops.
+inline constexpr size_t kCacheLine = 64;
 
 // True when the CPU has AVX2, FMA and F16C (checked once).
 bool cpu_has_avx2_fma_f16c();

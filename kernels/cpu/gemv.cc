@@ -103,7 +103,7 @@ void prefetch_rows(const WeightView& w, int64_t row_begin, int64_t row_end) {
   const size_t row_bytes = size_t(w.cols) * dtype_size(w.dtype);
   const char* begin = static_cast<const char*>(w.data) + size_t(row_begin) * row_bytes;
   const size_t bytes = size_t(row_end - row_begin) * row_bytes;
-  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(begin + off, 0, 3);
+  for (size_t off = 0; off < bytes; off += kCacheLine) __builtin_prefetch(begin + off, 0, 3);
 }
 
 template <DType T>
