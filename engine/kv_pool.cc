@@ -1,13 +1,28 @@
 #include "engine/kv_pool.h"
 
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 #include <utility>
 
 namespace baton::engine {
+namespace {
+
+// Blocks of one request sit anywhere in the pool; huge pages keep attention's
+// scattered block reads from missing the TLB. Only advice: ignored where
+// refused (an adopted, shared pool may not be page-aligned or eligible).
+void advise_huge_pages(void* data, size_t bytes) {
+  const auto page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t begin = (uintptr_t(data) + page - 1) / page * page;
+  const uintptr_t end = uintptr_t(data) + bytes;
+  if (end > begin) (void)madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
+}
+
+}  // namespace
 
 Result<KvPool> KvPool::create(const KvLayout& layout) {
   if (layout.num_layers <= 0 || layout.num_blocks <= 0 || layout.block_size <= 0 ||
@@ -22,13 +37,12 @@ Result<KvPool> KvPool::create(const KvLayout& layout) {
     return resource_exhausted("cannot map a KV pool of " + std::to_string(bytes) +
                               " bytes: " + std::strerror(errno));
   }
-  // Blocks of one request sit anywhere in the pool; huge pages keep attention's
-  // scattered block reads from missing the TLB. Only advice: ignored if refused.
-  (void)madvise(data, bytes, MADV_HUGEPAGE);
+  advise_huge_pages(data, bytes);
   return KvPool(layout, data, bytes, /*owned=*/true);
 }
 
 KvPool KvPool::adopt(const KvLayout& layout, void* data) {
+  advise_huge_pages(data, layout.total_bytes());
   return KvPool(layout, data, layout.total_bytes(), /*owned=*/false);
 }
 

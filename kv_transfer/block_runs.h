@@ -53,7 +53,7 @@ class BlockHashes {
   std::vector<uint64_t> hashes_;
 };
 
-// XXH3-64 of one block: xxhash's AVX2 build where the CPU has AVX2.
+// XXH3-64 of one block, through xxhash's dispatcher (AVX2 where the CPU has it).
 uint64_t block_hash(const uint8_t* block, size_t bytes);
 
 }  // namespace baton::kv_transfer
