@@ -124,14 +124,16 @@ std::string CompletionExchange::detokenize(const std::vector<int32_t>& tokens) c
 size_t CompletionExchange::update_text(ChoiceState& choice) {
   // Only the new tokens are decoded, and only text not searched before (plus
   // the bytes a stop string starting earlier could still need) is searched:
-  // each update costs what it adds, not what the output has grown to.
+  // each update costs what it adds, not what the output has grown to. All
+  // of the text before this update was searched by the last one (a match
+  // finishes the choice, and finished choices are not updated again).
+  const size_t scanned = choice.text.size();
   const bool appended = append_decoded(choice.tokens, choice.decoded, choice.text,
                                        [this](const auto& ids) { return detokenize(ids); });
   const size_t hold = max_stop_bytes_ > 0 ? max_stop_bytes_ - 1 : 0;
-  const size_t from = appended && choice.stop_scanned > hold ? choice.stop_scanned - hold : 0;
+  const size_t from = appended && scanned > hold ? scanned - hold : 0;
   size_t match = std::string::npos;
   for (const std::string& stop : spec_.stop) match = std::min(match, choice.text.find(stop, from));
-  choice.stop_scanned = choice.text.size();
   if (match != std::string::npos) {
     choice.text.resize(match);
     if (!choice.finished) core_.cancel(choice.request_id);
@@ -155,7 +157,7 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
   std::string delta = choice.text.substr(choice.emitted, visible - choice.emitted);
   // Log-probabilities go out with the chunk after their token arrives, even
   // while its text is held back (UTF-8, stop strings), as vLLM streams them.
-  const size_t scored = std::min(choice.tokens.size(), choice.logprobs.size());
+  const size_t scored = choice.scored();
   const bool new_logprobs = scored > choice.logprobs_sent;
   if (delta.empty() && !choice.finished && choice.sent_chunk && !new_logprobs) return;
   json chunk = stream_chunk(spec_.endpoint, spec_.id, spec_.model, spec_.created, int32_t(index),
@@ -251,8 +253,7 @@ void CompletionExchange::finish_exchange() {
     if (!choices_[i].logprobs.empty()) {
       const ChoiceState& c = choices_[i];
       size_t offset = 0;
-      body["choices"][i]["logprobs"] =
-          logprobs_json(c, 0, std::min(c.tokens.size(), c.logprobs.size()), offset);
+      body["choices"][i]["logprobs"] = logprobs_json(c, 0, c.scored(), offset);
     }
   }
   metrics_.count_http(200);

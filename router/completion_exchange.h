@@ -13,6 +13,7 @@
 // io thread: one mutex orders them.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <mutex>
@@ -56,13 +57,14 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
     std::string text;          // text of tokens[0, decoded), cut at a stop string once one matched
     size_t decoded = 0;        // tokens turned into `text`
-    size_t stop_scanned = 0;   // bytes of `text` already searched for stop strings
     size_t logprobs_sent = 0;  // streaming: tokens whose log-probabilities are out
     size_t logprobs_text_offset = 0;  // completions' text_offset after those tokens
     size_t emitted = 0;               // bytes of text already streamed
     bool finished = false;
     std::string finish_reason;
     std::chrono::steady_clock::time_point last_token;
+    // Tokens whose log-probabilities have arrived (those come with the token).
+    size_t scored() const { return std::min(tokens.size(), logprobs.size()); }
     bool got_token = false;
     bool sent_chunk = false;
     std::string decode_node;   // who served it, reported as `served_by`

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/engine.h"
+#include "tests/engine/greedy_options.h"
 #include "tests/engine/reference_model.h"
 
 namespace baton::engine {
@@ -80,12 +81,10 @@ TEST_P(GoldenTest, LogprobsAndGreedyMatchTransformers) {
   RecordProperty("max_logprob_error", std::to_string(worst));
 
   // Greedy generation through the scheduler equals transformers' generate().
-  GenerationOptions greedy;
-  greedy.sampling.temperature = 0;
-  greedy.max_tokens = int32_t(golden["greedy_continuation"].size());
-  greedy.ignore_eos = true;
-  ASSERT_TRUE(
-      engine.scheduler().add(golden["greedy_prompt"].get<std::vector<int32_t>>(), greedy).is_ok());
+  ASSERT_TRUE(engine.scheduler()
+                  .add(golden["greedy_prompt"].get<std::vector<int32_t>>(),
+                       testing::greedy(int32_t(golden["greedy_continuation"].size())))
+                  .is_ok());
   auto done = engine.run_to_completion();
   ASSERT_TRUE(done.is_ok());
   EXPECT_EQ((*done)[0]->output, golden["greedy_continuation"].get<std::vector<int32_t>>());

@@ -171,12 +171,17 @@ TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
 
 // Streamed, the chunks' log-probabilities add up to the whole answer's: every
 // token's, in order, with the same text offsets (completions) and entries
-// (chat), whatever the text held back in between.
+// (chat), whatever the text held back in between. A stop string that never
+// matches and is longer than the answer holds back all of its text until the
+// end, so the chunks before the last carry log-probabilities and no text.
 TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
   const std::string prompt = random_prompt(rng_, 40, 80);
   for (const bool chat : {false, true}) {
     SCOPED_TRACE(chat ? "chat" : "completions");
-    json body = {{"max_tokens", 12}, {"temperature", 0}, {"ignore_eos", true}};
+    json body = {{"max_tokens", 12},
+                 {"temperature", 0},
+                 {"ignore_eos", true},
+                 {"stop", {std::string(16, '\x01')}}};
     if (chat) {
       body["messages"] = json::array({{{"role", "user"}, {"content", prompt}}});
       body["logprobs"] = true;
@@ -198,16 +203,21 @@ TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
                               {"token_logprobs", json::array()},
                               {"top_logprobs", json::array()},
                               {"text_offset", json::array()}};
+    int logprobs_without_text = 0;
     for (const std::string& event : *events) {
       if (event == "[DONE]") continue;
       const json chunk = json::parse(event);
       if (chunk["choices"].empty()) continue;  // the usage chunk
-      const json& lp = chunk["choices"][0]["logprobs"];
+      const json& choice = chunk["choices"][0];
+      const json& lp = choice["logprobs"];
       if (lp.is_null()) continue;
+      const json& text = chat ? choice["delta"].value("content", json("")) : choice["text"];
+      if (text == "" && choice["finish_reason"].is_null()) ++logprobs_without_text;
       for (auto& [key, list] : lp.items())
         for (const json& entry : list) joined[key].push_back(entry);
     }
     EXPECT_EQ(joined, expected);
+    EXPECT_GT(logprobs_without_text, 0) << "no chunk had log-probabilities while text was held";
     const size_t count = chat ? expected["content"].size() : expected["tokens"].size();
     EXPECT_EQ(count, 12u) << "greedy with max_tokens 12, EOS ignored";
   }

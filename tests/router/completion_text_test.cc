@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <string>
 
 #include "engine/tokenizer.h"
 #include "router/completion_exchange.h"
@@ -26,7 +27,9 @@ TEST(CompleteUtf8Prefix, HoldsBackOnlyAnIncompleteLastSequence) {
 }
 
 TEST(CompleteUtf8Prefix, StreamingPiecesReassembleTheText) {
-  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
   const std::string pieces[] = {"a", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80", " "};
   std::string text;
   for (int i = 0; i < 200; ++i) text += pieces[rng() % 5];
@@ -63,7 +66,9 @@ std::string decode_in_chunks(const std::vector<int32_t>& tokens, const DecodeFn&
 }
 
 TEST(IncrementalText, ByteTokenizerTextEqualsOneDecodeAndCostsLinearWork) {
-  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
   engine::ByteTokenizer tokenizer;
   std::vector<int32_t> tokens;
   for (int i = 0; i < 4000; ++i) tokens.push_back(int32_t(rng() % 300));  // bytes, specials, extras
@@ -86,7 +91,9 @@ TEST(IncrementalText, LeftContextDependentTokenizerStillExact) {
     for (int32_t id : ids) text += (text.empty() ? "" : " ") + words[size_t(id)];
     return text;
   };
-  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 300; ++i) tokens.push_back(int32_t(rng() % words.size()));
   size_t work = 0;
@@ -102,7 +109,9 @@ TEST(IncrementalText, ATokenizerThatRewritesEarlierTextFallsBackToOneDecode) {
     for (auto it = ids.rbegin(); it != ids.rend(); ++it) text += char('a' + *it % 26);
     return text;
   };
-  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
   std::vector<int32_t> tokens;
   for (int i = 0; i < 50; ++i) tokens.push_back(int32_t(rng() % 26));
   size_t work = 0;
