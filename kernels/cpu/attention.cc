@@ -338,14 +338,16 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
   const int64_t workers = std::min<int64_t>(pool.size(), int64_t(items.size()));
   pool.parallel_for(workers, [&](int64_t, int64_t, int) {
     thread_local Scratch scratch;
-    // Each thread claims its next item before running the current one, so
-    // the decode kernel can prefetch where that item starts.
-    size_t i = next.fetch_add(1, std::memory_order_relaxed);
-    while (i < order.size()) {
-      const size_t following = next.fetch_add(1, std::memory_order_relaxed);
-      run_item(p, items[order[i]], following < order.size() ? &items[order[following]] : nullptr,
-               partial_data, scratch);
-      i = following;
+    // The decode kernel prefetches where the item after this one starts: the
+    // next unclaimed one, which this thread will most likely take. Claiming
+    // it now would make that certain, but with few items (a 513-token
+    // context is 256 + 256 + 1 tokens) the first thread would take both
+    // large ones and leave the other the single token.
+    for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < order.size();) {
+      const size_t likely_next = next.load(std::memory_order_relaxed);
+      run_item(p, items[order[i]],
+               likely_next < order.size() ? &items[order[likely_next]] : nullptr, partial_data,
+               scratch);
     }
   });
   if (!merges.empty()) {
