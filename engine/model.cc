@@ -129,9 +129,9 @@ void LlamaModel::attention_block(int32_t layer, int64_t tokens, KvPool& kv) {
 
   kc::rms_norm(pool_, x_.data(), w.input_norm.data(), tokens, hidden, config_.rms_norm_eps,
                h_.data());
-  kc::linear(pool_, h_.data(), tokens, w.q_proj, bias(w.q_bias), q);
-  kc::linear(pool_, h_.data(), tokens, w.k_proj, bias(w.k_bias), k);
-  kc::linear(pool_, h_.data(), tokens, w.v_proj, bias(w.v_bias), v);
+  const kc::LinearOutput qkv[] = {
+      {w.q_proj, bias(w.q_bias), q}, {w.k_proj, bias(w.k_bias), k}, {w.v_proj, bias(w.v_bias), v}};
+  kc::linear(pool_, h_.data(), tokens, qkv);
   kc::apply_rope(pool_, q, positions_.data(), tokens, config_.num_heads, config_.head_dim,
                  inv_freq_.data());
   kc::apply_rope(pool_, k, positions_.data(), tokens, config_.num_kv_heads, config_.head_dim,
@@ -166,8 +166,8 @@ void LlamaModel::mlp_block(int32_t layer, int64_t tokens) {
 
   kc::rms_norm(pool_, x_.data(), w.post_attention_norm.data(), tokens, hidden, config_.rms_norm_eps,
                h_.data());
-  kc::linear(pool_, h_.data(), tokens, w.gate_proj, nullptr, gate);
-  kc::linear(pool_, h_.data(), tokens, w.up_proj, nullptr, up);
+  const kc::LinearOutput gate_up[] = {{w.gate_proj, nullptr, gate}, {w.up_proj, nullptr, up}};
+  kc::linear(pool_, h_.data(), tokens, gate_up);
   kc::silu_and_mul(pool_, gate, up, tokens * ffn, gate);
   kc::linear(pool_, gate, tokens, w.down_proj, nullptr, h_.data());
   kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);

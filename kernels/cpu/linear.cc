@@ -6,6 +6,7 @@
 #include <mutex>
 #include <vector>
 
+#include "common/check.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/parallel.h"
@@ -69,26 +70,56 @@ void sgemm_rows(const float* x, int64_t m, const WeightView& w, const float* bia
 
 void linear(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, const float* bias,
             float* out) {
-  if (m <= 0 || w.rows <= 0) return;
-  if (w.cols <= 0) {
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t r = 0; r < w.rows; ++r) out[i * w.rows + r] = bias ? bias[r] : 0.0f;
+  const LinearOutput output{.weight = w, .bias = bias, .out = out};
+  linear(pool, x, m, std::span<const LinearOutput>(&output, 1));
+}
+
+void linear(ThreadPool& pool, const float* x, int64_t m, std::span<const LinearOutput> outputs) {
+  if (m <= 0 || outputs.empty()) return;
+  const int64_t cols = outputs.front().weight.cols;
+  int64_t rows = 0;
+  for (const LinearOutput& o : outputs) {
+    BATON_CHECK(o.weight.cols == cols);  // one x feeds them all
+    rows += o.weight.rows;
+  }
+  if (rows <= 0) return;
+  if (cols <= 0) {
+    for (const LinearOutput& o : outputs)
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t r = 0; r < o.weight.rows; ++r)
+          o.out[i * o.weight.rows + r] = o.bias ? o.bias[r] : 0.0f;
     return;
   }
-  const int64_t macs_per_row = m * w.cols;
+  // The outputs' rows are numbered one after another, as if their weights
+  // were stacked; a piece that straddles two weights runs as one call each.
+  auto for_each_weight = [&](int64_t r0, int64_t r1, auto&& run) {
+    int64_t first = 0;
+    for (const LinearOutput& o : outputs) {
+      const int64_t begin = std::max(r0, first), end = std::min(r1, first + o.weight.rows);
+      if (begin < end) run(o, begin - first, end - first);
+      first += o.weight.rows;
+    }
+  };
+  const int64_t macs_per_row = m * cols;
   const int64_t min_rows = std::max<int64_t>(1, kMinParallelMacs / macs_per_row);
   if (m <= kGemvMaxBatch) {
-    parallel_dynamic(pool, w.rows, kGemvRowsPerPiece, kGemvRowBlock,
-                     std::max(kGemvRowsPerPiece, min_rows),
-                     [&](int64_t r0, int64_t r1, int) { gemv_rows(x, m, w, bias, r0, r1, out); });
+    parallel_dynamic(pool, rows, kGemvRowsPerPiece, kGemvRowBlock,
+                     std::max(kGemvRowsPerPiece, min_rows), [&](int64_t r0, int64_t r1, int) {
+                       for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
+                         gemv_rows(x, m, o.weight, o.bias, b, e, o.out);
+                       });
+                     });
     return;
   }
   init_blas_once();
   // Tiles are claimed dynamically: sgemm speed per tile varies (edges, other
   // processes), and a late thread then simply takes fewer tiles.
-  const int64_t tile_rows = std::max(sgemm_tile_rows(w.cols), min_rows);
-  parallel_dynamic(pool, w.rows, tile_rows, /*align=*/1, min_rows,
-                   [&](int64_t r0, int64_t r1, int) { sgemm_rows(x, m, w, bias, r0, r1, out); });
+  const int64_t tile_rows = std::max(sgemm_tile_rows(cols), min_rows);
+  parallel_dynamic(pool, rows, tile_rows, /*align=*/1, min_rows, [&](int64_t r0, int64_t r1, int) {
+    for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
+      sgemm_rows(x, m, o.weight, o.bias, b, e, o.out);
+    });
+  });
 }
 
 void embedding(ThreadPool& pool, const WeightView& table, const int32_t* ids, int64_t n,

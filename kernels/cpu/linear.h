@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "common/dtype.h"
 #include "kernels/cpu/thread_pool.h"
@@ -26,6 +27,21 @@ struct WeightView {
 // out[m, w.rows] = x[m, w.cols] · wᵀ + bias. bias is F32 [w.rows] or null.
 void linear(ThreadPool& pool, const float* x, int64_t m, const WeightView& w, const float* bias,
             float* out);
+
+// One of several projections of the same input: out[m, weight.rows] =
+// x · weightᵀ + bias (bias F32 [weight.rows] or null).
+struct LinearOutput {
+  WeightView weight;
+  const float* bias = nullptr;
+  float* out = nullptr;
+};
+
+// Every output of `outputs` (all with the same weight.cols) from one x, in one
+// pass of the pool: a layer's q/k/v or gate/up projections read one input, and
+// sharing out their rows as if they were one matrix joins the threads once
+// instead of once a weight, and keeps small weights (a 192-row k_proj) from
+// being split into pieces too short to stream well.
+void linear(ThreadPool& pool, const float* x, int64_t m, std::span<const LinearOutput> outputs);
 
 // out[n, table.cols] = table[ids[i]] as F32. Ids are validated by the caller.
 void embedding(ThreadPool& pool, const WeightView& table, const int32_t* ids, int64_t n,
