@@ -147,11 +147,15 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
       }
     }
   }
+  // R x 4 accumulators, each taking two FMAs per chunk: for R = 1 that is
+  // four chains for two FMA units of four cycles' latency, so the chunk's
+  // halves then go to accumulators of their own.
+  constexpr bool kSplitHalves = R == 1;
   for (; t + 4 <= n; t += 4) {
     prefetch.consumed(4 * size_t(d) * dtype_size(T));
-    __m256 acc[R][4];
+    __m256 acc[R][4], acc_hi[R][4];
     for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
+      for (int j = 0; j < 4; ++j) acc[r][j] = acc_hi[r][j] = _mm256_setzero_ps();
     for (int32_t c = 0; c < d; c += kChunk) {
       for (int j = 0; j < 4; ++j) {
         __m256 lo, hi;
@@ -159,11 +163,16 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
         for (int r = 0; r < R; ++r) {
           const float* qr = q + size_t(r) * d + c;
           acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr), lo, acc[r][j]);
-          acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8), hi, acc[r][j]);
+          __m256& second = kSplitHalves ? acc_hi[r][j] : acc[r][j];
+          second = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8), hi, second);
         }
       }
     }
-    for (int r = 0; r < R; ++r) _mm_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum4x8(acc[r]));
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kSplitHalves)
+        for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_add_ps(acc[r][j], acc_hi[r][j]);
+      _mm_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum4x8(acc[r]));
+    }
   }
   for (; t < n; ++t) {
     prefetch.consumed(size_t(d) * dtype_size(T));
@@ -182,37 +191,63 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
   stream = prefetch;
 }
 
+// a[r][2j], a[r][2j + 1] += p_r[t] · (chunk j of v_t) for one key t.
+template <DType T, int R, int C>
+BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, int32_t d, int32_t t,
+                              int32_t c0, __m256 (&a)[R][2 * C]) {
+  __m256 pr[R];
+  for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
+  for (int j = 0; j < C; ++j) {
+    if constexpr (T == DType::kF32) {
+      // V as the FMA's memory operand: no registers held for it.
+      const float* vt = static_cast<const float*>(v) + size_t(t) * d + c0 + kChunk * j;
+      for (int r = 0; r < R; ++r) {
+        a[r][2 * j] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt), a[r][2 * j]);
+        a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt + 8), a[r][2 * j + 1]);
+      }
+    } else {
+      __m256 lo, hi;
+      load16<T>(v, size_t(t) * d + c0 + kChunk * j, lo, hi);
+      for (int r = 0; r < R; ++r) {
+        a[r][2 * j] = _mm256_fmadd_ps(pr[r], lo, a[r][2 * j]);
+        a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], hi, a[r][2 * j + 1]);
+      }
+    }
+  }
+}
+
 // acc_r[c0, c0 + 16 C) += Σ_t p_r[t] v_t for R queries over keys [0, n).
 template <DType T, int R, int C>
 BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void* v, int32_t d,
                                     int32_t n, int32_t c0, float* acc, PrefetchStream& prefetch) {
-  __m256 a[R][2 * C];
+  // Each accumulator takes one FMA per key, so fewer than two FMA units x
+  // four cycles of latency = 8 accumulators leave the units waiting on the
+  // chains. Then even and odd keys go to separate accumulators (BF16 with
+  // R = 3 has room for only C = 1: 6 of them).
+  constexpr bool kTwoKeys = R * 2 * C < 8;
+  __m256 a[R][2 * C], b[R][2 * C];
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 2 * C; ++j) a[r][j] = _mm256_loadu_ps(acc + size_t(r) * d + c0 + 8 * j);
-  for (int32_t t = 0; t < n; ++t) {
-    prefetch.consumed(kChunk * C * dtype_size(T));
-    __m256 pr[R];
-    for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
-    for (int j = 0; j < C; ++j) {
-      if constexpr (T == DType::kF32) {
-        // V as the FMA's memory operand: no registers held for it.
-        const float* vt = static_cast<const float*>(v) + size_t(t) * d + c0 + kChunk * j;
-        for (int r = 0; r < R; ++r) {
-          a[r][2 * j] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt), a[r][2 * j]);
-          a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt + 8), a[r][2 * j + 1]);
-        }
-      } else {
-        __m256 lo, hi;
-        load16<T>(v, size_t(t) * d + c0 + kChunk * j, lo, hi);
-        for (int r = 0; r < R; ++r) {
-          a[r][2 * j] = _mm256_fmadd_ps(pr[r], lo, a[r][2 * j]);
-          a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], hi, a[r][2 * j + 1]);
-        }
-      }
+    for (int j = 0; j < 2 * C; ++j) {
+      a[r][j] = _mm256_loadu_ps(acc + size_t(r) * d + c0 + 8 * j);
+      b[r][j] = _mm256_setzero_ps();
+    }
+  int32_t t = 0;
+  if constexpr (kTwoKeys) {
+    for (; t + 2 <= n; t += 2) {
+      prefetch.consumed(2 * kChunk * C * dtype_size(T));
+      pv_key<T, R, C>(p, p_stride, v, d, t, c0, a);
+      pv_key<T, R, C>(p, p_stride, v, d, t + 1, c0, b);
     }
   }
+  for (; t < n; ++t) {
+    prefetch.consumed(kChunk * C * dtype_size(T));
+    pv_key<T, R, C>(p, p_stride, v, d, t, c0, a);
+  }
   for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 2 * C; ++j) _mm256_storeu_ps(acc + size_t(r) * d + c0 + 8 * j, a[r][j]);
+    for (int j = 0; j < 2 * C; ++j) {
+      if constexpr (kTwoKeys) a[r][j] = _mm256_add_ps(a[r][j], b[r][j]);
+      _mm256_storeu_ps(acc + size_t(r) * d + c0 + 8 * j, a[r][j]);
+    }
 }
 
 // As many 16-element chunks per pass as keep R x 2C accumulators, R
