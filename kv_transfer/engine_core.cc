@@ -173,9 +173,19 @@ void TransferEngine::Impl::enqueue_and_wait(std::function<void()> command, uint6
 bool TransferEngine::Impl::busy() const {
   if (!sends_.empty()) return true;
   for (const auto& [id, e] : expectations_) {
-    if (e.outstanding > 0 || awaits_puts_stopped(e)) return true;
+    if (e.outstanding > 0) return true;
   }
   return false;
+}
+
+Clock::time_point TransferEngine::Impl::next_timer(const Expectation& e) const {
+  // The times at which check_deadlines acts on `e`.
+  auto at = Clock::time_point::max();
+  if (!e.failed && !e.judged) at = e.deadline;
+  if (e.failed && e.outstanding > 0) at = std::min(at, e.abandon_after);
+  if (awaits_puts_stopped(e))
+    at = std::min({at, e.abandon_after, e.last_grant + config_.close_timeout});
+  return at;
 }
 
 void TransferEngine::Impl::run() {
@@ -213,9 +223,13 @@ void TransferEngine::Impl::wait_for_events(Clock::time_point now) {
     spdlog::warn("kv_transfer[{}]: ucp_worker_arm failed: {}", config_.node_name,
                  ucs_status_string(status));
   }
+  // Sleep until an event or the next timer; an expectation waiting for the
+  // sender's word (kPutsStopped) is woken by the message, not by spinning.
   auto wait = config_.idle_wait;
   for (const auto& [id, e] : expectations_) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(e.deadline - now);
+    const Clock::time_point at = next_timer(e);
+    if (at == Clock::time_point::max()) continue;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - now);
     wait = std::clamp(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0), wait);
   }
   pollfd fd{event_fd_, POLLIN, 0};

@@ -192,7 +192,10 @@ class TransferEngine::Impl {
   // waits until it has run, at most close_timeout (`what` names it in the log).
   void enqueue_and_wait(std::function<void()> command, uint64_t transfer_id, const char* what);
   void wait_for_events(Clock::time_point now);
+  // UCX operations in flight (sends, or receives not yet landed): keep polling.
   bool busy() const;
+  // When check_deadlines next acts on `e` (max: nothing pending).
+  Clock::time_point next_timer(const Expectation& e) const;
 
   // Peers and endpoints.
   void connect(PeerId id);
