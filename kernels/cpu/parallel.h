@@ -58,4 +58,37 @@ void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, int64_t align,
   });
 }
 
+// Runs f(begin, end, thread_index) over [0, n) in pieces that shrink as the
+// work runs out (guided scheduling): each claim takes a 1/(2 x threads) share
+// of what is left, between `min_piece` and `max_piece` elements (whole
+// groups of `align`). Long pieces early keep streams long; short ones at the
+// end leave the thread that finishes first waiting for at most a short piece
+// of the other's. Each thread is given at least `min_share` elements, or
+// none: too little work runs inline on the caller.
+template <typename F>
+void parallel_guided(ThreadPool& pool, int64_t n, int64_t min_piece, int64_t max_piece,
+                     int64_t align, int64_t min_share, F&& f) {
+  if (n <= 0) return;
+  align = std::max<int64_t>(1, align);
+  const int64_t sharing = std::min<int64_t>(pool.size(), n / std::max<int64_t>(1, min_share));
+  if (sharing <= 1) {
+    f(int64_t{0}, n, 0);
+    return;
+  }
+  auto round_up = [&](int64_t x) { return (x + align - 1) / align * align; };
+  min_piece = round_up(std::max<int64_t>(1, min_piece));
+  max_piece = std::max(min_piece, round_up(max_piece));
+  std::atomic<int64_t> next{0};
+  pool.parallel_for(sharing, [&](int64_t, int64_t, int t) {
+    int64_t begin = next.load(std::memory_order_relaxed);
+    while (begin < n) {
+      const int64_t piece = std::clamp(round_up((n - begin) / (2 * sharing)), min_piece, max_piece);
+      const int64_t end = std::min(n, begin + piece);
+      if (!next.compare_exchange_weak(begin, end, std::memory_order_relaxed)) continue;
+      f(begin, end, t);
+      begin = next.load(std::memory_order_relaxed);
+    }
+  });
+}
+
 }  // namespace baton::kernels::cpu

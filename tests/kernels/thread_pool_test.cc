@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -88,6 +89,65 @@ TEST(ParallelDynamicTest, EvenAlignedPiecesCoverEveryIndexOnce) {
             auto [lo, hi] = std::minmax_element(sizes.begin(), sizes.end());
             EXPECT_LT(*hi - *lo, 2 * align) << "pieces of " << *lo << " to " << *hi;
             EXPECT_LT(*hi, grain + 2 * align) << "a piece of " << *hi;
+          }
+        }
+      }
+    }
+  }
+}
+
+// parallel_guided: every index once; too little work for two threads runs
+// inline; otherwise pieces start on the alignment, hold between min_piece and
+// max_piece elements (rounded up to the alignment; only the last may be
+// shorter), and never grow: each takes a share of what is left.
+TEST(ParallelGuidedTest, ShrinkingAlignedPiecesCoverEveryIndexOnce) {
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    for (int64_t n : {0, 1, 5, 10, 64, 192, 960, 3072, 49152}) {
+      for (auto [min_piece, max_piece] : {std::pair<int64_t, int64_t>{1, 1}, {16, 128}, {5, 64}}) {
+        for (int64_t align : {1, 4}) {
+          for (int64_t min_share : {1, 100}) {
+            SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
+                         " pieces=" + std::to_string(min_piece) + ".." + std::to_string(max_piece) +
+                         " align=" + std::to_string(align) +
+                         " min_share=" + std::to_string(min_share));
+            auto visits = std::make_unique<std::atomic<int>[]>(size_t(n) + 1);
+            std::mutex mutex;
+            std::vector<std::pair<int64_t, int64_t>> pieces;  // (begin, end)
+            std::vector<int> thread_of;
+            parallel_guided(pool, n, min_piece, max_piece, align, min_share,
+                            [&](int64_t begin, int64_t end, int t) {
+                              ASSERT_LE(0, begin);
+                              ASSERT_LT(begin, end);
+                              ASSERT_LE(end, n);
+                              ASSERT_LT(t, threads);
+                              for (int64_t i = begin; i < end; ++i) visits[size_t(i)]++;
+                              std::lock_guard lock(mutex);
+                              pieces.emplace_back(begin, end);
+                              thread_of.push_back(t);
+                            });
+            for (int64_t i = 0; i < n; ++i) {
+              ASSERT_EQ(visits[size_t(i)].load(), 1) << "index " << i;
+            }
+            if (n == 0) continue;
+            const int64_t sharing = std::min<int64_t>(threads, n / min_share);
+            if (sharing <= 1) {
+              EXPECT_EQ(pieces, (std::vector<std::pair<int64_t, int64_t>>{{0, n}}))
+                  << "not run inline in one call";
+              EXPECT_EQ(thread_of, std::vector<int>{0});
+              continue;
+            }
+            std::sort(pieces.begin(), pieces.end());
+            auto round_up = [&](int64_t x) { return (x + align - 1) / align * align; };
+            int64_t previous = max_piece + align;
+            for (auto [begin, end] : pieces) {
+              const int64_t size = end - begin;
+              EXPECT_EQ(begin % align, 0) << "piece at " << begin;
+              EXPECT_LE(size, std::max(round_up(min_piece), round_up(max_piece)));
+              if (end < n) EXPECT_GE(size, round_up(min_piece)) << "piece at " << begin;
+              if (end < n) EXPECT_LE(size, previous) << "piece at " << begin << " grew";
+              previous = size;
+            }
           }
         }
       }
