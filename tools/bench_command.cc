@@ -45,6 +45,9 @@ struct BenchCli {
   std::vector<std::string> merge_files;
 };
 
+// The sections of the latency table (--percentile-metrics).
+using Metrics = std::vector<std::string>;
+
 int fail(const Status& status) {
   std::fprintf(stderr, "error: %s\n", status.message().c_str());
   return 1;
@@ -106,16 +109,14 @@ Result<BenchSession> start_session(const BenchCli& cli) {
   return session;
 }
 
-int run_bench(BenchCli& cli) {
+int run_bench(BenchCli& cli, const Metrics& metrics) {
   if (Status s = resolve(cli); !s.is_ok()) return fail(s);
-  auto metrics = loadtest::parse_percentile_metrics(cli.percentile_metrics);
-  if (!metrics.is_ok()) return fail(metrics.status());
   Result<BenchSession> session = start_session(cli);
   if (!session.is_ok()) return fail(session.status());
   print_start(*session, cli.run.request_rate, cli);
   Result<BenchResult> result = session->run(cli.run.request_rate);
   if (!result.is_ok()) return fail(result.status());
-  loadtest::print_report(stdout, *result, *metrics);
+  loadtest::print_report(stdout, *result, metrics);
   const bool detailed = cli.save_detailed || !cli.run.shard.empty();
   if (Status s = save(cli.save_result, loadtest::result_json(*result, detailed)); !s.is_ok())
     return fail(s);
@@ -152,10 +153,8 @@ std::string goodput_note(const loadtest::Slo& slo) {
   return note.empty() ? note : "goodput: requests with " + note;
 }
 
-int run_sweep(BenchCli& cli) {
+int run_sweep(BenchCli& cli, const Metrics& metrics) {
   if (Status s = resolve(cli); !s.is_ok()) return fail(s);
-  auto metrics = loadtest::parse_percentile_metrics(cli.percentile_metrics);
-  if (!metrics.is_ok()) return fail(metrics.status());
   std::vector<loadtest::SweepSeries> all;
   for (const std::string& spec : cli.compare) {
     auto series = load_series(spec, cli.run.slo);
@@ -173,7 +172,7 @@ int run_sweep(BenchCli& cli) {
       print_start(*session, rate, cli);
       Result<BenchResult> result = session->run(rate);
       if (!result.is_ok()) return fail(result.status());
-      loadtest::print_report(stdout, *result, *metrics);
+      loadtest::print_report(stdout, *result, metrics);
       runs.push_back(loadtest::result_json(*result, cli.save_detailed));
       auto point = loadtest::sweep_point(runs.back(), "this sweep");
       if (!point.is_ok()) return fail(point.status());
@@ -193,9 +192,7 @@ int run_sweep(BenchCli& cli) {
   return 0;
 }
 
-int run_merge(const BenchCli& cli) {
-  auto metrics = loadtest::parse_percentile_metrics(cli.percentile_metrics);
-  if (!metrics.is_ok()) return fail(metrics.status());
+int run_merge(const BenchCli& cli, const Metrics& metrics) {
   std::vector<BenchResult> shards;
   for (const std::string& file : cli.merge_files) {
     auto doc = loadtest::read_json_file(file);
@@ -206,7 +203,7 @@ int run_merge(const BenchCli& cli) {
   }
   auto merged = loadtest::merge_results(shards);
   if (!merged.is_ok()) return fail(merged.status());
-  loadtest::print_report(stdout, *merged, *metrics);
+  loadtest::print_report(stdout, *merged, metrics);
   if (Status s = save(cli.save_result, loadtest::result_json(*merged, cli.save_detailed));
       !s.is_ok())
     return fail(s);
@@ -290,9 +287,11 @@ std::function<int()> add_bench_command(CLI::App& app) {
   merge->add_option("files", cli->merge_files, "results saved with --shard")->required();
   return [cli, sweep, merge] {
     std::signal(SIGPIPE, SIG_IGN);
-    if (sweep->parsed()) return run_sweep(*cli);
-    if (merge->parsed()) return run_merge(*cli);
-    return run_bench(*cli);
+    auto metrics = loadtest::parse_percentile_metrics(cli->percentile_metrics);
+    if (!metrics.is_ok()) return fail(metrics.status());
+    if (sweep->parsed()) return run_sweep(*cli, *metrics);
+    if (merge->parsed()) return run_merge(*cli, *metrics);
+    return run_bench(*cli, *metrics);
   };
 }
 
