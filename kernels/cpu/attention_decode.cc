@@ -111,10 +111,7 @@ BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi
     lo = avx2::load8_f16(h);
     hi = avx2::load8_f16(h + 8);
   } else {
-    const __m256i raw = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(base) + i));
-    lo = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-    hi = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u))));
+    avx2::load16_bf16_even_odd(static_cast<const uint16_t*>(base) + i, lo, hi);
   }
 }
 
@@ -284,7 +281,7 @@ BATON_AVX2_INLINE void for_query_groups(int32_t n, F&& f) {
 // even elements in the first half and odd ones in the second (see load16).
 template <DType T>
 constexpr int32_t kernel_slot(int32_t j) {
-  return T == DType::kBF16 ? (j % 2) * 8 + j / 2 : j;
+  return T == DType::kBF16 ? avx2::bf16_pair_slot(j) : j;
 }
 
 struct Scratch {

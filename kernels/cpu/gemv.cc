@@ -36,14 +36,25 @@ BATON_AVX2_INLINE __m256 load_w8(const void* base, size_t offset) {
   }
 }
 
+template <DType T>
+constexpr int64_t sizeof_dtype() {
+  return T == DType::kF32 ? 4 : 2;
+}
+
 // Columns per pass: R weight rows of this many columns stay in L1 while every
 // x row is applied to them, so m > 1 does not re-read weights from memory.
 constexpr int64_t kColumnChunk = 512;
 
-// Rows [r0, r0 + R) of W against all m rows of x.
+// Rows [r0, r0 + R) of W against all m rows of x. The next `next_rows` rows
+// (the next block, up to R) are prefetched a line at a time as the passes
+// over pairs of x rows read the same columns of these, each pass taking its
+// share of the lines: the core keeps only a couple of dozen misses in flight,
+// and a whole block's lines requested at once (72 for four 576-column BF16
+// rows) stall it until memory has answered most of them, so memory time and
+// compute time add up instead of overlapping.
 template <DType T, int R>
 BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, const float* bias,
-                                int64_t r0, float* out) {
+                                int64_t r0, int next_rows, float* out) {
   const int64_t cols = w.cols;
   const int64_t cols8 = cols & ~int64_t{7};
   __m256 acc[kGemvMaxBatch][R];
@@ -51,6 +62,12 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
   size_t row_offset[R];
   for (int r = 0; r < R; ++r) row_offset[r] = size_t(r0 + r) * size_t(cols);
+  const char* next_row[R];
+  for (int r = 0; r < R; ++r) {
+    const int64_t row = r0 + R + std::min(r, std::max(next_rows - 1, 0));
+    next_row[r] = static_cast<const char*>(w.data) + size_t(row * cols) * sizeof_dtype<T>();
+  }
+  constexpr int64_t kColumnsPerLine = kCacheLine / sizeof_dtype<T>();
 
   for (int64_t kc = 0; kc < cols8; kc += kColumnChunk) {
     const int64_t kend = kc + kColumnChunk < cols8 ? kc + kColumnChunk : cols8;
@@ -62,7 +79,12 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
       const float* x1 = x0 + cols;
       __m256 a0[R], a1[R];
       for (int r = 0; r < R; ++r) a0[r] = acc[i][r], a1[r] = acc[i + 1][r];
+      // Pass i / 2 of the m / 2 pair passes takes every (m / 2)-th line.
+      const int64_t passes = m / 2, pass = i / 2;
       for (int64_t k = kc; k < kend; k += 8) {
+        if (next_rows > 0 && k % kColumnsPerLine == 0 && (k / kColumnsPerLine) % passes == pass)
+          for (int r = 0; r < next_rows; ++r)
+            __builtin_prefetch(next_row[r] + size_t(k) * sizeof_dtype<T>(), 0, 3);
         const __m256 xv0 = _mm256_loadu_ps(x0 + k);
         const __m256 xv1 = _mm256_loadu_ps(x1 + k);
         for (int r = 0; r < R; ++r) {
@@ -94,21 +116,6 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
       out[i * w.rows + r0 + r] = sum + (bias ? bias[r0 + r] : 0.0f);
     }
   }
-}
-
-// Rows are short (1-4 KiB for typical widths) and four are read side by side,
-// so the hardware prefetcher keeps restarting its streams; asking for the next
-// row block while working on this one keeps DRAM busy.
-void prefetch_rows(const WeightView& w, int64_t row_begin, int64_t row_end) {
-  const size_t row_bytes = size_t(w.cols) * dtype_size(w.dtype);
-  const char* begin = static_cast<const char*>(w.data) + size_t(row_begin) * row_bytes;
-  const size_t bytes = size_t(row_end - row_begin) * row_bytes;
-  for (size_t off = 0; off < bytes; off += kCacheLine) __builtin_prefetch(begin + off, 0, 3);
-}
-
-template <DType T>
-constexpr int64_t sizeof_dtype() {
-  return T == DType::kF32 ? 4 : 2;
 }
 
 // How far ahead of the batch-1 weight stream to prefetch. The hardware
@@ -156,10 +163,10 @@ BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, c
   if (m == 1) return gemv_batch1_avx2<T>(x, w, bias, row_begin, row_end, out);
   int64_t r = row_begin;
   for (; r + kGemvRowBlock <= row_end; r += kGemvRowBlock) {
-    prefetch_rows(w, r + kGemvRowBlock, std::min(r + 2 * kGemvRowBlock, row_end));
-    gemv_block_avx2<T, kGemvRowBlock>(x, m, w, bias, r, out);
+    const auto next_rows = int(std::clamp<int64_t>(row_end - r - kGemvRowBlock, 0, kGemvRowBlock));
+    gemv_block_avx2<T, kGemvRowBlock>(x, m, w, bias, r, next_rows, out);
   }
-  for (; r < row_end; ++r) gemv_block_avx2<T, 1>(x, m, w, bias, r, out);
+  for (; r < row_end; ++r) gemv_block_avx2<T, 1>(x, m, w, bias, r, /*next_rows=*/0, out);
 }
 
 #endif  // BATON_HAVE_X86

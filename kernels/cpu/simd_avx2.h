@@ -25,6 +25,20 @@ BATON_AVX2_INLINE __m256 load8_bf16(const uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
 }
 
+// Sixteen BF16 values from one 256-bit load, widened by a shift and a mask:
+// `even` holds elements 0, 2, ..., 14 and `odd` 1, 3, ..., 15. Half the work
+// of widening two halves in order; a kernel keeps what the values meet
+// (queries, x) in the same order (bf16_pair_slot), which dot products and
+// sums do not mind.
+BATON_AVX2_INLINE void load16_bf16_even_odd(const uint16_t* p, __m256& even, __m256& odd) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u))));
+}
+
+// Where element j of a 16-element chunk sits in load16_bf16_even_odd's order.
+constexpr int bf16_pair_slot(int j) { return (j % 2) * 8 + j / 2; }
+
 BATON_AVX2_INLINE __m256 load8_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
