@@ -334,9 +334,14 @@ void TransferEngine::Impl::shutdown() {
       tear_down(p, Status(StatusCode::kAborted, "transfer engine stopped"));
     }
   }
-  // Whatever UCX still holds completes within the bound; then report.
+  // Whatever UCX still holds completes within the bound, and senders granted
+  // puts have that long to say theirs stopped; then report.
+  auto awaiting_puts = [&] {
+    return std::any_of(expectations_.begin(), expectations_.end(),
+                       [&](const auto& entry) { return awaits_puts_stopped(entry.second); });
+  };
   auto until = Clock::now() + config_.close_timeout;
-  while (Clock::now() < until && busy()) {
+  while (Clock::now() < until && (busy() || awaiting_puts())) {
     ucp_worker_progress(worker_.get());
     for (auto& [id, t] : sends_) dirty_sends_.push_back(id);
     for (auto& [id, e] : expectations_) dirty_recvs_.push_back(id);

@@ -189,7 +189,8 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
   }
 }
 
-// Runs one item; `following` is the item this thread runs next, or null.
+// Runs one item; `following` is the item this thread will most likely run
+// next (where the decode kernel's prefetching ends), or null.
 void run_item(const PagedAttentionParams& p, const WorkItem& item, const WorkItem* following,
               float* partials, Scratch& sc) {
   const int32_t d = p.layout.head_dim;
@@ -339,7 +340,9 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
   pool.parallel_for(workers, [&](int64_t, int64_t, int) {
     thread_local Scratch scratch;
     // The decode kernel prefetches where the item after this one starts: the
-    // next unclaimed one, which this thread will most likely take. Claiming
+    // next unclaimed one, which this thread will most likely take on two
+    // cores (with more, whichever finishes first; a wrong guess costs one K
+    // part of prefetching). Claiming
     // it now would make that certain, but with few items (a 513-token
     // context is 256 + 256 + 1 tokens) the first thread would take both
     // large ones and leave the other the single token.

@@ -219,8 +219,9 @@ BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void
                                     int32_t n, int32_t c0, float* acc, PrefetchStream& prefetch) {
   // Each accumulator takes one FMA per key, so fewer than two FMA units x
   // four cycles of latency = 8 accumulators leave the units waiting on the
-  // chains. Then even and odd keys go to separate accumulators (BF16 with
-  // R = 3 has room for only C = 1: 6 of them).
+  // chains. Then even and odd keys go to separate accumulators (BF16 and
+  // F16 with R = 3 have room for only C = 1: 6 of them; so do the one-chunk
+  // tail passes).
   constexpr bool kTwoKeys = R * 2 * C < 8;
   __m256 a[R][2 * C], b[R][2 * C];
   for (int r = 0; r < R; ++r)

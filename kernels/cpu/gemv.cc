@@ -81,10 +81,14 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
       for (int r = 0; r < R; ++r) a0[r] = acc[i][r], a1[r] = acc[i + 1][r];
       // Pass i / 2 of the m / 2 pair passes takes every (m / 2)-th line.
       const int64_t passes = m / 2, pass = i / 2;
+      int64_t line_phase = (kc / kColumnsPerLine) % passes;  // of the line at k
       for (int64_t k = kc; k < kend; k += 8) {
-        if (next_rows > 0 && k % kColumnsPerLine == 0 && (k / kColumnsPerLine) % passes == pass)
-          for (int r = 0; r < next_rows; ++r)
-            __builtin_prefetch(next_row[r] + size_t(k) * sizeof_dtype<T>(), 0, 3);
+        if (k % kColumnsPerLine == 0) {
+          if (line_phase == pass)
+            for (int r = 0; r < next_rows; ++r)
+              __builtin_prefetch(next_row[r] + size_t(k) * sizeof_dtype<T>(), 0, 3);
+          if (++line_phase == passes) line_phase = 0;
+        }
         const __m256 xv0 = _mm256_loadu_ps(x0 + k);
         const __m256 xv1 = _mm256_loadu_ps(x1 + k);
         for (int r = 0; r < R; ++r) {

@@ -63,8 +63,8 @@ void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, int64_t align,
 // of what is left, between `min_piece` and `max_piece` elements (whole
 // groups of `align`). Long pieces early keep streams long; short ones at the
 // end leave the thread that finishes first waiting for at most a short piece
-// of the other's. Each thread is given at least `min_share` elements, or
-// none: too little work runs inline on the caller.
+// of the other's. Threads share the work only if each has `min_share`
+// elements on average; too little work runs inline on the caller.
 template <typename F>
 void parallel_guided(ThreadPool& pool, int64_t n, int64_t min_piece, int64_t max_piece,
                      int64_t align, int64_t min_share, F&& f) {

@@ -99,7 +99,9 @@ TEST(LinearTest, GroupedOutputsMatchOneCallPerWeight) {
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   ThreadPool pool(3);
-  const int64_t cols = 72;
+  // Wide enough that even m = 1 is shared out over the threads (narrower
+  // rows run inline), with a tail of columns past the last whole vector.
+  const int64_t cols = 259;
   // Row counts that are not multiples of the GEMV row block, so pieces
   // straddle the boundaries between weights.
   const int64_t rows[] = {197, 61, 3, 130};
