@@ -40,6 +40,10 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
       spec.layer_end > layout_.num_layers) {
     return out_of_range("expected layer range outside the pool");
   }
+  if (spec.deadline) {
+    BATON_RETURN_IF_ERROR(check_duration(
+        *spec.deadline, "deadline of expected transfer " + std::to_string(spec.transfer_id)));
+  }
   BATON_RETURN_IF_ERROR(validate_block_lists(spec.dst_blocks, layout_, spec.dst_blocks, layout_));
   {
     std::lock_guard lock(api_mutex_);

@@ -55,6 +55,10 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     }
     BATON_RETURN_IF_ERROR(
         validate_block_lists(spec.src_blocks, layout_, spec.dst_blocks, peer_layouts_[peer]));
+    if (spec.deadline) {
+      BATON_RETURN_IF_ERROR(check_duration(
+          *spec.deadline, "deadline of transfer " + std::to_string(spec.transfer_id)));
+    }
     int32_t posted = all_posted ? spec.layer_end : spec.layer_begin;
     if (!send_tickets_.emplace(spec.transfer_id, SendTicket{posted, spec.layer_end}).second) {
       return invalid_argument("transfer " + std::to_string(spec.transfer_id) +

@@ -24,16 +24,19 @@ std::optional<TransferMode> parse_transfer_mode(std::string_view name) {
   return std::nullopt;
 }
 
+Status check_duration(std::chrono::milliseconds d, const std::string& what) {
+  if (d.count() <= 0) return invalid_argument(what + " must be positive");
+  if (d > kMaxDeadline) {
+    return out_of_range(what + " of " + std::to_string(d.count()) + " ms is over " +
+                        std::to_string(kMaxDeadline.count()) + " ms");
+  }
+  return Status::ok();
+}
+
 Status validate(const TransferConfig& config) {
-  if (config.default_deadline.count() <= 0) {
-    return invalid_argument("kv_transfer.default_deadline_ms must be positive");
-  }
-  if (config.close_timeout.count() <= 0) {
-    return invalid_argument("kv_transfer.close_timeout_ms must be positive");
-  }
-  if (config.idle_wait.count() <= 0) {
-    return invalid_argument("kv_transfer.idle_wait_ms must be positive");
-  }
+  BATON_RETURN_IF_ERROR(check_duration(config.default_deadline, "kv_transfer.default_deadline_ms"));
+  BATON_RETURN_IF_ERROR(check_duration(config.close_timeout, "kv_transfer.close_timeout_ms"));
+  BATON_RETURN_IF_ERROR(check_duration(config.idle_wait, "kv_transfer.idle_wait_ms"));
   for (const auto& [key, value] : config.ucx_env) {
     if (key.rfind("UCX_", 0) != 0 || key.size() == 4) {
       return invalid_argument("kv_transfer.ucx_env key '" + key + "' does not start with UCX_");

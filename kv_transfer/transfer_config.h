@@ -67,4 +67,12 @@ struct TransferConfig {
 // Checks ranges; a bad value is an error naming the field.
 Status validate(const TransferConfig& config);
 
+// The longest deadline or timeout accepted. Far longer than any transfer of
+// one request may take, and far enough from the clock's range that adding it
+// to now cannot overflow.
+inline constexpr std::chrono::milliseconds kMaxDeadline = std::chrono::hours(24);
+
+// ok if 0 < d <= kMaxDeadline; otherwise an error that names `what`.
+Status check_duration(std::chrono::milliseconds d, const std::string& what);
+
 }  // namespace baton::kv_transfer

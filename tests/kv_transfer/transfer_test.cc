@@ -448,6 +448,15 @@ TEST_P(TransferTest, UnexpectedTransferIsRejected) {
   auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
   PeerId peer = connect(sender, *receiver);
   std::vector<int32_t> src = {1, 2, 3}, dst = {4, 5, 6};
+  // Deadlines must be positive and at most a day, on both sides, before
+  // anything is posted or registered.
+  for (auto bad : {0ms, -5ms, kMaxDeadline + 1ms}) {
+    const StatusCode code = bad > 0ms ? StatusCode::kOutOfRange : StatusCode::kInvalidArgument;
+    EXPECT_EQ(
+        sender.engine().write_blocks(peer, {1, 60, src, dst, 0, -1, bad}, sender.callback()).code(),
+        code);
+    EXPECT_EQ(sender.engine().expect({1, 61, dst, 0, -1, bad}, sender.callback()).code(), code);
+  }
   ASSERT_TRUE(
       sender.engine().write_blocks(peer, {1, 60, src, dst, 0, -1, {}}, sender.callback()).is_ok());
   auto sent = sender.mail().wait(60);

@@ -274,6 +274,14 @@ TEST(ConfigTest, ModesAndValidation) {
   c.ucx_env.clear();
   c.default_deadline = std::chrono::milliseconds(0);
   EXPECT_FALSE(validate(c).is_ok());
+  // Past a day a deadline is a mistake, and near the clock's range it would
+  // overflow when added to now.
+  c.default_deadline = kMaxDeadline + std::chrono::milliseconds(1);
+  EXPECT_EQ(validate(c).code(), StatusCode::kOutOfRange);
+  c.default_deadline = kMaxDeadline;
+  EXPECT_TRUE(validate(c).is_ok());
+  c.close_timeout = std::chrono::milliseconds::max();
+  EXPECT_NE(validate(c).message().find("close_timeout_ms"), std::string::npos);
 }
 
 }  // namespace
