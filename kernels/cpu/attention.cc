@@ -342,10 +342,9 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
     // The decode kernel prefetches where the item after this one starts: the
     // next unclaimed one, which this thread will most likely take on two
     // cores (with more, whichever finishes first; a wrong guess costs one K
-    // part of prefetching). Claiming
-    // it now would make that certain, but with few items (a 513-token
-    // context is 256 + 256 + 1 tokens) the first thread would take both
-    // large ones and leave the other the single token.
+    // part of prefetching). Claiming it now would make that certain, but with
+    // few items (a 513-token context is 256 + 256 + 1 tokens) the first
+    // thread would take both large ones and leave the other the single token.
     for (size_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < order.size();) {
       const size_t likely_next = next.load(std::memory_order_relaxed);
       run_item(p, items[order[i]],

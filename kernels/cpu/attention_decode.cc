@@ -24,15 +24,13 @@ int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 // Prefetches a partition's memory in the order the kernel reads it (the K
 // parts of its blocks, then their V parts, which follow the K parts in each
-// block), a fixed distance ahead of the
-// reads and paced to them: a few lines per step of the inner loops, as many
-// as the step consumes. A core here can keep only a couple of dozen misses
-// in flight, so its share of the memory bandwidth depends on misses being
-// outstanding all the time. Prefetching the whole partition during the
-// score pass left the core with nothing in flight during the softmax and V
-// passes, and a burst of hundreds of prefetches stalls the arithmetic until
-// memory has answered most of them; either way memory time and compute time
-// add up instead of overlapping.
+// block), a fixed distance ahead of the reads and paced to them: a few lines
+// per step of the inner loops, as many as the step consumes. A core here can keep only a couple of
+// dozen misses in flight, so its share of the memory bandwidth depends on misses being outstanding
+// all the time. Prefetching the whole partition during the score pass left the core with nothing in
+// flight during the softmax and V passes, and a burst of hundreds of prefetches stalls the
+// arithmetic until memory has answered most of them; either way memory time and compute time add up
+// instead of overlapping.
 class PrefetchStream {
  public:
   // `then`, if not null, is a block whose K part the stream ends with: where
@@ -95,11 +93,9 @@ class PrefetchStream {
 
 #if BATON_HAVE_X86
 
-// Sixteen K/V elements as two vectors. BF16 loads them as one 256-bit vector
-// and splits it into even and odd elements (a shift and a mask: half the work
-// of widening each half), so for BF16 `lo` holds elements 0, 2, ..., 14 and
-// `hi` 1, 3, ..., 15. The queries and accumulators are kept in that same
-// order (see kernel_slot), which dot products and sums do not mind.
+// Sixteen K/V elements as two vectors. BF16 takes them as even and odd
+// elements (avx2::load16_bf16_even_odd), so the queries and accumulators are
+// kept in that order too (kernel_slot).
 template <DType T>
 BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi) {
   if constexpr (T == DType::kF32) {

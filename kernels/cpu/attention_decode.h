@@ -39,8 +39,8 @@ bool decode_partition_supported(const KvLayout& layout);
 // key_end <= context_lens[seq]. Row j sits at position
 // context_len - q_len + j and sees keys up to it. Writes n_q = q_len *
 // num_heads vectors of `state`. `then`, when not null, is the first block
-// (this layer's K and V) of the partition the caller runs next: only
-// prefetched, never read.
+// (in this layer) of the partition the caller will likely run next: its K
+// part is prefetched, never read.
 void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
                              int32_t key_end, const PartitionState& state,
                              const void* then = nullptr);

@@ -62,11 +62,8 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
     for (int r = 0; r < R; ++r) acc[i][r] = _mm256_setzero_ps();
   size_t row_offset[R];
   for (int r = 0; r < R; ++r) row_offset[r] = size_t(r0 + r) * size_t(cols);
-  const char* next_row[R];
-  for (int r = 0; r < R; ++r) {
-    const int64_t row = r0 + R + std::min(r, std::max(next_rows - 1, 0));
-    next_row[r] = static_cast<const char*>(w.data) + size_t(row * cols) * sizeof_dtype<T>();
-  }
+  const size_t row_bytes = size_t(cols) * sizeof_dtype<T>();
+  const char* next_block = static_cast<const char*>(w.data) + size_t(r0 + R) * row_bytes;
   constexpr int64_t kColumnsPerLine = kCacheLine / sizeof_dtype<T>();
 
   for (int64_t kc = 0; kc < cols8; kc += kColumnChunk) {
@@ -86,7 +83,7 @@ BATON_AVX2 void gemv_block_avx2(const float* x, int64_t m, const WeightView& w, 
         if (k % kColumnsPerLine == 0) {
           if (line_phase == pass)
             for (int r = 0; r < next_rows; ++r)
-              __builtin_prefetch(next_row[r] + size_t(k) * sizeof_dtype<T>(), 0, 3);
+              __builtin_prefetch(next_block + r * row_bytes + size_t(k) * sizeof_dtype<T>(), 0, 3);
           if (++line_phase == passes) line_phase = 0;
         }
         const __m256 xv0 = _mm256_loadu_ps(x0 + k);

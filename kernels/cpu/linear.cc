@@ -17,10 +17,10 @@ namespace {
 // Rows of W per claimed GEMV piece: pieces shrink from kGemvMaxPiece (long
 // streams for the prefetchers) to kGemvMinPiece as the rows run out, so the
 // thread that finishes first waits for at most a short piece of the other's;
-// about 120 projection calls a decode step (smollm2) each end in such a wait. Alternating
-// with equal 64-row pieces step by step, this made every decode step of the
-// model benchmark 1-5% faster. kGemvMinShare rows (~50-100 KB of weights)
-// are the least worth handing a thread.
+// about 120 projection calls of a smollm2 decode step each end in such a
+// wait. Alternated step by step with equal 64-row pieces, this made every
+// decode step of the model benchmark 0.6-5% faster. kGemvMinShare rows
+// (~50-100 KB of weights) are the least worth handing a thread.
 constexpr int64_t kGemvMinPiece = 16;
 constexpr int64_t kGemvMaxPiece = 128;
 constexpr int64_t kGemvMinShare = 64;

@@ -27,6 +27,12 @@ void parallel_chunks(ThreadPool& pool, int64_t n, int64_t min_chunk, F&& f) {
                     [&](int64_t c0, int64_t c1, int t) { f(n * c0 / chunks, n * c1 / chunks, t); });
 }
 
+// Threads that share n elements when each should get `min_share` of them
+// on average (1: run inline on the caller).
+inline int64_t threads_sharing(const ThreadPool& pool, int64_t n, int64_t min_share) {
+  return std::min<int64_t>(pool.size(), n / std::max<int64_t>(1, min_share));
+}
+
 // Runs f(begin, end, thread_index) over [0, n) in pieces of about `grain`
 // elements (whole groups of `align`) that running threads claim one by one: a
 // thread that starts late or is preempted (other processes share the cores)
@@ -41,14 +47,14 @@ template <typename F>
 void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, int64_t align, int64_t min_share,
                       F&& f) {
   if (n <= 0) return;
-  align = std::max<int64_t>(1, align);
-  grain = std::max<int64_t>(1, grain);
-  const int64_t groups = (n + align - 1) / align;
-  const int64_t sharing = std::min<int64_t>(pool.size(), n / std::max<int64_t>(1, min_share));
+  const int64_t sharing = threads_sharing(pool, n, min_share);
   if (sharing <= 1) {
     f(int64_t{0}, n, 0);
     return;
   }
+  align = std::max<int64_t>(1, align);
+  grain = std::max<int64_t>(1, grain);
+  const int64_t groups = (n + align - 1) / align;
   const int64_t pieces = std::min(groups, ((n - 1) / grain + sharing) / sharing * sharing);
   auto bound = [&](int64_t piece) { return std::min(n, groups * piece / pieces * align); };
   std::atomic<int64_t> next{0};
@@ -69,12 +75,12 @@ template <typename F>
 void parallel_guided(ThreadPool& pool, int64_t n, int64_t min_piece, int64_t max_piece,
                      int64_t align, int64_t min_share, F&& f) {
   if (n <= 0) return;
-  align = std::max<int64_t>(1, align);
-  const int64_t sharing = std::min<int64_t>(pool.size(), n / std::max<int64_t>(1, min_share));
+  const int64_t sharing = threads_sharing(pool, n, min_share);
   if (sharing <= 1) {
     f(int64_t{0}, n, 0);
     return;
   }
+  align = std::max<int64_t>(1, align);
   auto round_up = [&](int64_t x) { return (x + align - 1) / align * align; };
   min_piece = round_up(std::max<int64_t>(1, min_piece));
   max_piece = std::max(min_piece, round_up(max_piece));

@@ -42,6 +42,43 @@ TEST(ThreadPoolTest, VisitsEveryIndexExactlyOnceInContiguousChunks) {
   }
 }
 
+// The pieces a parallel loop over [0, n) ran, sorted by where they begin, and
+// the thread each ran on; checks every piece is inside [0, n), on a thread of
+// the pool, and that every index was visited exactly once.
+struct Pieces {
+  std::vector<std::pair<int64_t, int64_t>> ranges;  // (begin, end)
+  std::vector<int> threads;                         // in the order they ran
+};
+template <typename Loop>
+Pieces run_and_record(int threads, int64_t n, Loop&& loop) {
+  auto visits = std::make_unique<std::atomic<int>[]>(size_t(n) + 1);
+  std::mutex mutex;
+  Pieces pieces;
+  loop([&](int64_t begin, int64_t end, int t) {
+    ASSERT_LE(0, begin);
+    ASSERT_LT(begin, end);
+    ASSERT_LE(end, n);
+    ASSERT_LT(t, threads);
+    for (int64_t i = begin; i < end; ++i) visits[size_t(i)]++;
+    std::lock_guard lock(mutex);
+    pieces.ranges.emplace_back(begin, end);
+    pieces.threads.push_back(t);
+  });
+  for (int64_t i = 0; i < n; ++i) EXPECT_EQ(visits[size_t(i)].load(), 1) << "index " << i;
+  std::sort(pieces.ranges.begin(), pieces.ranges.end());
+  return pieces;
+}
+
+// Too little work for two threads (under min_share each) must run as one call
+// on the caller: checks that it did when it should have; true in that case.
+bool ran_inline_as_expected(const Pieces& run, int threads, int64_t n, int64_t min_share) {
+  if (std::min<int64_t>(threads, n / min_share) > 1) return false;
+  EXPECT_EQ(run.ranges, (std::vector<std::pair<int64_t, int64_t>>{{0, n}}))
+      << "not run inline in one call";
+  EXPECT_EQ(run.threads, std::vector<int>{0});
+  return true;
+}
+
 // parallel_dynamic: every index once; too little work for two threads runs
 // inline; otherwise pieces start on the alignment, hold no more than about
 // `grain`, are even (no two differ by a group or more, the last piece's short
@@ -57,32 +94,16 @@ TEST(ParallelDynamicTest, EvenAlignedPiecesCoverEveryIndexOnce) {
             SCOPED_TRACE("threads=" + std::to_string(threads) + " n=" + std::to_string(n) +
                          " grain=" + std::to_string(grain) + " align=" + std::to_string(align) +
                          " min_share=" + std::to_string(min_share));
-            auto visits = std::make_unique<std::atomic<int>[]>(size_t(n) + 1);
-            std::mutex mutex;
+            const Pieces run = run_and_record(threads, n, [&](auto&& record) {
+              parallel_dynamic(pool, n, grain, align, min_share, record);
+            });
+            if (n == 0 || ran_inline_as_expected(run, threads, n, min_share)) continue;
             std::vector<int64_t> sizes;
-            std::vector<int> thread_of;
-            parallel_dynamic(pool, n, grain, align, min_share,
-                             [&](int64_t begin, int64_t end, int t) {
-                               ASSERT_LE(0, begin);
-                               ASSERT_LT(begin, end);
-                               ASSERT_LE(end, n);
-                               ASSERT_LT(t, threads);
-                               ASSERT_EQ(begin % align, 0);
-                               for (int64_t i = begin; i < end; ++i) visits[size_t(i)]++;
-                               std::lock_guard lock(mutex);
-                               sizes.push_back(end - begin);
-                               thread_of.push_back(t);
-                             });
-            for (int64_t i = 0; i < n; ++i) {
-              ASSERT_EQ(visits[size_t(i)].load(), 1) << "index " << i;
+            for (auto [begin, end] : run.ranges) {
+              EXPECT_EQ(begin % align, 0) << "piece at " << begin;
+              sizes.push_back(end - begin);
             }
-            if (n == 0) continue;
             const int64_t sharing = std::min<int64_t>(threads, n / min_share);
-            if (sharing <= 1) {
-              EXPECT_EQ(sizes, std::vector<int64_t>{n}) << "not run inline in one call";
-              EXPECT_EQ(thread_of, std::vector<int>{0});
-              continue;
-            }
             const int64_t groups = (n + align - 1) / align;
             const int64_t pieces = int64_t(sizes.size());
             EXPECT_TRUE(pieces % sharing == 0 || pieces == groups) << pieces << " pieces";
@@ -111,36 +132,13 @@ TEST(ParallelGuidedTest, ShrinkingAlignedPiecesCoverEveryIndexOnce) {
                          " pieces=" + std::to_string(min_piece) + ".." + std::to_string(max_piece) +
                          " align=" + std::to_string(align) +
                          " min_share=" + std::to_string(min_share));
-            auto visits = std::make_unique<std::atomic<int>[]>(size_t(n) + 1);
-            std::mutex mutex;
-            std::vector<std::pair<int64_t, int64_t>> pieces;  // (begin, end)
-            std::vector<int> thread_of;
-            parallel_guided(pool, n, min_piece, max_piece, align, min_share,
-                            [&](int64_t begin, int64_t end, int t) {
-                              ASSERT_LE(0, begin);
-                              ASSERT_LT(begin, end);
-                              ASSERT_LE(end, n);
-                              ASSERT_LT(t, threads);
-                              for (int64_t i = begin; i < end; ++i) visits[size_t(i)]++;
-                              std::lock_guard lock(mutex);
-                              pieces.emplace_back(begin, end);
-                              thread_of.push_back(t);
-                            });
-            for (int64_t i = 0; i < n; ++i) {
-              ASSERT_EQ(visits[size_t(i)].load(), 1) << "index " << i;
-            }
-            if (n == 0) continue;
-            const int64_t sharing = std::min<int64_t>(threads, n / min_share);
-            if (sharing <= 1) {
-              EXPECT_EQ(pieces, (std::vector<std::pair<int64_t, int64_t>>{{0, n}}))
-                  << "not run inline in one call";
-              EXPECT_EQ(thread_of, std::vector<int>{0});
-              continue;
-            }
-            std::sort(pieces.begin(), pieces.end());
+            const Pieces run = run_and_record(threads, n, [&](auto&& record) {
+              parallel_guided(pool, n, min_piece, max_piece, align, min_share, record);
+            });
+            if (n == 0 || ran_inline_as_expected(run, threads, n, min_share)) continue;
             auto round_up = [&](int64_t x) { return (x + align - 1) / align * align; };
             int64_t previous = max_piece + align;
-            for (auto [begin, end] : pieces) {
+            for (auto [begin, end] : run.ranges) {
               const int64_t size = end - begin;
               EXPECT_EQ(begin % align, 0) << "piece at " << begin;
               EXPECT_LE(size, std::max(round_up(min_piece), round_up(max_piece)));

@@ -1,10 +1,11 @@
 #include "tools/loadtest/report.h"
-#include "tools/loadtest/positive_number.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 #include <sstream>
+
+#include "tools/loadtest/positive_number.h"
 
 namespace baton::loadtest {
 namespace {
