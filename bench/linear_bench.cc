@@ -3,10 +3,14 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
 #include <random>
 #include <vector>
 
 #include "bench/ceilings.h"
+#include "bench/huge_buffer.h"
 #include "bench/stats.h"
 #include "kernels/cpu/linear.h"
 
@@ -21,8 +25,9 @@ constexpr size_t kColdBytes = size_t(256) << 20;
 
 DType dtype_arg(int64_t v) { return v == 0 ? DType::kF32 : v == 1 ? DType::kBF16 : DType::kF16; }
 
+// In 2 MiB pages unless --huge_pages=0, as the engine maps a checkpoint.
 struct Weights {
-  std::vector<uint8_t> bytes;
+  std::unique_ptr<HugeBuffer> bytes;
   std::vector<WeightView> copies;
 };
 
@@ -30,10 +35,15 @@ Weights make_weights(int64_t rows, int64_t cols, DType dtype, size_t min_total_b
   Weights w;
   const size_t one = size_t(rows * cols) * dtype_size(dtype);
   const size_t n = std::max<size_t>(1, (min_total_bytes + one - 1) / one);
-  w.bytes.resize(one * n);
+  w.bytes = std::make_unique<HugeBuffer>(one * n);
+  uint8_t* data = w.bytes->data();
+  if (data == nullptr) {
+    std::fprintf(stderr, "cannot map %zu bytes of weights\n", one * n);
+    std::exit(1);
+  }
   std::mt19937_64 rng(7);
-  for (size_t i = 0; i < w.bytes.size(); ++i) w.bytes[i] = uint8_t(rng() & 0x3f);
-  for (size_t c = 0; c < n; ++c) w.copies.push_back({w.bytes.data() + c * one, dtype, rows, cols});
+  for (size_t i = 0; i < one * n; ++i) data[i] = uint8_t(rng() & 0x3f);
+  for (size_t c = 0; c < n; ++c) w.copies.push_back({data + c * one, dtype, rows, cols});
   return w;
 }
 

@@ -6,7 +6,7 @@
 // step) / step time. Prefill is compute-bound: its ceiling is the measured
 // sgemm rate over all threads.
 //
-//   ./build/bench/model_bench --benchmark_filter=Decode
+//   ./build/bench/model_bench --benchmark_filter=Decode [--huge_pages=0] [--threads=N]
 // Checkpoints are written on first use under $BATON_BENCH_MODELS (default
 // ./models/bench).
 #include <benchmark/benchmark.h>
@@ -20,7 +20,9 @@
 #include <string>
 #include <vector>
 
+#include "bench/bench_flags.h"
 #include "bench/ceilings.h"
+#include "bench/huge_buffer.h"
 #include "engine/checkpoint.h"
 #include "engine/make_model.h"
 #include "engine/model.h"
@@ -33,7 +35,6 @@ constexpr int32_t kBlockSize = 16;
 
 struct LoadedModel {
   std::unique_ptr<engine::Checkpoint> checkpoint;
-  std::unique_ptr<kernels::cpu::ThreadPool> pool;
   std::unique_ptr<engine::LlamaModel> model;
 };
 
@@ -64,8 +65,16 @@ LoadedModel& load(const std::string& preset, DType dtype) {
   }
   LoadedModel loaded;
   loaded.checkpoint = std::move(checkpoint).value();
-  loaded.pool = std::make_unique<kernels::cpu::ThreadPool>(0);
-  loaded.model = std::make_unique<engine::LlamaModel>(*loaded.checkpoint, *loaded.pool);
+  if (HugeBuffer::use_huge_pages()) {
+    // As Engine::create does by default (engine.huge_page_weights).
+    const engine::HugePageReport r = loaded.checkpoint->map_in_huge_pages();
+    std::fprintf(stderr, "%s: %llu of %llu MiB of weights in 2 MiB pages%s%s%s\n", key.c_str(),
+                 (unsigned long long)(r.huge_bytes >> 20),
+                 (unsigned long long)(r.eligible_bytes >> 20), r.reread ? " (re-read)" : "",
+                 r.note.empty() ? "" : ": ", r.note.c_str());
+  }
+  // The ceilings' pool: --threads sizes both.
+  loaded.model = std::make_unique<engine::LlamaModel>(*loaded.checkpoint, bench_pool());
   return cache.emplace(key, std::move(loaded)).first->second;
 }
 
@@ -195,7 +204,9 @@ void register_all() {
 }  // namespace baton::bench
 
 int main(int argc, char** argv) {
+  baton::bench::take_bench_flags(&argc, argv);
   benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   baton::bench::register_all();
   std::printf("ceilings: memory bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (all threads)\n",
               baton::bench::measure_memory_bandwidth_gbs(), baton::bench::measure_sgemm_gflops());

@@ -65,13 +65,6 @@ Status parse_fields(const YAML::Node& node, std::string_view prefix, const Field
   return Status::ok();
 }
 
-Result<bool> read_bool(const YAML::Node& node, const std::string& key) {
-  std::string text = node.IsScalar() ? node.Scalar() : "";
-  if (text == "true" || text == "True" || text == "TRUE") return true;
-  if (text == "false" || text == "False" || text == "FALSE") return false;
-  return invalid_argument(key + ": expected true or false, got '" + text + "'");
-}
-
 Result<std::string> read_string(const YAML::Node& node, const std::string& key) {
   if (!node.IsScalar() || node.Scalar().empty()) {
     return invalid_argument(key + ": expected a non-empty string");
@@ -111,7 +104,7 @@ Setter<T> ms_field(std::chrono::milliseconds T::*field, int64_t lo, int64_t hi) 
 template <typename T>
 Setter<T> bool_field(bool T::*field) {
   return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
-    BATON_ASSIGN_OR_RETURN(out.*field, read_bool(node, key));
+    BATON_ASSIGN_OR_RETURN(out.*field, engine::read_yaml_bool(node, key));
     return Status::ok();
   };
 }

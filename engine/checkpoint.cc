@@ -168,4 +168,17 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::filesystem::path
 
 uint64_t Checkpoint::weight_bytes() const { return weight_bytes_; }
 
+HugePageReport Checkpoint::map_in_huge_pages() {
+  HugePageReport total;
+  for (auto& file : files_) {
+    HugePageReport one = file->map_in_huge_pages();
+    total.eligible_bytes += one.eligible_bytes;
+    total.huge_bytes += one.huge_bytes;
+    total.reread = total.reread || one.reread;
+    if (total.note.empty() && one.huge_bytes < one.eligible_bytes)
+      total.note = file->path().string() + ": " + one.note;
+  }
+  return total;
+}
+
 }  // namespace baton::engine

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/status.h"
+#include "engine/file_mapping.h"
 #include "engine/model_config.h"
 #include "kernels/cpu/linear.h"
 
@@ -50,6 +51,10 @@ class Checkpoint {
   uint64_t weight_bytes() const;
   // The mapped safetensors files (one, or one per shard).
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
+  // Reads every file in now, in 2 MiB pages where the kernel allows it
+  // (engine/file_mapping.h); the weights' addresses do not change. The
+  // report sums the files'; its note is the first file's that fell short.
+  HugePageReport map_in_huge_pages();
 
  private:
   Checkpoint() = default;

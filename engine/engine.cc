@@ -5,12 +5,28 @@
 #include <algorithm>
 
 namespace baton::engine {
+namespace {
+
+void log_huge_pages(const HugePageReport& report) {
+  if (report.eligible_bytes == 0) return;
+  const char* reread = report.reread ? ", after re-reading it from disk" : "";
+  if (report.huge_bytes == report.eligible_bytes) {
+    spdlog::info("engine: weights mapped in 2 MiB pages ({} MiB{})", report.huge_bytes >> 20,
+                 reread);
+  } else {
+    spdlog::warn("engine: {} of {} MiB of weights mapped in 2 MiB pages{}: {}",
+                 report.huge_bytes >> 20, report.eligible_bytes >> 20, reread, report.note);
+  }
+}
+
+}  // namespace
 
 Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& model_dir,
                                                const EngineConfig& config,
                                                const KvPoolAllocator& allocate_pool) {
   BATON_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
   const ModelConfig& model_config = checkpoint->config();
+  if (config.huge_page_weights) log_huge_pages(checkpoint->map_in_huge_pages());
 
   KvLayout layout{.num_layers = model_config.num_layers,
                   .num_blocks = 0,

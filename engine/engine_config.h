@@ -31,6 +31,7 @@ struct EngineConfig {
   int32_t max_num_seqs = 256;              // running sequences at once
   int32_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill above it)
   int32_t max_model_len = 0;               // 0: the model's max_position_embeddings
+  bool huge_page_weights = true;           // read weights in at start, in 2 MiB pages
 };
 
 // Parses `node` (a mapping). `prefix` names it in errors, e.g. "engine".
@@ -42,6 +43,9 @@ Result<EngineConfig> load_engine_config(const std::filesystem::path& yaml_file);
 // every YAML reader of Baton (cluster/ too).
 Result<int64_t> read_yaml_int(const YAML::Node& node, const std::string& key, int64_t lo,
                               int64_t hi);
+
+// true/True/TRUE or false/False/FALSE; errors name `key`.
+Result<bool> read_yaml_bool(const YAML::Node& node, const std::string& key);
 
 // "512MiB", "2GiB", "1000000", "64 KB" -> bytes; errors name `key`.
 Result<uint64_t> parse_byte_size(std::string_view text, std::string_view key);

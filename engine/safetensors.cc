@@ -45,11 +45,13 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::filesy
   }
   // MAP_PRIVATE read-only: pages come from the page cache, shared with other
   // processes mapping the same checkpoint.
-  void* map = ::mmap(nullptr, file->size_, PROT_READ, MAP_PRIVATE, file->fd_, 0);
-  if (map == MAP_FAILED) return io_error("cannot mmap " + name + ": " + std::strerror(errno));
-  file->map_ = map;
+  BATON_ASSIGN_OR_RETURN(file->map_, map_file_read_only(file->fd_, file->size_, name));
   BATON_RETURN_IF_ERROR(file->parse());
   return file;
+}
+
+HugePageReport SafetensorsFile::map_in_huge_pages() {
+  return engine::map_in_huge_pages(map_, size_, fd_);
 }
 
 SafetensorsFile::~SafetensorsFile() {

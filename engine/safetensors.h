@@ -20,6 +20,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "engine/file_mapping.h"
 
 namespace baton::engine {
 
@@ -63,6 +64,9 @@ class SafetensorsFile {
   uint64_t file_size() const { return size_; }
   // The whole file, mapped; tensors' data points into it.
   const void* mapping() const { return map_; }
+  // Reads the whole file in now, in 2 MiB pages where the kernel allows it
+  // (engine/file_mapping.h). The bytes and their addresses do not change.
+  HugePageReport map_in_huge_pages();
 
  private:
   SafetensorsFile() = default;

@@ -1,0 +1,15 @@
+// bench/bench_flags.h — the flags every Baton benchmark binary takes besides
+// Google Benchmark's:
+//   --threads=N      size of the kernel thread pool (default: one per hardware
+//                    thread), so per-core efficiency can be seen apart from scaling;
+//   --huge_pages=0|1 back KV pools, weights and the bandwidth test's arrays with
+//                    2 MiB pages (default 1), as the engine does.
+#pragma once
+
+namespace baton::bench {
+
+// Applies and removes those flags from argv, leaving the rest for
+// benchmark::Initialize.
+void take_bench_flags(int* argc, char** argv);
+
+}  // namespace baton::bench
