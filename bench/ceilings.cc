@@ -128,6 +128,32 @@ const MemoryBandwidth& measure_memory_bandwidth() {
   return result;
 }
 
+double read_pass_gbs() {
+  auto& pool = bench_pool();
+  const size_t n = kStreamFloats;
+  static const float* p = [&] {
+    static HugeBuffer buffer(n * sizeof(float));
+    auto* data = reinterpret_cast<float*>(buffer.data());
+    if (data == nullptr) {
+      std::fprintf(stderr, "cannot map the read pass's array\n");
+      std::exit(1);
+    }
+    // First touch from the threads that will read each chunk.
+    pool.parallel_for(int64_t(n),
+                      [&](int64_t lo, int64_t hi, int) { std::fill(data + lo, data + hi, 1.0f); });
+    return data;
+  }();
+  std::vector<double> sums(static_cast<size_t>(pool.size()), 0.0);
+  const auto t0 = Clock::now();
+  pool.parallel_for(int64_t(n), [&](int64_t lo, int64_t hi, int t) {
+    sums[size_t(t)] += sum_floats(p + lo, size_t(hi - lo));
+  });
+  const double seconds = seconds_since(t0);
+  volatile double sink = sums[0];
+  (void)sink;
+  return double(n) * sizeof(float) / seconds / 1e9;
+}
+
 const SgemmRate& measure_sgemm() {
   static const SgemmRate result = [] {
     openblas_set_num_threads(1);

@@ -25,6 +25,13 @@ struct MemoryBandwidth {
 const MemoryBandwidth& measure_memory_bandwidth();
 inline double measure_memory_bandwidth_gbs() { return measure_memory_bandwidth().best_gbs(); }
 
+// One pass of the read kernel over an array of its own (96 MiB, in 2 MiB pages
+// unless --huge_pages=0) on every pool thread: GB/s. A benchmark that
+// alternates passes with its own steps and takes the mean of both compares
+// them under the same load: this machine's bandwidth drifts by 10-30% from
+// one minute to the next, which a ceiling taken once at start cannot follow.
+double read_pass_gbs();
+
 struct SgemmRate {
   double single_thread_gflops;  // one cblas_sgemm on one core
   double pool_gflops;           // one single-threaded sgemm per pool thread at once
