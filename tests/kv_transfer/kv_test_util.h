@@ -151,6 +151,10 @@ class Child {
       }
     }
   }
+  // SIGSTOP / SIGCONT: a peer that hangs without dying.
+  void signal(int sig) {
+    if (pid_ > 0) ::kill(pid_, sig);
+  }
   void kill_now() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGKILL);

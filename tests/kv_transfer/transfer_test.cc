@@ -3,9 +3,11 @@
 // other. Every run draws fresh block lists and bytes; the seed is printed.
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <time.h>
 
 #include <atomic>
 #include <condition_variable>
+#include <csignal>
 #include <map>
 #include <mutex>
 #include <random>
@@ -504,7 +506,30 @@ class BlockOwners {
   std::map<int32_t, uint64_t> owner_;
 };
 
-class TransferFaultTest : public TransferTest {};
+// A receiver's callback: the blocks go back to their owner, then the result
+// to the test.
+TransferCallback release_then_post(BlockOwners& owners, LocalNode& node) {
+  return [&owners, &node](const TransferResult& r) {
+    owners.release(r.transfer_id);
+    node.mail().post(r);
+  };
+}
+
+class TransferFaultTest : public TransferTest {
+ protected:
+  // This process receives into a poisoned pool; a spawned peer holds the
+  // data, `blocks` random blocks of it bound for random places.
+  void start_receiver_and_sender(const KvLayout& layout, int32_t blocks) {
+    receiver_ = std::make_unique<LocalNode>(layout, GetParam(), 0, "receiver", kFaultDeadline);
+    sender_ = spawn_peer(GetParam(), layout, rng_() | 1, 0, layout.num_blocks);
+    connect(*receiver_, *sender_);
+    src_ = testing::random_blocks(rng_, layout.num_blocks, blocks);
+    dst_ = testing::random_blocks(rng_, layout.num_blocks, blocks);
+  }
+  std::unique_ptr<LocalNode> receiver_;
+  std::unique_ptr<Child> sender_;  // killed before the receiver's engine goes
+  std::vector<int32_t> src_, dst_;
+};
 
 TEST_P(TransferFaultTest, ReceiverKilledMidTransferFailsSenderWithinDeadline) {
   KvLayout layout = make_layout(DType::kBF16, 64, 8);
@@ -554,33 +579,24 @@ TEST_P(TransferFaultTest, ReceiverKilledMidTransferFailsSenderWithinDeadline) {
 }
 
 TEST_P(TransferFaultTest, SenderKilledMidTransferFreesReceiverBlocksWithinDeadline) {
-  KvLayout layout = make_layout(DType::kF16, 64, 8);
-  uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam(), 0, "receiver", kFaultDeadline);
-  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
-  connect(receiver, *sender);
-  auto src = testing::random_blocks(rng_, layout.num_blocks, 24);
-  auto dst = testing::random_blocks(rng_, layout.num_blocks, 24);
+  start_receiver_and_sender(make_layout(DType::kF16, 64, 8), 24);
   BlockOwners owners;
-  owners.reserve(3, dst);
+  owners.reserve(3, dst_);
   auto expected_at = Clock::now();
-  ASSERT_TRUE(receiver.engine()
-                  .expect({3, 3, dst, 0, -1, kFaultDeadline},
-                          [&](const TransferResult& r) {
-                            owners.release(r.transfer_id);
-                            receiver.mail().post(r);
-                          })
-                  .is_ok());
+  ASSERT_TRUE(
+      receiver_->engine()
+          .expect({3, 3, dst_, 0, -1, kFaultDeadline}, release_then_post(owners, *receiver_))
+          .is_ok());
   // The sender posts a layer every 100 ms; kill it after the second.
-  sender->send("SEND 3 3 0 0 8 10000 100 24" + join(src) + join(dst));
-  ASSERT_TRUE(sender->wait_for("POSTED 3 2").has_value());
-  sender->kill_now();
-  auto r = receiver.mail().wait(3, kFaultDeadline + 5s);
+  sender_->send("SEND 3 3 0 0 8 10000 100 24" + join(src_) + join(dst_));
+  ASSERT_TRUE(sender_->wait_for("POSTED 3 2").has_value());
+  sender_->kill_now();
+  auto r = receiver_->mail().wait(3, kFaultDeadline + 5s);
   ASSERT_TRUE(r.has_value()) << "receiver never completed";
   EXPECT_FALSE(r->status.is_ok());
   EXPECT_LT(r->finished - expected_at, kFaultDeadline + kSlack) << r->status.to_string();
   EXPECT_EQ(owners.owned_by(3), 0u) << "reserved blocks not freed";
-  EXPECT_EQ(receiver.engine().stats().receives_failed, 1u);
+  EXPECT_EQ(receiver_->engine().stats().receives_failed, 1u);
 }
 
 TEST_P(TransferFaultTest, UnreachablePeerFailsWithinDeadline) {
@@ -909,6 +925,62 @@ TEST_P(TransferTest, ConcurrentAndReentrantCancelsRunEachCallbackOnce) {
   receiver->quit();
 }
 
+// A sender granted puts that then hangs (stopped, not dead: its endpoint
+// stays up) can neither notify nor report its puts stopped. The receiver's
+// expectation fails at its deadline, but the blocks stay reserved until the
+// last grant is close_timeout old, since granted puts may still be landing;
+// the progress thread sleeps through that wait instead of spinning.
+TEST_P(TransferFaultTest, HungSenderAfterGrantReleasesBlocksAtCloseTimeoutWithoutSpinning) {
+  if (std::string_view(GetParam().mode) != "rma" && !GetParam().shared_pools) {
+    GTEST_SKIP() << "only puts are granted; this case's mode takes messages";
+  }
+  if (std::string_view(GetParam().name) == "tcp_rma") {
+    GTEST_SKIP() << "UCX 1.13 emulated puts abort the receiver when the sender dies mid-put";
+  }
+  const KvLayout layout = make_layout(DType::kBF16, 64, 8);
+  start_receiver_and_sender(layout, 24);
+  BlockOwners owners;
+  owners.reserve(7, dst_);
+  constexpr auto kDeadline = 600ms;
+  const auto close_timeout = TransferConfig{}.close_timeout;
+  const auto expected_at = Clock::now();
+  ASSERT_TRUE(receiver_->engine()
+                  .expect({7, 7, dst_, 0, -1, kDeadline}, release_then_post(owners, *receiver_))
+                  .is_ok());
+  // Layers 50 ms apart; the sender hangs once two are out and granted.
+  sender_->send("SEND 7 7 0 0 8 30000 50 24" + join(src_) + join(dst_));
+  ASSERT_TRUE(sender_->wait_for("POSTED 7 2").has_value());
+  const auto second_posted = Clock::now();
+  ASSERT_TRUE(landing_started(receiver_->pool(), layout, 1, dst_, 5s)) << "no put landed";
+  std::this_thread::sleep_for(20ms);  // let layer 1's puts finish before the hang
+  sender_->signal(SIGSTOP);
+
+  // Past the deadline the expectation has failed and waits on the close timer.
+  std::this_thread::sleep_until(expected_at + kDeadline + 50ms);
+  EXPECT_EQ(owners.owned_by(7), dst_.size()) << "blocks freed while granted puts may land";
+  timespec cpu_before{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_before);
+  const auto wait_began = Clock::now();
+  auto r = receiver_->mail().wait(7, close_timeout + 5s);
+  const auto waited = Clock::now() - wait_began;
+  timespec cpu_after{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_after);
+  sender_->signal(SIGCONT);
+  ASSERT_TRUE(r.has_value()) << "blocks never freed";
+  EXPECT_EQ(r->status.code(), StatusCode::kDeadlineExceeded) << r->status.to_string();
+  EXPECT_EQ(owners.owned_by(7), 0u);
+  // The last grant came after the second layer was posted.
+  EXPECT_GE(r->finished - second_posted, close_timeout - 50ms);
+  EXPECT_LT(r->finished - second_posted, close_timeout + kSlack);
+  const double cpu_seconds = double(cpu_after.tv_sec - cpu_before.tv_sec) +
+                             1e-9 * double(cpu_after.tv_nsec - cpu_before.tv_nsec);
+  const double wall_seconds = std::chrono::duration<double>(waited).count();
+  std::printf("waited %.0f ms for the close timer, %.0f ms of CPU\n", wall_seconds * 1e3,
+              cpu_seconds * 1e3);
+  EXPECT_LT(cpu_seconds, 0.25 * wall_seconds) << "the progress thread spun while waiting";
+  EXPECT_EQ(receiver_->engine().stats().receives_failed, 1u);
+}
+
 // The control plane declares a prefill node dead mid-transfer: cancelling the
 // expectation frees the blocks within close_timeout, not at the (far) deadline,
 // even where receives from the dead sender are left pending.
@@ -928,34 +1000,29 @@ TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
   if (std::string_view(GetParam().name) == "tcp_rma") {
     GTEST_SKIP() << "UCX 1.13 emulated puts abort the receiver when the sender dies mid-put";
   }
-  KvLayout layout = large_layout();
-  uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam(), 0, "receiver", kFaultDeadline);
-  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
-  connect(receiver, *sender);
-  auto src = testing::random_blocks(rng_, layout.num_blocks, 48);
-  auto dst = testing::random_blocks(rng_, layout.num_blocks, 48);
+  const KvLayout layout = large_layout();
+  start_receiver_and_sender(layout, 48);
   BlockOwners owners;
-  owners.reserve(5, dst);
+  owners.reserve(5, dst_);
   std::atomic<int> calls{0};
   constexpr auto kFarDeadline = 30s;
-  ASSERT_TRUE(receiver.engine()
-                  .expect({5, 5, dst, 0, -1, kFarDeadline},
+  ASSERT_TRUE(receiver_->engine()
+                  .expect({5, 5, dst_, 0, -1, kFarDeadline},
                           [&](const TransferResult& r) {
                             calls++;
                             owners.release(r.transfer_id);
-                            receiver.mail().post(r);
+                            receiver_->mail().post(r);
                           })
                   .is_ok());
-  sender->send("SEND 5 5 0 0 8 30000 20 48" + join(src) + join(dst));
-  ASSERT_TRUE(landing_started(receiver.pool(), layout, 1, dst, 10s)) << "no data arrived";
-  sender->kill_now();  // mid-layer: receives of ours may be left pending
+  sender_->send("SEND 5 5 0 0 8 30000 20 48" + join(src_) + join(dst_));
+  ASSERT_TRUE(landing_started(receiver_->pool(), layout, 1, dst_, 10s)) << "no data arrived";
+  sender_->kill_now();  // mid-layer: receives of ours may be left pending
   auto cancelled_at = Clock::now();
   // With peer error handling the failed receives may have ended it already.
-  Status cancelled = receiver.engine().cancel_expect(5);
+  Status cancelled = receiver_->engine().cancel_expect(5);
   EXPECT_TRUE(cancelled.is_ok() || cancelled.code() == StatusCode::kNotFound)
       << cancelled.to_string();
-  auto r = receiver.mail().wait(5, 10s);
+  auto r = receiver_->mail().wait(5, 10s);
   ASSERT_TRUE(r.has_value()) << "blocks not freed after the cancel";
   EXPECT_FALSE(r->status.is_ok());
   // TransferConfig::close_timeout (1 s by default) bounds abandoned receives.
@@ -963,7 +1030,7 @@ TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
       << r->status.to_string();
   EXPECT_EQ(owners.owned_by(5), 0u);
   EXPECT_EQ(calls.load(), 1);
-  EXPECT_EQ(receiver.engine().stats().receives_failed, 1u);
+  EXPECT_EQ(receiver_->engine().stats().receives_failed, 1u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferTest, ::testing::ValuesIn(kTransports),
