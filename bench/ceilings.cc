@@ -154,6 +154,14 @@ double read_pass_gbs() {
   return double(n) * sizeof(float) / seconds / 1e9;
 }
 
+void InterleavedReadCeiling::after_iteration(double iteration_seconds) {
+  since_last_pass_ += iteration_seconds;
+  if (since_last_pass_ < kEverySeconds) return;
+  since_last_pass_ = 0;
+  inverse_rates_ += 1.0 / read_pass_gbs();
+  ++passes_;
+}
+
 const SgemmRate& measure_sgemm() {
   static const SgemmRate result = [] {
     openblas_set_num_threads(1);

@@ -32,6 +32,23 @@ inline double measure_memory_bandwidth_gbs() { return measure_memory_bandwidth()
 // one minute to the next, which a ceiling taken once at start cannot follow.
 double read_pass_gbs();
 
+// Read passes interleaved with a benchmark's own timed iterations: one after
+// the first iteration, then one after every kEvery of iteration time, so
+// they sample the same minutes as the iterations at a bounded cost.
+class InterleavedReadCeiling {
+ public:
+  static constexpr double kEverySeconds = 0.05;
+  // Call after each timed iteration, outside its timing, with its duration.
+  void after_iteration(double iteration_seconds);
+  // Bytes / mean pass time: the ceiling for the iterations around the passes.
+  double gbs() const { return passes_ > 0 ? double(passes_) / inverse_rates_ : 0.0; }
+
+ private:
+  double since_last_pass_ = kEverySeconds;
+  int passes_ = 0;
+  double inverse_rates_ = 0.0;
+};
+
 struct SgemmRate {
   double single_thread_gflops;  // one cblas_sgemm on one core
   double pool_gflops;           // one single-threaded sgemm per pool thread at once

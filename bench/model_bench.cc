@@ -1,11 +1,11 @@
 // bench/model_bench.cc — whole-model decode steps and prefill on real model
 // shapes (random weights), beside the machine's measured ceilings.
 //
-// Decode is memory-bound: its ceiling is the measured memory bandwidth (a
-// read pass run after every step, so both see the same machine), and the
-// result is the effective bandwidth (weight bytes + KV bytes read per step) /
-// step time. Prefill is compute-bound: its ceiling is the measured
-// sgemm rate over all threads.
+// Decode is memory-bound: its ceiling is the measured memory bandwidth (read
+// passes run between the steps, one per 50 ms of steps, so both see the same
+// machine), and the result is the effective bandwidth (weight bytes + KV
+// bytes read per step) / step time. Prefill is compute-bound: its ceiling is
+// the measured sgemm rate over all threads.
 //
 //   ./build/bench/model_bench --benchmark_filter=Decode [--huge_pages=0] [--threads=N]
 // Checkpoints are written on first use under $BATON_BENCH_MODELS (default
@@ -84,25 +84,27 @@ struct StepTimes {
   double read_gbs = 0.0;      // read passes between steps: bytes / mean time (0: none ran)
 };
 
-// Runs the step once per iteration, and with `interleave_reads` one read pass
-// of the bandwidth ceiling after each (bench/ceilings.h: read_pass_gbs), so
-// the two see the same machine.
+// Runs the step once per iteration, and with `interleave_reads` read passes
+// of the bandwidth ceiling between them (bench/ceilings.h:
+// InterleavedReadCeiling), so the two see the same machine.
 StepTimes timed_steps(benchmark::State& state, LoadedModel& m, const engine::StepPlan& plan,
                       engine::KvPool& kv, std::vector<float>& logits, bool interleave_reads) {
   using Clock = std::chrono::steady_clock;
-  double total = 0, read_inverse_rates = 0;
+  double total = 0;
   int64_t steps = 0;
+  InterleavedReadCeiling ceiling;
   for (auto _ : state) {
     auto start = Clock::now();
     Status status = m.model->forward(plan, kv, &logits);
-    total += std::chrono::duration<double>(Clock::now() - start).count();
+    const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    total += seconds;
     ++steps;
     if (!status.is_ok()) state.SkipWithError(status.to_string().c_str());
     benchmark::DoNotOptimize(logits.data());
-    if (interleave_reads) read_inverse_rates += 1.0 / read_pass_gbs();
+    if (interleave_reads) ceiling.after_iteration(seconds);
   }
   if (steps == 0) return {};
-  return {total / double(steps), read_inverse_rates > 0 ? double(steps) / read_inverse_rates : 0.0};
+  return {total / double(steps), ceiling.gbs()};
 }
 
 // One decode step for `batch` sequences of kDecodeContext cached tokens each.
