@@ -154,33 +154,58 @@ double read_pass_gbs() {
   return double(n) * sizeof(float) / seconds / 1e9;
 }
 
-void InterleavedReadCeiling::after_iteration(double iteration_seconds) {
+void InterleavedCeiling::after_iteration(double iteration_seconds) {
   since_last_pass_ += iteration_seconds;
   if (since_last_pass_ < kEverySeconds) return;
   since_last_pass_ = 0;
-  inverse_rates_ += 1.0 / read_pass_gbs();
+  inverse_rates_ += 1.0 / pass_();
   ++passes_;
+}
+
+namespace {
+
+struct SgemmBuffers {
+  std::vector<float> a, b, c;
+};
+
+// One set per pool thread.
+std::vector<SgemmBuffers> make_sgemm_buffers(int threads) {
+  openblas_set_num_threads(1);
+  std::vector<SgemmBuffers> buf(static_cast<size_t>(threads));
+  for (auto& bf : buf) {
+    bf.a.assign(size_t(kGemmM) * kGemmK, 0.5f);
+    bf.b.assign(size_t(kGemmN) * kGemmK, 0.25f);
+    bf.c.assign(size_t(kGemmM) * kGemmN, 0.0f);
+  }
+  return buf;
+}
+
+void run_sgemm(SgemmBuffers& bf) {
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGemmM, kGemmN, kGemmK, 1.0f, bf.a.data(),
+              kGemmK, bf.b.data(), kGemmK, 0.0f, bf.c.data(), kGemmN);
+}
+
+constexpr double kSgemmFlops = 2.0 * kGemmM * kGemmN * kGemmK;
+
+}  // namespace
+
+double sgemm_pass_gflops() {
+  auto& pool = bench_pool();
+  static std::vector<SgemmBuffers> buf = make_sgemm_buffers(pool.size());
+  const auto t0 = Clock::now();
+  pool.parallel_for(int64_t(buf.size()), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) run_sgemm(buf[size_t(i)]);
+  });
+  return double(buf.size()) * kSgemmFlops / seconds_since(t0) / 1e9;
 }
 
 const SgemmRate& measure_sgemm() {
   static const SgemmRate result = [] {
-    openblas_set_num_threads(1);
     auto& pool = bench_pool();
     const int threads = pool.size();
-    struct Buffers {
-      std::vector<float> a, b, c;
-    };
-    std::vector<Buffers> buf(static_cast<size_t>(threads));
-    for (auto& bf : buf) {
-      bf.a.assign(size_t(kGemmM) * kGemmK, 0.5f);
-      bf.b.assign(size_t(kGemmN) * kGemmK, 0.25f);
-      bf.c.assign(size_t(kGemmM) * kGemmN, 0.0f);
-    }
-    auto run = [&](Buffers& bf) {
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, kGemmM, kGemmN, kGemmK, 1.0f,
-                  bf.a.data(), kGemmK, bf.b.data(), kGemmK, 0.0f, bf.c.data(), kGemmN);
-    };
-    const double flops = 2.0 * kGemmM * kGemmN * kGemmK;
+    std::vector<SgemmBuffers> buf = make_sgemm_buffers(threads);
+    auto run = [](SgemmBuffers& bf) { run_sgemm(bf); };
+    const double flops = kSgemmFlops;
     run(buf[0]);  // warm up
     double single = 1e30;
     for (int r = 0; r < kGemmRepeats; ++r) {

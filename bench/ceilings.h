@@ -32,18 +32,25 @@ inline double measure_memory_bandwidth_gbs() { return measure_memory_bandwidth()
 // one minute to the next, which a ceiling taken once at start cannot follow.
 double read_pass_gbs();
 
-// Read passes interleaved with a benchmark's own timed iterations: one after
-// the first iteration, then one after every kEvery of iteration time, so
-// they sample the same minutes as the iterations at a bounded cost.
-class InterleavedReadCeiling {
+// One sgemm of the ceiling's shape on every pool thread at once: GFLOP/s.
+double sgemm_pass_gflops();
+
+// Passes of a ceiling (read_pass_gbs, sgemm_pass_gflops) interleaved with a
+// benchmark's own timed iterations: one after the first iteration, then one
+// after every kEverySeconds of iteration time, so they sample the same
+// minutes as the iterations at a bounded cost.
+class InterleavedCeiling {
  public:
   static constexpr double kEverySeconds = 0.05;
+  explicit InterleavedCeiling(double (*pass)()) : pass_(pass) {}
   // Call after each timed iteration, outside its timing, with its duration.
   void after_iteration(double iteration_seconds);
-  // Bytes / mean pass time: the ceiling for the iterations around the passes.
-  double gbs() const { return passes_ > 0 ? double(passes_) / inverse_rates_ : 0.0; }
+  // Work of a pass / mean pass time (every pass does the same work): the
+  // ceiling for the iterations around the passes; 0 before any pass.
+  double rate() const { return passes_ > 0 ? double(passes_) / inverse_rates_ : 0.0; }
 
  private:
+  double (*pass_)();
   double since_last_pass_ = kEverySeconds;
   int passes_ = 0;
   double inverse_rates_ = 0.0;
