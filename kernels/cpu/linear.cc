@@ -24,11 +24,15 @@ namespace {
 constexpr int64_t kGemvMinPiece = 16;
 constexpr int64_t kGemvMaxPiece = 128;
 constexpr int64_t kGemvMinShare = 64;
-// Bytes of F32 scratch one converted half-precision weight tile may take:
+// Bytes of F32 scratch one converted half-precision weight tile should take:
 // large enough for sgemm to run near its peak, small enough to stay in L2/L3.
 constexpr int64_t kTileBytes = 1 << 20;
-constexpr int64_t kMinTileRows = 16;
+// sgemm packs x again for every call, so a tile needs enough rows to amortise
+// that: with down_proj's 4864 inputs, kTileBytes alone gave 48-row tiles and
+// 896x4864 ran at 64-71% of the sgemm rate; 128 rows or more, 91-94%.
+constexpr int64_t kMinTileRows = 128;
 constexpr int64_t kMaxTileRows = 256;
+constexpr int64_t kTileRowStep = 16;
 // Fewer multiply-adds than this are not worth waking the pool for.
 constexpr int64_t kMinParallelMacs = 1 << 15;
 
@@ -39,12 +43,12 @@ void init_blas_once() {
 }
 
 // Rows of W per sgemm call: its F32 copy (for half weights) takes about
-// kTileBytes, large enough for sgemm to run near peak, small enough for L2/L3.
-// parallel_dynamic then evens the tiles out over the threads (a 192-row k_proj
-// as one 256-row tile left one core idle).
+// kTileBytes, but never fewer than kMinTileRows rows. parallel_dynamic then
+// evens the tiles out over the threads (a 192-row k_proj as one 256-row tile
+// left one core idle).
 int64_t sgemm_tile_rows(int64_t cols) {
   const int64_t rows = kTileBytes / (cols * int64_t(sizeof(float)));
-  return std::clamp(rows / kMinTileRows * kMinTileRows, kMinTileRows, kMaxTileRows);
+  return std::clamp(rows / kTileRowStep * kTileRowStep, kMinTileRows, kMaxTileRows);
 }
 
 // out[:, r0:r1] = x · W[r0:r1]ᵀ + bias for one tile of W's rows, through sgemm.
