@@ -86,7 +86,7 @@ const MemoryBandwidth& measure_memory_bandwidth() {
     auto& pool = bench_pool();
     const size_t n = kStreamFloats;
     // In 2 MiB pages unless --huge_pages=0, as the weights and KV pools the
-    // kernels stream from are: 4 KiB pages read 13-27% slower here, and the
+    // kernels stream from are: 2 MiB pages read 13-27% faster here, and the
     // ceiling is the best this machine does.
     HugeBuffer a_buffer(n * sizeof(float)), b_buffer(n * sizeof(float)),
         c_buffer(n * sizeof(float));

@@ -148,7 +148,7 @@ void run_decode(benchmark::State& state, const std::string& preset, DType dtype)
   // once at start; the ratio is against the first.
   state.counters["ceiling_GB_per_s"] = times.ceiling;
   state.counters["start_ceiling_GB_per_s"] = measure_memory_bandwidth_gbs();
-  state.counters["ratio"] = achieved / times.ceiling;
+  state.counters["ratio"] = (times.ceiling > 0 ? achieved / times.ceiling : 0.0);
   state.SetLabel(preset + " " + std::string(dtype_name(dtype)) + " ctx " +
                  std::to_string(kDecodeContext) + " (" + std::to_string(config.num_layers) +
                  " layers)");
@@ -190,7 +190,7 @@ void run_prefill(benchmark::State& state, const std::string& preset, DType dtype
   // best of six taken once at start.
   state.counters["ceiling_GFLOP_per_s"] = times.ceiling;
   state.counters["start_ceiling_GFLOP_per_s"] = measure_sgemm_gflops();
-  state.counters["ratio"] = achieved / times.ceiling;
+  state.counters["ratio"] = (times.ceiling > 0 ? achieved / times.ceiling : 0.0);
   state.SetLabel(preset + " " + std::string(dtype_name(dtype)));
 }
 

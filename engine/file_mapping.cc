@@ -78,8 +78,37 @@ Result<void*> map_file_read_only(int fd, size_t size, const std::string& name) {
   if (aligned > begin) munmap(area, aligned - begin);
   if (begin + reserved > map_end)
     munmap(reinterpret_cast<void*>(map_end), begin + reserved - map_end);
+  // Advised before anything reads it (the header, the norms): a page cache
+  // miss then reads 2 MiB folios. Only advice; refused, 4 KiB pages serve.
+  (void)madvise(map, size, MADV_HUGEPAGE);
   return map;
 }
+
+namespace {
+
+// Maps the file again over `mapping`: the old page tables go with the old
+// mapping (MADV_DONTNEED keeps them before Linux 6.14, and a range that has
+// one is never mapped by a 2 MiB page), the address stays.
+bool remap(void* mapping, size_t size, int fd) {
+  void* again = mmap(mapping, size, PROT_READ, MAP_PRIVATE | MAP_FIXED, fd, 0);
+  return again == mapping && madvise(mapping, size, MADV_HUGEPAGE) == 0;
+}
+
+// Drops our pages and the page cache's of [offset, offset + length) (dirty
+// pages are written back first: fadvise drops only clean ones; pages another
+// process maps stay), then reads that range in again through the mapping.
+bool reread(void* mapping, size_t size, int fd, size_t offset, size_t length) {
+  if (!remap(mapping, size, fd)) return false;
+  (void)fdatasync(fd);
+  if (int err = posix_fadvise(fd, off_t(offset), off_t(length), POSIX_FADV_DONTNEED); err != 0) {
+    errno = err;
+    return false;
+  }
+  fault_in(static_cast<char*>(mapping) + offset, length);
+  return true;
+}
+
+}  // namespace
 
 HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd) {
   HugePageReport report;
@@ -100,19 +129,20 @@ HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd) {
   if (!huge) {
     report.note = "no FilePmdMapped in /proc/self/smaps";
   } else if (*huge < report.eligible_bytes) {
-    // Small folios in the page cache: drop our pages, then the cache's (dirty
-    // pages are written back first: fadvise drops only clean ones), and read
-    // the file again through the advised mapping.
-    report.reread = true;
-    if (madvise(mapping, size, MADV_DONTNEED) != 0) {
-      report.note = errno_text("madvise(MADV_DONTNEED)");
+    // Small folios in the page cache. Re-read the first 2 MiB alone, and the
+    // whole file only if that came back in a 2 MiB page: where re-reading
+    // cannot help (no large folios in this file system, THP off, pages
+    // another process maps), every start would read the checkpoint again.
+    if (!reread(mapping, size, fd, 0, kHugePageBytes)) {
+      report.note = errno_text("re-reading the first 2 MiB");
+    } else if (huge_bytes_now(mapping).value_or(0) < kHugePageBytes) {
+      report.note = "re-read, the first 2 MiB still came back in 4 KiB pages";
+    } else if (!reread(mapping, size, fd, 0, size)) {
+      report.note = errno_text("re-reading the file");
     } else {
-      (void)fdatasync(fd);
-      if (int err = posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED); err != 0) {
-        report.note = std::string("posix_fadvise(POSIX_FADV_DONTNEED): ") + std::strerror(err);
-      }
+      report.reread = true;
     }
-    fault_in(mapping, size);
+    fault_in(mapping, size);  // what a failed step left unmapped
     huge = huge_bytes_now(mapping);
   }
   touch_every_page(mapping, size);

@@ -26,23 +26,25 @@ namespace baton::engine {
 inline constexpr size_t kHugePageBytes = size_t(2) << 20;
 
 // mmap(PROT_READ, MAP_PRIVATE) of the whole file, starting on a 2 MiB
-// boundary when the file is at least that long. Release with munmap(p, size).
+// boundary and advised MADV_HUGEPAGE when the file is at least that long.
+// Release with munmap(p, size).
 Result<void*> map_file_read_only(int fd, size_t size, const std::string& name);
 
 // What map_in_huge_pages() found and did.
 struct HugePageReport {
   uint64_t eligible_bytes = 0;  // the mapping's whole 2 MiB pages
   uint64_t huge_bytes = 0;      // of those, mapped by 2 MiB pages
-  bool reread = false;          // the cache held small folios: dropped and read again
+  bool reread = false;          // the cache held small folios: the file was read again
   std::string note;             // why not, when huge_bytes < eligible_bytes
 };
 
-// Faults the whole mapping in, in 2 MiB pages where the kernel allows it: the
-// mapping is advised MADV_HUGEPAGE and populated; if the page cache held the
-// file in small folios, our pages are dropped, the file's cached pages too
-// (posix_fadvise; pages other processes map stay), and the file is read
-// again. Only advice to the kernel: refused advice leaves 4 KiB pages and
-// says why in `note`; the bytes mapped never change.
+// For a 2 MiB-aligned mapping of at least 2 MiB (others are left as they
+// are): faults the whole mapping in, in 2 MiB pages where the kernel allows
+// it, then loads one byte per 4 KiB page. If the page cache held the file in
+// small folios, its first 2 MiB are dropped (posix_fadvise; pages other
+// processes map stay) and read again, and only if they come back in a 2 MiB
+// page is the whole file. Only advice to the kernel: where it keeps 4 KiB
+// pages, `note` says why; the bytes mapped and their address never change.
 HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd);
 
 // The "<field>:" value, in bytes, of the /proc/<pid>/smaps entry whose range

@@ -29,7 +29,9 @@ constexpr int64_t kGemvMinShare = 64;
 constexpr int64_t kTileBytes = 1 << 20;
 // sgemm packs x again for every call, so a tile needs enough rows to amortise
 // that: with down_proj's 4864 inputs, kTileBytes alone gave 48-row tiles and
-// 896x4864 ran at 64-71% of the sgemm rate; 128 rows or more, 91-94%.
+// 896x4864 ran at 61-71% of the sgemm rate; with up to 128 (parallel_dynamic
+// evens them to 112 over two threads), 88-114%. The scratch then grows with
+// the inputs: 7 MiB a thread for 14336.
 constexpr int64_t kMinTileRows = 128;
 constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kTileRowStep = 16;
