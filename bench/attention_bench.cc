@@ -3,7 +3,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -12,6 +11,7 @@
 
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
+#include "bench/manual_time.h"
 #include "bench/stats.h"
 #include "kernels/cpu/attention.h"
 
@@ -81,13 +81,9 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   for (auto _ : state) {
     p.layer = layer;
     layer = (layer + 1) % layout.num_layers;
-    const auto start = std::chrono::steady_clock::now();
-    kernels::cpu::paged_attention(pool, p);
     const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+        time_iteration(state, seconds, [&] { kernels::cpu::paged_attention(pool, p); });
     benchmark::DoNotOptimize(out.data());
-    state.SetIterationTime(took);
-    seconds += took;
     // Cache-resident runs compare with nothing: a read pass would evict them.
     if (cold) ceiling.after_iteration(took);
   }

@@ -3,7 +3,6 @@
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -12,6 +11,7 @@
 
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
+#include "bench/manual_time.h"
 #include "bench/stats.h"
 #include "kernels/cpu/linear.h"
 
@@ -59,14 +59,11 @@ void BM_LinearGemv(benchmark::State& state) {
   InterleavedCeiling ceiling(read_pass_gbs);
   double seconds = 0;
   for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    kernels::cpu::linear(pool, x.data(), m, w.copies[i], nullptr, out.data());
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double took = time_iteration(state, seconds, [&] {
+      kernels::cpu::linear(pool, x.data(), m, w.copies[i], nullptr, out.data());
+    });
     i = (i + 1) % w.copies.size();
     benchmark::DoNotOptimize(out.data());
-    state.SetIterationTime(took);
-    seconds += took;
     ceiling.after_iteration(took);
   }
   const double bytes = double(rows * cols) * dtype_size(dtype);
@@ -98,20 +95,17 @@ BENCHMARK(BM_LinearGemv)
 void BM_LinearPrefill(benchmark::State& state) {
   const int64_t rows = state.range(0), cols = state.range(1), m = state.range(3);
   const DType dtype = dtype_arg(state.range(2));
-  const SgemmRate& ceiling = measure_sgemm();
+  const SgemmRate& start_ceiling = measure_sgemm();
   Weights w = make_weights(rows, cols, dtype, 0);
   std::vector<float> x(static_cast<size_t>(m * cols), 0.5f), out(size_t(m * rows));
   auto& pool = bench_pool();
   InterleavedCeiling sgemm(sgemm_pass_gflops);
   double seconds = 0;
   for (auto _ : state) {
-    const auto start = std::chrono::steady_clock::now();
-    kernels::cpu::linear(pool, x.data(), m, w.copies[0], nullptr, out.data());
-    const double took =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const double took = time_iteration(state, seconds, [&] {
+      kernels::cpu::linear(pool, x.data(), m, w.copies[0], nullptr, out.data());
+    });
     benchmark::DoNotOptimize(out.data());
-    state.SetIterationTime(took);
-    seconds += took;
     sgemm.after_iteration(took);
   }
   const double flops = 2.0 * double(m * rows * cols);
@@ -120,7 +114,7 @@ void BM_LinearPrefill(benchmark::State& state) {
   // sgemm passes between the calls (the ratio's ceiling), and the best of six
   // taken once at start.
   state.counters["sgemm_ceiling_GFLOPs"] = sgemm.rate();
-  state.counters["start_sgemm_ceiling_GFLOPs"] = ceiling.pool_gflops;
+  state.counters["start_sgemm_ceiling_GFLOPs"] = start_ceiling.pool_gflops;
   if (seconds > 0) {
     state.counters["ratio"] = flops * double(state.iterations()) / seconds / 1e9 / sgemm.rate();
   }
