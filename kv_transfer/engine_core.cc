@@ -572,9 +572,15 @@ Result<PeerId> TransferEngine::Impl::add_peer(std::span<const uint8_t> bytes) {
     id = PeerId(peer_layouts_.size());
     peer_layouts_.push_back(d.layout);
   }
-  enqueue([this, d = std::move(d)]() mutable {
+  enqueue([this, id, d = std::move(d)]() mutable {
     peers_.emplace_back();
     peers_.back().descriptor = std::move(d);
+    // Wire the endpoint up now, not at the first transfer: UCX 1.13 aborts
+    // the process (an assertion in ucp_request_send_state_ff, removed in
+    // 1.14) when a peer dies while the wire-up reply to it is pending, which
+    // a prefill node killed during its first transfer to a decode node made
+    // happen. A peer that cannot be reached is torn down as on any use.
+    connect(id);
   });
   return id;
 }
