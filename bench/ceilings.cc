@@ -110,10 +110,7 @@ const MemoryBandwidth& measure_memory_bandwidth() {
         pool, n, [&](size_t lo, size_t hi, int) { std::copy(a + lo, a + hi, b + lo); });
     const float scalar = 3.0f;
     const double triad_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int) {
-      float* pa = a;
-      const float* pb = b;
-      const float* pc = c;
-      for (size_t i = lo; i < hi; ++i) pa[i] = pb[i] + scalar * pc[i];
+      for (size_t i = lo; i < hi; ++i) a[i] = b[i] + scalar * c[i];
     });
     volatile double sink = sums[0];
     (void)sink;
@@ -187,16 +184,21 @@ void run_sgemm(SgemmBuffers& bf) {
 
 constexpr double kSgemmFlops = 2.0 * kGemmM * kGemmN * kGemmK;
 
+// One sgemm per set of buffers, all at once on the pool: seconds.
+double pool_sgemm_seconds(kernels::cpu::ThreadPool& pool, std::vector<SgemmBuffers>& buf) {
+  const auto t0 = Clock::now();
+  pool.parallel_for(int64_t(buf.size()), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) run_sgemm(buf[size_t(i)]);
+  });
+  return seconds_since(t0);
+}
+
 }  // namespace
 
 double sgemm_pass_gflops() {
   auto& pool = bench_pool();
   static std::vector<SgemmBuffers> buf = make_sgemm_buffers(pool.size());
-  const auto t0 = Clock::now();
-  pool.parallel_for(int64_t(buf.size()), [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) run_sgemm(buf[size_t(i)]);
-  });
-  return double(buf.size()) * kSgemmFlops / seconds_since(t0) / 1e9;
+  return double(buf.size()) * kSgemmFlops / pool_sgemm_seconds(pool, buf) / 1e9;
 }
 
 const SgemmRate& measure_sgemm() {
@@ -204,24 +206,16 @@ const SgemmRate& measure_sgemm() {
     auto& pool = bench_pool();
     const int threads = pool.size();
     std::vector<SgemmBuffers> buf = make_sgemm_buffers(threads);
-    auto run = [](SgemmBuffers& bf) { run_sgemm(bf); };
-    const double flops = kSgemmFlops;
-    run(buf[0]);  // warm up
+    run_sgemm(buf[0]);  // warm up
     double single = 1e30;
     for (int r = 0; r < kGemmRepeats; ++r) {
       auto t0 = Clock::now();
-      run(buf[0]);
+      run_sgemm(buf[0]);
       single = std::min(single, seconds_since(t0));
     }
     double all = 1e30;
-    for (int r = 0; r < kGemmRepeats; ++r) {
-      auto t0 = Clock::now();
-      pool.parallel_for(threads, [&](int64_t b, int64_t e, int) {
-        for (int64_t i = b; i < e; ++i) run(buf[size_t(i)]);
-      });
-      all = std::min(all, seconds_since(t0));
-    }
-    SgemmRate rate{flops / single / 1e9, threads * flops / all / 1e9, threads};
+    for (int r = 0; r < kGemmRepeats; ++r) all = std::min(all, pool_sgemm_seconds(pool, buf));
+    SgemmRate rate{kSgemmFlops / single / 1e9, threads * kSgemmFlops / all / 1e9, threads};
     std::fprintf(stderr,
                  "ceiling: sgemm %dx%dx%d single thread %.1f GFLOP/s, %d threads concurrently "
                  "%.1f GFLOP/s\n",

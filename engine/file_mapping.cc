@@ -118,17 +118,13 @@ HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd) {
     report.note = "mapping is not 2 MiB-aligned";
     return report;
   }
-  if (madvise(mapping, size, MADV_HUGEPAGE) != 0) {
-    report.note = errno_text("madvise(MADV_HUGEPAGE)");
-    fault_in(mapping, size);
-    touch_every_page(mapping, size);
-    return report;
-  }
+  const bool advised = madvise(mapping, size, MADV_HUGEPAGE) == 0;
+  if (!advised) report.note = errno_text("madvise(MADV_HUGEPAGE)");
   fault_in(mapping, size);
   std::optional<uint64_t> huge = huge_bytes_now(mapping);
   if (!huge) {
     report.note = "no FilePmdMapped in /proc/self/smaps";
-  } else if (*huge < report.eligible_bytes) {
+  } else if (advised && *huge < report.eligible_bytes) {
     // Small folios in the page cache. Re-read the first 2 MiB alone, and the
     // whole file only if that came back in a 2 MiB page: where re-reading
     // cannot help (no large folios in this file system, THP off, pages

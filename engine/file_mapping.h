@@ -4,7 +4,7 @@
 // A batch-1 decode step reads every weight once: hundreds of MiB in 4 KiB
 // pages is a TLB miss every 64 cache lines, and under a hypervisor each miss
 // walks two sets of page tables. Mapped in 2 MiB pages (and so also laid out
-// in 2 MiB of contiguous memory) the same weights decoded 0–10% faster here,
+// in 2 MiB of contiguous memory) the same weights decoded −3% to +10% faster here,
 // about 5% in the median of batch-1 steps (docs/PERFORMANCE.md). Linux maps
 // a file in 2 MiB pages when the mapping is 2 MiB-aligned and the page cache
 // holds the file in 2 MiB folios; it reads a file in such folios into a

@@ -25,12 +25,13 @@ int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 // Prefetches a partition's memory in the order the kernel reads it (the K
 // parts of its blocks, then their V parts, which follow the K parts in each
 // block), a fixed distance ahead of the reads and paced to them: a few lines
-// per step of the inner loops, as many as the step consumes. A core here can keep only a couple of
-// dozen misses in flight, so its share of the memory bandwidth depends on misses being outstanding
-// all the time. Prefetching the whole partition during the score pass left the core with nothing in
-// flight during the softmax and V passes, and a burst of hundreds of prefetches stalls the
-// arithmetic until memory has answered most of them; either way memory time and compute time add up
-// instead of overlapping.
+// per step of the inner loops, as many as the step consumes. A core here can
+// keep only a couple of dozen misses in flight, so its share of the memory
+// bandwidth depends on misses being outstanding all the time. Prefetching the
+// whole partition during the score pass left the core with nothing in flight
+// during the softmax and V passes, and a burst of hundreds of prefetches
+// stalls the arithmetic until memory has answered most of them; either way
+// memory time and compute time add up instead of overlapping.
 class PrefetchStream {
  public:
   // `then`, if not null, is a block whose K part the stream ends with: where

@@ -27,10 +27,16 @@ void parallel_chunks(ThreadPool& pool, int64_t n, int64_t min_chunk, F&& f) {
                     [&](int64_t c0, int64_t c1, int t) { f(n * c0 / chunks, n * c1 / chunks, t); });
 }
 
-// Threads that share n elements when each should get `min_share` of them
-// on average (1: run inline on the caller).
-inline int64_t threads_sharing(const ThreadPool& pool, int64_t n, int64_t min_share) {
-  return std::min<int64_t>(pool.size(), n / std::max<int64_t>(1, min_share));
+// Threads that share n elements when each should get `min_share` of them on
+// average; when that is fewer than two, f(0, n, 0) has run inline on the
+// caller (nothing, for n <= 0) and the answer is 0: nothing left to share.
+template <typename F>
+int64_t threads_sharing_or_run_inline(ThreadPool& pool, int64_t n, int64_t min_share, F& f) {
+  if (n <= 0) return 0;
+  const int64_t sharing = std::min<int64_t>(pool.size(), n / std::max<int64_t>(1, min_share));
+  if (sharing > 1) return sharing;
+  f(int64_t{0}, n, 0);
+  return 0;
 }
 
 // Runs f(begin, end, thread_index) over [0, n) in pieces of about `grain`
@@ -46,12 +52,8 @@ inline int64_t threads_sharing(const ThreadPool& pool, int64_t n, int64_t min_sh
 template <typename F>
 void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, int64_t align, int64_t min_share,
                       F&& f) {
-  if (n <= 0) return;
-  const int64_t sharing = threads_sharing(pool, n, min_share);
-  if (sharing <= 1) {
-    f(int64_t{0}, n, 0);
-    return;
-  }
+  const int64_t sharing = threads_sharing_or_run_inline(pool, n, min_share, f);
+  if (sharing == 0) return;
   align = std::max<int64_t>(1, align);
   grain = std::max<int64_t>(1, grain);
   const int64_t groups = (n + align - 1) / align;
@@ -74,12 +76,8 @@ void parallel_dynamic(ThreadPool& pool, int64_t n, int64_t grain, int64_t align,
 template <typename F>
 void parallel_guided(ThreadPool& pool, int64_t n, int64_t min_piece, int64_t max_piece,
                      int64_t align, int64_t min_share, F&& f) {
-  if (n <= 0) return;
-  const int64_t sharing = threads_sharing(pool, n, min_share);
-  if (sharing <= 1) {
-    f(int64_t{0}, n, 0);
-    return;
-  }
+  const int64_t sharing = threads_sharing_or_run_inline(pool, n, min_share, f);
+  if (sharing == 0) return;
   align = std::max<int64_t>(1, align);
   auto round_up = [&](int64_t x) { return (x + align - 1) / align * align; };
   min_piece = round_up(std::max<int64_t>(1, min_piece));
