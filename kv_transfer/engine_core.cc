@@ -39,11 +39,6 @@ ucs_status_t data_callback(void* arg, const void* header, size_t header_length, 
 // ---- set-up -----------------------------------------------------------------
 
 Status TransferEngine::Impl::init() {
-  if (config_.pool_memory == PoolMemory::kCuda) {
-    // This build's UCX reports no CUDA memory type; the pinned-host staging
-    // path is not implemented yet.
-    return unimplemented("kv_transfer: CUDA pools need a UCX built with CUDA support");
-  }
   std::vector<std::pair<std::string, std::string>> env(config_.ucx_env.begin(),
                                                        config_.ucx_env.end());
   BATON_ASSIGN_OR_RETURN(UcpConfigPtr ucp_config, read_ucp_config(env));
@@ -69,8 +64,9 @@ Status TransferEngine::Impl::init() {
                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   map.address = pool_;
   map.length = pool_bytes_;
-  // No pool given: UCX allocates it, from shared memory first (its ALLOC_PRIO),
-  // so a peer on this host can map it and put into it with plain stores.
+  // No pool given (or a staged pool's mirror): UCX allocates it, from shared
+  // memory first (its ALLOC_PRIO), so a peer on this host can map it and put
+  // into it with plain stores.
   map.flags = pool_ == nullptr ? UCP_MEM_MAP_ALLOCATE : 0;
   ucp_mem_h mem = nullptr;
   BATON_UCX(ucp_mem_map(context_.get(), &map, &mem));
@@ -84,9 +80,11 @@ Status TransferEngine::Impl::init() {
                             " bytes for a pool of " + std::to_string(pool_bytes_));
     }
     pool_ = static_cast<uint8_t*>(attr.address);
-    spdlog::info("kv_transfer[{}]: KV pool of {} MiB allocated by UCX", config_.node_name,
-                 pool_bytes_ >> 20);
+    spdlog::info("kv_transfer[{}]: {} of {} MiB allocated by UCX", config_.node_name,
+                 staging_ != nullptr ? "host mirror of the KV pool" : "KV pool", pool_bytes_ >> 20);
   }
+
+  BATON_RETURN_IF_ERROR(init_staging());
 
   void* rkey_buffer = nullptr;
   size_t rkey_size = 0;
@@ -599,9 +597,9 @@ EngineStats TransferEngine::Impl::stats() const {
   return s;
 }
 
-Result<std::unique_ptr<TransferEngine>> TransferEngine::create(const TransferConfig& config,
-                                                               const KvLayout& layout, void* pool,
-                                                               size_t pool_bytes) {
+Result<std::unique_ptr<TransferEngine>> TransferEngine::create(
+    const TransferConfig& config, const KvLayout& layout, void* pool, size_t pool_bytes,
+    std::unique_ptr<PoolCopier> staging) {
   BATON_RETURN_IF_ERROR(validate(config));
   if (pool_bytes != layout.total_bytes() || layout.num_blocks <= 0 || layout.num_layers <= 0) {
     return invalid_argument("kv_transfer: pool size does not match its KV layout");
@@ -609,7 +607,11 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(const TransferCon
   if (layout.num_layers > kMaxLayers || layout.num_blocks > kMaxBlocks) {
     return out_of_range("kv_transfer: at most 256 layers and 2^24 blocks per pool");
   }
-  auto impl = std::make_unique<Impl>(config, layout, static_cast<uint8_t*>(pool), pool_bytes);
+  if (staging != nullptr && pool == nullptr) {
+    return invalid_argument("kv_transfer: a staged pool must be given (it is not allocated)");
+  }
+  auto impl = std::make_unique<Impl>(config, layout, static_cast<uint8_t*>(pool), pool_bytes,
+                                     std::move(staging));
   BATON_RETURN_IF_ERROR(impl->init().with_context("starting the KV transfer engine"));
   return std::unique_ptr<TransferEngine>(new TransferEngine(std::move(impl)));
 }
@@ -618,7 +620,9 @@ TransferEngine::TransferEngine(std::unique_ptr<Impl> impl) : impl_(std::move(imp
 TransferEngine::~TransferEngine() = default;
 
 const std::vector<uint8_t>& TransferEngine::descriptor() const { return impl_->descriptor_bytes_; }
-void* TransferEngine::pool() const { return impl_->pool_; }
+void* TransferEngine::pool() const {
+  return impl_->staged_pool_ != nullptr ? impl_->staged_pool_ : impl_->pool_;
+}
 Result<PeerId> TransferEngine::add_peer(std::span<const uint8_t> d) { return impl_->add_peer(d); }
 Status TransferEngine::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done) {
   return impl_->begin_send(peer, std::move(spec), std::move(on_done), /*all_posted=*/false);

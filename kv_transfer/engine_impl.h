@@ -153,11 +153,18 @@ struct Expectation {  // progress thread
 
 class TransferEngine::Impl {
  public:
-  Impl(const TransferConfig& config, const KvLayout& layout, uint8_t* pool, size_t pool_bytes)
-      : config_(config), layout_(layout), pool_(pool), pool_bytes_(pool_bytes) {}
+  Impl(const TransferConfig& config, const KvLayout& layout, uint8_t* pool, size_t pool_bytes,
+       std::unique_ptr<PoolCopier> staging)
+      : config_(config),
+        layout_(layout),
+        pool_(staging == nullptr ? pool : nullptr),
+        pool_bytes_(pool_bytes),
+        staged_pool_(staging == nullptr ? nullptr : pool),
+        staging_(std::move(staging)) {}
   ~Impl();
 
-  Status init();  // context, worker, registration, descriptor, handlers, thread
+  Status init();          // context, worker, registration, descriptor, handlers, thread
+  Status init_staging();  // pins a staged pool's mirror; logs the staging once
 
   // API side (any thread).
   Result<PeerId> add_peer(std::span<const uint8_t> bytes);
@@ -179,14 +186,25 @@ class TransferEngine::Impl {
 
   const TransferConfig config_;
   const KvLayout layout_;
-  uint8_t* pool_;  // set by init() when UCX allocates the pool
+  // The registered pool every transfer reads and writes: the caller's, or
+  // one UCX allocates (set by init()), or a staged pool's host mirror.
+  uint8_t* pool_;
   const size_t pool_bytes_;
+  // A pool UCX does not register (device memory), moved through pool_ by
+  // staging_; null when the pool is registered in place.
+  uint8_t* const staged_pool_;
   std::vector<uint8_t> descriptor_bytes_;
   std::vector<std::string> transports_;
   std::vector<std::string> registering_domains_;  // UCT domains that register user memory
 
  private:
   void run();
+  // A staged pool's `blocks` in layers [layer_begin, layer_end) into the
+  // mirror (the sender, before they are posted) or out of it into the device
+  // pool (the receiver, once they are verified).
+  enum class StageCopy { kOutOfPool, kIntoPool };
+  Status stage(StageCopy copy, const std::vector<int32_t>& blocks, int32_t layer_begin,
+               int32_t layer_end);
   void enqueue(std::function<void()> command);
   // Queues `command` and, unless called on the progress thread (a callback),
   // waits until it has run, at most close_timeout (`what` names it in the log).
@@ -264,6 +282,10 @@ class TransferEngine::Impl {
   UcpContextPtr context_;
   UcpWorkerPtr worker_;
   MemRegistration registration_;
+  // After registration_: destroyed first, it unpins the mirror before UCX
+  // unmaps it.
+  std::unique_ptr<PoolCopier> staging_;
+  std::mutex staging_mutex_;  // post_layers' copies, one at a time
   int event_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
@@ -275,6 +297,8 @@ class TransferEngine::Impl {
   struct SendTicket {
     int32_t posted = 0, end = 0;  // layers handed over, the transfer's layer_end
     bool cancelled = false;
+    // A staged pool's source blocks, copied out layer by layer as they are posted.
+    std::shared_ptr<const std::vector<int32_t>> staged_src;
   };
   // Live transfers and expectations, from the API call until their callback
   // has been taken to run; `cancelled`: cancel_* accepted for it.

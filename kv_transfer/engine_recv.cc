@@ -476,6 +476,13 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   if (e.outstanding != 0 || !(e.judged || e.failed) || awaits_puts_stopped(e)) return;
   // Cancelled or expired after its notice came in: the sender awaits an ack.
   if (e.noticed && !e.judged && e.reply_ep != nullptr) send_ack(e.reply_ep, e.notice, e.result);
+  if (staging_ != nullptr && e.result.is_ok()) {
+    // Verified in the mirror; the callback says the blocks are filled, so
+    // they must be in the device pool first. (The progress thread waits for
+    // this copy: the fallback's price.)
+    e.result = stage(StageCopy::kIntoPool, e.spec.dst_blocks, e.spec.layer_begin, e.spec.layer_end)
+                   .with_context("receive " + std::to_string(id));
+  }
   TransferResult r;
   r.status = e.result;
   r.request_id = e.spec.request_id;

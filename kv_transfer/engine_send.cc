@@ -60,12 +60,26 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
           *spec.deadline, "deadline of transfer " + std::to_string(spec.transfer_id)));
     }
     int32_t posted = all_posted ? spec.layer_end : spec.layer_begin;
-    if (!send_tickets_.emplace(spec.transfer_id, SendTicket{posted, spec.layer_end}).second) {
+    SendTicket ticket;
+    ticket.posted = posted;
+    ticket.end = spec.layer_end;
+    if (staging_ != nullptr) {
+      ticket.staged_src = std::make_shared<const std::vector<int32_t>>(spec.src_blocks);
+    }
+    if (!send_tickets_.emplace(spec.transfer_id, std::move(ticket)).second) {
       return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
                               " is already in flight");
     }
   }
   uint64_t id = spec.transfer_id;
+  if (staging_ != nullptr && all_posted) {
+    if (Status s = stage(StageCopy::kOutOfPool, spec.src_blocks, spec.layer_begin, spec.layer_end);
+        !s.is_ok()) {
+      std::lock_guard lock(api_mutex_);
+      send_tickets_.erase(id);
+      return s.with_context("transfer " + std::to_string(id));
+    }
+  }
   enqueue(
       [this, peer, id, all_posted, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
         SendTransfer& t = sends_[id];
@@ -86,6 +100,13 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
 }
 
 Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end) {
+  // A staged pool's layers are copied out here, on the thread that computed
+  // them, never on the progress thread; one caller at a time, so layers are
+  // handed over in the order they were copied.
+  std::unique_lock<std::mutex> staging_lock;
+  if (staging_ != nullptr) staging_lock = std::unique_lock(staging_mutex_);
+  int32_t staged_from = 0;
+  std::shared_ptr<const std::vector<int32_t>> staged_src;
   {
     std::lock_guard lock(api_mutex_);
     auto it = send_tickets_.find(transfer_id);
@@ -100,7 +121,22 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
       return out_of_range("post_layers(" + std::to_string(layer_end) + ") outside [" +
                           std::to_string(ticket.posted) + ", " + std::to_string(ticket.end) + "]");
     }
+    staged_from = ticket.posted;
+    staged_src = ticket.staged_src;
     ticket.posted = layer_end;
+  }
+  if (staged_src != nullptr && staged_from < layer_end) {
+    if (Status s = stage(StageCopy::kOutOfPool, *staged_src, staged_from, layer_end); !s.is_ok()) {
+      s = s.with_context("transfer " + std::to_string(transfer_id));
+      // Layers it cannot send fail the transfer; the callback reports it.
+      enqueue([this, transfer_id, s] {
+        auto it = sends_.find(transfer_id);
+        if (it == sends_.end()) return;
+        fail_send(it->second, s);
+        dirty_sends_.push_back(transfer_id);
+      });
+      return s;
+    }
   }
   enqueue([this, transfer_id, layer_end] {
     auto it = sends_.find(transfer_id);

@@ -29,7 +29,9 @@ enum class TransferMode { kAuto, kRma, kTag, kAm };
 std::string_view transfer_mode_name(TransferMode mode);
 std::optional<TransferMode> parse_transfer_mode(std::string_view name);
 
-// Where the registered pool lives.
+// Where the node's KV pool lives. A pool in CUDA memory is staged through a
+// host mirror (TransferEngine::create's PoolCopier): Debian's UCX has no
+// CUDA support, and the checksum is hashed on the host.
 enum class PoolMemory { kHost, kCuda };
 
 struct TransferConfig {

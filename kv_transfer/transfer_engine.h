@@ -64,6 +64,7 @@
 #include <vector>
 
 #include "common/kv_layout.h"
+#include "common/pool_copier.h"
 #include "common/status.h"
 #include "kv_transfer/transfer_config.h"
 
@@ -130,15 +131,22 @@ class TransferEngine {
   // it, owned by the engine until it is destroyed): from shared
   // memory where UCX can, so that a peer on the same host maps it and its
   // puts are plain stores (see ucx_probe.h), not a copy through the kernel.
-  static Result<std::unique_ptr<TransferEngine>> create(const TransferConfig& config,
-                                                        const KvLayout& layout, void* pool,
-                                                        size_t pool_bytes);
+  //
+  // With `staging`, `pool` is memory UCX does not register (a GPU's: config
+  // pool_memory kCuda requires it) and the engine never touches it itself: it
+  // registers a host mirror of the pool instead, has each sent layer copied
+  // out to it as it is posted (on the caller's thread) and each received
+  // transfer copied in once verified, before its callback. The mirror costs
+  // pool_bytes of host memory, pinned where the copier can.
+  static Result<std::unique_ptr<TransferEngine>> create(
+      const TransferConfig& config, const KvLayout& layout, void* pool, size_t pool_bytes,
+      std::unique_ptr<PoolCopier> staging = nullptr);
   // Fails every unfinished transfer with kAborted (callbacks run) and stops.
   ~TransferEngine();
   TransferEngine(const TransferEngine&) = delete;
   TransferEngine& operator=(const TransferEngine&) = delete;
 
-  // The registered pool: the one given to create(), or the one UCX allocated.
+  // The pool: the one given to create() (staged or not), or the one UCX allocated.
   void* pool() const;
   // This node's PoolDescriptor, encoded (kv_transfer/wire.h).
   const std::vector<uint8_t>& descriptor() const;

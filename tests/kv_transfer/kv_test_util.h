@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "common/kv_layout.h"
+#include "common/pool_copier.h"
 
 extern char** environ;
 
@@ -51,6 +53,39 @@ inline bool matches_pattern(const uint8_t* dst, size_t src_offset, size_t n, uin
   }
   return true;
 }
+
+// A staged pool in plain host memory that UCX never sees, copied with
+// memcpy: the transfer engine's staging path for device pools, run where
+// there is no device (the CUDA copier runs it where there is). Counts the
+// bytes it moved each way; `fail` makes it fail like a device error.
+class HostPoolCopier : public PoolCopier {
+ public:
+  explicit HostPoolCopier(uint8_t* pool) : pool_(pool) {}
+  Status to_host(void* mirror, std::span<const Range> ranges) override {
+    if (fail) return internal_error("injected copy-out failure");
+    for (const Range& r : ranges) {
+      std::memcpy(static_cast<uint8_t*>(mirror) + r.offset, pool_ + r.offset, r.bytes);
+      to_host_bytes += r.bytes;
+    }
+    return Status::ok();
+  }
+  Status to_device(const void* mirror, std::span<const Range> ranges) override {
+    if (fail) return internal_error("injected copy-in failure");
+    for (const Range& r : ranges) {
+      std::memcpy(pool_ + r.offset, static_cast<const uint8_t*>(mirror) + r.offset, r.bytes);
+      to_device_bytes += r.bytes;
+    }
+    return Status::ok();
+  }
+  Status pin(void*, size_t) override { return unimplemented("plain host memory is not pinned"); }
+  const char* name() const override { return "host memory"; }
+
+  std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0};
+  std::atomic<bool> fail{false};  // every copy fails (a device error)
+
+ private:
+  uint8_t* pool_;
+};
 
 inline std::string to_hex(const std::vector<uint8_t>& b) {
   static const char* d = "0123456789abcdef";

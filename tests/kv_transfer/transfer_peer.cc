@@ -3,7 +3,9 @@
 // commands on stdin, answering on stdout:
 //   start: transfer_peer <tls> <mode> <num_layers> <num_blocks> <block_size> <kv_heads>
 //                        <head_dim> <dtype> <seed> <peer_seed> <peer_num_blocks>
-//                        <peer_error_handling 0|1>
+//                        <peer_error_handling 0|1> <shared_pool 0|1> <staged 0|1>
+//          staged: the pool is memory UCX never sees, moved through a host
+//          mirror (tests/kv_transfer/kv_test_util.h HostPoolCopier)
 //          A pool seeded with `seed` (0: poisoned, a receiver) -> "DESC <hex>"
 //   PEER <hex>                                  -> "PEER_OK <id>" | "ERR ..."
 //   EXPECT req tid lb le deadline_ms n src... dst... -> later "RECV tid code ops bytes verified"
@@ -48,7 +50,7 @@ std::vector<int32_t> read_ints(const std::vector<std::string>& w, size_t at, siz
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 14) {
+  if (argc != 15) {
     std::fprintf(stderr, "usage: see tests/kv_transfer/transfer_peer.cc\n");
     return 2;
   }
@@ -68,8 +70,9 @@ int main(int argc, char** argv) {
   size_t bytes = layout.total_bytes();
   // Shared: UCX allocates the pool (TransferEngine::create without one).
   const bool shared_pool = std::string(argv[13]) == "1";
+  const bool staged = std::string(argv[14]) == "1";
   uint8_t* pool = nullptr;
-  if (!shared_pool) {
+  if (!shared_pool || staged) {
     pool = static_cast<uint8_t*>(
         mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
   }
@@ -83,7 +86,9 @@ int main(int argc, char** argv) {
   config.mode = *parse_transfer_mode(argv[2]);
   config.peer_error_handling = std::string(argv[12]) == "1";
   config.node_name = seed != 0 ? "child-sender" : "child-receiver";
-  auto engine = TransferEngine::create(config, layout, pool, bytes);
+  std::unique_ptr<PoolCopier> copier;
+  if (staged) copier = std::make_unique<HostPoolCopier>(pool);
+  auto engine = TransferEngine::create(config, layout, pool, bytes, std::move(copier));
   if (!engine.is_ok()) {
     say("ERR " + engine.status().to_string());
     return 1;
@@ -189,6 +194,6 @@ int main(int argc, char** argv) {
   }
   for (auto& t : posters) t.join();
   engine->reset();
-  if (!shared_pool) munmap(pool, bytes);
+  if (!shared_pool || staged) munmap(pool, bytes);
   return 0;
 }

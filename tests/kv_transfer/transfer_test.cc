@@ -30,6 +30,9 @@ struct Transport {
   const char* mode;           // the sender's TransferMode
   bool peer_errors = true;    // TransferConfig::peer_error_handling, both sides
   bool shared_pools = false;  // UCX allocates both pools (shared memory): puts are stores
+  // Both pools are memory UCX never sees, moved through host mirrors (the
+  // staging path of device pools, with memcpy for the device's copies).
+  bool staged = false;
 };
 
 // A node that starts with data (seed != 0) is a sender and uses the case's
@@ -46,6 +49,10 @@ const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"},
                                   {"shm_am", "sm,self", "am"},
                                   {"tcp_no_peer_errors", "tcp", "auto", false},
                                   {"shm_shared_pool", "sm,self", "auto", true, true}};
+// Staged pools: over TCP the mirrors are private to their process (tagged
+// rendezvous into them); over shared memory the peer maps them (puts).
+const Transport kStagedPools[] = {{"tcp_staged", "tcp", "auto", true, false, true},
+                                  {"shm_staged", "sm,self", "auto", true, true, true}};
 
 uint64_t test_seed() {
   static uint64_t seed = [] {
@@ -92,7 +99,9 @@ class LocalNode {
  public:
   LocalNode(const KvLayout& layout, const Transport& transport, uint64_t seed, const char* name,
             std::chrono::milliseconds deadline)
-      : layout_(layout), bytes_(layout.total_bytes()), owns_pool_(!transport.shared_pools) {
+      : layout_(layout),
+        bytes_(layout.total_bytes()),
+        owns_pool_(!transport.shared_pools || transport.staged) {
     if (owns_pool_) {
       pool_ = static_cast<uint8_t*>(
           mmap(nullptr, bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0));
@@ -104,7 +113,12 @@ class LocalNode {
     config.default_deadline = deadline;
     config.mode = *parse_transfer_mode(node_mode(transport, seed));
     config.peer_error_handling = transport.peer_errors;
-    auto e = TransferEngine::create(config, layout, pool_, bytes_);
+    std::unique_ptr<PoolCopier> copier;
+    if (transport.staged) {
+      copier = std::make_unique<testing::HostPoolCopier>(pool_);
+      copier_ = static_cast<testing::HostPoolCopier*>(copier.get());
+    }
+    auto e = TransferEngine::create(config, layout, pool_, bytes_, std::move(copier));
     EXPECT_TRUE(e.is_ok()) << e.status().to_string();
     if (!e.is_ok()) return;
     engine_ = std::move(e).value();
@@ -121,6 +135,8 @@ class LocalNode {
   }
   TransferEngine& engine() { return *engine_; }
   uint8_t* pool() { return pool_; }
+  // The staged pool's copier (owned by the engine), or null.
+  testing::HostPoolCopier* copier() { return copier_; }
   Mailbox& mail() { return mail_; }
   TransferCallback callback() {
     return [this](const TransferResult& r) { mail_.post(r); };
@@ -131,6 +147,7 @@ class LocalNode {
   size_t bytes_;
   bool owns_pool_;
   uint8_t* pool_ = nullptr;
+  testing::HostPoolCopier* copier_ = nullptr;
   std::unique_ptr<TransferEngine> engine_;
   Mailbox mail_;
 };
@@ -142,7 +159,7 @@ std::unique_ptr<Child> spawn_peer(const Transport& transport, const KvLayout& l,
       std::to_string(l.num_blocks), std::to_string(l.block_size), std::to_string(l.num_kv_heads),
       std::to_string(l.head_dim), std::string(dtype_name(l.dtype)), std::to_string(seed),
       std::to_string(peer_seed), std::to_string(peer_num_blocks), transport.peer_errors ? "1" : "0",
-      transport.shared_pools ? "1" : "0"});
+      transport.shared_pools ? "1" : "0", transport.staged ? "1" : "0"});
   return child;
 }
 
@@ -1037,6 +1054,206 @@ TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
   EXPECT_EQ(receiver_->engine().stats().receives_failed, 1u);
 }
 
+// ---- staged pools (device memory UCX does not register) ---------------------
+
+using StagedTransferTest = TransferTest;
+
+// Both pools staged, every dtype: the receiver's pool (not its mirror) holds
+// the bytes, nothing else in it changed, and the sender copied out exactly
+// the blocks and layers it sent.
+TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    KvLayout layout = make_layout(dtype, 96, 5);
+    uint64_t seed = rng_() | 1;
+    LocalNode sender(layout, GetParam(), seed, "sender", 3000ms);
+    auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
+    PeerId peer = connect(sender, *receiver);
+    uint64_t copied = 0;
+    for (uint64_t tid = 1; tid <= 3; ++tid) {
+      int32_t n = 8 + int32_t(rng_() % 24);
+      auto src = testing::random_blocks(rng_, layout.num_blocks, n);
+      auto dst = testing::random_blocks(rng_, layout.num_blocks, n);
+      int lb = int(rng_() % 2), le = 5 - int(rng_() % 2);
+      receiver->send(expect_line(tid, tid, lb, le, 5000, src, dst));
+      ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+      ASSERT_TRUE(
+          sender.engine()
+              .write_blocks(peer, {tid, tid, src, dst, lb, le, std::nullopt}, sender.callback())
+              .is_ok());
+      copied += src.size() * layout.block_bytes() * size_t(le - lb);
+      EXPECT_EQ(sender.copier()->to_host_bytes.load(), copied);
+      auto sent = sender.mail().wait(tid);
+      ASSERT_TRUE(sent.has_value());
+      EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+      EXPECT_EQ(sent->mode, GetParam().shared_pools ? TransferMode::kRma : TransferMode::kTag);
+      auto w = testing::split(receiver->wait_for("RECV " + std::to_string(tid) + " ").value_or(""));
+      ASSERT_EQ(w.size(), 6u);
+      EXPECT_EQ(w[2], "0");
+      EXPECT_EQ(w[5], "1") << "destination bytes differ";
+    }
+    receiver->send("POISON_CHECK");
+    EXPECT_EQ(receiver->wait_for("POISON").value_or(""), "POISON ok");
+    receiver->quit();
+  }
+}
+
+// Layers are copied out as they are posted, on the caller's thread: when
+// post_layers returns, exactly the layers handed over so far are staged.
+TEST_P(StagedTransferTest, LayersAreCopiedOutAsTheyArePosted) {
+  KvLayout layout = make_layout(DType::kBF16, 64, 6);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam(), seed, "sender", 5000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 20);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 20);
+  receiver->send(expect_line(1, 1, 0, 6, 8000, src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(
+      sender.engine().begin_send(peer, {1, 1, src, dst, 0, 6, 8000ms}, sender.callback()).is_ok());
+  EXPECT_EQ(sender.copier()->to_host_bytes.load(), 0u);
+  const uint64_t layer_bytes = src.size() * layout.block_bytes();
+  for (int32_t layer = 1; layer <= 6; ++layer) {
+    ASSERT_TRUE(sender.engine().post_layers(1, layer).is_ok());
+    EXPECT_EQ(sender.copier()->to_host_bytes.load(), layer_bytes * uint64_t(layer));
+  }
+  auto sent = sender.mail().wait(1);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  auto w = testing::split(receiver->wait_for("RECV 1 ").value_or(""));
+  ASSERT_EQ(w.size(), 6u);
+  EXPECT_EQ(w[5], "1") << "destination bytes differ";
+  receiver->quit();
+}
+
+// The receiver copies a transfer into its pool only once it is verified: a
+// cancelled one leaves the pool as it was (its bytes landed in the mirror
+// only); the next one into the same blocks lands whole, nothing else touched.
+TEST_P(StagedTransferTest, ReceiverCopiesInOnlyVerifiedTransfers) {
+  KvLayout layout = make_layout(DType::kF32, 48, 6);
+  uint64_t seed = rng_() | 1;
+  LocalNode receiver(layout, GetParam(), 0, "receiver", 5000ms);
+  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
+  connect(receiver, *sender);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 16);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 16);
+  ASSERT_TRUE(receiver.engine().expect({1, 10, dst, 0, -1, 10000ms}, receiver.callback()).is_ok());
+  // A layer every 30 ms; cancel once two are out.
+  sender->send("SEND 1 10 0 0 6 10000 30 16" + join(src) + join(dst));
+  ASSERT_TRUE(sender->wait_for("POSTED 10 2", 10s));
+  ASSERT_TRUE(receiver.engine().cancel_expect(10).is_ok());
+  auto cancelled = receiver.mail().wait(10, 5s);
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_EQ(cancelled->status.code(), StatusCode::kAborted);
+  ASSERT_TRUE(sender->wait_for("SENT 10 ", 15s));
+  EXPECT_EQ(receiver.copier()->to_device_bytes.load(), 0u);
+  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, {}), 0u) << "cancelled bytes copied in";
+
+  auto src2 = testing::random_blocks(rng_, layout.num_blocks, 16);
+  ASSERT_TRUE(receiver.engine().expect({2, 11, dst, 1, 5, 10000ms}, receiver.callback()).is_ok());
+  sender->send("SEND 2 11 0 1 5 10000 0 16" + join(src2) + join(dst));
+  auto got = receiver.mail().wait(11, 15s);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();
+  EXPECT_EQ(receiver.copier()->to_device_bytes.load(), dst.size() * layout.block_bytes() * 4);
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    for (size_t i = 0; i < dst.size(); ++i) {
+      const uint8_t* block = receiver.pool() + layout.block_byte_offset(l, dst[i]);
+      if (l >= 1 && l < 5) {
+        EXPECT_TRUE(testing::matches_pattern(block, layout.block_byte_offset(l, src2[i]),
+                                             layout.block_bytes(), seed))
+            << "layer " << l << " block " << dst[i];
+      } else {
+        EXPECT_EQ(block[0], testing::kPoison) << "layer " << l << " outside the transfer";
+      }
+    }
+  }
+  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, dst), 0u);
+  sender->quit();
+}
+
+// A copy that fails (a device error) fails its transfer with that error, on
+// either side, and the engine carries the next one.
+TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
+  KvLayout layout = make_layout(DType::kBF16, 32, 4);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam(), seed, "sender", 3000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 8);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 8);
+
+  sender.copier()->fail = true;
+  Status refused =
+      sender.engine().write_blocks(peer, {1, 1, src, dst, 0, 4, 3000ms}, sender.callback());
+  EXPECT_EQ(refused.code(), StatusCode::kInternal) << refused.to_string();
+  EXPECT_NE(refused.to_string().find("injected copy-out failure"), std::string::npos);
+  ASSERT_TRUE(
+      sender.engine().begin_send(peer, {2, 2, src, dst, 0, 4, 3000ms}, sender.callback()).is_ok());
+  EXPECT_EQ(sender.engine().post_layers(2, 1).code(), StatusCode::kInternal);
+  auto failed = sender.mail().wait(2, 5s);
+  ASSERT_TRUE(failed.has_value()) << "no callback for a transfer whose layer was not staged";
+  EXPECT_EQ(failed->status.code(), StatusCode::kInternal) << failed->status.to_string();
+
+  sender.copier()->fail = false;
+  receiver->send(expect_line(3, 3, 0, 4, 5000, src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(sender.engine()
+                  .write_blocks(peer, {3, 3, src, dst, 0, 4, 3000ms}, sender.callback())
+                  .is_ok());
+  auto sent = sender.mail().wait(3);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  auto w = testing::split(receiver->wait_for("RECV 3 ").value_or(""));
+  ASSERT_EQ(w.size(), 6u);
+  EXPECT_EQ(w[5], "1");
+  receiver->quit();
+}
+
+// The receiver's copy-in failing fails the receive (the blocks may be freed)
+// though every byte arrived and was verified.
+TEST_P(StagedTransferTest, CopyInFailureFailsTheReceive) {
+  KvLayout layout = make_layout(DType::kF16, 32, 4);
+  uint64_t seed = rng_() | 1;
+  LocalNode receiver(layout, GetParam(), 0, "receiver", 3000ms);
+  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
+  connect(receiver, *sender);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 8);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 8);
+  receiver.copier()->fail = true;
+  ASSERT_TRUE(receiver.engine().expect({1, 5, dst, 0, -1, 5000ms}, receiver.callback()).is_ok());
+  sender->send("SEND 1 5 0 0 4 5000 0 8" + join(src) + join(dst));
+  auto got = receiver.mail().wait(5, 10s);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status.code(), StatusCode::kInternal) << got->status.to_string();
+  EXPECT_NE(got->status.to_string().find("injected copy-in failure"), std::string::npos);
+  EXPECT_EQ(receiver.engine().stats().receives_failed, 1u);
+  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, {}), 0u);
+  sender->quit();
+}
+
+// A pool in CUDA memory without a copier, or a copier without a pool, is
+// refused at creation with a message that says what is missing.
+TEST(StagedPoolConfigTest, CudaPoolNeedsACopierAndACopierNeedsAPool) {
+  KvLayout layout = make_layout(DType::kBF16, 8, 2);
+  std::vector<uint8_t> pool(layout.total_bytes());
+  TransferConfig config;
+  config.ucx_env["UCX_TLS"] = "tcp";
+  config.ucx_env["UCX_NET_DEVICES"] = "lo";
+  config.pool_memory = PoolMemory::kCuda;
+  auto no_copier = TransferEngine::create(config, layout, pool.data(), pool.size());
+  ASSERT_FALSE(no_copier.is_ok());
+  EXPECT_NE(no_copier.status().to_string().find("PoolCopier"), std::string::npos)
+      << no_copier.status().to_string();
+  auto no_pool = TransferEngine::create(config, layout, nullptr, pool.size(),
+                                        std::make_unique<testing::HostPoolCopier>(pool.data()));
+  ASSERT_FALSE(no_pool.is_ok());
+  EXPECT_EQ(no_pool.status().code(), StatusCode::kInvalidArgument);
+}
+
+INSTANTIATE_TEST_SUITE_P(Staged, StagedTransferTest, ::testing::ValuesIn(kStagedPools),
+                         [](const auto& info) { return std::string(info.param.name); });
 INSTANTIATE_TEST_SUITE_P(Loopback, TransferTest, ::testing::ValuesIn(kTransports),
                          [](const auto& info) { return std::string(info.param.name); });
 INSTANTIATE_TEST_SUITE_P(ForcedMode, TransferTest, ::testing::ValuesIn(kForcedModes),

@@ -1,6 +1,7 @@
 // Codecs, run merging and lane-table parsing, in-process (no UCX traffic).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <random>
 #include <string>
@@ -134,6 +135,39 @@ TEST(BlockRunsTest, MergesOnlyWhereBothSidesAreAdjacent) {
   EXPECT_EQ(runs[1].count, 1);  // 6 -> 3 (dst jumps)
   EXPECT_EQ(runs[2].count, 2);  // 9,10 -> 4,5
   EXPECT_EQ(runs[3].src_block, 2);
+}
+
+// The byte ranges a staged pool copies: a byte map built block by block
+// (independently of the merging) must equal the ranges' union, and the
+// ranges must be sorted, disjoint and maximal (no two touching).
+TEST(BlockRunsTest, ByteRangesCoverExactlyTheBlocksMergedMaximally) {
+  KvLayout l = layout();
+  std::mt19937_64 rng(std::random_device{}());
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<int32_t> blocks(l.num_blocks);
+    for (int32_t b = 0; b < l.num_blocks; ++b) blocks[b] = b;
+    std::shuffle(blocks.begin(), blocks.end(), rng);
+    blocks.resize(1 + rng() % l.num_blocks);
+    int32_t lb = int32_t(rng() % l.num_layers);
+    int32_t le = lb + 1 + int32_t(rng() % (l.num_layers - lb));
+    std::vector<bool> want(l.total_bytes(), false), got(l.total_bytes(), false);
+    for (int32_t layer = lb; layer < le; ++layer) {
+      for (int32_t b : blocks) {
+        size_t at = l.block_byte_offset(layer, b);
+        for (size_t i = 0; i < l.block_bytes(); ++i) want[at + i] = true;
+      }
+    }
+    auto ranges = block_byte_ranges(l, blocks, lb, le);
+    for (size_t r = 0; r < ranges.size(); ++r) {
+      if (r > 0) {
+        ASSERT_GT(ranges[r].offset, ranges[r - 1].offset + ranges[r - 1].bytes)
+            << "ranges " << r - 1 << " and " << r << " touch or overlap";
+      }
+      ASSERT_LE(ranges[r].offset + ranges[r].bytes, l.total_bytes());
+      for (size_t i = 0; i < ranges[r].bytes; ++i) got[ranges[r].offset + i] = true;
+    }
+    ASSERT_EQ(got, want) << "trial " << trial;
+  }
 }
 
 TEST(BlockRunsTest, ValidatesIdsAndLengths) {

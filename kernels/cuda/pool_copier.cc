@@ -1,0 +1,118 @@
+// Host code only (the runtime API, no kernels): built by the C++20 host
+// compiler, as common/pool_copier.h's std::span needs.
+#include "kernels/cuda/pool_copier.h"
+
+#include <cuda_runtime_api.h>
+
+#include <mutex>
+#include <string>
+
+#include "kernels/cuda/cuda_status.h"
+
+namespace baton::kernels::cuda {
+namespace {
+
+class CudaPoolCopier final : public PoolCopier {
+ public:
+  CudaPoolCopier(uint8_t* pool, size_t bytes, int device)
+      : pool_(pool),
+        bytes_(bytes),
+        device_(device),
+        name_("cuda device " + std::to_string(device)) {}
+
+  ~CudaPoolCopier() override {
+    // Best effort on the way out: nothing to report to.
+    cudaSetDevice(device_);
+    if (pinned_ != nullptr) cudaHostUnregister(pinned_);
+    for (Direction* d : {&out_, &in_}) {
+      if (d->stream != nullptr) cudaStreamDestroy(d->stream);
+    }
+  }
+
+  Status init() {
+    BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    for (Direction* d : {&out_, &in_}) {
+      BATON_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+    }
+    return Status::ok();
+  }
+
+  Status to_host(void* mirror, std::span<const Range> ranges) override {
+    return copy(out_, ranges, [&](const Range& r) {
+      return cudaMemcpyAsync(static_cast<uint8_t*>(mirror) + r.offset, pool_ + r.offset, r.bytes,
+                             cudaMemcpyDeviceToHost, out_.stream);
+    });
+  }
+
+  Status to_device(const void* mirror, std::span<const Range> ranges) override {
+    return copy(in_, ranges, [&](const Range& r) {
+      return cudaMemcpyAsync(pool_ + r.offset, static_cast<const uint8_t*>(mirror) + r.offset,
+                             r.bytes, cudaMemcpyHostToDevice, in_.stream);
+    });
+  }
+
+  Status pin(void* mirror, size_t bytes) override {
+    if (pinned_ != nullptr) return invalid_argument("the mirror is already pinned");
+    BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    BATON_CUDA_RETURN_IF_ERROR(cudaHostRegister(mirror, bytes, cudaHostRegisterPortable));
+    pinned_ = mirror;
+    return Status::ok();
+  }
+
+  const char* name() const override { return name_.c_str(); }
+
+ private:
+  struct Direction {
+    std::mutex mutex;  // one batch of copies at a time on its stream
+    cudaStream_t stream = nullptr;
+  };
+
+  template <typename Enqueue>
+  Status copy(Direction& d, std::span<const Range> ranges, Enqueue enqueue) {
+    for (const Range& r : ranges) {
+      if (r.offset > bytes_ || r.bytes > bytes_ - r.offset) {
+        return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at " +
+                            std::to_string(r.offset) + " outside the pool of " +
+                            std::to_string(bytes_));
+      }
+    }
+    std::lock_guard lock(d.mutex);
+    BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    Status enqueued;
+    for (const Range& r : ranges) {
+      enqueued = cuda_status(enqueue(r), "cudaMemcpyAsync", __FILE__, __LINE__);
+      if (!enqueued.is_ok()) break;
+    }
+    // Wait even after a failed enqueue: the copies already queued must not
+    // write the mirror or the pool once we have returned.
+    Status synced =
+        cuda_status(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+    return enqueued.is_ok() ? synced : enqueued;
+  }
+
+  uint8_t* const pool_;
+  const size_t bytes_;
+  const int device_;
+  const std::string name_;
+  void* pinned_ = nullptr;
+  Direction out_, in_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<PoolCopier>> make_pool_copier(void* device_pool, size_t bytes) {
+  if (device_pool == nullptr || bytes == 0) {
+    return invalid_argument("make_pool_copier needs a device pool");
+  }
+  cudaPointerAttributes attr{};
+  BATON_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, device_pool));
+  if (attr.type != cudaMemoryTypeDevice) {
+    return invalid_argument("make_pool_copier: the pool is not device memory");
+  }
+  auto copier =
+      std::make_unique<CudaPoolCopier>(static_cast<uint8_t*>(device_pool), bytes, attr.device);
+  BATON_RETURN_IF_ERROR(copier->init());
+  return std::unique_ptr<PoolCopier>(std::move(copier));
+}
+
+}  // namespace baton::kernels::cuda
