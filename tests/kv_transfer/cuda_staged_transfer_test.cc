@@ -77,10 +77,10 @@ class CudaStagedTransferTest : public ::testing::Test {
   std::unique_ptr<Child> spawn(uint64_t seed, uint64_t peer_seed) {
     const KvLayout l = layout();
     return std::make_unique<Child>(std::vector<std::string>{
-        BATON_TRANSFER_PEER, "tcp", "auto", std::to_string(l.num_layers),
-        std::to_string(l.num_blocks), std::to_string(l.block_size), std::to_string(l.num_kv_heads),
-        std::to_string(l.head_dim), "bf16", std::to_string(seed), std::to_string(peer_seed),
-        std::to_string(l.num_blocks), "1", "0", "1"});
+        testing::transfer_peer_binary(BATON_TRANSFER_PEER), "tcp", "auto",
+        std::to_string(l.num_layers), std::to_string(l.num_blocks), std::to_string(l.block_size),
+        std::to_string(l.num_kv_heads), std::to_string(l.head_dim), "bf16", std::to_string(seed),
+        std::to_string(peer_seed), std::to_string(l.num_blocks), "1", "0", "1"});
   }
   PeerId connect(CudaNode& node, Child& child) {
     auto desc = child.wait_for("DESC ");

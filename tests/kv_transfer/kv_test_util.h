@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <optional>
@@ -86,6 +87,13 @@ class HostPoolCopier : public PoolCopier {
  private:
   uint8_t* pool_;
 };
+
+// The peer process to spawn: $BATON_TRANSFER_PEER when set (a bundle run on
+// another machine, deploy/gpu_bundle.sh), else the one this build made.
+inline std::string transfer_peer_binary(const char* built) {
+  const char* env = std::getenv("BATON_TRANSFER_PEER");
+  return env != nullptr && *env != '\0' ? env : built;
+}
 
 inline std::string to_hex(const std::vector<uint8_t>& b) {
   static const char* d = "0123456789abcdef";

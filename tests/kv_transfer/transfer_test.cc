@@ -155,11 +155,12 @@ class LocalNode {
 std::unique_ptr<Child> spawn_peer(const Transport& transport, const KvLayout& l, uint64_t seed,
                                   uint64_t peer_seed, int32_t peer_num_blocks) {
   auto child = std::make_unique<Child>(std::vector<std::string>{
-      BATON_TRANSFER_PEER, transport.tls, node_mode(transport, seed), std::to_string(l.num_layers),
-      std::to_string(l.num_blocks), std::to_string(l.block_size), std::to_string(l.num_kv_heads),
-      std::to_string(l.head_dim), std::string(dtype_name(l.dtype)), std::to_string(seed),
-      std::to_string(peer_seed), std::to_string(peer_num_blocks), transport.peer_errors ? "1" : "0",
-      transport.shared_pools ? "1" : "0", transport.staged ? "1" : "0"});
+      testing::transfer_peer_binary(BATON_TRANSFER_PEER), transport.tls, node_mode(transport, seed),
+      std::to_string(l.num_layers), std::to_string(l.num_blocks), std::to_string(l.block_size),
+      std::to_string(l.num_kv_heads), std::to_string(l.head_dim), std::string(dtype_name(l.dtype)),
+      std::to_string(seed), std::to_string(peer_seed), std::to_string(peer_num_blocks),
+      transport.peer_errors ? "1" : "0", transport.shared_pools ? "1" : "0",
+      transport.staged ? "1" : "0"});
   return child;
 }
 

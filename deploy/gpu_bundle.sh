@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Builds the CUDA tests here and packs them, with every shared library they
+# load (glibc and its loader included, the GPU driver excepted) and UCX's
+# transport modules, into .gpu-bundle/: a folder that runs on a GPU machine
+# which has the driver but none of Baton's Debian packages.
+#
+#   bash deploy/gpu_bundle.sh [build-dir]      # here; then, on the GPU machine:
+#   bash deploy/gpu_check.sh                   # runs what the bundle holds
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+bundle=.gpu-bundle
+tests=(tests/kernels/kernels_cuda_test tests/kv_transfer/kv_transfer_cuda_test)
+helpers=(tests/kv_transfer/kv_transfer_test_peer)
+
+grep -q "BATON_HAVE_CUDA:INTERNAL=ON" "$build/CMakeCache.txt" 2>/dev/null ||
+  grep -q "Baton CUDA backend: ON" <(cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release) ||
+  { echo "gpu_bundle: $build has no CUDA backend (is nvcc in /usr/local/cuda?)" >&2; exit 1; }
+cmake --build "$build" -j2 --target kernels_cuda_test kv_transfer_cuda_test kv_transfer_test_peer
+
+rm -rf "$bundle"
+mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/ucx"
+for b in "${tests[@]}" "${helpers[@]}"; do cp "$build/$b" "$bundle/bin/"; done
+# Every library the binaries load, resolved here; the driver (libcuda) is the
+# GPU machine's own and must come from there.
+for b in "$bundle"/bin/*; do
+  ldd "$b" | awk '/=> \// {print $3} $1 ~ /ld-linux/ {print $1}'
+done | sort -u | grep -v 'libcuda\.so' | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+# UCX opens its transports as modules from a compiled-in folder.
+ucx_modules=$(pkg-config --variable=libdir ucx)/ucx
+cp -L "$ucx_modules"/libuct_*.so.0 "$ucx_modules"/libucm_*.so.0 "$bundle/ucx/" 2>/dev/null || true
+for m in "$bundle"/ucx/*.so.0; do
+  ldd "$m" | awk '/=> \// {print $3}' | while read -r lib; do
+    [ -e "$bundle/lib/$(basename "$lib")" ] || cp -L "$lib" "$bundle/lib/"
+  done
+done
+echo "$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)" >"$bundle/COMMIT"
+du -sh "$bundle"
+echo "gpu_bundle: ready; on the GPU machine run: bash deploy/gpu_check.sh (carry $bundle)"
