@@ -13,8 +13,12 @@ bundle=.gpu-bundle
 tests=(tests/kernels/kernels_cuda_test tests/kv_transfer/kv_transfer_cuda_test)
 helpers=(tests/kv_transfer/kv_transfer_test_peer)
 
-grep -q "BATON_HAVE_CUDA:INTERNAL=ON" "$build/CMakeCache.txt" 2>/dev/null ||
-  grep -q "Baton CUDA backend: ON" <(cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release) ||
+if [ -f "$build/CMakeCache.txt" ]; then
+  configured=$(cmake -S . -B "$build")
+else
+  configured=$(cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release)
+fi
+grep -q "Baton CUDA backend: ON" <<<"$configured" ||
   { echo "gpu_bundle: $build has no CUDA backend (is nvcc in /usr/local/cuda?)" >&2; exit 1; }
 cmake --build "$build" -j2 --target kernels_cuda_test kv_transfer_cuda_test kv_transfer_test_peer
 
@@ -24,11 +28,13 @@ for b in "${tests[@]}" "${helpers[@]}"; do cp "$build/$b" "$bundle/bin/"; done
 # Every library the binaries load, resolved here; the driver (libcuda) is the
 # GPU machine's own and must come from there.
 for b in "$bundle"/bin/*; do
-  ldd "$b" | awk '/=> \// {print $3} $1 ~ /ld-linux/ {print $1}'
+  ldd "$b" | awk '/=> \// {print $3}; $1 ~ /ld-linux/ {print $1}'
 done | sort -u | grep -v 'libcuda\.so' | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
 # UCX opens its transports as modules from a compiled-in folder.
 ucx_modules=$(pkg-config --variable=libdir ucx)/ucx
-cp -L "$ucx_modules"/libuct_*.so.0 "$ucx_modules"/libucm_*.so.0 "$bundle/ucx/" 2>/dev/null || true
+[ -d "$ucx_modules" ] || { echo "gpu_bundle: no UCX module folder at $ucx_modules" >&2; exit 1; }
+shopt -s nullglob
+for m in "$ucx_modules"/*.so.0; do cp -L "$m" "$bundle/ucx/"; done
 for m in "$bundle"/ucx/*.so.0; do
   ldd "$m" | awk '/=> \// {print $3}' | while read -r lib; do
     [ -e "$bundle/lib/$(basename "$lib")" ] || cp -L "$lib" "$bundle/lib/"

@@ -13,25 +13,35 @@ echo "bundle of commit $(cat "$bundle/COMMIT")"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 
 # The driver's libcuda lives outside the bundle: where the machine's loader
-# finds it, or the usual driver folders.
-driver_dirs=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 / {print $NF}' | xargs -r -n1 dirname | sort -u | paste -sd:)
-libpath="$bundle/lib:${driver_dirs:+$driver_dirs:}/usr/local/nvidia/lib64:/usr/local/nvidia/lib:/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-loader=$(ls "$bundle"/lib/ld-linux-x86-64.so.2)
+# finds the 64-bit one, or the usual driver folders. Bundled libraries come
+# first, so glibc and the rest are the bundle's.
+driver_dirs=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF}' |
+  xargs -r -n1 dirname | sort -u | paste -sd:)
+libpath="$bundle/lib:${driver_dirs:+$driver_dirs:}/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+loader="$bundle/lib/ld-linux-x86-64.so.2"
 run() { "$loader" --library-path "$libpath" "$@"; }
 
-# The transfer test spawns its peer process by path: a wrapper that starts it
-# through the same loader.
-cat >"$bundle/peer.sh" <<PEER
+# The transfer test spawns its peer process by path: a wrapper (outside the
+# bundle, which may be read-only) that starts it through the same loader.
+peer=$(mktemp "${TMPDIR:-/tmp}/baton-peer.XXXXXX")
+cat >"$peer" <<PEER
 #!/bin/sh
 exec "$loader" --library-path "$libpath" "$bundle/bin/kv_transfer_test_peer" "\$@"
 PEER
-chmod +x "$bundle/peer.sh"
-export BATON_TRANSFER_PEER="$bundle/peer.sh"
+chmod +x "$peer"
+export BATON_TRANSFER_PEER="$peer"
 export UCX_MODULE_DIR="$bundle/ucx"
 
+# Here the device must be found: a test that skips is a failure (a driver the
+# bundle cannot load would otherwise pass as "no device").
 status=0
 for t in kernels_cuda_test kv_transfer_cuda_test; do
   echo "== $t"
   run "$bundle/bin/$t" --gtest_brief=0 2>&1 | tee "$out/$t.log" || status=1
+  if grep -q "SKIPPED" "$out/$t.log"; then
+    echo "gpu_check: $t skipped tests: no device reached" >&2
+    status=1
+  fi
 done
+rm -f "$peer"
 exit $status

@@ -423,6 +423,13 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
     if (e.hashes.digest() != n.checksum)
       verdict = data_loss("checksum mismatch on transfer " + std::to_string(id));
   }
+  if (verdict.is_ok() && staging_ != nullptr) {
+    // Verified in the mirror: into the device pool before the ack, so a
+    // failed copy fails the sender's side too. (The progress thread waits
+    // for this copy: the fallback's price.)
+    verdict = stage(StageCopy::kIntoPool, e.spec.dst_blocks, e.spec.layer_begin, e.spec.layer_end)
+                  .with_context("receive " + std::to_string(id));
+  }
   e.judged = true;
   e.result = verdict;
   if (e.reply_ep != nullptr) send_ack(e.reply_ep, n, verdict);
@@ -476,13 +483,6 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   if (e.outstanding != 0 || !(e.judged || e.failed) || awaits_puts_stopped(e)) return;
   // Cancelled or expired after its notice came in: the sender awaits an ack.
   if (e.noticed && !e.judged && e.reply_ep != nullptr) send_ack(e.reply_ep, e.notice, e.result);
-  if (staging_ != nullptr && e.result.is_ok()) {
-    // Verified in the mirror; the callback says the blocks are filled, so
-    // they must be in the device pool first. (The progress thread waits for
-    // this copy: the fallback's price.)
-    e.result = stage(StageCopy::kIntoPool, e.spec.dst_blocks, e.spec.layer_begin, e.spec.layer_end)
-                   .with_context("receive " + std::to_string(id));
-  }
   TransferResult r;
   r.status = e.result;
   r.request_id = e.spec.request_id;

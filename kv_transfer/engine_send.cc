@@ -82,6 +82,14 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
   }
   enqueue(
       [this, peer, id, all_posted, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
+        // A cancel_send accepted while the layers were being staged ran
+        // before this command and found no transfer: it takes effect here.
+        bool cancelled = false;
+        {
+          std::lock_guard lock(api_mutex_);
+          auto ticket = send_tickets_.find(id);
+          cancelled = ticket != send_tickets_.end() && ticket->second.cancelled;
+        }
         SendTransfer& t = sends_[id];
         t.serial = next_serial_++;
         t.started = Clock::now();
@@ -94,6 +102,7 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
         t.peer = peer;
         t.on_done = std::move(on_done);
         t.hashes = BlockHashes(t.spec.layer_begin, t.spec.layer_end, t.spec.src_blocks.size());
+        if (cancelled) return apply_cancel_send(id);
         start_send(id);
       });
   return Status::ok();
@@ -365,6 +374,13 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   {
     std::lock_guard lock(api_mutex_);
     send_tickets_.erase(id);
+  }
+  if (staging_ != nullptr) {
+    // A post_layers still copying layers of this transfer out (it failed or
+    // was cancelled meanwhile) holds staging_mutex_: the callback frees the
+    // source blocks, so it waits for that copy. No later one can start: the
+    // ticket is gone.
+    std::lock_guard copies_done(staging_mutex_);
   }
   done(r);
 }

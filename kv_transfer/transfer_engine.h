@@ -155,8 +155,12 @@ class TransferEngine {
 
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
   // Layers [.., layer_end) of the transfer are computed and may be sent.
+  // A staged pool's new layers are copied out before it returns, so they
+  // must be in the pool by then (a device's compute stream synchronised);
+  // a failed copy is returned and fails the transfer (its callback says so).
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
-  // begin_send + post_layers(all).
+  // begin_send + post_layers(all); a failed copy out of a staged pool is
+  // returned, with no callback.
   Status write_blocks(PeerId peer, SendSpec spec, TransferCallback on_done);
 
   // Returns once the expectation is live: data for it that arrives from then

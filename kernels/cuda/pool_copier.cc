@@ -22,19 +22,22 @@ class CudaPoolCopier final : public PoolCopier {
 
   ~CudaPoolCopier() override {
     // Best effort on the way out: nothing to report to.
-    cudaSetDevice(device_);
-    if (pinned_ != nullptr) cudaHostUnregister(pinned_);
-    for (Direction* d : {&out_, &in_}) {
-      if (d->stream != nullptr) cudaStreamDestroy(d->stream);
-    }
+    (void)on_device([&] {
+      if (pinned_ != nullptr) cudaHostUnregister(pinned_);
+      for (Direction* d : {&out_, &in_}) {
+        if (d->stream != nullptr) cudaStreamDestroy(d->stream);
+      }
+      return Status::ok();
+    });
   }
 
   Status init() {
-    BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    for (Direction* d : {&out_, &in_}) {
-      BATON_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
-    }
-    return Status::ok();
+    return on_device([&]() -> Status {
+      for (Direction* d : {&out_, &in_}) {
+        BATON_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+      }
+      return Status::ok();
+    });
   }
 
   Status to_host(void* mirror, std::span<const Range> ranges) override {
@@ -53,10 +56,11 @@ class CudaPoolCopier final : public PoolCopier {
 
   Status pin(void* mirror, size_t bytes) override {
     if (pinned_ != nullptr) return invalid_argument("the mirror is already pinned");
-    BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    BATON_CUDA_RETURN_IF_ERROR(cudaHostRegister(mirror, bytes, cudaHostRegisterPortable));
-    pinned_ = mirror;
-    return Status::ok();
+    return on_device([&]() -> Status {
+      BATON_CUDA_RETURN_IF_ERROR(cudaHostRegister(mirror, bytes, cudaHostRegisterPortable));
+      pinned_ = mirror;
+      return Status::ok();
+    });
   }
 
   const char* name() const override { return name_.c_str(); }
@@ -77,17 +81,38 @@ class CudaPoolCopier final : public PoolCopier {
       }
     }
     std::lock_guard lock(d.mutex);
-    BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    Status enqueued;
-    for (const Range& r : ranges) {
-      enqueued = cuda_status(enqueue(r), "cudaMemcpyAsync", __FILE__, __LINE__);
-      if (!enqueued.is_ok()) break;
+    return on_device([&] {
+      Status enqueued;
+      for (const Range& r : ranges) {
+        enqueued = cuda_status(enqueue(r), "cudaMemcpyAsync", __FILE__, __LINE__);
+        if (!enqueued.is_ok()) break;
+      }
+      // Wait even after a failed enqueue: the copies already queued must not
+      // write the mirror or the pool once we have returned.
+      Status synced =
+          cuda_status(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize", __FILE__, __LINE__);
+      return enqueued.is_ok() ? synced : enqueued;
+    });
+  }
+
+  // Runs `body` with the pool's device current, then the caller's again: the
+  // copies run on the caller's threads (a prefill's compute thread, the
+  // transfer engine's), which in a process of several GPUs have their own.
+  // An error is also taken out of the thread's last-error slot, so a failure
+  // the engine tolerates (pinning) or reports (a copy) does not surface at
+  // the caller's next kernel launch.
+  template <typename Body>
+  Status on_device(Body body) {
+    int previous = 0;
+    BATON_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous));
+    if (previous != device_) BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
+    Status s = body();
+    if (previous != device_) {
+      Status restored = cuda_status(cudaSetDevice(previous), "cudaSetDevice", __FILE__, __LINE__);
+      if (s.is_ok()) s = restored;
     }
-    // Wait even after a failed enqueue: the copies already queued must not
-    // write the mirror or the pool once we have returned.
-    Status synced =
-        cuda_status(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize", __FILE__, __LINE__);
-    return enqueued.is_ok() ? synced : enqueued;
+    if (!s.is_ok()) (void)cudaGetLastError();
+    return s;
   }
 
   uint8_t* const pool_;
@@ -105,7 +130,10 @@ Result<std::unique_ptr<PoolCopier>> make_pool_copier(void* device_pool, size_t b
     return invalid_argument("make_pool_copier needs a device pool");
   }
   cudaPointerAttributes attr{};
-  BATON_CUDA_RETURN_IF_ERROR(cudaPointerGetAttributes(&attr, device_pool));
+  if (cudaError_t e = cudaPointerGetAttributes(&attr, device_pool); e != cudaSuccess) {
+    (void)cudaGetLastError();
+    return cuda_status(e, "cudaPointerGetAttributes", __FILE__, __LINE__);
+  }
   if (attr.type != cudaMemoryTypeDevice) {
     return invalid_argument("make_pool_copier: the pool is not device memory");
   }

@@ -19,6 +19,7 @@
 #include <random>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "common/kv_layout.h"
@@ -64,10 +65,13 @@ class HostPoolCopier : public PoolCopier {
   explicit HostPoolCopier(uint8_t* pool) : pool_(pool) {}
   Status to_host(void* mirror, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-out failure");
+    ++copies_in_flight;
+    if (copy_out_delay.count() > 0) std::this_thread::sleep_for(copy_out_delay);
     for (const Range& r : ranges) {
       std::memcpy(static_cast<uint8_t*>(mirror) + r.offset, pool_ + r.offset, r.bytes);
       to_host_bytes += r.bytes;
     }
+    --copies_in_flight;
     return Status::ok();
   }
   Status to_device(const void* mirror, std::span<const Range> ranges) override {
@@ -83,6 +87,9 @@ class HostPoolCopier : public PoolCopier {
 
   std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0};
   std::atomic<bool> fail{false};  // every copy fails (a device error)
+  // A slow device: each copy out takes this long; copies_in_flight counts them.
+  std::chrono::milliseconds copy_out_delay{0};
+  std::atomic<int> copies_in_flight{0};
 
  private:
   uint8_t* pool_;

@@ -1057,7 +1057,32 @@ TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
 
 // ---- staged pools (device memory UCX does not register) ---------------------
 
-using StagedTransferTest = TransferTest;
+class StagedTransferTest : public TransferTest {
+ protected:
+  // This process's node (a staged pool) sends or receives; a spawned peer,
+  // staged too, does the other; `blocks` random blocks on each side.
+  void start(const KvLayout& layout, bool local_sends, int32_t blocks) {
+    peer_process_.reset();  // gone before the engine it talks to
+    seed_ = rng_() | 1;
+    local_ = std::make_unique<LocalNode>(layout, GetParam(), local_sends ? seed_ : 0,
+                                         local_sends ? "sender" : "receiver", 5000ms);
+    peer_process_ = spawn_peer(GetParam(), layout, local_sends ? 0 : seed_, local_sends ? seed_ : 0,
+                               layout.num_blocks);
+    peer_ = connect(*local_, *peer_process_);
+    src_ = testing::random_blocks(rng_, layout.num_blocks, blocks);
+    dst_ = testing::random_blocks(rng_, layout.num_blocks, blocks);
+  }
+  // The peer's RECV line for `tid`, split: [RECV, tid, code, ops, bytes, verified].
+  std::vector<std::string> peer_received(uint64_t tid) {
+    return testing::split(
+        peer_process_->wait_for("RECV " + std::to_string(tid) + " ").value_or(""));
+  }
+  uint64_t seed_ = 0;
+  std::unique_ptr<LocalNode> local_;
+  std::unique_ptr<Child> peer_process_;  // killed before local_'s engine goes
+  PeerId peer_ = 0;
+  std::vector<int32_t> src_, dst_;
+};
 
 // Both pools staged, every dtype: the receiver's pool (not its mirror) holds
 // the bytes, nothing else in it changed, and the sender copied out exactly
@@ -1066,36 +1091,33 @@ TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
   for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     KvLayout layout = make_layout(dtype, 96, 5);
-    uint64_t seed = rng_() | 1;
-    LocalNode sender(layout, GetParam(), seed, "sender", 3000ms);
-    auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
-    PeerId peer = connect(sender, *receiver);
+    start(layout, /*local_sends=*/true, 8);
     uint64_t copied = 0;
     for (uint64_t tid = 1; tid <= 3; ++tid) {
       int32_t n = 8 + int32_t(rng_() % 24);
       auto src = testing::random_blocks(rng_, layout.num_blocks, n);
       auto dst = testing::random_blocks(rng_, layout.num_blocks, n);
       int lb = int(rng_() % 2), le = 5 - int(rng_() % 2);
-      receiver->send(expect_line(tid, tid, lb, le, 5000, src, dst));
-      ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+      peer_process_->send(expect_line(tid, tid, lb, le, 5000, src, dst));
+      ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
       ASSERT_TRUE(
-          sender.engine()
-              .write_blocks(peer, {tid, tid, src, dst, lb, le, std::nullopt}, sender.callback())
+          local_->engine()
+              .write_blocks(peer_, {tid, tid, src, dst, lb, le, std::nullopt}, local_->callback())
               .is_ok());
       copied += src.size() * layout.block_bytes() * size_t(le - lb);
-      EXPECT_EQ(sender.copier()->to_host_bytes.load(), copied);
-      auto sent = sender.mail().wait(tid);
+      EXPECT_EQ(local_->copier()->to_host_bytes.load(), copied);
+      auto sent = local_->mail().wait(tid);
       ASSERT_TRUE(sent.has_value());
       EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
       EXPECT_EQ(sent->mode, GetParam().shared_pools ? TransferMode::kRma : TransferMode::kTag);
-      auto w = testing::split(receiver->wait_for("RECV " + std::to_string(tid) + " ").value_or(""));
+      auto w = peer_received(tid);
       ASSERT_EQ(w.size(), 6u);
       EXPECT_EQ(w[2], "0");
       EXPECT_EQ(w[5], "1") << "destination bytes differ";
     }
-    receiver->send("POISON_CHECK");
-    EXPECT_EQ(receiver->wait_for("POISON").value_or(""), "POISON ok");
-    receiver->quit();
+    peer_process_->send("POISON_CHECK");
+    EXPECT_EQ(peer_process_->wait_for("POISON").value_or(""), "POISON ok");
+    peer_process_->quit();
   }
 }
 
@@ -1103,29 +1125,25 @@ TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
 // post_layers returns, exactly the layers handed over so far are staged.
 TEST_P(StagedTransferTest, LayersAreCopiedOutAsTheyArePosted) {
   KvLayout layout = make_layout(DType::kBF16, 64, 6);
-  uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam(), seed, "sender", 5000ms);
-  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
-  PeerId peer = connect(sender, *receiver);
-  auto src = testing::random_blocks(rng_, layout.num_blocks, 20);
-  auto dst = testing::random_blocks(rng_, layout.num_blocks, 20);
-  receiver->send(expect_line(1, 1, 0, 6, 8000, src, dst));
-  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
-  ASSERT_TRUE(
-      sender.engine().begin_send(peer, {1, 1, src, dst, 0, 6, 8000ms}, sender.callback()).is_ok());
-  EXPECT_EQ(sender.copier()->to_host_bytes.load(), 0u);
-  const uint64_t layer_bytes = src.size() * layout.block_bytes();
+  start(layout, /*local_sends=*/true, 20);
+  peer_process_->send(expect_line(1, 1, 0, 6, 8000, src_, dst_));
+  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {1, 1, src_, dst_, 0, 6, 8000ms}, local_->callback())
+                  .is_ok());
+  EXPECT_EQ(local_->copier()->to_host_bytes.load(), 0u);
+  const uint64_t layer_bytes = src_.size() * layout.block_bytes();
   for (int32_t layer = 1; layer <= 6; ++layer) {
-    ASSERT_TRUE(sender.engine().post_layers(1, layer).is_ok());
-    EXPECT_EQ(sender.copier()->to_host_bytes.load(), layer_bytes * uint64_t(layer));
+    ASSERT_TRUE(local_->engine().post_layers(1, layer).is_ok());
+    EXPECT_EQ(local_->copier()->to_host_bytes.load(), layer_bytes * uint64_t(layer));
   }
-  auto sent = sender.mail().wait(1);
+  auto sent = local_->mail().wait(1);
   ASSERT_TRUE(sent.has_value());
   EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
-  auto w = testing::split(receiver->wait_for("RECV 1 ").value_or(""));
+  auto w = peer_received(1);
   ASSERT_EQ(w.size(), 6u);
   EXPECT_EQ(w[5], "1") << "destination bytes differ";
-  receiver->quit();
+  peer_process_->quit();
 }
 
 // The receiver copies a transfer into its pool only once it is verified: a
@@ -1133,105 +1151,135 @@ TEST_P(StagedTransferTest, LayersAreCopiedOutAsTheyArePosted) {
 // only); the next one into the same blocks lands whole, nothing else touched.
 TEST_P(StagedTransferTest, ReceiverCopiesInOnlyVerifiedTransfers) {
   KvLayout layout = make_layout(DType::kF32, 48, 6);
-  uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam(), 0, "receiver", 5000ms);
-  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
-  connect(receiver, *sender);
-  auto src = testing::random_blocks(rng_, layout.num_blocks, 16);
-  auto dst = testing::random_blocks(rng_, layout.num_blocks, 16);
-  ASSERT_TRUE(receiver.engine().expect({1, 10, dst, 0, -1, 10000ms}, receiver.callback()).is_ok());
-  // A layer every 30 ms; cancel once two are out.
-  sender->send("SEND 1 10 0 0 6 10000 30 16" + join(src) + join(dst));
-  ASSERT_TRUE(sender->wait_for("POSTED 10 2", 10s));
-  ASSERT_TRUE(receiver.engine().cancel_expect(10).is_ok());
-  auto cancelled = receiver.mail().wait(10, 5s);
+  start(layout, /*local_sends=*/false, 16);
+  ASSERT_TRUE(local_->engine().expect({1, 10, dst_, 0, -1, 10000ms}, local_->callback()).is_ok());
+  // A layer every 150 ms; cancel once two are out, 600 ms before the last.
+  peer_process_->send("SEND 1 10 0 0 6 10000 150 16" + join(src_) + join(dst_));
+  ASSERT_TRUE(peer_process_->wait_for("POSTED 10 2", 10s));
+  ASSERT_TRUE(local_->engine().cancel_expect(10).is_ok());
+  auto cancelled = local_->mail().wait(10, 5s);
   ASSERT_TRUE(cancelled.has_value());
   EXPECT_EQ(cancelled->status.code(), StatusCode::kAborted);
-  ASSERT_TRUE(sender->wait_for("SENT 10 ", 15s));
-  EXPECT_EQ(receiver.copier()->to_device_bytes.load(), 0u);
-  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, {}), 0u) << "cancelled bytes copied in";
+  ASSERT_TRUE(peer_process_->wait_for("SENT 10 ", 15s));
+  EXPECT_EQ(local_->copier()->to_device_bytes.load(), 0u);
+  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, {}), 0u) << "cancelled bytes copied in";
 
   auto src2 = testing::random_blocks(rng_, layout.num_blocks, 16);
-  ASSERT_TRUE(receiver.engine().expect({2, 11, dst, 1, 5, 10000ms}, receiver.callback()).is_ok());
-  sender->send("SEND 2 11 0 1 5 10000 0 16" + join(src2) + join(dst));
-  auto got = receiver.mail().wait(11, 15s);
+  ASSERT_TRUE(local_->engine().expect({2, 11, dst_, 1, 5, 10000ms}, local_->callback()).is_ok());
+  peer_process_->send("SEND 2 11 0 1 5 10000 0 16" + join(src2) + join(dst_));
+  auto got = local_->mail().wait(11, 15s);
   ASSERT_TRUE(got.has_value());
   ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();
-  EXPECT_EQ(receiver.copier()->to_device_bytes.load(), dst.size() * layout.block_bytes() * 4);
+  EXPECT_EQ(local_->copier()->to_device_bytes.load(), dst_.size() * layout.block_bytes() * 4);
   for (int32_t l = 0; l < layout.num_layers; ++l) {
-    for (size_t i = 0; i < dst.size(); ++i) {
-      const uint8_t* block = receiver.pool() + layout.block_byte_offset(l, dst[i]);
+    for (size_t i = 0; i < dst_.size(); ++i) {
+      const uint8_t* block = local_->pool() + layout.block_byte_offset(l, dst_[i]);
       if (l >= 1 && l < 5) {
         EXPECT_TRUE(testing::matches_pattern(block, layout.block_byte_offset(l, src2[i]),
-                                             layout.block_bytes(), seed))
-            << "layer " << l << " block " << dst[i];
+                                             layout.block_bytes(), seed_))
+            << "layer " << l << " block " << dst_[i];
       } else {
         EXPECT_EQ(block[0], testing::kPoison) << "layer " << l << " outside the transfer";
       }
     }
   }
-  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, dst), 0u);
-  sender->quit();
+  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
+  peer_process_->quit();
 }
 
-// A copy that fails (a device error) fails its transfer with that error, on
-// either side, and the engine carries the next one.
+// A copy out that fails (a device error) fails its transfer with that
+// error, and the engine carries the next one.
 TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
-  KvLayout layout = make_layout(DType::kBF16, 32, 4);
-  uint64_t seed = rng_() | 1;
-  LocalNode sender(layout, GetParam(), seed, "sender", 3000ms);
-  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
-  PeerId peer = connect(sender, *receiver);
-  auto src = testing::random_blocks(rng_, layout.num_blocks, 8);
-  auto dst = testing::random_blocks(rng_, layout.num_blocks, 8);
-
-  sender.copier()->fail = true;
+  start(make_layout(DType::kBF16, 32, 4), /*local_sends=*/true, 8);
+  local_->copier()->fail = true;
   Status refused =
-      sender.engine().write_blocks(peer, {1, 1, src, dst, 0, 4, 3000ms}, sender.callback());
+      local_->engine().write_blocks(peer_, {1, 1, src_, dst_, 0, 4, 3000ms}, local_->callback());
   EXPECT_EQ(refused.code(), StatusCode::kInternal) << refused.to_string();
   EXPECT_NE(refused.to_string().find("injected copy-out failure"), std::string::npos);
-  ASSERT_TRUE(
-      sender.engine().begin_send(peer, {2, 2, src, dst, 0, 4, 3000ms}, sender.callback()).is_ok());
-  EXPECT_EQ(sender.engine().post_layers(2, 1).code(), StatusCode::kInternal);
-  auto failed = sender.mail().wait(2, 5s);
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {2, 2, src_, dst_, 0, 4, 3000ms}, local_->callback())
+                  .is_ok());
+  EXPECT_EQ(local_->engine().post_layers(2, 1).code(), StatusCode::kInternal);
+  auto failed = local_->mail().wait(2, 5s);
   ASSERT_TRUE(failed.has_value()) << "no callback for a transfer whose layer was not staged";
   EXPECT_EQ(failed->status.code(), StatusCode::kInternal) << failed->status.to_string();
 
-  sender.copier()->fail = false;
-  receiver->send(expect_line(3, 3, 0, 4, 5000, src, dst));
-  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
-  ASSERT_TRUE(sender.engine()
-                  .write_blocks(peer, {3, 3, src, dst, 0, 4, 3000ms}, sender.callback())
+  local_->copier()->fail = false;
+  peer_process_->send(expect_line(3, 3, 0, 4, 5000, src_, dst_));
+  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(local_->engine()
+                  .write_blocks(peer_, {3, 3, src_, dst_, 0, 4, 3000ms}, local_->callback())
                   .is_ok());
-  auto sent = sender.mail().wait(3);
+  auto sent = local_->mail().wait(3);
   ASSERT_TRUE(sent.has_value());
   EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
-  auto w = testing::split(receiver->wait_for("RECV 3 ").value_or(""));
+  auto w = peer_received(3);
   ASSERT_EQ(w.size(), 6u);
   EXPECT_EQ(w[5], "1");
-  receiver->quit();
+  peer_process_->quit();
+}
+
+// cancel_send while layers are being copied out of a staged pool (a slow
+// device): a write_blocks still copying is aborted when it starts, and a
+// post_layers still copying holds the callback back until its copy is done,
+// since the callback frees the source blocks it reads.
+TEST_P(StagedTransferTest, CancelDuringACopyOutAbortsAndWaitsForTheCopy) {
+  start(make_layout(DType::kBF16, 32, 4), /*local_sends=*/true, 8);
+  testing::HostPoolCopier& copier = *local_->copier();
+  copier.copy_out_delay = 400ms;
+  // The receiver would take it: only the cancel can stop it.
+  peer_process_->send(expect_line(1, 1, 0, 4, 5000, src_, dst_));
+  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+
+  std::thread writer([&] {
+    EXPECT_TRUE(local_->engine()
+                    .write_blocks(peer_, {1, 1, src_, dst_, 0, 4, 5000ms}, local_->callback())
+                    .is_ok());
+  });
+  while (copier.copies_in_flight.load() == 0) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(local_->engine().cancel_send(1).is_ok());
+  writer.join();
+  auto first = local_->mail().wait(1, 5s);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_EQ(first->status.code(), StatusCode::kAborted) << first->status.to_string();
+
+  std::atomic<int> copying_at_callback{-1};
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {2, 2, src_, dst_, 0, 4, 5000ms},
+                              [&](const TransferResult& r) {
+                                copying_at_callback = copier.copies_in_flight.load();
+                                local_->mail().post(r);
+                              })
+                  .is_ok());
+  std::thread poster([&] { (void)local_->engine().post_layers(2, 2); });
+  while (copier.copies_in_flight.load() == 0) std::this_thread::sleep_for(1ms);
+  EXPECT_TRUE(local_->engine().cancel_send(2).is_ok());
+  auto second = local_->mail().wait(2, 5s);
+  poster.join();
+  ASSERT_TRUE(second.has_value());
+  EXPECT_EQ(second->status.code(), StatusCode::kAborted) << second->status.to_string();
+  EXPECT_EQ(copying_at_callback.load(), 0) << "the callback ran while its blocks were being read";
+  peer_process_->quit();
 }
 
 // The receiver's copy-in failing fails the receive (the blocks may be freed)
-// though every byte arrived and was verified.
-TEST_P(StagedTransferTest, CopyInFailureFailsTheReceive) {
+// though every byte arrived and was verified, and the sender hears of it.
+TEST_P(StagedTransferTest, CopyInFailureFailsBothSides) {
   KvLayout layout = make_layout(DType::kF16, 32, 4);
-  uint64_t seed = rng_() | 1;
-  LocalNode receiver(layout, GetParam(), 0, "receiver", 3000ms);
-  auto sender = spawn_peer(GetParam(), layout, seed, 0, layout.num_blocks);
-  connect(receiver, *sender);
-  auto src = testing::random_blocks(rng_, layout.num_blocks, 8);
-  auto dst = testing::random_blocks(rng_, layout.num_blocks, 8);
-  receiver.copier()->fail = true;
-  ASSERT_TRUE(receiver.engine().expect({1, 5, dst, 0, -1, 5000ms}, receiver.callback()).is_ok());
-  sender->send("SEND 1 5 0 0 4 5000 0 8" + join(src) + join(dst));
-  auto got = receiver.mail().wait(5, 10s);
+  start(layout, /*local_sends=*/false, 8);
+  local_->copier()->fail = true;
+  ASSERT_TRUE(local_->engine().expect({1, 5, dst_, 0, -1, 5000ms}, local_->callback()).is_ok());
+  peer_process_->send("SEND 1 5 0 0 4 5000 0 8" + join(src_) + join(dst_));
+  auto got = local_->mail().wait(5, 10s);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->status.code(), StatusCode::kInternal) << got->status.to_string();
   EXPECT_NE(got->status.to_string().find("injected copy-in failure"), std::string::npos);
-  EXPECT_EQ(receiver.engine().stats().receives_failed, 1u);
-  EXPECT_EQ(unpoisoned_outside(receiver.pool(), layout, {}), 0u);
-  sender->quit();
+  EXPECT_EQ(local_->engine().stats().receives_failed, 1u);
+  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, {}), 0u);
+  auto sent = testing::split(peer_process_->wait_for("SENT 5 ").value_or(""));
+  ASSERT_EQ(sent.size(), 6u);
+  EXPECT_EQ(sent[2], std::to_string(int(StatusCode::kInternal)));
+  peer_process_->quit();
 }
 
 // A pool in CUDA memory without a copier, or a copier without a pool, is
