@@ -139,6 +139,25 @@ TransferEngine::Impl::~Impl() {
   }
 }
 
+Status TransferEngine::Impl::check_transfer(
+    uint64_t transfer_id, int32_t layer_begin, int32_t& layer_end,
+    const std::optional<std::chrono::milliseconds>& deadline) const {
+  if (transfer_id > kMaxTransferId) {
+    return out_of_range("transfer id " + std::to_string(transfer_id) + " over 32 bits");
+  }
+  if (layer_end < 0) layer_end = layout_.num_layers;
+  if (layer_begin < 0 || layer_begin >= layer_end || layer_end > layout_.num_layers) {
+    return out_of_range("layer range [" + std::to_string(layer_begin) + ", " +
+                        std::to_string(layer_end) + ") of transfer " + std::to_string(transfer_id) +
+                        " outside the pool");
+  }
+  if (deadline) {
+    BATON_RETURN_IF_ERROR(
+        check_duration(*deadline, "deadline of transfer " + std::to_string(transfer_id)));
+  }
+  return Status::ok();
+}
+
 // ---- the progress loop -------------------------------------------------------
 
 void TransferEngine::Impl::enqueue(std::function<void()> command) {

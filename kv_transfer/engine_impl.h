@@ -176,6 +176,11 @@ class TransferEngine::Impl {
   Status cancel_send(uint64_t transfer_id);
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
   EngineStats stats() const;
+  // What begin_send and expect check alike: the id fits the wire, the layer
+  // range (layer_end -1: every layer, filled in) lies in the pool, the
+  // deadline is in range.
+  Status check_transfer(uint64_t transfer_id, int32_t layer_begin, int32_t& layer_end,
+                        const std::optional<std::chrono::milliseconds>& deadline) const;
 
   // UCX callbacks (progress thread).
   void on_op_complete(OpContext* op, ucs_status_t status);

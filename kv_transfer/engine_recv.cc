@@ -32,18 +32,8 @@ void ack_callback(void* request, ucs_status_t status, void* user_data) {
 
 Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
   if (!on_done) return invalid_argument("expect needs a completion callback");
-  if (spec.transfer_id > kMaxTransferId) {
-    return out_of_range("transfer id " + std::to_string(spec.transfer_id) + " over 32 bits");
-  }
-  if (spec.layer_end < 0) spec.layer_end = layout_.num_layers;
-  if (spec.layer_begin < 0 || spec.layer_begin >= spec.layer_end ||
-      spec.layer_end > layout_.num_layers) {
-    return out_of_range("expected layer range outside the pool");
-  }
-  if (spec.deadline) {
-    BATON_RETURN_IF_ERROR(check_duration(
-        *spec.deadline, "deadline of expected transfer " + std::to_string(spec.transfer_id)));
-  }
+  BATON_RETURN_IF_ERROR(
+      check_transfer(spec.transfer_id, spec.layer_begin, spec.layer_end, spec.deadline));
   BATON_RETURN_IF_ERROR(validate_block_lists(spec.dst_blocks, layout_, spec.dst_blocks, layout_));
   {
     std::lock_guard lock(api_mutex_);

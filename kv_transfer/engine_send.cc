@@ -44,21 +44,10 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     if (peer >= peer_layouts_.size()) {
       return not_found("unknown peer " + std::to_string(peer));
     }
-    if (spec.transfer_id > kMaxTransferId) {
-      return out_of_range("transfer id " + std::to_string(spec.transfer_id) + " over 32 bits");
-    }
-    if (spec.layer_end < 0) spec.layer_end = layout_.num_layers;
-    if (spec.layer_begin < 0 || spec.layer_begin >= spec.layer_end ||
-        spec.layer_end > layout_.num_layers) {
-      return out_of_range("layer range [" + std::to_string(spec.layer_begin) + ", " +
-                          std::to_string(spec.layer_end) + ") outside the pool");
-    }
+    BATON_RETURN_IF_ERROR(
+        check_transfer(spec.transfer_id, spec.layer_begin, spec.layer_end, spec.deadline));
     BATON_RETURN_IF_ERROR(
         validate_block_lists(spec.src_blocks, layout_, spec.dst_blocks, peer_layouts_[peer]));
-    if (spec.deadline) {
-      BATON_RETURN_IF_ERROR(check_duration(
-          *spec.deadline, "deadline of transfer " + std::to_string(spec.transfer_id)));
-    }
     int32_t posted = all_posted ? spec.layer_end : spec.layer_begin;
     SendTicket ticket;
     ticket.posted = posted;
