@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the CUDA tests here and packs them, with every shared library they
+# Builds the CUDA tests and benchmark here and packs them, with every shared library they
 # load (glibc and its loader included, the GPU driver excepted) and UCX's
 # transport modules, into .gpu-bundle/: a folder that runs on a GPU machine
 # which has the driver but none of Baton's Debian packages.
@@ -11,7 +11,7 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 bundle=.gpu-bundle
 tests=(tests/kernels/kernels_cuda_test tests/kv_transfer/kv_transfer_cuda_test)
-helpers=(tests/kv_transfer/kv_transfer_test_peer)
+helpers=(tests/kv_transfer/kv_transfer_test_peer bench/bench_cuda_attention)
 
 if [ -f "$build/CMakeCache.txt" ]; then
   configured=$(cmake -S . -B "$build")
@@ -20,7 +20,8 @@ else
 fi
 grep -q "Baton CUDA backend: ON" <<<"$configured" ||
   { echo "gpu_bundle: $build has no CUDA backend (is nvcc in /usr/local/cuda?)" >&2; exit 1; }
-cmake --build "$build" -j2 --target kernels_cuda_test kv_transfer_cuda_test kv_transfer_test_peer
+cmake --build "$build" -j2 --target kernels_cuda_test kv_transfer_cuda_test kv_transfer_test_peer \
+  bench_cuda_attention
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/ucx"

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The one script to run on a machine with a CUDA device: runs the CUDA tests
-# that deploy/gpu_bundle.sh packed into .gpu-bundle/ (they skip where there is
-# no device, so here they must run), through the bundle's own glibc loader, so
-# the machine needs the GPU driver and nothing else. Logs go to $OUT when set.
+# and the decode-attention benchmark that deploy/gpu_bundle.sh packed into
+# .gpu-bundle/ (the tests skip where there is no device, so here they must
+# run), through the bundle's own glibc loader, so the machine needs the GPU
+# driver and nothing else. Logs and the benchmark's table go to $OUT when set.
 # Usage: bash deploy/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -44,4 +45,6 @@ for t in kernels_cuda_test kv_transfer_cuda_test; do
   fi
 done
 rm -f "$peer"
+echo "== bench_cuda_attention"
+run "$bundle/bin/bench_cuda_attention" 2>&1 | tee "$out/bench_cuda_attention.md" || status=1
 exit $status
