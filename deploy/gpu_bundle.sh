@@ -30,17 +30,23 @@ for b in "${tests[@]}" "${helpers[@]}"; do cp "$build/$b" "$bundle/bin/"; done
 # GPU machine's own and must come from there.
 for b in "$bundle"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}; $1 ~ /ld-linux/ {print $1}'
-done | sort -u | grep -v 'libcuda\.so' | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+done | sort -u | grep -v 'libcuda\.so\|libnvidia-' | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+# The whole glibc family, loaded or not: the driver's libcuda opens some of
+# them, and they must not come from the GPU machine's glibc beside ours.
+glibc_dir=$(dirname "$(ldd "$bundle/bin/$(basename "${tests[0]}")" | awk '$1 == "libc.so.6" {print $3}')")
+for l in libc.so.6 libm.so.6 libdl.so.2 libpthread.so.0 librt.so.1 libresolv.so.2; do
+  [ -e "$glibc_dir/$l" ] && cp -L "$glibc_dir/$l" "$bundle/lib/"
+done
 # UCX opens its transports as modules from a compiled-in folder.
 ucx_modules=$(pkg-config --variable=libdir ucx)/ucx
 [ -d "$ucx_modules" ] || { echo "gpu_bundle: no UCX module folder at $ucx_modules" >&2; exit 1; }
 shopt -s nullglob
 for m in "$ucx_modules"/*.so.0; do cp -L "$m" "$bundle/ucx/"; done
 for m in "$bundle"/ucx/*.so.0; do
-  ldd "$m" | awk '/=> \// {print $3}' | while read -r lib; do
+  ldd "$m" | awk '/=> \// {print $3}' | grep -v 'libcuda\.so\|libnvidia-' | while read -r lib; do
     [ -e "$bundle/lib/$(basename "$lib")" ] || cp -L "$lib" "$bundle/lib/"
   done
 done
-echo "$(git rev-parse --short HEAD)$(git diff --quiet || echo -dirty)" >"$bundle/COMMIT"
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >"$bundle/COMMIT"
 du -sh "$bundle"
 echo "gpu_bundle: ready; on the GPU machine run: bash deploy/gpu_check.sh (carry $bundle)"

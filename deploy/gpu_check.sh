@@ -25,6 +25,7 @@ run() { "$loader" --library-path "$libpath" "$@"; }
 # The transfer test spawns its peer process by path: a wrapper (outside the
 # bundle, which may be read-only) that starts it through the same loader.
 peer=$(mktemp "${TMPDIR:-/tmp}/baton-peer.XXXXXX")
+trap 'rm -f "$peer"' EXIT
 cat >"$peer" <<PEER
 #!/bin/sh
 exec "$loader" --library-path "$libpath" "$bundle/bin/kv_transfer_test_peer" "\$@"
@@ -44,7 +45,8 @@ for t in kernels_cuda_test kv_transfer_cuda_test; do
     status=1
   fi
 done
-rm -f "$peer"
 echo "== bench_cuda_attention"
-run "$bundle/bin/bench_cuda_attention" 2>&1 | tee "$out/bench_cuda_attention.md" || status=1
+run "$bundle/bin/bench_cuda_attention" 2>"$out/bench_cuda_attention.log" |
+  tee "$out/bench_cuda_attention.md" || status=1
+cat "$out/bench_cuda_attention.log" >&2
 exit $status

@@ -364,11 +364,12 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     std::lock_guard lock(api_mutex_);
     send_tickets_.erase(id);
   }
-  if (staging_ != nullptr) {
+  if (staging_ != nullptr && !r.status.is_ok()) {
     // A post_layers still copying layers of this transfer out (it failed or
     // was cancelled meanwhile) holds staging_mutex_: the callback frees the
     // source blocks, so it waits for that copy. No later one can start: the
-    // ticket is gone.
+    // ticket is gone. (A transfer that succeeded has none: its last layer
+    // was copied before it was handed over.)
     std::lock_guard copies_done(staging_mutex_);
   }
   done(r);

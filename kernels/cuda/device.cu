@@ -18,7 +18,12 @@ int device_count() {
 
 Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   DeviceBuffer buffer;
-  BATON_CUDA_RETURN_IF_ERROR(cudaMalloc(&buffer.data_, bytes));
+  if (cudaError_t e = cudaMalloc(&buffer.data_, bytes); e != cudaSuccess) {
+    // Out of memory is the caller's to handle: it must not surface again at
+    // the next launch's cudaGetLastError.
+    (void)cudaGetLastError();
+    return cuda_status(e, "cudaMalloc", __FILE__, __LINE__);
+  }
   buffer.bytes_ = bytes;
   return Result<DeviceBuffer>(std::move(buffer));
 }

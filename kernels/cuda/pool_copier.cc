@@ -95,22 +95,22 @@ class CudaPoolCopier final : public PoolCopier {
     });
   }
 
-  // Runs `body` with the pool's device current, then the caller's again: the
-  // copies run on the caller's threads (a prefill's compute thread, the
-  // transfer engine's), which in a process of several GPUs have their own.
-  // An error is also taken out of the thread's last-error slot, so a failure
-  // the engine tolerates (pinning) or reports (a copy) does not surface at
-  // the caller's next kernel launch.
+  // Runs `body` with the pool's device current on the calling thread, and
+  // leaves it current: the copies run on a prefill's compute thread (whose
+  // device is the pool's) and on the transfer engine's progress thread
+  // (which has none of its own). Switching back would, on a thread that never
+  // chose a device, create a context on device 0 (CUDA 12+) that a process
+  // serving from another GPU does not want. An error is also taken out of the
+  // thread's last-error slot, so a failure the engine tolerates (pinning) or
+  // reports (a copy) does not surface at the caller's next kernel launch.
   template <typename Body>
   Status on_device(Body body) {
-    int previous = 0;
-    BATON_CUDA_RETURN_IF_ERROR(cudaGetDevice(&previous));
-    if (previous != device_) BATON_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_));
-    Status s = body();
-    if (previous != device_) {
-      Status restored = cuda_status(cudaSetDevice(previous), "cudaSetDevice", __FILE__, __LINE__);
-      if (s.is_ok()) s = restored;
+    int current = -1;
+    Status s = cuda_status(cudaGetDevice(&current), "cudaGetDevice", __FILE__, __LINE__);
+    if (s.is_ok() && current != device_) {
+      s = cuda_status(cudaSetDevice(device_), "cudaSetDevice", __FILE__, __LINE__);
     }
+    if (s.is_ok()) s = body();
     if (!s.is_ok()) (void)cudaGetLastError();
     return s;
   }

@@ -16,7 +16,8 @@ namespace baton::kernels::cuda {
 
 // Copies for the pool at `device_pool` (`bytes` long, on the current device).
 // Each direction has a stream of its own, so a sender's copy-out and a
-// receiver's copy-in overlap; every range is checked against the pool.
+// receiver's copy-in overlap; every range is checked against the pool. A
+// copy makes the pool's device current on the thread that asks for it.
 Result<std::unique_ptr<PoolCopier>> make_pool_copier(void* device_pool, size_t bytes);
 
 }  // namespace baton::kernels::cuda
