@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""Compares two builds of a Google Benchmark program on this machine.
+
+Run-to-run swings here (±20% between consecutive runs of the same binary)
+are larger than most changes worth making, so one run of each proves
+nothing. This runs the two binaries alternately, swapping which goes first
+every round so drift does not favour either, and reports for every
+benchmark the median of a counter for each, their ratio, and in how many
+rounds the new one did better.
+
+  bench/ab.py OLD NEW [--rounds 6] [--counter NAME] [--lower-is-better] \\
+      -- --benchmark_filter=... --benchmark_min_time=0.3
+
+The counter defaults to real_time (lower is better); name a user counter
+(KV_GBps, W_GBps, tokens_per_s, ...) to compare that instead.
+"""
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+
+
+def run(binary, args):
+    done = subprocess.run([binary, "--benchmark_format=json", *args],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"ab.py: {binary} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    return json.loads(done.stdout)["benchmarks"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("old")
+    parser.add_argument("new")
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--counter", default="real_time")
+    parser.add_argument("--lower-is-better", action="store_true",
+                        help="implied for real_time and cpu_time")
+    argv = sys.argv[1:]
+    split = argv.index("--") if "--" in argv else len(argv)
+    a = parser.parse_args(argv[:split])
+    bench_args = argv[split + 1:]
+    lower = a.lower_is_better or a.counter in ("real_time", "cpu_time")
+    if a.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    values = {}  # name -> {"old": [...], "new": [...]}
+    for r in range(a.rounds):
+        order = ("old", "new") if r % 2 == 0 else ("new", "old")
+        for which in order:
+            for b in run(getattr(a, which), bench_args):
+                if b.get("run_type") == "aggregate":
+                    continue
+                if a.counter not in b:
+                    sys.exit(f"ab.py: {b['name']} has no counter {a.counter!r}")
+                values.setdefault(b["name"], {"old": [], "new": []})[which].append(
+                    float(b[a.counter]))
+        print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
+
+    print(f"| benchmark | old median {a.counter} | new median | new / old | new better in |")
+    print("|---|---|---|---|---|")
+    for name, v in values.items():
+        old, new = v["old"], v["new"]
+        if not old or not new:
+            continue
+        mo, mn = statistics.median(old), statistics.median(new)
+        wins = sum(1 for o, n in zip(old, new) if (n < o if lower else n > o))
+        print(f"| {name} | {mo:.4g} | {mn:.4g} | {mn / mo:.3f} | {wins}/{min(len(old), len(new))} |")
+
+
+if __name__ == "__main__":
+    main()
