@@ -1,6 +1,7 @@
 #include "engine/file_mapping.h"
 
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 // Linux 5.14; older headers lack the name, older kernels refuse it (EINVAL).
 #ifndef MADV_POPULATE_READ
@@ -149,6 +151,34 @@ HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd) {
         "process, or transparent huge pages disabled)";
   }
   return report;
+}
+
+LoadLock::LoadLock(const std::filesystem::path& dir, std::chrono::milliseconds patience) {
+  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd_ < 0) {
+    note_ = errno_text("open");
+    return;
+  }
+  const auto give_up = std::chrono::steady_clock::now() + patience;
+  while (true) {
+    if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+      held_ = true;
+      return;
+    }
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      note_ = errno_text("flock");
+      return;
+    }
+    if (std::chrono::steady_clock::now() >= give_up) {
+      note_ = "another process held it for longer than " + std::to_string(patience.count()) + " ms";
+      return;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+LoadLock::~LoadLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock with the last descriptor
 }
 
 std::optional<uint64_t> smaps_field_bytes(std::string_view smaps, uintptr_t start,

@@ -13,8 +13,10 @@
 // folios and must be read again to get them.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,6 +48,31 @@ struct HugePageReport {
 // page is the whole file. Only advice to the kernel: where it keeps 4 KiB
 // pages, `note` says why; the bytes mapped and their address never change.
 HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd);
+
+// An exclusive flock(2) on a checkpoint directory, held while a process
+// opens the checkpoint and maps it in 2 MiB pages. Nodes started together on
+// one host load the same checkpoint at once; each then maps the other's
+// small folios (the header it reads first is in the first 2 MiB), so neither
+// can drop them to read them again in 2 MiB folios, and both keep 4 KiB
+// pages. Taking turns, the second finds the first's 2 MiB folios. Waits at
+// most `patience` for the holder (a process stopped while loading must not
+// stall every later start), then goes ahead without the lock; where flock
+// is refused (some network file systems), nothing is held.
+class LoadLock {
+ public:
+  LoadLock(const std::filesystem::path& dir, std::chrono::milliseconds patience);
+  ~LoadLock();
+  LoadLock(const LoadLock&) = delete;
+  LoadLock& operator=(const LoadLock&) = delete;
+  bool held() const { return held_; }
+  // Why the lock is not held (empty when it is).
+  const std::string& note() const { return note_; }
+
+ private:
+  int fd_ = -1;
+  bool held_ = false;
+  std::string note_;
+};
 
 // The "<field>:" value, in bytes, of the /proc/<pid>/smaps entry whose range
 // starts at `start` (e.g. "FilePmdMapped"); nullopt when there is none.

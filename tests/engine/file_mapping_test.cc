@@ -3,12 +3,16 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <random>
+#include <thread>
 
 #include "engine/safetensors.h"
 #include "engine/safetensors_writer.h"
@@ -35,6 +39,18 @@ struct Fd {
   }
   int fd;
 };
+
+// Writes `bytes` a page at a time, so the page cache holds them in small
+// folios (one big write can leave large ones).
+void write_in_pages(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  for (size_t offset = 0; offset < bytes.size(); offset += 4096) {
+    out.write(bytes.data() + offset,
+              std::streamsize(std::min<size_t>(4096, bytes.size() - offset)));
+    out.flush();
+  }
+  ASSERT_TRUE(out.good());
+}
 
 TEST(SmapsFieldTest, FindsTheFieldOfTheEntryStartingThere) {
   const std::string smaps =
@@ -81,16 +97,7 @@ TEST(FileMappingTest, HugePagesKeepEveryByteAndReportWhatTheyGot) {
   const size_t size = 3 * kHugePageBytes + 1000;
   const auto path = dir / "w";
   const std::string bytes = random_bytes(size);
-  // Just written a page at a time: the page cache holds it in small folios
-  // (on file systems with large folios, one big write would leave big ones).
-  {
-    std::ofstream out(path, std::ios::binary);
-    for (size_t offset = 0; offset < size; offset += 4096) {
-      out.write(bytes.data() + offset, std::streamsize(std::min<size_t>(4096, size - offset)));
-      out.flush();
-    }
-    ASSERT_TRUE(out.good());
-  }
+  write_in_pages(path, bytes);
   Fd file(path);
   ASSERT_GE(file.fd, 0);
   auto map = map_file_read_only(file.fd, size, path.string());
@@ -111,6 +118,77 @@ TEST(FileMappingTest, HugePagesKeepEveryByteAndReportWhatTheyGot) {
   if (report.huge_bytes == report.eligible_bytes) EXPECT_FALSE(again.reread);
   EXPECT_EQ(std::memcmp(*map, bytes.data(), size), 0);
   ASSERT_EQ(munmap(*map, size), 0);
+}
+
+// What a node's start does to its checkpoint: the load lock, the mapping, a
+// read of the header at its start (then `after_header`), then 2 MiB pages.
+// Returns the bytes mapped in 2 MiB pages, or nothing if the bytes read
+// back wrong.
+std::optional<uint64_t> load_like_a_node(const std::filesystem::path& dir,
+                                         const std::filesystem::path& file,
+                                         const std::string& bytes,
+                                         const std::function<void()>& after_header = {}) {
+  LoadLock lock(dir, std::chrono::seconds(60));
+  Fd fd(file);
+  if (fd.fd < 0) return std::nullopt;
+  auto map = map_file_read_only(fd.fd, bytes.size(), file.string());
+  if (!map.is_ok()) return std::nullopt;
+  const bool header_ok = std::memcmp(*map, bytes.data(), 4096) == 0;
+  if (after_header) after_header();
+  const HugePageReport report = map_in_huge_pages(*map, bytes.size(), fd.fd);
+  const bool all_ok = header_ok && std::memcmp(*map, bytes.data(), bytes.size()) == 0;
+  munmap(*map, bytes.size());
+  if (!all_ok) return std::nullopt;
+  return report.huge_bytes;
+}
+
+// Two nodes starting together on one host, loading the same checkpoint
+// just written: without turns each maps the other's small folios and both
+// keep 4 KiB pages; with the load lock both get 2 MiB pages. (Where this
+// machine cannot map even one process's fresh file in 2 MiB pages, there is
+// nothing to compare.)
+TEST(FileMappingTest, ProcessesLoadingTogetherTakeTurnsAndBothGetHugePages) {
+  ScratchDir scratch;
+  const size_t size = 24 * kHugePageBytes;
+  const auto alone_dir = scratch / "alone", together_dir = scratch / "together";
+  std::filesystem::create_directories(alone_dir);
+  std::filesystem::create_directories(together_dir);
+  const std::string bytes = random_bytes(size);
+  write_in_pages(alone_dir / "w", bytes);
+  const std::optional<uint64_t> alone = load_like_a_node(alone_dir, alone_dir / "w", bytes);
+  ASSERT_TRUE(alone.has_value()) << "bytes differ";
+  if (*alone < size) GTEST_SKIP() << "this machine keeps a fresh file in 4 KiB pages";
+
+  write_in_pages(together_dir / "w", bytes);
+  // The other process starts first and reads its header (maps the file's
+  // first page), then takes its time: without turns, this one's attempt to
+  // read the first 2 MiB again finds that page pinned and gives up.
+  int header_read[2], result[2];
+  ASSERT_EQ(pipe(header_read), 0);
+  ASSERT_EQ(pipe(result), 0);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    const std::optional<uint64_t> huge =
+        load_like_a_node(together_dir, together_dir / "w", bytes, [&] {
+          (void)!write(header_read[1], "h", 1);
+          std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        });
+    const uint64_t reply = huge.value_or(~uint64_t(0));
+    _exit(write(result[1], &reply, sizeof reply) == sizeof reply ? 0 : 3);
+  }
+  char c;
+  ASSERT_EQ(read(header_read[0], &c, 1), 1);
+  const std::optional<uint64_t> mine = load_like_a_node(together_dir, together_dir / "w", bytes);
+  uint64_t theirs = 0;
+  ASSERT_EQ(read(result[0], &theirs, sizeof theirs), ssize_t(sizeof theirs));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  for (int fd : {header_read[0], header_read[1], result[0], result[1]}) close(fd);
+  ASSERT_TRUE(mine.has_value()) << "bytes differ in this process";
+  ASSERT_NE(theirs, ~uint64_t(0)) << "bytes differ in the other process";
+  EXPECT_EQ(*mine, size);
+  EXPECT_EQ(theirs, size);
 }
 
 TEST(FileMappingTest, SafetensorsTensorsReadTheSameInHugePages) {
