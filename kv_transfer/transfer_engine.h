@@ -41,6 +41,11 @@
 //    destination blocks (active messages as the alternative), which UCX's own
 //    zero-copy protocols (CMA, TCP zcopy) serve, where emulated puts would
 //    crawl. Overridable (TransferConfig::mode) for benchmarks.
+//  * Device pools: a pool UCX cannot register (GPU memory; Debian's UCX has
+//    no CUDA support) is staged through a registered host mirror of the same
+//    layout by a PoolCopier (common/pool_copier.h): layers are copied out as
+//    they are posted, on the caller's thread, and a received transfer is
+//    copied in once verified, before the ack (kv_transfer/engine_staging.cc).
 //  * Failure: deadlines on both sides; UCX peer error handling where the
 //    transports support it; a receiver ack closes every transfer, so a dead
 //    receiver is noticed even on shared memory. A failed endpoint is torn down
