@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
 #include "engine/checkpoint.h"
+#include "engine/file_mapping.h"
 #include "engine/make_model.h"
 #include "engine/model.h"
 
@@ -58,6 +60,9 @@ LoadedModel& load(const std::string& preset, DType dtype) {
       std::exit(1);
     }
   }
+  // Takes turns with a node loading the same checkpoint (engine/file_mapping.h).
+  std::optional<engine::LoadLock> load_lock;
+  if (HugeBuffer::use_huge_pages()) load_lock.emplace(dir, std::chrono::minutes(10));
   auto checkpoint = engine::Checkpoint::open(dir);
   if (!checkpoint.is_ok()) {
     std::fprintf(stderr, "cannot open %s: %s\n", dir.c_str(),
@@ -74,6 +79,7 @@ LoadedModel& load(const std::string& preset, DType dtype) {
                  (unsigned long long)(r.eligible_bytes >> 20), r.reread ? " (re-read)" : "",
                  r.note.empty() ? "" : ": ", r.note.c_str());
   }
+  load_lock.reset();
   // The ceilings' pool: --threads sizes both.
   loaded.model = std::make_unique<engine::LlamaModel>(*loaded.checkpoint, bench_pool());
   return cache.emplace(key, std::move(loaded)).first->second;

@@ -56,8 +56,11 @@ HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd);
 // can drop them to read them again in 2 MiB folios, and both keep 4 KiB
 // pages. Taking turns, the second finds the first's 2 MiB folios. Waits at
 // most `patience` for the holder (a process stopped while loading must not
-// stall every later start), then goes ahead without the lock; where flock
-// is refused (some network file systems), nothing is held.
+// stall every later start; a dead one releases it at once), logging once it
+// has waited a second, then goes ahead without the lock; where flock is
+// refused (NFS takes flock as a write lock, which a directory cannot have),
+// nothing is held. Directories that share files (a Hugging Face cache's
+// snapshots link to shared blobs) do not take turns with each other.
 class LoadLock {
  public:
   LoadLock(const std::filesystem::path& dir, std::chrono::milliseconds patience);
@@ -65,12 +68,15 @@ class LoadLock {
   LoadLock(const LoadLock&) = delete;
   LoadLock& operator=(const LoadLock&) = delete;
   bool held() const { return held_; }
+  // Another process held it for all of `patience`.
+  bool gave_up_waiting() const { return gave_up_; }
   // Why the lock is not held (empty when it is).
   const std::string& note() const { return note_; }
 
  private:
   int fd_ = -1;
   bool held_ = false;
+  bool gave_up_ = false;
   std::string note_;
 };
 

@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -10,9 +11,11 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <random>
 #include <thread>
+#include <vector>
 
 #include "engine/safetensors.h"
 #include "engine/safetensors_writer.h"
@@ -120,27 +123,64 @@ TEST(FileMappingTest, HugePagesKeepEveryByteAndReportWhatTheyGot) {
   ASSERT_EQ(munmap(*map, size), 0);
 }
 
-// What a node's start does to its checkpoint: the load lock, the mapping, a
-// read of the header at its start (then `after_header`), then 2 MiB pages.
-// Returns the bytes mapped in 2 MiB pages, or nothing if the bytes read
-// back wrong.
-std::optional<uint64_t> load_like_a_node(const std::filesystem::path& dir,
+// A checkpoint file as a node holds it once loaded: mapped, with what the
+// load found. Unmapped on destruction.
+struct Loaded {
+  void* map = nullptr;
+  size_t size = 0;
+  uint64_t huge_bytes = 0;
+  bool bytes_ok = false;
+  ~Loaded() {
+    if (map != nullptr) munmap(map, size);
+  }
+};
+
+// What a node's start does to its checkpoint: under the load lock, it maps
+// the file, reads the header at its start (then `after_header`) and maps it
+// in 2 MiB pages; like a running node, it keeps the mapping after the lock
+// is gone.
+std::unique_ptr<Loaded> load_like_a_node(const std::filesystem::path& dir,
                                          const std::filesystem::path& file,
                                          const std::string& bytes,
                                          const std::function<void()>& after_header = {}) {
-  LoadLock lock(dir, std::chrono::seconds(60));
+  auto loaded = std::make_unique<Loaded>();
   Fd fd(file);
-  if (fd.fd < 0) return std::nullopt;
-  auto map = map_file_read_only(fd.fd, bytes.size(), file.string());
-  if (!map.is_ok()) return std::nullopt;
-  const bool header_ok = std::memcmp(*map, bytes.data(), 4096) == 0;
-  if (after_header) after_header();
-  const HugePageReport report = map_in_huge_pages(*map, bytes.size(), fd.fd);
-  const bool all_ok = header_ok && std::memcmp(*map, bytes.data(), bytes.size()) == 0;
-  munmap(*map, bytes.size());
-  if (!all_ok) return std::nullopt;
-  return report.huge_bytes;
+  if (fd.fd < 0) return loaded;
+  bool header_ok = false;
+  {
+    LoadLock lock(dir, std::chrono::seconds(60));
+    auto map = map_file_read_only(fd.fd, bytes.size(), file.string());
+    if (!map.is_ok()) return loaded;
+    loaded->map = *map;
+    loaded->size = bytes.size();
+    header_ok = std::memcmp(loaded->map, bytes.data(), 4096) == 0;
+    if (after_header) after_header();
+    loaded->huge_bytes = map_in_huge_pages(loaded->map, bytes.size(), fd.fd).huge_bytes;
+  }
+  loaded->bytes_ok = header_ok && std::memcmp(loaded->map, bytes.data(), bytes.size()) == 0;
+  return loaded;
 }
+
+// A child process, killed and reaped if the test ends before it does, and
+// the pipes between it and the test.
+struct ChildProcess {
+  pid_t pid = -1;
+  std::vector<int> fds;
+  ~ChildProcess() {
+    for (int fd : fds) close(fd);
+    if (pid > 0) {
+      kill(pid, SIGKILL);
+      waitpid(pid, nullptr, 0);
+    }
+  }
+  // Waits for it to exit; true if it exited with status 0.
+  bool exited_cleanly() {
+    int status = 0;
+    const bool reaped = waitpid(pid, &status, 0) == pid;
+    pid = -1;
+    return reaped && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+  }
+};
 
 // Two nodes starting together on one host, loading the same checkpoint
 // just written: without turns each maps the other's small folios and both
@@ -155,39 +195,49 @@ TEST(FileMappingTest, ProcessesLoadingTogetherTakeTurnsAndBothGetHugePages) {
   std::filesystem::create_directories(together_dir);
   const std::string bytes = random_bytes(size);
   write_in_pages(alone_dir / "w", bytes);
-  const std::optional<uint64_t> alone = load_like_a_node(alone_dir, alone_dir / "w", bytes);
-  ASSERT_TRUE(alone.has_value()) << "bytes differ";
-  if (*alone < size) GTEST_SKIP() << "this machine keeps a fresh file in 4 KiB pages";
+  {
+    auto alone = load_like_a_node(alone_dir, alone_dir / "w", bytes);
+    ASSERT_TRUE(alone->bytes_ok) << "bytes differ";
+    if (alone->huge_bytes < size) GTEST_SKIP() << "this machine keeps a fresh file in 4 KiB pages";
+  }
 
   write_in_pages(together_dir / "w", bytes);
   // The other process starts first and reads its header (maps the file's
   // first page), then takes its time: without turns, this one's attempt to
-  // read the first 2 MiB again finds that page pinned and gives up.
-  int header_read[2], result[2];
+  // read the first 2 MiB again finds that page pinned and gives up. Loaded,
+  // it keeps its mapping until this one is done, as a running node would.
+  int header_read[2], result[2], done[2];
   ASSERT_EQ(pipe(header_read), 0);
   ASSERT_EQ(pipe(result), 0);
-  const pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    const std::optional<uint64_t> huge =
-        load_like_a_node(together_dir, together_dir / "w", bytes, [&] {
-          (void)!write(header_read[1], "h", 1);
-          std::this_thread::sleep_for(std::chrono::milliseconds(300));
-        });
-    const uint64_t reply = huge.value_or(~uint64_t(0));
-    _exit(write(result[1], &reply, sizeof reply) == sizeof reply ? 0 : 3);
+  ASSERT_EQ(pipe(done), 0);
+  ChildProcess child;
+  child.pid = fork();
+  ASSERT_GE(child.pid, 0);
+  if (child.pid == 0) {
+    for (int fd : {header_read[0], result[0], done[1]}) close(fd);
+    auto loaded = load_like_a_node(together_dir, together_dir / "w", bytes, [&] {
+      (void)!write(header_read[1], "h", 1);
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    });
+    const uint64_t reply = loaded->bytes_ok ? loaded->huge_bytes : ~uint64_t(0);
+    if (write(result[1], &reply, sizeof reply) != sizeof reply) _exit(3);
+    char c;
+    (void)!read(done[0], &c, 1);  // end of file: the test has loaded
+    _exit(0);
   }
+  for (int fd : {header_read[1], result[1], done[0]}) close(fd);
+  child.fds = {header_read[0], result[0], done[1]};
   char c;
-  ASSERT_EQ(read(header_read[0], &c, 1), 1);
-  const std::optional<uint64_t> mine = load_like_a_node(together_dir, together_dir / "w", bytes);
+  ASSERT_EQ(read(header_read[0], &c, 1), 1) << "the other process ended before its header";
+  auto mine = load_like_a_node(together_dir, together_dir / "w", bytes);
   uint64_t theirs = 0;
   ASSERT_EQ(read(result[0], &theirs, sizeof theirs), ssize_t(sizeof theirs));
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  for (int fd : {header_read[0], header_read[1], result[0], result[1]}) close(fd);
-  ASSERT_TRUE(mine.has_value()) << "bytes differ in this process";
-  ASSERT_NE(theirs, ~uint64_t(0)) << "bytes differ in the other process";
-  EXPECT_EQ(*mine, size);
+  close(done[1]);
+  child.fds.pop_back();
+  EXPECT_TRUE(child.exited_cleanly());
+  EXPECT_TRUE(mine->bytes_ok) << "bytes differ in this process";
+  EXPECT_NE(theirs, ~uint64_t(0)) << "bytes differ in the other process";
+  EXPECT_EQ(mine->huge_bytes, size);
   EXPECT_EQ(theirs, size);
 }
 
