@@ -98,7 +98,8 @@ struct SendTransfer {  // progress thread
   int32_t posted_end = 0;  // layers the caller has handed over
   int32_t issued_end = 0;  // layers given to UCX
   BlockHashes hashes;
-  TransferMode mode = TransferMode::kAm;
+  // Chosen when the endpoint is ready; kAuto: the transfer ended before.
+  TransferMode mode = TransferMode::kAuto;
   uint32_t ops = 0;
   uint64_t bytes = 0;
   int outstanding = 0;

@@ -110,7 +110,8 @@ struct TransferResult {
   uint64_t bytes = 0;
   uint32_t ops = 0;  // puts or messages the sender posted (after merging)
   uint64_t checksum = 0;
-  TransferMode mode = TransferMode::kAuto;  // the one actually used
+  // The one actually used; kAuto for a send that ended before it chose one.
+  TransferMode mode = TransferMode::kAuto;
   Clock::time_point started;
   Clock::time_point finished;
 };

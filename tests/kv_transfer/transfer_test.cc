@@ -1242,6 +1242,7 @@ TEST_P(StagedTransferTest, CancelDuringACopyOutAbortsAndWaitsForTheCopy) {
   auto first = local_->mail().wait(1, 5s);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->status.code(), StatusCode::kAborted) << first->status.to_string();
+  EXPECT_EQ(first->mode, TransferMode::kAuto) << "aborted before it chose an operation";
 
   std::atomic<int> copying_at_callback{-1};
   ASSERT_TRUE(local_->engine()
