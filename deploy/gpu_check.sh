@@ -26,10 +26,8 @@ run() { "$loader" --library-path "$libpath" "$@"; }
 # bundle, which may be read-only) that starts it through the same loader.
 peer=$(mktemp "${TMPDIR:-/tmp}/baton-peer.XXXXXX")
 trap 'rm -f "$peer"' EXIT
-cat >"$peer" <<PEER
-#!/bin/sh
-exec "$loader" --library-path "$libpath" "$bundle/bin/kv_transfer_test_peer" "\$@"
-PEER
+printf '#!/bin/bash\nexec %q --library-path %q %q "$@"\n' \
+  "$loader" "$libpath" "$bundle/bin/kv_transfer_test_peer" >"$peer"
 chmod +x "$peer"
 export BATON_TRANSFER_PEER="$peer"
 export UCX_MODULE_DIR="$bundle/ucx"
