@@ -94,10 +94,7 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   // the STREAM kernels taken once at start.
   if (cold) state.counters["bw_ceiling_GBps"] = ceiling.rate();
   state.counters["start_ceiling_GBps"] = bandwidth;
-  if (cold && seconds > 0) {
-    state.counters["ratio"] =
-        kv_bytes * double(state.iterations()) / seconds / 1e9 / ceiling.rate();
-  }
+  if (cold) state.counters["ratio"] = ceiling.ratio(kv_bytes * double(state.iterations()), seconds);
   state.counters["KV_bytes_MiB"] = kv_bytes / (1 << 20);
   state.SetLabel(std::string(dtype_name(dtype)));
 }

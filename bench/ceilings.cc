@@ -53,17 +53,32 @@ double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
 
-// Best time over passes of fn, each run on all pool threads over their chunk.
+// Seconds of one pass of fn on all pool threads, each over its chunk.
 template <typename F>
-double best_seconds(kernels::cpu::ThreadPool& pool, size_t n, F&& fn) {
+double pass_seconds(kernels::cpu::ThreadPool& pool, size_t n, F&& fn) {
+  auto t0 = Clock::now();
+  pool.parallel_for(int64_t(n), [&](int64_t b, int64_t e, int t) { fn(size_t(b), size_t(e), t); });
+  return seconds_since(t0);
+}
+
+// Best of kStreamPasses calls of `timed_pass` (seconds).
+template <typename F>
+double best_of_passes(F&& timed_pass) {
   double best = 1e30;
-  for (int pass = 0; pass < kStreamPasses; ++pass) {
-    auto t0 = Clock::now();
-    pool.parallel_for(int64_t(n),
-                      [&](int64_t b, int64_t e, int t) { fn(size_t(b), size_t(e), t); });
-    best = std::min(best, seconds_since(t0));
-  }
+  for (int pass = 0; pass < kStreamPasses; ++pass) best = std::min(best, timed_pass());
   return best;
+}
+
+// Seconds of one read of p[0, n) (a sum, so nothing is optimised away) on
+// all pool threads.
+double read_seconds(kernels::cpu::ThreadPool& pool, const float* p, size_t n) {
+  std::vector<double> sums(static_cast<size_t>(pool.size()), 0.0);
+  const double seconds = pass_seconds(pool, n, [&](size_t lo, size_t hi, int t) {
+    sums[size_t(t)] += sum_floats(p + lo, hi - lo);
+  });
+  volatile double sink = sums[0];
+  (void)sink;
+  return seconds;
 }
 
 }  // namespace
@@ -102,18 +117,17 @@ const MemoryBandwidth& measure_memory_bandwidth() {
       for (int64_t i = lo; i < hi; ++i)
         a[size_t(i)] = 1.0f, b[size_t(i)] = 2.0f, c[size_t(i)] = 0.5f;
     });
-    std::vector<double> sums(static_cast<size_t>(pool.size()), 0.0);
-    const double read_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int t) {
-      sums[size_t(t)] += sum_floats(a + lo, hi - lo);
+    const double read_s = best_of_passes([&] { return read_seconds(pool, a, n); });
+    const double copy_s = best_of_passes([&] {
+      return pass_seconds(pool, n,
+                          [&](size_t lo, size_t hi, int) { std::copy(a + lo, a + hi, b + lo); });
     });
-    const double copy_s = best_seconds(
-        pool, n, [&](size_t lo, size_t hi, int) { std::copy(a + lo, a + hi, b + lo); });
     const float scalar = 3.0f;
-    const double triad_s = best_seconds(pool, n, [&](size_t lo, size_t hi, int) {
-      for (size_t i = lo; i < hi; ++i) a[i] = b[i] + scalar * c[i];
+    const double triad_s = best_of_passes([&] {
+      return pass_seconds(pool, n, [&](size_t lo, size_t hi, int) {
+        for (size_t i = lo; i < hi; ++i) a[i] = b[i] + scalar * c[i];
+      });
     });
-    volatile double sink = sums[0];
-    (void)sink;
     const double bytes = double(n) * sizeof(float);
     MemoryBandwidth bw{bytes / read_s / 1e9, 2 * bytes / copy_s / 1e9, 3 * bytes / triad_s / 1e9};
     std::fprintf(stderr,
@@ -140,15 +154,7 @@ double read_pass_gbs() {
                       [&](int64_t lo, int64_t hi, int) { std::fill(data + lo, data + hi, 1.0f); });
     return data;
   }();
-  std::vector<double> sums(static_cast<size_t>(pool.size()), 0.0);
-  const auto t0 = Clock::now();
-  pool.parallel_for(int64_t(n), [&](int64_t lo, int64_t hi, int t) {
-    sums[size_t(t)] += sum_floats(p + lo, size_t(hi - lo));
-  });
-  const double seconds = seconds_since(t0);
-  volatile double sink = sums[0];
-  (void)sink;
-  return double(n) * sizeof(float) / seconds / 1e9;
+  return double(n) * sizeof(float) / read_seconds(pool, p, n) / 1e9;
 }
 
 void InterleavedCeiling::after_iteration(double iteration_seconds) {
@@ -165,7 +171,8 @@ struct SgemmBuffers {
   std::vector<float> a, b, c;
 };
 
-// One set per pool thread.
+// One set per pool thread, each for a single-threaded sgemm: OpenBLAS is set
+// to one thread here, as linear() runs it inside the pool.
 std::vector<SgemmBuffers> make_sgemm_buffers(int threads) {
   openblas_set_num_threads(1);
   std::vector<SgemmBuffers> buf(static_cast<size_t>(threads));

@@ -48,6 +48,11 @@ class InterleavedCeiling {
   // Work of a pass / mean pass time (every pass does the same work): the
   // ceiling for the iterations around the passes; 0 before any pass.
   double rate() const { return passes_ > 0 ? double(passes_) / inverse_rates_ : 0.0; }
+  // `work` (bytes or FLOPs, in the passes' unit times 1e9) done in `seconds`
+  // against rate(); 0 when either is missing.
+  double ratio(double work, double seconds) const {
+    return seconds > 0 && rate() > 0 ? work / seconds / 1e9 / rate() : 0.0;
+  }
 
  private:
   double (*pass_)();

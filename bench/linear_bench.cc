@@ -73,9 +73,7 @@ void BM_LinearGemv(benchmark::State& state) {
   // the STREAM kernels taken once at start.
   state.counters["bw_ceiling_GBps"] = ceiling.rate();
   state.counters["start_ceiling_GBps"] = bandwidth;
-  if (seconds > 0) {
-    state.counters["ratio"] = bytes * double(state.iterations()) / seconds / 1e9 / ceiling.rate();
-  }
+  state.counters["ratio"] = ceiling.ratio(bytes * double(state.iterations()), seconds);
   state.SetLabel(std::string(dtype_name(dtype)));
 }
 BENCHMARK(BM_LinearGemv)
@@ -115,9 +113,7 @@ void BM_LinearPrefill(benchmark::State& state) {
   // taken once at start.
   state.counters["sgemm_ceiling_GFLOPs"] = sgemm.rate();
   state.counters["start_sgemm_ceiling_GFLOPs"] = start_ceiling.pool_gflops;
-  if (seconds > 0) {
-    state.counters["ratio"] = flops * double(state.iterations()) / seconds / 1e9 / sgemm.rate();
-  }
+  state.counters["ratio"] = sgemm.ratio(flops * double(state.iterations()), seconds);
   state.SetLabel(std::string(dtype_name(dtype)));
 }
 BENCHMARK(BM_LinearPrefill)

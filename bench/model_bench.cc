@@ -18,7 +18,6 @@
 #include <filesystem>
 #include <map>
 #include <memory>
-#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,7 +25,6 @@
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
 #include "engine/checkpoint.h"
-#include "engine/file_mapping.h"
 #include "engine/make_model.h"
 #include "engine/model.h"
 
@@ -60,26 +58,24 @@ LoadedModel& load(const std::string& preset, DType dtype) {
       std::exit(1);
     }
   }
-  // Takes turns with a node loading the same checkpoint (engine/file_mapping.h).
-  std::optional<engine::LoadLock> load_lock;
-  if (HugeBuffer::use_huge_pages()) load_lock.emplace(dir, std::chrono::minutes(10));
-  auto checkpoint = engine::Checkpoint::open(dir);
+  // As Engine::create does by default (engine.huge_page_weights).
+  const bool huge_pages = HugeBuffer::use_huge_pages();
+  engine::HugePageReport r;
+  auto checkpoint =
+      huge_pages ? engine::Checkpoint::open_in_huge_pages(dir, r) : engine::Checkpoint::open(dir);
   if (!checkpoint.is_ok()) {
     std::fprintf(stderr, "cannot open %s: %s\n", dir.c_str(),
                  checkpoint.status().to_string().c_str());
     std::exit(1);
   }
-  LoadedModel loaded;
-  loaded.checkpoint = std::move(checkpoint).value();
-  if (HugeBuffer::use_huge_pages()) {
-    // As Engine::create does by default (engine.huge_page_weights).
-    const engine::HugePageReport r = loaded.checkpoint->map_in_huge_pages();
+  if (huge_pages) {
     std::fprintf(stderr, "%s: %llu of %llu MiB of weights in 2 MiB pages%s%s%s\n", key.c_str(),
                  (unsigned long long)(r.huge_bytes >> 20),
                  (unsigned long long)(r.eligible_bytes >> 20), r.reread ? " (re-read)" : "",
                  r.note.empty() ? "" : ": ", r.note.c_str());
   }
-  load_lock.reset();
+  LoadedModel loaded;
+  loaded.checkpoint = std::move(checkpoint).value();
   // The ceilings' pool: --threads sizes both.
   loaded.model = std::make_unique<engine::LlamaModel>(*loaded.checkpoint, bench_pool());
   return cache.emplace(key, std::move(loaded)).first->second;

@@ -27,4 +27,4 @@ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBATON_SANITIZE=ON \
   -DBATON_WITH_CUDA=OFF -DBATON_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs" --target loader_test common_test
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
-  -R '^(Safetensors|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|ControlMessages|ControlSocket)'
+  -R '^(Safetensors|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|LoadLock|ControlMessages|ControlSocket)'

@@ -1,9 +1,11 @@
 #include "engine/checkpoint.h"
 
+#include <chrono>
 #include <fstream>
 #include <map>
 #include <sstream>
 
+#include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/safetensors.h"
@@ -167,6 +169,29 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::filesystem::path
 }
 
 uint64_t Checkpoint::weight_bytes() const { return weight_bytes_; }
+
+namespace {
+// A load holds the lock for as long as it reads the checkpoint (twice where
+// it re-reads): minutes for the largest from a slow disk. Only a holder that
+// is stopped, not dead, keeps it longer.
+constexpr std::chrono::milliseconds kLoadLockPatience{600'000};
+}  // namespace
+
+Result<std::unique_ptr<Checkpoint>> Checkpoint::open_in_huge_pages(const std::filesystem::path& dir,
+                                                                   HugePageReport& report) {
+  LoadLock lock(dir, kLoadLockPatience);
+  if (lock.gave_up_waiting()) {
+    spdlog::warn(
+        "loading {} without its load lock ({}): another process loading it at the same time "
+        "may leave both in 4 KiB pages",
+        dir.string(), lock.note());
+  } else if (!lock.held() && std::filesystem::is_directory(dir)) {
+    spdlog::info("no load lock on {} ({}); loading it anyway", dir.string(), lock.note());
+  }
+  BATON_ASSIGN_OR_RETURN(auto checkpoint, open(dir));
+  report = checkpoint->map_in_huge_pages();
+  return checkpoint;
+}
 
 HugePageReport Checkpoint::map_in_huge_pages() {
   HugePageReport total;

@@ -40,6 +40,13 @@ class SafetensorsFile;  // engine/safetensors.h
 class Checkpoint {
  public:
   static Result<std::unique_ptr<Checkpoint>> open(const std::filesystem::path& dir);
+  // open(), then every file read in now, in 2 MiB pages where the kernel
+  // allows it (engine/file_mapping.h; the weights' addresses do not change),
+  // holding the directory's LoadLock so processes loading it at once take
+  // turns. `report` sums the files'; its note is the first file's that fell
+  // short.
+  static Result<std::unique_ptr<Checkpoint>> open_in_huge_pages(const std::filesystem::path& dir,
+                                                                HugePageReport& report);
   ~Checkpoint();
 
   const std::filesystem::path& dir() const { return dir_; }
@@ -51,13 +58,10 @@ class Checkpoint {
   uint64_t weight_bytes() const;
   // The mapped safetensors files (one, or one per shard).
   const std::vector<std::unique_ptr<SafetensorsFile>>& files() const { return files_; }
-  // Reads every file in now, in 2 MiB pages where the kernel allows it
-  // (engine/file_mapping.h); the weights' addresses do not change. The
-  // report sums the files'; its note is the first file's that fell short.
-  HugePageReport map_in_huge_pages();
 
  private:
   Checkpoint() = default;
+  HugePageReport map_in_huge_pages();
   std::filesystem::path dir_;
   ModelConfig config_;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

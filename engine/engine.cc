@@ -3,15 +3,9 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <optional>
-
-#include "engine/file_mapping.h"
 
 namespace baton::engine {
 namespace {
-
-// Longer than any load of a checkpoint from the page cache or a local disk.
-constexpr std::chrono::milliseconds kLoadLockPatience{120'000};
 
 void log_huge_pages(const HugePageReport& report) {
   if (report.eligible_bytes == 0) return;
@@ -30,20 +24,15 @@ void log_huge_pages(const HugePageReport& report) {
 Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& model_dir,
                                                const EngineConfig& config,
                                                const KvPoolAllocator& allocate_pool) {
-  std::optional<LoadLock> load_lock;  // file_mapping.h: why processes take turns
+  std::unique_ptr<Checkpoint> checkpoint;
   if (config.huge_page_weights) {
-    load_lock.emplace(model_dir, kLoadLockPatience);
-    if (!load_lock->held()) {
-      spdlog::warn(
-          "engine: loading {} without its load lock ({}): another process loading it "
-          "at the same time may leave both in 4 KiB pages",
-          model_dir.string(), load_lock->note());
-    }
+    HugePageReport huge;
+    BATON_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open_in_huge_pages(model_dir, huge));
+    log_huge_pages(huge);
+  } else {
+    BATON_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open(model_dir));
   }
-  BATON_ASSIGN_OR_RETURN(auto checkpoint, Checkpoint::open(model_dir));
   const ModelConfig& model_config = checkpoint->config();
-  if (config.huge_page_weights) log_huge_pages(checkpoint->map_in_huge_pages());
-  load_lock.reset();
 
   KvLayout layout{.num_layers = model_config.num_layers,
                   .num_blocks = 0,

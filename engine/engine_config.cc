@@ -19,6 +19,13 @@ struct Setting {
   Setter set;
 };
 
+Setter bool_setting(bool EngineConfig::*field) {
+  return [=](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
+    BATON_ASSIGN_OR_RETURN(config.*field, read_yaml_bool(node, key));
+    return Status::ok();
+  };
+}
+
 // Integer settings share one shape: range-checked, then stored into a field.
 Setter int_setting(int32_t EngineConfig::*field, int64_t lo, int64_t hi) {
   return [=](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
@@ -73,10 +80,7 @@ const std::vector<Setting>& settings() {
       {"huge_page_weights", "true",
        "read the weights in at start in 2 MiB pages, re-reading a checkpoint the page cache "
        "holds in small pages (batch-1 decode ran about 5% faster); false maps them lazily",
-       [](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
-         BATON_ASSIGN_OR_RETURN(config.huge_page_weights, read_yaml_bool(node, key));
-         return Status::ok();
-       }},
+       bool_setting(&EngineConfig::huge_page_weights)},
   };
   return table;
 }

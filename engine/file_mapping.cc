@@ -1,6 +1,7 @@
 #include "engine/file_mapping.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -159,19 +160,26 @@ LoadLock::LoadLock(const std::filesystem::path& dir, std::chrono::milliseconds p
     note_ = errno_text("open");
     return;
   }
-  const auto give_up = std::chrono::steady_clock::now() + patience;
+  const auto start = std::chrono::steady_clock::now();
+  bool said_waiting = false;
   while (true) {
     if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
       held_ = true;
       return;
     }
-    if (errno != EWOULDBLOCK && errno != EINTR) {
+    if (errno != EWOULDBLOCK) {
       note_ = errno_text("flock");
       return;
     }
-    if (std::chrono::steady_clock::now() >= give_up) {
+    const auto waited = std::chrono::steady_clock::now() - start;
+    if (waited >= patience) {
+      gave_up_ = true;
       note_ = "another process held it for longer than " + std::to_string(patience.count()) + " ms";
       return;
+    }
+    if (!said_waiting && waited >= std::chrono::seconds(1)) {
+      spdlog::info("waiting for another process loading {} (it holds the load lock)", dir.string());
+      said_waiting = true;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }

@@ -123,6 +123,29 @@ TEST(FileMappingTest, HugePagesKeepEveryByteAndReportWhatTheyGot) {
   ASSERT_EQ(munmap(*map, size), 0);
 }
 
+// One holder at a time; a second gives up after its patience, saying so,
+// and takes the lock once the first is gone. A directory that is not there
+// is no lock and no wait.
+TEST(LoadLockTest, OneHolderAtATimeAndAWaitThatEnds) {
+  ScratchDir dir;
+  {
+    LoadLock first(dir.path(), std::chrono::milliseconds(100));
+    ASSERT_TRUE(first.held()) << first.note();
+    const auto start = std::chrono::steady_clock::now();
+    LoadLock second(dir.path(), std::chrono::milliseconds(100));
+    EXPECT_FALSE(second.held());
+    EXPECT_TRUE(second.gave_up_waiting());
+    EXPECT_FALSE(second.note().empty());
+    EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(100));
+  }
+  LoadLock third(dir.path(), std::chrono::milliseconds(100));
+  EXPECT_TRUE(third.held()) << third.note();
+  LoadLock missing(dir / "not-there", std::chrono::seconds(10));
+  EXPECT_FALSE(missing.held());
+  EXPECT_FALSE(missing.gave_up_waiting());
+  EXPECT_FALSE(missing.note().empty());
+}
+
 // A checkpoint file as a node holds it once loaded: mapped, with what the
 // load found. Unmapped on destruction.
 struct Loaded {
