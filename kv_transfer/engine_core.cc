@@ -7,6 +7,7 @@
 
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"
+#include "kv_transfer/ucx_failure_policy.h"
 
 namespace baton::kv_transfer {
 namespace {
@@ -42,6 +43,7 @@ Status TransferEngine::Impl::init() {
   std::vector<std::pair<std::string, std::string>> env(config_.ucx_env.begin(),
                                                        config_.ucx_env.end());
   BATON_ASSIGN_OR_RETURN(UcpConfigPtr ucp_config, read_ucp_config(env));
+  survive_transport_failures();
 
   ucp_params_t params{};
   params.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED;

@@ -8,6 +8,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <csignal>
+#include <future>
 #include <map>
 #include <mutex>
 #include <random>
@@ -526,6 +527,14 @@ class BlockOwners {
 
 // A receiver's callback: the blocks go back to their owner, then the result
 // to the test.
+// 64 KiB blocks, so a layer of a few dozen blocks is megabytes on the wire.
+KvLayout large_layout() {
+  KvLayout l = make_layout(DType::kBF16, 64, 8);
+  l.num_kv_heads = 8;
+  l.head_dim = 128;
+  return l;
+}
+
 TransferCallback release_then_post(BlockOwners& owners, LocalNode& node) {
   return [&owners, &node](const TransferResult& r) {
     owners.release(r.transfer_id);
@@ -619,6 +628,65 @@ TEST_P(TransferFaultTest, SenderKilledMidTransferFreesReceiverBlocksWithinDeadli
   EXPECT_EQ(receiver_->engine().stats().receives_failed, 1u);
 }
 
+// A sender dies after handing over a layer while the receiver's progress
+// thread is held (here by another transfer's callback), so the receiver finds
+// the dead sender's rendezvous request only afterwards and then reads the
+// layer out of a process that is gone. Over shared memory that read is a CMA
+// process_vm_readv failing with ESRCH, which UCX 1.13 logs at its fatal level
+// (and so aborts the process) when no endpoint error handler took it. The
+// receiver must fail that one transfer and live on.
+TEST_P(TransferFaultTest, SenderDeadBeforeItsQueuedLayerIsReadFailsOnlyThatTransfer) {
+  const KvLayout layout = large_layout();
+  start_receiver_and_sender(layout, 17);
+  // Transfer 2 takes the first 16 blocks; transfer 1 the last one.
+  const std::vector<int32_t> src2(src_.begin(), src_.end() - 1);
+  const std::vector<int32_t> dst2(dst_.begin(), dst_.end() - 1);
+  const std::vector<int32_t> src1{src_.back()}, dst1{dst_.back()};
+  owners_.reserve(1, dst1);
+  owners_.reserve(2, dst2);
+  std::promise<void> holding, release;
+  std::shared_future<void> released = release.get_future().share();
+  ASSERT_TRUE(receiver_->engine()
+                  .expect({1, 1, dst1, 0, -1, 20s},
+                          [&, released](const TransferResult& r) {
+                            holding.set_value();
+                            released.wait_for(20s);  // the progress thread waits here
+                            owners_.release(r.transfer_id);
+                            receiver_->mail().post(r);
+                          })
+                  .is_ok());
+  auto expected_at = Clock::now();
+  ASSERT_TRUE(
+      receiver_->engine()
+          .expect({2, 2, dst2, 0, -1, kFaultDeadline}, release_then_post(owners_, *receiver_))
+          .is_ok());
+  // Transfer 2 posts a layer every 150 ms; once it flows, transfer 1 (one
+  // block, all layers at once) completes and its callback holds the receiver.
+  sender_->send("SEND 2 2 0 0 8 20000 150 16" + join(src2) + join(dst2));
+  ASSERT_TRUE(sender_->wait_for("POSTED 2 1").has_value());
+  sender_->send("SEND 1 1 0 0 8 20000 0 1" + join(src1) + join(dst1));
+  ASSERT_EQ(holding.get_future().wait_for(20s), std::future_status::ready)
+      << "transfer 1 never completed";
+  // The next layer is handed over while the receiver is held; give the
+  // sender's progress thread a moment to put it on the wire, then kill it.
+  ASSERT_TRUE(sender_->wait_for("POSTED 2").has_value());
+  std::this_thread::sleep_for(100ms);
+  sender_->kill_now();
+  release.set_value();
+  auto first = receiver_->mail().wait(1, 20s);
+  ASSERT_TRUE(first.has_value());
+  EXPECT_TRUE(first->status.is_ok()) << first->status.to_string();
+  auto second = receiver_->mail().wait(2, 20s);
+  ASSERT_TRUE(second.has_value()) << "receiver never completed transfer 2";
+  EXPECT_FALSE(second->status.is_ok());
+  EXPECT_LT(second->finished - expected_at, kFaultDeadline + kSlack + 1s)
+      << second->status.to_string();
+  EXPECT_EQ(owners_.owned_by(1), 0u);
+  EXPECT_EQ(owners_.owned_by(2), 0u) << "reserved blocks not freed";
+  EXPECT_EQ(receiver_->engine().stats().receives_ok, 1u);
+  EXPECT_EQ(receiver_->engine().stats().receives_failed, 1u);
+}
+
 TEST_P(TransferFaultTest, UnreachablePeerFailsWithinDeadline) {
   KvLayout layout = make_layout(DType::kF32, 16, 2);
   LocalNode sender(layout, GetParam(), 7, "sender", kFaultDeadline);
@@ -685,14 +753,6 @@ bool landing_started(const uint8_t* pool, const KvLayout& layout, int32_t layer,
     }
   }
   return false;
-}
-
-// 64 KiB blocks, so a layer of a few dozen blocks is megabytes on the wire.
-KvLayout large_layout() {
-  KvLayout l = make_layout(DType::kBF16, 64, 8);
-  l.num_kv_heads = 8;
-  l.head_dim = 128;
-  return l;
 }
 
 const std::string kAbortedCode = std::to_string(int(StatusCode::kAborted));
