@@ -475,6 +475,18 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
                                     : "emulated",
       transfer_mode_name(peer.mode));
   spdlog::debug("kv_transfer[{}]: peer {} lanes:\n{}", config_.node_name, id, peer.caps.lane_table);
+  // UCX 1.13 can abort this process when the peer dies mid-transfer in these
+  // two forced modes (an assertion in AM rendezvous, `ucs_fatal` in emulated
+  // puts); neither passes through the log handler of ucx_failure_policy.h.
+  const bool emulated_puts =
+      peer.mode == TransferMode::kRma && !peer.caps.native_rma && peer.mapped_pool == nullptr;
+  if (peer.mode == TransferMode::kAm || emulated_puts) {
+    spdlog::warn(
+        "kv_transfer[{}]: peer {}: mode '{}'{} is not safe against a peer dying mid-transfer "
+        "with UCX 1.13 (it can abort this process); mode 'auto' is",
+        config_.node_name, id, transfer_mode_name(peer.mode),
+        emulated_puts ? " over emulated RMA" : "");
+  }
   auto waiting = std::move(peer.waiting);
   peer.waiting.clear();
   for (uint64_t t : waiting) {

@@ -24,6 +24,9 @@ namespace baton::kv_transfer {
 //         layer, block), checks it against its expectations and receives it
 //         straight into the reserved blocks (rendezvous: zero-copy).
 //  kAm:   the same with active messages (UCX 1.13's AM rendezvous is slower).
+// kAm, and kRma where UCX only emulates puts, are for measurements: with UCX
+// 1.13 a peer that dies mid-transfer can abort this process in them (an
+// assertion, `ucs_fatal`), which a warning says when such a peer connects.
 enum class TransferMode { kAuto, kRma, kTag, kAm };
 
 std::string_view transfer_mode_name(TransferMode mode);
