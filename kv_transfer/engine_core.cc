@@ -200,7 +200,7 @@ bool TransferEngine::Impl::busy() const {
 Clock::time_point TransferEngine::Impl::next_timer(const Expectation& e) const {
   // The times at which check_deadlines acts on `e`.
   auto at = Clock::time_point::max();
-  if (!e.failed && !e.judged) at = e.deadline;
+  if (!e.failed && !e.settled()) at = e.deadline;
   if (e.failed && e.outstanding > 0) at = std::min(at, e.abandon_after);
   if (awaits_puts_stopped(e))
     at = std::min({at, e.abandon_after, e.last_grant + config_.close_timeout});
@@ -256,6 +256,7 @@ void TransferEngine::Impl::wait_for_events(Clock::time_point now) {
 }
 
 void TransferEngine::Impl::process_events() {
+  if (copy_in_ != nullptr) collect_copied_in();
   // Connections and endpoint failures first: they decide what transfers can do.
   while (!connected_.empty() || !failed_endpoints_.empty() || !dirty_sends_.empty() ||
          !dirty_recvs_.empty() || !granted_sends_.empty() || !landed_layers_.empty()) {
@@ -327,7 +328,7 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
       e.puts_stopped = true;
       dirty_recvs_.push_back(id);
     }
-    if (!e.failed && !e.judged && now > e.deadline) {
+    if (!e.failed && !e.settled() && now > e.deadline) {
       e.failed = true;
       e.result = deadline_exceeded("expected transfer " + std::to_string(id) +
                                    " did not complete in time");
@@ -338,6 +339,12 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
 }
 
 void TransferEngine::Impl::shutdown() {
+  if (copy_in_ != nullptr) {
+    // Copies into the pool finish first (their blocks are being written), and
+    // their verdicts are recorded before everything else fails.
+    copy_in_->stop();
+    collect_copied_in();
+  }
   hash_jobs_.clear();  // every transfer fails below: no verdict or notice needs them
   for (auto& [id, t] : sends_) {
     if (t.failure.is_ok()) t.failure = Status(StatusCode::kAborted, "transfer engine stopped");

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "kv_transfer/block_runs.h"
+#include "kv_transfer/serial_worker.h"
 #include "kv_transfer/transfer_engine.h"
 #include "kv_transfer/ucx_handles.h"
 #include "kv_transfer/ucx_probe.h"
@@ -133,6 +134,9 @@ struct Expectation {  // progress thread
   int outstanding = 0;
   bool noticed = false;  // the sender's notice arrived (it may overtake rendezvous data)
   bool judged = false;   // checksum verdict reached and acked
+  // Verified, and its blocks are being copied into a staged pool; the verdict
+  // and the ack follow the copy (on_copied_in).
+  bool copying_in = false;
   bool failed = false;
   bool cancelled = false;  // by cancel_expect
   Status result;
@@ -150,6 +154,10 @@ struct Expectation {  // progress thread
   std::vector<bool> layer_hashed;
   int hash_jobs = 0;  // queued hashing of landed blocks; the verdict waits
   bool puts_stopped = false;
+
+  // Its fate is sealed or being sealed: no deadline, cancel or new data
+  // changes it any more.
+  bool settled() const { return judged || copying_in; }
 };
 
 class TransferEngine::Impl {
@@ -269,6 +277,10 @@ class TransferEngine::Impl {
   void maybe_finish_recv(uint64_t id);
   void apply_cancel_expect(uint64_t id);
   void judge(uint64_t id, Expectation& e);
+  // Records the verdict and acks it.
+  void conclude(Expectation& e, Status verdict);
+  // Concludes the staged receives whose copy into the pool has finished.
+  void collect_copied_in();
   // Hashes landed blocks for the verdict: `now` for bytes just copied (still
   // in cache), else queued for the loop.
   void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count, bool now);
@@ -292,6 +304,11 @@ class TransferEngine::Impl {
   // unmaps it.
   std::unique_ptr<PoolCopier> staging_;
   std::mutex staging_mutex_;  // post_layers' copies, one at a time
+  // Copies verified receives into a staged pool, off the progress thread,
+  // and hands back (transfer id, how the copy went).
+  std::unique_ptr<SerialWorker> copy_in_;
+  std::mutex copied_in_mutex_;
+  std::vector<std::pair<uint64_t, Status>> copied_in_;
   int event_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};

@@ -91,7 +91,7 @@ void TransferEngine::Impl::apply_cancel_expect(uint64_t id) {
   auto it = expectations_.find(id);
   if (it == expectations_.end()) return;
   Expectation& e = it->second;
-  if (!e.failed && !e.judged) {  // a verdict already reached stands
+  if (!e.failed && !e.settled()) {  // a verdict already reached stands
     e.failed = true;
     e.cancelled = true;
     e.result = Status(StatusCode::kAborted,
@@ -151,7 +151,8 @@ void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
   }
   auto it = expectations_.find(n.transfer_id);
   Status verdict;
-  if (it == expectations_.end() || it->second.failed || it->second.judged || it->second.noticed) {
+  if (it == expectations_.end() || it->second.failed || it->second.settled() ||
+      it->second.noticed) {
     verdict = Status(StatusCode::kAborted, "transfer " + std::to_string(n.transfer_id) +
                                                " is not expected (late, cancelled or expired)");
   } else if (const RecvSpec& spec = it->second.spec;
@@ -177,7 +178,8 @@ void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   Expectation* e = granted_expectation(n, "layer announcement");
   if (e == nullptr) return;
   const int32_t layer = n.layer_begin;
-  if (e->failed || e->judged || layer < e->spec.layer_begin || layer >= e->spec.layer_end) return;
+  if (e->failed || e->settled() || layer < e->spec.layer_begin || layer >= e->spec.layer_end)
+    return;
   if (config_.verify_checksum) hash_layer(*e, layer);
 }
 
@@ -214,7 +216,7 @@ Expectation* TransferEngine::Impl::accept_run(uint64_t transfer_id, int32_t laye
                                               int32_t dst_block, int64_t block_count, size_t length,
                                               std::string& why) {
   auto it = expectations_.find(transfer_id);
-  if (it == expectations_.end() || it->second.failed || it->second.judged) {
+  if (it == expectations_.end() || it->second.failed || it->second.settled()) {
     why = "transfer " + std::to_string(transfer_id) + " is not expected (late?)";
     return nullptr;
   }
@@ -415,14 +417,43 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
   }
   if (verdict.is_ok() && staging_ != nullptr) {
     // Verified in the mirror: into the device pool before the ack, so a
-    // failed copy fails the sender's side too. (The progress thread waits
-    // for this copy: the fallback's price.)
-    verdict = stage(StageCopy::kIntoPool, e.spec.dst_blocks, e.spec.layer_begin, e.spec.layer_end)
-                  .with_context("receive " + std::to_string(id));
+    // failed copy fails the sender's side too. The copy runs on its own
+    // thread; until it is done the transfer is settled but not judged, so
+    // its blocks stay reserved and nothing else is written into them.
+    e.copying_in = true;
+    copy_in_->post(
+        [this, id, blocks = e.spec.dst_blocks, begin = e.spec.layer_begin, end = e.spec.layer_end] {
+          Status copied = stage(StageCopy::kIntoPool, blocks, begin, end);
+          {
+            std::lock_guard lock(copied_in_mutex_);
+            copied_in_.emplace_back(id, std::move(copied));
+          }
+          ucp_worker_signal(worker_.get());
+        });
+    return;
   }
+  conclude(e, verdict);
+}
+
+void TransferEngine::Impl::conclude(Expectation& e, Status verdict) {
   e.judged = true;
-  e.result = verdict;
-  if (e.reply_ep != nullptr) send_ack(e.reply_ep, n, verdict);
+  e.result = std::move(verdict);
+  if (e.reply_ep != nullptr) send_ack(e.reply_ep, e.notice, e.result);
+}
+
+void TransferEngine::Impl::collect_copied_in() {
+  std::vector<std::pair<uint64_t, Status>> copied;
+  {
+    std::lock_guard lock(copied_in_mutex_);
+    copied.swap(copied_in_);
+  }
+  for (auto& [id, status] : copied) {
+    auto it = expectations_.find(id);
+    if (it == expectations_.end()) continue;  // cannot happen: it waits for its copy
+    it->second.copying_in = false;
+    conclude(it->second, status.with_context("receive " + std::to_string(id)));
+    dirty_recvs_.push_back(id);
+  }
 }
 
 void TransferEngine::Impl::send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict) {
@@ -462,7 +493,7 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   // every byte is in. Missing bytes end at the deadline.
   bool all_data = (e.notice.flags & kNoticeFlagAmData) == 0 ||
                   (e.received_bytes == e.expected_bytes && e.outstanding == 0);
-  if (!e.failed && e.noticed && !e.judged && all_data) {
+  if (!e.failed && e.noticed && !e.settled() && all_data) {
     const bool checksummed =
         config_.verify_checksum && (e.notice.flags & kNoticeFlagNoChecksum) == 0;
     if (checksummed && (e.notice.flags & kNoticeFlagAmData) == 0) hash_unseen_layers(e);

@@ -20,6 +20,7 @@ Status TransferEngine::Impl::init_staging() {
     return Status::ok();
   }
   Status pinned = staging_->pin(pool_, pool_bytes_);
+  copy_in_ = std::make_unique<SerialWorker>();
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   const bool ucx_cuda = ucp_context_query(context_.get(), &attr) == UCS_OK &&

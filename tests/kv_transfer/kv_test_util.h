@@ -76,10 +76,13 @@ class HostPoolCopier : public PoolCopier {
   }
   Status to_device(const void* mirror, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-in failure");
+    ++copy_ins_in_flight;
+    if (copy_in_delay.count() > 0) std::this_thread::sleep_for(copy_in_delay);
     for (const Range& r : ranges) {
       std::memcpy(pool_ + r.offset, static_cast<const uint8_t*>(mirror) + r.offset, r.bytes);
       to_device_bytes += r.bytes;
     }
+    --copy_ins_in_flight;
     return Status::ok();
   }
   Status pin(void*, size_t) override { return unimplemented("plain host memory is not pinned"); }
@@ -90,6 +93,9 @@ class HostPoolCopier : public PoolCopier {
   // A slow device: each copy out takes this long; copies_in_flight counts them.
   std::chrono::milliseconds copy_out_delay{0};
   std::atomic<int> copies_in_flight{0};
+  // The same for copies into the pool.
+  std::chrono::milliseconds copy_in_delay{0};
+  std::atomic<int> copy_ins_in_flight{0};
 
  private:
   uint8_t* pool_;

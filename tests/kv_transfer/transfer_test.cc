@@ -1251,6 +1251,49 @@ TEST_P(StagedTransferTest, ReceiverCopiesInOnlyVerifiedTransfers) {
   peer_process_->quit();
 }
 
+// A slow copy into the pool runs off the progress thread: meanwhile the
+// engine answers (a cancel of another expectation takes effect at once), and
+// the transfer's callback comes only once its blocks are filled.
+TEST_P(StagedTransferTest, CopyIntoThePoolLeavesTheProgressThreadFree) {
+  KvLayout layout = make_layout(DType::kBF16, 48, 4);
+  start(layout, /*local_sends=*/false, 12);
+  constexpr auto kCopyIn = 1500ms;
+  local_->copier()->copy_in_delay = kCopyIn;
+  ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 10000ms}, local_->callback()).is_ok());
+  std::vector<int32_t> other;
+  for (int32_t b = 0; b < layout.num_blocks && other.size() < 4; ++b)
+    if (std::find(dst_.begin(), dst_.end(), b) == dst_.end()) other.push_back(b);
+  ASSERT_TRUE(local_->engine().expect({2, 2, other, 0, -1, 10000ms}, local_->callback()).is_ok());
+  peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
+  auto until = Clock::now() + 10s;
+  while (local_->copier()->copy_ins_in_flight.load() == 0 && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(local_->copier()->copy_ins_in_flight.load(), 1) << "transfer 1 never copied in";
+  // cancel_expect returns once the progress thread has run it.
+  auto asked = Clock::now();
+  ASSERT_TRUE(local_->engine().cancel_expect(2).is_ok());
+  EXPECT_LT(Clock::now() - asked, kCopyIn / 3) << "the progress thread waited for the copy";
+  auto cancelled = local_->mail().wait(2, 1s);
+  ASSERT_TRUE(cancelled.has_value()) << "cancel not reported during the copy";
+  EXPECT_EQ(cancelled->status.code(), StatusCode::kAborted);
+  EXPECT_EQ(local_->copier()->copy_ins_in_flight.load(), 1);
+  auto got = local_->mail().wait(1, 10s);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();
+  EXPECT_EQ(local_->copier()->copy_ins_in_flight.load(), 0) << "called back before the copy";
+  EXPECT_EQ(local_->copier()->to_device_bytes.load(),
+            dst_.size() * layout.block_bytes() * size_t(layout.num_layers));
+  for (int32_t l = 0; l < layout.num_layers; ++l)
+    for (size_t i = 0; i < dst_.size(); ++i)
+      EXPECT_TRUE(testing::matches_pattern(local_->pool() + layout.block_byte_offset(l, dst_[i]),
+                                           layout.block_byte_offset(l, src_[i]),
+                                           layout.block_bytes(), seed_))
+          << "layer " << l << " block " << dst_[i];
+  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
+  ASSERT_TRUE(peer_process_->wait_for("SENT 1 0 ", 5s)) << "the sender's ack";
+  peer_process_->quit();
+}
+
 // A copy out that fails (a device error) fails its transfer with that
 // error, and the engine carries the next one.
 TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
