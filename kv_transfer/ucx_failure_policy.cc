@@ -19,7 +19,7 @@ ucs_log_func_rc_t log_transport_failure_as_error(const char* file, unsigned line
       std::strncmp(function, "uct_", 4) != 0) {
     return UCS_LOG_FUNC_RC_CONTINUE;  // UCX's default handler decides
   }
-  char message[512];
+  char message[1024];  // UCX's own default log buffer
   std::vsnprintf(message, sizeof message, format, ap);
   const char* slash = std::strrchr(file, '/');
   spdlog::error("UCX transport failure ({}:{}, not fatal to this node): {}",

@@ -14,8 +14,13 @@ namespace baton::kv_transfer {
 
 // Installs, once per process, a UCX log handler that turns fatal-level
 // messages of UCX's transport layer (functions named uct_*) into errors in
-// Baton's log. Fatal messages from elsewhere, and UCX's own assertions and
-// `ucs_fatal` (which never pass through log handlers), still abort.
+// Baton's log: every transport whose endpoint runs without peer error
+// handling (shared memory always with UCX 1.13; TCP and InfiniBand where
+// `peer_error_handling` is off). Fatal messages from elsewhere, and UCX's
+// own assertions and `ucs_fatal` (which never pass through log handlers),
+// still abort. The failed endpoint is not reported to the engine; a sender
+// that is still alive finds its transfers failing and rebuilds its endpoint
+// after the deadline, as after a lost ack.
 void survive_transport_failures();
 
 }  // namespace baton::kv_transfer

@@ -148,8 +148,8 @@ inline std::vector<int32_t> random_blocks(std::mt19937_64& rng, int32_t num_bloc
 class Child {
  public:
   explicit Child(const std::vector<std::string>& argv) {
-    // A child that died makes writes to it fail with EPIPE, which the test
-    // then reports, instead of killing the whole test binary with SIGPIPE.
+    // A write to a child that died fails with EPIPE (ignored: the test sees
+    // the child's silence) instead of killing the whole binary with SIGPIPE.
     ::signal(SIGPIPE, SIG_IGN);
     int in[2], out[2];
     if (pipe(in) != 0 || pipe(out) != 0) return;
