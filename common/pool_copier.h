@@ -29,7 +29,8 @@ class PoolCopier {
   // The device pool's ranges into `mirror` at the same offsets; returns once
   // they are there. May be called from any thread.
   virtual Status to_host(void* mirror, std::span<const Range> ranges) = 0;
-  // `mirror`'s ranges into the device pool; returns once they are there.
+  // `mirror`'s ranges into the device pool; returns once they are there. May
+  // be called from any thread, concurrently with to_host.
   virtual Status to_device(const void* mirror, std::span<const Range> ranges) = 0;
   // Page-locks the mirror for the device's DMA (cudaHostRegister) until the
   // copier is destroyed, which must happen before the mirror is unmapped. An

@@ -135,7 +135,7 @@ struct Expectation {  // progress thread
   bool noticed = false;  // the sender's notice arrived (it may overtake rendezvous data)
   bool judged = false;   // checksum verdict reached and acked
   // Verified, and its blocks are being copied into a staged pool; the verdict
-  // and the ack follow the copy (on_copied_in).
+  // and the ack follow the copy (collect_copied_in).
   bool copying_in = false;
   bool failed = false;
   bool cancelled = false;  // by cancel_expect
@@ -309,6 +309,7 @@ class TransferEngine::Impl {
   std::unique_ptr<SerialWorker> copy_in_;
   std::mutex copied_in_mutex_;
   std::vector<std::pair<uint64_t, Status>> copied_in_;
+  std::atomic<bool> has_copied_in_{false};  // so the loop takes the lock only then
   int event_fd_ = -1;
   std::thread thread_;
   std::atomic<bool> stopping_{false};

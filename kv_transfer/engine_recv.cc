@@ -427,6 +427,7 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
           {
             std::lock_guard lock(copied_in_mutex_);
             copied_in_.emplace_back(id, std::move(copied));
+            has_copied_in_ = true;
           }
           ucp_worker_signal(worker_.get());
         });
@@ -442,6 +443,7 @@ void TransferEngine::Impl::conclude(Expectation& e, Status verdict) {
 }
 
 void TransferEngine::Impl::collect_copied_in() {
+  if (!has_copied_in_.exchange(false)) return;
   std::vector<std::pair<uint64_t, Status>> copied;
   {
     std::lock_guard lock(copied_in_mutex_);

@@ -182,8 +182,9 @@ class TransferEngine {
   // fast. NotFound if no such expectation (never expected, its callback
   // already taken to run, or already cancelled). Returns once data arriving
   // from then on is rejected (a wait bounded like expect()'s); the callback
-  // may run before or after it returns. If the expectation had already failed or completed, that
-  // verdict stands and the callback reports it.
+  // may run before or after it returns. If the expectation had already failed or completed, or
+  // is verified and being copied into a staged pool, that verdict stands and the callback
+  // reports it (for a copy, once it is done: OK or the copy's error).
   Status cancel_expect(uint64_t transfer_id);
   // Cancels a send: no new operations are posted; the callback runs with
   // kAborted once every posted operation has completed (the source blocks are

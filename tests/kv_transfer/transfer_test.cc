@@ -1321,6 +1321,36 @@ TEST_P(StagedTransferTest, CopyIntoThePoolLeavesTheProgressThreadFree) {
   peer_process_->quit();
 }
 
+// A transfer verified before its deadline is settled: neither the deadline
+// passing nor the sender dying during its copy into the pool changes it, and
+// its callback (which frees the blocks) waits for the copy.
+TEST_P(StagedTransferTest, SenderDiesWhileItsTransferIsCopiedIn) {
+  KvLayout layout = make_layout(DType::kF16, 48, 4);
+  start(layout, /*local_sends=*/false, 12);
+  constexpr auto kCopyIn = 1500ms;
+  local_->copier()->copy_in_delay = kCopyIn;
+  // The wire takes milliseconds, the copy in far longer than the deadline.
+  ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 800ms}, local_->callback()).is_ok());
+  peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
+  auto until = Clock::now() + 10s;
+  while (local_->copier()->copy_ins_in_flight.load() == 0 && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_EQ(local_->copier()->copy_ins_in_flight.load(), 1) << "transfer 1 never copied in";
+  peer_process_->kill_now();
+  auto got = local_->mail().wait(1, 10s);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_TRUE(got->status.is_ok()) << got->status.to_string();
+  EXPECT_EQ(local_->copier()->copy_ins_in_flight.load(), 0) << "called back before the copy";
+  EXPECT_GE(got->finished - got->started, kCopyIn - 100ms);
+  for (int32_t l = 0; l < layout.num_layers; ++l)
+    for (size_t i = 0; i < dst_.size(); ++i)
+      EXPECT_TRUE(testing::matches_pattern(local_->pool() + layout.block_byte_offset(l, dst_[i]),
+                                           layout.block_byte_offset(l, src_[i]),
+                                           layout.block_bytes(), seed_))
+          << "layer " << l << " block " << dst_[i];
+  EXPECT_EQ(local_->engine().stats().receives_ok, 1u);
+}
+
 // A copy out that fails (a device error) fails its transfer with that
 // error, and the engine carries the next one.
 TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
