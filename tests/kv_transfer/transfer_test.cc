@@ -1168,6 +1168,22 @@ class StagedTransferTest : public TransferTest {
     return testing::split(
         peer_process_->wait_for("RECV " + std::to_string(tid) + " ").value_or(""));
   }
+  // Waits (up to 10 s) until a copy into the local pool is in progress.
+  bool copy_in_started() {
+    auto until = Clock::now() + 10s;
+    while (local_->copier()->copy_ins_in_flight.load() == 0 && Clock::now() < until)
+      std::this_thread::sleep_for(1ms);
+    return local_->copier()->copy_ins_in_flight.load() > 0;
+  }
+  // Every layer of the local blocks dst_ holds what the peer's src_ held.
+  void expect_local_blocks_hold_sent_ones(const KvLayout& layout) {
+    for (int32_t l = 0; l < layout.num_layers; ++l)
+      for (size_t i = 0; i < dst_.size(); ++i)
+        EXPECT_TRUE(testing::matches_pattern(local_->pool() + layout.block_byte_offset(l, dst_[i]),
+                                             layout.block_byte_offset(l, src_[i]),
+                                             layout.block_bytes(), seed_))
+            << "layer " << l << " block " << dst_[i];
+  }
   uint64_t seed_ = 0;
   std::unique_ptr<LocalNode> local_;
   std::unique_ptr<Child> peer_process_;  // killed before local_'s engine goes
@@ -1292,10 +1308,7 @@ TEST_P(StagedTransferTest, CopyIntoThePoolLeavesTheProgressThreadFree) {
     if (std::find(dst_.begin(), dst_.end(), b) == dst_.end()) other.push_back(b);
   ASSERT_TRUE(local_->engine().expect({2, 2, other, 0, -1, 10000ms}, local_->callback()).is_ok());
   peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
-  auto until = Clock::now() + 10s;
-  while (local_->copier()->copy_ins_in_flight.load() == 0 && Clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  ASSERT_EQ(local_->copier()->copy_ins_in_flight.load(), 1) << "transfer 1 never copied in";
+  ASSERT_TRUE(copy_in_started()) << "transfer 1 never copied in";
   // cancel_expect returns once the progress thread has run it.
   auto asked = Clock::now();
   ASSERT_TRUE(local_->engine().cancel_expect(2).is_ok());
@@ -1310,12 +1323,7 @@ TEST_P(StagedTransferTest, CopyIntoThePoolLeavesTheProgressThreadFree) {
   EXPECT_EQ(local_->copier()->copy_ins_in_flight.load(), 0) << "called back before the copy";
   EXPECT_EQ(local_->copier()->to_device_bytes.load(),
             dst_.size() * layout.block_bytes() * size_t(layout.num_layers));
-  for (int32_t l = 0; l < layout.num_layers; ++l)
-    for (size_t i = 0; i < dst_.size(); ++i)
-      EXPECT_TRUE(testing::matches_pattern(local_->pool() + layout.block_byte_offset(l, dst_[i]),
-                                           layout.block_byte_offset(l, src_[i]),
-                                           layout.block_bytes(), seed_))
-          << "layer " << l << " block " << dst_[i];
+  expect_local_blocks_hold_sent_ones(layout);
   EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
   ASSERT_TRUE(peer_process_->wait_for("SENT 1 0 ", 5s)) << "the sender's ack";
   peer_process_->quit();
@@ -1332,22 +1340,14 @@ TEST_P(StagedTransferTest, SenderDiesWhileItsTransferIsCopiedIn) {
   // The wire takes milliseconds, the copy in far longer than the deadline.
   ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 800ms}, local_->callback()).is_ok());
   peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
-  auto until = Clock::now() + 10s;
-  while (local_->copier()->copy_ins_in_flight.load() == 0 && Clock::now() < until)
-    std::this_thread::sleep_for(1ms);
-  ASSERT_EQ(local_->copier()->copy_ins_in_flight.load(), 1) << "transfer 1 never copied in";
+  ASSERT_TRUE(copy_in_started()) << "transfer 1 never copied in";
   peer_process_->kill_now();
   auto got = local_->mail().wait(1, 10s);
   ASSERT_TRUE(got.has_value());
   EXPECT_TRUE(got->status.is_ok()) << got->status.to_string();
   EXPECT_EQ(local_->copier()->copy_ins_in_flight.load(), 0) << "called back before the copy";
   EXPECT_GE(got->finished - got->started, kCopyIn - 100ms);
-  for (int32_t l = 0; l < layout.num_layers; ++l)
-    for (size_t i = 0; i < dst_.size(); ++i)
-      EXPECT_TRUE(testing::matches_pattern(local_->pool() + layout.block_byte_offset(l, dst_[i]),
-                                           layout.block_byte_offset(l, src_[i]),
-                                           layout.block_bytes(), seed_))
-          << "layer " << l << " block " << dst_[i];
+  expect_local_blocks_hold_sent_ones(layout);
   EXPECT_EQ(local_->engine().stats().receives_ok, 1u);
 }
 
