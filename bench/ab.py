@@ -26,7 +26,9 @@ def run(binary, args):
                           capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"ab.py: {binary} exited {done.returncode}:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout)["benchmarks"]
+    # Some programs print their ceilings before the JSON (model_bench).
+    start = done.stdout.find("{\n")
+    return json.loads(done.stdout[max(start, 0):])["benchmarks"]
 
 
 def main():
