@@ -1335,10 +1335,10 @@ TEST_P(StagedTransferTest, CopyIntoThePoolLeavesTheProgressThreadFree) {
 TEST_P(StagedTransferTest, SenderDiesWhileItsTransferIsCopiedIn) {
   KvLayout layout = make_layout(DType::kF16, 48, 4);
   start(layout, /*local_sends=*/false, 12);
-  constexpr auto kCopyIn = 1500ms;
+  constexpr auto kCopyIn = 2000ms;
   local_->copier()->copy_in_delay = kCopyIn;
   // The wire takes milliseconds, the copy in far longer than the deadline.
-  ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 800ms}, local_->callback()).is_ok());
+  ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 1000ms}, local_->callback()).is_ok());
   peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
   ASSERT_TRUE(copy_in_started()) << "transfer 1 never copied in";
   peer_process_->kill_now();
