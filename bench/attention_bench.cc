@@ -103,8 +103,11 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
   for (int dtype : {0, 1})
     for (int batch : {1, 16})
       for (int ctx : {1024, 4096, 16384}) b->Args({ctx, batch, dtype, 1});
-  // Cache-resident KV (one layer reused): the kernel's compute rate alone.
-  for (int dtype : {0, 1}) b->Args({1024, 1, dtype, 0});
+  // Cache-resident KV (one layer reused): the kernel's compute rate alone,
+  // from L2/L3 (1k tokens) and from L2 (256 tokens: 192 KiB in BF16; with
+  // --threads=1, one core's arithmetic with no memory in the way).
+  for (int dtype : {0, 1})
+    for (int ctx : {1024, 256}) b->Args({ctx, 1, dtype, 0});
   b->ArgNames({"ctx", "batch", "bf16", "cold"});
   b->UseManualTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 }
