@@ -525,12 +525,14 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   ucp_ep_h ep = std::exchange(peer.ep, nullptr);
   peer.phase = PeerState::Phase::kIdle;
   ++peer.generation;  // callbacks of the old endpoint no longer match
-  // UCX answers a peer's messages on our own endpoint to it when it has one
-  // (it matches the two connections), so a notice's kept reply endpoint may
-  // be the one closed here: its ack is not sent (the peer gets none, as from
-  // a receiver that died).
-  for (auto& [tid, e] : expectations_) {
-    if (e.reply_ep == ep && ep != nullptr) e.reply_ep = nullptr;
+  // A notice's kept reply endpoint may be the one closed here: UCX can
+  // answer a peer on our own endpoint to it (over TCP an ack sent after this
+  // close crashed, SenderDiesWhileItsTransferIsCopiedIn). That ack is not
+  // sent; the peer gets none, as from a receiver that died.
+  if (ep != nullptr) {
+    for (auto& [tid, e] : expectations_) {
+      if (e.reply_ep == ep) e.reply_ep = nullptr;
+    }
   }
   Status closed = close_endpoint(worker_.get(), ep, /*force=*/true, config_.close_timeout);
   if (!closed.is_ok()) {

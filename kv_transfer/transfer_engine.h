@@ -45,7 +45,8 @@
 //    no CUDA support) is staged through a registered host mirror of the same
 //    layout by a PoolCopier (common/pool_copier.h): layers are copied out as
 //    they are posted, on the caller's thread, and a received transfer is
-//    copied in once verified, before the ack (kv_transfer/engine_staging.cc).
+//    copied in once verified, before the ack, on a copy thread of the
+//    engine's own (kv_transfer/engine_staging.cc).
 //  * Failure: deadlines on both sides; UCX peer error handling where the
 //    transports support it; a receiver ack closes every transfer, so a dead
 //    receiver is noticed even on shared memory. A failed endpoint is torn down
