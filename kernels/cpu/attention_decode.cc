@@ -4,7 +4,9 @@
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
+#include "kernels/cpu/attention_pv_avx512.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/prefetch_stream.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace baton::kernels::cpu {
@@ -21,76 +23,6 @@ constexpr int32_t kChunk = 16;
 constexpr int32_t kMaxQueryGroup = 3;
 
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
-
-// Prefetches a partition's memory in the order the kernel reads it (the K
-// parts of its blocks, then their V parts, which follow the K parts in each
-// block), a fixed distance ahead of the reads and paced to them: a few lines
-// per step of the inner loops, as many as the step consumes. A core here can
-// keep only a couple of dozen misses in flight, so its share of the memory
-// bandwidth depends on misses being outstanding all the time. Prefetching the
-// whole partition during the score pass left the core with nothing in flight
-// during the softmax and V passes, and a burst of hundreds of prefetches
-// stalls the arithmetic until memory has answered most of them; either way
-// memory time and compute time add up instead of overlapping.
-class PrefetchStream {
- public:
-  // `then`, if not null, is a block whose K part the stream ends with: where
-  // the thread's next partition starts.
-  PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, const char* then)
-      : blocks_(blocks),
-        num_blocks_(num_blocks),
-        num_parts_(2 * num_blocks + (then ? 1 : 0)),
-        part_bytes_(part_bytes),
-        then_(then) {}
-
-  // Issues the first `parts` parts at once: nothing is in flight yet.
-  void prime(int32_t parts) {
-    const size_t lines = size_t(parts) * (part_bytes_ / kCacheLine);
-    for (size_t i = 0; i < lines && next_line(); ++i) {
-    }
-  }
-  // Each tile is read by `readers` groups of queries, so a read of n bytes
-  // consumes n / readers bytes of the stream.
-  void set_readers(int32_t readers) { line_credit_ = kCacheLine * size_t(std::max(readers, 1)); }
-  // Called as the kernel reads: keeps the stream as far ahead as it was.
-  [[gnu::always_inline]] void consumed(size_t bytes) {
-    for (credit_ += bytes; credit_ >= line_credit_; credit_ -= line_credit_)
-      if (!next_line()) {
-        credit_ = 0;
-        return;
-      }
-  }
-
- private:
-  // Prefetches the stream's next cache line; false once it is exhausted.
-  [[gnu::always_inline]] bool next_line() {
-    if (next_ == end_) {
-      if (part_ == num_parts_) return false;
-      if (part_ == 2 * num_blocks_)
-        next_ = then_;
-      else if (part_ < num_blocks_)
-        next_ = blocks_[part_];
-      else
-        next_ = blocks_[part_ - num_blocks_] + part_bytes_;
-      end_ = next_ + part_bytes_;
-      ++part_;
-    }
-    __builtin_prefetch(next_, 0, 2);
-    next_ += kCacheLine;
-    return true;
-  }
-
-  const char* const* blocks_;
-  int32_t num_blocks_;
-  int32_t num_parts_;
-  size_t part_bytes_;
-  const char* then_;
-  int32_t part_ = 0;  // next part to start: K of blocks 0..n-1, V of 0..n-1, then
-  const char* next_ = nullptr;
-  const char* end_ = nullptr;
-  size_t line_credit_ = kCacheLine;  // bytes x readers per prefetched line
-  size_t credit_ = 0;
-};
 
 #if BATON_HAVE_X86
 
@@ -284,8 +216,81 @@ constexpr int32_t kernel_slot(int32_t j) {
 
 struct Scratch {
   std::vector<float> q, scores, acc;
+  std::vector<uint16_t> p_hi, p_lo;  // the probabilities split for the AVX-512 V pass
   std::vector<const char*> blocks;
 };
+
+// What the passes over one partition share.
+struct Partition {
+  int32_t d;         // head_dim
+  int32_t bs;        // block size
+  int32_t heads;     // KV heads
+  int32_t per_head;  // query vectors per KV head
+  int32_t n_q;       // query vectors
+  int32_t keys;      // keys of the partition
+  int32_t stride;    // of the score rows
+  int32_t num_blocks;
+  size_t tile_bytes;  // one KV head's K (or V) in a block
+  size_t v_offset;    // from a block's K part to its V part
+};
+
+// Pass 3 with F32 FMAs: acc (element order) = Σ_t p[t] v_t for every query
+// vector.
+template <DType T>
+BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch, float* acc) {
+  for (int32_t j = 0; j < P.num_blocks; ++j) {
+    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+    for (int32_t h = 0; h < P.heads; ++h) {
+      const char* v_tile = sc.blocks[size_t(j)] + P.v_offset + size_t(h) * P.tile_bytes;
+      const size_t first = size_t(h) * P.per_head;
+      for_query_groups(P.per_head, [&]<int R>(int32_t i) {
+        tile_pv<T, R>(sc.scores.data() + (first + i) * P.stride + size_t(j) * P.bs, P.stride,
+                      v_tile, P.d, n, sc.acc.data() + (first + i) * P.d, prefetch);
+      });
+    }
+  }
+  for (int32_t i = 0; i < P.n_q; ++i) {
+    const float* src = sc.acc.data() + size_t(i) * P.d;
+    float* dst = acc + size_t(i) * P.d;
+    for (int32_t c = 0; c < P.d; c += kChunk)
+      for (int32_t j = 0; j < kChunk; ++j) dst[c + j] = src[c + kernel_slot<T>(j)];
+  }
+}
+
+// Pass 3 for BF16 with AVX-512 BF16 dot products (attention_pv_avx512.h),
+// the same result as v_pass_avx2 to within 2^-17 of each probability.
+BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch,
+                                   float* acc) {
+  // Two elements past the last row: a tile of odd length reads its last
+  // key's pair.
+  sc.p_hi.resize(size_t(P.n_q) * P.stride + 2);
+  sc.p_lo.resize(sc.p_hi.size());
+  std::fill(sc.p_hi.end() - 2, sc.p_hi.end(), 0);
+  std::fill(sc.p_lo.end() - 2, sc.p_lo.end(), 0);
+  for (int32_t i = 0; i < P.n_q; ++i) {
+    const size_t row = size_t(i) * P.stride;
+    split_bf16(sc.scores.data() + row, P.stride, sc.p_hi.data() + row, sc.p_lo.data() + row);
+  }
+  for (int32_t j = 0; j < P.num_blocks; ++j) {
+    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+    for (int32_t h = 0; h < P.heads; ++h) {
+      const char* v_tile = sc.blocks[size_t(j)] + P.v_offset + size_t(h) * P.tile_bytes;
+      const int32_t end = (h + 1) * P.per_head;
+      for (int32_t i = h * P.per_head; i < end; i += kPvAvx512MaxQueries) {
+        const size_t at = size_t(i) * P.stride + size_t(j) * P.bs;
+        tile_pv_bf16_avx512(std::min(kPvAvx512MaxQueries, end - i), sc.p_hi.data() + at,
+                            sc.p_lo.data() + at, P.stride, v_tile, P.d, n,
+                            sc.acc.data() + size_t(i) * P.d, prefetch);
+      }
+    }
+  }
+  for (int32_t i = 0; i < P.n_q; ++i) {
+    const float* src = sc.acc.data() + size_t(i) * P.d;
+    float* dst = acc + size_t(i) * P.d;
+    for (int32_t c = 0; c < P.d; c += kPvAvx512Columns)
+      for (int32_t j = 0; j < kPvAvx512Columns; ++j) dst[c + j] = src[c + pv_avx512_slot(j)];
+  }
+}
 
 template <DType T>
 BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
@@ -293,90 +298,80 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                                       const char* then) {
   thread_local Scratch sc;
   const KvLayout& L = p.layout;
-  const int32_t d = L.head_dim;
-  const int32_t bs = L.block_size;
-  const int32_t heads = L.num_kv_heads;
-  const int32_t group = p.num_heads / heads;
+  const int32_t group = p.num_heads / L.num_kv_heads;
   const int32_t q_len = p.query_start[seq + 1] - p.query_start[seq];
   const int32_t ctx = p.context_lens[seq];
-  const int32_t per_head = q_len * group;
-  const int32_t n_q = per_head * heads;
-  const int32_t keys = key_end - key_begin;
-  const int32_t stride = round_up(std::max(keys, 1), 8);
   const size_t esize = L.element_bytes();
+  Partition P;
+  P.d = L.head_dim;
+  P.bs = L.block_size;
+  P.heads = L.num_kv_heads;
+  P.per_head = q_len * group;
+  P.n_q = P.per_head * P.heads;
+  P.keys = key_end - key_begin;
+  P.stride = round_up(std::max(P.keys, 1), 8);
+  P.num_blocks = (P.keys + P.bs - 1) / P.bs;
+  P.tile_bytes = L.head_tile_elements() * esize;
+  P.v_offset = L.part_elements() * esize;  // V part after the K part
+  const int32_t d = P.d;
 
   // Queries scaled and in kernel order (BF16: even then odd elements of each
   // chunk of 16), vector i at sc.q + i * d.
-  sc.q.resize(size_t(n_q) * d);
-  for (int32_t h = 0; h < heads; ++h)
+  sc.q.resize(size_t(P.n_q) * d);
+  for (int32_t h = 0; h < P.heads; ++h)
     for (int32_t r = 0; r < q_len; ++r)
       for (int32_t g = 0; g < group; ++g) {
         const float* src =
             p.q + (size_t(p.query_start[seq] + r) * p.num_heads + size_t(h) * group + g) * d;
-        float* dst = sc.q.data() + (size_t(h) * per_head + size_t(r) * group + g) * d;
+        float* dst = sc.q.data() + (size_t(h) * P.per_head + size_t(r) * group + g) * d;
         for (int32_t c = 0; c < d; c += kChunk)
           for (int32_t j = 0; j < kChunk; ++j) dst[c + kernel_slot<T>(j)] = src[c + j] * p.scale;
       }
-  sc.scores.resize(size_t(n_q) * stride);
-  sc.acc.assign(size_t(n_q) * d, 0.0f);
+  sc.scores.resize(size_t(P.n_q) * P.stride);
+  sc.acc.assign(size_t(P.n_q) * d, 0.0f);
 
   const int32_t* table = p.block_tables + size_t(seq) * p.block_table_stride;
-  const int32_t first_block = key_begin / bs;
-  const int32_t num_blocks = (keys + bs - 1) / bs;
-  sc.blocks.resize(size_t(num_blocks));
-  for (int32_t j = 0; j < num_blocks; ++j)
+  const int32_t first_block = key_begin / P.bs;
+  sc.blocks.resize(size_t(P.num_blocks));
+  for (int32_t j = 0; j < P.num_blocks; ++j)
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
-  const size_t tile_bytes = L.head_tile_elements() * esize;
-  const size_t v_offset = L.part_elements() * esize;  // V part after the K part
 
-  PrefetchStream prefetch(sc.blocks.data(), num_blocks, v_offset, then);
+  PrefetchStream prefetch(sc.blocks.data(), P.num_blocks, P.v_offset, then);
   prefetch.prime(kPrefetchPartsAhead);
-  // Every query group of a head reads each of its tiles.
-  prefetch.set_readers((per_head + kMaxQueryGroup - 1) / kMaxQueryGroup);
+  // Every query group of a head reads each of its tiles (both passes group
+  // kMaxQueryGroup = kPvAvx512MaxQueries vectors).
+  static_assert(kMaxQueryGroup == kPvAvx512MaxQueries);
+  prefetch.set_readers((P.per_head + kMaxQueryGroup - 1) / kMaxQueryGroup);
   // Pass 1: every score of the partition.
-  for (int32_t j = 0; j < num_blocks; ++j) {
-    const int32_t n = std::min(bs, keys - j * bs);
-    for (int32_t h = 0; h < heads; ++h) {
-      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * tile_bytes;
-      const size_t first = size_t(h) * per_head;
-      for_query_groups(per_head, [&]<int R>(int32_t i) {
+  for (int32_t j = 0; j < P.num_blocks; ++j) {
+    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+    for (int32_t h = 0; h < P.heads; ++h) {
+      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
+      const size_t first = size_t(h) * P.per_head;
+      for_query_groups(P.per_head, [&]<int R>(int32_t i) {
         tile_scores<T, R>(sc.q.data() + (first + i) * d, d, k_tile, n,
-                          sc.scores.data() + (first + i) * stride + size_t(j) * bs, stride,
+                          sc.scores.data() + (first + i) * P.stride + size_t(j) * P.bs, P.stride,
                           prefetch);
       });
     }
   }
   // Pass 2: one softmax per query vector over the partition.
-  for (int32_t i = 0; i < n_q; ++i) {
-    const int32_t row = (i % per_head) / group;
+  for (int32_t i = 0; i < P.n_q; ++i) {
+    const int32_t row = (i % P.per_head) / group;
     const int32_t position = ctx - q_len + row;
-    const int32_t visible = std::clamp(position + 1 - key_begin, 0, keys);
+    const int32_t visible = std::clamp(position + 1 - key_begin, 0, P.keys);
     // A first step of the online softmax: relative to the partition's own max.
     state.row_max[i] = kNegInf;
     state.row_sum[i] = 0.0f;
-    softmax_update_avx2(sc.scores.data() + size_t(i) * stride, visible, stride, state.row_max + i,
-                        state.row_sum + i);
+    softmax_update_avx2(sc.scores.data() + size_t(i) * P.stride, visible, P.stride,
+                        state.row_max + i, state.row_sum + i);
   }
   // Pass 3: V weighted by the probabilities.
-  for (int32_t j = 0; j < num_blocks; ++j) {
-    const int32_t n = std::min(bs, keys - j * bs);
-    for (int32_t h = 0; h < heads; ++h) {
-      const char* v_tile = sc.blocks[size_t(j)] + v_offset + size_t(h) * tile_bytes;
-      const size_t first = size_t(h) * per_head;
-      for_query_groups(per_head, [&]<int R>(int32_t i) {
-        tile_pv<T, R>(sc.scores.data() + (first + i) * stride + size_t(j) * bs, stride, v_tile, d,
-                      n, sc.acc.data() + (first + i) * d, prefetch);
-      });
-    }
-  }
-  // Back to element order.
-  for (int32_t i = 0; i < n_q; ++i) {
-    const float* src = sc.acc.data() + size_t(i) * d;
-    float* dst = state.acc + size_t(i) * d;
-    for (int32_t c = 0; c < d; c += kChunk)
-      for (int32_t j = 0; j < kChunk; ++j) dst[c + j] = src[c + kernel_slot<T>(j)];
-  }
+  if (T == DType::kBF16 && use_avx512_bf16() && d % kPvAvx512Columns == 0)
+    v_pass_avx512_bf16(P, sc, prefetch, state.acc);
+  else
+    v_pass_avx2<T>(P, sc, prefetch, state.acc);
 }
 
 #endif  // BATON_HAVE_X86

@@ -5,6 +5,7 @@
 namespace baton::kernels::cpu {
 namespace {
 std::atomic<bool> g_simd_enabled{true};
+std::atomic<bool> g_avx512_enabled{true};
 }  // namespace
 
 bool cpu_has_avx2_fma_f16c() {
@@ -25,5 +26,26 @@ bool use_avx2() {
 }
 
 void set_simd_enabled(bool enabled) { g_simd_enabled.store(enabled, std::memory_order_relaxed); }
+
+bool cpu_has_avx512_bf16() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool use_avx512_bf16() {
+  return use_avx2() && cpu_has_avx512_bf16() && g_avx512_enabled.load(std::memory_order_relaxed);
+}
+
+void set_avx512_enabled(bool enabled) {
+  g_avx512_enabled.store(enabled, std::memory_order_relaxed);
+}
 
 }  // namespace baton::kernels::cpu

@@ -33,10 +33,19 @@ struct Case {
   std::vector<SeqSpec> seqs;
 };
 
-std::string describe(const Case& c, DType dt, bool simd) {
+// The instruction sets a case runs with: the AVX-512 BF16 paths where the CPU
+// has them, the AVX2 ones, or the portable scalar code.
+enum class Isa { kAvx512, kAvx2, kScalar };
+
+const char* isa_name(Isa isa) {
+  return isa == Isa::kAvx512 ? "avx512" : isa == Isa::kAvx2 ? "avx2" : "scalar";
+}
+
+std::string describe(const Case& c, DType dt, Isa isa) {
   std::ostringstream os;
   os << "heads=" << c.num_heads << " kv_heads=" << c.num_kv_heads << " head_dim=" << c.head_dim
-     << " block=" << c.block_size << " dtype=" << dtype_name(dt) << " simd=" << simd << " seqs=";
+     << " block=" << c.block_size << " dtype=" << dtype_name(dt) << " isa=" << isa_name(isa)
+     << " seqs=";
   for (auto& s : c.seqs) os << "(" << s.context_len << "," << s.query_len << ")";
   return os.str();
 }
@@ -44,10 +53,11 @@ std::string describe(const Case& c, DType dt, bool simd) {
 // Builds a pool with shuffled, non-contiguous block tables, stores every
 // sequence's K/V through store_kv, runs paged_attention and compares each
 // sequence with the reference on the dequantised K/V.
-void run_case(const Case& c, DType dtype, bool simd, uint64_t seed) {
-  SCOPED_TRACE(describe(c, dtype, simd) + " seed=" + std::to_string(seed));
+void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
+  SCOPED_TRACE(describe(c, dtype, isa) + " seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  set_simd_enabled(simd);
+  set_simd_enabled(isa != Isa::kScalar);
+  set_avx512_enabled(isa == Isa::kAvx512);
   ThreadPool pool(2);
 
   const int32_t num_seqs = int32_t(c.seqs.size());
@@ -143,6 +153,7 @@ void run_case(const Case& c, DType dtype, bool simd, uint64_t seed) {
     }
   }
   set_simd_enabled(true);
+  set_avx512_enabled(true);
 }
 
 // Mixed batches: decode rows (short and split-K long contexts), fresh
@@ -171,21 +182,30 @@ std::vector<Case> cases() {
   all.push_back({6, 2, 64, 5, kRagged});
   // head_dim % 16 != 0: decode rows fall back from the partition kernel to the tiled one.
   all.push_back({4, 1, 40, 32, kChunked});
+  // head_dim 96: the AVX-512 V pass ends with a one-chunk pass after a two-chunk one.
+  all.push_back({6, 2, 96, 16, kLongDecode});
+  all.push_back({4, 4, 96, 16, kRagged});
   return all;
 }
 
 class PagedAttentionTest : public ::testing::TestWithParam<DType> {};
 
-TEST_P(PagedAttentionTest, MatchesReferenceSimd) {
+TEST_P(PagedAttentionTest, MatchesReferenceAvx2) {
   const uint64_t seed = fresh_seed();
-  for (const Case& c : cases()) run_case(c, GetParam(), /*simd=*/true, seed);
+  for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx2, seed);
+}
+
+TEST_P(PagedAttentionTest, MatchesReferenceAvx512) {
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  const uint64_t seed = fresh_seed();
+  for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512, seed);
 }
 
 TEST_P(PagedAttentionTest, MatchesReferenceScalar) {
   const uint64_t seed = fresh_seed();
   const std::vector<Case> all = cases();
   // The scalar path is slow: a few shapes cover it.
-  for (size_t i = 0; i < all.size(); i += 5) run_case(all[i], GetParam(), /*simd=*/false, seed);
+  for (size_t i = 0; i < all.size(); i += 5) run_case(all[i], GetParam(), Isa::kScalar, seed);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, PagedAttentionTest,
