@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
-#include "kernels/cpu/attention_pv_avx512.h"
+#include "kernels/cpu/attention_decode_avx512.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/prefetch_stream.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -216,7 +216,8 @@ constexpr int32_t kernel_slot(int32_t j) {
 
 struct Scratch {
   std::vector<float> q, scores, acc;
-  std::vector<uint16_t> p_hi, p_lo;  // the probabilities split for the AVX-512 V pass
+  // The queries and probabilities split for the AVX-512 passes.
+  std::vector<uint16_t> q_hi, q_lo, p_hi, p_lo;
   std::vector<const char*> blocks;
 };
 
@@ -233,6 +234,47 @@ struct Partition {
   size_t tile_bytes;  // one KV head's K (or V) in a block
   size_t v_offset;    // from a block's K part to its V part
 };
+
+// Pass 1 with F32 FMAs: every score of the partition, from the queries in
+// kernel order at sc.q.
+template <DType T>
+BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch) {
+  for (int32_t j = 0; j < P.num_blocks; ++j) {
+    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+    for (int32_t h = 0; h < P.heads; ++h) {
+      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
+      const size_t first = size_t(h) * P.per_head;
+      for_query_groups(P.per_head, [&]<int R>(int32_t i) {
+        tile_scores<T, R>(sc.q.data() + (first + i) * P.d, P.d, k_tile, n,
+                          sc.scores.data() + (first + i) * P.stride + size_t(j) * P.bs, P.stride,
+                          prefetch);
+      });
+    }
+  }
+}
+
+// Pass 1 for BF16 with AVX-512 BF16 dot products, from the queries in element
+// order at sc.q.
+BATON_AVX2 void k_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch) {
+  const size_t split = 2 * size_t(P.d);  // per query vector: each chunk twice
+  sc.q_hi.resize(size_t(P.n_q) * split);
+  sc.q_lo.resize(sc.q_hi.size());
+  for (int32_t i = 0; i < P.n_q; ++i)
+    split_query_bf16(sc.q.data() + size_t(i) * P.d, P.d, sc.q_hi.data() + i * split,
+                     sc.q_lo.data() + i * split);
+  for (int32_t j = 0; j < P.num_blocks; ++j) {
+    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+    for (int32_t h = 0; h < P.heads; ++h) {
+      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
+      const int32_t end = (h + 1) * P.per_head;
+      for (int32_t i = h * P.per_head; i < end; i += kAvx512MaxQueries)
+        tile_scores_bf16_avx512(std::min(kAvx512MaxQueries, end - i), sc.q_hi.data() + i * split,
+                                sc.q_lo.data() + i * split, P.d, k_tile, n,
+                                sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs,
+                                P.stride, prefetch);
+    }
+  }
+}
 
 // Pass 3 with F32 FMAs: acc (element order) = Σ_t p[t] v_t for every query
 // vector.
@@ -257,7 +299,7 @@ BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
   }
 }
 
-// Pass 3 for BF16 with AVX-512 BF16 dot products (attention_pv_avx512.h),
+// Pass 3 for BF16 with AVX-512 BF16 dot products (attention_decode_avx512.h),
 // the same result as v_pass_avx2 to within 2^-17 of each probability.
 BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch,
                                    float* acc) {
@@ -276,9 +318,9 @@ BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
     for (int32_t h = 0; h < P.heads; ++h) {
       const char* v_tile = sc.blocks[size_t(j)] + P.v_offset + size_t(h) * P.tile_bytes;
       const int32_t end = (h + 1) * P.per_head;
-      for (int32_t i = h * P.per_head; i < end; i += kPvAvx512MaxQueries) {
+      for (int32_t i = h * P.per_head; i < end; i += kAvx512MaxQueries) {
         const size_t at = size_t(i) * P.stride + size_t(j) * P.bs;
-        tile_pv_bf16_avx512(std::min(kPvAvx512MaxQueries, end - i), sc.p_hi.data() + at,
+        tile_pv_bf16_avx512(std::min(kAvx512MaxQueries, end - i), sc.p_hi.data() + at,
                             sc.p_lo.data() + at, P.stride, v_tile, P.d, n,
                             sc.acc.data() + size_t(i) * P.d, prefetch);
       }
@@ -315,8 +357,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.v_offset = L.part_elements() * esize;  // V part after the K part
   const int32_t d = P.d;
 
-  // Queries scaled and in kernel order (BF16: even then odd elements of each
-  // chunk of 16), vector i at sc.q + i * d.
+  // BF16 takes AVX-512's BF16 dot products where the CPU has them
+  // (attention_decode_avx512.h).
+  const bool avx512 = T == DType::kBF16 && use_avx512_bf16() && d % kPvAvx512Columns == 0;
+  // Queries scaled, vector i at sc.q + i * d, in element order for AVX-512 and
+  // in kernel order for AVX2 (BF16: even then odd elements of each chunk of 16).
   sc.q.resize(size_t(P.n_q) * d);
   for (int32_t h = 0; h < P.heads; ++h)
     for (int32_t r = 0; r < q_len; ++r)
@@ -325,7 +370,8 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
             p.q + (size_t(p.query_start[seq] + r) * p.num_heads + size_t(h) * group + g) * d;
         float* dst = sc.q.data() + (size_t(h) * P.per_head + size_t(r) * group + g) * d;
         for (int32_t c = 0; c < d; c += kChunk)
-          for (int32_t j = 0; j < kChunk; ++j) dst[c + kernel_slot<T>(j)] = src[c + j] * p.scale;
+          for (int32_t j = 0; j < kChunk; ++j)
+            dst[c + (avx512 ? j : kernel_slot<T>(j))] = src[c + j] * p.scale;
       }
   sc.scores.resize(size_t(P.n_q) * P.stride);
   sc.acc.assign(size_t(P.n_q) * d, 0.0f);
@@ -339,23 +385,15 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 
   PrefetchStream prefetch(sc.blocks.data(), P.num_blocks, P.v_offset, then);
   prefetch.prime(kPrefetchPartsAhead);
-  // Every query group of a head reads each of its tiles (both passes group
-  // kMaxQueryGroup = kPvAvx512MaxQueries vectors).
-  static_assert(kMaxQueryGroup == kPvAvx512MaxQueries);
+  // Every query group of a head reads each of its tiles (all passes group
+  // kMaxQueryGroup = kAvx512MaxQueries vectors).
+  static_assert(kMaxQueryGroup == kAvx512MaxQueries);
   prefetch.set_readers((P.per_head + kMaxQueryGroup - 1) / kMaxQueryGroup);
   // Pass 1: every score of the partition.
-  for (int32_t j = 0; j < P.num_blocks; ++j) {
-    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
-    for (int32_t h = 0; h < P.heads; ++h) {
-      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
-      const size_t first = size_t(h) * P.per_head;
-      for_query_groups(P.per_head, [&]<int R>(int32_t i) {
-        tile_scores<T, R>(sc.q.data() + (first + i) * d, d, k_tile, n,
-                          sc.scores.data() + (first + i) * P.stride + size_t(j) * P.bs, P.stride,
-                          prefetch);
-      });
-    }
-  }
+  if (avx512)
+    k_pass_avx512_bf16(P, sc, prefetch);
+  else
+    k_pass_avx2<T>(P, sc, prefetch);
   // Pass 2: one softmax per query vector over the partition.
   for (int32_t i = 0; i < P.n_q; ++i) {
     const int32_t row = (i % P.per_head) / group;
@@ -368,7 +406,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                         state.row_max + i, state.row_sum + i);
   }
   // Pass 3: V weighted by the probabilities.
-  if (T == DType::kBF16 && use_avx512_bf16() && d % kPvAvx512Columns == 0)
+  if (avx512)
     v_pass_avx512_bf16(P, sc, prefetch, state.acc);
   else
     v_pass_avx2<T>(P, sc, prefetch, state.acc);

@@ -1,0 +1,242 @@
+#include "kernels/cpu/attention_decode_avx512.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of
+// their unmasked forms, which -Wmaybe-uninitialized reports wherever they are
+// inlined (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include <cstring>
+
+#define BATON_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define BATON_AVX512_BF16_INLINE                                               \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"), \
+                 always_inline)) inline
+
+namespace baton::kernels::cpu {
+namespace {
+
+// Both BF16 values of keys t and t + 1 as one 32-bit pair in every lane.
+BATON_AVX512_BF16_INLINE __m512bh broadcast_pair(const uint16_t* p) {
+  int32_t pair;
+  std::memcpy(&pair, p, sizeof(pair));
+  return (__m512bh)_mm512_set1_epi32(pair);
+}
+
+// Lane j of the result is the sum of the 8 lanes that key j's products
+// occupy in a[j / 2] (its low 256 bits for even j, high for odd).
+BATON_AVX512_BF16_INLINE __m256 sum_key_pairs(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
+  // In 128-bit lanes a_i is [x, y | x', y'] for keys 2i and 2i + 1 (primes
+  // for the second): gather the x lanes and the y lanes of keys 0-3, add.
+  const __m512 k03 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x88), _mm512_shuffle_f32x4(a0, a1, 0xdd));
+  const __m512 k47 =
+      _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x88), _mm512_shuffle_f32x4(a2, a3, 0xdd));
+  // 128-bit lane k now holds four partial sums of key k (k03) and key k + 4
+  // (k47); interleave and add twice to sum each four.
+  const __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(k03, k47), _mm512_unpackhi_ps(k03, k47));
+  const __m512 w = _mm512_add_ps(x, _mm512_permute_ps(x, 0x4e));
+  // Lane k of w: keys k, k + 4, k, k + 4.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
+  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w));
+}
+
+// Dimensions [c, c + 16) of key t, or zeros for a key at or past n.
+template <bool kFull>
+BATON_AVX512_BF16_INLINE __m256i key_chunk(const uint16_t* k, int32_t d, int32_t t, int32_t n,
+                                           int32_t c) {
+  if (!kFull && t >= n) return _mm256_setzero_si256();
+  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + size_t(t) * d + c));
+}
+
+// Dimensions [c, c + 16) of keys `first` and `first` + 1, one per 256-bit
+// half.
+template <bool kFull>
+BATON_AVX512_BF16_INLINE __m512bh key_pair_chunk(const uint16_t* k, int32_t d, int32_t first,
+                                                 int32_t n, int32_t c) {
+  return (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(key_chunk<kFull>(k, d, first, n, c)),
+                                      key_chunk<kFull>(k, d, first + 1, n, c), 1);
+}
+
+// Scores of R queries against keys [t, t + 8) (kFull) or [t, n).
+template <int R, bool kFull>
+BATON_AVX512_BF16_INLINE void scores_8_keys(const uint16_t* q_hi, const uint16_t* q_lo, int32_t d,
+                                            const uint16_t* k, int32_t t, int32_t n, float* s,
+                                            int32_t s_stride) {
+  __m512 acc[R][4];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
+  for (int32_t c = 0; c < d; c += kScoresAvx512Dims) {
+    __m512bh keys[4];
+    for (int j = 0; j < 4; ++j) keys[j] = key_pair_chunk<kFull>(k, d, t + 2 * j, n, c);
+    for (int r = 0; r < R; ++r) {
+      const size_t at = size_t(r) * 2 * d + 2 * size_t(c);
+      const __m512bh hi = (__m512bh)_mm512_loadu_si512(q_hi + at);
+      const __m512bh lo = (__m512bh)_mm512_loadu_si512(q_lo + at);
+      for (int j = 0; j < 4; ++j) {
+        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], hi, keys[j]);
+        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], lo, keys[j]);
+      }
+    }
+  }
+  const __mmask8 m = kFull ? __mmask8(0xff) : __mmask8((1u << (n - t)) - 1);
+  for (int r = 0; r < R; ++r)
+    _mm256_mask_storeu_ps(s + size_t(r) * s_stride + t, m,
+                          sum_key_pairs(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
+}
+
+template <int R>
+BATON_AVX512_BF16 void tile_scores(const uint16_t* q_hi, const uint16_t* q_lo, int32_t d,
+                                   const uint16_t* k, int32_t n, float* s, int32_t s_stride,
+                                   PrefetchStream& stream) {
+  PrefetchStream prefetch = stream;  // a local copy stays in registers
+  int32_t t = 0;
+  for (; t + 8 <= n; t += 8) {
+    prefetch.consumed(8 * size_t(d) * sizeof(uint16_t));
+    scores_8_keys<R, true>(q_hi, q_lo, d, k, t, n, s, s_stride);
+  }
+  if (t < n) {
+    prefetch.consumed(size_t(n - t) * d * sizeof(uint16_t));
+    scores_8_keys<R, false>(q_hi, q_lo, d, k, t, n, s, s_stride);
+  }
+  stream = prefetch;
+}
+
+// One pair of keys (y_row null: a last key without a partner, whose pair is
+// taken with zeros) into columns [c0, c0 + 32 C) of R accumulators. `lo`
+// receives the products with the probabilities' low halves: `hi`'s own
+// accumulators, or a second set where registers allow, so the two dot
+// products of a lane do not wait on each other.
+template <int R, int C>
+BATON_AVX512_BF16_INLINE void pv_key_pair(const uint16_t* p_hi, const uint16_t* p_lo,
+                                          int32_t p_stride, const uint16_t* x_row,
+                                          const uint16_t* y_row, __m512 (&hi)[R][2 * C],
+                                          __m512 (&lo)[R][2 * C]) {
+  __m512bh ph[R], pl[R];
+  for (int r = 0; r < R; ++r) {
+    ph[r] = broadcast_pair(p_hi + size_t(r) * p_stride);
+    pl[r] = broadcast_pair(p_lo + size_t(r) * p_stride);
+  }
+  for (int j = 0; j < C; ++j) {
+    const __m512i x = _mm512_loadu_si512(x_row + kPvAvx512Columns * j);
+    const __m512i y =
+        y_row ? _mm512_loadu_si512(y_row + kPvAvx512Columns * j) : _mm512_setzero_si512();
+    // Lane k of `first` pairs column (k / 4) * 8 + k % 4 of the two keys,
+    // `second` the column four further (pv_avx512_slot).
+    const __m512bh first = (__m512bh)_mm512_unpacklo_epi16(x, y);
+    const __m512bh second = (__m512bh)_mm512_unpackhi_epi16(x, y);
+    for (int r = 0; r < R; ++r) {
+      hi[r][2 * j] = _mm512_dpbf16_ps(hi[r][2 * j], first, ph[r]);
+      lo[r][2 * j] = _mm512_dpbf16_ps(lo[r][2 * j], first, pl[r]);
+      hi[r][2 * j + 1] = _mm512_dpbf16_ps(hi[r][2 * j + 1], second, ph[r]);
+      lo[r][2 * j + 1] = _mm512_dpbf16_ps(lo[r][2 * j + 1], second, pl[r]);
+    }
+  }
+}
+
+// acc_r[c0, c0 + 32 C) += Σ_t p_r[t] v_t over keys [0, n).
+template <int R, int C>
+BATON_AVX512_BF16_INLINE void pv_pass(const uint16_t* p_hi, const uint16_t* p_lo, int32_t p_stride,
+                                      const uint16_t* v, int32_t d, int32_t n, int32_t c0,
+                                      float* acc, PrefetchStream& prefetch) {
+  // Accumulators, two broadcasts per query, two rows and their two unpacks
+  // in 32 registers: a second set for the low halves fits only for small R x C.
+  constexpr bool kSecondSet = R * 4 * C + 2 * R + 4 <= 32;
+  __m512 a[R][2 * C], b[R][2 * C];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * C; ++j) {
+      a[r][j] = _mm512_loadu_ps(acc + size_t(r) * d + c0 + 16 * j);
+      b[r][j] = _mm512_setzero_ps();
+    }
+  auto& low = kSecondSet ? b : a;
+  const size_t pair_bytes = 2 * kPvAvx512Columns * C * sizeof(uint16_t);
+  int32_t t = 0;
+  for (; t + 2 <= n; t += 2) {
+    prefetch.consumed(pair_bytes);
+    pv_key_pair<R, C>(p_hi + t, p_lo + t, p_stride, v + size_t(t) * d + c0,
+                      v + size_t(t + 1) * d + c0, a, low);
+  }
+  if (t < n) {
+    prefetch.consumed(pair_bytes / 2);
+    pv_key_pair<R, C>(p_hi + t, p_lo + t, p_stride, v + size_t(t) * d + c0, nullptr, a, low);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * C; ++j) {
+      if constexpr (kSecondSet) a[r][j] = _mm512_add_ps(a[r][j], b[r][j]);
+      _mm512_storeu_ps(acc + size_t(r) * d + c0 + 16 * j, a[r][j]);
+    }
+}
+
+// Passes of as many 32-column chunks as R x 2C accumulators allow, then
+// narrower ones for what is left of d.
+template <int R>
+BATON_AVX512_BF16 void tile_pv(const uint16_t* p_hi, const uint16_t* p_lo, int32_t p_stride,
+                               const uint16_t* v, int32_t d, int32_t n, float* acc,
+                               PrefetchStream& stream) {
+  PrefetchStream prefetch = stream;  // a local copy stays in registers
+  constexpr int32_t kCols = kPvAvx512Columns;
+  int32_t c = 0;
+  if constexpr (R < 3)
+    for (; c + 4 * kCols <= d; c += 4 * kCols)
+      pv_pass<R, 4>(p_hi, p_lo, p_stride, v, d, n, c, acc, prefetch);
+  for (; c + 2 * kCols <= d; c += 2 * kCols)
+    pv_pass<R, 2>(p_hi, p_lo, p_stride, v, d, n, c, acc, prefetch);
+  for (; c < d; c += kCols) pv_pass<R, 1>(p_hi, p_lo, p_stride, v, d, n, c, acc, prefetch);
+  stream = prefetch;
+}
+
+// Calls f<R>() for R = queries, 1..kAvx512MaxQueries.
+template <typename F>
+void with_query_count(int32_t queries, F&& f) {
+  static_assert(kAvx512MaxQueries == 3);
+  if (queries == 3) return f.template operator()<3>();
+  if (queries == 2) return f.template operator()<2>();
+  return f.template operator()<1>();
+}
+
+}  // namespace
+
+BATON_AVX512_BF16 void split_bf16(const float* p, int32_t n, uint16_t* hi, uint16_t* lo) {
+  for (int32_t t = 0; t < n; t += 16) {
+    const __mmask16 m = n - t >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - t)) - 1);
+    const __m512 x = _mm512_maskz_loadu_ps(m, p + t);
+    const __m256bh h = _mm512_cvtneps_pbh(x);
+    // x - float(h) is exact (the two are within a factor of two), and its
+    // own rounding to BF16 leaves an error of at most 2^-17 of x.
+    const __m512 back =
+        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
+    const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(x, back));
+    _mm256_mask_storeu_epi16(hi + t, m, (__m256i)h);
+    _mm256_mask_storeu_epi16(lo + t, m, (__m256i)l);
+  }
+}
+
+BATON_AVX512_BF16 void split_query_bf16(const float* q, int32_t d, uint16_t* hi, uint16_t* lo) {
+  for (int32_t c = 0; c < d; c += kScoresAvx512Dims) {
+    split_bf16(q + c, kScoresAvx512Dims, hi + 2 * c, lo + 2 * c);
+    std::memcpy(hi + 2 * c + kScoresAvx512Dims, hi + 2 * c, kScoresAvx512Dims * sizeof(uint16_t));
+    std::memcpy(lo + 2 * c + kScoresAvx512Dims, lo + 2 * c, kScoresAvx512Dims * sizeof(uint16_t));
+  }
+}
+
+void tile_scores_bf16_avx512(int32_t queries, const uint16_t* q_hi, const uint16_t* q_lo, int32_t d,
+                             const void* k, int32_t n, float* s, int32_t s_stride,
+                             PrefetchStream& stream) {
+  with_query_count(queries, [&]<int R>() {
+    tile_scores<R>(q_hi, q_lo, d, static_cast<const uint16_t*>(k), n, s, s_stride, stream);
+  });
+}
+
+void tile_pv_bf16_avx512(int32_t queries, const uint16_t* p_hi, const uint16_t* p_lo,
+                         int32_t p_stride, const void* v, int32_t d, int32_t n, float* acc,
+                         PrefetchStream& stream) {
+  with_query_count(queries, [&]<int R>() {
+    tile_pv<R>(p_hi, p_lo, p_stride, static_cast<const uint16_t*>(v), d, n, acc, stream);
+  });
+}
+
+}  // namespace baton::kernels::cpu
+
+#endif
