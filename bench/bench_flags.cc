@@ -5,6 +5,7 @@
 
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace baton::bench {
 
@@ -15,6 +16,8 @@ void take_bench_flags(int* argc, char** argv) {
       set_bench_threads(std::atoi(argv[i] + 10));
     } else if (std::strncmp(argv[i], "--huge_pages=", 13) == 0) {
       HugeBuffer::use_huge_pages() = std::atoi(argv[i] + 13) != 0;
+    } else if (std::strncmp(argv[i], "--avx512=", 9) == 0) {
+      kernels::cpu::set_avx512_enabled(std::atoi(argv[i] + 9) != 0);
     } else {
       argv[kept++] = argv[i];
     }

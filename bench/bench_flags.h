@@ -3,7 +3,9 @@
 //   --threads=N      size of the kernel thread pool (default: one per hardware
 //                    thread), so per-core efficiency can be seen apart from scaling;
 //   --huge_pages=0|1 back KV pools, weights and the bandwidth test's arrays with
-//                    2 MiB pages (default 1), as the engine does.
+//                    2 MiB pages (default 1), as the engine does;
+//   --avx512=0|1     use the AVX-512 kernels where the CPU has them (default
+//                    1), so one binary compares them with the AVX2 ones.
 #pragma once
 
 namespace baton::bench {

@@ -6,12 +6,17 @@
 
 #include "bench/bench_flags.h"
 #include "bench/ceilings.h"
+#include "kernels/cpu/cpu_features.h"
 
 int main(int argc, char** argv) {
   baton::bench::take_bench_flags(&argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("pool_threads", std::to_string(baton::bench::bench_pool().size()));
+  namespace cpu = baton::kernels::cpu;
+  benchmark::AddCustomContext("avx512_bf16", !cpu::cpu_has_avx512_bf16() ? "absent"
+                                             : cpu::use_avx512_bf16()    ? "used"
+                                                                         : "off (--avx512=0)");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;
