@@ -235,22 +235,42 @@ struct Partition {
   size_t v_offset;    // from a block's K part to its V part
 };
 
+// Calls f<R>(tile, n, j, i) for every block j of the partition (n of its
+// keys) and KV head h, for each group of R query vectors [i, i + R) of that
+// head, with `tile` the head's K part of the block (V part for v_part).
+template <typename F>
+BATON_AVX2_INLINE void for_each_tile(const Partition& P, const Scratch& sc, bool v_part, F&& f) {
+  const size_t offset = v_part ? P.v_offset : 0;
+  for (int32_t j = 0; j < P.num_blocks; ++j) {
+    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+    for (int32_t h = 0; h < P.heads; ++h) {
+      const char* tile = sc.blocks[size_t(j)] + offset + size_t(h) * P.tile_bytes;
+      const int32_t first = h * P.per_head;
+      for_query_groups(P.per_head,
+                       [&]<int R>(int32_t i) { f.template operator()<R>(tile, n, j, first + i); });
+    }
+  }
+}
+
+// dst[i][c + e] = src[i][c + slot(e)] for every query vector i and each chunk
+// c of kWidth elements: the accumulators back to element order.
+template <int32_t kWidth, int32_t (*slot)(int32_t)>
+void to_element_order(const float* src, int32_t n_q, int32_t d, float* dst) {
+  for (int32_t i = 0; i < n_q; ++i)
+    for (int32_t c = 0; c < d; c += kWidth)
+      for (int32_t e = 0; e < kWidth; ++e)
+        dst[size_t(i) * d + c + e] = src[size_t(i) * d + c + slot(e)];
+}
+
 // Pass 1 with F32 FMAs: every score of the partition, from the queries in
 // kernel order at sc.q.
 template <DType T>
 BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch) {
-  for (int32_t j = 0; j < P.num_blocks; ++j) {
-    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
-    for (int32_t h = 0; h < P.heads; ++h) {
-      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
-      const size_t first = size_t(h) * P.per_head;
-      for_query_groups(P.per_head, [&]<int R>(int32_t i) {
-        tile_scores<T, R>(sc.q.data() + (first + i) * P.d, P.d, k_tile, n,
-                          sc.scores.data() + (first + i) * P.stride + size_t(j) * P.bs, P.stride,
-                          prefetch);
-      });
-    }
-  }
+  for_each_tile(P, sc, false, [&]<int R>(const char* k_tile, int32_t n, int32_t j, int32_t i) {
+    tile_scores<T, R>(sc.q.data() + size_t(i) * P.d, P.d, k_tile, n,
+                      sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs, P.stride,
+                      prefetch);
+  });
 }
 
 // Pass 1 for BF16 with AVX-512 BF16 dot products, from the queries in element
@@ -262,41 +282,22 @@ BATON_AVX2 void k_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
   for (int32_t i = 0; i < P.n_q; ++i)
     split_query_bf16(sc.q.data() + size_t(i) * P.d, P.d, sc.q_hi.data() + i * split,
                      sc.q_lo.data() + i * split);
-  for (int32_t j = 0; j < P.num_blocks; ++j) {
-    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
-    for (int32_t h = 0; h < P.heads; ++h) {
-      const char* k_tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
-      const int32_t end = (h + 1) * P.per_head;
-      for (int32_t i = h * P.per_head; i < end; i += kAvx512MaxQueries)
-        tile_scores_bf16_avx512(std::min(kAvx512MaxQueries, end - i), sc.q_hi.data() + i * split,
-                                sc.q_lo.data() + i * split, P.d, k_tile, n,
-                                sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs,
-                                P.stride, prefetch);
-    }
-  }
+  for_each_tile(P, sc, false, [&]<int R>(const char* k_tile, int32_t n, int32_t j, int32_t i) {
+    tile_scores_bf16_avx512(R, sc.q_hi.data() + i * split, sc.q_lo.data() + i * split, P.d, k_tile,
+                            n, sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs, P.stride,
+                            prefetch);
+  });
 }
 
 // Pass 3 with F32 FMAs: acc (element order) = Σ_t p[t] v_t for every query
 // vector.
 template <DType T>
 BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch, float* acc) {
-  for (int32_t j = 0; j < P.num_blocks; ++j) {
-    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
-    for (int32_t h = 0; h < P.heads; ++h) {
-      const char* v_tile = sc.blocks[size_t(j)] + P.v_offset + size_t(h) * P.tile_bytes;
-      const size_t first = size_t(h) * P.per_head;
-      for_query_groups(P.per_head, [&]<int R>(int32_t i) {
-        tile_pv<T, R>(sc.scores.data() + (first + i) * P.stride + size_t(j) * P.bs, P.stride,
-                      v_tile, P.d, n, sc.acc.data() + (first + i) * P.d, prefetch);
-      });
-    }
-  }
-  for (int32_t i = 0; i < P.n_q; ++i) {
-    const float* src = sc.acc.data() + size_t(i) * P.d;
-    float* dst = acc + size_t(i) * P.d;
-    for (int32_t c = 0; c < P.d; c += kChunk)
-      for (int32_t j = 0; j < kChunk; ++j) dst[c + j] = src[c + kernel_slot<T>(j)];
-  }
+  for_each_tile(P, sc, true, [&]<int R>(const char* v_tile, int32_t n, int32_t j, int32_t i) {
+    tile_pv<T, R>(sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs, P.stride, v_tile, P.d,
+                  n, sc.acc.data() + size_t(i) * P.d, prefetch);
+  });
+  to_element_order<kChunk, kernel_slot<T>>(sc.acc.data(), P.n_q, P.d, acc);
 }
 
 // Pass 3 for BF16 with AVX-512 BF16 dot products (attention_decode_avx512.h),
@@ -313,25 +314,12 @@ BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
     const size_t row = size_t(i) * P.stride;
     split_bf16(sc.scores.data() + row, P.stride, sc.p_hi.data() + row, sc.p_lo.data() + row);
   }
-  for (int32_t j = 0; j < P.num_blocks; ++j) {
-    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
-    for (int32_t h = 0; h < P.heads; ++h) {
-      const char* v_tile = sc.blocks[size_t(j)] + P.v_offset + size_t(h) * P.tile_bytes;
-      const int32_t end = (h + 1) * P.per_head;
-      for (int32_t i = h * P.per_head; i < end; i += kAvx512MaxQueries) {
-        const size_t at = size_t(i) * P.stride + size_t(j) * P.bs;
-        tile_pv_bf16_avx512(std::min(kAvx512MaxQueries, end - i), sc.p_hi.data() + at,
-                            sc.p_lo.data() + at, P.stride, v_tile, P.d, n,
-                            sc.acc.data() + size_t(i) * P.d, prefetch);
-      }
-    }
-  }
-  for (int32_t i = 0; i < P.n_q; ++i) {
-    const float* src = sc.acc.data() + size_t(i) * P.d;
-    float* dst = acc + size_t(i) * P.d;
-    for (int32_t c = 0; c < P.d; c += kPvAvx512Columns)
-      for (int32_t j = 0; j < kPvAvx512Columns; ++j) dst[c + j] = src[c + pv_avx512_slot(j)];
-  }
+  for_each_tile(P, sc, true, [&]<int R>(const char* v_tile, int32_t n, int32_t j, int32_t i) {
+    const size_t at = size_t(i) * P.stride + size_t(j) * P.bs;
+    tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v_tile, P.d, n,
+                        sc.acc.data() + size_t(i) * P.d, prefetch);
+  });
+  to_element_order<kPvAvx512Columns, pv_avx512_slot>(sc.acc.data(), P.n_q, P.d, acc);
 }
 
 template <DType T>

@@ -19,7 +19,7 @@ bool use_avx2();
 void set_simd_enabled(bool enabled);
 
 // True when the CPU has AVX-512 F, BW, VL and BF16 (checked once): the BF16
-// dot product (VDPBF16PS) of the decode attention's V pass.
+// dot product (VDPBF16PS) of BF16 decode attention's score and V passes.
 bool cpu_has_avx512_bf16();
 
 // True when the AVX-512 BF16 paths are to be used: the CPU has them, SIMD is

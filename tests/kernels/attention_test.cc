@@ -58,6 +58,8 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   std::mt19937_64 rng(seed);
   set_simd_enabled(isa != Isa::kScalar);
   set_avx512_enabled(isa == Isa::kAvx512);
+  ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512)
+      << "the case would not run on " << isa_name(isa);
   ThreadPool pool(2);
 
   const int32_t num_seqs = int32_t(c.seqs.size());
@@ -196,6 +198,8 @@ TEST_P(PagedAttentionTest, MatchesReferenceAvx2) {
 }
 
 TEST_P(PagedAttentionTest, MatchesReferenceAvx512) {
+  if (GetParam() != DType::kBF16)
+    GTEST_SKIP() << "only BF16 has AVX-512 paths: MatchesReferenceAvx2 covers this dtype";
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
   const uint64_t seed = fresh_seed();
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512, seed);
