@@ -32,6 +32,7 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   const int32_t batch = int32_t(state.range(1));
   const DType dtype = state.range(2) == 0 ? DType::kF32 : DType::kBF16;
   const bool cold = state.range(3) != 0;
+  const bool scattered = state.range(4) != 0;
   const double bandwidth = measure_memory_bandwidth_gbs();
 
   const int32_t blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
@@ -54,7 +55,10 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
 
   std::vector<int32_t> ids(static_cast<size_t>(layout.num_blocks));
   std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), rng);  // block tables are not contiguous in practice
+  // Scattered: every block somewhere else, as in a pool fragmented by churn.
+  // Otherwise each sequence's blocks are adjacent, as BlockManager hands them
+  // out (lowest free ids first) where the pool is not fragmented.
+  if (scattered) std::shuffle(ids.begin(), ids.end(), rng);
   std::vector<int32_t> query_start(static_cast<size_t>(batch) + 1),
       context_lens(size_t(batch), ctx);
   for (int32_t s = 0; s <= batch; ++s) query_start[size_t(s)] = s;
@@ -96,19 +100,20 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   state.counters["start_ceiling_GBps"] = bandwidth;
   if (cold) state.counters["ratio"] = ceiling.ratio(kv_bytes * double(state.iterations()), seconds);
   state.counters["KV_bytes_MiB"] = kv_bytes / (1 << 20);
-  state.SetLabel(std::string(dtype_name(dtype)));
+  state.SetLabel(std::string(dtype_name(dtype)) + (scattered ? " scattered" : " adjacent"));
 }
 
 void DecodeArgs(benchmark::internal::Benchmark* b) {
-  for (int dtype : {0, 1})
-    for (int batch : {1, 16})
-      for (int ctx : {1024, 4096, 16384}) b->Args({ctx, batch, dtype, 1});
+  for (int scattered : {1, 0})
+    for (int dtype : {0, 1})
+      for (int batch : {1, 16})
+        for (int ctx : {1024, 4096, 16384}) b->Args({ctx, batch, dtype, 1, scattered});
   // Cache-resident KV (one layer reused): the kernel's compute rate alone,
   // from L2/L3 (1k tokens) and from L2 (256 tokens: 192 KiB in BF16; with
   // --threads=1, one core's arithmetic with no memory in the way).
   for (int dtype : {0, 1})
-    for (int ctx : {1024, 256}) b->Args({ctx, 1, dtype, 0});
-  b->ArgNames({"ctx", "batch", "bf16", "cold"});
+    for (int ctx : {1024, 256}) b->Args({ctx, 1, dtype, 0, 1});
+  b->ArgNames({"ctx", "batch", "bf16", "cold", "scattered"});
   b->UseManualTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 }
 BENCHMARK(BM_PagedDecodeAttention)->Apply(DecodeArgs);

@@ -1,15 +1,22 @@
 #include "engine/block_manager.h"
 
+#include <algorithm>
+#include <functional>
+#include <numeric>
 #include <string>
 
 #include "common/check.h"
 
 namespace baton::engine {
 
+namespace {
+// The heap's order: its front is the lowest id.
+constexpr std::greater<int32_t> kLowestFirst;
+}  // namespace
+
 BlockManager::BlockManager(int32_t num_blocks) : ref_counts_(size_t(num_blocks), 0) {
-  free_list_.reserve(size_t(num_blocks));
-  // Highest id at the bottom so allocation hands out 0, 1, 2, ... first.
-  for (int32_t id = num_blocks - 1; id >= 0; --id) free_list_.push_back(id);
+  free_list_.resize(size_t(num_blocks));
+  std::iota(free_list_.begin(), free_list_.end(), 0);  // ascending: already a heap
 }
 
 Result<std::vector<int32_t>> BlockManager::allocate(int32_t n) {
@@ -21,6 +28,7 @@ Result<std::vector<int32_t>> BlockManager::allocate(int32_t n) {
   }
   std::vector<int32_t> blocks(static_cast<size_t>(n));
   for (auto& id : blocks) {
+    std::pop_heap(free_list_.begin(), free_list_.end(), kLowestFirst);
     id = free_list_.back();
     free_list_.pop_back();
     BATON_CHECK(ref_counts_[size_t(id)] == 0);
@@ -38,7 +46,10 @@ void BlockManager::release(const std::vector<int32_t>& blocks) {
   for (int32_t id : blocks) {
     int32_t& count = ref_counts_.at(size_t(id));
     BATON_CHECK(count > 0);  // a double free is a bug, never input-driven
-    if (--count == 0) free_list_.push_back(id);
+    if (--count == 0) {
+      free_list_.push_back(id);
+      std::push_heap(free_list_.begin(), free_list_.end(), kLowestFirst);
+    }
   }
 }
 

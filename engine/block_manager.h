@@ -21,7 +21,8 @@ class BlockManager {
   int32_t num_free() const { return int32_t(free_list_.size()); }
   int32_t ref_count(int32_t block) const { return ref_counts_.at(size_t(block)); }
 
-  // n fresh blocks with reference count 1, or ResourceExhausted (nothing taken).
+  // n fresh blocks with reference count 1, or ResourceExhausted (nothing
+  // taken): the n lowest free ids, in ascending order.
   Result<std::vector<int32_t>> allocate(int32_t n);
   // Another owner for a block already in use (prefix sharing).
   void add_ref(int32_t block);
@@ -30,7 +31,15 @@ class BlockManager {
 
  private:
   std::vector<int32_t> ref_counts_;
-  std::vector<int32_t> free_list_;  // LIFO: recently freed blocks are reused first (warm in cache)
+  // A min-heap of the free ids. Lowest first keeps a sequence's blocks in
+  // runs of adjacent ids, and so of adjacent memory, wherever the pool is not
+  // fragmented: a prompt's blocks are taken at once (a decode node reserves
+  // all of a transferred prompt's), and freed sequences leave runs behind.
+  // Decode attention then reads K and V as long streams instead of scattered
+  // pieces of a few KiB, and a KV transfer moves one range per run
+  // (kv_transfer/block_runs.h). A recently freed block is no warmer in cache
+  // than any other: one block spans every layer, megabytes apart.
+  std::vector<int32_t> free_list_;
 };
 
 // One sequence's blocks in token order.

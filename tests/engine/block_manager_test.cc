@@ -3,8 +3,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <iterator>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
 
 namespace baton::engine {
 namespace {
@@ -69,17 +72,45 @@ TEST(BlockTable, ReservesOnlyWhatTokensNeed) {
   EXPECT_TRUE(table.blocks().empty());
 }
 
+TEST(BlockManager, HandsOutTheLowestFreeIdsInOrder) {
+  BlockManager manager(16);
+  auto a = manager.allocate(6);
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(*a, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
+  auto b = manager.allocate(4);
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(*b, (std::vector<int32_t>{6, 7, 8, 9}));
+  // Freed out of order from the middle of a sequence: the next prompt still
+  // gets them back as one ascending run, then the untouched tail.
+  manager.release({3, 4, 2});
+  auto c = manager.allocate(5);
+  ASSERT_TRUE(c.is_ok());
+  EXPECT_EQ(*c, (std::vector<int32_t>{2, 3, 4, 10, 11}));
+}
+
 TEST(BlockManager, RandomAllocFreeNeverLosesABlock) {
-  std::mt19937 rng(std::random_device{}());
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
   BlockManager manager(64);
   std::vector<std::vector<int32_t>> held;
+  std::set<int32_t> free_ids;  // what the manager should hold free
+  for (int32_t id = 0; id < 64; ++id) free_ids.insert(id);
   for (int step = 0; step < 2000; ++step) {
     if (held.empty() || rng() % 2) {
-      auto got = manager.allocate(int32_t(rng() % 9));
-      if (got.is_ok()) held.push_back(*got);
+      const int32_t n = int32_t(rng() % 9);
+      auto got = manager.allocate(n);
+      ASSERT_EQ(got.is_ok(), n <= int32_t(free_ids.size()));
+      if (!got.is_ok()) continue;
+      // The n lowest free ids, ascending.
+      const std::vector<int32_t> lowest(free_ids.begin(), std::next(free_ids.begin(), n));
+      ASSERT_EQ(*got, lowest);
+      for (int32_t id : lowest) free_ids.erase(id);
+      held.push_back(*got);
     } else {
       size_t i = rng() % held.size();
       manager.release(held[i]);
+      free_ids.insert(held[i].begin(), held[i].end());
       held.erase(held.begin() + std::ptrdiff_t(i));
     }
     size_t in_use = 0;

@@ -132,7 +132,9 @@ TEST(LinearTest, GroupedOutputsMatchOneCallPerWeight) {
         for (size_t i = 0; i < ref.size(); ++i)
           ASSERT_NEAR(grouped[j][i], ref[i], 1e-4 * (1 + std::abs(ref[i])))
               << "output " << j << " element " << i;
-        if (m <= 16) EXPECT_EQ(grouped[j], single[j]) << "output " << j;
+        if (m <= 16) {
+          EXPECT_EQ(grouped[j], single[j]) << "output " << j;
+        }
       }
     }
 }
