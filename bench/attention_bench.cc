@@ -2,7 +2,10 @@
 // the ratio to the measured memory bandwidth.
 #include <benchmark/benchmark.h>
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -26,6 +29,75 @@ constexpr int32_t kHeads = 9, kKvHeads = 3, kHeadDim = 64, kBlockSize = 16;
 // the KV cache of small cases is not served from the last-level cache (a real
 // model reads a different layer's cache in every attention call).
 constexpr size_t kColdBytes = size_t(256) << 20;
+
+// Sums one part of a block (a layer's K, or V, of every KV head) while
+// prefetching the next one (null: none) a line per line read, as the kernel's
+// prefetch stream does one part ahead.
+__attribute__((target("avx2"))) __m256 read_part(const char* part, const char* next, size_t bytes,
+                                                 __m256 acc) {
+  for (size_t o = 0; o < bytes; o += 64) {
+    if (next) __builtin_prefetch(next + o, 0, 2);
+    const float* line = reinterpret_cast<const float*>(part + o);
+    acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_loadu_ps(line), _mm256_loadu_ps(line + 8)));
+  }
+  return acc;
+}
+
+// Reads partitions [b, e) of `partitions` (each a list of parts, in order),
+// each part prefetching the next; returns a lane of the sum.
+__attribute__((target("avx2"))) float read_partitions(
+    const std::vector<std::vector<const char*>>& partitions, int64_t b, int64_t e,
+    size_t part_bytes) {
+  __m256 acc = _mm256_setzero_ps();
+  for (int64_t i = b; i < e; ++i) {
+    const auto& parts = partitions[size_t(i)];
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const char* next = k + 1 < parts.size() ? parts[k + 1]
+                         : i + 1 < e          ? partitions[size_t(i + 1)][0]
+                                              : nullptr;
+      acc = read_part(parts[k], next, part_bytes, acc);
+    }
+  }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  return lanes[0];
+}
+
+// GB/s of a plain read of one layer's K and V in the kernel's order: per
+// 256-token partition, its blocks' K parts, then their V parts, with the
+// same prefetching, the partitions shared out over the pool's threads. What
+// the memory system gives for reads scattered as the block tables scatter
+// them, with no arithmetic in the way.
+double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t blocks_per_seq) {
+  if (!__builtin_cpu_supports("avx2")) return 0.0;  // no ceiling: the ratio reads 0
+  const KvLayout& L = p.layout;
+  const size_t part_bytes = L.part_elements() * L.element_bytes();
+  constexpr int32_t kPartitionBlocks = 256 / kBlockSize;  // attention.cc's partitions
+  const auto* pool_bytes = static_cast<const char*>(p.kv_pool);
+  std::vector<std::vector<const char*>> partitions;
+  size_t num_parts = 0;
+  for (int32_t s = 0; s < batch; ++s)
+    for (int32_t first = 0; first < blocks_per_seq; first += kPartitionBlocks) {
+      auto& parts = partitions.emplace_back();
+      const int32_t last = std::min(blocks_per_seq, first + kPartitionBlocks);
+      for (size_t v = 0; v < 2; ++v)
+        for (int32_t j = first; j < last; ++j) {
+          const int32_t block = p.block_tables[size_t(s) * p.block_table_stride + size_t(j)];
+          parts.push_back(pool_bytes + L.block_byte_offset(p.layer, block) + v * part_bytes);
+          ++num_parts;
+        }
+    }
+  auto& pool = bench_pool();
+  std::vector<float> sums(size_t(pool.size()), 0.0f);
+  const auto t0 = std::chrono::steady_clock::now();
+  pool.parallel_for(int64_t(partitions.size()), [&](int64_t b, int64_t e, int t) {
+    sums[size_t(t)] += read_partitions(partitions, b, e, part_bytes);
+  });
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  benchmark::DoNotOptimize(sums.data());
+  return double(num_parts) * double(part_bytes) / seconds / 1e9;
+}
 
 void BM_PagedDecodeAttention(benchmark::State& state) {
   const int32_t ctx = int32_t(state.range(0));
@@ -81,6 +153,13 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   auto& pool = bench_pool();
   int32_t layer = 0;
   InterleavedCeiling ceiling(read_pass_gbs);
+  // Reads a layer half the pool away from the one just used, so neither this
+  // pass nor the next iteration finds the other's data in cache.
+  InterleavedCeiling scattered_ceiling([&] {
+    PagedAttentionParams other = p;
+    other.layer = (p.layer + layout.num_layers / 2) % layout.num_layers;
+    return scattered_read_gbs(other, batch, blocks_per_seq);
+  });
   double seconds = 0;
   for (auto _ : state) {
     p.layer = layer;
@@ -89,7 +168,10 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
         time_iteration(state, seconds, [&] { kernels::cpu::paged_attention(pool, p); });
     benchmark::DoNotOptimize(out.data());
     // Cache-resident runs compare with nothing: a read pass would evict them.
-    if (cold) ceiling.after_iteration(took);
+    if (cold) {
+      ceiling.after_iteration(took);
+      scattered_ceiling.after_iteration(took);
+    }
   }
   const double kv_bytes = double(batch) * ctx * 2 * kKvHeads * kHeadDim * layout.element_bytes();
   state.counters["KV_GBps"] =
@@ -99,6 +181,13 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   if (cold) state.counters["bw_ceiling_GBps"] = ceiling.rate();
   state.counters["start_ceiling_GBps"] = bandwidth;
   if (cold) state.counters["ratio"] = ceiling.ratio(kv_bytes * double(state.iterations()), seconds);
+  // The same reads with no arithmetic: how much of the gap to the read
+  // passes the scatter of the blocks alone costs.
+  if (cold) {
+    state.counters["scattered_read_GBps"] = scattered_ceiling.rate();
+    state.counters["ratio_to_scattered_read"] =
+        scattered_ceiling.ratio(kv_bytes * double(state.iterations()), seconds);
+  }
   state.counters["KV_bytes_MiB"] = kv_bytes / (1 << 20);
   state.SetLabel(std::string(dtype_name(dtype)) + (scattered ? " scattered" : " adjacent"));
 }

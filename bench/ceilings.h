@@ -3,6 +3,9 @@
 // kernels, sgemm rate for compute-bound ones.
 #pragma once
 
+#include <functional>
+#include <utility>
+
 #include "kernels/cpu/thread_pool.h"
 
 namespace baton::bench {
@@ -39,10 +42,13 @@ double sgemm_pass_gflops();
 // benchmark's own timed iterations: one after the first iteration, then one
 // after every kEverySeconds of iteration time, so they sample the same
 // minutes as the iterations at a bounded cost.
+// The sum of n floats, with the read passes' loop (AVX2 where the CPU has it).
+double sum_floats(const float* p, size_t n);
+
 class InterleavedCeiling {
  public:
   static constexpr double kEverySeconds = 0.05;
-  explicit InterleavedCeiling(double (*pass)()) : pass_(pass) {}
+  explicit InterleavedCeiling(std::function<double()> pass) : pass_(std::move(pass)) {}
   // Call after each timed iteration, outside its timing, with its duration.
   void after_iteration(double iteration_seconds);
   // Work of a pass / mean pass time (every pass does the same work): the
@@ -55,7 +61,7 @@ class InterleavedCeiling {
   }
 
  private:
-  double (*pass_)();
+  std::function<double()> pass_;
   double since_last_pass_ = kEverySeconds;
   int passes_ = 0;
   double inverse_rates_ = 0.0;
