@@ -17,6 +17,8 @@
 #include "bench/manual_time.h"
 #include "bench/stats.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/prefetch_stream.h"
 
 namespace baton::bench {
 namespace {
@@ -30,44 +32,36 @@ constexpr int32_t kHeads = 9, kKvHeads = 3, kHeadDim = 64, kBlockSize = 16;
 // model reads a different layer's cache in every attention call).
 constexpr size_t kColdBytes = size_t(256) << 20;
 
-// Sums one part of a block (a layer's K, or V, of every KV head) while
-// prefetching the next one (null: none) a line per line read, as the kernel's
-// prefetch stream does one part ahead.
-__attribute__((target("avx2"))) __m256 read_part(const char* part, const char* next, size_t bytes,
-                                                 __m256 acc) {
-  for (size_t o = 0; o < bytes; o += 64) {
-    if (next) __builtin_prefetch(next + o, 0, 2);
-    const float* line = reinterpret_cast<const float*>(part + o);
-    acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_loadu_ps(line), _mm256_loadu_ps(line + 8)));
-  }
-  return acc;
-}
-
-// Reads partitions [b, e) of `partitions` (each a list of parts, in order),
-// each part prefetching the next; returns a lane of the sum.
+// Reads partitions [b, e) (each the block addresses of one partition) the
+// way the decode kernel walks them: every block's K part, then every V part,
+// behind the kernel's own prefetch stream (one part ahead, ending with the
+// next partition's first K part). Returns a lane of the sum.
 __attribute__((target("avx2"))) float read_partitions(
     const std::vector<std::vector<const char*>>& partitions, int64_t b, int64_t e,
     size_t part_bytes) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = b; i < e; ++i) {
-    const auto& parts = partitions[size_t(i)];
-    for (size_t k = 0; k < parts.size(); ++k) {
-      const char* next = k + 1 < parts.size() ? parts[k + 1]
-                         : i + 1 < e          ? partitions[size_t(i + 1)][0]
-                                              : nullptr;
-      acc = read_part(parts[k], next, part_bytes, acc);
-    }
+    const auto& blocks = partitions[size_t(i)];
+    kernels::cpu::PrefetchStream prefetch(blocks.data(), int32_t(blocks.size()), part_bytes,
+                                          i + 1 < e ? partitions[size_t(i + 1)][0] : nullptr);
+    prefetch.prime(1);
+    for (size_t v = 0; v < 2; ++v)
+      for (const char* block : blocks)
+        for (size_t o = 0; o < part_bytes; o += kernels::cpu::kCacheLine) {
+          prefetch.consumed(kernels::cpu::kCacheLine);
+          const float* line = reinterpret_cast<const float*>(block + v * part_bytes + o);
+          acc = _mm256_add_ps(acc, _mm256_add_ps(_mm256_loadu_ps(line), _mm256_loadu_ps(line + 8)));
+        }
   }
   float lanes[8];
   _mm256_storeu_ps(lanes, acc);
   return lanes[0];
 }
 
-// GB/s of a plain read of one layer's K and V in the kernel's order: per
-// 256-token partition, its blocks' K parts, then their V parts, with the
-// same prefetching, the partitions shared out over the pool's threads. What
-// the memory system gives for reads scattered as the block tables scatter
-// them, with no arithmetic in the way.
+// GB/s of a plain read of one layer's K and V in the decode kernel's order
+// and with its prefetching (read_partitions), per 256-token partition, the
+// partitions shared out over the pool's threads: what the memory system gives
+// for the kernel's reads with no arithmetic in the way.
 double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t blocks_per_seq) {
   if (!__builtin_cpu_supports("avx2")) return 0.0;  // no ceiling: the ratio reads 0
   const KvLayout& L = p.layout;
@@ -75,17 +69,13 @@ double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t 
   constexpr int32_t kPartitionBlocks = 256 / kBlockSize;  // attention.cc's partitions
   const auto* pool_bytes = static_cast<const char*>(p.kv_pool);
   std::vector<std::vector<const char*>> partitions;
-  size_t num_parts = 0;
   for (int32_t s = 0; s < batch; ++s)
     for (int32_t first = 0; first < blocks_per_seq; first += kPartitionBlocks) {
-      auto& parts = partitions.emplace_back();
-      const int32_t last = std::min(blocks_per_seq, first + kPartitionBlocks);
-      for (size_t v = 0; v < 2; ++v)
-        for (int32_t j = first; j < last; ++j) {
-          const int32_t block = p.block_tables[size_t(s) * p.block_table_stride + size_t(j)];
-          parts.push_back(pool_bytes + L.block_byte_offset(p.layer, block) + v * part_bytes);
-          ++num_parts;
-        }
+      auto& blocks = partitions.emplace_back();
+      for (int32_t j = first; j < std::min(blocks_per_seq, first + kPartitionBlocks); ++j)
+        blocks.push_back(
+            pool_bytes +
+            L.block_byte_offset(p.layer, p.block_tables[size_t(s) * p.block_table_stride + j]));
     }
   auto& pool = bench_pool();
   std::vector<float> sums(size_t(pool.size()), 0.0f);
@@ -96,7 +86,7 @@ double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t 
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   benchmark::DoNotOptimize(sums.data());
-  return double(num_parts) * double(part_bytes) / seconds / 1e9;
+  return double(batch) * blocks_per_seq * 2 * double(part_bytes) / seconds / 1e9;
 }
 
 void BM_PagedDecodeAttention(benchmark::State& state) {

@@ -42,6 +42,13 @@ __attribute__((target("avx2"))) double sum_floats_avx2(const float* p, size_t n)
   return total;
 }
 
+double sum_floats(const float* p, size_t n) {
+  if (__builtin_cpu_supports("avx2")) return sum_floats_avx2(p, n);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += p[i];
+  return total;
+}
+
 double seconds_since(Clock::time_point t0) {
   return std::chrono::duration<double>(Clock::now() - t0).count();
 }
@@ -81,13 +88,6 @@ int g_bench_threads = 0;
 }  // namespace
 
 void set_bench_threads(int threads) { g_bench_threads = threads; }
-
-double sum_floats(const float* p, size_t n) {
-  if (__builtin_cpu_supports("avx2")) return sum_floats_avx2(p, n);
-  double total = 0.0;
-  for (size_t i = 0; i < n; ++i) total += p[i];
-  return total;
-}
 
 kernels::cpu::ThreadPool& bench_pool() {
   static kernels::cpu::ThreadPool pool(g_bench_threads);

@@ -42,9 +42,6 @@ double sgemm_pass_gflops();
 // benchmark's own timed iterations: one after the first iteration, then one
 // after every kEverySeconds of iteration time, so they sample the same
 // minutes as the iterations at a bounded cost.
-// The sum of n floats, with the read passes' loop (AVX2 where the CPU has it).
-double sum_floats(const float* p, size_t n);
-
 class InterleavedCeiling {
  public:
   static constexpr double kEverySeconds = 0.05;

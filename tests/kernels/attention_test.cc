@@ -56,6 +56,14 @@ std::string describe(const Case& c, DType dt, Isa isa) {
 void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   SCOPED_TRACE(describe(c, dtype, isa) + " seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
+  // Every path out, a failed assertion's too, leaves the best ISA selected
+  // for the tests that follow.
+  struct RestoreIsa {
+    ~RestoreIsa() {
+      set_simd_enabled(true);
+      set_avx512_enabled(true);
+    }
+  } restore;
   set_simd_enabled(isa != Isa::kScalar);
   set_avx512_enabled(isa == Isa::kAvx512);
   ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512)
@@ -154,8 +162,6 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
       }
     }
   }
-  set_simd_enabled(true);
-  set_avx512_enabled(true);
 }
 
 // Mixed batches: decode rows (short and split-K long contexts), fresh
