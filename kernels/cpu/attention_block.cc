@@ -215,14 +215,24 @@ BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, fl
     for (int32_t t = 0; t < keys; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
     return 1.0f;
   }
-  // Lanes at or past `visible` are masked to -inf for the max and 0 after exp.
+  // Whole vectors two at a time (two chains each for the max and the sum);
+  // lanes of the last vector at or past `visible` are masked to -inf for the
+  // max and to 0 after exp.
+  const int32_t whole = visible / 8 * 8;
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
-  __m256 vmax = _mm256_set1_ps(kNegInf);
-  for (int32_t t = 0; t < visible; t += 8) {
-    __m256 mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
-    vmax = _mm256_max_ps(vmax,
-                         _mm256_blendv_ps(_mm256_set1_ps(kNegInf), _mm256_loadu_ps(s + t), mask));
+  const __m256 tail_mask =
+      _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - whole), lane));
+  __m256 max0 = _mm256_set1_ps(kNegInf), max1 = max0;
+  int32_t t = 0;
+  for (; t + 16 <= whole; t += 16) {
+    max0 = _mm256_max_ps(max0, _mm256_loadu_ps(s + t));
+    max1 = _mm256_max_ps(max1, _mm256_loadu_ps(s + t + 8));
   }
+  if (t < whole) max0 = _mm256_max_ps(max0, _mm256_loadu_ps(s + t));
+  if (whole < visible)
+    max1 = _mm256_max_ps(
+        max1, _mm256_blendv_ps(_mm256_set1_ps(kNegInf), _mm256_loadu_ps(s + whole), tail_mask));
+  const __m256 vmax = _mm256_max_ps(max0, max1);
   __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(vmax), _mm256_extractf128_ps(vmax, 1));
   m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
   m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
@@ -230,15 +240,30 @@ BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, fl
   // Once the running max settles (most blocks), skip the exp.
   const float alpha = new_max == *row_max ? 1.0f : std::exp(*row_max - new_max);
   const __m256 vnew = _mm256_set1_ps(new_max);
-  __m256 vsum = _mm256_setzero_ps();
-  int32_t t = 0;
-  for (; t < visible; t += 8) {
-    __m256 mask = _mm256_castsi256_ps(_mm256_cmpgt_epi32(_mm256_set1_epi32(visible - t), lane));
-    __m256 p = _mm256_and_ps(avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vnew)), mask);
+  __m256 sum0 = _mm256_setzero_ps(), sum1 = sum0;
+  for (t = 0; t + 16 <= whole; t += 16) {
+    const __m256 p0 = avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vnew));
+    const __m256 p1 = avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t + 8), vnew));
+    _mm256_storeu_ps(s + t, p0);
+    _mm256_storeu_ps(s + t + 8, p1);
+    sum0 = _mm256_add_ps(sum0, p0);
+    sum1 = _mm256_add_ps(sum1, p1);
+  }
+  if (t < whole) {
+    const __m256 p0 = avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vnew));
+    _mm256_storeu_ps(s + t, p0);
+    sum0 = _mm256_add_ps(sum0, p0);
+    t += 8;
+  }
+  if (whole < visible) {
+    const __m256 p =
+        _mm256_and_ps(avx2::exp8(_mm256_sub_ps(_mm256_loadu_ps(s + t), vnew)), tail_mask);
     _mm256_storeu_ps(s + t, p);
-    vsum = _mm256_add_ps(vsum, p);
+    sum1 = _mm256_add_ps(sum1, p);
+    t += 8;
   }
   for (; t < keys; t += 8) _mm256_storeu_ps(s + t, _mm256_setzero_ps());
+  const __m256 vsum = _mm256_add_ps(sum0, sum1);
   *row_max = new_max;
   *row_sum = *row_sum * alpha + avx2::hsum(vsum);
   return alpha;

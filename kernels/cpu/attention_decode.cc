@@ -252,14 +252,22 @@ BATON_AVX2_INLINE void for_each_tile(const Partition& P, const Scratch& sc, bool
   }
 }
 
-// dst[i][c + e] = src[i][c + slot(e)] for every query vector i and each chunk
-// c of kWidth elements: the accumulators back to element order.
-template <int32_t kWidth, int32_t (*slot)(int32_t)>
-void to_element_order(const float* src, int32_t n_q, int32_t d, float* dst) {
-  for (int32_t i = 0; i < n_q; ++i)
-    for (int32_t c = 0; c < d; c += kWidth)
-      for (int32_t e = 0; e < kWidth; ++e)
-        dst[size_t(i) * d + c + e] = src[size_t(i) * d + c + slot(e)];
+// The accumulators of the AVX2 passes (kernel order, see kernel_slot) of n_q
+// query vectors back to element order in dst.
+template <DType T>
+BATON_AVX2 void kernel_to_element_order(const float* src, int32_t n_q, int32_t d, float* dst) {
+  const size_t n = size_t(n_q) * size_t(d);
+  if constexpr (T != DType::kBF16) {
+    std::copy(src, src + n, dst);
+  } else {
+    // Each chunk of 16 holds its even elements, then its odd ones.
+    for (size_t c = 0; c < n; c += kChunk) {
+      const __m256 even = _mm256_loadu_ps(src + c), odd = _mm256_loadu_ps(src + c + 8);
+      const __m256 lo = _mm256_unpacklo_ps(even, odd), hi = _mm256_unpackhi_ps(even, odd);
+      _mm256_storeu_ps(dst + c, _mm256_permute2f128_ps(lo, hi, 0x20));
+      _mm256_storeu_ps(dst + c + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+  }
 }
 
 // Pass 1 with F32 FMAs: every score of the partition, from the queries in
@@ -297,7 +305,7 @@ BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
     tile_pv<T, R>(sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs, P.stride, v_tile, P.d,
                   n, sc.acc.data() + size_t(i) * P.d, prefetch);
   });
-  to_element_order<kChunk, kernel_slot<T>>(sc.acc.data(), P.n_q, P.d, acc);
+  kernel_to_element_order<T>(sc.acc.data(), P.n_q, P.d, acc);
 }
 
 // Pass 3 for BF16 with AVX-512 BF16 dot products (attention_decode_avx512.h),
@@ -319,7 +327,7 @@ BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
     tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v_tile, P.d, n,
                         sc.acc.data() + size_t(i) * P.d, prefetch);
   });
-  to_element_order<kPvAvx512Columns, pv_avx512_slot>(sc.acc.data(), P.n_q, P.d, acc);
+  pv_avx512_to_column_order(sc.acc.data(), P.n_q, P.d, acc);
 }
 
 template <DType T>

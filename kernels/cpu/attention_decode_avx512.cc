@@ -198,6 +198,20 @@ void with_query_count(int32_t queries, F&& f) {
 
 }  // namespace
 
+BATON_AVX512_BF16 void pv_avx512_to_column_order(const float* src, int32_t rows, int32_t d,
+                                                 float* dst) {
+  // One permute of the chunk's two registers per 16 output columns.
+  alignas(64) int32_t slots[kPvAvx512Columns];
+  for (int32_t j = 0; j < kPvAvx512Columns; ++j) slots[j] = pv_avx512_slot(j);
+  const __m512i first = _mm512_load_si512(slots), second = _mm512_load_si512(slots + 16);
+  const size_t n = size_t(rows) * size_t(d);
+  for (size_t c = 0; c < n; c += kPvAvx512Columns) {
+    const __m512 a = _mm512_loadu_ps(src + c), b = _mm512_loadu_ps(src + c + 16);
+    _mm512_storeu_ps(dst + c, _mm512_permutex2var_ps(a, first, b));
+    _mm512_storeu_ps(dst + c + 16, _mm512_permutex2var_ps(a, second, b));
+  }
+}
+
 BATON_AVX512_BF16 void split_bf16(const float* p, int32_t n, uint16_t* hi, uint16_t* lo) {
   for (int32_t t = 0; t < n; t += 16) {
     const __mmask16 m = n - t >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - t)) - 1);
