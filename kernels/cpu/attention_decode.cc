@@ -312,16 +312,6 @@ BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
 // the same result as v_pass_avx2 to within 2^-17 of each probability.
 BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch,
                                    float* acc) {
-  // Two elements past the last row: a tile of odd length reads its last
-  // key's pair.
-  sc.p_hi.resize(size_t(P.n_q) * P.stride + 2);
-  sc.p_lo.resize(sc.p_hi.size());
-  std::fill(sc.p_hi.end() - 2, sc.p_hi.end(), 0);
-  std::fill(sc.p_lo.end() - 2, sc.p_lo.end(), 0);
-  for (int32_t i = 0; i < P.n_q; ++i) {
-    const size_t row = size_t(i) * P.stride;
-    split_bf16(sc.scores.data() + row, P.stride, sc.p_hi.data() + row, sc.p_lo.data() + row);
-  }
   for_each_tile(P, sc, true, [&]<int R>(const char* v_tile, int32_t n, int32_t j, int32_t i) {
     const size_t at = size_t(i) * P.stride + size_t(j) * P.bs;
     tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v_tile, P.d, n,
@@ -390,16 +380,32 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     k_pass_avx512_bf16(P, sc, prefetch);
   else
     k_pass_avx2<T>(P, sc, prefetch);
-  // Pass 2: one softmax per query vector over the partition.
+  // Pass 2: one softmax per query vector over the partition, relative to
+  // the partition's own max. The AVX-512 V pass takes the probabilities
+  // split into BF16 halves, written here without storing them as floats.
+  if (avx512) {
+    // Two elements past the last row: a tile of odd length reads its last
+    // key's pair.
+    sc.p_hi.resize(size_t(P.n_q) * P.stride + 2);
+    sc.p_lo.resize(sc.p_hi.size());
+    std::fill(sc.p_hi.end() - 2, sc.p_hi.end(), 0);
+    std::fill(sc.p_lo.end() - 2, sc.p_lo.end(), 0);
+  }
   for (int32_t i = 0; i < P.n_q; ++i) {
     const int32_t row = (i % P.per_head) / group;
     const int32_t position = ctx - q_len + row;
     const int32_t visible = std::clamp(position + 1 - key_begin, 0, P.keys);
-    // A first step of the online softmax: relative to the partition's own max.
-    state.row_max[i] = kNegInf;
-    state.row_sum[i] = 0.0f;
-    softmax_update_avx2(sc.scores.data() + size_t(i) * P.stride, visible, P.stride,
-                        state.row_max + i, state.row_sum + i);
+    const size_t at = size_t(i) * P.stride;
+    if (avx512) {
+      softmax_split_bf16(sc.scores.data() + at, visible, P.stride, state.row_max + i,
+                         state.row_sum + i, sc.p_hi.data() + at, sc.p_lo.data() + at);
+    } else {
+      // A first step of the online softmax.
+      state.row_max[i] = kNegInf;
+      state.row_sum[i] = 0.0f;
+      softmax_update_avx2(sc.scores.data() + at, visible, P.stride, state.row_max + i,
+                          state.row_sum + i);
+    }
   }
   // Pass 3: V weighted by the probabilities.
   if (avx512)

@@ -2,12 +2,19 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of
-// their unmasked forms, which -Wmaybe-uninitialized reports wherever they are
-// inlined (a known false positive).
+// their unmasked forms, which -Wmaybe-uninitialized (and, inside the
+// _mm512_reduce_* macros, -Wuninitialized) reports wherever they are inlined
+// (a known false positive).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <iterator>
+#include <limits>
+
+#include "kernels/cpu/exp_poly.h"
 
 #define BATON_AVX512_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
@@ -187,6 +194,49 @@ BATON_AVX512_BF16 void tile_pv(const uint16_t* p_hi, const uint16_t* p_lo, int32
   stream = prefetch;
 }
 
+// exp(x) for x <= 0 over 16 lanes, as avx2::exp8 (exp_poly.h); inputs below
+// -87 give 0 or a tiny value.
+BATON_AVX512_BF16_INLINE __m512 exp16_nonpositive(__m512 x) {
+  using namespace exp_poly;
+  x = _mm512_max_ps(x, _mm512_set1_ps(kMinInput));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f)),
+                           _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), x);
+  __m512 y = _mm512_set1_ps(kP[0]);
+#pragma GCC unroll 8
+  for (size_t i = 1; i < std::size(kP); ++i) y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(kP[i]));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+// hi + lo = x to 16 significant bits, stored under mask m.
+BATON_AVX512_BF16_INLINE void store_split(__m512 x, __mmask16 m, uint16_t* hi, uint16_t* lo) {
+  const __m256bh h = _mm512_cvtneps_pbh(x);
+  // x - float(h) is exact (the two are within a factor of two), and its own
+  // rounding to BF16 leaves an error of at most 2^-17 of x.
+  const __m512 back = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
+  const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(x, back));
+  _mm256_mask_storeu_epi16(hi, m, (__m256i)h);
+  _mm256_mask_storeu_epi16(lo, m, (__m256i)l);
+}
+
+// The first `n` of 16 lanes.
+BATON_AVX512_BF16_INLINE __mmask16 first_lanes(int32_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
+}
+
+// hi[t] + lo[t] = p[t] to 16 significant bits, for t in [0, n).
+BATON_AVX512_BF16 void split_bf16(const float* p, int32_t n, uint16_t* hi, uint16_t* lo) {
+  for (int32_t t = 0; t < n; t += 16) {
+    const __mmask16 m = first_lanes(n - t);
+    store_split(_mm512_maskz_loadu_ps(m, p + t), m, hi + t, lo + t);
+  }
+}
+
 // Calls f<R>() for R = queries, 1..kAvx512MaxQueries.
 template <typename F>
 void with_query_count(int32_t queries, F&& f) {
@@ -212,19 +262,40 @@ BATON_AVX512_BF16 void pv_avx512_to_column_order(const float* src, int32_t rows,
   }
 }
 
-BATON_AVX512_BF16 void split_bf16(const float* p, int32_t n, uint16_t* hi, uint16_t* lo) {
-  for (int32_t t = 0; t < n; t += 16) {
-    const __mmask16 m = n - t >= 16 ? __mmask16(0xffff) : __mmask16((1u << (n - t)) - 1);
-    const __m512 x = _mm512_maskz_loadu_ps(m, p + t);
-    const __m256bh h = _mm512_cvtneps_pbh(x);
-    // x - float(h) is exact (the two are within a factor of two), and its
-    // own rounding to BF16 leaves an error of at most 2^-17 of x.
-    const __m512 back =
-        _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32((__m256i)h), 16));
-    const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(x, back));
-    _mm256_mask_storeu_epi16(hi + t, m, (__m256i)h);
-    _mm256_mask_storeu_epi16(lo + t, m, (__m256i)l);
+BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32_t n,
+                                          float* row_max, float* row_sum, uint16_t* hi,
+                                          uint16_t* lo) {
+  visible = std::min(visible, n);
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 max0 = neg_inf, max1 = neg_inf;
+  int32_t t = 0;
+  for (; t + 32 <= visible; t += 32) {
+    max0 = _mm512_max_ps(max0, _mm512_loadu_ps(s + t));
+    max1 = _mm512_max_ps(max1, _mm512_loadu_ps(s + t + 16));
   }
+  for (; t < visible; t += 16)
+    max0 = _mm512_max_ps(max0, _mm512_mask_loadu_ps(neg_inf, first_lanes(visible - t), s + t));
+  const float max = _mm512_reduce_max_ps(_mm512_max_ps(max0, max1));
+  *row_max = max;
+  const __m512 vmax = _mm512_set1_ps(visible > 0 ? max : 0.0f);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  for (t = 0; t + 32 <= visible; t += 32) {
+    const __m512 p0 = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t), vmax));
+    const __m512 p1 = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t + 16), vmax));
+    store_split(p0, 0xffff, hi + t, lo + t);
+    store_split(p1, 0xffff, hi + t + 16, lo + t + 16);
+    sum0 = _mm512_add_ps(sum0, p0);
+    sum1 = _mm512_add_ps(sum1, p1);
+  }
+  // The rest of the visible keys (masked), then zeros up to n.
+  for (; t < n; t += 16) {
+    const __mmask16 m = first_lanes(visible - t);
+    const __m512 p = _mm512_maskz_mov_ps(
+        m, exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), vmax)));
+    store_split(p, first_lanes(n - t), hi + t, lo + t);
+    sum0 = _mm512_add_ps(sum0, p);
+  }
+  *row_sum = _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 
 BATON_AVX512_BF16 void split_query_bf16(const float* q, int32_t d, uint16_t* hi, uint16_t* lo) {

@@ -51,12 +51,16 @@ constexpr int32_t pv_avx512_slot(int32_t j) { return (j % 8 >= 4 ? 16 : 0) + (j 
 // use_avx512_bf16().
 void pv_avx512_to_column_order(const float* src, int32_t rows, int32_t d, float* dst);
 
-// hi[t] + lo[t] = p[t] to 16 significant bits, for t in [0, n). Call only
-// when use_avx512_bf16().
-void split_bf16(const float* p, int32_t n, uint16_t* hi, uint16_t* lo);
+// One score row of a partition, s[0, visible), through a softmax relative
+// to its own max, written as two BF16 halves of the probabilities for the
+// V pass: hi[t] + lo[t] = exp(s[t] - max) to 16 significant bits for t < visible, 0 for t in
+// [visible, n). *row_max = that max (-inf when visible is 0) and *row_sum =
+// the sum of the F32 probabilities. Call only when use_avx512_bf16().
+void softmax_split_bf16(const float* s, int32_t visible, int32_t n, float* row_max, float* row_sum,
+                        uint16_t* hi, uint16_t* lo);
 
-// A query vector (d floats, d a multiple of kScoresAvx512Dims) split as for
-// split_bf16, each 16-dimension chunk written twice in a row (the two halves
+// A query vector (d floats, d a multiple of kScoresAvx512Dims) split the same
+// way, each 16-dimension chunk written twice in a row (the two halves
 // of a register): 2 d values each for hi and lo.
 void split_query_bf16(const float* q, int32_t d, uint16_t* hi, uint16_t* lo);
 

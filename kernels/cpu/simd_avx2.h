@@ -10,7 +10,11 @@
 #define BATON_HAVE_X86 1
 #include <immintrin.h>
 
+#include <cstddef>
 #include <cstdint>
+#include <iterator>
+
+#include "kernels/cpu/exp_poly.h"
 
 #define BATON_AVX2 __attribute__((target("avx2,fma,f16c")))
 #define BATON_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline)) inline
@@ -67,26 +71,21 @@ BATON_AVX2_INLINE __m128 hsum4x8(const __m256* a) {
   return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
 }
 
-// exp(x) for x <= ~88, relative error ~2e-7 (Cephes polynomial). Inputs below
-// -87 give 0 or a tiny value; callers mask excluded entries explicitly.
+// exp(x) for x <= ~88, relative error ~2e-7 (exp_poly.h). Inputs below -87
+// give 0 or a tiny value; callers mask excluded entries explicitly.
 BATON_AVX2_INLINE __m256 exp8(__m256 x) {
-  const __m256 hi = _mm256_set1_ps(88.3762626647949f);
-  const __m256 lo = _mm256_set1_ps(-87.0f);
-  x = _mm256_max_ps(_mm256_min_ps(x, hi), lo);
-  __m256 fx = _mm256_fmadd_ps(x, _mm256_set1_ps(1.44269504088896341f), _mm256_set1_ps(0.5f));
-  fx = _mm256_floor_ps(fx);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
-  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
-  __m256 y = _mm256_set1_ps(1.9875691500E-4f);
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073E-3f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894E-2f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459E-1f));
-  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201E-1f));
-  __m256 x2 = _mm256_mul_ps(x, x);
-  y = _mm256_fmadd_ps(y, x2, _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
-  __m256i e =
-      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  using namespace exp_poly;
+  x = _mm256_max_ps(_mm256_min_ps(x, _mm256_set1_ps(kMaxInput)), _mm256_set1_ps(kMinInput));
+  const __m256 n =
+      _mm256_floor_ps(_mm256_fmadd_ps(x, _mm256_set1_ps(kLog2e), _mm256_set1_ps(0.5f)));
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Hi), x);
+  x = _mm256_fnmadd_ps(n, _mm256_set1_ps(kLn2Lo), x);
+  __m256 y = _mm256_set1_ps(kP[0]);
+#pragma GCC unroll 8
+  for (size_t i = 1; i < std::size(kP); ++i) y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(kP[i]));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvttps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_mul_ps(y, _mm256_castsi256_ps(e));
 }
 

@@ -168,7 +168,9 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
 // prefills, and prefill chunks on top of earlier context.
 const std::vector<SeqSpec> kMixed = {{1, 1}, {17, 1}, {1000, 1}, {40, 40}, {100, 37}, {16, 16}};
 const std::vector<SeqSpec> kRagged = {{15, 1}, {16, 1}, {17, 1}, {100, 1}, {1, 1}, {33, 2}};
-const std::vector<SeqSpec> kLongDecode = {{1500, 1}, {1037, 3}};
+// {1025, 3}: the last partition holds one key, which the first two rows do
+// not see.
+const std::vector<SeqSpec> kLongDecode = {{1500, 1}, {1037, 3}, {1025, 3}};
 const std::vector<SeqSpec> kChunked = {{300, 130}, {129, 129}, {64, 5}};
 
 std::vector<Case> cases() {
