@@ -6,7 +6,8 @@ are larger than most changes worth making, so one run of each proves
 nothing. This runs the two binaries alternately, swapping which goes first
 every round so drift does not favour either, and reports for every
 benchmark the median of a counter for each, their ratio, and in how many
-rounds the new one did better.
+rounds the new one did better (by that round's median, or its best with
+--best).
 
   bench/ab.py OLD NEW [--rounds 6] [--counter NAME] [--lower-is-better] \\
       -- --benchmark_filter=... --benchmark_min_time=0.3
@@ -56,7 +57,8 @@ def main():
     if a.rounds < 1:
         parser.error("--rounds must be at least 1")
 
-    values = {}  # name -> {"old": [...], "new": [...]}
+    # name -> {"old": [samples of round 0, of round 1, ...], "new": [...]}
+    values = {}
     for r in range(a.rounds):
         order = ("old", "new") if r % 2 == 0 else ("new", "old")
         for which in order:
@@ -65,25 +67,27 @@ def main():
                     continue
                 if a.counter not in b:
                     sys.exit(f"ab.py: {b['name']} has no counter {a.counter!r}")
-                values.setdefault(b["name"], {"old": [], "new": []})[which].append(
-                    float(b[a.counter]))
+                rounds = values.setdefault(b["name"], {"old": [], "new": []})[which]
+                while len(rounds) <= r:
+                    rounds.append([])
+                rounds[r].append(float(b[a.counter]))
         print(f"round {r + 1}/{a.rounds} done", file=sys.stderr)
 
     stat = "best" if a.best else "median"
+    pick = (min if lower else max) if a.best else statistics.median
     print(f"| benchmark | old {stat} {a.counter} | new {stat} | new / old | new better in |")
     print("|---|---|---|---|---|")
     for name, v in values.items():
         old, new = v["old"], v["new"]
-        if not old or not new:
+        if not any(old) or not any(new):
             continue
-        if a.best:
-            pick = min if lower else max
-            mo, mn = pick(old), pick(new)
-        else:
-            mo, mn = statistics.median(old), statistics.median(new)
-        wins = sum(1 for o, n in zip(old, new) if (n < o if lower else n > o))
-        print(f"| {name} | {mo:.4g} | {mn:.4g} | {mn / mo:.3f} | {wins}/{min(len(old), len(new))} |")
-
+        mo = pick([x for samples in old for x in samples])
+        mn = pick([x for samples in new for x in samples])
+        # Rounds, not samples: repetitions within a round come from the same
+        # two processes run back to back, so they are not independent.
+        paired = [(pick(o), pick(n)) for o, n in zip(old, new) if o and n]
+        wins = sum(1 for o, n in paired if (n < o if lower else n > o))
+        print(f"| {name} | {mo:.4g} | {mn:.4g} | {mn / mo:.3f} | {wins}/{len(paired)} rounds |")
 
 if __name__ == "__main__":
     main()

@@ -2,11 +2,10 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 // GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of
-// their unmasked forms, which -Wmaybe-uninitialized (and, inside the
-// _mm512_reduce_* macros, -Wuninitialized) reports wherever they are inlined
-// (a known false positive).
+// their unmasked forms, which -Wmaybe-uninitialized reports wherever they are
+// inlined (a known false positive; softmax_split_bf16 also needs
+// -Wuninitialized off for the _mm512_reduce_* macros).
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#pragma GCC diagnostic ignored "-Wuninitialized"
 #include <immintrin.h>
 
 #include <algorithm>
@@ -262,6 +261,8 @@ BATON_AVX512_BF16 void pv_avx512_to_column_order(const float* src, int32_t rows,
   }
 }
 
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
 BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32_t n,
                                           float* row_max, float* row_sum, uint16_t* hi,
                                           uint16_t* lo) {
@@ -297,6 +298,7 @@ BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32
   }
   *row_sum = _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
+#pragma GCC diagnostic pop
 
 BATON_AVX512_BF16 void split_query_bf16(const float* q, int32_t d, uint16_t* hi, uint16_t* lo) {
   for (int32_t c = 0; c < d; c += kScoresAvx512Dims) {
