@@ -19,6 +19,7 @@
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/prefetch_stream.h"
+#include "kernels/cpu/simd_avx2.h"
 
 namespace baton::bench {
 namespace {
@@ -36,9 +37,8 @@ constexpr size_t kColdBytes = size_t(256) << 20;
 // way the decode kernel walks them: every block's K part, then every V part,
 // behind the kernel's own prefetch stream (one part ahead, ending with the
 // next partition's first K part). Returns a lane of the sum.
-__attribute__((target("avx2"))) float read_partitions(
-    const std::vector<std::vector<const char*>>& partitions, int64_t b, int64_t e,
-    size_t part_bytes) {
+BATON_AVX2 float read_partitions(const std::vector<std::vector<const char*>>& partitions, int64_t b,
+                                 int64_t e, size_t part_bytes) {
   __m256 acc = _mm256_setzero_ps();
   for (int64_t i = b; i < e; ++i) {
     const auto& blocks = partitions[size_t(i)];
@@ -63,7 +63,7 @@ __attribute__((target("avx2"))) float read_partitions(
 // partitions shared out over the pool's threads: what the memory system gives
 // for the kernel's reads with no arithmetic in the way.
 double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t blocks_per_seq) {
-  if (!__builtin_cpu_supports("avx2")) return 0.0;  // no ceiling: the ratio reads 0
+  if (!kernels::cpu::use_avx2()) return 0.0;  // no ceiling: the ratio reads 0
   const KvLayout& L = p.layout;
   const size_t part_bytes = L.part_elements() * L.element_bytes();
   constexpr int32_t kPartitionBlocks = 256 / kBlockSize;  // attention.cc's partitions
@@ -172,7 +172,7 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   state.counters["start_ceiling_GBps"] = bandwidth;
   if (cold) state.counters["ratio"] = ceiling.ratio(kv_bytes * double(state.iterations()), seconds);
   // The same reads with no arithmetic: how much of the gap to the read
-  // passes the scatter of the blocks alone costs.
+  // passes the kernel's pattern of reads alone costs.
   if (cold) {
     state.counters["scattered_read_GBps"] = scattered_ceiling.rate();
     state.counters["ratio_to_scattered_read"] =

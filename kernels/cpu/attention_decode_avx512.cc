@@ -228,14 +228,6 @@ BATON_AVX512_BF16_INLINE __mmask16 first_lanes(int32_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-// hi[t] + lo[t] = p[t] to 16 significant bits, for t in [0, n).
-BATON_AVX512_BF16 void split_bf16(const float* p, int32_t n, uint16_t* hi, uint16_t* lo) {
-  for (int32_t t = 0; t < n; t += 16) {
-    const __mmask16 m = first_lanes(n - t);
-    store_split(_mm512_maskz_loadu_ps(m, p + t), m, hi + t, lo + t);
-  }
-}
-
 // Calls f<R>() for R = queries, 1..kAvx512MaxQueries.
 template <typename F>
 void with_query_count(int32_t queries, F&& f) {
@@ -301,8 +293,9 @@ BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32
 #pragma GCC diagnostic pop
 
 BATON_AVX512_BF16 void split_query_bf16(const float* q, int32_t d, uint16_t* hi, uint16_t* lo) {
+  static_assert(kScoresAvx512Dims == 16);  // one register of floats per chunk
   for (int32_t c = 0; c < d; c += kScoresAvx512Dims) {
-    split_bf16(q + c, kScoresAvx512Dims, hi + 2 * c, lo + 2 * c);
+    store_split(_mm512_loadu_ps(q + c), 0xffff, hi + 2 * c, lo + 2 * c);
     std::memcpy(hi + 2 * c + kScoresAvx512Dims, hi + 2 * c, kScoresAvx512Dims * sizeof(uint16_t));
     std::memcpy(lo + 2 * c + kScoresAvx512Dims, lo + 2 * c, kScoresAvx512Dims * sizeof(uint16_t));
   }

@@ -53,9 +53,10 @@ void pv_avx512_to_column_order(const float* src, int32_t rows, int32_t d, float*
 
 // One score row of a partition, s[0, visible), through a softmax relative
 // to its own max, written as two BF16 halves of the probabilities for the
-// V pass: hi[t] + lo[t] = exp(s[t] - max) to 16 significant bits for t < visible, 0 for t in
-// [visible, n). *row_max = that max (-inf when visible is 0) and *row_sum =
-// the sum of the F32 probabilities. Call only when use_avx512_bf16().
+// V pass: hi[t] + lo[t] = exp(s[t] - max) to 16 significant bits for
+// t < visible, 0 for t in [visible, n). *row_max = that max (-inf when
+// visible is 0) and *row_sum = the sum of the F32 probabilities. Call only
+// when use_avx512_bf16().
 void softmax_split_bf16(const float* s, int32_t visible, int32_t n, float* row_max, float* row_sum,
                         uint16_t* hi, uint16_t* lo);
 

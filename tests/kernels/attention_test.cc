@@ -201,6 +201,7 @@ std::vector<Case> cases() {
 class PagedAttentionTest : public ::testing::TestWithParam<DType> {};
 
 TEST_P(PagedAttentionTest, MatchesReferenceAvx2) {
+  if (!cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA/F16C";
   const uint64_t seed = fresh_seed();
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx2, seed);
 }
