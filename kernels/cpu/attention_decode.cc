@@ -44,10 +44,38 @@ BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi
   }
 }
 
-// s[r * s_stride + t] = q_r · k_t for R queries and keys [0, n) of one tile.
-// Four keys at a time: each loaded K chunk feeds R queries, and the R x 4
-// accumulators (plus the two halves of the chunk) fit in 16 registers for
-// R <= 3. Only the n keys asked for are read: slots past the context may hold
+// Elements [8 half, 8 half + 8) in kernel order of the 16-element K/V chunk
+// at element i, as floats (half precision only).
+template <DType T>
+BATON_AVX2_INLINE __m256 load8(const void* base, size_t i, int half) {
+  const uint16_t* h = static_cast<const uint16_t*>(base) + i;
+  if constexpr (T == DType::kF16) {
+    return avx2::load8_f16(h + 8 * half);
+  } else {
+    // BF16 even elements are the low halves of the chunk's 32-bit words,
+    // odd ones the high halves (load16_bf16_even_odd).
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
+    return _mm256_castsi256_ps(half ? _mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u)))
+                                    : _mm256_slli_epi32(raw, 16));
+  }
+}
+
+// Stores the first N (3 or 4) lanes of v. Not with a masked store: on AMD
+// CPUs that is several times slower than two plain ones.
+template <int N>
+BATON_AVX2_INLINE void store_first(float* dst, __m128 v) {
+  static_assert(N == 3 || N == 4);
+  if constexpr (N == 4) {
+    _mm_storeu_ps(dst, v);
+  } else {
+    _mm_storel_pi(reinterpret_cast<__m64*>(dst), v);
+    _mm_store_ss(dst + 2, _mm_movehl_ps(v, v));
+  }
+}
+
+// s[r * s_stride + t] = q_r · k_t for R queries and keys [0, n) of one tile,
+// several keys at a time so that each loaded K chunk feeds all R queries.
+// Only the n keys asked for are read: slots past the context may hold
 // anything.
 template <DType T, int R>
 BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n, float* s,
@@ -73,11 +101,47 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
       }
     }
   }
-  // R x 4 accumulators, each taking two FMAs per chunk: for R = 1 that is
-  // four chains for two FMA units of four cycles' latency, so the chunk's
-  // halves then go to accumulators of their own.
+  if constexpr (T != DType::kF32) {
+    // Half precision: a converted key cannot be an FMA's memory operand, so
+    // each half of a query chunk is loaded once for kKeys keys whose
+    // converted halves stay in registers: R x kKeys accumulators, kKeys
+    // halves and one query half fit in 16 registers. Loading the queries
+    // for every key instead took more loads than FMAs, more than the two
+    // load ports issue. For R = 1, each key's two halves go to accumulators
+    // of their own, for eight FMA chains.
+    constexpr int kKeys = R == 3 ? 3 : 4;
+    constexpr bool kSplit = R == 1;
+    for (; t + kKeys <= n; t += kKeys) {
+      prefetch.consumed(kKeys * size_t(d) * dtype_size(T));
+      __m256 acc[R][kKeys], acc_hi[R][kKeys];
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < kKeys; ++j) acc[r][j] = acc_hi[r][j] = _mm256_setzero_ps();
+      for (int32_t c = 0; c < d; c += kChunk)
+        for (int half = 0; half < 2; ++half) {
+          __m256 keys[kKeys];
+          for (int j = 0; j < kKeys; ++j) keys[j] = load8<T>(k, size_t(t + j) * d + c, half);
+          for (int r = 0; r < R; ++r) {
+            const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c + 8 * half);
+            for (int j = 0; j < kKeys; ++j) {
+              __m256& a = kSplit && half ? acc_hi[r][j] : acc[r][j];
+              a = _mm256_fmadd_ps(qv, keys[j], a);
+            }
+          }
+        }
+      for (int r = 0; r < R; ++r) {
+        __m256 sums[4];
+        for (int j = 0; j < 4; ++j)
+          sums[j] = j >= kKeys ? _mm256_setzero_ps()
+                    : kSplit   ? _mm256_add_ps(acc[r][j], acc_hi[r][j])
+                               : acc[r][j];
+        store_first<kKeys>(s + size_t(r) * s_stride + t, avx2::hsum4x8(sums));
+      }
+    }
+  }
+  // F32's last keys: R x 4 accumulators, each taking two FMAs per chunk;
+  // for R = 1 the chunk's halves go to accumulators of their own.
   constexpr bool kSplitHalves = R == 1;
-  for (; t + 4 <= n; t += 4) {
+  for (; T == DType::kF32 && t + 4 <= n; t += 4) {
     prefetch.consumed(4 * size_t(d) * dtype_size(T));
     __m256 acc[R][4], acc_hi[R][4];
     for (int r = 0; r < R; ++r)
@@ -122,7 +186,8 @@ template <DType T, int R, int C>
 BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, int32_t d, int32_t t,
                               int32_t c0, __m256 (&a)[R][2 * C]) {
   __m256 pr[R];
-  for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
+  if (T == DType::kF32 || C > 1)
+    for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
   for (int j = 0; j < C; ++j) {
     if constexpr (T == DType::kF32) {
       // V as the FMA's memory operand: no registers held for it.
@@ -135,8 +200,13 @@ BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, i
       __m256 lo, hi;
       load16<T>(v, size_t(t) * d + c0 + kChunk * j, lo, hi);
       for (int r = 0; r < R; ++r) {
-        a[r][2 * j] = _mm256_fmadd_ps(pr[r], lo, a[r][2 * j]);
-        a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], hi, a[r][2 * j + 1]);
+        // With one chunk, each probability is broadcast right before its
+        // two FMAs: R broadcasts at once need one register more than the
+        // two-key passes have, and the accumulator spilled instead chains
+        // every FMA on it through a store and a reload.
+        const __m256 pv = C == 1 ? _mm256_broadcast_ss(p + size_t(r) * p_stride + t) : pr[r];
+        a[r][2 * j] = _mm256_fmadd_ps(pv, lo, a[r][2 * j]);
+        a[r][2 * j + 1] = _mm256_fmadd_ps(pv, hi, a[r][2 * j + 1]);
       }
     }
   }
