@@ -30,25 +30,25 @@ int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 // elements (avx2::load16_bf16_even_odd), so the queries and accumulators are
 // kept in that order too (kernel_slot).
 template <DType T>
-BATON_AVX2_INLINE void load16(const void* base, size_t i, __m256& lo, __m256& hi) {
+BATON_AVX2_INLINE void load16(const void* row, int32_t i, __m256& lo, __m256& hi) {
   if constexpr (T == DType::kF32) {
-    const float* f = static_cast<const float*>(base) + i;
+    const float* f = static_cast<const float*>(row) + i;
     lo = _mm256_loadu_ps(f);
     hi = _mm256_loadu_ps(f + 8);
   } else if constexpr (T == DType::kF16) {
-    const uint16_t* h = static_cast<const uint16_t*>(base) + i;
+    const uint16_t* h = static_cast<const uint16_t*>(row) + i;
     lo = avx2::load8_f16(h);
     hi = avx2::load8_f16(h + 8);
   } else {
-    avx2::load16_bf16_even_odd(static_cast<const uint16_t*>(base) + i, lo, hi);
+    avx2::load16_bf16_even_odd(static_cast<const uint16_t*>(row) + i, lo, hi);
   }
 }
 
 // Elements [8 half, 8 half + 8) in kernel order of the 16-element K/V chunk
-// at element i, as floats (half precision only).
+// at element i of a row, as floats (half precision only).
 template <DType T>
-BATON_AVX2_INLINE __m256 load8(const void* base, size_t i, int half) {
-  const uint16_t* h = static_cast<const uint16_t*>(base) + i;
+BATON_AVX2_INLINE __m256 load8(const void* row, int32_t i, int half) {
+  const uint16_t* h = static_cast<const uint16_t*>(row) + i;
   if constexpr (T == DType::kF16) {
     return avx2::load8_f16(h + 8 * half);
   } else {
@@ -73,12 +73,30 @@ BATON_AVX2_INLINE void store_first(float* dst, __m128 v) {
   }
 }
 
-// s[r * s_stride + t] = q_r · k_t for R queries and keys [0, n) of one tile,
+// The K (or V) rows of one KV head for a run of keys that may span several
+// blocks: key t's row starts at rows[t] + offset. A block's rows are
+// adjacent, so in a one-block run, k[0] is the head's whole tile.
+struct KeyRows {
+  const char* const* rows;
+  size_t offset;
+  const void* operator[](int32_t t) const { return rows[t] + offset; }
+};
+
+// The rows of one block's tile, adjacent: F32's one-block runs address them
+// from the tile, as fast as before runs (a row pointer per key measured
+// 15% slower there).
+struct TileRows {
+  const char* tile;
+  size_t row_bytes;
+  const void* operator[](int32_t t) const { return tile + size_t(t) * row_bytes; }
+};
+
+// s[r * s_stride + t] = q_r · k_t for R queries and keys [0, n) of a run,
 // several keys at a time so that each loaded K chunk feeds all R queries.
 // Only the n keys asked for are read: slots past the context may hold
 // anything.
-template <DType T, int R>
-BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n, float* s,
+template <DType T, int R, typename Rows>
+BATON_AVX2 void tile_scores(const float* q, int32_t d, Rows k, int32_t n, float* s,
                             int32_t s_stride, PrefetchStream& stream) {
   PrefetchStream prefetch = stream;  // a local copy stays in registers
   int32_t t = 0;
@@ -86,8 +104,9 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
     // F32 needs no conversion, so each query streams the keys itself with
     // K as the FMA's memory operand and q in registers; eight keys at a
     // time share one transposing horizontal sum.
-    const float* kf = static_cast<const float*>(k);
     for (; t + 8 <= n; t += 8) {
+      const float* kf[8];
+      for (int j = 0; j < 8; ++j) kf[j] = static_cast<const float*>(k[t + j]);
       for (int r = 0; r < R; ++r) {
         prefetch.consumed(8 * size_t(d) * sizeof(float) / R);
         __m256 acc[8];
@@ -95,7 +114,7 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
         for (int32_t c = 0; c < d; c += 8) {
           const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c);
           for (int j = 0; j < 8; ++j)
-            acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kf + size_t(t + j) * d + c), acc[j]);
+            acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kf[j] + c), acc[j]);
         }
         _mm256_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum8x8(acc));
       }
@@ -116,10 +135,12 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
       __m256 acc[R][kKeys], acc_hi[R][kKeys];
       for (int r = 0; r < R; ++r)
         for (int j = 0; j < kKeys; ++j) acc[r][j] = acc_hi[r][j] = _mm256_setzero_ps();
+      const void* rows[kKeys];
+      for (int j = 0; j < kKeys; ++j) rows[j] = k[t + j];
       for (int32_t c = 0; c < d; c += kChunk)
         for (int half = 0; half < 2; ++half) {
           __m256 keys[kKeys];
-          for (int j = 0; j < kKeys; ++j) keys[j] = load8<T>(k, size_t(t + j) * d + c, half);
+          for (int j = 0; j < kKeys; ++j) keys[j] = load8<T>(rows[j], c, half);
           for (int r = 0; r < R; ++r) {
             const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c + 8 * half);
             for (int j = 0; j < kKeys; ++j) {
@@ -149,7 +170,7 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
     for (int32_t c = 0; c < d; c += kChunk) {
       for (int j = 0; j < 4; ++j) {
         __m256 lo, hi;
-        load16<T>(k, size_t(t + j) * d + c, lo, hi);
+        load16<T>(k[t + j], c, lo, hi);
         for (int r = 0; r < R; ++r) {
           const float* qr = q + size_t(r) * d + c;
           acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr), lo, acc[r][j]);
@@ -170,7 +191,7 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
     for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
     for (int32_t c = 0; c < d; c += kChunk) {
       __m256 lo, hi;
-      load16<T>(k, size_t(t) * d + c, lo, hi);
+      load16<T>(k[t], c, lo, hi);
       for (int r = 0; r < R; ++r) {
         acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c), lo, acc[r]);
         acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c + 8), hi, acc[r]);
@@ -181,24 +202,27 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, const void* k, int32_t n,
   stream = prefetch;
 }
 
-// a[r][2j], a[r][2j + 1] += p_r[t] · (chunk j of v_t) for one key t.
+// a[r][2j], a[r][2j + 1] += p_r[t] · (chunk j of v_t) for one key t, whose
+// V row is v.
 template <DType T, int R, int C>
-BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, int32_t d, int32_t t,
+BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, int32_t t,
                               int32_t c0, __m256 (&a)[R][2 * C]) {
   __m256 pr[R];
   if (T == DType::kF32 || C > 1)
     for (int r = 0; r < R; ++r) pr[r] = _mm256_broadcast_ss(p + size_t(r) * p_stride + t);
   for (int j = 0; j < C; ++j) {
     if constexpr (T == DType::kF32) {
-      // V as the FMA's memory operand: no registers held for it.
-      const float* vt = static_cast<const float*>(v) + size_t(t) * d + c0 + kChunk * j;
-      for (int r = 0; r < R; ++r) {
-        a[r][2 * j] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt), a[r][2 * j]);
-        a[r][2 * j + 1] = _mm256_fmadd_ps(pr[r], _mm256_loadu_ps(vt + 8), a[r][2 * j + 1]);
+      // One V vector in a register at a time, for all R FMAs: with R = 3 and
+      // C = 2 the 12 accumulators and 3 broadcasts leave just one.
+      const float* vt = static_cast<const float*>(v) + c0 + kChunk * j;
+      for (int half = 0; half < 2; ++half) {
+        const __m256 x = _mm256_loadu_ps(vt + 8 * half);
+        for (int r = 0; r < R; ++r)
+          a[r][2 * j + half] = _mm256_fmadd_ps(pr[r], x, a[r][2 * j + half]);
       }
     } else {
       __m256 lo, hi;
-      load16<T>(v, size_t(t) * d + c0 + kChunk * j, lo, hi);
+      load16<T>(v, c0 + kChunk * j, lo, hi);
       for (int r = 0; r < R; ++r) {
         // With one chunk, each probability is broadcast right before its
         // two FMAs: R broadcasts at once need one register more than the
@@ -213,9 +237,9 @@ BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, i
 }
 
 // acc_r[c0, c0 + 16 C) += Σ_t p_r[t] v_t for R queries over keys [0, n).
-template <DType T, int R, int C>
-BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void* v, int32_t d,
-                                    int32_t n, int32_t c0, float* acc, PrefetchStream& prefetch) {
+template <DType T, int R, int C, typename Rows>
+BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, Rows v, int32_t d, int32_t n,
+                                    int32_t c0, float* acc, PrefetchStream& prefetch) {
   // Each accumulator takes one FMA per key, so fewer than two FMA units x
   // four cycles of latency = 8 accumulators leave the units waiting on the
   // chains. Then even and odd keys go to separate accumulators (BF16 and
@@ -232,13 +256,13 @@ BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void
   if constexpr (kTwoKeys) {
     for (; t + 2 <= n; t += 2) {
       prefetch.consumed(2 * kChunk * C * dtype_size(T));
-      pv_key<T, R, C>(p, p_stride, v, d, t, c0, a);
-      pv_key<T, R, C>(p, p_stride, v, d, t + 1, c0, b);
+      pv_key<T, R, C>(p, p_stride, v[t], t, c0, a);
+      pv_key<T, R, C>(p, p_stride, v[t + 1], t + 1, c0, b);
     }
   }
   for (; t < n; ++t) {
     prefetch.consumed(kChunk * C * dtype_size(T));
-    pv_key<T, R, C>(p, p_stride, v, d, t, c0, a);
+    pv_key<T, R, C>(p, p_stride, v[t], t, c0, a);
   }
   for (int r = 0; r < R; ++r)
     for (int j = 0; j < 2 * C; ++j) {
@@ -249,9 +273,9 @@ BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, const void
 
 // As many 16-element chunks per pass as keep R x 2C accumulators, R
 // broadcasts and (half precision) one converted chunk in 16 registers.
-template <DType T, int R>
-BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, const void* v, int32_t d, int32_t n,
-                        float* acc, PrefetchStream& stream) {
+template <DType T, int R, typename Rows>
+BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int32_t n, float* acc,
+                        PrefetchStream& stream) {
   PrefetchStream prefetch = stream;  // a local copy stays in registers
   constexpr int C = T == DType::kF32 ? (R == 1   ? 4
                                         : R == 2 ? 3
@@ -289,6 +313,8 @@ struct Scratch {
   // The queries and probabilities split for the AVX-512 passes.
   std::vector<uint16_t> q_hi, q_lo, p_hi, p_lo;
   std::vector<const char*> blocks;
+  std::vector<const char*> rows;   // each key's row in its block (head 0's K)
+  std::vector<const char*> tiles;  // K tiles in the order runs read them
 };
 
 // What the passes over one partition share.
@@ -303,21 +329,37 @@ struct Partition {
   int32_t num_blocks;
   size_t tile_bytes;  // one KV head's K (or V) in a block
   size_t v_offset;    // from a block's K part to its V part
+  size_t row_bytes;   // one key's row of one head
 };
 
-// Calls f<R>(tile, n, j, i) for every block j of the partition (n of its
-// keys) and KV head h, for each group of R query vectors [i, i + R) of that
-// head, with `tile` the head's K part of the block (V part for v_part).
+// Blocks per run of the AVX2 half-precision passes, which take each KV
+// head's keys of several blocks in one call: with one call per 16-key
+// block, the set-up of each call and its last key (three at a time do not
+// divide 16) cost a fifth of the score pass and a quarter of the V pass.
+// Four blocks of V rows stay in L1 while the V pass goes over them once per
+// column chunk. F32's passes measured no better with runs; the AVX-512 ones
+// take one block's tile per call.
+template <DType T>
+constexpr int32_t kRunBlocks = T == DType::kF32 ? 1 : 4;
+
+// Calls f<R>(rows, k0, n, i) for every run of up to run_blocks blocks (keys
+// [k0, k0 + n) of the partition) and KV head h, for each group of R query
+// vectors [i, i + R) of that head, with `rows` the head's K rows of those
+// keys (V rows for v_part): the order the prefetch stream is told.
 template <typename F>
-BATON_AVX2_INLINE void for_each_tile(const Partition& P, const Scratch& sc, bool v_part, F&& f) {
-  const size_t offset = v_part ? P.v_offset : 0;
-  for (int32_t j = 0; j < P.num_blocks; ++j) {
-    const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+BATON_AVX2_INLINE void for_each_run(const Partition& P, const Scratch& sc, bool v_part,
+                                    int32_t run_blocks, F&& f) {
+  const int32_t run_keys = run_blocks * P.bs;
+  for (int32_t j0 = 0, k0 = 0; k0 < P.keys; j0 += run_blocks, k0 += run_keys) {
+    const int32_t n = std::min(run_keys, P.keys - k0);
+    // A one-block run needs only its first row, the block's tile: sc.rows
+    // is filled for longer runs only.
+    const char* const* first_row = run_blocks == 1 ? &sc.blocks[size_t(j0)] : &sc.rows[size_t(k0)];
     for (int32_t h = 0; h < P.heads; ++h) {
-      const char* tile = sc.blocks[size_t(j)] + offset + size_t(h) * P.tile_bytes;
+      const KeyRows rows{first_row, (v_part ? P.v_offset : 0) + size_t(h) * P.tile_bytes};
       const int32_t first = h * P.per_head;
       for_query_groups(P.per_head,
-                       [&]<int R>(int32_t i) { f.template operator()<R>(tile, n, j, first + i); });
+                       [&]<int R>(int32_t i) { f.template operator()<R>(rows, k0, n, first + i); });
     }
   }
 }
@@ -344,11 +386,16 @@ BATON_AVX2 void kernel_to_element_order(const float* src, int32_t n_q, int32_t d
 // kernel order at sc.q.
 template <DType T>
 BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch) {
-  for_each_tile(P, sc, false, [&]<int R>(const char* k_tile, int32_t n, int32_t j, int32_t i) {
-    tile_scores<T, R>(sc.q.data() + size_t(i) * P.d, P.d, k_tile, n,
-                      sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs, P.stride,
-                      prefetch);
-  });
+  for_each_run(P, sc, false, kRunBlocks<T>,
+               [&]<int R>(KeyRows k, int32_t k0, int32_t n, int32_t i) {
+                 float* s = sc.scores.data() + size_t(i) * P.stride + k0;
+                 const float* q = sc.q.data() + size_t(i) * P.d;
+                 if constexpr (kRunBlocks<T> == 1)
+                   tile_scores<T, R>(q, P.d, TileRows{static_cast<const char*>(k[0]), P.row_bytes},
+                                     n, s, P.stride, prefetch);
+                 else
+                   tile_scores<T, R>(q, P.d, k, n, s, P.stride, prefetch);
+               });
 }
 
 // Pass 1 for BF16 with AVX-512 BF16 dot products, from the queries in element
@@ -360,10 +407,9 @@ BATON_AVX2 void k_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
   for (int32_t i = 0; i < P.n_q; ++i)
     split_query_bf16(sc.q.data() + size_t(i) * P.d, P.d, sc.q_hi.data() + i * split,
                      sc.q_lo.data() + i * split);
-  for_each_tile(P, sc, false, [&]<int R>(const char* k_tile, int32_t n, int32_t j, int32_t i) {
-    tile_scores_bf16_avx512(R, sc.q_hi.data() + i * split, sc.q_lo.data() + i * split, P.d, k_tile,
-                            n, sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs, P.stride,
-                            prefetch);
+  for_each_run(P, sc, false, 1, [&]<int R>(KeyRows k, int32_t k0, int32_t n, int32_t i) {
+    tile_scores_bf16_avx512(R, sc.q_hi.data() + i * split, sc.q_lo.data() + i * split, P.d, k[0], n,
+                            sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
   });
 }
 
@@ -371,9 +417,14 @@ BATON_AVX2 void k_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
 // vector.
 template <DType T>
 BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch, float* acc) {
-  for_each_tile(P, sc, true, [&]<int R>(const char* v_tile, int32_t n, int32_t j, int32_t i) {
-    tile_pv<T, R>(sc.scores.data() + size_t(i) * P.stride + size_t(j) * P.bs, P.stride, v_tile, P.d,
-                  n, sc.acc.data() + size_t(i) * P.d, prefetch);
+  for_each_run(P, sc, true, kRunBlocks<T>, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+    const float* p = sc.scores.data() + size_t(i) * P.stride + k0;
+    float* a = sc.acc.data() + size_t(i) * P.d;
+    if constexpr (kRunBlocks<T> == 1)
+      tile_pv<T, R>(p, P.stride, TileRows{static_cast<const char*>(v[0]), P.row_bytes}, P.d, n, a,
+                    prefetch);
+    else
+      tile_pv<T, R>(p, P.stride, v, P.d, n, a, prefetch);
   });
   kernel_to_element_order<T>(sc.acc.data(), P.n_q, P.d, acc);
 }
@@ -382,9 +433,9 @@ BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
 // the same result as v_pass_avx2 to within 2^-17 of each probability.
 BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch,
                                    float* acc) {
-  for_each_tile(P, sc, true, [&]<int R>(const char* v_tile, int32_t n, int32_t j, int32_t i) {
-    const size_t at = size_t(i) * P.stride + size_t(j) * P.bs;
-    tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v_tile, P.d, n,
+  for_each_run(P, sc, true, 1, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+    const size_t at = size_t(i) * P.stride + size_t(k0);
+    tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v[0], P.d, n,
                         sc.acc.data() + size_t(i) * P.d, prefetch);
   });
   pv_avx512_to_column_order(sc.acc.data(), P.n_q, P.d, acc);
@@ -438,9 +489,29 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   for (int32_t j = 0; j < P.num_blocks; ++j)
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
+  P.row_bytes = size_t(d) * esize;
+  // The AVX2 half-precision passes take runs of several blocks.
+  const bool runs = !avx512 && kRunBlocks<T> > 1;
+  if (runs) {
+    sc.rows.resize(size_t(P.keys));
+    for (int32_t j = 0, t = 0; j < P.num_blocks; ++j)
+      for (int32_t r = 0; r < P.bs && t < P.keys; ++r, ++t)
+        sc.rows[size_t(t)] = sc.blocks[size_t(j)] + size_t(r) * P.row_bytes;
+  }
 
-  PrefetchStream prefetch(sc.blocks.data(), P.num_blocks, P.v_offset, then);
-  prefetch.prime(kPrefetchPartsAhead);
+  // In the order the passes read: block by block, or for runs of several
+  // blocks, each run's tiles one KV head at a time.
+  if (runs) {
+    sc.tiles.clear();
+    for (int32_t j0 = 0; j0 < P.num_blocks; j0 += kRunBlocks<T>)
+      for (int32_t h = 0; h < P.heads; ++h)
+        for (int32_t j = j0; j < std::min(P.num_blocks, j0 + kRunBlocks<T>); ++j)
+          sc.tiles.push_back(sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes);
+  }
+  PrefetchStream prefetch = runs ? PrefetchStream(sc.tiles.data(), int32_t(sc.tiles.size()),
+                                                  P.tile_bytes, P.v_offset, then)
+                                 : PrefetchStream(sc.blocks.data(), P.num_blocks, P.v_offset, then);
+  prefetch.prime(kPrefetchPartsAhead * (runs ? P.heads : 1));
   // Every query group of a head reads each of its tiles (all passes group
   // kMaxQueryGroup = kAvx512MaxQueries vectors).
   static_assert(kMaxQueryGroup == kAvx512MaxQueries);

@@ -13,7 +13,8 @@ namespace baton::kernels::cpu {
 
 // Prefetches a partition's memory in the order the kernel reads it (the K
 // parts of its blocks, then their V parts, which follow the K parts in each
-// block), a fixed distance ahead of the reads and paced to them: a few lines
+// block; or K tiles of single heads in the order a kernel takes them, then
+// their V tiles), a fixed distance ahead of the reads and paced to them: a few lines
 // per step of the inner loops, as many as the step consumes. A core here can
 // keep only a couple of dozen misses in flight, so its share of the memory
 // bandwidth depends on misses being outstanding all the time. Prefetching the
@@ -26,10 +27,17 @@ class PrefetchStream {
   // `then`, if not null, is a block whose K part the stream ends with: where
   // the thread's next partition starts.
   PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, const char* then)
+      : PrefetchStream(blocks, num_blocks, part_bytes, part_bytes, then) {}
+  // The same for `num_blocks` K regions of part_bytes each (tiles of one KV
+  // head), whose V regions lie v_offset further on; `then` is prefetched for
+  // part_bytes.
+  PrefetchStream(const char* const* blocks, int32_t num_blocks, size_t part_bytes, size_t v_offset,
+                 const char* then)
       : blocks_(blocks),
         num_blocks_(num_blocks),
         num_parts_(2 * num_blocks + (then ? 1 : 0)),
         part_bytes_(part_bytes),
+        v_offset_(v_offset),
         then_(then) {}
 
   // Issues the first `parts` parts at once: nothing is in flight yet.
@@ -60,7 +68,7 @@ class PrefetchStream {
       else if (part_ < num_blocks_)
         next_ = blocks_[part_];
       else
-        next_ = blocks_[part_ - num_blocks_] + part_bytes_;
+        next_ = blocks_[part_ - num_blocks_] + v_offset_;
       end_ = next_ + part_bytes_;
       ++part_;
     }
@@ -73,6 +81,7 @@ class PrefetchStream {
   int32_t num_blocks_;
   int32_t num_parts_;
   size_t part_bytes_;
+  size_t v_offset_;
   const char* then_;
   int32_t part_ = 0;  // next part to start: K of blocks 0..n-1, V of 0..n-1, then
   const char* next_ = nullptr;
