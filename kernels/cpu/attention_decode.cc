@@ -83,8 +83,7 @@ struct KeyRows {
 };
 
 // The rows of one block's tile, adjacent: F32's one-block runs address them
-// from the tile, as fast as before runs (a row pointer per key measured
-// 15% slower there).
+// from the tile, as before runs, and need no table of rows.
 struct TileRows {
   const char* tile;
   size_t row_bytes;
@@ -99,6 +98,9 @@ template <DType T, int R, typename Rows>
 BATON_AVX2 void tile_scores(const float* q, int32_t d, Rows k, int32_t n, float* s,
                             int32_t s_stride, PrefetchStream& stream) {
   PrefetchStream prefetch = stream;  // a local copy stays in registers
+  // With R = 1, the two halves of each chunk go to accumulators of their
+  // own, for enough FMA chains (two units, four cycles' latency).
+  constexpr bool kSplitHalves = R == 1;
   int32_t t = 0;
   if constexpr (T == DType::kF32) {
     // F32 needs no conversion, so each query streams the keys itself with
@@ -126,10 +128,8 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, Rows k, int32_t n, float*
     // converted halves stay in registers: R x kKeys accumulators, kKeys
     // halves and one query half fit in 16 registers. Loading the queries
     // for every key instead took more loads than FMAs, more than the two
-    // load ports issue. For R = 1, each key's two halves go to accumulators
-    // of their own, for eight FMA chains.
+    // load ports issue.
     constexpr int kKeys = R == 3 ? 3 : 4;
-    constexpr bool kSplit = R == 1;
     for (; t + kKeys <= n; t += kKeys) {
       prefetch.consumed(kKeys * size_t(d) * dtype_size(T));
       __m256 acc[R][kKeys], acc_hi[R][kKeys];
@@ -144,7 +144,7 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, Rows k, int32_t n, float*
           for (int r = 0; r < R; ++r) {
             const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c + 8 * half);
             for (int j = 0; j < kKeys; ++j) {
-              __m256& a = kSplit && half ? acc_hi[r][j] : acc[r][j];
+              __m256& a = kSplitHalves && half ? acc_hi[r][j] : acc[r][j];
               a = _mm256_fmadd_ps(qv, keys[j], a);
             }
           }
@@ -152,16 +152,14 @@ BATON_AVX2 void tile_scores(const float* q, int32_t d, Rows k, int32_t n, float*
       for (int r = 0; r < R; ++r) {
         __m256 sums[4];
         for (int j = 0; j < 4; ++j)
-          sums[j] = j >= kKeys ? _mm256_setzero_ps()
-                    : kSplit   ? _mm256_add_ps(acc[r][j], acc_hi[r][j])
-                               : acc[r][j];
+          sums[j] = j >= kKeys     ? _mm256_setzero_ps()
+                    : kSplitHalves ? _mm256_add_ps(acc[r][j], acc_hi[r][j])
+                                   : acc[r][j];
         store_first<kKeys>(s + size_t(r) * s_stride + t, avx2::hsum4x8(sums));
       }
     }
   }
-  // F32's last keys: R x 4 accumulators, each taking two FMAs per chunk;
-  // for R = 1 the chunk's halves go to accumulators of their own.
-  constexpr bool kSplitHalves = R == 1;
+  // F32's last keys: R x 4 accumulators, each taking two FMAs per chunk.
   for (; T == DType::kF32 && t + 4 <= n; t += 4) {
     prefetch.consumed(4 * size_t(d) * dtype_size(T));
     __m256 acc[R][4], acc_hi[R][4];
@@ -364,6 +362,21 @@ BATON_AVX2_INLINE void for_each_run(const Partition& P, const Scratch& sc, bool 
   }
 }
 
+// For runs of several blocks: the table of each key's row (sc.rows, head 0's
+// K), and the K tiles in the order for_each_run reads them (sc.tiles: for
+// each run, for each head, the run's blocks), for the prefetch stream.
+BATON_AVX2_INLINE void prepare_runs(const Partition& P, int32_t run_blocks, Scratch& sc) {
+  sc.rows.resize(size_t(P.keys));
+  for (int32_t j = 0, t = 0; j < P.num_blocks; ++j)
+    for (int32_t r = 0; r < P.bs && t < P.keys; ++r, ++t)
+      sc.rows[size_t(t)] = sc.blocks[size_t(j)] + size_t(r) * P.row_bytes;
+  sc.tiles.clear();
+  for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks)
+    for (int32_t h = 0; h < P.heads; ++h)
+      for (int32_t j = j0; j < std::min(P.num_blocks, j0 + run_blocks); ++j)
+        sc.tiles.push_back(sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes);
+}
+
 // The accumulators of the AVX2 passes (kernel order, see kernel_slot) of n_q
 // query vectors back to element order in dst.
 template <DType T>
@@ -492,22 +505,10 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.row_bytes = size_t(d) * esize;
   // The AVX2 half-precision passes take runs of several blocks.
   const bool runs = !avx512 && kRunBlocks<T> > 1;
-  if (runs) {
-    sc.rows.resize(size_t(P.keys));
-    for (int32_t j = 0, t = 0; j < P.num_blocks; ++j)
-      for (int32_t r = 0; r < P.bs && t < P.keys; ++r, ++t)
-        sc.rows[size_t(t)] = sc.blocks[size_t(j)] + size_t(r) * P.row_bytes;
-  }
+  if (runs) prepare_runs(P, kRunBlocks<T>, sc);
 
-  // In the order the passes read: block by block, or for runs of several
-  // blocks, each run's tiles one KV head at a time.
-  if (runs) {
-    sc.tiles.clear();
-    for (int32_t j0 = 0; j0 < P.num_blocks; j0 += kRunBlocks<T>)
-      for (int32_t h = 0; h < P.heads; ++h)
-        for (int32_t j = j0; j < std::min(P.num_blocks, j0 + kRunBlocks<T>); ++j)
-          sc.tiles.push_back(sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes);
-  }
+  // In the order the passes read: block by block, or run by run, one KV
+  // head at a time.
   PrefetchStream prefetch = runs ? PrefetchStream(sc.tiles.data(), int32_t(sc.tiles.size()),
                                                   P.tile_bytes, P.v_offset, then)
                                  : PrefetchStream(sc.blocks.data(), P.num_blocks, P.v_offset, then);
