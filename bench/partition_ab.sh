@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Times two versions of the decode partition kernel (attention_decode.cc)
+# against each other in one process (bench/partition_ab/partition_ab.cc).
+#
+#   bench/partition_ab.sh OLD NEW [partition_ab options]
+#   bench/partition_ab.sh HEAD kernels/cpu/attention_decode.cc --ctx 256
+#   bench/partition_ab.sh HEAD~1 HEAD --ctx 16384 --cold --trials 100
+#
+# OLD and NEW are each a file or a git revision (whose
+# kernels/cpu/attention_decode.cc is taken). A is OLD, B is NEW. The rest of
+# the kernels library (softmax, the AVX-512 passes, ...) comes from the
+# current build in $BUILD (default: build), so only attention_decode.cc may
+# differ between the two.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+build=${BUILD:-$root/build}
+if [ $# -lt 2 ]; then
+  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+work=$build/partition_ab_sources
+mkdir -p "$work"
+
+# The kernel source of a file or a revision, as a file under $work.
+source_of() {
+  local spec=$1 side=$2
+  if [ -f "$spec" ]; then
+    cp "$spec" "$work/$side.cc"
+  else
+    git -C "$root" show "$spec:kernels/cpu/attention_decode.cc" >"$work/$side.cc"
+  fi
+}
+source_of "$1" a
+source_of "$2" b
+shift 2
+
+for lib in kernels/libbaton_kernels_cpu.a common/libbaton_common.a; do
+  [ -f "$build/$lib" ] || { echo "partition_ab.sh: $build/$lib is missing; build the tree first" >&2; exit 1; }
+done
+flags=(-O3 -DNDEBUG -std=c++20 -I"$root" -isystem /usr/include/x86_64-linux-gnu/openblas-pthread)
+compile() { ${CXX:-c++} "${flags[@]}" "$@"; }
+compile -c "$root/bench/partition_ab/variant_a.cc" -DBATON_AB_SOURCE="\"$work/a.cc\"" -o "$work/a.o" &
+compile -c "$root/bench/partition_ab/variant_b.cc" -DBATON_AB_SOURCE="\"$work/b.cc\"" -o "$work/b.o"
+wait
+compile -c "$root/bench/partition_ab/partition_ab.cc" -o "$work/driver.o"
+compile "$work/driver.o" "$work/a.o" "$work/b.o" "$build/kernels/libbaton_kernels_cpu.a" \
+  "$build/common/libbaton_common.a" -lopenblas -lpthread -o "$work/partition_ab"
+exec "$work/partition_ab" "$@"
