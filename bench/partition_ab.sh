@@ -37,7 +37,7 @@ shift 2
 for lib in kernels/libbaton_kernels_cpu.a common/libbaton_common.a; do
   [ -f "$build/$lib" ] || { echo "partition_ab.sh: $build/$lib is missing; build the tree first" >&2; exit 1; }
 done
-flags=(-O3 -DNDEBUG -std=c++20 -I"$root" -isystem /usr/include/x86_64-linux-gnu/openblas-pthread)
+flags=(-O3 -DNDEBUG -std=c++20 -I"$root")
 compile() { ${CXX:-c++} "${flags[@]}" "$@"; }
 compile -c "$root/bench/partition_ab/variant_a.cc" -DBATON_AB_SOURCE="\"$work/a.cc\"" -o "$work/a.o" &
 compile -c "$root/bench/partition_ab/variant_b.cc" -DBATON_AB_SOURCE="\"$work/b.cc\"" -o "$work/b.o"
