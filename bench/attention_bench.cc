@@ -66,7 +66,7 @@ double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t 
   if (!kernels::cpu::use_avx2()) return 0.0;  // no ceiling: the ratio reads 0
   const KvLayout& L = p.layout;
   const size_t part_bytes = L.part_elements() * L.element_bytes();
-  constexpr int32_t kPartitionBlocks = 256 / kBlockSize;  // attention.cc's partitions
+  constexpr int32_t kPartitionBlocks = kernels::cpu::kDecodePartitionTokens / kBlockSize;
   const auto* pool_bytes = static_cast<const char*>(p.kv_pool);
   std::vector<std::vector<const char*>> partitions;
   for (int32_t s = 0; s < batch; ++s)

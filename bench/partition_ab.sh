@@ -39,9 +39,16 @@ for lib in kernels/libbaton_kernels_cpu.a common/libbaton_common.a; do
 done
 flags=(-O3 -DNDEBUG -std=c++20 -I"$root")
 compile() { ${CXX:-c++} "${flags[@]}" "$@"; }
-compile -c "$root/bench/partition_ab/variant_a.cc" -DBATON_AB_SOURCE="\"$work/a.cc\"" -o "$work/a.o" &
-compile -c "$root/bench/partition_ab/variant_b.cc" -DBATON_AB_SOURCE="\"$work/b.cc\"" -o "$work/b.o"
-wait
+side() {
+  compile -c "$root/bench/partition_ab/variant.cc" -DBATON_AB_SIDE="$1" \
+    -DBATON_AB_SOURCE="\"$work/$1.cc\"" -o "$work/$1.o"
+}
+# No object of an earlier run may stand in for one that failed to build.
+rm -f "$work"/*.o "$work/partition_ab"
+side a &
+side_a=$!
+side b
+wait "$side_a"
 compile -c "$root/bench/partition_ab/partition_ab.cc" -o "$work/driver.o"
 compile "$work/driver.o" "$work/a.o" "$work/b.o" "$build/kernels/libbaton_kernels_cpu.a" \
   "$build/common/libbaton_common.a" -lopenblas -lpthread -o "$work/partition_ab"

@@ -9,7 +9,7 @@
 //  * Decode rows (and very short query runs) take all KV heads of a block in
 //    one item, so each block is read as one contiguous run of memory (per
 //    head, a tile is only 2-4 KiB), and run the two-pass partition kernel of
-//    attention_decode.h where it applies. A context longer than kPartitionTokens is
+//    attention_decode.h where it applies. A context longer than kDecodePartitionTokens is
 //    split over the keys (flash-decoding), so a single long sequence still
 //    keeps every core busy; partial softmax states are merged in a second
 //    pass. The partition size is fixed, so results do not depend on the
@@ -34,10 +34,6 @@ namespace {
 // Query vectors (rows x group heads) per prefill tile: enough to amortise the
 // conversion of each K/V block, few enough that the accumulators stay in L1.
 constexpr int32_t kQueryVectorsPerTile = 32;
-// Keys per decode partition (rounded up to whole blocks): small enough to
-// spread one long context over many cores, large enough that merging
-// partials (n_q x head_dim floats each) costs ~1% of reading the keys.
-constexpr int32_t kPartitionTokens = 256;
 // Query runs up to this many rows are split over keys like decode rows.
 constexpr int32_t kMaxSplitRows = 4;
 
@@ -290,7 +286,7 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
   const int32_t bs = L.block_size;
   const int32_t d = L.head_dim;
   const int32_t rows_per_tile = std::max(1, kQueryVectorsPerTile / group);
-  const int32_t partition = round_up(kPartitionTokens, bs);
+  const int32_t partition = round_up(kDecodePartitionTokens, bs);
 
   std::vector<WorkItem> items;
   std::vector<MergeGroup> merges;

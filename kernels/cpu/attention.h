@@ -13,6 +13,12 @@
 
 namespace baton::kernels::cpu {
 
+// Keys per decode partition (rounded up to whole blocks): small enough to
+// spread one long context over many cores, large enough that merging
+// partials (n_q x head_dim floats each) costs ~1% of reading the keys.
+// Benchmarks that walk the partitions as paged_attention does use it too.
+inline constexpr int32_t kDecodePartitionTokens = 256;
+
 // Writes this step's K and V rows into their slots of layer `layer`.
 // k, v: [num_tokens, layout.num_kv_heads, layout.head_dim] F32, converted to
 // layout.dtype. slot_mapping: [num_tokens], slot = block_id * block_size + offset.

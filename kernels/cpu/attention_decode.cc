@@ -75,7 +75,8 @@ BATON_AVX2_INLINE void store_first(float* dst, __m128 v) {
 
 // The K (or V) rows of one KV head for a run of keys that may span several
 // blocks: key t's row starts at rows[t] + offset. A block's rows are
-// adjacent, so in a one-block run, k[0] is the head's whole tile.
+// adjacent, so in a one-block run, k[0] is the head's whole tile, and only
+// k[0] may be asked for: there `rows` is the table of blocks, not of rows.
 struct KeyRows {
   const char* const* rows;
   size_t offset;
@@ -340,6 +341,16 @@ struct Partition {
 template <DType T>
 constexpr int32_t kRunBlocks = T == DType::kF32 ? 1 : 4;
 
+// The rows the AVX2 passes address in a run: a one-block run's from its
+// tile, longer runs' through the row table.
+template <DType T>
+auto run_rows(KeyRows rows, size_t row_bytes) {
+  if constexpr (kRunBlocks<T> == 1)
+    return TileRows{static_cast<const char*>(rows[0]), row_bytes};
+  else
+    return rows;
+}
+
 // Calls f<R>(rows, k0, n, i) for every run of up to run_blocks blocks (keys
 // [k0, k0 + n) of the partition) and KV head h, for each group of R query
 // vectors [i, i + R) of that head, with `rows` the head's K rows of those
@@ -403,11 +414,7 @@ BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
                [&]<int R>(KeyRows k, int32_t k0, int32_t n, int32_t i) {
                  float* s = sc.scores.data() + size_t(i) * P.stride + k0;
                  const float* q = sc.q.data() + size_t(i) * P.d;
-                 if constexpr (kRunBlocks<T> == 1)
-                   tile_scores<T, R>(q, P.d, TileRows{static_cast<const char*>(k[0]), P.row_bytes},
-                                     n, s, P.stride, prefetch);
-                 else
-                   tile_scores<T, R>(q, P.d, k, n, s, P.stride, prefetch);
+                 tile_scores<T, R>(q, P.d, run_rows<T>(k, P.row_bytes), n, s, P.stride, prefetch);
                });
 }
 
@@ -433,11 +440,7 @@ BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
   for_each_run(P, sc, true, kRunBlocks<T>, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
     const float* p = sc.scores.data() + size_t(i) * P.stride + k0;
     float* a = sc.acc.data() + size_t(i) * P.d;
-    if constexpr (kRunBlocks<T> == 1)
-      tile_pv<T, R>(p, P.stride, TileRows{static_cast<const char*>(v[0]), P.row_bytes}, P.d, n, a,
-                    prefetch);
-    else
-      tile_pv<T, R>(p, P.stride, v, P.d, n, a, prefetch);
+    tile_pv<T, R>(p, P.stride, run_rows<T>(v, P.row_bytes), P.d, n, a, prefetch);
   });
   kernel_to_element_order<T>(sc.acc.data(), P.n_q, P.d, acc);
 }

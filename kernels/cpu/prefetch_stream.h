@@ -14,8 +14,8 @@ namespace baton::kernels::cpu {
 // Prefetches a partition's memory in the order the kernel reads it (the K
 // parts of its blocks, then their V parts, which follow the K parts in each
 // block; or K tiles of single heads in the order a kernel takes them, then
-// their V tiles), a fixed distance ahead of the reads and paced to them: a few lines
-// per step of the inner loops, as many as the step consumes. A core here can
+// their V tiles), a fixed distance ahead of the reads and paced to them: a
+// few lines per step of the inner loops, as many as the step consumes. A core here can
 // keep only a couple of dozen misses in flight, so its share of the memory
 // bandwidth depends on misses being outstanding all the time. Prefetching the
 // whole partition during the score pass left the core with nothing in flight

@@ -1,0 +1,13 @@
+// One side of partition_ab, compiled once with BATON_AB_SIDE=a and once with
+// BATON_AB_SIDE=b: the decode partition kernel of BATON_AB_SOURCE (by
+// default this tree's attention_decode.cc) under names ending in _a or _b,
+// so two versions of the kernel link into one program.
+#define BATON_AB_PASTE(name, side) name##_##side
+#define BATON_AB_NAME(name, side) BATON_AB_PASTE(name, side)
+#define attend_decode_partition BATON_AB_NAME(attend_decode_partition, BATON_AB_SIDE)
+#define decode_partition_supported BATON_AB_NAME(decode_partition_supported, BATON_AB_SIDE)
+#define decode_partition_start BATON_AB_NAME(decode_partition_start, BATON_AB_SIDE)
+#ifndef BATON_AB_SOURCE
+#define BATON_AB_SOURCE "kernels/cpu/attention_decode.cc"
+#endif
+#include BATON_AB_SOURCE
