@@ -3,16 +3,28 @@
 // A KV pool is a single allocation holding K and V of every layer for
 // `num_blocks` blocks of `block_size` tokens each:
 //
-//   pool[num_layers][num_blocks][2 (K, V)][num_kv_heads][block_size][head_dim]
+//   pool[num_layers][num_blocks][2 (K, V)][num_kv_heads][tile]
+//
+// where one KV head's tile of one block is
+//
+//   K: [head_dim / g][block_size][g]   (g = key_group_of(dtype): 2 for BF16, else 1)
+//   V: [block_size][head_dim]
 //
 // Why this order (docs/ARCHITECTURE.md has the full argument):
 //  * Layer-major: one layer's pages for all blocks form one contiguous region,
 //    so a run of adjacent block ids is one contiguous byte range per layer.
 //    Layer-wise transfer posts one put per (layer, run of adjacent blocks).
 //  * K and V of a block sit side by side: one put moves both.
-//  * Within a block, each KV head's `block_size x head_dim` tile is contiguous,
-//    so decode attention streams one head's keys linearly while applying them
-//    to every query head of its GQA group.
+//  * Within a block, each KV head's tile is contiguous, so decode attention
+//    streams one head's keys and values while applying them to every query
+//    head of its GQA group.
+//  * K keeps the keys of a block side by side, one dimension of each at a
+//    time (a pair for BF16): a vector load takes the same dimensions of
+//    several keys, so scores accumulate with keys across the lanes and need
+//    no horizontal sums. BF16 pairs widen to F32 with a shift and a mask and
+//    are what AVX-512's BF16 dot product takes; F16 widens from 8 packed
+//    values. V keeps each token's row, which the weighted sum over keys
+//    takes whole.
 //
 // The offsets are plain inline arithmetic usable from CUDA kernels, the
 // transfer engine and SSD offload alike. A block id is just an index; the pool
@@ -29,6 +41,9 @@ namespace baton {
 
 enum class KvPart : uint8_t { kKey = 0, kValue = 1 };
 
+// Elements of one key that lie side by side in a K tile of dtype t.
+BATON_HOST_DEVICE constexpr int32_t key_group_of(DType t) { return t == DType::kBF16 ? 2 : 1; }
+
 struct KvLayout {
   int32_t num_layers = 0;
   int32_t num_blocks = 0;
@@ -38,7 +53,7 @@ struct KvLayout {
   DType dtype = DType::kF32;
 
   BATON_HOST_DEVICE size_t element_bytes() const { return dtype_size(dtype); }
-  // Elements of one head's tile in one block: block_size x head_dim.
+  // Elements of one head's K (or V) tile in one block: block_size x head_dim.
   BATON_HOST_DEVICE size_t head_tile_elements() const {
     return size_t(block_size) * size_t(head_dim);
   }
@@ -65,16 +80,29 @@ struct KvLayout {
   BATON_HOST_DEVICE size_t block_byte_offset(int32_t layer, int32_t block) const {
     return block_offset(layer, block) * element_bytes();
   }
-  // Element offset of the head tile [block_size][head_dim] of (layer, block, part, head).
+  // Element offset of the head tile of (layer, block, part, head).
   BATON_HOST_DEVICE size_t head_tile_offset(int32_t layer, int32_t block, KvPart part,
                                             int32_t kv_head) const {
     return block_offset(layer, block) + size_t(part) * part_elements() +
            size_t(kv_head) * head_tile_elements();
   }
-  // Element offset of the head_dim vector of one token slot.
-  BATON_HOST_DEVICE size_t element_offset(int32_t layer, int32_t block, KvPart part,
-                                          int32_t kv_head, int32_t slot) const {
-    return head_tile_offset(layer, block, part, kv_head) + size_t(slot) * size_t(head_dim);
+  // Elements of a key that lie side by side in a K tile (key_group_of).
+  // head_dim must be a multiple of it (RoPE makes head_dim even).
+  BATON_HOST_DEVICE int32_t key_group() const { return key_group_of(dtype); }
+  // Elements between dimension groups g and g + 1 of one key in a K tile.
+  BATON_HOST_DEVICE size_t key_group_stride() const { return size_t(block_size) * key_group(); }
+  // Element offset of dimension `dim` of the key in `slot`.
+  BATON_HOST_DEVICE size_t key_offset(int32_t layer, int32_t block, int32_t kv_head, int32_t slot,
+                                      int32_t dim) const {
+    const int32_t g = key_group();
+    return head_tile_offset(layer, block, KvPart::kKey, kv_head) +
+           size_t(dim / g) * key_group_stride() + size_t(slot) * size_t(g) + size_t(dim % g);
+  }
+  // Element offset of the head_dim vector of the value in `slot`.
+  BATON_HOST_DEVICE size_t value_offset(int32_t layer, int32_t block, int32_t kv_head,
+                                        int32_t slot) const {
+    return head_tile_offset(layer, block, KvPart::kValue, kv_head) +
+           size_t(slot) * size_t(head_dim);
   }
 
   BATON_HOST_DEVICE bool same_geometry(const KvLayout& o) const {

@@ -29,6 +29,12 @@ Result<KvPool> KvPool::create(const KvLayout& layout) {
       layout.num_kv_heads <= 0 || layout.head_dim <= 0) {
     return invalid_argument("KV pool layout has a non-positive dimension");
   }
+  if (layout.head_dim % layout.key_group() != 0) {
+    return invalid_argument("KV pool head_dim " + std::to_string(layout.head_dim) +
+                            " is not a multiple of the " + std::to_string(layout.key_group()) +
+                            " elements of a key grouped in " +
+                            std::string(dtype_name(layout.dtype)));
+  }
   size_t bytes = layout.total_bytes();
   // Anonymous mappings are page-aligned and zero-filled lazily, so a large
   // pool costs nothing until its blocks are touched.

@@ -81,24 +81,39 @@ void prefetch_block(const PagedAttentionParams& p, int32_t block, int32_t kv_beg
   }
 }
 
-// One block's K or V tile of `keys` tokens, as attend_block will read it:
-// in place, in the pool's dtype, when the block is full and the kernel can
-// read that dtype; otherwise converted to F32 [keys_padded, head_dim] in
-// `buffer` with zero rows after `keys` (pool slots past the context may hold
-// anything, NaN included).
+// One block's K or V tile of `keys` tokens, as attend_block will read it
+// (AttentionBlockArgs): in place, in the pool's dtype, where attend_block
+// reads the pool; otherwise converted to F32 in `buffer`, K with one
+// dimension per group ([head_dim][keys_padded], *k_group_stride =
+// keys_padded) and V as rows ([keys_padded][head_dim]), zero past `keys`
+// (pool slots past the context may hold anything, NaN included).
 const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part, int32_t kv_head,
-                      int32_t keys, int32_t keys_padded, float* buffer, DType* dtype) {
+                      int32_t keys, int32_t keys_padded, float* buffer, DType* dtype,
+                      size_t* k_group_stride) {
   const KvLayout& L = p.layout;
   const size_t offset = L.head_tile_offset(p.layer, block, part, kv_head);
   const char* src = static_cast<const char*>(p.kv_pool) + offset * L.element_bytes();
-  if (keys == L.block_size && keys == keys_padded &&
-      (L.dtype == DType::kF32 || attend_block_reads_half(L.head_dim, keys_padded))) {
+  const int32_t d = L.head_dim;
+  if (attend_block_reads_pool(d, L.block_size)) {
     *dtype = L.dtype;
+    *k_group_stride = L.key_group_stride();
     return src;
   }
-  convert_to_f32(src, L.dtype, int64_t(keys) * L.head_dim, buffer);
-  std::fill(buffer + size_t(keys) * L.head_dim, buffer + size_t(keys_padded) * L.head_dim, 0.0f);
   *dtype = DType::kF32;
+  if (part == KvPart::kValue) {
+    convert_to_f32(src, L.dtype, int64_t(keys) * d, buffer);
+    std::fill(buffer + size_t(keys) * d, buffer + size_t(keys_padded) * d, 0.0f);
+    return buffer;
+  }
+  const int32_t g = L.key_group();
+  for (int32_t c = 0; c < d; ++c) {
+    float* row = buffer + size_t(c) * keys_padded;
+    const size_t group = size_t(c / g) * L.key_group_stride() + size_t(c % g);
+    for (int32_t t = 0; t < keys; ++t)
+      row[t] = load_as_float(src, L.dtype, group + size_t(t) * size_t(g));
+    std::fill(row + keys, row + keys_padded, 0.0f);
+  }
+  *k_group_stride = size_t(keys_padded);
   return buffer;
 }
 
@@ -170,8 +185,11 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
       a.n_q = per_head;
       a.head_dim = d;
       DType k_dtype, v_dtype;
-      a.k = load_tile(p, block, KvPart::kKey, h, keys, keys_padded, sc.k.data(), &k_dtype);
-      a.v = load_tile(p, block, KvPart::kValue, h, keys, keys_padded, sc.v.data(), &v_dtype);
+      size_t unused;
+      a.k = load_tile(p, block, KvPart::kKey, h, keys, keys_padded, sc.k.data(), &k_dtype,
+                      &a.k_group_stride);
+      a.v =
+          load_tile(p, block, KvPart::kValue, h, keys, keys_padded, sc.v.data(), &v_dtype, &unused);
       a.kv_dtype = k_dtype;  // both tiles take the same branch of load_tile
       a.keys_padded = keys_padded;
       a.visible = sc.visible.data();
@@ -268,10 +286,15 @@ void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t l
           for (int32_t h = 0; h < heads; ++h) {
             const float* ks = k + t * per_token + int64_t(h) * d;
             const float* vs = v + t * per_token + int64_t(h) * d;
-            const size_t ko = layout.element_offset(layer, block, KvPart::kKey, h, offset);
-            const size_t vo = layout.element_offset(layer, block, KvPart::kValue, h, offset);
+            // The key goes out in groups of key_group() elements, one group
+            // per row of the K tile; the value as one row.
+            const int32_t g = layout.key_group();
+            const size_t ko = layout.key_offset(layer, block, h, offset, 0);
+            const size_t vo = layout.value_offset(layer, block, h, offset);
             for (int32_t c = 0; c < d; ++c) {
-              store_from_float(kv_pool, layout.dtype, ko + size_t(c), ks[c]);
+              store_from_float(kv_pool, layout.dtype,
+                               ko + size_t(c / g) * layout.key_group_stride() + size_t(c % g),
+                               ks[c]);
               store_from_float(kv_pool, layout.dtype, vo + size_t(c), vs[c]);
             }
           }

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/key_tile_scores.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace baton::kernels::cpu {
@@ -38,7 +39,7 @@ float softmax_update_scalar(float* s, int32_t visible, int32_t keys, float* row_
 
 void attend_block_scalar(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
-  const float* k = static_cast<const float*>(a.k);  // F32 only here
+  const float* k = static_cast<const float*>(a.k);  // F32 only here: one dimension per group
   const float* v = static_cast<const float*>(a.v);
   int32_t max_visible = 0;
   for (int32_t i = 0; i < a.n_q; ++i) {
@@ -47,9 +48,8 @@ void attend_block_scalar(const AttentionBlockArgs& a) {
     const int32_t visible = std::min(a.visible[i], a.keys_padded);
     max_visible = std::max(max_visible, visible);
     for (int32_t t = 0; t < visible; ++t) {
-      const float* kt = k + size_t(t) * d;
       float dot = 0.0f;
-      for (int32_t c = 0; c < d; ++c) dot += qi[c] * kt[c];
+      for (int32_t c = 0; c < d; ++c) dot += qi[c] * k[size_t(c) * a.k_group_stride + size_t(t)];
       s[t] = dot;
     }
     a.alpha[i] = softmax_update_scalar(s, visible, a.keys_padded, a.row_max + i, a.row_sum + i);
@@ -77,23 +77,6 @@ BATON_AVX2_INLINE __m256 load8_kv(const void* base, size_t i) {
     return avx2::load8_bf16(static_cast<const uint16_t*>(base) + i);
   } else {
     return avx2::load8_f16(static_cast<const uint16_t*>(base) + i);
-  }
-}
-
-// Scores of one query against keys [0, keys) (keys a multiple of 8), eight
-// keys at a time so one transposing horizontal sum yields eight scores.
-template <DType T>
-BATON_AVX2 void scores_avx2(const float* q, const void* k, int32_t d, int32_t keys, float* s) {
-  for (int32_t t0 = 0; t0 < keys; t0 += 8) {
-    __m256 acc[8];
-    for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-    const size_t kt = size_t(t0) * d;
-    for (int32_t c = 0; c < d; c += 8) {
-      __m256 qv = _mm256_loadu_ps(q + c);
-      for (int j = 0; j < 8; ++j)
-        acc[j] = _mm256_fmadd_ps(qv, load8_kv<T>(k, kt + size_t(j) * d + c), acc[j]);
-    }
-    _mm256_storeu_ps(s + t0, avx2::hsum8x8(acc));
   }
 }
 
@@ -133,58 +116,20 @@ BATON_AVX2 void pv_avx2(const float* p, int32_t p_stride, const float* alpha, co
   for (; c < d; c += 8) pv_chunk_avx2<T, R, 1>(p, p_stride, alpha, v, d, keys, c, acc);
 }
 
-// Half-precision K: scores of R queries against 4 keys at a time, so each
-// converted K vector feeds R FMAs (converting it once per query would cost more
-// than the multiply). F32 K goes through scores_avx2, whose loads fold into
-// the FMAs for free.
-template <DType T, int R>
-BATON_AVX2 void scores_half_avx2(const float* q, const void* k, int32_t d, int32_t keys, float* s,
-                                 int32_t s_stride) {
-  for (int32_t t0 = 0; t0 < keys; t0 += 4) {
-    __m256 acc[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_setzero_ps();
-    const size_t kt = size_t(t0) * d;
-    // One converted K vector at a time with q as a memory operand of the FMA:
-    // R x 4 accumulators + 1 stay in registers (holding 4 K vectors and a q
-    // vector would spill for R = 3).
-    for (int32_t c = 0; c < d; c += 8) {
-      for (int j = 0; j < 4; ++j) {
-        const __m256 kv = load8_kv<T>(k, kt + size_t(j) * d + c);
-        for (int r = 0; r < R; ++r)
-          acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c), kv, acc[r][j]);
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      _mm_storeu_ps(s + size_t(r) * s_stride + t0, avx2::hsum4x8(acc[r]));
-    }
-  }
-}
-
 template <DType T>
 BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
   int32_t max_visible = 0;
-  if constexpr (T == DType::kF32) {
-    for (int32_t i = 0; i < a.n_q; ++i) {
-      const int32_t visible = std::min(a.visible[i], a.keys_padded);
-      scores_avx2<T>(a.q + size_t(i) * d, a.k, d, (visible + 7) & ~7,
-                     a.scores + size_t(i) * a.keys_padded);
-    }
-  } else {
-    constexpr int kQueries = 3;
-    for (int32_t i = 0; i < a.n_q; i += kQueries) {
-      const int32_t n = std::min(kQueries, a.n_q - i);
-      int32_t visible = 0;
-      for (int32_t j = i; j < i + n; ++j) visible = std::max(visible, a.visible[j]);
-      const int32_t keys = (std::min(visible, a.keys_padded) + 7) & ~7;
-      const float* q = a.q + size_t(i) * d;
-      float* s = a.scores + size_t(i) * a.keys_padded;
-      if (n == 3) scores_half_avx2<T, 3>(q, a.k, d, keys, s, a.keys_padded);
-      if (n == 2) scores_half_avx2<T, 2>(q, a.k, d, keys, s, a.keys_padded);
-      if (n == 1) scores_half_avx2<T, 1>(q, a.k, d, keys, s, a.keys_padded);
-    }
-  }
+  // Three query vectors at a time over the keys any of them sees, so each
+  // loaded K row serves all three.
+  for_query_groups(a.n_q, [&]<int R>(int32_t i) {
+    int32_t visible = 0;
+    for (int32_t j = i; j < i + R; ++j) visible = std::max(visible, a.visible[j]);
+    const int32_t keys = (std::min(visible, a.keys_padded) + 7) & ~7;
+    NoPrefetch none;
+    key_tile_scores<T, R>(a.q + size_t(i) * d, d, a.k, a.k_group_stride, keys,
+                          a.scores + size_t(i) * a.keys_padded, a.keys_padded, none);
+  });
   for (int32_t i = 0; i < a.n_q; ++i) {
     const int32_t visible = std::min(a.visible[i], a.keys_padded);
     max_visible = std::max(max_visible, visible);
@@ -270,12 +215,13 @@ BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, fl
 }
 #endif
 
-bool attend_block_reads_half(int32_t head_dim, int32_t keys_padded) {
+bool attend_block_reads_pool(int32_t head_dim, int32_t block_size) {
 #if BATON_HAVE_X86
-  return use_avx2() && head_dim % 8 == 0 && keys_padded % 8 == 0;
+  // The score pass reads K rows 8 keys at a time, the dimensions 4 at a time.
+  return use_avx2() && head_dim % 8 == 0 && block_size % 8 == 0;
 #else
   (void)head_dim;
-  (void)keys_padded;
+  (void)block_size;
   return false;
 #endif
 }

@@ -2,11 +2,12 @@
 // block applied to a set of query vectors with an online softmax.
 //
 // The caller (attention.cc) walks a sequence's block table and hands each block
-// here already converted to F32; the query vectors are the query heads of one
+// here, in place or converted to F32; the query vectors are the query heads of one
 // GQA group for one or more query rows, so each K/V vector is loaded once for
 // the whole group.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 
@@ -21,10 +22,15 @@ struct AttentionBlockArgs {
   const float* q = nullptr;  // [n_q, head_dim], already multiplied by the scale
   int32_t n_q = 0;
   int32_t head_dim = 0;
-  // [keys_padded, head_dim] of kv_dtype. Scores may read rows past
-  // max(visible) (masked afterwards), so they must be addressable; pass F16 or
-  // BF16 only when attend_block_reads_half() says so, else F32.
+  // The block's K and V tiles of kv_dtype: K with its keys side by side as
+  // the pool stores them (common/kv_layout.h), dimension group c of key t at
+  // element c * k_group_stride + t * g (g = 4 / sizeof(kv_dtype)); V as rows,
+  // [keys][head_dim]. Scores may read keys up to keys_padded (masked
+  // afterwards), so they must be addressable; V rows are read up to
+  // max(visible) only. Pass F16 or BF16 only when attend_block_reads_pool()
+  // says so, else F32.
   const void* k = nullptr;
+  size_t k_group_stride = 0;
   const void* v = nullptr;
   DType kv_dtype = DType::kF32;
   int32_t keys_padded = 0;           // rows of k/v and the scores stride; a multiple of 8
@@ -40,9 +46,9 @@ struct AttentionBlockArgs {
 // Applies one block. Uses AVX2 when enabled and head_dim % 8 == 0.
 void attend_block(const AttentionBlockArgs& a);
 
-// True when attend_block can read F16/BF16 K/V directly (converting in
-// registers) for this shape; otherwise the caller converts tiles to F32 first.
-bool attend_block_reads_half(int32_t head_dim, int32_t keys_padded);
+// True when attend_block can read a pool's K and V tiles in place, in any
+// dtype, for this shape; otherwise the caller converts them to F32 first.
+bool attend_block_reads_pool(int32_t head_dim, int32_t block_size);
 
 #if defined(__x86_64__) || defined(__i386__)
 // One online-softmax step over a row of scores s[0, keys) (keys a multiple of

@@ -6,6 +6,7 @@
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode_avx512.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/key_tile_scores.h"
 #include "kernels/cpu/prefetch_stream.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -16,19 +17,16 @@ namespace {
 // block (a part holds one layer's K, or V, of every KV head: 6 KiB for
 // smollm2-135m in BF16). One or two parts cover a DRAM latency.
 constexpr int32_t kPrefetchPartsAhead = 1;
-// Elements one step of the inner loops consumes from a K or V row.
+// Elements one step of the V pass consumes from a V row.
 constexpr int32_t kChunk = 16;
-// The most query vectors one tile call serves (its accumulators fill the
-// registers).
-constexpr int32_t kMaxQueryGroup = 3;
 
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 #if BATON_HAVE_X86
 
-// Sixteen K/V elements as two vectors. BF16 takes them as even and odd
-// elements (avx2::load16_bf16_even_odd), so the queries and accumulators are
-// kept in that order too (kernel_slot).
+// Sixteen V elements as two vectors. BF16 takes them as even and odd
+// elements (avx2::load16_bf16_even_odd), so the V pass keeps its
+// accumulators in that order too (kernel order, avx2::bf16_pair_slot).
 template <DType T>
 BATON_AVX2_INLINE void load16(const void* row, int32_t i, __m256& lo, __m256& hi) {
   if constexpr (T == DType::kF32) {
@@ -44,36 +42,7 @@ BATON_AVX2_INLINE void load16(const void* row, int32_t i, __m256& lo, __m256& hi
   }
 }
 
-// Elements [8 half, 8 half + 8) in kernel order of the 16-element K/V chunk
-// at element i of a row, as floats (half precision only).
-template <DType T>
-BATON_AVX2_INLINE __m256 load8(const void* row, int32_t i, int half) {
-  const uint16_t* h = static_cast<const uint16_t*>(row) + i;
-  if constexpr (T == DType::kF16) {
-    return avx2::load8_f16(h + 8 * half);
-  } else {
-    // BF16 even elements are the low halves of the chunk's 32-bit words,
-    // odd ones the high halves (load16_bf16_even_odd).
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h));
-    return _mm256_castsi256_ps(half ? _mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u)))
-                                    : _mm256_slli_epi32(raw, 16));
-  }
-}
-
-// Stores the first N (3 or 4) lanes of v. Not with a masked store: on AMD
-// CPUs that is several times slower than two plain ones.
-template <int N>
-BATON_AVX2_INLINE void store_first(float* dst, __m128 v) {
-  static_assert(N == 3 || N == 4);
-  if constexpr (N == 4) {
-    _mm_storeu_ps(dst, v);
-  } else {
-    _mm_storel_pi(reinterpret_cast<__m64*>(dst), v);
-    _mm_store_ss(dst + 2, _mm_movehl_ps(v, v));
-  }
-}
-
-// The K (or V) rows of one KV head for a run of keys that may span several
+// The V rows of one KV head for a run of keys that may span several
 // blocks: key t's row starts at rows[t] + offset. A block's rows are
 // adjacent, so in a one-block run, k[0] is the head's whole tile, and only
 // k[0] may be asked for: there `rows` is the table of blocks, not of rows.
@@ -90,116 +59,6 @@ struct TileRows {
   size_t row_bytes;
   const void* operator[](int32_t t) const { return tile + size_t(t) * row_bytes; }
 };
-
-// s[r * s_stride + t] = q_r · k_t for R queries and keys [0, n) of a run,
-// several keys at a time so that each loaded K chunk feeds all R queries.
-// Only the n keys asked for are read: slots past the context may hold
-// anything.
-template <DType T, int R, typename Rows>
-BATON_AVX2 void tile_scores(const float* q, int32_t d, Rows k, int32_t n, float* s,
-                            int32_t s_stride, PrefetchStream& stream) {
-  PrefetchStream prefetch = stream;  // a local copy stays in registers
-  // With R = 1, the two halves of each chunk go to accumulators of their
-  // own, for enough FMA chains (two units, four cycles' latency).
-  constexpr bool kSplitHalves = R == 1;
-  int32_t t = 0;
-  if constexpr (T == DType::kF32) {
-    // F32 needs no conversion, so each query streams the keys itself with
-    // K as the FMA's memory operand and q in registers; eight keys at a
-    // time share one transposing horizontal sum.
-    for (; t + 8 <= n; t += 8) {
-      const float* kf[8];
-      for (int j = 0; j < 8; ++j) kf[j] = static_cast<const float*>(k[t + j]);
-      for (int r = 0; r < R; ++r) {
-        prefetch.consumed(8 * size_t(d) * sizeof(float) / R);
-        __m256 acc[8];
-        for (int j = 0; j < 8; ++j) acc[j] = _mm256_setzero_ps();
-        for (int32_t c = 0; c < d; c += 8) {
-          const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c);
-          for (int j = 0; j < 8; ++j)
-            acc[j] = _mm256_fmadd_ps(qv, _mm256_loadu_ps(kf[j] + c), acc[j]);
-        }
-        _mm256_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum8x8(acc));
-      }
-    }
-  }
-  if constexpr (T != DType::kF32) {
-    // Half precision: a converted key cannot be an FMA's memory operand, so
-    // each half of a query chunk is loaded once for kKeys keys whose
-    // converted halves stay in registers: R x kKeys accumulators, kKeys
-    // halves and one query half fit in 16 registers. Loading the queries
-    // for every key instead took more loads than FMAs, more than the two
-    // load ports issue.
-    constexpr int kKeys = R == 3 ? 3 : 4;
-    for (; t + kKeys <= n; t += kKeys) {
-      prefetch.consumed(kKeys * size_t(d) * dtype_size(T));
-      __m256 acc[R][kKeys], acc_hi[R][kKeys];
-      for (int r = 0; r < R; ++r)
-        for (int j = 0; j < kKeys; ++j) acc[r][j] = acc_hi[r][j] = _mm256_setzero_ps();
-      const void* rows[kKeys];
-      for (int j = 0; j < kKeys; ++j) rows[j] = k[t + j];
-      for (int32_t c = 0; c < d; c += kChunk)
-        for (int half = 0; half < 2; ++half) {
-          __m256 keys[kKeys];
-          for (int j = 0; j < kKeys; ++j) keys[j] = load8<T>(rows[j], c, half);
-          for (int r = 0; r < R; ++r) {
-            const __m256 qv = _mm256_loadu_ps(q + size_t(r) * d + c + 8 * half);
-            for (int j = 0; j < kKeys; ++j) {
-              __m256& a = kSplitHalves && half ? acc_hi[r][j] : acc[r][j];
-              a = _mm256_fmadd_ps(qv, keys[j], a);
-            }
-          }
-        }
-      for (int r = 0; r < R; ++r) {
-        __m256 sums[4];
-        for (int j = 0; j < 4; ++j)
-          sums[j] = j >= kKeys     ? _mm256_setzero_ps()
-                    : kSplitHalves ? _mm256_add_ps(acc[r][j], acc_hi[r][j])
-                                   : acc[r][j];
-        store_first<kKeys>(s + size_t(r) * s_stride + t, avx2::hsum4x8(sums));
-      }
-    }
-  }
-  // F32's last keys: R x 4 accumulators, each taking two FMAs per chunk.
-  for (; T == DType::kF32 && t + 4 <= n; t += 4) {
-    prefetch.consumed(4 * size_t(d) * dtype_size(T));
-    __m256 acc[R][4], acc_hi[R][4];
-    for (int r = 0; r < R; ++r)
-      for (int j = 0; j < 4; ++j) acc[r][j] = acc_hi[r][j] = _mm256_setzero_ps();
-    for (int32_t c = 0; c < d; c += kChunk) {
-      for (int j = 0; j < 4; ++j) {
-        __m256 lo, hi;
-        load16<T>(k[t + j], c, lo, hi);
-        for (int r = 0; r < R; ++r) {
-          const float* qr = q + size_t(r) * d + c;
-          acc[r][j] = _mm256_fmadd_ps(_mm256_loadu_ps(qr), lo, acc[r][j]);
-          __m256& second = kSplitHalves ? acc_hi[r][j] : acc[r][j];
-          second = _mm256_fmadd_ps(_mm256_loadu_ps(qr + 8), hi, second);
-        }
-      }
-    }
-    for (int r = 0; r < R; ++r) {
-      if constexpr (kSplitHalves)
-        for (int j = 0; j < 4; ++j) acc[r][j] = _mm256_add_ps(acc[r][j], acc_hi[r][j]);
-      _mm_storeu_ps(s + size_t(r) * s_stride + t, avx2::hsum4x8(acc[r]));
-    }
-  }
-  for (; t < n; ++t) {
-    prefetch.consumed(size_t(d) * dtype_size(T));
-    __m256 acc[R];
-    for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
-    for (int32_t c = 0; c < d; c += kChunk) {
-      __m256 lo, hi;
-      load16<T>(k[t], c, lo, hi);
-      for (int r = 0; r < R; ++r) {
-        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c), lo, acc[r]);
-        acc[r] = _mm256_fmadd_ps(_mm256_loadu_ps(q + size_t(r) * d + c + 8), hi, acc[r]);
-      }
-    }
-    for (int r = 0; r < R; ++r) s[size_t(r) * s_stride + t] = avx2::hsum(acc[r]);
-  }
-  stream = prefetch;
-}
 
 // a[r][2j], a[r][2j + 1] += p_r[t] · (chunk j of v_t) for one key t, whose
 // V row is v.
@@ -289,30 +148,12 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int
   stream = prefetch;
 }
 
-// Applies f<R>(first) to the query vectors [first, first + R) of [0, n), in
-// groups of at most kMaxQueryGroup.
-template <typename F>
-BATON_AVX2_INLINE void for_query_groups(int32_t n, F&& f) {
-  static_assert(kMaxQueryGroup == 3);
-  int32_t i = 0;
-  for (; i + 3 <= n; i += 3) f.template operator()<3>(i);
-  if (n - i == 2) f.template operator()<2>(i);
-  if (n - i == 1) f.template operator()<1>(i);
-}
-
-// Where element j of a 16-element chunk sits in kernel order: BF16 keeps
-// even elements in the first half and odd ones in the second (see load16).
-template <DType T>
-constexpr int32_t kernel_slot(int32_t j) {
-  return T == DType::kBF16 ? avx2::bf16_pair_slot(j) : j;
-}
-
 struct Scratch {
   std::vector<float> q, scores, acc;
-  // The queries and probabilities split for the AVX-512 passes.
-  std::vector<uint16_t> q_hi, q_lo, p_hi, p_lo;
+  // The probabilities split for the AVX-512 V pass.
+  std::vector<uint16_t> p_hi, p_lo;
   std::vector<const char*> blocks;
-  std::vector<const char*> rows;   // each key's row in its block (head 0's K)
+  std::vector<const char*> rows;   // each key's row in its block (head 0, K part)
   std::vector<const char*> tiles;  // K tiles in the order runs read them
 };
 
@@ -331,17 +172,17 @@ struct Partition {
   size_t row_bytes;   // one key's row of one head
 };
 
-// Blocks per run of the AVX2 half-precision passes, which take each KV
-// head's keys of several blocks in one call: with one call per 16-key
-// block, the set-up of each call and its last key (three at a time do not
-// divide 16) cost a fifth of the score pass and a quarter of the V pass.
-// Four blocks of V rows stay in L1 while the V pass goes over them once per
-// column chunk. F32's passes measured no better with runs; the AVX-512 ones
-// take one block's tile per call.
+// Blocks per run of the AVX2 half-precision V pass, which takes each KV
+// head's rows of several blocks in one call: with one call per 16-key
+// block, the set-up of each call cost a quarter of the pass. Four blocks of
+// V rows stay in L1 while the V pass goes over them once per column chunk.
+// The score pass reads the same runs block by block, in the same order for
+// the prefetch stream. F32's passes measured no better with runs; the
+// AVX-512 V pass takes one block's tile per call.
 template <DType T>
 constexpr int32_t kRunBlocks = T == DType::kF32 ? 1 : 4;
 
-// The rows the AVX2 passes address in a run: a one-block run's from its
+// The rows the AVX2 V pass addresses in a run: a one-block run's from its
 // tile, longer runs' through the row table.
 template <DType T>
 auto run_rows(KeyRows rows, size_t row_bytes) {
@@ -353,11 +194,11 @@ auto run_rows(KeyRows rows, size_t row_bytes) {
 
 // Calls f<R>(rows, k0, n, i) for every run of up to run_blocks blocks (keys
 // [k0, k0 + n) of the partition) and KV head h, for each group of R query
-// vectors [i, i + R) of that head, with `rows` the head's K rows of those
-// keys (V rows for v_part): the order the prefetch stream is told.
+// vectors [i, i + R) of that head, with `rows` the head's V rows of those
+// keys: the order the prefetch stream is told.
 template <typename F>
-BATON_AVX2_INLINE void for_each_run(const Partition& P, const Scratch& sc, bool v_part,
-                                    int32_t run_blocks, F&& f) {
+BATON_AVX2_INLINE void for_each_v_run(const Partition& P, const Scratch& sc, int32_t run_blocks,
+                                      F&& f) {
   const int32_t run_keys = run_blocks * P.bs;
   for (int32_t j0 = 0, k0 = 0; k0 < P.keys; j0 += run_blocks, k0 += run_keys) {
     const int32_t n = std::min(run_keys, P.keys - k0);
@@ -365,7 +206,7 @@ BATON_AVX2_INLINE void for_each_run(const Partition& P, const Scratch& sc, bool 
     // is filled for longer runs only.
     const char* const* first_row = run_blocks == 1 ? &sc.blocks[size_t(j0)] : &sc.rows[size_t(k0)];
     for (int32_t h = 0; h < P.heads; ++h) {
-      const KeyRows rows{first_row, (v_part ? P.v_offset : 0) + size_t(h) * P.tile_bytes};
+      const KeyRows rows{first_row, P.v_offset + size_t(h) * P.tile_bytes};
       const int32_t first = h * P.per_head;
       for_query_groups(P.per_head,
                        [&]<int R>(int32_t i) { f.template operator()<R>(rows, k0, n, first + i); });
@@ -374,7 +215,8 @@ BATON_AVX2_INLINE void for_each_run(const Partition& P, const Scratch& sc, bool 
 }
 
 // For runs of several blocks: the table of each key's row (sc.rows, head 0's
-// K), and the K tiles in the order for_each_run reads them (sc.tiles: for
+// K part, which V rows are found from), and the K tiles in the order
+// k_pass_avx2 and for_each_v_run read them (sc.tiles: for
 // each run, for each head, the run's blocks), for the prefetch stream.
 BATON_AVX2_INLINE void prepare_runs(const Partition& P, int32_t run_blocks, Scratch& sc) {
   sc.rows.resize(size_t(P.keys));
@@ -388,7 +230,7 @@ BATON_AVX2_INLINE void prepare_runs(const Partition& P, int32_t run_blocks, Scra
         sc.tiles.push_back(sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes);
 }
 
-// The accumulators of the AVX2 passes (kernel order, see kernel_slot) of n_q
+// The accumulators of the AVX2 V pass (kernel order, see load16) of n_q
 // query vectors back to element order in dst.
 template <DType T>
 BATON_AVX2 void kernel_to_element_order(const float* src, int32_t n_q, int32_t d, float* dst) {
@@ -406,38 +248,37 @@ BATON_AVX2 void kernel_to_element_order(const float* src, int32_t n_q, int32_t d
   }
 }
 
-// Pass 1 with F32 FMAs: every score of the partition, from the queries in
-// kernel order at sc.q.
+// Pass 1: every score of the partition, from the queries at sc.q, one K
+// tile at a time in the order of the runs of run_blocks blocks (for each
+// run, KV head and group of query vectors, the run's blocks), which the
+// prefetch stream follows.
 template <DType T>
-BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch) {
-  for_each_run(P, sc, false, kRunBlocks<T>,
-               [&]<int R>(KeyRows k, int32_t k0, int32_t n, int32_t i) {
-                 float* s = sc.scores.data() + size_t(i) * P.stride + k0;
-                 const float* q = sc.q.data() + size_t(i) * P.d;
-                 tile_scores<T, R>(q, P.d, run_rows<T>(k, P.row_bytes), n, s, P.stride, prefetch);
-               });
-}
-
-// Pass 1 for BF16 with AVX-512 BF16 dot products, from the queries in element
-// order at sc.q.
-BATON_AVX2 void k_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch) {
-  const size_t split = 2 * size_t(P.d);  // per query vector: each chunk twice
-  sc.q_hi.resize(size_t(P.n_q) * split);
-  sc.q_lo.resize(sc.q_hi.size());
-  for (int32_t i = 0; i < P.n_q; ++i)
-    split_query_bf16(sc.q.data() + size_t(i) * P.d, P.d, sc.q_hi.data() + i * split,
-                     sc.q_lo.data() + i * split);
-  for_each_run(P, sc, false, 1, [&]<int R>(KeyRows k, int32_t k0, int32_t n, int32_t i) {
-    tile_scores_bf16_avx512(R, sc.q_hi.data() + i * split, sc.q_lo.data() + i * split, P.d, k[0], n,
-                            sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
-  });
+BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, int32_t run_blocks,
+                            PrefetchStream& prefetch) {
+  const size_t group_stride = size_t(P.bs) * size_t(key_group_of(T));
+  for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks) {
+    const int32_t j1 = std::min(P.num_blocks, j0 + run_blocks);
+    for (int32_t h = 0; h < P.heads; ++h)
+      for_query_groups(P.per_head, [&]<int R>(int32_t g0) {
+        const int32_t i = h * P.per_head + g0;
+        for (int32_t j = j0; j < j1; ++j) {
+          const int32_t k0 = j * P.bs;
+          // Scores of the slots past the context in the last 8 keys are
+          // masked by the softmax.
+          const int32_t n8 = round_up(std::min(P.bs, P.keys - k0), 8);
+          key_tile_scores<T, R>(sc.q.data() + size_t(i) * P.d, P.d,
+                                sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes, group_stride, n8,
+                                sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
+        }
+      });
+  }
 }
 
 // Pass 3 with F32 FMAs: acc (element order) = Σ_t p[t] v_t for every query
 // vector.
 template <DType T>
 BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch, float* acc) {
-  for_each_run(P, sc, true, kRunBlocks<T>, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+  for_each_v_run(P, sc, kRunBlocks<T>, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
     const float* p = sc.scores.data() + size_t(i) * P.stride + k0;
     float* a = sc.acc.data() + size_t(i) * P.d;
     tile_pv<T, R>(p, P.stride, run_rows<T>(v, P.row_bytes), P.d, n, a, prefetch);
@@ -449,7 +290,7 @@ BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
 // the same result as v_pass_avx2 to within 2^-17 of each probability.
 BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch,
                                    float* acc) {
-  for_each_run(P, sc, true, 1, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+  for_each_v_run(P, sc, 1, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
     const size_t at = size_t(i) * P.stride + size_t(k0);
     tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v[0], P.d, n,
                         sc.acc.data() + size_t(i) * P.d, prefetch);
@@ -480,11 +321,10 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.v_offset = L.part_elements() * esize;  // V part after the K part
   const int32_t d = P.d;
 
-  // BF16 takes AVX-512's BF16 dot products where the CPU has them
+  // BF16's V pass takes AVX-512's BF16 dot products where the CPU has them
   // (attention_decode_avx512.h).
   const bool avx512 = T == DType::kBF16 && use_avx512_bf16() && d % kPvAvx512Columns == 0;
-  // Queries scaled, vector i at sc.q + i * d, in element order for AVX-512 and
-  // in kernel order for AVX2 (BF16: even then odd elements of each chunk of 16).
+  // Queries scaled, vector i at sc.q + i * d.
   sc.q.resize(size_t(P.n_q) * d);
   for (int32_t h = 0; h < P.heads; ++h)
     for (int32_t r = 0; r < q_len; ++r)
@@ -492,9 +332,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
         const float* src =
             p.q + (size_t(p.query_start[seq] + r) * p.num_heads + size_t(h) * group + g) * d;
         float* dst = sc.q.data() + (size_t(h) * P.per_head + size_t(r) * group + g) * d;
-        for (int32_t c = 0; c < d; c += kChunk)
-          for (int32_t j = 0; j < kChunk; ++j)
-            dst[c + (avx512 ? j : kernel_slot<T>(j))] = src[c + j] * p.scale;
+        for (int32_t c = 0; c < d; ++c) dst[c] = src[c] * p.scale;
       }
   sc.scores.resize(size_t(P.n_q) * P.stride);
   sc.acc.assign(size_t(P.n_q) * d, 0.0f);
@@ -521,10 +359,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   static_assert(kMaxQueryGroup == kAvx512MaxQueries);
   prefetch.set_readers((P.per_head + kMaxQueryGroup - 1) / kMaxQueryGroup);
   // Pass 1: every score of the partition.
-  if (avx512)
-    k_pass_avx512_bf16(P, sc, prefetch);
-  else
-    k_pass_avx2<T>(P, sc, prefetch);
+  k_pass_avx2<T>(P, sc, runs ? kRunBlocks<T> : 1, prefetch);
   // Pass 2: one softmax per query vector over the partition, relative to
   // the partition's own max. The AVX-512 V pass takes the probabilities
   // split into BF16 halves, written here without storing them as floats.
@@ -565,7 +400,8 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 
 bool decode_partition_supported(const KvLayout& layout) {
 #if BATON_HAVE_X86
-  return use_avx2() && layout.head_dim % kChunk == 0;
+  // The score pass reads K tiles 8 keys at a time.
+  return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0;
 #else
   (void)layout;
   return false;

@@ -31,85 +31,6 @@ BATON_AVX512_BF16_INLINE __m512bh broadcast_pair(const uint16_t* p) {
   return (__m512bh)_mm512_set1_epi32(pair);
 }
 
-// Lane j of the result is the sum of the 8 lanes that key j's products
-// occupy in a[j / 2] (its low 256 bits for even j, high for odd).
-BATON_AVX512_BF16_INLINE __m256 sum_key_pairs(__m512 a0, __m512 a1, __m512 a2, __m512 a3) {
-  // In 128-bit lanes a_i is [x, y | x', y'] for keys 2i and 2i + 1 (primes
-  // for the second): gather the x lanes and the y lanes of keys 0-3, add.
-  const __m512 k03 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(a0, a1, 0x88), _mm512_shuffle_f32x4(a0, a1, 0xdd));
-  const __m512 k47 =
-      _mm512_add_ps(_mm512_shuffle_f32x4(a2, a3, 0x88), _mm512_shuffle_f32x4(a2, a3, 0xdd));
-  // 128-bit lane k now holds four partial sums of key k (k03) and key k + 4
-  // (k47); interleave and add twice to sum each four.
-  const __m512 x = _mm512_add_ps(_mm512_unpacklo_ps(k03, k47), _mm512_unpackhi_ps(k03, k47));
-  const __m512 w = _mm512_add_ps(x, _mm512_permute_ps(x, 0x4e));
-  // Lane k of w: keys k, k + 4, k, k + 4.
-  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 0, 0, 0, 0, 0, 0, 0, 0);
-  return _mm512_castps512_ps256(_mm512_permutexvar_ps(order, w));
-}
-
-// Dimensions [c, c + 16) of key t, or zeros for a key at or past n.
-template <bool kFull>
-BATON_AVX512_BF16_INLINE __m256i key_chunk(const uint16_t* k, int32_t d, int32_t t, int32_t n,
-                                           int32_t c) {
-  if (!kFull && t >= n) return _mm256_setzero_si256();
-  return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + size_t(t) * d + c));
-}
-
-// Dimensions [c, c + 16) of keys `first` and `first` + 1, one per 256-bit
-// half.
-template <bool kFull>
-BATON_AVX512_BF16_INLINE __m512bh key_pair_chunk(const uint16_t* k, int32_t d, int32_t first,
-                                                 int32_t n, int32_t c) {
-  return (__m512bh)_mm512_inserti64x4(_mm512_castsi256_si512(key_chunk<kFull>(k, d, first, n, c)),
-                                      key_chunk<kFull>(k, d, first + 1, n, c), 1);
-}
-
-// Scores of R queries against keys [t, t + 8) (kFull) or [t, n).
-template <int R, bool kFull>
-BATON_AVX512_BF16_INLINE void scores_8_keys(const uint16_t* q_hi, const uint16_t* q_lo, int32_t d,
-                                            const uint16_t* k, int32_t t, int32_t n, float* s,
-                                            int32_t s_stride) {
-  __m512 acc[R][4];
-  for (int r = 0; r < R; ++r)
-    for (int j = 0; j < 4; ++j) acc[r][j] = _mm512_setzero_ps();
-  for (int32_t c = 0; c < d; c += kScoresAvx512Dims) {
-    __m512bh keys[4];
-    for (int j = 0; j < 4; ++j) keys[j] = key_pair_chunk<kFull>(k, d, t + 2 * j, n, c);
-    for (int r = 0; r < R; ++r) {
-      const size_t at = size_t(r) * 2 * d + 2 * size_t(c);
-      const __m512bh hi = (__m512bh)_mm512_loadu_si512(q_hi + at);
-      const __m512bh lo = (__m512bh)_mm512_loadu_si512(q_lo + at);
-      for (int j = 0; j < 4; ++j) {
-        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], hi, keys[j]);
-        acc[r][j] = _mm512_dpbf16_ps(acc[r][j], lo, keys[j]);
-      }
-    }
-  }
-  const __mmask8 m = kFull ? __mmask8(0xff) : __mmask8((1u << (n - t)) - 1);
-  for (int r = 0; r < R; ++r)
-    _mm256_mask_storeu_ps(s + size_t(r) * s_stride + t, m,
-                          sum_key_pairs(acc[r][0], acc[r][1], acc[r][2], acc[r][3]));
-}
-
-template <int R>
-BATON_AVX512_BF16 void tile_scores(const uint16_t* q_hi, const uint16_t* q_lo, int32_t d,
-                                   const uint16_t* k, int32_t n, float* s, int32_t s_stride,
-                                   PrefetchStream& stream) {
-  PrefetchStream prefetch = stream;  // a local copy stays in registers
-  int32_t t = 0;
-  for (; t + 8 <= n; t += 8) {
-    prefetch.consumed(8 * size_t(d) * sizeof(uint16_t));
-    scores_8_keys<R, true>(q_hi, q_lo, d, k, t, n, s, s_stride);
-  }
-  if (t < n) {
-    prefetch.consumed(size_t(n - t) * d * sizeof(uint16_t));
-    scores_8_keys<R, false>(q_hi, q_lo, d, k, t, n, s, s_stride);
-  }
-  stream = prefetch;
-}
-
 // One pair of keys (y_row null: a last key without a partner, whose pair is
 // taken with zeros) into columns [c0, c0 + 32 C) of R accumulators. `lo`
 // receives the products with the probabilities' low halves: `hi`'s own
@@ -291,23 +212,6 @@ BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32
   *row_sum = _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
 }
 #pragma GCC diagnostic pop
-
-BATON_AVX512_BF16 void split_query_bf16(const float* q, int32_t d, uint16_t* hi, uint16_t* lo) {
-  static_assert(kScoresAvx512Dims == 16);  // one register of floats per chunk
-  for (int32_t c = 0; c < d; c += kScoresAvx512Dims) {
-    store_split(_mm512_loadu_ps(q + c), 0xffff, hi + 2 * c, lo + 2 * c);
-    std::memcpy(hi + 2 * c + kScoresAvx512Dims, hi + 2 * c, kScoresAvx512Dims * sizeof(uint16_t));
-    std::memcpy(lo + 2 * c + kScoresAvx512Dims, lo + 2 * c, kScoresAvx512Dims * sizeof(uint16_t));
-  }
-}
-
-void tile_scores_bf16_avx512(int32_t queries, const uint16_t* q_hi, const uint16_t* q_lo, int32_t d,
-                             const void* k, int32_t n, float* s, int32_t s_stride,
-                             PrefetchStream& stream) {
-  with_query_count(queries, [&]<int R>() {
-    tile_scores<R>(q_hi, q_lo, d, static_cast<const uint16_t*>(k), n, s, s_stride, stream);
-  });
-}
 
 void tile_pv_bf16_avx512(int32_t queries, const uint16_t* p_hi, const uint16_t* p_lo,
                          int32_t p_stride, const void* v, int32_t d, int32_t n, float* acc,

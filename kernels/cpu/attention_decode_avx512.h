@@ -1,27 +1,25 @@
-// kernels/cpu/attention_decode_avx512.h — the score and V passes of BF16
-// decode attention (attention_decode.cc) with AVX-512 BF16 dot products.
+// kernels/cpu/attention_decode_avx512.h — the V pass of BF16 decode
+// attention (attention_decode.cc) with AVX-512 BF16 dot products.
 //
 // VDPBF16PS multiplies pairs of BF16 values and adds both products to one
-// F32 lane: twice the multiplies per instruction of an F32 FMA, with K and V
-// used as stored, no widening to F32.
+// F32 lane: twice the multiplies per instruction of an F32 FMA, with V used
+// as stored, no widening to F32.
 //
-// Precision: a query or probability rounded to BF16 would be off by up to
-// 2^-9 of itself, and a score or the output by as much (scores then go
-// through exp). So each is split as x = hi + lo, two BF16 values whose sum
-// holds 16 significant bits (within 2^-17 of x), and both halves are
-// multiplied: twice the dot products, the same multiplies per instruction as
-// an F32 FMA, and still no conversion of K or V.
+// Precision: a probability rounded to BF16 would be off by up to 2^-9 of
+// itself, and the output by as much. So each is split as p = hi + lo, two
+// BF16 values whose sum holds 16 significant bits (within 2^-17 of p), and
+// both halves are multiplied: twice the dot products, the same multiplies
+// per instruction as an F32 FMA, and still no conversion of V.
 //
-// Scores: a lane pairs two dimensions of one key, so a key's dot product is
-// spread over lanes and must be summed across them. Each register holds 16
-// dimensions of two keys (one per 256-bit half) against the query's 16
-// dimensions repeated in both halves: a key's sum then spans 8 lanes, not 16,
-// and one reduction serves eight keys.
-//
-// V: the pair runs along the keys: a lane takes v[t][c] p[t] + v[t+1][c]
+// The pair runs along the keys: a lane takes v[t][c] p[t] + v[t+1][c]
 // p[t+1], so the rows of two keys are interleaved (one unpack per 32 columns
 // of each) and the probabilities of the two keys are broadcast as one 32-bit
 // pair.
+//
+// The score pass is the AVX2 one (key_tile_scores.h) on these machines too:
+// K tiles keep a BF16 pair of each key together (common/kv_layout.h), which
+// VDPBF16PS could take 16 keys at a time against a broadcast query pair; that
+// kernel is not written yet.
 #pragma once
 
 #include <cstdint>
@@ -30,12 +28,9 @@
 
 namespace baton::kernels::cpu {
 
-// Dimensions of one key in a register of the score pass: head_dim must be a
-// multiple.
-inline constexpr int32_t kScoresAvx512Dims = 16;
 // Columns one dot product of the V pass spans: a 512-bit register of V pairs.
 inline constexpr int32_t kPvAvx512Columns = 32;
-// The most query vectors one tile call of either pass serves.
+// The most query vectors one tile call of the V pass serves.
 inline constexpr int32_t kAvx512MaxQueries = 3;
 
 // Where column j (0..31) of a 32-column chunk sits among the chunk's
@@ -59,19 +54,6 @@ void pv_avx512_to_column_order(const float* src, int32_t rows, int32_t d, float*
 // when use_avx512_bf16().
 void softmax_split_bf16(const float* s, int32_t visible, int32_t n, float* row_max, float* row_sum,
                         uint16_t* hi, uint16_t* lo);
-
-// A query vector (d floats, d a multiple of kScoresAvx512Dims) split the same
-// way, each 16-dimension chunk written twice in a row (the two halves
-// of a register): 2 d values each for hi and lo.
-void split_query_bf16(const float* q, int32_t d, uint16_t* hi, uint16_t* lo);
-
-// s[r * s_stride + t] = q_r · k_t for `queries` (1..kAvx512MaxQueries) query
-// vectors r, given by split_query_bf16's halves at q_hi/q_lo + r * 2 d, and
-// keys t in [0, n) of one K tile ([n][d] BF16). Only the n keys asked for are
-// read. Call only when use_avx512_bf16().
-void tile_scores_bf16_avx512(int32_t queries, const uint16_t* q_hi, const uint16_t* q_lo, int32_t d,
-                             const void* k, int32_t n, float* s, int32_t s_stride,
-                             PrefetchStream& stream);
 
 // acc_r[c] += Σ_t p_r[t] v[t][c] for `queries` (1..kAvx512MaxQueries)
 // query vectors r and keys t in [0, n) of one V tile ([n][d] BF16, d a

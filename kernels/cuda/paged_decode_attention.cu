@@ -72,13 +72,20 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   for (int t = warp; t < context; t += kWarps) {
     const int block = table[t / block_size];
     const int slot = t % block_size;
-    const size_t k_offset = p.layout.element_offset(p.layer, block, KvPart::kKey, kv_head, slot);
-    const size_t v_offset = p.layout.element_offset(p.layer, block, KvPart::kValue, kv_head, slot);
+    // K tiles keep the keys of a block side by side (kv_layout.h), so a
+    // lane's dimensions of one key lie a group stride apart and a warp's
+    // reads of one key are strided. Lanes over keys would coalesce them;
+    // this kernel has yet to be measured on a GPU.
+    const size_t k_offset = p.layout.key_offset(p.layer, block, kv_head, slot, 0);
+    const size_t k_stride = p.layout.key_group_stride();
+    const int k_group = p.layout.key_group();
+    const size_t v_offset = p.layout.value_offset(p.layer, block, kv_head, slot);
     float k[kPerLane], v[kPerLane];
 #pragma unroll
     for (int i = 0; i < kPerLane; ++i) {
-      k[i] = to_float(pool[k_offset + lane * kPerLane + i]);
-      v[i] = to_float(pool[v_offset + lane * kPerLane + i]);
+      const int dim = lane * kPerLane + i;
+      k[i] = to_float(pool[k_offset + size_t(dim / k_group) * k_stride + dim % k_group]);
+      v[i] = to_float(pool[v_offset + dim]);
     }
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include <set>
+#include <string>
 #include <vector>
 
 namespace baton {
@@ -11,30 +11,67 @@ namespace {
 // Every (layer, block, part, head, slot, dim) maps to a distinct element and
 // the mapping covers the pool exactly; blocks are contiguous per layer.
 TEST(KvLayout, OffsetsAreABijection) {
-  KvLayout layout{.num_layers = 3,
-                  .num_blocks = 5,
-                  .block_size = 4,
-                  .num_kv_heads = 2,
-                  .head_dim = 8,
-                  .dtype = DType::kBF16};
-  std::vector<int> hits(layout.total_elements(), 0);
-  for (int l = 0; l < layout.num_layers; ++l)
-    for (int b = 0; b < layout.num_blocks; ++b)
-      for (KvPart p : {KvPart::kKey, KvPart::kValue})
-        for (int h = 0; h < layout.num_kv_heads; ++h)
-          for (int s = 0; s < layout.block_size; ++s)
-            for (int d = 0; d < layout.head_dim; ++d) {
-              size_t off = layout.element_offset(l, b, p, h, s) + d;
-              ASSERT_LT(off, hits.size());
-              ++hits[off];
-              // The element lies inside its (layer, block) byte range.
-              EXPECT_GE(off, layout.block_offset(l, b));
-              EXPECT_LT(off, layout.block_offset(l, b) + layout.block_elements());
-            }
-  for (int h : hits) ASSERT_EQ(h, 1);
-  EXPECT_EQ(layout.total_bytes(), layout.total_elements() * 2);
-  EXPECT_EQ(layout.block_offset(1, 3) + layout.block_elements(), layout.block_offset(1, 4));
-  EXPECT_EQ(layout.bytes_per_token(), size_t(3 * 2 * 2 * 8 * 2));
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    KvLayout layout{.num_layers = 3,
+                    .num_blocks = 5,
+                    .block_size = 4,
+                    .num_kv_heads = 2,
+                    .head_dim = 8,
+                    .dtype = dtype};
+    std::vector<int> hits(layout.total_elements(), 0);
+    for (int l = 0; l < layout.num_layers; ++l)
+      for (int b = 0; b < layout.num_blocks; ++b)
+        for (KvPart p : {KvPart::kKey, KvPart::kValue})
+          for (int h = 0; h < layout.num_kv_heads; ++h)
+            for (int s = 0; s < layout.block_size; ++s)
+              for (int d = 0; d < layout.head_dim; ++d) {
+                const size_t off = p == KvPart::kKey ? layout.key_offset(l, b, h, s, d)
+                                                     : layout.value_offset(l, b, h, s) + d;
+                ASSERT_LT(off, hits.size());
+                ++hits[off];
+                // The element lies inside its (layer, block, part, head) tile.
+                const size_t tile = layout.head_tile_offset(l, b, p, h);
+                EXPECT_GE(off, tile);
+                EXPECT_LT(off, tile + layout.head_tile_elements());
+              }
+    for (int h : hits) ASSERT_EQ(h, 1);
+    EXPECT_EQ(layout.total_bytes(), layout.total_elements() * dtype_size(dtype));
+    EXPECT_EQ(layout.block_offset(1, 3) + layout.block_elements(), layout.block_offset(1, 4));
+    EXPECT_EQ(layout.bytes_per_token(), size_t(3 * 2 * 2 * 8) * dtype_size(dtype));
+  }
+}
+
+// K tiles keep the keys of a block side by side, a BF16 pair or one F32 or
+// F16 dimension of each at a time: the same dimensions of consecutive keys
+// are one group apart.
+TEST(KvLayout, KeysLieSideBySide) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    KvLayout layout{.num_layers = 2,
+                    .num_blocks = 3,
+                    .block_size = 16,
+                    .num_kv_heads = 3,
+                    .head_dim = 64,
+                    .dtype = dtype};
+    const int32_t g = layout.key_group();
+    EXPECT_EQ(g, dtype == DType::kBF16 ? 2 : 1);
+    const size_t tile = layout.head_tile_offset(1, 2, KvPart::kKey, 1);
+    EXPECT_EQ(layout.key_offset(1, 2, 1, 0, 0), tile);
+    for (int s = 0; s + 1 < layout.block_size; ++s)
+      for (int d = 0; d < layout.head_dim; ++d) {
+        EXPECT_EQ(layout.key_offset(1, 2, 1, s + 1, d), layout.key_offset(1, 2, 1, s, d) + g);
+        if (d % g + 1 < g) {
+          EXPECT_EQ(layout.key_offset(1, 2, 1, s, d + 1), layout.key_offset(1, 2, 1, s, d) + 1);
+        } else if (d + 1 < layout.head_dim) {
+          EXPECT_EQ(layout.key_offset(1, 2, 1, s, d + 1),
+                    layout.key_offset(1, 2, 1, s, d + 1 - g) + layout.key_group_stride());
+        }
+      }
+    // V rows stay token-major.
+    EXPECT_EQ(layout.value_offset(1, 2, 1, 5),
+              layout.head_tile_offset(1, 2, KvPart::kValue, 1) + 5 * 64);
+  }
 }
 
 }  // namespace

@@ -532,11 +532,12 @@ TEST_F(RemoteKvTest, LayerObserverSeesEachLayerStoredBeforeTheNext) {
     const int32_t slot = seq.block_table.slot_of(pos);
     const int32_t block = slot / layout.block_size, offset = slot % layout.block_size;
     std::vector<float> values;
-    for (KvPart part : {KvPart::kKey, KvPart::kValue}) {
-      for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
-        const float* v = pool + layout.element_offset(layer, block, part, h, offset);
-        values.insert(values.end(), v, v + layout.head_dim);
-      }
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h)
+      for (int32_t c = 0; c < layout.head_dim; ++c)
+        values.push_back(pool[layout.key_offset(layer, block, h, offset, c)]);
+    for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+      const float* v = pool + layout.value_offset(layer, block, h, offset);
+      values.insert(values.end(), v, v + layout.head_dim);
     }
     return values;
   };

@@ -249,11 +249,9 @@ TEST(StoreKvTest, WritesEverySlotWhereTheLayoutSays) {
       for (int32_t h = 0; h < layout.num_kv_heads; ++h)
         for (int32_t c = 0; c < layout.head_dim; ++c) {
           const size_t i = size_t(t) * width + size_t(h) * layout.head_dim + size_t(c);
-          EXPECT_EQ(load_as_float(kv_pool.data(), dt,
-                                  layout.element_offset(2, block, KvPart::kKey, h, off) + c),
+          EXPECT_EQ(load_as_float(kv_pool.data(), dt, layout.key_offset(2, block, h, off, c)),
                     float(round_trip(k[i], dt)));
-          EXPECT_EQ(load_as_float(kv_pool.data(), dt,
-                                  layout.element_offset(2, block, KvPart::kValue, h, off) + c),
+          EXPECT_EQ(load_as_float(kv_pool.data(), dt, layout.value_offset(2, block, h, off) + c),
                     float(round_trip(v[i], dt)));
           nonzero_expected += (k[i] != 0.0f) + (v[i] != 0.0f);
         }

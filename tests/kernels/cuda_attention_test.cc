@@ -109,12 +109,10 @@ TEST_P(CudaDecodeAttentionTest, MatchesReferenceOverRaggedShuffledContexts) {
           size_t dst =
               (size_t(t) * size_t(shape.num_kv_heads) + size_t(h)) * size_t(shape.head_dim) +
               size_t(d);
-          k[dst] = load_as_float(
-              pool.data(), layout.dtype,
-              layout.element_offset(layer, block, KvPart::kKey, h, t % 16) + size_t(d));
-          v[dst] = load_as_float(
-              pool.data(), layout.dtype,
-              layout.element_offset(layer, block, KvPart::kValue, h, t % 16) + size_t(d));
+          k[dst] = load_as_float(pool.data(), layout.dtype,
+                                 layout.key_offset(layer, block, h, t % 16, d));
+          v[dst] = load_as_float(pool.data(), layout.dtype,
+                                 layout.value_offset(layer, block, h, t % 16) + size_t(d));
         }
     std::vector<float> q_row(q.begin() + ptrdiff_t(size_t(s) * row),
                              q.begin() + ptrdiff_t(size_t(s + 1) * row));

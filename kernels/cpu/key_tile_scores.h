@@ -1,0 +1,137 @@
+// kernels/cpu/key_tile_scores.h — the scores of a few query vectors against
+// the keys of one K tile as the pool stores it (common/kv_layout.h): keys side
+// by side, 4 bytes of each at a time. Decode attention (attention_decode.cc)
+// and the block step of prefill attention (attention_block.cc) both use it.
+//
+// One load of a tile row holds the same dimension of 8 keys: F32 as it is,
+// F16 converted (F16C), or a BF16 pair widened by a shift and a mask. Each
+// is multiplied by that dimension of the query, broadcast, with keys across
+// the lanes, so the accumulators are the scores themselves: no horizontal
+// sums, and no query chunk held in registers across keys.
+#pragma once
+
+#include "kernels/cpu/simd_avx2.h"
+
+#if BATON_HAVE_X86
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/kv_layout.h"
+
+namespace baton::kernels::cpu {
+
+// Dimensions of the 8 keys at element `at` of a K tile of dtype T, as floats:
+// dim[0] alone for F32 and F16, dim[0] (even) and dim[1] (odd) for a BF16
+// pair.
+template <DType T>
+BATON_AVX2_INLINE void load_key_group8(const void* k, size_t at, __m256 (&dim)[2]) {
+  if constexpr (T == DType::kF32) {
+    dim[0] = _mm256_loadu_ps(static_cast<const float*>(k) + at);
+  } else if constexpr (T == DType::kF16) {
+    dim[0] = avx2::load8_f16(static_cast<const uint16_t*>(k) + at);
+  } else {
+    const __m256i raw =
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(k) + at));
+    // A BF16 value is the top half of an F32: the even element moves up,
+    // the odd one is already there.
+    dim[0] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+    dim[1] = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u))));
+  }
+}
+
+// s[r * s_stride + t] = q_r · k_t for R query vectors (q_r at q + r d, in
+// element order) and the 8 J keys [t0, t0 + 8 J) of a K tile k: dimension
+// group c of key t at element c * group_stride + t * g (g = key_group_of(T)).
+// stream.consumed(bytes) is told of each tile row's bytes as they are read.
+template <DType T, int R, int J, typename Stream>
+BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
+                                       size_t group_stride, int32_t t0, float* s, int32_t s_stride,
+                                       Stream& stream) {
+  constexpr int g = key_group_of(T);
+  // Independent accumulators per (query, 8 keys): two FMA units with four
+  // cycles of latency keep 8 chains busy, and 16 registers hold no more than
+  // 12 beside the keys and a broadcast. Consecutive dimensions rotate over
+  // them.
+  constexpr int S = R * J * 4 <= 12 ? 4 : 2;
+  static_assert(S % g == 0 && R * J * S <= 12);
+  __m256 acc[R][J][S];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j)
+      for (int x = 0; x < S; ++x) acc[r][j][x] = _mm256_setzero_ps();
+  // The stream is told once per 8 dimensions: once per row measured
+  // slower, its bookkeeping taking registers from the inner loop.
+  for (int32_t c8 = 0; c8 < d; c8 += 8) {
+    stream.consumed(size_t(8 * J) * 8 * dtype_size(T));
+    for (int32_t c = c8; c < c8 + 8; c += S)
+      for (int u = 0; u < S; u += g) {
+        const size_t row = size_t((c + u) / g) * group_stride + size_t(t0) * g;
+        // The query elements are broadcast again for each 8 keys rather than
+        // kept: 12 accumulators, the widened keys, a broadcast (and BF16's
+        // mask) leave no room for them.
+        for (int j = 0; j < J; ++j) {
+          __m256 dim[2];
+          load_key_group8<T>(k, row + 8 * size_t(j) * g, dim);
+          const float* qc = q + c + u;
+          // Keeps GCC from reusing the broadcasts of the first 8 keys, which
+          // spills accumulators.
+          asm volatile("" : "+r"(qc));
+          for (int r = 0; r < R; ++r)
+            for (int e = 0; e < g; ++e)
+              acc[r][j][u + e] = _mm256_fmadd_ps(_mm256_broadcast_ss(qc + size_t(r) * d + e),
+                                                 dim[e], acc[r][j][u + e]);
+        }
+      }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) {
+      __m256 sum = acc[r][j][0];
+      for (int x = 1; x < S; ++x) sum = _mm256_add_ps(sum, acc[r][j][x]);
+      _mm256_storeu_ps(s + size_t(r) * s_stride + t0 + 8 * j, sum);
+    }
+}
+
+// The scores of R (1..3) query vectors against keys [0, n8) of a K tile,
+// n8 and d multiples of 8: 16 keys at a time, then 8. Keys in
+// [n8, ...) are not read; the caller masks keys in the tile's last 8 that
+// lie past the context (their slots may hold anything). The reads advance
+// `stream` (a PrefetchStream, or NoPrefetch) as they go.
+//
+// Not always inlined: the callers call it from lambdas, which carry no
+// target attribute of their own.
+template <DType T, int R, typename Stream>
+BATON_AVX2 void key_tile_scores(const float* q, int32_t d, const void* k, size_t group_stride,
+                                int32_t n8, float* s, int32_t s_stride, Stream& stream) {
+  static_assert(R >= 1 && R <= 3);
+  Stream local = stream;  // a local copy stays in registers
+  int32_t t = 0;
+  for (; t + 16 <= n8; t += 16)
+    key_scores_pass<T, R, 2>(q, d, k, group_stride, t, s, s_stride, local);
+  if (t < n8) key_scores_pass<T, R, 1>(q, d, k, group_stride, t, s, s_stride, local);
+  stream = local;
+}
+
+// The stream of a pass that prefetches nothing.
+struct NoPrefetch {
+  void consumed(size_t) {}
+};
+
+// The most query vectors one call of the tile passes serves: their
+// accumulators fill the registers.
+inline constexpr int32_t kMaxQueryGroup = 3;
+
+// Applies f<R>(first) to the query vectors [first, first + R) of [0, n), in
+// groups of at most kMaxQueryGroup.
+template <typename F>
+BATON_AVX2_INLINE void for_query_groups(int32_t n, F&& f) {
+  static_assert(kMaxQueryGroup == 3);
+  int32_t i = 0;
+  for (; i + 3 <= n; i += 3) f.template operator()<3>(i);
+  if (n - i == 2) f.template operator()<2>(i);
+  if (n - i == 1) f.template operator()<1>(i);
+}
+
+}  // namespace baton::kernels::cpu
+
+#endif  // BATON_HAVE_X86
