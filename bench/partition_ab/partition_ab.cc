@@ -10,8 +10,9 @@
 // same source agreed to within 1.5% (BF16 in cache) to 6% (F32), 3% from
 // memory (bench/partition_ab.sh builds two versions).
 //
-// One thread, smollm2-135m's attention (9 query heads, 3 KV heads,
-// head_dim 64, 16-token blocks). In cache, one sequence's blocks are read
+// One thread, smollm2-135m's attention by default (9 query heads, 3 KV
+// heads, head_dim 64; --heads, --kv-heads and --head-dim give others),
+// 16-token blocks. In cache, one sequence's blocks are read
 // again every trial (256 tokens: 192 KiB in BF16, in L2). With --cold, each
 // trial reads another of 16 sequences whose blocks lie at random in 256 MiB,
 // so every trial comes from memory.
@@ -43,7 +44,7 @@ namespace {
 using namespace baton;
 using namespace baton::kernels::cpu;
 
-constexpr int32_t kHeads = 9, kKvHeads = 3, kHeadDim = 64, kBlockSize = 16;
+constexpr int32_t kBlockSize = 16;
 constexpr int32_t kColdSequences = 16;
 constexpr size_t kColdBytes = size_t(256) << 20;
 
@@ -88,17 +89,26 @@ int main(int argc, char** argv) {
   std::string dtype_name = "bf16";
   int trials = 2000;
   bool cold = false;
+  int32_t heads = 9, kv_heads = 3, head_dim = 64;
   app.add_option("--ctx", ctx, "tokens of context")->check(CLI::Range(1, 1 << 20));
   app.add_option("--dtype", dtype_name, "KV dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_option("--trials", trials, "trials per side")->check(CLI::Range(10, 1000000));
   app.add_flag("--cold", cold, "read every trial's KV from memory");
+  app.add_option("--heads", heads, "query heads")->check(CLI::Range(1, 256));
+  app.add_option("--kv-heads", kv_heads, "KV heads (dividing --heads)")->check(CLI::Range(1, 256));
+  app.add_option("--head-dim", head_dim, "head_dim")->check(CLI::Range(16, 512));
   CLI11_PARSE(app, argc, argv);
+  if (heads % kv_heads != 0) {
+    std::fprintf(stderr, "partition_ab: --kv-heads %d does not divide --heads %d\n", kv_heads,
+                 heads);
+    return 2;
+  }
 
   KvLayout layout;
   layout.num_layers = 1;
   layout.block_size = kBlockSize;
-  layout.num_kv_heads = kKvHeads;
-  layout.head_dim = kHeadDim;
+  layout.num_kv_heads = kv_heads;
+  layout.head_dim = head_dim;
   layout.dtype = dtype_name == "f32"   ? DType::kF32
                  : dtype_name == "f16" ? DType::kF16
                                        : DType::kBF16;
@@ -133,20 +143,20 @@ int main(int argc, char** argv) {
     std::shuffle(ids.begin(), ids.end(), rng);
     std::copy_n(ids.begin(), blocks, tables.begin() + size_t(s) * blocks);
   }
-  std::vector<float> q(size_t(kHeads) * kHeadDim);
+  std::vector<float> q(size_t(heads) * head_dim);
   for (float& x : q) x = uniform(rng);
   int32_t query_start[2] = {0, 1};
   PagedAttentionParams p;
   p.q = q.data();
   p.kv_pool = pool.data();
   p.layout = layout;
-  p.num_heads = kHeads;
+  p.num_heads = heads;
   p.num_seqs = 1;
   p.query_start = query_start;
   p.context_lens = &ctx;
   p.block_tables = tables.data();
   p.block_table_stride = blocks;
-  p.scale = 1.0f / std::sqrt(float(kHeadDim));
+  p.scale = 1.0f / std::sqrt(float(head_dim));
 
   Side sides[2];
   sides[0].attend = attend_decode_partition_a;
@@ -154,9 +164,9 @@ int main(int argc, char** argv) {
   sides[1].attend = attend_decode_partition_b;
   sides[1].start = decode_partition_start_b;
   for (Side& side : sides) {
-    side.row_max.assign(kHeads, 0.0f);
-    side.row_sum.assign(kHeads, 0.0f);
-    side.acc.assign(size_t(kHeads) * kHeadDim, 0.0f);
+    side.row_max.assign(size_t(heads), 0.0f);
+    side.row_sum.assign(size_t(heads), 0.0f);
+    side.acc.assign(size_t(heads) * head_dim, 0.0f);
   }
   // Outputs compared once, on the same sequence, before timing.
   for (Side& side : sides) attend_sequence(side, p, ctx);
@@ -176,7 +186,7 @@ int main(int argc, char** argv) {
     }
 
   for (Side& side : sides) std::sort(side.micros.begin(), side.micros.end());
-  const double kv_bytes = double(ctx) * 2 * kKvHeads * kHeadDim * double(layout.element_bytes());
+  const double kv_bytes = double(ctx) * 2 * kv_heads * head_dim * double(layout.element_bytes());
   std::printf("ctx %d, %s, %s, %d trials a side; outputs differ by at most %.2g (relative)\n", ctx,
               dtype_name.c_str(), cold ? "from memory" : "in cache", trials, difference);
   std::printf("%-4s %10s %10s %10s %12s\n", "", "min µs", "p10 µs", "median µs", "best KV GB/s");

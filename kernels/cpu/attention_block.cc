@@ -120,8 +120,8 @@ template <DType T>
 BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
   int32_t max_visible = 0;
-  // Three query vectors at a time over the keys any of them sees, so each
-  // loaded K row serves all three.
+  // Up to four query vectors at a time over the keys any of them sees, so
+  // each loaded K row serves them all.
   for_query_groups(a.n_q, [&]<int R>(int32_t i) {
     int32_t visible = 0;
     for (int32_t j = i; j < i + R; ++j) visible = std::max(visible, a.visible[j]);

@@ -137,7 +137,8 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int
   PrefetchStream prefetch = stream;  // a local copy stays in registers
   constexpr int C = T == DType::kF32 ? (R == 1   ? 4
                                         : R == 2 ? 3
-                                                 : 2)
+                                        : R == 3 ? 2
+                                                 : 1)
                                      : (R == 1   ? 4
                                         : R == 2 ? 2
                                                  : 1);
@@ -196,7 +197,7 @@ auto run_rows(KeyRows rows, size_t row_bytes) {
 // [k0, k0 + n) of the partition) and KV head h, for each group of R query
 // vectors [i, i + R) of that head, with `rows` the head's V rows of those
 // keys: the order the prefetch stream is told.
-template <typename F>
+template <int32_t kMaxGroup, typename F>
 BATON_AVX2_INLINE void for_each_v_run(const Partition& P, const Scratch& sc, int32_t run_blocks,
                                       F&& f) {
   const int32_t run_keys = run_blocks * P.bs;
@@ -208,8 +209,8 @@ BATON_AVX2_INLINE void for_each_v_run(const Partition& P, const Scratch& sc, int
     for (int32_t h = 0; h < P.heads; ++h) {
       const KeyRows rows{first_row, P.v_offset + size_t(h) * P.tile_bytes};
       const int32_t first = h * P.per_head;
-      for_query_groups(P.per_head,
-                       [&]<int R>(int32_t i) { f.template operator()<R>(rows, k0, n, first + i); });
+      for_query_groups<kMaxGroup>(
+          P.per_head, [&]<int R>(int32_t i) { f.template operator()<R>(rows, k0, n, first + i); });
     }
   }
 }
@@ -278,11 +279,12 @@ BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, int32_t run_blocks,
 // vector.
 template <DType T>
 BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch, float* acc) {
-  for_each_v_run(P, sc, kRunBlocks<T>, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
-    const float* p = sc.scores.data() + size_t(i) * P.stride + k0;
-    float* a = sc.acc.data() + size_t(i) * P.d;
-    tile_pv<T, R>(p, P.stride, run_rows<T>(v, P.row_bytes), P.d, n, a, prefetch);
-  });
+  for_each_v_run<kMaxQueryGroup>(
+      P, sc, kRunBlocks<T>, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+        const float* p = sc.scores.data() + size_t(i) * P.stride + k0;
+        float* a = sc.acc.data() + size_t(i) * P.d;
+        tile_pv<T, R>(p, P.stride, run_rows<T>(v, P.row_bytes), P.d, n, a, prefetch);
+      });
   kernel_to_element_order<T>(sc.acc.data(), P.n_q, P.d, acc);
 }
 
@@ -290,11 +292,12 @@ BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& pre
 // the same result as v_pass_avx2 to within 2^-17 of each probability.
 BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStream& prefetch,
                                    float* acc) {
-  for_each_v_run(P, sc, 1, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
-    const size_t at = size_t(i) * P.stride + size_t(k0);
-    tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v[0], P.d, n,
-                        sc.acc.data() + size_t(i) * P.d, prefetch);
-  });
+  for_each_v_run<kAvx512MaxQueries>(
+      P, sc, 1, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+        const size_t at = size_t(i) * P.stride + size_t(k0);
+        tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v[0], P.d, n,
+                            sc.acc.data() + size_t(i) * P.d, prefetch);
+      });
   pv_avx512_to_column_order(sc.acc.data(), P.n_q, P.d, acc);
 }
 
@@ -354,10 +357,8 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                                                   P.tile_bytes, P.v_offset, then)
                                  : PrefetchStream(sc.blocks.data(), P.num_blocks, P.v_offset, then);
   prefetch.prime(kPrefetchPartsAhead * (runs ? P.heads : 1));
-  // Every query group of a head reads each of its tiles (all passes group
-  // kMaxQueryGroup = kAvx512MaxQueries vectors).
-  static_assert(kMaxQueryGroup == kAvx512MaxQueries);
-  prefetch.set_readers((P.per_head + kMaxQueryGroup - 1) / kMaxQueryGroup);
+  // Every query group of a head reads each of its tiles.
+  prefetch.set_readers(query_groups<kMaxQueryGroup>(P.per_head));
   // Pass 1: every score of the partition.
   k_pass_avx2<T>(P, sc, runs ? kRunBlocks<T> : 1, prefetch);
   // Pass 2: one softmax per query vector over the partition, relative to
@@ -387,7 +388,9 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                           state.row_sum + i);
     }
   }
-  // Pass 3: V weighted by the probabilities.
+  // Pass 3: V weighted by the probabilities (AVX-512 groups at most
+  // kAvx512MaxQueries query vectors).
+  if (avx512) prefetch.set_readers(query_groups<kAvx512MaxQueries>(P.per_head));
   if (avx512)
     v_pass_avx512_bf16(P, sc, prefetch, state.acc);
   else

@@ -92,8 +92,9 @@ BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
     }
 }
 
-// The scores of R (1..3) query vectors against keys [0, n8) of a K tile,
-// n8 and d multiples of 8: 16 keys at a time, then 8. Keys in
+// The scores of R (1..4) query vectors against keys [0, n8) of a K tile,
+// n8 and d multiples of 8: 16 keys at a time, then 8 (four queries: 8 at a
+// time). Keys in
 // [n8, ...) are not read; the caller masks keys in the tile's last 8 that
 // lie past the context (their slots may hold anything). The reads advance
 // `stream` (a PrefetchStream, or NoPrefetch) as they go.
@@ -103,12 +104,14 @@ BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
 template <DType T, int R, typename Stream>
 BATON_AVX2 void key_tile_scores(const float* q, int32_t d, const void* k, size_t group_stride,
                                 int32_t n8, float* s, int32_t s_stride, Stream& stream) {
-  static_assert(R >= 1 && R <= 3);
+  static_assert(R >= 1 && R <= 4);
   Stream local = stream;  // a local copy stays in registers
   int32_t t = 0;
-  for (; t + 16 <= n8; t += 16)
-    key_scores_pass<T, R, 2>(q, d, k, group_stride, t, s, s_stride, local);
-  if (t < n8) key_scores_pass<T, R, 1>(q, d, k, group_stride, t, s, s_stride, local);
+  // Four queries fill 8 accumulators with 8 keys at a time.
+  if constexpr (R < 4)
+    for (; t + 16 <= n8; t += 16)
+      key_scores_pass<T, R, 2>(q, d, k, group_stride, t, s, s_stride, local);
+  for (; t < n8; t += 8) key_scores_pass<T, R, 1>(q, d, k, group_stride, t, s, s_stride, local);
   stream = local;
 }
 
@@ -117,19 +120,43 @@ struct NoPrefetch {
   void consumed(size_t) {}
 };
 
-// The most query vectors one call of the tile passes serves: their
+// The most query vectors one call of the AVX2 tile passes serves: their
 // accumulators fill the registers.
-inline constexpr int32_t kMaxQueryGroup = 3;
+inline constexpr int32_t kMaxQueryGroup = 4;
+
+// Groups of at most kMax query vectors that n of them are taken in: as few
+// as can be, of sizes as even as can be (7 as 4 + 3, not 4 + 2 + 1: a
+// group of one reads its tiles for a third or a quarter of the work).
+template <int32_t kMax>
+constexpr int32_t query_groups(int32_t n) {
+  return (n + kMax - 1) / kMax;
+}
 
 // Applies f<R>(first) to the query vectors [first, first + R) of [0, n), in
-// groups of at most kMaxQueryGroup.
-template <typename F>
+// query_groups<kMax>(n) groups.
+template <int32_t kMax = kMaxQueryGroup, typename F>
 BATON_AVX2_INLINE void for_query_groups(int32_t n, F&& f) {
-  static_assert(kMaxQueryGroup == 3);
-  int32_t i = 0;
-  for (; i + 3 <= n; i += 3) f.template operator()<3>(i);
-  if (n - i == 2) f.template operator()<2>(i);
-  if (n - i == 1) f.template operator()<1>(i);
+  static_assert(kMax == 3 || kMax == 4);
+  const int32_t groups = query_groups<kMax>(n);
+  for (int32_t g = 0, first = 0; g < groups; ++g) {
+    // The first n % groups groups take one more.
+    const int32_t size = n / groups + (g < n % groups ? 1 : 0);
+    switch (size) {
+      case 1:
+        f.template operator()<1>(first);
+        break;
+      case 2:
+        f.template operator()<2>(first);
+        break;
+      case 3:
+        f.template operator()<3>(first);
+        break;
+      default:
+        if constexpr (kMax == 4) f.template operator()<4>(first);
+        break;
+    }
+    first += size;
+  }
 }
 
 }  // namespace baton::kernels::cpu
