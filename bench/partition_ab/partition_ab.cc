@@ -12,7 +12,7 @@
 //
 // One thread, smollm2-135m's attention by default (9 query heads, 3 KV
 // heads, head_dim 64; --heads, --kv-heads and --head-dim give others),
-// 16-token blocks. In cache, one sequence's blocks are read
+// 16-token blocks (--block-size). In cache, one sequence's blocks are read
 // again every trial (256 tokens: 192 KiB in BF16, in L2). With --cold, each
 // trial reads another of 16 sequences whose blocks lie at random in 256 MiB,
 // so every trial comes from memory.
@@ -44,7 +44,6 @@ namespace {
 using namespace baton;
 using namespace baton::kernels::cpu;
 
-constexpr int32_t kBlockSize = 16;
 constexpr int32_t kColdSequences = 16;
 constexpr size_t kColdBytes = size_t(256) << 20;
 
@@ -89,7 +88,7 @@ int main(int argc, char** argv) {
   std::string dtype_name = "bf16";
   int trials = 2000;
   bool cold = false;
-  int32_t heads = 9, kv_heads = 3, head_dim = 64;
+  int32_t heads = 9, kv_heads = 3, head_dim = 64, block_size = 16;
   app.add_option("--ctx", ctx, "tokens of context")->check(CLI::Range(1, 1 << 20));
   app.add_option("--dtype", dtype_name, "KV dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
   app.add_option("--trials", trials, "trials per side")->check(CLI::Range(10, 1000000));
@@ -97,6 +96,7 @@ int main(int argc, char** argv) {
   app.add_option("--heads", heads, "query heads")->check(CLI::Range(1, 256));
   app.add_option("--kv-heads", kv_heads, "KV heads (dividing --heads)")->check(CLI::Range(1, 256));
   app.add_option("--head-dim", head_dim, "head_dim")->check(CLI::Range(16, 512));
+  app.add_option("--block-size", block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
   CLI11_PARSE(app, argc, argv);
   if (heads % kv_heads != 0) {
     std::fprintf(stderr, "partition_ab: --kv-heads %d does not divide --heads %d\n", kv_heads,
@@ -106,7 +106,7 @@ int main(int argc, char** argv) {
 
   KvLayout layout;
   layout.num_layers = 1;
-  layout.block_size = kBlockSize;
+  layout.block_size = block_size;
   layout.num_kv_heads = kv_heads;
   layout.head_dim = head_dim;
   layout.dtype = dtype_name == "f32"   ? DType::kF32
@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "partition_ab: this CPU runs no decode partition kernel (no AVX2)\n");
     return 2;
   }
-  const int32_t blocks = (ctx + kBlockSize - 1) / kBlockSize;
+  const int32_t blocks = (ctx + block_size - 1) / block_size;
   const int32_t sequences = cold ? kColdSequences : 1;
   layout.num_blocks =
       cold ? std::max(int32_t(kColdBytes / layout.block_bytes()), blocks) : 2 * blocks;
