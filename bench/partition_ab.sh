@@ -10,12 +10,15 @@
 # kernels/cpu/attention_decode.cc is taken). A is OLD, B is NEW. The rest of
 # the kernels library (softmax, the AVX-512 passes, ...) comes from the
 # current build in $BUILD (default: build), so only attention_decode.cc may
-# differ between the two.
+# differ between the two; the headers it includes (the score pass of
+# key_tile_scores.h among them) are this tree's for both. Revisions before
+# the K tiles kept their keys side by side call functions this tree no
+# longer has and do not build.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 if [ $# -lt 2 ]; then
-  sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 work=$build/partition_ab_sources

@@ -31,7 +31,9 @@
 namespace baton::kv_transfer {
 
 inline constexpr uint32_t kWireMagic = 0x4b564254;  // "TBVK" little-endian: Baton KV
-inline constexpr uint16_t kWireVersion = 2;         // 2: put grants
+// 2: put grants; 3: K tiles with keys side by side (common/kv_layout.h), so
+// a peer of an earlier version would read the blocks' K as something else.
+inline constexpr uint16_t kWireVersion = 3;
 
 enum class WireKind : uint16_t {
   kDescriptor = 1,

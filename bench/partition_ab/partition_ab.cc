@@ -59,8 +59,11 @@ struct Side {
 // one starts).
 void attend_sequence(Side& side, const PagedAttentionParams& p, int32_t ctx) {
   const PartitionState state{side.row_max.data(), side.row_sum.data(), side.acc.data()};
-  for (int32_t k0 = 0; k0 < ctx; k0 += kDecodePartitionTokens) {
-    const int32_t k1 = std::min(ctx, k0 + kDecodePartitionTokens);
+  // Partitions start on a block, as paged_attention cuts them.
+  const int32_t bs = p.layout.block_size;
+  const int32_t partition = (kDecodePartitionTokens + bs - 1) / bs * bs;
+  for (int32_t k0 = 0; k0 < ctx; k0 += partition) {
+    const int32_t k1 = std::min(ctx, k0 + partition);
     const void* then = k1 < ctx ? side.start(p, 0, k1) : nullptr;
     side.attend(p, 0, k0, k1, state, then);
   }
@@ -113,7 +116,9 @@ int main(int argc, char** argv) {
                  : dtype_name == "f16" ? DType::kF16
                                        : DType::kBF16;
   if (!decode_partition_supported_a(layout) || !decode_partition_supported_b(layout)) {
-    std::fprintf(stderr, "partition_ab: this CPU runs no decode partition kernel (no AVX2)\n");
+    std::fprintf(stderr,
+                 "partition_ab: no decode partition kernel runs this shape here (it needs AVX2, "
+                 "head_dim a multiple of 16 and block_size of 8)\n");
     return 2;
   }
   const int32_t blocks = (ctx + block_size - 1) / block_size;

@@ -217,7 +217,7 @@ BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, fl
 
 bool attend_block_reads_pool(int32_t head_dim, int32_t block_size) {
 #if BATON_HAVE_X86
-  // The score pass reads K rows 8 keys at a time, the dimensions 4 at a time.
+  // The score pass reads K rows 8 keys at a time and 8 dimensions a step.
   return use_avx2() && head_dim % 8 == 0 && block_size % 8 == 0;
 #else
   (void)head_dim;

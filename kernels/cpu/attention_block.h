@@ -24,7 +24,7 @@ struct AttentionBlockArgs {
   int32_t head_dim = 0;
   // The block's K and V tiles of kv_dtype: K with its keys side by side as
   // the pool stores them (common/kv_layout.h), dimension group c of key t at
-  // element c * k_group_stride + t * g (g = 4 / sizeof(kv_dtype)); V as rows,
+  // element c * k_group_stride + t * g (g = key_group_of(kv_dtype)); V as rows,
   // [keys][head_dim]. Scores may read keys up to keys_padded (masked
   // afterwards), so they must be addressable; V rows are read up to
   // max(visible) only. Pass F16 or BF16 only when attend_block_reads_pool()

@@ -1,7 +1,7 @@
 // kernels/cpu/key_tile_scores.h — the scores of a few query vectors against
 // the keys of one K tile as the pool stores it (common/kv_layout.h): keys side
-// by side, 4 bytes of each at a time. Decode attention (attention_decode.cc)
-// and the block step of prefill attention (attention_block.cc) both use it.
+// by side, one dimension of each at a time (a pair for BF16). Decode attention
+// (attention_decode.cc) and the block step of prefill attention (attention_block.cc) both use it.
 //
 // One load of a tile row holds the same dimension of 8 keys: F32 as it is,
 // F16 converted (F16C), or a BF16 pair widened by a shift and a mask. Each

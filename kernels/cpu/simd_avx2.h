@@ -54,23 +54,6 @@ BATON_AVX2_INLINE float hsum(__m256 v) {
   return _mm_cvtss_f32(s);
 }
 
-// Lane j of the result is the sum of all lanes of a[j].
-BATON_AVX2_INLINE __m256 hsum8x8(const __m256* a) {
-  __m256 t0 = _mm256_hadd_ps(a[0], a[1]);
-  __m256 t1 = _mm256_hadd_ps(a[2], a[3]);
-  __m256 t2 = _mm256_hadd_ps(a[4], a[5]);
-  __m256 t3 = _mm256_hadd_ps(a[6], a[7]);
-  __m256 u0 = _mm256_hadd_ps(t0, t1);
-  __m256 u1 = _mm256_hadd_ps(t2, t3);
-  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
-}
-
-// Lane j of the result is the sum of all lanes of a[j], for four vectors.
-BATON_AVX2_INLINE __m128 hsum4x8(const __m256* a) {
-  const __m256 u = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
-  return _mm_add_ps(_mm256_castps256_ps128(u), _mm256_extractf128_ps(u, 1));
-}
-
 // exp(x) for x <= ~88, relative error ~2e-7 (exp_poly.h). Inputs below -87
 // give 0 or a tiny value; callers mask excluded entries explicitly.
 BATON_AVX2_INLINE __m256 exp8(__m256 x) {

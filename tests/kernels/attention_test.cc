@@ -187,9 +187,13 @@ std::vector<Case> cases() {
       all.push_back({h, kvh, d, 16, *mixes[(i + 1) % 4]});
       ++i;
     }
-  // Block sizes that are not 16 or not a multiple of 8 (padded tiles).
+  // Block sizes that are not 16 or not a multiple of 8 (padded tiles). 32
+  // and 24 run the decode partition kernel with other tiles (24: partitions
+  // of 264 keys); 5 converts tiles for the tiled kernel.
   all.push_back({8, 2, 64, 8, kMixed});
   all.push_back({6, 2, 64, 5, kRagged});
+  all.push_back({9, 3, 64, 32, kLongDecode});
+  all.push_back({8, 2, 128, 24, kRagged});
   // head_dim % 16 != 0: decode rows fall back from the partition kernel to the tiled one.
   all.push_back({4, 1, 40, 32, kChunked});
   // head_dim 96: the AVX-512 V pass ends with a one-chunk pass after a two-chunk one.
