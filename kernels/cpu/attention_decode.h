@@ -30,8 +30,9 @@ struct PartitionState {
   float* acc = nullptr;      // [n_q, head_dim], unnormalised
 };
 
-// True when attend_decode_partition serves this layout (AVX2 and head_dim a
-// multiple of 16); otherwise the caller uses the block-at-a-time kernel.
+// True when attend_decode_partition serves this layout (AVX2, head_dim a
+// multiple of 16 and block_size of 8); otherwise the caller uses the
+// block-at-a-time kernel.
 bool decode_partition_supported(const KvLayout& layout);
 
 // Attends every query row of sequence `seq` (at most a few) over its keys
