@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <string>
+#include <type_traits>
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device.h"
@@ -27,17 +28,31 @@ __device__ __forceinline__ float warp_sum(float v) {
   return v;
 }
 
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = kWarpSize / 2; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Elements of one key side by side in a K tile (key_group_of in kv_layout.h).
+template <typename KvT>
+constexpr int kKeyGroup = std::is_same_v<KvT, __nv_bfloat16> ? 2 : 1;
+
 // Grid: (num_kv_heads, num_seqs). Block: kWarps warps.
 // Each block owns one (sequence, KV head) and every query head of its GQA
 // group, so each K and V vector is read from memory once for the whole group.
-// Warps stride over the context's tokens; within a warp each lane owns
-// HEAD_DIM / 32 consecutive dimensions. Every warp keeps an online softmax
-// (running max, sum, weighted V) per query head; the warps' partial results
-// are merged through shared memory at the end.
+// Warps stride over the context 32 keys at a time. For the scores a lane owns
+// one key: K tiles keep the keys of a block side by side (kv_layout.h), so
+// the warp's loads of one dimension group are adjacent words. For V a lane
+// owns HEAD_DIM / 32 consecutive dimensions of each key's row, the keys'
+// probabilities passed along the warp. Every warp keeps an online softmax
+// (running max, sum, weighted V) per query head, updated once per 32 keys;
+// the warps' partial results are merged through shared memory at the end.
 template <typename KvT, int HEAD_DIM>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     paged_decode_attention_kernel(DecodeAttentionParams p) {
   constexpr int kPerLane = HEAD_DIM / kWarpSize;
+  constexpr int G = kKeyGroup<KvT>;
   const int kv_head = blockIdx.x;
   const int seq = blockIdx.y;
   const int warp = threadIdx.x / kWarpSize;
@@ -46,6 +61,7 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
   const int first_head = kv_head * group;
   const int context = p.context_lens[seq];
   const int block_size = p.layout.block_size;
+  const size_t k_stride = p.layout.key_group_stride();
   const int32_t* table = p.block_tables + size_t(seq) * p.block_table_stride;
   const KvT* pool = static_cast<const KvT*>(p.kv_pool);
 
@@ -69,38 +85,62 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
     for (int i = 0; i < kPerLane; ++i) acc[g][i] = 0.0f;
   }
 
-  for (int t = warp; t < context; t += kWarps) {
-    const int block = table[t / block_size];
-    const int slot = t % block_size;
-    // K tiles keep the keys of a block side by side (kv_layout.h), so a
-    // lane's dimensions of one key lie a group stride apart and a warp's
-    // reads of one key are strided. Lanes over keys would coalesce them;
-    // this kernel has yet to be measured on a GPU.
-    const size_t k_offset = p.layout.key_offset(p.layer, block, kv_head, slot, 0);
-    const size_t k_stride = p.layout.key_group_stride();
-    const int k_group = p.layout.key_group();
-    const size_t v_offset = p.layout.value_offset(p.layer, block, kv_head, slot);
-    float k[kPerLane], v[kPerLane];
+  for (int base = warp * kWarpSize; base < context; base += kWarps * kWarpSize) {
+    // Scores: this lane's key t against every query head of the group.
+    const int t = base + lane;
+    const bool valid = t < context;
+    float score[kMaxGroup];
 #pragma unroll
-    for (int i = 0; i < kPerLane; ++i) {
-      const int dim = lane * kPerLane + i;
-      k[i] = to_float(pool[k_offset + size_t(dim / k_group) * k_stride + dim % k_group]);
-      v[i] = to_float(pool[v_offset + dim]);
+    for (int g = 0; g < kMaxGroup; ++g) score[g] = 0.0f;
+    if (valid) {
+      const size_t k_offset =
+          p.layout.key_offset(p.layer, table[t / block_size], kv_head, t % block_size, 0);
+#pragma unroll 4
+      for (int c = 0; c < HEAD_DIM; c += G) {
+        float k[G];
+#pragma unroll
+        for (int e = 0; e < G; ++e) k[e] = to_float(pool[k_offset + size_t(c / G) * k_stride + e]);
+#pragma unroll
+        for (int g = 0; g < kMaxGroup; ++g) {
+          if (g >= group) break;
+#pragma unroll
+          for (int e = 0; e < G; ++e) score[g] += k[e] * q_shared[g][c + e];
+        }
+      }
     }
+    // One online-softmax step per query head over the warp's 32 keys; keys
+    // past the context weigh 0.
+    float prob[kMaxGroup];
 #pragma unroll
     for (int g = 0; g < kMaxGroup; ++g) {
-      if (g >= group) break;
-      float partial = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kPerLane; ++i) partial += k[i] * q_shared[g][lane * kPerLane + i];
-      const float score = warp_sum(partial);
-      const float new_m = fmaxf(m[g], score);
+      prob[g] = 0.0f;
+      if (g >= group) continue;
+      const float s = valid ? score[g] : -INFINITY;
+      const float new_m = fmaxf(m[g], warp_max(s));  // finite: key `base` is valid
       const float correction = __expf(m[g] - new_m);
-      const float weight = __expf(score - new_m);
-      l[g] = l[g] * correction + weight;
+      prob[g] = valid ? __expf(s - new_m) : 0.0f;
+      l[g] = l[g] * correction + warp_sum(prob[g]);
 #pragma unroll
-      for (int i = 0; i < kPerLane; ++i) acc[g][i] = acc[g][i] * correction + weight * v[i];
+      for (int i = 0; i < kPerLane; ++i) acc[g][i] *= correction;
       m[g] = new_m;
+    }
+    // V: every key of the 32 in turn (the bound is the same for the whole
+    // warp), its probability taken from the lane that scored it.
+    const int keys = min(kWarpSize, context - base);
+    for (int j = 0; j < keys; ++j) {
+      const int tj = base + j;
+      const size_t v_offset =
+          p.layout.value_offset(p.layer, table[tj / block_size], kv_head, tj % block_size);
+      float v[kPerLane];
+#pragma unroll
+      for (int i = 0; i < kPerLane; ++i) v[i] = to_float(pool[v_offset + lane * kPerLane + i]);
+#pragma unroll
+      for (int g = 0; g < kMaxGroup; ++g) {
+        if (g >= group) break;
+        const float pj = __shfl_sync(0xffffffffu, prob[g], j);
+#pragma unroll
+        for (int i = 0; i < kPerLane; ++i) acc[g][i] += pj * v[i];
+      }
     }
   }
 
