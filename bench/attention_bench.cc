@@ -66,7 +66,9 @@ double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t 
   if (!kernels::cpu::use_avx2()) return 0.0;  // no ceiling: the ratio reads 0
   const KvLayout& L = p.layout;
   const size_t part_bytes = L.part_elements() * L.element_bytes();
-  constexpr int32_t kPartitionBlocks = kernels::cpu::kDecodePartitionTokens / kBlockSize;
+  // Blocks per partition, as paged_attention cuts them.
+  const int32_t kPartitionBlocks =
+      (kernels::cpu::kDecodePartitionTokens + L.block_size - 1) / L.block_size;
   const auto* pool_bytes = static_cast<const char*>(p.kv_pool);
   std::vector<std::vector<const char*>> partitions;
   for (int32_t s = 0; s < batch; ++s)
@@ -95,11 +97,12 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   const DType dtype = state.range(2) == 0 ? DType::kF32 : DType::kBF16;
   const bool cold = state.range(3) != 0;
   const bool scattered = state.range(4) != 0;
+  const int32_t block_size = int32_t(state.range(5));
   const double bandwidth = measure_memory_bandwidth_gbs();
 
-  const int32_t blocks_per_seq = (ctx + kBlockSize - 1) / kBlockSize;
+  const int32_t blocks_per_seq = (ctx + block_size - 1) / block_size;
   KvLayout layout;
-  layout.block_size = kBlockSize;
+  layout.block_size = block_size;
   layout.num_kv_heads = kKvHeads;
   layout.head_dim = kHeadDim;
   layout.dtype = dtype;
@@ -186,13 +189,17 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
   for (int scattered : {1, 0})
     for (int dtype : {0, 1})
       for (int batch : {1, 16})
-        for (int ctx : {1024, 4096, 16384}) b->Args({ctx, batch, dtype, 1, scattered});
+        for (int ctx : {1024, 4096, 16384}) b->Args({ctx, batch, dtype, 1, scattered, kBlockSize});
   // Cache-resident KV (one layer reused): the kernel's compute rate alone,
   // from L2/L3 (1k tokens) and from L2 (256 tokens: 192 KiB in BF16; with
   // --threads=1, one core's arithmetic with no memory in the way).
   for (int dtype : {0, 1})
-    for (int ctx : {1024, 256}) b->Args({ctx, 1, dtype, 0, 1});
-  b->ArgNames({"ctx", "batch", "bf16", "cold", "scattered"});
+    for (int ctx : {1024, 256}) b->Args({ctx, 1, dtype, 0, 1, kBlockSize});
+  // 32-token blocks, BF16, scattered: half as many regions for the same
+  // bytes (PERFORMANCE.md, "Block size").
+  for (int batch : {1, 16})
+    for (int ctx : {4096, 16384}) b->Args({ctx, batch, 1, 1, 1, 32});
+  b->ArgNames({"ctx", "batch", "bf16", "cold", "scattered", "block"});
   b->UseManualTime()->ComputeStatistics("min", min_of)->ComputeStatistics("max", max_of);
 }
 BENCHMARK(BM_PagedDecodeAttention)->Apply(DecodeArgs);
