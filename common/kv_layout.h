@@ -91,12 +91,21 @@ struct KvLayout {
   BATON_HOST_DEVICE int32_t key_group() const { return key_group_of(dtype); }
   // Elements between dimension groups g and g + 1 of one key in a K tile.
   BATON_HOST_DEVICE size_t key_group_stride() const { return size_t(block_size) * key_group(); }
+  // Offset of dimension `dim` of a key from that key's first element, with
+  // `group` elements of it side by side and `group_stride` between groups
+  // (a kernel that knows the group at compile time passes it).
+  BATON_HOST_DEVICE static constexpr size_t key_dim_offset(int32_t dim, int32_t group,
+                                                           size_t group_stride) {
+    return size_t(dim / group) * group_stride + size_t(dim % group);
+  }
+  BATON_HOST_DEVICE size_t key_dim_offset(int32_t dim) const {
+    return key_dim_offset(dim, key_group(), key_group_stride());
+  }
   // Element offset of dimension `dim` of the key in `slot`.
   BATON_HOST_DEVICE size_t key_offset(int32_t layer, int32_t block, int32_t kv_head, int32_t slot,
                                       int32_t dim) const {
-    const int32_t g = key_group();
     return head_tile_offset(layer, block, KvPart::kKey, kv_head) +
-           size_t(dim / g) * key_group_stride() + size_t(slot) * size_t(g) + size_t(dim % g);
+           size_t(slot) * size_t(key_group()) + key_dim_offset(dim);
   }
   // Element offset of the head_dim vector of the value in `slot`.
   BATON_HOST_DEVICE size_t value_offset(int32_t layer, int32_t block, int32_t kv_head,

@@ -87,6 +87,7 @@ void prefetch_block(const PagedAttentionParams& p, int32_t block, int32_t kv_beg
 // dimension per group ([head_dim][keys_padded], *k_group_stride =
 // keys_padded) and V as rows ([keys_padded][head_dim]), zero past `keys`
 // (pool slots past the context may hold anything, NaN included).
+// k_group_stride is set for K only (null for V).
 const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part, int32_t kv_head,
                       int32_t keys, int32_t keys_padded, float* buffer, DType* dtype,
                       size_t* k_group_stride) {
@@ -96,7 +97,7 @@ const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part,
   const int32_t d = L.head_dim;
   if (attend_block_reads_pool(d, L.block_size)) {
     *dtype = L.dtype;
-    *k_group_stride = L.key_group_stride();
+    if (k_group_stride) *k_group_stride = L.key_group_stride();
     return src;
   }
   *dtype = DType::kF32;
@@ -108,9 +109,9 @@ const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part,
   const int32_t g = L.key_group();
   for (int32_t c = 0; c < d; ++c) {
     float* row = buffer + size_t(c) * keys_padded;
-    const size_t group = size_t(c / g) * L.key_group_stride() + size_t(c % g);
+    const size_t dim = L.key_dim_offset(c);
     for (int32_t t = 0; t < keys; ++t)
-      row[t] = load_as_float(src, L.dtype, group + size_t(t) * size_t(g));
+      row[t] = load_as_float(src, L.dtype, dim + size_t(t) * size_t(g));
     std::fill(row + keys, row + keys_padded, 0.0f);
   }
   *k_group_stride = size_t(keys_padded);
@@ -185,11 +186,10 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
       a.n_q = per_head;
       a.head_dim = d;
       DType k_dtype, v_dtype;
-      size_t unused;
       a.k = load_tile(p, block, KvPart::kKey, h, keys, keys_padded, sc.k.data(), &k_dtype,
                       &a.k_group_stride);
       a.v =
-          load_tile(p, block, KvPart::kValue, h, keys, keys_padded, sc.v.data(), &v_dtype, &unused);
+          load_tile(p, block, KvPart::kValue, h, keys, keys_padded, sc.v.data(), &v_dtype, nullptr);
       a.kv_dtype = k_dtype;  // both tiles take the same branch of load_tile
       a.keys_padded = keys_padded;
       a.visible = sc.visible.data();
@@ -286,15 +286,12 @@ void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t l
           for (int32_t h = 0; h < heads; ++h) {
             const float* ks = k + t * per_token + int64_t(h) * d;
             const float* vs = v + t * per_token + int64_t(h) * d;
-            // The key goes out in groups of key_group() elements, one group
-            // per row of the K tile; the value as one row.
-            const int32_t g = layout.key_group();
+            // The key goes out one group per row of the K tile; the value
+            // as one row.
             const size_t ko = layout.key_offset(layer, block, h, offset, 0);
             const size_t vo = layout.value_offset(layer, block, h, offset);
             for (int32_t c = 0; c < d; ++c) {
-              store_from_float(kv_pool, layout.dtype,
-                               ko + size_t(c / g) * layout.key_group_stride() + size_t(c % g),
-                               ks[c]);
+              store_from_float(kv_pool, layout.dtype, ko + layout.key_dim_offset(c), ks[c]);
               store_from_float(kv_pool, layout.dtype, vo + size_t(c), vs[c]);
             }
           }

@@ -44,8 +44,8 @@ BATON_AVX2_INLINE void load16(const void* row, int32_t i, __m256& lo, __m256& hi
 
 // The V rows of one KV head for a run of keys that may span several
 // blocks: key t's row starts at rows[t] + offset. A block's rows are
-// adjacent, so in a one-block run, k[0] is the head's whole tile, and only
-// k[0] may be asked for: there `rows` is the table of blocks, not of rows.
+// adjacent, so in a one-block run, [0] is the head's whole tile, and only
+// [0] may be asked for: there `rows` is the table of blocks, not of rows.
 struct KeyRows {
   const char* const* rows;
   size_t offset;
@@ -168,9 +168,10 @@ struct Partition {
   int32_t keys;      // keys of the partition
   int32_t stride;    // of the score rows
   int32_t num_blocks;
-  size_t tile_bytes;  // one KV head's K (or V) in a block
-  size_t v_offset;    // from a block's K part to its V part
-  size_t row_bytes;   // one key's row of one head
+  size_t tile_bytes;      // one KV head's K (or V) in a block
+  size_t v_offset;        // from a block's K part to its V part
+  size_t row_bytes;       // one key's row of one head
+  size_t k_group_stride;  // between the dimension groups of a K tile
 };
 
 // Blocks per run of the AVX2 half-precision V pass, which takes each KV
@@ -256,7 +257,6 @@ BATON_AVX2 void kernel_to_element_order(const float* src, int32_t n_q, int32_t d
 template <DType T>
 BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, int32_t run_blocks,
                             PrefetchStream& prefetch) {
-  const size_t group_stride = size_t(P.bs) * size_t(key_group_of(T));
   for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks) {
     const int32_t j1 = std::min(P.num_blocks, j0 + run_blocks);
     for (int32_t h = 0; h < P.heads; ++h)
@@ -268,8 +268,9 @@ BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, int32_t run_blocks,
           // masked by the softmax.
           const int32_t n8 = round_up(std::min(P.bs, P.keys - k0), 8);
           key_tile_scores<T, R>(sc.q.data() + size_t(i) * P.d, P.d,
-                                sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes, group_stride, n8,
-                                sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
+                                sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes, P.k_group_stride,
+                                n8, sc.scores.data() + size_t(i) * P.stride + k0, P.stride,
+                                prefetch);
         }
       });
   }
@@ -322,6 +323,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.num_blocks = (P.keys + P.bs - 1) / P.bs;
   P.tile_bytes = L.head_tile_elements() * esize;
   P.v_offset = L.part_elements() * esize;  // V part after the K part
+  P.k_group_stride = L.key_group_stride();
   const int32_t d = P.d;
 
   // BF16's V pass takes AVX-512's BF16 dot products where the CPU has them
@@ -390,11 +392,12 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   }
   // Pass 3: V weighted by the probabilities (AVX-512 groups at most
   // kAvx512MaxQueries query vectors).
-  if (avx512) prefetch.set_readers(query_groups<kAvx512MaxQueries>(P.per_head));
-  if (avx512)
+  if (avx512) {
+    prefetch.set_readers(query_groups<kAvx512MaxQueries>(P.per_head));
     v_pass_avx512_bf16(P, sc, prefetch, state.acc);
-  else
+  } else {
     v_pass_avx2<T>(P, sc, prefetch, state.acc);
+  }
 }
 
 #endif  // BATON_HAVE_X86

@@ -44,7 +44,8 @@ BATON_AVX2_INLINE void load_key_group8(const void* k, size_t at, __m256 (&dim)[2
 // s[r * s_stride + t] = q_r · k_t for R query vectors (q_r at q + r d, in
 // element order) and the 8 J keys [t0, t0 + 8 J) of a K tile k: dimension
 // group c of key t at element c * group_stride + t * g (g = key_group_of(T)).
-// stream.consumed(bytes) is told of each tile row's bytes as they are read.
+// stream.consumed(bytes) is told of the tile's bytes as they are read, 8
+// dimensions at a time.
 template <DType T, int R, int J, typename Stream>
 BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
                                        size_t group_stride, int32_t t0, float* s, int32_t s_stride,
@@ -66,7 +67,7 @@ BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
     stream.consumed(size_t(8 * J) * 8 * dtype_size(T));
     for (int32_t c = c8; c < c8 + 8; c += S)
       for (int u = 0; u < S; u += g) {
-        const size_t row = size_t((c + u) / g) * group_stride + size_t(t0) * g;
+        const size_t row = KvLayout::key_dim_offset(c + u, g, group_stride) + size_t(t0) * g;
         // The query elements are broadcast again for each 8 keys rather than
         // kept: 12 accumulators, the widened keys, a broadcast (and BF16's
         // mask) leave no room for them.
@@ -94,9 +95,8 @@ BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
 
 // The scores of R (1..4) query vectors against keys [0, n8) of a K tile,
 // n8 and d multiples of 8: 16 keys at a time, then 8 (four queries: 8 at a
-// time). Keys in
-// [n8, ...) are not read; the caller masks keys in the tile's last 8 that
-// lie past the context (their slots may hold anything). The reads advance
+// time). Keys in [n8, ...) are not read; the caller masks keys in the
+// tile's last 8 that lie past the context (their slots may hold anything). The reads advance
 // `stream` (a PrefetchStream, or NoPrefetch) as they go.
 //
 // Not always inlined: the callers call it from lambdas, which carry no

@@ -34,9 +34,11 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
-// Elements of one key side by side in a K tile (key_group_of in kv_layout.h).
+// The DType a kernel instance reads.
 template <typename KvT>
-constexpr int kKeyGroup = std::is_same_v<KvT, __nv_bfloat16> ? 2 : 1;
+constexpr DType kDTypeOf = std::is_same_v<KvT, float>    ? DType::kF32
+                           : std::is_same_v<KvT, __half> ? DType::kF16
+                                                         : DType::kBF16;
 
 // Grid: (num_kv_heads, num_seqs). Block: kWarps warps.
 // Each block owns one (sequence, KV head) and every query head of its GQA
@@ -52,7 +54,7 @@ template <typename KvT, int HEAD_DIM>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
     paged_decode_attention_kernel(DecodeAttentionParams p) {
   constexpr int kPerLane = HEAD_DIM / kWarpSize;
-  constexpr int G = kKeyGroup<KvT>;
+  constexpr int G = key_group_of(kDTypeOf<KvT>);  // elements of a key side by side
   const int kv_head = blockIdx.x;
   const int seq = blockIdx.y;
   const int warp = threadIdx.x / kWarpSize;
@@ -99,7 +101,8 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
       for (int c = 0; c < HEAD_DIM; c += G) {
         float k[G];
 #pragma unroll
-        for (int e = 0; e < G; ++e) k[e] = to_float(pool[k_offset + size_t(c / G) * k_stride + e]);
+        for (int e = 0; e < G; ++e)
+          k[e] = to_float(pool[k_offset + KvLayout::key_dim_offset(c + e, G, k_stride)]);
 #pragma unroll
         for (int g = 0; g < kMaxGroup; ++g) {
           if (g >= group) break;

@@ -28,7 +28,6 @@ TEST(KvPool, RefusesAHeadDimTheKeyGroupsDoNotFill) {
   for (DType dtype : {DType::kF32, DType::kF16}) {
     auto pool = KvPool::create(small_layout(7, dtype));
     ASSERT_TRUE(pool.is_ok()) << pool.status().message();
-    EXPECT_EQ(pool->layout().total_bytes(), small_layout(7, dtype).total_bytes());
   }
   EXPECT_TRUE(KvPool::create(small_layout(8, DType::kBF16)).is_ok());
 }
