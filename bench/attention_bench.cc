@@ -7,7 +7,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
 #include "bench/manual_time.h"
+#include "bench/normal_fill.h"
 #include "bench/stats.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
@@ -111,12 +111,8 @@ void BM_PagedDecodeAttention(benchmark::State& state) {
   const size_t layer_bytes = layout.layer_elements() * layout.element_bytes();
   layout.num_layers = cold ? int32_t(std::clamp<size_t>(kColdBytes / layer_bytes, 1, 64)) : 1;
   HugeBuffer kv_pool(layout.total_bytes());
+  fill_normal(kv_pool.data(), dtype, layout.total_elements(), 42);
   std::mt19937_64 rng(42);
-  // Random bytes 0x00..0x3f: small finite values in every dtype.
-  for (size_t i = 0; i < kv_pool.size(); i += 8) {
-    const uint64_t r = rng() & 0x3f3f3f3f3f3f3f3full;
-    std::memcpy(kv_pool.data() + i, &r, std::min<size_t>(8, kv_pool.size() - i));
-  }
 
   std::vector<int32_t> ids(static_cast<size_t>(layout.num_blocks));
   std::iota(ids.begin(), ids.end(), 0);
@@ -218,11 +214,8 @@ void BM_PagedPrefillAttention(benchmark::State& state) {
   layout.head_dim = kHeadDim;
   layout.dtype = dtype;
   HugeBuffer kv_pool(layout.total_bytes());
+  fill_normal(kv_pool.data(), dtype, layout.total_elements(), 42);
   std::mt19937_64 rng(42);
-  for (size_t i = 0; i + 8 <= kv_pool.size(); i += 8) {
-    const uint64_t r = rng() & 0x3f3f3f3f3f3f3f3full;
-    std::memcpy(kv_pool.data() + i, &r, 8);
-  }
   std::vector<int32_t> ids(static_cast<size_t>(blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);

@@ -6,12 +6,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
-#include <random>
 #include <vector>
 
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
 #include "bench/manual_time.h"
+#include "bench/normal_fill.h"
 #include "bench/stats.h"
 #include "kernels/cpu/linear.h"
 
@@ -42,8 +42,8 @@ Weights make_weights(int64_t rows, int64_t cols, DType dtype, size_t min_total_b
     std::fprintf(stderr, "cannot map %zu bytes of weights\n", one * n);
     std::exit(1);
   }
-  std::mt19937_64 rng(7);
-  for (size_t i = 0; i < one * n; ++i) data[i] = uint8_t(rng() & 0x3f);
+  // Weights of a trained model's magnitude (random bytes would give subnormal products).
+  fill_normal(data, dtype, size_t(rows * cols) * n, 7, 0.02f);
   for (size_t c = 0; c < n; ++c) w.copies.push_back({data + c * one, dtype, rows, cols});
   return w;
 }
