@@ -18,6 +18,8 @@ void take_bench_flags(int* argc, char** argv) {
       HugeBuffer::use_huge_pages() = std::atoi(argv[i] + 13) != 0;
     } else if (std::strncmp(argv[i], "--avx512=", 9) == 0) {
       kernels::cpu::set_avx512_enabled(std::atoi(argv[i] + 9) != 0);
+    } else if (std::strncmp(argv[i], "--avx512_bf16=", 14) == 0) {
+      kernels::cpu::set_avx512_bf16_preferred(std::atoi(argv[i] + 14) != 0);
     } else {
       argv[kept++] = argv[i];
     }

@@ -14,9 +14,13 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("pool_threads", std::to_string(baton::bench::bench_pool().size()));
   namespace cpu = baton::kernels::cpu;
+  benchmark::AddCustomContext("avx512", !cpu::cpu_has_avx512() ? "absent"
+                                        : cpu::use_avx512()    ? "used"
+                                                               : "off (--avx512=0)");
   benchmark::AddCustomContext("avx512_bf16", !cpu::cpu_has_avx512_bf16() ? "absent"
-                                             : cpu::use_avx512_bf16()    ? "used"
-                                                                         : "off (--avx512=0)");
+                                             : cpu::use_avx512_bf16()
+                                                 ? "used"
+                                                 : "not used (--avx512_bf16=1 to use)");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

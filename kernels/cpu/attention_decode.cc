@@ -6,6 +6,7 @@
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode_avx512.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/decode_tiles_avx512.h"
 #include "kernels/cpu/key_tile_scores.h"
 #include "kernels/cpu/prefetch_stream.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -21,6 +22,17 @@ constexpr int32_t kPrefetchPartsAhead = 1;
 constexpr int32_t kChunk = 16;
 
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
+
+// The kernels a partition's score and V passes run.
+enum class Passes {
+  kAvx2,          // key_tile_scores.h and tile_pv below
+  kAvx512,        // decode_tiles_avx512.h, 512-bit F32 FMAs
+  kAvx512Bf16Dot  // BF16: the AVX2 score pass, VDPBF16PS for V (attention_decode_avx512.h)
+};
+
+// Blocks per run of the AVX-512 passes (see kRunBlocks): the V pass takes
+// its rows through the table for every dtype.
+constexpr int32_t kAvx512RunBlocks = 4;
 
 #if BATON_HAVE_X86
 
@@ -253,10 +265,12 @@ BATON_AVX2 void kernel_to_element_order(const float* src, int32_t n_q, int32_t d
 // Pass 1: every score of the partition, from the queries at sc.q, one K
 // tile at a time in the order of the runs of run_blocks blocks (for each
 // run, KV head and group of query vectors, the run's blocks), which the
-// prefetch stream follows.
+// prefetch stream follows. The AVX2 or the AVX-512 score pass, which take
+// the same groups of query vectors.
 template <DType T>
-BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, int32_t run_blocks,
-                            PrefetchStream& prefetch) {
+BATON_AVX2 void k_pass(const Partition& P, Scratch& sc, int32_t run_blocks, bool avx512,
+                       PrefetchStream& prefetch) {
+  static_assert(kAvx512TileQueries == kMaxQueryGroup);
   for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks) {
     const int32_t j1 = std::min(P.num_blocks, j0 + run_blocks);
     for (int32_t h = 0; h < P.heads; ++h)
@@ -267,10 +281,13 @@ BATON_AVX2 void k_pass_avx2(const Partition& P, Scratch& sc, int32_t run_blocks,
           // Scores of the slots past the context in the last 8 keys are
           // masked by the softmax.
           const int32_t n8 = round_up(std::min(P.bs, P.keys - k0), 8);
-          key_tile_scores<T, R>(sc.q.data() + size_t(i) * P.d, P.d,
-                                sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes, P.k_group_stride,
-                                n8, sc.scores.data() + size_t(i) * P.stride + k0, P.stride,
-                                prefetch);
+          const float* q = sc.q.data() + size_t(i) * P.d;
+          const char* tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
+          float* s = sc.scores.data() + size_t(i) * P.stride + k0;
+          if (avx512)
+            key_tile_scores_avx512(T, R, q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
+          else
+            key_tile_scores<T, R>(q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
         }
       });
   }
@@ -302,6 +319,22 @@ BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
   pv_avx512_to_column_order(sc.acc.data(), P.n_q, P.d, acc);
 }
 
+// Pass 3 with 512-bit F32 FMAs (decode_tiles_avx512.h), in runs of
+// kAvx512RunBlocks blocks.
+template <DType T>
+BATON_AVX2 void v_pass_avx512(const Partition& P, Scratch& sc, PrefetchStream& prefetch,
+                              float* acc) {
+  for_each_v_run<kAvx512TileQueries>(
+      P, sc, kAvx512RunBlocks, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+        tile_pv_avx512(T, R, sc.scores.data() + size_t(i) * P.stride + k0, P.stride, v.rows,
+                       v.offset, P.d, n, sc.acc.data() + size_t(i) * P.d, prefetch);
+      });
+  if constexpr (T == DType::kBF16)
+    bf16_avx512_to_element_order(sc.acc.data(), P.n_q, P.d, acc);
+  else
+    std::copy(sc.acc.begin(), sc.acc.end(), acc);
+}
+
 template <DType T>
 BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq, int32_t key_begin,
                                       int32_t key_end, const PartitionState& state,
@@ -326,9 +359,13 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.k_group_stride = L.key_group_stride();
   const int32_t d = P.d;
 
-  // BF16's V pass takes AVX-512's BF16 dot products where the CPU has them
-  // (attention_decode_avx512.h).
-  const bool avx512 = T == DType::kBF16 && use_avx512_bf16() && d % kPvAvx512Columns == 0;
+  // 512-bit passes where the CPU has them and head_dim fills their chunks;
+  // BF16's V pass on VDPBF16PS where that is preferred (cpu_features.h).
+  const Passes passes = T == DType::kBF16 && use_avx512_bf16() && d % kPvAvx512Columns == 0
+                            ? Passes::kAvx512Bf16Dot
+                        : use_avx512() && d % kAvx512Columns == 0 ? Passes::kAvx512
+                                                                  : Passes::kAvx2;
+  const bool dot = passes == Passes::kAvx512Bf16Dot;
   // Queries scaled, vector i at sc.q + i * d.
   sc.q.resize(size_t(P.n_q) * d);
   for (int32_t h = 0; h < P.heads; ++h)
@@ -349,9 +386,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
   P.row_bytes = size_t(d) * esize;
-  // The AVX2 half-precision passes take runs of several blocks.
-  const bool runs = !avx512 && kRunBlocks<T> > 1;
-  if (runs) prepare_runs(P, kRunBlocks<T>, sc);
+  // The AVX-512 passes and the AVX2 half-precision ones take runs of
+  // several blocks.
+  const int32_t run_blocks = passes == Passes::kAvx512 ? kAvx512RunBlocks : dot ? 1 : kRunBlocks<T>;
+  const bool runs = run_blocks > 1;
+  if (runs) prepare_runs(P, run_blocks, sc);
 
   // In the order the passes read: block by block, or run by run, one KV
   // head at a time.
@@ -362,11 +401,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   // Every query group of a head reads each of its tiles.
   prefetch.set_readers(query_groups<kMaxQueryGroup>(P.per_head));
   // Pass 1: every score of the partition.
-  k_pass_avx2<T>(P, sc, runs ? kRunBlocks<T> : 1, prefetch);
+  k_pass<T>(P, sc, run_blocks, passes == Passes::kAvx512, prefetch);
   // Pass 2: one softmax per query vector over the partition, relative to
   // the partition's own max. The AVX-512 V pass takes the probabilities
   // split into BF16 halves, written here without storing them as floats.
-  if (avx512) {
+  if (dot) {
     // Two elements past the last row: a tile of odd length reads its last
     // key's pair.
     sc.p_hi.resize(size_t(P.n_q) * P.stride + 2);
@@ -379,7 +418,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     const int32_t position = ctx - q_len + row;
     const int32_t visible = std::clamp(position + 1 - key_begin, 0, P.keys);
     const size_t at = size_t(i) * P.stride;
-    if (avx512) {
+    if (dot) {
       softmax_split_bf16(sc.scores.data() + at, visible, P.stride, state.row_max + i,
                          state.row_sum + i, sc.p_hi.data() + at, sc.p_lo.data() + at);
     } else {
@@ -390,11 +429,13 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                           state.row_sum + i);
     }
   }
-  // Pass 3: V weighted by the probabilities (AVX-512 groups at most
+  // Pass 3: V weighted by the probabilities (VDPBF16PS groups at most
   // kAvx512MaxQueries query vectors).
-  if (avx512) {
+  if (dot) {
     prefetch.set_readers(query_groups<kAvx512MaxQueries>(P.per_head));
     v_pass_avx512_bf16(P, sc, prefetch, state.acc);
+  } else if (passes == Passes::kAvx512) {
+    v_pass_avx512<T>(P, sc, prefetch, state.acc);
   } else {
     v_pass_avx2<T>(P, sc, prefetch, state.acc);
   }

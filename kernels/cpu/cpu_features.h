@@ -18,15 +18,31 @@ bool cpu_has_avx2_fma_f16c();
 bool use_avx2();
 void set_simd_enabled(bool enabled);
 
-// True when the CPU has AVX-512 F, BW, VL and BF16 (checked once): the BF16
-// dot product (VDPBF16PS) of BF16 decode attention's score and V passes.
-bool cpu_has_avx512_bf16();
+// True when the CPU has AVX-512 F, BW and VL (checked once): the 512-bit
+// F32 FMA tile kernels of decode attention (decode_tiles_avx512.h).
+bool cpu_has_avx512();
 
-// True when the AVX-512 BF16 paths are to be used: the CPU has them, SIMD is
+// True when the AVX-512 paths are to be used: the CPU has them, SIMD is
 // enabled and they were not switched off with set_avx512_enabled(false)
 // (tests use that to cover the AVX2 paths on AVX-512 machines, benchmarks
 // to compare the two).
-bool use_avx512_bf16();
+bool use_avx512();
 void set_avx512_enabled(bool enabled);
+
+// True when the CPU has AVX-512 F, BW, VL and BF16 (checked once): the BF16
+// dot product (VDPBF16PS) of BF16 decode attention's V pass
+// (attention_decode_avx512.h).
+bool cpu_has_avx512_bf16();
+
+// True when BF16 decode attention's V pass is to take VDPBF16PS: the CPU has
+// it, use_avx512(), and it is preferred. By default it is preferred on AMD
+// (Zen 4 issues more of them per second than 512-bit FMAs) and not on Intel
+// (a Xeon of the Emerald Rapids generation issues a quarter as many), where
+// the F32 FMA pass of decode_tiles_avx512.h runs instead.
+// set_avx512_bf16_preferred overrides the default (tests cover both passes;
+// benchmarks compare them).
+bool use_avx512_bf16();
+bool cpu_prefers_avx512_bf16();
+void set_avx512_bf16_preferred(bool preferred);
 
 }  // namespace baton::kernels::cpu

@@ -33,12 +33,22 @@ struct Case {
   std::vector<SeqSpec> seqs;
 };
 
-// The instruction sets a case runs with: the AVX-512 BF16 paths where the CPU
-// has them, the AVX2 ones, or the portable scalar code.
-enum class Isa { kAvx512, kAvx2, kScalar };
+// The instruction sets a case runs with: AVX-512 with BF16's V pass on
+// VDPBF16PS, AVX-512 with F32 FMAs, AVX2, or the portable scalar code.
+enum class Isa { kAvx512Bf16, kAvx512, kAvx2, kScalar };
 
 const char* isa_name(Isa isa) {
-  return isa == Isa::kAvx512 ? "avx512" : isa == Isa::kAvx2 ? "avx2" : "scalar";
+  switch (isa) {
+    case Isa::kAvx512Bf16:
+      return "avx512bf16";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kScalar:
+      break;
+  }
+  return "scalar";
 }
 
 std::string describe(const Case& c, DType dt, Isa isa) {
@@ -62,11 +72,15 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
     ~RestoreIsa() {
       set_simd_enabled(true);
       set_avx512_enabled(true);
+      set_avx512_bf16_preferred(cpu_prefers_avx512_bf16());
     }
   } restore;
   set_simd_enabled(isa != Isa::kScalar);
-  set_avx512_enabled(isa == Isa::kAvx512);
-  ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512)
+  set_avx512_enabled(isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
+  set_avx512_bf16_preferred(isa == Isa::kAvx512Bf16);
+  ASSERT_EQ(use_avx512(), isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16)
+      << "the case would not run on " << isa_name(isa);
+  ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512Bf16)
       << "the case would not run on " << isa_name(isa);
   ThreadPool pool(2);
 
@@ -211,11 +225,17 @@ TEST_P(PagedAttentionTest, MatchesReferenceAvx2) {
 }
 
 TEST_P(PagedAttentionTest, MatchesReferenceAvx512) {
-  if (GetParam() != DType::kBF16)
-    GTEST_SKIP() << "only BF16 has AVX-512 paths: MatchesReferenceAvx2 covers this dtype";
-  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F, BW and VL";
   const uint64_t seed = fresh_seed();
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512, seed);
+}
+
+TEST_P(PagedAttentionTest, MatchesReferenceAvx512Bf16) {
+  if (GetParam() != DType::kBF16)
+    GTEST_SKIP() << "only BF16 has a VDPBF16PS path: MatchesReferenceAvx512 covers this dtype";
+  if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
+  const uint64_t seed = fresh_seed();
+  for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512Bf16, seed);
 }
 
 TEST_P(PagedAttentionTest, MatchesReferenceScalar) {

@@ -1,0 +1,248 @@
+#include "kernels/cpu/decode_tiles_avx512.h"
+
+#if defined(__x86_64__) || defined(__i386__)
+// GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of
+// their unmasked forms, which -Wmaybe-uninitialized reports wherever they are
+// inlined (a known false positive).
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <immintrin.h>
+
+#include "common/kv_layout.h"
+
+#define BATON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
+#define BATON_AVX512_INLINE \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline)) inline
+
+namespace baton::kernels::cpu {
+namespace {
+
+// Calls f<R>() for R = queries, 1..kAvx512TileQueries.
+template <typename F>
+void with_queries(int32_t queries, F&& f) {
+  static_assert(kAvx512TileQueries == 4);
+  switch (queries) {
+    case 4:
+      return f.template operator()<4>();
+    case 3:
+      return f.template operator()<3>();
+    case 2:
+      return f.template operator()<2>();
+    default:
+      return f.template operator()<1>();
+  }
+}
+
+// Calls f.template operator()<T>() for the dtype t.
+template <typename F>
+void with_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32:
+      return f.template operator()<DType::kF32>();
+    case DType::kF16:
+      return f.template operator()<DType::kF16>();
+    case DType::kBF16:
+      return f.template operator()<DType::kBF16>();
+  }
+}
+
+// One K tile row's dimension (a BF16 pair's two) of 16 keys at element `at`
+// as floats, or of 8 keys (the upper lanes zero) when kHalf.
+template <DType T, bool kHalf>
+BATON_AVX512_INLINE void load_key_dims(const void* k, size_t at, __m512 (&dim)[2]) {
+  constexpr __mmask16 kLanes = kHalf ? 0x00ff : 0xffff;
+  if constexpr (T == DType::kF32) {
+    const float* f = static_cast<const float*>(k) + at;
+    dim[0] = kHalf ? _mm512_maskz_loadu_ps(kLanes, f) : _mm512_loadu_ps(f);
+  } else if constexpr (T == DType::kF16) {
+    const uint16_t* h = static_cast<const uint16_t*>(k) + at;
+    dim[0] = _mm512_cvtph_ps(kHalf ? _mm256_maskz_loadu_epi16(kLanes, h)
+                                   : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+  } else {
+    const uint16_t* h = static_cast<const uint16_t*>(k) + at;
+    const __m512i raw = kHalf ? _mm512_maskz_loadu_epi32(kLanes, h) : _mm512_loadu_si512(h);
+    // A BF16 value is the top half of an F32: the even element moves up,
+    // the odd one is already there.
+    dim[0] = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+    dim[1] = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(int32_t(0xffff0000u))));
+  }
+}
+
+// The scores of R query vectors against the 16 keys [t0, t0 + 16) of a K
+// tile (8 keys when kHalf).
+template <DType T, int R, bool kHalf>
+BATON_AVX512_INLINE void key_scores16(const float* q, int32_t d, const void* k, size_t group_stride,
+                                      int32_t t0, float* s, int32_t s_stride,
+                                      PrefetchStream& stream) {
+  constexpr int g = key_group_of(T);
+  // Independent accumulators per query: two FMA units with four cycles of
+  // latency keep 8 chains busy. Consecutive dimensions rotate over them.
+  constexpr int S = R == 1 ? 8 : R == 4 ? 2 : 4;
+  static_assert(S % g == 0 && 8 % S == 0);
+  __m512 acc[R][S];
+  for (int r = 0; r < R; ++r)
+    for (int x = 0; x < S; ++x) acc[r][x] = _mm512_setzero_ps();
+  constexpr size_t kRowBytes = (kHalf ? 8 : 16) * dtype_size(T);
+  for (int32_t c8 = 0; c8 < d; c8 += 8) {
+    stream.consumed(8 * kRowBytes);
+    for (int32_t c = c8; c < c8 + 8; c += S)
+      for (int u = 0; u < S; u += g) {
+        __m512 dim[2];
+        load_key_dims<T, kHalf>(
+            k, KvLayout::key_dim_offset(c + u, g, group_stride) + size_t(t0) * g, dim);
+        for (int r = 0; r < R; ++r)
+          for (int e = 0; e < g; ++e)
+            acc[r][u + e] = _mm512_fmadd_ps(_mm512_set1_ps(q[size_t(r) * d + c + u + e]), dim[e],
+                                            acc[r][u + e]);
+      }
+  }
+  for (int r = 0; r < R; ++r) {
+    __m512 sum = acc[r][0];
+    for (int x = 1; x < S; ++x) sum = _mm512_add_ps(sum, acc[r][x]);
+    float* out = s + size_t(r) * s_stride + t0;
+    if constexpr (kHalf)
+      _mm256_storeu_ps(out, _mm512_castps512_ps256(sum));
+    else
+      _mm512_storeu_ps(out, sum);
+  }
+}
+
+template <DType T, int R>
+BATON_AVX512 void key_tile_scores(const float* q, int32_t d, const void* k, size_t group_stride,
+                                  int32_t n8, float* s, int32_t s_stride, PrefetchStream& stream) {
+  PrefetchStream local = stream;  // a local copy stays in registers
+  int32_t t = 0;
+  for (; t + 16 <= n8; t += 16)
+    key_scores16<T, R, false>(q, d, k, group_stride, t, s, s_stride, local);
+  if (t < n8) key_scores16<T, R, true>(q, d, k, group_stride, t, s, s_stride, local);
+  stream = local;
+}
+
+// Elements [c, c + 32) of a V row as floats: in order for F32 and F16, the
+// even ones then the odd ones for BF16 (tile_pv_avx512_slot).
+template <DType T>
+BATON_AVX512_INLINE void load_row32(const char* row, int32_t c, __m512& lo, __m512& hi) {
+  if constexpr (T == DType::kF32) {
+    const float* f = reinterpret_cast<const float*>(row) + c;
+    lo = _mm512_loadu_ps(f);
+    hi = _mm512_loadu_ps(f + 16);
+  } else if constexpr (T == DType::kF16) {
+    const uint16_t* h = reinterpret_cast<const uint16_t*>(row) + c;
+    lo = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h)));
+    hi = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h + 16)));
+  } else {
+    const __m512i raw = _mm512_loadu_si512(reinterpret_cast<const uint16_t*>(row) + c);
+    lo = _mm512_castsi512_ps(_mm512_slli_epi32(raw, 16));
+    hi = _mm512_castsi512_ps(_mm512_and_si512(raw, _mm512_set1_epi32(int32_t(0xffff0000u))));
+  }
+}
+
+// a[r][2j], a[r][2j + 1] += p_r[t] · (elements [c0 + 32 j, + 32) of `row`).
+template <DType T, int R, int C>
+BATON_AVX512_INLINE void pv_key(const float* p, int32_t p_stride, const char* row, int32_t t,
+                                int32_t c0, __m512 (&a)[R][2 * C]) {
+  __m512 pr[R];
+  for (int r = 0; r < R; ++r) pr[r] = _mm512_set1_ps(p[size_t(r) * p_stride + t]);
+  for (int j = 0; j < C; ++j) {
+    __m512 lo, hi;
+    load_row32<T>(row, c0 + kAvx512Columns * j, lo, hi);
+    for (int r = 0; r < R; ++r) {
+      a[r][2 * j] = _mm512_fmadd_ps(pr[r], lo, a[r][2 * j]);
+      a[r][2 * j + 1] = _mm512_fmadd_ps(pr[r], hi, a[r][2 * j + 1]);
+    }
+  }
+}
+
+// acc_r[c0, c0 + 32 C) += Σ_t p_r[t] v_t over keys [0, n).
+template <DType T, int R, int C>
+BATON_AVX512_INLINE void pv_pass(const float* p, int32_t p_stride, const char* const* rows,
+                                 size_t row_offset, int32_t d, int32_t n, int32_t c0, float* acc,
+                                 PrefetchStream& prefetch) {
+  // Each accumulator takes one FMA per key: with fewer than 8 of them the
+  // FMA units would wait on the chains, so even and odd keys go to separate
+  // sets.
+  constexpr bool kTwoKeys = R * 2 * C < 8;
+  constexpr size_t kKeyBytes = size_t(kAvx512Columns) * C * dtype_size(T);
+  __m512 a[R][2 * C], b[R][2 * C];
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * C; ++j) {
+      a[r][j] = _mm512_loadu_ps(acc + size_t(r) * d + c0 + 16 * j);
+      b[r][j] = _mm512_setzero_ps();
+    }
+  int32_t t = 0;
+  if constexpr (kTwoKeys)
+    for (; t + 2 <= n; t += 2) {
+      prefetch.consumed(2 * kKeyBytes);
+      pv_key<T, R, C>(p, p_stride, rows[t] + row_offset, t, c0, a);
+      pv_key<T, R, C>(p, p_stride, rows[t + 1] + row_offset, t + 1, c0, b);
+    }
+  for (; t < n; ++t) {
+    prefetch.consumed(kKeyBytes);
+    pv_key<T, R, C>(p, p_stride, rows[t] + row_offset, t, c0, a);
+  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < 2 * C; ++j) {
+      if constexpr (kTwoKeys) a[r][j] = _mm512_add_ps(a[r][j], b[r][j]);
+      _mm512_storeu_ps(acc + size_t(r) * d + c0 + 16 * j, a[r][j]);
+    }
+}
+
+// Passes of as many 32-element chunks as keep R x 2C accumulators, R
+// broadcasts and a chunk's two halves in 32 registers (24 accumulators at
+// most), then one-chunk passes for what is left of d.
+template <DType T, int R>
+BATON_AVX512 void tile_pv(const float* p, int32_t p_stride, const char* const* rows,
+                          size_t row_offset, int32_t d, int32_t n, float* acc,
+                          PrefetchStream& stream) {
+  PrefetchStream prefetch = stream;  // a local copy stays in registers
+  constexpr int C = R <= 3 ? 4 : 2;
+  static_assert(R * 2 * C <= 24);
+  int32_t c = 0;
+  for (; c + kAvx512Columns * C <= d; c += kAvx512Columns * C)
+    pv_pass<T, R, C>(p, p_stride, rows, row_offset, d, n, c, acc, prefetch);
+  if constexpr (C > 2)
+    for (; c + kAvx512Columns * 2 <= d; c += kAvx512Columns * 2)
+      pv_pass<T, R, 2>(p, p_stride, rows, row_offset, d, n, c, acc, prefetch);
+  for (; c < d; c += kAvx512Columns)
+    pv_pass<T, R, 1>(p, p_stride, rows, row_offset, d, n, c, acc, prefetch);
+  stream = prefetch;
+}
+
+}  // namespace
+
+void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
+                            size_t group_stride, int32_t n8, float* s, int32_t s_stride,
+                            PrefetchStream& stream) {
+  with_dtype(t, [&]<DType T>() {
+    with_queries(queries, [&]<int R>() {
+      key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
+    });
+  });
+}
+
+void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
+                    const char* const* rows, size_t row_offset, int32_t d, int32_t n, float* acc,
+                    PrefetchStream& stream) {
+  with_dtype(t, [&]<DType T>() {
+    with_queries(queries,
+                 [&]<int R>() { tile_pv<T, R>(p, p_stride, rows, row_offset, d, n, acc, stream); });
+  });
+}
+
+BATON_AVX512 void bf16_avx512_to_element_order(const float* src, int32_t rows, int32_t d,
+                                               float* dst) {
+  // Element j of a chunk is slot tile_pv_avx512_slot(j) of its 32: one
+  // permute of the chunk's two registers per 16 elements.
+  alignas(64) int32_t slots[kAvx512Columns];
+  for (int32_t j = 0; j < kAvx512Columns; ++j) slots[j] = tile_pv_avx512_slot(j);
+  const __m512i first = _mm512_load_si512(slots), second = _mm512_load_si512(slots + 16);
+  const size_t n = size_t(rows) * size_t(d);
+  for (size_t c = 0; c < n; c += kAvx512Columns) {
+    const __m512 even = _mm512_loadu_ps(src + c), odd = _mm512_loadu_ps(src + c + 16);
+    _mm512_storeu_ps(dst + c, _mm512_permutex2var_ps(even, first, odd));
+    _mm512_storeu_ps(dst + c + 16, _mm512_permutex2var_ps(even, second, odd));
+  }
+}
+
+}  // namespace baton::kernels::cpu
+
+#endif

@@ -1,0 +1,64 @@
+// kernels/cpu/decode_tiles_avx512.h — the two tile kernels of decode
+// attention (attention_decode.cc) with 512-bit F32 FMAs, for every KV dtype.
+//
+// They do what the AVX2 passes do, twice as wide: the score pass takes one
+// dimension (a BF16 pair) of 16 keys per load, against that dimension of
+// each query broadcast, so the accumulators are the scores; the V pass takes
+// 32 elements of a V row per step, weighted by each query's probability.
+// BF16 and F16 are widened to F32 exactly (a shift and a mask; VCVTPH2PS),
+// so the products are F32's: no rounding of queries or probabilities.
+//
+// Why not AVX-512 BF16's VDPBF16PS: on Intel's Xeon (Emerald Rapids) one
+// core issues 1.3 G of them per second against 5.4 G 512-bit FMAs, and
+// keeping F32 precision would take two of them (a split of the F32 side)
+// per pair of products. AMD's Zen 4 issues them faster than its FMAs, and
+// keeps the V pass of attention_decode_avx512.h (use_avx512_bf16()).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "kernels/cpu/prefetch_stream.h"
+
+namespace baton::kernels::cpu {
+
+// Elements of a V row one step of the V pass takes: head_dim must be a
+// multiple of it.
+inline constexpr int32_t kAvx512Columns = 32;
+// The most query vectors one call of either kernel serves.
+inline constexpr int32_t kAvx512TileQueries = 4;
+
+#if defined(__x86_64__) || defined(__i386__)
+
+// s[r * s_stride + t] = q_r · k_t for `queries` (1..kAvx512TileQueries)
+// query vectors q_r at q + r d and the keys [0, n8) of a K tile k of dtype
+// t, laid out as common/kv_layout.h says (dimension group c of key t at
+// element c * group_stride + t * key_group_of(t)); n8 and d are multiples of
+// 8 and 16. Keys past n8 are not read. Call only when use_avx512().
+void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
+                            size_t group_stride, int32_t n8, float* s, int32_t s_stride,
+                            PrefetchStream& stream);
+
+// acc_r += Σ_t p_r[t] v_t for `queries` (1..kAvx512TileQueries) query
+// vectors r and keys t in [0, n), with p_r at p + r p_stride and v_t (d
+// elements of dtype t, d a multiple of kAvx512Columns) at rows[t] +
+// row_offset bytes. acc_r is at acc + r d, in tile_pv_avx512_slot order for
+// BF16 and element order otherwise. Call only when use_avx512().
+void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
+                    const char* const* rows, size_t row_offset, int32_t d, int32_t n, float* acc,
+                    PrefetchStream& stream);
+
+// dst = src with each chunk of kAvx512Columns back to element order, for
+// `rows` rows of d elements that tile_pv_avx512 accumulated from BF16 rows
+// (its even elements first, then its odd ones). Call only when use_avx512().
+void bf16_avx512_to_element_order(const float* src, int32_t rows, int32_t d, float* dst);
+
+#endif
+
+// Where element j of a chunk of kAvx512Columns sits among the BF16 V pass's
+// accumulators: a 512-bit load of 32 BF16 values widens to its 16 even
+// elements and its 16 odd ones.
+constexpr int32_t tile_pv_avx512_slot(int32_t j) { return (j % 2) * 16 + j / 2; }
+
+}  // namespace baton::kernels::cpu
