@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench/huge_buffer.h"
+#include "kernels/cpu/blas_setup.h"
 
 namespace baton::bench {
 namespace {
@@ -174,7 +175,7 @@ struct SgemmBuffers {
 // One set per pool thread, each for a single-threaded sgemm: OpenBLAS is set
 // to one thread here, as linear() runs it inside the pool.
 std::vector<SgemmBuffers> make_sgemm_buffers(int threads) {
-  openblas_set_num_threads(1);
+  kernels::cpu::setup_blas();
   std::vector<SgemmBuffers> buf(static_cast<size_t>(threads));
   for (auto& bf : buf) {
     bf.a.assign(size_t(kGemmM) * kGemmK, 0.5f);

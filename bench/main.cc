@@ -6,6 +6,7 @@
 
 #include "bench/bench_flags.h"
 #include "bench/ceilings.h"
+#include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_features.h"
 
 int main(int argc, char** argv) {
@@ -14,6 +15,8 @@ int main(int argc, char** argv) {
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("pool_threads", std::to_string(baton::bench::bench_pool().size()));
   namespace cpu = baton::kernels::cpu;
+  cpu::setup_blas();
+  benchmark::AddCustomContext("blas_core", cpu::blas_core_name());
   benchmark::AddCustomContext("avx512", !cpu::cpu_has_avx512() ? "absent"
                                         : cpu::use_avx512()    ? "used"
                                                                : "off (--avx512=0)");

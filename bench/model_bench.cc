@@ -27,6 +27,7 @@
 #include "engine/checkpoint.h"
 #include "engine/make_model.h"
 #include "engine/model.h"
+#include "kernels/cpu/blas_setup.h"
 
 namespace baton::bench {
 namespace {
@@ -228,8 +229,11 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   baton::bench::register_all();
-  std::printf("ceilings: memory bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (all threads)\n",
-              baton::bench::measure_memory_bandwidth_gbs(), baton::bench::measure_sgemm_gflops());
+  std::printf(
+      "ceilings: memory bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (all threads, OpenBLAS %s "
+      "kernels)\n",
+      baton::bench::measure_memory_bandwidth_gbs(), baton::bench::measure_sgemm_gflops(),
+      baton::kernels::cpu::blas_core_name().c_str());
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

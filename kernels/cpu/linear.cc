@@ -3,10 +3,10 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <mutex>
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/parallel.h"
@@ -37,12 +37,6 @@ constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kTileRowStep = 16;
 // Fewer multiply-adds than this are not worth waking the pool for.
 constexpr int64_t kMinParallelMacs = 1 << 15;
-
-void init_blas_once() {
-  static std::once_flag once;
-  // BLAS runs single-threaded inside our pool: one owner of the cores.
-  std::call_once(once, [] { openblas_set_num_threads(1); });
-}
 
 // Rows of W per sgemm call: its F32 copy (for half weights) takes about
 // kTileBytes, but never fewer than kMinTileRows rows. parallel_dynamic then
@@ -122,7 +116,7 @@ void linear(ThreadPool& pool, const float* x, int64_t m, std::span<const LinearO
                     });
     return;
   }
-  init_blas_once();
+  setup_blas();
   // Tiles are claimed dynamically: sgemm speed per tile varies (edges, other
   // processes), and a late thread then simply takes fewer tiles.
   const int64_t tile_rows = std::max(sgemm_tile_rows(cols), min_rows);

@@ -2,8 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <sstream>
 
+#include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/linear.h"
 #include "tests/kernels/reference.h"
@@ -156,6 +158,22 @@ TEST(EmbeddingTest, CopiesRowsAsFloat) {
       for (int64_t c = 0; c < dim; ++c)
         EXPECT_EQ(out[i * dim + size_t(c)],
                   load_as_float(table.data(), dt, size_t(ids[i] * dim + c)));
+  }
+}
+
+// OpenBLAS takes a CPU model it does not know for a Prescott; setup_blas()
+// must leave it running kernels with the vector units the CPU has.
+TEST(BlasSetupTest, RunsKernelsWithTheCpusVectorUnits) {
+  if (!cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "this CPU has no AVX2/FMA";
+  if (std::getenv("OPENBLAS_CORETYPE") != nullptr)
+    GTEST_SKIP() << "OPENBLAS_CORETYPE is set: the user chose the kernels";
+  setup_blas();
+  const std::string core = blas_core_name();
+  const bool avx2_kernels = core == "Haswell" || core == "Zen" || core == "SkylakeX" ||
+                            core == "Cooperlake" || core == "SapphireRapids" || core == "Excavator";
+  EXPECT_TRUE(avx2_kernels) << "OpenBLAS runs its " << core << " kernels on an AVX2 CPU";
+  if (cpu_has_avx512()) {
+    EXPECT_NE(core, "Haswell") << "an AVX-512 CPU runs AVX2 kernels";
   }
 }
 
