@@ -229,6 +229,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   baton::bench::register_all();
+  baton::kernels::cpu::setup_blas();  // before the ceiling, and before its name is printed
   std::printf(
       "ceilings: memory bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (all threads, OpenBLAS %s "
       "kernels)\n",
