@@ -19,6 +19,26 @@ constexpr int kMaxThreads = 0xffff;  // chunk counts must fit 16 bits of claim_
 uint32_t generation_of(uint64_t claim) { return uint32_t(claim >> 32); }
 uint32_t chunks_of(uint64_t claim) { return uint32_t(claim >> 16) & 0xffffu; }
 uint32_t next_of(uint64_t claim) { return uint32_t(claim) & 0xffffu; }
+
+#if defined(__x86_64__) || defined(__i386__)
+// MXCSR's flush-to-zero (results) and denormals-are-zero (inputs) bits.
+constexpr unsigned kFlushSubnormals = 0x8040;
+
+// Flushes subnormals on this thread while it lives, then restores the
+// thread's own setting.
+class FlushSubnormals {
+ public:
+  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | kFlushSubnormals); }
+  ~FlushSubnormals() { _mm_setcsr(saved_); }
+  FlushSubnormals(const FlushSubnormals&) = delete;
+  FlushSubnormals& operator=(const FlushSubnormals&) = delete;
+
+ private:
+  unsigned saved_;
+};
+#else
+struct FlushSubnormals {};
+#endif
 }  // namespace
 
 ThreadPool::ThreadPool(int num_threads) {
@@ -62,6 +82,7 @@ void ThreadPool::run_chunks(uint32_t generation, int thread_index) {
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn) {
   if (n <= 0) return;
+  const FlushSubnormals flush;
   if (num_threads_ == 1 || n == 1) {
     fn(0, n, 0);
     return;
@@ -87,6 +108,7 @@ void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64
 }
 
 void ThreadPool::worker_loop(int thread_index) {
+  const FlushSubnormals flush;
   uint32_t seen = 0;
   for (;;) {
     bool ready = false;

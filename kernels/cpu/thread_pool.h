@@ -4,6 +4,15 @@
 // single-threaded (openblas_set_num_threads(1)) and called from inside the
 // pool's workers on disjoint slices, so two thread pools never fight over the
 // same cores.
+//
+// The pool's threads run with subnormal floats flushed to zero (MXCSR's FTZ
+// and DAZ; the caller's own setting is restored when parallel_for returns).
+// An Intel core takes a microcode assist of about a hundred cycles for every
+// multiply that makes or reads a subnormal: decode attention over K and V
+// whose products came out subnormal ran ten times slower (PERFORMANCE.md, "The
+// machine"), and a softmax's probabilities of keys far below the max reach
+// that range in real models. Values below 2^-126 are negligible beside the
+// sums they enter.
 #pragma once
 
 #include <atomic>

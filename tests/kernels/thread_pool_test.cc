@@ -4,6 +4,7 @@
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -164,6 +165,34 @@ TEST(ThreadPoolTest, ManyBackToBackJobs) {
 TEST(ThreadPoolTest, DefaultSizeIsHardwareThreads) {
   ThreadPool pool;
   EXPECT_GE(pool.size(), 1);
+}
+
+// A product below 2^-126 comes out as zero on every thread of a pool (the
+// caller's chunks included), and the caller's own setting is back when
+// parallel_for returns.
+TEST(ThreadPoolTest, FlushesSubnormalsOnItsThreadsOnly) {
+#if !defined(__x86_64__) && !defined(__i386__)
+  GTEST_SKIP() << "subnormals are flushed on x86 only";
+#endif
+  volatile float tiny = 1e-30f, small = 1e-10f;  // their product, 1e-40, is subnormal
+  ASSERT_NE(tiny * small, 0.0f) << "the test thread already flushes subnormals";
+  for (int threads : {1, 2, 3}) {
+    SCOPED_TRACE("threads=" + std::to_string(threads));
+    ThreadPool pool(threads);
+    for (int64_t n : {1, 64}) {
+      std::vector<float> products(size_t(n), -1.0f);
+      std::vector<int> ran_on(size_t(n), -1);
+      pool.parallel_for(n, [&](int64_t b, int64_t e, int t) {
+        for (int64_t i = b; i < e; ++i) {
+          products[size_t(i)] = tiny * small;
+          ran_on[size_t(i)] = t;
+        }
+      });
+      for (int64_t i = 0; i < n; ++i)
+        EXPECT_EQ(products[size_t(i)], 0.0f) << "index " << i << " on thread " << ran_on[size_t(i)];
+      EXPECT_NE(tiny * small, 0.0f) << "the caller's setting was not restored";
+    }
+  }
 }
 
 }  // namespace
