@@ -316,7 +316,9 @@ BATON_AVX2 void v_pass_avx512_bf16(const Partition& P, Scratch& sc, PrefetchStre
         tile_pv_bf16_avx512(R, sc.p_hi.data() + at, sc.p_lo.data() + at, P.stride, v[0], P.d, n,
                             sc.acc.data() + size_t(i) * P.d, prefetch);
       });
-  pv_avx512_to_column_order(sc.acc.data(), P.n_q, P.d, acc);
+  static_assert(kPvAvx512Columns == kAvx512Columns);
+  constexpr ChunkSlots kSlots = chunk_slots(pv_avx512_slot);
+  chunks_to_element_order(sc.acc.data(), sc.acc.size(), kSlots, acc);
 }
 
 // Pass 3 with 512-bit F32 FMAs (decode_tiles_avx512.h), in runs of
@@ -329,8 +331,9 @@ BATON_AVX2 void v_pass_avx512(const Partition& P, Scratch& sc, PrefetchStream& p
         tile_pv_avx512(T, R, sc.scores.data() + size_t(i) * P.stride + k0, P.stride, v.rows,
                        v.offset, P.d, n, sc.acc.data() + size_t(i) * P.d, prefetch);
       });
+  constexpr ChunkSlots kBf16Slots = chunk_slots(tile_pv_avx512_slot);
   if constexpr (T == DType::kBF16)
-    bf16_avx512_to_element_order(sc.acc.data(), P.n_q, P.d, acc);
+    chunks_to_element_order(sc.acc.data(), sc.acc.size(), kBf16Slots, acc);
   else
     std::copy(sc.acc.begin(), sc.acc.end(), acc);
 }

@@ -160,20 +160,6 @@ void with_query_count(int32_t queries, F&& f) {
 
 }  // namespace
 
-BATON_AVX512_BF16 void pv_avx512_to_column_order(const float* src, int32_t rows, int32_t d,
-                                                 float* dst) {
-  // One permute of the chunk's two registers per 16 output columns.
-  alignas(64) int32_t slots[kPvAvx512Columns];
-  for (int32_t j = 0; j < kPvAvx512Columns; ++j) slots[j] = pv_avx512_slot(j);
-  const __m512i first = _mm512_load_si512(slots), second = _mm512_load_si512(slots + 16);
-  const size_t n = size_t(rows) * size_t(d);
-  for (size_t c = 0; c < n; c += kPvAvx512Columns) {
-    const __m512 a = _mm512_loadu_ps(src + c), b = _mm512_loadu_ps(src + c + 16);
-    _mm512_storeu_ps(dst + c, _mm512_permutex2var_ps(a, first, b));
-    _mm512_storeu_ps(dst + c + 16, _mm512_permutex2var_ps(a, second, b));
-  }
-}
-
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"
 BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32_t n,

@@ -40,12 +40,6 @@ constexpr int32_t pv_avx512_slot(int32_t j) { return (j % 8 >= 4 ? 16 : 0) + (j 
 
 #if defined(__x86_64__) || defined(__i386__)
 
-// dst[c + j] = src[c + pv_avx512_slot(j)] for each chunk c of 32 columns of
-// `rows` rows of d columns (d a multiple of kPvAvx512Columns): accumulators
-// of tile_pv_bf16_avx512 back to column order. Call only when
-// use_avx512_bf16().
-void pv_avx512_to_column_order(const float* src, int32_t rows, int32_t d, float* dst);
-
 // One score row of a partition, s[0, visible), through a softmax relative
 // to its own max, written as two BF16 halves of the probabilities for the
 // V pass: hi[t] + lo[t] = exp(s[t] - max) to 16 significant bits for

@@ -230,18 +230,15 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
   });
 }
 
-BATON_AVX512 void bf16_avx512_to_element_order(const float* src, int32_t rows, int32_t d,
-                                               float* dst) {
-  // Element j of a chunk is slot tile_pv_avx512_slot(j) of its 32: one
-  // permute of the chunk's two registers per 16 elements.
-  alignas(64) int32_t slots[kAvx512Columns];
-  for (int32_t j = 0; j < kAvx512Columns; ++j) slots[j] = tile_pv_avx512_slot(j);
-  const __m512i first = _mm512_load_si512(slots), second = _mm512_load_si512(slots + 16);
-  const size_t n = size_t(rows) * size_t(d);
+BATON_AVX512 void chunks_to_element_order(const float* src, size_t n, const ChunkSlots& slots,
+                                          float* dst) {
+  // One permute of the chunk's two registers per 16 elements.
+  const __m512i first = _mm512_loadu_si512(slots.data());
+  const __m512i second = _mm512_loadu_si512(slots.data() + 16);
   for (size_t c = 0; c < n; c += kAvx512Columns) {
-    const __m512 even = _mm512_loadu_ps(src + c), odd = _mm512_loadu_ps(src + c + 16);
-    _mm512_storeu_ps(dst + c, _mm512_permutex2var_ps(even, first, odd));
-    _mm512_storeu_ps(dst + c + 16, _mm512_permutex2var_ps(even, second, odd));
+    const __m512 a = _mm512_loadu_ps(src + c), b = _mm512_loadu_ps(src + c + 16);
+    _mm512_storeu_ps(dst + c, _mm512_permutex2var_ps(a, first, b));
+    _mm512_storeu_ps(dst + c + 16, _mm512_permutex2var_ps(a, second, b));
   }
 }
 

@@ -15,6 +15,7 @@
 // keeps the V pass of attention_decode_avx512.h (use_avx512_bf16()).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -49,10 +50,14 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
                     const char* const* rows, size_t row_offset, int32_t d, int32_t n, float* acc,
                     PrefetchStream& stream);
 
-// dst = src with each chunk of kAvx512Columns back to element order, for
-// `rows` rows of d elements that tile_pv_avx512 accumulated from BF16 rows
-// (its even elements first, then its odd ones). Call only when use_avx512().
-void bf16_avx512_to_element_order(const float* src, int32_t rows, int32_t d, float* dst);
+// Where each element of a chunk of kAvx512Columns sits among a V pass's
+// accumulators: slots[j] for element j.
+using ChunkSlots = std::array<int32_t, kAvx512Columns>;
+
+// dst[c + j] = src[c + slots[j]] for every chunk c of kAvx512Columns of the
+// n floats at src (n a multiple of it): accumulators that a V pass kept in
+// its own order, back to element order. Call only when use_avx512().
+void chunks_to_element_order(const float* src, size_t n, const ChunkSlots& slots, float* dst);
 
 #endif
 
@@ -60,5 +65,12 @@ void bf16_avx512_to_element_order(const float* src, int32_t rows, int32_t d, flo
 // accumulators: a 512-bit load of 32 BF16 values widens to its 16 even
 // elements and its 16 odd ones.
 constexpr int32_t tile_pv_avx512_slot(int32_t j) { return (j % 2) * 16 + j / 2; }
+
+// The table of slot(j) for j in [0, kAvx512Columns).
+constexpr std::array<int32_t, kAvx512Columns> chunk_slots(int32_t (*slot)(int32_t)) {
+  std::array<int32_t, kAvx512Columns> slots{};
+  for (int32_t j = 0; j < kAvx512Columns; ++j) slots[size_t(j)] = slot(j);
+  return slots;
+}
 
 }  // namespace baton::kernels::cpu
