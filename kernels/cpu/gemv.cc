@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemv_avx512.h"
 #include "kernels/cpu/simd_avx2.h"
 
 namespace baton::kernels::cpu {
@@ -180,6 +181,9 @@ BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, c
 void gemv_rows(const float* x, int64_t m, const WeightView& w, const float* bias, int64_t row_begin,
                int64_t row_end, float* out) {
 #if BATON_HAVE_X86
+  // Batches of two and more are bound by their FMAs: 512-bit ones where the
+  // CPU has them (gemv_avx512.h).
+  if (m > 1 && use_avx512()) return gemv_rows_avx512(x, m, w, bias, row_begin, row_end, out);
   if (use_avx2()) {
     switch (w.dtype) {
       case DType::kF32:

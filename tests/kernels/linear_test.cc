@@ -25,7 +25,7 @@ void check_linear(ThreadPool& pool, std::mt19937_64& rng, int64_t m, Shape shape
                   bool with_bias) {
   std::ostringstream os;
   os << "m=" << m << " rows=" << shape.rows << " cols=" << shape.cols << " dtype=" << dtype_name(dt)
-     << " bias=" << with_bias << " simd=" << use_avx2();
+     << " bias=" << with_bias << " simd=" << use_avx2() << " avx512=" << use_avx512();
   SCOPED_TRACE(os.str());
   const auto w_f = random_floats(rng, size_t(shape.rows * shape.cols));
   const auto w_bytes = testing::encode(w_f, dt);
@@ -54,24 +54,42 @@ void check_linear(ThreadPool& pool, std::mt19937_64& rng, int64_t m, Shape shape
     }
 }
 
-class LinearTest : public ::testing::TestWithParam<bool> {};
+// The kernels a case runs: AVX-512 (batched GEMV), AVX2, or portable code.
+enum class Isa { kAvx512, kAvx2, kScalar };
+
+class LinearTest : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
+  const Isa isa = GetParam();
+  if (isa == Isa::kAvx512 && !cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
+  if (isa == Isa::kAvx2 && !cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "this CPU has no AVX2";
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  set_simd_enabled(GetParam());
+  struct RestoreIsa {
+    ~RestoreIsa() {
+      set_simd_enabled(true);
+      set_avx512_enabled(true);
+    }
+  } restore;
+  set_simd_enabled(isa != Isa::kScalar);
+  set_avx512_enabled(isa == Isa::kAvx512);
+  ASSERT_EQ(use_avx512(), isa == Isa::kAvx512);
   ThreadPool pool(2);
-  const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8}, {1, 1}, {300, 17}};
+  const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8}, {1, 1}, {300, 17}, {9, 1040}};
   for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 64, 200})
     for (Shape s : shapes)
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
         for (bool bias : {false, true}) check_linear(pool, rng, m, s, dt, bias);
-  set_simd_enabled(true);
 }
 
-INSTANTIATE_TEST_SUITE_P(Simd, LinearTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "avx2" : "scalar"; });
+INSTANTIATE_TEST_SUITE_P(Isas, LinearTest,
+                         ::testing::Values(Isa::kAvx512, Isa::kAvx2, Isa::kScalar),
+                         [](const auto& info) {
+                           return info.param == Isa::kAvx512 ? "avx512"
+                                  : info.param == Isa::kAvx2 ? "avx2"
+                                                             : "scalar";
+                         });
 
 TEST(LinearTest, PoolSizesGiveTheSameAnswer) {
   const uint64_t seed = fresh_seed();
