@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemv_avx512.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -178,8 +179,11 @@ BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, c
 
 }  // namespace
 
+int64_t gemv_max_batch() { return use_avx512() ? kGemvMaxBatchAvx512 : kGemvMaxBatch; }
+
 void gemv_rows(const float* x, int64_t m, const WeightView& w, const float* bias, int64_t row_begin,
                int64_t row_end, float* out) {
+  BATON_CHECK(m <= gemv_max_batch());  // the kernels' accumulators hold no more
 #if BATON_HAVE_X86
   // Batches of two and more are bound by their FMAs: 512-bit ones where the
   // CPU has them (gemv_avx512.h).

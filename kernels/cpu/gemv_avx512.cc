@@ -57,7 +57,7 @@ struct Block {
 // paced by the reads, never a burst (see gemv.cc).
 template <DType T, int R, int P>
 BATON_AVX512_INLINE void gemv_pass(const Block<R>& b, int64_t i, int64_t kc, int64_t kend,
-                                   bool prefetch, __m512 (&acc)[kGemvMaxBatch][R]) {
+                                   bool prefetch, __m512 (&acc)[kGemvMaxBatchAvx512][R]) {
   constexpr int64_t kColumnsPerLine = 64 / int64_t(dtype_size(T));
   __m512 a[P][R];
   for (int p = 0; p < P; ++p)
@@ -87,7 +87,7 @@ BATON_AVX512 void gemv_block(const float* x, int64_t m, const WeightView& w, con
   Block<R> b{x, cols, w.data, {}, nullptr, size_t(cols) * dtype_size(T), next_rows};
   for (int r = 0; r < R; ++r) b.row_offset[r] = size_t(r0 + r) * size_t(cols);
   b.next = static_cast<const char*>(w.data) + size_t(r0 + R) * b.row_bytes;
-  __m512 acc[kGemvMaxBatch][R];
+  __m512 acc[kGemvMaxBatchAvx512][R];
   for (int64_t i = 0; i < m; ++i)
     for (int r = 0; r < R; ++r) acc[i][r] = _mm512_setzero_ps();
   for (int64_t kc = 0; kc < cols16; kc += kColumnChunk) {

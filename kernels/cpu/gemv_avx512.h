@@ -1,5 +1,5 @@
 // kernels/cpu/gemv_avx512.h — the batched GEMV of gemv.h (m = 2 ..
-// kGemvMaxBatch rows of x) with 512-bit FMAs.
+// kGemvMaxBatchAvx512 rows of x) with 512-bit FMAs.
 //
 // At batch 8 the AVX2 GEMV is bound by its FMAs, not by memory (BF16: 43% of
 // the read passes on the Intel Xeon, PERFORMANCE.md), so twice the lanes
@@ -17,7 +17,7 @@ namespace baton::kernels::cpu {
 
 #if defined(__x86_64__) || defined(__i386__)
 
-// As gemv_rows for 2 <= m <= kGemvMaxBatch. Call only when use_avx512().
+// As gemv_rows for 2 <= m <= kGemvMaxBatchAvx512. Call only when use_avx512().
 void gemv_rows_avx512(const float* x, int64_t m, const WeightView& w, const float* bias,
                       int64_t row_begin, int64_t row_end, float* out);
 

@@ -107,7 +107,7 @@ void linear(ThreadPool& pool, const float* x, int64_t m, std::span<const LinearO
   };
   const int64_t macs_per_row = m * cols;
   const int64_t min_rows = std::max<int64_t>(1, kMinParallelMacs / macs_per_row);
-  if (m <= kGemvMaxBatch) {
+  if (m <= gemv_max_batch()) {
     parallel_guided(pool, rows, kGemvMinPiece, kGemvMaxPiece, kGemvRowBlock,
                     std::max(kGemvMinShare, min_rows), [&](int64_t r0, int64_t r1, int) {
                       for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {

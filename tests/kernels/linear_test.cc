@@ -77,7 +77,7 @@ TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
   ASSERT_EQ(use_avx512(), isa == Isa::kAvx512);
   ThreadPool pool(2);
   const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8}, {1, 1}, {300, 17}, {9, 1040}};
-  for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 64, 200})
+  for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 32, 33, 64, 200})
     for (Shape s : shapes)
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
         for (bool bias : {false, true}) check_linear(pool, rng, m, s, dt, bias);
