@@ -406,7 +406,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   // Pass 1: every score of the partition.
   k_pass<T>(P, sc, run_blocks, passes == Passes::kAvx512, prefetch);
   // Pass 2: one softmax per query vector over the partition, relative to
-  // the partition's own max. The AVX-512 V pass takes the probabilities
+  // the partition's own max. The VDPBF16PS V pass takes the probabilities
   // split into BF16 halves, written here without storing them as floats.
   if (dot) {
     // Two elements past the last row: a tile of odd length reads its last

@@ -16,10 +16,13 @@
 // of each) and the probabilities of the two keys are broadcast as one 32-bit
 // pair.
 //
-// The score pass is the AVX2 one (key_tile_scores.h) on these machines too:
-// K tiles keep a BF16 pair of each key together (common/kv_layout.h), which
-// VDPBF16PS could take 16 keys at a time against a broadcast query pair; that
-// kernel is not written yet.
+// It runs where VDPBF16PS is preferred (use_avx512_bf16(): AMD's cores issue
+// it faster than their 512-bit FMAs), with the AVX2 score pass
+// (key_tile_scores.h). Elsewhere AVX-512 machines run both passes with F32
+// FMAs (decode_tiles_avx512.h): an Intel Xeon issues a quarter as many
+// VDPBF16PS as FMAs, and this pass took 1.6 times as long there. A
+// VDPBF16PS score pass (16 keys' BF16 pairs against a broadcast query pair)
+// is not written: it would need the query split in two halves as well.
 #pragma once
 
 #include <cstdint>

@@ -19,7 +19,8 @@ bool use_avx2();
 void set_simd_enabled(bool enabled);
 
 // True when the CPU has AVX-512 F, BW and VL (checked once): the 512-bit
-// F32 FMA tile kernels of decode attention (decode_tiles_avx512.h).
+// F32 FMA kernels of decode attention (decode_tiles_avx512.h) and of the
+// batched GEMV (gemv_avx512.h).
 bool cpu_has_avx512();
 
 // True when the AVX-512 paths are to be used: the CPU has them, SIMD is
