@@ -3,7 +3,9 @@
 #include <algorithm>
 #include <cmath>
 
+#include "kernels/cpu/attention_block_avx512.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/decode_tiles_avx512.h"
 #include "kernels/cpu/key_tile_scores.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -116,9 +118,12 @@ BATON_AVX2 void pv_avx2(const float* p, int32_t p_stride, const float* alpha, co
   for (; c < d; c += 8) pv_chunk_avx2<T, R, 1>(p, p_stride, alpha, v, d, keys, c, acc);
 }
 
+// The scores and V steps with 512-bit FMAs where the CPU has AVX-512
+// (decode_tiles_avx512.h, attention_block_avx512.h), else with AVX2.
 template <DType T>
 BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
+  const bool avx512 = use_avx512() && d % 16 == 0;
   int32_t max_visible = 0;
   // Up to four query vectors at a time over the keys any of them sees, so
   // each loaded K row serves them all.
@@ -126,9 +131,14 @@ BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
     int32_t visible = 0;
     for (int32_t j = i; j < i + R; ++j) visible = std::max(visible, a.visible[j]);
     const int32_t keys = (std::min(visible, a.keys_padded) + 7) & ~7;
-    NoPrefetch none;
-    key_tile_scores<T, R>(a.q + size_t(i) * d, d, a.k, a.k_group_stride, keys,
-                          a.scores + size_t(i) * a.keys_padded, a.keys_padded, none);
+    const float* q = a.q + size_t(i) * d;
+    float* s = a.scores + size_t(i) * a.keys_padded;
+    if (avx512) {
+      key_tile_scores_avx512(T, R, q, d, a.k, a.k_group_stride, keys, s, a.keys_padded);
+    } else {
+      NoPrefetch none;
+      key_tile_scores<T, R>(q, d, a.k, a.k_group_stride, keys, s, a.keys_padded, none);
+    }
   });
   for (int32_t i = 0; i < a.n_q; ++i) {
     const int32_t visible = std::min(a.visible[i], a.keys_padded);
@@ -138,15 +148,19 @@ BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
   }
   constexpr int kRows = 4;
   int32_t i = 0;
-  for (; i + kRows <= a.n_q; i += kRows)
-    pv_avx2<T, kRows>(a.scores + size_t(i) * a.keys_padded, a.keys_padded, a.alpha + i, a.v, d,
-                      max_visible, a.acc + size_t(i) * d);
-  const int32_t rest = a.n_q - i;
-  const float* p = a.scores + size_t(i) * a.keys_padded;
-  float* acc = a.acc + size_t(i) * d;
-  if (rest == 3) pv_avx2<T, 3>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
-  if (rest == 2) pv_avx2<T, 2>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
-  if (rest == 1) pv_avx2<T, 1>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+  for (; i < a.n_q; i += kRows) {
+    const int32_t rows = std::min(kRows, a.n_q - i);
+    const float* p = a.scores + size_t(i) * a.keys_padded;
+    float* acc = a.acc + size_t(i) * d;
+    if (avx512) {
+      block_pv_avx512(T, rows, p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+      continue;
+    }
+    if (rows == 4) pv_avx2<T, 4>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+    if (rows == 3) pv_avx2<T, 3>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+    if (rows == 2) pv_avx2<T, 2>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+    if (rows == 1) pv_avx2<T, 1>(p, a.keys_padded, a.alpha + i, a.v, d, max_visible, acc);
+  }
 }
 
 #endif  // BATON_HAVE_X86

@@ -1,17 +1,8 @@
 #include "kernels/cpu/decode_tiles_avx512.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-// GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of
-// their unmasked forms, which -Wmaybe-uninitialized reports wherever they are
-// inlined (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
 #include "common/kv_layout.h"
-
-#define BATON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define BATON_AVX512_INLINE \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline)) inline
+#include "kernels/cpu/simd_avx512.h"
 
 namespace baton::kernels::cpu {
 namespace {
@@ -67,10 +58,9 @@ BATON_AVX512_INLINE void load_key_dims(const char* row, __m512 (&dim)[2]) {
 
 // The scores of R query vectors against the 16 keys [t0, t0 + 16) of a K
 // tile (8 keys when kHalf).
-template <DType T, int R, bool kHalf>
+template <DType T, int R, bool kHalf, typename Stream>
 BATON_AVX512_INLINE void key_scores16(const float* q, int32_t d, const void* k, size_t group_stride,
-                                      int32_t t0, float* s, int32_t s_stride,
-                                      PrefetchStream& stream) {
+                                      int32_t t0, float* s, int32_t s_stride, Stream& stream) {
   constexpr int g = key_group_of(T);
   // Independent accumulators per query: two FMA units with four cycles of
   // latency keep 8 chains busy. Consecutive dimensions rotate over them.
@@ -108,10 +98,15 @@ BATON_AVX512_INLINE void key_scores16(const float* q, int32_t d, const void* k, 
   }
 }
 
-template <DType T, int R>
+// The stream of a pass that prefetches nothing (prefill's block step).
+struct NoStream {
+  void consumed(size_t) {}
+};
+
+template <DType T, int R, typename Stream>
 BATON_AVX512 void key_tile_scores(const float* q, int32_t d, const void* k, size_t group_stride,
-                                  int32_t n8, float* s, int32_t s_stride, PrefetchStream& stream) {
-  PrefetchStream local = stream;  // a local copy stays in registers
+                                  int32_t n8, float* s, int32_t s_stride, Stream& stream) {
+  Stream local = stream;  // a local copy stays in registers
   int32_t t = 0;
   for (; t + 16 <= n8; t += 16)
     key_scores16<T, R, false>(q, d, k, group_stride, t, s, s_stride, local);
@@ -217,6 +212,16 @@ void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
   with_dtype(t, [&]<DType T>() {
     with_queries(queries, [&]<int R>() {
       key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
+    });
+  });
+}
+
+void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
+                            size_t group_stride, int32_t n8, float* s, int32_t s_stride) {
+  NoStream none;
+  with_dtype(t, [&]<DType T>() {
+    with_queries(queries, [&]<int R>() {
+      key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, none);
     });
   });
 }

@@ -36,10 +36,14 @@ inline constexpr int32_t kAvx512TileQueries = 4;
 // query vectors q_r at q + r d and the keys [0, n8) of a K tile k of dtype
 // t, laid out as common/kv_layout.h says (dimension group c of key t at
 // element c * group_stride + t * key_group_of(t)); n8 and d are multiples of
-// 8 and 16. Keys past n8 are not read. Call only when use_avx512().
+// 8. Keys past n8 are not read. Call only when use_avx512().
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream);
+// The same with no prefetch stream: prefill's block step (attention_block.cc),
+// whose blocks the caller walks one at a time.
+void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
+                            size_t group_stride, int32_t n8, float* s, int32_t s_stride);
 
 // acc_r += Σ_t p_r[t] v_t for `queries` (1..kAvx512TileQueries) query
 // vectors r and keys t in [0, n), with p_r at p + r p_stride and v_t (d

@@ -1,20 +1,10 @@
 #include "kernels/cpu/gemv_avx512.h"
 
 #if defined(__x86_64__) || defined(__i386__)
-// GCC 12's AVX-512 intrinsics pass an undefined vector as the merge source of
-// their unmasked forms, which -Wmaybe-uninitialized reports wherever they are
-// inlined (a known false positive).
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#include <immintrin.h>
-
 #include <algorithm>
 
-#include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/gemv.h"
-
-#define BATON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
-#define BATON_AVX512_INLINE \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline)) inline
+#include "kernels/cpu/simd_avx512.h"
 
 namespace baton::kernels::cpu {
 namespace {
@@ -24,20 +14,6 @@ constexpr int64_t kStep = 16;
 // Columns per chunk: the block's R weight rows of this many columns stay in
 // L1 while every x row is applied to them (as gemv.cc's AVX2 kernel).
 constexpr int64_t kColumnChunk = 512;
-
-// Sixteen weights from element `offset` of W, as F32.
-template <DType T>
-BATON_AVX512_INLINE __m512 load_w16(const void* w, size_t offset) {
-  if constexpr (T == DType::kF32) {
-    return _mm512_loadu_ps(static_cast<const float*>(w) + offset);
-  } else {
-    const __m256i h = _mm256_loadu_si256(
-        reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(w) + offset));
-    if constexpr (T == DType::kF16) return _mm512_cvtph_ps(h);
-    // A BF16 value is the top half of an F32.
-    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-  }
-}
 
 // What one block's passes share.
 template <int R>
@@ -69,7 +45,7 @@ BATON_AVX512_INLINE void gemv_pass(const Block<R>& b, int64_t i, int64_t kc, int
     __m512 xv[P];
     for (int p = 0; p < P; ++p) xv[p] = _mm512_loadu_ps(b.x + (i + p) * b.cols + k);
     for (int r = 0; r < R; ++r) {
-      const __m512 wv = load_w16<T>(b.w, b.row_offset[r] + size_t(k));
+      const __m512 wv = avx512::load16<T>(b.w, b.row_offset[r] + size_t(k));
       for (int p = 0; p < P; ++p) a[p][r] = _mm512_fmadd_ps(wv, xv[p], a[p][r]);
     }
   }
