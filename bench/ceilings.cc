@@ -28,13 +28,20 @@ constexpr int kGemmM = 512, kGemmN = 1024, kGemmK = 1024;
 constexpr int kGemmRepeats = 6;
 
 // Sum of n floats with AVX2 when available and four independent accumulators,
-// so the loop is limited by the memory system, not by add latency.
+// so the loop is limited by the memory system, not by add latency. Every line
+// is prefetched 4 KiB ahead into L2, as the batch-1 GEMV streams its weights:
+// on the Intel Xeon that stream read faster than this loop without them, so
+// without them the ceiling would sit below what a kernel reaches.
 __attribute__((target("avx2"))) double sum_floats_avx2(const float* p, size_t n) {
+  constexpr size_t kAheadFloats = 4096 / sizeof(float);
   __m256 s[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(),
                  _mm256_setzero_ps()};
   size_t i = 0;
-  for (; i + 32 <= n; i += 32)
+  for (; i + 32 <= n; i += 32) {
+    __builtin_prefetch(p + i + kAheadFloats, 0, 2);
+    __builtin_prefetch(p + i + 16 + kAheadFloats, 0, 2);
     for (int j = 0; j < 4; ++j) s[j] = _mm256_add_ps(s[j], _mm256_loadu_ps(p + i + 8 * j));
+  }
   float lanes[8];
   _mm256_storeu_ps(lanes, _mm256_add_ps(_mm256_add_ps(s[0], s[1]), _mm256_add_ps(s[2], s[3])));
   double total = 0.0;
