@@ -276,6 +276,16 @@ BATON_AVX2 void k_pass(const Partition& P, Scratch& sc, int32_t run_blocks, bool
     for (int32_t h = 0; h < P.heads; ++h)
       for_query_groups(P.per_head, [&]<int R>(int32_t g0) {
         const int32_t i = h * P.per_head + g0;
+        if (avx512 && P.bs == 16 && run_blocks > 1) {
+          // The run's tiles of head h, as prepare_runs lists them: two at a
+          // time, each query element broadcast once for both.
+          const char* const* tiles = sc.tiles.data() + size_t(j0) * P.heads + size_t(h) * (j1 - j0);
+          const int32_t k0 = j0 * P.bs;
+          key_run_scores_avx512(T, R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
+                                std::min(j1 * P.bs, P.keys) - k0,
+                                sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
+          return;
+        }
         for (int32_t j = j0; j < j1; ++j) {
           const int32_t k0 = j * P.bs;
           // Scores of the slots past the context in the last 8 keys are

@@ -56,46 +56,56 @@ BATON_AVX512_INLINE void load_key_dims(const char* row, __m512 (&dim)[2]) {
   }
 }
 
-// The scores of R query vectors against the 16 keys [t0, t0 + 16) of a K
-// tile (8 keys when kHalf).
-template <DType T, int R, bool kHalf, typename Stream>
-BATON_AVX512_INLINE void key_scores16(const float* q, int32_t d, const void* k, size_t group_stride,
-                                      int32_t t0, float* s, int32_t s_stride, Stream& stream) {
+// The scores of R query vectors against J groups of 16 keys (8 keys when
+// kHalf, J = 1): group j's dimension group 0 at rows[j], the next groups
+// group_bytes apart, its scores at s + 16 j. Each query element is
+// broadcast once for the J groups: with one group, the broadcasts (FMA
+// memory operands) and the key loads outnumbered the FMAs, and the load
+// ports, not the FMA units, set the pace.
+template <DType T, int R, int J, bool kHalf, typename Stream>
+BATON_AVX512_INLINE void key_scores16(const float* q, int32_t d, const char* const (&rows)[J],
+                                      size_t group_bytes, float* s, int32_t s_stride,
+                                      Stream& stream) {
   constexpr int g = key_group_of(T);
-  // Independent accumulators per query: two FMA units with four cycles of
-  // latency keep 8 chains busy. Consecutive dimensions rotate over them.
-  constexpr int S = R == 1 ? 8 : R == 4 ? 2 : 4;
-  static_assert(S % g == 0 && 8 % S == 0);
-  __m512 acc[R][S];
+  // Independent accumulators per query and group: two FMA units with four
+  // cycles of latency keep 8 chains busy. Consecutive dimensions rotate
+  // over them.
+  constexpr int S = R * J >= 4 ? 2 : R * J == 1 ? 8 : 4;
+  static_assert(S % g == 0 && 8 % S == 0 && R * J * S <= 16 && (!kHalf || J == 1));
+  __m512 acc[R][J][S];
   for (int r = 0; r < R; ++r)
-    for (int x = 0; x < S; ++x) acc[r][x] = _mm512_setzero_ps();
+    for (int j = 0; j < J; ++j)
+      for (int x = 0; x < S; ++x) acc[r][j][x] = _mm512_setzero_ps();
   constexpr size_t kRowBytes = (kHalf ? 8 : 16) * dtype_size(T);
-  // Consecutive dimension groups lie group_bytes apart: walked by a pointer
-  // rather than recomputed per row (the offset's divide and multiply were
-  // a third of the loop's instructions).
-  const size_t group_bytes = KvLayout::key_dim_offset(g, g, group_stride) * dtype_size(T);
-  const char* row = static_cast<const char*>(k) + size_t(t0) * g * dtype_size(T);
+  const char* row[J];
+  for (int j = 0; j < J; ++j) row[j] = rows[j];
   for (int32_t c8 = 0; c8 < d; c8 += 8) {
-    stream.consumed(8 * kRowBytes);
+    stream.consumed(8 * J * kRowBytes);
     for (int32_t c = c8; c < c8 + 8; c += S)
-      for (int u = 0; u < S; u += g, row += group_bytes) {
-        __m512 dim[2];
-        load_key_dims<T, kHalf>(row, dim);
+      for (int u = 0; u < S; u += g) {
+        __m512 dim[J][2];
+        for (int j = 0; j < J; ++j) {
+          load_key_dims<T, kHalf>(row[j], dim[j]);
+          row[j] += group_bytes;
+        }
         for (int r = 0; r < R; ++r)
-          for (int e = 0; e < g; ++e)
-            acc[r][u + e] = _mm512_fmadd_ps(_mm512_set1_ps(q[size_t(r) * d + c + u + e]), dim[e],
-                                            acc[r][u + e]);
+          for (int e = 0; e < g; ++e) {
+            const __m512 qv = _mm512_set1_ps(q[size_t(r) * d + c + u + e]);
+            for (int j = 0; j < J; ++j)
+              acc[r][j][u + e] = _mm512_fmadd_ps(qv, dim[j][e], acc[r][j][u + e]);
+          }
       }
   }
-  for (int r = 0; r < R; ++r) {
-    __m512 sum = acc[r][0];
-    for (int x = 1; x < S; ++x) sum = _mm512_add_ps(sum, acc[r][x]);
-    float* out = s + size_t(r) * s_stride + t0;
-    if constexpr (kHalf)
-      _mm256_storeu_ps(out, _mm512_castps512_ps256(sum));
-    else
-      _mm512_storeu_ps(out, sum);
-  }
+  for (int r = 0; r < R; ++r)
+    for (int j = 0; j < J; ++j) {
+      __m512 sum = acc[r][j][0];
+      for (int x = 1; x < S; ++x) sum = _mm512_add_ps(sum, acc[r][j][x]);
+      float* out = s + size_t(r) * s_stride + 16 * j;
+      if constexpr (kHalf)
+        _mm256_storeu_ps(out, _mm512_castps512_ps256(sum));
+      else
+        _mm512_storeu_ps(out, sum);
+    }
 }
 
 // The stream of a pass that prefetches nothing (prefill's block step).
@@ -103,14 +113,59 @@ struct NoStream {
   void consumed(size_t) {}
 };
 
+// Consecutive dimension groups of a K tile lie this many bytes apart.
+template <DType T>
+size_t group_bytes_of(size_t group_stride) {
+  constexpr int g = key_group_of(T);
+  return KvLayout::key_dim_offset(g, g, group_stride) * dtype_size(T);
+}
+
 template <DType T, int R, typename Stream>
 BATON_AVX512 void key_tile_scores(const float* q, int32_t d, const void* k, size_t group_stride,
                                   int32_t n8, float* s, int32_t s_stride, Stream& stream) {
   Stream local = stream;  // a local copy stays in registers
+  const size_t group_bytes = group_bytes_of<T>(group_stride);
+  const size_t key_bytes = size_t(key_group_of(T)) * dtype_size(T);  // one key in a row
+  const char* tile = static_cast<const char*>(k);
   int32_t t = 0;
-  for (; t + 16 <= n8; t += 16)
-    key_scores16<T, R, false>(q, d, k, group_stride, t, s, s_stride, local);
-  if (t < n8) key_scores16<T, R, true>(q, d, k, group_stride, t, s, s_stride, local);
+  for (; t + 32 <= n8; t += 32) {
+    const char* const rows[2] = {tile + size_t(t) * key_bytes, tile + size_t(t + 16) * key_bytes};
+    key_scores16<T, R, 2, false>(q, d, rows, group_bytes, s + t, s_stride, local);
+  }
+  for (; t + 16 <= n8; t += 16) {
+    const char* const rows[1] = {tile + size_t(t) * key_bytes};
+    key_scores16<T, R, 1, false>(q, d, rows, group_bytes, s + t, s_stride, local);
+  }
+  if (t < n8) {
+    const char* const rows[1] = {tile + size_t(t) * key_bytes};
+    key_scores16<T, R, 1, true>(q, d, rows, group_bytes, s + t, s_stride, local);
+  }
+  stream = local;
+}
+
+// The scores of R query vectors against the keys [0, keys) of a run of
+// 16-key tiles (tiles[j] holds keys [16 j, 16 j + 16)), two tiles at a
+// time.
+template <DType T, int R>
+BATON_AVX512 void key_run_scores(const float* q, int32_t d, const char* const* tiles,
+                                 size_t group_stride, int32_t keys, float* s, int32_t s_stride,
+                                 PrefetchStream& stream) {
+  PrefetchStream local = stream;
+  const size_t group_bytes = group_bytes_of<T>(group_stride);
+  int32_t t = 0, j = 0;
+  for (; t + 32 <= keys; t += 32, j += 2) {
+    const char* const rows[2] = {tiles[j], tiles[j + 1]};
+    key_scores16<T, R, 2, false>(q, d, rows, group_bytes, s + t, s_stride, local);
+  }
+  for (; t < keys; t += 16, ++j) {
+    // One tile left, or the run's last, partly filled one.
+    const char* const rows[1] = {tiles[j]};
+    if (t + 16 <= keys)
+      key_scores16<T, R, 1, false>(q, d, rows, group_bytes, s + t, s_stride, local);
+    else
+      key_tile_scores<T, R>(q, d, tiles[j], group_stride, ((keys - t) + 7) / 8 * 8, s + t, s_stride,
+                            local);
+  }
   stream = local;
 }
 
@@ -212,6 +267,16 @@ void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
   with_dtype(t, [&]<DType T>() {
     with_queries(queries, [&]<int R>() {
       key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
+    });
+  });
+}
+
+void key_run_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
+                           const char* const* tiles, size_t group_stride, int32_t keys, float* s,
+                           int32_t s_stride, PrefetchStream& stream) {
+  with_dtype(t, [&]<DType T>() {
+    with_queries(queries, [&]<int R>() {
+      key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
     });
   });
 }

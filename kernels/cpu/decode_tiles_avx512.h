@@ -40,8 +40,14 @@ inline constexpr int32_t kAvx512TileQueries = 4;
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream);
-// The same with no prefetch stream: prefill's block step (attention_block.cc),
-// whose blocks the caller walks one at a time.
+// The same for a run of K tiles of 16 keys each: tiles[j] holds keys
+// [16 j, 16 j + 16) of the run's keys [0, keys), all but the last tile full.
+// Two tiles are taken at a time, each query element broadcast once for both.
+void key_run_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
+                           const char* const* tiles, size_t group_stride, int32_t keys, float* s,
+                           int32_t s_stride, PrefetchStream& stream);
+// The same as key_tile_scores_avx512 with no prefetch stream: prefill's block step
+// (attention_block.cc), whose blocks the caller walks one at a time.
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride);
 
