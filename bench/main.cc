@@ -10,12 +10,12 @@
 #include "kernels/cpu/cpu_features.h"
 
 int main(int argc, char** argv) {
+  baton::kernels::cpu::setup_blas();  // first: see blas_setup.h
   baton::bench::take_bench_flags(&argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   benchmark::AddCustomContext("pool_threads", std::to_string(baton::bench::bench_pool().size()));
   namespace cpu = baton::kernels::cpu;
-  cpu::setup_blas();
   benchmark::AddCustomContext("blas_core", cpu::blas_core_name());
   benchmark::AddCustomContext("avx512", !cpu::cpu_has_avx512() ? "absent"
                                         : cpu::use_avx512()    ? "used"

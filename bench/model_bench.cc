@@ -225,11 +225,11 @@ void register_all() {
 }  // namespace baton::bench
 
 int main(int argc, char** argv) {
+  baton::kernels::cpu::setup_blas();  // first: see blas_setup.h
   baton::bench::take_bench_flags(&argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   baton::bench::register_all();
-  baton::kernels::cpu::setup_blas();  // before the ceiling, and before its name is printed
   std::printf(
       "ceilings: memory bandwidth %.1f GB/s, sgemm %.1f GFLOP/s (all threads, OpenBLAS %s "
       "kernels)\n",

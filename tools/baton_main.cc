@@ -6,9 +6,13 @@
 #include <string>
 
 #include "common/logging.h"
+#include "kernels/cpu/blas_setup.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
+  // Before any thread starts: it may set and unset an environment variable
+  // for OpenBLAS to read, which getenv on another thread must not race.
+  baton::kernels::cpu::setup_blas();
   CLI::App app{"Baton: disaggregated prefill/decode serving for Llama-family models"};
   app.require_subcommand(1);
   std::string log_level = "warn";

@@ -17,7 +17,9 @@
 namespace baton::kernels::cpu {
 
 // Once per process, before the first BLAS call (linear() calls it): sets
-// OpenBLAS to one thread, and to the CPU's kernels as above.
+// OpenBLAS to one thread, and to the CPU's kernels as above. Programs call
+// it first thing in main: setenv and unsetenv race with getenv on other
+// threads.
 void setup_blas();
 
 // The kernels OpenBLAS runs ("SkylakeX", "Haswell", ...), for benchmarks to
