@@ -3,10 +3,10 @@
 //
 // Random bytes are no stand-in for them: bytes of 0x00-0x3f give BF16 and
 // F32 values down to 2^-126, whose products with queries or probabilities
-// are subnormal. Intel cores take a microcode assist for every such product
-// (about a hundred cycles), so such data measured decode attention ten times
-// slower than normal values do on an Intel Xeon (PERFORMANCE.md, "The
-// machine"); AMD cores hardly notice.
+// are subnormal. Intel cores take a microcode assist for every such product,
+// so such data measured decode attention ten times slower than normal values
+// do on an Intel Xeon (PERFORMANCE.md, "The machine"); the AMD machines had
+// measured the same benchmarks on it at their usual speeds.
 #pragma once
 
 #include <cstddef>

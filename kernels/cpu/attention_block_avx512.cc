@@ -1,6 +1,7 @@
 #include "kernels/cpu/attention_block_avx512.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace baton::kernels::cpu {
@@ -39,33 +40,13 @@ BATON_AVX512 void block_pv(const float* p, int32_t p_stride, const float* alpha,
   for (; c < d; c += 16) pv_chunk<T, R, 1>(p, p_stride, alpha, v, d, keys, c, acc);
 }
 
-template <DType T>
-void block_pv_t(int32_t queries, const float* p, int32_t p_stride, const float* alpha,
-                const void* v, int32_t d, int32_t keys, float* acc) {
-  switch (queries) {
-    case 4:
-      return block_pv<T, 4>(p, p_stride, alpha, v, d, keys, acc);
-    case 3:
-      return block_pv<T, 3>(p, p_stride, alpha, v, d, keys, acc);
-    case 2:
-      return block_pv<T, 2>(p, p_stride, alpha, v, d, keys, acc);
-    default:
-      return block_pv<T, 1>(p, p_stride, alpha, v, d, keys, acc);
-  }
-}
-
 }  // namespace
 
 void block_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride, const float* alpha,
                      const void* v, int32_t d, int32_t keys, float* acc) {
-  switch (t) {
-    case DType::kF32:
-      return block_pv_t<DType::kF32>(queries, p, p_stride, alpha, v, d, keys, acc);
-    case DType::kF16:
-      return block_pv_t<DType::kF16>(queries, p, p_stride, alpha, v, d, keys, acc);
-    case DType::kBF16:
-      return block_pv_t<DType::kBF16>(queries, p, p_stride, alpha, v, d, keys, acc);
-  }
+  with_dtype(t, [&]<DType T>() {
+    with_queries<4>(queries, [&]<int R>() { block_pv<T, R>(p, p_stride, alpha, v, d, keys, acc); });
+  });
 }
 
 }  // namespace baton::kernels::cpu

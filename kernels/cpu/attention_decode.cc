@@ -341,11 +341,12 @@ BATON_AVX2 void v_pass_avx512(const Partition& P, Scratch& sc, PrefetchStream& p
         tile_pv_avx512(T, R, sc.scores.data() + size_t(i) * P.stride + k0, P.stride, v.rows,
                        v.offset, P.d, n, sc.acc.data() + size_t(i) * P.d, prefetch);
       });
-  constexpr ChunkSlots kBf16Slots = chunk_slots(tile_pv_avx512_slot);
-  if constexpr (T == DType::kBF16)
-    chunks_to_element_order(sc.acc.data(), sc.acc.size(), kBf16Slots, acc);
-  else
+  if constexpr (T == DType::kBF16) {
+    constexpr ChunkSlots kSlots = chunk_slots(tile_pv_avx512_slot);
+    chunks_to_element_order(sc.acc.data(), sc.acc.size(), kSlots, acc);
+  } else {
     std::copy(sc.acc.begin(), sc.acc.end(), acc);
+  }
 }
 
 template <DType T>

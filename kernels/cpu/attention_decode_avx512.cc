@@ -13,6 +13,7 @@
 #include <iterator>
 #include <limits>
 
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/exp_poly.h"
 
 #define BATON_AVX512_BF16 \
@@ -149,15 +150,6 @@ BATON_AVX512_BF16_INLINE __mmask16 first_lanes(int32_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
-// Calls f<R>() for R = queries, 1..kAvx512MaxQueries.
-template <typename F>
-void with_query_count(int32_t queries, F&& f) {
-  static_assert(kAvx512MaxQueries == 3);
-  if (queries == 3) return f.template operator()<3>();
-  if (queries == 2) return f.template operator()<2>();
-  return f.template operator()<1>();
-}
-
 }  // namespace
 
 #pragma GCC diagnostic push
@@ -202,7 +194,7 @@ BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32
 void tile_pv_bf16_avx512(int32_t queries, const uint16_t* p_hi, const uint16_t* p_lo,
                          int32_t p_stride, const void* v, int32_t d, int32_t n, float* acc,
                          PrefetchStream& stream) {
-  with_query_count(queries, [&]<int R>() {
+  with_queries<kAvx512MaxQueries>(queries, [&]<int R>() {
     tile_pv<R>(p_hi, p_lo, p_stride, static_cast<const uint16_t*>(v), d, n, acc, stream);
   });
 }

@@ -3,10 +3,10 @@
 //
 // Debian 12's OpenBLAS (0.3.21) picks its kernels by CPU model, and takes a
 // model it does not know for a Prescott: SSE3 kernels. An Intel Xeon of the
-// Emerald Rapids generation (model 207) is one, and ran sgemm at 19 GFLOP/s
-// a core there instead of the 3-4x its AVX-512 kernels give
-// (PERFORMANCE.md, "The machine"). OpenBLAS reads OPENBLAS_CORETYPE only
-// while it loads, before main; so where it chose kernels without AVX2 on a
+// Emerald Rapids generation (model 207) is one: sgemm on two threads ran at
+// 37.6 GFLOP/s there, and at 162-212 with the SkylakeX kernels
+// (PERFORMANCE.md, "The machine"). OpenBLAS reads OPENBLAS_CORETYPE when it
+// chooses its kernels, as it loads, before main; so where it chose kernels without AVX2 on a
 // CPU that has it, setup_blas() names the CPU's best kernels and has
 // OpenBLAS choose again. A core type the user set in the environment is
 // left alone.

@@ -2,39 +2,11 @@
 
 #if defined(__x86_64__) || defined(__i386__)
 #include "common/kv_layout.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/simd_avx512.h"
 
 namespace baton::kernels::cpu {
 namespace {
-
-// Calls f<R>() for R = queries, 1..kAvx512TileQueries.
-template <typename F>
-void with_queries(int32_t queries, F&& f) {
-  static_assert(kAvx512TileQueries == 4);
-  switch (queries) {
-    case 4:
-      return f.template operator()<4>();
-    case 3:
-      return f.template operator()<3>();
-    case 2:
-      return f.template operator()<2>();
-    default:
-      return f.template operator()<1>();
-  }
-}
-
-// Calls f.template operator()<T>() for the dtype t.
-template <typename F>
-void with_dtype(DType t, F&& f) {
-  switch (t) {
-    case DType::kF32:
-      return f.template operator()<DType::kF32>();
-    case DType::kF16:
-      return f.template operator()<DType::kF16>();
-    case DType::kBF16:
-      return f.template operator()<DType::kBF16>();
-  }
-}
 
 // One K tile row's dimension (a BF16 pair's two) of 16 keys at `row` as
 // floats, or of 8 keys (the upper lanes zero) when kHalf.
@@ -265,7 +237,7 @@ void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream) {
   with_dtype(t, [&]<DType T>() {
-    with_queries(queries, [&]<int R>() {
+    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
       key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
     });
   });
@@ -275,7 +247,7 @@ void key_run_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                            const char* const* tiles, size_t group_stride, int32_t keys, float* s,
                            int32_t s_stride, PrefetchStream& stream) {
   with_dtype(t, [&]<DType T>() {
-    with_queries(queries, [&]<int R>() {
+    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
       key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
     });
   });
@@ -285,7 +257,7 @@ void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride) {
   NoStream none;
   with_dtype(t, [&]<DType T>() {
-    with_queries(queries, [&]<int R>() {
+    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
       key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, none);
     });
   });
@@ -295,8 +267,8 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
                     const char* const* rows, size_t row_offset, int32_t d, int32_t n, float* acc,
                     PrefetchStream& stream) {
   with_dtype(t, [&]<DType T>() {
-    with_queries(queries,
-                 [&]<int R>() { tile_pv<T, R>(p, p_stride, rows, row_offset, d, n, acc, stream); });
+    with_queries<kAvx512TileQueries>(
+        queries, [&]<int R>() { tile_pv<T, R>(p, p_stride, rows, row_offset, d, n, acc, stream); });
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include "common/check.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemv_avx512.h"
 #include "kernels/cpu/simd_avx2.h"
 
@@ -170,12 +171,9 @@ template <DType T>
 BATON_AVX2 void gemv_rows_avx2(const float* x, int64_t m, const WeightView& w, const float* bias,
                                int64_t row_begin, int64_t row_end, float* out) {
   if (m == 1) return gemv_batch1_avx2<T>(x, w, bias, row_begin, row_end, out);
-  int64_t r = row_begin;
-  for (; r + kGemvRowBlock <= row_end; r += kGemvRowBlock) {
-    const auto next_rows = int(std::clamp<int64_t>(row_end - r - kGemvRowBlock, 0, kGemvRowBlock));
-    gemv_block_avx2<T, kGemvRowBlock>(x, m, w, bias, r, next_rows, out);
-  }
-  for (; r < row_end; ++r) gemv_block_avx2<T, 1>(x, m, w, bias, r, /*next_rows=*/0, out);
+  for_each_row_block(row_begin, row_end, [&]<int R>(int64_t r, int next_rows) {
+    gemv_block_avx2<T, R>(x, m, w, bias, r, next_rows, out);
+  });
 }
 
 #endif  // BATON_HAVE_X86
@@ -191,16 +189,9 @@ void gemv_rows(const float* x, int64_t m, const WeightView& w, const float* bias
   // Batches of two and more are bound by their FMAs: 512-bit ones where the
   // CPU has them (gemv_avx512.h).
   if (m > 1 && use_avx512()) return gemv_rows_avx512(x, m, w, bias, row_begin, row_end, out);
-  if (use_avx2()) {
-    switch (w.dtype) {
-      case DType::kF32:
-        return gemv_rows_avx2<DType::kF32>(x, m, w, bias, row_begin, row_end, out);
-      case DType::kF16:
-        return gemv_rows_avx2<DType::kF16>(x, m, w, bias, row_begin, row_end, out);
-      case DType::kBF16:
-        return gemv_rows_avx2<DType::kBF16>(x, m, w, bias, row_begin, row_end, out);
-    }
-  }
+  if (use_avx2())
+    return with_dtype(
+        w.dtype, [&]<DType T>() { gemv_rows_avx2<T>(x, m, w, bias, row_begin, row_end, out); });
 #endif
   gemv_rows_scalar(x, m, w, bias, row_begin, row_end, out);
 }

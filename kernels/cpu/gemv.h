@@ -25,6 +25,20 @@ int64_t gemv_max_batch();
 // all); row ranges that start on a multiple of it keep every block whole.
 inline constexpr int64_t kGemvRowBlock = 4;
 
+// Calls block.template operator()<R>(r, next_rows) for the blocks of
+// kGemvRowBlock rows of [row_begin, row_end) (R = kGemvRowBlock), then for
+// each row left (R = 1): rows [r, r + R), with the next next_rows rows (the
+// next block) to be prefetched as they are read.
+template <typename F>
+void for_each_row_block(int64_t row_begin, int64_t row_end, F&& block) {
+  int64_t r = row_begin;
+  for (; r + kGemvRowBlock <= row_end; r += kGemvRowBlock) {
+    const int64_t next = row_end - r - kGemvRowBlock;
+    block.template operator()<kGemvRowBlock>(r, int(next < kGemvRowBlock ? next : kGemvRowBlock));
+  }
+  for (; r < row_end; ++r) block.template operator()<1>(r, 0);
+}
+
 // out[i, r] = x[i, :] · w[r, :] + bias[r] for i < m (m <= gemv_max_batch()) and
 // r in [row_begin, row_end). x: [m, w.cols]; out: [m, w.rows]; bias: [w.rows] or null.
 void gemv_rows(const float* x, int64_t m, const WeightView& w, const float* bias, int64_t row_begin,

@@ -3,6 +3,7 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <algorithm>
 
+#include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/simd_avx512.h"
 
@@ -87,26 +88,16 @@ BATON_AVX512 void gemv_block(const float* x, int64_t m, const WeightView& w, con
 template <DType T>
 BATON_AVX512 void gemv_rows_t(const float* x, int64_t m, const WeightView& w, const float* bias,
                               int64_t row_begin, int64_t row_end, float* out) {
-  int64_t r = row_begin;
-  for (; r + kGemvRowBlock <= row_end; r += kGemvRowBlock) {
-    const auto next_rows = int(std::clamp<int64_t>(row_end - r - kGemvRowBlock, 0, kGemvRowBlock));
-    gemv_block<T, kGemvRowBlock>(x, m, w, bias, r, next_rows, out);
-  }
-  for (; r < row_end; ++r) gemv_block<T, 1>(x, m, w, bias, r, /*next_rows=*/0, out);
+  for_each_row_block(row_begin, row_end, [&]<int R>(int64_t r, int next_rows) {
+    gemv_block<T, R>(x, m, w, bias, r, next_rows, out);
+  });
 }
 
 }  // namespace
 
 void gemv_rows_avx512(const float* x, int64_t m, const WeightView& w, const float* bias,
                       int64_t row_begin, int64_t row_end, float* out) {
-  switch (w.dtype) {
-    case DType::kF32:
-      return gemv_rows_t<DType::kF32>(x, m, w, bias, row_begin, row_end, out);
-    case DType::kF16:
-      return gemv_rows_t<DType::kF16>(x, m, w, bias, row_begin, row_end, out);
-    case DType::kBF16:
-      return gemv_rows_t<DType::kBF16>(x, m, w, bias, row_begin, row_end, out);
-  }
+  with_dtype(w.dtype, [&]<DType T>() { gemv_rows_t<T>(x, m, w, bias, row_begin, row_end, out); });
 }
 
 }  // namespace baton::kernels::cpu

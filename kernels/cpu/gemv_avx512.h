@@ -5,8 +5,8 @@
 // the read passes on the Intel Xeon, PERFORMANCE.md), so twice the lanes
 // per FMA are worth having there. It applies four weight rows to four x
 // rows per pass (16 accumulators): each weight vector feeds four FMAs and
-// each x vector four. Batch 1 stays on the AVX2 kernel, which streams
-// weights at memory speed already.
+// each x vector four. Batch 1 stays on the AVX2 kernel: a 512-bit one made
+// whole decode steps no faster (PERFORMANCE.md).
 #pragma once
 
 #include <cstdint>

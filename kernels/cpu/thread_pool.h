@@ -7,12 +7,12 @@
 //
 // The pool's threads run with subnormal floats flushed to zero (MXCSR's FTZ
 // and DAZ; the caller's own setting is restored when parallel_for returns).
-// An Intel core takes a microcode assist of about a hundred cycles for every
-// multiply that makes or reads a subnormal: decode attention over K and V
-// whose products came out subnormal ran ten times slower (PERFORMANCE.md, "The
-// machine"), and a softmax's probabilities of keys far below the max reach
-// that range in real models. Values below 2^-126 are negligible beside the
-// sums they enter.
+// An Intel core takes a microcode assist for every multiply that makes or
+// reads a subnormal: decode attention over K and V whose products came out
+// subnormal ran ten times slower (PERFORMANCE.md, "The machine"). Real data
+// gets there too: a softmax's probabilities go down to exp(-87), about
+// 1.6e-38, whose products with V are subnormal. Values below 2^-126 are
+// negligible beside the sums they enter.
 #pragma once
 
 #include <atomic>

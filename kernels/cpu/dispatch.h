@@ -1,0 +1,39 @@
+// kernels/cpu/dispatch.h — from run-time values to the template arguments
+// the SIMD kernels are instantiated for: a KV or weight dtype, and how many
+// query vectors one call serves.
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.h"
+
+namespace baton::kernels::cpu {
+
+// Calls f.template operator()<T>() for the dtype t.
+template <typename F>
+void with_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kF32:
+      return f.template operator()<DType::kF32>();
+    case DType::kF16:
+      return f.template operator()<DType::kF16>();
+    case DType::kBF16:
+      return f.template operator()<DType::kBF16>();
+  }
+}
+
+// Calls f.template operator()<R>() for R = n, 1..kMax (kMax at most 4);
+// n outside that range is taken as 1.
+template <int kMax, typename F>
+void with_queries(int32_t n, F&& f) {
+  static_assert(kMax >= 1 && kMax <= 4);
+  if constexpr (kMax >= 4)
+    if (n == 4) return f.template operator()<4>();
+  if constexpr (kMax >= 3)
+    if (n == 3) return f.template operator()<3>();
+  if constexpr (kMax >= 2)
+    if (n == 2) return f.template operator()<2>();
+  return f.template operator()<1>();
+}
+
+}  // namespace baton::kernels::cpu
