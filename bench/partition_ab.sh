@@ -6,14 +6,14 @@
 #   bench/partition_ab.sh HEAD kernels/cpu/attention_decode.cc --ctx 256
 #   bench/partition_ab.sh HEAD~1 HEAD --ctx 16384 --cold --trials 100
 #
-# OLD and NEW are each a file or a git revision (whose
-# kernels/cpu/attention_decode.cc is taken). A is OLD, B is NEW. The rest of
-# the kernels library (softmax, the AVX-512 passes, ...) comes from the
-# current build in $BUILD (default: build), so only attention_decode.cc may
-# differ between the two; the headers it includes (the score pass of
-# key_tile_scores.h among them) are this tree's for both. Revisions before
-# the K tiles kept their keys side by side call functions this tree no
-# longer has and do not build.
+# OLD and NEW are each a file or a git revision. A revision gives its
+# kernels/cpu/attention_decode.cc and its 512-bit tile passes
+# (decode_tiles_avx512.cc); a file is an attention_decode.cc, with this
+# tree's tile passes. A is OLD, B is NEW. The rest of the kernels library
+# (softmax, the AVX2 passes of the headers, ...) comes from the current build
+# in $BUILD (default: build), and the headers both sides include are this
+# tree's. Revisions before the K tiles kept their keys side by side call
+# functions this tree no longer has and do not build.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
@@ -27,10 +27,13 @@ mkdir -p "$work"
 # The kernel source of a file or a revision, as a file under $work.
 source_of() {
   local spec=$1 side=$2
+  local tiles=kernels/cpu/decode_tiles_avx512.cc
   if [ -f "$spec" ]; then
     cp "$spec" "$work/$side.cc"
+    cp "$root/$tiles" "$work/${side}_tiles.cc"
   else
     git -C "$root" show "$spec:kernels/cpu/attention_decode.cc" >"$work/$side.cc"
+    git -C "$root" show "$spec:$tiles" >"$work/${side}_tiles.cc"
   fi
 }
 source_of "$1" a
@@ -44,7 +47,8 @@ flags=(-O3 -DNDEBUG -std=c++20 -I"$root")
 compile() { ${CXX:-c++} "${flags[@]}" "$@"; }
 side() {
   compile -c "$root/bench/partition_ab/variant.cc" -DBATON_AB_SIDE="$1" \
-    -DBATON_AB_SOURCE="\"$work/$1.cc\"" -o "$work/$1.o"
+    -DBATON_AB_SOURCE="\"$work/$1.cc\"" -DBATON_AB_TILES_SOURCE="\"$work/${1}_tiles.cc\"" \
+    -o "$work/$1.o"
 }
 # No object of an earlier run may stand in for one that failed to build.
 rm -f "$work"/*.o "$work/partition_ab"

@@ -6,6 +6,10 @@
 #include "kernels/cpu/simd_avx512.h"
 
 namespace baton::kernels::cpu {
+// The passes' own pieces live in avx512::, apart from the AVX2 passes'
+// names (key_tile_scores.h), so one translation unit can hold both (as
+// bench/partition_ab's does).
+namespace avx512 {
 namespace {
 
 // One K tile row's dimension (a BF16 pair's two) of 16 keys at `row` as
@@ -134,9 +138,9 @@ BATON_AVX512 void key_run_scores(const float* q, int32_t d, const char* const* t
     const char* const rows[1] = {tiles[j]};
     if (t + 16 <= keys)
       key_scores16<T, R, 1, false>(q, d, rows, group_bytes, s + t, s_stride, local);
-    else
-      key_tile_scores<T, R>(q, d, tiles[j], group_stride, ((keys - t) + 7) / 8 * 8, s + t, s_stride,
-                            local);
+    else  // qualified: the stream's namespace holds the AVX2 pass of that name
+      avx512::key_tile_scores<T, R>(q, d, tiles[j], group_stride, ((keys - t) + 7) / 8 * 8, s + t,
+                                    s_stride, local);
   }
   stream = local;
 }
@@ -232,13 +236,14 @@ BATON_AVX512 void tile_pv(const float* p, int32_t p_stride, const char* const* r
 }
 
 }  // namespace
+}  // namespace avx512
 
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream) {
   with_dtype(t, [&]<DType T>() {
     with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
-      key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
+      avx512::key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
     });
   });
 }
@@ -248,17 +253,17 @@ void key_run_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                            int32_t s_stride, PrefetchStream& stream) {
   with_dtype(t, [&]<DType T>() {
     with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
-      key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
+      avx512::key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
     });
   });
 }
 
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride) {
-  NoStream none;
+  avx512::NoStream none;
   with_dtype(t, [&]<DType T>() {
     with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
-      key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, none);
+      avx512::key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, none);
     });
   });
 }
@@ -267,8 +272,9 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
                     const char* const* rows, size_t row_offset, int32_t d, int32_t n, float* acc,
                     PrefetchStream& stream) {
   with_dtype(t, [&]<DType T>() {
-    with_queries<kAvx512TileQueries>(
-        queries, [&]<int R>() { tile_pv<T, R>(p, p_stride, rows, row_offset, d, n, acc, stream); });
+    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
+      avx512::tile_pv<T, R>(p, p_stride, rows, row_offset, d, n, acc, stream);
+    });
   });
 }
 
