@@ -12,7 +12,8 @@
 //
 // One thread, smollm2-135m's attention by default (9 query heads, 3 KV
 // heads, head_dim 64; --heads, --kv-heads and --head-dim give others),
-// 16-token blocks (--block-size). In cache, one sequence's blocks are read
+// 16-token blocks (--block-size); --avx512 0 runs the AVX2 passes on an
+// AVX-512 machine. In cache, one sequence's blocks are read
 // again every trial (256 tokens: 192 KiB in BF16, in L2). With --cold, each
 // trial reads another of 16 sequences whose blocks lie at random in 256 MiB,
 // so every trial comes from memory.
@@ -27,6 +28,7 @@
 #include "common/dtype.h"
 #include "common/kv_layout.h"
 #include "kernels/cpu/attention_decode.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace baton::kernels::cpu {
 void attend_decode_partition_a(const PagedAttentionParams&, int32_t, int32_t, int32_t,
@@ -100,7 +102,10 @@ int main(int argc, char** argv) {
   app.add_option("--kv-heads", kv_heads, "KV heads (dividing --heads)")->check(CLI::Range(1, 256));
   app.add_option("--head-dim", head_dim, "head_dim")->check(CLI::Range(16, 512));
   app.add_option("--block-size", block_size, "tokens per KV block")->check(CLI::Range(1, 1024));
+  bool avx512 = true;
+  app.add_option("--avx512", avx512, "0: the AVX2 passes even where AVX-512 is present");
   CLI11_PARSE(app, argc, argv);
+  set_avx512_enabled(avx512);
   if (heads % kv_heads != 0) {
     std::fprintf(stderr, "partition_ab: --kv-heads %d does not divide --heads %d\n", kv_heads,
                  heads);
