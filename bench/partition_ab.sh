@@ -8,32 +8,41 @@
 #
 # OLD and NEW are each a file or a git revision. A revision gives its
 # kernels/cpu/attention_decode.cc and its 512-bit tile passes
-# (decode_tiles_avx512.cc); a file is an attention_decode.cc, with this
-# tree's tile passes. A is OLD, B is NEW. The rest of the kernels library
-# (softmax, the AVX2 passes of the headers, ...) comes from the current build
-# in $BUILD (default: build), and the headers both sides include are this
-# tree's. Revisions before the K tiles kept their keys side by side call
-# functions this tree no longer has and do not build.
+# (decode_tiles_avx512.cc), built with its own kernels/cpu headers; a file
+# is an attention_decode.cc, with this tree's tile passes and headers. A is
+# OLD, B is NEW. The rest of the kernels library (softmax, ...) comes from
+# the current build in $BUILD (default: build). A template in a header that
+# both a side and the library instantiate links once, so a change to one
+# (the AVX2 score pass of key_tile_scores.h, say) is measured with a file
+# against this tree, not with an older revision. Revisions whose 512-bit
+# tile passes were not yet in namespace avx512 do not build.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 if [ $# -lt 2 ]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 work=$build/partition_ab_sources
 mkdir -p "$work"
 
-# The kernel source of a file or a revision, as a file under $work.
+# The kernel source of a file or a revision, as files under $work; a
+# revision's kernels/cpu headers go to $work/<side>_root, searched first.
 source_of() {
   local spec=$1 side=$2
   local tiles=kernels/cpu/decode_tiles_avx512.cc
+  rm -rf "$work/${side}_root"
+  mkdir -p "$work/${side}_root/kernels/cpu"
   if [ -f "$spec" ]; then
     cp "$spec" "$work/$side.cc"
     cp "$root/$tiles" "$work/${side}_tiles.cc"
   else
     git -C "$root" show "$spec:kernels/cpu/attention_decode.cc" >"$work/$side.cc"
     git -C "$root" show "$spec:$tiles" >"$work/${side}_tiles.cc"
+    local header
+    for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ | grep '\.h$'); do
+      git -C "$root" show "$spec:$header" >"$work/${side}_root/$header"
+    done
   fi
 }
 source_of "$1" a
@@ -46,7 +55,8 @@ done
 flags=(-O3 -DNDEBUG -std=c++20 -I"$root")
 compile() { ${CXX:-c++} "${flags[@]}" "$@"; }
 side() {
-  compile -c "$root/bench/partition_ab/variant.cc" -DBATON_AB_SIDE="$1" \
+  ${CXX:-c++} -I"$work/${1}_root" "${flags[@]}" -c "$root/bench/partition_ab/variant.cc" \
+    -DBATON_AB_SIDE="$1" \
     -DBATON_AB_SOURCE="\"$work/$1.cc\"" -DBATON_AB_TILES_SOURCE="\"$work/${1}_tiles.cc\"" \
     -o "$work/$1.o"
 }
