@@ -157,13 +157,14 @@ void run_decode(benchmark::State& state, const std::string& preset, DType dtype)
                  " layers)");
 }
 
-// Prefill of one 512-token prompt from an empty cache.
+// Prefill of one 512-token prompt from an empty cache, into a KV pool of the
+// weights' dtype (what the engine's kv_dtype: auto gives).
 void run_prefill(benchmark::State& state, const std::string& preset, DType dtype) {
   const int32_t length = int32_t(state.range(0));
   LoadedModel& m = load(preset, dtype);
   const auto& c = m.model->config();
   const int32_t blocks = (length + kBlockSize - 1) / kBlockSize;
-  auto kv = engine::KvPool::create(m.model->kv_layout(blocks, kBlockSize, DType::kF32));
+  auto kv = engine::KvPool::create(m.model->kv_layout(blocks, kBlockSize, dtype));
   if (!kv.is_ok()) {
     state.SkipWithError(kv.status().to_string().c_str());
     return;
