@@ -14,6 +14,7 @@
 #define key_run_scores_avx512 BATON_AB_NAME(key_run_scores_avx512, BATON_AB_SIDE)
 #define tile_pv_avx512 BATON_AB_NAME(tile_pv_avx512, BATON_AB_SIDE)
 #define chunks_to_element_order BATON_AB_NAME(chunks_to_element_order, BATON_AB_SIDE)
+#define softmax_row_avx512 BATON_AB_NAME(softmax_row_avx512, BATON_AB_SIDE)
 #include BATON_AB_TILES_SOURCE
 #endif
 #ifndef BATON_AB_SOURCE

@@ -435,6 +435,9 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     if (dot) {
       softmax_split_bf16(sc.scores.data() + at, visible, P.stride, state.row_max + i,
                          state.row_sum + i, sc.p_hi.data() + at, sc.p_lo.data() + at);
+    } else if (passes == Passes::kAvx512) {
+      softmax_row_avx512(sc.scores.data() + at, visible, P.stride, state.row_max + i,
+                         state.row_sum + i);
     } else {
       // A first step of the online softmax.
       state.row_max[i] = kNegInf;

@@ -14,7 +14,7 @@
 #include <limits>
 
 #include "kernels/cpu/dispatch.h"
-#include "kernels/cpu/exp_poly.h"
+#include "kernels/cpu/simd_avx512.h"
 
 #define BATON_AVX512_BF16 \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
@@ -115,25 +115,6 @@ BATON_AVX512_BF16 void tile_pv(const uint16_t* p_hi, const uint16_t* p_lo, int32
   stream = prefetch;
 }
 
-// exp(x) for x <= 0 over 16 lanes, as avx2::exp8 (exp_poly.h); inputs below
-// -87 give 0 or a tiny value.
-BATON_AVX512_BF16_INLINE __m512 exp16_nonpositive(__m512 x) {
-  using namespace exp_poly;
-  x = _mm512_max_ps(x, _mm512_set1_ps(kMinInput));
-  const __m512 n =
-      _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f)),
-                           _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
-  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
-  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), x);
-  __m512 y = _mm512_set1_ps(kP[0]);
-#pragma GCC unroll 8
-  for (size_t i = 1; i < std::size(kP); ++i) y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(kP[i]));
-  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
-  const __m512i e =
-      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
-  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
-}
-
 // hi + lo = x to 16 significant bits, stored under mask m.
 BATON_AVX512_BF16_INLINE void store_split(__m512 x, __mmask16 m, uint16_t* hi, uint16_t* lo) {
   const __m256bh h = _mm512_cvtneps_pbh(x);
@@ -143,11 +124,6 @@ BATON_AVX512_BF16_INLINE void store_split(__m512 x, __mmask16 m, uint16_t* hi, u
   const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(x, back));
   _mm256_mask_storeu_epi16(hi, m, (__m256i)h);
   _mm256_mask_storeu_epi16(lo, m, (__m256i)l);
-}
-
-// The first `n` of 16 lanes.
-BATON_AVX512_BF16_INLINE __mmask16 first_lanes(int32_t n) {
-  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
 }  // namespace
@@ -166,14 +142,15 @@ BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32
     max1 = _mm512_max_ps(max1, _mm512_loadu_ps(s + t + 16));
   }
   for (; t < visible; t += 16)
-    max0 = _mm512_max_ps(max0, _mm512_mask_loadu_ps(neg_inf, first_lanes(visible - t), s + t));
+    max0 =
+        _mm512_max_ps(max0, _mm512_mask_loadu_ps(neg_inf, avx512::first_lanes(visible - t), s + t));
   const float max = _mm512_reduce_max_ps(_mm512_max_ps(max0, max1));
   *row_max = max;
   const __m512 vmax = _mm512_set1_ps(visible > 0 ? max : 0.0f);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
   for (t = 0; t + 32 <= visible; t += 32) {
-    const __m512 p0 = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t), vmax));
-    const __m512 p1 = exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t + 16), vmax));
+    const __m512 p0 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t), vmax));
+    const __m512 p1 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t + 16), vmax));
     store_split(p0, 0xffff, hi + t, lo + t);
     store_split(p1, 0xffff, hi + t + 16, lo + t + 16);
     sum0 = _mm512_add_ps(sum0, p0);
@@ -181,10 +158,10 @@ BATON_AVX512_BF16 void softmax_split_bf16(const float* s, int32_t visible, int32
   }
   // The rest of the visible keys (masked), then zeros up to n.
   for (; t < n; t += 16) {
-    const __mmask16 m = first_lanes(visible - t);
+    const __mmask16 m = avx512::first_lanes(visible - t);
     const __m512 p = _mm512_maskz_mov_ps(
-        m, exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), vmax)));
-    store_split(p, first_lanes(n - t), hi + t, lo + t);
+        m, avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), vmax)));
+    store_split(p, avx512::first_lanes(n - t), hi + t, lo + t);
     sum0 = _mm512_add_ps(sum0, p);
   }
   *row_sum = _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));

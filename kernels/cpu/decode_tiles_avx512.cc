@@ -1,6 +1,9 @@
 #include "kernels/cpu/decode_tiles_avx512.h"
 
 #if defined(__x86_64__) || defined(__i386__)
+#include <algorithm>
+#include <limits>
+
 #include "common/kv_layout.h"
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/simd_avx512.h"
@@ -287,6 +290,45 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
     });
   });
 }
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // the _mm512_reduce_* macros
+BATON_AVX512 void softmax_row_avx512(float* s, int32_t visible, int32_t n, float* row_max,
+                                     float* row_sum) {
+  using avx512::first_lanes;
+  visible = std::clamp(visible, 0, n);
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 max0 = neg_inf, max1 = neg_inf;
+  int32_t t = 0;
+  for (; t + 32 <= visible; t += 32) {
+    max0 = _mm512_max_ps(max0, _mm512_loadu_ps(s + t));
+    max1 = _mm512_max_ps(max1, _mm512_loadu_ps(s + t + 16));
+  }
+  for (; t < visible; t += 16)
+    max0 = _mm512_max_ps(max0, _mm512_mask_loadu_ps(neg_inf, first_lanes(visible - t), s + t));
+  const float max = _mm512_reduce_max_ps(_mm512_max_ps(max0, max1));
+  *row_max = max;
+  const __m512 vmax = _mm512_set1_ps(visible > 0 ? max : 0.0f);
+  __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
+  for (t = 0; t + 32 <= visible; t += 32) {
+    const __m512 p0 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t), vmax));
+    const __m512 p1 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t + 16), vmax));
+    _mm512_storeu_ps(s + t, p0);
+    _mm512_storeu_ps(s + t + 16, p1);
+    sum0 = _mm512_add_ps(sum0, p0);
+    sum1 = _mm512_add_ps(sum1, p1);
+  }
+  // The rest of the visible keys (masked), then zeros up to n.
+  for (; t < n; t += 16) {
+    const __mmask16 m = first_lanes(visible - t);
+    const __m512 p = _mm512_maskz_mov_ps(
+        m, avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), vmax)));
+    _mm512_mask_storeu_ps(s + t, first_lanes(n - t), p);
+    sum0 = _mm512_add_ps(sum0, p);
+  }
+  *row_sum = _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));
+}
+#pragma GCC diagnostic pop
 
 BATON_AVX512 void chunks_to_element_order(const float* src, size_t n, const ChunkSlots& slots,
                                           float* dst) {

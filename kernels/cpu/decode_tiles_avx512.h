@@ -60,6 +60,12 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
                     const char* const* rows, size_t row_offset, int32_t d, int32_t n, float* acc,
                     PrefetchStream& stream);
 
+// The first step of a partition's online softmax for one query vector, 16
+// lanes wide: row_max = the max of s[0, visible), s[t] = exp(s[t] - row_max)
+// there and 0 in [visible, n), row_sum = their sum. As softmax_update_avx2
+// from an empty row. Call only when use_avx512().
+void softmax_row_avx512(float* s, int32_t visible, int32_t n, float* row_max, float* row_sum);
+
 // Where each element of a chunk of kAvx512Columns sits among a V pass's
 // accumulators: slots[j] for element j.
 using ChunkSlots = std::array<int32_t, kAvx512Columns>;

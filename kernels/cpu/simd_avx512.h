@@ -15,8 +15,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 
 #include "common/dtype.h"
+#include "kernels/cpu/exp_poly.h"
 
 #define BATON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define BATON_AVX512_INLINE \
@@ -36,6 +38,30 @@ BATON_AVX512_INLINE __m512 load16(const void* base, size_t i) {
     if constexpr (T == DType::kF16) return _mm512_cvtph_ps(h);
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+}
+
+// exp(x) for x <= 0 over 16 lanes, as avx2::exp8 (exp_poly.h); inputs below
+// -87 give 0 or a tiny value.
+BATON_AVX512_INLINE __m512 exp16_nonpositive(__m512 x) {
+  using namespace exp_poly;
+  x = _mm512_max_ps(x, _mm512_set1_ps(kMinInput));
+  const __m512 n =
+      _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(kLog2e), _mm512_set1_ps(0.5f)),
+                           _MM_FROUND_TO_NEG_INF | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Hi), x);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(kLn2Lo), x);
+  __m512 y = _mm512_set1_ps(kP[0]);
+#pragma GCC unroll 8
+  for (size_t i = 1; i < std::size(kP); ++i) y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(kP[i]));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x), _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  const __m512i e =
+      _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvttps_epi32(n), _mm512_set1_epi32(127)), 23);
+  return _mm512_mul_ps(y, _mm512_castsi512_ps(e));
+}
+
+// The first `n` of 16 lanes.
+BATON_AVX512_INLINE __mmask16 first_lanes(int32_t n) {
+  return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
 
 }  // namespace baton::kernels::cpu::avx512
