@@ -297,20 +297,12 @@ BATON_AVX512 void softmax_row_avx512(float* s, int32_t visible, int32_t n, float
                                      float* row_sum) {
   using avx512::first_lanes;
   visible = std::clamp(visible, 0, n);
-  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-  __m512 max0 = neg_inf, max1 = neg_inf;
-  int32_t t = 0;
-  for (; t + 32 <= visible; t += 32) {
-    max0 = _mm512_max_ps(max0, _mm512_loadu_ps(s + t));
-    max1 = _mm512_max_ps(max1, _mm512_loadu_ps(s + t + 16));
-  }
-  for (; t < visible; t += 16)
-    max0 = _mm512_max_ps(max0, _mm512_mask_loadu_ps(neg_inf, first_lanes(visible - t), s + t));
-  const float max = _mm512_reduce_max_ps(_mm512_max_ps(max0, max1));
+  const float max = avx512::max_of(s, visible);
   *row_max = max;
   const __m512 vmax = _mm512_set1_ps(visible > 0 ? max : 0.0f);
   __m512 sum0 = _mm512_setzero_ps(), sum1 = _mm512_setzero_ps();
-  for (t = 0; t + 32 <= visible; t += 32) {
+  int32_t t = 0;
+  for (; t + 32 <= visible; t += 32) {
     const __m512 p0 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t), vmax));
     const __m512 p1 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t + 16), vmax));
     _mm512_storeu_ps(s + t, p0);

@@ -16,6 +16,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
+#include <limits>
 
 #include "common/dtype.h"
 #include "kernels/cpu/exp_poly.h"
@@ -63,6 +64,23 @@ BATON_AVX512_INLINE __m512 exp16_nonpositive(__m512 x) {
 BATON_AVX512_INLINE __mmask16 first_lanes(int32_t n) {
   return n >= 16 ? __mmask16(0xffff) : n <= 0 ? __mmask16(0) : __mmask16((1u << n) - 1);
 }
+
+// The max of s[0, visible), -inf when visible is 0.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"  // the _mm512_reduce_* macros
+BATON_AVX512_INLINE float max_of(const float* s, int32_t visible) {
+  const __m512 neg_inf = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __m512 max0 = neg_inf, max1 = neg_inf;
+  int32_t t = 0;
+  for (; t + 32 <= visible; t += 32) {
+    max0 = _mm512_max_ps(max0, _mm512_loadu_ps(s + t));
+    max1 = _mm512_max_ps(max1, _mm512_loadu_ps(s + t + 16));
+  }
+  for (; t < visible; t += 16)
+    max0 = _mm512_max_ps(max0, _mm512_mask_loadu_ps(neg_inf, first_lanes(visible - t), s + t));
+  return _mm512_reduce_max_ps(_mm512_max_ps(max0, max1));
+}
+#pragma GCC diagnostic pop
 
 }  // namespace baton::kernels::cpu::avx512
 
