@@ -7,9 +7,10 @@
 #   bench/partition_ab.sh HEAD~1 HEAD --ctx 16384 --cold --trials 100
 #
 # OLD and NEW are each a file or a git revision. A revision gives its
-# kernels/cpu/attention_decode.cc and its 512-bit tile passes
-# (decode_tiles_avx512.cc), built with its own kernels/cpu headers; a file
-# is an attention_decode.cc, with this tree's tile passes and headers. A is
+# kernels/cpu/attention_decode.cc, its 512-bit tile passes
+# (decode_tiles_avx512.cc) and VDPBF16PS V pass (attention_decode_avx512.cc),
+# built with its own kernels/cpu headers (prefetch_stream.h among them); a
+# file is an attention_decode.cc, with this tree's other sources and headers. A is
 # OLD, B is NEW. The rest of the kernels library (softmax, ...) comes from
 # the current build in $BUILD (default: build). A template in a header that
 # both a side and the library instantiate links once, so a change to one
@@ -31,14 +32,17 @@ mkdir -p "$work"
 source_of() {
   local spec=$1 side=$2
   local tiles=kernels/cpu/decode_tiles_avx512.cc
+  local bf16=kernels/cpu/attention_decode_avx512.cc
   rm -rf "$work/${side}_root"
   mkdir -p "$work/${side}_root/kernels/cpu"
   if [ -f "$spec" ]; then
     cp "$spec" "$work/$side.cc"
     cp "$root/$tiles" "$work/${side}_tiles.cc"
+    cp "$root/$bf16" "$work/${side}_bf16.cc"
   else
     git -C "$root" show "$spec:kernels/cpu/attention_decode.cc" >"$work/$side.cc"
     git -C "$root" show "$spec:$tiles" >"$work/${side}_tiles.cc"
+    git -C "$root" show "$spec:$bf16" >"$work/${side}_bf16.cc"
     local header
     for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ | grep '\.h$'); do
       git -C "$root" show "$spec:$header" >"$work/${side}_root/$header"
@@ -58,6 +62,7 @@ side() {
   ${CXX:-c++} -I"$work/${1}_root" "${flags[@]}" -c "$root/bench/partition_ab/variant.cc" \
     -DBATON_AB_SIDE="$1" \
     -DBATON_AB_SOURCE="\"$work/$1.cc\"" -DBATON_AB_TILES_SOURCE="\"$work/${1}_tiles.cc\"" \
+    -DBATON_AB_BF16_SOURCE="\"$work/${1}_bf16.cc\"" \
     -o "$work/$1.o"
 }
 # No object of an earlier run may stand in for one that failed to build.

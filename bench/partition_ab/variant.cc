@@ -3,12 +3,17 @@
 // default this tree's attention_decode.cc) under names ending in _a or _b,
 // so two versions of the kernel link into one program. With
 // BATON_AB_TILES_SOURCE, the side also has its own 512-bit tile passes
-// (a version of decode_tiles_avx512.cc), renamed the same way.
+// (a version of decode_tiles_avx512.cc), renamed the same way, and with
+// BATON_AB_BF16_SOURCE its VDPBF16PS V pass (attention_decode_avx512.cc).
 #define BATON_AB_PASTE(name, side) name##_##side
 #define BATON_AB_NAME(name, side) BATON_AB_PASTE(name, side)
 #define attend_decode_partition BATON_AB_NAME(attend_decode_partition, BATON_AB_SIDE)
 #define decode_partition_supported BATON_AB_NAME(decode_partition_supported, BATON_AB_SIDE)
 #define decode_partition_start BATON_AB_NAME(decode_partition_start, BATON_AB_SIDE)
+// Each side's prefetch stream is its own class, so that a change to
+// prefetch_stream.h is compared too (and the templates taking it are each
+// side's own instantiations).
+#define PrefetchStream BATON_AB_NAME(PrefetchStream, BATON_AB_SIDE)
 #ifdef BATON_AB_TILES_SOURCE
 #define key_tile_scores_avx512 BATON_AB_NAME(key_tile_scores_avx512, BATON_AB_SIDE)
 #define key_run_scores_avx512 BATON_AB_NAME(key_run_scores_avx512, BATON_AB_SIDE)
@@ -16,6 +21,11 @@
 #define chunks_to_element_order BATON_AB_NAME(chunks_to_element_order, BATON_AB_SIDE)
 #define softmax_row_avx512 BATON_AB_NAME(softmax_row_avx512, BATON_AB_SIDE)
 #include BATON_AB_TILES_SOURCE
+#endif
+#ifdef BATON_AB_BF16_SOURCE
+#define softmax_split_bf16 BATON_AB_NAME(softmax_split_bf16, BATON_AB_SIDE)
+#define tile_pv_bf16_avx512 BATON_AB_NAME(tile_pv_bf16_avx512, BATON_AB_SIDE)
+#include BATON_AB_BF16_SOURCE
 #endif
 #ifndef BATON_AB_SOURCE
 #define BATON_AB_SOURCE "kernels/cpu/attention_decode.cc"
