@@ -2,11 +2,13 @@
 // engine with continuous batching and print the text and throughput.
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
-#include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,9 +20,10 @@ namespace {
 
 struct GenerateOptions {
   std::string model_dir;
-  std::string prompt;
-  std::string prompt_ids;
-  std::string prompts_file;
+  // Unset unless given: an empty --prompt is an error of its own.
+  std::optional<std::string> prompt;
+  std::optional<std::string> prompt_ids;
+  std::optional<std::string> prompts_file;
   std::string config_file;
   int32_t max_tokens = 16;
   float temperature = 1.0f;
@@ -36,10 +39,13 @@ struct GenerateOptions {
 };
 
 Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::string& what) {
+  if (text.empty()) return invalid_argument(what + ": no token ids");
   std::vector<int32_t> ids;
-  std::stringstream stream(text);
-  std::string item;
-  while (std::getline(stream, item, ',')) {
+  // Every comma separates two ids: "1,2," and "1,,2" both have an empty one.
+  for (size_t begin = 0; begin <= text.size();) {
+    size_t end = std::min(text.find(',', begin), text.size());
+    const std::string item = text.substr(begin, end - begin);
+    begin = end + 1;
     size_t used = 0;
     long long value = 0;
     try {
@@ -53,7 +59,6 @@ Result<std::vector<int32_t>> parse_id_list(const std::string& text, const std::s
     }
     ids.push_back(int32_t(value));
   }
-  if (ids.empty()) return invalid_argument(what + ": no token ids");
   return ids;
 }
 
@@ -71,20 +76,23 @@ Result<std::vector<std::vector<int32_t>>> read_prompts(const GenerateOptions& o,
     prompts.push_back(std::move(ids));
     return Status::ok();
   };
-  int given = !o.prompt.empty() + !o.prompt_ids.empty() + !o.prompts_file.empty();
+  int given = o.prompt.has_value() + o.prompt_ids.has_value() + o.prompts_file.has_value();
   if (given != 1) return invalid_argument("give exactly one of --prompt, --prompt-ids, --prompts");
-  if (!o.prompt.empty()) BATON_RETURN_IF_ERROR(encode(o.prompt, "--prompt"));
-  if (!o.prompt_ids.empty()) {
-    BATON_ASSIGN_OR_RETURN(auto ids, parse_id_list(o.prompt_ids, "--prompt-ids"));
+  if (o.prompt) {
+    if (o.prompt->empty()) return invalid_argument("--prompt: the prompt is empty");
+    BATON_RETURN_IF_ERROR(encode(*o.prompt, "--prompt"));
+  }
+  if (o.prompt_ids) {
+    BATON_ASSIGN_OR_RETURN(auto ids, parse_id_list(*o.prompt_ids, "--prompt-ids"));
     prompts.push_back(std::move(ids));
   }
-  if (!o.prompts_file.empty()) {
-    std::ifstream in(o.prompts_file);
-    if (!in) return not_found("--prompts: cannot open " + o.prompts_file);
+  if (o.prompts_file) {
+    std::ifstream in(*o.prompts_file);
+    if (!in) return not_found("--prompts: cannot open " + *o.prompts_file);
     std::string line;
     for (int line_no = 1; std::getline(in, line); ++line_no) {
       if (line.empty()) continue;
-      std::string where = o.prompts_file + ":" + std::to_string(line_no);
+      std::string where = *o.prompts_file + ":" + std::to_string(line_no);
       if (line.rfind("ids:", 0) == 0) {
         BATON_ASSIGN_OR_RETURN(auto ids, parse_id_list(line.substr(4), where));
         prompts.push_back(std::move(ids));
@@ -93,7 +101,7 @@ Result<std::vector<std::vector<int32_t>>> read_prompts(const GenerateOptions& o,
       }
     }
     if (prompts.empty())
-      return invalid_argument("--prompts: " + o.prompts_file + " has no prompts");
+      return invalid_argument("--prompts: " + *o.prompts_file + " has no prompts");
   }
   return prompts;
 }
@@ -133,6 +141,41 @@ nlohmann::json sequence_json(const engine::Sequence& seq, const engine::Tokenize
     out["logprobs"] = list;
   }
   return out;
+}
+
+// A token as readable text: its piece JSON-quoted (control bytes and invalid
+// UTF-8 visible), or just the id where the checkpoint ships no tokenizer.
+std::string token_label(int32_t id, const engine::Tokenizer* tokenizer) {
+  std::string label = std::to_string(id);
+  if (tokenizer == nullptr) return label;
+  return label + " " +
+         nlohmann::json(tokenizer->decode({id}))
+             .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+// --logprobs without --json: one line per generated token under its text.
+void print_logprobs(const engine::Sequence& seq, const engine::Tokenizer* tokenizer) {
+  for (const auto& lp : seq.output_logprobs) {
+    std::string top;
+    for (const auto& t : lp.top) {
+      char value[32];
+      std::snprintf(value, sizeof value, " %.4f", double(t.logprob));
+      top += (top.empty() ? "" : ", ") + token_label(t.id, tokenizer) + value;
+    }
+    std::printf("  %s %.4f | top: %s\n", token_label(lp.id, tokenizer).c_str(), double(lp.logprob),
+                top.c_str());
+  }
+}
+
+// Bytes in the largest unit that keeps a whole number in front.
+std::string human_bytes(uint64_t bytes) {
+  static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
+  double value = double(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit + 1 < int(std::size(kUnits))) value /= 1024, ++unit;
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, kUnits[unit]);
+  return text;
 }
 
 int run_generate(const GenerateOptions& o) {
@@ -199,10 +242,12 @@ int run_generate(const GenerateOptions& o) {
                               .c_str());
     } else if (eng.tokenizer() != nullptr) {
       std::printf("%s\n", eng.tokenizer()->decode(seq->output).c_str());
+      print_logprobs(*seq, eng.tokenizer());
     } else {
       std::string ids;
       for (int32_t id : seq->output) ids += (ids.empty() ? "" : ",") + std::to_string(id);
       std::printf("%s\n", ids.c_str());
+      print_logprobs(*seq, nullptr);
     }
   }
   const auto& layout = eng.kv_pool().layout();
@@ -211,14 +256,14 @@ int run_generate(const GenerateOptions& o) {
       uint64_t(stats.peak_used_blocks) * layout.block_size * layout.bytes_per_token();
   std::fprintf(stderr,
                "stats: %zu prompts, %lld prompt tokens at %.1f tok/s, %lld output tokens "
-               "(decode %.1f tok/s, overall %.1f tok/s), %.2f s; KV used %.2f MiB peak, "
+               "(decode %.1f tok/s, overall %.1f tok/s), %.2f s; KV used %s peak, "
                "%zu bytes/token (%s), %lld preemptions\n",
                done.size(), static_cast<long long>(prompt_tokens),
                prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0,
                static_cast<long long>(output_tokens),
                decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0,
                total_seconds > 0 ? double(output_tokens) / total_seconds : 0.0, total_seconds,
-               double(kv_used) / (1 << 20), layout.bytes_per_token(),
+               human_bytes(kv_used).c_str(), layout.bytes_per_token(),
                std::string(dtype_name(layout.dtype)).c_str(),
                static_cast<long long>(stats.preemptions));
   return 0;
@@ -245,7 +290,7 @@ std::function<int()> add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed (prompt i uses seed + i)")
       ->capture_default_str();
-  cmd->add_option("--logprobs", o->logprobs, "top-N log-probabilities per token (with --json)");
+  cmd->add_option("--logprobs", o->logprobs, "top-N log-probabilities of each generated token");
   cmd->add_option("--stop-token-ids", o->stop_token_ids, "token ids that end generation: 5,7");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");
   cmd->add_flag("--json", o->json, "one JSON object per prompt");

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <random>
+#include <regex>
 #include <sstream>
 #include <string>
 
@@ -85,6 +86,41 @@ TEST_F(BatonCli, GenerateJsonBatchEqualsEachPromptAlone) {
   EXPECT_EQ(json_lines(alone.out).at(0)["output_ids"], docs[1]["output_ids"]);
 }
 
+// Without --json, --logprobs prints a line per generated token under the
+// text, the same numbers the JSON holds; the stats line sizes the KV it used.
+TEST_F(BatonCli, LogprobsAsTextMatchTheJson) {
+  const std::string args = "generate --model " + model().string() +
+                           " --prompt-ids 1,20,30 --max-tokens 4 --temperature 0.8 --seed 11"
+                           " --ignore-eos --logprobs 2";
+  auto text = run(args);
+  auto json = run(args + " --json");
+  ASSERT_EQ(text.exit_code, 0) << text.out;
+  ASSERT_EQ(json.exit_code, 0) << json.out;
+  const auto doc = json_lines(json.out).at(0);
+  ASSERT_EQ(doc["logprobs"].size(), 4u);
+  std::istringstream lines(text.out);
+  std::string line;
+  std::vector<std::string> token_lines;
+  while (std::getline(lines, line)) {
+    if (line.rfind("  ", 0) == 0) token_lines.push_back(line);
+  }
+  ASSERT_EQ(token_lines.size(), 4u) << text.out;
+  // Each line less its tokens' quoted pieces: "  id logprob | top: id logprob, id logprob".
+  const std::regex piece(R"( "(?:[^"\\]|\\.)*")");
+  for (size_t i = 0; i < 4; ++i) {
+    const auto& lp = doc["logprobs"][i];
+    const auto& top = lp["top"];
+    char want[128];
+    std::snprintf(want, sizeof want, "  %d %.4f | top: %d %.4f, %d %.4f", lp["id"].get<int>(),
+                  lp["logprob"].get<double>(), top[0]["id"].get<int>(),
+                  top[0]["logprob"].get<double>(), top[1]["id"].get<int>(),
+                  top[1]["logprob"].get<double>());
+    EXPECT_EQ(std::regex_replace(token_lines[i], piece, ""), want) << token_lines[i];
+  }
+  // 7 tokens of the tiny model's KV in one 16-token block: a few KiB, not "0.00 MiB".
+  EXPECT_NE(text.out.find(" KiB peak"), std::string::npos) << text.out;
+}
+
 TEST_F(BatonCli, HelpListsEveryEngineSetting) {
   auto help = run("generate --help");
   EXPECT_EQ(help.exit_code, 0) << help.out;
@@ -109,6 +145,13 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
            (*dir_ / "unknown_key.yaml").string(),
        2, "engine.blok_size: unknown key"},
       {"generate --model " + model().string() + " --prompt-ids 1,x", 2, "'x' is not a token id"},
+      {"generate --model " + model().string() + " --prompt-ids 1,2,", 2, "'' is not a token id"},
+      {"generate --model " + model().string() + " --prompt-ids ,1", 2, "'' is not a token id"},
+      {"generate --model " + model().string() + " --prompt-ids ''", 2,
+       "--prompt-ids: no token ids"},
+      {"generate --model " + model().string() + " --prompt ''", 2, "--prompt: the prompt is empty"},
+      {"generate --model " + model().string() + " --prompt hi --stop-token-ids 3,", 2,
+       "--stop-token-ids: '' is not a token id"},
       {"generate --model " + model().string() + " --prompt-ids 1,99999", 2,
        "outside the vocabulary"},
       {"generate --model " + model().string() + " --prompt hi --block-size 24", 2,
