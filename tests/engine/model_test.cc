@@ -9,6 +9,7 @@
 #include <numeric>
 #include <random>
 
+#include "engine/make_model.h"
 #include "tests/engine/reference_model.h"
 #include "tests/engine/temp_model.h"
 
@@ -22,6 +23,9 @@ struct ModelCase {
   DType weight_dtype;
   DType kv_dtype;
   double tolerance;  // max |log p_engine - log p_reference|
+  // Where not 0, config.json's head_dim, unlike hidden_size / heads (as in
+  // Qwen3 or Gemma): the q/k/v and o projections are then not square.
+  int32_t head_dim = 0;
 };
 
 class PagedModelTest : public ::testing::TestWithParam<ModelCase> {
@@ -29,7 +33,11 @@ class PagedModelTest : public ::testing::TestWithParam<ModelCase> {
   void SetUp() override {
     seed_ = std::random_device{}();
     rng_.seed(seed_);
-    dir_path_ = testing::make_preset_model(dir_, GetParam().preset, GetParam().weight_dtype, seed_);
+    auto config = model_preset(GetParam().preset);
+    ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+    if (GetParam().head_dim != 0) config->head_dim = GetParam().head_dim;
+    dir_path_ =
+        testing::make_model(dir_, *config, GetParam().preset, GetParam().weight_dtype, seed_);
     auto checkpoint = Checkpoint::open(dir_path_);
     ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
     checkpoint_ = std::move(checkpoint).value();
@@ -190,11 +198,14 @@ INSTANTIATE_TEST_SUITE_P(
                       // an occasional one-ulp difference where F32 and double
                       // round a value on either side of a 16-bit boundary.
                       ModelCase{"tiny", DType::kF32, DType::kBF16, 6e-2},
-                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kF16, 2.5e-2}),
+                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kF16, 2.5e-2},
+                      ModelCase{"tiny", DType::kF32, DType::kF32, 2e-4, 32},
+                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 32}),
     [](const auto& info) {
       std::string name = std::string(info.param.preset) + "_w" +
                          std::string(dtype_name(info.param.weight_dtype)) + "_kv" +
                          std::string(dtype_name(info.param.kv_dtype));
+      if (info.param.head_dim != 0) name += "_head_dim" + std::to_string(info.param.head_dim);
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });

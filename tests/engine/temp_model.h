@@ -6,6 +6,7 @@
 #include <string>
 
 #include "common/dtype.h"
+#include "engine/model_config.h"
 
 namespace baton::engine::testing {
 
@@ -25,5 +26,9 @@ class TempDir {
 // Writes `preset` with random weights into a new subdirectory of `dir`.
 std::filesystem::path make_preset_model(const TempDir& dir, const std::string& preset, DType dtype,
                                         uint64_t seed);
+
+// Writes `config` with random weights into a new subdirectory `name` of `dir`.
+std::filesystem::path make_model(const TempDir& dir, const ModelConfig& config,
+                                 const std::string& name, DType dtype, uint64_t seed);
 
 }  // namespace baton::engine::testing
