@@ -1,33 +1,36 @@
 // One side of partition_ab, compiled once with BATON_AB_SIDE=a and once with
-// BATON_AB_SIDE=b: the decode partition kernel of BATON_AB_SOURCE (by
-// default this tree's attention_decode.cc) under names ending in _a or _b,
-// so two versions of the kernel link into one program. With
-// BATON_AB_TILES_SOURCE, the side also has its own 512-bit tile passes
-// (a version of decode_tiles_avx512.cc), renamed the same way, and with
-// BATON_AB_BF16_SOURCE its VDPBF16PS V pass (attention_decode_avx512.cc).
+// BATON_AB_SIDE=b: the decode partition kernel of BATON_AB_SOURCE, its
+// 512-bit tile passes (BATON_AB_TILES_SOURCE) and its VDPBF16PS V pass
+// (BATON_AB_BF16_SOURCE), by default this tree's attention_decode.cc,
+// decode_tiles_avx512.cc and attention_decode_avx512.cc, under names ending
+// in _a or _b, so two versions of them link into one program.
+#ifndef BATON_AB_SOURCE
+#define BATON_AB_SOURCE "kernels/cpu/attention_decode.cc"
+#endif
+#ifndef BATON_AB_TILES_SOURCE
+#define BATON_AB_TILES_SOURCE "kernels/cpu/decode_tiles_avx512.cc"
+#endif
+#ifndef BATON_AB_BF16_SOURCE
+#define BATON_AB_BF16_SOURCE "kernels/cpu/attention_decode_avx512.cc"
+#endif
 #define BATON_AB_PASTE(name, side) name##_##side
 #define BATON_AB_NAME(name, side) BATON_AB_PASTE(name, side)
 #define attend_decode_partition BATON_AB_NAME(attend_decode_partition, BATON_AB_SIDE)
 #define decode_partition_supported BATON_AB_NAME(decode_partition_supported, BATON_AB_SIDE)
 #define decode_partition_start BATON_AB_NAME(decode_partition_start, BATON_AB_SIDE)
 // Each side's prefetch stream is its own class, so that a change to
-// prefetch_stream.h is compared too (and the templates taking it are each
-// side's own instantiations).
+// prefetch_stream.h is compared too, and the templates taking it (the AVX2
+// tile passes of key_tile_scores.h among them) are each side's own
+// instantiations. Every function taking a stream is therefore the side's
+// own, which is why each side compiles all three sources.
 #define PrefetchStream BATON_AB_NAME(PrefetchStream, BATON_AB_SIDE)
-#ifdef BATON_AB_TILES_SOURCE
 #define key_tile_scores_avx512 BATON_AB_NAME(key_tile_scores_avx512, BATON_AB_SIDE)
 #define key_run_scores_avx512 BATON_AB_NAME(key_run_scores_avx512, BATON_AB_SIDE)
 #define tile_pv_avx512 BATON_AB_NAME(tile_pv_avx512, BATON_AB_SIDE)
 #define chunks_to_element_order BATON_AB_NAME(chunks_to_element_order, BATON_AB_SIDE)
 #define softmax_row_avx512 BATON_AB_NAME(softmax_row_avx512, BATON_AB_SIDE)
 #include BATON_AB_TILES_SOURCE
-#endif
-#ifdef BATON_AB_BF16_SOURCE
 #define softmax_split_bf16 BATON_AB_NAME(softmax_split_bf16, BATON_AB_SIDE)
 #define tile_pv_bf16_avx512 BATON_AB_NAME(tile_pv_bf16_avx512, BATON_AB_SIDE)
 #include BATON_AB_BF16_SOURCE
-#endif
-#ifndef BATON_AB_SOURCE
-#define BATON_AB_SOURCE "kernels/cpu/attention_decode.cc"
-#endif
 #include BATON_AB_SOURCE
