@@ -22,22 +22,60 @@
 
 namespace baton::kernels::cpu {
 
-// Dimensions of the 8 keys at element `at` of a K tile of dtype T, as floats:
-// dim[0] alone for F32 and F16, dim[0] (even) and dim[1] (odd) for a BF16
-// pair.
-template <DType T>
-BATON_AVX2_INLINE void load_key_group8(const void* k, size_t at, __m256 (&dim)[2]) {
+// Dimension e of the 8 keys at element `at` of a K tile of dtype T, as
+// floats: F32 as it is, F16 converted (F16C), or half e of a BF16 pair (the
+// even dimension, e = 0, or the odd one).
+template <DType T, int e>
+BATON_AVX2_INLINE __m256 load_key_dim8(const void* k, size_t at) {
   if constexpr (T == DType::kF32) {
-    dim[0] = _mm256_loadu_ps(static_cast<const float*>(k) + at);
+    return _mm256_loadu_ps(static_cast<const float*>(k) + at);
   } else if constexpr (T == DType::kF16) {
-    dim[0] = avx2::load8_f16(static_cast<const uint16_t*>(k) + at);
+    return avx2::load8_f16(static_cast<const uint16_t*>(k) + at);
   } else {
     const __m256i raw =
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(static_cast<const uint16_t*>(k) + at));
     // A BF16 value is the top half of an F32: the even element moves up,
     // the odd one is already there.
-    dim[0] = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-    dim[1] = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u))));
+    if constexpr (e == 0) return _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+    return _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(int32_t(0xffff0000u))));
+  }
+}
+
+// acc[(r J + j) S + e] += q_r[e] k_j[e] for dimension e of one row (a half
+// of BF16's pairs) of the J key groups at `row` (8 J keys), R queries (q_r
+// at q + r d).
+template <DType T, int e, int R, int J, int S>
+BATON_AVX2_INLINE void key_dim_fmas(const float* q, int32_t d, const void* k, size_t row,
+                                    __m256* acc) {
+  constexpr int g = key_group_of(T);
+  if constexpr (g == 2) {
+    // BF16: one half of the J key groups at a time, each query element
+    // broadcast once for all of them: 12 accumulators, J keys, a broadcast
+    // and the mask fill the 16 registers. Broadcast again for every 8 keys,
+    // as F32's are below, the broadcasts outnumbered the FMAs (and on AMD
+    // they take the FMAs' vector pipes). The odd half loads its rows again:
+    // GCC would otherwise keep both raw rows for both halves and spill an
+    // accumulator.
+    if constexpr (e == 1) asm("" : "+r"(k));
+    __m256 dim[J];
+    for (int j = 0; j < J; ++j) dim[j] = load_key_dim8<T, e>(k, row + 8 * size_t(j) * g);
+    for (int r = 0; r < R; ++r) {
+      const __m256 b = _mm256_broadcast_ss(q + size_t(r) * d + e);
+      for (int j = 0; j < J; ++j)
+        acc[(r * J + j) * S + e] = _mm256_fmadd_ps(b, dim[j], acc[(r * J + j) * S + e]);
+    }
+  } else {
+    // F32 and F16: one key group at a time, the query elements broadcast
+    // again for each. Both groups at once, GCC spilled accumulators.
+    for (int j = 0; j < J; ++j) {
+      const __m256 dim = load_key_dim8<T, e>(k, row + 8 * size_t(j));
+      // Keeps GCC from reusing the broadcasts of the first 8 keys, which
+      // spills accumulators.
+      asm volatile("" : "+r"(q));
+      for (int r = 0; r < R; ++r)
+        acc[(r * J + j) * S] =
+            _mm256_fmadd_ps(_mm256_broadcast_ss(q + size_t(r) * d), dim, acc[(r * J + j) * S]);
+    }
   }
 }
 
@@ -63,26 +101,16 @@ BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
       for (int x = 0; x < S; ++x) acc[r][j][x] = _mm256_setzero_ps();
   // The stream is told once per 8 dimensions: once per row measured
   // slower, its bookkeeping taking registers from the inner loop.
+  // Element of the row of dimension group (c + u) / g: one group_stride
+  // further per group (KvLayout::key_dim_offset), added rather than
+  // multiplied, as the multiply took a port the FMAs use.
+  size_t row = size_t(t0) * g;
   for (int32_t c8 = 0; c8 < d; c8 += 8) {
     stream.consumed(size_t(8 * J) * 8 * dtype_size(T));
     for (int32_t c = c8; c < c8 + 8; c += S)
-      for (int u = 0; u < S; u += g) {
-        const size_t row = KvLayout::key_dim_offset(c + u, g, group_stride) + size_t(t0) * g;
-        // The query elements are broadcast again for each 8 keys rather than
-        // kept: 12 accumulators, the widened keys, a broadcast (and BF16's
-        // mask) leave no room for them.
-        for (int j = 0; j < J; ++j) {
-          __m256 dim[2];
-          load_key_group8<T>(k, row + 8 * size_t(j) * g, dim);
-          const float* qc = q + c + u;
-          // Keeps GCC from reusing the broadcasts of the first 8 keys, which
-          // spills accumulators.
-          asm volatile("" : "+r"(qc));
-          for (int r = 0; r < R; ++r)
-            for (int e = 0; e < g; ++e)
-              acc[r][j][u + e] = _mm256_fmadd_ps(_mm256_broadcast_ss(qc + size_t(r) * d + e),
-                                                 dim[e], acc[r][j][u + e]);
-        }
+      for (int u = 0; u < S; u += g, row += group_stride) {
+        key_dim_fmas<T, 0, R, J, S>(q + c + u, d, k, row, acc[0][0] + u);
+        if constexpr (g == 2) key_dim_fmas<T, 1, R, J, S>(q + c + u, d, k, row, acc[0][0] + u);
       }
   }
   for (int r = 0; r < R; ++r)
