@@ -9,19 +9,19 @@
 # OLD and NEW are each a file or a git revision. A revision gives its
 # kernels/cpu/attention_decode.cc, its 512-bit tile passes
 # (decode_tiles_avx512.cc) and VDPBF16PS V pass (attention_decode_avx512.cc),
-# built with its own kernels/cpu headers (prefetch_stream.h among them); a
-# file is an attention_decode.cc, with this tree's other sources and headers. A is
-# OLD, B is NEW. The rest of the kernels library (softmax, ...) comes from
-# the current build in $BUILD (default: build). A template in a header that
-# both a side and the library instantiate links once, so a change to one
-# (the AVX2 score pass of key_tile_scores.h, say) is measured with a file
-# against this tree, not with an older revision. Revisions whose 512-bit
-# tile passes were not yet in namespace avx512 do not build.
+# built with its own kernels/cpu headers; a file is an attention_decode.cc,
+# with this tree's other sources and headers. A is OLD, B is NEW. Each side
+# has its own prefetch stream class, so the templates that take it (the AVX2
+# tile passes of key_tile_scores.h among them) are each side's own: a change
+# to a header is compared by revisions (commit it on a branch). The rest of
+# the kernels library (softmax, ...) comes from the current build in $BUILD
+# (default: build). Revisions whose 512-bit tile passes were not yet in
+# namespace avx512 do not build.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${BUILD:-$root/build}
 if [ $# -lt 2 ]; then
-  sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,/^set -euo/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'
   exit 2
 fi
 work=$build/partition_ab_sources

@@ -33,7 +33,7 @@ struct GenerateOptions {
   int32_t logprobs = 0;
   bool ignore_eos = false;
   bool json = false;
-  std::string stop_token_ids;
+  std::optional<std::string> stop_token_ids;
   // Engine overrides, applied on top of --config's `engine:` section.
   std::vector<std::pair<std::string, std::string>> engine_overrides;
 };
@@ -91,6 +91,7 @@ Result<std::vector<std::vector<int32_t>>> read_prompts(const GenerateOptions& o,
     if (!in) return not_found("--prompts: cannot open " + *o.prompts_file);
     std::string line;
     for (int line_no = 1; std::getline(in, line); ++line_no) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // a file with CRLF lines
       if (line.empty()) continue;
       std::string where = *o.prompts_file + ":" + std::to_string(line_no);
       if (line.rfind("ids:", 0) == 0) {
@@ -172,7 +173,8 @@ std::string human_bytes(uint64_t bytes) {
   static constexpr const char* kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB"};
   double value = double(bytes);
   int unit = 0;
-  while (value >= 1024 && unit + 1 < int(std::size(kUnits))) value /= 1024, ++unit;
+  // 1023.999 KiB would print as "1024.00 KiB": move up a unit at what rounds to 1024.
+  while (value >= 1023.995 && unit + 1 < int(std::size(kUnits))) value /= 1024, ++unit;
   char text[32];
   std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.2f %s", value, kUnits[unit]);
   return text;
@@ -195,8 +197,8 @@ int run_generate(const GenerateOptions& o) {
   gen.max_tokens = o.max_tokens;
   gen.ignore_eos = o.ignore_eos;
   gen.logprobs = o.logprobs;
-  if (!o.stop_token_ids.empty()) {
-    auto ids = parse_id_list(o.stop_token_ids, "--stop-token-ids");
+  if (o.stop_token_ids) {
+    auto ids = parse_id_list(*o.stop_token_ids, "--stop-token-ids");
     if (!ids.is_ok()) return fail(ids.status());
     gen.stop_token_ids = *ids;
   }

@@ -41,19 +41,21 @@ BATON_AVX2_INLINE __m256 load_key_dim8(const void* k, size_t at) {
   }
 }
 
-// acc[(r J + j) S + e] += q_r[e] k_j[e] for dimension e of one row (a half
+// acc[r][j][u + e] += q_r[e] k_j[e] for dimension e of one row (a half
 // of BF16's pairs) of the J key groups at `row` (8 J keys), R queries (q_r
 // at q + r d).
 template <DType T, int e, int R, int J, int S>
-BATON_AVX2_INLINE void key_dim_fmas(const float* q, int32_t d, const void* k, size_t row,
-                                    __m256* acc) {
+BATON_AVX2_INLINE void key_dim_fmas(const float* q, int32_t d, const void* k, size_t row, int u,
+                                    __m256 (&acc)[R][J][S]) {
   constexpr int g = key_group_of(T);
   if constexpr (g == 2) {
     // BF16: one half of the J key groups at a time, each query element
     // broadcast once for all of them: 12 accumulators, J keys, a broadcast
     // and the mask fill the 16 registers. Broadcast again for every 8 keys,
-    // as F32's are below, the broadcasts outnumbered the FMAs (and on AMD
-    // they take the FMAs' vector pipes). The odd half loads its rows again:
+    // as F32's are below, there were as many broadcasts as FMAs (and in
+    // llvm-mca's Zen 3 model a broadcast takes a vector pipe the FMAs use).
+    // This holds for J = 2; the 8-key passes (J = 1) still broadcast once
+    // per FMA pair. The odd half loads its rows again:
     // GCC would otherwise keep both raw rows for both halves and spill an
     // accumulator.
     if constexpr (e == 1) asm("" : "+r"(k));
@@ -61,8 +63,7 @@ BATON_AVX2_INLINE void key_dim_fmas(const float* q, int32_t d, const void* k, si
     for (int j = 0; j < J; ++j) dim[j] = load_key_dim8<T, e>(k, row + 8 * size_t(j) * g);
     for (int r = 0; r < R; ++r) {
       const __m256 b = _mm256_broadcast_ss(q + size_t(r) * d + e);
-      for (int j = 0; j < J; ++j)
-        acc[(r * J + j) * S + e] = _mm256_fmadd_ps(b, dim[j], acc[(r * J + j) * S + e]);
+      for (int j = 0; j < J; ++j) acc[r][j][u + e] = _mm256_fmadd_ps(b, dim[j], acc[r][j][u + e]);
     }
   } else {
     // F32 and F16: one key group at a time, the query elements broadcast
@@ -73,8 +74,7 @@ BATON_AVX2_INLINE void key_dim_fmas(const float* q, int32_t d, const void* k, si
       // spills accumulators.
       asm volatile("" : "+r"(q));
       for (int r = 0; r < R; ++r)
-        acc[(r * J + j) * S] =
-            _mm256_fmadd_ps(_mm256_broadcast_ss(q + size_t(r) * d), dim, acc[(r * J + j) * S]);
+        acc[r][j][u] = _mm256_fmadd_ps(_mm256_broadcast_ss(q + size_t(r) * d), dim, acc[r][j][u]);
     }
   }
 }
@@ -109,8 +109,8 @@ BATON_AVX2_INLINE void key_scores_pass(const float* q, int32_t d, const void* k,
     stream.consumed(size_t(8 * J) * 8 * dtype_size(T));
     for (int32_t c = c8; c < c8 + 8; c += S)
       for (int u = 0; u < S; u += g, row += group_stride) {
-        key_dim_fmas<T, 0, R, J, S>(q + c + u, d, k, row, acc[0][0] + u);
-        if constexpr (g == 2) key_dim_fmas<T, 1, R, J, S>(q + c + u, d, k, row, acc[0][0] + u);
+        key_dim_fmas<T, 0, R, J, S>(q + c + u, d, k, row, u, acc);
+        if constexpr (g == 2) key_dim_fmas<T, 1, R, J, S>(q + c + u, d, k, row, u, acc);
       }
   }
   for (int r = 0; r < R; ++r)

@@ -59,7 +59,8 @@ class BatonCli : public ::testing::Test {
 std::filesystem::path* BatonCli::dir_ = nullptr;
 
 TEST_F(BatonCli, GenerateJsonBatchEqualsEachPromptAlone) {
-  std::ofstream(*dir_ / "prompts.txt") << "hello\nids:1,20,30,40\nBaton runs\n";
+  // CRLF line ends, as a file written on Windows has them.
+  std::ofstream(*dir_ / "prompts.txt") << "hello\r\nids:1,20,30,40\r\nBaton runs\r\n";
   auto batch = run("generate --model " + model().string() + " --prompts " +
                    (*dir_ / "prompts.txt").string() +
                    " --max-tokens 6 --temperature 0 --ignore-eos --json --logprobs 3");
@@ -152,6 +153,8 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
       {"generate --model " + model().string() + " --prompt ''", 2, "--prompt: the prompt is empty"},
       {"generate --model " + model().string() + " --prompt hi --stop-token-ids 3,", 2,
        "--stop-token-ids: '' is not a token id"},
+      {"generate --model " + model().string() + " --prompt hi --stop-token-ids ''", 2,
+       "--stop-token-ids: no token ids"},
       {"generate --model " + model().string() + " --prompt-ids 1,99999", 2,
        "outside the vocabulary"},
       {"generate --model " + model().string() + " --prompt hi --block-size 24", 2,
