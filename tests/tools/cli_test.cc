@@ -122,6 +122,20 @@ TEST_F(BatonCli, LogprobsAsTextMatchTheJson) {
   EXPECT_NE(text.out.find(" KiB peak"), std::string::npos) << text.out;
 }
 
+// A pool smaller than the model's context caps the context length at what it
+// holds, and says so once at start-up; a large enough one says nothing.
+TEST_F(BatonCli, SmallKvPoolWarnsOfTheContextItHolds) {
+  const std::string args = "generate --model " + model().string() + " --prompt-ids 1,2,3";
+  auto small = run(args + " --kv-cache-blocks 3 --block-size 16");
+  ASSERT_EQ(small.exit_code, 0) << small.out;
+  EXPECT_NE(small.out.find("context length 48 tokens, the KV pool's whole capacity, not 2048"),
+            std::string::npos)
+      << small.out;
+  auto large = run(args + " --kv-cache-blocks 128 --block-size 16");
+  ASSERT_EQ(large.exit_code, 0) << large.out;
+  EXPECT_EQ(large.out.find("KV pool's whole capacity"), std::string::npos) << large.out;
+}
+
 TEST_F(BatonCli, HelpListsEveryEngineSetting) {
   auto help = run("generate --help");
   EXPECT_EQ(help.exit_code, 0) << help.out;
