@@ -72,17 +72,6 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
                                    .max_model_len = config.max_model_len};
   engine->scheduler_ =
       std::make_unique<Scheduler>(*engine->model_, engine->kv_pool_, scheduler_config);
-  // The scheduler caps the context length at what the whole pool holds; say
-  // so, since sequences then end there with finish_reason "length".
-  const int64_t wanted_len =
-      config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
-  if (engine->scheduler_->max_model_len() < wanted_len) {
-    spdlog::warn(
-        "engine: context length {} tokens, the KV pool's whole capacity, not {} ({}): raise "
-        "engine.kv_cache_bytes or kv_cache_blocks for longer sequences",
-        engine->scheduler_->max_model_len(), wanted_len,
-        config.max_model_len > 0 ? "engine.max_model_len" : "the model's max_position_embeddings");
-  }
   spdlog::info(
       "engine: {} layers, {} heads / {} KV heads, KV pool {} blocks x {} tokens ({} MiB, {})",
       model_config.num_layers, model_config.num_heads, model_config.num_kv_heads, layout.num_blocks,

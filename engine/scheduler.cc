@@ -1,5 +1,7 @@
 #include "engine/scheduler.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <limits>
 #include <string>
@@ -30,9 +32,17 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
                                               : model.config().max_position_embeddings),
       blocks_(kv.layout().num_blocks) {
   // A sequence can never hold more tokens than the whole pool: past that it
-  // would preempt itself forever. It ends with "length" there instead.
+  // would preempt itself forever. It ends with "length" there instead, and
+  // users are told at start-up.
   const int64_t pool_tokens = int64_t(kv.layout().num_blocks) * kv.layout().block_size;
-  max_model_len_ = int32_t(std::min<int64_t>(max_model_len_, pool_tokens));
+  if (pool_tokens < max_model_len_) {
+    spdlog::warn(
+        "engine: context length {} tokens, the KV pool's whole capacity, not {} ({}): raise "
+        "engine.kv_cache_bytes or kv_cache_blocks for longer sequences",
+        pool_tokens, max_model_len_,
+        config.max_model_len > 0 ? "engine.max_model_len" : "the model's max_position_embeddings");
+    max_model_len_ = int32_t(pool_tokens);
+  }
 }
 
 Status Scheduler::validate(const std::vector<int32_t>& prompt,

@@ -244,13 +244,12 @@ int run_generate(const GenerateOptions& o) {
                               .c_str());
     } else if (eng.tokenizer() != nullptr) {
       std::printf("%s\n", eng.tokenizer()->decode(seq->output).c_str());
-      print_logprobs(*seq, eng.tokenizer());
     } else {
       std::string ids;
       for (int32_t id : seq->output) ids += (ids.empty() ? "" : ",") + std::to_string(id);
       std::printf("%s\n", ids.c_str());
-      print_logprobs(*seq, nullptr);
     }
+    if (!o.json) print_logprobs(*seq, eng.tokenizer());
   }
   const auto& layout = eng.kv_pool().layout();
   auto stats = eng.scheduler().stats();

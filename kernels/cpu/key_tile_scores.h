@@ -55,9 +55,8 @@ BATON_AVX2_INLINE void key_dim_fmas(const float* q, int32_t d, const void* k, si
     // as F32's are below, there were as many broadcasts as FMAs (and in
     // llvm-mca's Zen 3 model a broadcast takes a vector pipe the FMAs use).
     // This holds for J = 2; the 8-key passes (J = 1) still broadcast once
-    // per FMA pair. The odd half loads its rows again:
-    // GCC would otherwise keep both raw rows for both halves and spill an
-    // accumulator.
+    // per FMA pair. The odd half loads its rows again: GCC would otherwise
+    // keep both raw rows for both halves and spill an accumulator.
     if constexpr (e == 1) asm("" : "+r"(k));
     __m256 dim[J];
     for (int j = 0; j < J; ++j) dim[j] = load_key_dim8<T, e>(k, row + 8 * size_t(j) * g);
