@@ -14,7 +14,8 @@ namespace {
 constexpr std::greater<int32_t> kLowestFirst;
 }  // namespace
 
-BlockManager::BlockManager(int32_t num_blocks) : ref_counts_(size_t(num_blocks), 0) {
+BlockManager::BlockManager(int32_t num_blocks)
+    : ref_counts_(size_t(num_blocks), 0), registered_(size_t(num_blocks)) {
   free_list_.resize(size_t(num_blocks));
   std::iota(free_list_.begin(), free_list_.end(), 0);  // ascending: already a heap
 }
@@ -28,29 +29,71 @@ Result<std::vector<int32_t>> BlockManager::allocate(int32_t n) {
   }
   std::vector<int32_t> blocks(static_cast<size_t>(n));
   for (auto& id : blocks) {
-    std::pop_heap(free_list_.begin(), free_list_.end(), kLowestFirst);
-    id = free_list_.back();
-    free_list_.pop_back();
+    id = take_free_block();
     BATON_CHECK(ref_counts_[size_t(id)] == 0);
     ref_counts_[size_t(id)] = 1;
   }
   return blocks;
 }
 
+int32_t BlockManager::take_free_block() {
+  if (!free_list_.empty()) {
+    std::pop_heap(free_list_.begin(), free_list_.end(), kLowestFirst);
+    const int32_t id = free_list_.back();
+    free_list_.pop_back();
+    return id;
+  }
+  // Evict the registered block released longest ago: its K/V is overwritten.
+  const int32_t id = evictable_.front();
+  evictable_.pop_front();
+  Registration& r = registered_[size_t(id)];
+  by_hash_.erase(r.hash);
+  r = Registration{};
+  return id;
+}
+
 void BlockManager::add_ref(int32_t block) {
-  BATON_CHECK(ref_counts_.at(size_t(block)) > 0);
-  ++ref_counts_[size_t(block)];
+  int32_t& count = ref_counts_.at(size_t(block));
+  if (count == 0) {
+    // Only a registered block is handed out while free (find()).
+    Registration& r = registered_[size_t(block)];
+    BATON_CHECK(!r.tokens.empty());
+    evictable_.erase(r.evictable);
+  }
+  ++count;
 }
 
 void BlockManager::release(const std::vector<int32_t>& blocks) {
   for (int32_t id : blocks) {
     int32_t& count = ref_counts_.at(size_t(id));
     BATON_CHECK(count > 0);  // a double free is a bug, never input-driven
-    if (--count == 0) {
+    if (--count > 0) continue;
+    Registration& r = registered_[size_t(id)];
+    if (!r.tokens.empty()) {
+      r.evictable = evictable_.insert(evictable_.end(), id);
+    } else {
       free_list_.push_back(id);
       std::push_heap(free_list_.begin(), free_list_.end(), kLowestFirst);
     }
   }
+}
+
+void BlockManager::register_block(int32_t block, const BlockKey& key) {
+  BATON_CHECK(ref_counts_.at(size_t(block)) > 0 && !key.tokens.empty());
+  Registration& r = registered_[size_t(block)];
+  if (!r.tokens.empty() || by_hash_.contains(key.hash)) return;
+  r.hash = key.hash;
+  r.parent = key.parent;
+  r.tokens.assign(key.tokens.begin(), key.tokens.end());
+  by_hash_.emplace(key.hash, block);
+}
+
+std::optional<int32_t> BlockManager::find(const BlockKey& key) const {
+  const auto it = by_hash_.find(key.hash);
+  if (it == by_hash_.end()) return std::nullopt;
+  const Registration& r = registered_[size_t(it->second)];
+  if (r.parent != key.parent || !std::ranges::equal(r.tokens, key.tokens)) return std::nullopt;
+  return it->second;
 }
 
 Status BlockTable::reserve(BlockManager& manager, int32_t n) {
@@ -59,6 +102,13 @@ Status BlockTable::reserve(BlockManager& manager, int32_t n) {
   BATON_ASSIGN_OR_RETURN(auto fresh, manager.allocate(missing));
   blocks_.insert(blocks_.end(), fresh.begin(), fresh.end());
   return Status::ok();
+}
+
+void BlockTable::share(BlockManager& manager, int32_t block) {
+  BATON_CHECK(num_tokens_ == int32_t(blocks_.size()) * block_size_);
+  manager.add_ref(block);
+  blocks_.push_back(block);
+  num_tokens_ += block_size_;
 }
 
 void BlockTable::commit(int32_t n) {

@@ -4,33 +4,81 @@
 // between sequences. A BlockTable is one sequence's ordered list of block ids
 // plus its token count; growing it may fail with ResourceExhausted, which the
 // scheduler handles (wait or preempt) — it is never fatal.
+//
+// The prefix cache: a full block whose K/V is written can be registered
+// under its BlockKey (the tokens of its sequence up to its end, as a chain of
+// hashes). A later sequence that starts with the same tokens shares it
+// instead of computing it again. A registered block nobody holds any more
+// keeps its K/V and stays findable, but counts as free: it is reused, least
+// recently released first, only once no never-registered block is left.
 #pragma once
 
 #include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "common/status.h"
 
 namespace baton::engine {
 
+// A full block's place in the prefix cache: `hash` covers every token of the
+// sequence up to the block's end (prefix_hash.h), `parent` the tokens before
+// the block (kNoParent for a first block), `tokens` the block's own. A match
+// compares all three, so two prefixes whose hashes collide never share.
+struct BlockKey {
+  uint64_t hash;
+  uint64_t parent;
+  std::span<const int32_t> tokens;
+};
+
 class BlockManager {
  public:
   explicit BlockManager(int32_t num_blocks);
 
   int32_t num_blocks() const { return int32_t(ref_counts_.size()); }
-  int32_t num_free() const { return int32_t(free_list_.size()); }
+  // Blocks no sequence holds, registered ones among them.
+  int32_t num_free() const { return int32_t(free_list_.size() + evictable_.size()); }
+  // Registered blocks, held or not.
+  int32_t num_cached() const { return int32_t(by_hash_.size()); }
   int32_t ref_count(int32_t block) const { return ref_counts_.at(size_t(block)); }
 
-  // n fresh blocks with reference count 1, or ResourceExhausted (nothing
-  // taken): the n lowest free ids, in ascending order.
+  // n blocks with reference count 1, or ResourceExhausted (nothing taken):
+  // the n lowest never-registered free ids, in ascending order, then
+  // registered ones nobody holds, least recently released first (they leave
+  // the cache).
   Result<std::vector<int32_t>> allocate(int32_t n);
-  // Another owner for a block already in use (prefix sharing).
+  // Another owner for a block in use, or a registered free one (prefix
+  // sharing: it is no longer free).
   void add_ref(int32_t block);
   // Drops one reference per id; a block with none left becomes free.
   void release(const std::vector<int32_t>& blocks);
 
+  // Registers a full block in use, whose K/V is written, under `key`. A
+  // block already registered, or a key another block holds, changes nothing
+  // (the block is then freed as an unregistered one).
+  void register_block(int32_t block, const BlockKey& key);
+  // The registered block with exactly this key, held or free.
+  std::optional<int32_t> find(const BlockKey& key) const;
+
  private:
+  struct Registration {
+    uint64_t hash = 0;
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;
+    std::list<int32_t>::iterator evictable;  // its place there while free
+  };
+  // Takes one block off the free lists for a new owner.
+  int32_t take_free_block();
+
   std::vector<int32_t> ref_counts_;
+  // Registrations by block (empty tokens: none) and by hash.
+  std::vector<Registration> registered_;
+  std::unordered_map<uint64_t, int32_t> by_hash_;
+  // Registered blocks nobody holds, least recently released first.
+  std::list<int32_t> evictable_;
   // A min-heap of the free ids. Lowest first keeps a sequence's blocks in
   // runs of adjacent ids, and so of adjacent memory, wherever the pool is not
   // fragmented: a prompt's blocks are taken at once (a decode node reserves
@@ -56,6 +104,10 @@ class BlockTable {
   // Makes room for `n` more tokens, allocating blocks as needed; on
   // ResourceExhausted nothing changed.
   Status reserve(BlockManager& manager, int32_t n);
+  // Appends a full block another sequence computed (the prefix cache's):
+  // one more reference to it, and block_size more tokens. The table must
+  // hold whole blocks only.
+  void share(BlockManager& manager, int32_t block);
   // Records that `n` reserved slots now hold tokens.
   void commit(int32_t n);
   // Slot (block_id * block_size + offset) of token position `pos`.

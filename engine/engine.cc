@@ -69,7 +69,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   engine->model_ = std::make_unique<LlamaModel>(*engine->checkpoint_, *engine->thread_pool_);
   SchedulerConfig scheduler_config{.max_num_seqs = config.max_num_seqs,
                                    .max_num_batched_tokens = config.max_num_batched_tokens,
-                                   .max_model_len = config.max_model_len};
+                                   .max_model_len = config.max_model_len,
+                                   .enable_prefix_caching = config.enable_prefix_caching};
   engine->scheduler_ =
       std::make_unique<Scheduler>(*engine->model_, engine->kv_pool_, scheduler_config);
   spdlog::info(

@@ -81,6 +81,11 @@ const std::vector<Setting>& settings() {
        "read the weights in at start in 2 MiB pages, re-reading a checkpoint the page cache "
        "holds in small pages (batch-1 decode ran about 5% faster); false maps them lazily",
        bool_setting(&EngineConfig::huge_page_weights)},
+      {"enable_prefix_caching", "true",
+       "keep computed full KV blocks findable by their tokens: a prompt that starts like an "
+       "earlier one shares its blocks instead of computing them (a prefill node's requests never "
+       "do)",
+       bool_setting(&EngineConfig::enable_prefix_caching)},
   };
   return table;
 }

@@ -32,6 +32,7 @@ struct EngineConfig {
   int32_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill above it)
   int32_t max_model_len = 0;               // 0: the model's max_position_embeddings
   bool huge_page_weights = true;           // read weights in at start, in 2 MiB pages
+  bool enable_prefix_caching = true;       // share computed full blocks by their tokens
 };
 
 // Parses `node` (a mapping). `prefix` names it in errors, e.g. "engine".

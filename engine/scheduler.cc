@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "engine/prefix_hash.h"
 #include "kernels/cpu/sampling.h"
 
 namespace baton::engine {
@@ -177,6 +178,7 @@ bool Scheduler::abort(int64_t sequence_id) {
 void Scheduler::preempt(Sequence& victim) {
   victim.block_table.release(blocks_);
   victim.num_computed = 0;
+  victim.registered_blocks = 0;
   ++victim.num_preemptions;
   ++preemptions_;
   auto it = std::find_if(running_.begin(), running_.end(),
@@ -232,14 +234,67 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
   // Admit waiting sequences in arrival order while blocks and budget last.
   while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
+    share_cached_prefix(seq);
     int32_t n = std::min(seq.num_pending(), budget);
-    if (!seq.block_table.reserve(blocks_, n).is_ok()) break;
+    if (!seq.block_table.reserve(blocks_, n).is_ok()) {
+      // Waiting sequences hold no blocks: the shared ones go back (cached).
+      seq.block_table.release(blocks_);
+      seq.num_computed = 0;
+      seq.registered_blocks = 0;
+      break;
+    }
+    if (seq.registered_blocks > 0) {
+      prefix_query_tokens_ += seq.num_tokens();
+      prefix_hit_tokens_ += seq.num_computed;
+    } else if (config_.enable_prefix_caching && !seq.options.retain_blocks) {
+      prefix_query_tokens_ += seq.num_tokens();
+    }
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     scheduled.push_back({&seq, n});
     budget -= n;
   }
   return scheduled;
+}
+
+BlockKey Scheduler::block_key(Sequence& seq, int32_t j) {
+  const int32_t bs = seq.block_table.block_size();
+  thread_local std::vector<int32_t> tokens;
+  tokens.resize(size_t(bs));
+  while (int32_t(seq.block_hashes.size()) <= j) {
+    const auto k = int32_t(seq.block_hashes.size());
+    for (int32_t t = 0; t < bs; ++t) tokens[size_t(t)] = seq.token_at(k * bs + t);
+    const uint64_t parent = k == 0 ? kNoParent : seq.block_hashes.back();
+    seq.block_hashes.push_back(prefix_block_hash(parent, tokens));
+  }
+  for (int32_t t = 0; t < bs; ++t) tokens[size_t(t)] = seq.token_at(j * bs + t);
+  return BlockKey{.hash = seq.block_hashes[size_t(j)],
+                  .parent = j == 0 ? kNoParent : seq.block_hashes[size_t(j) - 1],
+                  .tokens = tokens};
+}
+
+void Scheduler::share_cached_prefix(Sequence& seq) {
+  if (!config_.enable_prefix_caching || seq.options.retain_blocks || seq.num_computed != 0 ||
+      !seq.block_table.blocks().empty())
+    return;
+  const int32_t bs = seq.block_table.block_size();
+  const int32_t shareable = (seq.num_tokens() - 1) / bs;
+  int32_t j = 0;
+  for (; j < shareable; ++j) {
+    const std::optional<int32_t> block = blocks_.find(block_key(seq, j));
+    if (!block) break;
+    seq.block_table.share(blocks_, *block);
+  }
+  seq.num_computed = j * bs;
+  seq.registered_blocks = j;
+}
+
+void Scheduler::register_full_blocks(Sequence& seq) {
+  if (!config_.enable_prefix_caching || seq.options.retain_blocks) return;
+  const int32_t full = seq.num_computed / seq.block_table.block_size();
+  for (int32_t j = seq.registered_blocks; j < full; ++j)
+    blocks_.register_block(seq.block_table.blocks()[size_t(j)], block_key(seq, j));
+  seq.registered_blocks = std::max(seq.registered_blocks, full);
 }
 
 void Scheduler::note_peak_usage() {
@@ -309,6 +364,7 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     seq.block_table.commit(scheduled[i].num_tokens);
     seq.num_computed += scheduled[i].num_tokens;
     seq.high_water = std::max(seq.high_water, seq.num_computed);
+    register_full_blocks(seq);
     if (plan.sequences[i].wants_logits) {
       sample(seq, logits_.data() + logits_row * size_t(vocab), outputs);
       ++logits_row;
@@ -377,7 +433,10 @@ SchedulerStats Scheduler::stats() const {
                         .free_blocks = blocks_.num_free(),
                         .total_blocks = blocks_.num_blocks(),
                         .peak_used_blocks = peak_used_blocks_,
-                        .preemptions = preemptions_};
+                        .preemptions = preemptions_,
+                        .cached_blocks = blocks_.num_cached(),
+                        .prefix_query_tokens = prefix_query_tokens_,
+                        .prefix_hit_tokens = prefix_hit_tokens_};
 }
 
 }  // namespace baton::engine

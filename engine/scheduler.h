@@ -34,6 +34,11 @@ struct SchedulerConfig {
   int32_t max_num_batched_tokens = 2048;  // token budget of one step
   int32_t max_model_len = 0;              // prompt + output limit; 0: the model's maximum. Never
                                           // more than the pool holds.
+  // Full blocks a sequence computed stay findable by their tokens after it
+  // ends, and a sequence admitted later that starts with the same tokens
+  // shares them instead of computing them (block_manager.h). Sequences that
+  // retain their blocks (a prefill node's) neither share nor register.
+  bool enable_prefix_caching = true;
 };
 
 // What one step produced for one sequence.
@@ -53,6 +58,9 @@ struct SchedulerStats {
   int32_t total_blocks = 0;
   int32_t peak_used_blocks = 0;
   int64_t preemptions = 0;
+  int32_t cached_blocks = 0;        // registered in the prefix cache, held or free
+  int64_t prefix_query_tokens = 0;  // tokens of admitted sequences looked up in the cache
+  int64_t prefix_hit_tokens = 0;    // of those, found there and not computed
 };
 
 // What the last step computed: prompt positions, positions recomputed after
@@ -136,6 +144,14 @@ class Scheduler {
   };
   std::vector<Scheduled> schedule();
   bool reserve_or_preempt(Sequence& sequence, int32_t tokens);
+  // The prefix cache's key of the sequence's full block j.
+  BlockKey block_key(Sequence& sequence, int32_t j);
+  // Before a waiting sequence with no blocks is admitted: shares the cached
+  // blocks its tokens start with (all but the last token, whose logits the
+  // step needs) and marks their tokens computed.
+  void share_cached_prefix(Sequence& sequence);
+  // After a step: registers the sequence's blocks that are now full.
+  void register_full_blocks(Sequence& sequence);
   void preempt(Sequence& victim);
   Status validate(const std::vector<int32_t>& prompt, const GenerationOptions& options) const;
   void sample(Sequence& sequence, const float* logits, std::vector<StepOutput>* outputs);
@@ -151,6 +167,8 @@ class Scheduler {
   BlockManager blocks_;
   int64_t next_id_ = 0;
   int64_t preemptions_ = 0;
+  int64_t prefix_query_tokens_ = 0;
+  int64_t prefix_hit_tokens_ = 0;
   int32_t peak_used_blocks_ = 0;
   StepTokenCounts last_step_;
   std::deque<std::unique_ptr<Sequence>> waiting_;

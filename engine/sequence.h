@@ -57,6 +57,11 @@ struct Sequence {
   int32_t num_computed = 0;  // tokens whose K/V is in the pool
   int32_t high_water = 0;    // most tokens ever computed (preemption resets num_computed)
   int32_t num_preemptions = 0;
+  // Prefix cache: the keys' hashes of the sequence's full blocks, as far as
+  // they have been needed (they depend on the tokens alone), and how many
+  // leading blocks of block_table are registered or were shared.
+  std::vector<uint64_t> block_hashes;
+  int32_t registered_blocks = 0;
   bool awaiting_kv = false;  // reserved by reserve_remote, KV not yet activated
   FinishReason finish_reason = FinishReason::kNone;
 };

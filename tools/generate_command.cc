@@ -255,18 +255,21 @@ int run_generate(const GenerateOptions& o) {
   auto stats = eng.scheduler().stats();
   uint64_t kv_used =
       uint64_t(stats.peak_used_blocks) * layout.block_size * layout.bytes_per_token();
-  std::fprintf(stderr,
-               "stats: %zu prompts, %lld prompt tokens at %.1f tok/s, %lld output tokens "
-               "(decode %.1f tok/s, overall %.1f tok/s), %.2f s; KV used %s peak, "
-               "%zu bytes/token (%s), %lld preemptions\n",
-               done.size(), static_cast<long long>(prompt_tokens),
-               prefill_seconds > 0 ? double(prompt_tokens) / prefill_seconds : 0.0,
-               static_cast<long long>(output_tokens),
-               decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0,
-               total_seconds > 0 ? double(output_tokens) / total_seconds : 0.0, total_seconds,
-               human_bytes(kv_used).c_str(), layout.bytes_per_token(),
-               std::string(dtype_name(layout.dtype)).c_str(),
-               static_cast<long long>(stats.preemptions));
+  std::fprintf(
+      stderr,
+      "stats: %zu prompts, %lld prompt tokens at %.1f tok/s, %lld output tokens "
+      "(decode %.1f tok/s, overall %.1f tok/s), %.2f s; KV used %s peak, "
+      "%zu bytes/token (%s), %lld preemptions, %lld prompt tokens from the prefix "
+      "cache\n",
+      done.size(), static_cast<long long>(prompt_tokens),
+      // Tokens the prefix cache held were not computed.
+      prefill_seconds > 0 ? double(prompt_tokens - stats.prefix_hit_tokens) / prefill_seconds : 0.0,
+      static_cast<long long>(output_tokens),
+      decode_seconds > 0 ? double(decode_tokens) / decode_seconds : 0.0,
+      total_seconds > 0 ? double(output_tokens) / total_seconds : 0.0, total_seconds,
+      human_bytes(kv_used).c_str(), layout.bytes_per_token(),
+      std::string(dtype_name(layout.dtype)).c_str(), static_cast<long long>(stats.preemptions),
+      static_cast<long long>(stats.prefix_hit_tokens));
   return 0;
 }
 

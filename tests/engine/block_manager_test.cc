@@ -124,5 +124,133 @@ TEST(BlockManager, RandomAllocFreeNeverLosesABlock) {
   }
 }
 
+// A key for tests: its own hash, no parent, and these tokens.
+struct TestKey {
+  uint64_t hash;
+  std::vector<int32_t> tokens;
+  BlockKey key() const { return BlockKey{.hash = hash, .parent = 0, .tokens = tokens}; }
+};
+
+TEST(PrefixCache, ARegisteredBlockOutlivesItsOwnerAndIsShared) {
+  BlockManager manager(4);
+  auto a = manager.allocate(2);
+  ASSERT_TRUE(a.is_ok());
+  const TestKey k{11, {1, 2, 3, 4}};
+  EXPECT_FALSE(manager.find(k.key()).has_value());
+  manager.register_block((*a)[0], k.key());
+  EXPECT_EQ(manager.find(k.key()), (*a)[0]);
+  EXPECT_EQ(manager.num_cached(), 1);
+
+  manager.release(*a);
+  // Both free, and the registered one still findable.
+  EXPECT_EQ(manager.num_free(), 4);
+  ASSERT_EQ(manager.find(k.key()), (*a)[0]);
+  manager.add_ref((*a)[0]);
+  EXPECT_EQ(manager.ref_count((*a)[0]), 1);
+  EXPECT_EQ(manager.num_free(), 3);
+  // Held again: never handed to a new owner.
+  auto rest = manager.allocate(3);
+  ASSERT_TRUE(rest.is_ok());
+  EXPECT_EQ(std::count(rest->begin(), rest->end(), (*a)[0]), 0);
+  EXPECT_FALSE(manager.allocate(1).is_ok());
+  manager.release(*rest);
+  manager.release({(*a)[0]});
+  EXPECT_EQ(manager.num_free(), 4);
+}
+
+TEST(PrefixCache, MatchesTheWholeKeyNotJustItsHash) {
+  BlockManager manager(2);
+  auto a = manager.allocate(1);
+  ASSERT_TRUE(a.is_ok());
+  manager.register_block((*a)[0], TestKey{7, {5, 6}}.key());
+  // The same hash with other tokens, or another parent: a collision.
+  EXPECT_FALSE(manager.find(TestKey{7, {5, 7}}.key()).has_value());
+  const std::vector<int32_t> tokens{5, 6};
+  EXPECT_FALSE(manager.find(BlockKey{.hash = 7, .parent = 1, .tokens = tokens}).has_value());
+  EXPECT_TRUE(manager.find(TestKey{7, {5, 6}}.key()).has_value());
+  // A second block with a registered key stays unregistered, and frees as such.
+  auto b = manager.allocate(1);
+  ASSERT_TRUE(b.is_ok());
+  manager.register_block((*b)[0], TestKey{7, {5, 6}}.key());
+  EXPECT_EQ(manager.find(TestKey{7, {5, 6}}.key()), (*a)[0]);
+  EXPECT_EQ(manager.num_cached(), 1);
+  manager.release(*a);
+  manager.release(*b);
+  EXPECT_EQ(manager.num_free(), 2);
+}
+
+TEST(PrefixCache, UnregisteredBlocksGoFirstThenTheLeastRecentlyReleased) {
+  BlockManager manager(5);
+  auto all = manager.allocate(5);
+  ASSERT_TRUE(all.is_ok());
+  // Blocks 0..2 registered; released in the order 2, 0, 1; then 3 and 4
+  // (never registered).
+  std::vector<TestKey> keys;
+  for (int32_t i = 0; i < 3; ++i) {
+    keys.push_back(TestKey{uint64_t(100 + i), {i}});
+    manager.register_block((*all)[size_t(i)], keys.back().key());
+  }
+  for (int32_t i : {2, 0, 1, 3, 4}) manager.release({(*all)[size_t(i)]});
+  EXPECT_EQ(manager.num_free(), 5);
+  auto fresh = manager.allocate(2);
+  ASSERT_TRUE(fresh.is_ok());
+  EXPECT_EQ(*fresh, (std::vector<int32_t>{3, 4}));
+  EXPECT_EQ(manager.num_cached(), 3);
+  // Now the cache gives way: block 2 first, which leaves it.
+  auto next = manager.allocate(1);
+  ASSERT_TRUE(next.is_ok());
+  EXPECT_EQ((*next)[0], 2);
+  EXPECT_FALSE(manager.find(keys[2].key()).has_value());
+  EXPECT_EQ(manager.find(keys[0].key()), 0);
+  EXPECT_EQ(manager.num_cached(), 2);
+  // Sharing block 0 takes it off the eviction order: 1 goes next.
+  manager.add_ref(0);
+  auto last = manager.allocate(1);
+  ASSERT_TRUE(last.is_ok());
+  EXPECT_EQ((*last)[0], 1);
+  EXPECT_FALSE(manager.allocate(1).is_ok());
+  EXPECT_EQ(manager.num_free(), 0);
+}
+
+TEST(PrefixCache, RandomUseNeverLosesABlock) {
+  std::mt19937 rng(std::random_device{}());
+  constexpr int32_t kBlocks = 24;
+  BlockManager manager(kBlocks);
+  std::vector<std::vector<int32_t>> owners;
+  uint64_t next_hash = 1;
+  std::vector<TestKey> keys;
+  for (int round = 0; round < 2000; ++round) {
+    const int action = int(rng() % 4);
+    if (action == 0) {
+      auto got = manager.allocate(int32_t(rng() % 4));
+      if (got.is_ok()) owners.push_back(*got);
+    } else if (action == 1 && !owners.empty()) {
+      const size_t i = rng() % owners.size();
+      manager.release(owners[i]);
+      owners.erase(owners.begin() + ptrdiff_t(i));
+    } else if (action == 2 && !owners.empty() && !owners.back().empty()) {
+      keys.push_back(TestKey{next_hash++, {int32_t(rng() % 50)}});
+      manager.register_block(owners.back().back(), keys.back().key());
+    } else if (action == 3 && !keys.empty()) {
+      const TestKey& k = keys[rng() % keys.size()];
+      if (auto block = manager.find(k.key())) {
+        manager.add_ref(*block);
+        owners.push_back({*block});
+      }
+    }
+    // Every block is either held (its count the number of owners' copies)
+    // or free, never both.
+    std::vector<int32_t> held(kBlocks, 0);
+    for (const auto& o : owners)
+      for (int32_t b : o) ++held[size_t(b)];
+    int32_t free = 0;
+    for (int32_t b = 0; b < kBlocks; ++b) {
+      ASSERT_EQ(manager.ref_count(b), held[size_t(b)]);
+      free += held[size_t(b)] == 0 ? 1 : 0;
+    }
+    ASSERT_EQ(manager.num_free(), free);
+  }
+}
+
 }  // namespace
 }  // namespace baton::engine

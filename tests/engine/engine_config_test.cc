@@ -17,13 +17,14 @@ TEST(EngineConfig, MissingMeansDefault) {
   EXPECT_FALSE(config->kv_dtype.has_value());
   EXPECT_EQ(config->kv_cache_bytes, 256ull << 20);
   EXPECT_TRUE(config->huge_page_weights);
+  EXPECT_TRUE(config->enable_prefix_caching);
 }
 
 TEST(EngineConfig, ReadsEveryKey) {
   auto config = parse(
       "{threads: 3, block_size: 32, kv_dtype: bf16, kv_cache_bytes: 2GiB, kv_cache_blocks: 7,"
       " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024,"
-      " huge_page_weights: false}");
+      " huge_page_weights: false, enable_prefix_caching: false}");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
   EXPECT_EQ(config->threads, 3);
   EXPECT_EQ(config->block_size, 32);
@@ -34,6 +35,7 @@ TEST(EngineConfig, ReadsEveryKey) {
   EXPECT_EQ(config->max_num_batched_tokens, 512);
   EXPECT_EQ(config->max_model_len, 1024);
   EXPECT_FALSE(config->huge_page_weights);
+  EXPECT_FALSE(config->enable_prefix_caching);
 }
 
 TEST(EngineConfig, ErrorsNameTheKey) {
@@ -51,6 +53,7 @@ TEST(EngineConfig, ErrorsNameTheKey) {
       {"{max_num_seqs: 0}", "engine.max_num_seqs"},
       {"{threads: -1}", "engine.threads"},
       {"{huge_page_weights: maybe}", "engine.huge_page_weights: expected true or false"},
+      {"{enable_prefix_caching: 1}", "engine.enable_prefix_caching: expected true or false"},
       {"[1, 2]", "engine: expected a mapping"},
   };
   for (const auto& c : cases) {

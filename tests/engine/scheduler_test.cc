@@ -23,8 +23,9 @@ class SchedulerTest : public ::testing::Test {
   }
 
   std::unique_ptr<Engine> make_engine(int32_t blocks, int32_t block_size, int32_t budget,
-                                      int32_t max_seqs = 64) {
+                                      int32_t max_seqs = 64, bool prefix_caching = true) {
     EngineConfig config;
+    config.enable_prefix_caching = prefix_caching;
     config.threads = 2;
     config.kv_cache_blocks = blocks;
     config.block_size = block_size;
@@ -33,6 +34,64 @@ class SchedulerTest : public ::testing::Test {
     auto engine = Engine::create(model_dir_, config);
     EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
     return std::move(engine).value();
+  }
+
+  // n prompts that start with one shared prefix (up to 45 tokens) and go on
+  // with 0-9 tokens of their own.
+  std::vector<std::vector<int32_t>> prompts_sharing_a_prefix(int n) {
+    std::uniform_int_distribution<int32_t> prefix_len(1, 45), own_len(0, 9), id(3, 511);
+    std::vector<int32_t> prefix(size_t(prefix_len(rng_)));
+    for (auto& t : prefix) t = id(rng_);
+    std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(n), prefix);
+    for (auto& p : prompts)
+      for (int32_t k = own_len(rng_); k > 0; --k) p.push_back(id(rng_));
+    return prompts;
+  }
+
+  // Each prompt's output generated alone, with no prefix cache.
+  std::vector<std::vector<int32_t>> alone_uncached(const std::vector<std::vector<int32_t>>& prompts,
+                                                   const GenerationOptions& options) {
+    std::vector<std::vector<int32_t>> alone;
+    for (const auto& p : prompts) {
+      auto engine = make_engine(64, 16, 2048, 64, /*prefix_caching=*/false);
+      alone.push_back(generate(*engine, {p}, options)[0]);
+    }
+    return alone;
+  }
+
+  struct TightTotals {
+    int64_t preemptions = 0;
+    int64_t prefix_hit_tokens = 0;
+  };
+  // `rounds` engines of random pool sizes (just above what the longest
+  // sequence alone needs), block sizes, budgets and batch limits, each
+  // generating the prompts `passes` times: every output must equal `alone`.
+  TightTotals run_tight_rounds(const std::vector<std::vector<int32_t>>& prompts,
+                               const GenerationOptions& options,
+                               const std::vector<std::vector<int32_t>>& alone, int rounds,
+                               int passes) {
+    size_t longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, p.size());
+    const auto tokens = int32_t(longest) + options.max_tokens;
+    std::uniform_int_distribution<int> pick_block(0, 2), pick_budget(1, 24), pick_seqs(1, 6);
+    TightTotals totals;
+    for (int round = 0; round < rounds; ++round) {
+      const int32_t block_size = 2 << pick_block(rng_);  // 2, 4 or 8
+      const int32_t blocks = (tokens + block_size - 1) / block_size + int32_t(rng_() % 8);
+      const int32_t budget = pick_budget(rng_);
+      const int32_t max_seqs = pick_seqs(rng_);
+      SCOPED_TRACE("round " + std::to_string(round) + ": blocks " + std::to_string(blocks) + " x " +
+                   std::to_string(block_size) + ", budget " + std::to_string(budget) +
+                   ", max_seqs " + std::to_string(max_seqs));
+      auto engine = make_engine(blocks, block_size, budget, max_seqs);
+      for (int pass = 0; pass < passes; ++pass) {
+        EXPECT_EQ(generate(*engine, prompts, options), alone);
+        if (::testing::Test::HasFailure()) return totals;
+      }
+      totals.preemptions += engine->scheduler().stats().preemptions;
+      totals.prefix_hit_tokens += engine->scheduler().stats().prefix_hit_tokens;
+    }
+    return totals;
   }
 
   std::vector<std::vector<int32_t>> random_prompts(int n) {
@@ -102,23 +161,8 @@ TEST_F(SchedulerTest, RandomTightConfigurationsMatchAlone) {
     auto engine = make_engine(64, 16, 2048);
     alone.push_back(generate(*engine, {p}, options)[0]);
   }
-  std::uniform_int_distribution<int> pick_block(0, 2), pick_budget(1, 24), pick_seqs(1, 6);
-  int64_t preemptions = 0;
-  for (int round = 0; round < 30; ++round) {
-    const int32_t block_size = 2 << pick_block(rng_);  // 2, 4 or 8
-    // Just enough blocks for the longest sequence alone (prompt <= 40, +10 out).
-    const int32_t min_blocks = (50 + block_size - 1) / block_size;
-    const int32_t blocks = min_blocks + int32_t(rng_() % 8);
-    const int32_t budget = pick_budget(rng_);
-    const int32_t max_seqs = pick_seqs(rng_);
-    SCOPED_TRACE("round " + std::to_string(round) + ": blocks " + std::to_string(blocks) + " x " +
-                 std::to_string(block_size) + ", budget " + std::to_string(budget) + ", max_seqs " +
-                 std::to_string(max_seqs));
-    auto engine = make_engine(blocks, block_size, budget, max_seqs);
-    ASSERT_EQ(generate(*engine, prompts, options), alone);
-    preemptions += engine->scheduler().stats().preemptions;
-  }
-  EXPECT_GT(preemptions, 0) << "no round exercised preemption";
+  EXPECT_GT(run_tight_rounds(prompts, options, alone, 30, 1).preemptions, 0)
+      << "no round exercised preemption";
 }
 
 // A sequence that would outgrow the whole pool ends with "length" at the
@@ -197,6 +241,100 @@ TEST_F(SchedulerTest, RejectsBadRequestsAndAbortFreesBlocks) {
   ASSERT_EQ(finished.size(), 1u);
   EXPECT_EQ(finished[0]->finish_reason, FinishReason::kAborted);
   EXPECT_FALSE(s.has_work());
+}
+
+// Prompts after one that started the same way share its full blocks, and
+// generate what they generate computed from scratch.
+TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  auto prompts = prompts_sharing_a_prefix(6);
+  prompts.push_back(prompts[1]);  // the same prompt again
+  const auto options = greedy(12);
+  const auto alone = alone_uncached(prompts, options);
+  for (int32_t block_size : {4, 16}) {
+    SCOPED_TRACE("block size " + std::to_string(block_size));
+    auto engine = make_engine(256, block_size, 2048);
+    EXPECT_EQ(generate(*engine, {prompts[0]}, options)[0], alone[0]);
+    const SchedulerStats first = engine->scheduler().stats();
+    EXPECT_EQ(first.prefix_hit_tokens, 0);
+    // The first sequence's computed tokens (the last sampled one never is),
+    // and the blocks they fill.
+    std::vector<int32_t> cached = prompts[0];
+    cached.insert(cached.end(), alone[0].begin(), alone[0].end() - 1);
+    const auto cached_blocks = int32_t(cached.size()) / block_size;
+    EXPECT_EQ(first.cached_blocks, cached_blocks);
+    // Admitted together in one step, every prompt shares the leading blocks
+    // it has in common with the first sequence, up to its last token.
+    int64_t expected_hits = 0, expected_queries = first.prefix_query_tokens;
+    for (const auto& p : prompts) {
+      const int32_t shareable = std::min((int32_t(p.size()) - 1) / block_size, cached_blocks);
+      int32_t j = 0;
+      while (j < shareable &&
+             std::equal(p.begin() + j * block_size, p.begin() + (j + 1) * block_size,
+                        cached.begin() + j * block_size))
+        ++j;
+      expected_hits += int64_t(j) * block_size;
+      expected_queries += int64_t(p.size());
+    }
+    EXPECT_EQ(generate(*engine, prompts, options), alone);
+    const SchedulerStats after = engine->scheduler().stats();
+    EXPECT_EQ(after.prefix_hit_tokens, expected_hits);
+    EXPECT_EQ(after.prefix_query_tokens, expected_queries);
+    if (prompts[0].size() > size_t(block_size)) EXPECT_GT(after.prefix_hit_tokens, 0);
+  }
+}
+
+// Pools too small to keep everything: cached blocks give way to new ones,
+// sequences are preempted and readmitted (sharing what is still cached), and
+// outputs still equal each prompt generated alone without a cache.
+TEST_F(SchedulerTest, TightPoolsWithSharedPrefixesMatchAlone) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  auto prompts = prompts_sharing_a_prefix(6);
+  const auto options = greedy(10);
+  const auto alone = alone_uncached(prompts, options);
+  // Twice per engine: the second time from a warm cache.
+  const TightTotals totals = run_tight_rounds(prompts, options, alone, 20, 2);
+  const int64_t hits = totals.prefix_hit_tokens, preemptions = totals.preemptions;
+  EXPECT_GT(hits, 0);
+  EXPECT_GT(preemptions, 0) << "no round exercised preemption";
+}
+
+TEST_F(SchedulerTest, PrefixCachingOffSharesNothing) {
+  auto prompt = random_prompts(1)[0];
+  prompt.resize(std::max<size_t>(prompt.size(), 20), 7);
+  auto engine = make_engine(64, 4, 2048, 64, /*prefix_caching=*/false);
+  const auto first = generate(*engine, {prompt}, greedy(6));
+  EXPECT_EQ(generate(*engine, {prompt}, greedy(6)), first);
+  const SchedulerStats stats = engine->scheduler().stats();
+  EXPECT_EQ(stats.prefix_hit_tokens, 0);
+  EXPECT_EQ(stats.prefix_query_tokens, 0);
+  EXPECT_EQ(stats.cached_blocks, 0);
+}
+
+// A prefill node's sequences keep their blocks for the transfer out: they
+// neither register them nor share others'.
+TEST_F(SchedulerTest, RetainedSequencesStayOutOfThePrefixCache) {
+  auto prompt = random_prompts(1)[0];
+  prompt.resize(std::max<size_t>(prompt.size(), 20), 7);
+  auto engine = make_engine(64, 4, 2048);
+  auto& s = engine->scheduler();
+  GenerationOptions retained = greedy(1);
+  retained.retain_blocks = true;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(s.add(prompt, retained).is_ok());
+    auto done = engine->run_to_completion();
+    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+    ASSERT_EQ(done->size(), 1u);
+    EXPECT_EQ(s.stats().cached_blocks, 0);
+    s.release_blocks(*(*done)[0]);
+  }
+  EXPECT_EQ(s.stats().prefix_hit_tokens, 0);
+  EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks);
+  // The same prompt run plainly then caches, and a second run shares.
+  generate(*engine, {prompt}, greedy(2));
+  EXPECT_GT(s.stats().cached_blocks, 0);
+  generate(*engine, {prompt}, greedy(2));
+  EXPECT_EQ(s.stats().prefix_hit_tokens, int64_t((prompt.size() - 1) / 4 * 4));
 }
 
 }  // namespace

@@ -87,6 +87,35 @@ TEST_F(BatonCli, GenerateJsonBatchEqualsEachPromptAlone) {
   EXPECT_EQ(json_lines(alone.out).at(0)["output_ids"], docs[1]["output_ids"]);
 }
 
+// Prompts that start alike: once the first one's blocks are computed (a
+// small step budget admits the second a few steps later), the second shares
+// them; the stats line counts the tokens it did not compute, and the outputs
+// are those of an engine with the cache off.
+TEST_F(BatonCli, PromptsStartingAlikeShareThePrefixCache) {
+  const std::string prefix = "Baton moves KV blocks from prefill to decode nodes. ";
+  std::ofstream(*dir_ / "alike.txt") << prefix << "One\n" << prefix << "Two\n";
+  const std::string args = "generate --model " + model().string() + " --prompts " +
+                           (*dir_ / "alike.txt").string() +
+                           " --max-tokens 4 --temperature 0 --ignore-eos --json --block-size 4"
+                           " --max-num-batched-tokens 8";
+  auto cached = run(args);
+  ASSERT_EQ(cached.exit_code, 0) << cached.out;
+  std::smatch hits;
+  ASSERT_TRUE(
+      std::regex_search(cached.out, hits, std::regex("(\\d+) prompt tokens from the prefix cache")))
+      << cached.out;
+  // The second prompt's blocks within the shared prefix, all but the last token's.
+  EXPECT_EQ(std::stoi(hits[1]), int(prefix.size()) / 4 * 4) << cached.out;
+  auto uncached = run(args + " --enable-prefix-caching false");
+  ASSERT_EQ(uncached.exit_code, 0) << uncached.out;
+  EXPECT_NE(uncached.out.find(" 0 prompt tokens from the prefix cache"), std::string::npos)
+      << uncached.out;
+  const auto a = json_lines(cached.out), b = json_lines(uncached.out);
+  ASSERT_EQ(a.size(), 2u);
+  ASSERT_EQ(b.size(), 2u);
+  for (size_t i = 0; i < 2; ++i) EXPECT_EQ(a[i]["output_ids"], b[i]["output_ids"]);
+}
+
 // Without --json, --logprobs prints a line per generated token under the
 // text, the same numbers the JSON holds; the stats line sizes the KV it used.
 TEST_F(BatonCli, LogprobsAsTextMatchTheJson) {
