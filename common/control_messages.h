@@ -74,7 +74,9 @@ struct NodeLoad {
   int64_t preemptions = 0;
   int64_t transfers_ok = 0;
   int64_t transfers_failed = 0;
-  int64_t messages_rejected = 0;  // malformed control frames dropped
+  int64_t messages_rejected = 0;     // malformed control frames dropped
+  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache, since start
+  int64_t prefix_cache_hits = 0;     // of those, found there (not computed)
 };
 
 // NodeLoad's fields by name, in one place for the codec and for reports.
@@ -95,6 +97,8 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"transfers_ok", &NodeLoad::transfers_ok},
     {"transfers_failed", &NodeLoad::transfers_failed},
     {"messages_rejected", &NodeLoad::messages_rejected},
+    {"prefix_cache_queries", &NodeLoad::prefix_cache_queries},
+    {"prefix_cache_hits", &NodeLoad::prefix_cache_hits},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

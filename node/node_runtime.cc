@@ -238,6 +238,8 @@ control::NodeLoad NodeRuntime::load() const {
   load.transfers_ok = int64_t(transfers.sends_ok + transfers.receives_ok);
   load.transfers_failed = int64_t(transfers.sends_failed + transfers.receives_failed);
   load.messages_rejected = int64_t(socket_->rejected());
+  load.prefix_cache_queries = stats.prefix_query_tokens;
+  load.prefix_cache_hits = stats.prefix_hit_tokens;
   return load;
 }
 

@@ -88,7 +88,12 @@ void RouterMetrics::count_http(int status) {
 
 std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   int64_t running = 0, waiting = 0, free_blocks = 0, total_blocks = 0;
+  int64_t cache_queries = 0, cache_hits = 0;
   for (const NodeState& node : snapshot.nodes) {
+    // Every node's prefix cache (a decode node's serves the prompts it
+    // prefills itself), while it reports.
+    cache_queries += node.load.prefix_cache_queries;
+    cache_hits += node.load.prefix_cache_hits;
     if (!node.up || node.role != "decode") continue;
     running += node.load.running;
     waiting += node.load.waiting + node.load.awaiting_kv;
@@ -108,6 +113,12 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   append_metric(&out, "vllm:generation_tokens_total", "counter",
                 "Number of generation tokens processed.", labels_,
                 double(generation_tokens_.load()));
+  append_metric(&out, "vllm:prefix_cache_queries_total", "counter",
+                "Prefix cache queries, in terms of number of queried tokens.", labels_,
+                double(cache_queries));
+  append_metric(&out, "vllm:prefix_cache_hits_total", "counter",
+                "Prefix cache hits, in terms of number of cached tokens.", labels_,
+                double(cache_hits));
   out += "# HELP vllm:request_success_total Count of finished requests by finish reason.\n";
   out += "# TYPE vllm:request_success_total counter\n";
   for (size_t i = 0; i < std::size(kFinishReasons); ++i) {

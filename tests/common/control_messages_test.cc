@@ -75,6 +75,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   hb.load.free_blocks = 17;
   hb.load.total_blocks = 99;
   hb.load.messages_rejected = 3;
+  hb.load.prefix_cache_hits = 48;
   Heartbeat hb2 = round_trip(hb);
   EXPECT_EQ(hb2.node, hb.node);
   EXPECT_EQ(hb2.load.running, hb.load.running);
@@ -82,6 +83,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(hb2.load.free_blocks, 17);
   EXPECT_EQ(hb2.load.total_blocks, 99);
   EXPECT_EQ(hb2.load.messages_rejected, 3);
+  EXPECT_EQ(hb2.load.prefix_cache_hits, 48);
 
   EXPECT_EQ(round_trip(PeerInfo{"decode-0", descriptor}).descriptor, descriptor);
 

@@ -137,8 +137,20 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.load.running = 3;
   decode.load.free_blocks = 25;
   decode.load.total_blocks = 100;
+  decode.load.prefix_cache_queries = 40;
+  decode.load.prefix_cache_hits = 16;
   snapshot.nodes.push_back(decode);
+  NodeState prefill;
+  prefill.name = "p0";
+  prefill.role = "prefill";
+  prefill.load.prefix_cache_queries = 5;
+  snapshot.nodes.push_back(prefill);
   std::string text = metrics.render(snapshot);
+  // Prefix cache counters: every node's, summed.
+  EXPECT_NE(text.find("vllm:prefix_cache_queries_total{model_name=\"tiny\"} 45\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("vllm:prefix_cache_hits_total{model_name=\"tiny\"} 16\n"), std::string::npos);
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:kv_cache_usage_perc{model_name=\"tiny\"} 0.75\n"), std::string::npos);
