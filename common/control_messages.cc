@@ -287,7 +287,8 @@ struct Codec {
     return {{"t", "prefill_ready"},
             {"request_id", m.request_id},
             {"transfer_id", m.transfer_id},
-            {"dst_blocks", m.dst_blocks}};
+            {"dst_blocks", m.dst_blocks},
+            {"cached_blocks", m.cached_blocks}};
   }
   json operator()(const Prefill& m) const {
     return {{"t", "prefill"},
@@ -296,7 +297,8 @@ struct Codec {
             {"sampling", to_json(m.sampling)},
             {"decode_node", m.decode_node},
             {"transfer_id", m.transfer_id},
-            {"dst_blocks", m.dst_blocks}};
+            {"dst_blocks", m.dst_blocks},
+            {"cached_blocks", m.cached_blocks}};
   }
   json operator()(const PrefillDone& m) const {
     return {{"t", "prefill_done"},
@@ -365,6 +367,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.request_id = r.uint64("request_id");
     m.transfer_id = r.uint64("transfer_id");
     m.dst_blocks = r.ints("dst_blocks", kMaxBlocksPerRequest);
+    m.cached_blocks = r.int32("cached_blocks", 0, int32_t(kMaxBlocksPerRequest));
     return finish(std::move(m));
   }
   if (type == "prefill") {
@@ -375,6 +378,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.decode_node = r.string("decode_node");
     m.transfer_id = r.uint64("transfer_id");
     m.dst_blocks = r.ints("dst_blocks", kMaxBlocksPerRequest);
+    m.cached_blocks = r.int32("cached_blocks", 0, int32_t(kMaxBlocksPerRequest));
     return finish(std::move(m));
   }
   if (type == "prefill_done") {

@@ -130,7 +130,11 @@ struct Generate {  // router -> decode
 struct PrefillReady {  // decode -> router
   uint64_t request_id = 0;
   uint64_t transfer_id = 0;
-  std::vector<int32_t> dst_blocks;  // the decode node's reserved blocks, in prompt order
+  // The decode node's reserved blocks for the prompt's blocks after the
+  // first `cached_blocks`, in prompt order: those it holds already (its
+  // prefix cache), and the prefill node neither sends nor writes them.
+  std::vector<int32_t> dst_blocks;
+  int32_t cached_blocks = 0;
 };
 struct Prefill {  // router -> prefill
   uint64_t request_id = 0;
@@ -138,7 +142,8 @@ struct Prefill {  // router -> prefill
   SamplingSpec sampling;
   std::string decode_node;
   uint64_t transfer_id = 0;
-  std::vector<int32_t> dst_blocks;
+  std::vector<int32_t> dst_blocks;  // as PrefillReady has them
+  int32_t cached_blocks = 0;
 };
 struct PrefillDone {  // prefill -> router, forwarded to decode
   uint64_t request_id = 0;

@@ -103,8 +103,12 @@ bool DecodeServer::try_reserve(Request& request) {
     end(request, "error", "transfer id collision with a live transfer");
     return true;
   }
+  // The blocks the KV is to land in: those after the prefix the prefix
+  // cache gave the sequence, which it holds already.
   const engine::Sequence* reserved = scheduler.find(*sequence);
-  std::vector<int32_t> blocks = reserved->block_table.blocks();
+  const int32_t cached = reserved->registered_blocks;
+  std::vector<int32_t> blocks(reserved->block_table.blocks().begin() + cached,
+                              reserved->block_table.blocks().end());
   kv_transfer::RecvSpec spec;
   spec.request_id = request.request_id;
   spec.transfer_id = request.transfer_id;
@@ -121,7 +125,8 @@ bool DecodeServer::try_reserve(Request& request) {
   by_transfer_[request.transfer_id] = request.request_id;
   request.state = State::kAwaitingKv;
   request.generate = {};
-  runtime_->send(control::PrefillReady{request.request_id, request.transfer_id, std::move(blocks)});
+  runtime_->send(
+      control::PrefillReady{request.request_id, request.transfer_id, std::move(blocks), cached});
   return true;
 }
 

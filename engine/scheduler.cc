@@ -84,14 +84,20 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   auto seq =
       std::make_unique<Sequence>(next_id_, std::move(prompt), options, kv_.layout().block_size);
   const auto tokens = int32_t(seq->prompt.size());
-  const int32_t needed = seq->block_table.blocks_needed(tokens);
+  // The prefix the cache holds is not transferred: the sequence shares it.
+  share_cached_prefix(*seq);
+  const int32_t shared = seq->num_computed;
+  const int32_t needed =
+      seq->block_table.blocks_needed(tokens) - int32_t(seq->block_table.blocks().size());
   if (needed > blocks_.num_free()) {
+    seq->block_table.release(blocks_);
     return resource_exhausted("the KV of a " + std::to_string(tokens) + "-token prompt needs " +
                               std::to_string(needed) + " blocks; " +
                               std::to_string(blocks_.num_free()) + " of " +
                               std::to_string(blocks_.num_blocks()) + " are free");
   }
-  BATON_RETURN_IF_ERROR(seq->block_table.reserve(blocks_, tokens));
+  BATON_RETURN_IF_ERROR(seq->block_table.reserve(blocks_, tokens - shared));
+  count_prefix_lookup(*seq);
   seq->awaiting_kv = true;
   ++next_id_;
   const int64_t id = seq->id;
@@ -130,7 +136,8 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   Sequence& seq = **it;
   const auto prompt_tokens = int32_t(seq.prompt.size());
   seq.awaiting_kv = false;
-  seq.block_table.commit(prompt_tokens);
+  // Shared cached blocks (reserve_remote) count as committed already.
+  seq.block_table.commit(prompt_tokens - seq.block_table.num_tokens());
   seq.num_computed = prompt_tokens;
   seq.high_water = prompt_tokens;
   seq.rng.discard(rng_draws);
@@ -243,12 +250,7 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
       seq.registered_blocks = 0;
       break;
     }
-    if (seq.registered_blocks > 0) {
-      prefix_query_tokens_ += seq.num_tokens();
-      prefix_hit_tokens_ += seq.num_computed;
-    } else if (config_.enable_prefix_caching && !seq.options.retain_blocks) {
-      prefix_query_tokens_ += seq.num_tokens();
-    }
+    count_prefix_lookup(seq);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     scheduled.push_back({&seq, n});
@@ -287,6 +289,12 @@ void Scheduler::share_cached_prefix(Sequence& seq) {
   }
   seq.num_computed = j * bs;
   seq.registered_blocks = j;
+}
+
+void Scheduler::count_prefix_lookup(const Sequence& seq) {
+  if (!config_.enable_prefix_caching || seq.options.retain_blocks) return;
+  prefix_query_tokens_ += seq.num_tokens();
+  prefix_hit_tokens_ += seq.registered_blocks * seq.block_table.block_size();
 }
 
 void Scheduler::register_full_blocks(Sequence& seq) {

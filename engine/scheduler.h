@@ -100,7 +100,10 @@ class Scheduler {
   // will write, without scheduling it. Validation as add(); ResourceExhausted
   // (the message says how many blocks are needed and free) when the free
   // blocks do not cover the prompt now: nothing is reserved then. The
-  // sequence is "awaiting KV": never scheduled, never preempted.
+  // sequence is "awaiting KV": never scheduled, never preempted. With the
+  // prefix cache on, its first registered_blocks blocks are shared cached
+  // ones that already hold the prompt's KV: the other node writes only the
+  // blocks after them.
   Result<int64_t> reserve_remote(std::vector<int32_t> prompt, const GenerationOptions& options);
   // A queued, running or awaiting sequence, or nullptr (finished ones are not found).
   const Sequence* find(int64_t id) const;
@@ -150,6 +153,8 @@ class Scheduler {
   // blocks its tokens start with (all but the last token, whose logits the
   // step needs) and marks their tokens computed.
   void share_cached_prefix(Sequence& sequence);
+  // Counts an admission's (or a remote reservation's) lookup in the stats.
+  void count_prefix_lookup(const Sequence& sequence);
   // After a step: registers the sequence's blocks that are now full.
   void register_full_blocks(Sequence& sequence);
   void preempt(Sequence& victim);

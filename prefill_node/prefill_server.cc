@@ -71,10 +71,14 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
   int32_t prompt_len = int32_t(prefill.prompt.size());
   int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
   size_t blocks_needed = size_t((prompt_len + block_size - 1) / block_size);
-  if (prefill.dst_blocks.size() != blocks_needed) {
-    return fail(id, std::to_string(prefill.dst_blocks.size()) + " destination blocks for a " +
-                        std::to_string(prompt_len) + "-token prompt; " +
-                        std::to_string(blocks_needed) + " needed");
+  // The decode node holds the first cached_blocks already; at least the
+  // block of the last token always travels.
+  if (prefill.dst_blocks.empty() ||
+      size_t(prefill.cached_blocks) + prefill.dst_blocks.size() != blocks_needed) {
+    return fail(id, std::to_string(prefill.dst_blocks.size()) + " destination blocks after " +
+                        std::to_string(prefill.cached_blocks) + " cached ones for a " +
+                        std::to_string(prompt_len) + "-token prompt of " +
+                        std::to_string(blocks_needed) + " blocks");
   }
   engine::GenerationOptions options = node::generation_options(prefill.sampling);
   options.max_tokens = 1;        // the first token; the decode node samples the rest
@@ -104,9 +108,10 @@ void PrefillServer::on_layer(int32_t layer, std::span<const engine::StepSequence
       spec.request_id = job.prefill.request_id;
       spec.transfer_id = transfer_id;
       spec.dst_blocks = job.prefill.dst_blocks;
+      // The prompt's blocks past those the decode node holds.
       const std::vector<int32_t>& blocks = sequence->block_table.blocks();
-      spec.src_blocks.assign(blocks.begin(),
-                             blocks.begin() + std::ptrdiff_t(spec.dst_blocks.size()));
+      const auto first = blocks.begin() + job.prefill.cached_blocks;
+      spec.src_blocks.assign(first, first + std::ptrdiff_t(spec.dst_blocks.size()));
       Status begun =
           runtime_->transfer().begin_send(job.peer, std::move(spec), runtime_->completion_sink());
       if (!begun.is_ok()) {

@@ -229,6 +229,7 @@ void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady
   prefill.decode_node = request.decode_node;
   prefill.transfer_id = ready.transfer_id;
   prefill.dst_blocks = std::move(ready.dst_blocks);
+  prefill.cached_blocks = ready.cached_blocks;
   NodeState* prefill_node = registry_.find(request.prefill_node);
   if (prefill_node == nullptr || !prefill_node->up) {
     return fail(request.id, unavailable("prefill node '" + request.prefill_node + "' is down"));

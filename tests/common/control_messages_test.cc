@@ -95,11 +95,13 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   expect_equal(gen2.sampling, gen.sampling);
   EXPECT_EQ(gen2.prefill_node, "prefill-0");
 
-  PrefillReady ready{rng(), rng() % (1ull << 32), random_ints(rng, 200, 1 << 20)};
+  PrefillReady ready{rng(), rng() % (1ull << 32), random_ints(rng, 200, 1 << 20),
+                     int32_t(rng() % 1000)};
   PrefillReady ready2 = round_trip(ready);
   EXPECT_EQ(ready2.request_id, ready.request_id);
   EXPECT_EQ(ready2.transfer_id, ready.transfer_id);
   EXPECT_EQ(ready2.dst_blocks, ready.dst_blocks);
+  EXPECT_EQ(ready2.cached_blocks, ready.cached_blocks);
 
   Prefill pre{rng(), random_ints(rng, 500, 150000), random_sampling(rng), "decode-1",
               77,    random_ints(rng, 32, 4096)};
@@ -109,6 +111,9 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(pre2.decode_node, "decode-1");
   EXPECT_EQ(pre2.transfer_id, 77u);
   EXPECT_EQ(pre2.dst_blocks, pre.dst_blocks);
+  EXPECT_EQ(pre2.cached_blocks, 0);
+  pre.cached_blocks = 12;
+  EXPECT_EQ(round_trip(pre).cached_blocks, 12);
 
   PrefillDone done{rng(), int32_t(rng() % 1000), rng() % 10, "peer lost", {}};
   done.first_logprobs.push_back({-1.25f, {5, 9, 2}, {-0.5f, -1.0f, -3.5f}});
@@ -223,6 +228,13 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   object["prompt"] = json::array();
   for (size_t i = 0; i <= kMaxPromptTokens; ++i) object["prompt"].push_back(1);
   EXPECT_NE(message_of(decode_json(object)).find("more than"), std::string::npos);
+
+  // A negative count of cached blocks.
+  object = json::from_msgpack(encode(PrefillReady{4, 5, {1, 2}, 1}));
+  ASSERT_TRUE(decode_json(object).is_ok());
+  object["cached_blocks"] = -1;
+  EXPECT_NE(message_of(decode_json(object)).find("cached_blocks: out of range"), std::string::npos)
+      << message_of(decode_json(object));
 
   // Log-probabilities that would not survive narrowing to float.
   PrefillDone done{3, 5, 0, "", {{-1.0f, {4}, {-0.5f}}}};

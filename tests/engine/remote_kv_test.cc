@@ -244,6 +244,68 @@ TEST_F(RemoteKvTest, SeededSamplingHandoffEqualsOneEngine) {
   });
 }
 
+// A decode node whose prefix cache holds the start of a prompt shares those
+// blocks at reservation: only the blocks after them receive KV, yet it
+// decodes what one engine does. Had it not shared them, they would hold
+// nothing and the output would differ.
+TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int32_t block_size = 4;
+  GenerationOptions o = greedy(8);
+  o.logprobs = 3;
+  const std::vector<int32_t> earlier = random_prompt(20, 40);
+  std::vector<int32_t> prompt(earlier.begin(), earlier.begin() + 17);  // 4 blocks in common
+  const std::vector<int32_t> own = random_prompt(3, 12);
+  prompt.insert(prompt.end(), own.begin(), own.end());
+
+  auto a = make_engine(128, block_size, 2048);
+  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
+  auto reference = a->run_to_completion();
+  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+
+  auto b = make_engine(128, block_size, 2048);  // the prefill node
+  GenerationOptions prefill = o;
+  prefill.max_tokens = 1;
+  prefill.retain_blocks = true;
+  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
+  auto prefilled = b->run_to_completion();
+  ASSERT_TRUE(prefilled.is_ok()) << prefilled.status().to_string();
+  const Sequence& done = *(*prefilled)[0];
+
+  // The decode node served the earlier prompt itself: its blocks are cached.
+  auto c = make_engine(64, block_size, 2048);
+  Scheduler& cs = c->scheduler();
+  ASSERT_TRUE(cs.add(earlier, greedy(2)).is_ok());
+  ASSERT_TRUE(c->run_to_completion().is_ok());
+  const int64_t hits_before = cs.stats().prefix_hit_tokens;
+  auto id = cs.reserve_remote(prompt, o);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const Sequence* awaiting = cs.find(*id);
+  ASSERT_NE(awaiting, nullptr);
+  const int32_t cached = awaiting->registered_blocks;
+  EXPECT_EQ(cached, 4);
+  EXPECT_EQ(cs.stats().prefix_hit_tokens - hits_before, int64_t(cached) * block_size);
+  const auto& dst = awaiting->block_table.blocks();
+  const auto& src = done.block_table.blocks();
+  ASSERT_EQ(int32_t(dst.size()), awaiting->block_table.blocks_needed(int32_t(prompt.size())));
+  copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()), c->kv_pool(),
+          std::vector<int32_t>(dst.begin() + cached, dst.end()), dst.size() - size_t(cached));
+  ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
+  auto decoded = c->run_to_completion();
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  ASSERT_EQ(decoded->size(), 1u);
+  const Sequence& got = *(*decoded)[0];
+  const Sequence& want = *(*reference)[0];
+  EXPECT_EQ(got.output, want.output);
+  ASSERT_EQ(got.output_logprobs.size(), want.output_logprobs.size());
+  for (size_t j = 1; j < got.output_logprobs.size(); ++j) {
+    SCOPED_TRACE("output token " + std::to_string(j));
+    expect_same_logprobs(got.output_logprobs[j], want.output_logprobs[j]);
+  }
+  EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+  b->scheduler().release_blocks(*(*prefilled)[0]);
+}
+
 TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {
   auto engine = make_engine(/*blocks=*/8, /*block_size=*/4, /*budget=*/2048);
   Scheduler& s = engine->scheduler();

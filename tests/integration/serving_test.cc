@@ -366,6 +366,49 @@ TEST_F(ServingTest, RandomAndMutatedBodiesGetJsonErrorsAndNothingCrashes) {
   EXPECT_TRUE(cluster_->wait_drained(10s));
 }
 
+// The same long prompt, one request after another: three requests over two
+// decode nodes put two on one node, whose prefix cache then holds the
+// prompt's blocks; it shares them and receives only the rest from the
+// prefill node. Every answer still equals one engine's.
+TEST_F(ServingTest, RepeatedPromptsShareADecodeNodesPrefixCache) {
+  auto hits = [&]() -> double {
+    auto metrics = cluster_->get("/metrics");
+    if (!metrics.is_ok()) return -1;
+    const std::string key = "vllm:prefix_cache_hits_total{model_name=\"tiny\"} ";
+    const size_t at = metrics->body.find(key);
+    return at == std::string::npos ? -1 : std::stod(metrics->body.substr(at + key.size()));
+  };
+  const double before = hits();
+  ASSERT_GE(before, 0);
+  const std::string prompt = random_prompt(rng_, 100, 120);  // remote prefill
+  const json expected =
+      baton_generate(prompt, {"--max-tokens", "8", "--temperature", "0", "--logprobs", "1"});
+  for (int i = 0; i < 3; ++i) {
+    auto response = cluster_->post(
+        "/v1/completions",
+        json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 1}});
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    ASSERT_EQ(response->status, 200) << response->body;
+    const json choice = json::parse(response->body)["choices"][0];
+    EXPECT_EQ(choice["text"], expected["text"]) << "request " << i;
+    // Log-probabilities show KV in the wrong place even where greedy tokens
+    // survive it.
+    const json& lp = choice["logprobs"]["token_logprobs"];
+    ASSERT_EQ(lp.size(), expected["logprobs"].size());
+    for (size_t t = 0; t < lp.size(); ++t)
+      EXPECT_NEAR(lp[t].get<double>(), expected["logprobs"][t]["logprob"].get<double>(), 1e-4)
+          << "request " << i << ", token " << t;
+  }
+  // Heartbeats carry the count to the router every 100 ms.
+  double after = before;
+  for (int i = 0; i < 50 && after <= before; ++i) {
+    std::this_thread::sleep_for(50ms);
+    after = hits();
+  }
+  EXPECT_GE(after - before, 16) << "no prompt tokens came from a decode node's prefix cache";
+  EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
+}
+
 TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {
   std::vector<std::thread> clients;
   std::atomic<int> hung_up{0};
