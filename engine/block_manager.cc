@@ -33,6 +33,9 @@ Result<std::vector<int32_t>> BlockManager::allocate(int32_t n) {
     BATON_CHECK(ref_counts_[size_t(id)] == 0);
     ref_counts_[size_t(id)] = 1;
   }
+  // Evicted ids come in release order: sorted, any adjacent ones among
+  // them still form runs.
+  std::sort(blocks.begin(), blocks.end());
   return blocks;
 }
 
@@ -117,6 +120,9 @@ void BlockTable::commit(int32_t n) {
 }
 
 void BlockTable::release(BlockManager& manager) {
+  // Last block first: a chain's tail is then evicted before its head, whose
+  // loss would leave every later block of the chain unreachable.
+  std::reverse(blocks_.begin(), blocks_.end());
   manager.release(blocks_);
   blocks_.clear();
   num_tokens_ = 0;

@@ -27,7 +27,8 @@ namespace baton::engine {
 // A full block's place in the prefix cache: `hash` covers every token of the
 // sequence up to the block's end (prefix_hash.h), `parent` the tokens before
 // the block (kNoParent for a first block), `tokens` the block's own. A match
-// compares all three, so two prefixes whose hashes collide never share.
+// compares all three: a wrong share would need two different prefixes whose
+// 64-bit parent hashes collide, followed by the same block of tokens.
 struct BlockKey {
   uint64_t hash;
   uint64_t parent;
@@ -46,9 +47,9 @@ class BlockManager {
   int32_t ref_count(int32_t block) const { return ref_counts_.at(size_t(block)); }
 
   // n blocks with reference count 1, or ResourceExhausted (nothing taken):
-  // the n lowest never-registered free ids, in ascending order, then
-  // registered ones nobody holds, least recently released first (they leave
-  // the cache).
+  // the n lowest never-registered free ids, then registered ones nobody
+  // holds, least recently released first (they leave the cache); all in
+  // ascending order.
   Result<std::vector<int32_t>> allocate(int32_t n);
   // Another owner for a block in use, or a registered free one (prefix
   // sharing: it is no longer free).
@@ -62,6 +63,7 @@ class BlockManager {
   void register_block(int32_t block, const BlockKey& key);
   // The registered block with exactly this key, held or free.
   std::optional<int32_t> find(const BlockKey& key) const;
+  bool registered(int32_t block) const { return !registered_.at(size_t(block)).tokens.empty(); }
 
  private:
   struct Registration {

@@ -292,9 +292,13 @@ void Scheduler::share_cached_prefix(Sequence& seq) {
 }
 
 void Scheduler::count_prefix_lookup(const Sequence& seq) {
-  if (!config_.enable_prefix_caching || seq.options.retain_blocks) return;
-  prefix_query_tokens_ += seq.num_tokens();
-  prefix_hit_tokens_ += seq.registered_blocks * seq.block_table.block_size();
+  // A sequence's prompt is counted once: readmissions after a preemption
+  // find their own blocks, which says nothing about prompts sharing.
+  if (!config_.enable_prefix_caching || seq.options.retain_blocks || seq.num_preemptions > 0)
+    return;
+  const auto prompt = int64_t(seq.prompt.size());
+  prefix_query_tokens_ += prompt;
+  prefix_hit_tokens_ += std::min<int64_t>(prompt, seq.num_computed);
 }
 
 void Scheduler::register_full_blocks(Sequence& seq) {

@@ -59,7 +59,7 @@ struct SchedulerStats {
   int32_t peak_used_blocks = 0;
   int64_t preemptions = 0;
   int32_t cached_blocks = 0;        // registered in the prefix cache, held or free
-  int64_t prefix_query_tokens = 0;  // tokens of admitted sequences looked up in the cache
+  int64_t prefix_query_tokens = 0;  // prompt tokens looked up at first admission or reservation
   int64_t prefix_hit_tokens = 0;    // of those, found there and not computed
 };
 
@@ -139,6 +139,7 @@ class Scheduler {
   SchedulerStats stats() const;
   const StepTokenCounts& last_step() const { return last_step_; }
   int32_t max_model_len() const { return max_model_len_; }
+  const BlockManager& block_manager() const { return blocks_; }
 
  private:
   struct Scheduled {

@@ -90,10 +90,10 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   int64_t running = 0, waiting = 0, free_blocks = 0, total_blocks = 0;
   int64_t cache_queries = 0, cache_hits = 0;
   for (const NodeState& node : snapshot.nodes) {
-    // Every node's prefix cache (a decode node's serves the prompts it
-    // prefills itself), while it reports.
-    cache_queries += node.load.prefix_cache_queries;
-    cache_hits += node.load.prefix_cache_hits;
+    // Every node's prefix cache, over its whole life (NodeState keeps
+    // them growing across restarts), up or down.
+    cache_queries += node.prefix_cache_queries;
+    cache_hits += node.prefix_cache_hits;
     if (!node.up || node.role != "decode") continue;
     running += node.load.running;
     waiting += node.load.waiting + node.load.awaiting_kv;

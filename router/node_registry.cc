@@ -36,6 +36,11 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
   node.descriptor = message.descriptor;
   node.block_size = message.block_size;
   node.max_model_len = message.max_model_len;
+  if (message.pid != node.pid) {
+    // A new process counts from zero: its first heartbeat adds all it reports.
+    node.load.prefix_cache_queries = 0;
+    node.load.prefix_cache_hits = 0;
+  }
   node.pid = message.pid;
   node.last_seen = now;
   return Status::ok();
@@ -45,6 +50,15 @@ bool NodeRegistry::heartbeat(const std::string& name, const control::NodeLoad& l
                              Clock::time_point now) {
   auto it = nodes_.find(name);
   if (it == nodes_.end() || !it->second.up) return false;
+  // Counters from the node's process since its start; a smaller one than
+  // before means it restarted (and registered again under the same pid).
+  auto add_increase = [](int64_t& total, int64_t before, int64_t now) {
+    total += now >= before ? now - before : now;
+  };
+  add_increase(it->second.prefix_cache_queries, it->second.load.prefix_cache_queries,
+               load.prefix_cache_queries);
+  add_increase(it->second.prefix_cache_hits, it->second.load.prefix_cache_hits,
+               load.prefix_cache_hits);
   it->second.load = load;
   it->second.last_seen = now;
   return true;

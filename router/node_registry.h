@@ -37,6 +37,10 @@ struct NodeState {
   control::NodeLoad load;         // from the last heartbeat
   int32_t assigned_requests = 0;  // placed by the router, not yet finished
   int64_t assigned_tokens = 0;    // prompt tokens placed, not yet prefilled (prefill nodes)
+  // The node's prefix cache counters summed over its heartbeats' increases,
+  // across restarts of its process: they only ever grow.
+  int64_t prefix_cache_queries = 0;
+  int64_t prefix_cache_hits = 0;
 };
 
 class NodeRegistry {

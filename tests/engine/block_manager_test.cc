@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <map>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -212,43 +214,68 @@ TEST(PrefixCache, UnregisteredBlocksGoFirstThenTheLeastRecentlyReleased) {
   EXPECT_EQ(manager.num_free(), 0);
 }
 
-TEST(PrefixCache, RandomUseNeverLosesABlock) {
-  std::mt19937 rng(std::random_device{}());
+// Random allocations, releases, registrations and shares against a model of
+// who holds what and which key finds which block: no block is lost, and a
+// key finds its block exactly while the block is registered under it (never
+// once it has been handed to a new owner).
+TEST(PrefixCache, RandomUseNeverLosesABlockNorFindsAStaleOne) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
   constexpr int32_t kBlocks = 24;
   BlockManager manager(kBlocks);
   std::vector<std::vector<int32_t>> owners;
-  uint64_t next_hash = 1;
   std::vector<TestKey> keys;
-  for (int round = 0; round < 2000; ++round) {
+  std::map<size_t, int32_t> block_of_key;  // key index -> its registered block
+  std::map<int32_t, size_t> key_of_block;  // the reverse
+  for (int round = 0; round < 3000; ++round) {
     const int action = int(rng() % 4);
     if (action == 0) {
       auto got = manager.allocate(int32_t(rng() % 4));
-      if (got.is_ok()) owners.push_back(*got);
+      if (got.is_ok()) {
+        for (int32_t b : *got) {  // a new owner: its registration, if any, is gone
+          if (auto it = key_of_block.find(b); it != key_of_block.end()) {
+            block_of_key.erase(it->second);
+            key_of_block.erase(it);
+          }
+        }
+        owners.push_back(*got);
+      }
     } else if (action == 1 && !owners.empty()) {
       const size_t i = rng() % owners.size();
       manager.release(owners[i]);
       owners.erase(owners.begin() + ptrdiff_t(i));
     } else if (action == 2 && !owners.empty() && !owners.back().empty()) {
-      keys.push_back(TestKey{next_hash++, {int32_t(rng() % 50)}});
-      manager.register_block(owners.back().back(), keys.back().key());
+      const int32_t b = owners.back().back();
+      keys.push_back(TestKey{uint64_t(keys.size() + 1), {int32_t(rng() % 50)}});
+      manager.register_block(b, keys.back().key());
+      if (!key_of_block.contains(b)) {  // a registered block keeps its first key
+        block_of_key[keys.size() - 1] = b;
+        key_of_block[b] = keys.size() - 1;
+      }
     } else if (action == 3 && !keys.empty()) {
-      const TestKey& k = keys[rng() % keys.size()];
-      if (auto block = manager.find(k.key())) {
+      if (auto block = manager.find(keys[rng() % keys.size()].key())) {
         manager.add_ref(*block);
         owners.push_back({*block});
       }
     }
-    // Every block is either held (its count the number of owners' copies)
-    // or free, never both.
     std::vector<int32_t> held(kBlocks, 0);
     for (const auto& o : owners)
       for (int32_t b : o) ++held[size_t(b)];
     int32_t free = 0;
     for (int32_t b = 0; b < kBlocks; ++b) {
-      ASSERT_EQ(manager.ref_count(b), held[size_t(b)]);
+      ASSERT_EQ(manager.ref_count(b), held[size_t(b)]) << "round " << round << ", block " << b;
+      ASSERT_EQ(manager.registered(b), key_of_block.contains(b)) << "round " << round;
       free += held[size_t(b)] == 0 ? 1 : 0;
     }
     ASSERT_EQ(manager.num_free(), free);
+    ASSERT_EQ(manager.num_cached(), int32_t(block_of_key.size()));
+    for (size_t k = 0; k < keys.size(); ++k) {
+      const auto it = block_of_key.find(k);
+      ASSERT_EQ(manager.find(keys[k].key()),
+                it == block_of_key.end() ? std::nullopt : std::optional<int32_t>(it->second))
+          << "round " << round << ", key " << k;
+    }
   }
 }
 

@@ -94,6 +94,12 @@ class SchedulerTest : public ::testing::Test {
     return totals;
   }
 
+  std::vector<int32_t> random_prompt_of_at_least(size_t n) {
+    auto prompt = random_prompts(1)[0];
+    prompt.resize(std::max(prompt.size(), n), 7);
+    return prompt;
+  }
+
   std::vector<std::vector<int32_t>> random_prompts(int n) {
     std::uniform_int_distribution<int32_t> len(1, 40), id(3, 511);
     std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(n));
@@ -300,8 +306,7 @@ TEST_F(SchedulerTest, TightPoolsWithSharedPrefixesMatchAlone) {
 }
 
 TEST_F(SchedulerTest, PrefixCachingOffSharesNothing) {
-  auto prompt = random_prompts(1)[0];
-  prompt.resize(std::max<size_t>(prompt.size(), 20), 7);
+  auto prompt = random_prompt_of_at_least(20);
   auto engine = make_engine(64, 4, 2048, 64, /*prefix_caching=*/false);
   const auto first = generate(*engine, {prompt}, greedy(6));
   EXPECT_EQ(generate(*engine, {prompt}, greedy(6)), first);
@@ -312,29 +317,38 @@ TEST_F(SchedulerTest, PrefixCachingOffSharesNothing) {
 }
 
 // A prefill node's sequences keep their blocks for the transfer out: they
-// neither register them nor share others'.
+// neither share cached blocks nor register their own.
 TEST_F(SchedulerTest, RetainedSequencesStayOutOfThePrefixCache) {
-  auto prompt = random_prompts(1)[0];
-  prompt.resize(std::max<size_t>(prompt.size(), 20), 7);
+  auto prompt = random_prompt_of_at_least(20);
   auto engine = make_engine(64, 4, 2048);
   auto& s = engine->scheduler();
+  // Run plainly first: the prompt's blocks are cached.
+  generate(*engine, {prompt}, greedy(2));
+  const SchedulerStats cached = s.stats();
+  ASSERT_GT(cached.cached_blocks, 0);
   GenerationOptions retained = greedy(1);
   retained.retain_blocks = true;
-  for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(s.add(prompt, retained).is_ok());
-    auto done = engine->run_to_completion();
-    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
-    ASSERT_EQ(done->size(), 1u);
-    EXPECT_EQ(s.stats().cached_blocks, 0);
-    s.release_blocks(*(*done)[0]);
+  ASSERT_TRUE(s.add(prompt, retained).is_ok());
+  auto done = engine->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  ASSERT_EQ(done->size(), 1u);
+  // It computed every token into blocks of its own: none shared from the
+  // cache (they would be registered), none registered after.
+  EXPECT_EQ(s.stats().prefix_hit_tokens, cached.prefix_hit_tokens);
+  EXPECT_EQ(s.stats().prefix_query_tokens, cached.prefix_query_tokens);
+  EXPECT_EQ(s.stats().cached_blocks, cached.cached_blocks);
+  const auto& blocks = (*done)[0]->block_table.blocks();
+  ASSERT_FALSE(blocks.empty());
+  for (int32_t block : blocks) {
+    EXPECT_FALSE(s.block_manager().registered(block)) << "block " << block;
+    EXPECT_EQ(s.block_manager().ref_count(block), 1) << "block " << block;
   }
-  EXPECT_EQ(s.stats().prefix_hit_tokens, 0);
+  s.release_blocks(*(*done)[0]);
   EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks);
-  // The same prompt run plainly then caches, and a second run shares.
+  // A plain run of the same prompt shares the cached blocks again.
   generate(*engine, {prompt}, greedy(2));
-  EXPECT_GT(s.stats().cached_blocks, 0);
-  generate(*engine, {prompt}, greedy(2));
-  EXPECT_EQ(s.stats().prefix_hit_tokens, int64_t((prompt.size() - 1) / 4 * 4));
+  EXPECT_EQ(s.stats().prefix_hit_tokens - cached.prefix_hit_tokens,
+            int64_t((prompt.size() - 1) / 4 * 4));
 }
 
 }  // namespace

@@ -137,13 +137,13 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.load.running = 3;
   decode.load.free_blocks = 25;
   decode.load.total_blocks = 100;
-  decode.load.prefix_cache_queries = 40;
-  decode.load.prefix_cache_hits = 16;
+  decode.prefix_cache_queries = 40;
+  decode.prefix_cache_hits = 16;
   snapshot.nodes.push_back(decode);
   NodeState prefill;
   prefill.name = "p0";
   prefill.role = "prefill";
-  prefill.load.prefix_cache_queries = 5;
+  prefill.prefix_cache_queries = 5;
   snapshot.nodes.push_back(prefill);
   std::string text = metrics.render(snapshot);
   // Prefix cache counters: every node's, summed.

@@ -46,6 +46,32 @@ TEST(NodeRegistry, RefusesUnknownNamesWrongRolesAndMismatchedBlockSizes) {
   EXPECT_EQ(registry.up_count("decode"), 0);
 }
 
+// The prefix cache counters the router exports only grow: heartbeats add
+// their increases, and a node that restarts (a new pid, or a smaller count)
+// adds from zero again.
+TEST(NodeRegistry, PrefixCacheTotalsOnlyGrow) {
+  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  auto now = Clock::now();
+  control::Register d0 = registration("d0", "decode");
+  d0.pid = 100;
+  ASSERT_TRUE(registry.register_node(d0, now).is_ok());
+  auto beat = [&](int64_t queries, int64_t hits) {
+    control::NodeLoad load;
+    load.prefix_cache_queries = queries;
+    load.prefix_cache_hits = hits;
+    EXPECT_TRUE(registry.heartbeat("d0", load, now));
+    const NodeState& node = registry.nodes().at("d0");
+    return std::vector<int64_t>{node.prefix_cache_queries, node.prefix_cache_hits};
+  };
+  using Totals = std::vector<int64_t>;
+  EXPECT_EQ(beat(40, 16), (Totals{40, 16}));
+  EXPECT_EQ(beat(50, 16), (Totals{50, 16}));
+  EXPECT_EQ(beat(7, 2), (Totals{57, 18}));  // restarted
+  d0.pid = 200;  // a new process that has counted more than the old one did
+  ASSERT_TRUE(registry.register_node(d0, now).is_ok());
+  EXPECT_EQ(beat(60, 20), (Totals{117, 38}));
+}
+
 TEST(NodeRegistry, SilentNodesGoDownAndMustRegisterAgain) {
   NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
   auto t0 = Clock::now();
