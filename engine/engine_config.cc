@@ -83,8 +83,8 @@ const std::vector<Setting>& settings() {
        bool_setting(&EngineConfig::huge_page_weights)},
       {"enable_prefix_caching", "true",
        "keep computed full KV blocks findable by their tokens: a prompt that starts like an "
-       "earlier one shares its blocks instead of computing them (a prefill node's requests never "
-       "do)",
+       "earlier one shares its blocks instead of computing them, on a prefill node (which still "
+       "sends them) and on a decode node (which is then not sent them)",
        bool_setting(&EngineConfig::enable_prefix_caching)},
   };
   return table;

@@ -276,7 +276,7 @@ BlockKey Scheduler::block_key(Sequence& seq, int32_t j) {
 }
 
 void Scheduler::share_cached_prefix(Sequence& seq) {
-  if (!config_.enable_prefix_caching || seq.options.retain_blocks || seq.num_computed != 0 ||
+  if (!config_.enable_prefix_caching || seq.num_computed != 0 ||
       !seq.block_table.blocks().empty())
     return;
   const int32_t bs = seq.block_table.block_size();
@@ -294,7 +294,7 @@ void Scheduler::share_cached_prefix(Sequence& seq) {
 void Scheduler::count_prefix_lookup(const Sequence& seq) {
   // A sequence's prompt is counted once: readmissions after a preemption
   // find their own blocks, which says nothing about prompts sharing.
-  if (!config_.enable_prefix_caching || seq.options.retain_blocks || seq.num_preemptions > 0)
+  if (!config_.enable_prefix_caching || seq.num_preemptions > 0)
     return;
   const auto prompt = int64_t(seq.prompt.size());
   prefix_query_tokens_ += prompt;
@@ -302,7 +302,7 @@ void Scheduler::count_prefix_lookup(const Sequence& seq) {
 }
 
 void Scheduler::register_full_blocks(Sequence& seq) {
-  if (!config_.enable_prefix_caching || seq.options.retain_blocks) return;
+  if (!config_.enable_prefix_caching) return;
   const int32_t full = seq.num_computed / seq.block_table.block_size();
   for (int32_t j = seq.registered_blocks; j < full; ++j)
     blocks_.register_block(seq.block_table.blocks()[size_t(j)], block_key(seq, j));

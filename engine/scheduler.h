@@ -36,8 +36,9 @@ struct SchedulerConfig {
                                           // more than the pool holds.
   // Full blocks a sequence computed stay findable by their tokens after it
   // ends, and a sequence admitted later that starts with the same tokens
-  // shares them instead of computing them (block_manager.h). Sequences that
-  // retain their blocks (a prefill node's) neither share nor register.
+  // shares them instead of computing them (block_manager.h). A prefill
+  // node's sequences (retain_blocks) too: their shared blocks hold every
+  // layer's K/V, so the transfer sends them with the computed ones.
   bool enable_prefix_caching = true;
 };
 

@@ -306,6 +306,70 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
   b->scheduler().release_blocks(*(*prefilled)[0]);
 }
 
+// A prefill node whose prefix cache holds the start of a prompt computes
+// only the rest, and the blocks it sends (shared cached ones among them)
+// hold the whole prompt's KV: the decode node decodes what one engine does.
+TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int32_t block_size = 4;
+  GenerationOptions o = greedy(8);
+  o.logprobs = 3;
+  const std::vector<int32_t> earlier = random_prompt(20, 40);
+  std::vector<int32_t> prompt(earlier.begin(), earlier.begin() + 17);  // 4 blocks in common
+  const std::vector<int32_t> own = random_prompt(3, 12);
+  prompt.insert(prompt.end(), own.begin(), own.end());
+
+  auto a = make_engine(128, block_size, 2048);
+  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
+  auto reference = a->run_to_completion();
+  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+
+  auto b = make_engine(128, block_size, 2048);  // the prefill node
+  Scheduler& bs = b->scheduler();
+  GenerationOptions prefill = o;
+  prefill.max_tokens = 1;
+  prefill.retain_blocks = true;
+  ASSERT_TRUE(bs.add(earlier, prefill).is_ok());
+  auto first = b->run_to_completion();
+  ASSERT_TRUE(first.is_ok());
+  bs.release_blocks(*(*first)[0]);  // "transferred"
+  ASSERT_TRUE(bs.add(prompt, prefill).is_ok());
+  const int64_t hits_before = bs.stats().prefix_hit_tokens;
+  auto prefilled = b->run_to_completion();
+  ASSERT_TRUE(prefilled.is_ok()) << prefilled.status().to_string();
+  EXPECT_EQ(bs.stats().prefix_hit_tokens - hits_before, 4 * block_size);
+  EXPECT_EQ(b->scheduler().last_step().prompt_tokens, int64_t(prompt.size()) - 4 * block_size)
+      << "only the uncached tokens are computed";
+  const Sequence& done = *(*prefilled)[0];
+
+  auto c = make_engine(64, block_size, 2048);  // the decode node, cold
+  Scheduler& cs = c->scheduler();
+  auto id = cs.reserve_remote(prompt, o);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const Sequence* awaiting = cs.find(*id);
+  ASSERT_EQ(awaiting->registered_blocks, 0);
+  copy_kv(b->kv_pool(), done.block_table.blocks(), c->kv_pool(), awaiting->block_table.blocks(),
+          awaiting->block_table.blocks().size());
+  ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
+  auto decoded = c->run_to_completion();
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  const Sequence& got = *(*decoded)[0];
+  const Sequence& want = *(*reference)[0];
+  EXPECT_EQ(done.output[0], want.output[0]);
+  {
+    SCOPED_TRACE("first token, on the prefill node");
+    expect_same_logprobs(done.output_logprobs.at(0), want.output_logprobs.at(0));
+  }
+  EXPECT_EQ(got.output, want.output);
+  ASSERT_EQ(got.output_logprobs.size(), want.output_logprobs.size());
+  for (size_t j = 1; j < got.output_logprobs.size(); ++j) {
+    SCOPED_TRACE("output token " + std::to_string(j));
+    expect_same_logprobs(got.output_logprobs[j], want.output_logprobs[j]);
+  }
+  bs.release_blocks(*(*prefilled)[0]);
+  EXPECT_EQ(bs.stats().free_blocks, bs.stats().total_blocks);
+}
+
 TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {
   auto engine = make_engine(/*blocks=*/8, /*block_size=*/4, /*budget=*/2048);
   Scheduler& s = engine->scheduler();

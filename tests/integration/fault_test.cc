@@ -179,7 +179,9 @@ TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
   std::vector<double> seconds_after_kill(kRequests, -1);
   for (int i = 0; i < kRequests; ++i) {
     clients.emplace_back([&, i] {
-      json body = {{"prompt", std::string(1500 + i, 'p')}, {"max_tokens", 4}};
+      // Each prompt differs from its first block on: no prefix cache
+      // shortens its prefill.
+      json body = {{"prompt", char('a' + i) + std::string(1500 + i, 'p')}, {"max_tokens", 4}};
       auto response = cluster.post("/v1/completions", body);
       seconds_after_kill[i] = std::chrono::duration<double>(Clock::now() - killed_at).count();
       statuses[i] = response.is_ok() ? response->status : -1;
