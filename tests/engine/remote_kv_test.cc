@@ -50,6 +50,26 @@ class RemoteKvTest : public ::testing::Test {
     return p;
   }
 
+  // For the prefix cache: `earlier`, 20-40 tokens, and `prompt`, whose first
+  // 17 tokens are earlier's (four 4-token blocks in common) and the rest its
+  // own.
+  void prompts_sharing_four_blocks(std::vector<int32_t>& earlier, std::vector<int32_t>& prompt) {
+    earlier = random_prompt(20, 40);
+    prompt.assign(earlier.begin(), earlier.begin() + 17);
+    const std::vector<int32_t> own = random_prompt(3, 12);
+    prompt.insert(prompt.end(), own.begin(), own.end());
+  }
+
+  // The prompt run whole on one fresh engine of 4-token blocks.
+  std::unique_ptr<Sequence> run_whole(const std::vector<int32_t>& prompt,
+                                      const GenerationOptions& options) {
+    auto engine = make_engine(128, 4, 2048);
+    EXPECT_TRUE(engine->scheduler().add(prompt, options).is_ok());
+    auto done = engine->run_to_completion();
+    EXPECT_TRUE(done.is_ok() && done->size() == 1);
+    return done.is_ok() && done->size() == 1 ? std::move((*done)[0]) : nullptr;
+  }
+
   uint32_t seed_ = 0;
   std::mt19937 rng_;
   testing::TempDir dir_;
@@ -89,6 +109,17 @@ void expect_same_logprobs(const OutputLogprobs& got, const OutputLogprobs& want)
   for (size_t i = 0; i < got.top.size(); ++i) {
     EXPECT_EQ(got.top[i].id, want.top[i].id);
     EXPECT_NEAR(got.top[i].logprob, want.top[i].logprob, kLogprobTolerance);
+  }
+}
+
+// A decode node's tokens and their log-probs (the first token's come from
+// the prefill node) against one engine's.
+void expect_same_decode(const Sequence& got, const Sequence& want) {
+  EXPECT_EQ(got.output, want.output);
+  ASSERT_EQ(got.output_logprobs.size(), want.output_logprobs.size());
+  for (size_t j = 1; j < got.output_logprobs.size(); ++j) {
+    SCOPED_TRACE("output token " + std::to_string(j));
+    expect_same_logprobs(got.output_logprobs[j], want.output_logprobs[j]);
   }
 }
 
@@ -253,15 +284,10 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
   const int32_t block_size = 4;
   GenerationOptions o = greedy(8);
   o.logprobs = 3;
-  const std::vector<int32_t> earlier = random_prompt(20, 40);
-  std::vector<int32_t> prompt(earlier.begin(), earlier.begin() + 17);  // 4 blocks in common
-  const std::vector<int32_t> own = random_prompt(3, 12);
-  prompt.insert(prompt.end(), own.begin(), own.end());
-
-  auto a = make_engine(128, block_size, 2048);
-  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
-  auto reference = a->run_to_completion();
-  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+  std::vector<int32_t> earlier, prompt;
+  prompts_sharing_four_blocks(earlier, prompt);
+  const std::unique_ptr<Sequence> want = run_whole(prompt, o);
+  ASSERT_NE(want, nullptr);
 
   auto b = make_engine(128, block_size, 2048);  // the prefill node
   GenerationOptions prefill = o;
@@ -294,14 +320,7 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
   auto decoded = c->run_to_completion();
   ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
   ASSERT_EQ(decoded->size(), 1u);
-  const Sequence& got = *(*decoded)[0];
-  const Sequence& want = *(*reference)[0];
-  EXPECT_EQ(got.output, want.output);
-  ASSERT_EQ(got.output_logprobs.size(), want.output_logprobs.size());
-  for (size_t j = 1; j < got.output_logprobs.size(); ++j) {
-    SCOPED_TRACE("output token " + std::to_string(j));
-    expect_same_logprobs(got.output_logprobs[j], want.output_logprobs[j]);
-  }
+  expect_same_decode(*(*decoded)[0], *want);
   EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
   b->scheduler().release_blocks(*(*prefilled)[0]);
 }
@@ -314,15 +333,10 @@ TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
   const int32_t block_size = 4;
   GenerationOptions o = greedy(8);
   o.logprobs = 3;
-  const std::vector<int32_t> earlier = random_prompt(20, 40);
-  std::vector<int32_t> prompt(earlier.begin(), earlier.begin() + 17);  // 4 blocks in common
-  const std::vector<int32_t> own = random_prompt(3, 12);
-  prompt.insert(prompt.end(), own.begin(), own.end());
-
-  auto a = make_engine(128, block_size, 2048);
-  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
-  auto reference = a->run_to_completion();
-  ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
+  std::vector<int32_t> earlier, prompt;
+  prompts_sharing_four_blocks(earlier, prompt);
+  const std::unique_ptr<Sequence> want = run_whole(prompt, o);
+  ASSERT_NE(want, nullptr);
 
   auto b = make_engine(128, block_size, 2048);  // the prefill node
   Scheduler& bs = b->scheduler();
@@ -353,19 +367,12 @@ TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
   auto decoded = c->run_to_completion();
   ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
-  const Sequence& got = *(*decoded)[0];
-  const Sequence& want = *(*reference)[0];
-  EXPECT_EQ(done.output[0], want.output[0]);
+  EXPECT_EQ(done.output[0], want->output[0]);
   {
     SCOPED_TRACE("first token, on the prefill node");
-    expect_same_logprobs(done.output_logprobs.at(0), want.output_logprobs.at(0));
+    expect_same_logprobs(done.output_logprobs.at(0), want->output_logprobs.at(0));
   }
-  EXPECT_EQ(got.output, want.output);
-  ASSERT_EQ(got.output_logprobs.size(), want.output_logprobs.size());
-  for (size_t j = 1; j < got.output_logprobs.size(); ++j) {
-    SCOPED_TRACE("output token " + std::to_string(j));
-    expect_same_logprobs(got.output_logprobs[j], want.output_logprobs[j]);
-  }
+  expect_same_decode(*(*decoded)[0], *want);
   bs.release_blocks(*(*prefilled)[0]);
   EXPECT_EQ(bs.stats().free_blocks, bs.stats().total_blocks);
 }
