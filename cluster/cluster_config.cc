@@ -244,9 +244,11 @@ const Fields<RouterSection>& router_fields() {
            out.policy = RoutingPolicy::kRoundRobin;
          } else if (text == "least-loaded") {
            out.policy = RoutingPolicy::kLeastLoaded;
+         } else if (text == "prefix-aware") {
+           out.policy = RoutingPolicy::kPrefixAware;
          } else {
-           return invalid_argument(key + ": expected round-robin or least-loaded, got '" + text +
-                                   "'");
+           return invalid_argument(
+               key + ": expected round-robin, least-loaded or prefix-aware, got '" + text + "'");
          }
          return Status::ok();
        }},
@@ -415,6 +417,8 @@ std::string_view routing_policy_name(RoutingPolicy policy) {
       return "round-robin";
     case RoutingPolicy::kLeastLoaded:
       return "least-loaded";
+    case RoutingPolicy::kPrefixAware:
+      return "prefix-aware";
   }
   return "?";
 }

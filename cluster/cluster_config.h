@@ -36,7 +36,8 @@ namespace baton::cluster {
 enum class Role { kRouter, kPrefill, kDecode };
 std::string_view role_name(Role role);  // "router", "prefill", "decode"
 
-enum class RoutingPolicy { kRoundRobin, kLeastLoaded };  // YAML: round-robin, least-loaded
+// YAML: round-robin, least-loaded, prefix-aware
+enum class RoutingPolicy { kRoundRobin, kLeastLoaded, kPrefixAware };
 std::string_view routing_policy_name(RoutingPolicy policy);
 
 struct ModelSection {

@@ -25,7 +25,7 @@
 namespace baton::engine {
 
 // A full block's place in the prefix cache: `hash` covers every token of the
-// sequence up to the block's end (prefix_hash.h), `parent` the tokens before
+// sequence up to the block's end (common/prefix_hash.h), `parent` the tokens before
 // the block (kNoParent for a first block), `tokens` the block's own. A match
 // compares all three: a wrong share would need two different prefixes whose
 // 64-bit parent hashes collide, followed by the same block of tokens.

@@ -6,7 +6,7 @@
 #include <limits>
 #include <string>
 
-#include "engine/prefix_hash.h"
+#include "common/prefix_hash.h"
 #include "kernels/cpu/sampling.h"
 
 namespace baton::engine {

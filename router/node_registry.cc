@@ -3,7 +3,10 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <tuple>
+
+#include "common/prefix_hash.h"
 
 namespace baton::router {
 
@@ -37,9 +40,11 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
   node.block_size = message.block_size;
   node.max_model_len = message.max_model_len;
   if (message.pid != node.pid) {
-    // A new process counts from zero: its first heartbeat adds all it reports.
+    // A new process counts from zero: its first heartbeat adds all it
+    // reports. Its prefix cache starts empty.
     node.load.prefix_cache_queries = 0;
     node.load.prefix_cache_hits = 0;
+    node.sent_blocks.clear();
   }
   node.pid = message.pid;
   node.last_seen = now;
@@ -81,7 +86,41 @@ std::vector<std::string> NodeRegistry::expire(Clock::time_point now,
   return down;
 }
 
-NodeState* NodeRegistry::pick(const std::string& role) {
+namespace {
+
+// Prefix-aware policy: the blocks remembered per node (a few times what a
+// node's pool holds for a small model: old entries are only missed hits),
+// and how much busier than the least-loaded node the one holding a prefix
+// may be and still get the prompt: in requests placed (decode nodes) or
+// prompt tokens placed (prefill nodes).
+constexpr size_t kMaxSentBlocks = size_t(1) << 16;
+constexpr int64_t kMaxDecodeImbalance = 4;
+constexpr int64_t kMaxPrefillImbalance = 4096;
+
+// Leading blocks of `chain` the node was sent.
+size_t blocks_sent(const NodeState& node, const std::vector<uint64_t>& chain) {
+  size_t n = 0;
+  while (n < chain.size() && node.sent_blocks.contains(chain[n])) ++n;
+  return n;
+}
+
+// Records that `chain` went to the node; past the bound, forgets the half
+// sent longest ago.
+void remember_sent(NodeState& node, const std::vector<uint64_t>& chain, uint64_t& clock) {
+  for (uint64_t hash : chain) node.sent_blocks[hash] = ++clock;
+  if (node.sent_blocks.size() <= kMaxSentBlocks) return;
+  std::vector<uint64_t> ages;
+  ages.reserve(node.sent_blocks.size());
+  for (const auto& [hash, at] : node.sent_blocks) ages.push_back(at);
+  auto middle = ages.begin() + ptrdiff_t(ages.size() / 2);
+  std::nth_element(ages.begin(), middle, ages.end());
+  const uint64_t cutoff = *middle;
+  std::erase_if(node.sent_blocks, [&](const auto& entry) { return entry.second < cutoff; });
+}
+
+}  // namespace
+
+NodeState* NodeRegistry::pick(const std::string& role, std::span<const int32_t> prompt) {
   std::vector<NodeState*> candidates;
   for (auto& [name, node] : nodes_) {
     if (node.up && node.role == role) candidates.push_back(&node);
@@ -101,7 +140,24 @@ NodeState* NodeRegistry::pick(const std::string& role) {
     NodeState* node = candidates[(start + i) % candidates.size()];
     if (load_key(node) < load_key(best)) best = node;
   }
-  return best;
+  if (policy_ != Policy::kPrefixAware || prompt.empty()) return best;
+  // The blocks a node could share: all but the last token's (the engine
+  // computes that one whatever it holds).
+  const std::vector<uint64_t> chain = prefix_block_hashes(
+      prompt, block_size_, int32_t(prompt.size() - 1) / std::max(block_size_, 1));
+  const int64_t margin = role == "prefill" ? kMaxPrefillImbalance : kMaxDecodeImbalance;
+  NodeState* holder = best;
+  size_t held = blocks_sent(*best, chain);
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    NodeState* node = candidates[(start + i) % candidates.size()];
+    const size_t n = blocks_sent(*node, chain);
+    if (n > held && std::get<0>(load_key(node)) <= std::get<0>(load_key(best)) + margin) {
+      holder = node;
+      held = n;
+    }
+  }
+  remember_sent(*holder, chain, send_clock_);
+  return holder;
 }
 
 NodeState* NodeRegistry::find(const std::string& name) {

@@ -14,7 +14,9 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "common/control_messages.h"
@@ -22,7 +24,15 @@
 
 namespace baton::router {
 
-enum class Policy { kRoundRobin, kLeastLoaded };
+enum class Policy {
+  kRoundRobin,
+  kLeastLoaded,
+  // Least-loaded, except that a prompt goes to the node whose prefix cache
+  // most likely holds the longest start of it (the node the router last sent
+  // those blocks to), unless that node is busier than the least-loaded one
+  // by more than a margin.
+  kPrefixAware,
+};
 
 struct NodeState {
   std::string name;
@@ -41,6 +51,10 @@ struct NodeState {
   // across restarts of its process: they only ever grow.
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
+  // Prefix-aware policy: the hashes (common/prefix_hash.h) of the prompt
+  // blocks the router sent here, with when it last did: its guess at what
+  // the node's cache holds. Bounded; the least recently sent go first.
+  std::unordered_map<uint64_t, uint64_t> sent_blocks;
 };
 
 class NodeRegistry {
@@ -60,8 +74,9 @@ class NodeRegistry {
   // Marks nodes silent for longer than `timeout` down; returns their names.
   std::vector<std::string> expire(Clock::time_point now, std::chrono::milliseconds timeout);
 
-  // A node of `role` that is up, by the policy; nullptr when none is.
-  NodeState* pick(const std::string& role);
+  // A node of `role` that is up, by the policy; nullptr when none is. The
+  // prefix-aware policy reads `prompt` and remembers where its blocks went.
+  NodeState* pick(const std::string& role, std::span<const int32_t> prompt = {});
   NodeState* find(const std::string& name);
   const std::map<std::string, NodeState>& nodes() const { return nodes_; }
   int32_t up_count(const std::string& role) const;
@@ -71,6 +86,7 @@ class NodeRegistry {
   Policy policy_;
   std::map<std::string, size_t> round_robin_next_;  // by role
   int32_t block_size_ = 0;
+  uint64_t send_clock_ = 0;  // orders sent_blocks' entries
 };
 
 }  // namespace baton::router

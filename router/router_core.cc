@@ -120,14 +120,14 @@ void RouterCore::loop() {
 void RouterCore::dispatch(Submission& submission) {
   const std::vector<int32_t>& prompt = submission.request.prompt;
   while (true) {
-    NodeState* decode = registry_.pick("decode");
+    NodeState* decode = registry_.pick("decode", prompt);
     if (decode == nullptr) {
       in_flight_.fetch_sub(1);
       submission.sink(failed_update(unavailable("no decode node is up")));
       return;
     }
     NodeState* prefill = int32_t(prompt.size()) >= config_.min_remote_prefill_tokens
-                             ? registry_.pick("prefill")
+                             ? registry_.pick("prefill", prompt)
                              : nullptr;
     control::Generate generate;
     generate.request_id = submission.id;

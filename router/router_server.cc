@@ -15,7 +15,15 @@ using namespace std::chrono_literals;
 namespace {
 
 Policy policy_of(cluster::RoutingPolicy policy) {
-  return policy == cluster::RoutingPolicy::kRoundRobin ? Policy::kRoundRobin : Policy::kLeastLoaded;
+  switch (policy) {
+    case cluster::RoutingPolicy::kRoundRobin:
+      return Policy::kRoundRobin;
+    case cluster::RoutingPolicy::kLeastLoaded:
+      return Policy::kLeastLoaded;
+    case cluster::RoutingPolicy::kPrefixAware:
+      return Policy::kPrefixAware;
+  }
+  return Policy::kLeastLoaded;
 }
 
 // The longest request every decode node accepts: each node's max_model_len

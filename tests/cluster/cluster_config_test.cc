@@ -155,6 +155,10 @@ decode: [{name: d, host: 10.1.2.4}]
   EXPECT_EQ(role_name(Role::kDecode), "decode");
   EXPECT_EQ(routing_policy_name(RoutingPolicy::kRoundRobin), "round-robin");
   EXPECT_EQ(routing_policy_name(RoutingPolicy::kLeastLoaded), "least-loaded");
+  EXPECT_EQ(routing_policy_name(RoutingPolicy::kPrefixAware), "prefix-aware");
+  auto prefix_aware = parse(kModel + kNodes + "router: {policy: prefix-aware}\n");
+  ASSERT_TRUE(prefix_aware.is_ok()) << prefix_aware.status().to_string();
+  EXPECT_EQ(prefix_aware->router.policy, RoutingPolicy::kPrefixAware);
 }
 
 TEST(ClusterConfig, NodeSettingsOverrideDefaultsKeyByKey) {

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <map>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "tests/integration/cluster_harness.h"
@@ -407,6 +409,44 @@ TEST_F(ServingTest, RepeatedPromptsShareADecodeNodesPrefixCache) {
   }
   EXPECT_GE(after - before, 16) << "no prompt tokens came from a decode node's prefix cache";
   EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
+}
+
+// router.policy: prefix-aware over two prefill and two decode nodes:
+// requests that start with the same long prefix go to the same nodes, which
+// then serve the prefix from their caches; requests of another prefix still
+// spread out. Answers equal one engine's.
+TEST(PrefixAwareServingTest, RequestsOfOnePrefixStayTogether) {
+  ClusterShape shape;
+  shape.prefill_nodes = 2;
+  shape.decode_nodes = 2;
+  shape.policy = "prefix-aware";
+  Cluster cluster(shape);
+  std::mt19937 rng{std::random_device{}()};
+  const std::vector<std::string> prefixes = {random_prompt(rng, 80, 80) + " ",
+                                             random_prompt(rng, 80, 80) + " "};
+  std::map<std::string, std::set<std::string>> nodes_of;  // prefix -> "prefill/decode"
+  for (int round = 0; round < 3; ++round) {
+    // Every other round in the other order: idle nodes taken in rotation
+    // (least-loaded) would then mix the prefixes up.
+    for (int k = 0; k < 2; ++k) {
+      const std::string& prefix = prefixes[size_t(round % 2 == 0 ? k : 1 - k)];
+      const std::string prompt = prefix + random_prompt(rng, 5, 20);
+      auto response = cluster.post("/v1/completions",
+                                   json{{"prompt", prompt}, {"max_tokens", 4}, {"temperature", 0}});
+      ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+      ASSERT_EQ(response->status, 200) << response->body;
+      const json choice = json::parse(response->body)["choices"][0];
+      const json expected = baton_generate(prompt, {"--max-tokens", "4", "--temperature", "0"});
+      EXPECT_EQ(choice["text"], expected["text"]) << "prompt '" << prompt << "'";
+      nodes_of[prefix].insert(choice["served_by"]["prefill"].get<std::string>() + "/" +
+                              choice["served_by"]["decode"].get<std::string>());
+    }
+  }
+  for (const auto& [prefix, nodes] : nodes_of)
+    EXPECT_EQ(nodes.size(), 1u) << "requests of one prefix went to " << json(nodes).dump();
+  EXPECT_NE(*nodes_of[prefixes[0]].begin(), *nodes_of[prefixes[1]].begin())
+      << "the two prefixes should spread over the nodes";
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
 TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {

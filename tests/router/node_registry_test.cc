@@ -128,5 +128,78 @@ TEST(NodeRegistry, LeastLoadedFollowsAssignedWorkAndFreeBlocks) {
   EXPECT_EQ(picks["p1"], 5);
 }
 
+// Prompts of `blocks` full 16-token blocks of their own (a distinct first
+// token each), then one more token.
+std::vector<int32_t> prompt_of(int32_t first, int32_t blocks) {
+  std::vector<int32_t> prompt(size_t(blocks) * 16 + 1, 7);
+  prompt[0] = first;
+  return prompt;
+}
+
+TEST(NodeRegistry, PrefixAwareSendsAPromptWhereItsPrefixWent) {
+  NodeRegistry registry(two_by_two(), Policy::kPrefixAware);
+  auto now = Clock::now();
+  for (const char* name : {"d0", "d1"})
+    ASSERT_TRUE(registry.register_node(registration(name, "decode"), now).is_ok());
+  // Idle nodes: two different prompts go to different nodes (rotation).
+  const auto a = prompt_of(1, 4), b = prompt_of(2, 4);
+  NodeState* first = registry.pick("decode", a);
+  NodeState* second = registry.pick("decode", b);
+  ASSERT_NE(first, nullptr);
+  ASSERT_NE(second, nullptr);
+  EXPECT_NE(first->name, second->name);
+  // Each later prompt that starts like one of them follows it, whatever the
+  // rotation says, while the loads stay even.
+  std::vector<int32_t> a_longer = a;
+  a_longer.insert(a_longer.end(), 40, 9);
+  for (int i = 0; i < 6; ++i) {
+    EXPECT_EQ(registry.pick("decode", a_longer)->name, first->name) << i;
+    EXPECT_EQ(registry.pick("decode", b)->name, second->name) << i;
+  }
+  // A prompt that shares only a partial first block shares nothing: plain
+  // least-loaded (d1 is less loaded).
+  registry.find(first->name)->assigned_requests = 2;
+  registry.find(second->name)->assigned_requests = 1;
+  std::vector<int32_t> short_a(a.begin(), a.begin() + 10);
+  EXPECT_EQ(registry.pick("decode", short_a)->name, second->name);
+  // The holder is chosen while within the margin of the least-loaded...
+  registry.find(first->name)->assigned_requests = 5;
+  EXPECT_EQ(registry.pick("decode", a)->name, first->name);
+  // ...and not past it: then the prompt goes to the least-loaded node, which
+  // the router now remembers as holding it.
+  registry.find(first->name)->assigned_requests = 6;
+  EXPECT_EQ(registry.pick("decode", a)->name, second->name);
+  // Both now hold it: the less loaded one gets it.
+  registry.find(first->name)->assigned_requests = 2;
+  registry.find(second->name)->assigned_requests = 1;
+  EXPECT_EQ(registry.pick("decode", a)->name, second->name);
+  registry.find(first->name)->assigned_requests = 1;
+  registry.find(second->name)->assigned_requests = 2;
+  EXPECT_EQ(registry.pick("decode", a)->name, first->name);
+}
+
+TEST(NodeRegistry, PrefixAwareForgetsWhatARestartedNodeHeld) {
+  NodeRegistry registry(two_by_two(), Policy::kPrefixAware);
+  auto now = Clock::now();
+  control::Register d0 = registration("d0", "decode"), d1 = registration("d1", "decode");
+  d0.pid = 10;
+  d1.pid = 11;
+  ASSERT_TRUE(registry.register_node(d0, now).is_ok());
+  ASSERT_TRUE(registry.register_node(d1, now).is_ok());
+  const auto a = prompt_of(3, 2);
+  const std::string holder = registry.pick("decode", a)->name;
+  EXPECT_EQ(registry.pick("decode", a)->name, holder);
+  // The holder restarts (a new process): its cache is empty, so the prompt
+  // goes by load again, and rotation picks the other node first.
+  control::Register again = holder == "d0" ? d0 : d1;
+  again.pid = 99;
+  ASSERT_TRUE(registry.register_node(again, now).is_ok());
+  EXPECT_TRUE(registry.find(holder)->sent_blocks.empty());
+  std::map<std::string, int> picks;
+  for (const auto& p : {prompt_of(4, 2), prompt_of(5, 2)})
+    picks[registry.pick("decode", p)->name]++;
+  EXPECT_EQ(picks.size(), 2u) << "fresh prompts still rotate over idle nodes";
+}
+
 }  // namespace
 }  // namespace baton::router
