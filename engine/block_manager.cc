@@ -28,18 +28,20 @@ Result<std::vector<int32_t>> BlockManager::allocate(int32_t n) {
                               std::to_string(num_blocks()));
   }
   std::vector<int32_t> blocks(static_cast<size_t>(n));
+  std::vector<int32_t> evicted;
   for (auto& id : blocks) {
-    id = take_free_block();
+    id = take_free_block(evicted);
     BATON_CHECK(ref_counts_[size_t(id)] == 0);
     ref_counts_[size_t(id)] = 1;
   }
+  if (!evicted.empty()) finish_eviction(evicted);
   // Evicted ids come in release order: sorted, any adjacent ones among
   // them still form runs.
   std::sort(blocks.begin(), blocks.end());
   return blocks;
 }
 
-int32_t BlockManager::take_free_block() {
+int32_t BlockManager::take_free_block(std::vector<int32_t>& evicted) {
   if (!free_list_.empty()) {
     std::pop_heap(free_list_.begin(), free_list_.end(), kLowestFirst);
     const int32_t id = free_list_.back();
@@ -49,10 +51,22 @@ int32_t BlockManager::take_free_block() {
   // Evict the registered block released longest ago: its K/V is overwritten.
   const int32_t id = evictable_.front();
   evictable_.pop_front();
-  Registration& r = registered_[size_t(id)];
-  by_hash_.erase(r.hash);
-  r = Registration{};
+  by_hash_.erase(registered_[size_t(id)].hash);
+  evicted.push_back(id);
   return id;
+}
+
+void BlockManager::finish_eviction(const std::vector<int32_t>& evicted) {
+  if (eviction_hook_) {
+    std::vector<BlockKey> keys;
+    keys.reserve(evicted.size());
+    for (int32_t id : evicted) {
+      const Registration& r = registered_[size_t(id)];
+      keys.push_back({.hash = r.hash, .parent = r.parent, .tokens = r.tokens});
+    }
+    eviction_hook_(keys, evicted);
+  }
+  for (int32_t id : evicted) registered_[size_t(id)] = Registration{};
 }
 
 void BlockManager::add_ref(int32_t block) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <list>
 #include <optional>
 #include <span>
@@ -65,6 +66,13 @@ class BlockManager {
   std::optional<int32_t> find(const BlockKey& key) const;
   bool registered(int32_t block) const { return !registered_.at(size_t(block)).tokens.empty(); }
 
+  // Told by allocate() of the registered blocks it takes out of the cache
+  // for new owners, before they are handed out: their keys and K/V are still
+  // intact (the SSD tier saves them then). Empty: nobody is told.
+  using EvictionHook =
+      std::function<void(std::span<const BlockKey> keys, std::span<const int32_t> blocks)>;
+  void set_eviction_hook(EvictionHook hook) { eviction_hook_ = std::move(hook); }
+
  private:
   struct Registration {
     uint64_t hash = 0;
@@ -72,8 +80,11 @@ class BlockManager {
     std::vector<int32_t> tokens;
     std::list<int32_t>::iterator evictable;  // its place there while free
   };
-  // Takes one block off the free lists for a new owner.
-  int32_t take_free_block();
+  // Takes one block off the free lists for a new owner; an evicted one is
+  // added to `evicted`, its registration kept until the hook has seen it.
+  int32_t take_free_block(std::vector<int32_t>& evicted);
+  // Tells the hook of the evicted blocks and forgets their registrations.
+  void finish_eviction(const std::vector<int32_t>& evicted);
 
   std::vector<int32_t> ref_counts_;
   // Registrations by block (empty tokens: none) and by hash.
@@ -90,6 +101,7 @@ class BlockManager {
   // (kv_transfer/block_runs.h). A recently freed block is no warmer in cache
   // than any other: one block spans every layer, megabytes apart.
   std::vector<int32_t> free_list_;
+  EvictionHook eviction_hook_;
 };
 
 // One sequence's blocks in token order.

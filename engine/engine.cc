@@ -73,6 +73,16 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
                                    .enable_prefix_caching = config.enable_prefix_caching};
   engine->scheduler_ =
       std::make_unique<Scheduler>(*engine->model_, engine->kv_pool_, scheduler_config);
+  if (!config.ssd_cache_dir.empty()) {
+    if (!config.enable_prefix_caching) {
+      return invalid_argument(
+          "engine.ssd_cache_dir: the SSD tier needs engine.enable_prefix_caching");
+    }
+    auto store =
+        SsdKvStore::create(config.ssd_cache_dir, config.ssd_cache_bytes, engine->kv_pool_.layout());
+    if (!store.is_ok()) return store.status();
+    engine->scheduler_->attach_ssd_store(std::move(store).value());
+  }
   spdlog::info(
       "engine: {} layers, {} heads / {} KV heads, KV pool {} blocks x {} tokens ({} MiB, {})",
       model_config.num_layers, model_config.num_heads, model_config.num_kv_heads, layout.num_blocks,

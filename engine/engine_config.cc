@@ -86,6 +86,21 @@ const std::vector<Setting>& settings() {
        "earlier one shares its blocks instead of computing them, on a prefill node (which still "
        "sends them) and on a decode node (which is then not sent them)",
        bool_setting(&EngineConfig::enable_prefix_caching)},
+      {"ssd_cache_dir", "\"\"",
+       "directory of the prefix cache's SSD tier: blocks evicted from the KV pool are written "
+       "to a file there and read back when a prompt starts with them; empty = no SSD tier",
+       [](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
+         if (!node.IsScalar()) return invalid_argument(key + ": expected a directory path");
+         config.ssd_cache_dir = node.Scalar();
+         return Status::ok();
+       }},
+      {"ssd_cache_bytes", "4GiB", "size of the SSD tier's file at most",
+       [](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
+         if (!node.IsScalar()) return invalid_argument(key + ": expected a size like 4GiB");
+         BATON_ASSIGN_OR_RETURN(config.ssd_cache_bytes, parse_byte_size(node.Scalar(), key));
+         if (config.ssd_cache_bytes == 0) return invalid_argument(key + ": must be positive");
+         return Status::ok();
+       }},
   };
   return table;
 }

@@ -33,6 +33,8 @@ struct EngineConfig {
   int32_t max_model_len = 0;               // 0: the model's max_position_embeddings
   bool huge_page_weights = true;           // read weights in at start, in 2 MiB pages
   bool enable_prefix_caching = true;       // share computed full blocks by their tokens
+  std::string ssd_cache_dir;               // the prefix cache's SSD tier; empty: none
+  uint64_t ssd_cache_bytes = 4ull << 30;   // its file's size at most
 };
 
 // Parses `node` (a mapping). `prefix` names it in errors, e.g. "engine".

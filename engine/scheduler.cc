@@ -6,6 +6,7 @@
 #include <limits>
 #include <string>
 
+#include "common/check.h"
 #include "common/prefix_hash.h"
 #include "kernels/cpu/sampling.h"
 
@@ -276,8 +277,7 @@ BlockKey Scheduler::block_key(Sequence& seq, int32_t j) {
 }
 
 void Scheduler::share_cached_prefix(Sequence& seq) {
-  if (!config_.enable_prefix_caching || seq.num_computed != 0 ||
-      !seq.block_table.blocks().empty())
+  if (!config_.enable_prefix_caching || seq.num_computed != 0 || !seq.block_table.blocks().empty())
     return;
   const int32_t bs = seq.block_table.block_size();
   const int32_t shareable = (seq.num_tokens() - 1) / bs;
@@ -287,18 +287,66 @@ void Scheduler::share_cached_prefix(Sequence& seq) {
     if (!block) break;
     seq.block_table.share(blocks_, *block);
   }
+  seq.ssd_restored_blocks = ssd_ && j < shareable ? restore_from_ssd(seq, j, shareable) : 0;
+  j += seq.ssd_restored_blocks;
   seq.num_computed = j * bs;
   seq.registered_blocks = j;
+}
+
+int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end) {
+  // The keys' tokens, copied: block_key() reuses one buffer.
+  const int32_t bs = seq.block_table.block_size();
+  std::vector<int32_t> tokens;
+  std::vector<BlockKey> keys;
+  for (int32_t j = first; j < end; ++j) {
+    const BlockKey key = block_key(seq, j);
+    if (!ssd_->contains(key)) break;
+    keys.push_back(key);
+    tokens.insert(tokens.end(), key.tokens.begin(), key.tokens.end());
+  }
+  keys.resize(std::min<size_t>(keys.size(), size_t(blocks_.num_free())));
+  if (keys.empty()) return 0;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i].tokens = std::span<const int32_t>(tokens).subspan(i * size_t(bs), size_t(bs));
+  }
+  // Marked most recently used first: the blocks the allocation below evicts
+  // from the pool are saved to the SSD tier, which must not make room for
+  // them by dropping these.
+  ssd_->touch(keys);
+  auto fresh = blocks_.allocate(int32_t(keys.size()));
+  if (!fresh.is_ok()) return 0;
+  const SsdLoad loaded = ssd_->load(keys, kv_.data(), *fresh);
+  if (!loaded.problem.is_ok()) {
+    spdlog::warn("ssd cache: {}; computing that block again", loaded.problem.message());
+  }
+  for (int32_t i = 0; i < loaded.restored; ++i) {
+    const int32_t block = (*fresh)[size_t(i)];
+    blocks_.register_block(block, keys[size_t(i)]);
+    seq.block_table.share(blocks_, block);
+  }
+  // The table holds the restored blocks now; the allocation's own
+  // reference goes, and blocks not restored are free again.
+  blocks_.release(*fresh);
+  return loaded.restored;
 }
 
 void Scheduler::count_prefix_lookup(const Sequence& seq) {
   // A sequence's prompt is counted once: readmissions after a preemption
   // find their own blocks, which says nothing about prompts sharing.
-  if (!config_.enable_prefix_caching || seq.num_preemptions > 0)
-    return;
+  if (!config_.enable_prefix_caching || seq.num_preemptions > 0) return;
   const auto prompt = int64_t(seq.prompt.size());
   prefix_query_tokens_ += prompt;
   prefix_hit_tokens_ += std::min<int64_t>(prompt, seq.num_computed);
+  prefix_ssd_hit_tokens_ += int64_t(seq.ssd_restored_blocks) * seq.block_table.block_size();
+}
+
+void Scheduler::attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
+  BATON_CHECK(config_.enable_prefix_caching);
+  ssd_ = std::move(store);
+  blocks_.set_eviction_hook(
+      [this](std::span<const BlockKey> keys, std::span<const int32_t> blocks) {
+        ssd_->save(keys, kv_.data(), blocks);
+      });
 }
 
 void Scheduler::register_full_blocks(Sequence& seq) {
@@ -448,7 +496,8 @@ SchedulerStats Scheduler::stats() const {
                         .preemptions = preemptions_,
                         .cached_blocks = blocks_.num_cached(),
                         .prefix_query_tokens = prefix_query_tokens_,
-                        .prefix_hit_tokens = prefix_hit_tokens_};
+                        .prefix_hit_tokens = prefix_hit_tokens_,
+                        .prefix_ssd_hit_tokens = prefix_ssd_hit_tokens_};
 }
 
 }  // namespace baton::engine

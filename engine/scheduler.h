@@ -26,6 +26,7 @@
 #include "engine/kv_pool.h"
 #include "engine/model.h"
 #include "engine/sequence.h"
+#include "engine/ssd_kv_store.h"
 
 namespace baton::engine {
 
@@ -59,9 +60,10 @@ struct SchedulerStats {
   int32_t total_blocks = 0;
   int32_t peak_used_blocks = 0;
   int64_t preemptions = 0;
-  int32_t cached_blocks = 0;        // registered in the prefix cache, held or free
-  int64_t prefix_query_tokens = 0;  // prompt tokens looked up at first admission or reservation
-  int64_t prefix_hit_tokens = 0;    // of those, found there and not computed
+  int32_t cached_blocks = 0;          // registered in the prefix cache, held or free
+  int64_t prefix_query_tokens = 0;    // prompt tokens looked up at first admission or reservation
+  int64_t prefix_hit_tokens = 0;      // of those, found there and not computed
+  int64_t prefix_ssd_hit_tokens = 0;  // of the hits, read back from the SSD tier
 };
 
 // What the last step computed: prompt positions, positions recomputed after
@@ -142,6 +144,12 @@ class Scheduler {
   int32_t max_model_len() const { return max_model_len_; }
   const BlockManager& block_manager() const { return blocks_; }
 
+  // The prefix cache's SSD tier: blocks evicted from the pool are saved
+  // there, and a prompt's leading blocks found there (after those in the
+  // pool) are read back instead of computed. Needs prefix caching on.
+  void attach_ssd_store(std::unique_ptr<SsdKvStore> store);
+  const SsdKvStore* ssd_store() const { return ssd_.get(); }
+
  private:
   struct Scheduled {
     Sequence* sequence;
@@ -155,6 +163,9 @@ class Scheduler {
   // blocks its tokens start with (all but the last token, whose logits the
   // step needs) and marks their tokens computed.
   void share_cached_prefix(Sequence& sequence);
+  // Reads the sequence's full blocks first.. (up to end, exclusive) that the
+  // SSD tier holds into fresh pool blocks and shares them; returns how many.
+  int32_t restore_from_ssd(Sequence& sequence, int32_t first, int32_t end);
   // Counts an admission's (or a remote reservation's) lookup in the stats.
   void count_prefix_lookup(const Sequence& sequence);
   // After a step: registers the sequence's blocks that are now full.
@@ -176,6 +187,7 @@ class Scheduler {
   int64_t preemptions_ = 0;
   int64_t prefix_query_tokens_ = 0;
   int64_t prefix_hit_tokens_ = 0;
+  int64_t prefix_ssd_hit_tokens_ = 0;
   int32_t peak_used_blocks_ = 0;
   StepTokenCounts last_step_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
@@ -185,6 +197,7 @@ class Scheduler {
   std::vector<int32_t> step_tokens_;  // backing store of the plan's token spans
   std::vector<float> logits_;
   LayerObserver layer_observer_;
+  std::unique_ptr<SsdKvStore> ssd_;
   std::vector<StepSequenceInfo> step_info_;  // what the observer is shown
 };
 

@@ -62,7 +62,8 @@ struct Sequence {
   // leading blocks of block_table are registered or were shared.
   std::vector<uint64_t> block_hashes;
   int32_t registered_blocks = 0;
-  bool awaiting_kv = false;  // reserved by reserve_remote, KV not yet activated
+  int32_t ssd_restored_blocks = 0;  // of the shared ones, read back from the SSD tier
+  bool awaiting_kv = false;         // reserved by reserve_remote, KV not yet activated
   FinishReason finish_reason = FinishReason::kNone;
 };
 

@@ -180,6 +180,15 @@ std::string human_bytes(uint64_t bytes) {
   return text;
 }
 
+// " (N from SSD, M blocks saved there)" when the prefix cache has an SSD tier.
+std::string ssd_note(const engine::Scheduler& scheduler) {
+  const engine::SsdKvStore* ssd = scheduler.ssd_store();
+  if (ssd == nullptr) return "";
+  const engine::SsdKvStoreStats s = ssd->stats();
+  return " (" + std::to_string(scheduler.stats().prefix_ssd_hit_tokens) + " from SSD, " +
+         std::to_string(s.saved_blocks) + " blocks saved there)";
+}
+
 int run_generate(const GenerateOptions& o) {
   auto fail = [](const Status& s) {
     std::fprintf(stderr, "error: %s\n", s.message().c_str());
@@ -260,7 +269,7 @@ int run_generate(const GenerateOptions& o) {
       "stats: %zu prompts, %lld prompt tokens at %.1f tok/s, %lld output tokens "
       "(decode %.1f tok/s, overall %.1f tok/s), %.2f s; KV used %s peak, "
       "%zu bytes/token (%s), %lld preemptions, %lld prompt tokens from the prefix "
-      "cache\n",
+      "cache%s\n",
       done.size(), static_cast<long long>(prompt_tokens),
       // Tokens the prefix cache held were not computed.
       prefill_seconds > 0 ? double(prompt_tokens - stats.prefix_hit_tokens) / prefill_seconds : 0.0,
@@ -269,7 +278,7 @@ int run_generate(const GenerateOptions& o) {
       total_seconds > 0 ? double(output_tokens) / total_seconds : 0.0, total_seconds,
       human_bytes(kv_used).c_str(), layout.bytes_per_token(),
       std::string(dtype_name(layout.dtype)).c_str(), static_cast<long long>(stats.preemptions),
-      static_cast<long long>(stats.prefix_hit_tokens));
+      static_cast<long long>(stats.prefix_hit_tokens), ssd_note(eng.scheduler()).c_str());
   return 0;
 }
 

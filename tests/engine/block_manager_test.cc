@@ -214,6 +214,44 @@ TEST(PrefixCache, UnregisteredBlocksGoFirstThenTheLeastRecentlyReleased) {
   EXPECT_EQ(manager.num_free(), 0);
 }
 
+// The eviction hook (the SSD tier's way in) hears of each registered block
+// an allocation takes out of the cache, with its key intact, before the
+// allocation returns; never of never-registered blocks, nor of allocations
+// that evict nothing.
+TEST(PrefixCache, EvictionHookHearsOfEachEvictedBlockWithItsKey) {
+  BlockManager manager(4);
+  std::vector<std::pair<int32_t, TestKey>> heard;
+  manager.set_eviction_hook([&](std::span<const BlockKey> keys, std::span<const int32_t> blocks) {
+    ASSERT_EQ(keys.size(), blocks.size());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      heard.push_back(
+          {blocks[i], TestKey{keys[i].hash, {keys[i].tokens.begin(), keys[i].tokens.end()}}});
+      // Already out of the cache: no lookup finds it while it is saved.
+      EXPECT_FALSE(manager.find(keys[i]).has_value());
+    }
+  });
+  auto all = manager.allocate(4);
+  ASSERT_TRUE(all.is_ok());
+  std::vector<TestKey> keys;
+  for (int32_t i = 0; i < 2; ++i) {
+    keys.push_back(TestKey{uint64_t(200 + i), {10 * i, 10 * i + 1}});
+    manager.register_block(i, keys.back().key());
+  }
+  manager.release({3, 2, 1, 0});  // 2 and 3 never registered; 1 released before 0
+  ASSERT_TRUE(manager.allocate(2).is_ok());
+  EXPECT_TRUE(heard.empty()) << "never-registered blocks go first, and silently";
+  auto evicting = manager.allocate(2);
+  ASSERT_TRUE(evicting.is_ok());
+  ASSERT_EQ(heard.size(), 2u);
+  EXPECT_EQ(heard[0].first, 1);
+  EXPECT_EQ(heard[0].second.hash, keys[1].hash);
+  EXPECT_EQ(heard[0].second.tokens, keys[1].tokens);
+  EXPECT_EQ(heard[1].first, 0);
+  EXPECT_EQ(heard[1].second.tokens, keys[0].tokens);
+  EXPECT_FALSE(manager.registered(0));
+  EXPECT_FALSE(manager.registered(1));
+}
+
 // Random allocations, releases, registrations and shares against a model of
 // who holds what and which key finds which block: no block is lost, and a
 // key finds its block exactly while the block is registered under it (never

@@ -18,13 +18,16 @@ TEST(EngineConfig, MissingMeansDefault) {
   EXPECT_EQ(config->kv_cache_bytes, 256ull << 20);
   EXPECT_TRUE(config->huge_page_weights);
   EXPECT_TRUE(config->enable_prefix_caching);
+  EXPECT_TRUE(config->ssd_cache_dir.empty());
+  EXPECT_EQ(config->ssd_cache_bytes, 4ull << 30);
 }
 
 TEST(EngineConfig, ReadsEveryKey) {
   auto config = parse(
       "{threads: 3, block_size: 32, kv_dtype: bf16, kv_cache_bytes: 2GiB, kv_cache_blocks: 7,"
       " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024,"
-      " huge_page_weights: false, enable_prefix_caching: false}");
+      " huge_page_weights: false, enable_prefix_caching: false, ssd_cache_dir: /var/cache/kv,"
+      " ssd_cache_bytes: 64GiB}");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
   EXPECT_EQ(config->threads, 3);
   EXPECT_EQ(config->block_size, 32);
@@ -36,6 +39,8 @@ TEST(EngineConfig, ReadsEveryKey) {
   EXPECT_EQ(config->max_model_len, 1024);
   EXPECT_FALSE(config->huge_page_weights);
   EXPECT_FALSE(config->enable_prefix_caching);
+  EXPECT_EQ(config->ssd_cache_dir, "/var/cache/kv");
+  EXPECT_EQ(config->ssd_cache_bytes, 64ull << 30);
 }
 
 TEST(EngineConfig, ErrorsNameTheKey) {
@@ -54,6 +59,9 @@ TEST(EngineConfig, ErrorsNameTheKey) {
       {"{threads: -1}", "engine.threads"},
       {"{huge_page_weights: maybe}", "engine.huge_page_weights: expected true or false"},
       {"{enable_prefix_caching: 1}", "engine.enable_prefix_caching: expected true or false"},
+      {"{ssd_cache_dir: [a, b]}", "engine.ssd_cache_dir: expected a directory path"},
+      {"{ssd_cache_bytes: 0}", "engine.ssd_cache_bytes: must be positive"},
+      {"{ssd_cache_bytes: lots}", "engine.ssd_cache_bytes"},
       {"[1, 2]", "engine: expected a mapping"},
   };
   for (const auto& c : cases) {

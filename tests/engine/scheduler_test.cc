@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <map>
 #include <random>
 
@@ -23,9 +24,14 @@ class SchedulerTest : public ::testing::Test {
   }
 
   std::unique_ptr<Engine> make_engine(int32_t blocks, int32_t block_size, int32_t budget,
-                                      int32_t max_seqs = 64, bool prefix_caching = true) {
+                                      int32_t max_seqs = 64, bool prefix_caching = true,
+                                      uint64_t ssd_bytes = 0) {
     EngineConfig config;
     config.enable_prefix_caching = prefix_caching;
+    if (ssd_bytes > 0) {
+      config.ssd_cache_dir = dir_.path().string();
+      config.ssd_cache_bytes = ssd_bytes;
+    }
     config.threads = 2;
     config.kv_cache_blocks = blocks;
     config.block_size = block_size;
@@ -62,6 +68,7 @@ class SchedulerTest : public ::testing::Test {
   struct TightTotals {
     int64_t preemptions = 0;
     int64_t prefix_hit_tokens = 0;
+    int64_t prefix_ssd_hit_tokens = 0;
   };
   // `rounds` engines of random pool sizes (just above what the longest
   // sequence alone needs), block sizes, budgets and batch limits, each
@@ -69,7 +76,7 @@ class SchedulerTest : public ::testing::Test {
   TightTotals run_tight_rounds(const std::vector<std::vector<int32_t>>& prompts,
                                const GenerationOptions& options,
                                const std::vector<std::vector<int32_t>>& alone, int rounds,
-                               int passes) {
+                               int passes, uint64_t ssd_bytes = 0) {
     size_t longest = 0;
     for (const auto& p : prompts) longest = std::max(longest, p.size());
     const auto tokens = int32_t(longest) + options.max_tokens;
@@ -83,15 +90,34 @@ class SchedulerTest : public ::testing::Test {
       SCOPED_TRACE("round " + std::to_string(round) + ": blocks " + std::to_string(blocks) + " x " +
                    std::to_string(block_size) + ", budget " + std::to_string(budget) +
                    ", max_seqs " + std::to_string(max_seqs));
-      auto engine = make_engine(blocks, block_size, budget, max_seqs);
+      auto engine = make_engine(blocks, block_size, budget, max_seqs, true, ssd_bytes);
       for (int pass = 0; pass < passes; ++pass) {
         EXPECT_EQ(generate(*engine, prompts, options), alone);
         if (::testing::Test::HasFailure()) return totals;
       }
       totals.preemptions += engine->scheduler().stats().preemptions;
       totals.prefix_hit_tokens += engine->scheduler().stats().prefix_hit_tokens;
+      totals.prefix_ssd_hit_tokens += engine->scheduler().stats().prefix_ssd_hit_tokens;
     }
     return totals;
+  }
+
+  std::vector<std::vector<int32_t>> prompts_of_at_least(int count, size_t n) {
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < count; ++i) prompts.push_back(random_prompt_of_at_least(n));
+    return prompts;
+  }
+
+  // An engine whose pool holds the longest sequence and one block more,
+  // running one sequence at a time, with an SSD tier of 64 MiB.
+  std::unique_ptr<Engine> one_sequence_engine_with_ssd(
+      const std::vector<std::vector<int32_t>>& prompts, const GenerationOptions& options,
+      int32_t block_size) {
+    size_t longest = 0;
+    for (const auto& p : prompts) longest = std::max(longest, p.size());
+    const auto tokens = int32_t(longest) + options.max_tokens;
+    return make_engine((tokens + block_size - 1) / block_size + 1, block_size, 2048,
+                       /*max_seqs=*/1, true, uint64_t(64) << 20);
   }
 
   std::vector<int32_t> random_prompt_of_at_least(size_t n) {
@@ -349,6 +375,103 @@ TEST_F(SchedulerTest, RetainedSequencesShareAndRegisterToo) {
   EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks - int32_t(blocks.size()));
   s.release_blocks(*(*done)[0]);
   EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks);
+}
+
+// The SSD tier: a pool that holds one sequence at a time evicts each
+// prompt's blocks for the next one's; they go to SSD, and the second pass
+// reads every shareable block of every prompt back from there or finds it
+// in the pool. Outputs equal recomputing everything.
+TEST_F(SchedulerTest, SsdTierBringsBackEvictedPrefixes) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const auto prompts = prompts_of_at_least(5, 30);
+  const auto options = greedy(6);
+  const auto alone = alone_uncached(prompts, options);
+  const int32_t block_size = 4;
+  auto engine = one_sequence_engine_with_ssd(prompts, options, block_size);
+  ASSERT_NE(engine->scheduler().ssd_store(), nullptr);
+  EXPECT_EQ(generate(*engine, prompts, options), alone);
+  const SchedulerStats first = engine->scheduler().stats();
+  EXPECT_GT(engine->scheduler().ssd_store()->stats().saved_blocks, 0);
+  EXPECT_EQ(generate(*engine, prompts, options), alone);
+  const SchedulerStats second = engine->scheduler().stats();
+  int64_t shareable = 0;
+  for (const auto& p : prompts) shareable += int64_t(p.size() - 1) / block_size * block_size;
+  EXPECT_EQ(second.prefix_hit_tokens - first.prefix_hit_tokens, shareable);
+  EXPECT_GT(second.prefix_ssd_hit_tokens - first.prefix_ssd_hit_tokens, shareable / 2);
+  EXPECT_EQ(engine->scheduler().ssd_store()->stats().dropped_blocks, 0);
+}
+
+// Pools too small for the work, preemption included, with an SSD tier of
+// random size (down to a single slot): outputs still equal each prompt
+// generated alone without any cache.
+TEST_F(SchedulerTest, TightPoolsWithAnSsdTierMatchAlone) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  auto prompts = prompts_sharing_a_prefix(6);
+  for (int i = 0; i < 2; ++i) prompts.push_back(random_prompt_of_at_least(24));
+  const auto options = greedy(8);
+  const auto alone = alone_uncached(prompts, options);
+  TightTotals totals;
+  for (uint64_t slots : {1, 3, 1000}) {
+    SCOPED_TRACE(std::to_string(slots) + " SSD slots at most");
+    // Slots of the tiny model: a 4 KiB header and 2 layers of at most 8 tokens.
+    const TightTotals t = run_tight_rounds(prompts, options, alone, 6, 2, slots * 8192 + 4096);
+    totals.prefix_ssd_hit_tokens += t.prefix_ssd_hit_tokens;
+  }
+  EXPECT_GT(totals.prefix_ssd_hit_tokens, 0);
+}
+
+TEST_F(SchedulerTest, SsdTierNeedsPrefixCachingAndADirectory) {
+  EngineConfig config;
+  config.ssd_cache_dir = dir_.path().string();
+  config.enable_prefix_caching = false;
+  auto off = Engine::create(model_dir_, config);
+  ASSERT_FALSE(off.is_ok());
+  EXPECT_NE(off.status().message().find("engine.enable_prefix_caching"), std::string::npos)
+      << off.status().to_string();
+  config.enable_prefix_caching = true;
+  config.ssd_cache_dir = (dir_.path() / "missing").string();
+  auto missing = Engine::create(model_dir_, config);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("missing is not a directory"), std::string::npos)
+      << missing.status().to_string();
+}
+
+// Damage to every slot of the SSD tier's file: the first prompt, whose
+// blocks the later ones evicted from the pool, finds its first block's slot
+// damaged, drops it and computes the whole prompt again: nothing is shared,
+// and its output stays right.
+TEST_F(SchedulerTest, DamagedSsdTierIsComputedAgain) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const auto prompts = prompts_of_at_least(4, 30);
+  const auto options = greedy(4);
+  const auto alone = alone_uncached(prompts, options);
+  // The three later prompts need more blocks than the pool holds.
+  auto engine = one_sequence_engine_with_ssd(prompts, options, 4);
+  EXPECT_EQ(generate(*engine, prompts, options), alone);
+  const SsdKvStore& ssd = *engine->scheduler().ssd_store();
+  const SsdKvStoreStats saved = ssd.stats();
+  ASSERT_GT(saved.saved_blocks, 0);
+  {
+    std::fstream f(ssd.path(), std::ios::in | std::ios::out | std::ios::binary);
+    for (int64_t slot = 0; slot < saved.saved_blocks; ++slot) {
+      // One byte of the payload, somewhere in its first 1 KiB (2 layers of
+      // 4 tokens of the tiny model's F32 K/V).
+      const auto at = std::streamoff(uint64_t(slot) * ssd.slot_bytes() + 4096 + rng_() % 1024);
+      f.seekg(at);
+      const int byte = f.get();
+      f.seekp(at);
+      f.put(char(byte ^ 0x5a));
+    }
+  }
+  const SchedulerStats before = engine->scheduler().stats();
+  EXPECT_EQ(generate(*engine, {prompts[0]}, options)[0], alone[0]);
+  const SchedulerStats after = engine->scheduler().stats();
+  EXPECT_EQ(after.prefix_hit_tokens, before.prefix_hit_tokens);
+  EXPECT_EQ(after.prefix_ssd_hit_tokens, before.prefix_ssd_hit_tokens);
+  EXPECT_EQ(ssd.stats().dropped_blocks, saved.dropped_blocks + 1);
+  // Computed again and registered, it is found in the pool next time.
+  EXPECT_EQ(generate(*engine, {prompts[0]}, options)[0], alone[0]);
+  EXPECT_GT(engine->scheduler().stats().prefix_hit_tokens, after.prefix_hit_tokens);
 }
 
 }  // namespace

@@ -116,6 +116,39 @@ TEST_F(BatonCli, PromptsStartingAlikeShareThePrefixCache) {
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(a[i]["output_ids"], b[i]["output_ids"]);
 }
 
+// A pool that holds one prompt at a time, with an SSD tier: the second
+// prompt evicts the first one's blocks to SSD, and the first prompt again
+// reads them back from there. The stats line says so, the outputs are those
+// of an engine with no cache, and the tier's file is gone after the run.
+TEST_F(BatonCli, SsdTierBringsBackAnEvictedPrompt) {
+  const std::string first =
+      "Cold KV blocks go to SSD and come back on a prefix hit, not recomputed.";
+  const std::string second = "Another prompt of about the same length fills the small KV pool up.";
+  std::ofstream(*dir_ / "again.txt") << first << "\n" << second << "\n" << first << "\n";
+  const std::filesystem::path ssd = *dir_ / "ssd";
+  std::filesystem::create_directories(ssd);
+  const std::string args = "generate --model " + model().string() + " --prompts " +
+                           (*dir_ / "again.txt").string() +
+                           " --max-tokens 4 --temperature 0 --ignore-eos --json --block-size 4"
+                           " --max-num-seqs 1 --kv-cache-blocks 24";
+  auto tiered = run(args + " --ssd-cache-dir " + ssd.string());
+  ASSERT_EQ(tiered.exit_code, 0) << tiered.out;
+  std::smatch hits;
+  ASSERT_TRUE(
+      std::regex_search(tiered.out, hits, std::regex("(\\d+) from SSD, (\\d+) blocks saved there")))
+      << tiered.out;
+  EXPECT_GT(std::stoi(hits[1]), 0) << tiered.out;
+  EXPECT_GT(std::stoi(hits[2]), 0) << tiered.out;
+  EXPECT_TRUE(std::filesystem::is_empty(ssd)) << "the tier's file outlived the run";
+  auto uncached = run(args + " --enable-prefix-caching false");
+  ASSERT_EQ(uncached.exit_code, 0) << uncached.out;
+  EXPECT_EQ(uncached.out.find("from SSD"), std::string::npos) << uncached.out;
+  const auto a = json_lines(tiered.out), b = json_lines(uncached.out);
+  ASSERT_EQ(a.size(), 3u);
+  ASSERT_EQ(b.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) EXPECT_EQ(a[i]["output_ids"], b[i]["output_ids"]);
+}
+
 // Without --json, --logprobs prints a line per generated token under the
 // text, the same numbers the JSON holds; the stats line sizes the KV it used.
 TEST_F(BatonCli, LogprobsAsTextMatchTheJson) {

@@ -1,0 +1,403 @@
+#include "engine/ssd_kv_store.h"
+
+#include <fcntl.h>
+#include <liburing.h>
+#include <spdlog/spdlog.h>
+#include <sys/uio.h>
+#include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+
+#include "common/check.h"
+
+namespace baton::engine {
+namespace {
+
+constexpr uint64_t kHeaderBytes = 4096;
+constexpr uint64_t kAlignment = 4096;
+constexpr char kMagic[8] = {'B', 'A', 'T', 'O', 'N', 'K', 'V', '1'};
+constexpr unsigned kRingDepth = 64;
+
+// The fixed part of a slot's header; the block's tokens follow it.
+struct SlotHeader {
+  char magic[8];
+  int32_t num_layers;
+  int32_t block_size;
+  int32_t num_kv_heads;
+  int32_t head_dim;
+  int32_t dtype;
+  int32_t reserved;
+  uint64_t hash;
+  uint64_t parent;
+  uint64_t payload_checksum;
+  uint64_t header_checksum;  // of everything before it and the tokens after it
+};
+static_assert(sizeof(SlotHeader) == 64);
+
+uint64_t round_up(uint64_t n, uint64_t to) { return (n + to - 1) / to * to; }
+
+uint64_t header_checksum(const SlotHeader& h, const int32_t* tokens, int32_t block_size) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  XXH3_64bits_update(&state, &h, offsetof(SlotHeader, header_checksum));
+  XXH3_64bits_update(&state, tokens, size_t(block_size) * sizeof(int32_t));
+  return XXH3_64bits_digest(&state);
+}
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+}  // namespace
+
+struct SsdKvStore::Io {
+  int64_t slot = -1;
+  std::vector<iovec> iov;
+  size_t bytes = 0;
+  ssize_t result = 0;  // bytes moved, or -errno
+  std::unique_ptr<std::byte[]> header{new std::byte[kHeaderBytes]};
+};
+
+// io_uring, when the kernel allows it: every I/O of a batch in flight at once.
+class SsdKvStore::Ring {
+ public:
+  static std::unique_ptr<Ring> create() {
+    auto ring = std::unique_ptr<Ring>(new Ring);
+    const int rc = io_uring_queue_init(kRingDepth, &ring->ring_, 0);
+    if (rc < 0) {
+      spdlog::info("ssd cache: io_uring unavailable ({}); using preadv/pwritev", errno_text(-rc));
+      return nullptr;
+    }
+    ring->ready_ = true;
+    return ring;
+  }
+  ~Ring() {
+    if (ready_) io_uring_queue_exit(&ring_);
+  }
+
+  void run(std::span<Io> ios, int fd, bool write) {
+    size_t next = 0, in_flight = 0;
+    while (next < ios.size() || in_flight > 0) {
+      while (next < ios.size()) {
+        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+        if (sqe == nullptr) break;
+        Io& io = ios[next];
+        const auto offset = uint64_t(io.slot) * slot_bytes_;
+        if (write) {
+          io_uring_prep_writev(sqe, fd, io.iov.data(), unsigned(io.iov.size()), offset);
+        } else {
+          io_uring_prep_readv(sqe, fd, io.iov.data(), unsigned(io.iov.size()), offset);
+        }
+        io_uring_sqe_set_data64(sqe, next);
+        ++next;
+        ++in_flight;
+      }
+      const int submitted = io_uring_submit_and_wait(&ring_, 1);
+      io_uring_cqe* cqe = nullptr;
+      if (submitted < 0 && submitted != -EINTR) {
+        // The ring itself failed: every I/O not completed fails with it.
+        for (size_t i = 0; i < next; ++i) {
+          if (ios[i].result == 0) ios[i].result = submitted;
+        }
+        for (size_t i = next; i < ios.size(); ++i) ios[i].result = submitted;
+        return;
+      }
+      while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+        ios[io_uring_cqe_get_data64(cqe)].result = cqe->res;
+        io_uring_cqe_seen(&ring_, cqe);
+        --in_flight;
+      }
+    }
+  }
+  void set_slot_bytes(uint64_t bytes) { slot_bytes_ = bytes; }
+
+ private:
+  Ring() = default;
+  io_uring ring_{};
+  bool ready_ = false;
+  uint64_t slot_bytes_ = 0;
+};
+
+Result<std::unique_ptr<SsdKvStore>> SsdKvStore::create(const std::filesystem::path& dir,
+                                                       uint64_t capacity_bytes,
+                                                       const KvLayout& layout,
+                                                       bool allow_io_uring) {
+  if (layout.block_size > int32_t((kHeaderBytes - sizeof(SlotHeader)) / sizeof(int32_t))) {
+    return invalid_argument("ssd cache: blocks of " + std::to_string(layout.block_size) +
+                            " tokens do not fit a slot header");
+  }
+  const uint64_t slot_bytes = slot_bytes_for(layout);
+  const auto slots = int64_t(capacity_bytes / slot_bytes);
+  if (slots < 1) {
+    return invalid_argument("engine.ssd_cache_bytes: " + std::to_string(capacity_bytes) +
+                            " bytes hold no slot of " + std::to_string(slot_bytes) +
+                            " bytes (one block of every layer and a header)");
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) {
+    return not_found("engine.ssd_cache_dir: " + dir.string() + " is not a directory");
+  }
+  static std::atomic<int> counter{0};
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    std::filesystem::path path =
+        dir / ("baton-kv-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".bin");
+    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (fd < 0 && errno == EEXIST) continue;  // left by an earlier process of this pid
+    if (fd < 0)
+      return io_error("ssd cache: cannot create " + path.string() + ": " + errno_text(errno));
+    return std::unique_ptr<SsdKvStore>(
+        new SsdKvStore(std::move(path), fd, layout, slots, allow_io_uring));
+  }
+  return io_error("ssd cache: no free file name in " + dir.string());
+}
+
+uint64_t SsdKvStore::slot_bytes_for(const KvLayout& layout) {
+  return kHeaderBytes + round_up(uint64_t(layout.num_layers) * layout.block_bytes(), kAlignment);
+}
+
+SsdKvStore::SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots,
+                       bool allow_io_uring)
+    : path_(std::move(path)),
+      fd_(fd),
+      layout_(layout),
+      slot_bytes_(slot_bytes_for(layout)),
+      capacity_(slots),
+      ring_(allow_io_uring ? Ring::create() : nullptr) {
+  if (ring_) ring_->set_slot_bytes(slot_bytes_);
+  stats_.capacity_blocks = slots;
+  spdlog::info("ssd cache: {} ({} slots of {} KiB, {})", path_.string(), slots, slot_bytes_ >> 10,
+               ring_ ? "io_uring" : "preadv/pwritev");
+}
+
+SsdKvStore::~SsdKvStore() {
+  ring_.reset();
+  ::close(fd_);
+  std::error_code ec;
+  std::filesystem::remove(path_, ec);
+}
+
+SsdKvStoreStats SsdKvStore::stats() const {
+  SsdKvStoreStats s = stats_;
+  s.stored_blocks = int64_t(by_hash_.size());
+  return s;
+}
+
+int64_t SsdKvStore::find(const BlockKey& key) const {
+  const auto it = by_hash_.find(key.hash);
+  if (it == by_hash_.end()) return -1;
+  const Slot& s = slots_[size_t(it->second)];
+  if (s.parent != key.parent || !std::ranges::equal(s.tokens, key.tokens)) return -1;
+  return it->second;
+}
+
+bool SsdKvStore::contains(const BlockKey& key) const { return find(key) >= 0; }
+
+void SsdKvStore::touch(std::span<const BlockKey> keys) {
+  for (const BlockKey& key : keys) {
+    if (const int64_t slot = find(key); slot >= 0) touch(slot);
+  }
+}
+
+int64_t SsdKvStore::take_slot() {
+  if (!free_slots_.empty()) {
+    const int64_t slot = free_slots_.back();
+    free_slots_.pop_back();
+    return slot;
+  }
+  if (int64_t(slots_.size()) < capacity_) {
+    slots_.emplace_back();
+    return int64_t(slots_.size()) - 1;
+  }
+  const int64_t slot = recency_.front();
+  recency_.pop_front();
+  Slot& s = slots_[size_t(slot)];
+  by_hash_.erase(s.hash);
+  s.tokens.clear();
+  return slot;
+}
+
+void SsdKvStore::drop(int64_t slot) {
+  Slot& s = slots_[size_t(slot)];
+  if (s.tokens.empty()) return;
+  by_hash_.erase(s.hash);
+  recency_.erase(s.recency);
+  s.tokens.clear();
+  free_slots_.push_back(slot);
+  ++stats_.dropped_blocks;
+}
+
+void SsdKvStore::touch(int64_t slot) {
+  Slot& s = slots_[size_t(slot)];
+  recency_.splice(recency_.end(), recency_, s.recency);
+}
+
+void SsdKvStore::describe(Io& io, int64_t slot, const void* pool, int32_t block,
+                          void* header) const {
+  io.slot = slot;
+  io.iov.clear();
+  io.iov.push_back({header, kHeaderBytes});
+  const size_t block_bytes = layout_.block_bytes();
+  for (int32_t layer = 0; layer < layout_.num_layers; ++layer) {
+    auto* base = static_cast<std::byte*>(const_cast<void*>(pool));
+    io.iov.push_back({base + layout_.block_byte_offset(layer, block), block_bytes});
+  }
+  io.bytes = kHeaderBytes + size_t(layout_.num_layers) * block_bytes;
+  io.result = 0;
+}
+
+void SsdKvStore::run(std::span<Io> ios, bool write) {
+  if (ring_) {
+    ring_->run(ios, fd_, write);
+    return;
+  }
+  for (Io& io : ios) {
+    const auto offset = off_t(uint64_t(io.slot) * slot_bytes_);
+    const ssize_t n = write ? ::pwritev(fd_, io.iov.data(), int(io.iov.size()), offset)
+                            : ::preadv(fd_, io.iov.data(), int(io.iov.size()), offset);
+    io.result = n < 0 ? -errno : n;
+  }
+}
+
+namespace {
+
+uint64_t payload_checksum(const std::vector<iovec>& iov) {
+  XXH3_state_t state;
+  XXH3_64bits_reset(&state);
+  for (size_t i = 1; i < iov.size(); ++i)
+    XXH3_64bits_update(&state, iov[i].iov_base, iov[i].iov_len);
+  return XXH3_64bits_digest(&state);
+}
+
+}  // namespace
+
+void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
+                      std::span<const int32_t> blocks) {
+  BATON_CHECK(keys.size() == blocks.size());
+  // A batch never holds more writes than slots, so none of its slots is
+  // taken again by a later write of the same batch.
+  const size_t batch = std::min<size_t>(size_t(capacity_), kRingDepth);
+  std::vector<Io> ios;
+  for (size_t begin = 0; begin < keys.size(); begin += batch) {
+    ios.clear();
+    const size_t end = std::min(keys.size(), begin + batch);
+    for (size_t i = begin; i < end; ++i) {
+      const BlockKey& key = keys[i];
+      BATON_CHECK(int32_t(key.tokens.size()) == layout_.block_size);
+      if (const int64_t stored = find(key); stored >= 0) {
+        touch(stored);
+        continue;
+      }
+      if (by_hash_.contains(key.hash)) drop(by_hash_.at(key.hash));  // same hash, other tokens
+      const int64_t slot = take_slot();
+      Slot& s = slots_[size_t(slot)];
+      s.hash = key.hash;
+      s.parent = key.parent;
+      s.tokens.assign(key.tokens.begin(), key.tokens.end());
+      s.recency = recency_.insert(recency_.end(), slot);
+      by_hash_[key.hash] = slot;
+
+      Io& io = ios.emplace_back();
+      describe(io, slot, pool, blocks[i], io.header.get());
+      std::memset(io.header.get(), 0, kHeaderBytes);
+      SlotHeader h{};
+      std::memcpy(h.magic, kMagic, sizeof(kMagic));
+      h.num_layers = layout_.num_layers;
+      h.block_size = layout_.block_size;
+      h.num_kv_heads = layout_.num_kv_heads;
+      h.head_dim = layout_.head_dim;
+      h.dtype = int32_t(layout_.dtype);
+      h.hash = key.hash;
+      h.parent = key.parent;
+      h.payload_checksum = payload_checksum(io.iov);
+      h.header_checksum = header_checksum(h, key.tokens.data(), layout_.block_size);
+      std::memcpy(io.header.get(), &h, sizeof(h));
+      std::memcpy(io.header.get() + sizeof(h), key.tokens.data(), key.tokens.size_bytes());
+    }
+    run(ios, /*write=*/true);
+    for (const Io& io : ios) {
+      if (io.result == ssize_t(io.bytes)) {
+        ++stats_.saved_blocks;
+        continue;
+      }
+      spdlog::warn("ssd cache: {}: slot {}: {}", path_.string(), io.slot,
+                   io.result < 0 ? "write failed: " + errno_text(int(-io.result))
+                                 : "short write (" + std::to_string(io.result) + " of " +
+                                       std::to_string(io.bytes) + " bytes)");
+      drop(io.slot);
+    }
+  }
+}
+
+Status SsdKvStore::verify(const Io& io, int64_t slot, const BlockKey& key) const {
+  auto fail = [&](StatusCode code, const std::string& what) {
+    return Status(code, path_.string() + ": slot " + std::to_string(slot) + ": " + what);
+  };
+  if (io.result < 0)
+    return fail(StatusCode::kIoError, "read failed: " + errno_text(int(-io.result)));
+  if (io.result != ssize_t(io.bytes)) {
+    return fail(StatusCode::kDataLoss, "short read (" + std::to_string(io.result) + " of " +
+                                           std::to_string(io.bytes) + " bytes)");
+  }
+  SlotHeader h;
+  std::memcpy(&h, io.header.get(), sizeof(h));
+  const auto* tokens = reinterpret_cast<const int32_t*>(io.header.get() + sizeof(h));
+  if (std::memcmp(h.magic, kMagic, sizeof(kMagic)) != 0)
+    return fail(StatusCode::kDataLoss, "not a Baton KV slot (bad magic)");
+  if (h.header_checksum != header_checksum(h, tokens, layout_.block_size))
+    return fail(StatusCode::kDataLoss, "header checksum mismatch");
+  if (h.num_layers != layout_.num_layers || h.block_size != layout_.block_size ||
+      h.num_kv_heads != layout_.num_kv_heads || h.head_dim != layout_.head_dim ||
+      h.dtype != int32_t(layout_.dtype)) {
+    return fail(StatusCode::kDataLoss, "block geometry differs from the pool's");
+  }
+  if (h.hash != key.hash || h.parent != key.parent ||
+      !std::equal(key.tokens.begin(), key.tokens.end(), tokens)) {
+    return fail(StatusCode::kDataLoss, "holds another block's key");
+  }
+  const uint64_t read = payload_checksum(io.iov);
+  if (read != h.payload_checksum) {
+    char text[96];
+    std::snprintf(text, sizeof(text), "payload checksum mismatch (stored %016llx, read %016llx)",
+                  static_cast<unsigned long long>(h.payload_checksum),
+                  static_cast<unsigned long long>(read));
+    return fail(StatusCode::kDataLoss, text);
+  }
+  return Status::ok();
+}
+
+SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, void* pool,
+                         std::span<const int32_t> blocks) {
+  BATON_CHECK(keys.size() == blocks.size());
+  SsdLoad out;
+  std::vector<Io> ios;
+  for (size_t begin = 0; begin < keys.size(); begin += kRingDepth) {
+    ios.clear();
+    const size_t end = std::min(keys.size(), begin + kRingDepth);
+    for (size_t i = begin; i < end; ++i) {
+      const int64_t slot = find(keys[i]);
+      if (slot < 0) break;
+      Io& io = ios.emplace_back();
+      describe(io, slot, pool, blocks[i], io.header.get());
+    }
+    run(ios, /*write=*/false);
+    for (size_t i = 0; i < ios.size(); ++i) {
+      const BlockKey& key = keys[begin + i];
+      Status status = verify(ios[i], ios[i].slot, key);
+      if (!status.is_ok()) {
+        drop(ios[i].slot);
+        out.problem = std::move(status);
+        return out;
+      }
+      touch(ios[i].slot);
+      ++stats_.loaded_blocks;
+      ++out.restored;
+    }
+    if (ios.size() < end - begin) return out;  // the next key is not stored
+  }
+  return out;
+}
+
+}  // namespace baton::engine

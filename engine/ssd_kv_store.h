@@ -1,0 +1,128 @@
+// engine/ssd_kv_store.h — the prefix cache's second tier, on SSD.
+//
+// When the prefix cache evicts a registered block from the KV pool (its
+// memory is needed for another one), the block's K/V of every layer is
+// written here under its BlockKey instead of being lost. A later prompt
+// whose leading blocks are no longer in the pool but are here gets them
+// read back into fresh pool blocks, which is far cheaper than computing them
+// again: one block of smollm2-135m in BF16 is 360 KiB to read, against
+// 16 tokens through 30 layers to compute.
+//
+// One file of fixed-size slots, created in the given directory and removed
+// when the store is destroyed (it holds KV of this process's model and pool
+// geometry only). A slot is a 4 KiB header — magic, geometry, the key, an
+// XXH3 checksum of the payload — followed by the payload: the block's bytes
+// of layer 0, 1, ... exactly as the pool holds them (common/kv_layout.h),
+// so a save or a load is one vectored I/O per block, straight between the
+// pool and the file, with no staging copy. Reads and writes of a batch of
+// blocks are submitted together through io_uring (plain preadv/pwritev where
+// the kernel refuses io_uring), so an SSD sees them all at once.
+//
+// The index (key to slot) lives in memory; slots are reused least recently
+// used first. A slot whose header or checksum does not match on reading is
+// reported (naming the file and the slot) and dropped, and the caller
+// computes that block instead: the store is a cache, and none of its
+// failures (a full disk, an I/O error, a corrupt slot) is fatal.
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <list>
+#include <memory>
+#include <span>
+#include <unordered_map>
+#include <vector>
+
+#include "common/kv_layout.h"
+#include "common/status.h"
+#include "engine/block_manager.h"
+
+namespace baton::engine {
+
+struct SsdKvStoreStats {
+  int64_t capacity_blocks = 0;
+  int64_t stored_blocks = 0;
+  int64_t saved_blocks = 0;    // written (a key already stored is not written again)
+  int64_t loaded_blocks = 0;   // read back and verified
+  int64_t dropped_blocks = 0;  // failed to write, or failed verification on reading
+};
+
+// What a load brought back: the first `restored` keys are in their blocks;
+// `problem` says why the next one is not, when it failed (not OK only then).
+struct SsdLoad {
+  int32_t restored = 0;
+  Status problem;
+};
+
+class SsdKvStore {
+ public:
+  // Creates the store's file in `dir` (which must exist) for blocks of
+  // `layout`'s geometry, holding up to `capacity_bytes` of slots.
+  // `allow_io_uring` false: plain preadv/pwritev (tests run both paths).
+  static Result<std::unique_ptr<SsdKvStore>> create(const std::filesystem::path& dir,
+                                                    uint64_t capacity_bytes, const KvLayout& layout,
+                                                    bool allow_io_uring = true);
+  ~SsdKvStore();
+  SsdKvStore(const SsdKvStore&) = delete;
+  SsdKvStore& operator=(const SsdKvStore&) = delete;
+
+  const std::filesystem::path& path() const { return path_; }
+  // Bytes of one slot: the header and one block of every layer, 4 KiB aligned.
+  static uint64_t slot_bytes_for(const KvLayout& layout);
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  SsdKvStoreStats stats() const;
+  bool uses_io_uring() const { return ring_ != nullptr; }
+
+  // Whether a block with exactly this key is stored.
+  bool contains(const BlockKey& key) const;
+  // Makes the stored ones of these keys the most recently used, last key most.
+  void touch(std::span<const BlockKey> keys);
+  // Writes block blocks[i] of the pool at `pool` (every layer) under
+  // keys[i], for every i, evicting the least recently used slots when full.
+  // A key already stored only becomes most recently used. A failed write is
+  // logged and its key dropped.
+  void save(std::span<const BlockKey> keys, const void* pool, std::span<const int32_t> blocks);
+  // Reads the blocks stored under keys[i] into pool blocks blocks[i], in
+  // order, stopping at the first key that is not stored or whose slot fails
+  // verification (that slot is dropped).
+  SsdLoad load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks);
+
+ private:
+  struct Slot {
+    uint64_t hash = 0;
+    uint64_t parent = 0;
+    std::vector<int32_t> tokens;  // empty: the slot is free
+    std::list<int64_t>::iterator recency;
+  };
+  struct Io;  // one block's vectored read or write
+  class Ring;
+
+  SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots,
+             bool allow_io_uring);
+  // A slot for a new key: a dropped one, a never used one, else the least
+  // recently used (evicted).
+  int64_t take_slot();
+  void drop(int64_t slot);
+  void touch(int64_t slot);
+  // The stored slot of exactly this key, or -1.
+  int64_t find(const BlockKey& key) const;
+  // The iovecs of one slot's header and the pool block's layers.
+  void describe(Io& io, int64_t slot, const void* pool, int32_t block, void* header) const;
+  // Runs every I/O of `ios` (reads or writes) and records each one's result.
+  void run(std::span<Io> ios, bool write);
+  Status verify(const Io& io, int64_t slot, const BlockKey& key) const;
+
+  std::filesystem::path path_;
+  int fd_;
+  KvLayout layout_;
+  uint64_t slot_bytes_;
+  int64_t capacity_;
+  std::vector<Slot> slots_;  // those used so far: grows up to capacity_
+  std::unordered_map<uint64_t, int64_t> by_hash_;
+  std::list<int64_t> recency_;       // stored slots, least recently used first
+  std::vector<int64_t> free_slots_;  // dropped ones
+  std::unique_ptr<Ring> ring_;       // null: plain preadv/pwritev
+  SsdKvStoreStats stats_;
+};
+
+}  // namespace baton::engine

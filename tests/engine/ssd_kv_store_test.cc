@@ -1,0 +1,304 @@
+// The prefix cache's SSD tier on its own: blocks of random pools go out and
+// come back byte for byte into other blocks, slots are reused least recently
+// used first, and a damaged slot is refused with a message naming the file
+// and the slot, then forgotten.
+#include "engine/ssd_kv_store.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstring>
+#include <fstream>
+#include <list>
+#include <numeric>
+#include <random>
+
+#include "engine/kv_pool.h"
+#include "tests/engine/temp_model.h"
+
+namespace baton::engine {
+namespace {
+
+class SsdKvStoreTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = std::random_device{}();
+    rng_.seed(seed_);
+  }
+
+  static KvLayout layout_of(DType dtype, int32_t layers, int32_t kv_heads, int32_t head_dim,
+                            int32_t block_size, int32_t blocks) {
+    return KvLayout{.num_layers = layers,
+                    .num_blocks = blocks,
+                    .block_size = block_size,
+                    .num_kv_heads = kv_heads,
+                    .head_dim = head_dim,
+                    .dtype = dtype};
+  }
+
+  KvPool random_pool(const KvLayout& layout) {
+    auto pool = KvPool::create(layout);
+    EXPECT_TRUE(pool.is_ok());
+    auto* bytes = static_cast<uint8_t*>(pool->data());
+    for (size_t i = 0; i < pool->bytes(); ++i) bytes[i] = uint8_t(rng_());
+    return std::move(pool).value();
+  }
+
+  // A key of random tokens; keeps the tokens alive in `tokens_`.
+  BlockKey random_key(int32_t block_size) {
+    auto& tokens = tokens_.emplace_back(size_t(block_size));
+    for (auto& t : tokens) t = int32_t(rng_() % 50000);
+    return BlockKey{.hash = rng_(), .parent = rng_(), .tokens = tokens};
+  }
+
+  std::unique_ptr<SsdKvStore> make_store(const KvLayout& layout, int64_t slots,
+                                         bool io_uring = true) {
+    const uint64_t slot_bytes = SsdKvStore::slot_bytes_for(layout);
+    // A little over: the capacity is whole slots.
+    auto store =
+        SsdKvStore::create(dir_.path(), uint64_t(slots) * slot_bytes + 100, layout, io_uring);
+    EXPECT_TRUE(store.is_ok()) << store.status().to_string();
+    return std::move(store).value();
+  }
+
+  // Saves `block` of `pool` under a new random key, which it returns.
+  BlockKey save_one(SsdKvStore& store, const KvPool& pool, int32_t block) {
+    const BlockKey key = random_key(pool.layout().block_size);
+    store.save(std::span(&key, 1), pool.data(), std::span(&block, 1));
+    return key;
+  }
+
+  static bool same_block(const KvPool& a, int32_t block_a, const KvPool& b, int32_t block_b) {
+    const KvLayout& l = a.layout();
+    for (int32_t layer = 0; layer < l.num_layers; ++layer) {
+      const auto* pa = static_cast<const uint8_t*>(a.data()) + l.block_byte_offset(layer, block_a);
+      const auto* pb = static_cast<const uint8_t*>(b.data()) + l.block_byte_offset(layer, block_b);
+      if (std::memcmp(pa, pb, l.block_bytes()) != 0) return false;
+    }
+    return true;
+  }
+
+  // Flips one byte of the store's file at `offset`.
+  static void flip_byte(const std::filesystem::path& file, uint64_t offset) {
+    std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    f.seekg(std::streamoff(offset));
+    char c = 0;
+    f.read(&c, 1);
+    c = char(c ^ 0x5a);
+    f.seekp(std::streamoff(offset));
+    f.write(&c, 1);
+  }
+
+  uint32_t seed_ = 0;
+  std::mt19937_64 rng_;
+  testing::TempDir dir_;
+  std::list<std::vector<int32_t>> tokens_;
+};
+
+TEST_F(SsdKvStoreTest, BlocksComeBackByteForByteIntoOtherBlocks) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  struct Shape {
+    DType dtype;
+    int32_t layers, kv_heads, head_dim, block_size;
+  };
+  const Shape shapes[] = {{DType::kF32, 3, 2, 64, 16},
+                          {DType::kBF16, 5, 1, 128, 4},
+                          {DType::kF16, 2, 3, 64, 1},
+                          {DType::kBF16, 30, 3, 64, 16}};
+  for (const bool io_uring : {true, false})
+    for (const Shape& s : shapes) {
+      SCOPED_TRACE(std::string(dtype_name(s.dtype)) + " layers " + std::to_string(s.layers) +
+                   (io_uring ? ", io_uring" : ", preadv/pwritev"));
+      const KvLayout layout =
+          layout_of(s.dtype, s.layers, s.kv_heads, s.head_dim, s.block_size, 40);
+      KvPool source = random_pool(layout);
+      KvPool target = random_pool(layout);  // random bytes: anything unwritten shows
+      KvPool untouched_copy = random_pool(layout);
+      std::memcpy(untouched_copy.data(), target.data(), target.bytes());
+      auto store = make_store(layout, 100, io_uring);
+      // The kernel may refuse io_uring (seccomp); then both runs take preadv.
+      if (!io_uring) EXPECT_FALSE(store->uses_io_uring());
+
+      // 70 blocks in shuffled order: more than one batch of I/O.
+      std::vector<BlockKey> keys;
+      std::vector<int32_t> from, to;
+      for (int i = 0; i < 70; ++i) {
+        keys.push_back(random_key(s.block_size));
+        from.push_back(int32_t(rng_() % 40));
+      }
+      store->save(keys, source.data(), from);
+      EXPECT_EQ(store->stats().saved_blocks, 70);
+      EXPECT_EQ(store->stats().stored_blocks, 70);
+      // Back in pieces, each into distinct random blocks of the other pool
+      // (as a sequence's blocks are).
+      std::vector<bool> written(40, false);
+      std::vector<int32_t> ids(40);
+      std::iota(ids.begin(), ids.end(), 0);
+      for (size_t begin = 0; begin < keys.size(); begin += 7) {
+        const std::span<const BlockKey> some(keys.data() + begin, 7);
+        std::shuffle(ids.begin(), ids.end(), rng_);
+        const std::vector<int32_t> into(ids.begin(), ids.begin() + 7);
+        const SsdLoad loaded = store->load(some, target.data(), into);
+        ASSERT_TRUE(loaded.problem.is_ok()) << loaded.problem.to_string();
+        ASSERT_EQ(loaded.restored, 7);
+        for (size_t i = 0; i < 7; ++i) {
+          EXPECT_TRUE(same_block(target, into[i], source, from[begin + i])) << begin + i;
+          written[size_t(into[i])] = true;
+        }
+      }
+      for (int32_t b = 0; b < 40; ++b) {
+        if (!written[size_t(b)]) EXPECT_TRUE(same_block(target, b, untouched_copy, b)) << b;
+      }
+      EXPECT_EQ(store->stats().loaded_blocks, 70);
+    }
+}
+
+TEST_F(SsdKvStoreTest, FullStoreReusesTheLeastRecentlyUsedSlot) {
+  const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 8);
+  KvPool pool = random_pool(layout);
+  auto store = make_store(layout, 3);
+  EXPECT_EQ(store->stats().capacity_blocks, 3);
+  std::vector<BlockKey> keys;
+  for (int i = 0; i < 5; ++i) keys.push_back(random_key(4));
+  const std::vector<int32_t> blocks = {0, 1, 2, 3, 4};
+  store->save(std::span(keys).first(3), pool.data(), std::span(blocks).first(3));
+  store->touch(std::span(keys).first(1));  // key 0 is now the most recent
+  store->save(std::span(keys).subspan(3, 1), pool.data(), std::span(blocks).subspan(3, 1));
+  EXPECT_TRUE(store->contains(keys[0]));
+  EXPECT_FALSE(store->contains(keys[1])) << "the least recently used slot goes first";
+  EXPECT_TRUE(store->contains(keys[2]));
+  EXPECT_TRUE(store->contains(keys[3]));
+  // Saving a stored key again writes nothing and only refreshes it.
+  store->save(std::span(keys).subspan(2, 1), pool.data(), std::span(blocks).subspan(2, 1));
+  EXPECT_EQ(store->stats().saved_blocks, 4);
+  store->save(std::span(keys).subspan(4, 1), pool.data(), std::span(blocks).subspan(4, 1));
+  EXPECT_FALSE(store->contains(keys[0]));
+  EXPECT_TRUE(store->contains(keys[2]));
+  EXPECT_EQ(store->stats().stored_blocks, 3);
+  // Whatever slot each took, each stored key reads back its own block.
+  KvPool target = random_pool(layout);
+  for (int i : {2, 3, 4}) {
+    const int32_t into = 7;
+    const SsdLoad loaded =
+        store->load(std::span(keys).subspan(size_t(i), 1), target.data(), std::span(&into, 1));
+    ASSERT_EQ(loaded.restored, 1) << loaded.problem.to_string();
+    EXPECT_TRUE(same_block(target, 7, pool, blocks[size_t(i)]));
+  }
+}
+
+TEST_F(SsdKvStoreTest, KeysMatchOnParentAndTokensNotOnlyTheHash) {
+  const KvLayout layout = layout_of(DType::kF32, 1, 1, 64, 4, 4);
+  KvPool pool = random_pool(layout);
+  auto store = make_store(layout, 4);
+  const int32_t block = 1;
+  const BlockKey key = save_one(*store, pool, block);
+  BlockKey other_parent = key;
+  other_parent.parent ^= 1;
+  std::vector<int32_t> tokens(key.tokens.begin(), key.tokens.end());
+  tokens[3] ^= 1;
+  BlockKey other_tokens = key;
+  other_tokens.tokens = tokens;
+  EXPECT_TRUE(store->contains(key));
+  EXPECT_FALSE(store->contains(other_parent));
+  EXPECT_FALSE(store->contains(other_tokens));
+  EXPECT_EQ(store->load(std::span(&other_tokens, 1), pool.data(), std::span(&block, 1)).restored,
+            0);
+}
+
+TEST_F(SsdKvStoreTest, LoadStopsAtTheFirstKeyNotStored) {
+  const KvLayout layout = layout_of(DType::kBF16, 2, 2, 64, 8, 8);
+  KvPool pool = random_pool(layout);
+  KvPool target = random_pool(layout);
+  auto store = make_store(layout, 8);
+  std::vector<BlockKey> keys = {random_key(8), random_key(8), random_key(8)};
+  const std::vector<int32_t> blocks = {0, 1, 2};
+  store->save(std::span(keys).first(1), pool.data(), std::span(blocks).first(1));
+  store->save(std::span(keys).subspan(2), pool.data(), std::span(blocks).subspan(2));
+  const std::vector<int32_t> into = {5, 6, 7};
+  const SsdLoad loaded = store->load(keys, target.data(), into);
+  EXPECT_EQ(loaded.restored, 1);
+  EXPECT_TRUE(loaded.problem.is_ok()) << "a key not stored is no problem";
+  EXPECT_TRUE(same_block(target, 5, pool, 0));
+}
+
+TEST_F(SsdKvStoreTest, DamagedSlotsAreRefusedNamingTheFileAndSlotThenForgotten) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const KvLayout layout = layout_of(DType::kF16, 3, 2, 64, 16, 8);
+  struct Damage {
+    const char* what;
+    uint64_t offset;  // within the slot
+    const char* expected;
+  };
+  const uint64_t header = 4096;
+  const std::vector<Damage> damages = {
+      {"magic", 2, "bad magic"},
+      {"a token in the header", 64 + 4 * 5, "header checksum mismatch"},
+      {"the first payload byte", header, "payload checksum mismatch"},
+      {"the last layer's last byte", header + 3 * layout.block_bytes() - 1,
+       "payload checksum mismatch"},
+  };
+  for (const Damage& d : damages) {
+    SCOPED_TRACE(d.what);
+    KvPool pool = random_pool(layout);
+    auto store = make_store(layout, 4);
+    std::vector<BlockKey> keys = {random_key(16), random_key(16)};
+    const std::vector<int32_t> blocks = {3, 4};
+    store->save(keys, pool.data(), blocks);
+    // Slots are taken from the file's start: the second key is in slot 1.
+    flip_byte(store->path(), store->slot_bytes() + d.offset);
+    KvPool target = random_pool(layout);
+    const std::vector<int32_t> into = {0, 1};
+    const SsdLoad loaded = store->load(keys, target.data(), into);
+    EXPECT_EQ(loaded.restored, 1);
+    EXPECT_EQ(loaded.problem.code(), StatusCode::kDataLoss);
+    const std::string message = loaded.problem.message();
+    EXPECT_NE(message.find(store->path().string()), std::string::npos) << message;
+    EXPECT_NE(message.find("slot 1"), std::string::npos) << message;
+    EXPECT_NE(message.find(d.expected), std::string::npos) << message;
+    EXPECT_TRUE(store->contains(keys[0]));
+    EXPECT_FALSE(store->contains(keys[1])) << "a damaged slot is forgotten";
+    EXPECT_EQ(store->stats().dropped_blocks, 1);
+  }
+}
+
+TEST_F(SsdKvStoreTest, TruncatedFileIsAShortRead) {
+  const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 4);
+  KvPool pool = random_pool(layout);
+  auto store = make_store(layout, 4);
+  const int32_t block = 2;
+  const BlockKey key = save_one(*store, pool, block);
+  std::filesystem::resize_file(store->path(), 4096 + 100);
+  const SsdLoad loaded = store->load(std::span(&key, 1), pool.data(), std::span(&block, 1));
+  EXPECT_EQ(loaded.restored, 0);
+  EXPECT_NE(loaded.problem.message().find("short read"), std::string::npos)
+      << loaded.problem.to_string();
+  EXPECT_FALSE(store->contains(key));
+}
+
+TEST_F(SsdKvStoreTest, BadSettingsAreErrorsNamingThem) {
+  const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 4);
+  auto small = SsdKvStore::create(dir_.path(), 4096, layout);
+  ASSERT_FALSE(small.is_ok());
+  EXPECT_NE(small.status().message().find("engine.ssd_cache_bytes"), std::string::npos)
+      << small.status().to_string();
+  auto missing = SsdKvStore::create(dir_.path() / "nowhere", uint64_t(1) << 30, layout);
+  ASSERT_FALSE(missing.is_ok());
+  EXPECT_NE(missing.status().message().find("engine.ssd_cache_dir"), std::string::npos)
+      << missing.status().to_string();
+}
+
+TEST_F(SsdKvStoreTest, FileIsRemovedWithTheStore) {
+  const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 4);
+  std::filesystem::path file;
+  {
+    auto store = make_store(layout, 2);
+    file = store->path();
+    EXPECT_TRUE(std::filesystem::exists(file));
+    EXPECT_EQ(file.parent_path(), dir_.path());
+  }
+  EXPECT_FALSE(std::filesystem::exists(file));
+}
+
+}  // namespace
+}  // namespace baton::engine
