@@ -538,6 +538,13 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
   }
   BATON_ASSIGN_OR_RETURN(config.prefill, parse_nodes(section("prefill"), Role::kPrefill, defaults));
   BATON_ASSIGN_OR_RETURN(config.decode, parse_nodes(section("decode"), Role::kDecode, defaults));
+  // A relative SSD tier directory is the YAML file's, as the model path is.
+  for (auto* nodes : {&config.prefill, &config.decode}) {
+    for (NodeSection& node : *nodes) {
+      std::string& dir = node.engine.ssd_cache_dir;
+      if (!dir.empty() && fs::path(dir).is_relative()) dir = (base_dir / dir).string();
+    }
+  }
 
   std::vector<std::pair<std::string, std::string>> names;  // name, key
   for (const auto* nodes : {&config.prefill, &config.decode}) {

@@ -240,6 +240,21 @@ TEST(ClusterConfig, ModelPaths) {
   EXPECT_EQ(config->model.preset, "smollm2-135m");
 }
 
+TEST(ClusterConfig, SsdTierDirectoriesResolveAgainstTheYamlsDirectory) {
+  auto config = parse(kModel +
+                          "engine: {ssd_cache_dir: kv-ssd}\n"
+                          "prefill: [{name: p}]\n"
+                          "decode: [{name: d, engine: {ssd_cache_dir: /mnt/nvme/kv}}, {name: e}]\n",
+                      "/etc/baton");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->prefill[0].engine.ssd_cache_dir, "/etc/baton/kv-ssd");
+  EXPECT_EQ(config->decode[0].engine.ssd_cache_dir, "/mnt/nvme/kv");
+  EXPECT_EQ(config->decode[1].engine.ssd_cache_dir, "/etc/baton/kv-ssd");
+  config = parse(kModel + kNodes, "/etc/baton");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_TRUE(config->decode[0].engine.ssd_cache_dir.empty()) << "off unless set";
+}
+
 TEST(ClusterConfig, LoadResolvesAgainstTheFilesDirectoryAndNamesTheFile) {
   fs::path dir = fs::temp_directory_path() / ("baton-cluster-" + std::to_string(getpid()));
   fs::create_directories(dir / "conf");

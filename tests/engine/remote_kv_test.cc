@@ -32,8 +32,10 @@ class RemoteKvTest : public ::testing::Test {
   }
 
   std::unique_ptr<Engine> make_engine(int32_t blocks, int32_t block_size, int32_t budget,
-                                      const std::filesystem::path& model_dir = {}) {
+                                      const std::filesystem::path& model_dir = {},
+                                      bool ssd_tier = false) {
     EngineConfig config;
+    if (ssd_tier) config.ssd_cache_dir = dir_.path().string();
     config.threads = 2;
     config.kv_cache_blocks = blocks;
     config.block_size = block_size;
@@ -298,30 +300,42 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
   ASSERT_TRUE(prefilled.is_ok()) << prefilled.status().to_string();
   const Sequence& done = *(*prefilled)[0];
 
-  // The decode node served the earlier prompt itself: its blocks are cached.
-  auto c = make_engine(64, block_size, 2048);
-  Scheduler& cs = c->scheduler();
-  ASSERT_TRUE(cs.add(earlier, greedy(2)).is_ok());
-  ASSERT_TRUE(c->run_to_completion().is_ok());
-  const int64_t hits_before = cs.stats().prefix_hit_tokens;
-  auto id = cs.reserve_remote(prompt, o);
-  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
-  const Sequence* awaiting = cs.find(*id);
-  ASSERT_NE(awaiting, nullptr);
-  const int32_t cached = awaiting->registered_blocks;
-  EXPECT_EQ(cached, 4);
-  EXPECT_EQ(cs.stats().prefix_hit_tokens - hits_before, int64_t(cached) * block_size);
-  const auto& dst = awaiting->block_table.blocks();
-  const auto& src = done.block_table.blocks();
-  ASSERT_EQ(int32_t(dst.size()), awaiting->block_table.blocks_needed(int32_t(prompt.size())));
-  copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()), c->kv_pool(),
-          std::vector<int32_t>(dst.begin() + cached, dst.end()), dst.size() - size_t(cached));
-  ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
-  auto decoded = c->run_to_completion();
-  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
-  ASSERT_EQ(decoded->size(), 1u);
-  expect_same_decode(*(*decoded)[0], *want);
-  EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+  // The decode node served the earlier prompt itself: its blocks are cached,
+  // in the pool, or (the second time) in the SSD tier, after a long prompt
+  // that took every block of a 16-block pool evicted them there.
+  for (const bool through_ssd : {false, true}) {
+    SCOPED_TRACE(through_ssd ? "through the SSD tier" : "in the pool");
+    auto c = make_engine(through_ssd ? 16 : 64, block_size, 2048, {}, through_ssd);
+    Scheduler& cs = c->scheduler();
+    ASSERT_TRUE(cs.add(earlier, greedy(2)).is_ok());
+    ASSERT_TRUE(c->run_to_completion().is_ok());
+    if (through_ssd) {
+      ASSERT_TRUE(cs.add(random_prompt(61, 61), greedy(1)).is_ok());
+      ASSERT_TRUE(c->run_to_completion().is_ok());
+    }
+    const SchedulerStats before = cs.stats();
+    auto id = cs.reserve_remote(prompt, o);
+    ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+    const Sequence* awaiting = cs.find(*id);
+    ASSERT_NE(awaiting, nullptr);
+    const int32_t cached = awaiting->registered_blocks;
+    EXPECT_EQ(cached, 4);
+    EXPECT_EQ(cs.stats().prefix_hit_tokens - before.prefix_hit_tokens,
+              int64_t(cached) * block_size);
+    EXPECT_EQ(cs.stats().prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens,
+              through_ssd ? int64_t(cached) * block_size : 0);
+    const auto& dst = awaiting->block_table.blocks();
+    const auto& src = done.block_table.blocks();
+    ASSERT_EQ(int32_t(dst.size()), awaiting->block_table.blocks_needed(int32_t(prompt.size())));
+    copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()), c->kv_pool(),
+            std::vector<int32_t>(dst.begin() + cached, dst.end()), dst.size() - size_t(cached));
+    ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
+    auto decoded = c->run_to_completion();
+    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+    ASSERT_EQ(decoded->size(), 1u);
+    expect_same_decode(*(*decoded)[0], *want);
+    EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+  }
   b->scheduler().release_blocks(*(*prefilled)[0]);
 }
 
