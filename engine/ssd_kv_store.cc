@@ -22,6 +22,7 @@ constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kAlignment = 4096;
 constexpr char kMagic[8] = {'B', 'A', 'T', 'O', 'N', 'K', 'V', '1'};
 constexpr unsigned kRingDepth = 64;
+constexpr uint64_t kNothing = ~uint64_t(0);  // user data of an SQE that is no I/O of ours
 
 // The fixed part of a slot's header; the block's tokens follow it.
 struct SlotHeader {
@@ -55,6 +56,8 @@ std::string errno_text(int error) { return std::strerror(error); }
 
 struct SsdKvStore::Io {
   int64_t slot = -1;
+  const BlockKey* key = nullptr;
+  Status status;  // a read's verification
   std::vector<iovec> iov;
   size_t bytes = 0;
   ssize_t result = 0;  // bytes moved, or -errno
@@ -78,37 +81,60 @@ class SsdKvStore::Ring {
     if (ready_) io_uring_queue_exit(&ring_);
   }
 
-  void run(std::span<Io> ios, int fd, bool write) {
+  // Prepares and submits the I/Os one at a time, each as soon as it is
+  // prepared, and completes each as its result arrives: the kernel's workers
+  // copy (IOSQE_ASYNC: never inline in this thread) while this thread
+  // checksums the next block to write, or verifies a block already read.
+  void run(std::span<Io> ios, int fd, bool write, const IoCallback& prepare,
+           const IoCallback& complete) {
     size_t next = 0, in_flight = 0;
+    auto reap = [&](io_uring_cqe* cqe) {
+      const uint64_t index = io_uring_cqe_get_data64(cqe);
+      if (index == kNothing) {  // a failed submission's leftover, below
+        io_uring_cqe_seen(&ring_, cqe);
+        return;
+      }
+      Io& io = ios[index];
+      io.result = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      --in_flight;
+      complete(io);
+    };
     while (next < ios.size() || in_flight > 0) {
-      while (next < ios.size()) {
-        io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
-        if (sqe == nullptr) break;
+      io_uring_sqe* sqe = next < ios.size() ? io_uring_get_sqe(&ring_) : nullptr;
+      if (sqe != nullptr) {
         Io& io = ios[next];
+        prepare(io);
         const auto offset = uint64_t(io.slot) * slot_bytes_;
         if (write) {
           io_uring_prep_writev(sqe, fd, io.iov.data(), unsigned(io.iov.size()), offset);
         } else {
           io_uring_prep_readv(sqe, fd, io.iov.data(), unsigned(io.iov.size()), offset);
         }
+        io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         io_uring_sqe_set_data64(sqe, next);
+        const int rc = io_uring_submit(&ring_);
+        if (rc < 0) {
+          // Not queued (the ring itself failed): this one fails, and so
+          // does every later one; those in flight still complete.
+          // It stays queued: as a no-op that no later run mistakes for its own.
+          io_uring_prep_nop(sqe);
+          io_uring_sqe_set_data64(sqe, kNothing);
+          for (size_t i = next; i < ios.size(); ++i) {
+            ios[i].result = rc;
+            complete(ios[i]);
+          }
+          next = ios.size();
+          continue;
+        }
         ++next;
         ++in_flight;
       }
-      const int submitted = io_uring_submit_and_wait(&ring_, 1);
       io_uring_cqe* cqe = nullptr;
-      if (submitted < 0 && submitted != -EINTR) {
-        // The ring itself failed: every I/O not completed fails with it.
-        for (size_t i = 0; i < next; ++i) {
-          if (ios[i].result == 0) ios[i].result = submitted;
-        }
-        for (size_t i = next; i < ios.size(); ++i) ios[i].result = submitted;
-        return;
-      }
-      while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
-        ios[io_uring_cqe_get_data64(cqe)].result = cqe->res;
-        io_uring_cqe_seen(&ring_, cqe);
-        --in_flight;
+      while (in_flight > 0 && io_uring_peek_cqe(&ring_, &cqe) == 0) reap(cqe);
+      // Wait only when nothing more can be submitted.
+      if (in_flight > 0 && (next == ios.size() || sqe == nullptr)) {
+        if (io_uring_wait_cqe(&ring_, &cqe) == 0) reap(cqe);
       }
     }
   }
@@ -248,16 +274,19 @@ void SsdKvStore::describe(Io& io, int64_t slot, const void* pool, int32_t block,
   io.result = 0;
 }
 
-void SsdKvStore::run(std::span<Io> ios, bool write) {
+void SsdKvStore::run(std::span<Io> ios, bool write, const IoCallback& prepare,
+                     const IoCallback& complete) {
   if (ring_) {
-    ring_->run(ios, fd_, write);
+    ring_->run(ios, fd_, write, prepare, complete);
     return;
   }
   for (Io& io : ios) {
+    prepare(io);
     const auto offset = off_t(uint64_t(io.slot) * slot_bytes_);
     const ssize_t n = write ? ::pwritev(fd_, io.iov.data(), int(io.iov.size()), offset)
                             : ::preadv(fd_, io.iov.data(), int(io.iov.size()), offset);
     io.result = n < 0 ? -errno : n;
+    complete(io);
   }
 }
 
@@ -272,6 +301,24 @@ uint64_t payload_checksum(const std::vector<iovec>& iov) {
 }
 
 }  // namespace
+
+void SsdKvStore::write_header(Io& io) const {
+  const BlockKey& key = *io.key;
+  std::memset(io.header.get(), 0, kHeaderBytes);
+  SlotHeader h{};
+  std::memcpy(h.magic, kMagic, sizeof(kMagic));
+  h.num_layers = layout_.num_layers;
+  h.block_size = layout_.block_size;
+  h.num_kv_heads = layout_.num_kv_heads;
+  h.head_dim = layout_.head_dim;
+  h.dtype = int32_t(layout_.dtype);
+  h.hash = key.hash;
+  h.parent = key.parent;
+  h.payload_checksum = payload_checksum(io.iov);
+  h.header_checksum = header_checksum(h, key.tokens.data(), layout_.block_size);
+  std::memcpy(io.header.get(), &h, sizeof(h));
+  std::memcpy(io.header.get() + sizeof(h), key.tokens.data(), key.tokens.size_bytes());
+}
 
 void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
                       std::span<const int32_t> blocks) {
@@ -301,22 +348,11 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
 
       Io& io = ios.emplace_back();
       describe(io, slot, pool, blocks[i], io.header.get());
-      std::memset(io.header.get(), 0, kHeaderBytes);
-      SlotHeader h{};
-      std::memcpy(h.magic, kMagic, sizeof(kMagic));
-      h.num_layers = layout_.num_layers;
-      h.block_size = layout_.block_size;
-      h.num_kv_heads = layout_.num_kv_heads;
-      h.head_dim = layout_.head_dim;
-      h.dtype = int32_t(layout_.dtype);
-      h.hash = key.hash;
-      h.parent = key.parent;
-      h.payload_checksum = payload_checksum(io.iov);
-      h.header_checksum = header_checksum(h, key.tokens.data(), layout_.block_size);
-      std::memcpy(io.header.get(), &h, sizeof(h));
-      std::memcpy(io.header.get() + sizeof(h), key.tokens.data(), key.tokens.size_bytes());
+      io.key = &key;
     }
-    run(ios, /*write=*/true);
+    // The header, with the payload's checksum, as each write is submitted.
+    run(
+        ios, /*write=*/true, [this](Io& io) { write_header(io); }, [](Io&) {});
     for (const Io& io : ios) {
       if (io.result == ssize_t(io.bytes)) {
         ++stats_.saved_blocks;
@@ -381,17 +417,19 @@ SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, void* pool,
       if (slot < 0) break;
       Io& io = ios.emplace_back();
       describe(io, slot, pool, blocks[i], io.header.get());
+      io.key = &keys[i];
     }
-    run(ios, /*write=*/false);
-    for (size_t i = 0; i < ios.size(); ++i) {
-      const BlockKey& key = keys[begin + i];
-      Status status = verify(ios[i], ios[i].slot, key);
-      if (!status.is_ok()) {
-        drop(ios[i].slot);
-        out.problem = std::move(status);
+    // Each block verified as it arrives, while later ones are read.
+    run(
+        ios, /*write=*/false, [](Io&) {},
+        [this](Io& io) { io.status = verify(io, io.slot, *io.key); });
+    for (Io& io : ios) {
+      if (!io.status.is_ok()) {
+        drop(io.slot);
+        out.problem = std::move(io.status);
         return out;
       }
-      touch(ios[i].slot);
+      touch(io.slot);
       ++stats_.loaded_blocks;
       ++out.restored;
     }

@@ -27,6 +27,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <list>
 #include <memory>
 #include <span>
@@ -108,8 +109,12 @@ class SsdKvStore {
   int64_t find(const BlockKey& key) const;
   // The iovecs of one slot's header and the pool block's layers.
   void describe(Io& io, int64_t slot, const void* pool, int32_t block, void* header) const;
-  // Runs every I/O of `ios` (reads or writes) and records each one's result.
-  void run(std::span<Io> ios, bool write);
+  using IoCallback = std::function<void(Io&)>;
+  // Runs every I/O of `ios` (reads or writes): prepare(io) just before it is
+  // submitted, complete(io) once its result is in io.result.
+  void run(std::span<Io> ios, bool write, const IoCallback& prepare, const IoCallback& complete);
+  // The slot header of a write: geometry, key, checksums.
+  void write_header(Io& io) const;
   Status verify(const Io& io, int64_t slot, const BlockKey& key) const;
 
   std::filesystem::path path_;
