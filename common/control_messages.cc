@@ -210,6 +210,7 @@ NodeLoad load_from(FieldReader& parent, const char* key) {
   if (object == nullptr) return l;
   FieldReader r(*object, "load");
   for (const NodeLoadField& f : kNodeLoadFields) {
+    if (!object->contains(f.name)) continue;  // an older node's: 0
     l.*f.member = r.integer(f.name, 0, std::numeric_limits<int64_t>::max());
   }
   if (!r.error().empty()) parent.fail(key, r.error());

@@ -74,12 +74,15 @@ struct NodeLoad {
   int64_t preemptions = 0;
   int64_t transfers_ok = 0;
   int64_t transfers_failed = 0;
-  int64_t messages_rejected = 0;     // malformed control frames dropped
-  int64_t prefix_cache_queries = 0;  // prompt tokens looked up in the prefix cache, since start
-  int64_t prefix_cache_hits = 0;     // of those, found there (not computed)
+  int64_t messages_rejected = 0;      // malformed control frames dropped
+  int64_t prefix_cache_queries = 0;   // prompt tokens looked up in the prefix cache, since start
+  int64_t prefix_cache_hits = 0;      // of those, found there (not computed)
+  int64_t prefix_cache_ssd_hits = 0;  // of those, read back from the SSD tier
 };
 
-// NodeLoad's fields by name, in one place for the codec and for reports.
+// NodeLoad's fields by name, in one place for the codec and for reports. A
+// heartbeat that lacks one (a node of an older build) reports it as 0, so a
+// router can be upgraded ahead of its nodes.
 struct NodeLoadField {
   const char* name;
   int64_t NodeLoad::*member;
@@ -99,6 +102,7 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"messages_rejected", &NodeLoad::messages_rejected},
     {"prefix_cache_queries", &NodeLoad::prefix_cache_queries},
     {"prefix_cache_hits", &NodeLoad::prefix_cache_hits},
+    {"prefix_cache_ssd_hits", &NodeLoad::prefix_cache_ssd_hits},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

@@ -240,6 +240,7 @@ control::NodeLoad NodeRuntime::load() const {
   load.messages_rejected = int64_t(socket_->rejected());
   load.prefix_cache_queries = stats.prefix_query_tokens;
   load.prefix_cache_hits = stats.prefix_hit_tokens;
+  load.prefix_cache_ssd_hits = stats.prefix_ssd_hit_tokens;
   return load;
 }
 

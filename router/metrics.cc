@@ -88,12 +88,13 @@ void RouterMetrics::count_http(int status) {
 
 std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   int64_t running = 0, waiting = 0, free_blocks = 0, total_blocks = 0;
-  int64_t cache_queries = 0, cache_hits = 0;
+  int64_t cache_queries = 0, cache_hits = 0, cache_ssd_hits = 0;
   for (const NodeState& node : snapshot.nodes) {
     // Every node's prefix cache, over its whole life (NodeState keeps
     // them growing across restarts), up or down.
     cache_queries += node.prefix_cache_queries;
     cache_hits += node.prefix_cache_hits;
+    cache_ssd_hits += node.prefix_cache_ssd_hits;
     if (!node.up || node.role != "decode") continue;
     running += node.load.running;
     waiting += node.load.waiting + node.load.awaiting_kv;
@@ -119,6 +120,9 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   append_metric(&out, "vllm:prefix_cache_hits_total", "counter",
                 "Prefix cache hits, in terms of number of cached tokens.", labels_,
                 double(cache_hits));
+  append_metric(&out, "baton:prefix_cache_ssd_hits_total", "counter",
+                "Of the prefix cache hits, tokens read back from the SSD tier.", labels_,
+                double(cache_ssd_hits));
   out += "# HELP vllm:request_success_total Count of finished requests by finish reason.\n";
   out += "# TYPE vllm:request_success_total counter\n";
   for (size_t i = 0; i < std::size(kFinishReasons); ++i) {

@@ -44,6 +44,7 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
     // reports. Its prefix cache starts empty.
     node.load.prefix_cache_queries = 0;
     node.load.prefix_cache_hits = 0;
+    node.load.prefix_cache_ssd_hits = 0;
     node.sent_blocks.clear();
   }
   node.pid = message.pid;
@@ -64,6 +65,8 @@ bool NodeRegistry::heartbeat(const std::string& name, const control::NodeLoad& l
                load.prefix_cache_queries);
   add_increase(it->second.prefix_cache_hits, it->second.load.prefix_cache_hits,
                load.prefix_cache_hits);
+  add_increase(it->second.prefix_cache_ssd_hits, it->second.load.prefix_cache_ssd_hits,
+               load.prefix_cache_ssd_hits);
   it->second.load = load;
   it->second.last_seen = now;
   return true;

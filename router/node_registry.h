@@ -51,6 +51,7 @@ struct NodeState {
   // across restarts of its process: they only ever grow.
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
+  int64_t prefix_cache_ssd_hits = 0;
   // Prefix-aware policy: the hashes (common/prefix_hash.h) of the prompt
   // blocks the router sent here, with when it last did: its guess at what
   // the node's cache holds. Bounded; the least recently sent go first.

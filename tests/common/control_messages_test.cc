@@ -76,6 +76,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   hb.load.total_blocks = 99;
   hb.load.messages_rejected = 3;
   hb.load.prefix_cache_hits = 48;
+  hb.load.prefix_cache_ssd_hits = 32;
   Heartbeat hb2 = round_trip(hb);
   EXPECT_EQ(hb2.node, hb.node);
   EXPECT_EQ(hb2.load.running, hb.load.running);
@@ -84,6 +85,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(hb2.load.total_blocks, 99);
   EXPECT_EQ(hb2.load.messages_rejected, 3);
   EXPECT_EQ(hb2.load.prefix_cache_hits, 48);
+  EXPECT_EQ(hb2.load.prefix_cache_ssd_hits, 32);
 
   EXPECT_EQ(round_trip(PeerInfo{"decode-0", descriptor}).descriptor, descriptor);
 
@@ -248,6 +250,31 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   object["first_logprobs"][0]["lp"] = 1e300;
   EXPECT_NE(message_of(decode_json(object)).find("lp: not a finite number"), std::string::npos)
       << message_of(decode_json(object));
+}
+
+// A heartbeat from a node of an older build lacks the newer load counters:
+// they read as 0, and the rest as sent. A present one must still be valid.
+TEST(ControlMessages, HeartbeatLoadFieldsAbsentReadAsZero) {
+  Heartbeat hb{"decode-0", {}};
+  hb.load.running = 5;
+  hb.load.prefix_cache_hits = 64;
+  hb.load.prefix_cache_ssd_hits = 48;
+  json object = json::from_msgpack(encode(hb));
+  object["load"].erase("prefix_cache_ssd_hits");
+  object["load"].erase("prefix_cache_queries");
+  Result<Message> decoded = decode_json(object);
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  const auto& got = std::get<Heartbeat>(*decoded);
+  EXPECT_EQ(got.load.running, 5);
+  EXPECT_EQ(got.load.prefix_cache_hits, 64);
+  EXPECT_EQ(got.load.prefix_cache_ssd_hits, 0);
+  EXPECT_EQ(got.load.prefix_cache_queries, 0);
+  object["load"]["prefix_cache_ssd_hits"] = -1;
+  decoded = decode_json(object);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("prefix_cache_ssd_hits: out of range"),
+            std::string::npos)
+      << decoded.status().to_string();
 }
 
 TEST(ControlMessages, OversizedFrameIsRejectedBeforeParsing) {

@@ -139,6 +139,7 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.load.total_blocks = 100;
   decode.prefix_cache_queries = 40;
   decode.prefix_cache_hits = 16;
+  decode.prefix_cache_ssd_hits = 8;
   snapshot.nodes.push_back(decode);
   NodeState prefill;
   prefill.name = "p0";
@@ -151,6 +152,9 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:prefix_cache_hits_total{model_name=\"tiny\"} 16\n"), std::string::npos);
+  EXPECT_NE(text.find("baton:prefix_cache_ssd_hits_total{model_name=\"tiny\"} 8\n"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:kv_cache_usage_perc{model_name=\"tiny\"} 0.75\n"), std::string::npos);

@@ -55,21 +55,23 @@ TEST(NodeRegistry, PrefixCacheTotalsOnlyGrow) {
   control::Register d0 = registration("d0", "decode");
   d0.pid = 100;
   ASSERT_TRUE(registry.register_node(d0, now).is_ok());
-  auto beat = [&](int64_t queries, int64_t hits) {
+  auto beat = [&](int64_t queries, int64_t hits, int64_t ssd_hits) {
     control::NodeLoad load;
     load.prefix_cache_queries = queries;
     load.prefix_cache_hits = hits;
+    load.prefix_cache_ssd_hits = ssd_hits;
     EXPECT_TRUE(registry.heartbeat("d0", load, now));
     const NodeState& node = registry.nodes().at("d0");
-    return std::vector<int64_t>{node.prefix_cache_queries, node.prefix_cache_hits};
+    return std::vector<int64_t>{node.prefix_cache_queries, node.prefix_cache_hits,
+                                node.prefix_cache_ssd_hits};
   };
   using Totals = std::vector<int64_t>;
-  EXPECT_EQ(beat(40, 16), (Totals{40, 16}));
-  EXPECT_EQ(beat(50, 16), (Totals{50, 16}));
-  EXPECT_EQ(beat(7, 2), (Totals{57, 18}));  // restarted
+  EXPECT_EQ(beat(40, 16, 0), (Totals{40, 16, 0}));
+  EXPECT_EQ(beat(50, 16, 16), (Totals{50, 16, 16}));
+  EXPECT_EQ(beat(7, 2, 1), (Totals{57, 18, 17}));  // restarted
   d0.pid = 200;  // a new process that has counted more than the old one did
   ASSERT_TRUE(registry.register_node(d0, now).is_ok());
-  EXPECT_EQ(beat(60, 20), (Totals{117, 38}));
+  EXPECT_EQ(beat(60, 20, 20), (Totals{117, 38, 37}));
 }
 
 TEST(NodeRegistry, SilentNodesGoDownAndMustRegisterAgain) {
