@@ -99,6 +99,7 @@ Cluster::Cluster(const ClusterShape& shape) {
   zmq_port_ = free_port();
   uint16_t control_port = free_port();
   config_file_ = dir_ / "cluster.yaml";
+  if (!shape.ssd_cache_dir.empty()) std::filesystem::create_directories(dir_ / shape.ssd_cache_dir);
   std::ofstream yaml(config_file_);
   yaml << "model: {path: " << model_dir_.string() << ", served_name: tiny}\n"
        << "router:\n  host: 127.0.0.1\n  http_port: " << http_port_ << "\n  zmq_port: " << zmq_port_
@@ -107,10 +108,11 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "\n  heartbeat_interval_ms: " << shape.heartbeat_interval_ms
        << "\n  heartbeat_timeout_ms: " << shape.heartbeat_timeout_ms
        << "\n  drain_timeout_ms: 8000\n"
-       << shape.extra_router_yaml
-       << "engine: {threads: 1, kv_cache_bytes: 4MiB, max_num_seqs: " << shape.max_num_seqs
+       << shape.extra_router_yaml << "engine: {threads: 1, kv_cache_bytes: " << shape.kv_cache_bytes
+       << ", max_num_seqs: " << shape.max_num_seqs
        << ", max_num_batched_tokens: " << shape.max_num_batched_tokens
-       << ", max_model_len: " << shape.max_model_len << "}\n"
+       << ", max_model_len: " << shape.max_model_len
+       << (shape.ssd_cache_dir.empty() ? "" : ", ssd_cache_dir: " + shape.ssd_cache_dir) << "}\n"
        << "transfer: {default_deadline_ms: 3000, share_pool: "
        << (shape.share_pool ? "true" : "false") << "}\n";
   yaml << "prefill:\n";

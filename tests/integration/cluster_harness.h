@@ -30,6 +30,8 @@ struct ClusterShape {
   std::string extra_router_yaml;  // appended under router:
   bool separate_roles = false;    // `baton router|prefill|decode` processes instead of `baton up`
   bool share_pool = true;         // transfer.share_pool (false: private pools, CMA transfers)
+  std::string kv_cache_bytes = "4MiB";
+  std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
 };
 
 class Cluster {

@@ -368,18 +368,33 @@ TEST_F(ServingTest, RandomAndMutatedBodiesGetJsonErrorsAndNothingCrashes) {
   EXPECT_TRUE(cluster_->wait_drained(10s));
 }
 
+// A counter of the router's /metrics for the tiny model; -1 if absent.
+double metric_value(const Cluster& cluster, const std::string& name) {
+  auto metrics = cluster.get("/metrics");
+  if (!metrics.is_ok()) return -1;
+  const std::string key = name + "{model_name=\"tiny\"} ";
+  const size_t at = metrics->body.find(key);
+  return at == std::string::npos ? -1 : std::stod(metrics->body.substr(at + key.size()));
+}
+
+// A completion choice against `baton generate --json --logprobs 1`: the same
+// text, and log-probabilities that show KV in the wrong place even where
+// greedy tokens survive it.
+void expect_same_answer(const json& choice, const json& expected, const std::string& what) {
+  EXPECT_EQ(choice["text"], expected["text"]) << what;
+  const json& lp = choice["logprobs"]["token_logprobs"];
+  ASSERT_EQ(lp.size(), expected["logprobs"].size()) << what;
+  for (size_t t = 0; t < lp.size(); ++t)
+    EXPECT_NEAR(lp[t].get<double>(), expected["logprobs"][t]["logprob"].get<double>(), 1e-4)
+        << what << ", token " << t;
+}
+
 // The same long prompt, one request after another: three requests over two
 // decode nodes put two on one node, whose prefix cache then holds the
 // prompt's blocks; it shares them and receives only the rest from the
 // prefill node. Every answer still equals one engine's.
 TEST_F(ServingTest, RepeatedPromptsShareADecodeNodesPrefixCache) {
-  auto hits = [&]() -> double {
-    auto metrics = cluster_->get("/metrics");
-    if (!metrics.is_ok()) return -1;
-    const std::string key = "vllm:prefix_cache_hits_total{model_name=\"tiny\"} ";
-    const size_t at = metrics->body.find(key);
-    return at == std::string::npos ? -1 : std::stod(metrics->body.substr(at + key.size()));
-  };
+  auto hits = [&] { return metric_value(*cluster_, "vllm:prefix_cache_hits_total"); };
   const double before = hits();
   ASSERT_GE(before, 0);
   const std::string prompt = random_prompt(rng_, 100, 120);  // remote prefill
@@ -391,15 +406,8 @@ TEST_F(ServingTest, RepeatedPromptsShareADecodeNodesPrefixCache) {
         json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}, {"logprobs", 1}});
     ASSERT_TRUE(response.is_ok()) << response.status().to_string();
     ASSERT_EQ(response->status, 200) << response->body;
-    const json choice = json::parse(response->body)["choices"][0];
-    EXPECT_EQ(choice["text"], expected["text"]) << "request " << i;
-    // Log-probabilities show KV in the wrong place even where greedy tokens
-    // survive it.
-    const json& lp = choice["logprobs"]["token_logprobs"];
-    ASSERT_EQ(lp.size(), expected["logprobs"].size());
-    for (size_t t = 0; t < lp.size(); ++t)
-      EXPECT_NEAR(lp[t].get<double>(), expected["logprobs"][t]["logprob"].get<double>(), 1e-4)
-          << "request " << i << ", token " << t;
+    expect_same_answer(json::parse(response->body)["choices"][0], expected,
+                       "request " + std::to_string(i));
   }
   // Heartbeats carry the count to the router every 100 ms.
   double after = before;
@@ -409,6 +417,44 @@ TEST_F(ServingTest, RepeatedPromptsShareADecodeNodesPrefixCache) {
   }
   EXPECT_GE(after - before, 16) << "no prompt tokens came from a decode node's prefix cache";
   EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
+}
+
+// Small KV pools with an SSD tier: a prompt, then three others that push
+// its blocks out of both nodes' pools, then the prompt again. Its blocks
+// come back from SSD (the router's baton:prefix_cache_ssd_hits_total counts
+// them), and the answer still equals one engine's, log-probabilities too.
+TEST(SsdTierServingTest, AnEvictedPromptComesBackFromSsd) {
+  ClusterShape shape;
+  shape.kv_cache_bytes = "128KiB";  // 512 tokens of the tiny model
+  shape.max_model_len = 512;
+  shape.ssd_cache_dir = "kv-ssd";
+  Cluster cluster(shape);
+  std::mt19937 rng{std::random_device{}()};
+  const std::string first = random_prompt(rng, 300, 300);
+  std::vector<std::string> prompts = {first};
+  for (int i = 0; i < 3; ++i) prompts.push_back(random_prompt(rng, 300, 300));
+  prompts.push_back(first);
+  const json expected =
+      baton_generate(first, {"--max-tokens", "6", "--temperature", "0", "--logprobs", "1"});
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto response = cluster.post(
+        "/v1/completions",
+        json{{"prompt", prompts[i]}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 1}});
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    ASSERT_EQ(response->status, 200) << response->body;
+    if (prompts[i] != first) continue;
+    expect_same_answer(json::parse(response->body)["choices"][0], expected,
+                       "request " + std::to_string(i));
+  }
+  // Heartbeats carry the count to the router every 100 ms.
+  double ssd_hits = 0;
+  for (int i = 0; i < 50 && ssd_hits <= 0; ++i) {
+    std::this_thread::sleep_for(50ms);
+    ssd_hits = metric_value(cluster, "baton:prefix_cache_ssd_hits_total");
+  }
+  // The first prompt's 18 full blocks but its last token's, on each node.
+  EXPECT_GE(ssd_hits, 16 * 18) << "no prompt block came back from an SSD tier";
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
 // router.policy: prefix-aware over two prefill and two decode nodes:
