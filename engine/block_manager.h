@@ -58,7 +58,8 @@ class BlockManager {
   // Drops one reference per id; a block with none left becomes free.
   void release(const std::vector<int32_t>& blocks);
 
-  // Registers a full block in use, whose K/V is written, under `key`. A
+  // Registers a full block in use, whose K/V is written (or is being, by
+  // the step being scheduled: see Scheduler::schedule), under `key`. A
   // block already registered, or a key another block holds, changes nothing
   // (the block is then freed as an unregistered one).
   void register_block(int32_t block, const BlockKey& key);

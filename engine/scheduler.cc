@@ -252,6 +252,13 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
       break;
     }
     count_prefix_lookup(seq);
+    // The blocks this step fills are registered now, not after the step:
+    // a sequence admitted after this one in the same step then shares them.
+    // The forward pass stores every token's K/V of a layer before any
+    // attention of that layer reads the pool, so the sharer reads them
+    // written. Only here: nothing after admission can preempt this sequence
+    // (and leave a registered block unwritten) before the step runs.
+    register_full_blocks(seq, seq.num_computed + n);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();
     scheduled.push_back({&seq, n});
@@ -349,9 +356,9 @@ void Scheduler::attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
       });
 }
 
-void Scheduler::register_full_blocks(Sequence& seq) {
+void Scheduler::register_full_blocks(Sequence& seq, int32_t computed) {
   if (!config_.enable_prefix_caching) return;
-  const int32_t full = seq.num_computed / seq.block_table.block_size();
+  const int32_t full = computed / seq.block_table.block_size();
   for (int32_t j = seq.registered_blocks; j < full; ++j)
     blocks_.register_block(seq.block_table.blocks()[size_t(j)], block_key(seq, j));
   seq.registered_blocks = std::max(seq.registered_blocks, full);
@@ -424,7 +431,7 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     seq.block_table.commit(scheduled[i].num_tokens);
     seq.num_computed += scheduled[i].num_tokens;
     seq.high_water = std::max(seq.high_water, seq.num_computed);
-    register_full_blocks(seq);
+    register_full_blocks(seq, seq.num_computed);
     if (plan.sequences[i].wants_logits) {
       sample(seq, logits_.data() + logits_row * size_t(vocab), outputs);
       ++logits_row;

@@ -168,8 +168,9 @@ class Scheduler {
   int32_t restore_from_ssd(Sequence& sequence, int32_t first, int32_t end);
   // Counts an admission's (or a remote reservation's) lookup in the stats.
   void count_prefix_lookup(const Sequence& sequence);
-  // After a step: registers the sequence's blocks that are now full.
-  void register_full_blocks(Sequence& sequence);
+  // Registers the sequence's blocks that are full once its first `computed`
+  // tokens are: after a step, or at admission for the blocks the step fills.
+  void register_full_blocks(Sequence& sequence, int32_t computed);
   void preempt(Sequence& victim);
   Status validate(const std::vector<int32_t>& prompt, const GenerationOptions& options) const;
   void sample(Sequence& sequence, const float* logits, std::vector<StepOutput>* outputs);

@@ -296,17 +296,30 @@ TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
     const auto cached_blocks = int32_t(cached.size()) / block_size;
     EXPECT_EQ(first.cached_blocks, cached_blocks);
     // Admitted together in one step, every prompt shares the leading blocks
-    // it has in common with the first sequence, up to its last token.
+    // it has in common (up to its last token) with the first sequence, or
+    // with a prompt admitted before it in this step, whose blocks this step
+    // fills (all of them: the budget takes every prompt whole).
+    struct Source {
+      std::vector<int32_t> tokens;
+      int32_t full_blocks;
+    };
+    std::vector<Source> sources = {{cached, cached_blocks}};
     int64_t expected_hits = 0, expected_queries = first.prefix_query_tokens;
     for (const auto& p : prompts) {
-      const int32_t shareable = std::min((int32_t(p.size()) - 1) / block_size, cached_blocks);
-      int32_t j = 0;
-      while (j < shareable &&
-             std::equal(p.begin() + j * block_size, p.begin() + (j + 1) * block_size,
-                        cached.begin() + j * block_size))
-        ++j;
-      expected_hits += int64_t(j) * block_size;
+      int32_t best = 0;
+      for (const Source& source : sources) {
+        const int32_t shareable =
+            std::min((int32_t(p.size()) - 1) / block_size, source.full_blocks);
+        int32_t j = 0;
+        while (j < shareable &&
+               std::equal(p.begin() + j * block_size, p.begin() + (j + 1) * block_size,
+                          source.tokens.begin() + j * block_size))
+          ++j;
+        best = std::max(best, j);
+      }
+      expected_hits += int64_t(best) * block_size;
       expected_queries += int64_t(p.size());
+      sources.push_back({p, int32_t(p.size()) / block_size});
     }
     EXPECT_EQ(generate(*engine, prompts, options), alone);
     const SchedulerStats after = engine->scheduler().stats();
