@@ -141,6 +141,10 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   seq.block_table.commit(prompt_tokens - seq.block_table.num_tokens());
   seq.num_computed = prompt_tokens;
   seq.high_water = prompt_tokens;
+  // The prompt's KV is all there: its full blocks join the prefix cache now,
+  // so the next reservation of the same prefix shares them (even if this
+  // first token already finishes the sequence).
+  register_full_blocks(seq, prompt_tokens);
   seq.rng.discard(rng_draws);
   if (seq.options.logprobs > 0) {
     // The prefill node computed this token's log-probabilities; without them

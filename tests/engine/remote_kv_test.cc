@@ -487,6 +487,30 @@ TEST_F(RemoteKvTest, ActivateErrors) {
   EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks);
 }
 
+// Activation registers the prompt's full blocks at once: a reservation of
+// the same prompt right after it shares them (before any decode step), and
+// so does one after a request that its first token finished.
+TEST_F(RemoteKvTest, ActivatedPromptsAreCachedAtOnce) {
+  auto engine = make_engine(/*blocks=*/32, /*block_size=*/4, /*budget=*/2048);
+  Scheduler& s = engine->scheduler();
+  for (const int32_t max_tokens : {8, 1}) {
+    SCOPED_TRACE("max_tokens " + std::to_string(max_tokens));
+    const std::vector<int32_t> prompt = random_prompt(13, 30);
+    auto first = s.reserve_remote(prompt, greedy(max_tokens));
+    ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+    ASSERT_TRUE(s.activate_remote(*first, 40, 0).is_ok());
+    auto second = s.reserve_remote(prompt, greedy(max_tokens));
+    ASSERT_TRUE(second.is_ok()) << second.status().to_string();
+    const Sequence* awaiting = s.find(*second);
+    ASSERT_NE(awaiting, nullptr);
+    EXPECT_EQ(awaiting->registered_blocks, int32_t(prompt.size() - 1) / 4);
+    EXPECT_TRUE(s.abort(*second));
+    ASSERT_TRUE(engine->run_to_completion().is_ok());
+    s.take_finished();
+    EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks);
+  }
+}
+
 // The first token goes through the same finish rules as a sampled one.
 TEST_F(RemoteKvTest, FirstTokenCanFinishTheSequence) {
   auto engine = make_engine(/*blocks=*/8, /*block_size=*/4, /*budget=*/2048);
