@@ -243,6 +243,12 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
       budget -= n;
     }
   }
+  // The running sequences scheduled now stay scheduled (admission preempts
+  // nobody): the blocks their tokens fill this step are registered now, and
+  // sequences admitted below share them (as with admission, below).
+  for (const Scheduled& s : scheduled) {
+    register_full_blocks(*s.sequence, s.sequence->num_computed + s.num_tokens);
+  }
   // Admit waiting sequences in arrival order while blocks and budget last.
   while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
@@ -260,8 +266,9 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
     // a sequence admitted after this one in the same step then shares them.
     // The forward pass stores every token's K/V of a layer before any
     // attention of that layer reads the pool, so the sharer reads them
-    // written. Only here: nothing after admission can preempt this sequence
-    // (and leave a registered block unwritten) before the step runs.
+    // written. Only once preemption is over: nothing after this point can
+    // preempt this sequence (and leave a registered block unwritten)
+    // before the step runs.
     register_full_blocks(seq, seq.num_computed + n);
     running_.push_back(std::move(waiting_.front()));
     waiting_.pop_front();

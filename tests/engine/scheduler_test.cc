@@ -329,6 +329,24 @@ TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
   }
 }
 
+// A prompt admitted in the step where a running sequence's chunk fills the
+// blocks it starts with shares them: with a 16-token budget, A (40 tokens)
+// takes three steps, and B (A and 5 more) is admitted in the third, beside
+// A's last 8 tokens, and shares all 10 of A's blocks, the two filled then
+// among them.
+TEST_F(SchedulerTest, AdmissionSharesBlocksARunningChunkFillsInTheSameStep) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  std::vector<int32_t> a = random_prompt_of_at_least(40);
+  a.resize(40);
+  std::vector<int32_t> b = a;
+  for (int i = 0; i < 5; ++i) b.push_back(int32_t(3 + rng_() % 500));
+  const auto options = greedy(4);
+  const auto alone = alone_uncached({a, b}, options);
+  auto engine = make_engine(64, 4, /*budget=*/16);
+  EXPECT_EQ(generate(*engine, {a, b}, options), alone);
+  EXPECT_EQ(engine->scheduler().stats().prefix_hit_tokens, 40);
+}
+
 // Pools too small to keep everything: cached blocks give way to new ones,
 // sequences are preempted and readmitted (sharing what is still cached), and
 // outputs still equal each prompt generated alone without a cache.
