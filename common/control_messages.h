@@ -78,6 +78,8 @@ struct NodeLoad {
   int64_t prefix_cache_queries = 0;   // prompt tokens looked up in the prefix cache, since start
   int64_t prefix_cache_hits = 0;      // of those, found there (not computed)
   int64_t prefix_cache_ssd_hits = 0;  // of those, read back from the SSD tier
+  int64_t ssd_cache_blocks = 0;       // blocks the SSD tier holds now
+  int64_t ssd_cache_capacity = 0;     // blocks it can hold (0: no SSD tier)
 };
 
 // NodeLoad's fields by name, in one place for the codec and for reports. A
@@ -103,6 +105,8 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"prefix_cache_queries", &NodeLoad::prefix_cache_queries},
     {"prefix_cache_hits", &NodeLoad::prefix_cache_hits},
     {"prefix_cache_ssd_hits", &NodeLoad::prefix_cache_ssd_hits},
+    {"ssd_cache_blocks", &NodeLoad::ssd_cache_blocks},
+    {"ssd_cache_capacity", &NodeLoad::ssd_cache_capacity},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

@@ -241,6 +241,11 @@ control::NodeLoad NodeRuntime::load() const {
   load.prefix_cache_queries = stats.prefix_query_tokens;
   load.prefix_cache_hits = stats.prefix_hit_tokens;
   load.prefix_cache_ssd_hits = stats.prefix_ssd_hit_tokens;
+  if (const engine::SsdKvStore* ssd = engine_->scheduler().ssd_store()) {
+    const engine::SsdKvStoreStats tier = ssd->stats();
+    load.ssd_cache_blocks = tier.stored_blocks;
+    load.ssd_cache_capacity = tier.capacity_blocks;
+  }
   return load;
 }
 

@@ -154,6 +154,11 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
            [](const NodeState& node) { return node.load.free_blocks; });
   per_node("baton:node_total_kv_blocks", "KV blocks of a node.",
            [](const NodeState& node) { return node.load.total_blocks; });
+  per_node("baton:node_ssd_cache_blocks", "KV blocks a node's SSD tier holds.",
+           [](const NodeState& node) { return node.load.ssd_cache_blocks; });
+  per_node("baton:node_ssd_cache_capacity_blocks",
+           "KV blocks a node's SSD tier can hold (0: none).",
+           [](const NodeState& node) { return node.load.ssd_cache_capacity; });
   fmt::format_to(
       std::back_inserter(out),
       "# HELP baton:control_messages_rejected_total Malformed control frames the router dropped.\n"

@@ -454,6 +454,14 @@ TEST(SsdTierServingTest, AnEvictedPromptComesBackFromSsd) {
   }
   // The first prompt's 18 full blocks but its last token's, on each node.
   EXPECT_GE(ssd_hits, 16 * 18) << "no prompt block came back from an SSD tier";
+  // /v1/nodes shows each node's tier: what it holds, of what it can.
+  const json nodes = cluster.nodes();
+  ASSERT_EQ(nodes.value("nodes", json::array()).size(), 2u) << nodes.dump();
+  for (const json& node : nodes["nodes"]) {
+    EXPECT_GT(node.value("ssd_cache_capacity", 0), 0) << node.dump();
+    EXPECT_GT(node.value("ssd_cache_blocks", 0), 0) << node.dump();
+    EXPECT_LE(node.value("ssd_cache_blocks", 0), node.value("ssd_cache_capacity", 0));
+  }
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 

@@ -140,6 +140,8 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.prefix_cache_queries = 40;
   decode.prefix_cache_hits = 16;
   decode.prefix_cache_ssd_hits = 8;
+  decode.load.ssd_cache_blocks = 12;
+  decode.load.ssd_cache_capacity = 1000;
   snapshot.nodes.push_back(decode);
   NodeState prefill;
   prefill.name = "p0";
@@ -153,6 +155,12 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
       << text;
   EXPECT_NE(text.find("vllm:prefix_cache_hits_total{model_name=\"tiny\"} 16\n"), std::string::npos);
   EXPECT_NE(text.find("baton:prefix_cache_ssd_hits_total{model_name=\"tiny\"} 8\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("baton:node_ssd_cache_blocks{node=\"d0\",role=\"decode\"} 12\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("baton:node_ssd_cache_capacity_blocks{node=\"d0\",role=\"decode\"} 1000\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
