@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <liburing.h>
+#include <signal.h>
 #include <spdlog/spdlog.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -147,6 +148,25 @@ class SsdKvStore::Ring {
   uint64_t slot_bytes_ = 0;
 };
 
+void SsdKvStore::remove_files_of_dead_processes(const std::filesystem::path& dir) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    // baton-kv-<pid>-<n>.bin, and nothing else.
+    const std::string name = entry.path().filename().string();
+    int pid = 0, n = 0, end = 0;
+    if (std::sscanf(name.c_str(), "baton-kv-%d-%d.bin%n", &pid, &n, &end) != 2 ||
+        size_t(end) != name.size() || pid <= 0 || pid == ::getpid()) {
+      continue;
+    }
+    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
+    std::error_code removed;
+    if (std::filesystem::remove(entry.path(), removed)) {
+      spdlog::info("ssd cache: removed {}, left by process {} which is gone", entry.path().string(),
+                   pid);
+    }
+  }
+}
+
 Result<std::unique_ptr<SsdKvStore>> SsdKvStore::create(const std::filesystem::path& dir,
                                                        uint64_t capacity_bytes,
                                                        const KvLayout& layout,
@@ -166,6 +186,7 @@ Result<std::unique_ptr<SsdKvStore>> SsdKvStore::create(const std::filesystem::pa
   if (!std::filesystem::is_directory(dir, ec)) {
     return not_found("engine.ssd_cache_dir: " + dir.string() + " is not a directory");
   }
+  remove_files_of_dead_processes(dir);
   static std::atomic<int> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
     std::filesystem::path path =

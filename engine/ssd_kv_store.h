@@ -10,7 +10,8 @@
 //
 // One file of fixed-size slots, created in the given directory and removed
 // when the store is destroyed (it holds KV of this process's model and pool
-// geometry only). A slot is a 4 KiB header — magic, geometry, the key, an
+// geometry only); files that killed processes left there are removed when a
+// store is created. A slot is a 4 KiB header — magic, geometry, the key, an
 // XXH3 checksum of the payload — followed by the payload: the block's bytes
 // of layer 0, 1, ... exactly as the pool holds them (common/kv_layout.h),
 // so a save or a load is one vectored I/O per block, straight between the
@@ -98,6 +99,9 @@ class SsdKvStore {
   struct Io;  // one block's vectored read or write
   class Ring;
 
+  // A process killed before it could remove its file leaves it behind:
+  // such files of processes that no longer exist are removed.
+  static void remove_files_of_dead_processes(const std::filesystem::path& dir);
   SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots,
              bool allow_io_uring);
   // A slot for a new key: a dropped one, a never used one, else the least

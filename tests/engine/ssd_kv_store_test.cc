@@ -11,6 +11,9 @@
 #include <fstream>
 #include <list>
 #include <numeric>
+
+#include <sys/wait.h>
+#include <unistd.h>
 #include <random>
 
 #include "engine/kv_pool.h"
@@ -286,6 +289,26 @@ TEST_F(SsdKvStoreTest, BadSettingsAreErrorsNamingThem) {
   ASSERT_FALSE(missing.is_ok());
   EXPECT_NE(missing.status().message().find("engine.ssd_cache_dir"), std::string::npos)
       << missing.status().to_string();
+}
+
+// A killed process leaves its file behind; the next store created in the
+// directory removes it, and leaves a living process's file and other files
+// alone.
+TEST_F(SsdKvStoreTest, FilesOfDeadProcessesAreRemoved) {
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // gone, and reaped
+  const auto dead = dir_.path() / ("baton-kv-" + std::to_string(child) + "-0.bin");
+  const auto alive = dir_.path() / ("baton-kv-" + std::to_string(::getppid()) + "-3.bin");
+  const auto other = dir_.path() / ("baton-kv-" + std::to_string(child) + "-0.bin.keep");
+  for (const auto& file : {dead, alive, other}) std::ofstream(file) << "left behind";
+  const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 4);
+  auto store = make_store(layout, 2);
+  EXPECT_FALSE(std::filesystem::exists(dead));
+  EXPECT_TRUE(std::filesystem::exists(alive));
+  EXPECT_TRUE(std::filesystem::exists(other));
+  EXPECT_TRUE(std::filesystem::exists(store->path()));
 }
 
 TEST_F(SsdKvStoreTest, FileIsRemovedWithTheStore) {
