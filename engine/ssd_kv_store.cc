@@ -379,10 +379,17 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
         ++stats_.saved_blocks;
         continue;
       }
-      spdlog::warn("ssd cache: {}: slot {}: {}", path_.string(), io.slot,
-                   io.result < 0 ? "write failed: " + errno_text(int(-io.result))
-                                 : "short write (" + std::to_string(io.result) + " of " +
-                                       std::to_string(io.bytes) + " bytes)");
+      // A full disk fails every write: say so at the 1st, 2nd, 4th, ...
+      const int64_t failed = ++stats_.failed_writes;
+      if ((failed & (failed - 1)) == 0) {
+        spdlog::warn(
+            "ssd cache: {}: slot {}: {} ({} failed writes so far; their blocks are dropped)",
+            path_.string(), io.slot,
+            io.result < 0 ? "write failed: " + errno_text(int(-io.result))
+                          : "short write (" + std::to_string(io.result) + " of " +
+                                std::to_string(io.bytes) + " bytes)",
+            failed);
+      }
       drop(io.slot);
     }
   }

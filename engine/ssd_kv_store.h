@@ -47,6 +47,7 @@ struct SsdKvStoreStats {
   int64_t saved_blocks = 0;    // written (a key already stored is not written again)
   int64_t loaded_blocks = 0;   // read back and verified
   int64_t dropped_blocks = 0;  // failed to write, or failed verification on reading
+  int64_t failed_writes = 0;   // of those, failed to write
 };
 
 // What a load brought back: the first `restored` keys are in their blocks;

@@ -7,11 +7,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <fstream>
 #include <list>
 #include <numeric>
 
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <random>
@@ -91,6 +93,35 @@ class SsdKvStoreTest : public ::testing::Test {
     c = char(c ^ 0x5a);
     f.seekp(std::streamoff(offset));
     f.write(&c, 1);
+  }
+
+  // Six blocks saved into a file that may grow to three slots: exits 0 if
+  // the first three are stored and come back, the rest dropped; else 10+.
+  [[noreturn]] void save_past_a_size_limit(bool io_uring) {
+    const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 8);
+    std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
+    const auto limit = rlim_t(3 * SsdKvStore::slot_bytes_for(layout));
+    const rlimit r{limit, limit};
+    if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(10);
+    KvPool pool = random_pool(layout);
+    auto store = make_store(layout, 8, io_uring);
+    std::vector<BlockKey> keys;
+    for (int i = 0; i < 6; ++i) keys.push_back(random_key(4));
+    const std::vector<int32_t> blocks = {0, 1, 2, 3, 4, 5};
+    store->save(keys, pool.data(), blocks);
+    const SsdKvStoreStats stats = store->stats();
+    if (stats.saved_blocks != 3 || stats.failed_writes != 3 || stats.stored_blocks != 3)
+      ::_exit(11);
+    for (size_t i = 0; i < 6; ++i) {
+      if (store->contains(keys[i]) != (i < 3)) ::_exit(12);
+    }
+    KvPool target = random_pool(layout);
+    const std::vector<int32_t> into = {5, 6, 7};
+    if (store->load(std::span(keys).first(3), target.data(), into).restored != 3) ::_exit(13);
+    for (size_t i = 0; i < 3; ++i) {
+      if (!same_block(target, into[i], pool, blocks[i])) ::_exit(14);
+    }
+    ::_exit(0);
   }
 
   uint32_t seed_ = 0;
@@ -262,6 +293,16 @@ TEST_F(SsdKvStoreTest, DamagedSlotsAreRefusedNamingTheFileAndSlotThenForgotten) 
     EXPECT_TRUE(store->contains(keys[0]));
     EXPECT_FALSE(store->contains(keys[1])) << "a damaged slot is forgotten";
     EXPECT_EQ(store->stats().dropped_blocks, 1);
+  }
+}
+
+// Writes that fail (here: past a file size limit, as a full disk would
+// fail them) drop their keys and nothing else: the blocks written before
+// still come back. In a child process, whose limit this is.
+TEST_F(SsdKvStoreTest, FailedWritesDropOnlyTheirKeys) {
+  for (const bool io_uring : {true, false}) {
+    SCOPED_TRACE(io_uring ? "io_uring" : "preadv/pwritev");
+    EXPECT_EXIT(save_past_a_size_limit(io_uring), ::testing::ExitedWithCode(0), "");
   }
 }
 
