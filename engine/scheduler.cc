@@ -380,6 +380,7 @@ void Scheduler::note_peak_usage() {
 }
 
 Status Scheduler::step(std::vector<StepOutput>* outputs) {
+  if (!failure_.is_ok()) return failure_;
   std::vector<Scheduled> scheduled = schedule();
   last_step_ = {};
   note_peak_usage();
@@ -430,10 +431,11 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     const std::function<void(int32_t)> on_layer_done = [this](int32_t layer) {
       layer_observer_(layer, std::span<const StepSequenceInfo>(step_info_));
     };
-    BATON_RETURN_IF_ERROR(model_.forward(plan, kv_, &logits_, &on_layer_done));
+    failure_ = model_.forward(plan, kv_, &logits_, &on_layer_done);
   } else {
-    BATON_RETURN_IF_ERROR(model_.forward(plan, kv_, &logits_));
+    failure_ = model_.forward(plan, kv_, &logits_);
   }
+  if (!failure_.is_ok()) return failure_;
 
   const int32_t vocab = model_.config().vocab_size;
   size_t logits_row = 0;

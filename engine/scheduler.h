@@ -135,6 +135,8 @@ class Scheduler {
   // Runs one step: schedules, runs the model, samples, retires finished ones.
   // A step that can schedule nothing because awaiting sequences hold the
   // blocks it needs does nothing and returns OK (last_step() is all zero).
+  // A step whose forward pass fails leaves blocks registered in the prefix
+  // cache (at scheduling) unwritten: every later step returns that error.
   Status step(std::vector<StepOutput>* outputs);
 
   // Finished sequences, handed over once (the scheduler forgets them).
@@ -199,6 +201,7 @@ class Scheduler {
   std::vector<float> logits_;
   LayerObserver layer_observer_;
   std::unique_ptr<SsdKvStore> ssd_;
+  Status failure_;  // a failed forward pass's error, returned by every later step
   std::vector<StepSequenceInfo> step_info_;  // what the observer is shown
 };
 

@@ -451,6 +451,30 @@ TEST_F(SchedulerTest, TightPoolsWithAnSsdTierMatchAlone) {
   EXPECT_GT(totals.prefix_ssd_hit_tokens, 0);
 }
 
+// A forward pass that fails (here: a pool of another geometry than the
+// model's) may leave blocks registered at scheduling unwritten, so the
+// scheduler refuses every later step with the same error.
+TEST_F(SchedulerTest, AFailedStepFailsEveryLaterOne) {
+  auto engine = make_engine(64, 4, 2048);
+  KvLayout layout = engine->kv_pool().layout();
+  layout.head_dim *= 2;
+  auto pool = KvPool::create(layout);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  Scheduler scheduler(engine->model(), *pool, SchedulerConfig{});
+  const std::vector<int32_t> prompt = random_prompt_of_at_least(20);
+  ASSERT_TRUE(scheduler.add(prompt, greedy(4)).is_ok());
+  const Status first = scheduler.step(nullptr);
+  ASSERT_FALSE(first.is_ok());
+  EXPECT_NE(first.message().find("geometry"), std::string::npos) << first.to_string();
+  ASSERT_TRUE(scheduler.add(random_prompt_of_at_least(20), greedy(4)).is_ok());
+  const Status second = scheduler.step(nullptr);
+  EXPECT_EQ(second.code(), first.code());
+  EXPECT_EQ(second.message(), first.message());
+  // The failed step was the last to schedule anything: the second one ran
+  // nothing, not both prompts.
+  EXPECT_EQ(scheduler.last_step().prompt_tokens, int64_t(prompt.size()));
+}
+
 TEST_F(SchedulerTest, SsdTierNeedsPrefixCachingAndADirectory) {
   EngineConfig config;
   config.ssd_cache_dir = dir_.path().string();
