@@ -23,7 +23,6 @@ constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kAlignment = 4096;
 constexpr char kMagic[8] = {'B', 'A', 'T', 'O', 'N', 'K', 'V', '1'};
 constexpr unsigned kRingDepth = 64;
-constexpr uint64_t kNothing = ~uint64_t(0);  // user data of an SQE that is no I/O of ours
 
 // The fixed part of a slot's header; the block's tokens follow it.
 struct SlotHeader {
@@ -62,6 +61,7 @@ struct SsdKvStore::Io {
   std::vector<iovec> iov;
   size_t bytes = 0;
   ssize_t result = 0;  // bytes moved, or -errno
+  bool done = false;   // result is in
   std::unique_ptr<std::byte[]> header{new std::byte[kHeaderBytes]};
 };
 
@@ -86,23 +86,22 @@ class SsdKvStore::Ring {
   // prepared, and completes each as its result arrives: the kernel's workers
   // copy (IOSQE_ASYNC: never inline in this thread) while this thread
   // checksums the next block to write, or verifies a block already read.
-  void run(std::span<Io> ios, int fd, bool write, const IoCallback& prepare,
+  // False if the ring itself failed: the I/Os submitted are completed, the
+  // others left not done, and the ring must not be used again.
+  bool run(std::span<Io> ios, int fd, bool write, const IoCallback& prepare,
            const IoCallback& complete) {
     size_t next = 0, in_flight = 0;
+    bool failed = false;
     auto reap = [&](io_uring_cqe* cqe) {
-      const uint64_t index = io_uring_cqe_get_data64(cqe);
-      if (index == kNothing) {  // a failed submission's leftover, below
-        io_uring_cqe_seen(&ring_, cqe);
-        return;
-      }
-      Io& io = ios[index];
+      Io& io = ios[io_uring_cqe_get_data64(cqe)];
       io.result = cqe->res;
       io_uring_cqe_seen(&ring_, cqe);
       --in_flight;
+      io.done = true;
       complete(io);
     };
-    while (next < ios.size() || in_flight > 0) {
-      io_uring_sqe* sqe = next < ios.size() ? io_uring_get_sqe(&ring_) : nullptr;
+    while ((!failed && next < ios.size()) || in_flight > 0) {
+      io_uring_sqe* sqe = !failed && next < ios.size() ? io_uring_get_sqe(&ring_) : nullptr;
       if (sqe != nullptr) {
         Io& io = ios[next];
         prepare(io);
@@ -115,29 +114,35 @@ class SsdKvStore::Ring {
         io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         io_uring_sqe_set_data64(sqe, next);
         const int rc = io_uring_submit(&ring_);
-        if (rc < 0) {
-          // Not queued (the ring itself failed): this one fails, and so
-          // does every later one; those in flight still complete.
-          // It stays queued: as a no-op that no later run mistakes for its own.
-          io_uring_prep_nop(sqe);
-          io_uring_sqe_set_data64(sqe, kNothing);
-          for (size_t i = next; i < ios.size(); ++i) {
-            ios[i].result = rc;
-            complete(ios[i]);
-          }
-          next = ios.size();
-          continue;
+        if (rc < 1) {
+          // Not taken: the ring is in trouble (memory, a full completion
+          // queue). Wait for what is in flight, and let the caller finish
+          // the rest another way; the queued entry dies with the ring.
+          spdlog::warn("ssd cache: io_uring submit failed ({})",
+                       rc < 0 ? errno_text(-rc) : "nothing taken");
+          failed = true;
+        } else {
+          ++next;
+          ++in_flight;
         }
-        ++next;
-        ++in_flight;
+      } else if (!failed && in_flight == 0) {
+        failed = true;  // no entry free with nothing in flight: never expected
       }
       io_uring_cqe* cqe = nullptr;
       while (in_flight > 0 && io_uring_peek_cqe(&ring_, &cqe) == 0) reap(cqe);
       // Wait only when nothing more can be submitted.
-      if (in_flight > 0 && (next == ios.size() || sqe == nullptr)) {
-        if (io_uring_wait_cqe(&ring_, &cqe) == 0) reap(cqe);
+      if (in_flight > 0 && (failed || next == ios.size() || sqe == nullptr)) {
+        const int rc = io_uring_wait_cqe(&ring_, &cqe);
+        if (rc == 0) {
+          reap(cqe);
+        } else if (rc != -EINTR) {
+          spdlog::error("ssd cache: io_uring wait failed ({}); giving up on {} I/Os",
+                        errno_text(-rc), in_flight);
+          return false;
+        }
       }
     }
+    return !failed;
   }
   void set_slot_bytes(uint64_t bytes) { slot_bytes_ = bytes; }
 
@@ -293,20 +298,24 @@ void SsdKvStore::describe(Io& io, int64_t slot, const void* pool, int32_t block,
   }
   io.bytes = kHeaderBytes + size_t(layout_.num_layers) * block_bytes;
   io.result = 0;
+  io.done = false;
 }
 
 void SsdKvStore::run(std::span<Io> ios, bool write, const IoCallback& prepare,
                      const IoCallback& complete) {
   if (ring_) {
-    ring_->run(ios, fd_, write, prepare, complete);
-    return;
+    if (ring_->run(ios, fd_, write, prepare, complete)) return;
+    spdlog::warn("ssd cache: {}: using preadv/pwritev from now on", path_.string());
+    ring_.reset();
   }
   for (Io& io : ios) {
+    if (io.done) continue;
     prepare(io);
     const auto offset = off_t(uint64_t(io.slot) * slot_bytes_);
     const ssize_t n = write ? ::pwritev(fd_, io.iov.data(), int(io.iov.size()), offset)
                             : ::preadv(fd_, io.iov.data(), int(io.iov.size()), offset);
     io.result = n < 0 ? -errno : n;
+    io.done = true;
     complete(io);
   }
 }
@@ -358,7 +367,10 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
         touch(stored);
         continue;
       }
-      if (by_hash_.contains(key.hash)) drop(by_hash_.at(key.hash));  // same hash, other tokens
+      // Another key of the same hash (a 64-bit collision) keeps its slot:
+      // dropping it here could hand its slot, still being written in this
+      // batch, to this key.
+      if (by_hash_.contains(key.hash)) continue;
       const int64_t slot = take_slot();
       Slot& s = slots_[size_t(slot)];
       s.hash = key.hash;
@@ -453,7 +465,9 @@ SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, void* pool,
         [this](Io& io) { io.status = verify(io, io.slot, *io.key); });
     for (Io& io : ios) {
       if (!io.status.is_ok()) {
-        drop(io.slot);
+        // A damaged slot goes; one the OS failed to read (an I/O error, an
+        // interrupted read) may be fine next time and stays.
+        if (io.status.code() == StatusCode::kDataLoss) drop(io.slot);
         out.problem = std::move(io.status);
         return out;
       }

@@ -87,7 +87,8 @@ class SsdKvStore {
   void save(std::span<const BlockKey> keys, const void* pool, std::span<const int32_t> blocks);
   // Reads the blocks stored under keys[i] into pool blocks blocks[i], in
   // order, stopping at the first key that is not stored or whose slot fails
-  // verification (that slot is dropped).
+  // verification (a damaged slot is dropped; one the OS failed to read is
+  // kept).
   SsdLoad load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks);
 
  private:
