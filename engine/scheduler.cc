@@ -86,7 +86,7 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
       std::make_unique<Sequence>(next_id_, std::move(prompt), options, kv_.layout().block_size);
   const auto tokens = int32_t(seq->prompt.size());
   // The prefix the cache holds is not transferred: the sequence shares it.
-  share_cached_prefix(*seq);
+  share_cached_prefix(*seq, std::numeric_limits<int32_t>::max());
   const int32_t shared = seq->num_computed;
   const int32_t needed =
       seq->block_table.blocks_needed(tokens) - int32_t(seq->block_table.blocks().size());
@@ -252,7 +252,7 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
   // Admit waiting sequences in arrival order while blocks and budget last.
   while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs) {
     Sequence& seq = *waiting_.front();
-    share_cached_prefix(seq);
+    share_cached_prefix(seq, budget);
     int32_t n = std::min(seq.num_pending(), budget);
     if (!seq.block_table.reserve(blocks_, n).is_ok()) {
       // Waiting sequences hold no blocks: the shared ones go back (cached).
@@ -294,7 +294,7 @@ BlockKey Scheduler::block_key(Sequence& seq, int32_t j) {
                   .tokens = tokens};
 }
 
-void Scheduler::share_cached_prefix(Sequence& seq) {
+void Scheduler::share_cached_prefix(Sequence& seq, int32_t budget) {
   if (!config_.enable_prefix_caching || seq.num_computed != 0 || !seq.block_table.blocks().empty())
     return;
   const int32_t bs = seq.block_table.block_size();
@@ -305,13 +305,13 @@ void Scheduler::share_cached_prefix(Sequence& seq) {
     if (!block) break;
     seq.block_table.share(blocks_, *block);
   }
-  seq.ssd_restored_blocks = ssd_ && j < shareable ? restore_from_ssd(seq, j, shareable) : 0;
+  seq.ssd_restored_blocks = ssd_ && j < shareable ? restore_from_ssd(seq, j, shareable, budget) : 0;
   j += seq.ssd_restored_blocks;
   seq.num_computed = j * bs;
   seq.registered_blocks = j;
 }
 
-int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end) {
+int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end, int32_t budget) {
   // The keys' tokens, copied: block_key() reuses one buffer.
   const int32_t bs = seq.block_table.block_size();
   std::vector<int32_t> tokens;
@@ -322,7 +322,17 @@ int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end) {
     keys.push_back(key);
     tokens.insert(tokens.end(), key.tokens.begin(), key.tokens.end());
   }
-  keys.resize(std::min<size_t>(keys.size(), size_t(blocks_.num_free())));
+  // As many as leave room for the blocks of the chunk after them: a restore
+  // that took every free block would only make the admission fail.
+  auto fits = [&](int32_t k) {
+    const int32_t after = (first + k) * bs;
+    const int32_t chunk = std::min(seq.num_tokens() - after, budget);
+    const int32_t chunk_blocks = seq.block_table.blocks_needed(after + chunk) - (first + k);
+    return k + chunk_blocks <= blocks_.num_free();
+  };
+  auto k = int32_t(keys.size());
+  while (k > 0 && !fits(k)) --k;
+  keys.resize(size_t(k));
   if (keys.empty()) return 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     keys[i].tokens = std::span<const int32_t>(tokens).subspan(i * size_t(bs), size_t(bs));

@@ -164,10 +164,12 @@ class Scheduler {
   // Before a waiting sequence with no blocks is admitted: shares the cached
   // blocks its tokens start with (all but the last token, whose logits the
   // step needs) and marks their tokens computed.
-  void share_cached_prefix(Sequence& sequence);
+  // `budget`: the tokens the caller reserves after the shared ones at most
+  // (SSD restores leave room for them).
+  void share_cached_prefix(Sequence& sequence, int32_t budget);
   // Reads the sequence's full blocks first.. (up to end, exclusive) that the
   // SSD tier holds into fresh pool blocks and shares them; returns how many.
-  int32_t restore_from_ssd(Sequence& sequence, int32_t first, int32_t end);
+  int32_t restore_from_ssd(Sequence& sequence, int32_t first, int32_t end, int32_t budget);
   // Counts an admission's (or a remote reservation's) lookup in the stats.
   void count_prefix_lookup(const Sequence& sequence);
   // Registers the sequence's blocks that are full once its first `computed`

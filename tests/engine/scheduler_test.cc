@@ -8,6 +8,7 @@
 #include <map>
 #include <random>
 
+#include "common/prefix_hash.h"
 #include "engine/engine.h"
 #include "tests/engine/greedy_options.h"
 #include "tests/engine/temp_model.h"
@@ -473,6 +474,48 @@ TEST_F(SchedulerTest, AFailedStepFailsEveryLaterOne) {
   // The failed step was the last to schedule anything: the second one ran
   // nothing, not both prompts.
   EXPECT_EQ(scheduler.last_step().prompt_tokens, int64_t(prompt.size()));
+}
+
+// A restore from the SSD tier leaves room for the chunk after it: with a
+// running sequence holding most of a 20-block pool and an 8-token budget, a
+// prompt whose 10 leading blocks are on SSD is admitted beside it with part
+// of them, instead of restoring into every free block and then failing to
+// reserve its chunk, step after step, until the running one ends.
+TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  std::vector<int32_t> p = random_prompt_of_at_least(40);
+  p.resize(40);
+  std::vector<int32_t> w = p;
+  for (int i = 0; i < 4; ++i) w.push_back(int32_t(3 + rng_() % 500));
+  std::vector<int32_t> r = random_prompt_of_at_least(44);
+  r.resize(44);
+  std::vector<int32_t> filler = random_prompt_of_at_least(79);
+  filler.resize(79);
+  const auto alone = alone_uncached({r, w}, greedy(12));
+  auto engine = make_engine(20, 4, /*budget=*/8, 4, true, uint64_t(64) << 20);
+  Scheduler& s = engine->scheduler();
+  // p's blocks go to SSD: the filler needs every block of the pool.
+  generate(*engine, {p}, greedy(1));
+  generate(*engine, {filler}, greedy(1));
+  ASSERT_TRUE(
+      s.ssd_store()->contains(BlockKey{.hash = prefix_block_hash(kNoParent, std::span(p).first(4)),
+                                       .parent = kNoParent,
+                                       .tokens = std::span(p).first(4)}));
+  ASSERT_TRUE(s.add(r, greedy(12)).is_ok());
+  ASSERT_TRUE(s.add(w, greedy(12)).is_ok());
+  bool together = false;
+  std::vector<std::unique_ptr<Sequence>> done;
+  while (s.has_work()) {
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    together |= s.stats().running == 2;
+    for (auto& seq : s.take_finished()) done.push_back(std::move(seq));
+  }
+  EXPECT_TRUE(together) << "the SSD prompt waited for the running one to end";
+  EXPECT_GT(s.stats().prefix_ssd_hit_tokens, 0);
+  ASSERT_EQ(done.size(), 2u);
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+  EXPECT_EQ(done[0]->output, alone[0]);
+  EXPECT_EQ(done[1]->output, alone[1]);
 }
 
 TEST_F(SchedulerTest, SsdTierNeedsPrefixCachingAndADirectory) {
