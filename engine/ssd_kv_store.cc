@@ -56,6 +56,7 @@ std::string errno_text(int error) { return std::strerror(error); }
 
 struct SsdKvStore::Io {
   int64_t slot = -1;
+  uint64_t offset = 0;  // of the slot in the file
   const BlockKey* key = nullptr;
   Status status;  // a read's verification
   std::vector<iovec> iov;
@@ -105,11 +106,10 @@ class SsdKvStore::Ring {
       if (sqe != nullptr) {
         Io& io = ios[next];
         prepare(io);
-        const auto offset = uint64_t(io.slot) * slot_bytes_;
         if (write) {
-          io_uring_prep_writev(sqe, fd, io.iov.data(), unsigned(io.iov.size()), offset);
+          io_uring_prep_writev(sqe, fd, io.iov.data(), unsigned(io.iov.size()), io.offset);
         } else {
-          io_uring_prep_readv(sqe, fd, io.iov.data(), unsigned(io.iov.size()), offset);
+          io_uring_prep_readv(sqe, fd, io.iov.data(), unsigned(io.iov.size()), io.offset);
         }
         io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
         io_uring_sqe_set_data64(sqe, next);
@@ -144,13 +144,11 @@ class SsdKvStore::Ring {
     }
     return !failed;
   }
-  void set_slot_bytes(uint64_t bytes) { slot_bytes_ = bytes; }
 
  private:
   Ring() = default;
   io_uring ring_{};
   bool ready_ = false;
-  uint64_t slot_bytes_ = 0;
 };
 
 void SsdKvStore::remove_files_of_dead_processes(const std::filesystem::path& dir) {
@@ -218,7 +216,6 @@ SsdKvStore::SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layou
       slot_bytes_(slot_bytes_for(layout)),
       capacity_(slots),
       ring_(allow_io_uring ? Ring::create() : nullptr) {
-  if (ring_) ring_->set_slot_bytes(slot_bytes_);
   stats_.capacity_blocks = slots;
   spdlog::info("ssd cache: {} ({} slots of {} KiB, {})", path_.string(), slots, slot_bytes_ >> 10,
                ring_ ? "io_uring" : "preadv/pwritev");
@@ -289,6 +286,7 @@ void SsdKvStore::touch(int64_t slot) {
 void SsdKvStore::describe(Io& io, int64_t slot, const void* pool, int32_t block,
                           void* header) const {
   io.slot = slot;
+  io.offset = uint64_t(slot) * slot_bytes_;
   io.iov.clear();
   io.iov.push_back({header, kHeaderBytes});
   const size_t block_bytes = layout_.block_bytes();
@@ -311,7 +309,7 @@ void SsdKvStore::run(std::span<Io> ios, bool write, const IoCallback& prepare,
   for (Io& io : ios) {
     if (io.done) continue;
     prepare(io);
-    const auto offset = off_t(uint64_t(io.slot) * slot_bytes_);
+    const auto offset = off_t(io.offset);
     const ssize_t n = write ? ::pwritev(fd_, io.iov.data(), int(io.iov.size()), offset)
                             : ::preadv(fd_, io.iov.data(), int(io.iov.size()), offset);
     io.result = n < 0 ? -errno : n;

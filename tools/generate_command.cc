@@ -181,12 +181,10 @@ std::string human_bytes(uint64_t bytes) {
 }
 
 // " (N from SSD, M blocks saved there)" when the prefix cache has an SSD tier.
-std::string ssd_note(const engine::Scheduler& scheduler) {
-  const engine::SsdKvStore* ssd = scheduler.ssd_store();
+std::string ssd_note(const engine::SsdKvStore* ssd, const engine::SchedulerStats& stats) {
   if (ssd == nullptr) return "";
-  const engine::SsdKvStoreStats s = ssd->stats();
-  return " (" + std::to_string(scheduler.stats().prefix_ssd_hit_tokens) + " from SSD, " +
-         std::to_string(s.saved_blocks) + " blocks saved there)";
+  return " (" + std::to_string(stats.prefix_ssd_hit_tokens) + " from SSD, " +
+         std::to_string(ssd->stats().saved_blocks) + " blocks saved there)";
 }
 
 int run_generate(const GenerateOptions& o) {
@@ -278,7 +276,8 @@ int run_generate(const GenerateOptions& o) {
       total_seconds > 0 ? double(output_tokens) / total_seconds : 0.0, total_seconds,
       human_bytes(kv_used).c_str(), layout.bytes_per_token(),
       std::string(dtype_name(layout.dtype)).c_str(), static_cast<long long>(stats.preemptions),
-      static_cast<long long>(stats.prefix_hit_tokens), ssd_note(eng.scheduler()).c_str());
+      static_cast<long long>(stats.prefix_hit_tokens),
+      ssd_note(eng.scheduler().ssd_store(), stats).c_str());
   return 0;
 }
 

@@ -121,6 +121,18 @@ class SchedulerTest : public ::testing::Test {
                        /*max_seqs=*/1, true, uint64_t(64) << 20);
   }
 
+  std::vector<int32_t> random_prompt_of_exactly(size_t n) {
+    auto prompt = random_prompt_of_at_least(n);
+    prompt.resize(n);
+    return prompt;
+  }
+
+  // `prompt` and `more` random tokens after it.
+  std::vector<int32_t> extended(std::vector<int32_t> prompt, int more) {
+    for (int i = 0; i < more; ++i) prompt.push_back(int32_t(3 + rng_() % 500));
+    return prompt;
+  }
+
   std::vector<int32_t> random_prompt_of_at_least(size_t n) {
     auto prompt = random_prompts(1)[0];
     prompt.resize(std::max(prompt.size(), n), 7);
@@ -337,10 +349,8 @@ TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
 // among them.
 TEST_F(SchedulerTest, AdmissionSharesBlocksARunningChunkFillsInTheSameStep) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
-  std::vector<int32_t> a = random_prompt_of_at_least(40);
-  a.resize(40);
-  std::vector<int32_t> b = a;
-  for (int i = 0; i < 5; ++i) b.push_back(int32_t(3 + rng_() % 500));
+  const std::vector<int32_t> a = random_prompt_of_exactly(40);
+  const std::vector<int32_t> b = extended(a, 5);
   const auto options = greedy(4);
   const auto alone = alone_uncached({a, b}, options);
   auto engine = make_engine(64, 4, /*budget=*/16);
@@ -483,14 +493,10 @@ TEST_F(SchedulerTest, AFailedStepFailsEveryLaterOne) {
 // reserve its chunk, step after step, until the running one ends.
 TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
-  std::vector<int32_t> p = random_prompt_of_at_least(40);
-  p.resize(40);
-  std::vector<int32_t> w = p;
-  for (int i = 0; i < 4; ++i) w.push_back(int32_t(3 + rng_() % 500));
-  std::vector<int32_t> r = random_prompt_of_at_least(44);
-  r.resize(44);
-  std::vector<int32_t> filler = random_prompt_of_at_least(79);
-  filler.resize(79);
+  const std::vector<int32_t> p = random_prompt_of_exactly(40);
+  const std::vector<int32_t> w = extended(p, 4);
+  const std::vector<int32_t> r = random_prompt_of_exactly(44);
+  const std::vector<int32_t> filler = random_prompt_of_exactly(79);
   const auto alone = alone_uncached({r, w}, greedy(12));
   auto engine = make_engine(20, 4, /*budget=*/8, 4, true, uint64_t(64) << 20);
   Scheduler& s = engine->scheduler();
