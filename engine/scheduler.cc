@@ -86,7 +86,8 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
       std::make_unique<Sequence>(next_id_, std::move(prompt), options, kv_.layout().block_size);
   const auto tokens = int32_t(seq->prompt.size());
   // The prefix the cache holds is not transferred: the sequence shares it.
-  share_cached_prefix(*seq, std::numeric_limits<int32_t>::max());
+  // The SSD tier's part is read now: the reply says which blocks to send.
+  share_cached_prefix(*seq, std::numeric_limits<int32_t>::max(), /*restore_now=*/true);
   const int32_t shared = seq->num_computed;
   const int32_t needed =
       seq->block_table.blocks_needed(tokens) - int32_t(seq->block_table.blocks().size());
@@ -191,6 +192,7 @@ void Scheduler::preempt(Sequence& victim) {
   victim.block_table.release(blocks_);
   victim.num_computed = 0;
   victim.registered_blocks = 0;
+  victim.ssd_landed_blocks = 0;
   ++victim.num_preemptions;
   ++preemptions_;
   auto it = std::find_if(running_.begin(), running_.end(),
@@ -249,12 +251,30 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
   for (const Scheduled& s : scheduled) {
     register_full_blocks(*s.sequence, s.sequence->num_computed + s.num_tokens);
   }
-  // Admit waiting sequences in arrival order while blocks and budget last.
-  while (!waiting_.empty() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs) {
-    Sequence& seq = *waiting_.front();
-    share_cached_prefix(seq, budget);
+  // Restores from the SSD tier that landed meanwhile let their sequences in.
+  land_ssd_restores(/*wait=*/false);
+  // Admit waiting sequences in arrival order while blocks and budget last,
+  // passing those whose blocks are being read from the SSD tier.
+  for (size_t w = 0;
+       w < waiting_.size() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs;) {
+    Sequence& seq = *waiting_[w];
+    if (!seq.ssd_restoring && start_ssd_restore(seq, budget)) {
+      land_ssd_restores(/*wait=*/false);  // reads done at once (no io_uring) land now
+    }
+    if (seq.ssd_restoring) {
+      ++w;
+      continue;
+    }
+    share_cached_prefix(seq, budget, /*restore_now=*/false);
     int32_t n = std::min(seq.num_pending(), budget);
-    if (!seq.block_table.reserve(blocks_, n).is_ok()) {
+    if (seq.num_computed > 0) {
+      // A cached prefix (restored from SSD, perhaps, at a step whose budget
+      // left room for a smaller chunk) goes on with the chunk the free
+      // blocks hold rather than waiting, and perhaps losing it to eviction.
+      // Its table holds full blocks only.
+      n = std::min(n, blocks_.num_free() * seq.block_table.block_size());
+    }
+    if (n < 1 || !seq.block_table.reserve(blocks_, n).is_ok()) {
       // Waiting sequences hold no blocks: the shared ones go back (cached).
       seq.block_table.release(blocks_);
       seq.num_computed = 0;
@@ -270,8 +290,8 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
     // preempt this sequence (and leave a registered block unwritten)
     // before the step runs.
     register_full_blocks(seq, seq.num_computed + n);
-    running_.push_back(std::move(waiting_.front()));
-    waiting_.pop_front();
+    running_.push_back(std::move(waiting_[w]));
+    waiting_.erase(waiting_.begin() + ptrdiff_t(w));
     scheduled.push_back({&seq, n});
     budget -= n;
   }
@@ -294,7 +314,7 @@ BlockKey Scheduler::block_key(Sequence& seq, int32_t j) {
                   .tokens = tokens};
 }
 
-void Scheduler::share_cached_prefix(Sequence& seq, int32_t budget) {
+void Scheduler::share_cached_prefix(Sequence& seq, int32_t budget, bool restore_now) {
   if (!config_.enable_prefix_caching || seq.num_computed != 0 || !seq.block_table.blocks().empty())
     return;
   const int32_t bs = seq.block_table.block_size();
@@ -305,17 +325,22 @@ void Scheduler::share_cached_prefix(Sequence& seq, int32_t budget) {
     if (!block) break;
     seq.block_table.share(blocks_, *block);
   }
-  seq.ssd_restored_blocks = ssd_ && j < shareable ? restore_from_ssd(seq, j, shareable, budget) : 0;
-  j += seq.ssd_restored_blocks;
+  if (restore_now) {
+    seq.ssd_restored_blocks =
+        ssd_ && j < shareable ? restore_from_ssd(seq, j, shareable, budget) : 0;
+    j += seq.ssd_restored_blocks;
+  } else {
+    // What an asynchronous restore brought back was found above, in the pool.
+    seq.ssd_restored_blocks = std::clamp(j - seq.ssd_first_block, 0, seq.ssd_landed_blocks);
+  }
   seq.num_computed = j * bs;
   seq.registered_blocks = j;
 }
 
-int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end, int32_t budget) {
+void Scheduler::ssd_keys_to_restore(Sequence& seq, int32_t first, int32_t end, int32_t budget,
+                                    std::vector<int32_t>& tokens, std::vector<BlockKey>& keys) {
   // The keys' tokens, copied: block_key() reuses one buffer.
   const int32_t bs = seq.block_table.block_size();
-  std::vector<int32_t> tokens;
-  std::vector<BlockKey> keys;
   for (int32_t j = first; j < end; ++j) {
     const BlockKey key = block_key(seq, j);
     if (!ssd_->contains(key)) break;
@@ -333,10 +358,16 @@ int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end, i
   auto k = int32_t(keys.size());
   while (k > 0 && !fits(k)) --k;
   keys.resize(size_t(k));
-  if (keys.empty()) return 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     keys[i].tokens = std::span<const int32_t>(tokens).subspan(i * size_t(bs), size_t(bs));
   }
+}
+
+int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end, int32_t budget) {
+  std::vector<int32_t> tokens;
+  std::vector<BlockKey> keys;
+  ssd_keys_to_restore(seq, first, end, budget, tokens, keys);
+  if (keys.empty()) return 0;
   // Marked most recently used first: the blocks the allocation below evicts
   // from the pool are saved to the SSD tier, which must not make room for
   // them by dropping these.
@@ -356,6 +387,66 @@ int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end, i
   // reference goes, and blocks not restored are free again.
   blocks_.release(*fresh);
   return loaded.restored;
+}
+
+bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
+  if (!ssd_ || seq.num_computed != 0 || !seq.block_table.blocks().empty()) return false;
+  const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
+  SsdRestore restore;
+  restore.sequence_id = seq.id;
+  // The cached prefix in the pool is held, not shared: the sequence holds no
+  // blocks while it waits, and these must not be evicted before it is
+  // admitted (the restored blocks continue them).
+  int32_t j = 0;
+  for (; j < shareable; ++j) {
+    const std::optional<int32_t> block = blocks_.find(block_key(seq, j));
+    if (!block) break;
+    blocks_.add_ref(*block);
+    restore.held.push_back(*block);
+  }
+  if (j < shareable) ssd_keys_to_restore(seq, j, shareable, budget, restore.tokens, restore.keys);
+  Result<std::vector<int32_t>> fresh = resource_exhausted("nothing to restore");
+  if (!restore.keys.empty()) {
+    // Most recently used first, as in restore_from_ssd.
+    ssd_->touch(restore.keys);
+    fresh = blocks_.allocate(int32_t(restore.keys.size()));
+  }
+  if (!fresh.is_ok()) {
+    blocks_.release(restore.held);
+    return false;
+  }
+  restore.fresh = std::move(fresh).value();
+  restore.load = ssd_->start_load(restore.keys, kv_.data(), restore.fresh);
+  seq.ssd_restoring = true;
+  if (seq.ssd_landed_blocks == 0) seq.ssd_first_block = j;
+  ssd_restores_.push_back(std::move(restore));
+  return true;
+}
+
+void Scheduler::land_ssd_restores(bool wait) {
+  if (ssd_restores_.empty()) return;
+  for (const SsdKvStore::LandedLoad& landed : ssd_->finish_loads(wait)) {
+    const auto it = std::ranges::find_if(ssd_restores_,
+                                         [&](const SsdRestore& r) { return r.load == landed.id; });
+    BATON_CHECK(it != ssd_restores_.end());
+    if (!landed.result.problem.is_ok()) {
+      spdlog::warn("ssd cache: {}; computing that block again", landed.result.problem.message());
+    }
+    // Registered and released, the restored blocks are cached and most
+    // recently used: the sequence, admitted next, finds them with the
+    // prefix before them. Blocks not restored are simply free again.
+    for (int32_t i = 0; i < landed.result.restored; ++i)
+      blocks_.register_block(it->fresh[size_t(i)], it->keys[size_t(i)]);
+    blocks_.release(it->fresh);
+    blocks_.release(it->held);
+    // An aborted sequence is gone; what it restored stays cached.
+    for (auto& seq : waiting_) {
+      if (seq->id != it->sequence_id) continue;
+      seq->ssd_restoring = false;
+      seq->ssd_landed_blocks += landed.result.restored;
+    }
+    ssd_restores_.erase(it);
+  }
 }
 
 void Scheduler::count_prefix_lookup(const Sequence& seq) {
@@ -392,6 +483,12 @@ void Scheduler::note_peak_usage() {
 Status Scheduler::step(std::vector<StepOutput>* outputs) {
   if (!failure_.is_ok()) return failure_;
   std::vector<Scheduled> scheduled = schedule();
+  // Nothing to run but sequences whose blocks the SSD tier is reading:
+  // wait for those reads instead of returning an empty step.
+  while (scheduled.empty() && !ssd_restores_.empty()) {
+    land_ssd_restores(/*wait=*/true);
+    scheduled = schedule();
+  }
   last_step_ = {};
   note_peak_usage();
   if (scheduled.empty()) {

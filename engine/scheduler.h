@@ -166,10 +166,28 @@ class Scheduler {
   // step needs) and marks their tokens computed.
   // `budget`: the tokens the caller reserves after the shared ones at most
   // (SSD restores leave room for them).
-  void share_cached_prefix(Sequence& sequence, int32_t budget);
-  // Reads the sequence's full blocks first.. (up to end, exclusive) that the
-  // SSD tier holds into fresh pool blocks and shares them; returns how many.
+  // `restore_now`: the blocks the SSD tier holds after those are read now
+  // (restore_from_ssd); else an asynchronous restore has brought them to
+  // the pool already, or none was worth it.
+  void share_cached_prefix(Sequence& sequence, int32_t budget, bool restore_now);
+  // The sequence's full blocks first.. (up to end, exclusive) that the SSD
+  // tier holds, copied into `tokens` and `keys`, as many as leave room in
+  // the pool for the chunk of at most `budget` tokens that follows them.
+  void ssd_keys_to_restore(Sequence& sequence, int32_t first, int32_t end, int32_t budget,
+                           std::vector<int32_t>& tokens, std::vector<BlockKey>& keys);
+  // Reads those blocks into fresh pool blocks now and shares them; returns
+  // how many. For reservations of remote KV, which answer at once.
   int32_t restore_from_ssd(Sequence& sequence, int32_t first, int32_t end, int32_t budget);
+  // At admission of a sequence with no blocks: when the SSD tier holds blocks
+  // that continue its cached prefix, starts reading them into fresh pool
+  // blocks and returns true; the sequence waits until they land
+  // (land_ssd_restores), and then finds them cached. The running sequences
+  // compute meanwhile. A restore that the pool's free blocks cut short is
+  // continued at a later admission attempt.
+  bool start_ssd_restore(Sequence& sequence, int32_t budget);
+  // Registers the blocks of restores that landed in the prefix cache and
+  // lets their sequences be admitted; `wait`: waits for one to land first.
+  void land_ssd_restores(bool wait);
   // Counts an admission's (or a remote reservation's) lookup in the stats.
   void count_prefix_lookup(const Sequence& sequence);
   // Registers the sequence's blocks that are full once its first `computed`
@@ -203,6 +221,18 @@ class Scheduler {
   std::vector<float> logits_;
   LayerObserver layer_observer_;
   std::unique_ptr<SsdKvStore> ssd_;
+  // An asynchronous restore in flight: the pool blocks of the prefix before
+  // it are held (so they stay cached until it lands), the fresh ones are
+  // being read.
+  struct SsdRestore {
+    int64_t sequence_id = 0;
+    int64_t load = 0;
+    std::vector<int32_t> held;
+    std::vector<int32_t> fresh;
+    std::vector<int32_t> tokens;  // the keys' tokens
+    std::vector<BlockKey> keys;
+  };
+  std::vector<SsdRestore> ssd_restores_;
   Status failure_;  // a failed forward pass's error, returned by every later step
   std::vector<StepSequenceInfo> step_info_;  // what the observer is shown
 };

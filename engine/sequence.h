@@ -63,7 +63,13 @@ struct Sequence {
   std::vector<uint64_t> block_hashes;
   int32_t registered_blocks = 0;
   int32_t ssd_restored_blocks = 0;  // of the shared ones, read back from the SSD tier
-  bool awaiting_kv = false;         // reserved by reserve_remote, KV not yet activated
+  // The SSD tier's asynchronous restores (Scheduler::start_ssd_restore):
+  // while one runs the sequence waits; those that landed brought its blocks
+  // [ssd_first_block, + ssd_landed_blocks) to the pool, cached.
+  bool ssd_restoring = false;
+  int32_t ssd_first_block = 0;
+  int32_t ssd_landed_blocks = 0;
+  bool awaiting_kv = false;  // reserved by reserve_remote, KV not yet activated
   FinishReason finish_reason = FinishReason::kNone;
 };
 

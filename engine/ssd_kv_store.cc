@@ -61,8 +61,9 @@ struct SsdKvStore::Io {
   Status status;  // a read's verification
   std::vector<iovec> iov;
   size_t bytes = 0;
-  ssize_t result = 0;  // bytes moved, or -errno
-  bool done = false;   // result is in
+  ssize_t result = 0;    // bytes moved, or -errno
+  bool done = false;     // result is in
+  bool in_ring = false;  // an asynchronous read the load ring has not completed
   std::unique_ptr<std::byte[]> header{new std::byte[kHeaderBytes]};
 };
 
@@ -145,6 +146,45 @@ class SsdKvStore::Ring {
     return !failed;
   }
 
+  // The asynchronous side (a ring of its own, so the batches of run() never
+  // see these completions). Submits one read, its completion to carry `io`;
+  // false if the ring would not take it.
+  bool submit_read(Io& io, int fd) {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) return false;
+    io_uring_prep_readv(sqe, fd, io.iov.data(), unsigned(io.iov.size()), io.offset);
+    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+    io_uring_sqe_set_data(sqe, &io);
+    const int rc = io_uring_submit(&ring_);
+    if (rc >= 1) return true;
+    spdlog::warn("ssd cache: io_uring submit failed ({})",
+                 rc < 0 ? errno_text(-rc) : "nothing taken");
+    return false;
+  }
+  // Completes every read that has landed (complete(io) with io.result set);
+  // `wait`: waits for one first. False if waiting failed: the ring must not
+  // be used again.
+  bool reap(bool wait, const IoCallback& complete) {
+    io_uring_cqe* cqe = nullptr;
+    if (wait) {
+      int rc;
+      while ((rc = io_uring_wait_cqe(&ring_, &cqe)) == -EINTR) {
+      }
+      if (rc < 0) {
+        spdlog::error("ssd cache: io_uring wait failed ({})", errno_text(-rc));
+        return false;
+      }
+    }
+    while (io_uring_peek_cqe(&ring_, &cqe) == 0) {
+      Io& io = *static_cast<Io*>(io_uring_cqe_get_data(cqe));
+      io.result = cqe->res;
+      io_uring_cqe_seen(&ring_, cqe);
+      io.done = true;
+      complete(io);
+    }
+    return true;
+  }
+
  private:
   Ring() = default;
   io_uring ring_{};
@@ -215,13 +255,17 @@ SsdKvStore::SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layou
       layout_(layout),
       slot_bytes_(slot_bytes_for(layout)),
       capacity_(slots),
-      ring_(allow_io_uring ? Ring::create() : nullptr) {
+      ring_(allow_io_uring ? Ring::create() : nullptr),
+      load_ring_(ring_ ? Ring::create() : nullptr) {
   stats_.capacity_blocks = slots;
   spdlog::info("ssd cache: {} ({} slots of {} KiB, {})", path_.string(), slots, slot_bytes_ >> 10,
                ring_ ? "io_uring" : "preadv/pwritev");
 }
 
 SsdKvStore::~SsdKvStore() {
+  // The kernel may still be writing pool blocks of loads in flight.
+  while (!loads_.empty()) finish_loads(/*wait=*/true);
+  load_ring_.reset();
   ring_.reset();
   ::close(fd_);
   std::error_code ec;
@@ -260,8 +304,12 @@ int64_t SsdKvStore::take_slot() {
     slots_.emplace_back();
     return int64_t(slots_.size()) - 1;
   }
-  const int64_t slot = recency_.front();
-  recency_.pop_front();
+  // The least recently used slot no asynchronous load is reading.
+  const auto it =
+      std::ranges::find_if(recency_, [&](int64_t slot) { return slots_[size_t(slot)].pins == 0; });
+  if (it == recency_.end()) return -1;
+  const int64_t slot = *it;
+  recency_.erase(it);
   Slot& s = slots_[size_t(slot)];
   by_hash_.erase(s.hash);
   s.tokens.clear();
@@ -370,6 +418,7 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
       // batch, to this key.
       if (by_hash_.contains(key.hash)) continue;
       const int64_t slot = take_slot();
+      if (slot < 0) continue;  // every slot is being read: not saved
       Slot& s = slots_[size_t(slot)];
       s.hash = key.hash;
       s.parent = key.parent;
@@ -442,6 +491,23 @@ Status SsdKvStore::verify(const Io& io, int64_t slot, const BlockKey& key) const
   return Status::ok();
 }
 
+SsdLoad SsdKvStore::account(std::span<Io> ios) {
+  SsdLoad out;
+  for (Io& io : ios) {
+    if (!io.status.is_ok()) {
+      // A damaged slot goes; one the OS failed to read (an I/O error, an
+      // interrupted read) may be fine next time and stays.
+      if (io.status.code() == StatusCode::kDataLoss) drop(io.slot);
+      out.problem = std::move(io.status);
+      return out;
+    }
+    touch(io.slot);
+    ++stats_.loaded_blocks;
+    ++out.restored;
+  }
+  return out;
+}
+
 SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, void* pool,
                          std::span<const int32_t> blocks) {
   BATON_CHECK(keys.size() == blocks.size());
@@ -461,19 +527,135 @@ SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, void* pool,
     run(
         ios, /*write=*/false, [](Io&) {},
         [this](Io& io) { io.status = verify(io, io.slot, *io.key); });
-    for (Io& io : ios) {
-      if (!io.status.is_ok()) {
-        // A damaged slot goes; one the OS failed to read (an I/O error, an
-        // interrupted read) may be fine next time and stays.
-        if (io.status.code() == StatusCode::kDataLoss) drop(io.slot);
-        out.problem = std::move(io.status);
-        return out;
-      }
-      touch(io.slot);
-      ++stats_.loaded_blocks;
-      ++out.restored;
+    const SsdLoad batch = account(ios);
+    out.restored += batch.restored;
+    if (!batch.problem.is_ok()) {
+      out.problem = batch.problem;
+      return out;
     }
     if (ios.size() < end - begin) return out;  // the next key is not stored
+  }
+  return out;
+}
+
+// An asynchronous load: its own copy of the keys, and one read per leading
+// stored key, submitted as the load ring has room.
+struct SsdKvStore::PendingLoad {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // the keys' tokens
+  std::vector<BlockKey> keys;   // their spans point into tokens
+  std::vector<Io> ios;
+  size_t submitted = 0;
+  size_t landed = 0;
+};
+
+int64_t SsdKvStore::start_load(std::span<const BlockKey> keys, void* pool,
+                               std::span<const int32_t> blocks) {
+  BATON_CHECK(keys.size() == blocks.size());
+  PendingLoad& load = loads_.emplace_back();
+  load.id = next_load_id_++;
+  for (const BlockKey& key : keys)
+    load.tokens.insert(load.tokens.end(), key.tokens.begin(), key.tokens.end());
+  size_t at = 0;
+  for (const BlockKey& key : keys) {
+    load.keys.push_back(
+        BlockKey{.hash = key.hash,
+                 .parent = key.parent,
+                 .tokens = std::span<const int32_t>(load.tokens).subspan(at, key.tokens.size())});
+    at += key.tokens.size();
+  }
+  load.ios.reserve(keys.size());  // their addresses travel with the reads
+  for (size_t i = 0; i < keys.size(); ++i) {
+    const int64_t slot = find(keys[i]);
+    if (slot < 0) break;
+    Io& io = load.ios.emplace_back();
+    describe(io, slot, pool, blocks[i], io.header.get());
+    io.key = &load.keys[i];
+    ++slots_[size_t(slot)].pins;
+  }
+  if (load_ring_) {
+    submit_loads();
+  } else {
+    read_loads_directly();
+  }
+  return load.id;
+}
+
+void SsdKvStore::submit_loads() {
+  for (PendingLoad& load : loads_) {
+    for (; load.submitted < load.ios.size(); ++load.submitted) {
+      if (loads_submitted_ >= int32_t(kRingDepth)) return;
+      Io& io = load.ios[load.submitted];
+      if (!load_ring_->submit_read(io, fd_)) {
+        // What is in flight still lands through the ring; the rest is read here.
+        spdlog::warn("ssd cache: {}: reading the rest of the loads with preadv", path_.string());
+        read_loads_directly();
+        return;
+      }
+      io.in_ring = true;
+      ++loads_submitted_;
+    }
+  }
+}
+
+void SsdKvStore::read_loads_directly() {
+  for (PendingLoad& load : loads_) {
+    for (Io& io : load.ios) {
+      if (io.done || io.in_ring) continue;
+      const ssize_t n = ::preadv(fd_, io.iov.data(), int(io.iov.size()), off_t(io.offset));
+      io.result = n < 0 ? -errno : n;
+      io.done = true;
+      io.status = verify(io, io.slot, *io.key);
+      ++load.landed;
+    }
+    load.submitted = load.ios.size();
+  }
+}
+
+std::vector<SsdKvStore::LandedLoad> SsdKvStore::finish_loads(bool wait) {
+  auto landed_any = [&] {
+    return std::ranges::any_of(loads_,
+                               [](const PendingLoad& l) { return l.landed == l.ios.size(); });
+  };
+  if (load_ring_ && loads_submitted_ > 0) {
+    auto complete = [&](Io& io) {
+      io.in_ring = false;
+      io.status = verify(io, io.slot, *io.key);
+      --loads_submitted_;
+      // Its load, found by its address.
+      for (PendingLoad& load : loads_) {
+        if (&io >= load.ios.data() && &io < load.ios.data() + load.ios.size()) {
+          ++load.landed;
+          break;
+        }
+      }
+    };
+    bool ok = load_ring_->reap(/*wait=*/false, complete);
+    submit_loads();
+    while (ok && wait && loads_submitted_ > 0 && !landed_any()) {
+      ok = load_ring_->reap(/*wait=*/true, complete);
+      submit_loads();
+    }
+    if (!ok) {
+      // Not expected to happen: the reads in flight are read again here.
+      spdlog::warn("ssd cache: {}: using preadv for loads from now on", path_.string());
+      load_ring_.reset();
+      loads_submitted_ = 0;
+      for (PendingLoad& load : loads_) {
+        for (Io& io : load.ios) io.in_ring = false;
+      }
+      read_loads_directly();
+    }
+  }
+  std::vector<LandedLoad> out;
+  for (auto it = loads_.begin(); it != loads_.end();) {
+    if (it->landed < it->ios.size()) {
+      ++it;
+      continue;
+    }
+    for (const Io& io : it->ios) --slots_[size_t(io.slot)].pins;
+    out.push_back(LandedLoad{.id = it->id, .result = account(it->ios)});
+    it = loads_.erase(it);
   }
   return out;
 }

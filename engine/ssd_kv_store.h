@@ -19,6 +19,12 @@
 // blocks are submitted together through io_uring (plain preadv/pwritev where
 // the kernel refuses io_uring), so an SSD sees them all at once.
 //
+// Loads also run asynchronously (start_load, finish_loads) on a ring of
+// their own, so that the scheduler keeps computing while blocks are read:
+// a synchronous restore of a long prompt would stall every running
+// sequence for as long as the reads take. Slots being read are pinned: a
+// save never reuses them until their load has landed.
+//
 // The index (key to slot) lives in memory; slots are reused least recently
 // used first. A slot whose header or checksum does not match on reading is
 // reported (naming the file and the slot) and dropped, and the caller
@@ -91,15 +97,33 @@ class SsdKvStore {
   // kept).
   SsdLoad load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks);
 
+  // Starts reading what load() would read, and returns at once with the
+  // load's id. Until finish_loads() hands the load back, the kernel may
+  // write its pool blocks: nobody else may use them (nor free the pool).
+  // Without io_uring the reads happen here, and the load is handed back by
+  // the next finish_loads().
+  int64_t start_load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks);
+  struct LandedLoad {
+    int64_t id;
+    SsdLoad result;  // as load() would have returned it
+  };
+  // The loads whose reads have all landed and been verified since the last
+  // call, in no particular order. `wait`: when loads are in flight and none
+  // has landed, waits until one has.
+  std::vector<LandedLoad> finish_loads(bool wait);
+  int32_t loads_in_flight() const { return int32_t(loads_.size()); }
+
  private:
   struct Slot {
     uint64_t hash = 0;
     uint64_t parent = 0;
     std::vector<int32_t> tokens;  // empty: the slot is free
     std::list<int64_t>::iterator recency;
+    int32_t pins = 0;  // asynchronous loads reading it: not to be reused
   };
   struct Io;  // one block's vectored read or write
   class Ring;
+  struct PendingLoad;
 
   // A process killed before it could remove its file leaves it behind:
   // such files of processes that no longer exist are removed.
@@ -107,7 +131,7 @@ class SsdKvStore {
   SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots,
              bool allow_io_uring);
   // A slot for a new key: a dropped one, a never used one, else the least
-  // recently used (evicted).
+  // recently used one that no load is reading (evicted); -1 if none is.
   int64_t take_slot();
   void drop(int64_t slot);
   void touch(int64_t slot);
@@ -122,6 +146,14 @@ class SsdKvStore {
   // The slot header of a write: geometry, key, checksums.
   void write_header(Io& io) const;
   Status verify(const Io& io, int64_t slot, const BlockKey& key) const;
+  // The leading I/Os of `ios` that verified, as load() reports them: touches
+  // and counts those, drops the first damaged slot.
+  SsdLoad account(std::span<Io> ios);
+  // Submits queued reads of asynchronous loads while the load ring has room.
+  void submit_loads();
+  // Reads the not yet submitted I/Os of every asynchronous load with preadv
+  // (no load ring, or it failed).
+  void read_loads_directly();
 
   std::filesystem::path path_;
   int fd_;
@@ -133,6 +165,10 @@ class SsdKvStore {
   std::list<int64_t> recency_;       // stored slots, least recently used first
   std::vector<int64_t> free_slots_;  // dropped ones
   std::unique_ptr<Ring> ring_;       // null: plain preadv/pwritev
+  std::unique_ptr<Ring> load_ring_;  // asynchronous loads; null: read at start_load
+  std::list<PendingLoad> loads_;     // started, not yet handed back (stable addresses)
+  int64_t next_load_id_ = 0;
+  int32_t loads_submitted_ = 0;  // reads in flight on load_ring_
   SsdKvStoreStats stats_;
 };
 

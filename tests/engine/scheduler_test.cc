@@ -490,12 +490,14 @@ TEST_F(SchedulerTest, AFailedStepFailsEveryLaterOne) {
 // running sequence holding most of a 20-block pool and an 8-token budget, a
 // prompt whose 10 leading blocks are on SSD is admitted beside it with part
 // of them, instead of restoring into every free block and then failing to
-// reserve its chunk, step after step, until the running one ends.
+// reserve its chunk, step after step, until the running one ends. The
+// running one's 41 tokens leave room in its last block for its first three
+// decode steps, during which the restore lands.
 TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   const std::vector<int32_t> p = random_prompt_of_exactly(40);
   const std::vector<int32_t> w = extended(p, 4);
-  const std::vector<int32_t> r = random_prompt_of_exactly(44);
+  const std::vector<int32_t> r = random_prompt_of_exactly(41);
   const std::vector<int32_t> filler = random_prompt_of_exactly(79);
   const auto alone = alone_uncached({r, w}, greedy(12));
   auto engine = make_engine(20, 4, /*budget=*/8, 4, true, uint64_t(64) << 20);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fstream>
 #include <list>
+#include <map>
 #include <numeric>
 
 #include <sys/resource.h>
@@ -71,6 +72,17 @@ class SsdKvStoreTest : public ::testing::Test {
     const BlockKey key = random_key(pool.layout().block_size);
     store.save(std::span(&key, 1), pool.data(), std::span(&block, 1));
     return key;
+  }
+
+  // start_load, then finish_loads until that load is handed back.
+  static SsdLoad load_async(SsdKvStore& store, std::span<const BlockKey> keys, void* pool,
+                            std::span<const int32_t> blocks) {
+    const int64_t id = store.start_load(keys, pool, blocks);
+    for (;;) {
+      for (SsdKvStore::LandedLoad& landed : store.finish_loads(/*wait=*/true)) {
+        if (landed.id == id) return std::move(landed.result);
+      }
+    }
   }
 
   static bool same_block(const KvPool& a, int32_t block_a, const KvPool& b, int32_t block_b) {
@@ -272,27 +284,108 @@ TEST_F(SsdKvStoreTest, DamagedSlotsAreRefusedNamingTheFileAndSlotThenForgotten) 
       {"the last layer's last byte", header + 3 * layout.block_bytes() - 1,
        "payload checksum mismatch"},
   };
-  for (const Damage& d : damages) {
-    SCOPED_TRACE(d.what);
-    KvPool pool = random_pool(layout);
-    auto store = make_store(layout, 4);
-    std::vector<BlockKey> keys = {random_key(16), random_key(16)};
-    const std::vector<int32_t> blocks = {3, 4};
-    store->save(keys, pool.data(), blocks);
-    // Slots are taken from the file's start: the second key is in slot 1.
-    flip_byte(store->path(), store->slot_bytes() + d.offset);
+  for (const bool async : {false, true})
+    for (const Damage& d : damages) {
+      SCOPED_TRACE(std::string(d.what) + (async ? ", asynchronous load" : ""));
+      KvPool pool = random_pool(layout);
+      auto store = make_store(layout, 4);
+      std::vector<BlockKey> keys = {random_key(16), random_key(16)};
+      const std::vector<int32_t> blocks = {3, 4};
+      store->save(keys, pool.data(), blocks);
+      // Slots are taken from the file's start: the second key is in slot 1.
+      flip_byte(store->path(), store->slot_bytes() + d.offset);
+      KvPool target = random_pool(layout);
+      const std::vector<int32_t> into = {0, 1};
+      const SsdLoad loaded = async ? load_async(*store, keys, target.data(), into)
+                                   : store->load(keys, target.data(), into);
+      EXPECT_EQ(loaded.restored, 1);
+      EXPECT_TRUE(same_block(target, 0, pool, 3));
+      EXPECT_EQ(loaded.problem.code(), StatusCode::kDataLoss);
+      const std::string message = loaded.problem.message();
+      EXPECT_NE(message.find(store->path().string()), std::string::npos) << message;
+      EXPECT_NE(message.find("slot 1"), std::string::npos) << message;
+      EXPECT_NE(message.find(d.expected), std::string::npos) << message;
+      EXPECT_TRUE(store->contains(keys[0]));
+      EXPECT_FALSE(store->contains(keys[1])) << "a damaged slot is forgotten";
+      EXPECT_EQ(store->stats().dropped_blocks, 1);
+    }
+}
+
+// Asynchronous loads: several in flight at once come back byte for byte
+// into the blocks they were given and nowhere else. While they are in
+// flight their slots are pinned: a full store saves nothing rather than
+// reuse one. A load of a key not stored lands with nothing, and a store
+// destroyed with a load in flight waits for it.
+TEST_F(SsdKvStoreTest, AsynchronousLoadsLandByteForByteAndPinTheirSlots) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (const bool io_uring : {true, false}) {
+    SCOPED_TRACE(io_uring ? "io_uring" : "preadv/pwritev");
+    const KvLayout layout = layout_of(DType::kBF16, 4, 2, 64, 8, 40);
+    KvPool source = random_pool(layout);
     KvPool target = random_pool(layout);
-    const std::vector<int32_t> into = {0, 1};
-    const SsdLoad loaded = store->load(keys, target.data(), into);
-    EXPECT_EQ(loaded.restored, 1);
-    EXPECT_EQ(loaded.problem.code(), StatusCode::kDataLoss);
-    const std::string message = loaded.problem.message();
-    EXPECT_NE(message.find(store->path().string()), std::string::npos) << message;
-    EXPECT_NE(message.find("slot 1"), std::string::npos) << message;
-    EXPECT_NE(message.find(d.expected), std::string::npos) << message;
-    EXPECT_TRUE(store->contains(keys[0]));
-    EXPECT_FALSE(store->contains(keys[1])) << "a damaged slot is forgotten";
-    EXPECT_EQ(store->stats().dropped_blocks, 1);
+    KvPool untouched_copy = random_pool(layout);
+    std::memcpy(untouched_copy.data(), target.data(), target.bytes());
+    auto store = make_store(layout, 12, io_uring);
+    std::vector<BlockKey> keys;
+    std::vector<int32_t> from;
+    for (int i = 0; i < 12; ++i) {
+      keys.push_back(random_key(8));
+      from.push_back(int32_t(rng_() % 40));
+    }
+    store->save(keys, source.data(), from);
+    ASSERT_EQ(store->stats().stored_blocks, 12);
+
+    // Three loads of four keys each into shuffled distinct blocks, and one
+    // of a key never stored.
+    std::vector<int32_t> ids(40);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng_);
+    std::map<int64_t, size_t> first_key_of;
+    for (size_t begin = 0; begin < 12; begin += 4) {
+      const int64_t id = store->start_load(std::span(keys).subspan(begin, 4), target.data(),
+                                           std::span(ids).subspan(begin, 4));
+      first_key_of[id] = begin;
+    }
+    const BlockKey stranger = random_key(8);
+    const int32_t stranger_block = ids[12];
+    const int64_t stranger_id =
+        store->start_load(std::span(&stranger, 1), target.data(), std::span(&stranger_block, 1));
+    EXPECT_EQ(store->loads_in_flight(), 4);
+
+    // Every slot is being read: saves wait for none of them, and take none.
+    const BlockKey newcomer = random_key(8);
+    const int32_t newcomer_block = 0;
+    store->save(std::span(&newcomer, 1), source.data(), std::span(&newcomer_block, 1));
+    EXPECT_FALSE(store->contains(newcomer));
+    for (const BlockKey& key : keys) EXPECT_TRUE(store->contains(key));
+    EXPECT_EQ(store->stats().saved_blocks, 12);
+
+    int landed_loads = 0;
+    while (store->loads_in_flight() > 0) {
+      for (const SsdKvStore::LandedLoad& landed : store->finish_loads(/*wait=*/true)) {
+        ++landed_loads;
+        ASSERT_TRUE(landed.result.problem.is_ok()) << landed.result.problem.to_string();
+        if (landed.id == stranger_id) {
+          EXPECT_EQ(landed.result.restored, 0);
+          continue;
+        }
+        ASSERT_TRUE(first_key_of.contains(landed.id));
+        EXPECT_EQ(landed.result.restored, 4);
+      }
+    }
+    EXPECT_EQ(landed_loads, 4);
+    for (size_t i = 0; i < 12; ++i) EXPECT_TRUE(same_block(target, ids[i], source, from[i])) << i;
+    for (size_t i = 12; i < 40; ++i)
+      EXPECT_TRUE(same_block(target, ids[i], untouched_copy, ids[i])) << i;
+    EXPECT_EQ(store->stats().loaded_blocks, 12);
+
+    // Landed, the slots are free to be reused again.
+    store->save(std::span(&newcomer, 1), source.data(), std::span(&newcomer_block, 1));
+    EXPECT_TRUE(store->contains(newcomer));
+
+    // Destroyed with a load in flight: the store waits for its reads.
+    store->start_load(std::span(keys).subspan(4, 8), target.data(), std::span(ids).first(8));
+    store.reset();
   }
 }
 
