@@ -258,8 +258,8 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
   for (size_t w = 0;
        w < waiting_.size() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs;) {
     Sequence& seq = *waiting_[w];
-    if (!seq.ssd_restoring && start_ssd_restore(seq, budget)) {
-      land_ssd_restores(/*wait=*/false);  // reads done at once (no io_uring) land now
+    if (!seq.ssd_restoring && start_ssd_restore(seq, budget) && !ssd_->loads_are_asynchronous()) {
+      land_ssd_restores(/*wait=*/false);  // read already: lands now
     }
     if (seq.ssd_restoring) {
       ++w;
@@ -404,7 +404,20 @@ bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
     blocks_.add_ref(*block);
     restore.held.push_back(*block);
   }
-  if (j < shareable) ssd_keys_to_restore(seq, j, shareable, budget, restore.tokens, restore.keys);
+  if (j < shareable) {
+    // A block another sequence's restore is reading: wait for that one
+    // rather than read it twice (a burst of requests sharing a prompt).
+    const uint64_t next = block_key(seq, j).hash;
+    for (SsdRestore& other : ssd_restores_) {
+      if (std::ranges::none_of(other.keys, [&](const BlockKey& k) { return k.hash == next; }))
+        continue;
+      blocks_.release(restore.held);
+      other.waiters.push_back(seq.id);
+      seq.ssd_restoring = true;
+      return true;
+    }
+    ssd_keys_to_restore(seq, j, shareable, budget, restore.tokens, restore.keys);
+  }
   Result<std::vector<int32_t>> fresh = resource_exhausted("nothing to restore");
   if (!restore.keys.empty()) {
     // Most recently used first, as in restore_from_ssd.
@@ -441,9 +454,12 @@ void Scheduler::land_ssd_restores(bool wait) {
     blocks_.release(it->held);
     // An aborted sequence is gone; what it restored stays cached.
     for (auto& seq : waiting_) {
-      if (seq->id != it->sequence_id) continue;
-      seq->ssd_restoring = false;
-      seq->ssd_landed_blocks += landed.result.restored;
+      if (seq->id == it->sequence_id) {
+        seq->ssd_restoring = false;
+        seq->ssd_landed_blocks += landed.result.restored;
+      } else if (std::ranges::find(it->waiters, seq->id) != it->waiters.end()) {
+        seq->ssd_restoring = false;
+      }
     }
     ssd_restores_.erase(it);
   }
@@ -611,11 +627,16 @@ SchedulerStats Scheduler::stats() const {
   auto count = [&](const Sequence& seq) {
     waiting_tokens += std::max<int64_t>(0, int64_t(seq.prompt.size()) - seq.num_computed);
   };
-  for (const auto& seq : waiting_) count(*seq);
+  int32_t restoring = 0;
+  for (const auto& seq : waiting_) {
+    count(*seq);
+    restoring += seq->ssd_restoring ? 1 : 0;
+  }
   for (const auto& seq : running_) count(*seq);
   return SchedulerStats{.running = int32_t(running_.size()),
                         .waiting = int32_t(waiting_.size()),
                         .awaiting = int32_t(awaiting_.size()),
+                        .restoring = restoring,
                         .waiting_tokens = waiting_tokens,
                         .free_blocks = blocks_.num_free(),
                         .total_blocks = blocks_.num_blocks(),

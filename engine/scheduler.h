@@ -54,6 +54,7 @@ struct SchedulerStats {
   int32_t running = 0;
   int32_t waiting = 0;
   int32_t awaiting = 0;        // reserved by reserve_remote, not yet activated
+  int32_t restoring = 0;       // of the waiting, those whose blocks the SSD tier is reading
   int64_t waiting_tokens = 0;  // prompt tokens not yet computed: waiting sequences and
                                // running ones still in (chunked) prefill
   int32_t free_blocks = 0;     // blocks of awaiting and retained sequences count as used
@@ -130,8 +131,9 @@ class Scheduler {
   // Called per layer from inside every step's forward pass; empty: none.
   void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
 
-  // Queued or running sequences exist (awaiting ones need no steps).
-  bool has_work() const { return !running_.empty() || !waiting_.empty(); }
+  // Queued or running sequences exist (awaiting ones need no steps), or
+  // reads from the SSD tier that a step must land (an aborted sequence's).
+  bool has_work() const { return !running_.empty() || !waiting_.empty() || !ssd_restores_.empty(); }
   // Runs one step: schedules, runs the model, samples, retires finished ones.
   // A step that can schedule nothing because awaiting sequences hold the
   // blocks it needs does nothing and returns OK (last_step() is all zero).
@@ -231,6 +233,7 @@ class Scheduler {
     std::vector<int32_t> fresh;
     std::vector<int32_t> tokens;  // the keys' tokens
     std::vector<BlockKey> keys;
+    std::vector<int64_t> waiters;  // sequences that need these blocks too
   };
   std::vector<SsdRestore> ssd_restores_;
   Status failure_;  // a failed forward pass's error, returned by every later step

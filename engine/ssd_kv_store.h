@@ -112,6 +112,8 @@ class SsdKvStore {
   // has landed, waits until one has.
   std::vector<LandedLoad> finish_loads(bool wait);
   int32_t loads_in_flight() const { return int32_t(loads_.size()); }
+  // False when start_load reads everything before it returns (no io_uring).
+  bool loads_are_asynchronous() const { return load_ring_ != nullptr; }
 
  private:
   struct Slot {

@@ -491,17 +491,22 @@ TEST_F(SchedulerTest, AFailedStepFailsEveryLaterOne) {
 // prompt whose 10 leading blocks are on SSD is admitted beside it with part
 // of them, instead of restoring into every free block and then failing to
 // reserve its chunk, step after step, until the running one ends. The
-// running one's 41 tokens leave room in its last block for its first three
-// decode steps, during which the restore lands.
+// tier reads with preadv here, so the restore lands in the step that starts
+// it: with io_uring, whether the room is still there when it lands depends
+// on how many steps the running one takes meanwhile.
 TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   const std::vector<int32_t> p = random_prompt_of_exactly(40);
   const std::vector<int32_t> w = extended(p, 4);
-  const std::vector<int32_t> r = random_prompt_of_exactly(41);
+  const std::vector<int32_t> r = random_prompt_of_exactly(44);
   const std::vector<int32_t> filler = random_prompt_of_exactly(79);
   const auto alone = alone_uncached({r, w}, greedy(12));
-  auto engine = make_engine(20, 4, /*budget=*/8, 4, true, uint64_t(64) << 20);
+  auto engine = make_engine(20, 4, /*budget=*/8, 4, true);
   Scheduler& s = engine->scheduler();
+  auto store = SsdKvStore::create(dir_.path(), uint64_t(64) << 20, engine->kv_pool().layout(),
+                                  /*allow_io_uring=*/false);
+  ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+  s.attach_ssd_store(std::move(store).value());
   // p's blocks go to SSD: the filler needs every block of the pool.
   generate(*engine, {p}, greedy(1));
   generate(*engine, {filler}, greedy(1));
@@ -524,6 +529,100 @@ TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
   EXPECT_EQ(done[0]->output, alone[0]);
   EXPECT_EQ(done[1]->output, alone[1]);
+}
+
+// A burst of prompts that share a prefix the pool lost to the SSD tier:
+// the first one's restore reads it, and the others wait for that read
+// instead of reading the same blocks again. Outputs equal computing all.
+TEST_F(SchedulerTest, ABurstSharingARestoredPrefixReadsItOnce) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::vector<int32_t> p = random_prompt_of_exactly(40);
+  std::vector<std::vector<int32_t>> burst;
+  for (int i = 0; i < 4; ++i) burst.push_back(extended(p, 4));
+  const auto alone = alone_uncached(burst, greedy(4));
+  auto engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
+  Scheduler& s = engine->scheduler();
+  generate(*engine, {p}, greedy(1));
+  generate(*engine, {random_prompt_of_exactly(159)}, greedy(1));  // evicts p's blocks to SSD
+  const int64_t loaded_before = s.ssd_store()->stats().loaded_blocks;
+  const SchedulerStats before = s.stats();
+  EXPECT_EQ(generate(*engine, burst, greedy(4)), alone);
+  EXPECT_EQ(s.ssd_store()->stats().loaded_blocks - loaded_before, 10) << "p's blocks, read once";
+  EXPECT_EQ(s.stats().prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens, 40);
+  EXPECT_EQ(s.stats().prefix_hit_tokens - before.prefix_hit_tokens, 4 * 40);
+}
+
+// While the SSD tier reads a waiting prompt's blocks, the running
+// sequences go on: the step that starts the restore runs their decode
+// tokens and nothing of the prompt, which is admitted once its blocks
+// landed. Outputs equal each prompt generated alone.
+TEST_F(SchedulerTest, RunningSequencesComputeWhileARestoreIsRead) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::vector<int32_t> p = random_prompt_of_exactly(40);
+  const std::vector<int32_t> w = extended(p, 4);
+  const std::vector<int32_t> r = random_prompt_of_exactly(21);
+  const auto alone = alone_uncached({r, w}, greedy(8));
+  auto engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
+  Scheduler& s = engine->scheduler();
+  if (!s.ssd_store()->loads_are_asynchronous()) GTEST_SKIP() << "the kernel refuses io_uring";
+  generate(*engine, {p}, greedy(1));
+  generate(*engine, {random_prompt_of_exactly(159)}, greedy(1));  // evicts p's blocks to SSD
+  ASSERT_TRUE(s.add(r, greedy(8)).is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());  // r's prompt
+  ASSERT_TRUE(s.add(w, greedy(8)).is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  EXPECT_EQ(s.last_step().generated_tokens, 1) << "r's decode token";
+  EXPECT_EQ(s.last_step().prompt_tokens, 0) << "w waits for its blocks";
+  EXPECT_EQ(s.stats().restoring, 1);
+  std::vector<std::unique_ptr<Sequence>> done;
+  while (s.has_work()) {
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    for (auto& seq : s.take_finished()) done.push_back(std::move(seq));
+  }
+  EXPECT_EQ(s.stats().restoring, 0);
+  EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 40);
+  ASSERT_EQ(done.size(), 2u);
+  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+  EXPECT_EQ(done[0]->output, alone[0]);
+  EXPECT_EQ(done[1]->output, alone[1]);
+}
+
+// A prompt aborted while the SSD tier reads its blocks finishes at once;
+// the blocks are freed when the reads land (a step lands them), and stay
+// cached: the same prefix then comes from the pool without another read.
+TEST_F(SchedulerTest, AbortedRestoreFreesItsBlocksWhenTheReadsLand) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::vector<int32_t> p = random_prompt_of_exactly(40);
+  auto engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
+  Scheduler& s = engine->scheduler();
+  if (!s.ssd_store()->loads_are_asynchronous()) GTEST_SKIP() << "the kernel refuses io_uring";
+  generate(*engine, {p}, greedy(1));
+  generate(*engine, {random_prompt_of_exactly(159)}, greedy(1));  // evicts p's blocks to SSD
+  // Its second token, in the step that starts the restore, ends it.
+  ASSERT_TRUE(s.add(random_prompt_of_exactly(21), greedy(2)).is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  auto w = s.add(extended(p, 4), greedy(4));
+  ASSERT_TRUE(w.is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  ASSERT_EQ(s.stats().restoring, 1);
+  ASSERT_TRUE(s.abort(*w));
+  EXPECT_EQ(s.stats().restoring, 0);
+  bool aborted = false;
+  while (s.has_work()) {
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    for (auto& seq : s.take_finished())
+      aborted |= seq->id == *w && seq->finish_reason == FinishReason::kAborted;
+  }
+  for (auto& seq : s.take_finished())
+    aborted |= seq->id == *w && seq->finish_reason == FinishReason::kAborted;
+  EXPECT_TRUE(aborted);
+  EXPECT_EQ(s.stats().free_blocks, s.stats().total_blocks) << "no block is held any more";
+  const int64_t loaded = s.ssd_store()->stats().loaded_blocks;
+  EXPECT_EQ(loaded, 10);
+  const SchedulerStats before = s.stats();
+  generate(*engine, {extended(p, 4)}, greedy(2));
+  EXPECT_EQ(s.stats().prefix_hit_tokens - before.prefix_hit_tokens, 40);
+  EXPECT_EQ(s.ssd_store()->stats().loaded_blocks, loaded) << "found in the pool";
 }
 
 TEST_F(SchedulerTest, SsdTierNeedsPrefixCachingAndADirectory) {
