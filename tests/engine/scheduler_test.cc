@@ -127,6 +127,15 @@ class SchedulerTest : public ::testing::Test {
     return prompt;
   }
 
+  // Generates `prompt`, then a prompt that needs every block of the pool:
+  // the first one's blocks go to the SSD tier.
+  void push_to_ssd(Engine& engine, const std::vector<int32_t>& prompt) {
+    generate(engine, {prompt}, testing::greedy(1));
+    const KvLayout& layout = engine.kv_pool().layout();
+    generate(engine, {random_prompt_of_exactly(size_t(layout.num_blocks * layout.block_size - 1))},
+             testing::greedy(1));
+  }
+
   // `prompt` and `more` random tokens after it.
   std::vector<int32_t> extended(std::vector<int32_t> prompt, int more) {
     for (int i = 0; i < more; ++i) prompt.push_back(int32_t(3 + rng_() % 500));
@@ -499,7 +508,6 @@ TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   const std::vector<int32_t> p = random_prompt_of_exactly(40);
   const std::vector<int32_t> w = extended(p, 4);
   const std::vector<int32_t> r = random_prompt_of_exactly(44);
-  const std::vector<int32_t> filler = random_prompt_of_exactly(79);
   const auto alone = alone_uncached({r, w}, greedy(12));
   auto engine = make_engine(20, 4, /*budget=*/8, 4, true);
   Scheduler& s = engine->scheduler();
@@ -507,9 +515,7 @@ TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
                                   /*allow_io_uring=*/false);
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
   s.attach_ssd_store(std::move(store).value());
-  // p's blocks go to SSD: the filler needs every block of the pool.
-  generate(*engine, {p}, greedy(1));
-  generate(*engine, {filler}, greedy(1));
+  push_to_ssd(*engine, p);
   ASSERT_TRUE(
       s.ssd_store()->contains(BlockKey{.hash = prefix_block_hash(kNoParent, std::span(p).first(4)),
                                        .parent = kNoParent,
@@ -542,8 +548,7 @@ TEST_F(SchedulerTest, ABurstSharingARestoredPrefixReadsItOnce) {
   const auto alone = alone_uncached(burst, greedy(4));
   auto engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
   Scheduler& s = engine->scheduler();
-  generate(*engine, {p}, greedy(1));
-  generate(*engine, {random_prompt_of_exactly(159)}, greedy(1));  // evicts p's blocks to SSD
+  push_to_ssd(*engine, p);
   const int64_t loaded_before = s.ssd_store()->stats().loaded_blocks;
   const SchedulerStats before = s.stats();
   EXPECT_EQ(generate(*engine, burst, greedy(4)), alone);
@@ -565,8 +570,7 @@ TEST_F(SchedulerTest, RunningSequencesComputeWhileARestoreIsRead) {
   auto engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
   Scheduler& s = engine->scheduler();
   if (!s.ssd_store()->loads_are_asynchronous()) GTEST_SKIP() << "the kernel refuses io_uring";
-  generate(*engine, {p}, greedy(1));
-  generate(*engine, {random_prompt_of_exactly(159)}, greedy(1));  // evicts p's blocks to SSD
+  push_to_ssd(*engine, p);
   ASSERT_TRUE(s.add(r, greedy(8)).is_ok());
   ASSERT_TRUE(s.step(nullptr).is_ok());  // r's prompt
   ASSERT_TRUE(s.add(w, greedy(8)).is_ok());
@@ -596,8 +600,7 @@ TEST_F(SchedulerTest, AbortedRestoreFreesItsBlocksWhenTheReadsLand) {
   auto engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
   Scheduler& s = engine->scheduler();
   if (!s.ssd_store()->loads_are_asynchronous()) GTEST_SKIP() << "the kernel refuses io_uring";
-  generate(*engine, {p}, greedy(1));
-  generate(*engine, {random_prompt_of_exactly(159)}, greedy(1));  // evicts p's blocks to SSD
+  push_to_ssd(*engine, p);
   // Its second token, in the step that starts the restore, ends it.
   ASSERT_TRUE(s.add(random_prompt_of_exactly(21), greedy(2)).is_ok());
   ASSERT_TRUE(s.step(nullptr).is_ok());
