@@ -438,6 +438,7 @@ bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
 
 void Scheduler::land_ssd_restores(bool wait) {
   if (ssd_restores_.empty()) return;
+  size_t landed_first = 0;  // landed sequences keep their order at the head
   for (const SsdKvStore::LandedLoad& landed : ssd_->finish_loads(wait)) {
     const auto it = std::ranges::find_if(ssd_restores_,
                                          [&](const SsdRestore& r) { return r.load == landed.id; });
@@ -452,14 +453,22 @@ void Scheduler::land_ssd_restores(bool wait) {
       blocks_.register_block(it->fresh[size_t(i)], it->keys[size_t(i)]);
     blocks_.release(it->fresh);
     blocks_.release(it->held);
-    // An aborted sequence is gone; what it restored stays cached.
-    for (auto& seq : waiting_) {
-      if (seq->id == it->sequence_id) {
-        seq->ssd_restoring = false;
-        seq->ssd_landed_blocks += landed.result.restored;
-      } else if (std::ranges::find(it->waiters, seq->id) != it->waiters.end()) {
-        seq->ssd_restoring = false;
+    // The sequence goes to the head of the queue: it reached admission when
+    // its restore started, and admitted first now, it takes its blocks
+    // before any other admission can evict them. An aborted one is gone, and
+    // what it restored stays cached.
+    for (auto seq = waiting_.begin(); seq != waiting_.end(); ++seq) {
+      if ((*seq)->id == it->sequence_id) {
+        (*seq)->ssd_restoring = false;
+        (*seq)->ssd_landed_blocks += landed.result.restored;
+        std::unique_ptr<Sequence> moved = std::move(*seq);
+        waiting_.erase(seq);
+        waiting_.insert(waiting_.begin() + ptrdiff_t(landed_first++), std::move(moved));
+        break;
       }
+    }
+    for (auto& seq : waiting_) {
+      if (std::ranges::find(it->waiters, seq->id) != it->waiters.end()) seq->ssd_restoring = false;
     }
     ssd_restores_.erase(it);
   }
