@@ -133,6 +133,15 @@ void BlockTable::commit(int32_t n) {
   num_tokens_ += n;
 }
 
+void BlockTable::truncate(BlockManager& manager, int32_t blocks) {
+  BATON_CHECK(blocks <= int32_t(blocks_.size()) && blocks * block_size_ <= num_tokens_);
+  std::vector<int32_t> rest(blocks_.begin() + blocks, blocks_.end());
+  std::reverse(rest.begin(), rest.end());  // the chain's tail first, as release()
+  manager.release(rest);
+  blocks_.resize(size_t(blocks));
+  num_tokens_ = blocks * block_size_;
+}
+
 void BlockTable::release(BlockManager& manager) {
   // Last block first: a chain's tail is then evicted before its head, whose
   // loss would leave every later block of the chain unreachable.

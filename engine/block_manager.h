@@ -125,6 +125,8 @@ class BlockTable {
   void share(BlockManager& manager, int32_t block);
   // Records that `n` reserved slots now hold tokens.
   void commit(int32_t n);
+  // Keeps the first `blocks` blocks, full, and returns the rest.
+  void truncate(BlockManager& manager, int32_t blocks);
   // Slot (block_id * block_size + offset) of token position `pos`.
   int32_t slot_of(int32_t pos) const {
     return blocks_[size_t(pos / block_size_)] * block_size_ + pos % block_size_;

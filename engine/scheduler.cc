@@ -85,9 +85,10 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   auto seq =
       std::make_unique<Sequence>(next_id_, std::move(prompt), options, kv_.layout().block_size);
   const auto tokens = int32_t(seq->prompt.size());
-  // The prefix the cache holds is not transferred: the sequence shares it.
-  // The SSD tier's part is read now: the reply says which blocks to send.
-  share_cached_prefix(*seq, std::numeric_limits<int32_t>::max(), /*restore_now=*/true);
+  // The prefix the cache holds is not transferred: the sequence shares it,
+  // and the part the SSD tier holds is read while the prefill node computes.
+  share_cached_prefix(*seq);
+  start_remote_ssd_restore(*seq);
   const int32_t shared = seq->num_computed;
   const int32_t needed =
       seq->block_table.blocks_needed(tokens) - int32_t(seq->block_table.blocks().size());
@@ -136,16 +137,29 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
                             " is outside the vocabulary of size " + std::to_string(vocab));
   }
   Sequence& seq = **it;
+  // Blocks the SSD tier is still reading: the KV is not all there before.
+  while (seq.ssd_restoring) land_ssd_restores(/*wait=*/true);
   const auto prompt_tokens = int32_t(seq.prompt.size());
   seq.awaiting_kv = false;
-  // Shared cached blocks (reserve_remote) count as committed already.
-  seq.block_table.commit(prompt_tokens - seq.block_table.num_tokens());
-  seq.num_computed = prompt_tokens;
+  if (seq.ssd_lost_from >= 0) {
+    // Blocks the tier failed to bring back, which the prefill node did not
+    // send either: the prompt from there on is computed here, as after a
+    // preemption (the first token, sampled there, stays).
+    spdlog::warn("ssd cache: sequence {}: computing its prompt from block {} here", seq.id,
+                 seq.ssd_lost_from);
+    seq.block_table.truncate(blocks_, seq.ssd_lost_from);
+    seq.num_computed = seq.ssd_lost_from * seq.block_table.block_size();
+    seq.registered_blocks = seq.ssd_lost_from;
+  } else {
+    // Shared cached blocks (reserve_remote) count as committed already.
+    seq.block_table.commit(prompt_tokens - seq.block_table.num_tokens());
+    seq.num_computed = prompt_tokens;
+  }
   seq.high_water = prompt_tokens;
   // The prompt's KV is all there: its full blocks join the prefix cache now,
   // so the next reservation of the same prefix shares them (even if this
   // first token already finishes the sequence).
-  register_full_blocks(seq, prompt_tokens);
+  register_full_blocks(seq, seq.num_computed);
   seq.rng.discard(rng_draws);
   if (seq.options.logprobs > 0) {
     // The prefill node computed this token's log-probabilities; without them
@@ -265,7 +279,7 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
       ++w;
       continue;
     }
-    share_cached_prefix(seq, budget, /*restore_now=*/false);
+    share_cached_prefix(seq);
     int32_t n = std::min(seq.num_pending(), budget);
     if (seq.num_computed > 0) {
       // A cached prefix (restored from SSD, perhaps, at a step whose budget
@@ -314,7 +328,7 @@ BlockKey Scheduler::block_key(Sequence& seq, int32_t j) {
                   .tokens = tokens};
 }
 
-void Scheduler::share_cached_prefix(Sequence& seq, int32_t budget, bool restore_now) {
+void Scheduler::share_cached_prefix(Sequence& seq) {
   if (!config_.enable_prefix_caching || seq.num_computed != 0 || !seq.block_table.blocks().empty())
     return;
   const int32_t bs = seq.block_table.block_size();
@@ -325,14 +339,8 @@ void Scheduler::share_cached_prefix(Sequence& seq, int32_t budget, bool restore_
     if (!block) break;
     seq.block_table.share(blocks_, *block);
   }
-  if (restore_now) {
-    seq.ssd_restored_blocks =
-        ssd_ && j < shareable ? restore_from_ssd(seq, j, shareable, budget) : 0;
-    j += seq.ssd_restored_blocks;
-  } else {
-    // What an asynchronous restore brought back was found above, in the pool.
-    seq.ssd_restored_blocks = std::clamp(j - seq.ssd_first_block, 0, seq.ssd_landed_blocks);
-  }
+  // What an asynchronous restore brought back was found above, in the pool.
+  seq.ssd_restored_blocks = std::clamp(j - seq.ssd_first_block, 0, seq.ssd_landed_blocks);
   seq.num_computed = j * bs;
   seq.registered_blocks = j;
 }
@@ -361,32 +369,6 @@ void Scheduler::ssd_keys_to_restore(Sequence& seq, int32_t first, int32_t end, i
   for (size_t i = 0; i < keys.size(); ++i) {
     keys[i].tokens = std::span<const int32_t>(tokens).subspan(i * size_t(bs), size_t(bs));
   }
-}
-
-int32_t Scheduler::restore_from_ssd(Sequence& seq, int32_t first, int32_t end, int32_t budget) {
-  std::vector<int32_t> tokens;
-  std::vector<BlockKey> keys;
-  ssd_keys_to_restore(seq, first, end, budget, tokens, keys);
-  if (keys.empty()) return 0;
-  // Marked most recently used first: the blocks the allocation below evicts
-  // from the pool are saved to the SSD tier, which must not make room for
-  // them by dropping these.
-  ssd_->touch(keys);
-  auto fresh = blocks_.allocate(int32_t(keys.size()));
-  if (!fresh.is_ok()) return 0;
-  const SsdLoad loaded = ssd_->load(keys, kv_.data(), *fresh);
-  if (!loaded.problem.is_ok()) {
-    spdlog::warn("ssd cache: {}; computing that block again", loaded.problem.message());
-  }
-  for (int32_t i = 0; i < loaded.restored; ++i) {
-    const int32_t block = (*fresh)[size_t(i)];
-    blocks_.register_block(block, keys[size_t(i)]);
-    seq.block_table.share(blocks_, block);
-  }
-  // The table holds the restored blocks now; the allocation's own
-  // reference goes, and blocks not restored are free again.
-  blocks_.release(*fresh);
-  return loaded.restored;
 }
 
 bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
@@ -420,7 +402,9 @@ bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
   }
   Result<std::vector<int32_t>> fresh = resource_exhausted("nothing to restore");
   if (!restore.keys.empty()) {
-    // Most recently used first, as in restore_from_ssd.
+    // Marked most recently used first: the blocks the allocation below
+    // evicts from the pool are saved to the SSD tier, which must not make
+    // room for them by dropping these.
     ssd_->touch(restore.keys);
     fresh = blocks_.allocate(int32_t(restore.keys.size()));
   }
@@ -434,6 +418,33 @@ bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
   if (seq.ssd_landed_blocks == 0) seq.ssd_first_block = j;
   ssd_restores_.push_back(std::move(restore));
   return true;
+}
+
+void Scheduler::start_remote_ssd_restore(Sequence& seq) {
+  const int32_t bs = seq.block_table.block_size();
+  const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
+  if (!ssd_ || first >= shareable) return;
+  SsdRestore restore;
+  restore.sequence_id = seq.id;
+  // Only as many as leave room for the rest of the prompt.
+  ssd_keys_to_restore(seq, first, shareable, std::numeric_limits<int32_t>::max(), restore.tokens,
+                      restore.keys);
+  if (restore.keys.empty()) return;
+  ssd_->touch(restore.keys);
+  auto fresh = blocks_.allocate(int32_t(restore.keys.size()));
+  if (!fresh.is_ok()) return;
+  restore.fresh = std::move(fresh).value();
+  // The table's own references; the restore keeps the allocation's until
+  // its reads land, so an abort meanwhile cannot free blocks being written.
+  for (const int32_t block : restore.fresh) seq.block_table.share(blocks_, block);
+  restore.load = ssd_->start_load(restore.keys, kv_.data(), restore.fresh);
+  const auto k = int32_t(restore.keys.size());
+  seq.ssd_restoring = true;
+  seq.ssd_first_block = first;
+  seq.ssd_restored_blocks = k;
+  seq.num_computed = (first + k) * bs;
+  seq.registered_blocks = first + k;  // registered when they land
+  ssd_restores_.push_back(std::move(restore));
 }
 
 void Scheduler::land_ssd_restores(bool wait) {
@@ -469,6 +480,18 @@ void Scheduler::land_ssd_restores(bool wait) {
     }
     for (auto& seq : waiting_) {
       if (std::ranges::find(it->waiters, seq->id) != it->waiters.end()) seq->ssd_restoring = false;
+    }
+    // A remote reservation's: the blocks that failed are not counted as hits.
+    for (auto& seq : awaiting_) {
+      if (seq->id != it->sequence_id) continue;
+      seq->ssd_restoring = false;
+      const int32_t lost = int32_t(it->fresh.size()) - landed.result.restored;
+      if (lost == 0) break;
+      seq->ssd_lost_from = seq->ssd_first_block + landed.result.restored;
+      seq->ssd_restored_blocks -= lost;
+      const int64_t lost_tokens = int64_t(lost) * seq->block_table.block_size();
+      prefix_hit_tokens_ -= lost_tokens;
+      prefix_ssd_hit_tokens_ -= lost_tokens;
     }
     ssd_restores_.erase(it);
   }
@@ -642,6 +665,7 @@ SchedulerStats Scheduler::stats() const {
     restoring += seq->ssd_restoring ? 1 : 0;
   }
   for (const auto& seq : running_) count(*seq);
+  for (const auto& seq : awaiting_) restoring += seq->ssd_restoring ? 1 : 0;
   return SchedulerStats{.running = int32_t(running_.size()),
                         .waiting = int32_t(waiting_.size()),
                         .awaiting = int32_t(awaiting_.size()),

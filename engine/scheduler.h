@@ -54,7 +54,7 @@ struct SchedulerStats {
   int32_t running = 0;
   int32_t waiting = 0;
   int32_t awaiting = 0;        // reserved by reserve_remote, not yet activated
-  int32_t restoring = 0;       // of the waiting, those whose blocks the SSD tier is reading
+  int32_t restoring = 0;       // waiting or awaiting, whose blocks the SSD tier is reading
   int64_t waiting_tokens = 0;  // prompt tokens not yet computed: waiting sequences and
                                // running ones still in (chunked) prefill
   int32_t free_blocks = 0;     // blocks of awaiting and retained sequences count as used
@@ -106,8 +106,8 @@ class Scheduler {
   // blocks do not cover the prompt now: nothing is reserved then. The
   // sequence is "awaiting KV": never scheduled, never preempted. With the
   // prefix cache on, its first registered_blocks blocks are shared cached
-  // ones that already hold the prompt's KV: the other node writes only the
-  // blocks after them.
+  // ones that already hold the prompt's KV, or blocks the SSD tier is
+  // reading it into: the other node writes only the blocks after them.
   Result<int64_t> reserve_remote(std::vector<int32_t> prompt, const GenerationOptions& options);
   // A queued, running or awaiting sequence, or nullptr (finished ones are not found).
   const Sequence* find(int64_t id) const;
@@ -121,6 +121,8 @@ class Scheduler {
   // awaiting KV or a token outside the vocabulary (the sequence stays awaiting).
   // `first_logprobs`: the prefill node's log-probabilities of that token, when
   // the request asked for them (else a NaN placeholder keeps one entry per token).
+  // Waits for the SSD tier's reads of the reservation's blocks; blocks they
+  // failed to bring back are computed here, from the first such one on.
   Result<StepOutput> activate_remote(int64_t id, int32_t first_token, uint64_t rng_draws,
                                      const OutputLogprobs* first_logprobs = nullptr);
 
@@ -163,23 +165,16 @@ class Scheduler {
   bool reserve_or_preempt(Sequence& sequence, int32_t tokens);
   // The prefix cache's key of the sequence's full block j.
   BlockKey block_key(Sequence& sequence, int32_t j);
-  // Before a waiting sequence with no blocks is admitted: shares the cached
-  // blocks its tokens start with (all but the last token, whose logits the
-  // step needs) and marks their tokens computed.
-  // `budget`: the tokens the caller reserves after the shared ones at most
-  // (SSD restores leave room for them).
-  // `restore_now`: the blocks the SSD tier holds after those are read now
-  // (restore_from_ssd); else an asynchronous restore has brought them to
-  // the pool already, or none was worth it.
-  void share_cached_prefix(Sequence& sequence, int32_t budget, bool restore_now);
+  // Before a waiting sequence with no blocks is admitted (or reserved for
+  // remote KV): shares the cached blocks its tokens start with (all but the
+  // last token, whose logits the step needs) and marks their tokens
+  // computed. Blocks an asynchronous restore brought back are among them.
+  void share_cached_prefix(Sequence& sequence);
   // The sequence's full blocks first.. (up to end, exclusive) that the SSD
   // tier holds, copied into `tokens` and `keys`, as many as leave room in
   // the pool for the chunk of at most `budget` tokens that follows them.
   void ssd_keys_to_restore(Sequence& sequence, int32_t first, int32_t end, int32_t budget,
                            std::vector<int32_t>& tokens, std::vector<BlockKey>& keys);
-  // Reads those blocks into fresh pool blocks now and shares them; returns
-  // how many. For reservations of remote KV, which answer at once.
-  int32_t restore_from_ssd(Sequence& sequence, int32_t first, int32_t end, int32_t budget);
   // At admission of a sequence with no blocks: when the SSD tier holds blocks
   // that continue its cached prefix, starts reading them into fresh pool
   // blocks and returns true; the sequence waits until they land
@@ -187,6 +182,12 @@ class Scheduler {
   // compute meanwhile. A restore that the pool's free blocks cut short is
   // continued at a later admission attempt.
   bool start_ssd_restore(Sequence& sequence, int32_t budget);
+  // At a remote reservation, after the shared prefix: starts reading the
+  // blocks the SSD tier holds after it into fresh blocks of the sequence's
+  // table, counted as cached (the prefill node does not send them).
+  // activate_remote waits for the reads; blocks that fail are computed
+  // here then.
+  void start_remote_ssd_restore(Sequence& sequence);
   // Registers the blocks of restores that landed in the prefix cache and
   // lets their sequences be admitted; `wait`: waits for one to land first.
   void land_ssd_restores(bool wait);

@@ -69,6 +69,9 @@ struct Sequence {
   bool ssd_restoring = false;
   int32_t ssd_first_block = 0;
   int32_t ssd_landed_blocks = 0;
+  // A remote reservation's restore that failed from this block on: neither
+  // the tier nor the prefill node wrote the blocks up to its end.
+  int32_t ssd_lost_from = -1;
   bool awaiting_kv = false;  // reserved by reserve_remote, KV not yet activated
   FinishReason finish_reason = FinishReason::kNone;
 };

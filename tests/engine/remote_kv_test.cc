@@ -8,12 +8,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <random>
 #include <span>
 #include <tuple>
 
+#include "common/prefix_hash.h"
 #include "engine/engine.h"
 #include "engine/make_model.h"
 #include "engine/scheduler.h"
@@ -60,6 +62,35 @@ class RemoteKvTest : public ::testing::Test {
     prompt.assign(earlier.begin(), earlier.begin() + 17);
     const std::vector<int32_t> own = random_prompt(3, 12);
     prompt.insert(prompt.end(), own.begin(), own.end());
+  }
+
+  // Flips a payload byte of the tier's slot holding block `j` of `prompt`
+  // (found by the key hash in the slots' headers).
+  static void damage_stored_block(const SsdKvStore& store, const std::vector<int32_t>& prompt,
+                                  int32_t block_size, int32_t j) {
+    uint64_t hash = kNoParent;
+    for (int32_t b = 0; b <= j; ++b) {
+      hash = prefix_block_hash(
+          hash, std::span(prompt).subspan(size_t(b * block_size), size_t(block_size)));
+    }
+    std::fstream f(store.path(), std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good());
+    constexpr std::streamoff kHashOffset = 32, kHeaderBytes = 4096;
+    for (int64_t slot = 0; slot < store.stats().capacity_blocks; ++slot) {
+      const auto at = std::streamoff(uint64_t(slot) * store.slot_bytes());
+      uint64_t stored = 0;
+      f.seekg(at + kHashOffset);
+      if (!f.read(reinterpret_cast<char*>(&stored), sizeof(stored))) break;
+      if (stored != hash) continue;
+      char c = 0;
+      f.seekg(at + kHeaderBytes + 5);
+      f.read(&c, 1);
+      c = char(c ^ 0x5a);
+      f.seekp(at + kHeaderBytes + 5);
+      f.write(&c, 1);
+      return;
+    }
+    FAIL() << "no slot holds block " << j;
   }
 
   // The prompt run whole on one fresh engine of 4-token blocks.
@@ -302,9 +333,15 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
 
   // The decode node served the earlier prompt itself: its blocks are cached,
   // in the pool, or (the second time) in the SSD tier, after a long prompt
-  // that took every block of a 16-block pool evicted them there.
-  for (const bool through_ssd : {false, true}) {
-    SCOPED_TRACE(through_ssd ? "through the SSD tier" : "in the pool");
+  // that took every block of a 16-block pool evicted them there. The third
+  // time the tier's copy of block 2 is damaged: the tier brings back blocks
+  // 0 and 1, and the decode node computes the prompt from block 2 on itself
+  // (the prefill node, told 4 blocks were cached, sent only the rest).
+  for (const int where : {0, 1, 2}) {
+    const bool through_ssd = where > 0, damaged = where == 2;
+    SCOPED_TRACE(where == 0 ? "in the pool"
+                 : damaged  ? "through a damaged SSD tier"
+                            : "through the SSD tier");
     auto c = make_engine(through_ssd ? 16 : 64, block_size, 2048, {}, through_ssd);
     Scheduler& cs = c->scheduler();
     ASSERT_TRUE(cs.add(earlier, greedy(2)).is_ok());
@@ -313,6 +350,7 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
       ASSERT_TRUE(cs.add(random_prompt(61, 61), greedy(1)).is_ok());
       ASSERT_TRUE(c->run_to_completion().is_ok());
     }
+    if (damaged) damage_stored_block(*cs.ssd_store(), prompt, block_size, 2);
     const SchedulerStats before = cs.stats();
     auto id = cs.reserve_remote(prompt, o);
     ASSERT_TRUE(id.is_ok()) << id.status().to_string();
@@ -320,16 +358,20 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
     ASSERT_NE(awaiting, nullptr);
     const int32_t cached = awaiting->registered_blocks;
     EXPECT_EQ(cached, 4);
-    EXPECT_EQ(cs.stats().prefix_hit_tokens - before.prefix_hit_tokens,
-              int64_t(cached) * block_size);
-    EXPECT_EQ(cs.stats().prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens,
-              through_ssd ? int64_t(cached) * block_size : 0);
+    // The tier's blocks are read while the prefill node computes the rest.
+    EXPECT_EQ(cs.stats().restoring, through_ssd ? 1 : 0);
     const auto& dst = awaiting->block_table.blocks();
     const auto& src = done.block_table.blocks();
     ASSERT_EQ(int32_t(dst.size()), awaiting->block_table.blocks_needed(int32_t(prompt.size())));
     copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()), c->kv_pool(),
             std::vector<int32_t>(dst.begin() + cached, dst.end()), dst.size() - size_t(cached));
     ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
+    EXPECT_EQ(cs.stats().restoring, 0);
+    const int32_t found = damaged ? 2 : cached;
+    EXPECT_EQ(cs.stats().prefix_hit_tokens - before.prefix_hit_tokens, int64_t(found) * block_size);
+    EXPECT_EQ(cs.stats().prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens,
+              through_ssd ? int64_t(found) * block_size : 0);
+    if (through_ssd) EXPECT_EQ(cs.ssd_store()->stats().dropped_blocks, damaged ? 1 : 0);
     auto decoded = c->run_to_completion();
     ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
     ASSERT_EQ(decoded->size(), 1u);

@@ -446,16 +446,24 @@ TEST(SsdTierServingTest, AnEvictedPromptComesBackFromSsd) {
     expect_same_answer(json::parse(response->body)["choices"][0], expected,
                        "request " + std::to_string(i));
   }
-  // Heartbeats carry the count to the router every 100 ms.
+  // Heartbeats carry the counts to the router every 100 ms, each node's on
+  // its own schedule: wait until both nodes' tiers show.
+  auto both_tiers_used = [](const json& nodes) {
+    const json list = nodes.value("nodes", json::array());
+    return list.size() == 2 && std::ranges::all_of(list, [](const json& node) {
+             return node.value("ssd_cache_blocks", 0) > 0;
+           });
+  };
   double ssd_hits = 0;
-  for (int i = 0; i < 50 && ssd_hits <= 0; ++i) {
+  json nodes = cluster.nodes();
+  for (int i = 0; i < 50 && (ssd_hits < 16 * 18 || !both_tiers_used(nodes)); ++i) {
     std::this_thread::sleep_for(50ms);
     ssd_hits = metric_value(cluster, "baton:prefix_cache_ssd_hits_total");
+    nodes = cluster.nodes();
   }
   // The first prompt's 18 full blocks but its last token's, on each node.
   EXPECT_GE(ssd_hits, 16 * 18) << "no prompt block came back from an SSD tier";
   // /v1/nodes shows each node's tier: what it holds, of what it can.
-  const json nodes = cluster.nodes();
   ASSERT_EQ(nodes.value("nodes", json::array()).size(), 2u) << nodes.dump();
   for (const json& node : nodes["nodes"]) {
     EXPECT_GT(node.value("ssd_cache_capacity", 0), 0) << node.dump();
