@@ -95,8 +95,11 @@ Result<std::vector<std::unique_ptr<Sequence>>> Engine::run_to_completion() {
   while (scheduler_->has_work()) {
     BATON_RETURN_IF_ERROR(scheduler_->step(nullptr));
     const auto& counts = scheduler_->last_step();
-    if (counts.prompt_tokens + counts.recomputed_tokens + counts.generated_tokens == 0) {
-      // Only sequences awaiting remote KV can make a step schedule nothing.
+    if (counts.prompt_tokens + counts.recomputed_tokens + counts.generated_tokens == 0 &&
+        scheduler_->has_work()) {
+      // Only sequences awaiting remote KV can make a step schedule nothing
+      // and leave work behind (a step that only landed an aborted
+      // sequence's SSD reads leaves none).
       return resource_exhausted(
           "queued sequences need KV blocks that sequences awaiting remote KV hold");
     }
