@@ -80,6 +80,7 @@ struct NodeLoad {
   int64_t prefix_cache_ssd_hits = 0;  // of those, read back from the SSD tier
   int64_t ssd_cache_blocks = 0;       // blocks the SSD tier holds now
   int64_t ssd_cache_capacity = 0;     // blocks it can hold (0: no SSD tier)
+  int64_t ssd_restoring = 0;          // requests whose blocks the SSD tier is reading now
 };
 
 // NodeLoad's fields by name, in one place for the codec and for reports. A
@@ -107,6 +108,7 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"prefix_cache_ssd_hits", &NodeLoad::prefix_cache_ssd_hits},
     {"ssd_cache_blocks", &NodeLoad::ssd_cache_blocks},
     {"ssd_cache_capacity", &NodeLoad::ssd_cache_capacity},
+    {"ssd_restoring", &NodeLoad::ssd_restoring},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

@@ -245,6 +245,7 @@ control::NodeLoad NodeRuntime::load() const {
     const engine::SsdKvStoreStats tier = ssd->stats();
     load.ssd_cache_blocks = tier.stored_blocks;
     load.ssd_cache_capacity = tier.capacity_blocks;
+    load.ssd_restoring = stats.restoring;
   }
   return load;
 }

@@ -159,6 +159,9 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   per_node("baton:node_ssd_cache_capacity_blocks",
            "KV blocks a node's SSD tier can hold (0: none).",
            [](const NodeState& node) { return node.load.ssd_cache_capacity; });
+  per_node("baton:node_ssd_restoring",
+           "Requests of a node whose KV blocks its SSD tier is reading now.",
+           [](const NodeState& node) { return node.load.ssd_restoring; });
   fmt::format_to(
       std::back_inserter(out),
       "# HELP baton:control_messages_rejected_total Malformed control frames the router dropped.\n"

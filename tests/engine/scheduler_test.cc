@@ -136,6 +136,39 @@ class SchedulerTest : public ::testing::Test {
              testing::greedy(1));
   }
 
+  // A 40-token prompt p whose blocks are on SSD, w (p and 4 more tokens) and
+  // an unrelated 21-token r, with what r and w generate alone, on an engine
+  // of 40 4-token blocks.
+  struct RestoreCase {
+    std::vector<int32_t> p, w, r;
+    std::vector<std::vector<int32_t>> alone;
+    std::unique_ptr<Engine> engine;
+  };
+  RestoreCase restore_case(int32_t max_tokens) {
+    RestoreCase c;
+    c.p = random_prompt_of_exactly(40);
+    c.w = extended(c.p, 4);
+    c.r = random_prompt_of_exactly(21);
+    c.alone = alone_uncached({c.r, c.w}, testing::greedy(max_tokens));
+    c.engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
+    push_to_ssd(*c.engine, c.p);
+    return c;
+  }
+
+  // Steps until no work is left; the outputs of the sequences that finish,
+  // in the order they were added.
+  static std::vector<std::vector<int32_t>> outputs_of_the_rest(Scheduler& s) {
+    std::vector<std::unique_ptr<Sequence>> done;
+    while (s.has_work()) {
+      EXPECT_TRUE(s.step(nullptr).is_ok());
+      for (auto& seq : s.take_finished()) done.push_back(std::move(seq));
+    }
+    std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
+    std::vector<std::vector<int32_t>> outputs;
+    for (const auto& seq : done) outputs.push_back(seq->output);
+    return outputs;
+  }
+
   // `prompt` and `more` random tokens after it.
   std::vector<int32_t> extended(std::vector<int32_t> prompt, int more) {
     for (int i = 0; i < more; ++i) prompt.push_back(int32_t(3 + rng_() % 500));
@@ -563,32 +596,34 @@ TEST_F(SchedulerTest, ABurstSharingARestoredPrefixReadsItOnce) {
 // landed. Outputs equal each prompt generated alone.
 TEST_F(SchedulerTest, RunningSequencesComputeWhileARestoreIsRead) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
-  const std::vector<int32_t> p = random_prompt_of_exactly(40);
-  const std::vector<int32_t> w = extended(p, 4);
-  const std::vector<int32_t> r = random_prompt_of_exactly(21);
-  const auto alone = alone_uncached({r, w}, greedy(8));
-  auto engine = make_engine(40, 4, 2048, 8, true, uint64_t(64) << 20);
-  Scheduler& s = engine->scheduler();
+  RestoreCase c = restore_case(8);
+  Scheduler& s = c.engine->scheduler();
   if (!s.ssd_store()->loads_are_asynchronous()) GTEST_SKIP() << "the kernel refuses io_uring";
-  push_to_ssd(*engine, p);
-  ASSERT_TRUE(s.add(r, greedy(8)).is_ok());
+  ASSERT_TRUE(s.add(c.r, greedy(8)).is_ok());
   ASSERT_TRUE(s.step(nullptr).is_ok());  // r's prompt
-  ASSERT_TRUE(s.add(w, greedy(8)).is_ok());
+  ASSERT_TRUE(s.add(c.w, greedy(8)).is_ok());
   ASSERT_TRUE(s.step(nullptr).is_ok());
   EXPECT_EQ(s.last_step().generated_tokens, 1) << "r's decode token";
   EXPECT_EQ(s.last_step().prompt_tokens, 0) << "w waits for its blocks";
   EXPECT_EQ(s.stats().restoring, 1);
-  std::vector<std::unique_ptr<Sequence>> done;
-  while (s.has_work()) {
-    ASSERT_TRUE(s.step(nullptr).is_ok());
-    for (auto& seq : s.take_finished()) done.push_back(std::move(seq));
-  }
+  EXPECT_EQ(outputs_of_the_rest(s), c.alone);
   EXPECT_EQ(s.stats().restoring, 0);
   EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 40);
-  ASSERT_EQ(done.size(), 2u);
-  std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
-  EXPECT_EQ(done[0]->output, alone[0]);
-  EXPECT_EQ(done[1]->output, alone[1]);
+}
+
+// A step that computes prompt tokens outlasts a restore's reads: a prompt
+// whose restore starts in such a step waits for its blocks and joins it.
+TEST_F(SchedulerTest, ARestoreStartedBesideAPrefillJoinsItsStep) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  RestoreCase c = restore_case(4);
+  Scheduler& s = c.engine->scheduler();
+  ASSERT_TRUE(s.add(c.r, greedy(4)).is_ok());
+  ASSERT_TRUE(s.add(c.w, greedy(4)).is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  EXPECT_EQ(s.last_step().prompt_tokens, 21 + 4) << "r's prompt and w's last 4 tokens";
+  EXPECT_EQ(s.stats().restoring, 0);
+  EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 40);
+  EXPECT_EQ(outputs_of_the_rest(s), c.alone);
 }
 
 // A prompt aborted while the SSD tier reads its blocks finishes at once;

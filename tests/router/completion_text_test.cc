@@ -142,6 +142,7 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.prefix_cache_ssd_hits = 8;
   decode.load.ssd_cache_blocks = 12;
   decode.load.ssd_cache_capacity = 1000;
+  decode.load.ssd_restoring = 2;
   snapshot.nodes.push_back(decode);
   NodeState prefill;
   prefill.name = "p0";
@@ -161,6 +162,9 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("baton:node_ssd_cache_capacity_blocks{node=\"d0\",role=\"decode\"} 1000\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("baton:node_ssd_restoring{node=\"d0\",role=\"decode\"} 2\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
