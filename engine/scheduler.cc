@@ -267,38 +267,18 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
   }
   // Restores from the SSD tier that landed meanwhile let their sequences in.
   land_ssd_restores(/*wait=*/false);
-  std::vector<int64_t> started;
-  admit_waiting(scheduled, budget, started);
-  // A step that computes prompt tokens takes far longer than a restore's
-  // reads: wait for the restores this pass started, and let their prompts
-  // join this step instead of the next one. A step of decode tokens alone
-  // never waits, so a restore does not hold up running streams.
-  const bool prefill_step =
-      std::ranges::any_of(scheduled, [](const Scheduled& s) { return s.num_tokens > 1; });
-  if (!started.empty() && prefill_step && budget > 0) {
-    auto pending = [&] {
-      return std::ranges::any_of(ssd_restores_, [&](const SsdRestore& r) {
-        return std::ranges::find(started, r.sequence_id) != started.end();
-      });
-    };
-    while (pending()) land_ssd_restores(/*wait=*/true);
-    started.clear();
-    admit_waiting(scheduled, budget, started);
-  }
+  admit_waiting(scheduled, budget);
   return scheduled;
 }
 
-void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget,
-                              std::vector<int64_t>& started) {
+void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget) {
   // Admit waiting sequences in arrival order while blocks and budget last,
   // passing those whose blocks are being read from the SSD tier.
   for (size_t w = 0;
        w < waiting_.size() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs;) {
     Sequence& seq = *waiting_[w];
-    if (!seq.ssd_restoring && start_ssd_restore(seq, budget)) {
-      started.push_back(seq.id);
-      // Read already (no io_uring): lands now.
-      if (!ssd_->loads_are_asynchronous()) land_ssd_restores(/*wait=*/false);
+    if (!seq.ssd_restoring && start_ssd_restore(seq, budget) && !ssd_->loads_are_asynchronous()) {
+      land_ssd_restores(/*wait=*/false);  // read already: lands now
     }
     if (seq.ssd_restoring) {
       ++w;

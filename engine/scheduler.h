@@ -163,10 +163,9 @@ class Scheduler {
   };
   std::vector<Scheduled> schedule();
   // Admits waiting sequences in arrival order into `scheduled` while blocks
-  // and `budget` last, starting SSD restores (their sequences' ids go to
-  // `started`) and passing sequences whose restores are in flight.
-  void admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget,
-                     std::vector<int64_t>& started);
+  // and `budget` last, starting SSD restores and passing sequences whose
+  // restores are in flight.
+  void admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget);
   bool reserve_or_preempt(Sequence& sequence, int32_t tokens);
   // The prefix cache's key of the sequence's full block j.
   BlockKey block_key(Sequence& sequence, int32_t j);

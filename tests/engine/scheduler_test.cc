@@ -611,21 +611,6 @@ TEST_F(SchedulerTest, RunningSequencesComputeWhileARestoreIsRead) {
   EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 40);
 }
 
-// A step that computes prompt tokens outlasts a restore's reads: a prompt
-// whose restore starts in such a step waits for its blocks and joins it.
-TEST_F(SchedulerTest, ARestoreStartedBesideAPrefillJoinsItsStep) {
-  SCOPED_TRACE("seed " + std::to_string(seed_));
-  RestoreCase c = restore_case(4);
-  Scheduler& s = c.engine->scheduler();
-  ASSERT_TRUE(s.add(c.r, greedy(4)).is_ok());
-  ASSERT_TRUE(s.add(c.w, greedy(4)).is_ok());
-  ASSERT_TRUE(s.step(nullptr).is_ok());
-  EXPECT_EQ(s.last_step().prompt_tokens, 21 + 4) << "r's prompt and w's last 4 tokens";
-  EXPECT_EQ(s.stats().restoring, 0);
-  EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 40);
-  EXPECT_EQ(outputs_of_the_rest(s), c.alone);
-}
-
 // A prompt aborted while the SSD tier reads its blocks finishes at once;
 // the blocks are freed when the reads land (a step lands them), and stay
 // cached: the same prefix then comes from the pool without another read.
