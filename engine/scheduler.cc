@@ -138,7 +138,8 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   }
   Sequence& seq = **it;
   // Blocks the SSD tier is still reading: the KV is not all there before.
-  while (seq.ssd_restoring) land_ssd_restores(/*wait=*/true);
+  while (seq.ssd_restoring && !ssd_restores_.empty()) land_ssd_restores(/*wait=*/true);
+  BATON_CHECK(!seq.ssd_restoring);
   const auto prompt_tokens = int32_t(seq.prompt.size());
   seq.awaiting_kv = false;
   if (seq.ssd_lost_from >= 0) {
@@ -427,7 +428,7 @@ bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
 void Scheduler::start_remote_ssd_restore(Sequence& seq) {
   const int32_t bs = seq.block_table.block_size();
   const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
-  if (!ssd_ || first >= shareable) return;
+  if (!ssd_ || first >= shareable || share_remote_ssd_restore(seq)) return;
   SsdRestore restore;
   restore.sequence_id = seq.id;
   // Only as many as leave room for the rest of the prompt.
@@ -449,6 +450,46 @@ void Scheduler::start_remote_ssd_restore(Sequence& seq) {
   seq.num_computed = (first + k) * bs;
   seq.registered_blocks = first + k;  // registered when they land
   ssd_restores_.push_back(std::move(restore));
+}
+
+bool Scheduler::share_remote_ssd_restore(Sequence& seq) {
+  const int32_t bs = seq.block_table.block_size();
+  const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
+  for (SsdRestore& other : ssd_restores_) {
+    const uint64_t next = block_key(seq, first).hash;
+    const auto match =
+        std::ranges::find_if(other.keys, [&](const BlockKey& k) { return k.hash == next; });
+    if (match == other.keys.end()) continue;
+    const auto first_key = int32_t(match - other.keys.begin());
+    // As far as its keys go on being the sequence's (the hash covers every
+    // token before the block too).
+    int32_t n = 0;
+    while (first + n < shareable && first_key + n < int32_t(other.keys.size()) &&
+           other.keys[size_t(first_key + n)].hash == block_key(seq, first + n).hash)
+      ++n;
+    for (int32_t i = 0; i < n; ++i)
+      seq.block_table.share(blocks_, other.fresh[size_t(first_key + i)]);
+    other.sharers.push_back({seq.id, first_key, n, first});
+    seq.ssd_restoring = true;
+    seq.ssd_first_block = first;
+    seq.ssd_restored_blocks = n;
+    seq.num_computed = (first + n) * bs;
+    seq.registered_blocks = first + n;
+    return true;
+  }
+  return false;
+}
+
+void Scheduler::settle_remote_restore(Sequence& seq, int32_t first_block, int32_t blocks,
+                                      int32_t restored) {
+  seq.ssd_restoring = false;
+  const int32_t lost = blocks - std::clamp(restored, 0, blocks);
+  if (lost == 0) return;
+  seq.ssd_lost_from = first_block + blocks - lost;
+  seq.ssd_restored_blocks -= lost;
+  const int64_t lost_tokens = int64_t(lost) * seq.block_table.block_size();
+  prefix_hit_tokens_ -= lost_tokens;
+  prefix_ssd_hit_tokens_ -= lost_tokens;
 }
 
 void Scheduler::land_ssd_restores(bool wait) {
@@ -485,17 +526,17 @@ void Scheduler::land_ssd_restores(bool wait) {
     for (auto& seq : waiting_) {
       if (std::ranges::find(it->waiters, seq->id) != it->waiters.end()) seq->ssd_restoring = false;
     }
-    // A remote reservation's: the blocks that failed are not counted as hits.
+    // Remote reservations': the blocks that failed are not counted as hits.
     for (auto& seq : awaiting_) {
-      if (seq->id != it->sequence_id) continue;
-      seq->ssd_restoring = false;
-      const int32_t lost = int32_t(it->fresh.size()) - landed.result.restored;
-      if (lost == 0) break;
-      seq->ssd_lost_from = seq->ssd_first_block + landed.result.restored;
-      seq->ssd_restored_blocks -= lost;
-      const int64_t lost_tokens = int64_t(lost) * seq->block_table.block_size();
-      prefix_hit_tokens_ -= lost_tokens;
-      prefix_ssd_hit_tokens_ -= lost_tokens;
+      if (seq->id == it->sequence_id) {
+        settle_remote_restore(*seq, seq->ssd_first_block, int32_t(it->fresh.size()),
+                              landed.result.restored);
+      }
+      for (const SsdRestore::Sharer& s : it->sharers) {
+        if (seq->id == s.sequence_id)
+          settle_remote_restore(*seq, s.first_block, s.blocks,
+                                landed.result.restored - s.first_key);
+      }
     }
     ssd_restores_.erase(it);
   }

@@ -192,6 +192,14 @@ class Scheduler {
   // activate_remote waits for the reads; blocks that fail are computed
   // here then.
   void start_remote_ssd_restore(Sequence& sequence);
+  // The same, when another restore is reading the blocks that continue the
+  // sequence's prefix: shares them instead of reading them again. True if
+  // it did.
+  bool share_remote_ssd_restore(Sequence& sequence);
+  // A remote reservation's restore landed with `restored` of its `blocks`
+  // blocks (its blocks from `first_block` on): the rest count as lost.
+  void settle_remote_restore(Sequence& sequence, int32_t first_block, int32_t blocks,
+                             int32_t restored);
   // Registers the blocks of restores that landed in the prefix cache and
   // lets their sequences be admitted; `wait`: waits for one to land first.
   void land_ssd_restores(bool wait);
@@ -239,6 +247,14 @@ class Scheduler {
     std::vector<int32_t> tokens;  // the keys' tokens
     std::vector<BlockKey> keys;
     std::vector<int64_t> waiters;  // sequences that need these blocks too
+    // Remote reservations that share some of the fresh blocks in their
+    // tables: keys [first_key, first_key + blocks) are their blocks
+    // [first_block, ...).
+    struct Sharer {
+      int64_t sequence_id;
+      int32_t first_key, blocks, first_block;
+    };
+    std::vector<Sharer> sharers;
   };
   std::vector<SsdRestore> ssd_restores_;
   Status failure_;  // a failed forward pass's error, returned by every later step

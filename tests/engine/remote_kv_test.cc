@@ -93,6 +93,39 @@ class RemoteKvTest : public ::testing::Test {
     FAIL() << "no slot holds block " << j;
   }
 
+  // A prefill node's run of the prompt (max_tokens 1, blocks retained).
+  struct Prefilled {
+    std::unique_ptr<Engine> engine;
+    std::unique_ptr<Sequence> done;
+  };
+  Prefilled prefill_node_run(const std::vector<int32_t>& prompt, const GenerationOptions& o,
+                             int32_t block_size) {
+    Prefilled p{make_engine(128, block_size, 2048), nullptr};
+    GenerationOptions prefill = o;
+    prefill.max_tokens = 1;
+    prefill.retain_blocks = true;
+    EXPECT_TRUE(p.engine->scheduler().add(prompt, prefill).is_ok());
+    auto done = p.engine->run_to_completion();
+    EXPECT_TRUE(done.is_ok() && done->size() == 1);
+    if (done.is_ok() && done->size() == 1) p.done = std::move((*done)[0]);
+    return p;
+  }
+
+  // A decode node that served `earlier` itself: its blocks are cached in the
+  // pool (64 blocks) or, `through_ssd`, in the SSD tier, after a long
+  // prompt that took every block of a 16-block pool evicted them there.
+  std::unique_ptr<Engine> decode_node_that_served(const std::vector<int32_t>& earlier,
+                                                  int32_t block_size, bool through_ssd) {
+    auto c = make_engine(through_ssd ? 16 : 64, block_size, 2048, {}, through_ssd);
+    EXPECT_TRUE(c->scheduler().add(earlier, testing::greedy(2)).is_ok());
+    EXPECT_TRUE(c->run_to_completion().is_ok());
+    if (through_ssd) {
+      EXPECT_TRUE(c->scheduler().add(random_prompt(61, 61), testing::greedy(1)).is_ok());
+      EXPECT_TRUE(c->run_to_completion().is_ok());
+    }
+    return c;
+  }
+
   // The prompt run whole on one fresh engine of 4-token blocks.
   std::unique_ptr<Sequence> run_whole(const std::vector<int32_t>& prompt,
                                       const GenerationOptions& options) {
@@ -322,14 +355,9 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
   const std::unique_ptr<Sequence> want = run_whole(prompt, o);
   ASSERT_NE(want, nullptr);
 
-  auto b = make_engine(128, block_size, 2048);  // the prefill node
-  GenerationOptions prefill = o;
-  prefill.max_tokens = 1;
-  prefill.retain_blocks = true;
-  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
-  auto prefilled = b->run_to_completion();
-  ASSERT_TRUE(prefilled.is_ok()) << prefilled.status().to_string();
-  const Sequence& done = *(*prefilled)[0];
+  Prefilled prefilled = prefill_node_run(prompt, o, block_size);
+  ASSERT_NE(prefilled.done, nullptr);
+  const Sequence& done = *prefilled.done;
 
   // The decode node served the earlier prompt itself: its blocks are cached,
   // in the pool, or (the second time) in the SSD tier, after a long prompt
@@ -342,14 +370,8 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
     SCOPED_TRACE(where == 0 ? "in the pool"
                  : damaged  ? "through a damaged SSD tier"
                             : "through the SSD tier");
-    auto c = make_engine(through_ssd ? 16 : 64, block_size, 2048, {}, through_ssd);
+    auto c = decode_node_that_served(earlier, block_size, through_ssd);
     Scheduler& cs = c->scheduler();
-    ASSERT_TRUE(cs.add(earlier, greedy(2)).is_ok());
-    ASSERT_TRUE(c->run_to_completion().is_ok());
-    if (through_ssd) {
-      ASSERT_TRUE(cs.add(random_prompt(61, 61), greedy(1)).is_ok());
-      ASSERT_TRUE(c->run_to_completion().is_ok());
-    }
     if (damaged) damage_stored_block(*cs.ssd_store(), prompt, block_size, 2);
     const SchedulerStats before = cs.stats();
     auto id = cs.reserve_remote(prompt, o);
@@ -363,8 +385,9 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
     const auto& dst = awaiting->block_table.blocks();
     const auto& src = done.block_table.blocks();
     ASSERT_EQ(int32_t(dst.size()), awaiting->block_table.blocks_needed(int32_t(prompt.size())));
-    copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()), c->kv_pool(),
-            std::vector<int32_t>(dst.begin() + cached, dst.end()), dst.size() - size_t(cached));
+    copy_kv(prefilled.engine->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()),
+            c->kv_pool(), std::vector<int32_t>(dst.begin() + cached, dst.end()),
+            dst.size() - size_t(cached));
     ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
     EXPECT_EQ(cs.stats().restoring, 0);
     const int32_t found = damaged ? 2 : cached;
@@ -378,7 +401,60 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
     expect_same_decode(*(*decoded)[0], *want);
     EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
   }
-  b->scheduler().release_blocks(*(*prefilled)[0]);
+  prefilled.engine->scheduler().release_blocks(*prefilled.done);
+}
+
+// Two reservations of one prompt whose cached prefix is on SSD, the second
+// made while the first's reads are in flight: the second shares the blocks
+// being read instead of reading them again, and both decode what one engine
+// does. With the tier's copy of block 2 damaged, both compute the prompt
+// from block 2 on themselves.
+TEST_F(RemoteKvTest, TwoReservationsOfAPrefixOnSsdReadItOnce) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int32_t block_size = 4;
+  GenerationOptions o = greedy(6);
+  o.logprobs = 2;
+  std::vector<int32_t> earlier, prompt;
+  prompts_sharing_four_blocks(earlier, prompt);
+  const std::unique_ptr<Sequence> want = run_whole(prompt, o);
+  ASSERT_NE(want, nullptr);
+  Prefilled prefilled = prefill_node_run(prompt, o, block_size);
+  ASSERT_NE(prefilled.done, nullptr);
+  const Sequence& done = *prefilled.done;
+  const auto& src = done.block_table.blocks();
+
+  for (const bool damaged : {false, true}) {
+    SCOPED_TRACE(damaged ? "block 2 damaged" : "intact");
+    auto c = decode_node_that_served(earlier, block_size, /*through_ssd=*/true);
+    Scheduler& cs = c->scheduler();
+    if (damaged) damage_stored_block(*cs.ssd_store(), prompt, block_size, 2);
+    const int64_t loaded = cs.ssd_store()->stats().loaded_blocks;
+    std::vector<int64_t> ids;
+    for (int i = 0; i < 2; ++i) {
+      auto id = cs.reserve_remote(prompt, o);
+      ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+      const Sequence* awaiting = cs.find(*id);
+      ASSERT_EQ(awaiting->registered_blocks, 4) << "reservation " << i;
+      const auto& dst = awaiting->block_table.blocks();
+      copy_kv(prefilled.engine->kv_pool(), std::vector<int32_t>(src.begin() + 4, src.end()),
+              c->kv_pool(), std::vector<int32_t>(dst.begin() + 4, dst.end()), dst.size() - 4);
+      ids.push_back(*id);
+    }
+    EXPECT_EQ(cs.stats().restoring, 2);
+    const auto& first_blocks = cs.find(ids[0])->block_table.blocks();
+    const auto& second_blocks = cs.find(ids[1])->block_table.blocks();
+    EXPECT_TRUE(std::equal(first_blocks.begin(), first_blocks.begin() + 4, second_blocks.begin()))
+        << "the second shares the blocks being read";
+    for (const int64_t id : ids)
+      ASSERT_TRUE(cs.activate_remote(id, done.output[0], done.rng.draws()).is_ok());
+    EXPECT_EQ(cs.ssd_store()->stats().loaded_blocks - loaded, damaged ? 2 : 4) << "read once";
+    auto decoded = c->run_to_completion();
+    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+    ASSERT_EQ(decoded->size(), 2u);
+    for (const auto& seq : *decoded) expect_same_decode(*seq, *want);
+    EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+  }
+  prefilled.engine->scheduler().release_blocks(*prefilled.done);
 }
 
 // A prefill node whose prefix cache holds the start of a prompt computes
