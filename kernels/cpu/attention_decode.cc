@@ -16,8 +16,15 @@ namespace {
 
 // How far the prefetch stream runs ahead of the reads, in K or V parts of a
 // block (a part holds one layer's K, or V, of every KV head: 6 KiB for
-// smollm2-135m in BF16). One or two parts cover a DRAM latency.
+// smollm2-135m in BF16, 12 KiB in F32). One or two parts cover a DRAM
+// latency: the 512-bit passes take one; the AVX2 passes about this many
+// bytes in whole parts, at least one. On the AMD EPYC of PERFORMANCE.md
+// ("Decode attention: the AVX2 passes prefetch further"), two parts of
+// BF16 took 0.80-0.83 of the time of one from memory on one thread, while
+// one part of F32 did better than two, and two parts made the 512-bit
+// passes no faster.
 constexpr int32_t kPrefetchPartsAhead = 1;
+constexpr size_t kAvx2PrefetchBytesAhead = size_t(12) << 10;
 // Elements one step of the V pass consumes from a V row.
 constexpr int32_t kChunk = 16;
 
@@ -411,7 +418,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   PrefetchStream prefetch = runs ? PrefetchStream(sc.tiles.data(), int32_t(sc.tiles.size()),
                                                   P.tile_bytes, P.v_offset, then)
                                  : PrefetchStream(sc.blocks.data(), P.num_blocks, P.v_offset, then);
-  prefetch.prime(kPrefetchPartsAhead * (runs ? P.heads : 1));
+  const int32_t parts_ahead =
+      passes == Passes::kAvx2
+          ? int32_t(std::max<size_t>(1, kAvx2PrefetchBytesAhead / (size_t(P.heads) * P.tile_bytes)))
+          : kPrefetchPartsAhead;
+  prefetch.prime(parts_ahead * (runs ? P.heads : 1));
   // Every query group of a head reads each of its tiles.
   prefetch.set_readers(query_groups<kMaxQueryGroup>(P.per_head));
   // Pass 1: every score of the partition.
