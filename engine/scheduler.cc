@@ -394,31 +394,18 @@ bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
   if (j < shareable) {
     // A block another sequence's restore is reading: wait for that one
     // rather than read it twice (a burst of requests sharing a prompt).
-    const uint64_t next = block_key(seq, j).hash;
-    for (SsdRestore& other : ssd_restores_) {
-      if (std::ranges::none_of(other.keys, [&](const BlockKey& k) { return k.hash == next; }))
-        continue;
+    if (const auto [other, key] = restore_reading(block_key(seq, j).hash); other != nullptr) {
       blocks_.release(restore.held);
-      other.waiters.push_back(seq.id);
+      other->waiters.push_back(seq.id);
       seq.ssd_restoring = true;
       return true;
     }
     ssd_keys_to_restore(seq, j, shareable, budget, restore.tokens, restore.keys);
   }
-  Result<std::vector<int32_t>> fresh = resource_exhausted("nothing to restore");
-  if (!restore.keys.empty()) {
-    // Marked most recently used first: the blocks the allocation below
-    // evicts from the pool are saved to the SSD tier, which must not make
-    // room for them by dropping these.
-    ssd_->touch(restore.keys);
-    fresh = blocks_.allocate(int32_t(restore.keys.size()));
-  }
-  if (!fresh.is_ok()) {
+  if (!start_reading(restore)) {
     blocks_.release(restore.held);
     return false;
   }
-  restore.fresh = std::move(fresh).value();
-  restore.load = ssd_->start_load(restore.keys, kv_.data(), restore.fresh);
   seq.ssd_restoring = true;
   if (seq.ssd_landed_blocks == 0) seq.ssd_first_block = j;
   ssd_restores_.push_back(std::move(restore));
@@ -434,50 +421,60 @@ void Scheduler::start_remote_ssd_restore(Sequence& seq) {
   // Only as many as leave room for the rest of the prompt.
   ssd_keys_to_restore(seq, first, shareable, std::numeric_limits<int32_t>::max(), restore.tokens,
                       restore.keys);
-  if (restore.keys.empty()) return;
-  ssd_->touch(restore.keys);
-  auto fresh = blocks_.allocate(int32_t(restore.keys.size()));
-  if (!fresh.is_ok()) return;
-  restore.fresh = std::move(fresh).value();
+  if (!start_reading(restore)) return;
   // The table's own references; the restore keeps the allocation's until
   // its reads land, so an abort meanwhile cannot free blocks being written.
   for (const int32_t block : restore.fresh) seq.block_table.share(blocks_, block);
+  count_remote_restore(seq, first, int32_t(restore.fresh.size()));
+  ssd_restores_.push_back(std::move(restore));
+}
+
+std::pair<Scheduler::SsdRestore*, int32_t> Scheduler::restore_reading(uint64_t hash) {
+  for (SsdRestore& restore : ssd_restores_) {
+    const auto key =
+        std::ranges::find_if(restore.keys, [&](const BlockKey& k) { return k.hash == hash; });
+    if (key != restore.keys.end()) return {&restore, int32_t(key - restore.keys.begin())};
+  }
+  return {nullptr, 0};
+}
+
+bool Scheduler::start_reading(SsdRestore& restore) {
+  if (restore.keys.empty()) return false;
+  // Marked most recently used first: the blocks the allocation below evicts
+  // from the pool are saved to the SSD tier, which must not make room for
+  // them by dropping these.
+  ssd_->touch(restore.keys);
+  auto fresh = blocks_.allocate(int32_t(restore.keys.size()));
+  if (!fresh.is_ok()) return false;
+  restore.fresh = std::move(fresh).value();
   restore.load = ssd_->start_load(restore.keys, kv_.data(), restore.fresh);
-  const auto k = int32_t(restore.keys.size());
+  return true;
+}
+
+void Scheduler::count_remote_restore(Sequence& seq, int32_t first, int32_t blocks) {
   seq.ssd_restoring = true;
   seq.ssd_first_block = first;
-  seq.ssd_restored_blocks = k;
-  seq.num_computed = (first + k) * bs;
-  seq.registered_blocks = first + k;  // registered when they land
-  ssd_restores_.push_back(std::move(restore));
+  seq.ssd_restored_blocks = blocks;
+  seq.num_computed = (first + blocks) * seq.block_table.block_size();
+  seq.registered_blocks = first + blocks;  // registered when the reads land
 }
 
 bool Scheduler::share_remote_ssd_restore(Sequence& seq) {
   const int32_t bs = seq.block_table.block_size();
   const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
-  for (SsdRestore& other : ssd_restores_) {
-    const uint64_t next = block_key(seq, first).hash;
-    const auto match =
-        std::ranges::find_if(other.keys, [&](const BlockKey& k) { return k.hash == next; });
-    if (match == other.keys.end()) continue;
-    const auto first_key = int32_t(match - other.keys.begin());
-    // As far as its keys go on being the sequence's (the hash covers every
-    // token before the block too).
-    int32_t n = 0;
-    while (first + n < shareable && first_key + n < int32_t(other.keys.size()) &&
-           other.keys[size_t(first_key + n)].hash == block_key(seq, first + n).hash)
-      ++n;
-    for (int32_t i = 0; i < n; ++i)
-      seq.block_table.share(blocks_, other.fresh[size_t(first_key + i)]);
-    other.sharers.push_back({seq.id, first_key, n, first});
-    seq.ssd_restoring = true;
-    seq.ssd_first_block = first;
-    seq.ssd_restored_blocks = n;
-    seq.num_computed = (first + n) * bs;
-    seq.registered_blocks = first + n;
-    return true;
-  }
-  return false;
+  const auto [other, first_key] = restore_reading(block_key(seq, first).hash);
+  if (other == nullptr) return false;
+  // As far as its keys go on being the sequence's (the hash covers every
+  // token before the block too).
+  int32_t n = 0;
+  while (first + n < shareable && first_key + n < int32_t(other->keys.size()) &&
+         other->keys[size_t(first_key + n)].hash == block_key(seq, first + n).hash)
+    ++n;
+  for (int32_t i = 0; i < n; ++i)
+    seq.block_table.share(blocks_, other->fresh[size_t(first_key + i)]);
+  other->sharers.push_back({seq.id, first_key, n, first});
+  count_remote_restore(seq, first, n);
+  return true;
 }
 
 void Scheduler::settle_remote_restore(Sequence& seq, int32_t first_block, int32_t blocks,

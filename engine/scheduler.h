@@ -161,6 +161,7 @@ class Scheduler {
     Sequence* sequence;
     int32_t num_tokens;
   };
+  struct SsdRestore;  // below
   std::vector<Scheduled> schedule();
   // Admits waiting sequences in arrival order into `scheduled` while blocks
   // and `budget` last, starting SSD restores and passing sequences whose
@@ -196,6 +197,15 @@ class Scheduler {
   // sequence's prefix: shares them instead of reading them again. True if
   // it did.
   bool share_remote_ssd_restore(Sequence& sequence);
+  // The in-flight restore reading the block of this key hash, and the key's
+  // index in it; null if none is.
+  std::pair<SsdRestore*, int32_t> restore_reading(uint64_t hash);
+  // Allocates fresh blocks for the restore's keys and starts reading them;
+  // false (nothing taken) if there are none or no blocks for them.
+  bool start_reading(SsdRestore& restore);
+  // A remote reservation's `blocks` blocks from `first` on are being read
+  // from the SSD tier: counted as cached.
+  void count_remote_restore(Sequence& sequence, int32_t first, int32_t blocks);
   // A remote reservation's restore landed with `restored` of its `blocks`
   // blocks (its blocks from `first_block` on): the rest count as lost.
   void settle_remote_restore(Sequence& sequence, int32_t first_block, int32_t blocks,

@@ -545,8 +545,10 @@ struct SsdKvStore::PendingLoad {
   std::vector<int32_t> tokens;  // the keys' tokens
   std::vector<BlockKey> keys;   // their spans point into tokens
   std::vector<Io> ios;
-  size_t submitted = 0;
-  size_t landed = 0;
+  size_t submitted = 0;  // ios before this one went to the ring or were read
+  bool landed() const {
+    return std::ranges::all_of(ios, [](const Io& io) { return io.done; });
+  }
 };
 
 int64_t SsdKvStore::start_load(std::span<const BlockKey> keys, void* pool,
@@ -606,29 +608,18 @@ void SsdKvStore::read_loads_directly() {
       io.result = n < 0 ? -errno : n;
       io.done = true;
       io.status = verify(io, io.slot, *io.key);
-      ++load.landed;
     }
     load.submitted = load.ios.size();
   }
 }
 
 std::vector<SsdKvStore::LandedLoad> SsdKvStore::finish_loads(bool wait) {
-  auto landed_any = [&] {
-    return std::ranges::any_of(loads_,
-                               [](const PendingLoad& l) { return l.landed == l.ios.size(); });
-  };
+  auto landed_any = [&] { return std::ranges::any_of(loads_, &PendingLoad::landed); };
   if (load_ring_ && loads_submitted_ > 0) {
     auto complete = [&](Io& io) {
       io.in_ring = false;
       io.status = verify(io, io.slot, *io.key);
       --loads_submitted_;
-      // Its load, found by its address.
-      for (PendingLoad& load : loads_) {
-        if (&io >= load.ios.data() && &io < load.ios.data() + load.ios.size()) {
-          ++load.landed;
-          break;
-        }
-      }
     };
     bool ok = load_ring_->reap(/*wait=*/false, complete);
     submit_loads();
@@ -649,7 +640,7 @@ std::vector<SsdKvStore::LandedLoad> SsdKvStore::finish_loads(bool wait) {
   }
   std::vector<LandedLoad> out;
   for (auto it = loads_.begin(); it != loads_.end();) {
-    if (it->landed < it->ios.size()) {
+    if (!it->landed()) {
       ++it;
       continue;
     }

@@ -93,6 +93,19 @@ class RemoteKvTest : public ::testing::Test {
     FAIL() << "no slot holds block " << j;
   }
 
+  // An earlier prompt and a prompt sharing its first four 4-token blocks
+  // (prompts_sharing_four_blocks), and the prompt run whole (run_whole).
+  struct SharedPrefixCase {
+    std::vector<int32_t> earlier, prompt;
+    std::unique_ptr<Sequence> want;
+  };
+  SharedPrefixCase shared_prefix_case(const GenerationOptions& o) {
+    SharedPrefixCase c;
+    prompts_sharing_four_blocks(c.earlier, c.prompt);
+    c.want = run_whole(c.prompt, o);
+    return c;
+  }
+
   // A prefill node's run of the prompt (max_tokens 1, blocks retained).
   struct Prefilled {
     std::unique_ptr<Engine> engine;
@@ -350,10 +363,9 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
   const int32_t block_size = 4;
   GenerationOptions o = greedy(8);
   o.logprobs = 3;
-  std::vector<int32_t> earlier, prompt;
-  prompts_sharing_four_blocks(earlier, prompt);
-  const std::unique_ptr<Sequence> want = run_whole(prompt, o);
-  ASSERT_NE(want, nullptr);
+  const SharedPrefixCase sp = shared_prefix_case(o);
+  ASSERT_NE(sp.want, nullptr);
+  const std::vector<int32_t>&earlier = sp.earlier, &prompt = sp.prompt;
 
   Prefilled prefilled = prefill_node_run(prompt, o, block_size);
   ASSERT_NE(prefilled.done, nullptr);
@@ -394,11 +406,13 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
     EXPECT_EQ(cs.stats().prefix_hit_tokens - before.prefix_hit_tokens, int64_t(found) * block_size);
     EXPECT_EQ(cs.stats().prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens,
               through_ssd ? int64_t(found) * block_size : 0);
-    if (through_ssd) EXPECT_EQ(cs.ssd_store()->stats().dropped_blocks, damaged ? 1 : 0);
+    if (through_ssd) {
+      EXPECT_EQ(cs.ssd_store()->stats().dropped_blocks, damaged ? 1 : 0);
+    }
     auto decoded = c->run_to_completion();
     ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
     ASSERT_EQ(decoded->size(), 1u);
-    expect_same_decode(*(*decoded)[0], *want);
+    expect_same_decode(*(*decoded)[0], *sp.want);
     EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
   }
   prefilled.engine->scheduler().release_blocks(*prefilled.done);
@@ -414,10 +428,9 @@ TEST_F(RemoteKvTest, TwoReservationsOfAPrefixOnSsdReadItOnce) {
   const int32_t block_size = 4;
   GenerationOptions o = greedy(6);
   o.logprobs = 2;
-  std::vector<int32_t> earlier, prompt;
-  prompts_sharing_four_blocks(earlier, prompt);
-  const std::unique_ptr<Sequence> want = run_whole(prompt, o);
-  ASSERT_NE(want, nullptr);
+  const SharedPrefixCase sp = shared_prefix_case(o);
+  ASSERT_NE(sp.want, nullptr);
+  const std::vector<int32_t>&earlier = sp.earlier, &prompt = sp.prompt;
   Prefilled prefilled = prefill_node_run(prompt, o, block_size);
   ASSERT_NE(prefilled.done, nullptr);
   const Sequence& done = *prefilled.done;
@@ -451,7 +464,7 @@ TEST_F(RemoteKvTest, TwoReservationsOfAPrefixOnSsdReadItOnce) {
     auto decoded = c->run_to_completion();
     ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
     ASSERT_EQ(decoded->size(), 2u);
-    for (const auto& seq : *decoded) expect_same_decode(*seq, *want);
+    for (const auto& seq : *decoded) expect_same_decode(*seq, *sp.want);
     EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
   }
   prefilled.engine->scheduler().release_blocks(*prefilled.done);
@@ -465,10 +478,9 @@ TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
   const int32_t block_size = 4;
   GenerationOptions o = greedy(8);
   o.logprobs = 3;
-  std::vector<int32_t> earlier, prompt;
-  prompts_sharing_four_blocks(earlier, prompt);
-  const std::unique_ptr<Sequence> want = run_whole(prompt, o);
-  ASSERT_NE(want, nullptr);
+  const SharedPrefixCase sp = shared_prefix_case(o);
+  ASSERT_NE(sp.want, nullptr);
+  const std::vector<int32_t>&earlier = sp.earlier, &prompt = sp.prompt;
 
   auto b = make_engine(128, block_size, 2048);  // the prefill node
   Scheduler& bs = b->scheduler();
@@ -499,12 +511,12 @@ TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws()).is_ok());
   auto decoded = c->run_to_completion();
   ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
-  EXPECT_EQ(done.output[0], want->output[0]);
+  EXPECT_EQ(done.output[0], sp.want->output[0]);
   {
     SCOPED_TRACE("first token, on the prefill node");
-    expect_same_logprobs(done.output_logprobs.at(0), want->output_logprobs.at(0));
+    expect_same_logprobs(done.output_logprobs.at(0), sp.want->output_logprobs.at(0));
   }
-  expect_same_decode(*(*decoded)[0], *want);
+  expect_same_decode(*(*decoded)[0], *sp.want);
   bs.release_blocks(*(*prefilled)[0]);
   EXPECT_EQ(bs.stats().free_blocks, bs.stats().total_blocks);
 }
