@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Measures the engine's performance goals, several rounds, and says which hold.
+
+The goals (each a ratio to a ceiling the benchmark measures between its own
+iterations, bench/ceilings.h):
+
+  batch-1 decode step, smollm2-135m and qwen2.5-0.5b, F32 and BF16
+      effective GB/s >= 0.85 of the read passes    (model_bench Decode/*/1)
+  prefill of 512 tokens, the same four
+      GFLOP/s >= 0.70 of the sgemm passes           (model_bench Prefill)
+  paged decode attention from memory, 1k/4k/16k tokens, batch 1 and 16,
+  F32 and BF16, scattered and adjacent 16-token blocks
+      KV GB/s >= 0.70 of the read passes            (bench_kernels)
+
+One run of a case says little on a machine whose bandwidth swings by 10-30%
+from one minute to the next: this runs every case in each of --rounds
+rounds and reports its median ratio, its range, and in how many rounds it
+met its goal. A goal holds for a case when its median does.
+
+  bench/goals.py [--build build] [--rounds 5] [--avx512 0] [--only attention]
+
+--avx512 0 runs the AVX2 kernels where the CPU has AVX-512: what AVX2-only
+CPUs run, at this machine's bandwidth.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+
+GROUPS = {
+    # group: (program, filter, min_time, goal)
+    "decode": ("bench/model_bench", "Decode/.*/1/", "1", 0.85),
+    "prefill": ("bench/model_bench", "Prefill", "1", 0.70),
+    "attention": ("bench/bench_kernels", "BM_PagedDecodeAttention/.*/cold:1/.*/block:16", "0.3",
+                  0.70),
+}
+
+
+def run(program, bench_filter, min_time, extra):
+    if not os.access(program, os.X_OK):
+        sys.exit(f"goals.py: {program} is missing; build the benchmarks first")
+    done = subprocess.run([program, "--benchmark_format=json", f"--benchmark_filter={bench_filter}",
+                           f"--benchmark_min_time={min_time}", *extra],
+                          capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"goals.py: {program} exited {done.returncode}:\n{done.stderr[-2000:]}")
+    # model_bench prints its ceilings before the JSON.
+    start = done.stdout.find("{\n")
+    benchmarks = json.loads(done.stdout[max(start, 0):])["benchmarks"]
+    ratios = {}
+    for b in benchmarks:
+        if b.get("run_type") == "aggregate" or "ratio" not in b:
+            continue
+        name = b["run_name"].replace("/manual_time", "").replace("/real_time", "")
+        for noise in ("/min_warmup_time:0.500", "/iterations:3", "/cold:1", "/block:16", "BM_"):
+            name = name.replace(noise, "")
+        ratios[name] = b["ratio"]
+    if not ratios:
+        sys.exit(f"goals.py: {program} ran no benchmark matching {bench_filter}")
+    return ratios
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--build", default="build")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--avx512", choices=["0", "1"],
+                        help="0: the AVX2 kernels where AVX-512 is present")
+    parser.add_argument("--only", choices=sorted(GROUPS), action="append",
+                        help="measure only this group (repeatable)")
+    a = parser.parse_args()
+    if a.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    groups = a.only or list(GROUPS)
+
+    samples = {g: {} for g in groups}  # group -> case -> [ratio of each round]
+    for round_no in range(a.rounds):
+        for g in groups:
+            program, bench_filter, min_time, _ = GROUPS[g]
+            extra = [f"--avx512={a.avx512}"] if a.avx512 else []
+            for case, ratio in run(f"{a.build}/{program}", bench_filter, min_time, extra).items():
+                samples[g].setdefault(case, []).append(ratio)
+        print(f"round {round_no + 1} of {a.rounds} done", file=sys.stderr, flush=True)
+
+    short = 0
+    for g in groups:
+        goal = GROUPS[g][3]
+        print(f"\n{g}: goal {goal:.2f} of the ceiling, {a.rounds} rounds")
+        print(f"{'case':<56} {'median':>6} {'range':>11} {'met':>5}")
+        for case, ratios in samples[g].items():
+            median = statistics.median(ratios)
+            met = sum(r >= goal for r in ratios)
+            mark = "" if median >= goal else "  short"
+            short += median < goal
+            print(f"{case:<56} {median:6.2f} {min(ratios):5.2f}-{max(ratios):<5.2f} "
+                  f"{met:>2}/{len(ratios):<2}{mark}")
+    print(f"\n{short} case(s) short of their goal by the median")
+
+
+if __name__ == "__main__":
+    main()
