@@ -2,8 +2,9 @@
 
 #include <fcntl.h>
 #include <liburing.h>
-#include <signal.h>
 #include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY  // XXH3_state_t on the stack
@@ -51,6 +52,33 @@ uint64_t header_checksum(const SlotHeader& h, const int32_t* tokens, int32_t blo
 }
 
 std::string errno_text(int error) { return std::strerror(error); }
+
+// A new file at `path`, locked (flock, held while the descriptor stays
+// open), or -1 if that name is taken. It is made and locked under
+// `staging`, then linked to `path` (a link fails rather than replace a
+// file): a file under a store's name is never there unlocked, so
+// remove_files_of_dead_processes cannot take a new store's file for a dead
+// one's.
+Result<int> create_locked(const std::filesystem::path& staging, const std::filesystem::path& path) {
+  const int fd = ::open(staging.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+  if (fd < 0 && errno == EEXIST) return -1;
+  if (fd < 0)
+    return io_error("ssd cache: cannot create " + staging.string() + ": " + errno_text(errno));
+  int error = 0;
+  std::string failed;
+  if (::flock(fd, LOCK_EX | LOCK_NB) != 0) {
+    error = errno;
+    failed = "cannot lock " + staging.string();
+  } else if (::link(staging.c_str(), path.c_str()) != 0) {
+    error = errno;
+    failed = "cannot link " + staging.string() + " to " + path.string();
+  }
+  ::unlink(staging.c_str());
+  if (failed.empty()) return fd;
+  ::close(fd);
+  if (error == EEXIST) return -1;
+  return io_error("ssd cache: " + failed + ": " + errno_text(error));
+}
 
 }  // namespace
 
@@ -198,15 +226,28 @@ void SsdKvStore::remove_files_of_dead_processes(const std::filesystem::path& dir
     const std::string name = entry.path().filename().string();
     int pid = 0, n = 0, end = 0;
     if (std::sscanf(name.c_str(), "baton-kv-%d-%d.bin%n", &pid, &n, &end) != 2 ||
-        size_t(end) != name.size() || pid <= 0 || pid == ::getpid()) {
+        size_t(end) != name.size()) {
       continue;
     }
-    if (::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to ask
-    std::error_code removed;
-    if (std::filesystem::remove(entry.path(), removed)) {
-      spdlog::info("ssd cache: removed {}, left by process {} which is gone", entry.path().string(),
-                   pid);
+    // A living store holds the lock on its file, whichever PID namespace
+    // (or process of this one) it runs in: a pid in the name says nothing
+    // across containers sharing the directory. Removed while locked here,
+    // and only if the name still is the file locked (another cleaner may
+    // have removed it, and a new store taken the name, meanwhile).
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    struct stat locked {
+    }, named{};
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &locked) == 0 &&
+        ::stat(entry.path().c_str(), &named) == 0 && locked.st_ino == named.st_ino &&
+        locked.st_dev == named.st_dev) {
+      std::error_code removed;
+      if (std::filesystem::remove(entry.path(), removed)) {
+        spdlog::info("ssd cache: removed {}, left by a process that is gone",
+                     entry.path().string());
+      }
     }
+    ::close(fd);
   }
 }
 
@@ -232,14 +273,13 @@ Result<std::unique_ptr<SsdKvStore>> SsdKvStore::create(const std::filesystem::pa
   remove_files_of_dead_processes(dir);
   static std::atomic<int> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    std::filesystem::path path =
-        dir / ("baton-kv-" + std::to_string(::getpid()) + "-" + std::to_string(counter++) + ".bin");
-    const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-    if (fd < 0 && errno == EEXIST) continue;  // left by an earlier process of this pid
-    if (fd < 0)
-      return io_error("ssd cache: cannot create " + path.string() + ": " + errno_text(errno));
+    const std::string stem = std::to_string(::getpid()) + "-" + std::to_string(counter++);
+    std::filesystem::path path = dir / ("baton-kv-" + stem + ".bin");
+    Result<int> fd = create_locked(dir / (".baton-kv-" + stem + ".new"), path);
+    if (!fd.is_ok()) return fd.status();
+    if (*fd < 0) continue;  // the name is taken (another PID namespace, or an earlier process)
     return std::unique_ptr<SsdKvStore>(
-        new SsdKvStore(std::move(path), fd, layout, slots, allow_io_uring));
+        new SsdKvStore(std::move(path), *fd, layout, slots, allow_io_uring));
   }
   return io_error("ssd cache: no free file name in " + dir.string());
 }
@@ -267,9 +307,10 @@ SsdKvStore::~SsdKvStore() {
   while (!loads_.empty()) finish_loads(/*wait=*/true);
   load_ring_.reset();
   ring_.reset();
-  ::close(fd_);
+  // Removed while still locked: a cleaner finds it either locked or gone.
   std::error_code ec;
   std::filesystem::remove(path_, ec);
+  ::close(fd_);
 }
 
 SsdKvStoreStats SsdKvStore::stats() const {

@@ -127,8 +127,11 @@ class SsdKvStore {
   class Ring;
   struct PendingLoad;
 
-  // A process killed before it could remove its file leaves it behind:
-  // such files of processes that no longer exist are removed.
+  // A process killed before it could remove its file leaves it behind.
+  // A store holds a lock (flock) on its file for as long as it lives, so
+  // files of the store's name pattern that no one holds locked are removed:
+  // the pid in a name says nothing about a process in another PID
+  // namespace sharing the directory.
   static void remove_files_of_dead_processes(const std::filesystem::path& dir);
   SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots,
              bool allow_io_uring);

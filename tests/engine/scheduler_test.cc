@@ -380,7 +380,9 @@ TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
     const SchedulerStats after = engine->scheduler().stats();
     EXPECT_EQ(after.prefix_hit_tokens, expected_hits);
     EXPECT_EQ(after.prefix_query_tokens, expected_queries);
-    if (prompts[0].size() > size_t(block_size)) EXPECT_GT(after.prefix_hit_tokens, 0);
+    if (prompts[0].size() > size_t(block_size)) {
+      EXPECT_GT(after.prefix_hit_tokens, 0);
+    }
   }
 }
 

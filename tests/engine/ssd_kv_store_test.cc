@@ -14,6 +14,8 @@
 #include <map>
 #include <numeric>
 
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -164,7 +166,9 @@ TEST_F(SsdKvStoreTest, BlocksComeBackByteForByteIntoOtherBlocks) {
       std::memcpy(untouched_copy.data(), target.data(), target.bytes());
       auto store = make_store(layout, 100, io_uring);
       // The kernel may refuse io_uring (seccomp); then both runs take preadv.
-      if (!io_uring) EXPECT_FALSE(store->uses_io_uring());
+      if (!io_uring) {
+        EXPECT_FALSE(store->uses_io_uring());
+      }
 
       // 70 blocks in shuffled order: more than one batch of I/O.
       std::vector<BlockKey> keys;
@@ -194,7 +198,9 @@ TEST_F(SsdKvStoreTest, BlocksComeBackByteForByteIntoOtherBlocks) {
         }
       }
       for (int32_t b = 0; b < 40; ++b) {
-        if (!written[size_t(b)]) EXPECT_TRUE(same_block(target, b, untouched_copy, b)) << b;
+        if (!written[size_t(b)]) {
+          EXPECT_TRUE(same_block(target, b, untouched_copy, b)) << b;
+        }
       }
       EXPECT_EQ(store->stats().loaded_blocks, 70);
     }
@@ -425,24 +431,67 @@ TEST_F(SsdKvStoreTest, BadSettingsAreErrorsNamingThem) {
       << missing.status().to_string();
 }
 
-// A killed process leaves its file behind; the next store created in the
-// directory removes it, and leaves a living process's file and other files
-// alone.
-TEST_F(SsdKvStoreTest, FilesOfDeadProcessesAreRemoved) {
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) ::_exit(0);
-  ASSERT_EQ(::waitpid(child, nullptr, 0), child);  // gone, and reaped
-  const auto dead = dir_.path() / ("baton-kv-" + std::to_string(child) + "-0.bin");
-  const auto alive = dir_.path() / ("baton-kv-" + std::to_string(::getppid()) + "-3.bin");
-  const auto other = dir_.path() / ("baton-kv-" + std::to_string(child) + "-0.bin.keep");
-  for (const auto& file : {dead, alive, other}) std::ofstream(file) << "left behind";
+// A store's file is its own for as long as it holds the lock on it. A
+// killed process leaves its file behind, unlocked: the next store created in
+// the directory removes it, whatever pid its name gives. A file a living
+// process holds locked stays, even under the pid of a process that is gone
+// here (as one in another PID namespace would look), and so do other files.
+TEST_F(SsdKvStoreTest, FilesNoStoreHoldsAreRemoved) {
+  const pid_t gone = ::fork();
+  ASSERT_GE(gone, 0);
+  if (gone == 0) ::_exit(0);
+  ASSERT_EQ(::waitpid(gone, nullptr, 0), gone);  // gone, and reaped
+  const auto file = [&](pid_t pid, int n, const char* suffix = "") {
+    return dir_.path() /
+           ("baton-kv-" + std::to_string(pid) + "-" + std::to_string(n) + ".bin" + suffix);
+  };
+  const auto dead = file(gone, 0), held = file(gone, 1), other = file(gone, 0, ".keep");
+  const auto unheld_living_pid = file(::getppid(), 3);
+  for (const auto& f : {dead, held, other, unheld_living_pid}) std::ofstream(f) << "left behind";
+
+  // A living process holds `held` locked until the pipe `quit` closes.
+  int ready[2], quit[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  ASSERT_EQ(::pipe(quit), 0);
+  const pid_t holder = ::fork();
+  ASSERT_GE(holder, 0);
+  if (holder == 0) {
+    const int fd = ::open(held.c_str(), O_RDONLY);
+    char c = fd >= 0 && ::flock(fd, LOCK_EX) == 0 ? 'y' : 'n';
+    ::close(quit[1]);
+    if (::write(ready[1], &c, 1) == 1) (void)!::read(quit[0], &c, 1);
+    ::_exit(0);
+  }
+  ::close(ready[1]);
+  ::close(quit[0]);
+  char locked = 0;
+  ASSERT_EQ(::read(ready[0], &locked, 1), 1);
+  ::close(ready[0]);
+  ASSERT_EQ(locked, 'y');
+
   const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 4);
-  auto store = make_store(layout, 2);
-  EXPECT_FALSE(std::filesystem::exists(dead));
-  EXPECT_TRUE(std::filesystem::exists(alive));
+  {
+    auto store = make_store(layout, 2);
+    EXPECT_FALSE(std::filesystem::exists(dead));
+    EXPECT_FALSE(std::filesystem::exists(unheld_living_pid));
+    EXPECT_TRUE(std::filesystem::exists(held));
+    EXPECT_TRUE(std::filesystem::exists(other));
+    EXPECT_TRUE(std::filesystem::exists(store->path()));
+    // A second store of this process leaves the first one's file alone.
+    auto second = make_store(layout, 2);
+    EXPECT_TRUE(std::filesystem::exists(store->path()));
+    EXPECT_NE(second->path(), store->path());
+  }
+  ::close(quit[1]);
+  ASSERT_EQ(::waitpid(holder, nullptr, 0), holder);
+  auto later = make_store(layout, 2);
+  EXPECT_FALSE(std::filesystem::exists(held));
   EXPECT_TRUE(std::filesystem::exists(other));
-  EXPECT_TRUE(std::filesystem::exists(store->path()));
+  // No staging file is left behind either.
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_.path()))
+    files += entry.exists();
+  EXPECT_EQ(files, 2);  // `other` and later's file
 }
 
 TEST_F(SsdKvStoreTest, FileIsRemovedWithTheStore) {
