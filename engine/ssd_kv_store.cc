@@ -98,7 +98,9 @@ struct SsdKvStore::Io {
 // io_uring, when the kernel allows it: every I/O of a batch in flight at once.
 class SsdKvStore::Ring {
  public:
-  static std::unique_ptr<Ring> create() {
+  // `async`: hand the copies to the kernel's workers (IOSQE_ASYNC) if the
+  // kernel takes that flag.
+  static std::unique_ptr<Ring> create(bool async) {
     auto ring = std::unique_ptr<Ring>(new Ring);
     const int rc = io_uring_queue_init(kRingDepth, &ring->ring_, 0);
     if (rc < 0) {
@@ -106,8 +108,18 @@ class SsdKvStore::Ring {
       return nullptr;
     }
     ring->ready_ = true;
+    if (async) {
+      const Result<bool> taken = ring->takes_async_flag();
+      if (!taken.is_ok()) {
+        spdlog::info("ssd cache: {}; using preadv/pwritev", taken.status().message());
+        return nullptr;
+      }
+      ring->sqe_flags_ = *taken ? IOSQE_ASYNC : 0;
+      if (!*taken) spdlog::info("ssd cache: the kernel refuses IOSQE_ASYNC (before Linux 5.6)");
+    }
     return ring;
   }
+  bool async() const { return sqe_flags_ == IOSQE_ASYNC; }
   ~Ring() {
     if (ready_) io_uring_queue_exit(&ring_);
   }
@@ -140,7 +152,7 @@ class SsdKvStore::Ring {
         } else {
           io_uring_prep_readv(sqe, fd, io.iov.data(), unsigned(io.iov.size()), io.offset);
         }
-        io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+        io_uring_sqe_set_flags(sqe, sqe_flags_);
         io_uring_sqe_set_data64(sqe, next);
         const int rc = io_uring_submit(&ring_);
         if (rc < 1) {
@@ -181,7 +193,7 @@ class SsdKvStore::Ring {
     io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
     if (sqe == nullptr) return false;
     io_uring_prep_readv(sqe, fd, io.iov.data(), unsigned(io.iov.size()), io.offset);
-    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+    io_uring_sqe_set_flags(sqe, sqe_flags_);
     io_uring_sqe_set_data(sqe, &io);
     const int rc = io_uring_submit(&ring_);
     if (rc >= 1) return true;
@@ -215,8 +227,27 @@ class SsdKvStore::Ring {
 
  private:
   Ring() = default;
+  // Kernels before 5.6 fail every entry that carries IOSQE_ASYNC (EINVAL):
+  // a no-op with the flag says whether this one takes it.
+  Result<bool> takes_async_flag() {
+    io_uring_sqe* sqe = io_uring_get_sqe(&ring_);
+    if (sqe == nullptr) return internal_error("io_uring has no free entry");
+    io_uring_prep_nop(sqe);
+    io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
+    int rc = io_uring_submit(&ring_);
+    if (rc < 1) return io_error("io_uring submit failed (" + errno_text(-rc) + ")");
+    io_uring_cqe* cqe = nullptr;
+    while ((rc = io_uring_wait_cqe(&ring_, &cqe)) == -EINTR) {
+    }
+    if (rc < 0) return io_error("io_uring wait failed (" + errno_text(-rc) + ")");
+    const int result = cqe->res;
+    io_uring_cqe_seen(&ring_, cqe);
+    return result != -EINVAL;
+  }
+
   io_uring ring_{};
   bool ready_ = false;
+  unsigned sqe_flags_ = 0;
 };
 
 void SsdKvStore::remove_files_of_dead_processes(const std::filesystem::path& dir) {
@@ -253,8 +284,7 @@ void SsdKvStore::remove_files_of_dead_processes(const std::filesystem::path& dir
 
 Result<std::unique_ptr<SsdKvStore>> SsdKvStore::create(const std::filesystem::path& dir,
                                                        uint64_t capacity_bytes,
-                                                       const KvLayout& layout,
-                                                       bool allow_io_uring) {
+                                                       const KvLayout& layout, SsdIo io) {
   if (layout.block_size > int32_t((kHeaderBytes - sizeof(SlotHeader)) / sizeof(int32_t))) {
     return invalid_argument("ssd cache: blocks of " + std::to_string(layout.block_size) +
                             " tokens do not fit a slot header");
@@ -278,8 +308,7 @@ Result<std::unique_ptr<SsdKvStore>> SsdKvStore::create(const std::filesystem::pa
     Result<int> fd = create_locked(dir / (".baton-kv-" + stem + ".new"), path);
     if (!fd.is_ok()) return fd.status();
     if (*fd < 0) continue;  // the name is taken (another PID namespace, or an earlier process)
-    return std::unique_ptr<SsdKvStore>(
-        new SsdKvStore(std::move(path), *fd, layout, slots, allow_io_uring));
+    return std::unique_ptr<SsdKvStore>(new SsdKvStore(std::move(path), *fd, layout, slots, io));
   }
   return io_error("ssd cache: no free file name in " + dir.string());
 }
@@ -289,17 +318,19 @@ uint64_t SsdKvStore::slot_bytes_for(const KvLayout& layout) {
 }
 
 SsdKvStore::SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots,
-                       bool allow_io_uring)
+                       SsdIo io)
     : path_(std::move(path)),
       fd_(fd),
       layout_(layout),
       slot_bytes_(slot_bytes_for(layout)),
       capacity_(slots),
-      ring_(allow_io_uring ? Ring::create() : nullptr),
-      load_ring_(ring_ ? Ring::create() : nullptr) {
+      ring_(io != SsdIo::kPlain ? Ring::create(io == SsdIo::kIoUring) : nullptr),
+      load_ring_(ring_ ? Ring::create(ring_->async()) : nullptr) {
   stats_.capacity_blocks = slots;
   spdlog::info("ssd cache: {} ({} slots of {} KiB, {})", path_.string(), slots, slot_bytes_ >> 10,
-               ring_ ? "io_uring" : "preadv/pwritev");
+               !ring_           ? "preadv/pwritev"
+               : ring_->async() ? "io_uring"
+                                : "io_uring, inline");
 }
 
 SsdKvStore::~SsdKvStore() {
@@ -312,6 +343,8 @@ SsdKvStore::~SsdKvStore() {
   std::filesystem::remove(path_, ec);
   ::close(fd_);
 }
+
+bool SsdKvStore::hands_copies_to_kernel_workers() const { return ring_ && ring_->async(); }
 
 SsdKvStoreStats SsdKvStore::stats() const {
   SsdKvStoreStats s = stats_;

@@ -63,14 +63,24 @@ struct SsdLoad {
   Status problem;
 };
 
+// How a store does its I/O; tests run every way.
+enum class SsdIo {
+  // io_uring where the kernel allows it, else preadv/pwritev. The copies go
+  // to the kernel's workers (IOSQE_ASYNC) where the kernel takes that flag
+  // (Linux 5.6 and later), else run as the kernel chooses.
+  kIoUring,
+  // io_uring without IOSQE_ASYNC, as kernels before 5.6 run it.
+  kIoUringInline,
+  kPlain,  // preadv/pwritev
+};
+
 class SsdKvStore {
  public:
   // Creates the store's file in `dir` (which must exist) for blocks of
   // `layout`'s geometry, holding up to `capacity_bytes` of slots.
-  // `allow_io_uring` false: plain preadv/pwritev (tests run both paths).
   static Result<std::unique_ptr<SsdKvStore>> create(const std::filesystem::path& dir,
                                                     uint64_t capacity_bytes, const KvLayout& layout,
-                                                    bool allow_io_uring = true);
+                                                    SsdIo io = SsdIo::kIoUring);
   ~SsdKvStore();
   SsdKvStore(const SsdKvStore&) = delete;
   SsdKvStore& operator=(const SsdKvStore&) = delete;
@@ -81,6 +91,8 @@ class SsdKvStore {
   uint64_t slot_bytes() const { return slot_bytes_; }
   SsdKvStoreStats stats() const;
   bool uses_io_uring() const { return ring_ != nullptr; }
+  // Whether its io_uring entries carry IOSQE_ASYNC.
+  bool hands_copies_to_kernel_workers() const;
 
   // Whether a block with exactly this key is stored.
   bool contains(const BlockKey& key) const;
@@ -133,8 +145,7 @@ class SsdKvStore {
   // the pid in a name says nothing about a process in another PID
   // namespace sharing the directory.
   static void remove_files_of_dead_processes(const std::filesystem::path& dir);
-  SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots,
-             bool allow_io_uring);
+  SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots, SsdIo io);
   // A slot for a new key: a dropped one, a never used one, else the least
   // recently used one that no load is reading (evicted); -1 if none is.
   int64_t take_slot();

@@ -547,7 +547,7 @@ TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   auto engine = make_engine(20, 4, /*budget=*/8, 4, true);
   Scheduler& s = engine->scheduler();
   auto store = SsdKvStore::create(dir_.path(), uint64_t(64) << 20, engine->kv_pool().layout(),
-                                  /*allow_io_uring=*/false);
+                                  SsdIo::kPlain);
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
   s.attach_ssd_store(std::move(store).value());
   push_to_ssd(*engine, p);

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
 #include <random>
@@ -26,6 +27,30 @@
 
 namespace baton::engine {
 namespace {
+
+// Every way a store does its I/O: io_uring as this kernel runs it, io_uring
+// without IOSQE_ASYNC (as kernels before 5.6 run it), preadv/pwritev.
+constexpr SsdIo kEveryIo[] = {SsdIo::kIoUring, SsdIo::kIoUringInline, SsdIo::kPlain};
+
+const char* io_name(SsdIo io) {
+  switch (io) {
+    case SsdIo::kIoUring:
+      return "io_uring";
+    case SsdIo::kIoUringInline:
+      return "io_uring without IOSQE_ASYNC";
+    case SsdIo::kPlain:
+      return "preadv/pwritev";
+  }
+  return "?";
+}
+
+// IOSQE_ASYNC came with Linux 5.6.
+bool kernel_takes_iosqe_async() {
+  utsname u{};
+  int major = 0, minor = 0;
+  if (::uname(&u) != 0 || std::sscanf(u.release, "%d.%d", &major, &minor) != 2) return false;
+  return major > 5 || (major == 5 && minor >= 6);
+}
 
 class SsdKvStoreTest : public ::testing::Test {
  protected:
@@ -60,11 +85,10 @@ class SsdKvStoreTest : public ::testing::Test {
   }
 
   std::unique_ptr<SsdKvStore> make_store(const KvLayout& layout, int64_t slots,
-                                         bool io_uring = true) {
+                                         SsdIo io = SsdIo::kIoUring) {
     const uint64_t slot_bytes = SsdKvStore::slot_bytes_for(layout);
     // A little over: the capacity is whole slots.
-    auto store =
-        SsdKvStore::create(dir_.path(), uint64_t(slots) * slot_bytes + 100, layout, io_uring);
+    auto store = SsdKvStore::create(dir_.path(), uint64_t(slots) * slot_bytes + 100, layout, io);
     EXPECT_TRUE(store.is_ok()) << store.status().to_string();
     return std::move(store).value();
   }
@@ -111,14 +135,14 @@ class SsdKvStoreTest : public ::testing::Test {
 
   // Six blocks saved into a file that may grow to three slots: exits 0 if
   // the first three are stored and come back, the rest dropped; else 10+.
-  [[noreturn]] void save_past_a_size_limit(bool io_uring) {
+  [[noreturn]] void save_past_a_size_limit(SsdIo io) {
     const KvLayout layout = layout_of(DType::kF32, 2, 1, 64, 4, 8);
     std::signal(SIGXFSZ, SIG_IGN);  // EFBIG instead of a signal
     const auto limit = rlim_t(3 * SsdKvStore::slot_bytes_for(layout));
     const rlimit r{limit, limit};
     if (::setrlimit(RLIMIT_FSIZE, &r) != 0) ::_exit(10);
     KvPool pool = random_pool(layout);
-    auto store = make_store(layout, 8, io_uring);
+    auto store = make_store(layout, 8, io);
     std::vector<BlockKey> keys;
     for (int i = 0; i < 6; ++i) keys.push_back(random_key(4));
     const std::vector<int32_t> blocks = {0, 1, 2, 3, 4, 5};
@@ -154,20 +178,26 @@ TEST_F(SsdKvStoreTest, BlocksComeBackByteForByteIntoOtherBlocks) {
                           {DType::kBF16, 5, 1, 128, 4},
                           {DType::kF16, 2, 3, 64, 1},
                           {DType::kBF16, 30, 3, 64, 16}};
-  for (const bool io_uring : {true, false})
+  for (const SsdIo io : kEveryIo)
     for (const Shape& s : shapes) {
-      SCOPED_TRACE(std::string(dtype_name(s.dtype)) + " layers " + std::to_string(s.layers) +
-                   (io_uring ? ", io_uring" : ", preadv/pwritev"));
+      SCOPED_TRACE(std::string(dtype_name(s.dtype)) + " layers " + std::to_string(s.layers) + ", " +
+                   io_name(io));
       const KvLayout layout =
           layout_of(s.dtype, s.layers, s.kv_heads, s.head_dim, s.block_size, 40);
       KvPool source = random_pool(layout);
       KvPool target = random_pool(layout);  // random bytes: anything unwritten shows
       KvPool untouched_copy = random_pool(layout);
       std::memcpy(untouched_copy.data(), target.data(), target.bytes());
-      auto store = make_store(layout, 100, io_uring);
-      // The kernel may refuse io_uring (seccomp); then both runs take preadv.
-      if (!io_uring) {
+      auto store = make_store(layout, 100, io);
+      // The kernel may refuse io_uring (seccomp); then every run takes preadv.
+      if (io == SsdIo::kPlain) {
         EXPECT_FALSE(store->uses_io_uring());
+      }
+      if (io == SsdIo::kIoUringInline) {
+        EXPECT_FALSE(store->hands_copies_to_kernel_workers());
+      }
+      if (io == SsdIo::kIoUring && store->uses_io_uring()) {
+        EXPECT_EQ(store->hands_copies_to_kernel_workers(), kernel_takes_iosqe_async());
       }
 
       // 70 blocks in shuffled order: more than one batch of I/O.
@@ -324,14 +354,14 @@ TEST_F(SsdKvStoreTest, DamagedSlotsAreRefusedNamingTheFileAndSlotThenForgotten) 
 // destroyed with a load in flight waits for it.
 TEST_F(SsdKvStoreTest, AsynchronousLoadsLandByteForByteAndPinTheirSlots) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
-  for (const bool io_uring : {true, false}) {
-    SCOPED_TRACE(io_uring ? "io_uring" : "preadv/pwritev");
+  for (const SsdIo io : kEveryIo) {
+    SCOPED_TRACE(io_name(io));
     const KvLayout layout = layout_of(DType::kBF16, 4, 2, 64, 8, 40);
     KvPool source = random_pool(layout);
     KvPool target = random_pool(layout);
     KvPool untouched_copy = random_pool(layout);
     std::memcpy(untouched_copy.data(), target.data(), target.bytes());
-    auto store = make_store(layout, 12, io_uring);
+    auto store = make_store(layout, 12, io);
     std::vector<BlockKey> keys;
     std::vector<int32_t> from;
     for (int i = 0; i < 12; ++i) {
@@ -399,9 +429,9 @@ TEST_F(SsdKvStoreTest, AsynchronousLoadsLandByteForByteAndPinTheirSlots) {
 // fail them) drop their keys and nothing else: the blocks written before
 // still come back. In a child process, whose limit this is.
 TEST_F(SsdKvStoreTest, FailedWritesDropOnlyTheirKeys) {
-  for (const bool io_uring : {true, false}) {
-    SCOPED_TRACE(io_uring ? "io_uring" : "preadv/pwritev");
-    EXPECT_EXIT(save_past_a_size_limit(io_uring), ::testing::ExitedWithCode(0), "");
+  for (const SsdIo io : kEveryIo) {
+    SCOPED_TRACE(io_name(io));
+    EXPECT_EXIT(save_past_a_size_limit(io), ::testing::ExitedWithCode(0), "");
   }
 }
 
