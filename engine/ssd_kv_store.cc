@@ -99,8 +99,8 @@ struct SsdKvStore::Io {
 class SsdKvStore::Ring {
  public:
   // `async`: hand the copies to the kernel's workers (IOSQE_ASYNC) if the
-  // kernel takes that flag.
-  static std::unique_ptr<Ring> create(bool async) {
+  // kernel takes that flag; `probed`: it is known to, so no need to ask.
+  static std::unique_ptr<Ring> create(bool async, bool probed = false) {
     auto ring = std::unique_ptr<Ring>(new Ring);
     const int rc = io_uring_queue_init(kRingDepth, &ring->ring_, 0);
     if (rc < 0) {
@@ -108,7 +108,9 @@ class SsdKvStore::Ring {
       return nullptr;
     }
     ring->ready_ = true;
-    if (async) {
+    if (async && probed) {
+      ring->sqe_flags_ = IOSQE_ASYNC;
+    } else if (async) {
       const Result<bool> taken = ring->takes_async_flag();
       if (!taken.is_ok()) {
         spdlog::info("ssd cache: {}; using preadv/pwritev", taken.status().message());
@@ -267,8 +269,8 @@ void SsdKvStore::remove_files_of_dead_processes(const std::filesystem::path& dir
     // have removed it, and a new store taken the name, meanwhile).
     const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0) continue;
-    struct stat locked {
-    }, named{};
+    struct stat locked = {};
+    struct stat named = {};
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &locked) == 0 &&
         ::stat(entry.path().c_str(), &named) == 0 && locked.st_ino == named.st_ino &&
         locked.st_dev == named.st_dev) {
@@ -325,7 +327,7 @@ SsdKvStore::SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layou
       slot_bytes_(slot_bytes_for(layout)),
       capacity_(slots),
       ring_(io != SsdIo::kPlain ? Ring::create(io == SsdIo::kIoUring) : nullptr),
-      load_ring_(ring_ ? Ring::create(ring_->async()) : nullptr) {
+      load_ring_(ring_ ? Ring::create(ring_->async(), /*probed=*/true) : nullptr) {
   stats_.capacity_blocks = slots;
   spdlog::info("ssd cache: {} ({} slots of {} KiB, {})", path_.string(), slots, slot_bytes_ >> 10,
                !ring_           ? "preadv/pwritev"

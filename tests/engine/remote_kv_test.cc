@@ -202,6 +202,17 @@ void expect_same_decode(const Sequence& got, const Sequence& want) {
   }
 }
 
+// Runs the decode node to completion: `n` sequences, each decoding what
+// `want` did, and every block free afterwards.
+void expect_all_decode_as(Engine& decode_node, size_t n, const Sequence& want) {
+  auto decoded = decode_node.run_to_completion();
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  ASSERT_EQ(decoded->size(), n);
+  for (const auto& seq : *decoded) expect_same_decode(*seq, want);
+  const SchedulerStats stats = decode_node.scheduler().stats();
+  EXPECT_EQ(stats.free_blocks, stats.total_blocks);
+}
+
 // Engine A runs each request whole (the reference). Engine B is the prefill
 // node: max_tokens 1, blocks retained. Engine C is the decode node: it
 // reserves blocks, receives B's prompt KV, is activated with B's first token
@@ -409,11 +420,7 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
     if (through_ssd) {
       EXPECT_EQ(cs.ssd_store()->stats().dropped_blocks, damaged ? 1 : 0);
     }
-    auto decoded = c->run_to_completion();
-    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
-    ASSERT_EQ(decoded->size(), 1u);
-    expect_same_decode(*(*decoded)[0], *sp.want);
-    EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+    expect_all_decode_as(*c, 1, *sp.want);
   }
   prefilled.engine->scheduler().release_blocks(*prefilled.done);
 }
@@ -461,11 +468,7 @@ TEST_F(RemoteKvTest, TwoReservationsOfAPrefixOnSsdReadItOnce) {
     for (const int64_t id : ids)
       ASSERT_TRUE(cs.activate_remote(id, done.output[0], done.rng.draws()).is_ok());
     EXPECT_EQ(cs.ssd_store()->stats().loaded_blocks - loaded, damaged ? 2 : 4) << "read once";
-    auto decoded = c->run_to_completion();
-    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
-    ASSERT_EQ(decoded->size(), 2u);
-    for (const auto& seq : *decoded) expect_same_decode(*seq, *sp.want);
-    EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+    expect_all_decode_as(*c, 2, *sp.want);
   }
   prefilled.engine->scheduler().release_blocks(*prefilled.done);
 }
