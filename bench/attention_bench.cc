@@ -34,16 +34,21 @@ constexpr int32_t kHeads = 9, kKvHeads = 3, kHeadDim = 64, kBlockSize = 16;
 constexpr size_t kColdBytes = size_t(256) << 20;
 
 // Reads partitions [b, e) (each the block addresses of one partition) the
-// way the decode kernel walks them: every block's K part, then every V part,
-// behind the kernel's own prefetch stream (one part ahead, ending with the
-// next partition's first K part). Returns a lane of the sum.
+// way the decode kernel's two passes walk them: every block's K part, then
+// every V part, behind the kernel's own prefetch stream (one part ahead,
+// ending with the next partition's first K part; the fused AVX2 runs read
+// K and V of four blocks at a time instead). Returns a lane of the sum.
 BATON_AVX2 float read_partitions(const std::vector<std::vector<const char*>>& partitions, int64_t b,
                                  int64_t e, size_t part_bytes) {
   __m256 acc = _mm256_setzero_ps();
+  std::vector<const char*> regions;
   for (int64_t i = b; i < e; ++i) {
     const auto& blocks = partitions[size_t(i)];
-    kernels::cpu::PrefetchStream prefetch(blocks.data(), int32_t(blocks.size()), part_bytes,
-                                          i + 1 < e ? partitions[size_t(i + 1)][0] : nullptr);
+    regions.clear();
+    kernels::cpu::PrefetchStream::k_then_v(blocks.data(), int32_t(blocks.size()), part_bytes,
+                                           i + 1 < e ? partitions[size_t(i + 1)][0] : nullptr,
+                                           regions);
+    kernels::cpu::PrefetchStream prefetch(regions.data(), int32_t(regions.size()), part_bytes);
     prefetch.prime(1);
     for (size_t v = 0; v < 2; ++v)
       for (const char* block : blocks)
@@ -58,8 +63,8 @@ BATON_AVX2 float read_partitions(const std::vector<std::vector<const char*>>& pa
   return lanes[0];
 }
 
-// GB/s of a plain read of one layer's K and V in the decode kernel's order
-// and with its prefetching (read_partitions), per 256-token partition, the
+// GB/s of a plain read of one layer's K and V in the decode kernel's
+// two-pass order and with its prefetching (read_partitions), per 256-token partition, the
 // partitions shared out over the pool's threads: what the memory system gives
 // for the kernel's reads with no arithmetic in the way.
 double scattered_read_gbs(const PagedAttentionParams& p, int32_t batch, int32_t blocks_per_seq) {

@@ -114,9 +114,9 @@ BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, i
 }
 
 // acc_r[c0, c0 + 16 C) += Σ_t p_r[t] v_t for R queries over keys [0, n).
-template <DType T, int R, int C, typename Rows>
+template <DType T, int R, int C, typename Rows, typename Stream>
 BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, Rows v, int32_t d, int32_t n,
-                                    int32_t c0, float* acc, PrefetchStream& prefetch) {
+                                    int32_t c0, float* acc, Stream& prefetch) {
   // Each accumulator takes one FMA per key, so fewer than two FMA units x
   // four cycles of latency = 8 accumulators leave the units waiting on the
   // chains. Then even and odd keys go to separate accumulators (BF16 and
@@ -150,10 +150,10 @@ BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, Rows v, in
 
 // As many 16-element chunks per pass as keep R x 2C accumulators, R
 // broadcasts and (half precision) one converted chunk in 16 registers.
-template <DType T, int R, typename Rows>
+template <DType T, int R, typename Rows, typename Stream>
 BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int32_t n, float* acc,
-                        PrefetchStream& stream) {
-  PrefetchStream prefetch = stream;  // a local copy stays in registers
+                        Stream& stream) {
+  Stream prefetch = stream;  // a local copy stays in registers
   constexpr int C = T == DType::kF32 ? (R == 1   ? 4
                                         : R == 2 ? 3
                                         : R == 3 ? 2
@@ -173,8 +173,9 @@ struct Scratch {
   // The probabilities split for the AVX-512 V pass.
   std::vector<uint16_t> p_hi, p_lo;
   std::vector<const char*> blocks;
-  std::vector<const char*> rows;   // each key's row in its block (head 0, K part)
-  std::vector<const char*> tiles;  // K tiles in the order runs read them
+  std::vector<const char*> rows;     // each key's row in its block (head 0, K part)
+  std::vector<const char*> tiles;    // K tiles in the order runs read them
+  std::vector<const char*> regions;  // what the prefetch stream reads, in order
 };
 
 // What the passes over one partition share.
@@ -192,6 +193,12 @@ struct Partition {
   size_t row_bytes;       // one key's row of one head
   size_t k_group_stride;  // between the dimension groups of a K tile
 };
+
+// Parts (K or V of every head of a block) the AVX2 passes prefetch ahead:
+// kAvx2PrefetchBytesAhead in whole parts, at least one.
+int32_t avx2_prefetch_parts(const Partition& P) {
+  return int32_t(std::max<size_t>(1, kAvx2PrefetchBytesAhead / (size_t(P.heads) * P.tile_bytes)));
+}
 
 // Blocks per run of the AVX2 half-precision V pass, which takes each KV
 // head's rows of several blocks in one call: with one call per 16-key
@@ -213,31 +220,37 @@ auto run_rows(KeyRows rows, size_t row_bytes) {
     return rows;
 }
 
-// Calls f<R>(rows, k0, n, i) for every run of up to run_blocks blocks (keys
-// [k0, k0 + n) of the partition) and KV head h, for each group of R query
-// vectors [i, i + R) of that head, with `rows` the head's V rows of those
-// keys: the order the prefetch stream is told.
+// Calls f<R>(rows, k0, n, i) for the run of up to run_blocks blocks that
+// starts at block j0 (keys [k0, k0 + n) of the partition) and every KV head
+// h, for each group of R query vectors [i, i + R) of that head, with `rows`
+// the head's V rows of those keys: the order the prefetch stream is told.
+template <int32_t kMaxGroup, typename F>
+BATON_AVX2_INLINE void for_v_run(const Partition& P, const Scratch& sc, int32_t run_blocks,
+                                 int32_t j0, F&& f) {
+  const int32_t k0 = j0 * P.bs;
+  const int32_t n = std::min(run_blocks * P.bs, P.keys - k0);
+  // A one-block run needs only its first row, the block's tile: sc.rows
+  // is filled for longer runs only.
+  const char* const* first_row = run_blocks == 1 ? &sc.blocks[size_t(j0)] : &sc.rows[size_t(k0)];
+  for (int32_t h = 0; h < P.heads; ++h) {
+    const KeyRows rows{first_row, P.v_offset + size_t(h) * P.tile_bytes};
+    const int32_t first = h * P.per_head;
+    for_query_groups<kMaxGroup>(
+        P.per_head, [&]<int R>(int32_t i) { f.template operator()<R>(rows, k0, n, first + i); });
+  }
+}
+
+// for_v_run over every run of the partition, in order.
 template <int32_t kMaxGroup, typename F>
 BATON_AVX2_INLINE void for_each_v_run(const Partition& P, const Scratch& sc, int32_t run_blocks,
                                       F&& f) {
-  const int32_t run_keys = run_blocks * P.bs;
-  for (int32_t j0 = 0, k0 = 0; k0 < P.keys; j0 += run_blocks, k0 += run_keys) {
-    const int32_t n = std::min(run_keys, P.keys - k0);
-    // A one-block run needs only its first row, the block's tile: sc.rows
-    // is filled for longer runs only.
-    const char* const* first_row = run_blocks == 1 ? &sc.blocks[size_t(j0)] : &sc.rows[size_t(k0)];
-    for (int32_t h = 0; h < P.heads; ++h) {
-      const KeyRows rows{first_row, P.v_offset + size_t(h) * P.tile_bytes};
-      const int32_t first = h * P.per_head;
-      for_query_groups<kMaxGroup>(
-          P.per_head, [&]<int R>(int32_t i) { f.template operator()<R>(rows, k0, n, first + i); });
-    }
-  }
+  for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks)
+    for_v_run<kMaxGroup>(P, sc, run_blocks, j0, f);
 }
 
 // For runs of several blocks: the table of each key's row (sc.rows, head 0's
 // K part, which V rows are found from), and the K tiles in the order
-// k_pass_avx2 and for_each_v_run read them (sc.tiles: for
+// k_pass and for_each_v_run read them (sc.tiles: for
 // each run, for each head, the run's blocks), for the prefetch stream.
 BATON_AVX2_INLINE void prepare_runs(const Partition& P, int32_t run_blocks, Scratch& sc) {
   sc.rows.resize(size_t(P.keys));
@@ -269,57 +282,70 @@ BATON_AVX2 void kernel_to_element_order(const float* src, int32_t n_q, int32_t d
   }
 }
 
-// Pass 1: every score of the partition, from the queries at sc.q, one K
-// tile at a time in the order of the runs of run_blocks blocks (for each
-// run, KV head and group of query vectors, the run's blocks), which the
-// prefetch stream follows. The AVX2 or the AVX-512 score pass, which take
-// the same groups of query vectors.
+// The scores of the run of up to run_blocks blocks that starts at block
+// j0, from the queries at sc.q, one K tile at a time (for each KV head and
+// group of query vectors, the run's blocks), which the prefetch stream
+// follows. The AVX2 or the AVX-512 score pass, which take the same groups
+// of query vectors.
+template <DType T>
+BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32_t j0, bool avx512,
+                      PrefetchStream& prefetch) {
+  static_assert(kAvx512TileQueries == kMaxQueryGroup);
+  const int32_t j1 = std::min(P.num_blocks, j0 + run_blocks);
+  for (int32_t h = 0; h < P.heads; ++h)
+    for_query_groups(P.per_head, [&]<int R>(int32_t g0) {
+      const int32_t i = h * P.per_head + g0;
+      if (avx512 && P.bs == 16 && run_blocks > 1) {
+        // The run's tiles of head h, as prepare_runs lists them: two at a
+        // time, each query element broadcast once for both.
+        const char* const* tiles = sc.tiles.data() + size_t(j0) * P.heads + size_t(h) * (j1 - j0);
+        const int32_t k0 = j0 * P.bs;
+        key_run_scores_avx512(T, R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
+                              std::min(j1 * P.bs, P.keys) - k0,
+                              sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
+        return;
+      }
+      for (int32_t j = j0; j < j1; ++j) {
+        const int32_t k0 = j * P.bs;
+        // Scores of the slots past the context in the last 8 keys are
+        // masked by the softmax.
+        const int32_t n8 = round_up(std::min(P.bs, P.keys - k0), 8);
+        const float* q = sc.q.data() + size_t(i) * P.d;
+        const char* tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
+        float* s = sc.scores.data() + size_t(i) * P.stride + k0;
+        if (avx512)
+          key_tile_scores_avx512(T, R, q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
+        else
+          key_tile_scores<T, R>(q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
+      }
+    });
+}
+
+// Pass 1: every score of the partition, run by run.
 template <DType T>
 BATON_AVX2 void k_pass(const Partition& P, Scratch& sc, int32_t run_blocks, bool avx512,
                        PrefetchStream& prefetch) {
-  static_assert(kAvx512TileQueries == kMaxQueryGroup);
-  for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks) {
-    const int32_t j1 = std::min(P.num_blocks, j0 + run_blocks);
-    for (int32_t h = 0; h < P.heads; ++h)
-      for_query_groups(P.per_head, [&]<int R>(int32_t g0) {
-        const int32_t i = h * P.per_head + g0;
-        if (avx512 && P.bs == 16 && run_blocks > 1) {
-          // The run's tiles of head h, as prepare_runs lists them: two at a
-          // time, each query element broadcast once for both.
-          const char* const* tiles = sc.tiles.data() + size_t(j0) * P.heads + size_t(h) * (j1 - j0);
-          const int32_t k0 = j0 * P.bs;
-          key_run_scores_avx512(T, R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
-                                std::min(j1 * P.bs, P.keys) - k0,
-                                sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
-          return;
-        }
-        for (int32_t j = j0; j < j1; ++j) {
-          const int32_t k0 = j * P.bs;
-          // Scores of the slots past the context in the last 8 keys are
-          // masked by the softmax.
-          const int32_t n8 = round_up(std::min(P.bs, P.keys - k0), 8);
-          const float* q = sc.q.data() + size_t(i) * P.d;
-          const char* tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
-          float* s = sc.scores.data() + size_t(i) * P.stride + k0;
-          if (avx512)
-            key_tile_scores_avx512(T, R, q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
-          else
-            key_tile_scores<T, R>(q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
-        }
+  for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks)
+    k_run<T>(P, sc, run_blocks, j0, avx512, prefetch);
+}
+
+// sc.acc (kernel order) += Σ_t p[t] v_t over the keys of the run that
+// starts at block j0, for every query vector, with F32 FMAs.
+template <DType T>
+BATON_AVX2 void v_run_avx2(const Partition& P, Scratch& sc, int32_t j0, PrefetchStream& prefetch) {
+  for_v_run<kMaxQueryGroup>(
+      P, sc, kRunBlocks<T>, j0, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
+        const float* p = sc.scores.data() + size_t(i) * P.stride + k0;
+        float* a = sc.acc.data() + size_t(i) * P.d;
+        tile_pv<T, R>(p, P.stride, run_rows<T>(v, P.row_bytes), P.d, n, a, prefetch);
       });
-  }
 }
 
 // Pass 3 with F32 FMAs: acc (element order) = Σ_t p[t] v_t for every query
 // vector.
 template <DType T>
 BATON_AVX2 void v_pass_avx2(const Partition& P, Scratch& sc, PrefetchStream& prefetch, float* acc) {
-  for_each_v_run<kMaxQueryGroup>(
-      P, sc, kRunBlocks<T>, [&]<int R>(KeyRows v, int32_t k0, int32_t n, int32_t i) {
-        const float* p = sc.scores.data() + size_t(i) * P.stride + k0;
-        float* a = sc.acc.data() + size_t(i) * P.d;
-        tile_pv<T, R>(p, P.stride, run_rows<T>(v, P.row_bytes), P.d, n, a, prefetch);
-      });
+  for (int32_t j0 = 0; j0 < P.num_blocks; j0 += kRunBlocks<T>) v_run_avx2<T>(P, sc, j0, prefetch);
   kernel_to_element_order<T>(sc.acc.data(), P.n_q, P.d, acc);
 }
 
@@ -354,6 +380,67 @@ BATON_AVX2 void v_pass_avx512(const Partition& P, Scratch& sc, PrefetchStream& p
   } else {
     std::copy(sc.acc.begin(), sc.acc.end(), acc);
   }
+}
+
+// Keys of the partition that query vector i sees: row r of the step sits at
+// position ctx - q_len + r and sees keys up to it.
+int32_t visible_keys(const Partition& P, int32_t i, int32_t group, int32_t ctx, int32_t q_len,
+                     int32_t key_begin) {
+  const int32_t row = (i % P.per_head) / group;
+  const int32_t position = ctx - q_len + row;
+  return std::clamp(position + 1 - key_begin, 0, P.keys);
+}
+
+// The AVX2 half-precision passes, fused run by run: a run's scores, an
+// online-softmax step over them, then the run's V rows. K and V of the
+// same blocks are read one right after the other, and the prefetch stream
+// runs on through the softmax steps instead of waiting out one softmax
+// over the whole partition: from memory, one thread took 0.91-0.95 of the
+// time of the three passes one after the other (PERFORMANCE.md, "Decode
+// attention: the AVX2 BF16 passes fused run by run"). F32's passes, whose
+// runs are single blocks, took 1.25 of the time this way in runs of four.
+template <DType T>
+BATON_AVX2 void attend_runs_fused(const Partition& P, Scratch& sc, int32_t q_len, int32_t group,
+                                  int32_t ctx, int32_t key_begin, const PartitionState& state,
+                                  const char* then) {
+  constexpr int32_t run_blocks = kRunBlocks<T>;
+  static_assert(run_blocks > 1, "the V rows of a run come from sc.rows");
+  prepare_runs(P, run_blocks, sc);
+  // Each run's K tiles, then its V tiles, the next partition's start last.
+  sc.regions.clear();
+  for (int32_t j0 = 0, at = 0; j0 < P.num_blocks; j0 += run_blocks) {
+    const int32_t tiles = P.heads * (std::min(P.num_blocks, j0 + run_blocks) - j0);
+    const bool last = j0 + run_blocks >= P.num_blocks;
+    PrefetchStream::k_then_v(&sc.tiles[size_t(at)], tiles, P.v_offset, last ? then : nullptr,
+                             sc.regions);
+    at += tiles;
+  }
+  PrefetchStream prefetch(sc.regions.data(), int32_t(sc.regions.size()), P.tile_bytes);
+  prefetch.prime(avx2_prefetch_parts(P) * P.heads);
+  prefetch.set_readers(query_groups<kMaxQueryGroup>(P.per_head));
+  for (int32_t i = 0; i < P.n_q; ++i) {
+    state.row_max[i] = kNegInf;
+    state.row_sum[i] = 0.0f;
+  }
+  for (int32_t j0 = 0; j0 < P.num_blocks; j0 += run_blocks) {
+    k_run<T>(P, sc, run_blocks, j0, /*avx512=*/false, prefetch);
+    const int32_t k0 = j0 * P.bs;
+    const int32_t n = std::min(run_blocks * P.bs, P.keys - k0);
+    for (int32_t i = 0; i < P.n_q; ++i) {
+      const int32_t visible =
+          std::clamp(visible_keys(P, i, group, ctx, q_len, key_begin) - k0, 0, n);
+      const float alpha = softmax_update_avx2(sc.scores.data() + size_t(i) * P.stride + k0, visible,
+                                              round_up(n, 8), state.row_max + i, state.row_sum + i);
+      // The run's V rows add to what the earlier runs left, taken to the
+      // new running max.
+      if (alpha != 1.0f) {
+        float* a = sc.acc.data() + size_t(i) * P.d;
+        for (int32_t c = 0; c < P.d; ++c) a[c] *= alpha;
+      }
+    }
+    v_run_avx2<T>(P, sc, j0, prefetch);
+  }
+  kernel_to_element_order<T>(sc.acc.data(), P.n_q, P.d, state.acc);
 }
 
 template <DType T>
@@ -407,21 +494,27 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
   P.row_bytes = size_t(d) * esize;
-  // The AVX-512 passes and the AVX2 half-precision ones take runs of
-  // several blocks.
-  const int32_t run_blocks = passes == Passes::kAvx512 ? kAvx512RunBlocks : dot ? 1 : kRunBlocks<T>;
+  if constexpr (kRunBlocks<T> != 1)
+    if (passes == Passes::kAvx2)
+      return attend_runs_fused<T>(P, sc, q_len, group, ctx, key_begin, state, then);
+  // The AVX-512 passes take runs of several blocks; AVX2's F32 passes and
+  // the VDPBF16PS V pass one block at a time.
+  const int32_t run_blocks = passes == Passes::kAvx512 ? kAvx512RunBlocks : 1;
   const bool runs = run_blocks > 1;
   if (runs) prepare_runs(P, run_blocks, sc);
 
   // In the order the passes read: block by block, or run by run, one KV
   // head at a time.
-  PrefetchStream prefetch = runs ? PrefetchStream(sc.tiles.data(), int32_t(sc.tiles.size()),
-                                                  P.tile_bytes, P.v_offset, then)
-                                 : PrefetchStream(sc.blocks.data(), P.num_blocks, P.v_offset, then);
+  sc.regions.clear();
+  if (runs)
+    PrefetchStream::k_then_v(sc.tiles.data(), int32_t(sc.tiles.size()), P.v_offset, then,
+                             sc.regions);
+  else
+    PrefetchStream::k_then_v(sc.blocks.data(), P.num_blocks, P.v_offset, then, sc.regions);
+  PrefetchStream prefetch(sc.regions.data(), int32_t(sc.regions.size()),
+                          runs ? P.tile_bytes : P.v_offset);
   const int32_t parts_ahead =
-      passes == Passes::kAvx2
-          ? int32_t(std::max<size_t>(1, kAvx2PrefetchBytesAhead / (size_t(P.heads) * P.tile_bytes)))
-          : kPrefetchPartsAhead;
+      passes == Passes::kAvx2 ? avx2_prefetch_parts(P) : kPrefetchPartsAhead;
   prefetch.prime(parts_ahead * (runs ? P.heads : 1));
   // Every query group of a head reads each of its tiles.
   prefetch.set_readers(query_groups<kMaxQueryGroup>(P.per_head));
@@ -439,9 +532,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     std::fill(sc.p_lo.end() - 2, sc.p_lo.end(), 0);
   }
   for (int32_t i = 0; i < P.n_q; ++i) {
-    const int32_t row = (i % P.per_head) / group;
-    const int32_t position = ctx - q_len + row;
-    const int32_t visible = std::clamp(position + 1 - key_begin, 0, P.keys);
+    const int32_t visible = visible_keys(P, i, group, ctx, q_len, key_begin);
     const size_t at = size_t(i) * P.stride;
     if (dot) {
       softmax_split_bf16(sc.scores.data() + at, visible, P.stride, state.row_max + i,

@@ -1,7 +1,10 @@
 // kernels/cpu/attention_decode.h — decode attention over one partition of a
 // sequence's keys, for all its KV heads and the few query rows of a decode
 // step, in two passes: every score of the partition first, one softmax over
-// them, then the weighted sum of V.
+// them, then the weighted sum of V. The AVX2 half-precision passes take the
+// partition in runs of four blocks instead, each run's scores, an
+// online-softmax step and its V rows in turn, so that K and V of the same
+// blocks are read together.
 //
 // Why not the block-at-a-time online softmax of attention_block.h: with
 // 16-token blocks and one query row, that kernel spends as long on per-block
