@@ -114,9 +114,9 @@ BATON_AVX2_INLINE void pv_key(const float* p, int32_t p_stride, const void* v, i
 }
 
 // acc_r[c0, c0 + 16 C) += Σ_t p_r[t] v_t for R queries over keys [0, n).
-template <DType T, int R, int C, typename Rows, typename Stream>
+template <DType T, int R, int C, typename Rows>
 BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, Rows v, int32_t d, int32_t n,
-                                    int32_t c0, float* acc, Stream& prefetch) {
+                                    int32_t c0, float* acc, PrefetchStream& prefetch) {
   // Each accumulator takes one FMA per key, so fewer than two FMA units x
   // four cycles of latency = 8 accumulators leave the units waiting on the
   // chains. Then even and odd keys go to separate accumulators (BF16 and
@@ -150,10 +150,10 @@ BATON_AVX2_INLINE void tile_pv_pass(const float* p, int32_t p_stride, Rows v, in
 
 // As many 16-element chunks per pass as keep R x 2C accumulators, R
 // broadcasts and (half precision) one converted chunk in 16 registers.
-template <DType T, int R, typename Rows, typename Stream>
+template <DType T, int R, typename Rows>
 BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int32_t n, float* acc,
-                        Stream& stream) {
-  Stream prefetch = stream;  // a local copy stays in registers
+                        PrefetchStream& stream) {
+  PrefetchStream prefetch = stream;  // a local copy stays in registers
   constexpr int C = T == DType::kF32 ? (R == 1   ? 4
                                         : R == 2 ? 3
                                         : R == 3 ? 2
@@ -395,8 +395,8 @@ int32_t visible_keys(const Partition& P, int32_t i, int32_t group, int32_t ctx, 
 // online-softmax step over them, then the run's V rows. K and V of the
 // same blocks are read one right after the other, and the prefetch stream
 // runs on through the softmax steps instead of waiting out one softmax
-// over the whole partition: from memory, one thread took 0.91-0.95 of the
-// time of the three passes one after the other (PERFORMANCE.md, "Decode
+// over the whole partition: from memory, one thread took 0.92-0.95 of the
+// time of the two passes and the softmax between them (PERFORMANCE.md, "Decode
 // attention: the AVX2 BF16 passes fused run by run"). F32's passes, whose
 // runs are single blocks, took 1.25 of the time this way in runs of four.
 template <DType T>
@@ -511,6 +511,8 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                              sc.regions);
   else
     PrefetchStream::k_then_v(sc.blocks.data(), P.num_blocks, P.v_offset, then, sc.regions);
+  // Regions of a head's tile, or of a block's K (or V) part of every head,
+  // which is v_offset long.
   PrefetchStream prefetch(sc.regions.data(), int32_t(sc.regions.size()),
                           runs ? P.tile_bytes : P.v_offset);
   const int32_t parts_ahead =
