@@ -61,6 +61,13 @@ bool ProcessGroup::running(const std::string& name) const {
   return false;
 }
 
+pid_t ProcessGroup::pid(const std::string& name) const {
+  for (const Child& child : children_) {
+    if (child.name == name && !child.exited) return child.pid;
+  }
+  return 0;
+}
+
 void ProcessGroup::signal(const std::string& name, int signal) {
   for (Child& child : children_) {
     if (child.name == name && !child.exited) ::kill(child.pid, signal);

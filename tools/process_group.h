@@ -32,6 +32,8 @@ class ProcessGroup {
   // Children that exited since the last call (never blocks).
   std::vector<Exit> reap();
   bool running(const std::string& name) const;
+  // The pid of the running child `name`; 0 if there is none.
+  pid_t pid(const std::string& name) const;
   // Sends `signal` to the child `name` if it runs.
   void signal(const std::string& name, int signal);
   // SIGTERM to `names`, up to `grace` for them to exit, then SIGKILL.

@@ -6,8 +6,10 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -76,18 +78,27 @@ std::string self_executable() {
   return ec ? "baton" : path.string();
 }
 
-// Every local node is up in the router's /v1/nodes and /health says ok.
-bool cluster_ready(const std::string& host, uint16_t port,
-                   const std::set<std::string>& local_nodes) {
+// What the router's /v1/nodes says of the local nodes: which it lists (each
+// registered at least once, up or down since) and which are up. Empty when
+// the router does not answer yet.
+struct LocalNodesView {
+  std::set<std::string> listed, up;
+};
+std::optional<LocalNodesView> view_local_nodes(const std::string& host, uint16_t port,
+                                               const std::set<std::string>& local_nodes) {
   Result<HttpResponse> nodes = http_request(host, port, "GET", "/v1/nodes", {}, 2s);
-  if (!nodes.is_ok() || nodes->status != 200) return false;
+  if (!nodes.is_ok() || nodes->status != 200) return std::nullopt;
   nlohmann::json doc = nlohmann::json::parse(nodes->body, nullptr, false);
-  if (!doc.is_object() || !doc.contains("nodes")) return false;
-  size_t up = 0;
+  if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array()) return std::nullopt;
+  LocalNodesView view;
   for (const auto& node : doc["nodes"]) {
-    if (node.value("up", false) && local_nodes.contains(node.value("name", ""))) ++up;
+    if (!node.is_object()) continue;
+    const std::string name = node.value("name", "");
+    if (!local_nodes.contains(name)) continue;
+    view.listed.insert(name);
+    if (node.value("up", false)) view.up.insert(name);
   }
-  return up == local_nodes.size();
+  return view;
 }
 
 int fail(const Status& status) {
@@ -138,13 +149,35 @@ int run_up(const UpOptions& options) {
     group.stop(nodes, 10s);
   };
 
+  // Start-up lasts until every local node still running is up in the
+  // router. A node that exits before the router has registered it fails
+  // the start-up (a bad config, a crash on loading): everything stops. One
+  // that exits after registering has failed at run time, as it may at any
+  // later moment, whoever has seen the cluster ready by then: the router
+  // routes around it, and the rest of the cluster keeps running.
+  std::set<std::string> lost;
   auto ready_deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(options.ready_timeout_s);
-  while (!cluster_ready(router_host, port, local_nodes)) {
+  while (true) {
     for (const auto& exit : group.reap()) {
+      // Asked after the exit: a node registered before it died is listed.
+      std::optional<LocalNodesView> view =
+          exit.name == "router" ? std::nullopt : view_local_nodes(router_host, port, local_nodes);
+      if (view && view->listed.contains(exit.name)) {
+        std::fprintf(stderr,
+                     "warning: node %s %s after it registered; the router routes around it\n",
+                     exit.name.c_str(), describe_exit(exit.status).c_str());
+        lost.insert(exit.name);
+        continue;
+      }
       stop_all();
       return fail(unavailable(exit.name + " " + describe_exit(exit.status) + " during start-up"));
     }
+    std::optional<LocalNodesView> view = view_local_nodes(router_host, port, local_nodes);
+    if (view && std::ranges::all_of(local_nodes, [&](const std::string& name) {
+          return lost.contains(name) || view->up.contains(name);
+        }))
+      break;
     if (stop.load()) {
       stop_all();
       return 0;

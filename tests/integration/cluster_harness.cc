@@ -133,6 +133,7 @@ Cluster::Cluster(const ClusterShape& shape) {
                                          config_file_.string(), "--ready-timeout", "60"});
     EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
   }
+  if (!shape.wait_until_up) return;
   auto deadline = std::chrono::steady_clock::now() + 60s;
   size_t want = size_t(shape.prefill_nodes + shape.decode_nodes);
   while (std::chrono::steady_clock::now() < deadline) {
@@ -154,6 +155,11 @@ Cluster::~Cluster() {
   group_.stop(group_.names(), 10s);  // nodes the test started itself
   std::error_code ec;
   std::filesystem::remove_all(dir_, ec);
+}
+
+bool Cluster::up_running() {
+  (void)group_.reap();  // marks the children that exited
+  return group_.running("up");
 }
 
 void Cluster::start_router() {

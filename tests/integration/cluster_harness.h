@@ -32,12 +32,14 @@ struct ClusterShape {
   bool share_pool = true;         // transfer.share_pool (false: private pools, CMA transfers)
   std::string kv_cache_bytes = "4MiB";
   std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
+  bool wait_until_up = true;  // false: the constructor returns once `baton up` is started
 };
 
 class Cluster {
  public:
   // Makes the model (once per test binary), writes the YAML, runs `baton up`
-  // and waits until every node is registered. Fails the test on error.
+  // and waits until every node is registered (unless shape.wait_until_up is
+  // false). Fails the test on error.
   explicit Cluster(const ClusterShape& shape);
   ~Cluster();  // SIGTERM to `baton up`, which drains and stops everything
 
@@ -46,6 +48,10 @@ class Cluster {
   void start_node(const std::string& role, const std::string& name);
   // `baton router --config FILE` as a process of the test (named "router").
   void start_router();
+  // Whether `baton up` still runs (it has not stopped the cluster).
+  bool up_running();
+  // The pid of `baton up`; 0 once it has exited.
+  pid_t up_pid() const { return group_.pid("up"); }
   // Kills a process the test started ("router", a node name) and reaps it.
   void kill_process(const std::string& name);
   // Whether the router lists `name` as up.

@@ -5,8 +5,10 @@
 
 #include <atomic>
 #include <csignal>
+#include <fstream>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "tests/integration/cluster_harness.h"
 
@@ -245,6 +247,84 @@ TEST(FaultTest, RestartedRouterGetsItsNodesBack) {
   EXPECT_EQ(json::parse(again->body)["choices"][0]["text"],
             json::parse(first->body)["choices"][0]["text"]);
   EXPECT_EQ(json::parse(again->body)["choices"][0]["served_by"]["prefill"], "prefill-0");
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+// Pids of the children of `pid`.
+std::vector<pid_t> children_of(pid_t pid) {
+  std::ifstream file("/proc/" + std::to_string(pid) + "/task/" + std::to_string(pid) + "/children");
+  std::vector<pid_t> children;
+  for (pid_t child = 0; file >> child;) children.push_back(child);
+  return children;
+}
+
+// `baton up` waits for its nodes before it says the cluster is up, but a
+// client (or this harness) may see them all up in the router first and
+// lose one: a node killed after it registered is a run-time failure, not a
+// failed start-up, and must not stop the rest of the cluster. `baton up`
+// is held (SIGSTOP) from the moment it has started every process until the
+// router has marked the killed node down, so it looks only then.
+TEST(FaultTest, NodeKilledAfterRegisteringDuringStartUpLeavesTheClusterRunning) {
+  ClusterShape shape;
+  shape.prefill_nodes = 1;
+  shape.decode_nodes = 2;
+  shape.wait_until_up = false;
+  Cluster cluster(shape);
+  const pid_t up = cluster.up_pid();
+  ASSERT_GT(up, 0);
+  // The router and three nodes started, none of them registered yet.
+  bool spawned = false;
+  for (auto until = Clock::now() + 30s; !spawned && Clock::now() < until;) {
+    spawned = children_of(up).size() == 4;
+    if (!spawned) std::this_thread::sleep_for(100us);
+  }
+  ASSERT_TRUE(spawned) << "baton up did not start 4 processes";
+  ASSERT_EQ(::kill(up, SIGSTOP), 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{up};
+  ASSERT_TRUE(cluster.nodes().empty() || cluster.nodes().value("nodes", json::array()).size() < 3)
+      << "every node registered before baton up was held";
+
+  bool all_up = false;
+  for (auto until = Clock::now() + 30s; !all_up && Clock::now() < until;) {
+    all_up =
+        cluster.node_up("prefill-0") && cluster.node_up("decode-0") && cluster.node_up("decode-1");
+    if (!all_up) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(all_up) << cluster.nodes().dump(2);
+  // A transfer to each decode node: the prefill node's endpoints to them are
+  // wired up before one dies (UCX 1.13 can crash a node whose peer dies
+  // during the wire-up).
+  for (int i = 0; i < 2; ++i) {
+    auto response =
+        cluster.post("/v1/completions", {{"prompt", std::string(30 + i, 'w')}, {"max_tokens", 2}});
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    ASSERT_EQ(response->status, 200) << response->body;
+  }
+  const pid_t victim = cluster.node_pid("decode-1");
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(::kill(victim, SIGKILL), 0);
+  bool marked_down = false;
+  for (auto until = Clock::now() + 10s; !marked_down && Clock::now() < until;) {
+    marked_down = !cluster.node_up("decode-1");
+    if (!marked_down) std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(marked_down) << cluster.nodes().dump(2);
+
+  // `baton up` now finds decode-1 gone and the router saying so.
+  ASSERT_EQ(::kill(up, SIGCONT), 0);
+  std::this_thread::sleep_for(500ms);
+  ASSERT_TRUE(cluster.up_running()) << "baton up stopped the cluster";
+  for (int i = 0; i < 3; ++i) {
+    auto response =
+        cluster.post("/v1/completions", {{"prompt", std::string(20 + i, 'k')}, {"max_tokens", 3}});
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    ASSERT_EQ(response->status, 200) << response->body;
+    EXPECT_EQ(json::parse(response->body)["choices"][0]["served_by"]["decode"], "decode-0");
+  }
+  EXPECT_TRUE(cluster.up_running());
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
