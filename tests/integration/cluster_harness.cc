@@ -10,7 +10,9 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <mutex>
 #include <random>
+#include <set>
 #include <thread>
 
 #include "engine/make_model.h"
@@ -21,16 +23,25 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 
 uint16_t free_port() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  address.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-  socklen_t length = sizeof(address);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-  ::close(fd);
-  return ntohs(address.sin_port);
+  // The OS may hand the same port to two binds in a row once the first
+  // socket is closed, and a cluster's router needs three distinct ones:
+  // never return a port twice in one process.
+  static std::mutex mutex;
+  static std::set<uint16_t> handed_out;
+  std::lock_guard lock(mutex);
+  while (true) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    address.sin_port = 0;
+    ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+    socklen_t length = sizeof(address);
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+    ::close(fd);
+    const uint16_t port = ntohs(address.sin_port);
+    if (handed_out.insert(port).second) return port;
+  }
 }
 
 const std::filesystem::path& tiny_model() {
@@ -143,8 +154,12 @@ Cluster::Cluster(const ClusterShape& shape) {
       for (const auto& node : doc["nodes"]) up += node.value("up", false);
     }
     if (up == want) return;
-    for (const auto& exit : group_.reap())
-      ADD_FAILURE() << "baton up " << tools::describe_exit(exit.status);
+    bool up_exited = false;
+    for (const auto& exit : group_.reap()) {
+      ADD_FAILURE() << exit.name << " " << tools::describe_exit(exit.status);
+      up_exited |= exit.name == "up";
+    }
+    if (up_exited) return;  // nothing will come up
     std::this_thread::sleep_for(50ms);
   }
   ADD_FAILURE() << "the cluster did not come up within 60 s";

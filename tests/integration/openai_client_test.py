@@ -21,10 +21,15 @@ import urllib.request
 import openai
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def free_ports(n):
+    """n distinct ports the OS says are free now (two binds in a row may get
+    the same port once the first socket is closed)."""
+    ports = set()
+    while len(ports) < n:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            ports.add(s.getsockname()[1])
+    return list(ports)
 
 
 def check(condition, message):
@@ -61,7 +66,7 @@ def run(baton, work):
     model_dir = os.path.join(work, "tiny")
     subprocess.run([baton, "make-model", "--preset", "tiny", "--out", model_dir], check=True,
                    capture_output=True)
-    http, zmq, control = free_port(), free_port(), free_port()
+    http, zmq, control = free_ports(3)
     config = os.path.join(work, "cluster.yaml")
     with open(config, "w") as f:
         f.write(f"""model: {{path: {model_dir}, served_name: tiny}}
