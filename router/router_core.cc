@@ -230,15 +230,30 @@ void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady
   prefill.transfer_id = ready.transfer_id;
   prefill.dst_blocks = std::move(ready.dst_blocks);
   prefill.cached_blocks = ready.cached_blocks;
-  NodeState* prefill_node = registry_.find(request.prefill_node);
-  if (prefill_node == nullptr || !prefill_node->up) {
-    return fail(request.id, unavailable("prefill node '" + request.prefill_node + "' is down"));
-  }
-  Status sent = send(request.prefill_node, prefill);
-  if (!sent.is_ok()) {
-    std::string name = request.prefill_node;
-    registry_.mark_down(name);
-    node_down(name, sent.message());  // fails this request and the node's others
+  while (true) {
+    NodeState* prefill_node = registry_.find(request.prefill_node);
+    if (prefill_node == nullptr || !prefill_node->up) {
+      return fail(request.id, unavailable("prefill node '" + request.prefill_node + "' is down"));
+    }
+    Status sent = send(request.prefill_node, prefill);
+    if (sent.is_ok()) return;
+    // Its connection is gone (it died before its heartbeats ran out). The
+    // prefill never reached it, and the decode node takes the KV from
+    // whichever node sends it: another prefill node can do it.
+    const std::string dead = request.prefill_node;
+    registry_.mark_down(dead);
+    release_prefill(request);
+    NodeState* other = registry_.pick("prefill", request.request.prompt);
+    if (other != nullptr) {
+      request.prefill_node = other->name;
+      request.prefilled_by = other->name;
+      other->assigned_requests++;
+      other->assigned_tokens += int64_t(request.request.prompt.size());
+    } else {
+      request.prefill_node = dead;  // failed with the node's other requests
+    }
+    node_down(dead, sent.message());  // fails the dead node's other requests
+    if (other == nullptr) return;
   }
 }
 
