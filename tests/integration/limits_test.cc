@@ -125,29 +125,36 @@ TEST(LimitsTest, SigtermDrainsRunningRequestsThenStopsEveryProcess) {
 namespace baton::testing {
 namespace {
 
-// Heartbeats flow from their own thread: engine steps several times longer
-// than the heartbeat timeout must not get a live node declared dead.
+// Heartbeats flow from their own thread: engine steps longer than the
+// heartbeat timeout must not get a live node declared dead. Four
+// 2000-token prompts, none sharing a prefix with another, make one step of
+// some 200 ms or more on one thread, twice the timeout or more; a timeout
+// of 60 ms was missed once in about 150 runs beside other tests on two
+// cores, by a heartbeat thread that waited that long for a core.
 TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
+  constexpr int kPrompts = 4;
   ClusterShape shape;
   shape.max_model_len = 2048;
-  shape.max_num_batched_tokens = 4096;  // two 2000-token prompts in one step
+  shape.max_num_batched_tokens = 8192;  // four 2000-token prompts in one step
+  shape.kv_cache_bytes = "8MiB";
   shape.heartbeat_interval_ms = 10;
-  shape.heartbeat_timeout_ms = 60;
+  shape.heartbeat_timeout_ms = 100;
   Cluster cluster(shape);
   for (int round = 0; round < 3; ++round) {
     std::vector<std::thread> clients;
-    std::vector<int> statuses(2, 0);
-    std::vector<std::string> bodies(2);
-    for (int i = 0; i < 2; ++i) {
+    std::vector<int> statuses(kPrompts, 0);
+    std::vector<std::string> bodies(kPrompts);
+    for (int i = 0; i < kPrompts; ++i) {
       clients.emplace_back([&, i] {
-        json body = {{"prompt", std::string(2000, char('a' + i + round))}, {"max_tokens", 2}};
+        json body = {{"prompt", std::string(2000, char('a' + round * kPrompts + i))},
+                     {"max_tokens", 2}};
         auto response = cluster.post("/v1/completions", body);
         statuses[i] = response.is_ok() ? response->status : -1;
         bodies[i] = response.is_ok() ? response->body : response.status().to_string();
       });
     }
     for (auto& client : clients) client.join();
-    for (int i = 0; i < 2; ++i) EXPECT_EQ(statuses[i], 200) << bodies[i];
+    for (int i = 0; i < kPrompts; ++i) EXPECT_EQ(statuses[i], 200) << bodies[i];
   }
   EXPECT_TRUE(cluster.node_up("prefill-0"));
   EXPECT_TRUE(cluster.node_up("decode-0"));
