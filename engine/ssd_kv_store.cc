@@ -57,8 +57,7 @@ std::string errno_text(int error) { return std::strerror(error); }
 // open), or -1 if that name is taken. It is made and locked under
 // `staging`, then linked to `path` (a link fails rather than replace a
 // file): a file under a store's name is never there unlocked, so
-// remove_files_of_dead_processes cannot take a new store's file for a dead
-// one's.
+// remove_unlocked_files cannot take a new store's file for a dead one's.
 Result<int> create_locked(const std::filesystem::path& staging, const std::filesystem::path& path) {
   const int fd = ::open(staging.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0 && errno == EEXIST) return -1;
@@ -252,7 +251,7 @@ class SsdKvStore::Ring {
   unsigned sqe_flags_ = 0;
 };
 
-void SsdKvStore::remove_files_of_dead_processes(const std::filesystem::path& dir) {
+void SsdKvStore::remove_unlocked_files(const std::filesystem::path& dir) {
   std::error_code ec;
   for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
     // baton-kv-<pid>-<n>.bin, and nothing else.
@@ -302,7 +301,7 @@ Result<std::unique_ptr<SsdKvStore>> SsdKvStore::create(const std::filesystem::pa
   if (!std::filesystem::is_directory(dir, ec)) {
     return not_found("engine.ssd_cache_dir: " + dir.string() + " is not a directory");
   }
-  remove_files_of_dead_processes(dir);
+  remove_unlocked_files(dir);
   static std::atomic<int> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
     const std::string stem = std::to_string(::getpid()) + "-" + std::to_string(counter++);

@@ -144,7 +144,7 @@ class SsdKvStore {
   // files of the store's name pattern that no one holds locked are removed:
   // the pid in a name says nothing about a process in another PID
   // namespace sharing the directory.
-  static void remove_files_of_dead_processes(const std::filesystem::path& dir);
+  static void remove_unlocked_files(const std::filesystem::path& dir);
   SsdKvStore(std::filesystem::path path, int fd, const KvLayout& layout, int64_t slots, SsdIo io);
   // A slot for a new key: a dropped one, a never used one, else the least
   // recently used one that no load is reading (evicted); -1 if none is.

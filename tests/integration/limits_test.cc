@@ -127,10 +127,12 @@ namespace {
 
 // Heartbeats flow from their own thread: engine steps longer than the
 // heartbeat timeout must not get a live node declared dead. Four
-// 2000-token prompts, none sharing a prefix with another, make one step of
-// some 200 ms or more on one thread, twice the timeout or more; a timeout
-// of 60 ms was missed once in about 150 runs beside other tests on two
-// cores, by a heartbeat thread that waited that long for a core.
+// 2000-token prompts, none sharing a prefix with another, take some 230 ms
+// on one thread in one step (`baton generate`), and the steps here outlast
+// the timeout: heartbeats sent from the engine's loop instead missed it in
+// every run. A timeout of 60 ms was missed once in about 150 runs beside
+// other tests on two cores, by a heartbeat thread that waited that long
+// for a core.
 TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
   constexpr int kPrompts = 4;
   ClusterShape shape;
