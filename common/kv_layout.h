@@ -10,6 +10,11 @@
 //   K: [head_dim / g][block_size][g]   (g = key_group_of(dtype): 2 for BF16, else 1)
 //   V: [block_size][head_dim]
 //
+// That is the CPU backend's key order (KeyOrder::kGrouped). GPU attention
+// kernels (FlashInfer's paged layout "HND") read keys as whole rows like V:
+// KeyOrder::kTokenMajor, which is the same formula with g = head_dim, so
+// every offset below serves both and block byte ranges do not change.
+//
 // Why this order (docs/ARCHITECTURE.md has the full argument):
 //  * Layer-major: one layer's pages for all blocks form one contiguous region,
 //    so a run of adjacent block ids is one contiguous byte range per layer.
@@ -41,7 +46,11 @@ namespace baton {
 
 enum class KvPart : uint8_t { kKey = 0, kValue = 1 };
 
-// Elements of one key that lie side by side in a K tile of dtype t.
+// How a K tile orders its elements: grouped by dimension (the CPU kernels'
+// order) or one whole key row after another (the GPU kernels' order).
+enum class KeyOrder : uint8_t { kGrouped = 0, kTokenMajor = 1 };
+
+// Elements of one key that lie side by side in a grouped K tile of dtype t.
 BATON_HOST_DEVICE constexpr int32_t key_group_of(DType t) { return t == DType::kBF16 ? 2 : 1; }
 
 struct KvLayout {
@@ -51,6 +60,7 @@ struct KvLayout {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   DType dtype = DType::kF32;
+  KeyOrder key_order = KeyOrder::kGrouped;
 
   BATON_HOST_DEVICE size_t element_bytes() const { return dtype_size(dtype); }
   // Elements of one head's K (or V) tile in one block: block_size x head_dim.
@@ -86,9 +96,12 @@ struct KvLayout {
     return block_offset(layer, block) + size_t(part) * part_elements() +
            size_t(kv_head) * head_tile_elements();
   }
-  // Elements of a key that lie side by side in a K tile (key_group_of).
-  // head_dim must be a multiple of it (RoPE makes head_dim even).
-  BATON_HOST_DEVICE int32_t key_group() const { return key_group_of(dtype); }
+  // Elements of a key that lie side by side in a K tile: key_group_of(dtype)
+  // when grouped (head_dim must be a multiple of it; RoPE makes head_dim
+  // even), the whole key when token-major.
+  BATON_HOST_DEVICE int32_t key_group() const {
+    return key_order == KeyOrder::kTokenMajor ? head_dim : key_group_of(dtype);
+  }
   // Elements between dimension groups g and g + 1 of one key in a K tile.
   BATON_HOST_DEVICE size_t key_group_stride() const { return size_t(block_size) * key_group(); }
   // Offset of dimension `dim` of a key from that key's first element, with
@@ -116,7 +129,8 @@ struct KvLayout {
 
   BATON_HOST_DEVICE bool same_geometry(const KvLayout& o) const {
     return num_layers == o.num_layers && block_size == o.block_size &&
-           num_kv_heads == o.num_kv_heads && head_dim == o.head_dim && dtype == o.dtype;
+           num_kv_heads == o.num_kv_heads && head_dim == o.head_dim && dtype == o.dtype &&
+           key_order == o.key_order;
   }
 };
 

@@ -29,3 +29,8 @@ if ((${#missing[@]})); then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 echo "setup: all ${#packages[@]} packages present"
+
+# The CUDA backend's header-only libraries, where there is a CUDA compiler.
+if command -v nvcc >/dev/null || [ -x /usr/local/cuda/bin/nvcc ]; then
+  bash "$(dirname "$0")/fetch_cuda_headers.sh"
+fi

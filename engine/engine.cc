@@ -34,12 +34,28 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   const ModelConfig& model_config = checkpoint->config();
 
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend,
+                         make_forward_backend(config.device, *checkpoint, config.threads));
+  // Device pools are reached by the compute kernels only: the transfer
+  // engine and the SSD tier read and write pools with the host's CPU.
+  if (backend->device().is_cuda() && allocate_pool) {
+    return unimplemented("engine.device " + config.device.name() +
+                         ": a node cannot yet send or receive KV from a device pool; run nodes "
+                         "on engine.device cpu");
+  }
+  if (backend->device().is_cuda() && !config.ssd_cache_dir.empty()) {
+    return unimplemented("engine.ssd_cache_dir: the SSD tier cannot yet reach a device pool (" +
+                         config.device.name() + ")");
+  }
+  BATON_ASSIGN_OR_RETURN(DType kv_dtype,
+                         backend->kv_dtype(config.kv_dtype, model_config.torch_dtype));
   KvLayout layout{.num_layers = model_config.num_layers,
                   .num_blocks = 0,
                   .block_size = config.block_size,
                   .num_kv_heads = model_config.num_kv_heads,
                   .head_dim = model_config.head_dim,
-                  .dtype = config.kv_dtype.value_or(model_config.torch_dtype)};
+                  .dtype = kv_dtype,
+                  .key_order = backend->kv_key_order()};
   int64_t blocks = config.kv_cache_blocks > 0 ? config.kv_cache_blocks
                                               : kv_blocks_for_bytes(layout, config.kv_cache_bytes);
   if (blocks < 1) {
@@ -51,7 +67,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   // Token slots (block * block_size + offset) are int32 in the kernels.
   layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
   auto make_pool = [&]() -> Result<KvPool> {
-    if (!allocate_pool) return KvPool::create(layout);
+    if (!allocate_pool) return backend->allocate_kv_pool(layout);
     BATON_ASSIGN_OR_RETURN(void* memory, allocate_pool(layout));
     return KvPool::adopt(layout, memory);
   };
@@ -65,8 +81,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   } else if (tokenizer.status().code() != StatusCode::kNotFound) {
     return tokenizer.status();
   }
-  engine->thread_pool_ = std::make_unique<kernels::cpu::ThreadPool>(config.threads);
-  engine->model_ = std::make_unique<LlamaModel>(*engine->checkpoint_, *engine->thread_pool_);
+  engine->model_ = std::make_unique<LlamaModel>(*engine->checkpoint_, std::move(backend));
   SchedulerConfig scheduler_config{.max_num_seqs = config.max_num_seqs,
                                    .max_num_batched_tokens = config.max_num_batched_tokens,
                                    .max_model_len = config.max_model_len,
@@ -84,9 +99,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
     engine->scheduler_->attach_ssd_store(std::move(store).value());
   }
   spdlog::info(
-      "engine: {} layers, {} heads / {} KV heads, KV pool {} blocks x {} tokens ({} MiB, {})",
-      model_config.num_layers, model_config.num_heads, model_config.num_kv_heads, layout.num_blocks,
-      layout.block_size, engine->kv_pool_.bytes() >> 20, dtype_name(layout.dtype));
+      "engine: on {}, {} layers, {} heads / {} KV heads, KV pool {} blocks x {} tokens ({} MiB, "
+      "{})",
+      config.device.name(), model_config.num_layers, model_config.num_heads,
+      model_config.num_kv_heads, layout.num_blocks, layout.block_size,
+      engine->kv_pool_.bytes() >> 20, dtype_name(layout.dtype));
   return engine;
 }
 

@@ -1,6 +1,6 @@
-// engine/engine.h — the engine assembled: checkpoint, tokenizer, thread pool,
-// model, KV pool and scheduler, built from an EngineConfig. Prefill and decode
-// nodes each own one; `baton generate` drives one directly.
+// engine/engine.h — the engine assembled: checkpoint, tokenizer, model on
+// its device's backend, KV pool and scheduler, built from an EngineConfig.
+// Prefill and decode nodes each own one; `baton generate` drives one directly.
 #pragma once
 
 #include <filesystem>
@@ -15,7 +15,6 @@
 #include "engine/model.h"
 #include "engine/scheduler.h"
 #include "engine/tokenizer.h"
-#include "kernels/cpu/thread_pool.h"
 
 namespace baton::engine {
 
@@ -39,7 +38,6 @@ class Engine {
   LlamaModel& model() { return *model_; }
   KvPool& kv_pool() { return kv_pool_; }
   Scheduler& scheduler() { return *scheduler_; }
-  kernels::cpu::ThreadPool& thread_pool() { return *thread_pool_; }
 
   // Steps until every queued sequence has finished; returns them by id order.
   // Sequences awaiting remote KV are not waited for; ResourceExhausted if the
@@ -52,7 +50,6 @@ class Engine {
   EngineConfig config_;
   std::unique_ptr<Checkpoint> checkpoint_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<kernels::cpu::ThreadPool> thread_pool_;
   std::unique_ptr<LlamaModel> model_;
   KvPool kv_pool_;
   std::unique_ptr<Scheduler> scheduler_;

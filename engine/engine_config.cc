@@ -37,6 +37,13 @@ Setter int_setting(int32_t EngineConfig::*field, int64_t lo, int64_t hi) {
 
 const std::vector<Setting>& settings() {
   static const std::vector<Setting> table = {
+      {"device", "cpu",
+       "where the forward pass runs and the KV pool lives: cpu, cuda (device 0) or cuda:N",
+       [](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
+         BATON_ASSIGN_OR_RETURN(config.device,
+                                parse_device(node.IsScalar() ? node.Scalar() : "", key));
+         return Status::ok();
+       }},
       {"threads", "0", "compute threads; 0 = one per hardware thread",
        int_setting(&EngineConfig::threads, 0, 1024)},
       {"block_size", "16", "tokens per KV block (a power of two)",

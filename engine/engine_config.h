@@ -15,6 +15,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "engine/device.h"
 
 namespace YAML {
 class Node;
@@ -23,6 +24,7 @@ class Node;
 namespace baton::engine {
 
 struct EngineConfig {
+  Device device;                           // where the forward pass runs
   int32_t threads = 0;                     // 0: one per hardware thread
   int32_t block_size = 16;                 // tokens per KV block
   std::optional<DType> kv_dtype;           // unset: the checkpoint's torch_dtype

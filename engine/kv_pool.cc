@@ -52,11 +52,19 @@ KvPool KvPool::adopt(const KvLayout& layout, void* data) {
   return KvPool(layout, data, layout.total_bytes(), /*owned=*/false);
 }
 
+KvPool KvPool::adopt_device(const KvLayout& layout, void* data,
+                            std::function<void(void*)> release) {
+  KvPool pool(layout, data, layout.total_bytes(), /*owned=*/false);
+  pool.release_device_ = std::move(release);
+  return pool;
+}
+
 KvPool::KvPool(KvPool&& other) noexcept
     : layout_(other.layout_),
       data_(std::exchange(other.data_, nullptr)),
       bytes_(std::exchange(other.bytes_, 0)),
-      owned_(other.owned_) {}
+      owned_(other.owned_),
+      release_device_(std::move(other.release_device_)) {}
 
 KvPool& KvPool::operator=(KvPool&& other) noexcept {
   if (this != &other) {
@@ -65,6 +73,7 @@ KvPool& KvPool::operator=(KvPool&& other) noexcept {
     data_ = std::exchange(other.data_, nullptr);
     bytes_ = std::exchange(other.bytes_, 0);
     owned_ = other.owned_;
+    release_device_ = std::move(other.release_device_);
   }
   return *this;
 }
@@ -73,6 +82,7 @@ KvPool::~KvPool() { release(); }
 
 void KvPool::release() {
   if (data_ != nullptr && owned_) munmap(data_, bytes_);
+  if (data_ != nullptr && release_device_) release_device_(data_);
   data_ = nullptr;
   bytes_ = 0;
 }

@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "common/kv_layout.h"
 #include "common/status.h"
@@ -21,6 +22,10 @@ class KvPool {
   // allocates it to share it with same-host peers); it must hold
   // layout.total_bytes() and outlive every use of the pool.
   static KvPool adopt(const KvLayout& layout, void* data);
+  // A pool in device memory, handed to `release` when the pool goes. Only
+  // the device's kernels can read it: the host's CPU never touches it.
+  static KvPool adopt_device(const KvLayout& layout, void* data,
+                             std::function<void(void*)> release);
   KvPool(KvPool&& other) noexcept;
   KvPool& operator=(KvPool&& other) noexcept;
   KvPool(const KvPool&) = delete;
@@ -31,6 +36,7 @@ class KvPool {
   void* data() { return data_; }
   const void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
+  bool on_device() const { return static_cast<bool>(release_device_); }
 
  private:
   KvPool(const KvLayout& layout, void* data, size_t bytes, bool owned)
@@ -40,7 +46,8 @@ class KvPool {
   KvLayout layout_;
   void* data_ = nullptr;
   size_t bytes_ = 0;
-  bool owned_ = true;  // unmapped by release()
+  bool owned_ = true;                          // unmapped by release()
+  std::function<void(void*)> release_device_;  // set for device pools
 };
 
 // How many blocks of `geometry` (num_blocks ignored) fit in `budget_bytes`.

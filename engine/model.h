@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "common/status.h"
 #include "engine/block_manager.h"
 #include "engine/checkpoint.h"
+#include "engine/forward_backend.h"
 #include "engine/kv_pool.h"
 #include "kernels/cpu/thread_pool.h"
 
@@ -37,10 +39,14 @@ struct StepPlan {
 
 class LlamaModel {
  public:
+  // Runs on `backend` (engine/forward_backend.h).
+  LlamaModel(const Checkpoint& checkpoint, std::unique_ptr<ForwardBackend> backend);
+  // Runs on the CPU backend over `pool`, which must outlive the model.
   LlamaModel(const Checkpoint& checkpoint, kernels::cpu::ThreadPool& pool);
 
   const ModelConfig& config() const { return config_; }
-  // The KV layout this model needs, for a pool of `num_blocks` blocks.
+  ForwardBackend& backend() { return *backend_; }
+  // The KV layout this model needs on its backend, for a pool of `num_blocks` blocks.
   KvLayout kv_layout(int32_t num_blocks, int32_t block_size, DType dtype) const;
 
   // Runs one step and writes logits [sequences wanting logits, vocab], in plan
@@ -50,30 +56,19 @@ class LlamaModel {
   // that layer's K/V of every token in the step is stored in `kv`, before the
   // next layer writes anything.
   Status forward(const StepPlan& plan, KvPool& kv, std::vector<float>* logits,
-                 const std::function<void(int32_t layer)>* on_layer_done = nullptr);
+                 const LayerDoneCallback* on_layer_done = nullptr);
 
  private:
-  void attention_block(int32_t layer, int64_t tokens, KvPool& kv);
-  void mlp_block(int32_t layer, int64_t tokens);
-
   const ModelConfig& config_;
-  const ModelWeights& weights_;
-  kernels::cpu::ThreadPool& pool_;
-  std::vector<float> inv_freq_;  // [head_dim / 2]
+  std::unique_ptr<ForwardBackend> backend_;
 
-  // Per-step scratch, grown on demand and reused: steps allocate nothing once warm.
-  std::vector<float> x_;          // [tokens, hidden] residual stream
-  std::vector<float> h_;          // [tokens, hidden] normed input / block output
-  std::vector<float> q_;          // [tokens, heads * head_dim]
-  std::vector<float> k_, v_;      // [tokens, kv_heads * head_dim]
-  std::vector<float> attn_;       // [tokens, heads * head_dim]
-  std::vector<float> gate_, up_;  // [tokens, intermediate]
+  // The step flattened into the arrays every backend reads; reused, so
+  // steps allocate nothing once warm.
   std::vector<int32_t> token_ids_, positions_, slot_mapping_;  // [tokens]
   std::vector<int32_t> query_start_;                           // [seqs + 1]
   std::vector<int32_t> context_lens_;                          // [seqs]
   std::vector<int32_t> block_tables_;                          // [seqs, stride]
-  int32_t block_table_stride_ = 0;
-  int32_t num_seqs_ = 0;
+  std::vector<int64_t> logit_rows_;                            // [seqs wanting logits]
 };
 
 }  // namespace baton::engine

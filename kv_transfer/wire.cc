@@ -78,7 +78,8 @@ class Reader {
 
 bool valid_layout(const KvLayout& l) {
   return l.num_layers > 0 && l.num_blocks > 0 && l.block_size > 0 && l.num_kv_heads > 0 &&
-         l.head_dim > 0 && uint8_t(l.dtype) <= uint8_t(DType::kBF16);
+         l.head_dim > 0 && uint8_t(l.dtype) <= uint8_t(DType::kBF16) &&
+         uint8_t(l.key_order) <= uint8_t(KeyOrder::kTokenMajor);
 }
 
 }  // namespace
@@ -96,20 +97,23 @@ std::vector<uint8_t> encode_descriptor(const PoolDescriptor& d) {
   w.put(d.layout.num_kv_heads);
   w.put(d.layout.head_dim);
   w.put(uint8_t(d.layout.dtype));
+  w.put(uint8_t(d.layout.key_order));
   return w.take();
 }
 
 Result<PoolDescriptor> decode_descriptor(std::span<const uint8_t> bytes) {
   Reader r(bytes, "pool descriptor");
   PoolDescriptor d;
-  uint8_t dtype = 0;
+  uint8_t dtype = 0, key_order = 0;
   if (!r.header(WireKind::kDescriptor) || !r.get_bytes(d.worker_address, kMaxWorkerAddressBytes) ||
       !r.get(d.pool_base) || !r.get(d.pool_bytes) || !r.get_bytes(d.rkey, kMaxRkeyBytes) ||
       !r.get(d.layout.num_layers) || !r.get(d.layout.num_blocks) || !r.get(d.layout.block_size) ||
-      !r.get(d.layout.num_kv_heads) || !r.get(d.layout.head_dim) || !r.get(dtype) || !r.finish()) {
+      !r.get(d.layout.num_kv_heads) || !r.get(d.layout.head_dim) || !r.get(dtype) ||
+      !r.get(key_order) || !r.finish()) {
     return r.error();
   }
   d.layout.dtype = DType(dtype);
+  d.layout.key_order = KeyOrder(key_order);
   if (!valid_layout(d.layout)) return data_loss("pool descriptor: invalid KV layout");
   if (d.worker_address.empty()) return data_loss("pool descriptor: empty worker address");
   if (d.rkey.empty()) return data_loss("pool descriptor: empty rkey");

@@ -23,6 +23,7 @@
 
 using namespace baton;
 using namespace baton::kernels::cuda;
+using baton::kernels::PagedAttentionParams;
 
 namespace {
 
@@ -127,7 +128,7 @@ bool run_case(DType dtype, int32_t batch, int32_t ctx, double budget_ms, Row& ro
       !check(d_table->copy_from_host(ids.data(), ids.size() * sizeof(int32_t)), "tables"))
     return false;
 
-  DecodeAttentionParams p;
+  PagedAttentionParams p;
   p.q = static_cast<const float*>(d_q->data());
   p.out = static_cast<float*>(d_out->data());
   p.kv_pool = pool->data();

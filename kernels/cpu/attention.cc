@@ -128,7 +128,8 @@ float* output_vector(const PagedAttentionParams& p, int32_t first_row, int32_t r
   const int32_t h = kv_begin + i / per_head;
   const int32_t r = (i % per_head) / group;
   const int32_t g = i % group;
-  return p.out + (size_t(first_row + r) * p.num_heads + size_t(h * group + g)) * p.layout.head_dim;
+  return static_cast<float*>(p.out) +
+         (size_t(first_row + r) * p.num_heads + size_t(h * group + g)) * p.layout.head_dim;
 }
 
 // The block-at-a-time kernel: any item, any layout.
@@ -158,7 +159,8 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
   for (int32_t h = item.kv_begin; h < item.kv_end; ++h)
     for (int32_t r = 0; r < rows; ++r) {
       // The group's query heads of one row are adjacent in q.
-      const float* src = p.q + (size_t(first_row + r) * p.num_heads + size_t(h) * group) * d;
+      const float* src = static_cast<const float*>(p.q) +
+                         (size_t(first_row + r) * p.num_heads + size_t(h) * group) * d;
       float* dst = sc.q.data() + (size_t(h - item.kv_begin) * per_head + size_t(r) * group) * d;
       for (int32_t c = 0; c < group * d; ++c) dst[c] = src[c] * p.scale;
     }

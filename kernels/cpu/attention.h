@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "common/kv_layout.h"
+#include "kernels/attention_params.h"
 #include "kernels/cpu/thread_pool.h"
 
 namespace baton::kernels::cpu {
@@ -25,25 +26,8 @@ inline constexpr int32_t kDecodePartitionTokens = 256;
 void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t layer,
               const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens);
 
-struct PagedAttentionParams {
-  const float* q = nullptr;       // [num_query_rows, num_heads, head_dim]
-  float* out = nullptr;           // [num_query_rows, num_heads, head_dim]
-  const void* kv_pool = nullptr;  // laid out as `layout`
-  KvLayout layout;
-  int32_t layer = 0;
-  int32_t num_heads = 0;  // query heads; a multiple of layout.num_kv_heads
-  int32_t num_seqs = 0;
-  // [num_seqs + 1]: sequence s owns query rows [query_start[s], query_start[s+1]).
-  const int32_t* query_start = nullptr;
-  // [num_seqs]: tokens of s in the cache, this step's included. The query rows
-  // of s are its last positions: row j sits at position context_len - q_len + j
-  // and attends to positions [0, that position].
-  const int32_t* context_lens = nullptr;
-  // [num_seqs, block_table_stride]: block ids of s in token order.
-  const int32_t* block_tables = nullptr;
-  int32_t block_table_stride = 0;
-  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
-};
+// The params every backend's paged attention takes (kernels/attention_params.h).
+using kernels::PagedAttentionParams;
 
 // Dispatches per sequence: one query row takes the decode path, more take
 // the tiled prefill path. Every output row is written.

@@ -480,7 +480,8 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     for (int32_t r = 0; r < q_len; ++r)
       for (int32_t g = 0; g < group; ++g) {
         const float* src =
-            p.q + (size_t(p.query_start[seq] + r) * p.num_heads + size_t(h) * group + g) * d;
+            static_cast<const float*>(p.q) +
+            (size_t(p.query_start[seq] + r) * p.num_heads + size_t(h) * group + g) * d;
         float* dst = sc.q.data() + (size_t(h) * P.per_head + size_t(r) * group + g) * d;
         for (int32_t c = 0; c < d; ++c) dst[c] = src[c] * p.scale;
       }

@@ -44,9 +44,12 @@ DeviceBuffer::~DeviceBuffer() {
   if (data_ != nullptr) cudaFree(data_);
 }
 
-Status DeviceBuffer::copy_from_host(const void* src, size_t bytes) {
-  if (bytes > bytes_) return invalid_argument("copy larger than the device buffer");
-  BATON_CUDA_RETURN_IF_ERROR(cudaMemcpy(data_, src, bytes, cudaMemcpyHostToDevice));
+Status DeviceBuffer::copy_from_host(const void* src, size_t bytes, size_t offset) {
+  if (offset > bytes_ || bytes > bytes_ - offset) {
+    return invalid_argument("copy past the end of the device buffer");
+  }
+  BATON_CUDA_RETURN_IF_ERROR(
+      cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice));
   return Status::ok();
 }
 

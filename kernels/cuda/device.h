@@ -10,6 +10,7 @@
 
 #include "common/kv_layout.h"
 #include "common/status.h"
+#include "kernels/attention_params.h"
 
 namespace baton::kernels::cuda {
 
@@ -30,7 +31,8 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
-  Status copy_from_host(const void* src, size_t bytes);
+  // Synchronous copies; `offset` bytes into this buffer.
+  Status copy_from_host(const void* src, size_t bytes, size_t offset = 0);
   Status copy_to_host(void* dst, size_t bytes) const;
 
  private:
@@ -38,26 +40,14 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
-// Decode attention: one query row per sequence, over the paged pool in device
-// memory (the same KvLayout as the CPU backend). All pointers are device
-// pointers.
-struct DecodeAttentionParams {
-  const float* q = nullptr;       // [num_seqs, num_heads, head_dim]
-  float* out = nullptr;           // [num_seqs, num_heads, head_dim]
-  const void* kv_pool = nullptr;  // laid out as `layout`
-  KvLayout layout;
-  int32_t layer = 0;
-  int32_t num_heads = 0;  // a multiple of layout.num_kv_heads, at most 8x
-  int32_t num_seqs = 0;
-  const int32_t* context_lens = nullptr;  // [num_seqs], each >= 1
-  const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
-  int32_t block_table_stride = 0;
-  float scale = 1.0f;
-};
+// Decode attention over a pool in the CPU backend's key order
+// (KeyOrder::kGrouped), one query row per sequence: q and out F32, every
+// pointer a device pointer; query_start is not read. num_heads at most 8 per
+// KV head.
 
 // Launches on `stream` (a cudaStream_t; null = the default stream) and
 // returns launch errors; unsupported shapes are InvalidArgument.
-Status paged_decode_attention(const DecodeAttentionParams& params, void* stream);
+Status paged_decode_attention(const PagedAttentionParams& params, void* stream);
 Status synchronize();
 
 }  // namespace baton::kernels::cuda

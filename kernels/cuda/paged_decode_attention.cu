@@ -52,7 +52,7 @@ constexpr DType kDTypeOf = std::is_same_v<KvT, float>    ? DType::kF32
 // the warps' partial results are merged through shared memory at the end.
 template <typename KvT, int HEAD_DIM>
 __global__ void __launch_bounds__(kWarps* kWarpSize)
-    paged_decode_attention_kernel(DecodeAttentionParams p) {
+    paged_decode_attention_kernel(PagedAttentionParams p) {
   constexpr int kPerLane = HEAD_DIM / kWarpSize;
   constexpr int G = key_group_of(kDTypeOf<KvT>);  // elements of a key side by side
   const int kv_head = blockIdx.x;
@@ -74,7 +74,9 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 
   for (int i = threadIdx.x; i < group * HEAD_DIM; i += blockDim.x) {
     int g = i / HEAD_DIM, d = i % HEAD_DIM;
-    q_shared[g][d] = p.q[(size_t(seq) * p.num_heads + first_head + g) * HEAD_DIM + d] * p.scale;
+    q_shared[g][d] = static_cast<const float*>(
+                         p.q)[(size_t(seq) * p.num_heads + first_head + g) * HEAD_DIM + d] *
+                     p.scale;
   }
   __syncthreads();
 
@@ -171,13 +173,13 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
       sum += l_shared[w][g] * factor;
       value += acc_shared[w][g][d] * factor;
     }
-    p.out[(size_t(seq) * p.num_heads + first_head + g) * HEAD_DIM + d] =
+    static_cast<float*>(p.out)[(size_t(seq) * p.num_heads + first_head + g) * HEAD_DIM + d] =
         sum > 0.0f ? value / sum : 0.0f;
   }
 }
 
 template <typename KvT>
-Status launch_for_dtype(const DecodeAttentionParams& p, cudaStream_t stream) {
+Status launch_for_dtype(const PagedAttentionParams& p, cudaStream_t stream) {
   dim3 grid(unsigned(p.layout.num_kv_heads), unsigned(p.num_seqs));
   dim3 block(kWarps * kWarpSize);
   switch (p.layout.head_dim) {
@@ -197,8 +199,11 @@ Status launch_for_dtype(const DecodeAttentionParams& p, cudaStream_t stream) {
 
 }  // namespace
 
-Status paged_decode_attention(const DecodeAttentionParams& p, void* stream) {
+Status paged_decode_attention(const PagedAttentionParams& p, void* stream) {
   if (p.num_seqs <= 0) return Status::ok();
+  if (p.qo_dtype != DType::kF32 || p.layout.key_order != KeyOrder::kGrouped) {
+    return invalid_argument("CUDA decode attention reads F32 queries over grouped keys");
+  }
   if (p.layout.num_kv_heads <= 0 || p.num_heads % p.layout.num_kv_heads != 0 ||
       p.num_heads / p.layout.num_kv_heads > kMaxGroup) {
     return invalid_argument(

@@ -74,5 +74,33 @@ TEST(KvLayout, KeysLieSideBySide) {
   }
 }
 
+// The GPU kernels' order: each key a whole row, exactly like V, and the
+// block's byte range unchanged (the transfer and SSD tier move blocks whole).
+TEST(KvLayout, TokenMajorKeysAreRowsLikeValues) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    KvLayout grouped{.num_layers = 2,
+                     .num_blocks = 3,
+                     .block_size = 16,
+                     .num_kv_heads = 3,
+                     .head_dim = 64,
+                     .dtype = dtype};
+    KvLayout rows = grouped;
+    rows.key_order = KeyOrder::kTokenMajor;
+    EXPECT_EQ(rows.key_group(), 64);
+    EXPECT_FALSE(rows.same_geometry(grouped));
+    EXPECT_EQ(rows.block_bytes(), grouped.block_bytes());
+    EXPECT_EQ(rows.block_byte_offset(1, 2), grouped.block_byte_offset(1, 2));
+    for (int s = 0; s < rows.block_size; ++s)
+      for (int d = 0; d < rows.head_dim; ++d) {
+        EXPECT_EQ(rows.key_offset(1, 2, 1, s, d),
+                  rows.head_tile_offset(1, 2, KvPart::kKey, 1) + size_t(s) * 64 + size_t(d));
+        EXPECT_EQ(rows.key_offset(1, 2, 1, s, d) - rows.head_tile_offset(1, 2, KvPart::kKey, 1),
+                  rows.value_offset(1, 2, 1, s) - rows.head_tile_offset(1, 2, KvPart::kValue, 1) +
+                      size_t(d));
+      }
+  }
+}
+
 }  // namespace
 }  // namespace baton

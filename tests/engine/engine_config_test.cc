@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 #include <yaml-cpp/yaml.h>
 
+#include <tuple>
+
 namespace baton::engine {
 namespace {
 
@@ -14,6 +16,7 @@ TEST(EngineConfig, MissingMeansDefault) {
   auto config = parse("{}");
   ASSERT_TRUE(config.is_ok());
   EXPECT_EQ(config->block_size, 16);
+  EXPECT_EQ(config->device, Device{});
   EXPECT_FALSE(config->kv_dtype.has_value());
   EXPECT_EQ(config->kv_cache_bytes, 256ull << 20);
   EXPECT_TRUE(config->huge_page_weights);
@@ -24,11 +27,14 @@ TEST(EngineConfig, MissingMeansDefault) {
 
 TEST(EngineConfig, ReadsEveryKey) {
   auto config = parse(
-      "{threads: 3, block_size: 32, kv_dtype: bf16, kv_cache_bytes: 2GiB, kv_cache_blocks: 7,"
+      "{device: 'cuda:1', threads: 3, block_size: 32, kv_dtype: bf16, kv_cache_bytes: 2GiB, "
+      "kv_cache_blocks: 7,"
       " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024,"
       " huge_page_weights: false, enable_prefix_caching: false, ssd_cache_dir: /var/cache/kv,"
       " ssd_cache_bytes: 64GiB}");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->device, (Device{.kind = Device::Kind::kCuda, .index = 1}));
+  EXPECT_EQ(config->device.name(), "cuda:1");
   EXPECT_EQ(config->threads, 3);
   EXPECT_EQ(config->block_size, 32);
   EXPECT_EQ(config->kv_dtype, DType::kBF16);
@@ -43,12 +49,35 @@ TEST(EngineConfig, ReadsEveryKey) {
   EXPECT_EQ(config->ssd_cache_bytes, 64ull << 30);
 }
 
+TEST(EngineConfig, DeviceSpellings) {
+  for (const auto& [text, kind, index] :
+       {std::tuple{"cpu", Device::Kind::kCpu, 0}, std::tuple{"cuda", Device::Kind::kCuda, 0},
+        std::tuple{"cuda:0", Device::Kind::kCuda, 0},
+        std::tuple{"cuda:7", Device::Kind::kCuda, 7}}) {
+    auto device = parse_device(text, "engine.device");
+    ASSERT_TRUE(device.is_ok()) << text;
+    EXPECT_EQ(device->kind, kind) << text;
+    EXPECT_EQ(device->index, index) << text;
+  }
+  for (const char* text : {"", "CPU", "cuda0", "cuda:", "cuda: 1", "cuda:99999999999", "rocm"}) {
+    auto device = parse_device(text, "engine.device");
+    ASSERT_FALSE(device.is_ok()) << text;
+    EXPECT_NE(device.status().message().find(std::string("'") + text + "'"), std::string::npos)
+        << device.status().message();
+  }
+}
+
 TEST(EngineConfig, ErrorsNameTheKey) {
   struct Case {
     const char* yaml;
     const char* key;
   } cases[] = {
       {"{blok_size: 16}", "engine.blok_size: unknown key"},
+      {"{device: gpu}", "engine.device: expected cpu, cuda or cuda:N, got 'gpu'"},
+      {"{device: 'cuda:'}", "engine.device"},
+      {"{device: 'cuda:-1'}", "engine.device"},
+      {"{device: 'cuda:1x'}", "engine.device"},
+      {"{device: [cuda]}", "engine.device"},
       {"{block_size: 24}", "engine.block_size: must be a power of two"},
       {"{block_size: 0}", "engine.block_size"},
       {"{block_size: abc}", "engine.block_size: expected an integer"},

@@ -80,7 +80,7 @@ TEST_P(CudaDecodeAttentionTest, MatchesReferenceOverRaggedShuffledContexts) {
   std::vector<float> out(q.size(), NAN);  // poison: an unwritten element fails
   ASSERT_TRUE(d_out->copy_from_host(out.data(), out.size() * sizeof(float)).is_ok());
 
-  DecodeAttentionParams params;
+  PagedAttentionParams params;
   params.q = static_cast<const float*>(d_q->data());
   params.out = static_cast<float*>(d_out->data());
   params.kv_pool = d_pool->data();
@@ -139,7 +139,7 @@ INSTANTIATE_TEST_SUITE_P(
 
 TEST(CudaBackend, ReportsUnsupportedShapes) {
   if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  DecodeAttentionParams params;
+  PagedAttentionParams params;
   params.num_seqs = 1;
   params.num_heads = 18;
   params.layout.num_kv_heads = 2;  // 9 query heads per KV head: over the limit

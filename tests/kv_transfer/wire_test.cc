@@ -46,6 +46,17 @@ TEST(WireTest, DescriptorRoundTrips) {
   EXPECT_EQ(d->rkey, descriptor().rkey);
   EXPECT_TRUE(d->layout.same_geometry(layout()));
   EXPECT_EQ(d->layout.num_blocks, 10);
+
+  // The key order travels too: a GPU pool never pairs with a CPU one unseen.
+  PoolDescriptor rows = descriptor();
+  rows.layout.key_order = KeyOrder::kTokenMajor;
+  auto back = decode_descriptor(encode_descriptor(rows));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->layout.key_order, KeyOrder::kTokenMajor);
+  EXPECT_FALSE(back->layout.same_geometry(layout()));
+  auto bad = encode_descriptor(descriptor());
+  bad.back() = 7;  // the key order byte
+  EXPECT_FALSE(decode_descriptor(bad).is_ok());
 }
 
 TEST(WireTest, NoticeAndAckRoundTrip) {

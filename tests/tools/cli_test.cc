@@ -236,6 +236,8 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
       {"generate --model " + model().string() + " --prompt hi --block-size 24", 2,
        "engine.block_size"},
       {"generate --model " + model().string(), 2, "give exactly one of"},
+      {"generate --model " + model().string() + " --prompt hi --device gpu", 2,
+       "engine.device: expected cpu, cuda or cuda:N, got 'gpu'"},
       {"generate --model " + (*dir_ / "missing").string() + " --prompt hi", 1, "missing"},
       {"make-model --preset nope --out " + (*dir_ / "x").string(), 2, "unknown model preset"},
       {"generate --model " + model().string() + " --prompt hi --temperature -1", 2, "temperature"},
@@ -246,6 +248,15 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
   }
+}
+
+// A device this machine does not have is refused at start, naming it,
+// whether the build has the CUDA backend or not (no machine has 1000 GPUs).
+TEST_F(BatonCli, AnAbsentDeviceIsRefusedAtStart) {
+  auto r = run("generate --model " + model().string() + " --prompt hi --device cuda:999");
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("cuda:999"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
 }
 
 }  // namespace

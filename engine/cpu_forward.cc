@@ -1,0 +1,126 @@
+#include "engine/cpu_forward.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/cpu/attention.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear.h"
+
+namespace baton::engine {
+
+namespace kc = kernels::cpu;
+
+namespace {
+
+template <typename T>
+T* grow(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+}  // namespace
+
+CpuForward::CpuForward(const Checkpoint& checkpoint, kc::ThreadPool& pool)
+    : config_(checkpoint.config()),
+      weights_(checkpoint.weights()),
+      pool_(pool),
+      inv_freq_(rope_inv_freq(checkpoint.config())) {}
+
+CpuForward::CpuForward(const Checkpoint& checkpoint, int32_t threads)
+    : config_(checkpoint.config()),
+      weights_(checkpoint.weights()),
+      owned_pool_(std::make_unique<kc::ThreadPool>(threads)),
+      pool_(*owned_pool_),
+      inv_freq_(rope_inv_freq(checkpoint.config())) {}
+
+Result<KvPool> CpuForward::allocate_kv_pool(const KvLayout& layout) {
+  return KvPool::create(layout);
+}
+
+Status CpuForward::forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
+                           const LayerDoneCallback* on_layer_done) {
+  const int64_t tokens = batch.num_tokens;
+  const int32_t hidden = config_.hidden_size;
+  grow(x_, size_t(tokens) * hidden);
+  grow(h_, size_t(tokens) * hidden);
+  kc::embedding(pool_, weights_.embed_tokens, batch.token_ids, tokens, x_.data());
+  for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
+    attention_block(layer, batch, kv);  // stores this layer's K/V, then attends
+    if (on_layer_done != nullptr) (*on_layer_done)(layer);
+    mlp_block(layer, tokens);
+  }
+
+  // Final norm and lm_head only for the rows whose logits are wanted.
+  const auto wanted = int64_t(batch.logit_rows.size());
+  logits->resize(size_t(wanted) * size_t(config_.vocab_size));
+  if (wanted == 0) return Status::ok();
+  for (int64_t i = 0; i < wanted; ++i) {
+    std::copy_n(x_.data() + batch.logit_rows[size_t(i)] * hidden, hidden, h_.data() + i * hidden);
+  }
+  kc::rms_norm(pool_, h_.data(), weights_.final_norm.data(), wanted, hidden, config_.rms_norm_eps,
+               h_.data());
+  kc::linear(pool_, h_.data(), wanted, weights_.lm_head, nullptr, logits->data());
+  return Status::ok();
+}
+
+void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& kv) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int64_t tokens = batch.num_tokens;
+  const int32_t hidden = config_.hidden_size;
+  const int32_t q_width = config_.num_heads * config_.head_dim;
+  const int32_t kv_width = config_.num_kv_heads * config_.head_dim;
+  auto bias = [](const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); };
+
+  float* q = grow(q_, size_t(tokens) * q_width);
+  float* k = grow(k_, size_t(tokens) * kv_width);
+  float* v = grow(v_, size_t(tokens) * kv_width);
+  float* attn = grow(attn_, size_t(tokens) * q_width);
+
+  kc::rms_norm(pool_, x_.data(), w.input_norm.data(), tokens, hidden, config_.rms_norm_eps,
+               h_.data());
+  const kc::LinearOutput qkv[] = {
+      {w.q_proj, bias(w.q_bias), q}, {w.k_proj, bias(w.k_bias), k}, {w.v_proj, bias(w.v_bias), v}};
+  kc::linear(pool_, h_.data(), tokens, qkv);
+  kc::apply_rope(pool_, q, batch.positions, tokens, config_.num_heads, config_.head_dim,
+                 inv_freq_.data());
+  kc::apply_rope(pool_, k, batch.positions, tokens, config_.num_kv_heads, config_.head_dim,
+                 inv_freq_.data());
+  kc::store_kv(pool_, kv.layout(), kv.data(), layer, k, v, batch.slot_mapping, tokens);
+
+  kc::PagedAttentionParams params;
+  params.q = q;
+  params.out = attn;
+  params.kv_pool = kv.data();
+  params.layout = kv.layout();
+  params.layer = layer;
+  params.num_heads = config_.num_heads;
+  params.num_seqs = batch.num_seqs;
+  params.query_start = batch.query_start;
+  params.context_lens = batch.context_lens;
+  params.block_tables = batch.block_tables;
+  params.block_table_stride = batch.block_table_stride;
+  params.scale = 1.0f / std::sqrt(float(config_.head_dim));
+  kc::paged_attention(pool_, params);
+
+  kc::linear(pool_, attn, tokens, w.o_proj, nullptr, h_.data());
+  kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);
+}
+
+void CpuForward::mlp_block(int32_t layer, int64_t tokens) {
+  const auto& w = weights_.layers[size_t(layer)];
+  const int32_t hidden = config_.hidden_size;
+  const int32_t ffn = config_.intermediate_size;
+  float* gate = grow(gate_, size_t(tokens) * ffn);
+  float* up = grow(up_, size_t(tokens) * ffn);
+
+  kc::rms_norm(pool_, x_.data(), w.post_attention_norm.data(), tokens, hidden, config_.rms_norm_eps,
+               h_.data());
+  const kc::LinearOutput gate_up[] = {{w.gate_proj, nullptr, gate}, {w.up_proj, nullptr, up}};
+  kc::linear(pool_, h_.data(), tokens, gate_up);
+  kc::silu_and_mul(pool_, gate, up, tokens * ffn, gate);
+  kc::linear(pool_, gate, tokens, w.down_proj, nullptr, h_.data());
+  kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);
+}
+
+}  // namespace baton::engine

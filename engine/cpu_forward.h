@@ -1,0 +1,50 @@
+// engine/cpu_forward.h — the CPU backend: the forward pass on kernels::cpu,
+// over F32 activations, with weights read in place from the mapped
+// checkpoint and the KV pool in host memory (grouped key order).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/checkpoint.h"
+#include "engine/forward_backend.h"
+#include "kernels/cpu/thread_pool.h"
+
+namespace baton::engine {
+
+class CpuForward final : public ForwardBackend {
+ public:
+  // Runs on `pool`, which must outlive the backend.
+  CpuForward(const Checkpoint& checkpoint, kernels::cpu::ThreadPool& pool);
+  // Runs on a pool of its own of `threads` threads (0: one per hardware thread).
+  CpuForward(const Checkpoint& checkpoint, int32_t threads);
+
+  Device device() const override { return Device{}; }
+  KeyOrder kv_key_order() const override { return KeyOrder::kGrouped; }
+  Result<DType> kv_dtype(std::optional<DType> asked, DType checkpoint_dtype) const override {
+    return asked.value_or(checkpoint_dtype);
+  }
+  Result<KvPool> allocate_kv_pool(const KvLayout& layout) override;
+  Status forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
+                 const LayerDoneCallback* on_layer_done) override;
+
+ private:
+  void attention_block(int32_t layer, const StepBatch& batch, KvPool& kv);
+  void mlp_block(int32_t layer, int64_t tokens);
+
+  const ModelConfig& config_;
+  const ModelWeights& weights_;
+  std::unique_ptr<kernels::cpu::ThreadPool> owned_pool_;
+  kernels::cpu::ThreadPool& pool_;
+  std::vector<float> inv_freq_;  // [head_dim / 2]
+
+  // Per-step scratch, grown on demand and reused: steps allocate nothing once warm.
+  std::vector<float> x_;          // [tokens, hidden] residual stream
+  std::vector<float> h_;          // [tokens, hidden] normed input / block output
+  std::vector<float> q_;          // [tokens, heads * head_dim]
+  std::vector<float> k_, v_;      // [tokens, kv_heads * head_dim]
+  std::vector<float> attn_;       // [tokens, heads * head_dim]
+  std::vector<float> gate_, up_;  // [tokens, intermediate]
+};
+
+}  // namespace baton::engine

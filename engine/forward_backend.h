@@ -1,0 +1,78 @@
+// engine/forward_backend.h — the seam between the model and the hardware
+// that runs it.
+//
+// LlamaModel turns a scheduler step into a StepBatch (flat host arrays) and
+// hands it to a ForwardBackend, which runs every layer where it computes and
+// returns the logits of the rows that want them, in host memory. Each
+// backend owns its weights' copy (or view), its scratch, the KV pool's memory
+// and the KV layout its attention reads; the block manager, prefix cache,
+// transfer plans and SSD tier only ever see block ids and byte ranges of
+// that layout. The seam is one step, not one op, so each backend fuses what
+// its hardware rewards (the CPU joins q/k/v in one pass of its threads; a GPU
+// runs one GEMM over concatenated weights) while the model's shape, the plan
+// and its validation are written once.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/kv_layout.h"
+#include "common/status.h"
+#include "engine/device.h"
+#include "engine/kv_pool.h"
+
+namespace baton::engine {
+
+class Checkpoint;
+
+// One step, flattened: host memory, valid for the duration of forward().
+struct StepBatch {
+  int64_t num_tokens = 0;
+  int32_t num_seqs = 0;
+  const int32_t* token_ids = nullptr;     // [num_tokens], inside the vocabulary
+  const int32_t* positions = nullptr;     // [num_tokens]
+  const int32_t* slot_mapping = nullptr;  // [num_tokens]: block * block_size + offset
+  const int32_t* query_start = nullptr;   // [num_seqs + 1]
+  const int32_t* context_lens = nullptr;  // [num_seqs], this step's tokens included
+  const int32_t* block_tables = nullptr;  // [num_seqs, block_table_stride]
+  int32_t block_table_stride = 0;
+  std::span<const int64_t> logit_rows;  // token rows whose logits are wanted, ascending
+};
+
+// Called with each layer's index once that layer's K/V of every token of the
+// step is in the pool (on a device: the writes have completed), before the
+// next layer writes anything.
+using LayerDoneCallback = std::function<void(int32_t layer)>;
+
+class ForwardBackend {
+ public:
+  virtual ~ForwardBackend() = default;
+
+  virtual Device device() const = 0;
+  // The key order of the pools this backend's attention reads.
+  virtual KeyOrder kv_key_order() const = 0;
+  // The KV dtype for engine.kv_dtype `asked` (unset: auto) and the
+  // checkpoint's dtype; one this backend cannot read is InvalidArgument.
+  virtual Result<DType> kv_dtype(std::optional<DType> asked, DType checkpoint_dtype) const = 0;
+  // A pool for `layout` (of kv_key_order()) in the memory the kernels read.
+  virtual Result<KvPool> allocate_kv_pool(const KvLayout& layout) = 0;
+  // Runs the step: stores K/V of every token into `kv`, and writes
+  // logits [batch.logit_rows.size(), vocab] (F32, host) in row order.
+  virtual Status forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
+                         const LayerDoneCallback* on_layer_done) = 0;
+};
+
+// The backend of `device` for `checkpoint` (which must outlive it). `threads`
+// sizes the CPU backend's pool (0: one per hardware thread). A CUDA device in
+// a build without CUDA, or one this machine does not have, is an error that
+// says which.
+Result<std::unique_ptr<ForwardBackend>> make_forward_backend(const Device& device,
+                                                             const Checkpoint& checkpoint,
+                                                             int32_t threads);
+
+}  // namespace baton::engine

@@ -1,0 +1,35 @@
+// kernels/attention_params.h — the paged attention params every backend
+// takes: one struct for prefill (many query rows per sequence) and decode
+// (one), over the pool of common/kv_layout.h. Pointers are in the memory of
+// the backend that runs the kernel (host for the CPU, device for CUDA).
+#pragma once
+
+#include <cstdint>
+
+#include "common/dtype.h"
+#include "common/kv_layout.h"
+
+namespace baton::kernels {
+
+struct PagedAttentionParams {
+  const void* q = nullptr;        // [num_query_rows, num_heads, head_dim]
+  void* out = nullptr;            // [num_query_rows, num_heads, head_dim]
+  DType qo_dtype = DType::kF32;   // of q and out: F32 on the CPU, the KV dtype on CUDA
+  const void* kv_pool = nullptr;  // laid out as `layout`
+  KvLayout layout;
+  int32_t layer = 0;
+  int32_t num_heads = 0;  // query heads; a multiple of layout.num_kv_heads
+  int32_t num_seqs = 0;
+  // [num_seqs + 1]: sequence s owns query rows [query_start[s], query_start[s+1]).
+  const int32_t* query_start = nullptr;
+  // [num_seqs]: tokens of s in the cache, this step's included. The query rows
+  // of s are its last positions: row j sits at position context_len - q_len + j
+  // and attends to positions [0, that position].
+  const int32_t* context_lens = nullptr;
+  // [num_seqs, block_table_stride]: block ids of s in token order.
+  const int32_t* block_tables = nullptr;
+  int32_t block_table_stride = 0;
+  float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+};
+
+}  // namespace baton::kernels

@@ -1,0 +1,409 @@
+// The CUDA backend's ops (cuBLASLt GEMMs, FlashInfer's norms, rotary
+// embedding, SiLU-and-mul, KV append and paged attention, Baton's row gather)
+// against the double-precision references, over ragged and shuffled block
+// tables, GQA groups 1, 3, 4, 8 and MQA, head dims 64 and 128, contexts that
+// cross block boundaries and prefill chunks on top of cached context.
+// Inputs are drawn fresh each run and rounded to BF16 before the reference
+// sees them, so the tolerance covers only the kernels' own rounding; outputs
+// start poisoned with NaN, so an element never written fails.
+//
+// Runs where a CUDA device is; elsewhere every test skips on the declared
+// capability check (device_count() == 0).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "common/dtype.h"
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/llama_ops.h"
+#include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/stream.h"
+#include "tests/kernels/reference.h"
+#include "tests/kernels/test_util.h"
+
+namespace baton::kernels::cuda {
+namespace {
+
+using testing::fresh_seed;
+using testing::random_floats;
+
+// Values as BF16 holds them: what the device reads, and the reference sees.
+std::vector<float> bf16_rounded(std::vector<float> v) {
+  for (auto& x : v) x = bf16_to_float(float_to_bf16(x));
+  return v;
+}
+
+std::vector<bf16_t> to_bf16(const std::vector<float>& v) {
+  std::vector<bf16_t> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = float_to_bf16(v[i]);
+  return out;
+}
+
+template <typename T>
+DeviceBuffer upload(const std::vector<T>& v) {
+  auto b = DeviceBuffer::allocate(std::max<size_t>(v.size(), 1) * sizeof(T));
+  EXPECT_TRUE(b.is_ok()) << b.status().to_string();
+  EXPECT_TRUE(b->copy_from_host(v.data(), v.size() * sizeof(T)).is_ok());
+  return std::move(b).value();
+}
+
+// A device buffer of n BF16 values, all NaN.
+DeviceBuffer poisoned_bf16(size_t n) { return upload(to_bf16(std::vector<float>(n, NAN))); }
+
+std::vector<float> download_bf16(const DeviceBuffer& b, size_t n) {
+  std::vector<bf16_t> raw(n);
+  EXPECT_TRUE(synchronize().is_ok());
+  EXPECT_TRUE(b.copy_to_host(raw.data(), n * sizeof(bf16_t)).is_ok());
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) out[i] = bf16_to_float(raw[i]);
+  return out;
+}
+
+// |got - want| within a few BF16 ulps of the larger magnitude.
+void expect_close_bf16(const std::vector<float>& got, const std::vector<double>& want,
+                       double relative, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(got[i])) << what << " element " << i << " not written";
+    ASSERT_NEAR(got[i], want[i], relative * (1.0 + std::fabs(want[i]))) << what << " element " << i;
+  }
+}
+
+class CudaOpsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    seed_ = fresh_seed();
+    rng_.seed(seed_);
+    auto stream = Stream::create();
+    ASSERT_TRUE(stream.is_ok()) << stream.status().to_string();
+    stream_ = std::move(stream).value();
+  }
+  void* s() const { return stream_.handle(); }
+
+  uint64_t seed_ = 0;
+  std::mt19937_64 rng_;
+  Stream stream_;
+};
+
+TEST_F(CudaOpsTest, GemmMatchesReferenceWithAndWithoutBias) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  auto gemm = Gemm::create();
+  ASSERT_TRUE(gemm.is_ok()) << gemm.status().to_string();
+  for (const auto& [m, n, k] : {std::tuple{1, 64, 64}, std::tuple{7, 200, 136},
+                                std::tuple{64, 96, 320}, std::tuple{130, 1024, 64}}) {
+    for (bool with_bias : {false, true}) {
+      for (DType out_dtype : {DType::kBF16, DType::kF32}) {
+        SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " +
+                     std::to_string(k));
+        auto x = bf16_rounded(random_floats(rng_, size_t(m) * k));
+        auto w = bf16_rounded(random_floats(rng_, size_t(n) * k));
+        auto bias = bf16_rounded(random_floats(rng_, size_t(n)));
+        std::vector<double> w_d(w.begin(), w.end());
+        auto want = reference::linear(x, m, w_d, n, k, with_bias ? bias.data() : nullptr);
+        auto dx = upload(to_bf16(x)), dw = upload(to_bf16(w)), db = upload(to_bf16(bias));
+        auto out = upload(std::vector<float>(size_t(m) * n, NAN));  // room for F32
+        ASSERT_TRUE((*gemm)
+                        ->run({.x = dx.data(),
+                               .w = dw.data(),
+                               .bias = with_bias ? db.data() : nullptr,
+                               .out = out.data(),
+                               .m = m,
+                               .n = n,
+                               .k = k,
+                               .dtype = DType::kBF16,
+                               .out_dtype = out_dtype},
+                              s())
+                        .is_ok());
+        ASSERT_TRUE(stream_.synchronize().is_ok());
+        std::vector<float> got(size_t(m) * n);
+        if (out_dtype == DType::kF32) {
+          ASSERT_TRUE(out.copy_to_host(got.data(), got.size() * 4).is_ok());
+          // F32 accumulation of BF16 products: only summation order differs.
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_NEAR(got[i], want[i], 1e-4 * std::sqrt(double(k)) * (1 + std::fabs(want[i])));
+        } else {
+          expect_close_bf16(download_bf16(out, got.size()), want, 8e-3, "gemm");
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaOpsTest, RmsNormAndFusedAddMatchReference) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int64_t rows = 37, dim = 576;
+  auto x = bf16_rounded(random_floats(rng_, size_t(rows * dim), -3, 3));
+  auto residual = bf16_rounded(random_floats(rng_, size_t(rows * dim), -3, 3));
+  auto weight = bf16_rounded(random_floats(rng_, size_t(dim), 0.5f, 1.5f));
+  const float eps = 1e-5f;
+  auto dx = upload(to_bf16(x)), dw = upload(to_bf16(weight)), dr = upload(to_bf16(residual));
+  auto out = poisoned_bf16(size_t(rows * dim));
+  ASSERT_TRUE(rms_norm_bf16(dx.data(), dw.data(), rows, dim, eps, out.data(), s()).is_ok());
+  ASSERT_TRUE(stream_.synchronize().is_ok());
+  expect_close_bf16(download_bf16(out, x.size()), reference::rms_norm(x, weight, rows, dim, eps),
+                    8e-3, "rms_norm");
+
+  // residual += x (rounded to BF16, as it is stored); x = norm(x + residual).
+  ASSERT_TRUE(add_rms_norm_bf16(dx.data(), dr.data(), dw.data(), rows, dim, eps, s()).is_ok());
+  ASSERT_TRUE(stream_.synchronize().is_ok());
+  std::vector<float> sum(x.size());
+  std::vector<double> sum_d(x.size());
+  for (size_t i = 0; i < x.size(); ++i) sum[i] = x[i] + residual[i];
+  for (size_t i = 0; i < x.size(); ++i) sum_d[i] = bf16_to_float(float_to_bf16(sum[i]));
+  expect_close_bf16(download_bf16(dr, x.size()), sum_d, 1e-6, "new residual");
+  expect_close_bf16(download_bf16(dx, x.size()), reference::rms_norm(sum, weight, rows, dim, eps),
+                    8e-3, "fused norm");
+}
+
+TEST_F(CudaOpsTest, RopeRotatesQueriesOutOfPlaceAndKeysInPlace) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (int32_t head_dim : {64, 128}) {
+    const int32_t heads = 6, kv_heads = 2, tokens = 29, max_pos = 4096;
+    const int64_t stride = int64_t(heads + 2 * kv_heads) * head_dim;  // a fused q|k|v row
+    std::vector<float> inv_freq(size_t(head_dim / 2));
+    for (int32_t i = 0; i < head_dim / 2; ++i)
+      inv_freq[size_t(i)] = float(std::pow(500000.0, -2.0 * i / head_dim));
+    std::vector<float> table(size_t(max_pos) * head_dim);
+    for (int32_t p = 0; p < max_pos; ++p)
+      for (int32_t i = 0; i < head_dim / 2; ++i) {
+        const double angle = double(float(p) * inv_freq[size_t(i)]);
+        table[size_t(p) * head_dim + size_t(i)] = float(std::cos(angle));
+        table[size_t(p) * head_dim + size_t(head_dim / 2 + i)] = float(std::sin(angle));
+      }
+    std::vector<int32_t> positions(static_cast<size_t>(tokens));
+    std::uniform_int_distribution<int32_t> pos(0, max_pos - 1);
+    for (auto& p : positions) p = pos(rng_);
+    auto fused = bf16_rounded(random_floats(rng_, size_t(tokens * stride)));
+    auto d_fused = upload(to_bf16(fused)), d_table = upload(table), d_pos = upload(positions);
+    auto q_out = poisoned_bf16(size_t(tokens) * heads * head_dim);
+    auto* base = static_cast<bf16_t*>(d_fused.data());
+    ASSERT_TRUE(rope_bf16({.q = base,
+                           .q_stride = stride,
+                           .q_out = q_out.data(),
+                           .k = base + int64_t(heads) * head_dim,
+                           .k_stride = stride,
+                           .positions = static_cast<const int32_t*>(d_pos.data()),
+                           .cos_sin = static_cast<const float*>(d_table.data()),
+                           .tokens = tokens,
+                           .num_heads = heads,
+                           .num_kv_heads = kv_heads,
+                           .head_dim = head_dim},
+                          s())
+                    .is_ok());
+    ASSERT_TRUE(stream_.synchronize().is_ok());
+    std::vector<float> q, k;
+    for (int32_t t = 0; t < tokens; ++t) {
+      auto row = fused.begin() + ptrdiff_t(t * stride);
+      q.insert(q.end(), row, row + heads * head_dim);
+      k.insert(k.end(), row + heads * head_dim, row + (heads + kv_heads) * head_dim);
+    }
+    expect_close_bf16(download_bf16(q_out, q.size()),
+                      reference::rope(q, positions, heads, head_dim, inv_freq), 8e-3, "q");
+    auto after = download_bf16(d_fused, fused.size());
+    auto want_k = reference::rope(k, positions, kv_heads, head_dim, inv_freq);
+    for (int32_t t = 0; t < tokens; ++t)
+      for (int64_t c = 0; c < stride; ++c) {
+        const float got = after[size_t(t * stride + c)];
+        const int64_t k_col = c - int64_t(heads) * head_dim;
+        if (k_col >= 0 && k_col < int64_t(kv_heads) * head_dim) {
+          const double w = want_k[size_t(t) * size_t(kv_heads * head_dim) + size_t(k_col)];
+          ASSERT_NEAR(got, w, 8e-3 * (1 + std::fabs(w))) << "k of token " << t;
+        } else {
+          ASSERT_EQ(got, fused[size_t(t * stride + c)]) << "q or v changed in place";
+        }
+      }
+  }
+}
+
+TEST_F(CudaOpsTest, SiluAndMulAndRowGather) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int64_t tokens = 19, d = 1536;
+  auto gate_up = bf16_rounded(random_floats(rng_, size_t(tokens * 2 * d), -4, 4));
+  std::vector<float> gate, up;
+  for (int64_t t = 0; t < tokens; ++t) {
+    auto row = gate_up.begin() + ptrdiff_t(t * 2 * d);
+    gate.insert(gate.end(), row, row + d);
+    up.insert(up.end(), row + d, row + 2 * d);
+  }
+  auto d_in = upload(to_bf16(gate_up));
+  auto out = poisoned_bf16(size_t(tokens * d));
+  ASSERT_TRUE(silu_and_mul_bf16(d_in.data(), tokens, d, out.data(), s()).is_ok());
+  ASSERT_TRUE(stream_.synchronize().is_ok());
+  expect_close_bf16(download_bf16(out, size_t(tokens * d)), reference::silu_and_mul(gate, up), 8e-3,
+                    "silu_and_mul");
+
+  // Rows in any order, repeated: copied exactly.
+  for (int64_t cols : {int64_t(576), int64_t(60)}) {
+    auto table = bf16_rounded(random_floats(rng_, size_t(50 * cols)));
+    std::vector<int32_t> rows = {49, 0, 7, 7, 23, 1};
+    auto d_table = upload(to_bf16(table)), d_rows = upload(rows);
+    auto gathered = poisoned_bf16(rows.size() * size_t(cols));
+    ASSERT_TRUE(gather_rows_bf16(d_table.data(), cols, static_cast<const int32_t*>(d_rows.data()),
+                                 int64_t(rows.size()), gathered.data(), s())
+                    .is_ok());
+    auto got = download_bf16(gathered, rows.size() * size_t(cols));
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (int64_t c = 0; c < cols; ++c)
+        ASSERT_EQ(got[i * size_t(cols) + size_t(c)], table[size_t(rows[i] * cols + c)]);
+  }
+}
+
+struct AttentionShape {
+  int32_t num_heads, num_kv_heads, head_dim;
+};
+
+class CudaPagedAttentionTest : public ::testing::TestWithParam<AttentionShape> {
+ protected:
+  void SetUp() override {
+    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  }
+};
+
+// Sequences of (query rows, context) in one step: each step's K/V appended
+// through append_kv, then every query row checked against the reference over
+// the sequence's whole context, read back from the pool.
+void check_step(const AttentionShape& shape, const std::vector<std::pair<int32_t, int32_t>>& seqs,
+                std::mt19937_64& rng) {
+  const int32_t bs = 16;
+  KvLayout layout{.num_layers = 3,
+                  .num_blocks = 0,
+                  .block_size = bs,
+                  .num_kv_heads = shape.num_kv_heads,
+                  .head_dim = shape.head_dim,
+                  .dtype = DType::kBF16,
+                  .key_order = KeyOrder::kTokenMajor};
+  int32_t stride = 1, total_blocks = 0, tokens = 0;
+  for (auto [q_len, ctx] : seqs) {
+    stride = std::max(stride, (ctx + bs - 1) / bs);
+    total_blocks += (ctx + bs - 1) / bs;
+    tokens += q_len;
+  }
+  layout.num_blocks = total_blocks + 5;
+  std::vector<int32_t> ids(size_t(layout.num_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), rng);
+  std::vector<int32_t> tables(seqs.size() * size_t(stride), -1), query_start = {0}, lens;
+  size_t next = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    for (int32_t b = 0; b < (seqs[s].second + bs - 1) / bs; ++b)
+      tables[s * size_t(stride) + size_t(b)] = ids[next++];
+    query_start.push_back(query_start.back() + seqs[s].first);
+    lens.push_back(seqs[s].second);
+  }
+  // The earlier context is already in the pool (random); this step's rows
+  // are appended by the kernel.
+  const int32_t layer = 1;
+  auto pool_values = bf16_rounded(random_floats(rng, layout.total_elements(), -2, 2));
+  auto d_pool = upload(to_bf16(pool_values));
+  const int64_t kv_width = int64_t(shape.num_kv_heads) * shape.head_dim;
+  const int64_t row = 2 * kv_width;  // k then v of one token side by side
+  auto new_kv = bf16_rounded(random_floats(rng, size_t(tokens * row), -2, 2));
+  auto q = bf16_rounded(
+      random_floats(rng, size_t(tokens) * size_t(shape.num_heads) * size_t(shape.head_dim)));
+  auto d_new = upload(to_bf16(new_kv)), d_q = upload(to_bf16(q));
+  auto out = poisoned_bf16(q.size());
+
+  auto attention = PagedAttention::create({.num_heads = shape.num_heads,
+                                           .num_kv_heads = shape.num_kv_heads,
+                                           .head_dim = shape.head_dim,
+                                           .block_size = bs});
+  ASSERT_TRUE(attention.is_ok()) << attention.status().to_string();
+  auto stream = Stream::create();
+  ASSERT_TRUE(stream.is_ok());
+  PagedAttentionParams p;
+  p.q = d_q.data();
+  p.out = out.data();
+  p.qo_dtype = DType::kBF16;
+  p.kv_pool = d_pool.data();
+  p.layout = layout;
+  p.layer = layer;
+  p.num_heads = shape.num_heads;
+  p.num_seqs = int32_t(seqs.size());
+  p.query_start = query_start.data();
+  p.context_lens = lens.data();
+  p.block_tables = tables.data();
+  p.block_table_stride = stride;
+  p.scale = 1.0f / std::sqrt(float(shape.head_dim));
+  ASSERT_TRUE((*attention)->plan(p, stream->handle()).is_ok());
+  auto* kv_base = static_cast<bf16_t*>(d_new.data());
+  ASSERT_TRUE((*attention)
+                  ->append_kv(layout, d_pool.data(), layer, kv_base, kv_base + kv_width, row,
+                              stream->handle())
+                  .is_ok());
+  ASSERT_TRUE((*attention)->run(p, stream->handle()).is_ok());
+  ASSERT_TRUE(stream->synchronize().is_ok());
+  auto got = download_bf16(out, q.size());
+  auto pool_after = download_bf16(d_pool, pool_values.size());
+
+  const size_t q_row = size_t(shape.num_heads) * size_t(shape.head_dim);
+  int32_t token = 0;
+  for (size_t s = 0; s < seqs.size(); ++s) {
+    const auto [q_len, ctx] = seqs[s];
+    std::vector<double> k(size_t(ctx) * size_t(kv_width)), v(k.size());
+    for (int32_t t = 0; t < ctx; ++t) {
+      const int32_t block = tables[s * size_t(stride) + size_t(t / bs)];
+      for (int32_t h = 0; h < shape.num_kv_heads; ++h)
+        for (int32_t d = 0; d < shape.head_dim; ++d) {
+          const size_t dst = size_t(t) * size_t(kv_width) + size_t(h * shape.head_dim + d);
+          k[dst] = pool_after[layout.key_offset(layer, block, h, t % bs, d)];
+          v[dst] = pool_after[layout.value_offset(layer, block, h, t % bs) + size_t(d)];
+          // This step's tokens landed exactly where their slots are.
+          const int32_t j = t - (ctx - q_len);
+          if (j >= 0) {
+            const size_t src = size_t(token + j) * size_t(row) + size_t(h * shape.head_dim + d);
+            ASSERT_EQ(k[dst], new_kv[src]) << "sequence " << s << " key of token " << t;
+            ASSERT_EQ(v[dst], new_kv[src + size_t(kv_width)]) << "value of token " << t;
+          }
+        }
+    }
+    std::vector<float> q_rows(q.begin() + ptrdiff_t(size_t(token) * q_row),
+                              q.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
+    auto want = reference::attention(q_rows, q_len, k, v, ctx, shape.num_heads, shape.num_kv_heads,
+                                     shape.head_dim, p.scale);
+    std::vector<float> got_rows(got.begin() + ptrdiff_t(size_t(token) * q_row),
+                                got.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
+    expect_close_bf16(got_rows, want, 1.5e-2, "sequence " + std::to_string(s));
+    token += q_len;
+  }
+  // Nothing but this step's slots of this layer changed.
+  size_t changed = 0;
+  for (size_t i = 0; i < pool_values.size(); ++i) changed += pool_after[i] != pool_values[i];
+  EXPECT_LE(changed, size_t(tokens) * size_t(row));
+}
+
+TEST_P(CudaPagedAttentionTest, DecodeStepsMatchReference) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // One row each; contexts at, below and past block boundaries, one long
+  // enough for the kernel to split it.
+  check_step(GetParam(), {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 100}, {1, 3000}, {1, 333}}, rng);
+}
+
+TEST_P(CudaPagedAttentionTest, PrefillChunksOverCachedContextMatchReference) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // Fresh prompts, chunks over cached context, and decode rows, in one step.
+  check_step(GetParam(), {{37, 37}, {20, 100}, {1, 64}, {130, 1000}, {16, 16}, {1, 5}}, rng);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedAttentionTest,
+                         ::testing::Values(AttentionShape{8, 8, 64}, AttentionShape{12, 4, 64},
+                                           AttentionShape{16, 4, 128}, AttentionShape{32, 4, 128},
+                                           AttentionShape{8, 1, 128}, AttentionShape{9, 1, 64},
+                                           AttentionShape{14, 2, 64}),
+                         [](const auto& info) {
+                           const AttentionShape& s = info.param;
+                           return std::string("h") + std::to_string(s.num_heads) + "_kv" +
+                                  std::to_string(s.num_kv_heads) + "_d" +
+                                  std::to_string(s.head_dim);
+                         });
+
+}  // namespace
+}  // namespace baton::kernels::cuda
