@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# Builds the CUDA tests and benchmark here and packs them, with every shared library they
-# load (glibc and its loader included, the GPU driver excepted) and UCX's
-# transport modules, into .gpu-bundle/: a folder that runs on a GPU machine
-# which has the driver but none of Baton's Debian packages.
+# Builds the CUDA tests, benchmarks and the baton binary here and packs them,
+# with every shared library they load (glibc and its loader included; the GPU
+# driver and cuBLASLt excepted) and UCX's transport modules, into
+# .gpu-bundle/ and .gpu-bundle.tar.xz: what runs on a GPU machine that has the
+# driver and a CUDA 13 cuBLASLt (its toolkit's, or the nvidia-cublas wheel's)
+# but none of Baton's Debian packages. cuBLASLt (over 500 MB) stays behind.
 #
 #   bash deploy/gpu_bundle.sh [build-dir]      # here; then, on the GPU machine:
 #   bash deploy/gpu_check.sh                   # runs what the bundle holds
@@ -10,8 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
 bundle=.gpu-bundle
-tests=(tests/kernels/kernels_cuda_test tests/kv_transfer/kv_transfer_cuda_test)
-helpers=(tests/kv_transfer/kv_transfer_test_peer bench/bench_cuda_attention)
+tests=(tests/kernels/kernels_cuda_test tests/engine/engine_cuda_test tests/kv_transfer/kv_transfer_cuda_test)
+helpers=(tests/kv_transfer/kv_transfer_test_peer bench/bench_cuda_attention bench/bench_cuda_forward tools/baton)
 
 if [ -f "$build/CMakeCache.txt" ]; then
   configured=$(cmake -S . -B "$build")
@@ -20,8 +22,8 @@ else
 fi
 grep -q "Baton CUDA backend: ON" <<<"$configured" ||
   { echo "gpu_bundle: $build has no CUDA backend (is nvcc in /usr/local/cuda?)" >&2; exit 1; }
-cmake --build "$build" -j2 --target kernels_cuda_test kv_transfer_cuda_test kv_transfer_test_peer \
-  bench_cuda_attention
+cmake --build "$build" -j2 --target kernels_cuda_test engine_cuda_test kv_transfer_cuda_test \
+  kv_transfer_test_peer bench_cuda_attention bench_cuda_forward baton
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/ucx"
@@ -30,7 +32,7 @@ for b in "${tests[@]}" "${helpers[@]}"; do cp "$build/$b" "$bundle/bin/"; done
 # GPU machine's own and must come from there.
 for b in "$bundle"/bin/*; do
   ldd "$b" | awk '/=> \// {print $3}; $1 ~ /ld-linux/ {print $1}'
-done | sort -u | grep -v 'libcuda\.so\|libnvidia-' | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
+done | sort -u | grep -v 'libcuda\.so\|libnvidia-\|libcublas' | while read -r lib; do cp -L "$lib" "$bundle/lib/"; done
 # The whole glibc family, loaded or not: the driver's libcuda opens some of
 # them, and they must not come from the GPU machine's glibc beside ours.
 glibc_dir=$(dirname "$(ldd "$bundle/bin/$(basename "${tests[0]}")" | awk '$1 == "libc.so.6" {print $3}')")
@@ -48,5 +50,6 @@ for m in "$bundle"/ucx/*.so.0; do
   done
 done
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD || echo -dirty)" >"$bundle/COMMIT"
-du -sh "$bundle"
-echo "gpu_bundle: ready; on the GPU machine run: bash deploy/gpu_check.sh (carry $bundle)"
+tar -cf - "$bundle" | xz -T2 -6 >"$bundle.tar.xz"
+du -sh "$bundle" "$bundle.tar.xz"
+echo "gpu_bundle: ready; on the GPU machine run: bash deploy/gpu_check.sh (carry $bundle.tar.xz)"

@@ -1,13 +1,21 @@
 #!/usr/bin/env bash
-# The one script to run on a machine with a CUDA device: runs the CUDA tests
-# and the decode-attention benchmark that deploy/gpu_bundle.sh packed into
+# The one script to run on a machine with a CUDA device: runs the CUDA tests,
+# `baton generate --device cuda` and the benchmarks that deploy/gpu_bundle.sh packed into
 # .gpu-bundle/ (the tests skip where there is no device, so here they must
 # run), through the bundle's own glibc loader, so the machine needs the GPU
-# driver and nothing else. Logs and the benchmark's table go to $OUT when set.
+# driver and a CUDA 13 cuBLASLt and nothing else. Logs and the benchmarks'
+# tables go to $OUT when set (eight files).
 # Usage: bash deploy/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=$PWD/.gpu-bundle
+scratch=$(mktemp -d "${TMPDIR:-/tmp}/baton-gpu-check.XXXXXX")
+trap 'rm -rf "$scratch"' EXIT
+if [ ! -d "$bundle/bin" ] && [ -f "$bundle.tar.xz" ]; then
+  # The compressed bundle is what fits the trip; unpack it beside the tree.
+  tar -xJf "$bundle.tar.xz" -C "$scratch"
+  bundle=$scratch/.gpu-bundle
+fi
 [ -d "$bundle/bin" ] || { echo "gpu_check: no $bundle; run deploy/gpu_bundle.sh first" >&2; exit 2; }
 out=${OUT:-/tmp}
 echo "bundle of commit $(cat "$bundle/COMMIT")"
@@ -18,14 +26,25 @@ nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
 # first, so glibc and the rest are the bundle's.
 driver_dirs=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $NF}' |
   xargs -r -n1 dirname | sort -u | paste -sd:)
-libpath="$bundle/lib:${driver_dirs:+$driver_dirs:}/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# cuBLASLt is the machine's own (the bundle leaves it out): the CUDA
+# toolkit's, or the nvidia-cublas wheel's; only its files join the path.
+cublas=$scratch/cublas
+mkdir -p "$cublas"
+for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
+  "$(python3 -c 'import nvidia.cublas; print(list(nvidia.cublas.__path__)[0] + "/lib")' 2>/dev/null)"; do
+  if [ -n "$dir" ] && ls "$dir"/libcublasLt.so.13* >/dev/null 2>&1; then
+    cp -L "$dir"/libcublasLt.so.13 "$dir"/libcublas.so.13 "$cublas/" 2>/dev/null
+    break
+  fi
+done
+[ -e "$cublas/libcublasLt.so.13" ] || echo "gpu_check: no libcublasLt.so.13 found on this machine" >&2
+libpath="$bundle/lib:$cublas:${driver_dirs:+$driver_dirs:}/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 loader="$bundle/lib/ld-linux-x86-64.so.2"
 run() { "$loader" --library-path "$libpath" "$@"; }
 
 # The transfer test spawns its peer process by path: a wrapper (outside the
 # bundle, which may be read-only) that starts it through the same loader.
-peer=$(mktemp "${TMPDIR:-/tmp}/baton-peer.XXXXXX")
-trap 'rm -f "$peer"' EXIT
+peer=$scratch/peer
 printf '#!/bin/bash\nexec %q --library-path %q %q "$@"\n' \
   "$loader" "$libpath" "$bundle/bin/kv_transfer_test_peer" >"$peer"
 chmod +x "$peer"
@@ -35,7 +54,7 @@ export UCX_MODULE_DIR="$bundle/ucx"
 # Here the device must be found: a test that skips is a failure (a driver the
 # bundle cannot load would otherwise pass as "no device").
 status=0
-for t in kernels_cuda_test kv_transfer_cuda_test; do
+for t in kernels_cuda_test engine_cuda_test kv_transfer_cuda_test; do
   echo "== $t"
   run "$bundle/bin/$t" --gtest_brief=0 2>&1 | tee "$out/$t.log" || status=1
   if grep -q "SKIPPED" "$out/$t.log"; then
@@ -43,6 +62,19 @@ for t in kernels_cuda_test kv_transfer_cuda_test; do
     status=1
   fi
 done
+# The whole engine from the command line, on the device and on the CPU.
+model=$scratch/model
+echo "== baton generate --device cuda (smollm2-135m shape, random BF16 weights)"
+run "$bundle/bin/baton" make-model --preset smollm2-135m --dtype bf16 --out "$model" >/dev/null || status=1
+: >"$out/generate.log"
+for device in cuda cpu; do
+  run "$bundle/bin/baton" generate --model "$model" --device "$device" --prompt-ids 5,6,7,8,9,10 \
+    --max-tokens 64 --ignore-eos --json 2>&1 | tee -a "$out/generate.log" || status=1
+done
+echo "== bench_cuda_forward"
+run "$bundle/bin/bench_cuda_forward" 2>"$out/bench_cuda_forward.log" |
+  tee "$out/bench_cuda_forward.md" || status=1
+cat "$out/bench_cuda_forward.log" >&2
 echo "== bench_cuda_attention"
 run "$bundle/bin/bench_cuda_attention" 2>"$out/bench_cuda_attention.log" |
   tee "$out/bench_cuda_attention.md" || status=1
