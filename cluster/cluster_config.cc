@@ -353,6 +353,11 @@ Result<NodeSection> parse_node(const YAML::Node& node, Role role, size_t index,
     BATON_ASSIGN_OR_RETURN(YAML::Node merged,
                            merge_maps(defaults.engine, engine_node, "engine", key));
     BATON_ASSIGN_OR_RETURN(out.engine, engine::parse_engine_config(merged, key));
+    // The transfer engine and the SSD tier read a node's pool as host memory.
+    if (out.engine.device.is_cuda()) {
+      return invalid_argument(key + ".device: " + out.engine.device.name() +
+                              ": cluster nodes cannot yet keep their KV pool on a GPU; use cpu");
+    }
   }
   {
     const std::string key = prefix + ".transfer";

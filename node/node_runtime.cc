@@ -47,6 +47,12 @@ engine::OutputLogprobs from_wire(const control::TokenLogprobs& logprobs, int32_t
 }
 
 Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& settings) {
+  // The transfer engine registers and reads the pool as host memory.
+  if (settings.engine.device.is_cuda()) {
+    return unimplemented("engine.device " + settings.engine.device.name() +
+                         ": a node cannot yet send or receive KV from a device pool; run nodes "
+                         "on engine.device cpu");
+  }
   std::unique_ptr<NodeRuntime> node(new NodeRuntime(settings));
   kv_transfer::TransferConfig transfer_config = settings.transfer;
   transfer_config.node_name = settings.name;

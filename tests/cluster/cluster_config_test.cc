@@ -316,6 +316,12 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + node_p + "decode: [{name: d}, {name: e, engine: {block_size: 24}}]\n",
        "decode[1].engine.block_size: must be a power of two"},
       {kModel + kNodes + "engine: {kv_cache_bytes: lots}\n", "engine.kv_cache_bytes"},
+      {kModel + node_p + "decode: [{name: d, engine: {device: tpu}}]\n",
+       "decode[0].engine.device: expected cpu, cuda or cuda:N"},
+      // Nodes do not yet keep KV on a GPU: refused with the node's key.
+      {kModel + node_p + "decode: [{name: d, engine: {device: 'cuda:1'}}]\n",
+       "decode[0].engine.device: cuda:1: cluster nodes cannot yet"},
+      {kModel + kNodes + "engine: {device: cuda}\n", ".engine.device: cuda:0"},
       {kModel + kNodes + "router: {http_port: 0}\n", "router.http_port: must be in [1, 65535]"},
       {kModel + kNodes + "router: {zmq_port: 65536}\n", "router.zmq_port: must be in"},
       {kModel + kNodes + "router: {control_port: abc}\n",
