@@ -152,6 +152,20 @@ class CudaForward final : public ForwardBackend {
                  const LayerDoneCallback* on_layer_done) override {
     if (!kv.on_device()) return invalid_argument("the CUDA backend needs a device KV pool");
     BATON_RETURN_IF_ERROR(kc::use_device(index_));
+    if (batch.num_tokens == 0) {
+      logits->clear();
+      return Status::ok();
+    }
+    Status status = run_step(batch, kv, logits, on_layer_done);
+    // A step that failed part-way may have copies queued from the pinned
+    // buffers the next step refills: let them finish first.
+    if (!status.is_ok()) (void)stream_.synchronize();
+    return status;
+  }
+
+ private:
+  Status run_step(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
+                  const LayerDoneCallback* on_layer_done) {
     const ModelConfig& c = config_;
     const int64_t tokens = batch.num_tokens;
     const auto wanted = int64_t(batch.logit_rows.size());
@@ -282,7 +296,6 @@ class CudaForward final : public ForwardBackend {
     return Status::ok();
   }
 
- private:
   Status gemm(const void* x, int64_t m, const kc::DeviceBuffer& w, int64_t n, int64_t k, void* out,
               const void* bias = nullptr) {
     return gemm_->run({.x = x,

@@ -50,6 +50,9 @@ Status DeviceBuffer::copy_from_host(const void* src, size_t bytes, size_t offset
   }
   BATON_CUDA_RETURN_IF_ERROR(
       cudaMemcpy(static_cast<char*>(data_) + offset, src, bytes, cudaMemcpyHostToDevice));
+  // From pageable memory cudaMemcpy may return before the DMA lands, and
+  // kernels on non-blocking streams do not wait for the legacy stream.
+  BATON_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
   return Status::ok();
 }
 

@@ -31,7 +31,8 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   size_t bytes() const { return bytes_; }
-  // Synchronous copies; `offset` bytes into this buffer.
+  // Synchronous copies (the data has landed when they return); `offset`
+  // bytes into this buffer.
   Status copy_from_host(const void* src, size_t bytes, size_t offset = 0);
   Status copy_to_host(void* dst, size_t bytes) const;
 

@@ -109,6 +109,9 @@ class LtGemm final : public Gemm {
       const cudaDataType_t bias_type = cuda_type(g.dtype);
       BATON_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
           p.op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_type, sizeof(bias_type)));
+      // The heuristic reads the pointer's alignment from it.
+      BATON_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
+          p.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
     }
     const cudaDataType_t in = cuda_type(g.dtype), out = cuda_type(g.out_dtype);
     BATON_CUBLAS_RETURN_IF_ERROR(

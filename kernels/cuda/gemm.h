@@ -18,7 +18,7 @@ namespace baton::kernels::cuda {
 struct GemmArgs {
   const void* x = nullptr;     // [m, k] row-major, `dtype`
   const void* w = nullptr;     // [n, k] row-major, `dtype` (a Hugging Face Linear weight)
-  const void* bias = nullptr;  // [n], `dtype`, or null
+  const void* bias = nullptr;  // [n], `dtype`, or null; only with out_dtype == dtype
   void* out = nullptr;         // [m, n] row-major, `out_dtype`
   int64_t m = 0, n = 0, k = 0;
   DType dtype = DType::kBF16;      // BF16 or F16

@@ -54,6 +54,8 @@ class FlashInferAttention final : public PagedAttention {
     auto s = static_cast<cudaStream_t>(stream);
     const int32_t bs = shape_.block_size;
     num_seqs_ = p.num_seqs;
+    num_tokens_ = 0;
+    if (p.num_seqs <= 0) return Status::ok();  // append_kv and run then do nothing
     // Host arrays: page indptr, last page lengths, query indptr, per token
     // its sequence and position, then the pages themselves.
     page_indptr_.assign(1, 0);
@@ -134,6 +136,7 @@ class FlashInferAttention final : public PagedAttention {
   Status append_kv(const KvLayout& layout, void* pool, int32_t layer, const void* k, const void* v,
                    int64_t row_stride, void* stream) override {
     BATON_RETURN_IF_ERROR(check_layout(layout));
+    if (num_tokens_ == 0) return Status::ok();
     auto kv = paged_kv(layout, pool, layer);
     const size_t d = size_t(layout.head_dim);
     return call_flashinfer("flashinfer::AppendPagedKVCache", [&] {
@@ -147,6 +150,7 @@ class FlashInferAttention final : public PagedAttention {
   Status run(const PagedAttentionParams& p, void* stream) override {
     BATON_RETURN_IF_ERROR(check_layout(p.layout));
     if (p.qo_dtype != DType::kBF16) return invalid_argument("CUDA attention takes BF16 queries");
+    if (num_tokens_ == 0) return Status::ok();
     auto s = static_cast<cudaStream_t>(stream);
     auto kv = paged_kv(p.layout, const_cast<void*>(p.kv_pool), p.layer);
     auto* q = const_cast<T*>(static_cast<const T*>(p.q));
@@ -234,8 +238,12 @@ class FlashInferAttention final : public PagedAttention {
     // Growing frees buffers an earlier upload may still be reading.
     BATON_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
     const size_t grown = std::max(bytes, step_device_.bytes() * 2);
-    BATON_ASSIGN_OR_RETURN(step_device_, DeviceBuffer::allocate(grown));
-    BATON_ASSIGN_OR_RETURN(step_pinned_, PinnedBuffer::allocate(grown));
+    // Both or neither: a pinned buffer smaller than the device one would be
+    // overrun by the next plan.
+    BATON_ASSIGN_OR_RETURN(DeviceBuffer device, DeviceBuffer::allocate(grown));
+    BATON_ASSIGN_OR_RETURN(PinnedBuffer pinned, PinnedBuffer::allocate(grown));
+    step_device_ = std::move(device);
+    step_pinned_ = std::move(pinned);
     return Status::ok();
   }
 

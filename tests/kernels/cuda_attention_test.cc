@@ -133,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{8, 1, 128, DType::kF32}),
     [](const auto& info) {
       const Shape& s = info.param;
-      return "h" + std::to_string(s.num_heads) + "_kv" + std::to_string(s.num_kv_heads) + "_d" +
+      return std::string("h") + std::to_string(s.num_heads) + "_kv" + std::to_string(s.num_kv_heads) + "_d" +
              std::to_string(s.head_dim) + "_" + std::string(dtype_name(s.dtype));
     });
 

@@ -98,6 +98,7 @@ TEST_F(CudaOpsTest, GemmMatchesReferenceWithAndWithoutBias) {
                                 std::tuple{64, 96, 320}, std::tuple{130, 1024, 64}}) {
     for (bool with_bias : {false, true}) {
       for (DType out_dtype : {DType::kBF16, DType::kF32}) {
+        if (with_bias && out_dtype == DType::kF32) continue;  // refused; checked below
         SCOPED_TRACE("m " + std::to_string(m) + " n " + std::to_string(n) + " k " +
                      std::to_string(k));
         auto x = bf16_rounded(random_floats(rng_, size_t(m) * k));
@@ -106,7 +107,8 @@ TEST_F(CudaOpsTest, GemmMatchesReferenceWithAndWithoutBias) {
         std::vector<double> w_d(w.begin(), w.end());
         auto want = reference::linear(x, m, w_d, n, k, with_bias ? bias.data() : nullptr);
         auto dx = upload(to_bf16(x)), dw = upload(to_bf16(w)), db = upload(to_bf16(bias));
-        auto out = upload(std::vector<float>(size_t(m) * n, NAN));  // room for F32
+        auto out = out_dtype == DType::kF32 ? upload(std::vector<float>(size_t(m) * n, NAN))
+                                            : poisoned_bf16(size_t(m) * n);
         ASSERT_TRUE((*gemm)
                         ->run({.x = dx.data(),
                                .w = dw.data(),
@@ -132,6 +134,21 @@ TEST_F(CudaOpsTest, GemmMatchesReferenceWithAndWithoutBias) {
       }
     }
   }
+  // A BF16 bias with an F32 output is refused, not read as F32.
+  int dummy = 0;
+  EXPECT_EQ((*gemm)
+                ->run({.x = &dummy,
+                       .w = &dummy,
+                       .bias = &dummy,
+                       .out = &dummy,
+                       .m = 1,
+                       .n = 8,
+                       .k = 8,
+                       .dtype = DType::kBF16,
+                       .out_dtype = DType::kF32},
+                      s())
+                .code(),
+            StatusCode::kInvalidArgument);
 }
 
 TEST_F(CudaOpsTest, RmsNormAndFusedAddMatchReference) {
@@ -268,7 +285,7 @@ class CudaPagedAttentionTest : public ::testing::TestWithParam<AttentionShape> {
 // through append_kv, then every query row checked against the reference over
 // the sequence's whole context, read back from the pool.
 void check_step(const AttentionShape& shape, const std::vector<std::pair<int32_t, int32_t>>& seqs,
-                std::mt19937_64& rng) {
+                bool expect_decode_kernel, std::mt19937_64& rng) {
   const int32_t bs = 16;
   KvLayout layout{.num_layers = 3,
                   .num_blocks = 0,
@@ -330,6 +347,7 @@ void check_step(const AttentionShape& shape, const std::vector<std::pair<int32_t
   p.block_table_stride = stride;
   p.scale = 1.0f / std::sqrt(float(shape.head_dim));
   ASSERT_TRUE((*attention)->plan(p, stream->handle()).is_ok());
+  EXPECT_EQ((*attention)->planned_decode(), expect_decode_kernel);
   auto* kv_base = static_cast<bf16_t*>(d_new.data());
   ASSERT_TRUE((*attention)
                   ->append_kv(layout, d_pool.data(), layer, kv_base, kv_base + kv_width, row,
@@ -382,7 +400,13 @@ TEST_P(CudaPagedAttentionTest, DecodeStepsMatchReference) {
   std::mt19937_64 rng(seed);
   // One row each; contexts at, below and past block boundaries, one long
   // enough for the kernel to split it.
-  check_step(GetParam(), {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 100}, {1, 3000}, {1, 333}}, rng);
+  // The decode kernel serves the GQA groups it is built for; others take
+  // the prefill kernel.
+  const int32_t group = GetParam().num_heads / GetParam().num_kv_heads;
+  const bool decode_kernel = group == 1 || group == 2 || group == 3 || group == 4 || group == 6 ||
+                             group == 8 || group == 16;
+  check_step(GetParam(), {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 100}, {1, 3000}, {1, 333}},
+             decode_kernel, rng);
 }
 
 TEST_P(CudaPagedAttentionTest, PrefillChunksOverCachedContextMatchReference) {
@@ -390,7 +414,8 @@ TEST_P(CudaPagedAttentionTest, PrefillChunksOverCachedContextMatchReference) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   // Fresh prompts, chunks over cached context, and decode rows, in one step.
-  check_step(GetParam(), {{37, 37}, {20, 100}, {1, 64}, {130, 1000}, {16, 16}, {1, 5}}, rng);
+  check_step(GetParam(), {{37, 37}, {20, 100}, {1, 64}, {130, 1000}, {16, 16}, {1, 5}},
+             /*expect_decode_kernel=*/false, rng);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedAttentionTest,
