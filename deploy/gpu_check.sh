@@ -3,8 +3,11 @@
 # `baton generate --device cuda` and the benchmarks that deploy/gpu_bundle.sh packed into
 # .gpu-bundle/ (the tests skip where there is no device, so here they must
 # run), through the bundle's own glibc loader, so the machine needs the GPU
-# driver and a CUDA 13 cuBLASLt and nothing else. Logs and the benchmarks'
-# tables go to $OUT when set (eight files).
+# driver and a CUDA 13 cuBLASLt and nothing else; where its python3 has
+# torch and transformers, it also makes the golden checkpoints of the CUDA
+# backend's shapes (tests/golden/make_golden.py --gpu-shapes) that the engine
+# test compares against. Logs, the benchmarks' tables and those checkpoints
+# go to $OUT when set (six files).
 # Usage: bash deploy/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -51,13 +54,28 @@ chmod +x "$peer"
 export BATON_TRANSFER_PEER="$peer"
 export UCX_MODULE_DIR="$bundle/ucx"
 
+status=0
+# transformers' logits at head_dim 64 and 128, made here (the machine's own
+# python3), for the engine test; brought back in $OUT to be kept.
+echo "== golden checkpoints of the CUDA backend's shapes"
+if python3 tests/golden/make_golden.py --gpu-shapes --out "$scratch/golden/data-gpu" \
+  >"$scratch/golden.log" 2>&1; then
+  export BATON_GOLDEN_GPU_DIR="$scratch/golden/data-gpu"
+  tar -czf "$out/golden-data-gpu.tar.gz" -C "$scratch/golden" data-gpu
+else
+  echo "gpu_check: make_golden.py --gpu-shapes failed:" >&2
+  status=1
+fi
+tail -5 "$scratch/golden.log"
+
 # Here the device must be found: a test that skips is a failure (a driver the
 # bundle cannot load would otherwise pass as "no device").
-status=0
+: >"$out/tests.log"
 for t in kernels_cuda_test engine_cuda_test kv_transfer_cuda_test; do
-  echo "== $t"
-  run "$bundle/bin/$t" --gtest_brief=0 2>&1 | tee "$out/$t.log" || status=1
-  if grep -q "SKIPPED" "$out/$t.log"; then
+  echo "== $t" | tee -a "$out/tests.log"
+  run "$bundle/bin/$t" --gtest_brief=0 >"$scratch/$t.log" 2>&1 || status=1
+  tee -a "$out/tests.log" <"$scratch/$t.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|^\[==" || true
+  if grep -q "SKIPPED" "$scratch/$t.log"; then
     echo "gpu_check: $t skipped tests: no device reached" >&2
     status=1
   fi
@@ -72,11 +90,10 @@ for device in cuda cpu; do
     --max-tokens 64 --ignore-eos --json 2>&1 | tee -a "$out/generate.log" || status=1
 done
 echo "== bench_cuda_forward"
-run "$bundle/bin/bench_cuda_forward" 2>"$out/bench_cuda_forward.log" |
-  tee "$out/bench_cuda_forward.md" || status=1
-cat "$out/bench_cuda_forward.log" >&2
+run "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
+  status=1
 echo "== bench_cuda_attention"
-run "$bundle/bin/bench_cuda_attention" 2>"$out/bench_cuda_attention.log" |
+run "$bundle/bin/bench_cuda_attention" 2>>"$out/bench.log" |
   tee "$out/bench_cuda_attention.md" || status=1
-cat "$out/bench_cuda_attention.log" >&2
+cat "$out/bench.log" >&2
 exit $status

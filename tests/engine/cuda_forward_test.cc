@@ -16,12 +16,19 @@
 #include <cmath>
 #include <random>
 
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "engine/block_manager.h"
 #include "engine/checkpoint.h"
 #include "engine/cuda_forward.h"
+#include "engine/engine.h"
 #include "engine/make_model.h"
 #include "engine/model.h"
 #include "kernels/cuda/device.h"
+#include "tests/engine/greedy_options.h"
 #include "tests/engine/reference_model.h"
 #include "tests/engine/temp_model.h"
 
@@ -253,6 +260,98 @@ TEST(CudaForward, RefusesHeadDimsItDoesNotServe) {
   ASSERT_FALSE(backend.is_ok());
   EXPECT_NE(backend.status().message().find("head_dim 16"), std::string::npos)
       << backend.status().message();
+}
+
+// transformers' golden logits at the shapes the CUDA backend serves
+// (tests/golden/make_golden.py --gpu-shapes; head_dim 64 and 128), made where
+// transformers runs: $BATON_GOLDEN_GPU_DIR (deploy/gpu_check.sh makes them on
+// the GPU machine) or tests/golden/data-gpu. Where a device is but no such
+// checkpoint, the test fails: it must not pass by finding nothing to check.
+std::vector<std::filesystem::path> gpu_golden_dirs() {
+  const char* env = std::getenv("BATON_GOLDEN_GPU_DIR");
+  const std::filesystem::path root =
+      env != nullptr ? std::filesystem::path(env)
+                     : std::filesystem::path(BATON_SOURCE_DIR) / "tests/golden/data-gpu";
+  std::vector<std::filesystem::path> dirs;
+  if (!std::filesystem::is_directory(root)) return dirs;
+  for (const auto& model : std::filesystem::directory_iterator(root)) {
+    if (!model.is_directory()) continue;
+    for (const auto& variant : std::filesystem::directory_iterator(model.path()))
+      if (std::filesystem::exists(variant.path() / "golden.json")) dirs.push_back(variant.path());
+  }
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+TEST(CudaGolden, LogprobsAndGreedyMatchTransformers) {
+  if (kernels::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  const auto dirs = gpu_golden_dirs();
+  ASSERT_FALSE(dirs.empty()) << "no golden checkpoints of the CUDA backend's shapes: run "
+                                "tests/golden/make_golden.py --gpu-shapes and point "
+                                "BATON_GOLDEN_GPU_DIR at its output";
+  for (const auto& dir : dirs) {
+    SCOPED_TRACE(dir.string());
+    std::ifstream in(dir / "golden.json");
+    auto golden = nlohmann::json::parse(in);
+    const auto tokens = golden["token_ids"].get<std::vector<int32_t>>();
+    const auto expected = golden["log_probs"].get<std::vector<std::vector<double>>>();
+    EngineConfig config;
+    config.device = Device{.kind = Device::Kind::kCuda, .index = 0};
+    config.block_size = 4;
+    config.kv_cache_blocks = 64;
+    auto created = Engine::create(dir, config);
+    ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+    Engine& engine = **created;
+    const int32_t vocab = engine.model_config().vocab_size;
+
+    // Prefill 10 tokens in one step, then decode the rest one at a time: the
+    // prefill and the decode kernel both against transformers.
+    BlockManager manager(64);
+    BlockTable table(4);
+    std::vector<float> logits;
+    double worst = 0;
+    int32_t pos = 0;
+    while (pos < int32_t(tokens.size())) {
+      const int32_t n = pos == 0 ? 10 : 1;
+      ASSERT_TRUE(table.reserve(manager, n).is_ok());
+      StepPlan plan{{{.token_ids = std::span<const int32_t>(tokens.data() + pos, size_t(n)),
+                      .start_position = pos,
+                      .block_table = &table,
+                      .wants_logits = true}}};
+      auto status = engine.model().forward(plan, engine.kv_pool(), &logits);
+      ASSERT_TRUE(status.is_ok()) << status.to_string();
+      table.commit(n);
+      pos += n;
+      auto got = log_softmax(std::vector<double>(logits.begin(), logits.end()));
+      for (int32_t i = 0; i < vocab; ++i) {
+        const double err = std::fabs(got[size_t(i)] - expected[size_t(pos - 1)][size_t(i)]);
+        ASSERT_FALSE(std::isnan(err));
+        worst = std::max(worst, err);
+      }
+    }
+    EXPECT_LT(worst, kBf16LogprobTolerance);
+    RecordProperty(dir.parent_path().filename().string() + "_" + dir.filename().string(),
+                   std::to_string(worst));
+
+    // Greedy through the scheduler: equal to transformers' tokens for as
+    // long as each step's margin is wider than BF16's error can close.
+    const auto want = golden["greedy_continuation"].get<std::vector<int32_t>>();
+    const auto margins = golden["greedy_margins"].get<std::vector<double>>();
+    ASSERT_TRUE(engine.scheduler()
+                    .add(golden["greedy_prompt"].get<std::vector<int32_t>>(),
+                         testing::greedy(int32_t(want.size())))
+                    .is_ok());
+    auto done = engine.run_to_completion();
+    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+    const auto& output = (*done)[0]->output;
+    ASSERT_EQ(output.size(), want.size());
+    size_t compared = 0;
+    for (size_t i = 0; i < want.size() && margins[i] > 2 * kBf16LogprobTolerance; ++i) {
+      EXPECT_EQ(output[i], want[i]) << "greedy token " << i;
+      ++compared;
+    }
+    EXPECT_GT(compared, 0u) << "the first greedy step is a near-tie; nothing was compared";
+  }
 }
 
 }  // namespace

@@ -98,6 +98,55 @@ def model_specs():
     ]
 
 
+def gpu_model_specs():
+    """The same four families at the head dims the CUDA backend serves (its
+    FlashInfer kernels take head_dim 64 and 128); hidden and FFN sizes
+    multiples of 8. Written by --gpu-shapes into data-gpu/."""
+    wide = dict(COMMON, hidden_size=128, intermediate_size=256)
+    return [
+        ("llama_gqa_hd64", 2001, LlamaConfig, LlamaForCausalLM, dict(
+            wide,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+        )),
+        ("llama3_rope_hd128", 2002, LlamaConfig, LlamaForCausalLM, dict(
+            wide,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=128,
+            rope_theta=500000.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 64,
+            },
+            tie_word_embeddings=False,
+        )),
+        ("qwen2_bias_tied_hd64", 2003, Qwen2Config, Qwen2ForCausalLM, dict(
+            wide,
+            hidden_size=256,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_theta=10000.0,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+        )),
+        ("mistral_nosw_hd64", 2004, MistralConfig, MistralForCausalLM, dict(
+            wide,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_theta=10000.0,
+            sliding_window=None,
+            tie_word_embeddings=False,
+        )),
+    ]
+
+
 def build_config(config_cls, kwargs):
     kwargs = dict(kwargs)
     rope_theta = kwargs.pop("rope_theta")
@@ -220,12 +269,17 @@ def load(model_cls, d):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--out", default=os.path.join(
-        os.path.dirname(os.path.abspath(__file__)), "data"))
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--gpu-shapes", action="store_true",
+                    help="write the CUDA backend's shapes (head_dim 64 and 128) "
+                         "instead, by default into data-gpu/")
     ap.add_argument("--legacy-config", action="store_true",
                     help="write config.json in the transformers 4 layout "
                          "(rope_theta/rope_scaling/torch_dtype at top level)")
     args = ap.parse_args()
+    if args.out is None:
+        args.out = os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                "data-gpu" if args.gpu_shapes else "data")
 
     torch.set_num_threads(1)
     g = torch.Generator().manual_seed(TOKEN_SEED)
@@ -242,7 +296,8 @@ def main():
     print("versions:", versions)
     print("token_ids:", token_ids)
 
-    for name, seed, config_cls, model_cls, kw in model_specs():
+    specs = gpu_model_specs() if args.gpu_shapes else model_specs()
+    for name, seed, config_cls, model_cls, kw in specs:
         torch.manual_seed(seed)
         cfg = build_config(config_cls, kw)
         cfg._attn_implementation = "eager"
