@@ -1,5 +1,6 @@
 #include <cuda_runtime.h>
 
+#include <string>
 #include <utility>
 
 #include "kernels/cuda/cuda_status.h"
@@ -14,6 +15,14 @@ int device_count() {
     return 0;
   }
   return count;
+}
+
+std::string device_count_error() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e == cudaSuccess) return count > 0 ? "" : "no device";
+  (void)cudaGetLastError();
+  return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
 Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {

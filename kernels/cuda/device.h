@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 #include "common/kv_layout.h"
 #include "common/status.h"
@@ -17,6 +18,9 @@ namespace baton::kernels::cuda {
 // Devices visible to this process; 0 when there is no driver or no device
 // (a capability check, never an error).
 int device_count();
+// Why device_count() found none: CUDA's error name and text, or "" when it
+// found some.
+std::string device_count_error();
 
 // Owned device memory; freed on destruction.
 class DeviceBuffer {

@@ -7,9 +7,9 @@
 // several sequences share every step.
 //
 // Runs where a CUDA device is; elsewhere every test skips on the declared
-// capability check (device_count() == 0). The tolerance is that of BF16
-// activations and KV against a double reference; it has not yet been
-// checked on a device.
+// check that the machine shows no NVIDIA GPU (tests/cuda_device_check.h).
+// The tolerance is that of BF16 activations and KV against a double
+// reference; it has not yet been checked on a device.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,6 +28,7 @@
 #include "engine/make_model.h"
 #include "engine/model.h"
 #include "kernels/cuda/device.h"
+#include "tests/cuda_device_check.h"
 #include "tests/engine/greedy_options.h"
 #include "tests/engine/reference_model.h"
 #include "tests/engine/temp_model.h"
@@ -61,7 +62,7 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
 class CudaForwardTest : public ::testing::TestWithParam<Shape> {
  protected:
   void SetUp() override {
-    if (kernels::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    BATON_SKIP_WITHOUT_NVIDIA_GPU();
     seed_ = std::random_device{}();
     rng_.seed(seed_);
     const Shape& s = GetParam();
@@ -251,7 +252,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Models the kernels do not serve are refused when the backend is made,
 // naming the field, and never run.
 TEST(CudaForward, RefusesHeadDimsItDoesNotServe) {
-  if (kernels::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  BATON_SKIP_WITHOUT_NVIDIA_GPU();
   testing::TempDir dir;
   auto path = testing::make_preset_model(dir, "tiny", DType::kBF16, 1);  // head_dim 16
   auto checkpoint = Checkpoint::open(path);
@@ -284,7 +285,7 @@ std::vector<std::filesystem::path> gpu_golden_dirs() {
 }
 
 TEST(CudaGolden, LogprobsAndGreedyMatchTransformers) {
-  if (kernels::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  BATON_SKIP_WITHOUT_NVIDIA_GPU();
   const auto dirs = gpu_golden_dirs();
   ASSERT_FALSE(dirs.empty()) << "no golden checkpoints of the CUDA backend's shapes: run "
                                 "tests/golden/make_golden.py --gpu-shapes and point "

@@ -1,6 +1,7 @@
 // The CUDA decode attention against the double-precision reference. Runs on a
 // machine with a CUDA device; elsewhere every test skips on the declared
-// capability check (device_count() == 0), never by catching a failure.
+// check that the machine shows no NVIDIA GPU (tests/cuda_device_check.h),
+// never by catching a failure.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 
 #include "common/dtype.h"
 #include "kernels/cuda/device.h"
+#include "tests/cuda_device_check.h"
 #include "tests/kernels/reference.h"
 
 namespace baton::kernels::cuda {
@@ -22,9 +24,7 @@ struct Shape {
 
 class CudaDecodeAttentionTest : public ::testing::TestWithParam<Shape> {
  protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
+  void SetUp() override { BATON_SKIP_WITHOUT_NVIDIA_GPU(); }
 };
 
 TEST_P(CudaDecodeAttentionTest, MatchesReferenceOverRaggedShuffledContexts) {
@@ -133,12 +133,13 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{8, 1, 128, DType::kF32}),
     [](const auto& info) {
       const Shape& s = info.param;
-      return std::string("h") + std::to_string(s.num_heads) + "_kv" + std::to_string(s.num_kv_heads) + "_d" +
-             std::to_string(s.head_dim) + "_" + std::string(dtype_name(s.dtype));
+      return std::string("h") + std::to_string(s.num_heads) + "_kv" +
+             std::to_string(s.num_kv_heads) + "_d" + std::to_string(s.head_dim) + "_" +
+             std::string(dtype_name(s.dtype));
     });
 
 TEST(CudaBackend, ReportsUnsupportedShapes) {
-  if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+  BATON_SKIP_WITHOUT_NVIDIA_GPU();
   PagedAttentionParams params;
   params.num_seqs = 1;
   params.num_heads = 18;

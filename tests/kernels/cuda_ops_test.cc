@@ -8,7 +8,7 @@
 // start poisoned with NaN, so an element never written fails.
 //
 // Runs where a CUDA device is; elsewhere every test skips on the declared
-// capability check (device_count() == 0).
+// check that the machine shows no NVIDIA GPU (tests/cuda_device_check.h).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -22,6 +22,7 @@
 #include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/paged_attention.h"
 #include "kernels/cuda/stream.h"
+#include "tests/cuda_device_check.h"
 #include "tests/kernels/reference.h"
 #include "tests/kernels/test_util.h"
 
@@ -76,7 +77,7 @@ void expect_close_bf16(const std::vector<float>& got, const std::vector<double>&
 class CudaOpsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    BATON_SKIP_WITHOUT_NVIDIA_GPU();
     seed_ = fresh_seed();
     rng_.seed(seed_);
     auto stream = Stream::create();
@@ -276,9 +277,7 @@ struct AttentionShape {
 
 class CudaPagedAttentionTest : public ::testing::TestWithParam<AttentionShape> {
  protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
+  void SetUp() override { BATON_SKIP_WITHOUT_NVIDIA_GPU(); }
 };
 
 // Sequences of (query rows, context) in one step: each step's K/V appended

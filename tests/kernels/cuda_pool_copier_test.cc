@@ -9,6 +9,7 @@
 
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/pool_copier.h"
+#include "tests/cuda_device_check.h"
 
 namespace baton::kernels::cuda {
 namespace {
@@ -17,9 +18,7 @@ constexpr uint8_t kPoison = 0xA5;
 
 class CudaPoolCopierTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    if (device_count() == 0) GTEST_SKIP() << "no CUDA device";
-  }
+  void SetUp() override { BATON_SKIP_WITHOUT_NVIDIA_GPU(); }
 };
 
 // Disjoint random ranges inside `bytes`, in random order.

@@ -12,6 +12,7 @@
 #include "kernels/cuda/device.h"
 #include "kernels/cuda/pool_copier.h"
 #include "kv_transfer/transfer_engine.h"
+#include "tests/cuda_device_check.h"
 #include "tests/kv_transfer/kv_test_util.h"
 
 namespace baton::kv_transfer {
@@ -68,7 +69,7 @@ struct CudaNode {
 class CudaStagedTransferTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (kernels::cuda::device_count() == 0) GTEST_SKIP() << "no CUDA device";
+    BATON_SKIP_WITHOUT_NVIDIA_GPU();
     seed_ = std::random_device{}() | 1;
     std::printf("seed %llu\n", (unsigned long long)seed_);
     rng_.seed(seed_);
