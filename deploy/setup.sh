@@ -12,6 +12,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   libboost-dev libboost-system-dev
   liburing-dev
+  libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format
 )

@@ -78,6 +78,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   auto tokenizer = load_tokenizer(model_dir);
   if (tokenizer.is_ok()) {
     engine->tokenizer_ = std::move(tokenizer).value();
+  } else if (tokenizer.status().code() == StatusCode::kUnimplemented) {
+    // A tokenizer of a kind Baton does not implement yet: the model still
+    // serves token ids, and text is refused as for a checkpoint without one.
+    spdlog::warn("engine: {}; text prompts are refused, token ids still work",
+                 tokenizer.status().message());
   } else if (tokenizer.status().code() != StatusCode::kNotFound) {
     return tokenizer.status();
   }

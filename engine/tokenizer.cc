@@ -1,5 +1,7 @@
 #include "engine/tokenizer.h"
 
+#include "engine/hf_tokenizer.h"
+
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -41,6 +43,9 @@ Status ByteTokenizer::save(const std::filesystem::path& dir) {
 }
 
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::filesystem::path& checkpoint_dir) {
+  if (std::filesystem::exists(checkpoint_dir / kHfTokenizerFile)) {
+    return load_hf_tokenizer(checkpoint_dir);
+  }
   auto path = checkpoint_dir / kByteTokenizerFile;
   std::ifstream in(path);
   if (!in) return not_found("no tokenizer in " + checkpoint_dir.string());

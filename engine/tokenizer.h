@@ -45,8 +45,9 @@ class ByteTokenizer final : public Tokenizer {
   static Status save(const std::filesystem::path& dir);
 };
 
-// Loads the tokenizer a checkpoint ships. NotFound when it ships none (the
-// model still runs from token ids).
+// Loads the tokenizer a checkpoint ships: its tokenizer.json
+// (engine/hf_tokenizer.h), else Baton's byte tokenizer. NotFound when it
+// ships none (the model still runs from token ids).
 Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::filesystem::path& checkpoint_dir);
 
 }  // namespace baton::engine

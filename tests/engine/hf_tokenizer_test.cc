@@ -1,0 +1,235 @@
+// tokenizer.json loading and the BPE pipeline on small hand-made vocabularies:
+// merge order, ignore_merges, added tokens, BOS/EOS, byte round trips, and
+// every refusal naming what it refuses. Real vocabularies against Hugging
+// Face's `tokenizers` are hf_tokenizer_test.py's.
+#include "engine/hf_tokenizer.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <random>
+
+#include "tests/engine/temp_model.h"
+
+namespace baton::engine {
+namespace {
+
+using nlohmann::json;
+
+// GPT-2's byte alphabet: the printable bytes stand for themselves; the rest
+// map to U+0100 upwards in byte order.
+std::string byte_char(int b) {
+  static const std::vector<std::string> table = [] {
+    std::vector<std::string> t(256);
+    int next = 256;
+    for (int c = 0; c < 256; ++c) {
+      const bool printable = (c >= '!' && c <= '~') || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE;
+      const int cp = printable ? c : next++;
+      std::string s;
+      if (cp < 0x80) {
+        s.push_back(char(cp));
+      } else {
+        s.push_back(char(0xC0 | (cp >> 6)));
+        s.push_back(char(0x80 | (cp & 0x3F)));
+      }
+      t[size_t(c)] = s;
+    }
+    return t;
+  }();
+  return table[size_t(b)];
+}
+
+// Bytes 0-255 as ids 0-255, then `extra` tokens; `merges` in rank order.
+json byte_level_bpe(const std::vector<std::string>& extra, const std::vector<std::string>& merges) {
+  json vocab = json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_char(b)] = b;
+  int next = 256;
+  for (const auto& t : extra) vocab[t] = next++;
+  return {
+      {"version", "1.0"},
+      {"added_tokens", json::array()},
+      {"normalizer", nullptr},
+      {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
+      {"post_processor", nullptr},
+      {"decoder", {{"type", "ByteLevel"}}},
+      {"model",
+       {{"type", "BPE"},
+        {"dropout", nullptr},
+        {"unk_token", nullptr},
+        {"byte_fallback", false},
+        {"ignore_merges", false},
+        {"vocab", vocab},
+        {"merges", merges}}}};
+}
+
+class HfTokenizerTest : public ::testing::Test {
+ protected:
+  Result<std::unique_ptr<Tokenizer>> load(const json& doc, const json& config = nullptr) {
+    std::ofstream(dir_.path() / "tokenizer.json") << doc.dump();
+    if (!config.is_null()) std::ofstream(dir_.path() / "tokenizer_config.json") << config.dump();
+    return load_tokenizer(dir_.path());
+  }
+  testing::TempDir dir_;
+};
+
+TEST_F(HfTokenizerTest, MergesApplyLowestRankFirst) {
+  // "th" outranks nothing here: "h e" (rank 0) merges before "t h" (rank 1),
+  // so "the" is t + he, then the + nothing.
+  auto tok = load(byte_level_bpe({"he", "th", "the"}, {"h e", "t h", "t he"}));
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  EXPECT_EQ((*tok)->encode("the"), (std::vector<int32_t>{258}));
+  EXPECT_EQ((*tok)->encode("th"), (std::vector<int32_t>{257}));
+  // Without "t he", "the" stops at t + he: "th" never forms.
+  auto short_merges = load(byte_level_bpe({"he", "th", "the"}, {"h e", "t h"}));
+  ASSERT_TRUE(short_merges.is_ok());
+  EXPECT_EQ((*short_merges)->encode("the"), (std::vector<int32_t>{'t', 256}));
+  // GPT-2's regex splits " the" off as a word of its own: Ġ (byte 32) then
+  // "the", since no merge takes the space.
+  EXPECT_EQ((*tok)->encode("the the"), (std::vector<int32_t>{258, ' ', 258}));
+}
+
+TEST_F(HfTokenizerTest, IgnoreMergesTakesAWholeWordTheVocabularyHolds) {
+  json doc = byte_level_bpe({"ab", "abc"}, {"a b"});
+  auto without = load(doc);
+  ASSERT_TRUE(without.is_ok());
+  EXPECT_EQ((*without)->encode("abc"), (std::vector<int32_t>{256, 'c'}));
+  doc["model"]["ignore_merges"] = true;
+  auto with = load(doc);
+  ASSERT_TRUE(with.is_ok());
+  EXPECT_EQ((*with)->encode("abc"), (std::vector<int32_t>{257}));
+}
+
+TEST_F(HfTokenizerTest, ArbitraryBytesRoundTrip) {
+  auto tok = load(byte_level_bpe({"he"}, {"h e"}));
+  ASSERT_TRUE(tok.is_ok());
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < 200; ++i) {
+    std::string text(rng() % 48, '\0');
+    for (auto& c : text) c = char(rng() & 0xff);  // invalid UTF-8 included
+    EXPECT_EQ((*tok)->decode((*tok)->encode(text)), text);
+  }
+}
+
+TEST_F(HfTokenizerTest, AddedTokensSplitTheTextAndSpecialOnesDecodeToNothing) {
+  json doc = byte_level_bpe({}, {});
+  doc["added_tokens"] = {{{"id", 300},
+                          {"content", "<|eot|>"},
+                          {"special", true},
+                          {"lstrip", false},
+                          {"rstrip", true},
+                          {"single_word", false},
+                          {"normalized", false}},
+                         {{"id", 301},
+                          {"content", "<|eot|>x"},
+                          {"special", false},
+                          {"lstrip", true},
+                          {"rstrip", false},
+                          {"single_word", false},
+                          {"normalized", false}}};
+  auto tok = load(doc);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  // Longest match wins; rstrip eats the spaces after the special token.
+  EXPECT_EQ((*tok)->encode("a<|eot|>  b"), (std::vector<int32_t>{'a', 300, 'b'}));
+  EXPECT_EQ((*tok)->encode("a  <|eot|>x"), (std::vector<int32_t>{'a', 301}));
+  EXPECT_EQ((*tok)->decode({'a', 300, 'b', 301}), "ab<|eot|>x");
+}
+
+TEST_F(HfTokenizerTest, BosFromTheTemplateAndEosFromTheConfig) {
+  json doc = byte_level_bpe({}, {});
+  doc["added_tokens"] = {{{"id", 400}, {"content", "<s>"}, {"special", true}},
+                         {{"id", 401}, {"content", "</s>"}, {"special", true}}};
+  auto plain = load(doc);
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ((*plain)->bos_id(), -1);
+  EXPECT_EQ((*plain)->eos_id(), -1);
+  doc["post_processor"] = {{"type", "TemplateProcessing"},
+                           {"single",
+                            {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                             {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}};
+  auto tok = load(doc, {{"eos_token", {{"content", "</s>"}}}});
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  EXPECT_EQ((*tok)->bos_id(), 400);
+  EXPECT_EQ((*tok)->eos_id(), 401);
+  EXPECT_EQ((*tok)->encode("<s>a"), (std::vector<int32_t>{400, 'a'}));  // no BOS added by encode
+}
+
+TEST_F(HfTokenizerTest, RefusesWhatItDoesNotImplementNamingIt) {
+  const json base = byte_level_bpe({"he"}, {"h e"});
+  struct Case {
+    std::function<void(json&)> change;
+    StatusCode code;
+    std::string says;
+  } cases[] = {
+      {[](json& d) {
+         d["normalizer"] = {{"type", "NFC"}};
+       },
+       StatusCode::kUnimplemented, "normalizer 'NFC'"},
+      {[](json& d) {
+         d["pre_tokenizer"] = {{"type", "Metaspace"}};
+       },
+       StatusCode::kUnimplemented, "pre_tokenizer 'Metaspace'"},
+      {[](json& d) { d["model"]["type"] = "WordPiece"; }, StatusCode::kUnimplemented,
+       "model type 'WordPiece'"},
+      {[](json& d) { d["model"]["byte_fallback"] = true; }, StatusCode::kUnimplemented,
+       "byte_fallback"},
+      {[](json& d) {
+         d["decoder"] = {{"type", "Metaspace"}};
+       },
+       StatusCode::kUnimplemented, "decoder 'Metaspace'"},
+      {[](json& d) {
+         d["pre_tokenizer"] = {{"type", "Split"},
+                               {"pattern", {{"Regex", "\\s+"}}},
+                               {"behavior", "MergedWithPrevious"},
+                               {"invert", false}};
+       },
+       StatusCode::kUnimplemented, "behavior 'MergedWithPrevious'"},
+      {[](json& d) {
+         d["pre_tokenizer"] = {{"type", "Split"},
+                               {"pattern", {{"Regex", "(unclosed"}}},
+                               {"behavior", "Isolated"},
+                               {"invert", false}};
+       },
+       StatusCode::kInvalidArgument, "(unclosed"},
+      {[](json& d) { d["model"]["merges"] = {"h x"}; }, StatusCode::kDataLoss,
+       "merge 0 ('h', 'x')"},
+      {[](json& d) { d["model"]["merges"] = {"he"}; }, StatusCode::kDataLoss, "is not 'a b'"},
+      {[](json& d) { d["model"]["vocab"].erase(byte_char(200)); }, StatusCode::kUnimplemented,
+       "lacks the byte character"},
+      {[](json& d) { d["model"]["vocab"]["he"] = "x"; }, StatusCode::kDataLoss,
+       "vocab['he'] is not a token id"},
+      {[](json& d) {
+         d["post_processor"] = {{"type", "RobertaProcessing"}};
+       },
+       StatusCode::kUnimplemented, "post_processor 'RobertaProcessing'"},
+      {[](json& d) {
+         d["added_tokens"] = json::array({json{{"id", 7}}});
+       },
+       StatusCode::kDataLoss, "added token lacks"},
+      {[](json& d) { d["model"]["vocab"] = 5; }, StatusCode::kDataLoss, "model.vocab"},
+  };
+  for (const auto& c : cases) {
+    json doc = base;
+    c.change(doc);
+    auto tok = load(doc);
+    ASSERT_FALSE(tok.is_ok()) << c.says;
+    EXPECT_EQ(tok.status().code(), c.code) << tok.status().to_string();
+    EXPECT_NE(tok.status().message().find(c.says), std::string::npos) << tok.status().to_string();
+    EXPECT_NE(tok.status().message().find("tokenizer.json"), std::string::npos)
+        << tok.status().to_string();
+  }
+  // Truncated and non-JSON files.
+  const std::string text = base.dump();
+  for (const std::string& broken :
+       {text.substr(0, text.size() / 2), std::string("[1, 2]"), std::string("")}) {
+    std::ofstream(dir_.path() / "tokenizer.json") << broken;
+    auto tok = load_tokenizer(dir_.path());
+    ASSERT_FALSE(tok.is_ok());
+    EXPECT_NE(tok.status().message().find("tokenizer.json"), std::string::npos)
+        << tok.status().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace baton::engine

