@@ -1,20 +1,19 @@
 // engine/hf_tokenizer.h — a checkpoint's tokenizer.json, encoded and decoded
-// as Hugging Face's `tokenizers` library does, for byte-level BPE
-// vocabularies (Llama 3, GPT-2 and SmolLM2 families; Qwen2's NFC normalizer
-// is not implemented yet):
+// as Hugging Face's `tokenizers` library does, for BPE vocabularies:
+// byte-level ones (Llama 3, GPT-2, SmolLM2) and SentencePiece-style ones
+// with byte_fallback (Llama 2, Mistral, TinyLlama):
 //
 //  * added tokens found in the raw text first (leftmost, longest; lstrip,
 //    rstrip, single_word), the text between them going through the rest;
-//  * pre-tokenizers Split (a PCRE2 regex or a literal, Isolated or Removed),
-//    Digits, ByteLevel (GPT-2's regex optional, add_prefix_space) and
-//    Sequence;
-//  * the BPE model: merges applied lowest rank first, ignore_merges (a piece
-//    the vocabulary holds whole is one token);
-//  * decoding through the ByteLevel decoder; special tokens decode to "".
+//  * the normalizers, pre-tokenizers and decoders of engine/tokenizer_steps.h;
+//  * the BPE model of engine/bpe_model.h;
+//  * BOS from the post-processor (TemplateProcessing's leading special token)
+//    or tokenizer_config.json's add_bos_token, EOS from its eos_token;
+//    encode() adds neither; special tokens decode to "".
 //
-// Anything else a tokenizer.json asks for (a normalizer, byte_fallback, a
-// Metaspace pre-tokenizer, another model type) is refused at load with a
-// message naming it; nothing falls back to bytes silently.
+// Anything else a tokenizer.json asks for (Qwen2's NFC normalizer, WordPiece
+// or Unigram models, other pre-tokenizers) is refused at load with a message
+// naming it; nothing falls back to bytes silently.
 #pragma once
 
 #include <filesystem>

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
@@ -112,6 +113,50 @@ TEST_F(HfTokenizerTest, ArbitraryBytesRoundTrip) {
   }
 }
 
+// SentencePiece-style (Llama 2): "▁" for spaces, unknown characters as their
+// UTF-8 bytes' <0xXX> tokens, one leading space stripped on decode. Bytes
+// that are not UTF-8 come back as they went in.
+TEST_F(HfTokenizerTest, ByteFallbackRoundTripsArbitraryBytes) {
+  json vocab = {{"<unk>", 0},    {"<s>", 1}, {"</s>", 2},
+                {"\u2581", 259}, {"a", 260}, {"\u2581a", 261}};
+  for (int b = 0; b < 256; ++b) {
+    char name[8];
+    std::snprintf(name, sizeof name, "<0x%02X>", b);
+    vocab[name] = 3 + b;
+  }
+  json doc = {{"normalizer",
+               {{"type", "Sequence"},
+                {"normalizers",
+                 {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+                  {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}}},
+              {"pre_tokenizer", nullptr},
+              {"decoder",
+               {{"type", "Sequence"},
+                {"decoders",
+                 {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                  {{"type", "ByteFallback"}},
+                  {{"type", "Fuse"}},
+                  {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}}},
+              {"model",
+               {{"type", "BPE"},
+                {"unk_token", "<unk>"},
+                {"byte_fallback", true},
+                {"fuse_unk", true},
+                {"vocab", vocab},
+                {"merges", {"\u2581 a"}}}}};
+  auto tok = load(doc);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  EXPECT_EQ((*tok)->encode("a a"), (std::vector<int32_t>{261, 261}));
+  EXPECT_EQ((*tok)->encode("\xc3\xa9"), (std::vector<int32_t>{259, 3 + 0xC3, 3 + 0xA9}));
+  std::mt19937 rng(std::random_device{}());
+  for (int i = 0; i < 200; ++i) {
+    std::string text(rng() % 48, '\0');
+    for (auto& c : text) c = char(rng() & 0xff);
+    if (text.find("\u2581") != std::string::npos) continue;  // would decode as a space
+    EXPECT_EQ((*tok)->decode((*tok)->encode(text)), text);
+  }
+}
+
 TEST_F(HfTokenizerTest, AddedTokensSplitTheTextAndSpecialOnesDecodeToNothing) {
   json doc = byte_level_bpe({}, {});
   doc["added_tokens"] = {{{"id", 300},
@@ -167,17 +212,22 @@ TEST_F(HfTokenizerTest, RefusesWhatItDoesNotImplementNamingIt) {
        },
        StatusCode::kUnimplemented, "normalizer 'NFC'"},
       {[](json& d) {
-         d["pre_tokenizer"] = {{"type", "Metaspace"}};
+         d["pre_tokenizer"] = {{"type", "Whitespace"}};
        },
-       StatusCode::kUnimplemented, "pre_tokenizer 'Metaspace'"},
+       StatusCode::kUnimplemented, "pre_tokenizer 'Whitespace'"},
+      {[](json& d) {
+         d["normalizer"] = {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "_"}};
+       },
+       StatusCode::kUnimplemented, "normalizer Replace with a Regex pattern"},
       {[](json& d) { d["model"]["type"] = "WordPiece"; }, StatusCode::kUnimplemented,
        "model type 'WordPiece'"},
-      {[](json& d) { d["model"]["byte_fallback"] = true; }, StatusCode::kUnimplemented,
-       "byte_fallback"},
+      {[](json& d) { d["model"]["unk_token"] = "<nope>"; }, StatusCode::kDataLoss,
+       "unk_token '<nope>'"},
       {[](json& d) {
-         d["decoder"] = {{"type", "Metaspace"}};
+         d["decoder"] = {{"type", "WordPiece"}};
        },
-       StatusCode::kUnimplemented, "decoder 'Metaspace'"},
+       StatusCode::kUnimplemented, "decoder 'WordPiece'"},
+      {[](json& d) { d["decoder"] = nullptr; }, StatusCode::kUnimplemented, "without a decoder"},
       {[](json& d) {
          d["pre_tokenizer"] = {{"type", "Split"},
                                {"pattern", {{"Regex", "\\s+"}}},

@@ -15,7 +15,15 @@ Tokenizers:
     of the corpus (ByteLevel with GPT-2's regex and add_prefix_space), with
     special and non-special added tokens using lstrip and rstrip;
   * smollm2-style: the same trained with SmolLM2's pre-tokenizer, Digits
-    (each digit alone) then ByteLevel, and ignore_merges.
+    (each digit alone) then ByteLevel, and ignore_merges;
+  * llama2-style: SentencePiece-style BPE as Llama 2 and TinyLlama ship it
+    (normalizer Prepend "▁" and Replace " " -> "▁", no pre-tokenizer,
+    byte_fallback to <0xXX> tokens, unk fused; decoder Replace, ByteFallback,
+    Fuse, Strip), trained by `tokenizers` with a small alphabet so rare
+    characters fall back to bytes;
+  * mistral-style: the same vocabulary behind a Metaspace pre-tokenizer
+    (prepend_scheme first, split) and Metaspace decoder, as newer Mistral
+    files have it.
 
 Exits non-zero naming the first mismatches.
 
@@ -31,7 +39,8 @@ import subprocess
 import sys
 import tempfile
 
-from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
+from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
+                        trainers)
 
 WORDS = ("the quick brown fox jumps over lazy dog Hello World It's we're they'll I'd "
          "don't CAPS MiXeD naïve café résumé coöperate Straße façade").split()
@@ -133,6 +142,46 @@ def gpt2_style_dir(work, training, specials, smollm=False):
     return d
 
 
+def sentencepiece_style_dirs(work, training):
+    """Llama 2's pipeline trained here, and a Metaspace variant of it."""
+    tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("\u2581"),
+                                           normalizers.Replace(" ", "\u2581")])
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(),
+                                     decoders.Fuse(), decoders.Strip(" ", 1, 0)])
+    trainer = trainers.BpeTrainer(vocab_size=2000, min_frequency=2, limit_alphabet=120,
+                                  special_tokens=["<unk>", "<s>", "</s>"])
+    tok.train_from_iterator(training, trainer)
+    doc = json.loads(tok.to_str())
+    vocab = doc["model"]["vocab"]
+    for b in range(256):  # byte tokens are ordinary vocabulary entries, as in Llama 2
+        vocab.setdefault(f"<0x{b:02X}>", len(vocab))
+    doc["post_processor"] = {
+        "type": "TemplateProcessing",
+        "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                   {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+                 {"Sequence": {"id": "A", "type_id": 0}},
+                 {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [vocab["<s>"]], "tokens": ["<s>"]}}}
+    dirs = []
+    for name, variant in (("llama2", None), ("mistral", "metaspace")):
+        d = os.path.join(work, name)
+        os.makedirs(d)
+        out = dict(doc)
+        if variant == "metaspace":
+            out["normalizer"] = None
+            out["pre_tokenizer"] = {"type": "Metaspace", "replacement": "\u2581",
+                                    "prepend_scheme": "first", "split": True}
+            out["decoder"] = {"type": "Sequence", "decoders": [
+                {"type": "ByteFallback"},
+                {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first",
+                 "split": True}]}
+        Tokenizer.from_str(json.dumps(out)).save(os.path.join(d, "tokenizer.json"))
+        dirs.append((name + "-style", d))
+    return dirs
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--compare", required=True)
@@ -158,6 +207,10 @@ def main():
         d = gpt2_style_dir(work, training, gpt2_specials, smollm=True)
         ok &= compare("smollm2-style", d,
                       [random_line(rng, gpt2_specials) for _ in range(args.lines)], args.compare)
+        sp_specials = ["<s>", "</s>", "<unk>"]
+        for name, d in sentencepiece_style_dirs(work, training):
+            ok &= compare(name, d, [random_line(rng, sp_specials) for _ in range(args.lines)],
+                          args.compare)
     print("1 passed, 0 failed" if ok else "0 passed, 1 failed")
     return 0 if ok else 1
 
