@@ -13,6 +13,43 @@ Status bad(const std::string& field, const std::string& what) {
   return invalid_argument("'" + field + "' " + what);
 }
 
+// A JSON value for an error message: a scalar as written, cut to a short
+// prefix; a list or object only by its kind. Never the whole of a value a
+// client sent (it may be megabytes, or nested deeper than a recursive dump
+// can go).
+std::string quote_value(const json& v) {
+  if (v.is_array()) return "a list";
+  if (v.is_object()) return "an object";
+  std::string text = v.dump(-1, ' ', false, json::error_handler_t::replace);
+  constexpr size_t kMaxQuoted = 40;
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
+  return text;
+}
+
+// Whether `body` nests arrays and objects deeper than `max_depth` (strings
+// skipped), checked before parsing: every later use of a value may recurse.
+bool nests_deeper_than(std::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return true;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return false;
+}
+
 // A present, non-null member of `doc`, or null.
 const json* member(const json& doc, const char* key) {
   auto it = doc.find(key);
@@ -20,9 +57,9 @@ const json* member(const json& doc, const char* key) {
 }
 
 Result<int64_t> read_int(const json& v, const std::string& field, int64_t lo, int64_t hi) {
-  if (!v.is_number_integer()) return bad(field, "must be an integer, got " + v.dump());
+  if (!v.is_number_integer()) return bad(field, "must be an integer, got " + quote_value(v));
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
-    return bad(field, "is out of range: " + v.dump());
+    return bad(field, "is out of range: " + quote_value(v));
   }
   int64_t x = v.get<int64_t>();
   if (x < lo || x > hi) {
@@ -33,14 +70,14 @@ Result<int64_t> read_int(const json& v, const std::string& field, int64_t lo, in
 }
 
 Result<double> read_number(const json& v, const std::string& field) {
-  if (!v.is_number()) return bad(field, "must be a number, got " + v.dump());
+  if (!v.is_number()) return bad(field, "must be a number, got " + quote_value(v));
   double x = v.get<double>();
   if (!std::isfinite(x)) return bad(field, "must be finite");
   return x;
 }
 
 Result<bool> read_bool(const json& v, const std::string& field) {
-  if (!v.is_boolean()) return bad(field, "must be true or false, got " + v.dump());
+  if (!v.is_boolean()) return bad(field, "must be true or false, got " + quote_value(v));
   return v.get<bool>();
 }
 
@@ -57,6 +94,10 @@ Result<std::vector<int32_t>> read_token_ids(const json& v, const std::string& fi
 }
 
 Result<json> parse_object(std::string_view body) {
+  if (nests_deeper_than(body, kMaxJsonDepth)) {
+    return invalid_argument("the request body nests lists and objects deeper than " +
+                            std::to_string(kMaxJsonDepth) + " levels");
+  }
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return invalid_argument("the request body is not valid JSON");
   if (!doc.is_object()) return invalid_argument("the request body must be a JSON object");
@@ -207,12 +248,14 @@ Result<std::string> read_content(const json& v, const std::string& field) {
   for (size_t i = 0; i < v.size(); ++i) {
     const json& part = v[i];
     std::string part_field = field + "[" + std::to_string(i) + "]";
-    if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
-        !part["text"].is_string()) {
+    const json* type = part.is_object() ? member(part, "type") : nullptr;
+    const json* text_part = part.is_object() ? member(part, "text") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text" ||
+        text_part == nullptr || !text_part->is_string()) {
       return bad(part_field,
                  "must be {\"type\": \"text\", \"text\": ...}; other parts are not supported");
     }
-    text += part["text"].get<std::string>();
+    text += text_part->get<std::string>();
   }
   return text;
 }

@@ -53,6 +53,10 @@ struct ChatRequest {
   SamplingFields sampling;
 };
 
+// The deepest nesting of lists and objects a request body may have; the
+// OpenAI shapes need 4 (a chat message's content parts).
+inline constexpr int kMaxJsonDepth = 32;
+
 // Limits the router applies while parsing.
 struct RequestLimits {
   int32_t max_n = 16;

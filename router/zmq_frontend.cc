@@ -8,6 +8,8 @@
 
 #include <cerrno>
 
+#include "router/api_error.h"
+
 namespace baton::router {
 
 using namespace std::chrono_literals;
@@ -183,7 +185,20 @@ void ZmqFrontend::loop() {
         request.method = generation ? "POST" : "GET";
         request.target = path;
         request.body = parts[3].to_string();
-        service_->handle(std::move(request), responder);
+        // Nothing a client sends may end the front end's thread: a handler
+        // that throws answers this request with a 500, as HTTP does.
+        try {
+          service_->handle(std::move(request), responder);
+        } catch (const std::exception& e) {
+          spdlog::error("zmq front end: handler threw: {}", e.what());
+          if (!responder->done()) {
+            ApiError error;
+            error.http_status = 500;
+            error.type = "InternalServerError";
+            error.message = "internal error";
+            responder->respond(500, "application/json", error.to_json().dump(), {});
+          }
+        }
       }
       for (auto it = live_.begin(); it != live_.end();) {
         auto responder = it->second.lock();

@@ -216,7 +216,12 @@ Result<tools::HttpResponse> Cluster::get(const std::string& target) const {
 }
 
 Result<tools::HttpResponse> Cluster::post(const std::string& target, const json& body) const {
-  return tools::http_request("127.0.0.1", http_port_, "POST", target, body.dump(), 60s);
+  return post_raw(target, body.dump());
+}
+
+Result<tools::HttpResponse> Cluster::post_raw(const std::string& target,
+                                              const std::string& body) const {
+  return tools::http_request("127.0.0.1", http_port_, "POST", target, body, 60s);
 }
 
 Result<std::vector<std::string>> Cluster::post_stream(const std::string& target,

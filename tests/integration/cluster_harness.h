@@ -68,6 +68,8 @@ class Cluster {
 
   Result<tools::HttpResponse> get(const std::string& target) const;
   Result<tools::HttpResponse> post(const std::string& target, const nlohmann::json& body) const;
+  // A body sent as it is, JSON or not.
+  Result<tools::HttpResponse> post_raw(const std::string& target, const std::string& body) const;
   // POST with stream: true; returns every SSE `data:` payload in order.
   Result<std::vector<std::string>> post_stream(const std::string& target,
                                                const nlohmann::json& body) const;

@@ -83,6 +83,23 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
   EXPECT_EQ(reply[1], "400");
   EXPECT_TRUE(json::parse(reply[2]).contains("error"));
 
+  // Hostile bodies are 400s over both front ends and take nothing down: a
+  // content part whose type is not a string (it used to abort the router
+  // from this thread), and nesting far past any OpenAI field.
+  const std::string bad_part =
+      R"({"messages": [{"role": "user", "content": [{"type": 5, "text": "x"}]}]})";
+  const std::string deep = R"({"prompt": "x", "max_tokens": )" + std::string(120000, '[') + "}";
+  for (const std::string& hostile : {bad_part, deep}) {
+    client.send("r5", "/v1/chat/completions", hostile);
+    reply = client.receive();
+    ASSERT_EQ(reply.size(), 3u);
+    EXPECT_EQ(reply[1], "400") << reply[2].substr(0, 200);
+    EXPECT_LT(reply[2].size(), 400u);
+    auto over_http = cluster.post_raw("/v1/chat/completions", hostile);
+    ASSERT_TRUE(over_http.is_ok());
+    EXPECT_EQ(over_http->status, 400) << over_http->body.substr(0, 200);
+  }
+
   // Cancel a long stream after its first event: the nodes free its blocks.
   json long_body = {
       {"prompt", prompt}, {"max_tokens", 900}, {"ignore_eos", true}, {"stream", true}};

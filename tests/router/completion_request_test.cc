@@ -165,5 +165,38 @@ TEST(CompletionRequest, GarbageIsRejectedNotCrashing) {
   }
 }
 
+// Hostile shapes: a value nested far deeper than any OpenAI field, in a
+// numeric field (whose error message used to serialise it recursively and
+// echo it whole), and a content part whose "type" is not a string (which
+// used to throw from the JSON library). Each is a short InvalidArgument.
+TEST(CompletionRequest, HostileNestingAndTypesAreShortErrors) {
+  const std::string deep(120000, '[');
+  for (const std::string& body :
+       {R"({"prompt": "x", "max_tokens": )" + deep + "}",
+        R"({"prompt": "x", "max_tokens": )" + std::string(40, '[') + std::string(40, ']') + "}",
+        R"({"prompt": "x", "temperature": ")" + std::string(100000, 'x') + "\"}"}) {
+    auto r = parse_completion_request(body);
+    ASSERT_FALSE(r.is_ok());
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_LT(r.status().message().size(), 200u) << r.status().message().substr(0, 300);
+  }
+  for (const char* part : {R"({"type": 5, "text": "hi"})", R"({"type": "text", "text": 5})",
+                           R"({"type": null, "text": "hi"})", R"({"type": ["text"]})"}) {
+    auto r = parse_chat_request(std::string(R"({"messages": [{"role": "user", "content": [)") +
+                                part + "]}]}");
+    ASSERT_FALSE(r.is_ok()) << part;
+    EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument) << part;
+    EXPECT_NE(r.status().message().find("messages[0].content[0]"), std::string::npos)
+        << r.status().message();
+  }
+  // Nesting at the limit is still parsed (and refused only for its meaning).
+  auto at_limit =
+      parse_completion_request(R"({"prompt": "x", "stop": )" + std::string(kMaxJsonDepth - 1, '[') +
+                               std::string(kMaxJsonDepth - 1, ']') + "}");
+  ASSERT_FALSE(at_limit.is_ok());
+  EXPECT_NE(at_limit.status().message().find("'stop'"), std::string::npos)
+      << at_limit.status().message();
+}
+
 }  // namespace
 }  // namespace baton::router
