@@ -117,6 +117,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::filesystem::path
     return not_found("checkpoint directory " + dir.string() + " does not exist");
   }
   BATON_ASSIGN_OR_RETURN(ckpt->config_, load_model_config(dir / "config.json"));
+  BATON_RETURN_IF_ERROR(merge_generation_config(dir / "generation_config.json", ckpt->config_));
   const ModelConfig& c = ckpt->config_;
 
   TensorMap tensors;

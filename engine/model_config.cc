@@ -1,5 +1,6 @@
 #include "engine/model_config.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
@@ -358,6 +359,34 @@ Result<ModelConfig> load_model_config(const std::filesystem::path& config_json) 
   json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return data_loss(config_json.string() + ": invalid JSON");
   return parse_model_config(doc, config_json.string());
+}
+
+Status merge_generation_config(const std::filesystem::path& file, ModelConfig& c) {
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return Status::ok();
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return io_error("cannot open " + file.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return data_loss(file.string() + ": not a JSON object");
+  }
+  auto it = doc.find("eos_token_id");
+  if (it == doc.end() || it->is_null()) return Status::ok();
+  const json ids = it->is_array() ? *it : json::array({*it});
+  for (const json& id : ids) {
+    if (!id.is_number_integer() || id.get<int64_t>() < 0 ||
+        id.get<int64_t>() >= int64_t(c.vocab_size)) {
+      return data_loss(file.string() + ": eos_token_id " + id.dump() +
+                       " is not a token id of the vocabulary of " + std::to_string(c.vocab_size));
+    }
+    const auto token = id.get<int32_t>();
+    if (std::find(c.eos_token_ids.begin(), c.eos_token_ids.end(), token) == c.eos_token_ids.end()) {
+      c.eos_token_ids.push_back(token);
+    }
+  }
+  return Status::ok();
 }
 
 nlohmann::json model_config_to_json(const ModelConfig& c) {

@@ -51,6 +51,13 @@ struct ModelConfig {
 // Parses and validates a config.json document. `source` names it in errors.
 Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_view source);
 Result<ModelConfig> load_model_config(const std::filesystem::path& config_json);
+// Adds the eos_token_id of a checkpoint's generation_config.json (one id or
+// a list) to config.eos_token_ids, as vLLM stops on both: instruct models
+// list their end-of-turn tokens there (Llama 3's <|eot_id|>). A missing
+// file changes nothing; an unreadable one or a bad id is an error naming it.
+Status merge_generation_config(const std::filesystem::path& generation_config_json,
+                               ModelConfig& config);
+
 // The inverse, as Hugging Face writes it (used by make-model).
 nlohmann::json model_config_to_json(const ModelConfig& config);
 

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <cstring>
 #include <functional>
 
@@ -118,6 +120,32 @@ TEST(CheckpointTest, OpensMadeTinyModel) {
   // embed + lm_head + 2 x (q, k, v, o, gate, up, down, two norms) + final norm, in F32.
   const uint64_t per_layer = 64 * 64 + 16 * 64 + 16 * 64 + 64 * 64 + 3 * 128 * 64 + 2 * 64;
   EXPECT_EQ((*ck)->weight_bytes(), 4 * (2 * 512 * 64 + 2 * per_layer + 64));
+}
+
+// generation_config.json's eos ids end generation too (Llama 3 instruct's
+// <|eot_id|> is listed only there); a bad one is an error naming the file.
+TEST(CheckpointTest, GenerationConfigAddsItsEosIds) {
+  ScratchDir dir;
+  auto tiny = model_preset("tiny");
+  ASSERT_TRUE(tiny.is_ok());
+  ASSERT_TRUE(make_random_checkpoint(*tiny, dir / "tiny", {.seed = 3}).is_ok());
+  const auto before = (*Checkpoint::open(dir / "tiny"))->config().eos_token_ids;
+  ASSERT_EQ(before, std::vector<int32_t>{2});
+  std::ofstream(dir / "tiny" / "generation_config.json") << R"({"eos_token_id": [2, 300, 7]})";
+  auto ck = Checkpoint::open(dir / "tiny");
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  EXPECT_EQ((*ck)->config().eos_token_ids, (std::vector<int32_t>{2, 300, 7}));
+  std::ofstream(dir / "tiny" / "generation_config.json") << R"({"eos_token_id": 9})";
+  EXPECT_EQ((*Checkpoint::open(dir / "tiny"))->config().eos_token_ids,
+            (std::vector<int32_t>{2, 9}));
+  for (const char* bad : {R"({"eos_token_id": 512})", R"({"eos_token_id": "x"})",
+                          R"({"eos_token_id": [1, -1]})", "[1]", "{"}) {
+    std::ofstream(dir / "tiny" / "generation_config.json") << bad;
+    auto broken = Checkpoint::open(dir / "tiny");
+    ASSERT_FALSE(broken.is_ok()) << bad;
+    EXPECT_NE(broken.status().message().find("generation_config.json"), std::string::npos)
+        << broken.status().message();
+  }
 }
 
 TEST(CheckpointTest, TiedAndUntiedWithPerTensorDtypes) {
