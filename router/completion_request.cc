@@ -4,6 +4,8 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "router/chat_template.h"
+
 namespace baton::router {
 namespace {
 
@@ -298,6 +300,38 @@ Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimit
     request.messages.push_back({role_name == "developer" ? "system" : role_name, std::move(text)});
   }
   BATON_RETURN_IF_ERROR(read_sampling(doc, limits, request.sampling, /*is_chat=*/true));
+  return request;
+}
+
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body) {
+  BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
+  TokenizeRequest request;
+  BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
+  if (const json* v = member(doc, "add_special_tokens")) {
+    BATON_ASSIGN_OR_RETURN(request.add_special_tokens, read_bool(*v, "add_special_tokens"));
+  }
+  const json* prompt = member(doc, "prompt");
+  const json* messages = member(doc, "messages");
+  if ((prompt == nullptr) == (messages == nullptr)) {
+    return bad("prompt", "or 'messages' is required (one of them)");
+  }
+  if (prompt != nullptr) {
+    if (!prompt->is_string()) return bad("prompt", "must be a string");
+    request.text = prompt->get<std::string>();
+    return request;
+  }
+  BATON_ASSIGN_OR_RETURN(ChatRequest chat, parse_chat_request(body));
+  request.text = apply_default_chat_template(chat.messages);
+  return request;
+}
+
+Result<DetokenizeRequest> parse_detokenize_request(std::string_view body) {
+  BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
+  DetokenizeRequest request;
+  BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
+  const json* tokens = member(doc, "tokens");
+  if (tokens == nullptr) return bad("tokens", "is required");
+  BATON_ASSIGN_OR_RETURN(request.tokens, read_token_ids(*tokens, "tokens"));
   return request;
 }
 

@@ -65,6 +65,23 @@ struct RequestLimits {
   int32_t max_stop_strings = 16;
 };
 
+// POST /tokenize in vLLM's shape: {"prompt": "text"} or {"messages": [...]}
+// (rendered with the chat format), "add_special_tokens" (default true: the
+// BOS the tokenizer adds).
+struct TokenizeRequest {
+  std::string model;
+  std::string text;
+  bool add_special_tokens = true;
+};
+Result<TokenizeRequest> parse_tokenize_request(std::string_view body);
+
+// POST /detokenize in vLLM's shape: {"tokens": [ids]}.
+struct DetokenizeRequest {
+  std::string model;
+  std::vector<int32_t> tokens;
+};
+Result<DetokenizeRequest> parse_detokenize_request(std::string_view body);
+
 Result<CompletionRequest> parse_completion_request(std::string_view body,
                                                    const RequestLimits& limits = {});
 Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimits& limits = {});

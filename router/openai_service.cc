@@ -64,6 +64,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
   bool post = request.method == "POST";
   if (path == "/v1/completions" && post) return generate(request, std::move(responder), false);
   if (path == "/v1/chat/completions" && post) return generate(request, std::move(responder), true);
+  if (path == "/tokenize" && post) return tokenize(request, *responder);
+  if (path == "/detokenize" && post) return detokenize(request, *responder);
   if (path == "/health" && get) {
     ClusterSnapshot snapshot = core_.snapshot();
     bool healthy = snapshot.prefill_up > 0 && snapshot.decode_up > 0 && !draining_;
@@ -93,7 +95,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
                            {"control_messages_rejected", snapshot.control_messages_rejected}}));
   }
   bool known = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/health" ||
-               path == "/v1/models" || path == "/metrics" || path == "/v1/nodes";
+               path == "/v1/models" || path == "/metrics" || path == "/v1/nodes" ||
+               path == "/tokenize" || path == "/detokenize";
   ApiError error;
   error.http_status = known ? 405 : 404;
   error.type = known ? "MethodNotAllowed" : "NotFoundError";
@@ -101,6 +104,48 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
       known ? "method " + request.method + " is not allowed on " + path : "no route " + path;
   metrics_.count_http(error.http_status);
   responder->respond(error.http_status, "application/json", dump(error.to_json()));
+}
+
+// vLLM's /tokenize: the ids a prompt (or chat) becomes, BOS included when
+// add_special_tokens asks for it, as generation adds it.
+void OpenAiService::tokenize(const HttpRequest& request, HttpResponder& responder) {
+  Result<TokenizeRequest> parsed = parse_tokenize_request(request.body);
+  if (!parsed.is_ok()) return send_error(responder, parsed.status());
+  if (!parsed->model.empty() && parsed->model != config_.served_model) {
+    return send_error(responder, not_found("The model `" + parsed->model + "` does not exist."));
+  }
+  if (tokenizer_ == nullptr) {
+    return send_error(responder, invalid_argument("this model ships no tokenizer"));
+  }
+  std::vector<int32_t> ids = tokenizer_->encode(parsed->text);
+  if (parsed->add_special_tokens && tokenizer_->bos_id() >= 0) {
+    ids.insert(ids.begin(), tokenizer_->bos_id());
+  }
+  json body = {{"count", ids.size()},
+               {"max_model_len", config_.max_model_len},
+               {"tokens", ids},
+               {"token_strs", nullptr}};
+  send_json(responder, 200, dump(body));
+}
+
+// vLLM's /detokenize: the text of token ids (special tokens decode to "").
+void OpenAiService::detokenize(const HttpRequest& request, HttpResponder& responder) {
+  Result<DetokenizeRequest> parsed = parse_detokenize_request(request.body);
+  if (!parsed.is_ok()) return send_error(responder, parsed.status());
+  if (!parsed->model.empty() && parsed->model != config_.served_model) {
+    return send_error(responder, not_found("The model `" + parsed->model + "` does not exist."));
+  }
+  if (tokenizer_ == nullptr) {
+    return send_error(responder, invalid_argument("this model ships no tokenizer"));
+  }
+  for (int32_t id : parsed->tokens) {
+    if (id >= config_.vocab_size) {
+      return send_error(responder, invalid_argument("Token id " + std::to_string(id) +
+                                                    " is out of vocabulary (size " +
+                                                    std::to_string(config_.vocab_size) + ")"));
+    }
+  }
+  send_json(responder, 200, dump({{"prompt", tokenizer_->decode(parsed->tokens)}}));
 }
 
 void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,

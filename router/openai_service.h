@@ -43,6 +43,8 @@ class OpenAiService {
 
  private:
   void generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder, bool chat);
+  void tokenize(const HttpRequest& request, HttpResponder& responder);
+  void detokenize(const HttpRequest& request, HttpResponder& responder);
   void send_error(HttpResponder& responder, const Status& status);
   void send_json(HttpResponder& responder, int status, const std::string& body);
 

@@ -181,8 +181,9 @@ void ZmqFrontend::loop() {
         auto responder = std::make_shared<Responder>(this, identity, tag);
         live_[key] = responder;
         HttpRequest request;
-        bool generation = path == "/v1/completions" || path == "/v1/chat/completions";
-        request.method = generation ? "POST" : "GET";
+        const bool takes_body = path == "/v1/completions" || path == "/v1/chat/completions" ||
+                                path == "/tokenize" || path == "/detokenize";
+        request.method = takes_body ? "POST" : "GET";
         request.target = path;
         request.body = parts[3].to_string();
         // Nothing a client sends may end the front end's thread: a handler

@@ -336,6 +336,47 @@ TEST_F(ServingTest, ErrorsHaveTheirStatusAndShape) {
   EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "tiny");
 }
 
+// vLLM's /tokenize and /detokenize: the ids generation would use (BOS
+// included unless add_special_tokens is false), and back to text.
+TEST_F(ServingTest, TokenizeAndDetokenizeRoundTrip) {
+  std::string text = "Baton: ";
+  for (int i = 0; i < 8; ++i) text += char('a' + rng_() % 26);
+  auto tokenized = cluster_->post("/tokenize", {{"prompt", text}});
+  ASSERT_TRUE(tokenized.is_ok());
+  ASSERT_EQ(tokenized->status, 200) << tokenized->body;
+  json body = json::parse(tokenized->body);
+  ASSERT_EQ(body["count"], text.size() + 1);  // the byte tokenizer: BOS, then one id a byte
+  EXPECT_EQ(body["tokens"][0], 1);
+  EXPECT_EQ(body["max_model_len"], 1024);
+  auto plain = cluster_->post("/tokenize", {{"prompt", text}, {"add_special_tokens", false}});
+  ASSERT_TRUE(plain.is_ok());
+  std::vector<int32_t> ids = json::parse(plain->body)["tokens"];
+  EXPECT_EQ(ids.size(), text.size());
+  auto back = cluster_->post("/detokenize", {{"tokens", ids}});
+  ASSERT_TRUE(back.is_ok());
+  ASSERT_EQ(back->status, 200) << back->body;
+  EXPECT_EQ(json::parse(back->body)["prompt"], text);
+  auto chat = cluster_->post("/tokenize", {{"messages", {{{"role", "user"}, {"content", text}}}}});
+  ASSERT_TRUE(chat.is_ok());
+  EXPECT_EQ(chat->status, 200) << chat->body;
+  EXPECT_GT(json::parse(chat->body)["count"].get<int>(), int(text.size()));
+
+  auto expect_400 = [&](const char* target, const json& request, const std::string& says) {
+    auto r = cluster_->post(target, request);
+    ASSERT_TRUE(r.is_ok());
+    EXPECT_EQ(r->status, 400) << r->body;
+    EXPECT_NE(r->body.find(says), std::string::npos) << r->body;
+  };
+  expect_400("/tokenize", json::object(), "'prompt' or 'messages' is required");
+  expect_400("/tokenize", {{"prompt", "x"}, {"messages", json::array()}}, "one of them");
+  expect_400("/tokenize", {{"prompt", 5}}, "'prompt' must be a string");
+  expect_400("/detokenize", {{"tokens", {1, 99999}}}, "Token id 99999");
+  expect_400("/detokenize", json::object(), "'tokens' is required");
+  auto get = cluster_->get("/tokenize");
+  ASSERT_TRUE(get.is_ok());
+  EXPECT_EQ(get->status, 405);
+}
+
 TEST_F(ServingTest, RandomAndMutatedBodiesGetJsonErrorsAndNothingCrashes) {
   const std::string valid = R"({"prompt": "hello", "max_tokens": 4, "temperature": 0, "n": 1})";
   int answered = 0;
