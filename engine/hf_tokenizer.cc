@@ -59,6 +59,7 @@ class HfBpeTokenizer final : public Tokenizer {
 
   int32_t bos_id() const override { return bos_; }
   int32_t eos_id() const override { return eos_; }
+  int32_t vocab_size() const override { return int32_t(id_to_token_.size()); }
 
   Status load(const json& doc, const json& config, const std::string& name);
 

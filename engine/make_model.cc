@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/hf_tokenizer.h"
 #include "engine/safetensors_writer.h"
 #include "engine/tokenizer.h"
 
@@ -145,7 +146,8 @@ Status write_text(const fs::path& path, const std::string& text) {
 bool is_checkpoint_file(const std::string& name) {
   if (name == "config.json" || name == "model.safetensors" ||
       name == "model.safetensors.index.json" || name == kByteTokenizerFile ||
-      name == "generation_config.json") {
+      name == "generation_config.json" || name == kHfTokenizerFile ||
+      name == "tokenizer_config.json" || name == "special_tokens_map.json") {
     return true;
   }
   return name.starts_with("model-") && name.ends_with(".safetensors");
@@ -259,6 +261,29 @@ Status make_random_checkpoint(const ModelConfig& config, const fs::path& out_dir
     return st.with_context("writing " + out.string());
   }
   return Status::ok();
+}
+
+Status attach_tokenizer(const fs::path& checkpoint_dir, const fs::path& tokenizer_dir) {
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> tokenizer, load_hf_tokenizer(tokenizer_dir));
+  BATON_ASSIGN_OR_RETURN(ModelConfig config, load_model_config(checkpoint_dir / "config.json"));
+  if (tokenizer->vocab_size() > config.vocab_size) {
+    return invalid_argument("the tokenizer in " + tokenizer_dir.string() + " has " +
+                            std::to_string(tokenizer->vocab_size()) +
+                            " ids, more than the model's vocabulary of " +
+                            std::to_string(config.vocab_size));
+  }
+  std::error_code ec;
+  for (const char* name : {kHfTokenizerFile, "tokenizer_config.json", "special_tokens_map.json"}) {
+    if (!fs::exists(tokenizer_dir / name, ec)) continue;
+    fs::copy_file(tokenizer_dir / name, checkpoint_dir / name, fs::copy_options::overwrite_existing,
+                  ec);
+    if (ec) return io_error("cannot copy " + (tokenizer_dir / name).string() + ": " + ec.message());
+  }
+  fs::remove(checkpoint_dir / kByteTokenizerFile, ec);
+  config.bos_token_id = tokenizer->bos_id();
+  config.eos_token_ids.clear();
+  if (tokenizer->eos_id() >= 0) config.eos_token_ids.push_back(tokenizer->eos_id());
+  return write_text(checkpoint_dir / "config.json", model_config_to_json(config).dump(2) + "\n");
 }
 
 }  // namespace baton::engine

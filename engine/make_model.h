@@ -40,4 +40,12 @@ std::vector<TensorSpec> random_checkpoint_tensors(const ModelConfig& config, DTy
 Status make_random_checkpoint(const ModelConfig& config, const std::filesystem::path& out_dir,
                               const MakeModelOptions& options);
 
+// Gives a made checkpoint a real tokenizer: tokenizer.json from
+// `tokenizer_dir` (with tokenizer_config.json and special_tokens_map.json
+// when there) replaces Baton's byte tokenizer, and config.json takes the
+// tokenizer's BOS and EOS ids. The tokenizer must load and its ids must fit
+// the model's vocabulary, or nothing is changed.
+Status attach_tokenizer(const std::filesystem::path& checkpoint_dir,
+                        const std::filesystem::path& tokenizer_dir);
+
 }  // namespace baton::engine

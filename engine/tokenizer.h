@@ -25,6 +25,8 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int32_t bos_id() const = 0;  // -1 when none
   virtual int32_t eos_id() const = 0;  // -1 when none
+  // One past the largest id it can produce.
+  virtual int32_t vocab_size() const = 0;
 };
 
 inline constexpr const char* kByteTokenizerFile = "baton_tokenizer.json";
@@ -41,6 +43,7 @@ class ByteTokenizer final : public Tokenizer {
   std::string decode(const std::vector<int32_t>& ids) const override;
   int32_t bos_id() const override { return kBosId; }
   int32_t eos_id() const override { return kEosId; }
+  int32_t vocab_size() const override { return kMinVocab; }
 
   static Status save(const std::filesystem::path& dir);
 };

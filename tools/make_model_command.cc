@@ -14,6 +14,7 @@ std::function<int()> add_make_model_command(CLI::App& app) {
     std::string out_dir;
     uint64_t seed = 0;
     std::string dtype = "f32";
+    std::string tokenizer_dir;
   };
   auto options = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("make-model", "Write a random-weight Hugging Face checkpoint");
@@ -25,6 +26,9 @@ std::function<int()> add_make_model_command(CLI::App& app) {
   cmd->add_option("--seed", options->seed, "random seed")->capture_default_str();
   cmd->add_option("--dtype", options->dtype, "weight dtype: f32, bf16 or f16")
       ->capture_default_str();
+  cmd->add_option("--tokenizer", options->tokenizer_dir,
+                  "directory with a real tokenizer.json (and tokenizer_config.json) to ship "
+                  "instead of the byte tokenizer; its ids must fit the preset's vocabulary");
 
   return [options]() -> int {
     auto config = engine::model_preset(options->preset);
@@ -42,9 +46,13 @@ std::function<int()> add_make_model_command(CLI::App& app) {
     make_options.seed = options->seed;
     make_options.dtype = *dtype;
     Status status = engine::make_random_checkpoint(*config, options->out_dir, make_options);
+    if (status.is_ok() && !options->tokenizer_dir.empty()) {
+      status = engine::attach_tokenizer(options->out_dir, options->tokenizer_dir)
+                   .with_context("--tokenizer");
+    }
     if (!status.is_ok()) {
       std::fprintf(stderr, "error: %s\n", status.to_string().c_str());
-      return 1;
+      return status.code() == StatusCode::kInvalidArgument ? 2 : 1;
     }
     std::printf("wrote %s (%s, %s, seed %llu)\n", options->out_dir.c_str(), options->preset.c_str(),
                 options->dtype.c_str(), static_cast<unsigned long long>(options->seed));

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint.h"
+#include "engine/hf_tokenizer.h"
 #include "engine/safetensors.h"
 #include "engine/tokenizer.h"
 #include "tests/engine/loader_test_util.h"
@@ -415,6 +416,67 @@ TEST(MakeModelTest, ReplacesOnlyCheckpointDirectories) {
   // Nested output directories are created.
   ASSERT_TRUE(make_random_checkpoint(c, dir / "x" / "y" / "z", {.seed = 1}).is_ok());
   EXPECT_TRUE(Checkpoint::open(dir / "x" / "y" / "z").is_ok());
+}
+
+// A real tokenizer in place of the byte one: a small byte-level BPE with
+// BOS and EOS as added tokens. Its ids must fit the model's vocabulary.
+TEST(MakeModelTest, AttachesARealTokenizerWhoseIdsFit) {
+  ScratchDir dir;
+  nlohmann::json vocab = nlohmann::json::object();
+  std::vector<std::string> alphabet(256);
+  int next_cp = 256;
+  for (int b = 0; b < 256; ++b) {
+    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
+    const int cp = printable ? b : next_cp++;
+    std::string c;
+    if (cp < 0x80) {
+      c.push_back(char(cp));
+    } else {
+      c.push_back(char(0xC0 | (cp >> 6)));
+      c.push_back(char(0x80 | (cp & 0x3F)));
+    }
+    vocab[c] = b;
+  }
+  vocab["hi"] = 256;
+  auto tokenizer_json = [&](int bos, int eos) {
+    return nlohmann::json{{"added_tokens",
+                           {{{"id", bos}, {"content", "<s>"}, {"special", true}},
+                            {{"id", eos}, {"content", "</s>"}, {"special", true}}}},
+                          {"normalizer", nullptr},
+                          {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
+                          {"post_processor",
+                           {{"type", "TemplateProcessing"},
+                            {"single",
+                             {{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
+                              {{"Sequence", {{"id", "A"}, {"type_id", 0}}}}}}}},
+                          {"decoder", {{"type", "ByteLevel"}}},
+                          {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", {"h i"}}}}};
+  };
+  fs::create_directories(dir / "tok");
+  write_file(dir / "tok" / "tokenizer.json", tokenizer_json(300, 301).dump());
+  write_file(dir / "tok" / "tokenizer_config.json", R"({"eos_token": "</s>"})");
+  const ModelConfig c = preset("tiny");  // vocab 512
+  ASSERT_TRUE(make_random_checkpoint(c, dir / "m", {.seed = 1}).is_ok());
+  ASSERT_TRUE(attach_tokenizer(dir / "m", dir / "tok").is_ok());
+  EXPECT_FALSE(fs::exists(dir / "m" / kByteTokenizerFile));
+  auto tok = load_tokenizer(dir / "m");
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  EXPECT_EQ((*tok)->encode("hi!"), (std::vector<int32_t>{256, '!'}));
+  auto ck = Checkpoint::open(dir / "m");
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  EXPECT_EQ((*ck)->config().bos_token_id, 300);
+  EXPECT_EQ((*ck)->config().eos_token_ids, std::vector<int32_t>{301});
+  // Re-making the checkpoint replaces the tokenizer files too.
+  ASSERT_TRUE(make_random_checkpoint(c, dir / "m", {.seed = 2}).is_ok());
+
+  // Ids past the model's vocabulary: refused, the checkpoint unchanged.
+  write_file(dir / "tok" / "tokenizer.json", tokenizer_json(600, 601).dump());
+  const std::string config_before = read_file(dir / "m" / "config.json");
+  expect_error(attach_tokenizer(dir / "m", dir / "tok"), StatusCode::kInvalidArgument,
+               {"602 ids", "vocabulary of 512"});
+  EXPECT_EQ(read_file(dir / "m" / "config.json"), config_before);
+  EXPECT_TRUE(fs::exists(dir / "m" / kByteTokenizerFile));
+  EXPECT_FALSE(attach_tokenizer(dir / "m", dir / "nowhere").is_ok());
 }
 
 TEST(MakeModelTest, RefusesConfigsItCannotWrite) {
