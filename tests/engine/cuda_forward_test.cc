@@ -31,6 +31,7 @@
 #include "tests/cuda_device_check.h"
 #include "tests/engine/greedy_options.h"
 #include "tests/engine/reference_model.h"
+#include "tests/engine/scattered_blocks.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
@@ -86,13 +87,9 @@ class CudaForwardTest : public ::testing::TestWithParam<Shape> {
     auto kv = model_->backend().allocate_kv_pool(model_->kv_layout(kBlocks, 4, DType::kBF16));
     ASSERT_TRUE(kv.is_ok()) << kv.status().to_string();
     kv_ = std::make_unique<KvPool>(std::move(kv).value());
-    // Hand blocks out shuffled: the free list is LIFO.
+    // Blocks out of id order, as a pool in use hands them out.
     manager_ = std::make_unique<BlockManager>(kBlocks);
-    auto all = manager_->allocate(kBlocks);
-    ASSERT_TRUE(all.is_ok());
-    std::vector<int32_t> ids = *all;
-    std::shuffle(ids.begin(), ids.end(), rng_);
-    manager_->release(ids);
+    scattered_ = std::make_unique<testing::ScatteredBlocks>(*manager_, rng_);
   }
 
   std::vector<int32_t> random_tokens(size_t n) {
@@ -121,6 +118,7 @@ class CudaForwardTest : public ::testing::TestWithParam<Shape> {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvPool> kv_;
   std::unique_ptr<BlockManager> manager_;
+  std::unique_ptr<testing::ScatteredBlocks> scattered_;
 };
 
 // Three sequences prefilled in chunks of 7 over their cached context, then
@@ -173,8 +171,10 @@ TEST_P(CudaForwardTest, ChunkedPrefillAndDecodeMatchReference) {
       EXPECT_LT(err, kBf16LogprobTolerance) << "sequence " << s << " position " << done[s] - 1;
       ++checked;
     }
+    scattered_->release_some(2);  // later reserves take lower ids
   }
   EXPECT_EQ(checked, 3 * decode_steps + 1 + 2 + 6);  // decode rows + chunk rows
+  EXPECT_TRUE(testing::some_table_out_of_order(tables)) << "the premise: tables out of id order";
   RecordProperty("worst_logprob_error", std::to_string(worst));
   for (auto& t : tables) t.release(*manager_);
 }

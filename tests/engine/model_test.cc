@@ -11,6 +11,7 @@
 
 #include "engine/make_model.h"
 #include "tests/engine/reference_model.h"
+#include "tests/engine/scattered_blocks.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
@@ -42,16 +43,12 @@ class PagedModelTest : public ::testing::TestWithParam<ModelCase> {
     ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
     checkpoint_ = std::move(checkpoint).value();
     model_ = std::make_unique<LlamaModel>(*checkpoint_, pool_);
-    // Small blocks so sequences span many of them; blocks handed out shuffled.
+    // Small blocks so sequences span many of them, out of id order.
     auto kv = KvPool::create(model_->kv_layout(96, 4, GetParam().kv_dtype));
     ASSERT_TRUE(kv.is_ok());
     kv_ = std::make_unique<KvPool>(std::move(kv).value());
     manager_ = std::make_unique<BlockManager>(96);
-    auto all = manager_->allocate(96);
-    ASSERT_TRUE(all.is_ok());
-    std::vector<int32_t> ids = *all;
-    std::shuffle(ids.begin(), ids.end(), rng_);
-    manager_->release(ids);  // LIFO free list now hands blocks out in shuffled order
+    scattered_ = std::make_unique<testing::ScatteredBlocks>(*manager_, rng_);
   }
 
   std::vector<int32_t> random_tokens(size_t n) {
@@ -82,6 +79,7 @@ class PagedModelTest : public ::testing::TestWithParam<ModelCase> {
   std::unique_ptr<LlamaModel> model_;
   std::unique_ptr<KvPool> kv_;
   std::unique_ptr<BlockManager> manager_;
+  std::unique_ptr<testing::ScatteredBlocks> scattered_;
 };
 
 // Three sequences prefilled in chunks, then decoded token by token, all in
@@ -132,9 +130,12 @@ TEST_P(PagedModelTest, ChunkedPrefillAndDecodeMatchReference) {
       EXPECT_LT(err, GetParam().tolerance) << "sequence " << s << " position " << done[s] - 1;
       ++checked;
     }
+    scattered_->release_some(2);  // later reserves take lower ids
   }
   EXPECT_EQ(checked, 3 * (decode_steps) + 1 + 2 + 4);  // decode rows + chunk rows
+  EXPECT_TRUE(testing::some_table_out_of_order(tables)) << "the premise: tables out of id order";
   for (auto& t : tables) t.release(*manager_);
+  scattered_.reset();
   EXPECT_EQ(manager_->num_free(), 96);
 }
 
