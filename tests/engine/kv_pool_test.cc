@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <climits>
+
 #include <string>
 
 namespace baton::engine {
@@ -33,9 +35,18 @@ TEST(KvPool, RefusesAHeadDimTheKeyGroupsDoNotFill) {
 }
 
 TEST(KvPool, RefusesNonPositiveDimensions) {
-  KvLayout layout = small_layout(8, DType::kF32);
-  layout.num_blocks = 0;
-  EXPECT_FALSE(KvPool::create(layout).is_ok());
+  for (int32_t KvLayout::*field :
+       {&KvLayout::num_layers, &KvLayout::num_blocks, &KvLayout::block_size,
+        &KvLayout::num_kv_heads, &KvLayout::head_dim}) {
+    for (int32_t bad : {0, -1, INT32_MIN}) {
+      KvLayout layout = small_layout(8, DType::kF32);
+      layout.*field = bad;
+      auto pool = KvPool::create(layout);
+      ASSERT_FALSE(pool.is_ok()) << bad;
+      EXPECT_EQ(pool.status().code(), StatusCode::kInvalidArgument);
+    }
+  }
+  EXPECT_TRUE(KvPool::create(small_layout(8, DType::kF32)).is_ok());
 }
 
 }  // namespace

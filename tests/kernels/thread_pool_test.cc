@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <thread>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
@@ -143,8 +145,10 @@ TEST(ParallelGuidedTest, ShrinkingAlignedPiecesCoverEveryIndexOnce) {
               const int64_t size = end - begin;
               EXPECT_EQ(begin % align, 0) << "piece at " << begin;
               EXPECT_LE(size, std::max(round_up(min_piece), round_up(max_piece)));
-              if (end < n) EXPECT_GE(size, round_up(min_piece)) << "piece at " << begin;
-              if (end < n) EXPECT_LE(size, previous) << "piece at " << begin << " grew";
+              if (end < n) {
+                EXPECT_GE(size, round_up(min_piece)) << "piece at " << begin;
+                EXPECT_LE(size, previous) << "piece at " << begin << " grew";
+              }
               previous = size;
             }
           }
@@ -163,8 +167,10 @@ TEST(ThreadPoolTest, ManyBackToBackJobs) {
 }
 
 TEST(ThreadPoolTest, DefaultSizeIsHardwareThreads) {
-  ThreadPool pool;
-  EXPECT_GE(pool.size(), 1);
+  const int hardware = int(std::max(1u, std::thread::hardware_concurrency()));
+  EXPECT_EQ(ThreadPool().size(), hardware);
+  EXPECT_EQ(ThreadPool(0).size(), hardware);
+  EXPECT_EQ(ThreadPool(1).size(), 1);
 }
 
 // A product below 2^-126 comes out as zero on every thread of a pool (the

@@ -12,6 +12,8 @@
 #include <sstream>
 #include <string>
 
+#include "engine/engine_config.h"
+
 namespace {
 
 struct RunResult {
@@ -201,9 +203,13 @@ TEST_F(BatonCli, SmallKvPoolWarnsOfTheContextItHolds) {
 TEST_F(BatonCli, HelpListsEveryEngineSetting) {
   auto help = run("generate --help");
   EXPECT_EQ(help.exit_code, 0) << help.out;
-  for (const char* key : {"threads", "block_size", "kv_dtype", "kv_cache_bytes", "kv_cache_blocks",
-                          "max_num_seqs", "max_num_batched_tokens", "max_model_len"}) {
-    EXPECT_NE(help.out.find(std::string("engine.") + key), std::string::npos) << key;
+  const auto keys = baton::engine::engine_config_keys();
+  ASSERT_GE(keys.size(), 13u);
+  for (const std::string& key : keys) {
+    EXPECT_NE(help.out.find("engine." + key), std::string::npos) << key;
+    std::string flag = "--" + key;
+    for (auto& c : flag) c = c == '_' ? '-' : c;
+    EXPECT_NE(help.out.find(flag), std::string::npos) << flag;
   }
 }
 
