@@ -152,7 +152,7 @@ class FieldReader {
   // Finite once narrowed to a float too (1e300 would become inf).
   static bool is_finite_float(const json& number) {
     const double v = number.get<double>();
-    return std::isfinite(v) && std::fabs(v) <= 1e30;
+    return std::isfinite(v) && std::fabs(v) <= kMaxRealMagnitude;
   }
   const json* field(const char* key) {
     auto it = object_.find(key);

@@ -41,6 +41,10 @@ inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxDescriptorBytes = 256u << 10;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 inline constexpr int32_t kMaxTopLogprobs = 1024;
+// Real numbers (temperature, top_p, log-probabilities) must stay within this
+// magnitude, so they are finite as floats too. The router's request
+// validation applies the same bounds, so a request it admits always encodes.
+inline constexpr double kMaxRealMagnitude = 1e30;
 
 // How a request samples; mirrors engine::GenerationOptions without depending on it.
 struct SamplingSpec {

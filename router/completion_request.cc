@@ -4,6 +4,7 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
+#include "common/control_messages.h"
 #include "router/chat_template.h"
 
 namespace baton::router {
@@ -74,7 +75,10 @@ Result<int64_t> read_int(const json& v, const std::string& field, int64_t lo, in
 Result<double> read_number(const json& v, const std::string& field) {
   if (!v.is_number()) return bad(field, "must be a number, got " + quote_value(v));
   double x = v.get<double>();
-  if (!std::isfinite(x)) return bad(field, "must be finite");
+  // The nodes' control codec carries reals as floats within this magnitude.
+  if (!std::isfinite(x) || std::fabs(double(float(x))) > control::kMaxRealMagnitude) {
+    return bad(field, "must be finite and at most 1e30 in magnitude");
+  }
   return x;
 }
 
@@ -163,6 +167,10 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
   }
   if (const json* v = member(doc, "stop_token_ids")) {
     BATON_ASSIGN_OR_RETURN(s.stop_token_ids, read_token_ids(*v, "stop_token_ids"));
+    if (s.stop_token_ids.size() > control::kMaxStopTokenIds) {
+      return bad("stop_token_ids",
+                 "has more than " + std::to_string(control::kMaxStopTokenIds) + " ids");
+    }
   }
   if (const json* v = member(doc, "ignore_eos")) {
     BATON_ASSIGN_OR_RETURN(s.ignore_eos, read_bool(*v, "ignore_eos"));

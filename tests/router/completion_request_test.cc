@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include "common/control_messages.h"
 #include "router/api_error.h"
 
 namespace baton::router {
@@ -196,6 +197,49 @@ TEST(CompletionRequest, HostileNestingAndTypesAreShortErrors) {
   ASSERT_FALSE(at_limit.is_ok());
   EXPECT_NE(at_limit.status().message().find("'stop'"), std::string::npos)
       << at_limit.status().message();
+}
+
+// What the router admits, the nodes' control codec accepts: values past the
+// codec's bounds are 400s here (before, they were admitted, dropped by the
+// node's decoder, and the request hung until the router's timeout), and
+// values at the bounds encode and decode.
+TEST(CompletionRequest, WhatTheRouterAdmitsTheControlCodecAccepts) {
+  auto through_codec = [](const SamplingFields& f) {
+    control::Generate g;
+    g.request_id = 7;
+    g.prompt = {1, 2, 3};
+    g.sampling.temperature = f.temperature;
+    g.sampling.top_p = f.top_p;
+    g.sampling.top_k = f.top_k;
+    g.sampling.max_tokens = f.max_tokens;
+    g.sampling.stop_token_ids = f.stop_token_ids;
+    g.sampling.logprobs = f.logprobs;
+    return control::decode(control::encode(control::Message{g})).status();
+  };
+  std::string many_ids, too_many_ids;
+  for (size_t i = 0; i < control::kMaxStopTokenIds; ++i)
+    many_ids += std::string(i ? "," : "") + std::to_string(i);
+  too_many_ids = many_ids + ",5";
+  const std::vector<std::string> admitted = {
+      R"({"prompt": "x", "temperature": 9.99999e29})",
+      R"({"prompt": "x", "temperature": 0, "top_p": 1e-30})",
+      R"({"prompt": "x", "stop_token_ids": [)" + many_ids + "]}",
+      R"({"prompt": "x", "top_k": 2147483647, "max_tokens": 2147483647})",
+      R"({"prompt": "x", "logprobs": 20})"};
+  for (const auto& body : admitted) {
+    auto r = parse_completion_request(body);
+    ASSERT_TRUE(r.is_ok()) << body.substr(0, 80) << ": " << r.status().to_string();
+    EXPECT_TRUE(through_codec(r->sampling).is_ok()) << body.substr(0, 80);
+  }
+  const std::vector<std::pair<std::string, std::string>> refused = {
+      {R"({"prompt": "x", "temperature": 1e300})", "temperature"},
+      {R"({"prompt": "x", "temperature": 1e30})", "temperature"},  // 1.00000002e30 as a float
+      {R"({"prompt": "x", "stop_token_ids": [)" + too_many_ids + "]}", "stop_token_ids"}};
+  for (const auto& [body, field] : refused) {
+    auto r = parse_completion_request(body);
+    ASSERT_FALSE(r.is_ok()) << body.substr(0, 80);
+    EXPECT_NE(r.status().message().find(field), std::string::npos) << r.status().message();
+  }
 }
 
 }  // namespace
