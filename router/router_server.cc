@@ -48,6 +48,11 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
   Result<std::unique_ptr<engine::Tokenizer>> tokenizer = engine::load_tokenizer(config.model.path);
   if (tokenizer.is_ok()) {
     server->tokenizer_ = std::move(tokenizer).value();
+  } else if (tokenizer.status().code() == StatusCode::kUnimplemented) {
+    // A tokenizer of a kind Baton does not implement yet: token ids still
+    // work, text is refused as for a checkpoint without a tokenizer.
+    spdlog::warn("router: {}; text prompts are refused, token ids still work",
+                 tokenizer.status().message());
   } else if (tokenizer.status().code() != StatusCode::kNotFound) {
     return tokenizer.status();
   }

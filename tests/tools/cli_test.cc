@@ -256,6 +256,24 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
   }
 }
 
+// A checkpoint whose tokenizer.json Baton does not implement still serves
+// token ids; text is refused, and the warning names what is missing.
+TEST_F(BatonCli, AnUnsupportedTokenizerLeavesTokenIdsWorking) {
+  const auto dir = *dir_ / "unigram";
+  std::filesystem::create_directories(dir);
+  for (const char* file : {"config.json", "model.safetensors"}) {
+    std::filesystem::copy_file(model() / file, dir / file,
+                               std::filesystem::copy_options::overwrite_existing);
+  }
+  std::ofstream(dir / "tokenizer.json") << R"({"model": {"type": "Unigram", "vocab": []}})";
+  auto ids = run("generate --model " + dir.string() + " --prompt-ids 5,6,7 --max-tokens 3");
+  EXPECT_EQ(ids.exit_code, 0) << ids.out;
+  EXPECT_NE(ids.out.find("model type 'Unigram' is not supported"), std::string::npos) << ids.out;
+  auto text = run("generate --model " + dir.string() + " --prompt hi --max-tokens 3");
+  EXPECT_EQ(text.exit_code, 2) << text.out;
+  EXPECT_NE(text.out.find("no tokenizer"), std::string::npos) << text.out;
+}
+
 // A device this machine does not have is refused at start, naming it,
 // whether the build has the CUDA backend or not (no machine has 1000 GPUs).
 TEST_F(BatonCli, AnAbsentDeviceIsRefusedAtStart) {
