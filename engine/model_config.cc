@@ -389,6 +389,36 @@ Status merge_generation_config(const std::filesystem::path& file, ModelConfig& c
   return Status::ok();
 }
 
+Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path& file) {
+  GenerationDefaults defaults;
+  std::error_code ec;
+  if (!std::filesystem::exists(file, ec)) return defaults;
+  std::ifstream in(file, std::ios::binary);
+  if (!in) return io_error("cannot open " + file.string());
+  std::stringstream text;
+  text << in.rdbuf();
+  json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  if (doc.is_discarded() || !doc.is_object()) {
+    return data_loss(file.string() + ": not a JSON object");
+  }
+  auto number = [&](const char* key, double lo, double hi) -> Result<std::optional<double>> {
+    auto it = doc.find(key);
+    if (it == doc.end() || it->is_null()) return std::optional<double>();
+    if (!it->is_number() || !(it->get<double>() >= lo && it->get<double>() <= hi)) {
+      return data_loss(file.string() + ": " + key + " must be a number in [" + std::to_string(lo) +
+                       ", " + std::to_string(hi) + "], got " + it->dump().substr(0, 40));
+    }
+    return std::optional<double>(it->get<double>());
+  };
+  BATON_ASSIGN_OR_RETURN(auto temperature, number("temperature", 0, 1e6));
+  BATON_ASSIGN_OR_RETURN(auto top_p, number("top_p", 1e-9, 1));
+  BATON_ASSIGN_OR_RETURN(auto top_k, number("top_k", -1, 1 << 30));
+  if (temperature) defaults.temperature = float(*temperature);
+  if (top_p) defaults.top_p = float(*top_p);
+  if (top_k) defaults.top_k = int32_t(*top_k);
+  return defaults;
+}
+
 nlohmann::json model_config_to_json(const ModelConfig& c) {
   json doc = json::object();
   std::string_view type = model_type_of(c.architecture).value_or("llama");

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,6 +58,17 @@ Result<ModelConfig> load_model_config(const std::filesystem::path& config_json);
 // file changes nothing; an unreadable one or a bad id is an error naming it.
 Status merge_generation_config(const std::filesystem::path& generation_config_json,
                                ModelConfig& config);
+
+// The sampling defaults of a checkpoint's generation_config.json, which
+// requests that leave a field out get (as vLLM applies them); unset where
+// the file is missing or does not set them.
+struct GenerationDefaults {
+  std::optional<float> temperature;
+  std::optional<float> top_p;
+  std::optional<int32_t> top_k;
+};
+Result<GenerationDefaults> load_generation_defaults(
+    const std::filesystem::path& generation_config_json);
 
 // The inverse, as Hugging Face writes it (used by make-model).
 nlohmann::json model_config_to_json(const ModelConfig& config);

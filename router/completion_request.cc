@@ -1,5 +1,6 @@
 #include "router/completion_request.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -120,6 +121,9 @@ Result<std::string> read_model(const json& doc) {
 // `max_tokens_key` is "max_tokens", or for chat also "max_completion_tokens".
 Status read_sampling(const json& doc, const RequestLimits& limits, SamplingFields& s,
                      bool is_chat) {
+  if (limits.default_temperature) s.temperature = *limits.default_temperature;
+  if (limits.default_top_p) s.top_p = *limits.default_top_p;
+  if (limits.default_top_k) s.top_k = std::max(0, *limits.default_top_k);
   for (const char* key : {"max_tokens", "max_completion_tokens"}) {
     if (!is_chat && std::string_view(key) == "max_completion_tokens") continue;
     if (const json* v = member(doc, key)) {

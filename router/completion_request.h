@@ -63,6 +63,11 @@ struct RequestLimits {
   int32_t max_batch = 256;
   int32_t max_logprobs = 20;
   int32_t max_stop_strings = 16;
+  // The checkpoint's generation_config.json defaults, for the sampling
+  // fields a request leaves out (else vLLM's: temperature 1, top_p 1, top_k off).
+  std::optional<float> default_temperature;
+  std::optional<float> default_top_p;
+  std::optional<int32_t> default_top_k;
 };
 
 // POST /tokenize in vLLM's shape: {"prompt": "text"} or {"messages": [...]}

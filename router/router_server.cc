@@ -75,6 +75,20 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
   service.max_model_len = cluster_max_model_len(config, model);
   service.vocab_size = model.vocab_size;
   service.limits = r.limits;
+  BATON_ASSIGN_OR_RETURN(
+      engine::GenerationDefaults defaults,
+      engine::load_generation_defaults(config.model.path / "generation_config.json"));
+  service.limits.default_temperature = defaults.temperature;
+  service.limits.default_top_p = defaults.top_p;
+  service.limits.default_top_k = defaults.top_k;
+  if (defaults.temperature || defaults.top_p || defaults.top_k) {
+    spdlog::info(
+        "router: sampling defaults from the checkpoint's generation_config.json: "
+        "temperature {}, top_p {}, top_k {}",
+        defaults.temperature ? std::to_string(*defaults.temperature) : "unset",
+        defaults.top_p ? std::to_string(*defaults.top_p) : "unset",
+        defaults.top_k ? std::to_string(*defaults.top_k) : "unset");
+  }
   server->service_ = std::make_unique<OpenAiService>(service, *server->core_,
                                                      server->tokenizer_.get(), *server->metrics_);
 

@@ -148,6 +148,27 @@ TEST(CheckpointTest, GenerationConfigAddsItsEosIds) {
   }
 }
 
+TEST(CheckpointTest, GenerationDefaultsAreReadWhereSet) {
+  ScratchDir dir;
+  std::filesystem::create_directories(dir / "m");
+  const auto file = dir / "m" / "generation_config.json";
+  auto none = load_generation_defaults(file);  // no file: nothing set
+  ASSERT_TRUE(none.is_ok());
+  EXPECT_FALSE(none->temperature || none->top_p || none->top_k);
+  std::ofstream(file) << R"({"temperature": 0.6, "top_p": 0.9, "do_sample": true})";
+  auto some = load_generation_defaults(file);
+  ASSERT_TRUE(some.is_ok()) << some.status().to_string();
+  EXPECT_FLOAT_EQ(*some->temperature, 0.6f);
+  EXPECT_FLOAT_EQ(*some->top_p, 0.9f);
+  EXPECT_FALSE(some->top_k);
+  for (const char* bad : {R"({"temperature": -1})", R"({"top_p": 0})", R"({"top_k": "x"})", "["}) {
+    std::ofstream(file) << bad;
+    auto r = load_generation_defaults(file);
+    ASSERT_FALSE(r.is_ok()) << bad;
+    EXPECT_NE(r.status().message().find("generation_config.json"), std::string::npos);
+  }
+}
+
 TEST(CheckpointTest, TiedAndUntiedWithPerTensorDtypes) {
   ScratchDir dir;
   for (bool tied : {false, true}) {

@@ -203,6 +203,31 @@ TEST(CompletionRequest, HostileNestingAndTypesAreShortErrors) {
 // codec's bounds are 400s here (before, they were admitted, dropped by the
 // node's decoder, and the request hung until the router's timeout), and
 // values at the bounds encode and decode.
+// generation_config.json's defaults fill the sampling fields a request
+// leaves out, never the ones it sets.
+TEST(CompletionRequest, CheckpointDefaultsFillOnlyWhatTheRequestLeavesOut) {
+  RequestLimits limits;
+  limits.default_temperature = 0.6f;
+  limits.default_top_p = 0.9f;
+  limits.default_top_k = 40;
+  auto left_out = parse_completion_request(R"({"prompt": "x"})", limits);
+  ASSERT_TRUE(left_out.is_ok());
+  EXPECT_FLOAT_EQ(left_out->sampling.temperature, 0.6f);
+  EXPECT_FLOAT_EQ(left_out->sampling.top_p, 0.9f);
+  EXPECT_EQ(left_out->sampling.top_k, 40);
+  auto set = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "x"}], "temperature": 0, "top_p": 1,
+          "top_k": -1})",
+      limits);
+  ASSERT_TRUE(set.is_ok());
+  EXPECT_EQ(set->sampling.temperature, 0.0f);
+  EXPECT_EQ(set->sampling.top_p, 1.0f);
+  EXPECT_EQ(set->sampling.top_k, 0);
+  auto plain = parse_completion_request(R"({"prompt": "x"})");
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(plain->sampling.temperature, 1.0f);  // vLLM's own defaults
+}
+
 TEST(CompletionRequest, WhatTheRouterAdmitsTheControlCodecAccepts) {
   auto through_codec = [](const SamplingFields& f) {
     control::Generate g;
