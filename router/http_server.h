@@ -29,11 +29,14 @@
 
 namespace baton::router {
 
+// The largest request body either front end takes (HTTP and ZeroMQ alike).
+inline constexpr size_t kMaxRequestBodyBytes = 8u << 20;
+
 struct HttpServerConfig {
   std::string host = "127.0.0.1";
-  uint16_t port = 0;                 // 0: the OS picks one; HttpServer::port() tells which
-  int32_t threads = 1;               // io threads
-  size_t max_body_bytes = 8u << 20;  // larger bodies: 413 with a JSON error
+  uint16_t port = 0;    // 0: the OS picks one; HttpServer::port() tells which
+  int32_t threads = 1;  // io threads
+  size_t max_body_bytes = kMaxRequestBodyBytes;  // larger bodies: 413 with a JSON error
   // Keep-alive connections idle this long are closed. It also bounds how long
   // one request may take to arrive, from its first byte to its last.
   std::chrono::milliseconds idle_timeout{60000};

@@ -179,6 +179,16 @@ void ZmqFrontend::loop() {
           continue;
         }
         auto responder = std::make_shared<Responder>(this, identity, tag);
+        if (parts[3].size() > kMaxRequestBodyBytes) {
+          // The same limit and answer as the HTTP front end's.
+          ApiError error;
+          error.http_status = 413;
+          error.type = "BadRequestError";
+          error.message = "request body exceeds the limit of " +
+                          std::to_string(kMaxRequestBodyBytes) + " bytes";
+          responder->respond(413, "application/json", error.to_json().dump(), {});
+          continue;
+        }
         live_[key] = responder;
         HttpRequest request;
         const bool takes_body = path == "/v1/completions" || path == "/v1/chat/completions" ||

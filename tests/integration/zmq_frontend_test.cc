@@ -100,6 +100,13 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
     EXPECT_EQ(over_http->status, 400) << over_http->body.substr(0, 200);
   }
 
+  // A body over the HTTP front end's limit gets HTTP's answer: 413.
+  client.send("r6", "/v1/completions", R"({"prompt": ")" + std::string(9u << 20, 'a') + R"("})");
+  reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[1], "413");
+  EXPECT_NE(reply[2].find("exceeds the limit"), std::string::npos) << reply[2];
+
   // Cancel a long stream after its first event: the nodes free its blocks.
   json long_body = {
       {"prompt", prompt}, {"max_tokens", 900}, {"ignore_eos", true}, {"stream", true}};
