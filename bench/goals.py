@@ -25,6 +25,11 @@ separates it from the goal is the access pattern, not its arithmetic.
 
 --avx512 0 runs the AVX2 kernels where the CPU has AVX-512: what AVX2-only
 CPUs run, at this machine's bandwidth.
+
+Exits 1 when a case is short of its goal by the median, when a case failed
+to run (a benchmark that reported an error), or when a group ran fewer
+cases than it has (EXPECTED_CASES) or not the same ones in every round;
+each is named.
 """
 import argparse
 import json
@@ -41,8 +46,12 @@ GROUPS = {
                   0.70),
 }
 
+# Cases each group has: 2 models x 2 dtypes; 3 lengths x 2 batches x 2 dtypes
+# x scattered/adjacent blocks.
+EXPECTED_CASES = {"decode": 4, "prefill": 4, "attention": 24}
 
-def run(program, bench_filter, min_time, extra):
+
+def run(program, bench_filter, min_time, extra, failed):
     if not os.access(program, os.X_OK):
         sys.exit(f"goals.py: {program} is missing; build the benchmarks first")
     done = subprocess.run([program, "--benchmark_format=json", f"--benchmark_filter={bench_filter}",
@@ -55,11 +64,15 @@ def run(program, bench_filter, min_time, extra):
     benchmarks = json.loads(done.stdout[max(start, 0):])["benchmarks"]
     ratios = {}  # case -> (ratio to the ceiling, ratio to the plain read or None)
     for b in benchmarks:
-        if b.get("run_type") == "aggregate" or "ratio" not in b:
+        if b.get("run_type") == "aggregate":
             continue
-        name = b["run_name"].replace("/manual_time", "").replace("/real_time", "")
+        name = b.get("run_name", b.get("name", "?"))
+        name = name.replace("/manual_time", "").replace("/real_time", "")
         for noise in ("/min_warmup_time:0.500", "/iterations:3", "/cold:1", "/block:16", "BM_"):
             name = name.replace(noise, "")
+        if b.get("error_occurred") or "ratio" not in b:
+            failed.append(f"{name}: {b.get('error_message', 'reported no ratio')}")
+            continue
         ratios[name] = (b["ratio"], b.get("ratio_to_scattered_read"))
     if not ratios:
         sys.exit(f"goals.py: {program} ran no benchmark matching {bench_filter}")
@@ -81,12 +94,13 @@ def main():
 
     samples = {g: {} for g in groups}  # group -> case -> [ratio of each round]
     plain = {}  # attention case -> [ratio to the plain read of each round]
+    failed = []  # cases that reported an error, with it
     for round_no in range(a.rounds):
         for g in groups:
             program, bench_filter, min_time, _ = GROUPS[g]
             extra = [f"--avx512={a.avx512}"] if a.avx512 else []
             for case, (ratio, to_plain) in run(f"{a.build}/{program}", bench_filter, min_time,
-                                               extra).items():
+                                               extra, failed).items():
                 samples[g].setdefault(case, []).append(ratio)
                 if to_plain is not None:
                     plain.setdefault(case, []).append(to_plain)
@@ -109,6 +123,17 @@ def main():
                   f"{met:>2}/{len(ratios):<2}{to_plain}{mark}")
     print(f"\n{short} case(s) short of their goal by the median")
 
+    problems = [f"failed to run: {f}" for f in sorted(set(failed))]
+    for g in groups:
+        if len(samples[g]) < EXPECTED_CASES[g]:
+            problems.append(f"{g}: {len(samples[g])} cases ran, {EXPECTED_CASES[g]} expected")
+        for case, ratios in samples[g].items():
+            if len(ratios) != a.rounds:
+                problems.append(f"{g}: {case} ran in {len(ratios)} of {a.rounds} rounds")
+    for p in problems:
+        print(p)
+    return 1 if short or problems else 0
+
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())
