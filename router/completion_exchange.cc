@@ -62,6 +62,10 @@ void CompletionExchange::start(std::vector<GenerationRequest> choices) {
   std::lock_guard lock(mutex_);
   choices_.resize(choices.size());
   for (size_t i = 0; i < choices.size(); ++i) {
+    // The prompt's last tokens: the context the output is read after.
+    const auto& prompt = choices[i].prompt;
+    const size_t lead = std::min(prompt.size(), kDetokenizeContextTokens);
+    choices_[i].lead.assign(prompt.end() - ptrdiff_t(lead), prompt.end());
     auto sink = [self = shared_from_this(), i](const GenerationUpdate& update) {
       self->on_update(i, update);
     };
@@ -128,8 +132,9 @@ size_t CompletionExchange::update_text(ChoiceState& choice) {
   // of the text before this update was searched by the last one (a match
   // finishes the choice, and finished choices are not updated again).
   const size_t scanned = choice.text.size();
-  const bool appended = append_decoded(choice.tokens, choice.decoded, choice.text,
-                                       [this](const auto& ids) { return detokenize(ids); });
+  const bool appended = append_decoded(
+      choice.tokens, choice.decoded, choice.text,
+      [this](const auto& ids) { return detokenize(ids); }, choice.lead);
   const size_t hold = max_stop_bytes_ > 0 ? max_stop_bytes_ - 1 : 0;
   const size_t from = appended && scanned > hold ? scanned - hold : 0;
   size_t match = std::string::npos;

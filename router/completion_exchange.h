@@ -54,6 +54,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     uint64_t request_id = 0;
     bool submitted = false;
     std::vector<int32_t> tokens;
+    std::vector<int32_t> lead;  // the prompt's last tokens, read before the output
     std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
     std::string text;          // text of tokens[0, decoded), cut at a stop string once one matched
     size_t decoded = 0;        // tokens turned into `text`

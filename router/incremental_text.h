@@ -27,7 +27,11 @@ inline constexpr size_t kDetokenizeContextTokens = 6;
 // Appends to `text` (the text of tokens [0, decoded)) the text of tokens
 // [decoded, tokens.size()) and sets `decoded` to tokens.size(). Returns false
 // when it had to decode everything again (then `text` may differ anywhere).
+// `lead` (the prompt's last tokens) is the context the first tokens are read
+// after, as vLLM reads an output after its prompt: a SentencePiece decoder
+// strips the leading space of a text's first token, which an output's first
+// token keeps.
 bool append_decoded(const std::vector<int32_t>& tokens, size_t& decoded, std::string& text,
-                    const DecodeFn& decode);
+                    const DecodeFn& decode, const std::vector<int32_t>& lead = {});
 
 }  // namespace baton::router

@@ -46,7 +46,8 @@ TEST(CompleteUtf8Prefix, StreamingPiecesReassembleTheText) {
 // Feeds `tokens` in random chunks through append_decoded; returns the text
 // and adds the tokens handed to `decode` to `decoded_work`.
 std::string decode_in_chunks(const std::vector<int32_t>& tokens, const DecodeFn& decode,
-                             std::mt19937& rng, size_t& decoded_work, bool& fell_back) {
+                             std::mt19937& rng, size_t& decoded_work, bool& fell_back,
+                             const std::vector<int32_t>& lead = {}) {
   DecodeFn counting = [&](const std::vector<int32_t>& ids) {
     decoded_work += ids.size();
     return decode(ids);
@@ -59,10 +60,37 @@ std::string decode_in_chunks(const std::vector<int32_t>& tokens, const DecodeFn&
     size_t chunk = 1 + rng() % 4;
     for (size_t i = 0; i < chunk && so_far.size() < tokens.size(); ++i)
       so_far.push_back(tokens[so_far.size()]);
-    fell_back |= !append_decoded(so_far, decoded, text, counting);
+    fell_back |= !append_decoded(so_far, decoded, text, counting, lead);
     EXPECT_EQ(decoded, so_far.size());
   }
   return text;
+}
+
+// A SentencePiece-style decoder ("▁word" pieces, one leading space stripped
+// from the whole text) drops the space before an output's first word when
+// the output is decoded alone. Read after the prompt's last tokens, as vLLM
+// reads it, the output keeps it; the chunked text still equals one decode.
+TEST(IncrementalText, AnOutputIsReadAfterItsPromptAndKeepsItsLeadingSpace) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937 rng(seed);
+  DecodeFn sentencepiece = [](const std::vector<int32_t>& ids) {
+    std::string text;
+    for (int32_t id : ids) text += " w" + std::to_string(id);
+    return text.empty() ? text : text.substr(1);
+  };
+  std::vector<int32_t> prompt = {7, 8, 9}, output;
+  for (int i = 0; i < 40; ++i) output.push_back(int32_t(rng() % 100));
+  std::vector<int32_t> all(prompt);
+  all.insert(all.end(), output.begin(), output.end());
+  const std::string want = sentencepiece(all).substr(sentencepiece(prompt).size());
+  ASSERT_EQ(want.substr(0, 2), " w");
+  size_t work = 0;
+  bool fell_back = false;
+  EXPECT_EQ(decode_in_chunks(output, sentencepiece, rng, work, fell_back, prompt), want);
+  EXPECT_FALSE(fell_back);
+  // Without the prompt, the first word loses its space.
+  EXPECT_EQ(decode_in_chunks(output, sentencepiece, rng, work, fell_back), sentencepiece(output));
 }
 
 TEST(IncrementalText, ByteTokenizerTextEqualsOneDecodeAndCostsLinearWork) {
