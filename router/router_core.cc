@@ -272,7 +272,15 @@ void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& 
 void RouterCore::on_events(const std::string& from, control::Events& events) {
   for (control::TokenEvent& event : events.events) {
     auto it = requests_.find(event.request_id);
-    if (it == requests_.end() || it->second.decode_node != from) continue;
+    if (it == requests_.end() || it->second.decode_node != from) {
+      // Work the router no longer waits for: failed when this node was
+      // declared dead (it was only stopped, and came back), or ended
+      // meanwhile. Without an abort the node would generate it to the end.
+      if (event.finish_reason.empty()) {
+        (void)send(from, control::Abort{event.request_id, "the request already ended"});
+      }
+      continue;
+    }
     GenerationUpdate update;
     update.tokens = std::move(event.tokens);
     update.logprobs = std::move(event.logprobs);

@@ -163,6 +163,83 @@ TEST(FaultTest, DecodeNodeKilledMidStream) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
+// A decode node that only stopped (SIGSTOP) is declared dead and its stream
+// failed; when it resumes, it must not generate that request to the end:
+// the router aborts work it no longer waits for as soon as the node reports
+// it.
+TEST(FaultTest, ANodeDeclaredDeadStopsTheWorkTheRouterFailed) {
+  ClusterShape shape;
+  shape.prefill_nodes = 1;
+  shape.decode_nodes = 1;
+  Cluster cluster(shape);
+  const pid_t node = cluster.node_pid("decode-0");
+  ASSERT_GT(node, 0);
+  struct Resume {
+    pid_t pid;
+    ~Resume() { ::kill(pid, SIGCONT); }
+  } resume{node};
+
+  constexpr int kMaxTokens = 900;
+  // Stop the node once tokens stream: its engine is then mid-generation.
+  std::atomic<int> events{0};
+  std::string buffer;
+  std::thread client([&] {
+    json body = {{"prompt", std::string(30, 'q')},
+                 {"max_tokens", kMaxTokens},
+                 {"ignore_eos", true},
+                 {"stream", true},
+                 {"temperature", 0}};
+    (void)tools::http_stream(
+        "127.0.0.1", cluster.http_port(), "/v1/completions", body.dump(),
+        [&](std::string_view data) {
+          buffer.append(data);
+          size_t n = 0;
+          for (size_t at = 0; (at = buffer.find("data:", at)) != std::string::npos; ++at) ++n;
+          events.store(int(n));
+          return true;
+        },
+        60s);
+  });
+  for (auto until = Clock::now() + 10s; events.load() < 3 && Clock::now() < until;) {
+    std::this_thread::sleep_for(50us);
+  }
+  ASSERT_EQ(::kill(node, SIGSTOP), 0);
+  client.join();
+  ASSERT_NE(buffer.find("\"error\""), std::string::npos)
+      << "the router failed the stream: "
+      << buffer.substr(buffer.size() > 300 ? buffer.size() - 300 : 0);
+  // Tokens it had generated when it stopped: about what the client got.
+  const int64_t before = events.load();
+
+  ASSERT_EQ(::kill(node, SIGCONT), 0);
+  // Back, registered, and idle in a heartbeat sent well after that (its
+  // registration carries no counters; heartbeats come every 100 ms).
+  json reported;
+  auto read_node = [&] {
+    for (const auto& n : cluster.nodes().value("nodes", json::array())) {
+      if (n["name"] == "decode-0") reported = n;
+    }
+  };
+  for (auto until = Clock::now() + 20s; Clock::now() < until;) {
+    read_node();
+    if (reported.value("up", false)) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  std::this_thread::sleep_for(600ms);
+  for (auto until = Clock::now() + 10s; Clock::now() < until;) {
+    read_node();
+    if (reported.value("running", 1) == 0 && reported.value("waiting", 1) == 0) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_GT(reported.value("total_blocks", 0), 0) << cluster.nodes().dump(2);
+  EXPECT_EQ(reported.value("running", 1), 0) << reported.dump();
+  EXPECT_EQ(reported["free_blocks"], reported["total_blocks"]) << reported.dump();
+  const int64_t generated = reported["generation_tokens"].get<int64_t>();
+  EXPECT_LT(generated - before, kMaxTokens / 2)
+      << "the resumed node generated the failed request on: " << before << " tokens streamed, "
+      << generated << " generated";
+}
+
 TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
   ClusterShape shape;
   shape.prefill_nodes = 1;
