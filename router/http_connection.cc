@@ -136,7 +136,8 @@ HttpConnection::HttpConnection(std::shared_ptr<HttpServerCore> core, tcp::socket
     : core_(std::move(core)),
       socket_(std::move(socket)),
       strand_(socket_.get_executor()),
-      timer_(strand_) {}
+      timer_(strand_),
+      write_timer_(strand_) {}
 
 void HttpConnection::post(std::function<void()> fn) {
   core_->post_unless_stopped(strand_, std::move(fn));
@@ -324,7 +325,13 @@ void HttpConnection::on_responder_dropped(uint64_t request_id) {
 
 void HttpConnection::enqueue(std::string bytes, bool completes_reply) {
   if (phase_ == Phase::kClosed) return;
+  queued_bytes_ += bytes.size();
   if (!bytes.empty()) queued_.push_back(std::move(bytes));
+  if (queued_bytes_ > core_->config.max_queued_write_bytes) {
+    // The client stopped reading: its output would grow without bound.
+    spdlog::warn("http: dropping a client that left {} bytes unread", queued_bytes_);
+    return close();
+  }
   if (completes_reply) reply_complete_queued_ = true;
   pump_writes();
 }
@@ -338,6 +345,16 @@ void HttpConnection::pump_writes() {
   in_flight_.assign(std::make_move_iterator(queued_.begin()),
                     std::make_move_iterator(queued_.end()));
   queued_.clear();
+  queued_bytes_ = 0;
+  // A client that stops reading leaves the write pending forever.
+  const uint64_t generation = ++write_generation_;
+  write_timer_.expires_after(core_->config.write_timeout);
+  write_timer_.async_wait([self = shared_from_this(), generation](beast::error_code ec) {
+    if (ec || generation != self->write_generation_ || !self->writing_) return;
+    spdlog::warn("http: dropping a client that read nothing for {} ms",
+                 self->core_->config.write_timeout.count());
+    self->close();
+  });
   std::vector<asio::const_buffer> buffers;
   buffers.reserve(in_flight_.size());
   for (const auto& s : in_flight_) buffers.emplace_back(s.data(), s.size());
@@ -349,6 +366,8 @@ void HttpConnection::pump_writes() {
 
 void HttpConnection::on_written(beast::error_code ec) {
   writing_ = false;
+  ++write_generation_;
+  write_timer_.cancel();
   in_flight_.clear();
   if (phase_ == Phase::kClosed) return;
   if (ec) return close();
@@ -435,7 +454,10 @@ void HttpConnection::close() {
   beast::error_code ignored;
   socket_.shutdown(tcp::socket::shutdown_both, ignored);
   socket_.close(ignored);
+  ++write_generation_;
+  write_timer_.cancel();
   queued_.clear();
+  queued_bytes_ = 0;
   core_->remove_connection(this);
   if (std::function<void()> cb = std::exchange(on_close_, nullptr); cb && mid_reply) {
     try {

@@ -128,6 +128,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   const boost::asio::any_io_executor strand_;
   boost::asio::steady_timer timer_;  // idle timeout while reading, linger deadline
   uint64_t timer_generation_ = 0;
+  boost::asio::steady_timer write_timer_;  // the write in flight's deadline
+  uint64_t write_generation_ = 0;
 
   // Bytes read but not yet parsed; the watch read appends pipelined data here.
   boost::beast::flat_buffer buffer_;
@@ -145,6 +147,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // Write queue: one async_write at a time, everything queued since goes out
   // together in the next. Unbounded (see HttpResponder).
   std::deque<std::string> queued_;
+  size_t queued_bytes_ = 0;  // of queued_
   std::vector<std::string> in_flight_;
   bool writing_ = false;
   bool reply_complete_queued_ = false;  // the reply's last bytes are queued or in flight

@@ -41,6 +41,11 @@ struct HttpServerConfig {
   // one request may take to arrive, from its first byte to its last.
   std::chrono::milliseconds idle_timeout{60000};
   int32_t max_connections = 4096;  // over it: 503 + close
+  // A client that does not read what it is sent is dropped (and its request
+  // cancelled, as on a disconnect) once a write has waited this long, or once
+  // this many bytes wait behind the write in flight.
+  std::chrono::milliseconds write_timeout{30000};
+  size_t max_queued_write_bytes = 4u << 20;
 };
 
 struct HttpRequest {

@@ -416,6 +416,45 @@ TEST_F(HttpServerTest, ClientDisconnectMidStreamFiresOnClose) {
   EXPECT_TRUE(stream->closed());
 }
 
+// A client that never reads what it is streamed is dropped, and its
+// request's on_close fires (as on a disconnect), once a write has waited past
+// the write timeout, or once its unread output passes the queue limit;
+// before, it held the connection and an unbounded queue forever.
+TEST_F(HttpServerTest, ClientThatStopsReadingIsDropped) {
+  struct Case {
+    std::chrono::milliseconds write_timeout;
+    size_t max_queued;
+  } cases[] = {{300ms, size_t(1) << 30}, {60000ms, size_t(1) << 20}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE("write timeout " + std::to_string(c.write_timeout.count()) + " ms, queue " +
+                 std::to_string(c.max_queued));
+    Event closed;
+    std::atomic<bool> stop{false};
+    HttpServerConfig config;
+    config.write_timeout = c.write_timeout;
+    config.max_queued_write_bytes = c.max_queued;
+    auto running = start(
+        [&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+          responder->on_close([&] { closed.set(); });
+          responder->start_stream(200);
+          later([responder, &stop] {
+            const std::string chunk(64 << 10, 'x');
+            while (!stop.load() && !responder->closed()) {
+              responder->write(chunk);
+              std::this_thread::sleep_for(1ms);
+            }
+          });
+        },
+        config);
+    Client client(server_->port());
+    client.send(get("/firehose"));  // and never read
+    const bool dropped = closed.wait(10000ms);
+    stop.store(true);
+    ASSERT_TRUE(dropped) << "the client that reads nothing was never dropped";
+    EXPECT_TRUE(wait_for_connections(0, 2000ms));
+  }
+}
+
 TEST_F(HttpServerTest, ClientDisconnectWhileReplyPendingFiresOnClose) {
   Event handled, closed;
   auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
