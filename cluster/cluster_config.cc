@@ -259,6 +259,11 @@ const Fields<RouterSection>& router_fields() {
       {"min_remote_prefill_tokens", int_field(&R::min_remote_prefill_tokens, 0, int64_t(1) << 24)},
       {"drain_timeout_ms", ms_field(&R::drain_timeout, 0, 3600000)},
       {"http_threads", int_field(&R::http_threads, 1, 256)},
+      {"idle_timeout_ms", ms_field(&R::idle_timeout, 1, 86400000)},
+      {"write_timeout_ms", ms_field(&R::write_timeout, 1, 86400000)},
+      {"max_queued_write_bytes",
+       int_field(&R::max_queued_write_bytes, int64_t(64) << 10, int64_t(1) << 34)},
+      {"max_connections", int_field(&R::max_connections, 1, 1 << 20)},
       {"limits",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
          return parse_fields(node, key, limits_fields(), out.limits);

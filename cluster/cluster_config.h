@@ -62,6 +62,14 @@ struct RouterSection {
   int32_t min_remote_prefill_tokens = 32;  // shorter prompts are prefilled on the decode node
   std::chrono::milliseconds drain_timeout{10000};  // on stop: let running requests finish this long
   int32_t http_threads = 1;
+  // Client connections: idle keep-alive connections are closed after
+  // idle_timeout; a client that reads nothing is dropped once a write waited
+  // write_timeout or max_queued_write_bytes of its output wait unread; past
+  // max_connections a new connection gets 503.
+  std::chrono::milliseconds idle_timeout{60000};
+  std::chrono::milliseconds write_timeout{30000};
+  int64_t max_queued_write_bytes = int64_t(4) << 20;
+  int32_t max_connections = 4096;
   router::RequestLimits limits;  // keys max_n, max_batch, max_logprobs, max_stop_strings
 };
 

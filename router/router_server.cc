@@ -96,6 +96,10 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
   http.host = r.host;
   http.port = r.http_port;
   http.threads = r.http_threads;
+  http.idle_timeout = r.idle_timeout;
+  http.write_timeout = r.write_timeout;
+  http.max_queued_write_bytes = size_t(r.max_queued_write_bytes);
+  http.max_connections = r.max_connections;
   OpenAiService* routes = server->service_.get();
   {
     BATON_ASSIGN_OR_RETURN(

@@ -101,6 +101,10 @@ router:
   min_remote_prefill_tokens: 0
   drain_timeout_ms: 0
   http_threads: 3
+  idle_timeout_ms: 5000
+  write_timeout_ms: 700
+  max_queued_write_bytes: 1048576
+  max_connections: 9
   limits: {max_n: 2, max_batch: 3, max_logprobs: 4, max_stop_strings: 5}
 transfer:
   mode: tag
@@ -132,6 +136,10 @@ decode: [{name: d, host: 10.1.2.4}]
   EXPECT_EQ(r.min_remote_prefill_tokens, 0);
   EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(0));
   EXPECT_EQ(r.http_threads, 3);
+  EXPECT_EQ(r.idle_timeout, std::chrono::milliseconds(5000));
+  EXPECT_EQ(r.write_timeout, std::chrono::milliseconds(700));
+  EXPECT_EQ(r.max_queued_write_bytes, 1048576);
+  EXPECT_EQ(r.max_connections, 9);
   EXPECT_EQ(r.limits.max_n, 2);
   EXPECT_EQ(r.limits.max_batch, 3);
   EXPECT_EQ(r.limits.max_logprobs, 4);
@@ -334,6 +342,10 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + kNodes + "router: {request_timeout_ms: -1}\n", "router.request_timeout_ms"},
       {kModel + kNodes + "router: {drain_timeout_ms: x}\n", "router.drain_timeout_ms"},
       {kModel + kNodes + "router: {http_threads: 0}\n", "router.http_threads"},
+      {kModel + kNodes + "router: {write_timeout_ms: 0}\n", "router.write_timeout_ms"},
+      {kModel + kNodes + "router: {max_queued_write_bytes: 100}\n",
+       "router.max_queued_write_bytes: must be in"},
+      {kModel + kNodes + "router: {max_connections: -1}\n", "router.max_connections"},
       {kModel + kNodes + "router: {min_remote_prefill_tokens: -1}\n",
        "router.min_remote_prefill_tokens"},
       {kModel + kNodes + "router: {limits: {max_n: 0}}\n", "router.limits.max_n"},
