@@ -142,7 +142,9 @@ TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
   shape.heartbeat_interval_ms = 10;
   shape.heartbeat_timeout_ms = 100;
   Cluster cluster(shape);
+  auto shortest_round = std::chrono::steady_clock::duration::max();
   for (int round = 0; round < 3; ++round) {
+    const auto round_start = std::chrono::steady_clock::now();
     std::vector<std::thread> clients;
     std::vector<int> statuses(kPrompts, 0);
     std::vector<std::string> bodies(kPrompts);
@@ -156,8 +158,15 @@ TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
       });
     }
     for (auto& client : clients) client.join();
+    shortest_round = std::min(shortest_round, std::chrono::steady_clock::now() - round_start);
     for (int i = 0; i < kPrompts; ++i) EXPECT_EQ(statuses[i], 200) << bodies[i];
   }
+  // The premise: a round (about one prefill step of all four prompts) lasts
+  // longer than the heartbeat timeout. On a machine fast enough to break it,
+  // this test checks nothing until its prompts grow.
+  EXPECT_GT(shortest_round, std::chrono::milliseconds(shape.heartbeat_timeout_ms))
+      << "the premise: rounds outlast the heartbeat timeout; shortest "
+      << std::chrono::duration_cast<std::chrono::milliseconds>(shortest_round).count() << " ms";
   EXPECT_TRUE(cluster.node_up("prefill-0"));
   EXPECT_TRUE(cluster.node_up("decode-0"));
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
