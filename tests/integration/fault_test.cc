@@ -19,6 +19,23 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// When a node was killed, written by the test's thread and read by its
+// client threads (an atomic: a plain time_point there was a data race).
+class KillTime {
+ public:
+  void set_now() { nanos_.store(Clock::now().time_since_epoch().count()); }
+  bool known() const { return nanos_.load() != 0; }
+  // Seconds from the kill to now; negative before it (or when unknown).
+  double seconds_since() const {
+    if (!known()) return -1;
+    const Clock::time_point at{Clock::duration(nanos_.load())};
+    return std::chrono::duration<double>(Clock::now() - at).count();
+  }
+
+ private:
+  std::atomic<Clock::rep> nanos_{0};
+};
+
 struct StreamOutcome {
   bool ok = false;           // ended with a finish_reason and [DONE]
   std::string what;          // how it ended, for failure messages
@@ -29,8 +46,8 @@ struct StreamOutcome {
 
 // Streams one request and classifies how it ended; counts streams that got
 // their first bytes.
-StreamOutcome stream_one(const Cluster& cluster, const json& body,
-                         const Clock::time_point* killed_at, std::atomic<int>* streams_started) {
+StreamOutcome stream_one(const Cluster& cluster, const json& body, const KillTime* killed_at,
+                         std::atomic<int>* streams_started) {
   StreamOutcome outcome;
   std::string buffer;
   bool started = false;
@@ -43,8 +60,8 @@ StreamOutcome stream_one(const Cluster& cluster, const json& body,
         return true;
       },
       60s);
-  if (killed_at != nullptr && *killed_at != Clock::time_point{}) {
-    outcome.seconds_after_kill = std::chrono::duration<double>(Clock::now() - *killed_at).count();
+  if (killed_at != nullptr && killed_at->known()) {
+    outcome.seconds_after_kill = killed_at->seconds_since();
   }
   outcome.what =
       (response.is_ok() ? std::to_string(response->status) : response.status().to_string()) + " " +
@@ -83,7 +100,7 @@ TEST(FaultTest, DecodeNodeKilledMidStream) {
 
   constexpr int kStreams = 6;
   std::vector<StreamOutcome> outcomes(kStreams);
-  Clock::time_point killed_at{};
+  KillTime killed_at;
   std::atomic<int> streams_started{0};
   std::vector<std::thread> clients;
   for (int i = 0; i < kStreams; ++i) {
@@ -103,7 +120,7 @@ TEST(FaultTest, DecodeNodeKilledMidStream) {
   while (streams_started.load() < 2 && Clock::now() < wait_until) {
     std::this_thread::sleep_for(1ms);
   }
-  killed_at = Clock::now();
+  killed_at.set_now();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   for (auto& client : clients) client.join();
 
@@ -254,7 +271,7 @@ TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
   std::vector<int> statuses(kRequests, 0);
   std::vector<std::string> bodies(kRequests);
   std::vector<std::thread> clients;
-  Clock::time_point killed_at{};
+  KillTime killed_at;
   std::vector<double> seconds_after_kill(kRequests, -1);
   for (int i = 0; i < kRequests; ++i) {
     clients.emplace_back([&, i] {
@@ -262,13 +279,13 @@ TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
       // shortens its prefill.
       json body = {{"prompt", char('a' + i) + std::string(1500 + i, 'p')}, {"max_tokens", 4}};
       auto response = cluster.post("/v1/completions", body);
-      seconds_after_kill[i] = std::chrono::duration<double>(Clock::now() - killed_at).count();
+      seconds_after_kill[i] = killed_at.seconds_since();
       statuses[i] = response.is_ok() ? response->status : -1;
       bodies[i] = response.is_ok() ? response->body : response.status().to_string();
     });
   }
   std::this_thread::sleep_for(100ms);
-  killed_at = Clock::now();
+  killed_at.set_now();
   ASSERT_EQ(::kill(victim, SIGKILL), 0);
   for (auto& client : clients) client.join();
 
