@@ -106,6 +106,7 @@ Cluster::Cluster(const ClusterShape& shape) {
          ("baton-it-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(dir_);
   model_dir_ = tiny_model();
+  heartbeat_interval_ = std::chrono::milliseconds(shape.heartbeat_interval_ms);
   http_port_ = free_port();
   zmq_port_ = free_port();
   uint16_t control_port = free_port();
@@ -191,6 +192,15 @@ void Cluster::start_node(const std::string& role, const std::string& name) {
   Status spawned = group_.spawn(name, {BATON_BINARY, "--log-level", "warn", role, "--config",
                                        config_file_.string(), "--name", name});
   EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
+}
+
+int64_t Cluster::generated_tokens(const std::string& role) const {
+  std::this_thread::sleep_for(3 * heartbeat_interval_);
+  int64_t total = 0;
+  for (const auto& node : nodes().value("nodes", json::array())) {
+    if (node.value("role", "") == role) total += node.value("generation_tokens", int64_t(0));
+  }
+  return total;
 }
 
 bool Cluster::node_up(const std::string& name) const {

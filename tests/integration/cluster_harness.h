@@ -80,6 +80,10 @@ class Cluster {
   // Waits until every node that is up reports free == total KV blocks and
   // nothing running or queued; false on timeout.
   bool wait_drained(std::chrono::milliseconds timeout) const;
+  // Tokens the nodes of `role` have generated since they started, as their
+  // heartbeats report them, read after a few heartbeat intervals so the
+  // reports are fresh.
+  int64_t generated_tokens(const std::string& role) const;
 
  private:
   std::filesystem::path dir_;
@@ -87,6 +91,7 @@ class Cluster {
   std::filesystem::path config_file_;
   uint16_t http_port_ = 0;
   uint16_t zmq_port_ = 0;
+  std::chrono::milliseconds heartbeat_interval_{100};
   tools::ProcessGroup group_;
 };
 

@@ -553,12 +553,15 @@ TEST(PrefixAwareServingTest, RequestsOfOnePrefixStayTogether) {
 }
 
 TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {
+  ASSERT_TRUE(cluster_->wait_drained(10s));
+  const int64_t before = cluster_->generated_tokens("decode");
+  constexpr int kClients = 4, kMaxTokens = 900;
   std::vector<std::thread> clients;
   std::atomic<int> hung_up{0};
-  for (int c = 0; c < 4; ++c) {
+  for (int c = 0; c < kClients; ++c) {
     clients.emplace_back([&, c] {
       json body = {{"prompt", std::string(40 + c, 'x')},
-                   {"max_tokens", 900},
+                   {"max_tokens", kMaxTokens},
                    {"ignore_eos", true},
                    {"stream", true}};
       int chunks = 0;
@@ -569,8 +572,13 @@ TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {
     });
   }
   for (auto& client : clients) client.join();
-  EXPECT_EQ(hung_up.load(), 4);
+  EXPECT_EQ(hung_up.load(), kClients);
   EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump(2);
+  // The nodes stopped generating for the clients that left: far fewer
+  // tokens than the requests asked for (a router that never aborted let
+  // them run to the end, and the drain alone could not tell).
+  const int64_t generated = cluster_->generated_tokens("decode") - before;
+  EXPECT_LT(generated, kClients * kMaxTokens / 2) << "tokens generated for clients that left";
   auto metrics = cluster_->get("/metrics");
   ASSERT_TRUE(metrics.is_ok());
   EXPECT_NE(metrics->body.find("vllm:time_to_first_token_seconds_count"), std::string::npos);

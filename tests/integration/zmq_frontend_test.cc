@@ -108,13 +108,18 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
   EXPECT_NE(reply[2].find("exceeds the limit"), std::string::npos) << reply[2];
 
   // Cancel a long stream after its first event: the nodes free its blocks.
+  ASSERT_TRUE(cluster.wait_drained(10s));
+  const int64_t before = cluster.generated_tokens("decode");
+  constexpr int kMaxTokens = 900;
   json long_body = {
-      {"prompt", prompt}, {"max_tokens", 900}, {"ignore_eos", true}, {"stream", true}};
+      {"prompt", prompt}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}, {"stream", true}};
   client.send("r4", "/v1/completions", long_body.dump());
   reply = client.receive();
   ASSERT_EQ(reply.size(), 3u);
   client.send("r4", "cancel", "");
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  // The node stopped: a router that never aborted let it generate all 900.
+  EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens / 2);
   auto health = cluster.get("/health");
   ASSERT_TRUE(health.is_ok());
   EXPECT_EQ(health->status, 200);
