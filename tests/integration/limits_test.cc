@@ -54,7 +54,9 @@ TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
   shape.max_model_len = 2048;
   shape.extra_router_yaml = "  request_timeout_ms: 40\n";
   Cluster cluster(shape);
-  json body = {{"prompt", std::string(600, 't')}, {"max_tokens", 1400}, {"ignore_eos", true}};
+  const int64_t before = cluster.generated_tokens("decode");
+  constexpr int kMaxTokens = 1400;
+  json body = {{"prompt", std::string(600, 't')}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}};
   auto response = cluster.post("/v1/completions", body);
   ASSERT_TRUE(response.is_ok());
   EXPECT_EQ(response->status, 504) << response->body;
@@ -76,6 +78,11 @@ TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
     EXPECT_TRUE(error.contains("error")) << "a stream that times out ends with an error event";
   }
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  // The nodes stopped each timed-out request: of the two requests' 2800
+  // tokens, far fewer were generated (the drain alone could not tell, since
+  // a request runs to its end in well under a second).
+  EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens)
+      << "tokens generated for requests the router timed out";
 }
 
 }  // namespace
