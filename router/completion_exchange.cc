@@ -81,6 +81,10 @@ void CompletionExchange::on_client_gone() {
   std::lock_guard lock(mutex_);
   if (done_) return;
   done_ = true;
+  // Every choice still running ends as vLLM counts a dropped request.
+  for (const ChoiceState& choice : choices_) {
+    if (!choice.finished) metrics_.count_finished("abort");
+  }
   cancel_running();
 }
 
@@ -100,6 +104,8 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
     }
     choice.got_token = true;
     choice.last_token = now;
+    // Counted as they arrive (as vLLM does), so aborted work shows too.
+    metrics_.count_tokens(0, int64_t(update.tokens.size()));
     choice.tokens.insert(choice.tokens.end(), update.tokens.begin(), update.tokens.end());
     choice.logprobs.insert(choice.logprobs.end(), update.logprobs.begin(), update.logprobs.end());
   }
@@ -114,7 +120,6 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   ++finished_count_;
   metrics_.observe_e2e(seconds_between(arrival_, now));
   metrics_.count_finished(choice.finish_reason);
-  metrics_.count_tokens(0, int64_t(choice.tokens.size()));
   if (finished_count_ == choices_.size()) finish_exchange();
 }
 
@@ -267,9 +272,12 @@ void CompletionExchange::finish_exchange() {
 
 void CompletionExchange::fail(const Status& error) {
   done_ = true;
+  // Each choice still running ends in the error, as each finished one counts.
+  for (const ChoiceState& choice : choices_) {
+    if (!choice.finished) metrics_.count_finished("error");
+  }
   cancel_running();
   ApiError api = api_error_from_status(error);
-  metrics_.count_finished("error");
   if (stream_started_) {
     responder_->write(sse_event(api.to_json()));
     responder_->write(std::string(kSseDone));

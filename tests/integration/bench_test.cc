@@ -63,18 +63,7 @@ class BenchTest : public ::testing::Test {
   }
 
   // A counter of the router's /metrics (summed over its label sets).
-  static double metric(const std::string& name) {
-    auto response = cluster_->get("/metrics");
-    EXPECT_TRUE(response.is_ok() && response->status == 200);
-    if (!response.is_ok()) return -1;
-    std::istringstream lines(response->body);
-    double total = 0;
-    for (std::string line; std::getline(lines, line);) {
-      if (line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0)
-        total += std::stod(line.substr(line.rfind(' ') + 1));
-    }
-    return total;
-  }
+  static double metric(const std::string& name) { return cluster_->metric(name); }
 
   // `baton bench` with a short random workload; `extra` flags appended.
   static Command short_run(const std::string& backend, int prompts,

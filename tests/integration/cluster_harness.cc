@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
+#include <sstream>
 #include <random>
 #include <set>
 #include <thread>
@@ -199,6 +200,20 @@ int64_t Cluster::generated_tokens(const std::string& role) const {
   int64_t total = 0;
   for (const auto& node : nodes().value("nodes", json::array())) {
     if (node.value("role", "") == role) total += node.value("generation_tokens", int64_t(0));
+  }
+  return total;
+}
+
+double Cluster::metric(const std::string& name, const std::string& label) const {
+  auto response = get("/metrics");
+  if (!response.is_ok() || response->status != 200) return -1;
+  std::istringstream lines(response->body);
+  double total = 0;
+  for (std::string line; std::getline(lines, line);) {
+    const bool named = line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0;
+    if (named && line.find(label) != std::string::npos) {
+      total += std::stod(line.substr(line.rfind(' ') + 1));
+    }
   }
   return total;
 }

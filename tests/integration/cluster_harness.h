@@ -84,6 +84,9 @@ class Cluster {
   // heartbeats report them, read after a few heartbeat intervals so the
   // reports are fresh.
   int64_t generated_tokens(const std::string& role) const;
+  // The sum of the router's /metrics samples of `name` whose labels contain
+  // `label` (e.g. finished_reason="abort"); -1 when /metrics cannot be read.
+  double metric(const std::string& name, const std::string& label = "") const;
 
  private:
   std::filesystem::path dir_;

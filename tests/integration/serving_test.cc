@@ -555,6 +555,9 @@ TEST(PrefixAwareServingTest, RequestsOfOnePrefixStayTogether) {
 TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {
   ASSERT_TRUE(cluster_->wait_drained(10s));
   const int64_t before = cluster_->generated_tokens("decode");
+  const double aborts_before =
+      cluster_->metric("vllm:request_success_total", "finished_reason=\"abort\"");
+  const double tokens_before = cluster_->metric("vllm:generation_tokens_total");
   constexpr int kClients = 4, kMaxTokens = 900;
   std::vector<std::thread> clients;
   std::atomic<int> hung_up{0};
@@ -579,6 +582,12 @@ TEST_F(ServingTest, ClientThatHangsUpMidStreamFreesItsBlocksOnBothNodes) {
   // them run to the end, and the drain alone could not tell).
   const int64_t generated = cluster_->generated_tokens("decode") - before;
   EXPECT_LT(generated, kClients * kMaxTokens / 2) << "tokens generated for clients that left";
+  // And the router's metrics say what happened: four aborted requests, and
+  // the tokens they streamed before (counted as they arrived).
+  EXPECT_EQ(
+      cluster_->metric("vllm:request_success_total", "finished_reason=\"abort\"") - aborts_before,
+      kClients);
+  EXPECT_GE(cluster_->metric("vllm:generation_tokens_total") - tokens_before, kClients);
   auto metrics = cluster_->get("/metrics");
   ASSERT_TRUE(metrics.is_ok());
   EXPECT_NE(metrics->body.find("vllm:time_to_first_token_seconds_count"), std::string::npos);
