@@ -392,7 +392,7 @@ TEST_F(ServingTest, RandomAndMutatedBodiesGetJsonErrorsAndNothingCrashes) {
     const char* target = trial % 2 ? "/v1/completions" : "/v1/chat/completions";
     auto response =
         tools::http_request("127.0.0.1", cluster_->http_port(), "POST", target, body, 10s);
-    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    if (!response.is_ok()) continue;  // counted below: every body must be answered
     json parsed = json::parse(response->body, nullptr, false);
     if (response->status == 200) {
       EXPECT_TRUE(parsed.contains("choices")) << response->body;
@@ -402,7 +402,7 @@ TEST_F(ServingTest, RandomAndMutatedBodiesGetJsonErrorsAndNothingCrashes) {
     }
     ++answered;
   }
-  EXPECT_EQ(answered, 150);
+  EXPECT_EQ(answered, 150) << "bodies the router did not answer";
   auto health = cluster_->get("/health");
   ASSERT_TRUE(health.is_ok());
   EXPECT_EQ(health->status, 200);
