@@ -21,13 +21,16 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_TEST_PYTHON="$te
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 
-# The parsers of untrusted files (checkpoints, the SSD tier's slots) and
-# control messages again under AddressSanitizer and UBSan, the BF16 paged
+# The parsers of untrusted files (checkpoints, the SSD tier's slots,
+# tokenizer.json) and of network input (OpenAI request validation, the HTTP
+# server, control messages, the transfer wire format) again under
+# AddressSanitizer and UBSan, the BF16 paged
 # attention (its SIMD paths read ragged tails of scattered blocks), the
 # 512-bit GEMV (tails of rows) and the scheduler's asynchronous SSD
 # restores (the kernel writes pool blocks while the scheduler goes on).
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBATON_SANITIZE=ON \
   -DBATON_WITH_CUDA=OFF -DBATON_BUILD_BENCH=OFF
-cmake --build build-asan -j "$jobs" --target loader_test common_test kernels_cpu_test engine_test
+cmake --build build-asan -j "$jobs" --target loader_test common_test kernels_cpu_test engine_test \
+  router_test router_http_test kv_transfer_wire_test
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
-  -R '^(HfTokenizerTest|Safetensors|SsdKvStore|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|LoadLock|ControlMessages|ControlSocket|Dtypes/PagedAttentionTest\.MatchesReference.*/bf16|Isas/LinearTest\.MatchesReference.*/avx512|SchedulerTest\..*(Ssd|Restore|Burst)|RemoteKvTest\.CachedPrefix)'
+  -R '^(CompletionRequest|ChatRequest|HttpServerTest|WireTest|HfTokenizerTest|Safetensors|SsdKvStore|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|LoadLock|ControlMessages|ControlSocket|Dtypes/PagedAttentionTest\.MatchesReference.*/bf16|Isas/LinearTest\.MatchesReference.*/avx512|SchedulerTest\..*(Ssd|Restore|Burst)|RemoteKvTest\.CachedPrefix)'
