@@ -361,9 +361,13 @@ Result<ModelConfig> load_model_config(const std::filesystem::path& config_json) 
   return parse_model_config(doc, config_json.string());
 }
 
-Status merge_generation_config(const std::filesystem::path& file, ModelConfig& c) {
+namespace {
+
+// A generation_config.json as a JSON object; an empty one where the file is
+// missing (it is optional).
+Result<json> read_generation_config(const std::filesystem::path& file) {
   std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) return Status::ok();
+  if (!std::filesystem::exists(file, ec)) return json::object();
   std::ifstream in(file, std::ios::binary);
   if (!in) return io_error("cannot open " + file.string());
   std::stringstream text;
@@ -372,6 +376,13 @@ Status merge_generation_config(const std::filesystem::path& file, ModelConfig& c
   if (doc.is_discarded() || !doc.is_object()) {
     return data_loss(file.string() + ": not a JSON object");
   }
+  return doc;
+}
+
+}  // namespace
+
+Status merge_generation_config(const std::filesystem::path& file, ModelConfig& c) {
+  BATON_ASSIGN_OR_RETURN(json doc, read_generation_config(file));
   auto it = doc.find("eos_token_id");
   if (it == doc.end() || it->is_null()) return Status::ok();
   const json ids = it->is_array() ? *it : json::array({*it});
@@ -391,16 +402,7 @@ Status merge_generation_config(const std::filesystem::path& file, ModelConfig& c
 
 Result<GenerationDefaults> load_generation_defaults(const std::filesystem::path& file) {
   GenerationDefaults defaults;
-  std::error_code ec;
-  if (!std::filesystem::exists(file, ec)) return defaults;
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return io_error("cannot open " + file.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
-    return data_loss(file.string() + ": not a JSON object");
-  }
+  BATON_ASSIGN_OR_RETURN(json doc, read_generation_config(file));
   auto number = [&](const char* key, double lo, double hi) -> Result<std::optional<double>> {
     auto it = doc.find(key);
     if (it == doc.end() || it->is_null()) return std::optional<double>();

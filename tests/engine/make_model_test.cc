@@ -15,6 +15,7 @@
 #include "engine/hf_tokenizer.h"
 #include "engine/safetensors.h"
 #include "engine/tokenizer.h"
+#include "engine/tokenizer_steps.h"
 #include "tests/engine/loader_test_util.h"
 
 namespace baton::engine {
@@ -423,20 +424,7 @@ TEST(MakeModelTest, ReplacesOnlyCheckpointDirectories) {
 TEST(MakeModelTest, AttachesARealTokenizerWhoseIdsFit) {
   ScratchDir dir;
   nlohmann::json vocab = nlohmann::json::object();
-  std::vector<std::string> alphabet(256);
-  int next_cp = 256;
-  for (int b = 0; b < 256; ++b) {
-    const bool printable = (b >= '!' && b <= '~') || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    const int cp = printable ? b : next_cp++;
-    std::string c;
-    if (cp < 0x80) {
-      c.push_back(char(cp));
-    } else {
-      c.push_back(char(0xC0 | (cp >> 6)));
-      c.push_back(char(0x80 | (cp & 0x3F)));
-    }
-    vocab[c] = b;
-  }
+  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<unsigned char>(b))] = b;
   vocab["hi"] = 256;
   auto tokenizer_json = [&](int bos, int eos) {
     return nlohmann::json{{"added_tokens",
