@@ -34,19 +34,20 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   const ModelConfig& model_config = checkpoint->config();
 
-  BATON_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend,
-                         make_forward_backend(config.device, *checkpoint, config.threads));
   // Device pools are reached by the compute kernels only: the transfer
   // engine and the SSD tier read and write pools with the host's CPU.
-  if (backend->device().is_cuda() && allocate_pool) {
+  // Refused before the backend uploads any weights.
+  if (config.device.is_cuda() && allocate_pool) {
     return unimplemented("engine.device " + config.device.name() +
                          ": a node cannot yet send or receive KV from a device pool; run nodes "
                          "on engine.device cpu");
   }
-  if (backend->device().is_cuda() && !config.ssd_cache_dir.empty()) {
+  if (config.device.is_cuda() && !config.ssd_cache_dir.empty()) {
     return unimplemented("engine.ssd_cache_dir: the SSD tier cannot yet reach a device pool (" +
                          config.device.name() + ")");
   }
+  BATON_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend,
+                         make_forward_backend(config.device, *checkpoint, config.threads));
   BATON_ASSIGN_OR_RETURN(DType kv_dtype,
                          backend->kv_dtype(config.kv_dtype, model_config.torch_dtype));
   KvLayout layout{.num_layers = model_config.num_layers,

@@ -19,12 +19,6 @@ using nlohmann::json;
 
 bool is_word_byte(unsigned char c) { return std::isalnum(c) != 0 || c == '_' || c >= 0x80; }
 
-std::string type_of(const json& node) {
-  return node.is_object() && node.contains("type") && node["type"].is_string()
-             ? node["type"].get<std::string>()
-             : "";
-}
-
 struct AddedToken {
   int32_t id = 0;
   std::string content;
@@ -186,7 +180,7 @@ Status HfBpeTokenizer::load_specials(const json& doc, const json& config, const 
     return "";
   };
   const json& post = doc.contains("post_processor") ? doc["post_processor"] : json();
-  const std::string post_type = type_of(post);
+  const std::string post_type = component_type(post);
   if (post_type == "TemplateProcessing") {
     const auto single = post.find("single");
     if (single == post.end() || !single->is_array()) {

@@ -77,12 +77,6 @@ std::string with_unicode_white_space(std::string_view pattern) {
   return out;
 }
 
-std::string type_of(const json& node) {
-  return node.is_object() && node.contains("type") && node["type"].is_string()
-             ? node["type"].get<std::string>()
-             : "";
-}
-
 // A pattern object {"String": s} or {"Regex": r}; only strings where
 // `regex_ok` is false.
 Status read_pattern(const json& node, bool regex_ok, const std::string& what, std::string& text,
@@ -139,10 +133,16 @@ std::string to_byte_level(std::string_view raw) {
 
 const std::string& byte_level_char(unsigned char byte) { return byte_alphabet().utf8[byte]; }
 
+std::string component_type(const json& node) {
+  return node.is_object() && node.contains("type") && node["type"].is_string()
+             ? node["type"].get<std::string>()
+             : "";
+}
+
 Status parse_normalizer(const json& node, const std::string& name,
                         std::vector<NormalizeStep>& steps) {
   if (node.is_null()) return Status::ok();
-  const std::string type = type_of(node);
+  const std::string type = component_type(node);
   if (type == "Sequence") {
     if (!node.contains("normalizers") || !node["normalizers"].is_array()) {
       return data_loss(name + ": normalizer Sequence without a normalizers list");
@@ -174,7 +174,7 @@ Status parse_normalizer(const json& node, const std::string& name,
 Status parse_pre_tokenizer(const json& node, const std::string& name,
                            std::vector<PreTokenizeStep>& steps) {
   if (node.is_null()) return Status::ok();
-  const std::string type = type_of(node);
+  const std::string type = component_type(node);
   if (type == "Sequence") {
     if (!node.contains("pretokenizers") || !node["pretokenizers"].is_array()) {
       return data_loss(name + ": pre_tokenizer Sequence without a pretokenizers list");
@@ -247,7 +247,7 @@ Status parse_pre_tokenizer(const json& node, const std::string& name,
 }
 
 Status parse_decoder(const json& node, const std::string& name, std::vector<DecodeStep>& steps) {
-  const std::string type = type_of(node);
+  const std::string type = component_type(node);
   using Kind = DecodeStep::Kind;
   if (type == "Sequence") {
     if (!node.contains("decoders") || !node["decoders"].is_array()) {

@@ -72,6 +72,9 @@ std::vector<Piece> pre_tokenize(Piece piece, const std::vector<PreTokenizeStep>&
 // incomplete character back).
 std::string decode_tokens(std::vector<std::string> tokens, const std::vector<DecodeStep>& steps);
 
+// The "type" of a tokenizer.json component ("" when it has none).
+std::string component_type(const nlohmann::json& node);
+
 // GPT-2's byte alphabet: the character that stands for each byte.
 const std::string& byte_level_char(unsigned char byte);
 

@@ -11,9 +11,9 @@
 #include <cstdio>
 #include <fstream>
 #include <mutex>
-#include <sstream>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "engine/make_model.h"
