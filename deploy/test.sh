@@ -17,12 +17,15 @@ else
   echo "WARNING: could not install the openai client from PyPI; openai_client_test is not registered" >&2
 fi
 
+# Real checkpoints' chat templates for the chat template test (skips without).
+bash deploy/fetch_chat_templates.sh
+
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_TEST_PYTHON="$test_python"
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 
 # The parsers of untrusted files (checkpoints, the SSD tier's slots,
-# tokenizer.json) and of network input (OpenAI request validation, the HTTP
+# tokenizer.json, chat templates) and of network input (OpenAI request validation, the HTTP
 # server, control messages, the transfer wire format) again under
 # AddressSanitizer and UBSan, the BF16 paged
 # attention (its SIMD paths read ragged tails of scattered blocks), the
@@ -31,6 +34,6 @@ ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBATON_SANITIZE=ON \
   -DBATON_WITH_CUDA=OFF -DBATON_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs" --target loader_test common_test kernels_cpu_test engine_test \
-  router_test router_http_test kv_transfer_wire_test
+  router_test router_http_test kv_transfer_wire_test jinja_test
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
-  -R '^(CompletionRequest|ChatRequest|HttpServerTest|WireTest|HfTokenizerTest|Safetensors|SsdKvStore|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|LoadLock|ControlMessages|ControlSocket|Dtypes/PagedAttentionTest\.MatchesReference.*/bf16|Isas/LinearTest\.MatchesReference.*/avx512|SchedulerTest\..*(Ssd|Restore|Burst)|RemoteKvTest\.CachedPrefix)'
+  -R '^(CompletionRequest|ChatRequest|HttpServerTest|WireTest|HfTokenizerTest|JinjaTest|Safetensors|SsdKvStore|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|LoadLock|ControlMessages|ControlSocket|Dtypes/PagedAttentionTest\.MatchesReference.*/bf16|Isas/LinearTest\.MatchesReference.*/avx512|SchedulerTest\..*(Ssd|Restore|Burst)|RemoteKvTest\.CachedPrefix)'

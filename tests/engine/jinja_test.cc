@@ -1,0 +1,172 @@
+// The Jinja engine's refusals, errors and bounds. Rendering itself is held
+// against Python's jinja2 by chat_template_test.py; these check what that
+// comparison cannot: that what Baton lacks is refused at load with its
+// position, that render errors name theirs, and that no template or input
+// takes unbounded memory, time or stack.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "engine/jinja/template.h"
+
+namespace baton::jinja {
+namespace {
+
+Value context_with(const std::string& json) {
+  return Value::from_json(nlohmann::ordered_json::parse(json));
+}
+
+std::string load_error(const std::string& source) {
+  auto t = Template::parse(source);
+  EXPECT_FALSE(t.is_ok()) << source;
+  return t.is_ok() ? "" : t.status().message();
+}
+
+TEST(JinjaTest, RefusesWhatItLacksAtLoadNamingItAndItsPosition) {
+  struct Case {
+    std::string source;
+    std::string names;
+    std::string position;
+  };
+  const Case cases[] = {
+      {"ab\n  {% include 'x.j2' %}", "unsupported tag 'include'", "line 2, column 6"},
+      {"{{ x | from_json }}", "unsupported filter 'from_json'", "line 1, column 8"},
+      {"{% if x is prime %}{% endif %}", "unsupported test 'prime'", "line 1, column 12"},
+      {"{{ xs.append(1) }}", "unsupported method 'append'", "line 1, column 13"},
+      {"{% for x in xs recursive %}{% endfor %}", "recursive", "line 1, column 16"},
+      {"{% break %}", "'break' outside of a loop", "line 1, column 4"},
+      {"{% macro m() %}{{ caller() }}{% endmacro %}", "unsupported macro variable 'caller'",
+       "line 1, column 19"},
+      {"{{ f(*args) }}", "unsupported * and ** arguments", "line 1, column 6"},
+  };
+  for (const Case& c : cases) {
+    const std::string message = load_error(c.source);
+    EXPECT_NE(message.find(c.names), std::string::npos) << c.source << " -> " << message;
+    EXPECT_NE(message.find(c.position), std::string::npos) << c.source << " -> " << message;
+  }
+}
+
+TEST(JinjaTest, MalformedTemplatesAreLoadErrors) {
+  for (const std::string source :
+       {"{{ x ", "{% if x %}", "{% for x in y %}", "{{ (1 }}", "{{ 1) }}", "{# open", "{{ 'abc }}",
+        "{% set %}", "{% macro m(a=1, b) %}{% endmacro %}", "{{ x[1, 2] }}", "{% endif %}",
+        "{% if x %}{% endfor %}", "{{ x.0x }}", "{{ '\\x4' }}", "{{ }}"}) {
+    EXPECT_FALSE(Template::parse(source).is_ok()) << source;
+  }
+}
+
+TEST(JinjaTest, RenderErrorsNameTheirPosition) {
+  auto t = Template::parse("line one\n{{ message.content.text }}");
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  auto out = t->render(context_with(R"({"message": {}})"));
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("line 2"), std::string::npos) << out.status().message();
+  EXPECT_NE(out.status().message().find("content"), std::string::npos) << out.status().message();
+}
+
+TEST(JinjaTest, RaiseExceptionCarriesTheTemplatesMessage) {
+  auto t = Template::parse("{{ raise_exception('Conversation roles must alternate') }}");
+  ASSERT_TRUE(t.is_ok());
+  auto out = t->render(Value::dict());
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_NE(out.status().message().find("raise_exception: Conversation roles must alternate"),
+            std::string::npos)
+      << out.status().message();
+}
+
+TEST(JinjaTest, OutputIsBounded) {
+  auto t = Template::parse("{% for i in range(100000) %}{{ 'x' * 1000 }}{% endfor %}");
+  ASSERT_TRUE(t.is_ok());
+  RenderOptions options;
+  options.max_output_bytes = 1 << 20;
+  auto out = t->render(Value::dict(), options);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(JinjaTest, StringsBuiltByConcatenationAreBounded) {
+  auto t = Template::parse(
+      "{% set ns = namespace(s='x') %}{% for i in range(64) %}{% set ns.s = ns.s ~ ns.s %}"
+      "{% endfor %}{{ ns.s|length }}");
+  ASSERT_TRUE(t.is_ok());
+  RenderOptions options;
+  options.max_output_bytes = 1 << 20;
+  auto out = t->render(Value::dict(), options);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(JinjaTest, LoopsAreBounded) {
+  auto t = Template::parse(
+      "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
+  ASSERT_TRUE(t.is_ok());
+  RenderOptions options;
+  options.max_loop_iterations = 100000;
+  auto out = t->render(Value::dict(), options);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(JinjaTest, RecursiveMacrosHitADepthLimitNotTheStack) {
+  auto t = Template::parse("{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}");
+  ASSERT_TRUE(t.is_ok());
+  auto out = t->render(Value::dict());
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+}
+
+TEST(JinjaTest, DeepNestingIsALoadErrorNotAStackOverflow) {
+  for (const std::string& open : {std::string("("), std::string("["), std::string("not "),
+                                  std::string("-"), std::string("{% if x %}")}) {
+    std::string source = "{{ ";
+    if (open.rfind("{%", 0) == 0) source.clear();
+    for (int i = 0; i < 100000; ++i) source += open;
+    EXPECT_FALSE(Template::parse(source).is_ok()) << open;
+  }
+}
+
+// Random bytes spliced into a template that uses most constructs: the lexer
+// and parser return a template or an error, never crash (run under ASan).
+TEST(JinjaTest, MutatedTemplatesLoadOrFailCleanly) {
+  const std::string base =
+      "{%- set ns = namespace(a=0) -%}\n{% for m in messages if m.role != 'x' %}"
+      "{{ m['content'] | trim | tojson(indent=2) }}{% if loop.last and not x is defined %}"
+      "{{ '%s' % m.role ~ (1 + 2 * 3 // 4) }}{% elif m.content is string %}{{ m.content[1:-1] }}"
+      "{% else %}{% set ns.a = ns.a + 1 %}{% endif %}{% endfor %}{# c #}"
+      "{% macro f(x, y='d') %}{{ x.split(',')|join('-') }}{% endmacro %}{{ f('a,b') }}";
+  const std::string alphabet = "{}%#-+()[]'\"|.,:=~*/ \n\\ifor";
+  const unsigned seed = std::random_device{}();
+  std::mt19937 rng(seed);
+  const Value context = context_with(
+      R"({"messages": [{"role": "user", "content": " hi "}, {"role": "assistant", "content": 5}]})");
+  for (int round = 0; round < 3000; ++round) {
+    std::string source = base;
+    const int edits = 1 + int(rng() % 4);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % source.size();
+      switch (rng() % 3) {
+        case 0:
+          source[at] = alphabet[rng() % alphabet.size()];
+          break;
+        case 1:
+          source.insert(at, 1, alphabet[rng() % alphabet.size()]);
+          break;
+        default:
+          source.erase(at, 1 + rng() % 8);
+      }
+    }
+    auto t = Template::parse(source);
+    if (t.is_ok()) {
+      auto out = t->render(context);
+      if (!out.is_ok()) {
+        EXPECT_FALSE(out.status().message().empty()) << "seed " << seed;
+      }
+    } else {
+      EXPECT_FALSE(t.status().message().empty()) << "seed " << seed;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace baton::jinja
