@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/bpe_model.h"
+#include "engine/json_file.h"
 #include "engine/tokenizer_steps.h"
 #include "engine/utf8.h"
 
@@ -236,22 +237,14 @@ Status HfBpeTokenizer::load(const json& doc, const json& config, const std::stri
   return load_specials(doc, config, name);
 }
 
-Result<json> read_json(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open " + path.string());
-  auto doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return data_loss(path.string() + ": invalid JSON");
-  return doc;
-}
-
 }  // namespace
 
 Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::filesystem::path& dir) {
   const std::string name = (dir / kHfTokenizerFile).string();
-  BATON_ASSIGN_OR_RETURN(json doc, read_json(dir / kHfTokenizerFile));
+  BATON_ASSIGN_OR_RETURN(json doc, read_json_file(dir / kHfTokenizerFile));
   json config;
   if (std::filesystem::exists(dir / "tokenizer_config.json")) {
-    BATON_ASSIGN_OR_RETURN(config, read_json(dir / "tokenizer_config.json"));
+    BATON_ASSIGN_OR_RETURN(config, read_json_file(dir / "tokenizer_config.json"));
   }
   if (!doc.is_object()) return data_loss(name + ": not a JSON object");
   try {

@@ -273,7 +273,8 @@ Status attach_tokenizer(const fs::path& checkpoint_dir, const fs::path& tokenize
                             std::to_string(config.vocab_size));
   }
   std::error_code ec;
-  for (const char* name : {kHfTokenizerFile, "tokenizer_config.json", "special_tokens_map.json"}) {
+  for (const char* name : {kHfTokenizerFile, "tokenizer_config.json", "special_tokens_map.json",
+                           "chat_template.jinja"}) {
     if (!fs::exists(tokenizer_dir / name, ec)) continue;
     fs::copy_file(tokenizer_dir / name, checkpoint_dir / name, fs::copy_options::overwrite_existing,
                   ec);

@@ -12,6 +12,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/json_file.h"
+
 namespace baton::engine {
 namespace {
 
@@ -351,13 +353,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
 }
 
 Result<ModelConfig> load_model_config(const std::filesystem::path& config_json) {
-  std::ifstream in(config_json, std::ios::binary);
-  if (!in) return not_found("cannot open " + config_json.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error("cannot read " + config_json.string());
-  json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded()) return data_loss(config_json.string() + ": invalid JSON");
+  BATON_ASSIGN_OR_RETURN(json doc, read_json_file(config_json));
   return parse_model_config(doc, config_json.string());
 }
 
@@ -368,12 +364,8 @@ namespace {
 Result<json> read_generation_config(const std::filesystem::path& file) {
   std::error_code ec;
   if (!std::filesystem::exists(file, ec)) return json::object();
-  std::ifstream in(file, std::ios::binary);
-  if (!in) return io_error("cannot open " + file.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  json doc = json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) {
+  BATON_ASSIGN_OR_RETURN(json doc, read_json_file(file));
+  if (!doc.is_object()) {
     return data_loss(file.string() + ": not a JSON object");
   }
   return doc;

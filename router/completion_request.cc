@@ -6,12 +6,12 @@
 #include <nlohmann/json.hpp>
 
 #include "common/control_messages.h"
-#include "router/chat_template.h"
 
 namespace baton::router {
 namespace {
 
 using nlohmann::json;
+using nlohmann::ordered_json;
 
 Status bad(const std::string& field, const std::string& what) {
   return invalid_argument("'" + field + "' " + what);
@@ -286,14 +286,52 @@ Result<CompletionRequest> parse_completion_request(std::string_view body,
   return request;
 }
 
-Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimits& limits) {
-  BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
-  ChatRequest request;
-  BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
+namespace {
+
+// An assistant message's tool_calls: [{"function": {"name", "arguments"}}],
+// arguments as a JSON string (OpenAI's API) or an object.
+Status check_tool_calls(const json& calls, const std::string& field) {
+  if (!calls.is_array()) return bad(field, "must be a list");
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const std::string call_field = field + "[" + std::to_string(i) + "]";
+    const json* function = calls[i].is_object() ? member(calls[i], "function") : nullptr;
+    if (function == nullptr || !function->is_object()) {
+      return bad(call_field + ".function", "must be an object");
+    }
+    const json* name = member(*function, "name");
+    if (name == nullptr || !name->is_string()) {
+      return bad(call_field + ".function.name", "must be a string");
+    }
+    const json* arguments = member(*function, "arguments");
+    if (arguments != nullptr && !arguments->is_string() && !arguments->is_object()) {
+      return bad(call_field + ".function.arguments", "must be a JSON string or an object");
+    }
+  }
+  return Status::ok();
+}
+
+// The message as a template sees it (see ChatRequest::template_messages).
+ordered_json template_message(ordered_json m, const std::string& role, const json* content,
+                              const std::string& text) {
+  m["role"] = role;
+  m["content"] = content == nullptr ? ordered_json() : ordered_json(text);
+  auto calls = m.find("tool_calls");
+  if (calls == m.end() || !calls->is_array()) return m;
+  for (auto& call : *calls) {
+    auto& arguments = call["function"]["arguments"];
+    if (!arguments.is_string()) continue;
+    ordered_json parsed = ordered_json::parse(arguments.get<std::string>(), nullptr, false);
+    if (!parsed.is_discarded() && parsed.is_object()) arguments = std::move(parsed);
+  }
+  return m;
+}
+
+Status read_messages(const json& doc, const ordered_json& ordered, ChatRequest& request) {
   const json* messages = member(doc, "messages");
   if (messages == nullptr) return bad("messages", "is required");
-  if (!messages->is_array() || messages->empty())
+  if (!messages->is_array() || messages->empty()) {
     return bad("messages", "must be a non-empty list");
+  }
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
     std::string field = "messages[" + std::to_string(i) + "]";
@@ -302,15 +340,93 @@ Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimit
     if (role == nullptr || !role->is_string()) return bad(field + ".role", "must be a string");
     std::string role_name = role->get<std::string>();
     if (role_name != "system" && role_name != "user" && role_name != "assistant" &&
-        role_name != "developer") {
+        role_name != "developer" && role_name != "tool") {
       return bad(field + ".role",
-                 "must be system, developer, user or assistant, got \"" + role_name + "\"");
+                 "must be system, developer, user, assistant or tool, got " + quote_value(*role));
+    }
+    if (role_name == "developer") role_name = "system";
+    const json* tool_calls = member(m, "tool_calls");
+    if (tool_calls != nullptr) {
+      if (role_name != "assistant") return bad(field + ".tool_calls", "is for assistant messages");
+      BATON_RETURN_IF_ERROR(check_tool_calls(*tool_calls, field + ".tool_calls"));
+    }
+    for (const char* key : {"name", "tool_call_id"}) {
+      const json* v = member(m, key);
+      if (v != nullptr && !v->is_string()) return bad(field + "." + key, "must be a string");
     }
     const json* content = member(m, "content");
-    if (content == nullptr) return bad(field + ".content", "is required");
-    BATON_ASSIGN_OR_RETURN(std::string text, read_content(*content, field + ".content"));
-    request.messages.push_back({role_name == "developer" ? "system" : role_name, std::move(text)});
+    std::string text;
+    if (content != nullptr) {
+      BATON_ASSIGN_OR_RETURN(text, read_content(*content, field + ".content"));
+    } else if (tool_calls == nullptr) {
+      return bad(field + ".content", "is required");
+    }
+    request.template_messages.push_back(
+        template_message(ordered["messages"][i], role_name, content, text));
+    request.messages.push_back({std::move(role_name), std::move(text)});
   }
+  return Status::ok();
+}
+
+// tools, add_generation_prompt, chat_template_kwargs.
+Status read_chat_template_fields(const json& doc, const ordered_json& ordered,
+                                 ChatRequest& request) {
+  if (const json* tools = member(doc, "tools")) {
+    if (!tools->is_array()) return bad("tools", "must be a list");
+    for (size_t i = 0; i < tools->size(); ++i) {
+      const std::string field = "tools[" + std::to_string(i) + "]";
+      const json& tool = (*tools)[i];
+      const json* type = tool.is_object() ? member(tool, "type") : nullptr;
+      if (type == nullptr || *type != "function")
+        return bad(field + ".type", "must be \"function\"");
+      const json* function = member(tool, "function");
+      const json* name =
+          function != nullptr && function->is_object() ? member(*function, "name") : nullptr;
+      if (name == nullptr || !name->is_string()) {
+        return bad(field + ".function.name", "must be a string");
+      }
+    }
+    request.tools = ordered["tools"];
+  }
+  if (const json* v = member(doc, "tool_choice")) {
+    if (!v->is_string() || (*v != "auto" && *v != "none")) {
+      return bad("tool_choice", "must be \"auto\" or \"none\" (Baton does not force tool calls)");
+    }
+    if (*v == "none") request.tools = ordered_json();
+  }
+  if (const json* v = member(doc, "add_generation_prompt")) {
+    BATON_ASSIGN_OR_RETURN(request.add_generation_prompt, read_bool(*v, "add_generation_prompt"));
+  }
+  if (const json* v = member(doc, "chat_template_kwargs")) {
+    if (!v->is_object()) return bad("chat_template_kwargs", "must be an object");
+    for (const char* reserved : {"messages", "tools", "documents", "add_generation_prompt"}) {
+      if (v->contains(reserved)) {
+        return bad(std::string("chat_template_kwargs.") + reserved,
+                   "is set by the request itself, not here");
+      }
+    }
+    request.chat_template_kwargs = ordered["chat_template_kwargs"];
+  }
+  return Status::ok();
+}
+
+// The chat fields of a body parsed (and depth-checked) as `doc`; the same
+// body again with its keys in order, for templates.
+Result<ChatRequest> read_chat(const json& doc, std::string_view body) {
+  const ordered_json ordered = ordered_json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (ordered.is_discarded()) return invalid_argument("the request body is not valid JSON");
+  ChatRequest request;
+  BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
+  BATON_RETURN_IF_ERROR(read_messages(doc, ordered, request));
+  BATON_RETURN_IF_ERROR(read_chat_template_fields(doc, ordered, request));
+  return request;
+}
+
+}  // namespace
+
+Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimits& limits) {
+  BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
+  BATON_ASSIGN_OR_RETURN(ChatRequest request, read_chat(doc, body));
   BATON_RETURN_IF_ERROR(read_sampling(doc, limits, request.sampling, /*is_chat=*/true));
   return request;
 }
@@ -320,7 +436,8 @@ Result<TokenizeRequest> parse_tokenize_request(std::string_view body) {
   TokenizeRequest request;
   BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
   if (const json* v = member(doc, "add_special_tokens")) {
-    BATON_ASSIGN_OR_RETURN(request.add_special_tokens, read_bool(*v, "add_special_tokens"));
+    BATON_ASSIGN_OR_RETURN(bool add, read_bool(*v, "add_special_tokens"));
+    request.add_special_tokens = add;
   }
   const json* prompt = member(doc, "prompt");
   const json* messages = member(doc, "messages");
@@ -332,8 +449,7 @@ Result<TokenizeRequest> parse_tokenize_request(std::string_view body) {
     request.text = prompt->get<std::string>();
     return request;
   }
-  BATON_ASSIGN_OR_RETURN(ChatRequest chat, parse_chat_request(body));
-  request.text = apply_default_chat_template(chat.messages);
+  BATON_ASSIGN_OR_RETURN(request.chat, read_chat(doc, body));
   return request;
 }
 

@@ -13,6 +13,8 @@
 #include <variant>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "common/status.h"
 
 namespace baton::router {
@@ -43,13 +45,23 @@ struct CompletionRequest {
 };
 
 struct ChatMessage {
-  std::string role;  // system, user, assistant
+  std::string role;  // system (or developer), user, assistant, tool
   std::string content;
 };
 
 struct ChatRequest {
   std::string model;
   std::vector<ChatMessage> messages;
+  // The conversation as a checkpoint's chat template sees it: each message
+  // as sent (key order kept; tool_calls, tool_call_id, name and any other
+  // keys too), its content flattened to a string (null stays null for an
+  // assistant's tool calls), "developer" as "system", and each tool call's
+  // JSON "arguments" string parsed into an object, as vLLM hands it over.
+  nlohmann::ordered_json template_messages = nlohmann::ordered_json::array();
+  // "tools": the function definitions, null without.
+  nlohmann::ordered_json tools;
+  bool add_generation_prompt = true;
+  nlohmann::ordered_json chat_template_kwargs = nlohmann::ordered_json::object();
   SamplingFields sampling;
 };
 
@@ -71,12 +83,15 @@ struct RequestLimits {
 };
 
 // POST /tokenize in vLLM's shape: {"prompt": "text"} or {"messages": [...]}
-// (rendered with the chat format), "add_special_tokens" (default true: the
-// BOS the tokenizer adds).
+// (rendered with the chat format, with "tools", "add_generation_prompt" and
+// "chat_template_kwargs" as for chat), "add_special_tokens" (whether the
+// tokenizer's BOS goes first; by default for a prompt, and for messages
+// only where the chat format does not write its own).
 struct TokenizeRequest {
   std::string model;
   std::string text;
-  bool add_special_tokens = true;
+  std::optional<ChatRequest> chat;
+  std::optional<bool> add_special_tokens;
 };
 Result<TokenizeRequest> parse_tokenize_request(std::string_view body);
 

@@ -40,8 +40,13 @@ json node_json(const NodeState& node) {
 }  // namespace
 
 OpenAiService::OpenAiService(OpenAiServiceConfig config, RouterCore& core,
-                             const engine::Tokenizer* tokenizer, RouterMetrics& metrics)
-    : config_(std::move(config)), core_(core), tokenizer_(tokenizer), metrics_(metrics) {}
+                             const engine::Tokenizer* tokenizer, RouterMetrics& metrics,
+                             ChatPrompter chat_prompter)
+    : config_(std::move(config)),
+      core_(core),
+      tokenizer_(tokenizer),
+      chat_prompter_(std::move(chat_prompter)),
+      metrics_(metrics) {}
 
 void OpenAiService::send_json(HttpResponder& responder, int status, const std::string& body) {
   metrics_.count_http(status);
@@ -117,10 +122,16 @@ void OpenAiService::tokenize(const HttpRequest& request, HttpResponder& responde
   if (tokenizer_ == nullptr) {
     return send_error(responder, invalid_argument("this model ships no tokenizer"));
   }
-  std::vector<int32_t> ids = tokenizer_->encode(parsed->text);
-  if (parsed->add_special_tokens && tokenizer_->bos_id() >= 0) {
-    ids.insert(ids.begin(), tokenizer_->bos_id());
+  std::string text = std::move(parsed->text);
+  bool add_bos = parsed->add_special_tokens.value_or(true);
+  if (parsed->chat) {
+    Result<std::string> rendered = chat_prompter_.render(*parsed->chat);
+    if (!rendered.is_ok()) return send_error(responder, rendered.status());
+    text = std::move(rendered).value();
+    add_bos = parsed->add_special_tokens.value_or(chat_prompter_.adds_bos());
   }
+  std::vector<int32_t> ids = tokenizer_->encode(text);
+  if (add_bos && tokenizer_->bos_id() >= 0) ids.insert(ids.begin(), tokenizer_->bos_id());
   json body = {{"count", ids.size()},
                {"max_model_len", config_.max_model_len},
                {"tokens", ids},
@@ -159,7 +170,19 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     if (!parsed.is_ok()) return send_error(*responder, parsed.status());
     model = parsed->model;
     sampling = parsed->sampling;
-    prompts.emplace_back(apply_default_chat_template(parsed->messages));
+    Result<std::string> rendered = chat_prompter_.render(*parsed);
+    if (!rendered.is_ok()) return send_error(*responder, rendered.status());
+    if (tokenizer_ == nullptr) {
+      return send_error(*responder,
+                        invalid_argument("messages: this model ships no tokenizer; send token "
+                                         "ids to /v1/completions"));
+    }
+    // Tokenised here: a template writes its own BOS, the fixed format does not.
+    std::vector<int32_t> ids = tokenizer_->encode(*rendered);
+    if (chat_prompter_.adds_bos() && tokenizer_->bos_id() >= 0) {
+      ids.insert(ids.begin(), tokenizer_->bos_id());
+    }
+    prompts.emplace_back(std::move(ids));
   } else {
     Result<CompletionRequest> parsed = parse_completion_request(request.body, config_.limits);
     if (!parsed.is_ok()) return send_error(*responder, parsed.status());

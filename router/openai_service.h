@@ -17,6 +17,7 @@
 #include <string>
 
 #include "engine/tokenizer.h"
+#include "router/chat_template.h"
 #include "router/completion_request.h"
 #include "router/http_server.h"
 #include "router/metrics.h"
@@ -34,7 +35,7 @@ struct OpenAiServiceConfig {
 class OpenAiService {
  public:
   OpenAiService(OpenAiServiceConfig config, RouterCore& core, const engine::Tokenizer* tokenizer,
-                RouterMetrics& metrics);
+                RouterMetrics& metrics, ChatPrompter chat_prompter = {});
 
   // The HttpHandler.
   void handle(HttpRequest request, std::shared_ptr<HttpResponder> responder);
@@ -51,6 +52,7 @@ class OpenAiService {
   OpenAiServiceConfig config_;
   RouterCore& core_;
   const engine::Tokenizer* tokenizer_;
+  ChatPrompter chat_prompter_;
   RouterMetrics& metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{0};

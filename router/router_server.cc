@@ -89,8 +89,11 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
         defaults.top_p ? std::to_string(*defaults.top_p) : "unset",
         defaults.top_k ? std::to_string(*defaults.top_k) : "unset");
   }
-  server->service_ = std::make_unique<OpenAiService>(service, *server->core_,
-                                                     server->tokenizer_.get(), *server->metrics_);
+  BATON_ASSIGN_OR_RETURN(ChatPrompter chat_prompter,
+                         ChatPrompter::for_checkpoint(config.model.path));
+  server->service_ =
+      std::make_unique<OpenAiService>(service, *server->core_, server->tokenizer_.get(),
+                                      *server->metrics_, std::move(chat_prompter));
 
   HttpServerConfig http;
   http.host = r.host;

@@ -51,6 +51,21 @@ def wait_until_up(port, nodes, timeout=60):
     raise AssertionError("the cluster did not come up")
 
 
+def write_cluster(path, model_dir, kv_cache="4MiB", max_model_len=1024):
+    """A one-prefill, one-decode cluster YAML for `baton up` on free ports;
+    returns the HTTP port."""
+    http, zmq, control = free_ports(3)
+    with open(path, "w") as f:
+        f.write(f"""model: {{path: {model_dir}, served_name: tiny}}
+router: {{http_port: {http}, zmq_port: {zmq}, control_port: {control}, min_remote_prefill_tokens: 4,
+          heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1000, drain_timeout_ms: 2000}}
+engine: {{threads: 1, kv_cache_bytes: {kv_cache}, max_model_len: {max_model_len}}}
+prefill: [{{name: prefill-0}}]
+decode: [{{name: decode-0}}]
+""")
+    return http
+
+
 def baton_generate(baton, model_dir, prompt, *flags):
     with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as f:
         f.write(prompt + "\n")
@@ -66,16 +81,8 @@ def run(baton, work):
     model_dir = os.path.join(work, "tiny")
     subprocess.run([baton, "make-model", "--preset", "tiny", "--out", model_dir], check=True,
                    capture_output=True)
-    http, zmq, control = free_ports(3)
     config = os.path.join(work, "cluster.yaml")
-    with open(config, "w") as f:
-        f.write(f"""model: {{path: {model_dir}, served_name: tiny}}
-router: {{http_port: {http}, zmq_port: {zmq}, control_port: {control}, min_remote_prefill_tokens: 4,
-          heartbeat_interval_ms: 100, heartbeat_timeout_ms: 1000, drain_timeout_ms: 2000}}
-engine: {{threads: 1, kv_cache_bytes: 4MiB, max_model_len: 1024}}
-prefill: [{{name: prefill-0}}]
-decode: [{{name: decode-0}}]
-""")
+    http = write_cluster(config, model_dir)
     up = subprocess.Popen([baton, "up", config], stdout=subprocess.DEVNULL, start_new_session=True)
     try:
         wait_until_up(http, 2)
