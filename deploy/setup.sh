@@ -12,7 +12,7 @@ packages=(
   libzmq3-dev cppzmq-dev
   libboost-dev libboost-system-dev
   liburing-dev
-  libpcre2-dev
+  libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format
 )

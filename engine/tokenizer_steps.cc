@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 #include <unordered_map>
 
+#include "engine/unicode_nfc.h"
 #include "engine/utf8.h"
 
 namespace baton::engine {
@@ -154,7 +155,7 @@ Status parse_normalizer(const json& node, const std::string& name,
   }
   if (type == "Prepend" && node.contains("prepend") && node["prepend"].is_string()) {
     NormalizeStep step;
-    step.prepend = true;
+    step.kind = NormalizeStep::Kind::kPrepend;
     step.to = node["prepend"].get<std::string>();
     steps.push_back(std::move(step));
     return Status::ok();
@@ -165,6 +166,13 @@ Status parse_normalizer(const json& node, const std::string& name,
     bool is_regex = false;
     BATON_RETURN_IF_ERROR(
         read_pattern(node, false, name + ": normalizer Replace", step.from, is_regex));
+    steps.push_back(std::move(step));
+    return Status::ok();
+  }
+  if (type == "NFC") {
+    BATON_RETURN_IF_ERROR(nfc_available().with_context(name + ": normalizer NFC"));
+    NormalizeStep step;
+    step.kind = NormalizeStep::Kind::kNfc;
     steps.push_back(std::move(step));
     return Status::ok();
   }
@@ -293,10 +301,16 @@ Status parse_decoder(const json& node, const std::string& name, std::vector<Deco
 
 std::string normalize(std::string text, const std::vector<NormalizeStep>& steps) {
   for (const auto& step : steps) {
-    if (step.prepend) {
-      if (!text.empty()) text.insert(0, step.to);
-    } else {
-      replace_all(text, step.from, step.to);
+    switch (step.kind) {
+      case NormalizeStep::Kind::kPrepend:
+        if (!text.empty()) text.insert(0, step.to);
+        break;
+      case NormalizeStep::Kind::kReplace:
+        replace_all(text, step.from, step.to);
+        break;
+      case NormalizeStep::Kind::kNfc:
+        text = to_nfc(text);
+        break;
     }
   }
   return text;

@@ -24,7 +24,8 @@
 namespace baton::engine {
 
 struct NormalizeStep {
-  bool prepend = false;  // prepend `to` to a non-empty string; else replace `from` by `to`
+  // Prepend `to` to a non-empty string, replace `from` by `to`, or NFC.
+  enum class Kind { kPrepend, kReplace, kNfc } kind = Kind::kReplace;
   std::string from, to;
 };
 

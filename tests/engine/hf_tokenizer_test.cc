@@ -208,9 +208,9 @@ TEST_F(HfTokenizerTest, RefusesWhatItDoesNotImplementNamingIt) {
     std::string says;
   } cases[] = {
       {[](json& d) {
-         d["normalizer"] = {{"type", "NFC"}};
+         d["normalizer"] = {{"type", "NFKD"}};
        },
-       StatusCode::kUnimplemented, "normalizer 'NFC'"},
+       StatusCode::kUnimplemented, "normalizer 'NFKD'"},
       {[](json& d) {
          d["pre_tokenizer"] = {{"type", "Whitespace"}};
        },

@@ -16,6 +16,10 @@ Tokenizers:
     special and non-special added tokens using lstrip and rstrip;
   * smollm2-style: the same trained with SmolLM2's pre-tokenizer, Digits
     (each digit alone) then ByteLevel, and ignore_merges;
+  * qwen2-style: byte-level BPE behind Qwen2's normalizer and pre-tokenizer,
+    as Qwen2 and Qwen2.5 ship them: NFC, then Split by Qwen2's regex (single
+    digits), then ByteLevel without its own regex; trained here, with the
+    corpus's combining marks composed by NFC;
   * llama2-style: SentencePiece-style BPE as Llama 2 and TinyLlama ship it
     (normalizer Prepend "▁" and Replace " " -> "▁", no pre-tokenizer,
     byte_fallback to <0xXX> tokens, unk fused; decoder Replace, ByteFallback,
@@ -39,8 +43,8 @@ import subprocess
 import sys
 import tempfile
 
-from tokenizers import (AddedToken, Tokenizer, decoders, models, normalizers, pre_tokenizers,
-                        trainers)
+from tokenizers import (AddedToken, Regex, Tokenizer, decoders, models, normalizers,
+                        pre_tokenizers, trainers)
 
 WORDS = ("the quick brown fox jumps over lazy dog Hello World It's we're they'll I'd "
          "don't CAPS MiXeD naïve café résumé coöperate Straße façade").split()
@@ -49,7 +53,11 @@ CODE = ["def f(x):\n    return x * 2\n", "for (int i = 0; i < n; ++i) { sum += a
         "    \t  indented", "a=b&&c||d", "SELECT * FROM t WHERE id = 42;"]
 CJK = ["中文文本", "日本語のテキスト", "한국어 문장", "漢字かなカナ", "繁體中文測試"]
 EMOJI = ["😀", "👍🏽", "👨‍👩‍👧‍👦", "🇫🇷", "❤️", "🤖", "✨"]
-COMBINING = ["e\u0301", "a\u0308\u0323", "n\u0303", "\u0915\u094d\u0937", "ก\u0e34"]
+COMBINING = ["e\u0301", "a\u0308\u0323", "n\u0303", "\u0915\u094d\u0937", "ก\u0e34",
+             "\u1100\u1161\u11a8", "A\u030a",
+             # Canonical reordering, by a mark Unicode 9.0 knows and by ones it
+             # does not (U+089A, U+0C3C: Unicode 14), which tokenizers' NFC leaves.
+             "x\u0301\u0323", "x\u1dde\u089a", "q\u0c3c\u0301\u0316"]
 NUMBERS = ["0", "7", "42", "1234567", "3.14159", "-0.5e-10", "1,000,000", "2026-12-04",
            "0x1F", "١٢٣", "١٢٣٤٥"]
 SPACES = [" ", "  ", "   ", "\t", "\n", "\n\n", "\r\n", " \n ", "          ", "\u00a0",
@@ -142,6 +150,27 @@ def gpt2_style_dir(work, training, specials, smollm=False):
     return d
 
 
+QWEN2_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+                 r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def qwen2_style_dir(work, training):
+    tok = Tokenizer(models.BPE())
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN2_PATTERN), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=3000, min_frequency=2,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+                                  special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"])
+    tok.train_from_iterator(training, trainer)
+    d = os.path.join(work, "qwen2")
+    os.makedirs(d)
+    tok.save(os.path.join(d, "tokenizer.json"))
+    return d
+
+
 def sentencepiece_style_dirs(work, training):
     """Llama 2's pipeline trained here, and a Metaspace variant of it."""
     tok = Tokenizer(models.BPE(unk_token="<unk>", byte_fallback=True, fuse_unk=True))
@@ -207,6 +236,10 @@ def main():
         d = gpt2_style_dir(work, training, gpt2_specials, smollm=True)
         ok &= compare("smollm2-style", d,
                       [random_line(rng, gpt2_specials) for _ in range(args.lines)], args.compare)
+        qwen_specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+        d = qwen2_style_dir(work, training)
+        ok &= compare("qwen2-style", d, [random_line(rng, qwen_specials) for _ in range(args.lines)],
+                      args.compare)
         sp_specials = ["<s>", "</s>", "<unk>"]
         for name, d in sentencepiece_style_dirs(work, training):
             ok &= compare(name, d, [random_line(rng, sp_specials) for _ in range(args.lines)],
