@@ -193,25 +193,35 @@ Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s, Frame& frame, std
     }
     Frame f{{}, &frame};
     BATON_RETURN_IF_ERROR(assign(s.targets, items[size_t(i)], f, s));
+    // The loop object; its keys are made once, and are distinct, so the
+    // entries go in without lookups.
+    static const auto kKeys = [] {
+      std::vector<Value> keys;
+      for (const char* name : {"index", "index0", "revindex", "revindex0", "first", "last",
+                               "length", "depth", "depth0", "previtem", "nextitem", "cycle"}) {
+        keys.push_back(Value::string(name));
+      }
+      return keys;
+    }();
     Value loop = Value::dict();
-    auto& entries = loop.dict_data();
-    entries.set(Value::string("index"), Value::integer(i + 1));
-    entries.set(Value::string("index0"), Value::integer(i));
-    entries.set(Value::string("revindex"), Value::integer(length - i));
-    entries.set(Value::string("revindex0"), Value::integer(length - i - 1));
-    entries.set(Value::string("first"), Value::boolean(i == 0));
-    entries.set(Value::string("last"), Value::boolean(i == length - 1));
-    entries.set(Value::string("length"), Value::integer(length));
-    entries.set(Value::string("depth"), Value::integer(1));
-    entries.set(Value::string("depth0"), Value::integer(0));
-    if (i > 0) entries.set(Value::string("previtem"), items[size_t(i - 1)]);
-    if (i + 1 < length) entries.set(Value::string("nextitem"), items[size_t(i + 1)]);
-    entries.set(Value::string("cycle"),
-                Value::callable("cycle", [i](Interpreter&, CallArgs& args) -> Result<Value> {
-                  if (args.positional.empty())
-                    return invalid_argument("no items for cycling given");
-                  return args.positional[size_t(i) % args.positional.size()];
-                }));
+    auto& entries = loop.dict_data().entries;
+    entries.reserve(kKeys.size());
+    entries.emplace_back(kKeys[0], Value::integer(i + 1));
+    entries.emplace_back(kKeys[1], Value::integer(i));
+    entries.emplace_back(kKeys[2], Value::integer(length - i));
+    entries.emplace_back(kKeys[3], Value::integer(length - i - 1));
+    entries.emplace_back(kKeys[4], Value::boolean(i == 0));
+    entries.emplace_back(kKeys[5], Value::boolean(i == length - 1));
+    entries.emplace_back(kKeys[6], Value::integer(length));
+    entries.emplace_back(kKeys[7], Value::integer(1));
+    entries.emplace_back(kKeys[8], Value::integer(0));
+    if (i > 0) entries.emplace_back(kKeys[9], items[size_t(i - 1)]);
+    if (i + 1 < length) entries.emplace_back(kKeys[10], items[size_t(i + 1)]);
+    entries.emplace_back(
+        kKeys[11], Value::callable("cycle", [i](Interpreter&, CallArgs& args) -> Result<Value> {
+          if (args.positional.empty()) return invalid_argument("no items for cycling given");
+          return args.positional[size_t(i) % args.positional.size()];
+        }));
     f.set("loop", std::move(loop));
     BATON_ASSIGN_OR_RETURN(Flow flow, exec(s.bodies[0], f, out));
     if (flow == Flow::kBreak) break;

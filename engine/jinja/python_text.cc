@@ -36,20 +36,37 @@ size_t length(std::string_view s) {
 }
 
 std::string strip(std::string_view s, Side side, const std::optional<std::string>& chars) {
-  const std::vector<uint32_t> cps = code_points(s);
+  // Only the ends are decoded: contents are long, what is stripped short.
   std::vector<uint32_t> set;
   if (chars) set = code_points(*chars);
   const auto strippable = [&](uint32_t cp) {
     return chars ? std::find(set.begin(), set.end(), cp) != set.end() : is_space(cp);
   };
-  size_t begin = 0, end = cps.size();
+  size_t begin = 0, end = s.size();
   if (side != Side::kRight) {
-    while (begin < end && strippable(cps[begin])) ++begin;
+    while (begin < end) {
+      const size_t n = engine::utf8::length_at(s, begin);
+      if (!strippable(engine::utf8::decode_at(s, begin, n))) break;
+      begin += n;
+    }
   }
   if (side != Side::kLeft) {
-    while (end > begin && strippable(cps[end - 1])) --end;
+    while (end > begin) {
+      size_t start = end - 1;
+      while (start > begin && end - start < 4 &&
+             (static_cast<unsigned char>(s[start]) & 0xC0) == 0x80) {
+        --start;
+      }
+      size_t n = engine::utf8::length_at(s, start);
+      if (start + n != end) {  // a stray byte ends the text
+        start = end - 1;
+        n = 1;
+      }
+      if (!strippable(engine::utf8::decode_at(s, start, n))) break;
+      end = start;
+    }
   }
-  return from_code_points(cps, begin, end);
+  return std::string(s.substr(begin, end - begin));
 }
 
 namespace {

@@ -31,9 +31,14 @@ void Value::DictData::set(Value key, Value value) {
   }
 }
 
+const std::string& Value::empty_string() {
+  static const std::string empty;
+  return empty;
+}
+
 Value Value::undefined(std::string hint) {
   Value v;
-  v.s_ = std::move(hint);
+  if (!hint.empty()) v.s_ = std::make_shared<const std::string>(std::move(hint));
   return v;
 }
 
@@ -67,7 +72,7 @@ Value Value::floating(double f) {
 Value Value::string(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.s_ = std::move(s);
+  v.s_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 

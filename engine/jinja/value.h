@@ -102,9 +102,9 @@ class Value {
   bool as_bool() const { return b_; }
   int64_t as_int() const { return kind_ == Kind::kBool ? int64_t(b_) : i_; }
   double as_double() const { return kind_ == Kind::kFloat ? f_ : double(as_int()); }
-  const std::string& as_string() const { return s_; }
+  const std::string& as_string() const { return s_ ? *s_ : empty_string(); }
   // The undefined value's explanation ("'x' is undefined").
-  const std::string& undefined_hint() const { return s_; }
+  const std::string& undefined_hint() const { return as_string(); }
   ListData& list_data() const { return *list_; }
   DictData& dict_data() const { return *dict_; }
   const CallableData& callable_data() const { return *callable_; }
@@ -114,7 +114,10 @@ class Value {
   bool b_ = false;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string s_;
+  static const std::string& empty_string();
+  // Shared: templates copy values freely (a lookup, a loop variable, a
+  // slice of the messages), and contents run to megabytes.
+  std::shared_ptr<const std::string> s_;
   bool markup_ = false;
   // Shared, as Python's references are: a namespace set in a loop is the
   // namespace outside it.
