@@ -264,6 +264,7 @@ const Fields<RouterSection>& router_fields() {
       {"max_queued_write_bytes",
        int_field(&R::max_queued_write_bytes, int64_t(64) << 10, int64_t(1) << 34)},
       {"max_connections", int_field(&R::max_connections, 1, 1 << 20)},
+      {"api_key_file", string_field(&R::api_key_file)},
       {"limits",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
          return parse_fields(node, key, limits_fields(), out.limits);
@@ -535,6 +536,9 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
   ClusterConfig config;
   BATON_ASSIGN_OR_RETURN(config.model, parse_model(section("model"), base_dir));
   BATON_ASSIGN_OR_RETURN(config.router, parse_router(section("router")));
+  if (!config.router.api_key_file.empty() && fs::path(config.router.api_key_file).is_relative()) {
+    config.router.api_key_file = (base_dir / config.router.api_key_file).string();
+  }
   BATON_RETURN_IF_ERROR(check_ports(config.router));
 
   // The defaults are checked on their own first, so their errors name "engine.x",

@@ -71,6 +71,9 @@ struct RouterSection {
   int64_t max_queued_write_bytes = int64_t(4) << 20;
   int32_t max_connections = 4096;
   router::RequestLimits limits;  // keys max_n, max_batch, max_logprobs, max_stop_strings
+  // API keys required on the /v1/ routes, one per line (router/api_keys.h);
+  // relative to the YAML file. Empty: only BATON_API_KEY, if set.
+  std::string api_key_file;
 };
 
 struct NodeSection {

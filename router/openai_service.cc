@@ -65,6 +65,10 @@ void OpenAiService::send_error(HttpResponder& responder, const Status& status) {
 
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
   std::string path = path_of(request.target);
+  if (!config_.api_keys.admits(path, request.header("authorization"))) {
+    metrics_.count_http(401);
+    return responder->respond(401, "application/json", R"({"error":"Unauthorized"})");
+  }
   bool get = request.method == "GET";
   bool post = request.method == "POST";
   if (path == "/v1/completions" && post) return generate(request, std::move(responder), false);

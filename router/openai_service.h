@@ -17,6 +17,7 @@
 #include <string>
 
 #include "engine/tokenizer.h"
+#include "router/api_keys.h"
 #include "router/chat_template.h"
 #include "router/completion_request.h"
 #include "router/http_server.h"
@@ -30,6 +31,7 @@ struct OpenAiServiceConfig {
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;
   RequestLimits limits;
+  ApiKeys api_keys;  // none: every route open
 };
 
 class OpenAiService {

@@ -75,6 +75,8 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
   service.max_model_len = cluster_max_model_len(config, model);
   service.vocab_size = model.vocab_size;
   service.limits = r.limits;
+  BATON_ASSIGN_OR_RETURN(service.api_keys, ApiKeys::load(r.api_key_file));
+  if (service.api_keys.required()) spdlog::info("router: the /v1/ routes require an API key");
   BATON_ASSIGN_OR_RETURN(
       engine::GenerationDefaults defaults,
       engine::load_generation_defaults(config.model.path / "generation_config.json"));

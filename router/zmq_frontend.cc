@@ -161,10 +161,11 @@ void ZmqFrontend::loop() {
         auto received =
             zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait);
         if (!received) break;
-        if (parts.size() != 4 || parts[1].size() > kMaxZmqTagBytes) {
+        if ((parts.size() != 4 && parts.size() != 5) || parts[1].size() > kMaxZmqTagBytes) {
           rejected_++;
-          spdlog::warn("zmq front end: dropped a message of {} parts (want [tag, path, body])",
-                       parts.empty() ? 0 : parts.size() - 1);
+          spdlog::warn(
+              "zmq front end: dropped a message of {} parts (want [tag, path, body, api key?])",
+              parts.empty() ? 0 : parts.size() - 1);
           continue;
         }
         std::string identity = parts[0].to_string(), tag = parts[1].to_string(),
@@ -196,6 +197,8 @@ void ZmqFrontend::loop() {
         request.method = takes_body ? "POST" : "GET";
         request.target = path;
         request.body = parts[3].to_string();
+        if (parts.size() == 5)
+          request.headers.emplace_back("authorization", "Bearer " + parts[4].to_string());
         // Nothing a client sends may end the front end's thread: a handler
         // that throws answers this request with a 500, as HTTP does.
         try {

@@ -1,7 +1,8 @@
 // router/zmq_frontend.h — the ZeroMQ client front end (docs/API.md).
 //
 // A ROUTER socket for high-rate clients (DEALER sockets). A request is one
-// multipart message [tag, path, body]: `tag` is the client's own id for the
+// multipart message [tag, path, body] or [tag, path, body, api key] (with
+// API keys configured, as HTTP's Authorization: Bearer): `tag` is the client's own id for the
 // request (echoed on every reply, at most 256 bytes), `path` one of the HTTP
 // routes ("/v1/completions", "/v1/chat/completions", "/v1/models",
 // "/health", "/metrics", "/v1/nodes") or "cancel" (ends the request `tag`),

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "tools/commands.h"
@@ -62,6 +63,10 @@ Status resolve(BenchCli& cli) {
                                                                                : kDefaultZmqPort;
   if (!(cli.timeout_s > 0)) return invalid_argument("--request-timeout must be positive");
   cli.run.address.timeout = std::chrono::milliseconds(int64_t(cli.timeout_s * 1e3));
+  if (cli.run.address.api_key.empty()) {
+    if (const char* key = std::getenv("OPENAI_API_KEY"); key != nullptr)
+      cli.run.address.api_key = key;
+  }
   std::optional<double> rate =
       loadtest::parse_positive_number(cli.request_rate, /*allow_inf=*/true);
   if (!rate) return invalid_argument("--request-rate must be a positive number or inf");
@@ -215,6 +220,9 @@ void add_run_options(CLI::App* bench, BenchCli& cli) {
   bench->add_option("--backend", cli.backend, "http, or zmq (the router's ZeroMQ front end)")
       ->capture_default_str();
   bench->add_option("--host", o.address.host, "the router's address")->capture_default_str();
+  bench->add_option("--api-key", o.address.api_key,
+                    "the router's API key (default: the OPENAI_API_KEY environment variable, as "
+                    "vllm bench serve reads it)");
   bench->add_option("--port", cli.port, "the router's http_port (default 8000) or zmq_port (8001)");
   bench->add_option("--endpoint", o.endpoint, "/v1/completions or /v1/chat/completions")
       ->capture_default_str();

@@ -24,12 +24,14 @@ Status connection_error(const beast::error_code& ec, std::string_view what, cons
 }
 
 http::request<http::string_body> make_request(const std::string& host, std::string_view method,
-                                              std::string_view target, std::string_view body) {
+                                              std::string_view target, std::string_view body,
+                                              std::string_view api_key) {
   http::request<http::string_body> request{
       http::string_to_verb(boost::beast::string_view(method.data(), method.size())),
       std::string(target), 11};
   request.set(http::field::host, host);
   request.set(http::field::user_agent, "baton");
+  if (!api_key.empty()) request.set(http::field::authorization, "Bearer " + std::string(api_key));
   if (!body.empty() || method == "POST") {
     request.set(http::field::content_type, "application/json");
     request.body() = std::string(body);
@@ -49,7 +51,7 @@ void fill_headers(const Header& header, HttpResponse* out) {
 Status open_and_send(beast::tcp_stream& stream, boost::asio::io_context& io,
                      const std::string& host, uint16_t port, std::string_view method,
                      std::string_view target, std::string_view body,
-                     std::chrono::milliseconds timeout) {
+                     std::chrono::milliseconds timeout, std::string_view api_key) {
   beast::error_code ec;
   tcp::resolver resolver(io);
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
@@ -57,7 +59,7 @@ Status open_and_send(beast::tcp_stream& stream, boost::asio::io_context& io,
   stream.expires_after(timeout);
   stream.connect(endpoints, ec);
   if (ec) return connection_error(ec, "connecting to", host, port);
-  http::write(stream, make_request(host, method, target, body), ec);
+  http::write(stream, make_request(host, method, target, body, api_key), ec);
   if (ec) return connection_error(ec, "writing to", host, port);
   return Status::ok();
 }
@@ -66,10 +68,11 @@ Status open_and_send(beast::tcp_stream& stream, boost::asio::io_context& io,
 
 Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::string_view method,
                                   std::string_view target, std::string_view body,
-                                  std::chrono::milliseconds timeout) {
+                                  std::chrono::milliseconds timeout, std::string_view api_key) {
   boost::asio::io_context io;
   beast::tcp_stream stream(io);
-  BATON_RETURN_IF_ERROR(open_and_send(stream, io, host, port, method, target, body, timeout));
+  BATON_RETURN_IF_ERROR(
+      open_and_send(stream, io, host, port, method, target, body, timeout, api_key));
   beast::error_code ec;
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
@@ -86,10 +89,11 @@ Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::s
 Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::string_view target,
                                  std::string_view body,
                                  const std::function<bool(std::string_view)>& on_data,
-                                 std::chrono::milliseconds timeout) {
+                                 std::chrono::milliseconds timeout, std::string_view api_key) {
   boost::asio::io_context io;
   beast::tcp_stream stream(io);
-  BATON_RETURN_IF_ERROR(open_and_send(stream, io, host, port, "POST", target, body, timeout));
+  BATON_RETURN_IF_ERROR(
+      open_and_send(stream, io, host, port, "POST", target, body, timeout, api_key));
   beast::error_code ec;
   beast::flat_buffer buffer;
   http::response_parser<http::buffer_body> parser;

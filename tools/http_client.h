@@ -20,10 +20,12 @@ struct HttpResponse {
 };
 
 // One request on a fresh connection. Unavailable when the server cannot be
-// reached; DeadlineExceeded past `timeout`.
+// reached; DeadlineExceeded past `timeout`. A non-empty `api_key` goes as
+// `Authorization: Bearer`.
 Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::string_view method,
                                   std::string_view target, std::string_view body = {},
-                                  std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                                  std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                  std::string_view api_key = {});
 
 // Streams a response: `on_data` gets body bytes as soon as they arrive (each
 // read, so SSE events keep their arrival times),
@@ -32,6 +34,7 @@ Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::s
 Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::string_view target,
                                  std::string_view body,
                                  const std::function<bool(std::string_view)>& on_data,
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(300));
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(300),
+                                 std::string_view api_key = {});
 
 }  // namespace baton::tools

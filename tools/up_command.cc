@@ -16,6 +16,7 @@
 #include "cluster/cluster_config.h"
 #include "engine/make_model.h"
 #include "engine/model_config.h"
+#include "router/api_keys.h"
 #include "tools/commands.h"
 #include "tools/http_client.h"
 #include "tools/process_group.h"
@@ -85,8 +86,9 @@ struct LocalNodesView {
   std::set<std::string> listed, up;
 };
 std::optional<LocalNodesView> view_local_nodes(const std::string& host, uint16_t port,
-                                               const std::set<std::string>& local_nodes) {
-  Result<HttpResponse> nodes = http_request(host, port, "GET", "/v1/nodes", {}, 2s);
+                                               const std::set<std::string>& local_nodes,
+                                               const std::string& api_key) {
+  Result<HttpResponse> nodes = http_request(host, port, "GET", "/v1/nodes", {}, 2s, api_key);
   if (!nodes.is_ok() || nodes->status != 200) return std::nullopt;
   nlohmann::json doc = nlohmann::json::parse(nodes->body, nullptr, false);
   if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array()) return std::nullopt;
@@ -116,6 +118,10 @@ int run_up(const UpOptions& options) {
   if (!model.is_ok()) return fail(model.status());
   if (Status fits = cluster::validate_against_model(config, *model); !fits.is_ok())
     return fail(fits);
+  // The router's own key, for its /v1/nodes.
+  Result<router::ApiKeys> keys = router::ApiKeys::load(config.router.api_key_file);
+  if (!keys.is_ok()) return fail(keys.status());
+  const std::string api_key = keys->first();
 
   std::string exe = self_executable();
   std::string config_path = config.file.string();
@@ -143,6 +149,7 @@ int run_up(const UpOptions& options) {
 
   std::string router_host = config.router.host == "0.0.0.0" ? "127.0.0.1" : config.router.host;
   uint16_t port = config.router.http_port;
+
   auto stop_all = [&] {
     if (local_router) group.stop({"router"}, config.router.drain_timeout + 5s);
     std::vector<std::string> nodes(local_nodes.begin(), local_nodes.end());
@@ -162,7 +169,8 @@ int run_up(const UpOptions& options) {
     for (const auto& exit : group.reap()) {
       // Asked after the exit: a node registered before it died is listed.
       std::optional<LocalNodesView> view =
-          exit.name == "router" ? std::nullopt : view_local_nodes(router_host, port, local_nodes);
+          exit.name == "router" ? std::nullopt
+                                : view_local_nodes(router_host, port, local_nodes, api_key);
       if (view && view->listed.contains(exit.name)) {
         std::fprintf(stderr,
                      "warning: node %s %s after it registered; the router routes around it\n",
@@ -173,7 +181,7 @@ int run_up(const UpOptions& options) {
       stop_all();
       return fail(unavailable(exit.name + " " + describe_exit(exit.status) + " during start-up"));
     }
-    std::optional<LocalNodesView> view = view_local_nodes(router_host, port, local_nodes);
+    std::optional<LocalNodesView> view = view_local_nodes(router_host, port, local_nodes, api_key);
     if (view && std::ranges::all_of(local_nodes, [&](const std::string& name) {
           return lost.contains(name) || view->up.contains(name);
         }))
@@ -194,10 +202,11 @@ int run_up(const UpOptions& options) {
               group.names().size(), local_router ? "router, " : "", config.prefill.size(),
               config.decode.size());
   std::printf(
-      "Try:\n  curl %s/v1/completions -H 'Content-Type: application/json' \\\n"
+      "Try:\n  curl %s/v1/completions -H 'Content-Type: application/json' \\\n%s"
       "    -d '{\"model\": \"%s\", \"prompt\": \"The capital of France is\", \"max_tokens\": "
       "16}'\n",
-      url.c_str(), config.model.served_name.c_str());
+      url.c_str(), api_key.empty() ? "" : "    -H \"Authorization: Bearer $BATON_API_KEY\" \\\n",
+      config.model.served_name.c_str());
   std::printf("Ctrl-C stops the cluster.\n");
   std::fflush(stdout);
 

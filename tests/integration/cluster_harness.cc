@@ -113,6 +113,9 @@ Cluster::Cluster(const ClusterShape& shape) {
   uint16_t control_port = free_port();
   config_file_ = dir_ / "cluster.yaml";
   if (!shape.ssd_cache_dir.empty()) std::filesystem::create_directories(dir_ / shape.ssd_cache_dir);
+  api_key_ = shape.api_key;
+  if (!api_key_.empty())
+    std::ofstream(dir_ / "api_keys.txt") << "# test keys\n" << api_key_ << "\n";
   std::ofstream yaml(config_file_);
   yaml << "model: {path: " << model_dir_.string() << ", served_name: tiny}\n"
        << "router:\n  host: 127.0.0.1\n  http_port: " << http_port_ << "\n  zmq_port: " << zmq_port_
@@ -121,7 +124,8 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "\n  heartbeat_interval_ms: " << shape.heartbeat_interval_ms
        << "\n  heartbeat_timeout_ms: " << shape.heartbeat_timeout_ms
        << "\n  drain_timeout_ms: 8000\n"
-       << shape.extra_router_yaml << "engine: {threads: 1, kv_cache_bytes: " << shape.kv_cache_bytes
+       << (shape.api_key.empty() ? "" : "  api_key_file: api_keys.txt\n") << shape.extra_router_yaml
+       << "engine: {threads: 1, kv_cache_bytes: " << shape.kv_cache_bytes
        << ", max_num_seqs: " << shape.max_num_seqs
        << ", max_num_batched_tokens: " << shape.max_num_batched_tokens
        << ", max_model_len: " << shape.max_model_len
@@ -237,7 +241,7 @@ int Cluster::terminate(std::chrono::milliseconds grace) {
 }
 
 Result<tools::HttpResponse> Cluster::get(const std::string& target) const {
-  return tools::http_request("127.0.0.1", http_port_, "GET", target, {}, 30s);
+  return tools::http_request("127.0.0.1", http_port_, "GET", target, {}, 30s, api_key_);
 }
 
 Result<tools::HttpResponse> Cluster::post(const std::string& target, const json& body) const {
@@ -246,7 +250,7 @@ Result<tools::HttpResponse> Cluster::post(const std::string& target, const json&
 
 Result<tools::HttpResponse> Cluster::post_raw(const std::string& target,
                                               const std::string& body) const {
-  return tools::http_request("127.0.0.1", http_port_, "POST", target, body, 60s);
+  return tools::http_request("127.0.0.1", http_port_, "POST", target, body, 60s, api_key_);
 }
 
 Result<std::vector<std::string>> Cluster::post_stream(const std::string& target,

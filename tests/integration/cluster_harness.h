@@ -33,6 +33,9 @@ struct ClusterShape {
   std::string kv_cache_bytes = "4MiB";
   std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
   bool wait_until_up = true;  // false: the constructor returns once `baton up` is started
+  // Non-empty: the router requires this API key (a key file named in the
+  // YAML), and get/post/post_stream send it.
+  std::string api_key;
 };
 
 class Cluster {
@@ -93,6 +96,7 @@ class Cluster {
   std::filesystem::path model_dir_;
   std::filesystem::path config_file_;
   uint16_t http_port_ = 0;
+  std::string api_key_;
   uint16_t zmq_port_ = 0;
   std::chrono::milliseconds heartbeat_interval_{100};
   tools::ProcessGroup group_;

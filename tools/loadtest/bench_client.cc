@@ -42,7 +42,7 @@ class HttpBenchClient final : public BenchClient {
           splitter.feed(bytes, [&](std::string_view payload) { recorder.on_event(payload, at); });
           return !recorder.done();
         },
-        address_.timeout);
+        address_.timeout, address_.api_key);
     if (!response.is_ok()) {
       recorder.fail(response.status().message());
     } else if (response->status != 200) {
@@ -52,7 +52,8 @@ class HttpBenchClient final : public BenchClient {
   }
 
   Result<tools::HttpResponse> get(const std::string& path) override {
-    return tools::http_request(address_.host, address_.port, "GET", path, {}, address_.timeout);
+    return tools::http_request(address_.host, address_.port, "GET", path, {}, address_.timeout,
+                               address_.api_key);
   }
 
  private:
@@ -120,7 +121,9 @@ class ZmqBenchClient final : public BenchClient {
     try {
       socket_.send(zmq::buffer(tag), zmq::send_flags::sndmore);
       socket_.send(zmq::buffer(path), zmq::send_flags::sndmore);
-      socket_.send(zmq::buffer(body), zmq::send_flags::none);
+      const bool keyed = !address_.api_key.empty() && path != "cancel";
+      socket_.send(zmq::buffer(body), keyed ? zmq::send_flags::sndmore : zmq::send_flags::none);
+      if (keyed) socket_.send(zmq::buffer(address_.api_key), zmq::send_flags::none);
     } catch (const zmq::error_t& e) {
       return unavailable("sending to " + endpoint() + ": " + e.what());
     }

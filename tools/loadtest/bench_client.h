@@ -24,6 +24,7 @@ struct ServerAddress {
   std::string host = "127.0.0.1";
   uint16_t port = 8000;  // the router's http_port, or its zmq_port
   std::chrono::milliseconds timeout = std::chrono::minutes(10);  // per request
+  std::string api_key;  // sent as Authorization: Bearer (HTTP) or a fifth frame (ZeroMQ)
 };
 
 class BenchClient {
