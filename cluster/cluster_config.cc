@@ -264,6 +264,8 @@ const Fields<RouterSection>& router_fields() {
       {"max_queued_write_bytes",
        int_field(&R::max_queued_write_bytes, int64_t(64) << 10, int64_t(1) << 34)},
       {"max_connections", int_field(&R::max_connections, 1, 1 << 20)},
+      {"max_request_body_bytes",
+       int_field(&R::max_request_body_bytes, int64_t(1) << 10, int64_t(1) << 30)},
       {"api_key_file", string_field(&R::api_key_file)},
       {"limits",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {

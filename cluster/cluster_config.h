@@ -26,6 +26,7 @@
 #include "engine/model_config.h"
 #include "kv_transfer/transfer_config.h"
 #include "router/completion_request.h"
+#include "router/http_server.h"
 
 namespace YAML {
 class Node;
@@ -70,6 +71,8 @@ struct RouterSection {
   std::chrono::milliseconds write_timeout{30000};
   int64_t max_queued_write_bytes = int64_t(4) << 20;
   int32_t max_connections = 4096;
+  // The largest request body either front end takes; larger: 413.
+  int64_t max_request_body_bytes = int64_t(router::kMaxRequestBodyBytes);
   router::RequestLimits limits;  // keys max_n, max_batch, max_logprobs, max_stop_strings
   // API keys required on the /v1/ routes, one per line (router/api_keys.h);
   // relative to the YAML file. Empty: only BATON_API_KEY, if set.

@@ -17,12 +17,6 @@ struct ControlSocket::Sockets {
 
 namespace {
 
-// ZMTP-level heartbeats: a connection whose peer vanished without closing it
-// (host down, cable pulled) is dropped within the timeout, which frees its
-// routing id for the node's next incarnation.
-constexpr int kZmtpHeartbeatIntervalMs = 1000;
-constexpr int kZmtpHeartbeatTimeoutMs = 5000;
-
 void set_bounds(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::sndhwm, kControlHighWaterMark);
   socket.set(zmq::sockopt::rcvhwm, kControlHighWaterMark);

@@ -28,6 +28,12 @@ inline constexpr std::string_view kHeartbeatIdentitySuffix = "/heartbeat";
 
 // Bounds of one socket's queues (messages, each direction).
 inline constexpr int kControlHighWaterMark = 100000;
+// ZMTP-level heartbeats: a connection whose peer vanished without closing it
+// (host down, cable pulled, process stopped) is dropped within the timeout,
+// which frees its routing id for the node's next incarnation (and, on the
+// client front end, cancels the client's requests).
+inline constexpr int kZmtpHeartbeatIntervalMs = 1000;
+inline constexpr int kZmtpHeartbeatTimeoutMs = 5000;
 
 class ControlSocket {
  public:

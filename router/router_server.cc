@@ -105,6 +105,7 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
   http.write_timeout = r.write_timeout;
   http.max_queued_write_bytes = size_t(r.max_queued_write_bytes);
   http.max_connections = r.max_connections;
+  http.max_body_bytes = size_t(r.max_request_body_bytes);
   OpenAiService* routes = server->service_.get();
   {
     BATON_ASSIGN_OR_RETURN(
@@ -114,9 +115,10 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
         }));
   }
   {
-    BATON_ASSIGN_OR_RETURN(
-        server->zmq_,
-        ZmqFrontend::start("tcp://" + r.host + ":" + std::to_string(r.zmq_port), routes));
+    BATON_ASSIGN_OR_RETURN(server->zmq_,
+                           ZmqFrontend::start({"tcp://" + r.host + ":" + std::to_string(r.zmq_port),
+                                               size_t(r.max_request_body_bytes)},
+                                              routes));
   }
   spdlog::info("router: serving {} on http://{}:{} (ZeroMQ tcp://{}:{}, control tcp://{}:{})",
                config.model.served_name, r.host, server->http_->port(), r.host, r.zmq_port, r.host,

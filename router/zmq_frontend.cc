@@ -7,6 +7,7 @@
 #include <zmq_addon.hpp>
 
 #include <cerrno>
+#include <cstring>
 
 #include "router/api_error.h"
 
@@ -17,6 +18,7 @@ using namespace std::chrono_literals;
 struct ZmqFrontend::Sockets {
   zmq::context_t context{1};
   zmq::socket_t socket;
+  zmq::socket_t monitor;  // the socket's disconnect events
 };
 
 // An HttpResponder whose bytes go out as [tag, status, payload] frames.
@@ -91,21 +93,33 @@ class ZmqFrontend::Responder final : public HttpResponder {
   std::function<void()> on_close_;
 };
 
-Result<std::unique_ptr<ZmqFrontend>> ZmqFrontend::start(const std::string& endpoint,
+Result<std::unique_ptr<ZmqFrontend>> ZmqFrontend::start(const ZmqFrontendConfig& config,
                                                         OpenAiService* service) {
   std::unique_ptr<ZmqFrontend> frontend(new ZmqFrontend());
   frontend->service_ = service;
+  frontend->config_ = config;
   frontend->sockets_ = std::make_unique<Sockets>();
   try {
-    zmq::socket_t& socket = frontend->sockets_->socket;
-    socket = zmq::socket_t(frontend->sockets_->context, zmq::socket_type::router);
-    socket.set(zmq::sockopt::sndhwm, control::kControlHighWaterMark);
-    socket.set(zmq::sockopt::rcvhwm, control::kControlHighWaterMark);
-    socket.set(zmq::sockopt::maxmsgsize, int64_t(16) << 20);
-    socket.set(zmq::sockopt::linger, 0);
-    socket.bind(endpoint);
+    Sockets& s = *frontend->sockets_;
+    s.socket = zmq::socket_t(s.context, zmq::socket_type::router);
+    s.socket.set(zmq::sockopt::sndhwm, control::kControlHighWaterMark);
+    s.socket.set(zmq::sockopt::rcvhwm, control::kControlHighWaterMark);
+    // Bodies up to twice the limit still get their 413; libzmq drops the
+    // connection of a client that sends a larger message.
+    s.socket.set(zmq::sockopt::maxmsgsize, int64_t(2 * config.max_body_bytes + (1 << 20)));
+    s.socket.set(zmq::sockopt::linger, 0);
+    // A client that stops answering ZMTP pings counts as gone.
+    s.socket.set(zmq::sockopt::heartbeat_ivl, control::kZmtpHeartbeatIntervalMs);
+    s.socket.set(zmq::sockopt::heartbeat_timeout, control::kZmtpHeartbeatTimeoutMs);
+    const std::string monitor = "inproc://zmq-frontend-monitor";
+    if (zmq_socket_monitor(s.socket.handle(), monitor.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) {
+      throw zmq::error_t();
+    }
+    s.monitor = zmq::socket_t(s.context, zmq::socket_type::pair);
+    s.monitor.connect(monitor);
+    s.socket.bind(config.endpoint);
   } catch (const zmq::error_t& e) {
-    return unavailable("ZeroMQ front end: cannot bind " + endpoint + ": " + e.what());
+    return unavailable("ZeroMQ front end: cannot bind " + config.endpoint + ": " + e.what());
   }
   frontend->thread_ = std::thread([f = frontend.get()] { f->loop(); });
   return frontend;
@@ -133,11 +147,15 @@ void ZmqFrontend::post(std::string identity, std::string tag, int status, std::s
 void ZmqFrontend::loop() {
   zmq::socket_t& socket = sockets_->socket;
   while (!stop_) {
-    zmq::pollitem_t items[2] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
-                                {nullptr, wake_.fd(), ZMQ_POLLIN, 0}};
+    zmq::pollitem_t items[3] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+                                {nullptr, wake_.fd(), ZMQ_POLLIN, 0},
+                                {sockets_->monitor.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 2, 100ms);
+      zmq::poll(items, 3, 100ms);
       wake_.drain();
+      // Disconnects first: a connection that closed before a new one took
+      // its descriptor is forgotten before the new one's messages are read.
+      handle_monitor_events();
       std::vector<Outgoing> outgoing;
       {
         std::lock_guard lock(outbox_mutex_);
@@ -156,70 +174,119 @@ void ZmqFrontend::loop() {
         if (!sent) spdlog::debug("zmq front end: a reply was dropped (client queue full)");
         if (out.last) live_.erase(out.identity + '\0' + out.tag);
       }
-      while (true) {
-        std::vector<zmq::message_t> parts;
-        auto received =
-            zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait);
-        if (!received) break;
-        if ((parts.size() != 4 && parts.size() != 5) || parts[1].size() > kMaxZmqTagBytes) {
-          rejected_++;
-          spdlog::warn(
-              "zmq front end: dropped a message of {} parts (want [tag, path, body, api key?])",
-              parts.empty() ? 0 : parts.size() - 1);
-          continue;
-        }
-        std::string identity = parts[0].to_string(), tag = parts[1].to_string(),
-                    path = parts[2].to_string();
-        std::string key = identity + '\0' + tag;
-        if (path == "cancel") {
-          auto it = live_.find(key);
-          if (it != live_.end()) {
-            if (auto responder = it->second.lock()) responder->cancel();
-            live_.erase(it);
-          }
-          continue;
-        }
-        auto responder = std::make_shared<Responder>(this, identity, tag);
-        if (parts[3].size() > kMaxRequestBodyBytes) {
-          // The same limit and answer as the HTTP front end's.
-          ApiError error;
-          error.http_status = 413;
-          error.type = "BadRequestError";
-          error.message = "request body exceeds the limit of " +
-                          std::to_string(kMaxRequestBodyBytes) + " bytes";
-          responder->respond(413, "application/json", error.to_json().dump(), {});
-          continue;
-        }
-        live_[key] = responder;
-        HttpRequest request;
-        const bool takes_body = path == "/v1/completions" || path == "/v1/chat/completions" ||
-                                path == "/tokenize" || path == "/detokenize";
-        request.method = takes_body ? "POST" : "GET";
-        request.target = path;
-        request.body = parts[3].to_string();
-        if (parts.size() == 5)
-          request.headers.emplace_back("authorization", "Bearer " + parts[4].to_string());
-        // Nothing a client sends may end the front end's thread: a handler
-        // that throws answers this request with a 500, as HTTP does.
-        try {
-          service_->handle(std::move(request), responder);
-        } catch (const std::exception& e) {
-          spdlog::error("zmq front end: handler threw: {}", e.what());
-          if (!responder->done()) {
-            ApiError error;
-            error.http_status = 500;
-            error.type = "InternalServerError";
-            error.message = "internal error";
-            responder->respond(500, "application/json", error.to_json().dump(), {});
-          }
-        }
-      }
+      receive_requests();
       for (auto it = live_.begin(); it != live_.end();) {
         auto responder = it->second.lock();
         it = (!responder || responder->done()) ? live_.erase(it) : std::next(it);
       }
     } catch (const zmq::error_t& e) {
       if (!stop_ && e.num() != EINTR) spdlog::error("zmq front end: {}", e.what());
+    }
+  }
+}
+
+void ZmqFrontend::handle_monitor_events() {
+  while (true) {
+    std::vector<zmq::message_t> event;
+    if (!zmq::recv_multipart(sockets_->monitor, std::back_inserter(event),
+                             zmq::recv_flags::dontwait)) {
+      return;
+    }
+    // Frame 1: a 16-bit event and a 32-bit value (the descriptor).
+    if (event.empty() || event[0].size() < 6) continue;
+    uint16_t id;
+    uint32_t fd;
+    std::memcpy(&id, event[0].data(), sizeof id);
+    std::memcpy(&fd, static_cast<const char*>(event[0].data()) + 2, sizeof fd);
+    if (id != ZMQ_EVENT_DISCONNECTED) continue;
+    auto it = identities_by_fd_.find(int(fd));
+    if (it == identities_by_fd_.end()) continue;
+    for (const std::string& identity : it->second) cancel_client(identity);
+    identities_by_fd_.erase(it);
+  }
+}
+
+void ZmqFrontend::cancel_client(const std::string& identity) {
+  const std::string prefix = identity + '\0';
+  size_t cancelled = 0;
+  for (auto it = live_.begin(); it != live_.end();) {
+    if (!it->first.starts_with(prefix)) {
+      ++it;
+      continue;
+    }
+    if (auto responder = it->second.lock()) {
+      responder->cancel();
+      ++cancelled;
+    }
+    it = live_.erase(it);
+  }
+  if (cancelled > 0) {
+    spdlog::info("zmq front end: a client went away; cancelled its {} running request(s)",
+                 cancelled);
+  }
+}
+
+void ZmqFrontend::receive_requests() {
+  zmq::socket_t& socket = sockets_->socket;
+  while (true) {
+    std::vector<zmq::message_t> parts;
+    auto received =
+        zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait);
+    if (!received) break;
+    if ((parts.size() != 4 && parts.size() != 5) || parts[1].size() > kMaxZmqTagBytes) {
+      rejected_++;
+      spdlog::warn(
+          "zmq front end: dropped a message of {} parts (want [tag, path, body, api key?])",
+          parts.empty() ? 0 : parts.size() - 1);
+      continue;
+    }
+    std::string identity = parts[0].to_string(), tag = parts[1].to_string(),
+                path = parts[2].to_string();
+    std::string key = identity + '\0' + tag;
+    // The connection it came on (identities are per connection), so that its
+    // closing cancels what it asked for.
+    if (const int fd = parts[1].get(ZMQ_SRCFD); fd >= 0) identities_by_fd_[fd].insert(identity);
+    if (path == "cancel") {
+      auto it = live_.find(key);
+      if (it != live_.end()) {
+        if (auto responder = it->second.lock()) responder->cancel();
+        live_.erase(it);
+      }
+      continue;
+    }
+    auto responder = std::make_shared<Responder>(this, identity, tag);
+    if (parts[3].size() > config_.max_body_bytes) {
+      // The same limit and answer as the HTTP front end's.
+      ApiError error;
+      error.http_status = 413;
+      error.type = "BadRequestError";
+      error.message =
+          "request body exceeds the limit of " + std::to_string(config_.max_body_bytes) + " bytes";
+      responder->respond(413, "application/json", error.to_json().dump(), {});
+      continue;
+    }
+    live_[key] = responder;
+    HttpRequest request;
+    const bool takes_body = path == "/v1/completions" || path == "/v1/chat/completions" ||
+                            path == "/tokenize" || path == "/detokenize";
+    request.method = takes_body ? "POST" : "GET";
+    request.target = path;
+    request.body = parts[3].to_string();
+    if (parts.size() == 5)
+      request.headers.emplace_back("authorization", "Bearer " + parts[4].to_string());
+    // Nothing a client sends may end the front end's thread: a handler
+    // that throws answers this request with a 500, as HTTP does.
+    try {
+      service_->handle(std::move(request), responder);
+    } catch (const std::exception& e) {
+      spdlog::error("zmq front end: handler threw: {}", e.what());
+      if (!responder->done()) {
+        ApiError error;
+        error.http_status = 500;
+        error.type = "InternalServerError";
+        error.message = "internal error";
+        responder->respond(500, "application/json", error.to_json().dump(), {});
+      }
     }
   }
 }

@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 #include "common/control_socket.h"
@@ -28,9 +29,17 @@ namespace baton::router {
 
 inline constexpr size_t kMaxZmqTagBytes = 256;
 
+struct ZmqFrontendConfig {
+  std::string endpoint;                          // tcp://host:port
+  size_t max_body_bytes = kMaxRequestBodyBytes;  // larger bodies: 413, as over HTTP
+};
+
 class ZmqFrontend {
  public:
-  static Result<std::unique_ptr<ZmqFrontend>> start(const std::string& endpoint,
+  // A client that goes away (its connection closes, or it stops answering
+  // ZMTP heartbeats) has its running requests cancelled, as an HTTP client
+  // that hangs up does: the nodes stop and free their KV blocks.
+  static Result<std::unique_ptr<ZmqFrontend>> start(const ZmqFrontendConfig& config,
                                                     OpenAiService* service);
   ~ZmqFrontend();
   std::string endpoint() const;
@@ -50,14 +59,22 @@ class ZmqFrontend {
   };
   ZmqFrontend() = default;
   void loop();
+  void receive_requests();
+  // Monitor events: a disconnected connection cancels its clients' requests.
+  void handle_monitor_events();
+  void cancel_client(const std::string& identity);
 
   std::unique_ptr<Sockets> sockets_;
   OpenAiService* service_ = nullptr;
   control::WakeFd wake_;
   std::mutex outbox_mutex_;
   std::vector<Outgoing> outbox_;
+  ZmqFrontendConfig config_;
   // Live requests by identity + tag, so "cancel" can reach them (socket thread only).
   std::unordered_map<std::string, std::weak_ptr<Responder>> live_;
+  // The client identities seen on each connection (by its file descriptor),
+  // to cancel their requests when it closes (socket thread only).
+  std::unordered_map<int, std::unordered_set<std::string>> identities_by_fd_;
   std::atomic<uint64_t> rejected_{0};
   std::atomic<bool> stop_{false};
   std::thread thread_;

@@ -125,5 +125,55 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
   EXPECT_EQ(health->status, 200);
 }
 
+// A client that goes away mid-stream (its socket closes) has its request
+// cancelled: the node stops generating and frees its blocks. A front end
+// that never noticed would let the node generate all the tokens.
+TEST(ZmqFrontendTest, AClientThatGoesAwayHasItsRequestsCancelled) {
+  ClusterShape shape;
+  Cluster cluster(shape);
+  ASSERT_TRUE(cluster.wait_drained(10s));
+  const int64_t before = cluster.generated_tokens("decode");
+  constexpr int kMaxTokens = 900;
+  json long_body = {{"prompt", "a long story"},
+                    {"max_tokens", kMaxTokens},
+                    {"ignore_eos", true},
+                    {"stream", true}};
+  {
+    ZmqClient client(cluster.zmq_port());
+    client.send("gone", "/v1/completions", long_body.dump());
+    std::vector<std::string> reply = client.receive();
+    ASSERT_EQ(reply.size(), 3u);
+    EXPECT_EQ(reply[1], "200");
+  }  // the client's socket and context close here
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens / 2);
+}
+
+// router.max_request_body_bytes bounds both front ends alike.
+TEST(ZmqFrontendTest, TheBodyLimitIsASettingOfBothFrontEnds) {
+  ClusterShape shape;
+  shape.extra_router_yaml = "  max_request_body_bytes: 4096\n";
+  Cluster cluster(shape);
+  ZmqClient client(cluster.zmq_port());
+  // Token ids: bodies of about 1.8 KB and 4.5 KB, prompts that fit the model.
+  const json fits = {{"prompt", std::vector<int32_t>(600, 97)}, {"max_tokens", 2}};
+  const json too_big = {{"prompt", std::vector<int32_t>(1500, 97)}, {"max_tokens", 2}};
+  client.send("fits", "/v1/completions", fits.dump());
+  std::vector<std::string> reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[1], "200") << reply[2];
+  client.send("big", "/v1/completions", too_big.dump());
+  reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[1], "413");
+  EXPECT_NE(reply[2].find("4096"), std::string::npos) << reply[2];
+  auto over_http = cluster.post("/v1/completions", too_big);
+  ASSERT_TRUE(over_http.is_ok());
+  EXPECT_EQ(over_http->status, 413);
+  over_http = cluster.post("/v1/completions", fits);
+  ASSERT_TRUE(over_http.is_ok());
+  EXPECT_EQ(over_http->status, 200);
+}
+
 }  // namespace
 }  // namespace baton::testing
