@@ -15,16 +15,38 @@ using json = nlohmann::json;
 constexpr size_t kMaxDepth = 8;
 
 // Builds the DOM like nlohmann's own SAX parser but refuses nesting past
-// kMaxDepth before descending: the MessagePack reader recurses per level, so
-// a frame of nested one-element arrays would otherwise exhaust the stack.
-class DepthLimitedSax : public nlohmann::detail::json_sax_dom_parser<json> {
+// kMaxDepth before descending (the MessagePack reader recurses per level, so
+// a frame of nested one-element arrays would otherwise exhaust the stack).
+// It also bounds a frame's shape while it is decoded, before any of it is built in
+// full: nesting, the entries a list or map declares, and the values and maps
+// of the whole frame, so a hostile frame within kMaxMessageBytes costs the
+// decoder what a legitimate one can, not gigabytes. The largest legitimate
+// frames are a generate message (a whole prompt and its block list) and an
+// events message (kMaxEventsPerMessage events, each with a few maps).
+class BoundedSax : public nlohmann::detail::json_sax_dom_parser<json> {
  public:
-  explicit DepthLimitedSax(json& root) : json_sax_dom_parser(root, /*allow_exceptions=*/false) {}
+  static constexpr size_t kMaxListEntries = std::max(kMaxPromptTokens, kMaxBlocksPerRequest);
+  static constexpr size_t kMaxMapEntries = 64;
+  static constexpr size_t kMaxValues = kMaxPromptTokens + kMaxBlocksPerRequest + (64u << 10);
+  static constexpr size_t kMaxMaps = 4 * kMaxEventsPerMessage;
+
+  explicit BoundedSax(json& root) : json_sax_dom_parser(root, /*allow_exceptions=*/false) {}
   bool start_object(size_t size) {
-    return ++depth_ <= kMaxDepth && json_sax_dom_parser::start_object(size);
+    if (++depth_ > kMaxDepth) return refuse("nested deeper than " + std::to_string(kMaxDepth));
+    if (size != size_t(-1) && size > kMaxMapEntries) {
+      return refuse("a map of " + std::to_string(size) + " entries, over " +
+                    std::to_string(kMaxMapEntries));
+    }
+    if (++maps_ > kMaxMaps) return refuse("more than " + std::to_string(kMaxMaps) + " maps");
+    return count() && json_sax_dom_parser::start_object(size);
   }
   bool start_array(size_t size) {
-    return ++depth_ <= kMaxDepth && json_sax_dom_parser::start_array(size);
+    if (++depth_ > kMaxDepth) return refuse("nested deeper than " + std::to_string(kMaxDepth));
+    if (size != size_t(-1) && size > kMaxListEntries) {
+      return refuse("a list of " + std::to_string(size) + " entries, over " +
+                    std::to_string(kMaxListEntries));
+    }
+    return count() && json_sax_dom_parser::start_array(size);
   }
   bool end_object() {
     --depth_;
@@ -34,10 +56,33 @@ class DepthLimitedSax : public nlohmann::detail::json_sax_dom_parser<json> {
     --depth_;
     return json_sax_dom_parser::end_array();
   }
-  bool too_deep() const { return depth_ > kMaxDepth; }
+  bool null() { return count() && json_sax_dom_parser::null(); }
+  bool boolean(bool v) { return count() && json_sax_dom_parser::boolean(v); }
+  bool number_integer(json::number_integer_t v) {
+    return count() && json_sax_dom_parser::number_integer(v);
+  }
+  bool number_unsigned(json::number_unsigned_t v) {
+    return count() && json_sax_dom_parser::number_unsigned(v);
+  }
+  bool number_float(json::number_float_t v, const std::string& s) {
+    return count() && json_sax_dom_parser::number_float(v, s);
+  }
+  bool string(json::string_t& v) { return count() && json_sax_dom_parser::string(v); }
+  bool binary(json::binary_t& v) { return count() && json_sax_dom_parser::binary(v); }
+  // Why the frame was refused; empty when its shape is within bounds.
+  const std::string& refusal() const { return refusal_; }
 
  private:
-  size_t depth_ = 0;
+  bool count() {
+    if (++values_ <= kMaxValues) return true;
+    return refuse("more than " + std::to_string(kMaxValues) + " values");
+  }
+  bool refuse(std::string why) {
+    if (refusal_.empty()) refusal_ = std::move(why);
+    return false;
+  }
+  size_t depth_ = 0, values_ = 0, maps_ = 0;
+  std::string refusal_;
 };
 
 // Reads typed, bounded fields of one message; remembers the first problem.
@@ -448,12 +493,11 @@ Result<Message> decode(std::span<const uint8_t> frame) {
                      " bytes, over the limit of " + std::to_string(kMaxMessageBytes));
   }
   json object;
-  DepthLimitedSax sax(object);
+  BoundedSax sax(object);
   bool parsed =
       json::sax_parse(frame.begin(), frame.end(), &sax, nlohmann::detail::input_format_t::msgpack,
                       /*strict=*/true);
-  if (sax.too_deep())
-    return data_loss("control message: nested deeper than " + std::to_string(kMaxDepth));
+  if (!sax.refusal().empty()) return data_loss("control message: " + sax.refusal());
   if (!parsed || sax.is_errored()) return data_loss("control message: not valid MessagePack");
   if (!object.is_object()) return data_loss("control message: not a map");
   FieldReader envelope(object, "message");

@@ -229,7 +229,9 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   object = json::from_msgpack(encode(gen));
   object["prompt"] = json::array();
   for (size_t i = 0; i <= kMaxPromptTokens; ++i) object["prompt"].push_back(1);
-  EXPECT_NE(message_of(decode_json(object)).find("more than"), std::string::npos);
+  EXPECT_NE(message_of(decode_json(object)).find(std::to_string(kMaxPromptTokens + 1) + " entries"),
+            std::string::npos)
+      << message_of(decode_json(object));
 
   // A negative count of cached blocks.
   object = json::from_msgpack(encode(PrefillReady{4, 5, {1, 2}, 1}));
@@ -282,6 +284,60 @@ TEST(ControlMessages, OversizedFrameIsRejectedBeforeParsing) {
   Result<Message> decoded = decode(frame);
   ASSERT_FALSE(decoded.is_ok());
   EXPECT_NE(decoded.status().message().find("over the limit"), std::string::npos);
+}
+
+// Frames whose shape no message has are refused as their headers are read,
+// before what they declare is built: a list longer than any prompt, a map
+// with more entries than any message, more values or maps than the largest
+// message holds. Each is well under kMaxMessageBytes.
+TEST(ControlMessages, ShapesNoMessageHasAreRefusedWhileDecoding) {
+  const auto msgpack_list_header = [](std::vector<uint8_t>& out, uint32_t n) {
+    out.push_back(0xdd);  // array 32
+    for (int s = 24; s >= 0; s -= 8) out.push_back(uint8_t(n >> s));
+  };
+  // A list declaring 15 million entries, of which none follow.
+  std::vector<uint8_t> frame = {0x81, 0xa1, 'x'};
+  msgpack_list_header(frame, 15u << 20);
+  auto decoded = decode(frame);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("entries, over"), std::string::npos)
+      << decoded.status().message();
+
+  // A map declaring 1000 entries.
+  frame = {0xde, 0x03, 0xe8};
+  decoded = decode(frame);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("a map of 1000 entries"), std::string::npos)
+      << decoded.status().message();
+
+  // Lists within bounds, holding too many values together: 3 x 900k zeros.
+  frame = {0x83};
+  for (char key : {'a', 'b', 'c'}) {
+    frame.push_back(0xa1);
+    frame.push_back(uint8_t(key));
+    msgpack_list_header(frame, 900000);
+    frame.insert(frame.end(), 900000, 0x00);
+  }
+  decoded = decode(frame);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("values"), std::string::npos)
+      << decoded.status().message();
+
+  // 300k empty maps.
+  frame = {0x81, 0xa1, 'm'};
+  msgpack_list_header(frame, 300000);
+  frame.insert(frame.end(), 300000, 0x80);
+  decoded = decode(frame);
+  ASSERT_FALSE(decoded.is_ok());
+  EXPECT_NE(decoded.status().message().find("maps"), std::string::npos)
+      << decoded.status().message();
+
+  // The largest legitimate frames still decode: a generate message with a
+  // prompt of kMaxPromptTokens tokens.
+  Generate gen{1, std::vector<int32_t>(kMaxPromptTokens, 7), {}, ""};
+  auto big = decode(encode(gen));
+  ASSERT_TRUE(big.is_ok()) << big.status().message();
+  EXPECT_EQ(std::get<Generate>(*big).prompt.size(), kMaxPromptTokens);
 }
 
 }  // namespace
