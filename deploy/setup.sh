@@ -15,6 +15,7 @@ packages=(
   libpcre2-dev libicu-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format
+  clang libclang-rt-14-dev
 )
 
 missing=()

@@ -37,3 +37,7 @@ cmake --build build-asan -j "$jobs" --target loader_test common_test kernels_cpu
   router_test router_http_test kv_transfer_wire_test jinja_test
 ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
   -R '^(CompletionRequest|ChatRequest|HttpServerTest|WireTest|HfTokenizerTest|JinjaTest|Safetensors|SsdKvStore|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|LoadLock|ControlMessages|ControlSocket|Dtypes/PagedAttentionTest\.MatchesReference.*/bf16|Isas/LinearTest\.MatchesReference.*/avx512|SchedulerTest\..*(Ssd|Restore|Burst)|RemoteKvTest\.CachedPrefix)'
+
+# The parsers of untrusted input under libFuzzer (ASan and UBSan), briefly,
+# from their committed seed corpora: deploy/fuzz.sh runs them longer.
+bash deploy/fuzz.sh --seconds 10

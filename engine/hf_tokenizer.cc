@@ -246,6 +246,11 @@ Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::filesystem::path
   if (std::filesystem::exists(dir / "tokenizer_config.json")) {
     BATON_ASSIGN_OR_RETURN(config, read_json_file(dir / "tokenizer_config.json"));
   }
+  return load_hf_tokenizer(doc, config, name);
+}
+
+Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const json& doc, const json& config,
+                                                     const std::string& name) {
   if (!doc.is_object()) return data_loss(name + ": not a JSON object");
   try {
     if (!doc.contains("model")) return data_loss(name + ": no model");

@@ -18,6 +18,8 @@
 
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
 
 #include "common/status.h"
 #include "engine/tokenizer.h"
@@ -29,5 +31,10 @@ inline constexpr const char* kHfTokenizerFile = "tokenizer.json";
 // Loads `dir`/tokenizer.json, with tokenizer_config.json beside it when
 // present (its bos_token, eos_token and add_bos_token).
 Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const std::filesystem::path& dir);
+// The same from parsed tokenizer.json and tokenizer_config.json (null when
+// absent); `name` names the file in errors.
+Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const nlohmann::json& tokenizer_json,
+                                                     const nlohmann::json& tokenizer_config,
+                                                     const std::string& name);
 
 }  // namespace baton::engine
