@@ -267,6 +267,8 @@ const Fields<RouterSection>& router_fields() {
       {"max_request_body_bytes",
        int_field(&R::max_request_body_bytes, int64_t(1) << 10, int64_t(1) << 30)},
       {"api_key_file", string_field(&R::api_key_file)},
+      {"control_host", string_field(&R::control_host)},
+      {"control_keys", string_field(&R::control_keys)},
       {"limits",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
          return parse_fields(node, key, limits_fields(), out.limits);
@@ -295,7 +297,8 @@ Status check_ports(const RouterSection& router) {
   };
   const std::vector<Port> ports = {{router.host, router.http_port, "router.http_port"},
                                    {router.host, router.zmq_port, "router.zmq_port"},
-                                   {router.host, router.control_port, "router.control_port"}};
+                                   {router.control_host.empty() ? router.host : router.control_host,
+                                    router.control_port, "router.control_port"}};
   for (size_t i = 0; i < ports.size(); ++i) {
     for (size_t j = 0; j < i; ++j) {
       if (ports[i].host == ports[j].host && ports[i].port == ports[j].port) {
@@ -538,9 +541,10 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
   ClusterConfig config;
   BATON_ASSIGN_OR_RETURN(config.model, parse_model(section("model"), base_dir));
   BATON_ASSIGN_OR_RETURN(config.router, parse_router(section("router")));
-  if (!config.router.api_key_file.empty() && fs::path(config.router.api_key_file).is_relative()) {
-    config.router.api_key_file = (base_dir / config.router.api_key_file).string();
+  for (std::string* file : {&config.router.api_key_file, &config.router.control_keys}) {
+    if (!file->empty() && fs::path(*file).is_relative()) *file = (base_dir / *file).string();
   }
+  if (config.router.control_host.empty()) config.router.control_host = config.router.host;
   BATON_RETURN_IF_ERROR(check_ports(config.router));
 
   // The defaults are checked on their own first, so their errors name "engine.x",

@@ -77,6 +77,13 @@ struct RouterSection {
   // API keys required on the /v1/ routes, one per line (router/api_keys.h);
   // relative to the YAML file. Empty: only BATON_API_KEY, if set.
   std::string api_key_file;
+  // Where the control plane listens (nodes connect here); empty: `host`.
+  // A private address keeps clients and nodes on separate networks.
+  std::string control_host;
+  // A directory of CURVE keys (`baton keygen`, common/control_keys.h),
+  // relative to the YAML file: the control plane authenticates and
+  // encrypts. Empty: in the clear (loopback and trusted networks only).
+  std::string control_keys;
 };
 
 struct NodeSection {

@@ -80,13 +80,16 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
   }
   {
     BATON_ASSIGN_OR_RETURN(
-        node->socket_, control::ControlSocket::connect(settings.control_endpoint, settings.name));
+        node->socket_,
+        control::ControlSocket::connect(settings.control_endpoint, settings.name,
+                                        settings.control_keys ? &*settings.control_keys : nullptr));
   }
   {
     BATON_ASSIGN_OR_RETURN(node->heartbeat_socket_,
                            control::ControlSocket::connect(
                                settings.control_endpoint,
-                               settings.name + std::string(control::kHeartbeatIdentitySuffix)));
+                               settings.name + std::string(control::kHeartbeatIdentitySuffix),
+                               settings.control_keys ? &*settings.control_keys : nullptr));
   }
   node->cancel_thread_ = std::thread([n = node.get()] { n->cancel_loop(); });
   node->heartbeat_thread_ = std::thread([n = node.get()] { n->heartbeat_loop(); });

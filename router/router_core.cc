@@ -17,8 +17,10 @@ RouterCore::RouterCore(RouterCoreConfig config)
 Result<std::unique_ptr<RouterCore>> RouterCore::start(RouterCoreConfig config) {
   std::unique_ptr<RouterCore> core(new RouterCore(std::move(config)));
   {
-    BATON_ASSIGN_OR_RETURN(core->socket_,
-                           control::ControlSocket::bind(core->config_.control_endpoint));
+    BATON_ASSIGN_OR_RETURN(
+        core->socket_, control::ControlSocket::bind(
+                           core->config_.control_endpoint,
+                           core->config_.control_keys ? &*core->config_.control_keys : nullptr));
   }
   core->publish_snapshot();
   core->thread_ = std::thread([c = core.get()] { c->loop(); });

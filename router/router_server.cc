@@ -59,7 +59,11 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
 
   const cluster::RouterSection& r = config.router;
   RouterCoreConfig core;
-  core.control_endpoint = "tcp://" + r.host + ":" + std::to_string(r.control_port);
+  core.control_endpoint = "tcp://" + r.control_host + ":" + std::to_string(r.control_port);
+  if (!r.control_keys.empty()) {
+    BATON_ASSIGN_OR_RETURN(core.control_keys, control::read_control_keys(r.control_keys));
+    spdlog::info("router: the control plane is keyed (CURVE, keys in {})", r.control_keys);
+  }
   for (const auto& node : config.prefill) core.nodes[node.name] = "prefill";
   for (const auto& node : config.decode) core.nodes[node.name] = "decode";
   core.policy = policy_of(r.policy);
@@ -121,8 +125,8 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
                                               routes));
   }
   spdlog::info("router: serving {} on http://{}:{} (ZeroMQ tcp://{}:{}, control tcp://{}:{})",
-               config.model.served_name, r.host, server->http_->port(), r.host, r.zmq_port, r.host,
-               r.control_port);
+               config.model.served_name, r.host, server->http_->port(), r.host, r.zmq_port,
+               r.control_host, r.control_port);
   return server;
 }
 

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   runners["prefill"] = baton::tools::add_node_command(app, baton::cluster::Role::kPrefill);
   runners["decode"] = baton::tools::add_node_command(app, baton::cluster::Role::kDecode);
   runners["bench"] = baton::tools::add_bench_command(app);
+  runners["keygen"] = baton::tools::add_keygen_command(app);
 
   CLI11_PARSE(app, argc, argv);
   baton::init_logging("baton");

@@ -17,5 +17,6 @@ std::function<int()> add_router_command(CLI::App& app);
 std::function<int()> add_node_command(CLI::App& app, cluster::Role role);  // prefill or decode
 std::function<int()> add_up_command(CLI::App& app);
 std::function<int()> add_bench_command(CLI::App& app);
+std::function<int()> add_keygen_command(CLI::App& app);
 
 }  // namespace baton::tools

@@ -64,7 +64,12 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   settings.name = name;
   settings.role = std::string(cluster::role_name(role));
   settings.control_endpoint =
-      "tcp://" + config->router.host + ":" + std::to_string(config->router.control_port);
+      "tcp://" + config->router.control_host + ":" + std::to_string(config->router.control_port);
+  if (!config->router.control_keys.empty()) {
+    auto keys = control::read_control_keys(config->router.control_keys);
+    if (!keys.is_ok()) return fail(keys.status().with_context("router.control_keys"));
+    settings.control_keys = std::move(keys).value();
+  }
   settings.model_dir = config->model.path;
   settings.engine = section->engine;
   settings.transfer = section->transfer;

@@ -111,6 +111,13 @@ Cluster::Cluster(const ClusterShape& shape) {
   http_port_ = free_port();
   zmq_port_ = free_port();
   uint16_t control_port = free_port();
+  control_port_ = control_port;
+  if (shape.control_keys) {
+    std::string command = BATON_BINARY;
+    command.append(" keygen ").append((dir_ / "keys").string()).append(" > /dev/null");
+    const int made = std::system(command.c_str());
+    EXPECT_EQ(made, 0) << "baton keygen failed";
+  }
   config_file_ = dir_ / "cluster.yaml";
   if (!shape.ssd_cache_dir.empty()) std::filesystem::create_directories(dir_ / shape.ssd_cache_dir);
   api_key_ = shape.api_key;
@@ -124,7 +131,8 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "\n  heartbeat_interval_ms: " << shape.heartbeat_interval_ms
        << "\n  heartbeat_timeout_ms: " << shape.heartbeat_timeout_ms
        << "\n  drain_timeout_ms: 8000\n"
-       << (shape.api_key.empty() ? "" : "  api_key_file: api_keys.txt\n") << shape.extra_router_yaml
+       << (shape.api_key.empty() ? "" : "  api_key_file: api_keys.txt\n")
+       << (shape.control_keys ? "  control_keys: keys\n" : "") << shape.extra_router_yaml
        << "engine: {threads: 1, kv_cache_bytes: " << shape.kv_cache_bytes
        << ", max_num_seqs: " << shape.max_num_seqs
        << ", max_num_batched_tokens: " << shape.max_num_batched_tokens

@@ -36,6 +36,9 @@ struct ClusterShape {
   // Non-empty: the router requires this API key (a key file named in the
   // YAML), and get/post/post_stream send it.
   std::string api_key;
+  // The control plane over CURVE: `baton keygen` writes keys into the
+  // cluster's directory (keys/), and the YAML names them.
+  bool control_keys = false;
 };
 
 class Cluster {
@@ -67,6 +70,8 @@ class Cluster {
   const std::filesystem::path& model_dir() const { return model_dir_; }
   const std::filesystem::path& config_file() const { return config_file_; }
   uint16_t http_port() const { return http_port_; }
+  uint16_t control_port() const { return control_port_; }
+  const std::filesystem::path& dir() const { return dir_; }
   uint16_t zmq_port() const { return zmq_port_; }
 
   Result<tools::HttpResponse> get(const std::string& target) const;
@@ -97,6 +102,7 @@ class Cluster {
   std::filesystem::path config_file_;
   uint16_t http_port_ = 0;
   std::string api_key_;
+  uint16_t control_port_ = 0;
   uint16_t zmq_port_ = 0;
   std::chrono::milliseconds heartbeat_interval_{100};
   tools::ProcessGroup group_;
