@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/control_messages.h"
+#include "router/request_fields.h"
 
 namespace baton::router {
 namespace {
@@ -279,6 +280,7 @@ Result<std::string> read_content(const json& v, const std::string& field) {
 Result<CompletionRequest> parse_completion_request(std::string_view body,
                                                    const RequestLimits& limits) {
   BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
+  BATON_RETURN_IF_ERROR(check_request_fields(doc, Endpoint::kCompletions));
   CompletionRequest request;
   BATON_ASSIGN_OR_RETURN(request.model, read_model(doc));
   BATON_ASSIGN_OR_RETURN(request.prompts, read_prompts(doc, limits));
@@ -426,6 +428,7 @@ Result<ChatRequest> read_chat(const json& doc, std::string_view body) {
 
 Result<ChatRequest> parse_chat_request(std::string_view body, const RequestLimits& limits) {
   BATON_ASSIGN_OR_RETURN(json doc, parse_object(body));
+  BATON_RETURN_IF_ERROR(check_request_fields(doc, Endpoint::kChatCompletions));
   BATON_ASSIGN_OR_RETURN(ChatRequest request, read_chat(doc, body));
   BATON_RETURN_IF_ERROR(read_sampling(doc, limits, request.sampling, /*is_chat=*/true));
   return request;

@@ -1,0 +1,118 @@
+#include "router/request_fields.h"
+
+#include <algorithm>
+#include <functional>
+#include <string_view>
+
+namespace baton::router {
+namespace {
+
+using nlohmann::json;
+
+constexpr std::string_view kCompletionFields[] = {
+    "model", "prompt",         "max_tokens", "temperature", "top_p",  "top_k",          "seed",
+    "stop",  "stop_token_ids", "ignore_eos", "n",           "stream", "stream_options", "logprobs"};
+constexpr std::string_view kChatFields[] = {"model",
+                                            "messages",
+                                            "max_tokens",
+                                            "max_completion_tokens",
+                                            "temperature",
+                                            "top_p",
+                                            "top_k",
+                                            "seed",
+                                            "stop",
+                                            "stop_token_ids",
+                                            "ignore_eos",
+                                            "n",
+                                            "stream",
+                                            "stream_options",
+                                            "logprobs",
+                                            "top_logprobs",
+                                            "tools",
+                                            "tool_choice",
+                                            "add_generation_prompt",
+                                            "chat_template_kwargs"};
+constexpr std::string_view kInformational[] = {"user", "metadata", "store", "service_tier",
+                                               "request_id"};
+
+bool number_is(const json& v, double neutral) {
+  return v.is_number() && v.get<double>() == neutral;
+}
+
+// Fields accepted at their neutral value only: what that value is, and
+// whether `v` is it (`body` for fields whose neutral value depends on
+// another, as best_of's on n).
+struct NeutralField {
+  std::string_view name;
+  std::string_view neutral;
+  std::function<bool(const json& v, const json& body)> is_neutral;
+  bool chat_only = false;
+  bool completions_only = false;
+};
+
+const std::vector<NeutralField>& neutral_fields() {
+  static const std::vector<NeutralField> fields = {
+      {"presence_penalty", "0", [](const json& v, const json&) { return number_is(v, 0); }},
+      {"frequency_penalty", "0", [](const json& v, const json&) { return number_is(v, 0); }},
+      {"repetition_penalty", "1", [](const json& v, const json&) { return number_is(v, 1); }},
+      {"length_penalty", "1", [](const json& v, const json&) { return number_is(v, 1); }},
+      {"min_p", "0", [](const json& v, const json&) { return number_is(v, 0); }},
+      {"min_tokens", "0", [](const json& v, const json&) { return number_is(v, 0); }},
+      {"logit_bias", "{}", [](const json& v, const json&) { return v.is_object() && v.empty(); }},
+      {"best_of", "n",
+       [](const json& v, const json& body) {
+         const json n = body.contains("n") && !body["n"].is_null() ? body["n"] : json(1);
+         return v.is_number_integer() && n.is_number_integer() && v == n;
+       }},
+      {"echo", "false", [](const json& v, const json&) { return v == false; }},
+      {"use_beam_search", "false", [](const json& v, const json&) { return v == false; }},
+      {"skip_special_tokens", "true", [](const json& v, const json&) { return v == true; }},
+      {"spaces_between_special_tokens", "true",
+       [](const json& v, const json&) { return v == true; }},
+      {"include_stop_str_in_output", "false",
+       [](const json& v, const json&) { return v == false; }},
+      {"response_format", "{\"type\": \"text\"}",
+       [](const json& v, const json&) {
+         return v.is_object() && v.size() == 1 && v.value("type", json()) == "text";
+       }},
+      {"parallel_tool_calls", "true", [](const json& v, const json&) { return v == true; }, true},
+      {"continue_final_message", "false", [](const json& v, const json&) { return v == false; },
+       true},
+      {"add_special_tokens", "false", [](const json& v, const json&) { return v == false; }, true},
+      {"add_special_tokens", "true", [](const json& v, const json&) { return v == true; }, false,
+       true},
+      {"suffix", "\"\"", [](const json& v, const json&) { return v == ""; }, false, true},
+      {"prompt_logprobs", "0", [](const json& v, const json&) { return number_is(v, 0); }},
+      {"priority", "0", [](const json& v, const json&) { return number_is(v, 0); }},
+  };
+  return fields;
+}
+
+template <size_t N>
+bool listed(const std::string_view (&names)[N], std::string_view name) {
+  return std::find(std::begin(names), std::end(names), name) != std::end(names);
+}
+
+}  // namespace
+
+Status check_request_fields(const json& body, Endpoint endpoint) {
+  const bool chat = endpoint == Endpoint::kChatCompletions;
+  for (const auto& [key, value] : body.items()) {
+    if (value.is_null()) continue;
+    if (chat ? listed(kChatFields, key) : listed(kCompletionFields, key)) continue;
+    if (listed(kInformational, key)) continue;
+    const auto& neutral = neutral_fields();
+    const auto it = std::find_if(neutral.begin(), neutral.end(), [&](const NeutralField& f) {
+      return f.name == key && !(chat && f.completions_only) && !(!chat && f.chat_only);
+    });
+    if (it != neutral.end()) {
+      if (it->is_neutral(value, body)) continue;
+      return invalid_argument("'" + key + "' is not implemented by Baton; only " +
+                              std::string(it->neutral) + " (asking for nothing) is accepted");
+    }
+    return invalid_argument("'" + key + "' is not supported by Baton");
+  }
+  return Status::ok();
+}
+
+}  // namespace baton::router

@@ -1,0 +1,137 @@
+// Every request field of OpenAI's and vLLM's completion and chat schemas is
+// either honoured or refused with a 400 naming it; none is silently ignored.
+// The lists below are typed in from OpenAI's API reference and vLLM's
+// protocol (CompletionRequest, ChatCompletionRequest), not taken from the
+// code under test.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "router/completion_request.h"
+
+namespace baton::router {
+namespace {
+
+using nlohmann::json;
+
+const std::set<std::string> kOpenAiCompletion = {
+    "model", "prompt", "best_of", "echo", "frequency_penalty", "logit_bias", "logprobs",
+    "max_tokens", "n", "presence_penalty", "seed", "stop", "stream", "stream_options", "suffix",
+    "temperature", "top_p", "user"};
+const std::set<std::string> kOpenAiChat = {
+    "messages", "model", "audio", "frequency_penalty", "function_call", "functions",
+    "logit_bias", "logprobs", "max_completion_tokens", "max_tokens", "metadata", "modalities", "n",
+    "parallel_tool_calls", "prediction", "presence_penalty", "reasoning_effort",
+    "response_format", "seed", "service_tier", "stop", "store", "stream", "stream_options",
+    "temperature", "tool_choice", "tools", "top_logprobs", "top_p", "user", "web_search_options"};
+const std::set<std::string> kVllmExtras = {
+    "use_beam_search", "top_k", "min_p", "repetition_penalty", "length_penalty",
+    "stop_token_ids", "include_stop_str_in_output", "ignore_eos", "min_tokens",
+    "skip_special_tokens", "spaces_between_special_tokens", "truncate_prompt_tokens",
+    "allowed_token_ids", "prompt_logprobs", "bad_words", "add_special_tokens", "response_format",
+    "guided_json", "guided_regex", "guided_choice", "guided_grammar", "guided_decoding_backend",
+    "guided_whitespace_pattern", "structured_outputs", "priority", "request_id",
+    "logits_processors", "return_tokens_as_token_ids", "return_token_ids", "cache_salt",
+    "kv_transfer_params", "vllm_xargs", "echo", "add_generation_prompt", "continue_final_message",
+    "documents", "chat_template", "chat_template_kwargs", "mm_processor_kwargs", "best_of"};
+
+// Fields Baton implements (completion_request.cc reads them).
+const std::set<std::string> kImplementedCompletion = {
+    "model", "prompt", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+    "stop_token_ids", "ignore_eos", "n", "stream", "stream_options", "logprobs"};
+const std::set<std::string> kImplementedChat = {
+    "model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p", "top_k",
+    "seed", "stop", "stop_token_ids", "ignore_eos", "n", "stream", "stream_options", "logprobs",
+    "top_logprobs", "tools", "tool_choice", "add_generation_prompt", "chat_template_kwargs"};
+// Changing nothing generated, so accepted whatever their value.
+const std::set<std::string> kInformational = {"user", "metadata", "store", "service_tier",
+                                              "request_id"};
+
+// A value that asks for something (a penalty, a bias, a grammar, ...).
+json asking_value(const std::string& field) {
+  if (field == "logit_bias") return json{{"50", 5}};
+  if (field == "response_format") return json{{"type", "json_object"}};
+  if (field == "best_of") return 3;
+  if (field == "repetition_penalty" || field == "length_penalty") return 1.3;
+  if (field == "skip_special_tokens" || field == "spaces_between_special_tokens" ||
+      field == "parallel_tool_calls") {
+    return false;
+  }
+  if (field == "echo" || field == "use_beam_search" || field == "include_stop_str_in_output" ||
+      field == "continue_final_message" || field == "return_tokens_as_token_ids" ||
+      field == "return_token_ids") {
+    return true;
+  }
+  if (field == "add_special_tokens") return "yes";
+  if (field == "suffix") return "tail";
+  if (field == "functions" || field == "allowed_token_ids" || field == "bad_words" ||
+      field == "documents" || field == "modalities") {
+    return json::array({1});
+  }
+  return 0.5;  // penalties, min_p, min_tokens, and anything else
+}
+
+void check_endpoint(bool chat) {
+  std::set<std::string> fields = chat ? kOpenAiChat : kOpenAiCompletion;
+  fields.insert(kVllmExtras.begin(), kVllmExtras.end());
+  const std::set<std::string>& implemented = chat ? kImplementedChat : kImplementedCompletion;
+  const json base = chat ? json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}}
+                         : json{{"prompt", "hi"}};
+  int refused = 0;
+  for (const std::string& field : fields) {
+    if (implemented.contains(field) || field == "messages" || field == "prompt") continue;
+    json body = base;
+    body[field] = asking_value(field);
+    const Status status = chat ? parse_chat_request(body.dump()).status()
+                               : parse_completion_request(body.dump()).status();
+    if (kInformational.contains(field)) {
+      EXPECT_TRUE(status.is_ok()) << field << ": " << status.message();
+      continue;
+    }
+    ASSERT_FALSE(status.is_ok()) << (chat ? "chat " : "completions ") << field
+                                 << " was silently accepted";
+    EXPECT_EQ(status.code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(status.message().find("'" + field + "'"), std::string::npos) << status.message();
+    ++refused;
+  }
+  EXPECT_GT(refused, 30);
+}
+
+TEST(RequestFields, EveryFieldOfTheSchemasIsHonouredOrRefused) {
+  check_endpoint(false);
+  check_endpoint(true);
+}
+
+TEST(RequestFields, NeutralValuesThatAskForNothingAreAccepted) {
+  const json neutral = {{"presence_penalty", 0},
+                        {"frequency_penalty", 0.0},
+                        {"repetition_penalty", 1},
+                        {"min_p", 0},
+                        {"min_tokens", 0},
+                        {"logit_bias", json::object()},
+                        {"best_of", 2},
+                        {"n", 2},
+                        {"echo", false},
+                        {"response_format", {{"type", "text"}}},
+                        {"skip_special_tokens", true},
+                        {"user", "u-1"},
+                        {"suffix", nullptr}};
+  json completion = neutral;
+  completion["prompt"] = "hi";
+  auto c = parse_completion_request(completion.dump());
+  EXPECT_TRUE(c.is_ok()) << c.status().message();
+  json chat = neutral;
+  chat.erase("suffix");
+  chat["messages"] = {{{"role", "user"}, {"content", "hi"}}};
+  chat["parallel_tool_calls"] = true;
+  auto h = parse_chat_request(chat.dump());
+  EXPECT_TRUE(h.is_ok()) << h.status().message();
+  // best_of must match n.
+  completion["best_of"] = 3;
+  EXPECT_FALSE(parse_completion_request(completion.dump()).is_ok());
+}
+
+}  // namespace
+}  // namespace baton::router
