@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/http/error.hpp>
@@ -9,7 +11,9 @@
 #include <boost/beast/http/read.hpp>
 #include <boost/beast/http/status.hpp>
 #include <cctype>
+#include <cstdio>
 #include <exception>
+#include <random>
 
 #include "router/api_error.h"
 
@@ -66,6 +70,22 @@ std::string response_head(int status, std::string_view content_type, bool keep_a
                      "\r\nServer: baton\r\nContent-Type: " + std::string(content_type) + "\r\n";
   if (!keep_alive) head += "Connection: close\r\n";
   return head;
+}
+
+// At most 128 visible ASCII characters: a value safe to echo in a header
+// and to print in a log line.
+bool is_request_id_token(std::string_view id) {
+  if (id.empty() || id.size() > 128) return false;
+  return std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
+}
+
+std::string make_request_id() {
+  static std::atomic<uint64_t> counter{0};
+  thread_local std::mt19937_64 rng(std::random_device{}());
+  char id[40];
+  std::snprintf(id, sizeof(id), "%016llx%08llx", static_cast<unsigned long long>(rng()),
+                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffffffu));
+  return id;
 }
 
 std::string error_body(int status, std::string type, std::string message) {
@@ -219,6 +239,14 @@ void HttpConnection::dispatch(http::request<http::string_body> message) {
     request.headers.emplace_back(lower_ascii(to_std(field.name_string())),
                                  std::string(to_std(field.value())));
   }
+  // X-Request-Id, as vLLM reads it: the client's when it is a sane token,
+  // else one made here; the handler sees it and the response echoes it.
+  x_request_id_ = request.header("x-request-id");
+  if (!is_request_id_token(x_request_id_)) {
+    x_request_id_ = make_request_id();
+    std::erase_if(request.headers, [](const auto& h) { return h.first == "x-request-id"; });
+    request.headers.emplace_back("x-request-id", x_request_id_);
+  }
   request.body = std::move(message.body());
 
   ++request_id_;
@@ -260,9 +288,10 @@ void HttpConnection::on_respond(uint64_t request_id, int status, std::string con
   if (request_id != request_id_ || phase_ != Phase::kHandling || reply_ != Reply::kNone) return;
   reply_ = Reply::kComplete;
   std::string bytes = response_head(status, content_type, keep_alive_);
+  bytes += "X-Request-Id: " + x_request_id_ + "\r\n";
   for (const auto& [name, value] : extra_headers) {
     if (name.empty() || has_line_break(name) || name.find(':') != std::string::npos ||
-        has_line_break(value) || is_framing_header(name)) {
+        has_line_break(value) || is_framing_header(name) || iequals(name, "x-request-id")) {
       continue;
     }
     bytes += name + ": " + value + "\r\n";
@@ -275,8 +304,8 @@ void HttpConnection::on_respond(uint64_t request_id, int status, std::string con
 void HttpConnection::on_start_stream(uint64_t request_id, int status, std::string content_type) {
   if (request_id != request_id_ || phase_ != Phase::kHandling || reply_ != Reply::kNone) return;
   reply_ = Reply::kStreaming;
-  enqueue(response_head(status, content_type, keep_alive_) +
-              "Cache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n",
+  enqueue(response_head(status, content_type, keep_alive_) + "X-Request-Id: " + x_request_id_ +
+              "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n",
           false);
 }
 

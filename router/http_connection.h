@@ -138,6 +138,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   Phase phase_ = Phase::kReading;
   Reply reply_ = Reply::kNone;
   uint64_t request_id_ = 0;  // numbers the requests handed out; responders carry theirs
+  // The current request's X-Request-Id (the client's, or one made here),
+  // echoed on its response.
+  std::string x_request_id_;
   bool keep_alive_ = true;
   bool head_request_ = false;  // HEAD: headers only
   std::function<void()> on_close_;

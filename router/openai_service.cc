@@ -84,6 +84,9 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
                  {"draining", draining_.load()}};
     return send_json(*responder, healthy ? 200 : 503, dump(body));
   }
+  if (path == "/version" && get) {
+    return send_json(*responder, 200, dump({{"version", BATON_VERSION}}));
+  }
   if (path == "/v1/models" && get) {
     json model = {{"id", config_.served_model},   {"object", "model"},
                   {"created", unix_seconds()},    {"owned_by", "baton"},
@@ -104,8 +107,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
                            {"control_messages_rejected", snapshot.control_messages_rejected}}));
   }
   bool known = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/health" ||
-               path == "/v1/models" || path == "/metrics" || path == "/v1/nodes" ||
-               path == "/tokenize" || path == "/detokenize";
+               path == "/version" || path == "/v1/models" || path == "/metrics" ||
+               path == "/v1/nodes" || path == "/tokenize" || path == "/detokenize";
   ApiError error;
   error.http_status = known ? 405 : 404;
   error.type = known ? "MethodNotAllowed" : "NotFoundError";
@@ -246,8 +249,13 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
 
   ExchangeSpec spec;
   spec.endpoint = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
-  spec.id = (chat ? "chatcmpl-" : "cmpl-") + std::to_string(unix_seconds()) + "-" +
-            std::to_string(next_id_++);
+  // The HTTP front end's X-Request-Id (the client's, or made there), as
+  // vLLM names its responses; over ZeroMQ, a number of the router's.
+  const std::string x_request_id = request.header("x-request-id");
+  spec.id =
+      (chat ? "chatcmpl-" : "cmpl-") +
+      (x_request_id.empty() ? std::to_string(unix_seconds()) + "-" + std::to_string(next_id_++)
+                            : x_request_id);
   spec.model = config_.served_model;
   spec.created = unix_seconds();
   spec.stream = sampling.stream;

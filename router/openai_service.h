@@ -1,11 +1,12 @@
 // router/openai_service.h — the router's HTTP routes.
 //
-//   POST /v1/completions, POST /v1/chat/completions   generation (JSON or SSE)
-//   GET  /v1/models                                    the served model
-//   GET  /health                                       200, or 503 while no prefill or no decode
-//   node is up GET  /metrics                                      Prometheus text (vLLM's metric
-//   names) GET  /v1/nodes                                     Baton: every node's state and load,
-//   as JSON
+//   POST /v1/completions, /v1/chat/completions   generation (JSON or SSE)
+//   POST /tokenize, /detokenize                   vLLM's tokenizer routes
+//   GET  /v1/models                               the served model
+//   GET  /health                                  200; 503 while no prefill or decode node is up
+//   GET  /metrics                                 Prometheus text (vLLM's metric names)
+//   GET  /v1/nodes                                Baton: every node's state and load, as JSON
+//   GET  /version                                 {"version": "..."}
 //
 // Requests are validated here (fields, model name, token ids against the
 // vocabulary, prompt length against max_model_len), tokenised, and handed to

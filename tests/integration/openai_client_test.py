@@ -149,6 +149,14 @@ def run(baton, work):
         check([(e.token, e.logprob) for e in streamed_content] == [(e.token, e.logprob) for e in content],
               f"streamed chat logprobs {streamed_content}")
 
+        # X-Request-Id: echoed, and the response's id, as vLLM does.
+        raw = client.completions.with_raw_response.create(model="tiny", prompt=prompt, max_tokens=2,
+                                                          extra_headers={"X-Request-Id": "req-123"})
+        check(raw.headers.get("x-request-id") == "req-123", f"X-Request-Id echo: {raw.headers}")
+        check(raw.parse().id == "cmpl-req-123", f"id {raw.parse().id}")
+        with urllib.request.urlopen(f"http://127.0.0.1:{http}/version", timeout=5) as r:
+            check(json.load(r).get("version", "") != "", "/version")
+
         try:
             client.completions.create(model="tiny", prompt=prompt, max_tokens=-1)
             check(False, "max_tokens=-1 was accepted")

@@ -395,6 +395,46 @@ TEST_F(HttpServerTest, StreamDeliversChunksInOrderThenKeepsTheConnection) {
   EXPECT_EQ(response.body(), "after");
 }
 
+// X-Request-Id, as vLLM treats it: the client's is handed to the handler
+// and echoed on the response, plain or streamed; without one (or with one
+// unfit for a header or a log line) a fresh id is made and echoed.
+TEST_F(HttpServerTest, RequestIdsAreEchoedOrMade) {
+  std::mutex mutex;
+  std::vector<std::string> seen;
+  auto running = start([&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+    {
+      std::lock_guard lock(mutex);
+      seen.push_back(request.header("x-request-id"));
+    }
+    if (request.target != "/stream") {
+      return responder->respond(200, "text/plain", "ok", {{"X-Request-Id", "forged"}});
+    }
+    responder->start_stream(200);
+    responder->write("data: 1\n\n");
+    responder->finish();
+  });
+  Client client(server_->port());
+  Response response;
+  client.send(get("/plain", "X-Request-Id: client-id-42\r\n"));
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(str(response["X-Request-Id"]), "client-id-42");
+  EXPECT_EQ(response.count("X-Request-Id"), 1u);  // the handler's own is dropped
+  client.send(get("/stream", "X-Request-Id: stream-7\r\n"));
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(str(response["X-Request-Id"]), "stream-7");
+  client.send(get("/plain"));
+  ASSERT_FALSE(client.read(response));
+  const std::string made = str(response["X-Request-Id"]);
+  EXPECT_EQ(made.size(), 24u) << made;
+  client.send(get("/plain", "X-Request-Id: " + std::string(200, 'x') + "\r\n"));
+  ASSERT_FALSE(client.read(response));
+  const std::string replaced = str(response["X-Request-Id"]);
+  EXPECT_EQ(replaced.size(), 24u) << replaced;
+  EXPECT_NE(replaced, made);
+  std::lock_guard lock(mutex);
+  EXPECT_EQ(seen, (std::vector<std::string>{"client-id-42", "stream-7", made, replaced}));
+}
+
 TEST_F(HttpServerTest, ClientDisconnectMidStreamFiresOnClose) {
   Event closed;
   std::shared_ptr<HttpResponder> stream;
