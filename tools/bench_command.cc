@@ -9,7 +9,10 @@
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include "tools/commands.h"
 #include "tools/loadtest/bench_session.h"
@@ -34,8 +37,17 @@ struct BenchCli {
   double timeout_s = 600;
   std::vector<std::string> goodput;
   std::string percentile_metrics = "ttft,tpot,itl";
-  std::string save_result;
+  // vLLM's --save-result is a switch with --result-dir and --result-filename;
+  // Baton's own form, --save-result FILE, names the file at once.
+  std::optional<std::string> save_result;
+  std::string result_dir;
+  std::string result_filename;
   bool save_detailed = false;
+  std::string base_url;
+  std::vector<std::string> metadata;  // KEY=VALUE, into the saved result
+  std::string run_label;              // the saved file's name prefix (vLLM's --label)
+  bool ignore_eos = false;
+  std::vector<std::string> unsupported;  // vLLM flags given that Baton does not take
   // sweep
   std::string rates;
   std::string label = "baton";
@@ -54,8 +66,110 @@ int fail(const Status& status) {
   return 1;
 }
 
+// vllm bench serve's flags that Baton does not take: refused by name rather
+// than with CLI11's generic complaint.
+constexpr const char* kUnsupportedVllmFlags[] = {"--tokenizer",
+                                                 "--tokenizer-mode",
+                                                 "--trust-remote-code",
+                                                 "--use-beam-search",
+                                                 "--logprobs",
+                                                 "--profile",
+                                                 "--disable-tqdm",
+                                                 "--top-p",
+                                                 "--top-k",
+                                                 "--min-p",
+                                                 "--served-model-name",
+                                                 "--lora-modules",
+                                                 "--ramp-up-strategy",
+                                                 "--ramp-up-start-rps",
+                                                 "--ramp-up-end-rps",
+                                                 "--ready-check-timeout-sec",
+                                                 "--append-result",
+                                                 "--request-id-prefix",
+                                                 "--num-warmups",
+                                                 "--disable-shuffle",
+                                                 "--metric-percentiles",
+                                                 "--random-prefix-len",
+                                                 "--hf-subset",
+                                                 "--hf-split",
+                                                 "--hf-output-len",
+                                                 "--sonnet-input-len",
+                                                 "--sonnet-output-len",
+                                                 "--sonnet-prefix-len",
+                                                 "--custom-output-len",
+                                                 "--custom-skip-chat-template"};
+
+// --base-url http://host[:port][/]
+Status apply_base_url(BenchCli& cli) {
+  constexpr std::string_view kScheme = "http://";
+  std::string_view url = cli.base_url;
+  if (!url.starts_with(kScheme)) {
+    return invalid_argument(
+        "--base-url must be http://host[:port] (Baton serves plain HTTP), got " + cli.base_url);
+  }
+  url.remove_prefix(kScheme.size());
+  if (!url.empty() && url.back() == '/') url.remove_suffix(1);
+  if (url.find('/') != std::string_view::npos) {
+    return invalid_argument("--base-url takes no path (the routes are under /v1), got " +
+                            cli.base_url);
+  }
+  const size_t colon = url.rfind(':');
+  cli.run.address.host = std::string(url.substr(0, colon));
+  int port = 80;
+  if (colon != std::string_view::npos) {
+    const auto text = std::string(url.substr(colon + 1));
+    char* end = nullptr;
+    port = int(std::strtol(text.c_str(), &end, 10));
+    if (text.empty() || *end != '\0' || port < 1 || port > 65535) {
+      return invalid_argument("--base-url: bad port in " + cli.base_url);
+    }
+  }
+  if (cli.run.address.host.empty())
+    return invalid_argument("--base-url: no host in " + cli.base_url);
+  cli.port = port;
+  cli.backend = "http";
+  return Status::ok();
+}
+
+// The file --save-result writes: Baton's FILE, or vLLM's
+// [DIR/]{label|backend}-{rate}qps[-concurrency{N}]-{model}-{time}.json.
+std::string result_path(const BenchCli& cli, const std::string& model) {
+  if (!cli.save_result) return "";
+  std::string name = !cli.save_result->empty() ? *cli.save_result : cli.result_filename;
+  if (name.empty()) {
+    char stamp[32];
+    const std::time_t now = std::time(nullptr);
+    std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
+    std::string base_model = model.substr(model.find_last_of('/') + 1);
+    name = (cli.run_label.empty() ? std::string("baton") : cli.run_label) + "-" + cli.request_rate +
+           "qps" +
+           (cli.run.max_concurrency > 0 ? "-concurrency" + std::to_string(cli.run.max_concurrency)
+                                        : std::string()) +
+           "-" + base_model + "-" + stamp + ".json";
+  }
+  if (!cli.result_dir.empty()) return (std::filesystem::path(cli.result_dir) / name).string();
+  return name;
+}
+
 // The parts of the options CLI11 cannot check by itself.
 Status resolve(BenchCli& cli) {
+  if (!cli.unsupported.empty()) {
+    return invalid_argument(cli.unsupported.front() +
+                            " is a vllm bench serve flag Baton does not take (docs: baton bench "
+                            "--help lists what it does)");
+  }
+  if (!cli.base_url.empty()) BATON_RETURN_IF_ERROR(apply_base_url(cli));
+  // vLLM's backends all speak HTTP; openai-chat means the chat endpoint.
+  if (cli.backend == "vllm" || cli.backend == "openai") cli.backend = "http";
+  if (cli.backend == "openai-chat") {
+    cli.backend = "http";
+    cli.run.endpoint = "/v1/chat/completions";
+  }
+  for (const std::string& pair : cli.metadata) {
+    if (pair.find('=') == std::string::npos || pair.front() == '=') {
+      return invalid_argument("--metadata takes KEY=VALUE pairs, got " + pair);
+    }
+  }
   BATON_ASSIGN_OR_RETURN(cli.run.address.backend, loadtest::parse_backend(cli.backend));
   if (cli.port < 0 || cli.port > 65535) return invalid_argument("--port must be 1..65535");
   cli.run.address.port = cli.port > 0                                          ? uint16_t(cli.port)
@@ -76,8 +190,16 @@ Status resolve(BenchCli& cli) {
   return Status::ok();
 }
 
-Status save(const std::string& path, const json& doc) {
+Status save(const std::string& path, json doc, const std::vector<std::string>& metadata = {}) {
   if (path.empty()) return Status::ok();
+  // vLLM writes --metadata KEY=VALUE pairs at the top of the result.
+  for (const std::string& pair : metadata) {
+    const size_t eq = pair.find('=');
+    doc[pair.substr(0, eq)] = pair.substr(eq + 1);
+  }
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::error_code ec;
+  if (!dir.empty()) std::filesystem::create_directories(dir, ec);
   BATON_RETURN_IF_ERROR(loadtest::write_json_file(path, doc));
   std::printf("Saved %s\n", path.c_str());
   return Status::ok();
@@ -123,7 +245,9 @@ int run_bench(BenchCli& cli, const Metrics& metrics) {
   if (!result.is_ok()) return fail(result.status());
   loadtest::print_report(stdout, *result, metrics);
   const bool detailed = cli.save_detailed || !cli.run.shard.empty();
-  if (Status s = save(cli.save_result, loadtest::result_json(*result, detailed)); !s.is_ok())
+  if (Status s = save(result_path(cli, session->config().model),
+                      loadtest::result_json(*result, detailed), cli.metadata);
+      !s.is_ok())
     return fail(s);
   return 0;
 }
@@ -183,7 +307,8 @@ int run_sweep(BenchCli& cli, const Metrics& metrics) {
       if (!point.is_ok()) return fail(point.status());
       mine.points.push_back(*point);
     }
-    if (Status s = save(cli.save_result, loadtest::sweep_json(cli.label, runs)); !s.is_ok())
+    if (Status s = save(cli.save_result.value_or(""), loadtest::sweep_json(cli.label, runs));
+        !s.is_ok())
       return fail(s);
     all.insert(all.begin(), std::move(mine));
   }
@@ -209,7 +334,8 @@ int run_merge(const BenchCli& cli, const Metrics& metrics) {
   auto merged = loadtest::merge_results(shards);
   if (!merged.is_ok()) return fail(merged.status());
   loadtest::print_report(stdout, *merged, metrics);
-  if (Status s = save(cli.save_result, loadtest::result_json(*merged, cli.save_detailed));
+  if (Status s = save(cli.save_result.value_or(""),
+                      loadtest::result_json(*merged, cli.save_detailed), cli.metadata);
       !s.is_ok())
     return fail(s);
   return 0;
@@ -278,7 +404,27 @@ std::function<int()> add_bench_command(CLI::App& app) {
   auto cli = std::make_shared<BenchCli>();
   CLI::App* bench = app.add_subcommand("bench", "Load-test a router (as vllm bench serve)");
   add_run_options(bench, *cli);
-  bench->add_option("--save-result", cli->save_result, "write the result as JSON to FILE");
+  bench
+      ->add_option("--save-result", cli->save_result,
+                   "write the result as JSON: to FILE, or (vLLM's switch) to --result-dir/"
+                   "--result-filename, by default {label}-{rate}qps-{model}-{time}.json")
+      ->expected(0, 1);
+  bench->add_option("--result-dir", cli->result_dir, "directory of the saved result");
+  bench->add_option("--result-filename", cli->result_filename, "file name of the saved result");
+  bench->add_option("--label", cli->run_label, "prefix of the saved result's default name");
+  bench->add_option("--metadata", cli->metadata, "KEY=VALUE pairs written into the saved result");
+  bench->add_option("--base-url", cli->base_url, "the router, as http://host:port (vLLM's)");
+  bench->add_flag("--ignore-eos", cli->ignore_eos,
+                  "accepted for vLLM's command lines: Baton's requests always ignore EOS, so "
+                  "outputs have the asked length");
+  for (const char* flag : kUnsupportedVllmFlags) {
+    bench
+        ->add_option_function<std::string>(
+            flag, [cli, flag](const std::string&) { cli->unsupported.push_back(flag); },
+            "(vllm bench serve's; refused)")
+        ->expected(0, 1)
+        ->group("");
+  }
   bench->add_flag("--save-detailed", cli->save_detailed, "add per-request lists to the saved JSON");
   CLI::App* sweep = bench->add_subcommand("sweep", "Run at several request rates; draw the chart");
   sweep->fallthrough();

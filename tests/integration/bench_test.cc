@@ -140,6 +140,69 @@ TEST_F(BenchTest, HttpRunCountsWhatTheRouterCounts) {
   EXPECT_TRUE(cluster_->wait_drained(std::chrono::seconds(5)));
 }
 
+// A command line in the shape of vLLM's docs (`vllm bench serve --backend
+// vllm --model M --endpoint /v1/completions --dataset-name random ...
+// --save-result --result-dir DIR`), with vLLM's flags for the address, the
+// result's file and its metadata; and a vLLM flag Baton does not take,
+// refused by name.
+TEST_F(BenchTest, VllmCommandLinesRun) {
+  const std::string base_url = "http://127.0.0.1:" + std::to_string(cluster_->http_port());
+  Command bench = run_baton({"bench",
+                             "--backend",
+                             "vllm",
+                             "--base-url",
+                             base_url,
+                             "--model",
+                             "tiny",
+                             "--endpoint",
+                             "/v1/completions",
+                             "--dataset-name",
+                             "random",
+                             "--random-input-len",
+                             "16",
+                             "--random-output-len",
+                             "4",
+                             "--num-prompts",
+                             "6",
+                             "--ignore-eos",
+                             "--save-result",
+                             "--result-dir",
+                             (dir_ / "results").string(),
+                             "--result-filename",
+                             "run.json",
+                             "--metadata",
+                             "gpu=none",
+                             "tp=1"});
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  json result = read_json(dir_ / "results" / "run.json");
+  ASSERT_TRUE(result.is_object()) << bench.output;
+  EXPECT_EQ(result["completed"], 6);
+  EXPECT_EQ(result["gpu"], "none");
+  EXPECT_EQ(result["tp"], "1");
+
+  // --save-result alone: vLLM's default name in --result-dir, with --label.
+  bench = run_baton({"bench", "--base-url", base_url, "--num-prompts", "2", "--random-input-len",
+                     "8", "--random-output-len", "2", "--save-result", "--result-dir",
+                     (dir_ / "named").string(), "--label", "mine"});
+  ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir_ / "named")) {
+    const std::string name = entry.path().filename().string();
+    EXPECT_TRUE(name.starts_with("mine-infqps-tiny-") && name.ends_with(".json")) << name;
+    ++files;
+  }
+  EXPECT_EQ(files, 1u);
+
+  bench = run_baton({"bench", "--base-url", base_url, "--tokenizer", "meta-llama/Llama-3.1-8B"});
+  EXPECT_NE(bench.exit_code, 0);
+  EXPECT_NE(bench.output.find("--tokenizer is a vllm bench serve flag Baton does not take"),
+            std::string::npos)
+      << bench.output;
+  bench = run_baton({"bench", "--base-url", "https://example.com:8000"});
+  EXPECT_NE(bench.exit_code, 0);
+  EXPECT_NE(bench.output.find("--base-url"), std::string::npos) << bench.output;
+}
+
 TEST_F(BenchTest, ZmqRunCompletes) {
   Command bench =
       short_run("zmq", 8, {"--request-rate", "100", "--save-result", (dir_ / "zmq.json").string()});
