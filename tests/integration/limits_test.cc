@@ -55,6 +55,8 @@ TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
   shape.extra_router_yaml = "  request_timeout_ms: 40\n";
   Cluster cluster(shape);
   const int64_t before = cluster.generated_tokens("decode");
+  const double errors_before =
+      cluster.metric("vllm:request_success_total", "finished_reason=\"error\"");
   constexpr int kMaxTokens = 1400;
   json body = {{"prompt", std::string(600, 't')}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}};
   auto response = cluster.post("/v1/completions", body);
@@ -83,6 +85,9 @@ TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
   // a request runs to its end in well under a second).
   EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens)
       << "tokens generated for requests the router timed out";
+  // And the router counted both as ended in error.
+  EXPECT_EQ(
+      cluster.metric("vllm:request_success_total", "finished_reason=\"error\"") - errors_before, 2);
 }
 
 }  // namespace

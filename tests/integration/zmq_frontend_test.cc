@@ -110,6 +110,8 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
   // Cancel a long stream after its first event: the nodes free its blocks.
   ASSERT_TRUE(cluster.wait_drained(10s));
   const int64_t before = cluster.generated_tokens("decode");
+  const double aborts_before =
+      cluster.metric("vllm:request_success_total", "finished_reason=\"abort\"");
   constexpr int kMaxTokens = 900;
   json long_body = {
       {"prompt", prompt}, {"max_tokens", kMaxTokens}, {"ignore_eos", true}, {"stream", true}};
@@ -120,6 +122,8 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
   // The node stopped: a router that never aborted let it generate all 900.
   EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens / 2);
+  EXPECT_EQ(
+      cluster.metric("vllm:request_success_total", "finished_reason=\"abort\"") - aborts_before, 1);
   auto health = cluster.get("/health");
   ASSERT_TRUE(health.is_ok());
   EXPECT_EQ(health->status, 200);
@@ -133,6 +137,8 @@ TEST(ZmqFrontendTest, AClientThatGoesAwayHasItsRequestsCancelled) {
   Cluster cluster(shape);
   ASSERT_TRUE(cluster.wait_drained(10s));
   const int64_t before = cluster.generated_tokens("decode");
+  const double aborts_before =
+      cluster.metric("vllm:request_success_total", "finished_reason=\"abort\"");
   constexpr int kMaxTokens = 900;
   json long_body = {{"prompt", "a long story"},
                     {"max_tokens", kMaxTokens},
@@ -147,6 +153,8 @@ TEST(ZmqFrontendTest, AClientThatGoesAwayHasItsRequestsCancelled) {
   }  // the client's socket and context close here
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
   EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens / 2);
+  EXPECT_EQ(
+      cluster.metric("vllm:request_success_total", "finished_reason=\"abort\"") - aborts_before, 1);
 }
 
 // router.max_request_body_bytes bounds both front ends alike.

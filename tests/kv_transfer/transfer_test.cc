@@ -813,7 +813,9 @@ TEST_P(TransferTest, CancelExpectBeforeDataAbortsAtOnceAndLaterSenderFails) {
   auto r = receiver.mail().wait(40, 2s);
   ASSERT_TRUE(r.has_value()) << "no callback after the cancel";
   EXPECT_EQ(r->status.code(), StatusCode::kAborted) << r->status.to_string();
-  EXPECT_LT(r->finished - cancelled_at, 100ms);
+  // Well before the 5 s deadline: the cancel ended it, not the deadline. (A
+  // tighter bound would measure the machine's scheduling under ctest -j.)
+  EXPECT_LT(r->finished - cancelled_at, 1s);
   EXPECT_EQ(receiver.engine().cancel_expect(40).code(), StatusCode::kNotFound);
 
   // The sender starts only now, with a deadline of 2 s it must not need.
