@@ -14,6 +14,8 @@
 #include <random>
 #include <thread>
 
+#include <ucp/api/ucp.h>
+
 #include "common/logging.h"
 #include "kv_transfer/transfer_engine.h"
 #include "kv_transfer/wire.h"
@@ -21,6 +23,14 @@
 
 namespace baton::kv_transfer {
 namespace {
+
+// The UCX this process runs (ucp_get_version), for skips that name a UCX
+// bug: they hold on the versions it was seen in, never on others.
+bool ucx_at_most(unsigned major, unsigned minor) {
+  unsigned found_major = 0, found_minor = 0, release = 0;
+  ucp_get_version(&found_major, &found_minor, &release);
+  return found_major < major || (found_major == major && found_minor <= minor);
+}
 
 using namespace std::chrono_literals;
 using testing::Child;
@@ -1047,8 +1057,9 @@ TEST_P(TransferFaultTest, HungSenderAfterGrantReleasesBlocksAtCloseTimeoutWithou
   if (std::string_view(GetParam().mode) != "rma" && !GetParam().shared_pools) {
     GTEST_SKIP() << "only puts are granted; this case's mode takes messages";
   }
-  if (std::string_view(GetParam().name) == "tcp_rma") {
-    GTEST_SKIP() << "UCX 1.13 emulated puts abort the receiver when the sender dies mid-put";
+  if (std::string_view(GetParam().name) == "tcp_rma" && ucx_at_most(1, 13)) {
+    GTEST_SKIP() << "UCX <= 1.13 (this one, by ucp_get_version): emulated puts abort the "
+                    "receiver when the sender dies mid-put; not checked over tcp_rma";
   }
   const KvLayout layout = make_layout(DType::kBF16, 64, 8);
   start_receiver_and_sender(layout, 24);
@@ -1110,11 +1121,13 @@ TEST_P(TransferFaultTest, CancelExpectAfterSenderKilledFreesBlocksPromptly) {
   // tagged rendezvous there): the receiver's put handler answering a put of
   // the killed sender can die with "Fatal: unexpected error: Endpoint
   // timeout" (seen once in about ten runs).
-  if (std::string_view(GetParam().mode) == "am") {
-    GTEST_SKIP() << "UCX 1.13 AM rendezvous asserts after the sender's endpoint is torn down";
+  if (std::string_view(GetParam().mode) == "am" && ucx_at_most(1, 13)) {
+    GTEST_SKIP() << "UCX <= 1.13 (this one, by ucp_get_version): AM rendezvous asserts after "
+                    "the sender's endpoint is torn down; not checked in the am mode";
   }
-  if (std::string_view(GetParam().name) == "tcp_rma") {
-    GTEST_SKIP() << "UCX 1.13 emulated puts abort the receiver when the sender dies mid-put";
+  if (std::string_view(GetParam().name) == "tcp_rma" && ucx_at_most(1, 13)) {
+    GTEST_SKIP() << "UCX <= 1.13 (this one, by ucp_get_version): emulated puts abort the "
+                    "receiver when the sender dies mid-put; not checked over tcp_rma";
   }
   const KvLayout layout = large_layout();
   start_receiver_and_sender(layout, 48);
