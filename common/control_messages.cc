@@ -218,14 +218,24 @@ json binary(const std::vector<uint8_t>& bytes) { return json::binary(bytes); }
 // --- per-type field lists: one to_json and one from_json each -------------
 
 json to_json(const SamplingSpec& s) {
-  return {{"temperature", s.temperature},
-          {"top_p", s.top_p},
-          {"top_k", s.top_k},
-          {"seed", s.seed},
-          {"max_tokens", s.max_tokens},
-          {"stop_token_ids", s.stop_token_ids},
-          {"ignore_eos", s.ignore_eos},
-          {"logprobs", s.logprobs}};
+  json out = {{"temperature", s.temperature},
+              {"top_p", s.top_p},
+              {"top_k", s.top_k},
+              {"seed", s.seed},
+              {"max_tokens", s.max_tokens},
+              {"stop_token_ids", s.stop_token_ids},
+              {"ignore_eos", s.ignore_eos},
+              {"logprobs", s.logprobs}};
+  if (s.min_p != 0.0f) out["min_p"] = s.min_p;
+  if (s.presence_penalty != 0.0f) out["presence_penalty"] = s.presence_penalty;
+  if (s.frequency_penalty != 0.0f) out["frequency_penalty"] = s.frequency_penalty;
+  if (s.repetition_penalty != 1.0f) out["repetition_penalty"] = s.repetition_penalty;
+  if (s.min_tokens != 0) out["min_tokens"] = s.min_tokens;
+  if (!s.logit_bias_ids.empty()) {
+    out["bias_ids"] = s.logit_bias_ids;
+    out["bias_values"] = s.logit_bias_values;
+  }
+  return out;
 }
 SamplingSpec sampling_from(FieldReader& parent, const char* key, std::string_view type) {
   SamplingSpec s;
@@ -240,6 +250,23 @@ SamplingSpec sampling_from(FieldReader& parent, const char* key, std::string_vie
   s.stop_token_ids = r.ints("stop_token_ids", kMaxStopTokenIds);
   s.ignore_eos = r.boolean("ignore_eos");
   s.logprobs = r.int32("logprobs", 0, kMaxTopLogprobs);
+  if (object->contains("min_p")) s.min_p = r.real("min_p");
+  if (object->contains("presence_penalty")) s.presence_penalty = r.real("presence_penalty");
+  if (object->contains("frequency_penalty")) s.frequency_penalty = r.real("frequency_penalty");
+  if (object->contains("repetition_penalty")) s.repetition_penalty = r.real("repetition_penalty");
+  if (object->contains("min_tokens")) {
+    s.min_tokens = r.int32("min_tokens", 0, std::numeric_limits<int32_t>::max());
+  }
+  if (object->contains("bias_ids") || object->contains("bias_values")) {
+    s.logit_bias_ids = r.ints("bias_ids", kMaxLogitBias);
+    s.logit_bias_values = r.reals("bias_values", kMaxLogitBias);
+  }
+  if (r.error().empty() && s.logit_bias_ids.size() != s.logit_bias_values.size()) {
+    r.fail("bias_ids", "and bias_values differ in length");
+  }
+  if (r.error().empty() && (s.min_p < 0.0f || s.min_p > 1.0f || s.repetition_penalty <= 0.0f)) {
+    r.fail("min_p", "or repetition_penalty out of range");
+  }
   if (!r.error().empty()) parent.fail(key, r.error());
   return s;
 }

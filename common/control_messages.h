@@ -41,6 +41,7 @@ inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxDescriptorBytes = 256u << 10;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 inline constexpr int32_t kMaxTopLogprobs = 1024;
+inline constexpr size_t kMaxLogitBias = 300;  // entries, as OpenAI allows
 // Real numbers (temperature, top_p, log-probabilities) must stay within this
 // magnitude, so they are finite as floats too. The router's request
 // validation applies the same bounds, so a request it admits always encodes.
@@ -56,6 +57,15 @@ struct SamplingSpec {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = 0;  // top-N log-probabilities per output token; 0 = none
+  // vLLM's sampling extras (kernels/cpu/sampling.h); defaults ask for nothing
+  // and are left out of the frame.
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int32_t min_tokens = 0;
+  std::vector<int32_t> logit_bias_ids;  // paired with logit_bias_values
+  std::vector<float> logit_bias_values;
 };
 
 // One output token's log-probability and the top-N alternatives.

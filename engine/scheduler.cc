@@ -655,7 +655,20 @@ void Scheduler::sample(Sequence& seq, const float* logits, std::vector<StepOutpu
   namespace kc = kernels::cpu;
   const int32_t vocab = model_.config().vocab_size;
   const auto& opts = seq.options;
-  int32_t token = kc::sample_token(logits, vocab, opts.sampling, seq.rng);
+  const float* sampled_from = logits;
+  kc::LogitsAdjustments adjustments = opts.adjustments;
+  if (int32_t(seq.output.size()) < opts.min_tokens) {
+    if (!opts.ignore_eos) adjustments.banned = model_.config().eos_token_ids;
+    adjustments.banned.insert(adjustments.banned.end(), opts.stop_token_ids.begin(),
+                              opts.stop_token_ids.end());
+  }
+  if (adjustments.any()) {
+    // On a copy: log-probabilities stay the model's, as vLLM reports them.
+    adjusted_logits_.assign(logits, logits + vocab);
+    kc::adjust_logits(adjusted_logits_.data(), vocab, adjustments, seq.prompt, seq.output);
+    sampled_from = adjusted_logits_.data();
+  }
+  int32_t token = kc::sample_token(sampled_from, vocab, opts.sampling, seq.rng);
   if (opts.logprobs > 0) {
     seq.output_logprobs.push_back(
         OutputLogprobs{.id = token,

@@ -244,6 +244,7 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> finished_;
   std::vector<int32_t> step_tokens_;  // backing store of the plan's token spans
   std::vector<float> logits_;
+  std::vector<float> adjusted_logits_;  // one row, when penalties or a bias change it
   LayerObserver layer_observer_;
   std::unique_ptr<SsdKvStore> ssd_;
   // An asynchronous restore in flight: the pool blocks of the prefix before

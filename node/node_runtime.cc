@@ -23,6 +23,15 @@ engine::GenerationOptions generation_options(const control::SamplingSpec& sampli
   options.stop_token_ids = sampling.stop_token_ids;
   options.ignore_eos = sampling.ignore_eos;
   options.logprobs = sampling.logprobs;
+  options.sampling.min_p = sampling.min_p;
+  options.min_tokens = sampling.min_tokens;
+  auto& adj = options.adjustments;
+  adj.presence_penalty = sampling.presence_penalty;
+  adj.frequency_penalty = sampling.frequency_penalty;
+  adj.repetition_penalty = sampling.repetition_penalty;
+  for (size_t i = 0; i < sampling.logit_bias_ids.size(); ++i) {
+    adj.logit_bias.emplace_back(sampling.logit_bias_ids[i], sampling.logit_bias_values[i]);
+  }
   return options;
 }
 

@@ -1,6 +1,7 @@
 #include "router/completion_request.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <limits>
 #include <nlohmann/json.hpp>
@@ -119,6 +120,50 @@ Result<std::string> read_model(const json& doc) {
   return v->get<std::string>();
 }
 
+// vLLM's penalties, min_p, min_tokens and OpenAI's logit_bias, within the
+// ranges OpenAI and vLLM take (and the control codec carries).
+Status read_sampling_extras(const json& doc, SamplingFields& s) {
+  const auto real_in = [&](const char* key, double lo, double hi, bool lo_open,
+                           float& out) -> Status {
+    const json* v = member(doc, key);
+    if (v == nullptr) return Status::ok();
+    BATON_ASSIGN_OR_RETURN(double x, read_number(*v, key));
+    if ((lo_open ? x <= lo : x < lo) || x > hi) {
+      return bad(key, "must be in " + std::string(lo_open ? "(" : "[") + quote_value(json(lo)) +
+                          ", " + quote_value(json(hi)) + "], got " + quote_value(*v));
+    }
+    out = float(x);
+    return Status::ok();
+  };
+  BATON_RETURN_IF_ERROR(real_in("presence_penalty", -2, 2, false, s.presence_penalty));
+  BATON_RETURN_IF_ERROR(real_in("frequency_penalty", -2, 2, false, s.frequency_penalty));
+  BATON_RETURN_IF_ERROR(real_in("repetition_penalty", 0, 10, true, s.repetition_penalty));
+  BATON_RETURN_IF_ERROR(real_in("min_p", 0, 1, false, s.min_p));
+  if (const json* v = member(doc, "min_tokens")) {
+    BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "min_tokens", 0, s.max_tokens));
+    s.min_tokens = int32_t(n);
+  }
+  if (const json* v = member(doc, "logit_bias")) {
+    if (!v->is_object()) return bad("logit_bias", "must be an object of token ids to biases");
+    if (v->size() > control::kMaxLogitBias) {
+      return bad("logit_bias",
+                 "has more than " + std::to_string(control::kMaxLogitBias) + " entries");
+    }
+    for (const auto& [key, bias] : v->items()) {
+      int64_t id = -1;
+      const auto [end, ec] = std::from_chars(key.data(), key.data() + key.size(), id);
+      if (ec != std::errc() || end != key.data() + key.size() || id < 0 ||
+          id > std::numeric_limits<int32_t>::max()) {
+        return bad("logit_bias", "keys must be token ids, got " + quote_value(json(key)));
+      }
+      BATON_ASSIGN_OR_RETURN(double b, read_number(bias, "logit_bias[" + key + "]"));
+      if (b < -100 || b > 100) return bad("logit_bias[" + key + "]", "must be in [-100, 100]");
+      s.logit_bias.emplace_back(int32_t(id), float(b));
+    }
+  }
+  return Status::ok();
+}
+
 // `max_tokens_key` is "max_tokens", or for chat also "max_completion_tokens".
 Status read_sampling(const json& doc, const RequestLimits& limits, SamplingFields& s,
                      bool is_chat) {
@@ -180,6 +225,7 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
   if (const json* v = member(doc, "ignore_eos")) {
     BATON_ASSIGN_OR_RETURN(s.ignore_eos, read_bool(*v, "ignore_eos"));
   }
+  BATON_RETURN_IF_ERROR(read_sampling_extras(doc, s));
   if (const json* v = member(doc, "n")) {
     BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "n", 1, limits.max_n));
     s.n = int32_t(n);

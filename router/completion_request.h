@@ -33,6 +33,13 @@ struct SamplingFields {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t logprobs = 0;        // top-N per token; 0 = none
+  // vLLM's sampling extras (kernels/cpu/sampling.h).
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int32_t min_tokens = 0;
+  std::vector<std::pair<int32_t, float>> logit_bias;  // token id, bias
 };
 
 // A prompt is text (tokenised by the router) or token ids.

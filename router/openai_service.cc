@@ -247,6 +247,14 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     token_prompts.push_back(std::move(ids));
   }
 
+  for (const auto& [id, bias] : sampling.logit_bias) {
+    if (id >= config_.vocab_size) {
+      return send_error(*responder, invalid_argument("logit_bias: token id " + std::to_string(id) +
+                                                     " is out of vocabulary (size " +
+                                                     std::to_string(config_.vocab_size) + ")"));
+    }
+  }
+
   ExchangeSpec spec;
   spec.endpoint = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
   // The HTTP front end's X-Request-Id (the client's, or made there), as
@@ -281,6 +289,15 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
       s.stop_token_ids = sampling.stop_token_ids;
       s.ignore_eos = sampling.ignore_eos;
       s.logprobs = sampling.logprobs;
+      s.min_p = sampling.min_p;
+      s.presence_penalty = sampling.presence_penalty;
+      s.frequency_penalty = sampling.frequency_penalty;
+      s.repetition_penalty = sampling.repetition_penalty;
+      s.min_tokens = sampling.min_tokens;
+      for (const auto& [id, bias] : sampling.logit_bias) {
+        s.logit_bias_ids.push_back(id);
+        s.logit_bias_values.push_back(bias);
+      }
       choices.push_back(std::move(choice));
     }
   }

@@ -9,9 +9,27 @@ namespace {
 
 using nlohmann::json;
 
-constexpr std::string_view kCompletionFields[] = {
-    "model", "prompt",         "max_tokens", "temperature", "top_p",  "top_k",          "seed",
-    "stop",  "stop_token_ids", "ignore_eos", "n",           "stream", "stream_options", "logprobs"};
+// Implemented: read by completion_request.cc.
+constexpr std::string_view kCompletionFields[] = {"model",
+                                                  "prompt",
+                                                  "max_tokens",
+                                                  "temperature",
+                                                  "top_p",
+                                                  "top_k",
+                                                  "seed",
+                                                  "stop",
+                                                  "stop_token_ids",
+                                                  "ignore_eos",
+                                                  "n",
+                                                  "stream",
+                                                  "stream_options",
+                                                  "logprobs",
+                                                  "min_p",
+                                                  "presence_penalty",
+                                                  "frequency_penalty",
+                                                  "repetition_penalty",
+                                                  "min_tokens",
+                                                  "logit_bias"};
 constexpr std::string_view kChatFields[] = {"model",
                                             "messages",
                                             "max_tokens",
@@ -31,7 +49,13 @@ constexpr std::string_view kChatFields[] = {"model",
                                             "tools",
                                             "tool_choice",
                                             "add_generation_prompt",
-                                            "chat_template_kwargs"};
+                                            "chat_template_kwargs",
+                                            "min_p",
+                                            "presence_penalty",
+                                            "frequency_penalty",
+                                            "repetition_penalty",
+                                            "min_tokens",
+                                            "logit_bias"};
 constexpr std::string_view kInformational[] = {"user", "metadata", "store", "service_tier",
                                                "request_id"};
 
@@ -52,13 +76,7 @@ struct NeutralField {
 
 const std::vector<NeutralField>& neutral_fields() {
   static const std::vector<NeutralField> fields = {
-      {"presence_penalty", "0", [](const json& v, const json&) { return number_is(v, 0); }},
-      {"frequency_penalty", "0", [](const json& v, const json&) { return number_is(v, 0); }},
-      {"repetition_penalty", "1", [](const json& v, const json&) { return number_is(v, 1); }},
       {"length_penalty", "1", [](const json& v, const json&) { return number_is(v, 1); }},
-      {"min_p", "0", [](const json& v, const json&) { return number_is(v, 0); }},
-      {"min_tokens", "0", [](const json& v, const json&) { return number_is(v, 0); }},
-      {"logit_bias", "{}", [](const json& v, const json&) { return v.is_object() && v.empty(); }},
       {"best_of", "n",
        [](const json& v, const json& body) {
          const json n = body.contains("n") && !body["n"].is_null() ? body["n"] : json(1);

@@ -29,6 +29,12 @@ struct GenerateOptions {
   float temperature = 1.0f;
   float top_p = 1.0f;
   int32_t top_k = 0;
+  float min_p = 0.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  float repetition_penalty = 1.0f;
+  int32_t min_tokens = 0;
+  std::vector<std::string> logit_bias;  // ID:BIAS
   uint64_t seed = 0;
   int32_t logprobs = 0;
   bool ignore_eos = false;
@@ -200,7 +206,23 @@ int run_generate(const GenerateOptions& o) {
   auto prompts = read_prompts(o, eng.tokenizer());
   if (!prompts.is_ok()) return fail(prompts.status());
   engine::GenerationOptions gen;
-  gen.sampling = {.temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p};
+  gen.sampling = {
+      .temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p};
+  gen.adjustments.presence_penalty = o.presence_penalty;
+  gen.adjustments.frequency_penalty = o.frequency_penalty;
+  gen.adjustments.repetition_penalty = o.repetition_penalty;
+  gen.min_tokens = o.min_tokens;
+  for (const std::string& pair : o.logit_bias) {
+    const size_t colon = pair.find(':');
+    char* end = nullptr;
+    const long id = colon == std::string::npos ? -1 : std::strtol(pair.c_str(), &end, 10);
+    const float bias =
+        colon == std::string::npos ? 0 : std::strtof(pair.c_str() + colon + 1, nullptr);
+    if (id < 0 || end != pair.c_str() + colon) {
+      return fail(invalid_argument("--logit-bias takes ID:BIAS, got " + pair));
+    }
+    gen.adjustments.logit_bias.emplace_back(int32_t(id), bias);
+  }
   gen.max_tokens = o.max_tokens;
   gen.ignore_eos = o.ignore_eos;
   gen.logprobs = o.logprobs;
@@ -302,6 +324,14 @@ std::function<int()> add_generate_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed (prompt i uses seed + i)")
       ->capture_default_str();
+  cmd->add_option("--min-p", o->min_p, "cut tokens below min_p x the likeliest's probability");
+  cmd->add_option("--presence-penalty", o->presence_penalty, "subtracted once per output token");
+  cmd->add_option("--frequency-penalty", o->frequency_penalty,
+                  "subtracted per occurrence in the output");
+  cmd->add_option("--repetition-penalty", o->repetition_penalty,
+                  "divides positive (multiplies negative) logits of tokens seen");
+  cmd->add_option("--min-tokens", o->min_tokens, "no EOS or stop token before this many tokens");
+  cmd->add_option("--logit-bias", o->logit_bias, "ID:BIAS added to a token's logit (repeatable)");
   cmd->add_option("--logprobs", o->logprobs, "top-N log-probabilities of each generated token");
   cmd->add_option("--stop-token-ids", o->stop_token_ids, "token ids that end generation: 5,7");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating past EOS");

@@ -51,11 +51,12 @@ int32_t sample_token(const float* logits, int32_t vocab, const SamplingParams& p
   size_t kept = size_t(vocab);
   const bool top_k_cut = params.top_k > 0 && params.top_k < vocab;
   const bool top_p_cut = params.top_p < 1.0f;
+  const bool min_p_cut = params.min_p > 0.0f;
   if (top_k_cut) {
     kept = size_t(params.top_k);
     std::partial_sort(ids.begin(), ids.begin() + std::ptrdiff_t(kept), ids.end(),
                       ByLogitDesc{logits});
-  } else if (top_p_cut) {
+  } else if (top_p_cut || min_p_cut) {
     std::sort(ids.begin(), ids.end(), ByLogitDesc{logits});
   }
 
@@ -73,6 +74,18 @@ int32_t sample_token(const float* logits, int32_t vocab, const SamplingParams& p
     double wgt = std::isnan(l) ? 0.0 : std::exp(l * inv_t - max_scaled);
     weights[j] = wgt;
     total += wgt;
+  }
+  // min_p before top_p, as vLLM cuts (after top-k, which keeps the
+  // likeliest token, so the order of those two does not matter).
+  if (min_p_cut) {
+    // Sorted, so the likeliest token (weight exp(0) = 1 at most) is first:
+    // keep the prefix at least min_p of its probability.
+    const double floor = double(params.min_p) * weights[0];
+    size_t n = 1;
+    while (n < kept && weights[n] >= floor) ++n;
+    kept = n;
+    total = 0.0;
+    for (size_t j = 0; j < kept; ++j) total += weights[j];
   }
   if (top_p_cut) {
     // Smallest prefix (by probability, descending) whose mass reaches top_p.
@@ -98,6 +111,37 @@ int32_t sample_token(const float* logits, int32_t vocab, const SamplingParams& p
     if (target < cumulative) return ids[j];
   }
   return ids[last_positive];  // rounding left target at the very top
+}
+
+void adjust_logits(float* logits, int32_t vocab, const LogitsAdjustments& adj,
+                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
+  if (adj.repetition_penalty != 1.0f) {
+    std::vector<bool> seen(size_t(vocab), false);
+    for (const auto* tokens : {&prompt, &output}) {
+      for (int32_t t : *tokens) {
+        if (t < 0 || t >= vocab || seen[size_t(t)]) continue;
+        seen[size_t(t)] = true;
+        float& l = logits[t];
+        l = l > 0 ? l / adj.repetition_penalty : l * adj.repetition_penalty;
+      }
+    }
+  }
+  if (adj.frequency_penalty != 0.0f || adj.presence_penalty != 0.0f) {
+    std::vector<int32_t> counts(size_t(vocab), 0);
+    for (int32_t t : output) {
+      if (t >= 0 && t < vocab) ++counts[size_t(t)];
+    }
+    for (int32_t t = 0; t < vocab; ++t) {
+      const int32_t n = counts[size_t(t)];
+      if (n > 0) logits[t] -= adj.frequency_penalty * float(n) + adj.presence_penalty;
+    }
+  }
+  for (const auto& [id, bias] : adj.logit_bias) {
+    if (id >= 0 && id < vocab) logits[id] += bias;
+  }
+  for (int32_t id : adj.banned) {
+    if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
+  }
 }
 
 float token_logprob(const float* logits, int32_t vocab, int32_t id) {

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <random>
+#include <utility>
 #include <vector>
 
 namespace baton::kernels::cpu {
@@ -14,7 +15,33 @@ struct SamplingParams {
   float temperature = 1.0f;  // 0 means greedy (argmax; ties go to the lowest id)
   int32_t top_k = 0;         // 0 or negative: no top-k cut
   float top_p = 1.0f;        // 1: no nucleus cut
+  // Tokens whose probability (after temperature) is below min_p times the
+  // likeliest token's are cut; 0: no cut.
+  float min_p = 0.0f;
 };
+
+// What changes the logits before sampling, as vLLM applies it: the
+// repetition penalty over prompt and output tokens (a positive logit divided
+// by it, a negative one multiplied), then frequency and presence penalties
+// over output tokens (subtracting frequency x count + presence), then the
+// logit bias, then, while fewer than min_tokens are out, -inf for the
+// end-of-sequence and stop tokens.
+struct LogitsAdjustments {
+  float repetition_penalty = 1.0f;
+  float frequency_penalty = 0.0f;
+  float presence_penalty = 0.0f;
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  std::vector<int32_t> banned;  // set to -inf (the min_tokens rule's tokens)
+  bool any() const {
+    return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f ||
+           !logit_bias.empty() || !banned.empty();
+  }
+};
+
+// Applies `adj` to logits [vocab] in place; `prompt` and `output` are the
+// sequence's tokens so far (ids outside the vocabulary are ignored).
+void adjust_logits(float* logits, int32_t vocab, const LogitsAdjustments& adj,
+                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
 
 // The per-request random state; seed it from the request's seed. A
 // std::mt19937_64 that counts its draws, so another node can recreate it from
@@ -46,7 +73,7 @@ class SamplerRng {
 };
 
 // Samples one token id from logits [vocab]. Applies temperature, then top-k,
-// then top-p over the remaining tokens sorted by probability.
+// min_p and top-p (vLLM's order) over the tokens sorted by probability.
 int32_t sample_token(const float* logits, int32_t vocab, const SamplingParams& params,
                      SamplerRng& rng);
 

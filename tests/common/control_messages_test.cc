@@ -26,6 +26,17 @@ SamplingSpec random_sampling(std::mt19937_64& rng) {
   s.max_tokens = int32_t(1 + rng() % 4096);
   s.stop_token_ids = random_ints(rng, rng() % 4, 50000);
   s.ignore_eos = rng() % 2;
+  if (rng() % 2) {  // the extras, or their defaults (left out of the frame)
+    s.min_p = float(rng() % 100) / 100.0f;
+    s.presence_penalty = float(int(rng() % 400) - 200) / 100.0f;
+    s.frequency_penalty = float(int(rng() % 400) - 200) / 100.0f;
+    s.repetition_penalty = float(1 + rng() % 300) / 100.0f;
+    s.min_tokens = int32_t(rng() % 100);
+    s.logit_bias_ids = random_ints(rng, rng() % 5, 50000);
+    for (size_t i = 0; i < s.logit_bias_ids.size(); ++i) {
+      s.logit_bias_values.push_back(float(int(rng() % 200) - 100));
+    }
+  }
   return s;
 }
 
@@ -37,6 +48,13 @@ void expect_equal(const SamplingSpec& a, const SamplingSpec& b) {
   EXPECT_EQ(a.max_tokens, b.max_tokens);
   EXPECT_EQ(a.stop_token_ids, b.stop_token_ids);
   EXPECT_EQ(a.ignore_eos, b.ignore_eos);
+  EXPECT_EQ(a.min_p, b.min_p);
+  EXPECT_EQ(a.presence_penalty, b.presence_penalty);
+  EXPECT_EQ(a.frequency_penalty, b.frequency_penalty);
+  EXPECT_EQ(a.repetition_penalty, b.repetition_penalty);
+  EXPECT_EQ(a.min_tokens, b.min_tokens);
+  EXPECT_EQ(a.logit_bias_ids, b.logit_bias_ids);
+  EXPECT_EQ(a.logit_bias_values, b.logit_bias_values);
 }
 
 template <typename T>

@@ -123,6 +123,14 @@ std::vector<double> expected_probs(const std::vector<float>& logits, SamplingPar
         std::exp(double(logits[size_t(order[size_t(j)])]) / p.temperature);
     total += w[size_t(order[size_t(j)])];
   }
+  if (p.min_p > 0.0f) {  // relative to the likeliest token, before top_p (vLLM's order)
+    const double floor = double(p.min_p) * w[size_t(order[0])];
+    for (int32_t j = 0; j < kept; ++j) {
+      if (w[size_t(order[size_t(j)])] < floor) w[size_t(order[size_t(j)])] = 0.0;
+    }
+    total = 0.0;
+    for (double v : w) total += v;
+  }
   if (p.top_p < 1.0f) {
     double mass = 0.0;
     int32_t j = 0;
@@ -143,7 +151,8 @@ TEST(SamplingTest, EmpiricalFrequenciesMatchProbabilities) {
   const std::vector<float> logits = random_floats(data, 20, -2.0f, 2.0f);
   for (SamplingParams params :
        {SamplingParams{1.0f, 0, 1.0f}, SamplingParams{0.6f, 0, 1.0f}, SamplingParams{1.5f, 8, 1.0f},
-        SamplingParams{1.0f, 0, 0.7f}, SamplingParams{0.9f, 10, 0.8f}}) {
+        SamplingParams{1.0f, 0, 0.7f}, SamplingParams{0.9f, 10, 0.8f},
+        SamplingParams{1.0f, 0, 1.0f, 0.2f}, SamplingParams{0.8f, 12, 0.9f, 0.05f}}) {
     SCOPED_TRACE("t=" + std::to_string(params.temperature) + " k=" + std::to_string(params.top_k) +
                  " p=" + std::to_string(params.top_p));
     const auto probs = expected_probs(logits, params);
@@ -165,6 +174,60 @@ TEST(SamplingTest, EmpiricalFrequenciesMatchProbabilities) {
     // Far above the 99.9th percentile of chi-square with <= 19 degrees of
     // freedom (43.8), yet a wrong temperature or cut is in the thousands.
     EXPECT_LT(chi2, 60.0) << "dof " << dof;
+  }
+}
+
+// adjust_logits against a naive double-precision rendering of vLLM's rules,
+// over random logits, prompts and outputs (tokens repeated, some out of the
+// vocabulary), every adjustment alone and together.
+TEST(AdjustLogitsTest, MatchesNaiveRules) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  const int32_t vocab = 97;
+  for (int round = 0; round < 200; ++round) {
+    const std::vector<float> logits = random_floats(rng, size_t(vocab), -6.0f, 6.0f);
+    std::vector<int32_t> prompt(rng() % 30), output(rng() % 30);
+    for (auto& t : prompt) t = int32_t(rng() % (vocab + 5)) - 2;
+    for (auto& t : output) t = int32_t(rng() % 40);  // repeats likely
+    LogitsAdjustments adj;
+    const int which = int(rng() % 5);
+    if (which == 0 || which == 4) adj.repetition_penalty = 0.5f + float(rng() % 150) / 100.0f;
+    if (which == 1 || which == 4) adj.frequency_penalty = float(int(rng() % 400) - 200) / 100.0f;
+    if (which == 2 || which == 4) adj.presence_penalty = float(int(rng() % 400) - 200) / 100.0f;
+    if (which == 3 || which == 4) {
+      for (int b = 0; b < 5; ++b) {
+        adj.logit_bias.emplace_back(int32_t(rng() % vocab), float(int(rng() % 200) - 100));
+      }
+      adj.banned = {int32_t(rng() % vocab), int32_t(rng() % vocab)};
+    }
+    std::vector<double> want(logits.begin(), logits.end());
+    for (int32_t t = 0; t < vocab; ++t) {
+      const bool in_prompt = std::count(prompt.begin(), prompt.end(), t) > 0;
+      const auto count = std::count(output.begin(), output.end(), t);
+      double& l = want[size_t(t)];
+      if (in_prompt || count > 0) {
+        l = l > 0 ? l / adj.repetition_penalty : l * adj.repetition_penalty;
+      }
+      l -= double(adj.frequency_penalty) * double(count) +
+           (count > 0 ? double(adj.presence_penalty) : 0.0);
+      for (const auto& [id, bias] : adj.logit_bias) {
+        if (id == t) l += bias;
+      }
+      if (std::count(adj.banned.begin(), adj.banned.end(), t) > 0) {
+        l = -std::numeric_limits<double>::infinity();
+      }
+    }
+    std::vector<float> got = logits;
+    adjust_logits(got.data(), vocab, adj, prompt, output);
+    for (int32_t t = 0; t < vocab; ++t) {
+      if (std::isinf(want[size_t(t)])) {
+        EXPECT_TRUE(std::isinf(got[size_t(t)]) && got[size_t(t)] < 0) << t;
+      } else {
+        EXPECT_NEAR(got[size_t(t)], want[size_t(t)], 1e-4 * (1 + std::fabs(want[size_t(t)])))
+            << "round " << round << " token " << t;
+      }
+    }
   }
 }
 
