@@ -115,7 +115,11 @@ bool listed(const std::string_view (&names)[N], std::string_view name) {
 
 Status check_request_fields(const json& body, Endpoint endpoint) {
   const bool chat = endpoint == Endpoint::kChatCompletions;
-  for (const auto& [key, value] : body.items()) {
+  for (const auto& item : body.items()) {
+    // Not a structured binding: the lambda below captures the key, which
+    // clang before 16 cannot do with bindings.
+    const std::string& key = item.key();
+    const json& value = item.value();
     if (value.is_null()) continue;
     if (chat ? listed(kChatFields, key) : listed(kCompletionFields, key)) continue;
     if (listed(kInformational, key)) continue;
