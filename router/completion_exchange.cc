@@ -64,6 +64,7 @@ void CompletionExchange::start(std::vector<GenerationRequest> choices) {
   for (size_t i = 0; i < choices.size(); ++i) {
     // The prompt's last tokens: the context the output is read after.
     const auto& prompt = choices[i].prompt;
+    choices_[i].prompt_tokens = int64_t(prompt.size());
     const size_t lead = std::min(prompt.size(), kDetokenizeContextTokens);
     choices_[i].lead.assign(prompt.end() - ptrdiff_t(lead), prompt.end());
     auto sink = [self = shared_from_this(), i](const GenerationUpdate& update) {
@@ -98,6 +99,7 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   if (!update.tokens.empty()) {
     if (!choice.got_token) {
       metrics_.observe_ttft(seconds_between(arrival_, now));
+      choice.first_token = now;
     } else {
       double gap = seconds_between(choice.last_token, now) / double(update.tokens.size());
       for (size_t t = 0; t < update.tokens.size(); ++t) metrics_.observe_itl(gap);
@@ -119,6 +121,8 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   if (!choice.finished) return;
   ++finished_count_;
   metrics_.observe_e2e(seconds_between(arrival_, now));
+  metrics_.observe_request(choice.prompt_tokens, int64_t(choice.tokens.size()),
+                           choice.got_token ? seconds_between(choice.first_token, now) : 0.0);
   metrics_.count_finished(choice.finish_reason);
   if (finished_count_ == choices_.size()) finish_exchange();
 }

@@ -63,7 +63,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     size_t emitted = 0;               // bytes of text already streamed
     bool finished = false;
     std::string finish_reason;
+    std::chrono::steady_clock::time_point first_token;
     std::chrono::steady_clock::time_point last_token;
+    int64_t prompt_tokens = 0;
     // Tokens whose log-probabilities have arrived (those come with the token).
     size_t scored() const { return std::min(tokens.size(), logprobs.size()); }
     bool got_token = false;

@@ -16,6 +16,16 @@ const std::vector<double> kE2eBuckets = {0.3,  0.5,   0.8,   1.0,   1.5,  2.0,  
                                          5.0,  10.0,  15.0,  20.0,  30.0, 40.0, 50.0,
                                          60.0, 120.0, 240.0, 480.0, 960.0};
 constexpr std::string_view kFinishReasons[] = {"stop", "length", "abort", "error"};
+// vLLM's request-length buckets: 1, 2, 5, 10, 20, 50, ... up to a million.
+const std::vector<double> kTokenCountBuckets = [] {
+  std::vector<double> b;
+  for (double decade = 1; decade <= 1e6; decade *= 10) {
+    for (double m : {1.0, 2.0, 5.0}) b.push_back(m * decade);
+  }
+  return b;
+}();
+const std::vector<double> kTpotBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
+                                          0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 
 void append_metric(std::string* out, std::string_view name, std::string_view type,
                    std::string_view help, std::string_view labels, double value) {
@@ -63,7 +73,25 @@ RouterMetrics::RouterMetrics(std::string model_name)
       itl_("vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.",
            kItlBuckets),
       e2e_("vllm:e2e_request_latency_seconds",
-           "Histogram of end to end request latency in seconds.", kE2eBuckets) {}
+           "Histogram of end to end request latency in seconds.", kE2eBuckets),
+      prompt_tokens_per_request_("vllm:request_prompt_tokens",
+                                 "Number of prefill tokens processed.", kTokenCountBuckets),
+      generation_tokens_per_request_("vllm:request_generation_tokens",
+                                     "Number of generation tokens processed.", kTokenCountBuckets),
+      decode_time_("vllm:request_decode_time_seconds",
+                   "Histogram of time spent in DECODE phase for request.", kE2eBuckets),
+      time_per_output_token_("vllm:time_per_output_token_seconds",
+                             "Histogram of time per output token in seconds.", kTpotBuckets) {}
+
+void RouterMetrics::observe_request(int64_t prompt_tokens, int64_t generation_tokens,
+                                    double decode_seconds) {
+  prompt_tokens_per_request_.observe(double(prompt_tokens));
+  generation_tokens_per_request_.observe(double(generation_tokens));
+  if (generation_tokens > 0) decode_time_.observe(decode_seconds);
+  if (generation_tokens > 1) {
+    time_per_output_token_.observe(decode_seconds / double(generation_tokens - 1));
+  }
+}
 
 void RouterMetrics::count_tokens(int64_t prompt, int64_t generation) {
   prompt_tokens_ += prompt;
@@ -109,6 +137,9 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
                 "Number of requests waiting to be processed.", labels_, double(waiting));
   append_metric(&out, "vllm:kv_cache_usage_perc", "gauge",
                 "KV-cache usage of the decode nodes. 1 means 100 percent.", labels_, usage);
+  // The name older vLLM versions (and dashboards built on them) use.
+  append_metric(&out, "vllm:gpu_cache_usage_perc", "gauge",
+                "KV-cache usage of the decode nodes. 1 means 100 percent.", labels_, usage);
   append_metric(&out, "vllm:prompt_tokens_total", "counter", "Number of prefill tokens processed.",
                 labels_, double(prompt_tokens_.load()));
   append_metric(&out, "vllm:generation_tokens_total", "counter",
@@ -133,6 +164,10 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   ttft_.render(&out, labels_);
   itl_.render(&out, labels_);
   e2e_.render(&out, labels_);
+  prompt_tokens_per_request_.render(&out, labels_);
+  generation_tokens_per_request_.render(&out, labels_);
+  decode_time_.render(&out, labels_);
+  time_per_output_token_.render(&out, labels_);
   out += "# HELP baton:http_responses_total HTTP responses by status class.\n";
   out += "# TYPE baton:http_responses_total counter\n";
   fmt::format_to(std::back_inserter(out), "baton:http_responses_total{{code=\"2xx\"}} {}\n",

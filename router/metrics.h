@@ -40,6 +40,9 @@ class RouterMetrics {
   void observe_ttft(double seconds) { ttft_.observe(seconds); }
   void observe_itl(double seconds) { itl_.observe(seconds); }
   void observe_e2e(double seconds) { e2e_.observe(seconds); }
+  // One finished request (choice): its token counts, and the seconds from
+  // its first token to its last, as vLLM's per-request histograms take them.
+  void observe_request(int64_t prompt_tokens, int64_t generation_tokens, double decode_seconds);
   void count_tokens(int64_t prompt, int64_t generation);
   // finish_reason: stop, length, abort, error.
   void count_finished(std::string_view finish_reason);
@@ -53,6 +56,10 @@ class RouterMetrics {
   Histogram ttft_;
   Histogram itl_;
   Histogram e2e_;
+  Histogram prompt_tokens_per_request_;
+  Histogram generation_tokens_per_request_;
+  Histogram decode_time_;
+  Histogram time_per_output_token_;
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> generation_tokens_{0};
   std::array<std::atomic<int64_t>, 4> finished_{};  // stop, length, abort, error

@@ -77,6 +77,46 @@ def baton_generate(baton, model_dir, prompt, *flags):
     return json.loads(out.strip().splitlines()[0])
 
 
+def check_metrics(port):
+    """/metrics as Prometheus' own parser reads it: vLLM's families with their
+    types, and counters that agree with the per-request histograms."""
+    from prometheus_client.parser import text_string_to_metric_families
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+        families = {f.name: f for f in text_string_to_metric_families(r.read().decode())}
+    expected = {
+        "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
+        "vllm:kv_cache_usage_perc": "gauge", "vllm:gpu_cache_usage_perc": "gauge",
+        "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
+        "vllm:request_success": "counter",
+        "vllm:time_to_first_token_seconds": "histogram",
+        "vllm:inter_token_latency_seconds": "histogram",
+        "vllm:e2e_request_latency_seconds": "histogram",
+        "vllm:request_prompt_tokens": "histogram", "vllm:request_generation_tokens": "histogram",
+        "vllm:request_decode_time_seconds": "histogram",
+        "vllm:time_per_output_token_seconds": "histogram",
+    }
+    for name, kind in expected.items():
+        check(name in families, f"/metrics lacks {name}")
+        check(families[name].type == kind, f"{name} is a {families[name].type}, not a {kind}")
+
+    def value(family, sample_name, **labels):
+        return sum(s.value for s in families[family].samples if s.name == sample_name
+                   and all(s.labels.get(k) == v for k, v in labels.items()))
+
+    finished = (value("vllm:request_success", "vllm:request_success_total", finished_reason="stop")
+                + value("vllm:request_success", "vllm:request_success_total", finished_reason="length"))
+    check(finished > 0, "no finished requests counted")
+    count = value("vllm:request_generation_tokens", "vllm:request_generation_tokens_count")
+    check(count == finished, f"{count} requests in the histogram, {finished} finished")
+    generated = value("vllm:generation_tokens", "vllm:generation_tokens_total")
+    in_histogram = value("vllm:request_generation_tokens", "vllm:request_generation_tokens_sum")
+    check(generated == in_histogram, f"generation tokens {generated} != per-request sum {in_histogram}")
+    for family in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"):
+        buckets = [s for s in families[family].samples if s.name == family + "_bucket"]
+        counts = [s.value for s in buckets]
+        check(counts == sorted(counts), f"{family} buckets are not cumulative")
+
+
 def run(baton, work):
     model_dir = os.path.join(work, "tiny")
     subprocess.run([baton, "make-model", "--preset", "tiny", "--out", model_dir], check=True,
@@ -167,6 +207,7 @@ def run(baton, work):
             check(False, "an unknown model was accepted")
         except openai.NotFoundError as e:
             check(e.status_code == 404, f"404: {e}")
+        check_metrics(http)
         print("openai client: all checks passed")
     finally:
         os.killpg(up.pid, signal.SIGTERM)
