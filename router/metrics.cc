@@ -116,8 +116,11 @@ void RouterMetrics::count_http(int status) {
 
 std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   int64_t running = 0, waiting = 0, free_blocks = 0, total_blocks = 0;
-  int64_t cache_queries = 0, cache_hits = 0, cache_ssd_hits = 0;
+  int64_t cache_queries = 0, cache_hits = 0, cache_ssd_hits = 0, preemptions = 0;
   for (const NodeState& node : snapshot.nodes) {
+    // Each node's count since it started (a restart starts it again, which
+    // Prometheus reads as a counter reset).
+    preemptions += node.load.preemptions;
     // Every node's prefix cache, over its whole life (NodeState keeps
     // them growing across restarts), up or down.
     cache_queries += node.prefix_cache_queries;
@@ -145,6 +148,8 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   append_metric(&out, "vllm:generation_tokens_total", "counter",
                 "Number of generation tokens processed.", labels_,
                 double(generation_tokens_.load()));
+  append_metric(&out, "vllm:num_preemptions_total", "counter",
+                "Cumulative number of preemption from the engine.", labels_, double(preemptions));
   append_metric(&out, "vllm:prefix_cache_queries_total", "counter",
                 "Prefix cache queries, in terms of number of queried tokens.", labels_,
                 double(cache_queries));

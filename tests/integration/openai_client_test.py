@@ -87,7 +87,7 @@ def check_metrics(port):
         "vllm:num_requests_running": "gauge", "vllm:num_requests_waiting": "gauge",
         "vllm:kv_cache_usage_perc": "gauge", "vllm:gpu_cache_usage_perc": "gauge",
         "vllm:prompt_tokens": "counter", "vllm:generation_tokens": "counter",
-        "vllm:request_success": "counter",
+        "vllm:request_success": "counter", "vllm:num_preemptions": "counter",
         "vllm:time_to_first_token_seconds": "histogram",
         "vllm:inter_token_latency_seconds": "histogram",
         "vllm:e2e_request_latency_seconds": "histogram",

@@ -171,11 +171,13 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.load.ssd_cache_blocks = 12;
   decode.load.ssd_cache_capacity = 1000;
   decode.load.ssd_restoring = 2;
+  decode.load.preemptions = 4;
   snapshot.nodes.push_back(decode);
   NodeState prefill;
   prefill.name = "p0";
   prefill.role = "prefill";
   prefill.prefix_cache_queries = 5;
+  prefill.load.preemptions = 3;  // down or not, its count stands
   snapshot.nodes.push_back(prefill);
   std::string text = metrics.render(snapshot);
   // Prefix cache counters: every node's, summed.
@@ -198,6 +200,9 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:kv_cache_usage_perc{model_name=\"tiny\"} 0.75\n"), std::string::npos);
+  EXPECT_NE(text.find("vllm:gpu_cache_usage_perc{model_name=\"tiny\"} 0.75\n"), std::string::npos);
+  EXPECT_NE(text.find("vllm:num_preemptions_total{model_name=\"tiny\"} 7\n"), std::string::npos)
+      << text;
   EXPECT_NE(text.find("vllm:prompt_tokens_total{model_name=\"tiny\"} 10\n"), std::string::npos);
   EXPECT_NE(text.find("vllm:generation_tokens_total{model_name=\"tiny\"} 7\n"), std::string::npos);
   EXPECT_NE(
