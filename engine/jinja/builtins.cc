@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cerrno>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -102,8 +103,10 @@ Value attribute_path(const Value& obj, const Value& path) {
   if (!path.is_string()) return get_item(obj, path);
   Value v = obj;
   for (const std::string& part : python_text::split(path.as_string(), std::string("."), -1)) {
-    const bool digits = !part.empty() && std::all_of(part.begin(), part.end(), ::isdigit);
-    v = get_item(v, digits ? Value::integer(std::stoll(part)) : Value::string(part));
+    int64_t index = 0;
+    const auto [end, ec] = std::from_chars(part.data(), part.data() + part.size(), index);
+    const bool integer = !part.empty() && ec == std::errc() && end == part.data() + part.size();
+    v = get_item(v, integer ? Value::integer(index) : Value::string(part));
   }
   return v;
 }
@@ -214,8 +217,9 @@ Result<std::string> python_str_format(const std::string& format, const CallArgs&
       if (next >= args.positional.size()) return invalid_argument("Replacement index out of range");
       arg = args.positional[next++];
     } else if (std::all_of(field.begin(), field.end(), ::isdigit)) {
-      const size_t index = std::stoul(field);
-      if (index >= args.positional.size())
+      size_t index = 0;
+      const auto [end, ec] = std::from_chars(field.data(), field.data() + field.size(), index);
+      if (ec != std::errc() || index >= args.positional.size())
         return invalid_argument("Replacement index out of range");
       arg = args.positional[index];
     } else {

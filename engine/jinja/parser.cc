@@ -1,6 +1,7 @@
 #include "engine/jinja/parser.h"
 
 #include <algorithm>
+#include <charconv>
 #include <initializer_list>
 
 #include "engine/jinja/builtins.h"
@@ -619,7 +620,13 @@ class Parser {
       }
       if (current().kind == Token::Kind::kInteger) {
         auto index = node(Expr::Kind::kLiteral, current());
-        index->value = Value::integer(std::stoll(current().text));
+        int64_t i = 0;
+        const std::string& text = current().text;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), i);
+        if (ec != std::errc() || end != text.data() + text.size()) {
+          return error(current(), "integer literal out of range");
+        }
+        index->value = Value::integer(i);
         advance();
         auto item = node(Expr::Kind::kItem, at);
         item->items.push_back(std::move(e));

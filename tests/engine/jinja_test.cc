@@ -51,9 +51,25 @@ TEST(JinjaTest, MalformedTemplatesAreLoadErrors) {
   for (const std::string source :
        {"{{ x ", "{% if x %}", "{% for x in y %}", "{{ (1 }}", "{{ 1) }}", "{# open", "{{ 'abc }}",
         "{% set %}", "{% macro m(a=1, b) %}{% endmacro %}", "{{ x[1, 2] }}", "{% endif %}",
-        "{% if x %}{% endfor %}", "{{ x.0x }}", "{{ '\\x4' }}", "{{ }}"}) {
+        "{% if x %}{% endfor %}", "{{ x.0x }}", "{{ '\\x4' }}", "{{ }}",
+        // Integers past int64, as a literal and as an index (found by the fuzzer).
+        "{{ 99999999999999999999 }}", "{{ x.99999999999999999999 }}"}) {
     EXPECT_FALSE(Template::parse(source).is_ok()) << source;
   }
+}
+
+TEST(JinjaTest, AttributePathsPastInt64AreKeysNotCrashes) {
+  auto t = Template::parse("{{ rows|map(attribute='99999999999999999999')|list }}");
+  ASSERT_TRUE(t.is_ok()) << t.status().message();
+  auto out = t->render(context_with(R"({"rows": [{"a": 1}]})"));
+  ASSERT_TRUE(out.is_ok()) << out.status().message();
+  EXPECT_EQ(*out, "[Undefined]");
+}
+
+TEST(JinjaTest, FormatIndicesPastSizeTAreErrorsNotCrashes) {
+  auto t = Template::parse("{{ '{99999999999999999999999}'.format(1) }}");
+  ASSERT_TRUE(t.is_ok());
+  EXPECT_FALSE(t->render(Value::dict()).is_ok());
 }
 
 TEST(JinjaTest, RenderErrorsNameTheirPosition) {
