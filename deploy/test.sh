@@ -39,5 +39,7 @@ ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "
   -R '^(CompletionRequest|ChatRequest|HttpServerTest|WireTest|HfTokenizerTest|JinjaTest|Safetensors|SsdKvStore|ModelConfig|Checkpoint|MakeModel|FileMapping|SmapsField|LoadLock|ControlMessages|ControlSocket|Dtypes/PagedAttentionTest\.MatchesReference.*/bf16|Isas/LinearTest\.MatchesReference.*/avx512|SchedulerTest\..*(Ssd|Restore|Burst)|RemoteKvTest\.CachedPrefix)'
 
 # The parsers of untrusted input under libFuzzer (ASan and UBSan), briefly,
-# from their committed seed corpora: deploy/fuzz.sh runs them longer.
-bash deploy/fuzz.sh --seconds 10
+# from their committed seed corpora, with a fixed seed so that a run's
+# verdict depends on the code alone: deploy/fuzz.sh runs them longer and
+# wider (a crash it finds joins tests/fuzz/corpus/ with its fix).
+bash deploy/fuzz.sh --runs 20000 --seed 1
