@@ -1,8 +1,6 @@
 #include "engine/chat_template.h"
 
-#include <fstream>
 #include <optional>
-#include <sstream>
 
 #include "engine/jinja/template.h"
 #include "engine/json_file.h"
@@ -55,15 +53,6 @@ ordered_json special_tokens_of(const ordered_json& config) {
   return out;
 }
 
-Result<std::string> read_text(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open " + path.string());
-  std::stringstream text;
-  text << in.rdbuf();
-  if (in.bad()) return io_error("cannot read " + path.string());
-  return text.str();
-}
-
 Result<jinja::Template> parse_named(const std::string& source, const std::string& origin) {
   Result<jinja::Template> t = jinja::Template::parse(source);
   if (!t.is_ok()) {
@@ -95,7 +84,7 @@ Result<ChatTemplate> ChatTemplate::load(const std::filesystem::path& dir) {
   const ordered_json special_tokens = special_tokens_of(config);
   const std::filesystem::path jinja_path = dir / "chat_template.jinja";
   if (std::filesystem::exists(jinja_path, ec)) {
-    BATON_ASSIGN_OR_RETURN(std::string source, read_text(jinja_path));
+    BATON_ASSIGN_OR_RETURN(std::string source, read_text_file(jinja_path));
     return from_source(source, special_tokens, jinja_path.string());
   }
   const auto it = config.find("chat_template");

@@ -1,11 +1,13 @@
-// engine/json_file.h — reading a checkpoint's JSON files (config.json,
-// tokenizer.json, tokenizer_config.json, generation_config.json): a missing
-// file is NotFound, a corrupt one DataLoss naming it; never an exception.
+// engine/json_file.h — reading a checkpoint's files (config.json,
+// tokenizer.json, tokenizer_config.json, generation_config.json,
+// chat_template.jinja): a missing file is NotFound, a corrupt one DataLoss
+// naming it; never an exception.
 #pragma once
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -15,14 +17,19 @@ namespace baton::engine {
 
 // Json: nlohmann::json, or nlohmann::ordered_json to keep the file's key
 // order (what a template's tojson prints).
-template <typename Json = nlohmann::json>
-Result<Json> read_json_file(const std::filesystem::path& path) {
+inline Result<std::string> read_text_file(const std::filesystem::path& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot open " + path.string());
   std::stringstream text;
   text << in.rdbuf();
   if (in.bad()) return io_error("cannot read " + path.string());
-  Json doc = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  return text.str();
+}
+
+template <typename Json = nlohmann::json>
+Result<Json> read_json_file(const std::filesystem::path& path) {
+  BATON_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return data_loss(path.string() + ": invalid JSON");
   return doc;
 }

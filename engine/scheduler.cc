@@ -656,16 +656,16 @@ void Scheduler::sample(Sequence& seq, const float* logits, std::vector<StepOutpu
   const int32_t vocab = model_.config().vocab_size;
   const auto& opts = seq.options;
   const float* sampled_from = logits;
-  kc::LogitsAdjustments adjustments = opts.adjustments;
+  std::vector<int32_t> banned;  // min_tokens: no end before then
   if (int32_t(seq.output.size()) < opts.min_tokens) {
-    if (!opts.ignore_eos) adjustments.banned = model_.config().eos_token_ids;
-    adjustments.banned.insert(adjustments.banned.end(), opts.stop_token_ids.begin(),
-                              opts.stop_token_ids.end());
+    if (!opts.ignore_eos) banned = model_.config().eos_token_ids;
+    banned.insert(banned.end(), opts.stop_token_ids.begin(), opts.stop_token_ids.end());
   }
-  if (adjustments.any()) {
+  if (opts.adjustments.any() || !banned.empty()) {
     // On a copy: log-probabilities stay the model's, as vLLM reports them.
     adjusted_logits_.assign(logits, logits + vocab);
-    kc::adjust_logits(adjusted_logits_.data(), vocab, adjustments, seq.prompt, seq.output);
+    kc::adjust_logits(adjusted_logits_.data(), vocab, opts.adjustments, banned, seq.prompt,
+                      seq.output);
     sampled_from = adjusted_logits_.data();
   }
   int32_t token = kc::sample_token(sampled_from, vocab, opts.sampling, seq.rng);

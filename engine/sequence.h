@@ -12,8 +12,7 @@ namespace baton::engine {
 
 struct GenerationOptions {
   kernels::cpu::SamplingParams sampling;
-  // Penalties and logit bias (kernels/cpu/sampling.h); `banned` is left empty
-  // here: min_tokens fills it while the output is short.
+  // Penalties and logit bias (kernels/cpu/sampling.h).
   kernels::cpu::LogitsAdjustments adjustments;
   int32_t min_tokens = 0;  // end-of-sequence and stop tokens are not sampled before
   uint64_t seed = 0;

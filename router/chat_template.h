@@ -42,8 +42,9 @@ class ChatPrompter {
   static Result<ChatPrompter> for_checkpoint(const std::filesystem::path& dir);
 
   Result<std::string> render(const ChatRequest& chat) const;
-  // Whether the tokenizer's BOS goes before the rendered prompt.
-  bool adds_bos() const { return !template_ && refusal_.is_ok(); }
+  // Whether the tokenizer's BOS goes before the rendered prompt (Baton's
+  // format; a template writes its own).
+  bool adds_bos() const { return !template_; }
 
  private:
   std::shared_ptr<const engine::ChatTemplate> template_;

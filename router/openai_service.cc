@@ -63,6 +63,24 @@ void OpenAiService::send_error(HttpResponder& responder, const Status& status) {
                     std::move(headers));
 }
 
+std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_bos) const {
+  std::vector<int32_t> ids = tokenizer_->encode(text);
+  if (add_bos && tokenizer_->bos_id() >= 0) ids.insert(ids.begin(), tokenizer_->bos_id());
+  return ids;
+}
+
+Status OpenAiService::check_vocabulary(const std::vector<int32_t>& ids,
+                                       std::string_view what) const {
+  for (int32_t id : ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return invalid_argument(std::string(what) + " " + std::to_string(id) +
+                              " is out of vocabulary (size " + std::to_string(config_.vocab_size) +
+                              ")");
+    }
+  }
+  return Status::ok();
+}
+
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
   std::string path = path_of(request.target);
   if (!config_.api_keys.admits(path, request.header("authorization"))) {
@@ -137,8 +155,7 @@ void OpenAiService::tokenize(const HttpRequest& request, HttpResponder& responde
     text = std::move(rendered).value();
     add_bos = parsed->add_special_tokens.value_or(chat_prompter_.adds_bos());
   }
-  std::vector<int32_t> ids = tokenizer_->encode(text);
-  if (add_bos && tokenizer_->bos_id() >= 0) ids.insert(ids.begin(), tokenizer_->bos_id());
+  std::vector<int32_t> ids = encode(text, add_bos);
   json body = {{"count", ids.size()},
                {"max_model_len", config_.max_model_len},
                {"tokens", ids},
@@ -156,12 +173,8 @@ void OpenAiService::detokenize(const HttpRequest& request, HttpResponder& respon
   if (tokenizer_ == nullptr) {
     return send_error(responder, invalid_argument("this model ships no tokenizer"));
   }
-  for (int32_t id : parsed->tokens) {
-    if (id >= config_.vocab_size) {
-      return send_error(responder, invalid_argument("Token id " + std::to_string(id) +
-                                                    " is out of vocabulary (size " +
-                                                    std::to_string(config_.vocab_size) + ")"));
-    }
+  if (Status in_vocabulary = check_vocabulary(parsed->tokens, "Token id"); !in_vocabulary.is_ok()) {
+    return send_error(responder, in_vocabulary);
   }
   send_json(responder, 200, dump({{"prompt", tokenizer_->decode(parsed->tokens)}}));
 }
@@ -185,11 +198,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
                                          "ids to /v1/completions"));
     }
     // Tokenised here: a template writes its own BOS, the fixed format does not.
-    std::vector<int32_t> ids = tokenizer_->encode(*rendered);
-    if (chat_prompter_.adds_bos() && tokenizer_->bos_id() >= 0) {
-      ids.insert(ids.begin(), tokenizer_->bos_id());
-    }
-    prompts.emplace_back(std::move(ids));
+    prompts.emplace_back(encode(*rendered, chat_prompter_.adds_bos()));
   } else {
     Result<CompletionRequest> parsed = parse_completion_request(request.body, config_.limits);
     if (!parsed.is_ok()) return send_error(*responder, parsed.status());
@@ -210,19 +219,14 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
         return send_error(
             *responder, invalid_argument("prompt: this model ships no tokenizer; send token ids"));
       }
-      ids = tokenizer_->encode(*text);
-      if (tokenizer_->bos_id() >= 0) ids.insert(ids.begin(), tokenizer_->bos_id());
+      ids = encode(*text, /*add_bos=*/true);
     } else {
       ids = std::move(std::get<std::vector<int32_t>>(prompt));
     }
     if (ids.empty())
       return send_error(*responder, invalid_argument(std::string(prompt_field) + ": is empty"));
-    for (int32_t id : ids) {
-      if (id < 0 || id >= config_.vocab_size) {
-        return send_error(*responder, invalid_argument("Token id " + std::to_string(id) +
-                                                       " is out of vocabulary (size " +
-                                                       std::to_string(config_.vocab_size) + ")"));
-      }
+    if (Status in_vocabulary = check_vocabulary(ids, "Token id"); !in_vocabulary.is_ok()) {
+      return send_error(*responder, in_vocabulary);
     }
     int64_t length = int64_t(ids.size());
     if (length >= config_.max_model_len) {
@@ -247,12 +251,11 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     token_prompts.push_back(std::move(ids));
   }
 
-  for (const auto& [id, bias] : sampling.logit_bias) {
-    if (id >= config_.vocab_size) {
-      return send_error(*responder, invalid_argument("logit_bias: token id " + std::to_string(id) +
-                                                     " is out of vocabulary (size " +
-                                                     std::to_string(config_.vocab_size) + ")"));
-    }
+  std::vector<int32_t> biased;
+  for (const auto& [id, bias] : sampling.logit_bias) biased.push_back(id);
+  if (Status in_vocabulary = check_vocabulary(biased, "logit_bias: token id");
+      !in_vocabulary.is_ok()) {
+    return send_error(*responder, in_vocabulary);
   }
 
   ExchangeSpec spec;

@@ -51,6 +51,10 @@ class OpenAiService {
   void detokenize(const HttpRequest& request, HttpResponder& responder);
   void send_error(HttpResponder& responder, const Status& status);
   void send_json(HttpResponder& responder, int status, const std::string& body);
+  // The tokenizer's ids of `text`, after its BOS when `add_bos` (and it has one).
+  std::vector<int32_t> encode(const std::string& text, bool add_bos) const;
+  // InvalidArgument naming the first id outside the vocabulary; OK if none.
+  Status check_vocabulary(const std::vector<int32_t>& ids, std::string_view what) const;
 
   OpenAiServiceConfig config_;
   RouterCore& core_;

@@ -9,53 +9,18 @@ namespace {
 
 using nlohmann::json;
 
-// Implemented: read by completion_request.cc.
-constexpr std::string_view kCompletionFields[] = {"model",
-                                                  "prompt",
-                                                  "max_tokens",
-                                                  "temperature",
-                                                  "top_p",
-                                                  "top_k",
-                                                  "seed",
-                                                  "stop",
-                                                  "stop_token_ids",
-                                                  "ignore_eos",
-                                                  "n",
-                                                  "stream",
-                                                  "stream_options",
-                                                  "logprobs",
-                                                  "min_p",
-                                                  "presence_penalty",
-                                                  "frequency_penalty",
-                                                  "repetition_penalty",
-                                                  "min_tokens",
-                                                  "logit_bias"};
-constexpr std::string_view kChatFields[] = {"model",
-                                            "messages",
-                                            "max_tokens",
-                                            "max_completion_tokens",
-                                            "temperature",
-                                            "top_p",
-                                            "top_k",
-                                            "seed",
-                                            "stop",
-                                            "stop_token_ids",
-                                            "ignore_eos",
-                                            "n",
-                                            "stream",
-                                            "stream_options",
-                                            "logprobs",
-                                            "top_logprobs",
-                                            "tools",
-                                            "tool_choice",
-                                            "add_generation_prompt",
-                                            "chat_template_kwargs",
-                                            "min_p",
-                                            "presence_penalty",
-                                            "frequency_penalty",
-                                            "repetition_penalty",
-                                            "min_tokens",
-                                            "logit_bias"};
+// Implemented (read by completion_request.cc): by both endpoints, then by
+// each alone.
+// clang-format off
+constexpr std::string_view kSharedFields[] = {
+    "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids",
+    "ignore_eos", "n", "stream", "stream_options", "logprobs", "min_p", "presence_penalty",
+    "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"};
+constexpr std::string_view kCompletionFields[] = {"prompt"};
+constexpr std::string_view kChatFields[] = {
+    "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+    "add_generation_prompt", "chat_template_kwargs"};
+// clang-format on
 constexpr std::string_view kInformational[] = {"user", "metadata", "store", "service_tier",
                                                "request_id"};
 
@@ -121,6 +86,7 @@ Status check_request_fields(const json& body, Endpoint endpoint) {
     const std::string& key = item.key();
     const json& value = item.value();
     if (value.is_null()) continue;
+    if (listed(kSharedFields, key)) continue;
     if (chat ? listed(kChatFields, key) : listed(kCompletionFields, key)) continue;
     if (listed(kInformational, key)) continue;
     const auto& neutral = neutral_fields();

@@ -36,20 +36,17 @@ constexpr auto kTests = std::to_array<std::string_view>(
      "lessthan", "<",        "mapping", "ne",          "!=",   "none",      "number", "odd",
      "sameas",   "sequence", "string",  "test",        "true", "undefined", "upper"});
 
-constexpr auto kMethods = std::to_array<std::string_view>(
-    {// str
-     "strip", "lstrip", "rstrip", "split", "rsplit", "splitlines", "startswith", "endswith",
-     "replace", "upper", "lower", "title", "capitalize", "find", "rfind", "count", "join", "format",
-     "isdigit", "isalpha", "isalnum", "isspace", "islower", "isupper", "isnumeric", "isdecimal",
-     "zfill", "removeprefix", "removesuffix", "ljust", "rjust", "center",
-     // list
-     "index", "copy",
-     // dict
-     "items", "keys", "values", "get",
-     // loop
-     "cycle",
-     // str, again (kept apart so the list reads by type)
-     "partition", "rpartition", "swapcase"});
+// The methods of each type that templates call and the sandbox allows.
+constexpr auto kStringMethods = std::to_array<std::string_view>(
+    {"strip",        "lstrip",   "rstrip",    "split",     "rsplit",    "splitlines",
+     "startswith",   "endswith", "replace",   "upper",     "lower",     "title",
+     "capitalize",   "swapcase", "find",      "rfind",     "index",     "count",
+     "join",         "format",   "isdigit",   "isalpha",   "isalnum",   "isspace",
+     "islower",      "isupper",  "isnumeric", "isdecimal", "zfill",     "removeprefix",
+     "removesuffix", "ljust",    "rjust",     "center",    "partition", "rpartition"});
+constexpr auto kListMethods = std::to_array<std::string_view>({"index", "count", "copy"});
+constexpr auto kDictMethods =
+    std::to_array<std::string_view>({"items", "keys", "values", "get", "copy"});
 
 template <size_t N>
 bool contains_name(const std::array<std::string_view, N>& names, std::string_view name) {
@@ -426,12 +423,7 @@ Result<Value> dict_method(const Value& self, const std::string& name, CallArgs& 
 }
 
 bool is_method_of(const Value& obj, const std::string& name) {
-  static constexpr auto kListMethods = std::to_array<std::string_view>({"index", "count", "copy"});
-  static constexpr auto kDictMethods =
-      std::to_array<std::string_view>({"items", "keys", "values", "get", "copy"});
-  if (obj.is_string())
-    return contains_name(kMethods, name) && !contains_name(kDictMethods, name) && name != "cycle" &&
-           name != "copy";
+  if (obj.is_string()) return contains_name(kStringMethods, name);
   if (obj.is_sequence()) return contains_name(kListMethods, name);
   if (obj.is_dict() && !obj.dict_data().is_namespace) return contains_name(kDictMethods, name);
   return false;
@@ -480,7 +472,11 @@ std::string owner_name(const Value& obj) { return type_name(obj) + " object"; }
 
 bool is_known_filter(std::string_view name) { return contains_name(kFilters, name); }
 bool is_known_test(std::string_view name) { return contains_name(kTests, name); }
-bool is_known_method(std::string_view name) { return contains_name(kMethods, name); }
+bool is_known_method(std::string_view name) {
+  // cycle: the loop object's, a callable it holds.
+  return contains_name(kStringMethods, name) || contains_name(kListMethods, name) ||
+         contains_name(kDictMethods, name) || name == "cycle";
+}
 
 Value get_attribute(const Value& obj, const std::string& name) {
   if (is_method_of(obj, name)) return bound_method(obj, name);

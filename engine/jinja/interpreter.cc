@@ -108,8 +108,9 @@ Result<Interpreter::Flow> Interpreter::exec(const Body& body, Frame& frame, std:
         break;
       }
       case Stmt::Kind::kFor: {
+        // A break or continue in the loop's else body is the enclosing loop's.
         BATON_ASSIGN_OR_RETURN(Flow flow, exec_for(s, frame, out));
-        (void)flow;
+        if (flow != Flow::kNormal) return flow;
         break;
       }
       case Stmt::Kind::kSet:

@@ -114,7 +114,8 @@ int32_t sample_token(const float* logits, int32_t vocab, const SamplingParams& p
 }
 
 void adjust_logits(float* logits, int32_t vocab, const LogitsAdjustments& adj,
-                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& output) {
+                   const std::vector<int32_t>& banned, const std::vector<int32_t>& prompt,
+                   const std::vector<int32_t>& output) {
   if (adj.repetition_penalty != 1.0f) {
     std::vector<bool> seen(size_t(vocab), false);
     for (const auto* tokens : {&prompt, &output}) {
@@ -139,7 +140,7 @@ void adjust_logits(float* logits, int32_t vocab, const LogitsAdjustments& adj,
   for (const auto& [id, bias] : adj.logit_bias) {
     if (id >= 0 && id < vocab) logits[id] += bias;
   }
-  for (int32_t id : adj.banned) {
+  for (int32_t id : banned) {
     if (id >= 0 && id < vocab) logits[id] = -std::numeric_limits<float>::infinity();
   }
 }

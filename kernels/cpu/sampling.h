@@ -24,24 +24,25 @@ struct SamplingParams {
 // repetition penalty over prompt and output tokens (a positive logit divided
 // by it, a negative one multiplied), then frequency and presence penalties
 // over output tokens (subtracting frequency x count + presence), then the
-// logit bias, then, while fewer than min_tokens are out, -inf for the
-// end-of-sequence and stop tokens.
+// logit bias, then -inf for the banned tokens (while fewer than min_tokens
+// are out, the end-of-sequence and stop tokens).
 struct LogitsAdjustments {
   float repetition_penalty = 1.0f;
   float frequency_penalty = 0.0f;
   float presence_penalty = 0.0f;
   std::vector<std::pair<int32_t, float>> logit_bias;
-  std::vector<int32_t> banned;  // set to -inf (the min_tokens rule's tokens)
   bool any() const {
     return repetition_penalty != 1.0f || frequency_penalty != 0.0f || presence_penalty != 0.0f ||
-           !logit_bias.empty() || !banned.empty();
+           !logit_bias.empty();
   }
 };
 
-// Applies `adj` to logits [vocab] in place; `prompt` and `output` are the
-// sequence's tokens so far (ids outside the vocabulary are ignored).
+// Applies `adj` and `banned` to logits [vocab] in place; `prompt` and
+// `output` are the sequence's tokens so far (ids outside the vocabulary are
+// ignored).
 void adjust_logits(float* logits, int32_t vocab, const LogitsAdjustments& adj,
-                   const std::vector<int32_t>& prompt, const std::vector<int32_t>& output);
+                   const std::vector<int32_t>& banned, const std::vector<int32_t>& prompt,
+                   const std::vector<int32_t>& output);
 
 // The per-request random state; seed it from the request's seed. A
 // std::mt19937_64 that counts its draws, so another node can recreate it from

@@ -108,6 +108,8 @@ FEATURE_TEMPLATES = [
     "{{ loop.cycle('a', 'b') }}{% endfor %}|{{ ns.count }}|{{ ns.seen }}|"
     "{% for i in range(n % 7) %}{% if i == 2 %}{% continue %}{% endif %}{% if i == 5 %}{% break %}{% endif %}{{ i }}{% else %}empty{% endfor %}|"
     "{% for x in [] %}{{ x }}{% else %}none{% endfor %}|"
+    "{% for o in items %}[{{ o }}]{% for x in [] %}{% else %}{% if o > 50 %}{% break %}"
+    "{% endif %}{% endfor %}{% endfor %}|"
     "{% macro m(x, y='dflt') %}<{{ x }}-{{ y }}>{% endmacro %}{{ m(a) }}{{ m(n, y=f) }}{{ m('q', 'r') }}|"
     "{% set block %}B{{ n }}{% endset %}{{ block }}|{% set up | upper %}u{{ a }}{% endset %}{{ up }}|"
     "{% filter upper %}in {{ a }}{% endfilter %}|{% set p, q = 1, 2 %}{{ p + q }}|"

@@ -191,6 +191,7 @@ TEST(AdjustLogitsTest, MatchesNaiveRules) {
     for (auto& t : prompt) t = int32_t(rng() % (vocab + 5)) - 2;
     for (auto& t : output) t = int32_t(rng() % 40);  // repeats likely
     LogitsAdjustments adj;
+    std::vector<int32_t> banned;
     const int which = int(rng() % 5);
     if (which == 0 || which == 4) adj.repetition_penalty = 0.5f + float(rng() % 150) / 100.0f;
     if (which == 1 || which == 4) adj.frequency_penalty = float(int(rng() % 400) - 200) / 100.0f;
@@ -199,7 +200,7 @@ TEST(AdjustLogitsTest, MatchesNaiveRules) {
       for (int b = 0; b < 5; ++b) {
         adj.logit_bias.emplace_back(int32_t(rng() % vocab), float(int(rng() % 200) - 100));
       }
-      adj.banned = {int32_t(rng() % vocab), int32_t(rng() % vocab)};
+      banned = {int32_t(rng() % vocab), int32_t(rng() % vocab)};
     }
     std::vector<double> want(logits.begin(), logits.end());
     for (int32_t t = 0; t < vocab; ++t) {
@@ -214,12 +215,12 @@ TEST(AdjustLogitsTest, MatchesNaiveRules) {
       for (const auto& [id, bias] : adj.logit_bias) {
         if (id == t) l += bias;
       }
-      if (std::count(adj.banned.begin(), adj.banned.end(), t) > 0) {
+      if (std::count(banned.begin(), banned.end(), t) > 0) {
         l = -std::numeric_limits<double>::infinity();
       }
     }
     std::vector<float> got = logits;
-    adjust_logits(got.data(), vocab, adj, prompt, output);
+    adjust_logits(got.data(), vocab, adj, banned, prompt, output);
     for (int32_t t = 0; t < vocab; ++t) {
       if (std::isinf(want[size_t(t)])) {
         EXPECT_TRUE(std::isinf(got[size_t(t)]) && got[size_t(t)] < 0) << t;
