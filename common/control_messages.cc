@@ -389,6 +389,10 @@ struct Codec {
     for (const TokenEvent& e : m.events) events.push_back(to_json(e));
     return {{"t", "events"}, {"events", std::move(events)}};
   }
+  json operator()(const Rejected& m) const {
+    return {
+        {"t", "rejected"}, {"type", m.type}, {"request_id", m.request_id}, {"reason", m.reason}};
+  }
 };
 
 Result<Message> decode_fields(const json& object, const std::string& type) {
@@ -494,6 +498,13 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     }
     return finish(std::move(m));
   }
+  if (type == "rejected") {
+    Rejected m;
+    m.type = r.string("type", 64);
+    m.request_id = r.uint64("request_id");
+    m.reason = r.string("reason");
+    return finish(std::move(m));
+  }
   return data_loss("control message: unknown type '" + type.substr(0, 64) + "'");
 }
 
@@ -501,8 +512,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
 
 std::string_view message_type(const Message& message) {
   static constexpr std::string_view kNames[] = {
-      "register",      "register_ack", "heartbeat",    "peer_info", "generate",
-      "prefill_ready", "prefill",      "prefill_done", "abort",     "events"};
+      "register", "register_ack", "heartbeat", "peer_info", "generate", "prefill_ready",
+      "prefill",  "prefill_done", "abort",     "events",    "rejected"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[message.index()];
 }
@@ -513,7 +524,10 @@ std::vector<uint8_t> encode(const Message& message) {
   return json::to_msgpack(object);
 }
 
-Result<Message> decode(std::span<const uint8_t> frame) {
+namespace {
+
+// The frame as a bounded MessagePack map: kDataLoss when its size or shape is off.
+Result<json> parse_map(std::span<const uint8_t> frame) {
   if (frame.empty()) return data_loss("control message: empty frame");
   if (frame.size() > kMaxMessageBytes) {
     return data_loss("control message: " + std::to_string(frame.size()) +
@@ -527,6 +541,29 @@ Result<Message> decode(std::span<const uint8_t> frame) {
   if (!sax.refusal().empty()) return data_loss("control message: " + sax.refusal());
   if (!parsed || sax.is_errored()) return data_loss("control message: not valid MessagePack");
   if (!object.is_object()) return data_loss("control message: not a map");
+  return object;
+}
+
+}  // namespace
+
+Rejected rejection_of(std::span<const uint8_t> frame, const Status& refusal) {
+  Rejected rejected;
+  rejected.reason = refusal.message().substr(0, kMaxStringBytes);
+  Result<json> object = parse_map(frame);
+  if (!object.is_ok()) return rejected;
+  if (auto t = object->find("t"); t != object->end() && t->is_string()) {
+    rejected.type = t->get<std::string>().substr(0, 64);
+  }
+  if (auto id = object->find("request_id"); id != object->end() && id->is_number_unsigned()) {
+    rejected.request_id = id->get<uint64_t>();
+  }
+  return rejected;
+}
+
+Result<Message> decode(std::span<const uint8_t> frame) {
+  Result<json> parsed = parse_map(frame);
+  if (!parsed.is_ok()) return parsed.status();
+  const json& object = *parsed;
   FieldReader envelope(object, "message");
   int64_t version = envelope.integer("v", 0, std::numeric_limits<int32_t>::max());
   std::string type = envelope.string("t", 64);

@@ -18,6 +18,7 @@
 //   router -> decode   PrefillDone   (forwarded)
 //   decode -> router   Events        (tokens and finishes of one step)
 //   router -> any      Abort         (client gone, timeout, peer down)
+//   any -> sender      Rejected      (a frame that did not decode, and why)
 #pragma once
 
 #include <cstdint>
@@ -180,6 +181,14 @@ struct Abort {  // router -> node
   uint64_t request_id = 0;
   std::string reason;
 };
+// The answer to a frame that did not decode, so its sender learns at once
+// why instead of waiting out a timeout. `type` and `request_id` are what
+// could be read of the refused frame (empty and 0 when nothing could).
+struct Rejected {
+  std::string type;
+  uint64_t request_id = 0;
+  std::string reason;
+};
 struct TokenEvent {
   uint64_t request_id = 0;
   std::vector<int32_t> tokens;          // new tokens, in order
@@ -192,7 +201,7 @@ struct Events {  // decode -> router, once per step that produced something
 };
 
 using Message = std::variant<Register, RegisterAck, Heartbeat, PeerInfo, Generate, PrefillReady,
-                             Prefill, PrefillDone, Abort, Events>;
+                             Prefill, PrefillDone, Abort, Events, Rejected>;
 
 // The message's wire type name ("generate", "prefill_done", ...).
 std::string_view message_type(const Message& message);
@@ -200,5 +209,8 @@ std::string_view message_type(const Message& message);
 std::vector<uint8_t> encode(const Message& message);
 // kDataLoss naming the type and field when anything is off.
 Result<Message> decode(std::span<const uint8_t> frame);
+// What can be read of a frame `decode` refused (its type and request id, when
+// its envelope is intact), with the refusal as the reason.
+Rejected rejection_of(std::span<const uint8_t> frame, const Status& refusal);
 
 }  // namespace baton::control

@@ -191,14 +191,16 @@ std::vector<ControlSocket::Received> ControlSocket::poll(std::chrono::millisecon
       if (extra_parts) {
         ++rejected_;
         spdlog::warn("control socket: dropped a multi-part frame from '{}'", from);
+        answer_rejection(from, Rejected{"", 0, "a multi-part frame"});
         continue;
       }
-      Result<Message> message =
-          decode(std::span(static_cast<const uint8_t*>(frame.data()), frame.size()));
+      std::span bytes(static_cast<const uint8_t*>(frame.data()), frame.size());
+      Result<Message> message = decode(bytes);
       if (!message.is_ok()) {
         ++rejected_;
         spdlog::warn("control socket: dropped a frame from '{}': {}", from,
                      message.status().message());
+        answer_rejection(from, rejection_of(bytes, message.status()));
         continue;
       }
       received.push_back({std::move(from), std::move(message).value()});
@@ -208,6 +210,13 @@ std::vector<ControlSocket::Received> ControlSocket::poll(std::chrono::millisecon
     if (e.num() != EINTR) spdlog::error("control socket: poll failed: {}", e.what());
   }
   return received;
+}
+
+void ControlSocket::answer_rejection(const std::string& to, const Rejected& rejected) {
+  // Never answer a refused answer: two peers that cannot read each other
+  // would otherwise bounce rejections forever.
+  if (rejected.type == "rejected") return;
+  (void)send(to, rejected);
 }
 
 std::string ControlSocket::endpoint() const {

@@ -7,7 +7,9 @@
 // so a restarted node gets its name back. Both ends set
 // high-water marks and a maximum frame size, so no queue grows without bound:
 // a send that would block fails with ResourceExhausted instead. Frames that do
-// not decode are dropped with a log line and counted, never surfaced.
+// not decode are dropped with a log line and counted, never surfaced, and
+// their sender is told why (a Rejected message naming the request), so a
+// request no node can take fails at once rather than at its timeout.
 #pragma once
 
 #include <chrono>
@@ -63,7 +65,8 @@ class ControlSocket {
   };
   // Waits up to `timeout` until a frame arrives or `wake_fd` (an eventfd, -1
   // for none) becomes readable, then returns every frame already queued (at
-  // most `max_messages`). Malformed frames are dropped and counted.
+  // most `max_messages`). Malformed frames are dropped, counted and answered
+  // with a Rejected message.
   std::vector<Received> poll(std::chrono::milliseconds timeout, int wake_fd = -1,
                              size_t max_messages = 4096);
 
@@ -75,6 +78,7 @@ class ControlSocket {
 
  private:
   struct Sockets;
+  void answer_rejection(const std::string& to, const Rejected& rejected);
   ControlSocket(std::unique_ptr<Sockets> sockets, bool is_router);
 
   std::unique_ptr<Sockets> sockets_;

@@ -195,6 +195,13 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
       registered_ = ack->accepted;
       continue;
     }
+    if (auto* rejected = std::get_if<control::Rejected>(&received.message)) {
+      // The router could not read a frame of this node's: a version
+      // mismatch or a bug, which the router's side fails at once.
+      spdlog::error("{}: the router refused this node's '{}' message (request {}): {}",
+                    settings_.name, rejected->type, rejected->request_id, rejected->reason);
+      continue;
+    }
     out.push_back(std::move(received.message));
   }
   wake_.drain();

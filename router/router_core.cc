@@ -179,6 +179,8 @@ void RouterCore::handle(const std::string& from, control::Message& message) {
     return on_prefill_ready(from, *ready);
   if (auto* done = std::get_if<control::PrefillDone>(&message)) return on_prefill_done(from, *done);
   if (auto* events = std::get_if<control::Events>(&message)) return on_events(from, *events);
+  if (auto* rejected = std::get_if<control::Rejected>(&message))
+    return on_rejected(from, *rejected);
   spdlog::warn("router: ignored an unexpected '{}' message from {}", control::message_type(message),
                from);
 }
@@ -293,6 +295,19 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
     deliver(it->second, std::move(update));
     if (finished) forget(event.request_id);
   }
+}
+
+void RouterCore::on_rejected(const std::string& from, const control::Rejected& rejected) {
+  spdlog::error("router: {} refused the router's '{}' message (request {}): {}", from,
+                rejected.type, rejected.request_id, rejected.reason);
+  auto it = requests_.find(rejected.request_id);
+  if (it == requests_.end()) return;
+  const Request& request = it->second;
+  if (request.decode_node != from && request.prefill_node != from) return;
+  // The router admits only what the codec accepts, so this is a version
+  // mismatch or a bug: no other node would read the message either.
+  fail(rejected.request_id, internal_error("node " + from + " refused the '" + rejected.type +
+                                           "' message: " + rejected.reason));
 }
 
 void RouterCore::node_down(const std::string& name, const std::string& why) {

@@ -120,6 +120,7 @@ class RouterCore {
   void on_prefill_ready(const std::string& from, control::PrefillReady& ready);
   void on_prefill_done(const std::string& from, control::PrefillDone& done);
   void on_events(const std::string& from, control::Events& events);
+  void on_rejected(const std::string& from, const control::Rejected& rejected);
   void node_down(const std::string& name, const std::string& why);
   // Ends a request with an error for its client and aborts it on its nodes.
   void fail(uint64_t request_id, Status error);

@@ -148,6 +148,11 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(done2.first_logprobs[0].top_logprobs, (std::vector<float>{-0.5f, -1.0f, -3.5f}));
 
   EXPECT_EQ(round_trip(Abort{42, "client disconnected"}).reason, "client disconnected");
+  const uint64_t rejected_id = rng();
+  Rejected rejected = round_trip(Rejected{"generate", rejected_id, "generate.prompt: not a list"});
+  EXPECT_EQ(rejected.type, "generate");
+  EXPECT_EQ(rejected.request_id, rejected_id);
+  EXPECT_EQ(rejected.reason, "generate.prompt: not a list");
 
   Events events;
   for (int i = 0; i < 5; ++i) {
@@ -270,6 +275,39 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   object["first_logprobs"][0]["lp"] = 1e300;
   EXPECT_NE(message_of(decode_json(object)).find("lp: not a finite number"), std::string::npos)
       << message_of(decode_json(object));
+}
+
+// What the receiver of a refused frame tells its sender: the type and the
+// request id when the envelope is readable, and the refusal.
+TEST(ControlMessages, ARefusedFrameNamesItsTypeAndRequest) {
+  std::mt19937_64 rng(std::random_device{}());
+  const uint64_t id = rng() >> 1;
+  json object = json::from_msgpack(encode(Generate{id, {1, 2, 3}, {}, ""}));
+  object["sampling"]["temperature"] = 1e300;
+  std::vector<uint8_t> frame = json::to_msgpack(object);
+  Result<Message> decoded = decode(frame);
+  ASSERT_FALSE(decoded.is_ok());
+  Rejected rejected = rejection_of(frame, decoded.status());
+  EXPECT_EQ(rejected.type, "generate");
+  EXPECT_EQ(rejected.request_id, id);
+  EXPECT_NE(rejected.reason.find("temperature"), std::string::npos) << rejected.reason;
+  // The answer itself must encode within the codec's bounds.
+  EXPECT_TRUE(decode(encode(rejected)).is_ok());
+
+  // Nothing readable: no type, no id, still the reason.
+  std::vector<uint8_t> garbage(64);
+  for (uint8_t& b : garbage) b = uint8_t(rng());
+  garbage[0] = 0xc1;  // never valid MessagePack
+  Result<Message> refused = decode(garbage);
+  ASSERT_FALSE(refused.is_ok());
+  Rejected unreadable = rejection_of(garbage, refused.status());
+  EXPECT_EQ(unreadable.type, "");
+  EXPECT_EQ(unreadable.request_id, 0u);
+  EXPECT_EQ(unreadable.reason, refused.status().message());
+  // A reason longer than a string field may be is cut to fit.
+  Rejected long_reason = rejection_of(garbage, data_loss(std::string(3 * kMaxStringBytes, 'x')));
+  EXPECT_EQ(long_reason.reason.size(), kMaxStringBytes);
+  EXPECT_TRUE(decode(encode(long_reason)).is_ok());
 }
 
 // A heartbeat from a node of an older build lacks the newer load counters:

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <zmq.hpp>
 
+#include <nlohmann/json.hpp>
+#include <random>
 #include <thread>
 
 namespace baton::control {
@@ -89,6 +91,42 @@ TEST(ControlSocket, MalformedFramesAreDroppedAndCounted) {
   ASSERT_EQ(got.size(), 1u);
   EXPECT_EQ(std::get<Abort>(got[0].message).request_id, 3u);
   EXPECT_EQ((*router)->rejected(), 2u);
+}
+
+// The sender of a frame that does not decode hears why, with the request
+// it was about; a refused rejection is not answered (no ping-pong).
+TEST(ControlSocket, TheSenderOfARefusedFrameIsToldWhy) {
+  auto node = ControlSocket::bind("tcp://127.0.0.1:*");
+  ASSERT_TRUE(node.is_ok());
+  zmq::context_t context;
+  zmq::socket_t peer(context, zmq::socket_type::dealer);
+  peer.set(zmq::sockopt::routing_id, "router");
+  peer.set(zmq::sockopt::rcvtimeo, 2000);
+  peer.connect((*node)->endpoint());
+  const uint64_t id = std::random_device{}() + 1;
+  nlohmann::json generate = nlohmann::json::from_msgpack(encode(Generate{id, {1, 2}, {}, ""}));
+  generate["sampling"]["stop_token_ids"] = std::vector<int>(kMaxStopTokenIds + 1, 7);
+  std::vector<uint8_t> bad = nlohmann::json::to_msgpack(generate);
+  peer.send(zmq::buffer(bad), zmq::send_flags::none);
+  EXPECT_TRUE((*node)->poll(1s).empty());
+  zmq::message_t answer;
+  ASSERT_TRUE(peer.recv(answer)) << "no answer to a refused frame";
+  auto decoded = decode(std::span(static_cast<const uint8_t*>(answer.data()), answer.size()));
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  ASSERT_TRUE(std::holds_alternative<Rejected>(*decoded));
+  const Rejected& rejected = std::get<Rejected>(*decoded);
+  EXPECT_EQ(rejected.type, "generate");
+  EXPECT_EQ(rejected.request_id, id);
+  EXPECT_NE(rejected.reason.find("stop_token_ids"), std::string::npos) << rejected.reason;
+
+  nlohmann::json bad_rejection = nlohmann::json::from_msgpack(encode(rejected));
+  bad_rejection["request_id"] = "not a number";
+  std::vector<uint8_t> frame = nlohmann::json::to_msgpack(bad_rejection);
+  peer.send(zmq::buffer(frame), zmq::send_flags::none);
+  EXPECT_TRUE((*node)->poll(1s).empty());
+  EXPECT_EQ((*node)->rejected(), 2u);
+  peer.set(zmq::sockopt::rcvtimeo, 300);
+  EXPECT_FALSE(peer.recv(answer)) << "a refused rejection was answered";
 }
 
 TEST(ControlSocket, WakeFdInterruptsPoll) {

@@ -149,9 +149,9 @@ Cluster::Cluster(const ClusterShape& shape) {
   if (shape.separate_roles) {
     // Each role as its own process, as on several hosts.
     start_router();
-    for (int i = 0; i < shape.prefill_nodes; ++i)
+    for (int i = 0; shape.start_nodes && i < shape.prefill_nodes; ++i)
       start_node("prefill", "prefill-" + std::to_string(i));
-    for (int i = 0; i < shape.decode_nodes; ++i)
+    for (int i = 0; shape.start_nodes && i < shape.decode_nodes; ++i)
       start_node("decode", "decode-" + std::to_string(i));
   } else {
     Status spawned = group_.spawn("up", {BATON_BINARY, "--log-level", "warn", "up",

@@ -29,7 +29,10 @@ struct ClusterShape {
   int heartbeat_timeout_ms = 600;
   std::string extra_router_yaml;  // appended under router:
   bool separate_roles = false;    // `baton router|prefill|decode` processes instead of `baton up`
-  bool share_pool = true;         // transfer.share_pool (false: private pools, CMA transfers)
+  // With separate_roles: false starts the router alone, and the test plays
+  // the nodes (set wait_until_up to false).
+  bool start_nodes = true;
+  bool share_pool = true;  // transfer.share_pool (false: private pools, CMA transfers)
   std::string kv_cache_bytes = "4MiB";
   std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
   bool wait_until_up = true;  // false: the constructor returns once `baton up` is started

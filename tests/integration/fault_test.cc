@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "common/control_socket.h"
 #include "tests/integration/cluster_harness.h"
 
 namespace baton::testing {
@@ -255,6 +256,69 @@ TEST(FaultTest, ANodeDeclaredDeadStopsTheWorkTheRouterFailed) {
   EXPECT_LT(generated - before, kMaxTokens / 2)
       << "the resumed node generated the failed request on: " << before << " tokens streamed, "
       << generated << " generated";
+}
+
+// A node that cannot read the router's message for a request answers why
+// (its control socket does, as TheSenderOfARefusedFrameIsToldWhy shows);
+// the router then fails the request at once, naming the node and the
+// reason, and aborts it on the node, instead of letting it wait out
+// request_timeout_ms. The test plays the decode node and refuses.
+TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
+  ClusterShape shape;
+  shape.prefill_nodes = 1;  // configured, never started: the prompt is prefilled on decode
+  shape.min_remote_prefill_tokens = 1000;
+  shape.decode_nodes = 1;
+  shape.separate_roles = true;
+  shape.start_nodes = false;
+  shape.wait_until_up = false;
+  shape.heartbeat_timeout_ms = 5000;
+  shape.extra_router_yaml = "  request_timeout_ms: 60000\n";
+  Cluster cluster(shape);
+  auto node = control::ControlSocket::connect(
+      "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  const control::Register hello{"decode-0", "decode", {1, 2, 3}, 16, 1024, ::getpid()};
+  bool registered = false;
+  for (auto until = Clock::now() + 30s; !registered && Clock::now() < until;) {
+    (void)(*node)->send("", hello);
+    for (const auto& received : (*node)->poll(200ms)) {
+      if (auto* ack = std::get_if<control::RegisterAck>(&received.message))
+        registered = ack->accepted;
+    }
+  }
+  ASSERT_TRUE(registered) << "the router never welcomed the test's node";
+
+  std::atomic<bool> answered{false};
+  Result<tools::HttpResponse> response = unavailable("not sent");
+  double seconds = -1;
+  std::thread client([&] {
+    const auto start = Clock::now();
+    response = cluster.post("/v1/completions", {{"prompt", "hello there"}, {"max_tokens", 4}});
+    seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    answered = true;
+  });
+  const std::string reason = "generate.sampling.stop_token_ids: more than 1024 entries";
+  uint64_t refused = 0;
+  bool aborted = false;
+  for (auto until = Clock::now() + 20s; !(answered && aborted) && Clock::now() < until;) {
+    (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+    for (const auto& received : (*node)->poll(50ms)) {
+      if (auto* generate = std::get_if<control::Generate>(&received.message)) {
+        refused = generate->request_id;
+        (void)(*node)->send("", control::Rejected{"generate", refused, reason});
+      } else if (auto* abort = std::get_if<control::Abort>(&received.message)) {
+        aborted |= refused != 0 && abort->request_id == refused;
+      }
+    }
+  }
+  client.join();
+  ASSERT_NE(refused, 0u) << "the router never sent the request";
+  ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+  EXPECT_EQ(response->status, 500) << response->body;
+  EXPECT_NE(response->body.find("decode-0"), std::string::npos) << response->body;
+  EXPECT_NE(response->body.find("stop_token_ids"), std::string::npos) << response->body;
+  EXPECT_LT(seconds, 5.0) << "the request waited for its timeout";
+  EXPECT_TRUE(aborted) << "the router did not abort the request on the node";
 }
 
 TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
