@@ -269,6 +269,7 @@ const Fields<RouterSection>& router_fields() {
       {"api_key_file", string_field(&R::api_key_file)},
       {"control_host", string_field(&R::control_host)},
       {"control_keys", string_field(&R::control_keys)},
+      {"zmq_keys", string_field(&R::zmq_keys)},
       {"limits",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
          return parse_fields(node, key, limits_fields(), out.limits);
@@ -541,7 +542,8 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
   ClusterConfig config;
   BATON_ASSIGN_OR_RETURN(config.model, parse_model(section("model"), base_dir));
   BATON_ASSIGN_OR_RETURN(config.router, parse_router(section("router")));
-  for (std::string* file : {&config.router.api_key_file, &config.router.control_keys}) {
+  for (std::string* file :
+       {&config.router.api_key_file, &config.router.control_keys, &config.router.zmq_keys}) {
     if (!file->empty() && fs::path(*file).is_relative()) *file = (base_dir / *file).string();
   }
   if (config.router.control_host.empty()) config.router.control_host = config.router.host;

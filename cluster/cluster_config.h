@@ -80,10 +80,13 @@ struct RouterSection {
   // Where the control plane listens (nodes connect here); empty: `host`.
   // A private address keeps clients and nodes on separate networks.
   std::string control_host;
-  // A directory of CURVE keys (`baton keygen`, common/control_keys.h),
+  // A directory of CURVE keys (`baton keygen`, common/curve_keys.h),
   // relative to the YAML file: the control plane authenticates and
   // encrypts. Empty: in the clear (loopback and trusted networks only).
   std::string control_keys;
+  // The same for the ZeroMQ client front end (`baton keygen --clients`):
+  // only clients holding the ring's client key connect, encrypted.
+  std::string zmq_keys;
 };
 
 struct NodeSection {

@@ -13,21 +13,18 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/zap_handler.h"
+
 namespace baton::control {
 
 struct ControlSocket::Sockets {
   zmq::context_t context{1};
+  // The router's ZAP handler, when keyed: started before the socket, and
+  // stopped after it closes.
+  std::unique_ptr<ZapHandler> zap;
   zmq::socket_t socket;
-  // The router's ZAP handler, when keyed (it must outlive the socket).
-  std::atomic<bool> stop_zap{false};
-  std::thread zap_thread;
-  uint64_t zap_refused = 0;
 
-  ~Sockets() {
-    socket.close();
-    stop_zap = true;
-    if (zap_thread.joinable()) zap_thread.join();
-  }
+  ~Sockets() { socket.close(); }
 };
 
 namespace {
@@ -41,42 +38,6 @@ void set_bounds(zmq::socket_t& socket) {
   socket.set(zmq::sockopt::heartbeat_timeout, kZmtpHeartbeatTimeoutMs);
 }
 
-// ZeroMQ's authentication protocol (RFC 27): libzmq asks, for each CURVE
-// handshake, whether the client's public key may connect; only the nodes'
-// key may. Runs until the socket is destroyed.
-void serve_zap(zmq::socket_t handler, std::string node_key, std::atomic<bool>* stop,
-               uint64_t* refused) {
-  std::array<uint8_t, 32> allowed{};
-  zmq_z85_decode(allowed.data(), node_key.c_str());
-  while (!*stop) {
-    zmq::pollitem_t item{handler.handle(), 0, ZMQ_POLLIN, 0};
-    try {
-      if (zmq::poll(&item, 1, std::chrono::milliseconds(100)) == 0) continue;
-      std::vector<zmq::message_t> request;
-      if (!zmq::recv_multipart(handler, std::back_inserter(request))) continue;
-      // version, request id, domain, address, identity, mechanism, key
-      const bool ok = request.size() >= 7 && request[5].to_string_view() == "CURVE" &&
-                      request[6].size() == allowed.size() &&
-                      std::memcmp(request[6].data(), allowed.data(), allowed.size()) == 0;
-      if (!ok) {
-        ++*refused;
-        spdlog::warn("control socket: refused a connection from {} without the cluster's key",
-                     request.size() > 3 ? request[3].to_string() : std::string("?"));
-      }
-      std::array<zmq::const_buffer, 6> reply = {
-          zmq::str_buffer("1.0"),
-          zmq::buffer(request.size() > 1 ? request[1].to_string_view() : std::string_view()),
-          ok ? zmq::str_buffer("200") : zmq::str_buffer("400"),
-          ok ? zmq::str_buffer("OK") : zmq::str_buffer("not a node of this cluster"),
-          zmq::str_buffer(""),
-          zmq::str_buffer("")};
-      (void)zmq::send_multipart(handler, reply);
-    } catch (const zmq::error_t& e) {
-      if (e.num() == ETERM) return;
-    }
-  }
-}
-
 }  // namespace
 
 ControlSocket::ControlSocket(std::unique_ptr<Sockets> sockets, bool is_router)
@@ -86,17 +47,13 @@ ControlSocket::~ControlSocket() = default;
 
 Result<std::unique_ptr<ControlSocket>> ControlSocket::connect(const std::string& endpoint,
                                                               const std::string& node_name,
-                                                              const ControlKeys* keys) {
+                                                              const CurveKeys* keys) {
   auto sockets = std::make_unique<Sockets>();
   try {
     sockets->socket = zmq::socket_t(sockets->context, zmq::socket_type::dealer);
     set_bounds(sockets->socket);
     sockets->socket.set(zmq::sockopt::routing_id, node_name);
-    if (keys != nullptr) {
-      sockets->socket.set(zmq::sockopt::curve_serverkey, keys->router.public_key);
-      sockets->socket.set(zmq::sockopt::curve_publickey, keys->node.public_key);
-      sockets->socket.set(zmq::sockopt::curve_secretkey, keys->node.secret_key);
-    }
+    if (keys != nullptr) make_curve_client(sockets->socket, *keys);
     sockets->socket.connect(endpoint);
   } catch (const zmq::error_t& e) {
     return unavailable("control socket: cannot connect to " + endpoint + ": " + e.what());
@@ -105,25 +62,17 @@ Result<std::unique_ptr<ControlSocket>> ControlSocket::connect(const std::string&
 }
 
 Result<std::unique_ptr<ControlSocket>> ControlSocket::bind(const std::string& endpoint,
-                                                           const ControlKeys* keys) {
+                                                           const CurveKeys* keys) {
   auto sockets = std::make_unique<Sockets>();
   try {
     if (keys != nullptr) {
-      // The handler is bound before the server socket exists, so no
-      // handshake can come before it.
-      zmq::socket_t handler(sockets->context, zmq::socket_type::rep);
-      handler.set(zmq::sockopt::linger, 0);
-      handler.bind("inproc://zeromq.zap.01");
-      sockets->zap_thread = std::thread(serve_zap, std::move(handler), keys->node.public_key,
-                                        &sockets->stop_zap, &sockets->zap_refused);
+      BATON_ASSIGN_OR_RETURN(
+          sockets->zap,
+          ZapHandler::start(sockets->context, keys->client.public_key, "control socket"));
     }
     sockets->socket = zmq::socket_t(sockets->context, zmq::socket_type::router);
     set_bounds(sockets->socket);
-    if (keys != nullptr) {
-      sockets->socket.set(zmq::sockopt::curve_server, 1);
-      sockets->socket.set(zmq::sockopt::curve_secretkey, keys->router.secret_key);
-      sockets->socket.set(zmq::sockopt::zap_domain, "baton-control");
-    }
+    if (keys != nullptr) make_curve_server(sockets->socket, *keys, "baton-control");
     sockets->socket.set(zmq::sockopt::router_mandatory, 1);
     // No ZMQ_ROUTER_HANDOVER: a second connection claiming a live node's
     // name (a misconfigured twin cluster) must not take the name over, which

@@ -19,8 +19,8 @@
 #include <string_view>
 #include <vector>
 
-#include "common/control_keys.h"
 #include "common/control_messages.h"
+#include "common/curve_keys.h"
 #include "common/status.h"
 
 namespace baton::control {
@@ -44,12 +44,12 @@ class ControlSocket {
   // ("tcp://host:port"). With `keys`, over CURVE as the cluster's node.
   static Result<std::unique_ptr<ControlSocket>> connect(const std::string& endpoint,
                                                         const std::string& node_name,
-                                                        const ControlKeys* keys = nullptr);
+                                                        const CurveKeys* keys = nullptr);
   // The router's ROUTER, bound to `endpoint`. With `keys`, a CURVE server
   // that admits only connections holding the nodes' key: a ZAP handler
   // refuses every other client key, and nothing is accepted in the clear.
   static Result<std::unique_ptr<ControlSocket>> bind(const std::string& endpoint,
-                                                     const ControlKeys* keys = nullptr);
+                                                     const CurveKeys* keys = nullptr);
   ~ControlSocket();
   ControlSocket(const ControlSocket&) = delete;
   ControlSocket& operator=(const ControlSocket&) = delete;

@@ -34,8 +34,8 @@ struct NodeSettings {
   std::string name;
   std::string role;              // "prefill" or "decode"
   std::string control_endpoint;  // the router's control socket, "tcp://host:port"
-  // CURVE keys of the control plane (common/control_keys.h); none: in the clear.
-  std::optional<control::ControlKeys> control_keys;
+  // CURVE keys of the control plane (common/curve_keys.h); none: in the clear.
+  std::optional<control::CurveKeys> control_keys;
   std::filesystem::path model_dir;
   engine::EngineConfig engine;
   kv_transfer::TransferConfig transfer;

@@ -32,8 +32,8 @@ namespace baton::router {
 
 struct RouterCoreConfig {
   std::string control_endpoint;  // bind address, "tcp://127.0.0.1:8002"
-  // CURVE keys of the control plane (common/control_keys.h); none: in the clear.
-  std::optional<control::ControlKeys> control_keys;
+  // CURVE keys of the control plane (common/curve_keys.h); none: in the clear.
+  std::optional<control::CurveKeys> control_keys;
   std::map<std::string, std::string> nodes;  // configured node name -> role
   Policy policy = Policy::kLeastLoaded;
   int32_t max_queued_requests = 1024;  // requests in the router at once

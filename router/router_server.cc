@@ -61,7 +61,9 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
   RouterCoreConfig core;
   core.control_endpoint = "tcp://" + r.control_host + ":" + std::to_string(r.control_port);
   if (!r.control_keys.empty()) {
-    BATON_ASSIGN_OR_RETURN(core.control_keys, control::read_control_keys(r.control_keys));
+    auto keys = control::read_curve_keys(r.control_keys, control::KeyRing::kControl);
+    if (!keys.is_ok()) return keys.status().with_context("router.control_keys");
+    core.control_keys = std::move(keys).value();
     spdlog::info("router: the control plane is keyed (CURVE, keys in {})", r.control_keys);
   }
   for (const auto& node : config.prefill) core.nodes[node.name] = "prefill";
@@ -118,12 +120,16 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
           routes->handle(std::move(request), std::move(out));
         }));
   }
-  {
-    BATON_ASSIGN_OR_RETURN(server->zmq_,
-                           ZmqFrontend::start({"tcp://" + r.host + ":" + std::to_string(r.zmq_port),
-                                               size_t(r.max_request_body_bytes)},
-                                              routes));
+  ZmqFrontendConfig zmq;
+  zmq.endpoint = "tcp://" + r.host + ":" + std::to_string(r.zmq_port);
+  zmq.max_body_bytes = size_t(r.max_request_body_bytes);
+  if (!r.zmq_keys.empty()) {
+    auto keys = control::read_curve_keys(r.zmq_keys, control::KeyRing::kClients);
+    if (!keys.is_ok()) return keys.status().with_context("router.zmq_keys");
+    zmq.keys = std::move(keys).value();
+    spdlog::info("router: the ZeroMQ front end is keyed (CURVE, keys in {})", r.zmq_keys);
   }
+  { BATON_ASSIGN_OR_RETURN(server->zmq_, ZmqFrontend::start(zmq, routes)); }
   spdlog::info("router: serving {} on http://{}:{} (ZeroMQ tcp://{}:{}, control tcp://{}:{})",
                config.model.served_name, r.host, server->http_->port(), r.host, r.zmq_port,
                r.control_host, r.control_port);

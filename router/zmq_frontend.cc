@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/zap_handler.h"
 #include "router/api_error.h"
 
 namespace baton::router {
@@ -17,6 +18,7 @@ using namespace std::chrono_literals;
 
 struct ZmqFrontend::Sockets {
   zmq::context_t context{1};
+  std::unique_ptr<control::ZapHandler> zap;  // when keyed; outlives the socket
   zmq::socket_t socket;
   zmq::socket_t monitor;  // the socket's disconnect events
 };
@@ -101,7 +103,13 @@ Result<std::unique_ptr<ZmqFrontend>> ZmqFrontend::start(const ZmqFrontendConfig&
   frontend->sockets_ = std::make_unique<Sockets>();
   try {
     Sockets& s = *frontend->sockets_;
+    if (config.keys) {
+      BATON_ASSIGN_OR_RETURN(s.zap,
+                             control::ZapHandler::start(s.context, config.keys->client.public_key,
+                                                        "ZeroMQ front end"));
+    }
     s.socket = zmq::socket_t(s.context, zmq::socket_type::router);
+    if (config.keys) control::make_curve_server(s.socket, *config.keys, "baton-clients");
     s.socket.set(zmq::sockopt::sndhwm, control::kControlHighWaterMark);
     s.socket.set(zmq::sockopt::rcvhwm, control::kControlHighWaterMark);
     // Bodies up to twice the limit still get their 413; libzmq drops the

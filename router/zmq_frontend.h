@@ -10,11 +10,14 @@
 // a whole JSON body; or, for a streamed request, one message per SSE event
 // holding its JSON, then a last one holding "[DONE]". The same routes and
 // validation serve both front ends (OpenAiService); only the framing differs.
+// With router.zmq_keys the socket is a CURVE server (common/curve_keys.h):
+// connections are encrypted and only holders of the client key get in.
 #pragma once
 
 #include <atomic>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -32,6 +35,8 @@ inline constexpr size_t kMaxZmqTagBytes = 256;
 struct ZmqFrontendConfig {
   std::string endpoint;                          // tcp://host:port
   size_t max_body_bytes = kMaxRequestBodyBytes;  // larger bodies: 413, as over HTTP
+  // A CURVE server admitting only holders of keys->client; none: in the clear.
+  std::optional<control::CurveKeys> keys;
 };
 
 class ZmqFrontend {

@@ -32,7 +32,8 @@ constexpr uint16_t kDefaultHttpPort = 8000, kDefaultZmqPort = 8001;
 struct BenchCli {
   loadtest::BenchOptions run;
   std::string backend = "http";
-  int port = 0;  // 0: the backend's default
+  int port = 0;          // 0: the backend's default
+  std::string zmq_keys;  // a `baton keygen --clients` directory
   std::string request_rate = "inf";
   double timeout_s = 600;
   std::vector<std::string> goodput;
@@ -175,6 +176,13 @@ Status resolve(BenchCli& cli) {
   cli.run.address.port = cli.port > 0                                          ? uint16_t(cli.port)
                          : cli.run.address.backend == loadtest::Backend::kHttp ? kDefaultHttpPort
                                                                                : kDefaultZmqPort;
+  if (!cli.zmq_keys.empty()) {
+    if (cli.run.address.backend != loadtest::Backend::kZmq)
+      return invalid_argument("--zmq-keys is for --backend zmq");
+    auto keys = control::read_client_keys(cli.zmq_keys, control::KeyRing::kClients);
+    if (!keys.is_ok()) return keys.status().with_context("--zmq-keys");
+    cli.run.address.zmq_keys = std::move(keys).value();
+  }
   if (!(cli.timeout_s > 0)) return invalid_argument("--request-timeout must be positive");
   cli.run.address.timeout = std::chrono::milliseconds(int64_t(cli.timeout_s * 1e3));
   if (cli.run.address.api_key.empty()) {
@@ -350,6 +358,9 @@ void add_run_options(CLI::App* bench, BenchCli& cli) {
                     "the router's API key (default: the OPENAI_API_KEY environment variable, as "
                     "vllm bench serve reads it)");
   bench->add_option("--port", cli.port, "the router's http_port (default 8000) or zmq_port (8001)");
+  bench->add_option("--zmq-keys", cli.zmq_keys,
+                    "zmq: the front end's CURVE keys (router.pub and the client pair that "
+                    "`baton keygen --clients` wrote; the router's router.zmq_keys)");
   bench->add_option("--endpoint", o.endpoint, "/v1/completions or /v1/chat/completions")
       ->capture_default_str();
   bench->add_option("--model", o.model, "the model name (default: the router's /v1/models)");

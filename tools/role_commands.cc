@@ -66,7 +66,7 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   settings.control_endpoint =
       "tcp://" + config->router.control_host + ":" + std::to_string(config->router.control_port);
   if (!config->router.control_keys.empty()) {
-    auto keys = control::read_control_keys(config->router.control_keys);
+    auto keys = control::read_client_keys(config->router.control_keys, control::KeyRing::kControl);
     if (!keys.is_ok()) return fail(keys.status().with_context("router.control_keys"));
     settings.control_keys = std::move(keys).value();
   }

@@ -106,6 +106,10 @@ router:
   max_queued_write_bytes: 1048576
   max_connections: 9
   limits: {max_n: 2, max_batch: 3, max_logprobs: 4, max_stop_strings: 5}
+  api_key_file: keys.txt
+  control_host: 10.9.9.9
+  control_keys: /secrets/control
+  zmq_keys: clients
 transfer:
   mode: tag
   default_deadline_ms: 10
@@ -128,6 +132,10 @@ decode: [{name: d, host: 10.1.2.4}]
   EXPECT_EQ(r.http_port, 9000);
   EXPECT_EQ(r.zmq_port, 9001);
   EXPECT_EQ(r.control_port, 9002);
+  EXPECT_EQ(r.api_key_file, "/cfg/keys.txt");  // relative paths: against the YAML's directory
+  EXPECT_EQ(r.control_host, "10.9.9.9");
+  EXPECT_EQ(r.control_keys, "/secrets/control");
+  EXPECT_EQ(r.zmq_keys, "/cfg/clients");
   EXPECT_EQ(r.policy, RoutingPolicy::kRoundRobin);
   EXPECT_EQ(r.max_queued_requests, 7);
   EXPECT_EQ(r.request_timeout, std::chrono::milliseconds(1234));

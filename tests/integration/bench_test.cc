@@ -3,10 +3,7 @@
 // the router counted (/metrics), the saved JSON has vLLM's keys, shards merge,
 // and a warm-up request that fails stops the run with a clear message.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -18,26 +15,6 @@ namespace baton::testing {
 namespace {
 
 using json = nlohmann::json;
-
-struct Command {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-Command run_baton(const std::vector<std::string>& args) {
-  std::string line = std::string(BATON_BINARY);
-  for (const std::string& arg : args) line += " '" + arg + "'";
-  line += " 2>&1";
-  Command result;
-  FILE* pipe = ::popen(line.c_str(), "r");
-  if (pipe == nullptr) return result;
-  std::array<char, 4096> buffer;
-  while (std::fgets(buffer.data(), int(buffer.size()), pipe) != nullptr)
-    result.output += buffer.data();
-  const int status = ::pclose(pipe);
-  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return result;
-}
 
 json read_json(const std::filesystem::path& path) {
   std::ifstream in(path);
@@ -66,8 +43,8 @@ class BenchTest : public ::testing::Test {
   static double metric(const std::string& name) { return cluster_->metric(name); }
 
   // `baton bench` with a short random workload; `extra` flags appended.
-  static Command short_run(const std::string& backend, int prompts,
-                           const std::vector<std::string>& extra, int input_len = kInputLen) {
+  static BatonRun short_run(const std::string& backend, int prompts,
+                            const std::vector<std::string>& extra, int input_len = kInputLen) {
     const uint16_t port = backend == "zmq" ? cluster_->zmq_port() : cluster_->http_port();
     std::vector<std::string> args = {"bench",
                                      "--backend",
@@ -98,9 +75,9 @@ TEST_F(BenchTest, HttpRunCountsWhatTheRouterCounts) {
   const double prompt_before = metric("vllm:prompt_tokens_total");
   const double generated_before = metric("vllm:generation_tokens_total");
   const auto result_file = dir_ / "result.json";
-  Command bench = short_run("http", 20,
-                            {"--request-rate", "inf", "--save-result", result_file.string(),
-                             "--save-detailed", "--goodput", "ttft:60000"});
+  BatonRun bench = short_run("http", 20,
+                             {"--request-rate", "inf", "--save-result", result_file.string(),
+                              "--save-detailed", "--goodput", "ttft:60000"});
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   EXPECT_NE(bench.output.find("Successful requests:                     20"), std::string::npos)
       << bench.output;
@@ -147,32 +124,32 @@ TEST_F(BenchTest, HttpRunCountsWhatTheRouterCounts) {
 // refused by name.
 TEST_F(BenchTest, VllmCommandLinesRun) {
   const std::string base_url = "http://127.0.0.1:" + std::to_string(cluster_->http_port());
-  Command bench = run_baton({"bench",
-                             "--backend",
-                             "vllm",
-                             "--base-url",
-                             base_url,
-                             "--model",
-                             "tiny",
-                             "--endpoint",
-                             "/v1/completions",
-                             "--dataset-name",
-                             "random",
-                             "--random-input-len",
-                             "16",
-                             "--random-output-len",
-                             "4",
-                             "--num-prompts",
-                             "6",
-                             "--ignore-eos",
-                             "--save-result",
-                             "--result-dir",
-                             (dir_ / "results").string(),
-                             "--result-filename",
-                             "run.json",
-                             "--metadata",
-                             "gpu=none",
-                             "tp=1"});
+  BatonRun bench = run_baton({"bench",
+                              "--backend",
+                              "vllm",
+                              "--base-url",
+                              base_url,
+                              "--model",
+                              "tiny",
+                              "--endpoint",
+                              "/v1/completions",
+                              "--dataset-name",
+                              "random",
+                              "--random-input-len",
+                              "16",
+                              "--random-output-len",
+                              "4",
+                              "--num-prompts",
+                              "6",
+                              "--ignore-eos",
+                              "--save-result",
+                              "--result-dir",
+                              (dir_ / "results").string(),
+                              "--result-filename",
+                              "run.json",
+                              "--metadata",
+                              "gpu=none",
+                              "tp=1"});
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   json result = read_json(dir_ / "results" / "run.json");
   ASSERT_TRUE(result.is_object()) << bench.output;
@@ -204,7 +181,7 @@ TEST_F(BenchTest, VllmCommandLinesRun) {
 }
 
 TEST_F(BenchTest, ZmqRunCompletes) {
-  Command bench =
+  BatonRun bench =
       short_run("zmq", 8, {"--request-rate", "100", "--save-result", (dir_ / "zmq.json").string()});
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
   json result = read_json(dir_ / "zmq.json");
@@ -216,7 +193,7 @@ TEST_F(BenchTest, ZmqRunCompletes) {
 }
 
 TEST_F(BenchTest, ShardsMergeIntoOneRun) {
-  std::vector<Command> shards(2);
+  std::vector<BatonRun> shards(2);
   std::vector<std::thread> hosts;
   for (int i = 0; i < 2; ++i) {
     hosts.emplace_back([&, i] {
@@ -227,10 +204,10 @@ TEST_F(BenchTest, ShardsMergeIntoOneRun) {
     });
   }
   for (auto& host : hosts) host.join();
-  for (const Command& shard : shards) ASSERT_EQ(shard.exit_code, 0) << shard.output;
+  for (const BatonRun& shard : shards) ASSERT_EQ(shard.exit_code, 0) << shard.output;
   EXPECT_EQ(read_json(dir_ / "shard0.json")["completed"], 5);  // requests 0, 2, 4, 6, 8
   EXPECT_EQ(read_json(dir_ / "shard1.json")["completed"], 4);
-  Command merge =
+  BatonRun merge =
       run_baton({"bench", "merge", (dir_ / "shard0.json").string(), (dir_ / "shard1.json").string(),
                  "--save-result", (dir_ / "merged.json").string()});
   ASSERT_EQ(merge.exit_code, 0) << merge.output;
@@ -240,7 +217,7 @@ TEST_F(BenchTest, ShardsMergeIntoOneRun) {
 }
 
 TEST_F(BenchTest, FailedWarmUpStopsTheRunWithTheReason) {
-  Command bench = short_run("http", 4, {}, /*input_len=*/5000);  // over max_model_len
+  BatonRun bench = short_run("http", 4, {}, /*input_len=*/5000);  // over max_model_len
   EXPECT_EQ(bench.exit_code, 1);
   EXPECT_NE(bench.output.find("the warm-up request failed, so the benchmark did not start"),
             std::string::npos)

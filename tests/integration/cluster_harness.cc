@@ -1,11 +1,15 @@
 // tests/integration/cluster_harness.cc
 #include "tests/integration/cluster_harness.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/file.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <csignal>
 #include <cstdio>
@@ -23,26 +27,61 @@ namespace baton::testing {
 using namespace std::chrono_literals;
 using json = nlohmann::json;
 
+namespace {
+
+bool bindable(uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return false;
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  address.sin_port = htons(port);
+  const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// The first port the OS hands out by itself (to bind(0) and to outgoing
+// connections); 32768 where it cannot be read.
+int ephemeral_start() {
+  std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range");
+  int first = 32768;
+  in >> first;
+  return in ? first : 32768;
+}
+
+}  // namespace
+
 uint16_t free_port() {
-  // The OS may hand the same port to two binds in a row once the first
-  // socket is closed, and a cluster's router needs three distinct ones:
-  // never return a port twice in one process.
+  // A port the OS reports free can be taken again before the router binds
+  // it: by another test process's router, or as the local port of any
+  // outgoing connection. So ports come from below the ephemeral range, which
+  // the OS never hands out by itself, and each is claimed with a lock file
+  // held until this process exits, so test processes running side by side
+  // never pick the same one.
   static std::mutex mutex;
   static std::set<uint16_t> handed_out;
+  static std::mt19937 rng(std::random_device{}());
   std::lock_guard lock(mutex);
-  while (true) {
-    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in address{};
-    address.sin_family = AF_INET;
-    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    address.sin_port = 0;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    socklen_t length = sizeof(address);
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
-    ::close(fd);
-    const uint16_t port = ntohs(address.sin_port);
-    if (handed_out.insert(port).second) return port;
+  const int low = 10000, high = std::min(ephemeral_start(), 32768);
+  const auto dir = std::filesystem::temp_directory_path() / "baton-test-ports";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  for (int attempt = 0; high - low >= 1000 && attempt < 10000; ++attempt) {
+    const auto port = uint16_t(low + int(rng() % uint32_t(high - low)));
+    if (handed_out.count(port) != 0) continue;
+    const int claim =
+        ::open((dir / std::to_string(port)).c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0666);
+    if (claim < 0) continue;
+    if (::flock(claim, LOCK_EX | LOCK_NB) != 0 || !bindable(port)) {
+      ::close(claim);
+      continue;
+    }
+    handed_out.insert(port);  // `claim` stays open: the lock lasts as long as this process
+    return port;
   }
+  ADD_FAILURE() << "no free port below the ephemeral range (" << low << ".." << high << ")";
+  return 0;
 }
 
 const std::filesystem::path& tiny_model() {
@@ -73,6 +112,21 @@ std::vector<std::string> sse_payloads(const std::string& body) {
     pos = end + 2;
   }
   return out;
+}
+
+BatonRun run_baton(const std::vector<std::string>& args) {
+  std::string line = std::string(BATON_BINARY);
+  for (const std::string& arg : args) line += " '" + arg + "'";
+  line += " 2>&1";
+  BatonRun result;
+  FILE* pipe = ::popen(line.c_str(), "r");
+  if (pipe == nullptr) return result;
+  std::array<char, 4096> buffer;
+  while (std::fgets(buffer.data(), int(buffer.size()), pipe) != nullptr)
+    result.output += buffer.data();
+  const int status = ::pclose(pipe);
+  result.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return result;
 }
 
 json baton_generate(const std::string& prompt, const std::vector<std::string>& flags) {
@@ -113,10 +167,12 @@ Cluster::Cluster(const ClusterShape& shape) {
   uint16_t control_port = free_port();
   control_port_ = control_port;
   if (shape.control_keys) {
-    std::string command = BATON_BINARY;
-    command.append(" keygen ").append((dir_ / "keys").string()).append(" > /dev/null");
-    const int made = std::system(command.c_str());
-    EXPECT_EQ(made, 0) << "baton keygen failed";
+    const BatonRun made = run_baton({"keygen", (dir_ / "keys").string()});
+    EXPECT_EQ(made.exit_code, 0) << made.output;
+  }
+  if (shape.zmq_keys) {
+    const BatonRun made = run_baton({"keygen", "--clients", (dir_ / "zmq-keys").string()});
+    EXPECT_EQ(made.exit_code, 0) << made.output;
   }
   config_file_ = dir_ / "cluster.yaml";
   if (!shape.ssd_cache_dir.empty()) std::filesystem::create_directories(dir_ / shape.ssd_cache_dir);
@@ -132,7 +188,8 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "\n  heartbeat_timeout_ms: " << shape.heartbeat_timeout_ms
        << "\n  drain_timeout_ms: 8000\n"
        << (shape.api_key.empty() ? "" : "  api_key_file: api_keys.txt\n")
-       << (shape.control_keys ? "  control_keys: keys\n" : "") << shape.extra_router_yaml
+       << (shape.control_keys ? "  control_keys: keys\n" : "")
+       << (shape.zmq_keys ? "  zmq_keys: zmq-keys\n" : "") << shape.extra_router_yaml
        << "engine: {threads: 1, kv_cache_bytes: " << shape.kv_cache_bytes
        << ", max_num_seqs: " << shape.max_num_seqs
        << ", max_num_batched_tokens: " << shape.max_num_batched_tokens

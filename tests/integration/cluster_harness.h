@@ -42,6 +42,9 @@ struct ClusterShape {
   // The control plane over CURVE: `baton keygen` writes keys into the
   // cluster's directory (keys/), and the YAML names them.
   bool control_keys = false;
+  // The ZeroMQ client front end over CURVE: `baton keygen --clients` writes
+  // keys into zmq-keys/, and the YAML names them as router.zmq_keys.
+  bool zmq_keys = false;
 };
 
 class Cluster {
@@ -113,10 +116,17 @@ class Cluster {
 
 // The SSE payloads of a streamed body ("data: X\n\n" -> X).
 std::vector<std::string> sse_payloads(const std::string& body);
-// A port the OS says is free right now.
+// A loopback port free now and never handed to another test process (nor
+// by the OS to anyone) while this one runs.
 uint16_t free_port();
 // The tiny test model (made on first use in a temporary directory).
 const std::filesystem::path& tiny_model();
+// A `baton` command line run to its end.
+struct BatonRun {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+BatonRun run_baton(const std::vector<std::string>& args);
 // `baton generate --json` for one prompt; the parsed line.
 nlohmann::json baton_generate(const std::string& prompt, const std::vector<std::string>& flags);
 

@@ -9,8 +9,8 @@
 #include <random>
 #include <thread>
 
-#include "common/control_keys.h"
 #include "common/control_socket.h"
+#include "common/curve_keys.h"
 #include "tests/integration/cluster_harness.h"
 
 namespace baton::testing {
@@ -22,7 +22,7 @@ using json = nlohmann::json;
 // Tries to register as a decode node named `name` for a second; whether the
 // router answered.
 bool router_answers(const Cluster& cluster, const std::string& name,
-                    const control::ControlKeys* keys) {
+                    const control::CurveKeys* keys) {
   auto socket = control::ControlSocket::connect(
       "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), name, keys);
   EXPECT_TRUE(socket.is_ok()) << socket.status().to_string();
@@ -49,12 +49,12 @@ TEST(ControlKeysTest, OnlyHoldersOfTheNodesKeyRegister) {
   EXPECT_FALSE(router_answers(cluster, "intruder-plain", nullptr));
   // Over CURVE with the router's public key but a node key of its own.
   const auto stranger_dir = cluster.dir() / "stranger-keys";
-  ASSERT_TRUE(control::write_control_keys(stranger_dir).is_ok());
-  auto cluster_keys = control::read_control_keys(cluster.dir() / "keys");
-  auto stranger_keys = control::read_control_keys(stranger_dir);
+  ASSERT_TRUE(control::write_curve_keys(stranger_dir, control::KeyRing::kControl).is_ok());
+  auto cluster_keys = control::read_curve_keys(cluster.dir() / "keys", control::KeyRing::kControl);
+  auto stranger_keys = control::read_curve_keys(stranger_dir, control::KeyRing::kControl);
   ASSERT_TRUE(cluster_keys.is_ok() && stranger_keys.is_ok());
-  control::ControlKeys forged = *stranger_keys;
-  forged.router.public_key = cluster_keys->router.public_key;
+  control::CurveKeys forged = *stranger_keys;
+  forged.server.public_key = cluster_keys->server.public_key;
   EXPECT_FALSE(router_answers(cluster, "intruder-curve", &forged));
   // With the cluster's keys the router hears it, and refuses the unknown
   // name (so the checks above can fail).
@@ -65,21 +65,22 @@ TEST(ControlKeysTest, KeysAreCheckedWhenRead) {
   const auto dir =
       std::filesystem::temp_directory_path() /
       ("baton-keys-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
-  ASSERT_TRUE(control::write_control_keys(dir).is_ok());
-  EXPECT_FALSE(control::write_control_keys(dir).is_ok());  // never overwrites
-  ASSERT_TRUE(control::read_control_keys(dir).is_ok());
+  ASSERT_TRUE(control::write_curve_keys(dir, control::KeyRing::kControl).is_ok());
+  EXPECT_FALSE(
+      control::write_curve_keys(dir, control::KeyRing::kControl).is_ok());  // never overwrites
+  ASSERT_TRUE(control::read_curve_keys(dir, control::KeyRing::kControl).is_ok());
   EXPECT_EQ(
       std::filesystem::status(dir / "node.key").permissions() & std::filesystem::perms::others_read,
       std::filesystem::perms::none);
   // A public key that is not the secret key's.
   std::filesystem::copy_file(dir / "router.pub", dir / "node.pub",
                              std::filesystem::copy_options::overwrite_existing);
-  auto mismatched = control::read_control_keys(dir);
+  auto mismatched = control::read_curve_keys(dir, control::KeyRing::kControl);
   ASSERT_FALSE(mismatched.is_ok());
   EXPECT_NE(mismatched.status().message().find("node.pub is not the public key"), std::string::npos)
       << mismatched.status().message();
   std::ofstream(dir / "router.key") << "short\n";
-  auto garbage = control::read_control_keys(dir);
+  auto garbage = control::read_curve_keys(dir, control::KeyRing::kControl);
   ASSERT_FALSE(garbage.is_ok());
   EXPECT_NE(garbage.status().message().find("router.key"), std::string::npos);
   std::filesystem::remove_all(dir);

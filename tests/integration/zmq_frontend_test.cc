@@ -1,11 +1,13 @@
 // The ZeroMQ client front end against a real cluster: the same answers as
-// HTTP, streamed events, cancel, and malformed messages that change nothing.
+// HTTP, streamed events, cancel, and malformed messages that change nothing;
+// with router.zmq_keys, only holders of the client key are served.
 #include <gtest/gtest.h>
 
 #include <random>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/zap_handler.h"
 #include "tests/integration/cluster_harness.h"
 
 namespace baton::testing {
@@ -16,9 +18,13 @@ using json = nlohmann::json;
 
 class ZmqClient {
  public:
-  explicit ZmqClient(uint16_t port) : socket_(context_, zmq::socket_type::dealer) {
+  // With `keys`, over CURVE as a holder of them.
+  explicit ZmqClient(uint16_t port, const control::CurveKeys* keys = nullptr,
+                     std::chrono::milliseconds timeout = 20s)
+      : socket_(context_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
-    socket_.set(zmq::sockopt::rcvtimeo, 20000);
+    socket_.set(zmq::sockopt::rcvtimeo, int(timeout.count()));
+    if (keys != nullptr) control::make_curve_client(socket_, *keys);
     socket_.connect("tcp://127.0.0.1:" + std::to_string(port));
   }
   void send(const std::string& tag, const std::string& path, const std::string& body) {
@@ -181,6 +187,47 @@ TEST(ZmqFrontendTest, TheBodyLimitIsASettingOfBothFrontEnds) {
   over_http = cluster.post("/v1/completions", fits);
   ASSERT_TRUE(over_http.is_ok());
   EXPECT_EQ(over_http->status, 200);
+}
+
+// With router.zmq_keys, the front end is a CURVE server: a client in the
+// clear, or over CURVE with a key of its own, gets nothing back; a holder
+// of the client key is served, and `baton bench --zmq-keys` runs.
+TEST(ZmqFrontendTest, WithKeysOnlyHoldersOfTheClientKeyAreServed) {
+  ClusterShape shape;
+  shape.zmq_keys = true;
+  Cluster cluster(shape);
+  const auto keys_dir = cluster.dir() / "zmq-keys";
+  auto keys = control::read_client_keys(keys_dir, control::KeyRing::kClients);
+  ASSERT_TRUE(keys.is_ok()) << keys.status().to_string();
+  const std::string body = json{{"prompt", "hello"}, {"max_tokens", 3}}.dump();
+
+  ZmqClient plain(cluster.zmq_port(), nullptr, 1500ms);
+  plain.send("p", "/v1/completions", body);
+  EXPECT_TRUE(plain.receive().empty()) << "a client in the clear was answered";
+
+  const auto stranger_dir = cluster.dir() / "stranger-keys";
+  ASSERT_TRUE(control::write_curve_keys(stranger_dir, control::KeyRing::kClients).is_ok());
+  auto stranger_keys = control::read_client_keys(stranger_dir, control::KeyRing::kClients);
+  ASSERT_TRUE(stranger_keys.is_ok());
+  control::CurveKeys forged = *stranger_keys;
+  forged.server.public_key = keys->server.public_key;
+  ZmqClient stranger(cluster.zmq_port(), &forged, 1500ms);
+  stranger.send("s", "/v1/completions", body);
+  EXPECT_TRUE(stranger.receive().empty()) << "a client with a key of its own was answered";
+
+  ZmqClient holder(cluster.zmq_port(), &*keys);
+  holder.send("h", "/v1/completions", body);
+  std::vector<std::string> reply = holder.receive();
+  ASSERT_EQ(reply.size(), 3u) << "the key's holder got no answer";
+  EXPECT_EQ(reply[1], "200") << reply[2];
+
+  const BatonRun bench =
+      run_baton({"bench", "--backend", "zmq", "--port", std::to_string(cluster.zmq_port()),
+                 "--zmq-keys", keys_dir.string(), "--num-prompts", "3", "--random-input-len", "8",
+                 "--random-output-len", "4"});
+  EXPECT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("Successful requests:                     3"), std::string::npos)
+      << bench.output;
 }
 
 }  // namespace

@@ -4,6 +4,8 @@
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
+#include "common/zap_handler.h"
+
 #include "tools/loadtest/stream_record.h"
 
 namespace baton::loadtest {
@@ -70,6 +72,7 @@ class ZmqBenchClient final : public BenchClient {
   explicit ZmqBenchClient(ServerAddress address)
       : address_(std::move(address)), socket_(zmq_context(), zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    if (address_.zmq_keys) control::make_curve_client(socket_, *address_.zmq_keys);
     socket_.connect("tcp://" + address_.host + ":" + std::to_string(address_.port));
   }
 

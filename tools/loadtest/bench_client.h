@@ -7,8 +7,10 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
+#include "common/curve_keys.h"
 #include "common/status.h"
 #include "tools/http_client.h"
 #include "tools/loadtest/serving_stats.h"
@@ -25,6 +27,8 @@ struct ServerAddress {
   uint16_t port = 8000;  // the router's http_port, or its zmq_port
   std::chrono::milliseconds timeout = std::chrono::minutes(10);  // per request
   std::string api_key;  // sent as Authorization: Bearer (HTTP) or a fifth frame (ZeroMQ)
+  // ZeroMQ over CURVE with the front end's client keys (router.zmq_keys).
+  std::optional<control::CurveKeys> zmq_keys;
 };
 
 class BenchClient {

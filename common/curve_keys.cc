@@ -1,4 +1,4 @@
-#include "common/control_keys.h"
+#include "common/curve_keys.h"
 
 #include <sys/stat.h>
 #include <zmq.h>
@@ -52,32 +52,48 @@ Result<CurveKeyPair> read_pair(const fs::path& dir, const std::string& name) {
 
 }  // namespace
 
-Status write_control_keys(const fs::path& dir) {
+std::string_view client_key_name(KeyRing ring) {
+  return ring == KeyRing::kControl ? "node" : "client";
+}
+
+Status write_curve_keys(const fs::path& dir, KeyRing ring) {
   if (zmq_has("curve") == 0) return unimplemented("this libzmq was built without CURVE");
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return io_error("cannot make " + dir.string() + ": " + ec.message());
-  for (const char* name : {"router.pub", "router.key", "node.pub", "node.key"}) {
-    if (fs::exists(dir / name)) {
-      return invalid_argument((dir / name).string() + " exists; keygen does not overwrite keys");
+  const std::string names[] = {"router", std::string(client_key_name(ring))};
+  for (const std::string& name : names) {
+    for (const char* suffix : {".pub", ".key"}) {
+      if (fs::exists(dir / (name + suffix))) {
+        return invalid_argument((dir / (name + suffix)).string() +
+                                " exists; keygen does not overwrite keys");
+      }
     }
   }
-  for (const char* name : {"router", "node"}) {
+  for (const std::string& name : names) {
     char public_key[kZ85KeyChars + 1], secret_key[kZ85KeyChars + 1];
     if (zmq_curve_keypair(public_key, secret_key) != 0) {
       return internal_error("zmq_curve_keypair failed");
     }
-    BATON_RETURN_IF_ERROR(write_key(dir / (std::string(name) + ".key"), secret_key, true));
-    BATON_RETURN_IF_ERROR(write_key(dir / (std::string(name) + ".pub"), public_key, false));
+    BATON_RETURN_IF_ERROR(write_key(dir / (name + ".key"), secret_key, true));
+    BATON_RETURN_IF_ERROR(write_key(dir / (name + ".pub"), public_key, false));
   }
   return Status::ok();
 }
 
-Result<ControlKeys> read_control_keys(const fs::path& dir) {
+Result<CurveKeys> read_curve_keys(const fs::path& dir, KeyRing ring) {
   if (zmq_has("curve") == 0) return unimplemented("this libzmq was built without CURVE");
-  ControlKeys keys;
-  BATON_ASSIGN_OR_RETURN(keys.router, read_pair(dir, "router"));
-  BATON_ASSIGN_OR_RETURN(keys.node, read_pair(dir, "node"));
+  CurveKeys keys;
+  BATON_ASSIGN_OR_RETURN(keys.server, read_pair(dir, "router"));
+  BATON_ASSIGN_OR_RETURN(keys.client, read_pair(dir, std::string(client_key_name(ring))));
+  return keys;
+}
+
+Result<CurveKeys> read_client_keys(const fs::path& dir, KeyRing ring) {
+  if (zmq_has("curve") == 0) return unimplemented("this libzmq was built without CURVE");
+  CurveKeys keys;
+  BATON_ASSIGN_OR_RETURN(keys.server.public_key, read_key(dir / "router.pub"));
+  BATON_ASSIGN_OR_RETURN(keys.client, read_pair(dir, std::string(client_key_name(ring))));
   return keys;
 }
 
