@@ -55,12 +55,12 @@ template <typename T>
 Status parse_fields(const YAML::Node& node, std::string_view prefix, const Fields<T>& fields,
                     T& out) {
   BATON_ASSIGN_OR_RETURN(auto entries, map_entries(node, prefix));
-  for (const auto& [name, value] : entries) {
-    const std::string key = join_key(prefix, name);
+  for (const auto& entry : entries) {
+    const std::string key = join_key(prefix, entry.first);
     auto it = std::find_if(fields.begin(), fields.end(),
-                           [&](const auto& field) { return name == field.first; });
+                           [&](const auto& field) { return entry.first == field.first; });
     if (it == fields.end()) return invalid_argument(key + ": unknown key");
-    BATON_RETURN_IF_ERROR(it->second(value, key, out));
+    BATON_RETURN_IF_ERROR(it->second(entry.second, key, out));
   }
   return Status::ok();
 }

@@ -16,6 +16,7 @@
 #include <random>
 
 #include "router/api_error.h"
+#include "router/http_request_reader.h"
 
 namespace baton::router {
 
@@ -26,7 +27,6 @@ using tcp = asio::ip::tcp;
 
 namespace {
 
-constexpr uint32_t kMaxHeaderBytes = 64u << 10;  // request line + headers
 // Pipelined bytes buffered while a reply is pending; past this the watch read
 // stops (TCP pushes back) and a disconnect shows only when a write fails.
 constexpr size_t kMaxWatchBufferBytes = 1u << 20;
@@ -72,34 +72,12 @@ std::string response_head(int status, std::string_view content_type, bool keep_a
   return head;
 }
 
-// At most 128 visible ASCII characters: a value safe to echo in a header
-// and to print in a log line.
-bool is_request_id_token(std::string_view id) {
-  if (id.empty() || id.size() > 128) return false;
-  return std::all_of(id.begin(), id.end(), [](char c) { return c > ' ' && c < 127; });
-}
-
-std::string make_request_id() {
-  static std::atomic<uint64_t> counter{0};
-  thread_local std::mt19937_64 rng(std::random_device{}());
-  char id[40];
-  std::snprintf(id, sizeof(id), "%016llx%08llx", static_cast<unsigned long long>(rng()),
-                static_cast<unsigned long long>(counter.fetch_add(1) & 0xffffffffu));
-  return id;
-}
-
 std::string error_body(int status, std::string type, std::string message) {
   ApiError error;
   error.http_status = status;
   error.type = std::move(type);
   error.message = std::move(message);
   return error.to_json().dump();
-}
-
-std::string lower_ascii(std::string_view s) {
-  std::string out(s);
-  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  return out;
 }
 
 bool is_http_error(const beast::error_code& ec) {
@@ -185,8 +163,7 @@ void HttpConnection::start_rejected() {
 void HttpConnection::read_next() {
   phase_ = Phase::kReading;
   parser_.emplace();
-  parser_->header_limit(kMaxHeaderBytes);
-  parser_->body_limit(core_->config.max_body_bytes);
+  limit_request_parser(*parser_, core_->config.max_body_bytes);
   arm_timer(core_->config.idle_timeout);
   http::async_read_header(
       socket_, buffer_, *parser_,
@@ -232,28 +209,15 @@ void HttpConnection::on_read_error(beast::error_code ec) {
 }
 
 void HttpConnection::dispatch(http::request<http::string_body> message) {
-  HttpRequest request;
-  request.method = std::string(to_std(message.method_string()));
-  request.target = std::string(to_std(message.target()));
-  for (const auto& field : message) {
-    request.headers.emplace_back(lower_ascii(to_std(field.name_string())),
-                                 std::string(to_std(field.value())));
-  }
-  // X-Request-Id, as vLLM reads it: the client's when it is a sane token,
-  // else one made here; the handler sees it and the response echoes it.
+  keep_alive_ = message.keep_alive();
+  head_request_ = message.method() == http::verb::head;
+  HttpRequest request = to_http_request(std::move(message));
+  // The handler sees the id and the response echoes it.
   x_request_id_ = request.header("x-request-id");
-  if (!is_request_id_token(x_request_id_)) {
-    x_request_id_ = make_request_id();
-    std::erase_if(request.headers, [](const auto& h) { return h.first == "x-request-id"; });
-    request.headers.emplace_back("x-request-id", x_request_id_);
-  }
-  request.body = std::move(message.body());
 
   ++request_id_;
   phase_ = Phase::kHandling;
   reply_ = Reply::kNone;
-  keep_alive_ = message.keep_alive();
-  head_request_ = message.method() == http::verb::head;
   on_close_ = nullptr;
   start_watch();
 

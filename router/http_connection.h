@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "router/http_request_reader.h"
 #include "router/http_server.h"
 
 namespace baton::router {
@@ -133,7 +134,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // Bytes read but not yet parsed; the watch read appends pipelined data here.
   boost::beast::flat_buffer buffer_;
-  std::optional<boost::beast::http::request_parser<boost::beast::http::string_body>> parser_;
+  std::optional<RequestParser> parser_;
 
   Phase phase_ = Phase::kReading;
   Reply reply_ = Reply::kNone;

@@ -63,13 +63,6 @@ std::string host_port(const std::string& host, uint16_t port) {
 
 }  // namespace
 
-std::string HttpRequest::header(std::string_view lower_name) const {
-  for (const auto& [name, value] : headers) {
-    if (name == lower_name) return value;
-  }
-  return "";
-}
-
 // ---- HttpServerCore ----------------------------------------------------------
 
 HttpServerCore::HttpServerCore(HttpServerConfig config_in, HttpHandler handler_in)

@@ -401,10 +401,14 @@ TEST_F(HttpServerTest, StreamDeliversChunksInOrderThenKeepsTheConnection) {
 TEST_F(HttpServerTest, RequestIdsAreEchoedOrMade) {
   std::mutex mutex;
   std::vector<std::string> seen;
+  size_t most_ids = 0;  // X-Request-Id headers the handler saw in one request
   auto running = start([&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
     {
       std::lock_guard lock(mutex);
       seen.push_back(request.header("x-request-id"));
+      most_ids = std::max<size_t>(
+          most_ids, std::count_if(request.headers.begin(), request.headers.end(),
+                                  [](const auto& h) { return h.first == "x-request-id"; }));
     }
     if (request.target != "/stream") {
       return responder->respond(200, "text/plain", "ok", {{"X-Request-Id", "forged"}});
@@ -431,8 +435,14 @@ TEST_F(HttpServerTest, RequestIdsAreEchoedOrMade) {
   const std::string replaced = str(response["X-Request-Id"]);
   EXPECT_EQ(replaced.size(), 24u) << replaced;
   EXPECT_NE(replaced, made);
+  // Two ids: the first is the request's, and the handler sees only it.
+  client.send(get("/plain", "X-Request-Id: first-1\r\nx-request-id: second-2\r\n"));
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(str(response["X-Request-Id"]), "first-1");
   std::lock_guard lock(mutex);
-  EXPECT_EQ(seen, (std::vector<std::string>{"client-id-42", "stream-7", made, replaced}));
+  EXPECT_EQ(seen,
+            (std::vector<std::string>{"client-id-42", "stream-7", made, replaced, "first-1"}));
+  EXPECT_EQ(most_ids, 1u);
 }
 
 TEST_F(HttpServerTest, ClientDisconnectMidStreamFiresOnClose) {
