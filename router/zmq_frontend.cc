@@ -11,6 +11,7 @@
 
 #include "common/zap_handler.h"
 #include "router/api_error.h"
+#include "router/zmq_request.h"
 
 namespace baton::router {
 
@@ -241,20 +242,21 @@ void ZmqFrontend::receive_requests() {
     auto received =
         zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait);
     if (!received) break;
-    if ((parts.size() != 4 && parts.size() != 5) || parts[1].size() > kMaxZmqTagBytes) {
+    if (parts.empty()) continue;
+    std::vector<std::string_view> frames;
+    for (size_t i = 1; i < parts.size(); ++i) frames.push_back(parts[i].to_string_view());
+    Result<ZmqRequest> read = read_zmq_request(frames, config_.max_body_bytes);
+    if (!read.is_ok()) {
       rejected_++;
-      spdlog::warn(
-          "zmq front end: dropped a message of {} parts (want [tag, path, body, api key?])",
-          parts.empty() ? 0 : parts.size() - 1);
+      spdlog::warn("zmq front end: dropped {}", read.status().message());
       continue;
     }
-    std::string identity = parts[0].to_string(), tag = parts[1].to_string(),
-                path = parts[2].to_string();
-    std::string key = identity + '\0' + tag;
+    const std::string identity = parts[0].to_string();
+    const std::string key = identity + '\0' + read->tag;
     // The connection it came on (identities are per connection), so that its
     // closing cancels what it asked for.
     if (const int fd = parts[1].get(ZMQ_SRCFD); fd >= 0) identities_by_fd_[fd].insert(identity);
-    if (path == "cancel") {
+    if (read->kind == ZmqRequest::Kind::kCancel) {
       auto it = live_.find(key);
       if (it != live_.end()) {
         if (auto responder = it->second.lock()) responder->cancel();
@@ -262,8 +264,8 @@ void ZmqFrontend::receive_requests() {
       }
       continue;
     }
-    auto responder = std::make_shared<Responder>(this, identity, tag);
-    if (parts[3].size() > config_.max_body_bytes) {
+    auto responder = std::make_shared<Responder>(this, identity, read->tag);
+    if (read->kind == ZmqRequest::Kind::kTooLarge) {
       // The same limit and answer as the HTTP front end's.
       ApiError error;
       error.http_status = 413;
@@ -274,14 +276,7 @@ void ZmqFrontend::receive_requests() {
       continue;
     }
     live_[key] = responder;
-    HttpRequest request;
-    const bool takes_body = path == "/v1/completions" || path == "/v1/chat/completions" ||
-                            path == "/tokenize" || path == "/detokenize";
-    request.method = takes_body ? "POST" : "GET";
-    request.target = path;
-    request.body = parts[3].to_string();
-    if (parts.size() == 5)
-      request.headers.emplace_back("authorization", "Bearer " + parts[4].to_string());
+    HttpRequest request = std::move(read->request);
     // Nothing a client sends may end the front end's thread: a handler
     // that throws answers this request with a 500, as HTTP does.
     try {

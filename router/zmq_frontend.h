@@ -27,10 +27,9 @@
 #include "common/control_socket.h"
 #include "common/status.h"
 #include "router/openai_service.h"
+#include "router/zmq_request.h"
 
 namespace baton::router {
-
-inline constexpr size_t kMaxZmqTagBytes = 256;
 
 struct ZmqFrontendConfig {
   std::string endpoint;                          // tcp://host:port

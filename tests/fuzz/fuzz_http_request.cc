@@ -10,8 +10,8 @@
 #include <string>
 
 #include "router/api_keys.h"
-#include "router/completion_request.h"
 #include "router/http_request_reader.h"
+#include "tests/fuzz/route_body.h"
 
 namespace {
 
@@ -40,11 +40,7 @@ void route(const HttpRequest& request) {
   const std::string path = request.target.substr(0, request.target.find('?'));
   const bool admitted = keys.admits(path, request.header("authorization"));
   if (!admitted && !path.starts_with("/v1/")) std::abort();  // only /v1/ routes are keyed
-  if (request.method != "POST") return;
-  if (path == "/v1/completions") (void)parse_completion_request(request.body);
-  if (path == "/v1/chat/completions") (void)parse_chat_request(request.body);
-  if (path == "/tokenize") (void)parse_tokenize_request(request.body);
-  if (path == "/detokenize") (void)parse_detokenize_request(request.body);
+  if (request.method == "POST") baton::fuzz::validate_for_route(path, request.body);
 }
 
 }  // namespace
