@@ -38,6 +38,7 @@ struct BenchCli {
   double timeout_s = 600;
   std::vector<std::string> goodput;
   std::string percentile_metrics = "ttft,tpot,itl";
+  std::string metric_percentiles = "99";
   // vLLM's --save-result is a switch with --result-dir and --result-filename;
   // Baton's own form, --save-result FILE, names the file at once.
   std::optional<std::string> save_result;
@@ -89,8 +90,6 @@ constexpr const char* kUnsupportedVllmFlags[] = {"--tokenizer",
                                                  "--request-id-prefix",
                                                  "--num-warmups",
                                                  "--disable-shuffle",
-                                                 "--metric-percentiles",
-                                                 "--random-prefix-len",
                                                  "--hf-subset",
                                                  "--hf-split",
                                                  "--hf-output-len",
@@ -194,6 +193,8 @@ Status resolve(BenchCli& cli) {
   if (!rate) return invalid_argument("--request-rate must be a positive number or inf");
   cli.run.request_rate = *rate;
   BATON_ASSIGN_OR_RETURN(cli.run.slo, loadtest::parse_goodput(cli.goodput));
+  BATON_ASSIGN_OR_RETURN(cli.run.metric_percentiles,
+                         loadtest::parse_metric_percentiles(cli.metric_percentiles));
   cli.run.progress = ::isatty(STDERR_FILENO) == 1;
   return Status::ok();
 }
@@ -387,6 +388,10 @@ void add_run_options(CLI::App* bench, BenchCli& cli) {
       ->add_option("--random-range-ratio", o.random.range_ratio,
                    "random: lengths uniform in len*(1-r)..len*(1+r)")
       ->capture_default_str();
+  bench
+      ->add_option("--random-prefix-len", o.random.prefix_len,
+                   "random: tokens every prompt starts with (the same for all), before its own")
+      ->capture_default_str();
   bench->add_option("--prefix-len", o.prefix.prefix_len, "prefix: shared prefix tokens")
       ->capture_default_str();
   bench->add_option("--prefix-suffix-len", o.prefix.suffix_len, "prefix: tokens after the prefix")
@@ -405,6 +410,10 @@ void add_run_options(CLI::App* bench, BenchCli& cli) {
   bench
       ->add_option("--percentile-metrics", cli.percentile_metrics,
                    "sections of the table: ttft,tpot,itl,e2el")
+      ->capture_default_str();
+  bench
+      ->add_option("--metric-percentiles", cli.metric_percentiles,
+                   "percentiles each section gives besides mean and median, e.g. 25,50,99.9")
       ->capture_default_str();
   bench->add_option("--shard", o.shard, "i/N: send requests i, i+N, ... of the seeded list");
 }

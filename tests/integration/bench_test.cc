@@ -149,11 +149,18 @@ TEST_F(BenchTest, VllmCommandLinesRun) {
                               "run.json",
                               "--metadata",
                               "gpu=none",
-                              "tp=1"});
+                              "tp=1",
+                              "--metric-percentiles",
+                              "50,90",
+                              "--random-prefix-len",
+                              "8"});
   ASSERT_EQ(bench.exit_code, 0) << bench.output;
+  EXPECT_NE(bench.output.find("P90 TTFT (ms):"), std::string::npos) << bench.output;
   json result = read_json(dir_ / "results" / "run.json");
   ASSERT_TRUE(result.is_object()) << bench.output;
   EXPECT_EQ(result["completed"], 6);
+  EXPECT_TRUE(result.contains("p90_tpot_ms")) << result.dump();
+  EXPECT_EQ(result["total_input_tokens"], 6 * (8 + 16));  // the prefix, then each prompt's own
   EXPECT_EQ(result["gpu"], "none");
   EXPECT_EQ(result["tp"], "1");
 

@@ -196,6 +196,45 @@ TEST(Report, TableHasVllmLabels) {
   EXPECT_EQ(table.find("E2EL"), std::string::npos);  // not asked for
 }
 
+// vLLM's --metric-percentiles: each asked-for percentile replaces P99 in
+// the table and joins the saved result as p<word>_<metric>_ms (P99 stays in
+// the result, for Baton's sweeps). The TTFTs are 100 and 300 ms: numpy's
+// linear interpolation gives 150 at 25 and 299.8 at 99.9.
+TEST(Report, MetricPercentilesAreParsedPrintedAndSaved) {
+  auto parsed = parse_metric_percentiles("25,99.9");
+  ASSERT_TRUE(parsed.is_ok()) << parsed.status().to_string();
+  EXPECT_EQ(*parsed, (std::vector<double>{25.0, 99.9}));
+  for (const char* bad : {"", "0", "100.5", "-5", "x", "50,abc", "1e9", "99 "})
+    EXPECT_FALSE(parse_metric_percentiles(bad).is_ok()) << "'" << bad << "'";
+  EXPECT_TRUE(parse_metric_percentiles("100").is_ok());
+  EXPECT_EQ(percentile_word(99.0), "99");
+  EXPECT_EQ(percentile_word(99.9), "99.9");
+
+  BenchResult result = two_node_result();
+  result.config.metric_percentiles = *parsed;
+  char* text = nullptr;
+  size_t size = 0;
+  std::FILE* out = open_memstream(&text, &size);
+  print_report(out, result, {"ttft"});
+  std::fclose(out);
+  const std::string table(text, size);
+  std::free(text);
+  EXPECT_NE(table.find("P25 TTFT (ms):                           150.00"), std::string::npos)
+      << table;
+  EXPECT_NE(table.find("P99.9 TTFT (ms):                         299.80"), std::string::npos)
+      << table;
+  EXPECT_EQ(table.find("P99 TTFT (ms):"), std::string::npos) << table;
+
+  nlohmann::json saved = result_json(result, /*detailed=*/true);
+  EXPECT_NEAR(saved["p25_ttft_ms"].get<double>(), 150.0, 1e-9);
+  EXPECT_NEAR(saved["p99.9_ttft_ms"].get<double>(), 299.8, 1e-9);
+  EXPECT_NEAR(saved["p99_ttft_ms"].get<double>(), 298.0, 1e-9);
+  EXPECT_TRUE(saved["per_node"][0].contains("p99.9_itl_ms"));
+  auto back = result_from_json(nlohmann::json::parse(saved.dump()), "saved.json");
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->config.metric_percentiles, *parsed);
+}
+
 TEST(ResultJson, VllmKeysAndRoundTrip) {
   BenchResult result = two_node_result();
   nlohmann::json brief = result_json(result, /*detailed=*/false);

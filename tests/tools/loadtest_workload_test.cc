@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <random>
 #include <set>
 
 #include "tools/loadtest/sharegpt.h"
@@ -39,6 +40,30 @@ TEST(Workload, RandomListIsReproducibleForASeed) {
     EXPECT_EQ((*a)[i].output_len, (*b)[i].output_len);
   }
   EXPECT_NE((*a)[0].prompt_ids, (*c)[0].prompt_ids);
+}
+
+// --random-prefix-len: every prompt starts with the same prefix, then its
+// own tokens; without one, a seed gives the list it always gave.
+TEST(Workload, RandomPrefixIsSharedAndOptional) {
+  const uint64_t seed = std::random_device{}();
+  auto with =
+      random_requests(12, {.input_len = 9, .output_len = 4, .prefix_len = 6}, {.seed = seed});
+  ASSERT_TRUE(with.is_ok()) << with.status().to_string();
+  const std::vector<int32_t> prefix((*with)[0].prompt_ids.begin(),
+                                    (*with)[0].prompt_ids.begin() + 6);
+  std::set<std::vector<int32_t>> suffixes;
+  for (const BenchRequest& r : *with) {
+    ASSERT_EQ(r.prompt_ids.size(), 15u);
+    EXPECT_EQ(r.prompt_len, 15);
+    EXPECT_TRUE(std::equal(prefix.begin(), prefix.end(), r.prompt_ids.begin()));
+    suffixes.insert(std::vector<int32_t>(r.prompt_ids.begin() + 6, r.prompt_ids.end()));
+  }
+  EXPECT_EQ(suffixes.size(), 12u);  // the rest is each prompt's own
+  auto without = random_requests(12, {.input_len = 9, .output_len = 4}, {.seed = seed});
+  auto zero =
+      random_requests(12, {.input_len = 9, .output_len = 4, .prefix_len = 0}, {.seed = seed});
+  for (size_t i = 0; i < 12; ++i) EXPECT_EQ((*without)[i].prompt_ids, (*zero)[i].prompt_ids);
+  EXPECT_FALSE(random_requests(1, {.prefix_len = -1}, {}).is_ok());
 }
 
 TEST(Workload, RangeRatioBoundsLengths) {

@@ -69,6 +69,7 @@ Result<BenchSession> BenchSession::prepare(const BenchOptions& options) {
   config.seed = options.seed;
   config.shard = options.shard;
   config.slo = options.slo;
+  config.metric_percentiles = options.metric_percentiles;
   return session;
 }
 

@@ -34,8 +34,9 @@ struct BenchOptions {
   int32_t vocab_size = kDefaultVocabSize;
   SamplingOptions sampling;
   Slo slo;
-  std::string shard;      // "i/N", empty: the whole list
-  bool progress = false;  // a progress bar on stderr
+  std::vector<double> metric_percentiles{99.0};  // besides the median
+  std::string shard;                             // "i/N", empty: the whole list
+  bool progress = false;                         // a progress bar on stderr
 };
 
 class BenchSession {

@@ -1,7 +1,9 @@
 #include "tools/loadtest/report.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <sstream>
 
@@ -130,6 +132,30 @@ Result<std::vector<std::string>> parse_percentile_metrics(const std::string& lis
   return metrics;
 }
 
+Result<std::vector<double>> parse_metric_percentiles(const std::string& list) {
+  std::vector<double> percentiles;
+  std::stringstream stream(list);
+  for (std::string item; std::getline(stream, item, ',');) {
+    double value = 0;
+    const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), value);
+    if (item.empty() || error != std::errc() || end != item.data() + item.size() ||
+        !(value > 0.0 && value <= 100.0)) {
+      return invalid_argument("--metric-percentiles: '" + item +
+                              "' is not a percentile in (0, 100]");
+    }
+    percentiles.push_back(value);
+  }
+  if (percentiles.empty()) return invalid_argument("--metric-percentiles: no percentile given");
+  return percentiles;
+}
+
+std::string percentile_word(double pct) {
+  if (pct == std::floor(pct)) return std::to_string(int64_t(pct));
+  char text[32];
+  std::snprintf(text, sizeof(text), "%g", pct);
+  return text;
+}
+
 void print_report(std::FILE* out, const BenchResult& result,
                   const std::vector<std::string>& percentile_metrics) {
   const ServingSummary s = result.summary();
@@ -154,7 +180,9 @@ void print_report(std::FILE* out, const BenchResult& result,
     std::fprintf(out, "%s\n", centered(section.title, '-').c_str());
     row(out, "Mean " + name + " (ms):", d.mean);
     row(out, "Median " + name + " (ms):", d.median);
-    row(out, "P99 " + name + " (ms):", d.p99);
+    for (double pct : result.config.metric_percentiles) {
+      row(out, "P" + percentile_word(pct) + " " + name + " (ms):", d.percentile_ms(pct));
+    }
   }
   print_node_table(out, result);
   std::fprintf(out, "%s\n", std::string(kTableWidth, '=').c_str());

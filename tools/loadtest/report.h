@@ -28,6 +28,9 @@ struct BenchConfig {
   uint64_t seed = 0;
   std::string shard;  // "i/N", empty when not sharded
   Slo slo;
+  // The percentiles the report and the saved result give besides the
+  // median (vLLM's --metric-percentiles).
+  std::vector<double> metric_percentiles{99.0};
 };
 
 struct BenchResult {
@@ -54,6 +57,10 @@ std::vector<NodeShare> per_node(const BenchResult& result);
 // Which percentile sections the table shows: "ttft,tpot,itl" by default, as
 // vLLM's --percentile-metrics; "e2el" adds end-to-end latency.
 Result<std::vector<std::string>> parse_percentile_metrics(const std::string& list);
+// `--metric-percentiles 25,50,99.9`: numbers in (0, 100], as vLLM takes them.
+Result<std::vector<double>> parse_metric_percentiles(const std::string& list);
+// A percentile's name as vLLM writes it: "99" for 99.0, "99.9" for 99.9.
+std::string percentile_word(double pct);
 
 // The whole report: vLLM's table, the per-node breakdown and the most common
 // errors of failed requests.

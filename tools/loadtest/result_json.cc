@@ -25,14 +25,20 @@ json optional_number(const std::optional<double>& value) {
   return value ? json(*value) : json(nullptr);
 }
 
-void put_distribution(json& doc, const std::string& metric, const Distribution& d) {
+// vLLM's keys; p99 always (Baton's sweeps and charts read it), and each
+// percentile --metric-percentiles asked for.
+void put_distribution(json& doc, const std::string& metric, const Distribution& d,
+                      const std::vector<double>& percentiles) {
   doc["mean_" + metric + "_ms"] = d.mean;
   doc["median_" + metric + "_ms"] = d.median;
   doc["std_" + metric + "_ms"] = d.stddev;
   doc["p99_" + metric + "_ms"] = d.p99;
+  for (double pct : percentiles) {
+    doc["p" + percentile_word(pct) + "_" + metric + "_ms"] = d.percentile_ms(pct);
+  }
 }
 
-json summary_json(const ServingSummary& s) {
+json summary_json(const ServingSummary& s, const std::vector<double>& percentiles) {
   json doc = {{"duration", s.duration_s},
               {"completed", s.completed},
               {"failed", s.failed},
@@ -42,10 +48,10 @@ json summary_json(const ServingSummary& s) {
               {"request_goodput", optional_number(s.request_goodput)},
               {"output_throughput", s.output_throughput},
               {"total_token_throughput", s.total_token_throughput}};
-  put_distribution(doc, "ttft", s.ttft_ms);
-  put_distribution(doc, "tpot", s.tpot_ms);
-  put_distribution(doc, "itl", s.itl_ms);
-  put_distribution(doc, "e2el", s.e2el_ms);
+  put_distribution(doc, "ttft", s.ttft_ms, percentiles);
+  put_distribution(doc, "tpot", s.tpot_ms, percentiles);
+  put_distribution(doc, "itl", s.itl_ms, percentiles);
+  put_distribution(doc, "e2el", s.e2el_ms, percentiles);
   return doc;
 }
 
@@ -81,6 +87,7 @@ Status read_config(const json& doc, BenchConfig* config, const std::string& name
   BATON_RETURN_IF_ERROR(read_field(doc, "max_concurrency", &config->max_concurrency, name));
   BATON_RETURN_IF_ERROR(read_field(doc, "seed", &config->seed, name));
   BATON_RETURN_IF_ERROR(read_field(doc, "shard", &config->shard, name));
+  BATON_RETURN_IF_ERROR(read_field(doc, "metric_percentiles", &config->metric_percentiles, name));
   const json rate = doc.value("request_rate", json());
   config->request_rate =
       rate.is_number() ? rate.get<double>() : std::numeric_limits<double>::infinity();
@@ -111,11 +118,12 @@ json result_json(const BenchResult& result, bool detailed) {
               {"seed", c.seed},
               {"shard", c.shard.empty() ? json(nullptr) : json(c.shard)},
               {"goodput", slo_json(c.slo)},
+              {"metric_percentiles", c.metric_percentiles},
               {"started_at", result.started_at_unix}};
-  doc.update(summary_json(result.summary()));
+  doc.update(summary_json(result.summary(), c.metric_percentiles));
   json nodes = json::array();
   for (const NodeShare& share : per_node(result)) {
-    json node = summary_json(share.summary);
+    json node = summary_json(share.summary, c.metric_percentiles);
     node["role"] = share.role;
     node["node"] = share.node;
     nodes.push_back(std::move(node));

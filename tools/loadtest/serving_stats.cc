@@ -27,10 +27,14 @@ Distribution distribution_ms(const std::vector<double>& seconds) {
   double square = 0;
   for (double v : ms) square += (v - d.mean) * (v - d.mean);
   d.stddev = std::sqrt(square / double(ms.size()));  // population, as numpy.std
+  std::sort(ms.begin(), ms.end());
   d.median = percentile(ms, 50);
   d.p99 = percentile(ms, 99);
+  d.sorted_ms = std::move(ms);
   return d;
 }
+
+double Distribution::percentile_ms(double pct) const { return percentile(sorted_ms, pct); }
 
 std::optional<double> request_tpot_s(const RequestRecord& r) {
   if (!r.success || r.output_tokens < 2) return std::nullopt;

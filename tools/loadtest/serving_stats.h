@@ -34,6 +34,9 @@ struct RequestRecord {
 struct Distribution {
   double mean = 0, median = 0, p99 = 0, stddev = 0;
   int64_t count = 0;
+  std::vector<double> sorted_ms;  // every value, ascending
+  // Any percentile (0..100) of the values, as percentile() computes it.
+  double percentile_ms(double pct) const;
 };
 
 // Service-level objectives for goodput, in milliseconds; unset = not checked.

@@ -61,8 +61,13 @@ Result<std::vector<BenchRequest>> random_requests(int64_t num_requests,
   BATON_RETURN_IF_ERROR(check_positive(workload.output_len, "--random-output-len"));
   if (!(workload.range_ratio >= 0.0 && workload.range_ratio < 1.0))
     return invalid_argument("--random-range-ratio must be in [0, 1)");
+  if (workload.prefix_len < 0) return invalid_argument("--random-prefix-len must be at least 0");
   std::mt19937_64 rng(options.seed);
-  std::vector<BenchRequest> requests(size_t(std::max<int64_t>(num_requests, 0)));
+  // Drawn first, and only when asked for, so lists without a prefix stay
+  // what a seed always gave.
+  BenchRequest prefix;
+  append_random(prefix, workload.prefix_len, options, rng);
+  std::vector<BenchRequest> requests(size_t(std::max<int64_t>(num_requests, 0)), prefix);
   for (auto& request : requests) {
     append_random(request, ranged_length(rng, workload.input_len, workload.range_ratio), options,
                   rng);

@@ -34,10 +34,13 @@ struct BenchRequest {
 
 // Lengths are uniform integers in [len · (1 - range_ratio), len · (1 + range_ratio)]
 // (at least 1), as `vllm bench serve --random-range-ratio` draws them.
+// With `prefix_len`, every prompt starts with the same `prefix_len` random
+// tokens, then its own ranged ones (`vllm bench serve --random-prefix-len`).
 struct RandomWorkload {
   int64_t input_len = 1024;
   int64_t output_len = 128;
   double range_ratio = 0.0;  // in [0, 1)
+  int64_t prefix_len = 0;
 };
 
 // `num_prefixes` groups of requests; each prompt is its group's shared prefix
