@@ -197,7 +197,7 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
   for (int dtype : {0, 1})
     for (int ctx : {1024, 256}) b->Args({ctx, 1, dtype, 0, 1, kBlockSize});
   // 32-token blocks, BF16, scattered: half as many regions for the same
-  // bytes (PERFORMANCE.md, "Block size").
+  // bytes (bench/results/2026-12-02-k-tiles-keys-side-by-side.md, "Block size").
   for (int batch : {1, 16})
     for (int ctx : {4096, 16384}) b->Args({ctx, batch, 1, 1, 1, 32});
   b->ArgNames({"ctx", "batch", "bf16", "cold", "scattered", "block"});

@@ -5,7 +5,8 @@
 // pages is a TLB miss every 64 cache lines, and under a hypervisor each miss
 // walks two sets of page tables. Mapped in 2 MiB pages (and so also laid out
 // in 2 MiB of contiguous memory) the same weights decoded −3% to +10% faster here,
-// about 5% in the median of batch-1 steps (docs/PERFORMANCE.md). Linux maps
+// about 5% in the median of batch-1 steps (docs/PERFORMANCE.md;
+// bench/results/2026-11-29-huge-pages-interleaved-ceiling.md). Linux maps
 // a file in 2 MiB pages when the mapping is 2 MiB-aligned and the page cache
 // holds the file in 2 MiB folios; it reads a file in such folios into a
 // mapping advised MADV_HUGEPAGE, but a file just written (a download,

@@ -18,8 +18,8 @@ namespace {
 // block (a part holds one layer's K, or V, of every KV head: 6 KiB for
 // smollm2-135m in BF16, 12 KiB in F32). One or two parts cover a DRAM
 // latency: the 512-bit passes take one; the AVX2 passes about this many
-// bytes in whole parts, at least one. On the AMD EPYC of PERFORMANCE.md
-// ("Decode attention: the AVX2 passes prefetch further"), two parts of
+// bytes in whole parts, at least one. On an AMD EPYC
+// (bench/results/2026-12-04-attention-avx2-prefetch-distance.md), two parts of
 // BF16 took 0.80-0.83 of the time of one from memory on one thread, while
 // one part of F32 did better than two, and two parts made the 512-bit
 // passes no faster.
@@ -396,8 +396,8 @@ int32_t visible_keys(const Partition& P, int32_t i, int32_t group, int32_t ctx, 
 // same blocks are read one right after the other, and the prefetch stream
 // runs on through the softmax steps instead of waiting out one softmax
 // over the whole partition: from memory, one thread took 0.92-0.95 of the
-// time of the two passes and the softmax between them (PERFORMANCE.md, "Decode
-// attention: the AVX2 BF16 passes fused run by run"). F32's passes, whose
+// time of the two passes and the softmax between them
+// (bench/results/2026-12-04-attention-avx2-fused-runs.md). F32's passes, whose
 // runs are single blocks, took 1.25 of the time this way in runs of four.
 template <DType T>
 BATON_AVX2 void attend_runs_fused(const Partition& P, Scratch& sc, int32_t q_len, int32_t group,

@@ -2,11 +2,12 @@
 // kGemvMaxBatchAvx512 rows of x) with 512-bit FMAs.
 //
 // At batch 8 the AVX2 GEMV is bound by its FMAs, not by memory (BF16: 43% of
-// the read passes on the Intel Xeon, PERFORMANCE.md), so twice the lanes
+// the read passes on an Intel Xeon, bench/results/2026-12-02-whole-model-xeon.md),
+// so twice the lanes
 // per FMA are worth having there. It applies four weight rows to four x
 // rows per pass (16 accumulators): each weight vector feeds four FMAs and
 // each x vector four. Batch 1 stays on the AVX2 kernel: a 512-bit one made
-// whole decode steps no faster (PERFORMANCE.md).
+// whole decode steps no faster (the same file).
 #pragma once
 
 #include <cstdint>
