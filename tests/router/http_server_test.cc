@@ -1,6 +1,9 @@
 #include "router/http_server.h"
 
 #include <gtest/gtest.h>
+#include <fstream>
+#include <optional>
+#include <sstream>
 
 #include <algorithm>
 #include <atomic>
@@ -41,6 +44,7 @@ class Client {
   }
 
   void send(std::string_view bytes) { asio::write(socket_, asio::buffer(bytes)); }
+  uint16_t local_port() const { return socket_.local_endpoint().port(); }
 
   // One response; a chunked body arrives de-chunked, and each chunk is also
   // appended to `chunks` when given.
@@ -283,6 +287,27 @@ TEST_F(HttpServerTest, PipelinedRequestsAreHandledOneAtATimeInOrder) {
   EXPECT_EQ(events, (std::vector<std::string>{"handle /slow", "reply /slow", "handle /fast"}));
 }
 
+// Bytes waiting unread in the receive queue of the server's end of the
+// connection from `client_port` to `server_port`, as /proc/net/tcp shows
+// them; nullopt when the connection is not listed.
+std::optional<uint64_t> server_unread_bytes(uint16_t server_port, uint16_t client_port) {
+  std::ifstream table("/proc/net/tcp");
+  std::string line;
+  std::getline(table, line);  // the header
+  while (std::getline(table, line)) {
+    // sl local_address rem_address st tx_queue:rx_queue ...
+    std::istringstream fields(line);
+    std::string slot, local, remote, state, queues;
+    fields >> slot >> local >> remote >> state >> queues;
+    auto port_of = [](const std::string& address) {
+      return uint16_t(std::stoul(address.substr(address.find(':') + 1), nullptr, 16));
+    };
+    if (port_of(local) != server_port || port_of(remote) != client_port) continue;
+    return std::stoull(queues.substr(queues.find(':') + 1), nullptr, 16);
+  }
+  return std::nullopt;
+}
+
 // The second request arrives while the first is pending, so the disconnect
 // watch reads it; it must be kept for the next parse, not dropped.
 TEST_F(HttpServerTest, RequestSentWhileReplyPendingIsKept) {
@@ -301,7 +326,15 @@ TEST_F(HttpServerTest, RequestSentWhileReplyPendingIsKept) {
   client.send(get("/first"));
   ASSERT_TRUE(first_handled.wait(1000ms));
   client.send(get("/second"));
-  std::this_thread::sleep_for(20ms);  // time for the watch to read it (passes either way)
+  // The premise: the watch has read the second request off the socket
+  // (nothing waits unread on the server's end) before the first is answered.
+  std::optional<uint64_t> unread;
+  for (auto until = std::chrono::steady_clock::now() + 2s; std::chrono::steady_clock::now() < until;
+       std::this_thread::sleep_for(1ms)) {
+    unread = server_unread_bytes(server_->port(), client.local_port());
+    if (unread == 0u) break;
+  }
+  ASSERT_EQ(unread, 0u) << "the disconnect watch never read the pipelined request";
   {
     std::lock_guard lock(mutex_);
     first->respond(200, "text/plain", "/first");
