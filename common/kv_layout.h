@@ -15,7 +15,7 @@
 // KeyOrder::kTokenMajor, which is the same formula with g = head_dim, so
 // every offset below serves both and block byte ranges do not change.
 //
-// Why this order (docs/ARCHITECTURE.md has the full argument):
+// Why this order (docs/design/kv-layout.md has the full argument):
 //  * Layer-major: one layer's pages for all blocks form one contiguous region,
 //    so a run of adjacent block ids is one contiguous byte range per layer.
 //    Layer-wise transfer posts one put per (layer, run of adjacent blocks).
