@@ -61,6 +61,7 @@ ceiling() {
   python3 -c "print(max(${a}, ${b}))"
 }
 
+failed=0
 echo "| transport | peer errors | model | tokens | op size KiB | ops | bench MB/s (median / best) |" \
      "last layer -> notified ms | ucp_put_bw | tag_bw | best / ceiling |"
 echo "|---|---|---|---|---|---|---|---|---|---|---|"
@@ -72,16 +73,28 @@ for tls in "${transports[@]}"; do
         size=$(( tok * ${bytes_per_token_layer[$model]} ))
         put=$(ceiling "${tls}" ucp_put_bw "${size}" "${errmode}")
         tag=$(ceiling "${tls}" tag_bw "${size}" "${errmode}")
-        row=$("${bench}" --tls "${tls}" --peer-errors "${pe}" --iters "${iters}" \
+        if ! out=$("${bench}" --tls "${tls}" --peer-errors "${pe}" --iters "${iters}" \
                 --models "${model}" --tokens "${tok}" --block-sizes "${block}" --verify "${verify}" \
-                --ucx-pool "${ucx_pool}" 2>/dev/null | tail -1)
+                --ucx-pool "${ucx_pool}" 2>&1); then
+          why=$(grep -m1 'cannot measure' <<<"${out}" || tail -1 <<<"${out}")
+          echo "| ${tls} | $([[ ${pe} == 1 ]] && echo on || echo off) | ${model} | ${tok} |" \
+               "not measured: ${why//|/ } | | | | | | |"
+          failed=1
+          continue
+        fi
+        row=$(tail -1 <<<"${out}")
         # | tls | pe | mode | model | block | tokens | MiB | ops | op KiB | median | best | tail |
         IFS='|' read -r _ _ _ mode _ _ _ _ ops opkib median best tail _ <<<"${row}"
         ceiling=$(python3 -c "print(max(${put}, ${tag}))")
-        ratio=$(python3 -c "print(f'{100*${best}/${ceiling}:.0f}%' if ${ceiling} > 0 else 'n/a')")
+        # ucx_perftest that could not run gives 0: no ratio against it.
+        ratio=$(python3 -c "print(f'{100*${best}/${ceiling}:.0f}%' if ${ceiling} > 0 else 'no ceiling measured')")
+        [[ "${put}" == 0 ]] && put="not measured"
+        [[ "${tag}" == 0 ]] && tag="not measured"
         echo "| ${tls} | $([[ ${pe} == 1 ]] && echo on || echo off) | ${model} | ${tok} | ${opkib// /} | ${ops// /} |" \
              "${median// /} / ${best// /} (${mode// /}) | ${tail// /} | ${put} | ${tag} | ${ratio} |"
       done
     done
   done
 done
+# A row that could not be measured says so above; the run as a whole fails.
+exit "${failed}"

@@ -356,17 +356,35 @@ int main(int argc, char** argv) {
           std::string reply = receiver.line();
           std::istringstream in(reply);
           std::string word;
-          uint64_t rtid;
-          int code;
-          int64_t finished;
-          in >> word >> rtid >> code >> finished;
+          uint64_t rtid = 0;
+          int code = -1;
+          int64_t finished = 0;
+          const bool parsed = bool(in >> word >> rtid >> code >> finished) && word == "DONE";
           {
             std::unique_lock lock(m);
             cv.wait(lock, [&] { return done; });
           }
+          if (!parsed) {
+            std::fprintf(stderr,
+                         "cannot measure: the receiver answered '%s' where the DONE line of "
+                         "transfer %llu was due\n",
+                         reply.c_str(), static_cast<unsigned long long>(tid));
+            return 1;
+          }
           if (code != 0 || !result.status.is_ok()) {
-            std::fprintf(stderr, "transfer failed: %s / receiver code %d\n",
+            std::fprintf(stderr, "cannot measure: transfer failed: %s / receiver code %d\n",
                          result.status.to_string().c_str(), code);
+            return 1;
+          }
+          // The receiver's clock is this host's monotonic clock: a completion
+          // before the send began means the two do not share one, and no
+          // time it gives can be trusted.
+          if (finished < last_posted || rtid != tid) {
+            std::fprintf(stderr,
+                         "cannot measure: the receiver reported transfer %llu done at %lld ns, "
+                         "before the send began (%lld ns)\n",
+                         static_cast<unsigned long long>(rtid), static_cast<long long>(finished),
+                         static_cast<long long>(start));
             return 1;
           }
           if (it > 0) {
