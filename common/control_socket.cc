@@ -174,18 +174,14 @@ std::string ControlSocket::endpoint() const {
 
 WakeFd::WakeFd() : fd_(::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
 
-WakeFd::~WakeFd() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 void WakeFd::signal() {
   uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(fd_, &one, sizeof(one));
+  [[maybe_unused]] ssize_t n = ::write(fd_.get(), &one, sizeof(one));
 }
 
 void WakeFd::drain() {
   uint64_t value;
-  while (::read(fd_, &value, sizeof(value)) > 0) {
+  while (::read(fd_.get(), &value, sizeof(value)) > 0) {
   }
 }
 

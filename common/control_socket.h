@@ -22,6 +22,7 @@
 #include "common/control_messages.h"
 #include "common/curve_keys.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace baton::control {
 
@@ -90,14 +91,11 @@ class ControlSocket {
 class WakeFd {
  public:
   WakeFd();
-  ~WakeFd();
-  WakeFd(const WakeFd&) = delete;
-  WakeFd& operator=(const WakeFd&) = delete;
-  int fd() const { return fd_; }
+  int fd() const { return fd_.get(); }
   void signal();  // thread-safe, async-signal-safe
   void drain();   // clears pending signals
  private:
-  int fd_;
+  UniqueFd fd_;
 };
 
 }  // namespace baton::control

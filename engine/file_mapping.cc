@@ -155,15 +155,15 @@ HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd) {
 }
 
 LoadLock::LoadLock(const std::filesystem::path& dir, std::chrono::milliseconds patience) {
-  fd_ = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd_ < 0) {
+  fd_.reset(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!fd_.valid()) {
     note_ = errno_text("open");
     return;
   }
   const auto start = std::chrono::steady_clock::now();
   bool said_waiting = false;
   while (true) {
-    if (flock(fd_, LOCK_EX | LOCK_NB) == 0) {
+    if (flock(fd_.get(), LOCK_EX | LOCK_NB) == 0) {
       held_ = true;
       return;
     }
@@ -183,10 +183,6 @@ LoadLock::LoadLock(const std::filesystem::path& dir, std::chrono::milliseconds p
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
-}
-
-LoadLock::~LoadLock() {
-  if (fd_ >= 0) ::close(fd_);  // releases the flock with the last descriptor
 }
 
 std::optional<uint64_t> smaps_field_bytes(std::string_view smaps, uintptr_t start,

@@ -23,6 +23,7 @@
 #include <string_view>
 
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace baton::engine {
 
@@ -65,7 +66,6 @@ HugePageReport map_in_huge_pages(void* mapping, size_t size, int fd);
 class LoadLock {
  public:
   LoadLock(const std::filesystem::path& dir, std::chrono::milliseconds patience);
-  ~LoadLock();
   LoadLock(const LoadLock&) = delete;
   LoadLock& operator=(const LoadLock&) = delete;
   bool held() const { return held_; }
@@ -75,7 +75,7 @@ class LoadLock {
   const std::string& note() const { return note_; }
 
  private:
-  int fd_ = -1;
+  UniqueFd fd_;  // its close releases the flock (the last descriptor of it)
   bool held_ = false;
   bool gave_up_ = false;
   std::string note_;

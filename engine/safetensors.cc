@@ -29,14 +29,14 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::filesy
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
   const std::string name = path.string();
-  file->fd_ = ::open(name.c_str(), O_RDONLY | O_CLOEXEC);
-  if (file->fd_ < 0) {
+  file->fd_.reset(::open(name.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!file->fd_.valid()) {
     int err = errno;
     std::string m = "cannot open " + name + ": " + std::strerror(err);
     return err == ENOENT ? not_found(m) : io_error(m);
   }
   struct stat st;
-  if (::fstat(file->fd_, &st) != 0) return io_error("cannot stat " + name);
+  if (::fstat(file->fd_.get(), &st) != 0) return io_error("cannot stat " + name);
   if (!S_ISREG(st.st_mode)) return io_error(name + " is not a regular file");
   file->size_ = uint64_t(st.st_size);
   if (file->size_ < 8) {
@@ -45,18 +45,17 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::filesy
   }
   // MAP_PRIVATE read-only: pages come from the page cache, shared with other
   // processes mapping the same checkpoint.
-  BATON_ASSIGN_OR_RETURN(file->map_, map_file_read_only(file->fd_, file->size_, name));
+  BATON_ASSIGN_OR_RETURN(file->map_, map_file_read_only(file->fd_.get(), file->size_, name));
   BATON_RETURN_IF_ERROR(file->parse());
   return file;
 }
 
 HugePageReport SafetensorsFile::map_in_huge_pages() {
-  return engine::map_in_huge_pages(map_, size_, fd_);
+  return engine::map_in_huge_pages(map_, size_, fd_.get());
 }
 
 SafetensorsFile::~SafetensorsFile() {
   if (map_ != nullptr) ::munmap(map_, size_);
-  if (fd_ >= 0) ::close(fd_);
 }
 
 Status SafetensorsFile::parse() {

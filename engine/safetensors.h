@@ -20,6 +20,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "engine/file_mapping.h"
 
 namespace baton::engine {
@@ -73,7 +74,7 @@ class SafetensorsFile {
   Status parse();
 
   std::filesystem::path path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   void* map_ = nullptr;
   uint64_t size_ = 0;
   std::map<std::string, TensorInfo, std::less<>> tensors_;

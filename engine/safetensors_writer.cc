@@ -54,8 +54,8 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(
   std::unique_ptr<SafetensorsWriter> w(new SafetensorsWriter());
   w->path_ = path;
   w->total_ = offset;
-  w->fd_ = ::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (w->fd_ < 0) return io_error("cannot create " + file + ": " + std::strerror(errno));
+  w->fd_.reset(::open(file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!w->fd_.valid()) return io_error("cannot create " + file + ": " + std::strerror(errno));
   unsigned char len[8];
   uint64_t n = text.size();
   for (int i = 0; i < 8; ++i) len[i] = (unsigned char)(n >> (8 * i));
@@ -64,15 +64,11 @@ Result<std::unique_ptr<SafetensorsWriter>> SafetensorsWriter::create(
   return w;
 }
 
-SafetensorsWriter::~SafetensorsWriter() {
-  if (fd_ >= 0) ::close(fd_);
-}
-
 Status SafetensorsWriter::write_all(const void* data, size_t nbytes) {
-  if (fd_ < 0) return internal_error(path_.string() + ": write after finish");
+  if (!fd_.valid()) return internal_error(path_.string() + ": write after finish");
   const char* p = static_cast<const char*>(data);
   while (nbytes > 0) {
-    ssize_t n = ::write(fd_, p, nbytes);
+    ssize_t n = ::write(fd_.get(), p, nbytes);
     if (n < 0) {
       if (errno == EINTR) continue;
       return io_error("cannot write " + path_.string() + ": " + std::strerror(errno));
@@ -95,15 +91,13 @@ Status SafetensorsWriter::write(const void* data, size_t nbytes) {
 }
 
 Status SafetensorsWriter::finish() {
-  if (fd_ < 0) return internal_error(path_.string() + ": finished twice");
+  if (!fd_.valid()) return internal_error(path_.string() + ": finished twice");
   if (written_ != total_) {
     return out_of_range(path_.string() + ": finished after " + std::to_string(written_) + " of " +
                         std::to_string(total_) + " declared data bytes");
   }
   // close() can report a deferred write error (e.g. on network filesystems).
-  int fd = fd_;
-  fd_ = -1;
-  if (::close(fd) != 0)
+  if (::close(fd_.release()) != 0)
     return io_error("cannot close " + path_.string() + ": " + std::strerror(errno));
   return Status::ok();
 }

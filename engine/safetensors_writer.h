@@ -16,6 +16,7 @@
 
 #include "common/dtype.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 
 namespace baton::engine {
 
@@ -36,7 +37,7 @@ class SafetensorsWriter {
   static Result<std::unique_ptr<SafetensorsWriter>> create(
       const std::filesystem::path& path, std::vector<TensorSpec> tensors,
       const std::map<std::string, std::string>& metadata = {});
-  ~SafetensorsWriter();  // closes the file; an unfinished file stays as written
+  ~SafetensorsWriter() = default;  // closes the file; an unfinished file stays as written
   SafetensorsWriter(const SafetensorsWriter&) = delete;
   SafetensorsWriter& operator=(const SafetensorsWriter&) = delete;
 
@@ -54,7 +55,7 @@ class SafetensorsWriter {
   Status write_all(const void* data, size_t nbytes);
 
   std::filesystem::path path_;
-  int fd_ = -1;
+  UniqueFd fd_;
   uint64_t total_ = 0;
   uint64_t written_ = 0;
 };

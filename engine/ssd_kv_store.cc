@@ -342,7 +342,7 @@ SsdKvStore::~SsdKvStore() {
   // Removed while still locked: a cleaner finds it either locked or gone.
   std::error_code ec;
   std::filesystem::remove(path_, ec);
-  ::close(fd_);
+  fd_.reset();
 }
 
 bool SsdKvStore::hands_copies_to_kernel_workers() const { return ring_ && ring_->async(); }
@@ -425,7 +425,7 @@ void SsdKvStore::describe(Io& io, int64_t slot, const void* pool, int32_t block,
 void SsdKvStore::run(std::span<Io> ios, bool write, const IoCallback& prepare,
                      const IoCallback& complete) {
   if (ring_) {
-    if (ring_->run(ios, fd_, write, prepare, complete)) return;
+    if (ring_->run(ios, fd_.get(), write, prepare, complete)) return;
     spdlog::warn("ssd cache: {}: using preadv/pwritev from now on", path_.string());
     ring_.reset();
   }
@@ -433,8 +433,8 @@ void SsdKvStore::run(std::span<Io> ios, bool write, const IoCallback& prepare,
     if (io.done) continue;
     prepare(io);
     const auto offset = off_t(io.offset);
-    const ssize_t n = write ? ::pwritev(fd_, io.iov.data(), int(io.iov.size()), offset)
-                            : ::preadv(fd_, io.iov.data(), int(io.iov.size()), offset);
+    const ssize_t n = write ? ::pwritev(fd_.get(), io.iov.data(), int(io.iov.size()), offset)
+                            : ::preadv(fd_.get(), io.iov.data(), int(io.iov.size()), offset);
     io.result = n < 0 ? -errno : n;
     io.done = true;
     complete(io);
@@ -663,7 +663,7 @@ void SsdKvStore::submit_loads() {
     for (; load.submitted < load.ios.size(); ++load.submitted) {
       if (loads_submitted_ >= int32_t(kRingDepth)) return;
       Io& io = load.ios[load.submitted];
-      if (!load_ring_->submit_read(io, fd_)) {
+      if (!load_ring_->submit_read(io, fd_.get())) {
         // What is in flight still lands through the ring; the rest is read here.
         spdlog::warn("ssd cache: {}: reading the rest of the loads with preadv", path_.string());
         read_loads_directly();
@@ -679,7 +679,7 @@ void SsdKvStore::read_loads_directly() {
   for (PendingLoad& load : loads_) {
     for (Io& io : load.ios) {
       if (io.done || io.in_ring) continue;
-      const ssize_t n = ::preadv(fd_, io.iov.data(), int(io.iov.size()), off_t(io.offset));
+      const ssize_t n = ::preadv(fd_.get(), io.iov.data(), int(io.iov.size()), off_t(io.offset));
       io.result = n < 0 ? -errno : n;
       io.done = true;
       io.status = verify(io, io.slot, *io.key);

@@ -43,6 +43,7 @@
 
 #include "common/kv_layout.h"
 #include "common/status.h"
+#include "common/unique_fd.h"
 #include "engine/block_manager.h"
 
 namespace baton::engine {
@@ -172,7 +173,7 @@ class SsdKvStore {
   void read_loads_directly();
 
   std::filesystem::path path_;
-  int fd_;
+  UniqueFd fd_;  // locked (flock) while the store lives
   KvLayout layout_;
   uint64_t slot_bytes_;
   int64_t capacity_;
