@@ -619,12 +619,10 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
       }
       const int64_t max_len =
           engine.max_model_len > 0 ? engine.max_model_len : model.max_position_embeddings;
-      KvLayout layout{.num_layers = model.num_layers,
-                      .num_blocks = 1,
-                      .block_size = engine.block_size,
-                      .num_kv_heads = model.num_kv_heads,
-                      .head_dim = model.head_dim,
-                      .dtype = engine.kv_dtype.value_or(model.torch_dtype)};
+      // Key order moves bytes within a block, never the block's size.
+      const KvLayout layout = engine::kv_layout_of(model, engine.block_size,
+                                                   engine.kv_dtype.value_or(model.torch_dtype),
+                                                   KeyOrder::kGrouped, /*num_blocks=*/1);
       const uint64_t block_bytes = layout.total_bytes();  // one block, every layer
       if (block_bytes == 0) {
         return invalid_argument(model_name +

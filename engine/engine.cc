@@ -50,13 +50,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
                          make_forward_backend(config.device, *checkpoint, config.threads));
   BATON_ASSIGN_OR_RETURN(DType kv_dtype,
                          backend->kv_dtype(config.kv_dtype, model_config.torch_dtype));
-  KvLayout layout{.num_layers = model_config.num_layers,
-                  .num_blocks = 0,
-                  .block_size = config.block_size,
-                  .num_kv_heads = model_config.num_kv_heads,
-                  .head_dim = model_config.head_dim,
-                  .dtype = kv_dtype,
-                  .key_order = backend->kv_key_order()};
+  KvLayout layout =
+      kv_layout_of(model_config, config.block_size, kv_dtype, backend->kv_key_order());
   int64_t blocks = config.kv_cache_blocks > 0 ? config.kv_cache_blocks
                                               : kv_blocks_for_bytes(layout, config.kv_cache_bytes);
   if (blocks < 1) {

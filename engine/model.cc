@@ -20,13 +20,7 @@ LlamaModel::LlamaModel(const Checkpoint& checkpoint, kernels::cpu::ThreadPool& p
     : LlamaModel(checkpoint, std::make_unique<CpuForward>(checkpoint, pool)) {}
 
 KvLayout LlamaModel::kv_layout(int32_t num_blocks, int32_t block_size, DType dtype) const {
-  return KvLayout{.num_layers = config_.num_layers,
-                  .num_blocks = num_blocks,
-                  .block_size = block_size,
-                  .num_kv_heads = config_.num_kv_heads,
-                  .head_dim = config_.head_dim,
-                  .dtype = dtype,
-                  .key_order = backend_->kv_key_order()};
+  return kv_layout_of(config_, block_size, dtype, backend_->kv_key_order(), num_blocks);
 }
 
 Status LlamaModel::forward(const StepPlan& plan, KvPool& kv, std::vector<float>* logits,

@@ -502,4 +502,15 @@ std::vector<float> rope_inv_freq(const ModelConfig& c) {
   return out;
 }
 
+KvLayout kv_layout_of(const ModelConfig& config, int32_t block_size, DType dtype,
+                      KeyOrder key_order, int32_t num_blocks) {
+  return KvLayout{.num_layers = config.num_layers,
+                  .num_blocks = num_blocks,
+                  .block_size = block_size,
+                  .num_kv_heads = config.num_kv_heads,
+                  .head_dim = config.head_dim,
+                  .dtype = dtype,
+                  .key_order = key_order};
+}
+
 }  // namespace baton::engine

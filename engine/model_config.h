@@ -14,6 +14,7 @@
 #include <nlohmann/json_fwd.hpp>
 
 #include "common/dtype.h"
+#include "common/kv_layout.h"
 #include "common/status.h"
 
 namespace baton::engine {
@@ -75,5 +76,11 @@ nlohmann::json model_config_to_json(const ModelConfig& config);
 
 // θ_i of RoPE for i < head_dim / 2, with rope_scaling applied.
 std::vector<float> rope_inv_freq(const ModelConfig& config);
+
+// The paged KV pool's geometry for `config`'s layers and KV heads: the one
+// place a KvLayout is made from a model (the engine's pool, the model's
+// views of it, the cluster YAML's sizing checks).
+KvLayout kv_layout_of(const ModelConfig& config, int32_t block_size, DType dtype,
+                      KeyOrder key_order, int32_t num_blocks = 0);
 
 }  // namespace baton::engine
