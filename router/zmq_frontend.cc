@@ -254,8 +254,14 @@ void ZmqFrontend::receive_requests() {
     const std::string identity = parts[0].to_string();
     const std::string key = identity + '\0' + read->tag;
     // The connection it came on (identities are per connection), so that its
-    // closing cancels what it asked for.
-    if (const int fd = parts[1].get(ZMQ_SRCFD); fd >= 0) identities_by_fd_[fd].insert(identity);
+    // closing cancels what it asked for. A connection that closed while this
+    // loop ran may have left its descriptor to this message's: libzmq queues
+    // its DISCONNECTED event before it closes the descriptor, so reading the
+    // pending events first keeps that event from cancelling this client.
+    if (const int fd = parts[1].get(ZMQ_SRCFD); fd >= 0) {
+      handle_monitor_events();
+      identities_by_fd_[fd].insert(identity);
+    }
     if (read->kind == ZmqRequest::Kind::kCancel) {
       auto it = live_.find(key);
       if (it != live_.end()) {

@@ -230,5 +230,40 @@ TEST(ZmqFrontendTest, WithKeysOnlyHoldersOfTheClientKeyAreServed) {
       << bench.output;
 }
 
+// A client that closes its connection while the next client connects can
+// leave its descriptor to that client (as `baton bench` does: one context,
+// a socket for /v1/models closed, then one for the requests). Its
+// disconnect must cancel its own requests only: the next client's, on the
+// reused descriptor, are answered.
+TEST(ZmqFrontendTest, AClientOnAReusedDescriptorIsNotCancelled) {
+  Cluster cluster(ClusterShape{});
+  const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(cluster.zmq_port());
+  const std::string body = json{{"prompt", "hello there"}, {"max_tokens", 2}}.dump();
+  zmq::context_t context;
+  auto exchange = [&](zmq::socket_t& socket, const std::string& path, const std::string& text) {
+    std::array<zmq::const_buffer, 3> request = {zmq::str_buffer("t"), zmq::buffer(path),
+                                                zmq::buffer(text)};
+    EXPECT_TRUE(zmq::send_multipart(socket, request));
+    std::vector<zmq::message_t> reply;
+    (void)zmq::recv_multipart(socket, std::back_inserter(reply));
+    return reply.size() == 3 ? reply[1].to_string() : std::string("no answer");
+  };
+  for (int round = 0; round < 40; ++round) {
+    {
+      zmq::socket_t before(context, zmq::socket_type::dealer);
+      before.set(zmq::sockopt::linger, 0);
+      before.set(zmq::sockopt::rcvtimeo, 10000);
+      before.connect(endpoint);
+      ASSERT_EQ(exchange(before, "/v1/models", ""), "200");
+    }  // closed: its descriptor is free for the next connection
+    zmq::socket_t next(context, zmq::socket_type::dealer);
+    next.set(zmq::sockopt::linger, 0);
+    next.set(zmq::sockopt::rcvtimeo, 10000);
+    next.connect(endpoint);
+    ASSERT_EQ(exchange(next, "/v1/completions", body), "200")
+        << "round " << round << ": the request was cancelled or never answered";
+  }
+}
+
 }  // namespace
 }  // namespace baton::testing
