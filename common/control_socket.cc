@@ -20,11 +20,9 @@ namespace baton::control {
 struct ControlSocket::Sockets {
   zmq::context_t context{1};
   // The router's ZAP handler, when keyed: started before the socket, and
-  // stopped after it closes.
+  // (declared before it) destroyed after it closes.
   std::unique_ptr<ZapHandler> zap;
   zmq::socket_t socket;
-
-  ~Sockets() { socket.close(); }
 };
 
 namespace {

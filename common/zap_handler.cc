@@ -45,7 +45,6 @@ void ZapHandler::serve(zmq::socket_t handler) {
                       request[6].size() == allowed.size() &&
                       std::memcmp(request[6].data(), allowed.data(), allowed.size()) == 0;
       if (!ok) {
-        refused_.fetch_add(1);
         spdlog::warn("{}: refused a connection from {} without the key", what_,
                      request.size() > 3 ? request[3].to_string() : std::string("?"));
       }

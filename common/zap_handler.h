@@ -4,7 +4,6 @@
 #pragma once
 
 #include <atomic>
-#include <cstdint>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,8 +26,6 @@ class ZapHandler {
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
 
-  uint64_t refused() const { return refused_.load(); }
-
  private:
   ZapHandler() = default;
   void serve(zmq::socket_t handler);
@@ -36,7 +33,6 @@ class ZapHandler {
   std::string allowed_;  // the Z85 public key
   std::string what_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> refused_{0};
   std::thread thread_;
 };
 
