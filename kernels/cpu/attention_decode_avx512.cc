@@ -16,12 +16,6 @@
 #include "kernels/cpu/dispatch.h"
 #include "kernels/cpu/simd_avx512.h"
 
-#define BATON_AVX512_BF16 \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
-#define BATON_AVX512_BF16_INLINE                                               \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"), \
-                 always_inline)) inline
-
 namespace baton::kernels::cpu {
 namespace {
 

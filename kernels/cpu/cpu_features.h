@@ -32,14 +32,16 @@ void set_avx512_enabled(bool enabled);
 
 // True when the CPU has AVX-512 F, BW, VL and BF16 (checked once): the BF16
 // dot product (VDPBF16PS) of BF16 decode attention's V pass
-// (attention_decode_avx512.h).
+// (attention_decode_avx512.h) and of the prefill GEMM for BF16 weights
+// (gemm_bf16_avx512.h).
 bool cpu_has_avx512_bf16();
 
-// True when BF16 decode attention's V pass is to take VDPBF16PS: the CPU has
-// it, use_avx512(), and it is preferred. By default it is preferred on AMD
-// (Zen 4 issues more of them per second than 512-bit FMAs) and not on Intel
-// (a Xeon of the Emerald Rapids generation issues a quarter as many), where
-// the F32 FMA pass of decode_tiles_avx512.h runs instead.
+// True when BF16 decode attention's V pass and the BF16 weights' prefill
+// GEMM are to take VDPBF16PS: the CPU has it, use_avx512(), and it is
+// preferred. By default it is preferred on AMD (Zen 4 issues more of them
+// per second than 512-bit FMAs) and not on Intel (a Xeon of the Emerald
+// Rapids generation issues a quarter as many), where the F32 FMA pass of
+// decode_tiles_avx512.h and sgemm run instead.
 // set_avx512_bf16_preferred overrides the default (tests cover both passes;
 // benchmarks compare them).
 bool use_avx512_bf16();

@@ -8,6 +8,8 @@
 #include "common/check.h"
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/convert.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/parallel.h"
 
@@ -35,6 +37,11 @@ constexpr int64_t kTileBytes = 1 << 20;
 constexpr int64_t kMinTileRows = 128;
 constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kTileRowStep = 16;
+// Rows of W per BF16 GEMM tile, in whole panels of 16: the tile's x rows
+// stream past each 48-row block of panels, so a tile needs only enough rows
+// to share the work evenly over the threads.
+constexpr int64_t kBf16TileRows = 192;
+constexpr int64_t kBf16RowAlign = 16;
 // Fewer multiply-adds than this are not worth waking the pool for.
 constexpr int64_t kMinParallelMacs = 1 << 15;
 
@@ -69,6 +76,42 @@ void sgemm_rows(const float* x, int64_t m, const WeightView& w, const float* bia
       for (int64_t r = r0; r < r1; ++r) o[r] += bias[r];
     }
   }
+}
+
+// True when every weight is BF16 and the CPU multiplies BF16 pairs at a
+// higher rate than F32 (AVX512_BF16, preferred: see cpu_features.h).
+bool uses_bf16_gemm(std::span<const LinearOutput> outputs) {
+#if defined(__x86_64__) || defined(__i386__)
+  if (!use_avx512_bf16()) return false;
+  return std::all_of(outputs.begin(), outputs.end(),
+                     [](const LinearOutput& o) { return o.weight.dtype == DType::kBF16; });
+#else
+  (void)outputs;
+  return false;
+#endif
+}
+
+// x rounded to BF16 once (rows shared out over the pool), then tiles of the
+// stacked weights' rows claimed as in the sgemm path.
+template <typename ForEachWeight>
+void bf16_gemm(ThreadPool& pool, const float* x, int64_t m, int64_t cols, int64_t rows,
+               int64_t min_rows, ForEachWeight& for_each_weight) {
+#if defined(__x86_64__) || defined(__i386__)
+  thread_local std::vector<uint16_t> xb;  // the caller's, read by every thread
+  xb.resize(size_t(m * bf16_row_stride(cols)));
+  uint16_t* xb_data = xb.data();
+  parallel_chunks(
+      pool, m, std::max<int64_t>(1, kMinParallelMacs / cols),
+      [&](int64_t i0, int64_t i1, int) { round_rows_to_bf16(x, cols, i0, i1, xb_data); });
+  parallel_dynamic(pool, rows, kBf16TileRows, kBf16RowAlign, min_rows,
+                   [&](int64_t r0, int64_t r1, int) {
+                     for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
+                       gemm_bf16_rows_avx512(xb_data, m, o.weight, o.bias, b, e, o.out);
+                     });
+                   });
+#else
+  (void)pool, (void)x, (void)m, (void)cols, (void)rows, (void)min_rows, (void)for_each_weight;
+#endif
 }
 
 }  // namespace
@@ -114,6 +157,10 @@ void linear(ThreadPool& pool, const float* x, int64_t m, std::span<const LinearO
                         gemv_rows(x, m, o.weight, o.bias, b, e, o.out);
                       });
                     });
+    return;
+  }
+  if (uses_bf16_gemm(outputs)) {
+    bf16_gemm(pool, x, m, cols, rows, min_rows, for_each_weight);
     return;
   }
   setup_blas();

@@ -3,7 +3,9 @@
 // Weights stay in the checkpoint's dtype (memory-mapped, never copied):
 //  * small batches (decode) read F16/BF16 rows directly with AVX2/F16C, so
 //    half-precision weights move half the bytes of F32;
-//  * large batches (prefill) go through single-threaded OpenBLAS sgemm on
+//  * large batches (prefill) of BF16 weights, where use_avx512_bf16(), go
+//    through the BF16 GEMM (gemm_bf16_avx512.h: x rounded to BF16);
+//  * other large batches go through single-threaded OpenBLAS sgemm on
 //    per-thread slices of W (converted to F32 tile by tile when W is half).
 #pragma once
 

@@ -24,6 +24,13 @@
 #define BATON_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c")))
 #define BATON_AVX512_INLINE \
   __attribute__((target("avx512f,avx512bw,avx512vl,avx2,fma,f16c"), always_inline)) inline
+// The same with AVX512_BF16 (VDPBF16PS, VCVTNE2PS2BF16): only after
+// cpu_has_avx512_bf16() said yes.
+#define BATON_AVX512_BF16 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c")))
+#define BATON_AVX512_BF16_INLINE                                               \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma,f16c"), \
+                 always_inline)) inline
 
 namespace baton::kernels::cpu::avx512 {
 

@@ -24,6 +24,18 @@ Vec matvec(const kernels::cpu::WeightView& w, const Vec& x, const std::vector<fl
   return y;
 }
 
+// x with every element rounded to `dtype` (through F32), as a kernel that
+// multiplies in that dtype sees it.
+Vec rounded_to(Vec x, DType dtype) {
+  if (dtype == DType::kF32) return x;
+  for (double& v : x) {
+    uint16_t half;
+    store_from_float(&half, dtype, 0, float(v));
+    v = load_as_float(&half, dtype, 0);
+  }
+  return x;
+}
+
 Vec rms_norm(const Vec& x, const std::vector<float>& weight, double eps) {
   double mean_square = 0;
   for (double v : x) mean_square += v * v;
@@ -64,7 +76,7 @@ std::vector<double> log_softmax(const std::vector<double>& logits) {
 
 std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
                                                   const std::vector<int32_t>& tokens,
-                                                  DType kv_dtype) {
+                                                  DType kv_dtype, DType projection_input_dtype) {
   auto round_to_kv = [kv_dtype](Vec& x) {
     for (double& e : x) {
       float stored[1];
@@ -88,10 +100,11 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
     const LayerWeights& lw = w.layers[size_t(layer)];
     std::vector<Vec> q(n), k(n), v(n);
     for (size_t t = 0; t < n; ++t) {
-      Vec h = rms_norm(x[t], lw.input_norm, c.rms_norm_eps);
-      q[t] = matvec(lw.q_proj, h, lw.q_bias);
-      k[t] = matvec(lw.k_proj, h, lw.k_bias);
-      v[t] = matvec(lw.v_proj, h, lw.v_bias);
+      const Vec projected =
+          rounded_to(rms_norm(x[t], lw.input_norm, c.rms_norm_eps), projection_input_dtype);
+      q[t] = matvec(lw.q_proj, projected, lw.q_bias);
+      k[t] = matvec(lw.k_proj, projected, lw.k_bias);
+      v[t] = matvec(lw.v_proj, projected, lw.v_bias);
       rope(q[t], heads, hd, int(t), inv_freq);
       rope(k[t], kv_heads, hd, int(t), inv_freq);
       round_to_kv(k[t]);
@@ -115,16 +128,17 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
           for (int d = 0; d < hd; ++d)
             attn[size_t(h * hd + d)] += scores[s] / sum * v[s][size_t(kvh * hd + d)];
       }
-      Vec o = matvec(lw.o_proj, attn, {});
+      Vec o = matvec(lw.o_proj, rounded_to(attn, projection_input_dtype), {});
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
     }
     for (size_t t = 0; t < n; ++t) {
-      Vec h = rms_norm(x[t], lw.post_attention_norm, c.rms_norm_eps);
+      const Vec h = rounded_to(rms_norm(x[t], lw.post_attention_norm, c.rms_norm_eps),
+                               projection_input_dtype);
       Vec gate = matvec(lw.gate_proj, h, {});
       Vec up = matvec(lw.up_proj, h, {});
       for (size_t i = 0; i < gate.size(); ++i)
         gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
-      Vec down = matvec(lw.down_proj, gate, {});
+      Vec down = matvec(lw.down_proj, rounded_to(gate, projection_input_dtype), {});
       for (size_t i = 0; i < down.size(); ++i) x[t][i] += down[i];
     }
   }

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 #include "tests/kernels/reference.h"
 #include "tests/kernels/test_util.h"
@@ -21,21 +22,31 @@ struct Shape {
   int64_t rows, cols;
 };
 
+// x as linear() multiplies it: rounded to BF16 where the BF16 GEMM
+// (gemm_bf16_avx512.h) takes the call, as given everywhere else.
+std::vector<float> x_as_multiplied(std::vector<float> x, int64_t m, DType weights) {
+  if (weights == DType::kBF16 && use_avx512_bf16() && m > gemv_max_batch())
+    for (float& v : x) v = float(testing::round_trip(v, DType::kBF16));
+  return x;
+}
+
 void check_linear(ThreadPool& pool, std::mt19937_64& rng, int64_t m, Shape shape, DType dt,
                   bool with_bias) {
   std::ostringstream os;
   os << "m=" << m << " rows=" << shape.rows << " cols=" << shape.cols << " dtype=" << dtype_name(dt)
-     << " bias=" << with_bias << " simd=" << use_avx2() << " avx512=" << use_avx512();
+     << " bias=" << with_bias << " simd=" << use_avx2() << " avx512=" << use_avx512()
+     << " avx512_bf16=" << use_avx512_bf16();
   SCOPED_TRACE(os.str());
   const auto w_f = random_floats(rng, size_t(shape.rows * shape.cols));
   const auto w_bytes = testing::encode(w_f, dt);
   std::vector<double> w(w_f.size());
   for (size_t i = 0; i < w.size(); ++i) w[i] = load_as_float(w_bytes.data(), dt, i);
-  const auto x = random_floats(rng, size_t(m * shape.cols), -2.0f, 2.0f);
+  const auto given_x = random_floats(rng, size_t(m * shape.cols), -2.0f, 2.0f);
   const auto bias = random_floats(rng, size_t(shape.rows));
   std::vector<float> out(static_cast<size_t>(m * shape.rows), testing::kNaN);
   WeightView view{w_bytes.data(), dt, shape.rows, shape.cols};
-  linear(pool, x.data(), m, view, with_bias ? bias.data() : nullptr, out.data());
+  linear(pool, given_x.data(), m, view, with_bias ? bias.data() : nullptr, out.data());
+  const auto x = x_as_multiplied(given_x, m, dt);
   const auto ref =
       reference::linear(x, m, w, shape.rows, shape.cols, with_bias ? bias.data() : nullptr);
   int failures = 0;
@@ -54,13 +65,16 @@ void check_linear(ThreadPool& pool, std::mt19937_64& rng, int64_t m, Shape shape
     }
 }
 
-// The kernels a case runs: AVX-512 (batched GEMV), AVX2, or portable code.
-enum class Isa { kAvx512, kAvx2, kScalar };
+// The kernels a case runs: AVX-512 with BF16 products (the BF16 GEMM),
+// AVX-512 (batched GEMV), AVX2, or portable code.
+enum class Isa { kAvx512Bf16, kAvx512, kAvx2, kScalar };
 
 class LinearTest : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
   const Isa isa = GetParam();
+  if (isa == Isa::kAvx512Bf16 && !cpu_has_avx512_bf16())
+    GTEST_SKIP() << "this CPU has no AVX512_BF16";
   if (isa == Isa::kAvx512 && !cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
   if (isa == Isa::kAvx2 && !cpu_has_avx2_fma_f16c()) GTEST_SKIP() << "this CPU has no AVX2";
   const uint64_t seed = fresh_seed();
@@ -70,25 +84,31 @@ TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
     ~RestoreIsa() {
       set_simd_enabled(true);
       set_avx512_enabled(true);
+      set_avx512_bf16_preferred(cpu_prefers_avx512_bf16());
     }
   } restore;
   set_simd_enabled(isa != Isa::kScalar);
-  set_avx512_enabled(isa == Isa::kAvx512);
-  ASSERT_EQ(use_avx512(), isa == Isa::kAvx512);
+  set_avx512_enabled(isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
+  set_avx512_bf16_preferred(isa == Isa::kAvx512Bf16);
+  ASSERT_EQ(use_avx512(), isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
+  ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512Bf16);
   ThreadPool pool(2);
+  // Odd columns, rows past whole 16-row panels, several column passes (1040).
   const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8}, {1, 1}, {300, 17}, {9, 1040}};
-  for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 32, 33, 64, 200})
+  for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 32, 33, 35, 64, 200})
     for (Shape s : shapes)
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
         for (bool bias : {false, true}) check_linear(pool, rng, m, s, dt, bias);
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, LinearTest,
-                         ::testing::Values(Isa::kAvx512, Isa::kAvx2, Isa::kScalar),
+                         ::testing::Values(Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2,
+                                           Isa::kScalar),
                          [](const auto& info) {
-                           return info.param == Isa::kAvx512 ? "avx512"
-                                  : info.param == Isa::kAvx2 ? "avx2"
-                                                             : "scalar";
+                           return info.param == Isa::kAvx512Bf16 ? "avx512_bf16"
+                                  : info.param == Isa::kAvx512   ? "avx512"
+                                  : info.param == Isa::kAvx2     ? "avx2"
+                                                                 : "scalar";
                          });
 
 TEST(LinearTest, PoolSizesGiveTheSameAnswer) {
@@ -98,10 +118,13 @@ TEST(LinearTest, PoolSizesGiveTheSameAnswer) {
   const auto w_f = random_floats(rng, 1000 * 96);
   const auto w = testing::encode(w_f, DType::kBF16);
   WeightView view{w.data(), DType::kBF16, 1000, 96};
-  // The GEMV path (small m) computes each output with one thread and one
-  // summation order, so the pool size cannot change it. (sgemm's blocking may
-  // depend on the slice width, so large m is only checked against the reference.)
-  for (int64_t m : {1, 5}) {
+  // The GEMV path (small m) and the BF16 GEMM compute each output with one
+  // thread and one summation order, so the pool size cannot change them.
+  // (sgemm's blocking may depend on the slice width, so large m on that
+  // path is only checked against the reference.)
+  std::vector<int64_t> batches = {1, 5};
+  if (use_avx512_bf16()) batches.push_back(gemv_max_batch() + 67);
+  for (int64_t m : batches) {
     const auto x = random_floats(rng, size_t(m * 96));
     std::vector<float> a(static_cast<size_t>(m * 1000)), b(a.size());
     ThreadPool one(1), three(3);
@@ -148,7 +171,8 @@ TEST(LinearTest, GroupedOutputsMatchOneCallPerWeight) {
       for (size_t j = 0; j < std::size(rows); ++j) {
         std::vector<double> w(size_t(rows[j] * cols));
         for (size_t i = 0; i < w.size(); ++i) w[i] = load_as_float(weights[j].data(), dt, i);
-        const auto ref = reference::linear(x, m, w, rows[j], cols, outputs[j].bias);
+        const auto ref =
+            reference::linear(x_as_multiplied(x, m, dt), m, w, rows[j], cols, outputs[j].bias);
         for (size_t i = 0; i < ref.size(); ++i)
           ASSERT_NEAR(grouped[j][i], ref[i], 1e-4 * (1 + std::abs(ref[i])))
               << "output " << j << " element " << i;
