@@ -25,6 +25,7 @@
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
 #include "engine/checkpoint.h"
+#include "engine/cpu_forward.h"
 #include "engine/make_model.h"
 #include "engine/model.h"
 #include "kernels/cpu/blas_setup.h"
@@ -177,7 +178,12 @@ void run_prefill(benchmark::State& state, const std::string& preset, DType dtype
   engine::StepPlan plan{
       {{.token_ids = tokens, .start_position = 0, .block_table = &table, .wants_logits = true}}};
   std::vector<float> logits;
+  // Where the time goes: the CPU backend's phase clock over the timed steps.
+  engine::CpuStepProfile profile;
+  auto* cpu = dynamic_cast<engine::CpuForward*>(&m.model->backend());
+  if (cpu != nullptr) cpu->set_profile(&profile);
   const StepTimes times = timed_steps(state, m, plan, *kv, logits, sgemm_pass_gflops);
+  if (cpu != nullptr) cpu->set_profile(nullptr);
   const double step_seconds = times.step_seconds;
   // 2 FLOPs per weight per token for the layer matmuls, the lm_head once,
   // plus causal attention (QKᵀ and PV: 2 · 2 · heads · head_dim per pair).
@@ -185,9 +191,21 @@ void run_prefill(benchmark::State& state, const std::string& preset, DType dtype
   const double layer_weights =
       h * hd * (c.num_heads * 2.0 + c.num_kv_heads * 2.0) + 3.0 * h * c.intermediate_size;
   const double pairs = double(length) * (length + 1) / 2.0;
-  const double flops = 2.0 * layer_weights * c.num_layers * length + 2.0 * h * c.vocab_size +
-                       4.0 * c.num_heads * hd * pairs * c.num_layers;
+  const double projection_flops =
+      2.0 * layer_weights * c.num_layers * length + 2.0 * h * c.vocab_size;
+  const double attention_flops = 4.0 * c.num_heads * hd * pairs * c.num_layers;
+  const double flops = projection_flops + attention_flops;
   const double achieved = flops / step_seconds / 1e9;
+  const double profiled = profile.projections_s + profile.attention_s + profile.other_s;
+  if (cpu != nullptr && profiled > 0) {
+    const double steps = double(state.iterations());
+    // Each phase's share of the step and the rate it ran at.
+    state.counters["gemm_share"] = profile.projections_s / profiled;
+    state.counters["attention_share"] = profile.attention_s / profiled;
+    state.counters["other_share"] = profile.other_s / profiled;
+    state.counters["gemm_GFLOP_per_s"] = projection_flops * steps / profile.projections_s / 1e9;
+    state.counters["attention_GFLOP_per_s"] = attention_flops * steps / profile.attention_s / 1e9;
+  }
   state.counters["tok_per_s"] = double(length) / step_seconds;
   state.counters["GFLOP_per_s"] = achieved;
   // sgemm on every thread between the prefills (the ratio's ceiling), and the

@@ -38,13 +38,22 @@ Result<KvPool> CpuForward::allocate_kv_pool(const KvLayout& layout) {
   return KvPool::create(layout);
 }
 
+void CpuForward::lap(double CpuStepProfile::*phase) {
+  if (profile_ == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  profile_->*phase += std::chrono::duration<double>(now - last_lap_).count();
+  last_lap_ = now;
+}
+
 Status CpuForward::forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
                            const LayerDoneCallback* on_layer_done) {
+  if (profile_ != nullptr) last_lap_ = std::chrono::steady_clock::now();
   const int64_t tokens = batch.num_tokens;
   const int32_t hidden = config_.hidden_size;
   grow(x_, size_t(tokens) * hidden);
   grow(h_, size_t(tokens) * hidden);
   kc::embedding(pool_, weights_.embed_tokens, batch.token_ids, tokens, x_.data());
+  lap(&CpuStepProfile::other_s);
   for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
     attention_block(layer, batch, kv);  // stores this layer's K/V, then attends
     if (on_layer_done != nullptr) (*on_layer_done)(layer);
@@ -60,7 +69,9 @@ Status CpuForward::forward(const StepBatch& batch, KvPool& kv, std::vector<float
   }
   kc::rms_norm(pool_, h_.data(), weights_.final_norm.data(), wanted, hidden, config_.rms_norm_eps,
                h_.data());
+  lap(&CpuStepProfile::other_s);
   kc::linear(pool_, h_.data(), wanted, weights_.lm_head, nullptr, logits->data());
+  lap(&CpuStepProfile::projections_s);
   return Status::ok();
 }
 
@@ -79,13 +90,16 @@ void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& 
 
   kc::rms_norm(pool_, x_.data(), w.input_norm.data(), tokens, hidden, config_.rms_norm_eps,
                h_.data());
+  lap(&CpuStepProfile::other_s);
   const kc::LinearOutput qkv[] = {
       {w.q_proj, bias(w.q_bias), q}, {w.k_proj, bias(w.k_bias), k}, {w.v_proj, bias(w.v_bias), v}};
   kc::linear(pool_, h_.data(), tokens, qkv);
+  lap(&CpuStepProfile::projections_s);
   kc::apply_rope(pool_, q, batch.positions, tokens, config_.num_heads, config_.head_dim,
                  inv_freq_.data());
   kc::apply_rope(pool_, k, batch.positions, tokens, config_.num_kv_heads, config_.head_dim,
                  inv_freq_.data());
+  lap(&CpuStepProfile::other_s);
   kc::store_kv(pool_, kv.layout(), kv.data(), layer, k, v, batch.slot_mapping, tokens);
 
   kc::PagedAttentionParams params;
@@ -102,9 +116,12 @@ void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& 
   params.block_table_stride = batch.block_table_stride;
   params.scale = 1.0f / std::sqrt(float(config_.head_dim));
   kc::paged_attention(pool_, params);
+  lap(&CpuStepProfile::attention_s);
 
   kc::linear(pool_, attn, tokens, w.o_proj, nullptr, h_.data());
+  lap(&CpuStepProfile::projections_s);
   kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);
+  lap(&CpuStepProfile::other_s);
 }
 
 void CpuForward::mlp_block(int32_t layer, int64_t tokens) {
@@ -116,11 +133,16 @@ void CpuForward::mlp_block(int32_t layer, int64_t tokens) {
 
   kc::rms_norm(pool_, x_.data(), w.post_attention_norm.data(), tokens, hidden, config_.rms_norm_eps,
                h_.data());
+  lap(&CpuStepProfile::other_s);
   const kc::LinearOutput gate_up[] = {{w.gate_proj, nullptr, gate}, {w.up_proj, nullptr, up}};
   kc::linear(pool_, h_.data(), tokens, gate_up);
+  lap(&CpuStepProfile::projections_s);
   kc::silu_and_mul(pool_, gate, up, tokens * ffn, gate);
+  lap(&CpuStepProfile::other_s);
   kc::linear(pool_, gate, tokens, w.down_proj, nullptr, h_.data());
+  lap(&CpuStepProfile::projections_s);
   kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);
+  lap(&CpuStepProfile::other_s);
 }
 
 }  // namespace baton::engine

@@ -3,6 +3,7 @@
 // checkpoint and the KV pool in host memory (grouped key order).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <vector>
 
@@ -11,6 +12,16 @@
 #include "kernels/cpu/thread_pool.h"
 
 namespace baton::engine {
+
+// Where a CPU step's wall time went, summed over the steps run while it was
+// attached (CpuForward::set_profile): the dense projections (q/k/v, o,
+// gate/up, down, LM head), attention (storing K/V and attending) and the
+// rest (embedding, norms, RoPE, residual adds, SiLU).
+struct CpuStepProfile {
+  double projections_s = 0;
+  double attention_s = 0;
+  double other_s = 0;
+};
 
 class CpuForward final : public ForwardBackend {
  public:
@@ -28,7 +39,14 @@ class CpuForward final : public ForwardBackend {
   Status forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
                  const LayerDoneCallback* on_layer_done) override;
 
+  // Adds every later step's phase times to *profile (null: stop). Costs a
+  // clock read between kernels while attached.
+  void set_profile(CpuStepProfile* profile) { profile_ = profile; }
+
  private:
+  // The time since the last lap, added to `phase` of the attached profile.
+  void lap(double CpuStepProfile::*phase);
+
   void attention_block(int32_t layer, const StepBatch& batch, KvPool& kv);
   void mlp_block(int32_t layer, int64_t tokens);
 
@@ -37,6 +55,8 @@ class CpuForward final : public ForwardBackend {
   std::unique_ptr<kernels::cpu::ThreadPool> owned_pool_;
   kernels::cpu::ThreadPool& pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  CpuStepProfile* profile_ = nullptr;
+  std::chrono::steady_clock::time_point last_lap_;
 
   // Per-step scratch, grown on demand and reused: steps allocate nothing once warm.
   std::vector<float> x_;          // [tokens, hidden] residual stream
