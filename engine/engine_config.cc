@@ -108,6 +108,11 @@ const std::vector<Setting>& settings() {
          if (config.ssd_cache_bytes == 0) return invalid_argument(key + ": must be positive");
          return Status::ok();
        }},
+      {"nice", "0",
+       "scheduling niceness (0-19) of the node's process: on a host whose cores a prefill and "
+       "a decode node share, a prefill node at 10 with threads for every core takes the cores "
+       "whenever the decode node's steps leave them",
+       int_setting(&EngineConfig::nice, 0, 19)},
   };
   return table;
 }

@@ -37,6 +37,9 @@ struct EngineConfig {
   bool enable_prefix_caching = true;       // share computed full blocks by their tokens
   std::string ssd_cache_dir;               // the prefix cache's SSD tier; empty: none
   uint64_t ssd_cache_bytes = 4ull << 30;   // its file's size at most
+  // Scheduling niceness (0-19) the node's process takes at start, before its
+  // threads; the engine itself does not read it (tools/process_priority.h).
+  int32_t nice = 0;
 };
 
 // Parses `node` (a mapping). `prefix` names it in errors, e.g. "engine".

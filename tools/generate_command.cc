@@ -14,6 +14,7 @@
 
 #include "engine/engine.h"
 #include "tools/commands.h"
+#include "tools/process_priority.h"
 
 namespace baton::tools {
 namespace {
@@ -201,6 +202,7 @@ int run_generate(const GenerateOptions& o) {
   };
   auto config = engine_config_from(o);
   if (!config.is_ok()) return fail(config.status());
+  if (Status s = lower_process_priority(config->nice); !s.is_ok()) return fail(s);
   auto created = engine::Engine::create(o.model_dir, *config);
   if (!created.is_ok()) return fail(created.status());
   engine::Engine& eng = **created;

@@ -14,6 +14,7 @@
 #include "prefill_node/prefill_server.h"
 #include "router/router_server.h"
 #include "tools/commands.h"
+#include "tools/process_priority.h"
 #include "tools/stop_signal.h"
 
 namespace baton::tools {
@@ -60,6 +61,8 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
     return fail(invalid_argument("no " + std::string(cluster::role_name(role)) + " node named '" +
                                  name + "' in " + file));
   }
+  // First, so that every thread the node starts inherits it.
+  if (Status s = lower_process_priority(section->engine.nice); !s.is_ok()) return fail(s);
   node::NodeSettings settings;
   settings.name = name;
   settings.role = std::string(cluster::role_name(role));

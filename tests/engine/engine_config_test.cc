@@ -23,6 +23,7 @@ TEST(EngineConfig, MissingMeansDefault) {
   EXPECT_TRUE(config->enable_prefix_caching);
   EXPECT_TRUE(config->ssd_cache_dir.empty());
   EXPECT_EQ(config->ssd_cache_bytes, 4ull << 30);
+  EXPECT_EQ(config->nice, 0);
 }
 
 TEST(EngineConfig, ReadsEveryKey) {
@@ -31,7 +32,7 @@ TEST(EngineConfig, ReadsEveryKey) {
       "kv_cache_blocks: 7,"
       " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024,"
       " huge_page_weights: false, enable_prefix_caching: false, ssd_cache_dir: /var/cache/kv,"
-      " ssd_cache_bytes: 64GiB}");
+      " ssd_cache_bytes: 64GiB, nice: 10}");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
   EXPECT_EQ(config->device, (Device{.kind = Device::Kind::kCuda, .index = 1}));
   EXPECT_EQ(config->device.name(), "cuda:1");
@@ -47,6 +48,7 @@ TEST(EngineConfig, ReadsEveryKey) {
   EXPECT_FALSE(config->enable_prefix_caching);
   EXPECT_EQ(config->ssd_cache_dir, "/var/cache/kv");
   EXPECT_EQ(config->ssd_cache_bytes, 64ull << 30);
+  EXPECT_EQ(config->nice, 10);
 }
 
 TEST(EngineConfig, DeviceSpellings) {
@@ -91,6 +93,8 @@ TEST(EngineConfig, ErrorsNameTheKey) {
       {"{ssd_cache_dir: [a, b]}", "engine.ssd_cache_dir: expected a directory path"},
       {"{ssd_cache_bytes: 0}", "engine.ssd_cache_bytes: must be positive"},
       {"{ssd_cache_bytes: lots}", "engine.ssd_cache_bytes"},
+      {"{nice: -5}", "engine.nice: must be in [0, 19]"},
+      {"{nice: 20}", "engine.nice: must be in [0, 19]"},
       {"[1, 2]", "engine: expected a mapping"},
   };
   for (const auto& c : cases) {

@@ -198,7 +198,8 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "transfer: {default_deadline_ms: 3000, share_pool: "
        << (shape.share_pool ? "true" : "false") << "}\n";
   yaml << "prefill:\n";
-  for (int i = 0; i < shape.prefill_nodes; ++i) yaml << "  - {name: prefill-" << i << "}\n";
+  for (int i = 0; i < shape.prefill_nodes; ++i)
+    yaml << "  - {name: prefill-" << i << ", engine: {nice: " << shape.prefill_nice << "}}\n";
   yaml << "decode:\n";
   for (int i = 0; i < shape.decode_nodes; ++i) yaml << "  - {name: decode-" << i << "}\n";
   yaml.close();

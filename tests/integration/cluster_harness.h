@@ -35,6 +35,7 @@ struct ClusterShape {
   bool share_pool = true;  // transfer.share_pool (false: private pools, CMA transfers)
   std::string kv_cache_bytes = "4MiB";
   std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
+  int prefill_nice = 0;       // the prefill nodes' engine.nice
   bool wait_until_up = true;  // false: the constructor returns once `baton up` is started
   // Non-empty: the router requires this API key (a key file named in the
   // YAML), and get/post/post_stream send it.

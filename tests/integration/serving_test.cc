@@ -4,9 +4,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <map>
 #include <random>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "tests/integration/cluster_harness.h"
@@ -107,6 +111,47 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
     EXPECT_EQ(answer["choices"][0]["text"], expected["text"]) << "prompt '" << prompt << "'";
     EXPECT_EQ(answer["usage"]["completion_tokens"], expected["output_ids"].size());
   }
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+}
+
+// The niceness of every thread of a process, from /proc/PID/task/*/stat
+// (field 19, counted after the command name's closing parenthesis).
+std::vector<int> thread_niceness(pid_t pid) {
+  std::vector<int> nice;
+  const std::filesystem::path tasks = "/proc/" + std::to_string(pid) + "/task";
+  for (const auto& task : std::filesystem::directory_iterator(tasks)) {
+    std::ifstream in(task.path() / "stat");
+    std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    // Fields from the third (the state) on; the niceness is the 19th.
+    std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+    std::vector<std::string> fields{std::istream_iterator<std::string>(rest), {}};
+    if (fields.size() < 17) return {};
+    nice.push_back(std::stoi(fields[19 - 3]));
+  }
+  return nice;
+}
+
+// engine.nice: a prefill node told to yield the cores runs every thread at
+// that niceness (it is set before the node starts any), the decode node
+// beside it at the usual 0, and requests are served as ever.
+TEST(NiceServingTest, APrefillNodeRunsEveryThreadAtItsNiceness) {
+  ClusterShape shape;
+  shape.prefill_nice = 10;
+  Cluster cluster(shape);
+  const std::vector<int> prefill = thread_niceness(cluster.node_pid("prefill-0"));
+  const std::vector<int> decode = thread_niceness(cluster.node_pid("decode-0"));
+  ASSERT_GT(prefill.size(), 1u);
+  ASSERT_GT(decode.size(), 1u);
+  for (int n : prefill) EXPECT_EQ(n, 10);
+  for (int n : decode) EXPECT_EQ(n, 0);
+  std::mt19937 rng{std::random_device{}()};
+  const std::string prompt = random_prompt(rng, 40, 120);  // above the remote-prefill threshold
+  auto response = cluster.post("/v1/completions",
+                               json{{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}});
+  ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+  ASSERT_EQ(response->status, 200) << response->body;
+  json expected = baton_generate(prompt, {"--max-tokens", "8", "--temperature", "0"});
+  EXPECT_EQ(json::parse(response->body)["choices"][0]["text"], expected["text"]);
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
