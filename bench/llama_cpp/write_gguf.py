@@ -24,7 +24,10 @@ the values are unchanged. Tied embeddings (no lm_head.weight) write no
 
 The checkpoint has no real tokenizer, and llama-bench feeds random token ids,
 so the vocabulary is tokenizer.ggml.model = "none" with <arch>.vocab_size:
-llama.cpp then makes that many placeholder tokens and no BOS.
+llama.cpp then makes that many placeholder tokens and no BOS. llama-server
+also turns every sampled id into text, which a "none" vocabulary cannot do;
+--spm-vocab writes a SentencePiece-style one instead (<unk>, <s>, </s>, the
+256 byte tokens, then placeholder words), enough to serve token-id prompts.
 
 Only numpy (and the gguf package from the llama.cpp source tree) is needed.
 """
@@ -104,6 +107,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("model_dir", type=Path, help="checkpoint directory (config.json, model.safetensors)")
     parser.add_argument("out", type=Path, help="GGUF file to write")
+    parser.add_argument("--spm-vocab", action="store_true",
+                        help="a SentencePiece-style vocabulary llama-server can detokenize")
     args = parser.parse_args()
 
     config = json.loads((args.model_dir / "config.json").read_text())
@@ -145,7 +150,10 @@ def main() -> None:
         writer.add_rope_dimension_count(head_dim)
     writer.add_file_type(FILE_TYPES[weight_type])
     writer.add_vocab_size(config["vocab_size"])
-    writer.add_tokenizer_model("none")
+    if args.spm_vocab:
+        add_spm_vocab(writer, config["vocab_size"])
+    else:
+        writer.add_tokenizer_model("none")
 
     name_map = gguf.get_tensor_name_map(arch, n_layer)
     for name, (array, dtype) in tensors.items():
@@ -173,6 +181,25 @@ def main() -> None:
     writer.close()
     os.replace(tmp, args.out)
     print(f"wrote {args.out} ({gguf.MODEL_ARCH_NAMES[arch]}, {weight_type.name}, {len(tensors)} tensors)")
+
+
+def add_spm_vocab(writer, vocab_size):
+    """A SentencePiece-style vocabulary of vocab_size tokens that llama.cpp can
+    detokenize: control tokens 0-2, byte tokens 3-258, placeholder words."""
+    tokens = ["<unk>", "<s>", "</s>"] + [f"<0x{b:02X}>" for b in range(256)]
+    types = [gguf.TokenType.UNKNOWN, gguf.TokenType.CONTROL, gguf.TokenType.CONTROL]
+    types += [gguf.TokenType.BYTE] * 256
+    words = vocab_size - len(tokens)
+    tokens += [f"\u2581w{i}" for i in range(words)]
+    types += [gguf.TokenType.NORMAL] * words
+    writer.add_tokenizer_model("llama")
+    writer.add_token_list(tokens[:vocab_size])
+    writer.add_token_scores([-float(i) for i in range(vocab_size)])
+    writer.add_token_types(types[:vocab_size])
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_unk_token_id(0)
+    writer.add_add_bos_token(False)
 
 
 if __name__ == "__main__":
