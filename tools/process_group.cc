@@ -1,6 +1,8 @@
 // tools/process_group.cc — fork/exec, reaping and ordered stops.
 #include "tools/process_group.h"
 
+#include <algorithm>
+
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,7 +58,7 @@ std::vector<ProcessGroup::Exit> ProcessGroup::reap() {
 
 bool ProcessGroup::running(const std::string& name) const {
   for (const Child& child : children_) {
-    if (child.name == name) return !child.exited;
+    if (child.name == name && !child.exited) return true;  // a restart reuses the name
   }
   return false;
 }
@@ -104,7 +106,8 @@ void ProcessGroup::stop(const std::vector<std::string>& names, std::chrono::mill
 
 std::vector<std::string> ProcessGroup::names() const {
   std::vector<std::string> out;
-  for (const Child& child : children_) out.push_back(child.name);
+  for (const Child& child : children_)
+    if (std::find(out.begin(), out.end(), child.name) == out.end()) out.push_back(child.name);
   return out;
 }
 

@@ -38,6 +38,7 @@ class ProcessGroup {
   void signal(const std::string& name, int signal);
   // SIGTERM to `names`, up to `grace` for them to exit, then SIGKILL.
   void stop(const std::vector<std::string>& names, std::chrono::milliseconds grace);
+  // Every name spawned (once each, whether or not it still runs).
   std::vector<std::string> names() const;
 
  private:

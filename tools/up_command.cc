@@ -1,6 +1,7 @@
 // tools/up_command.cc — `baton up CONFIG`: every role of the config that
 // belongs to this host, as its own process; ready when the router reports
-// every local node up; Ctrl-C / SIGTERM drains the router, then stops nodes.
+// every local node up; a role that exits on its own is started again;
+// Ctrl-C / SIGTERM drains the router, then stops nodes.
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <spdlog/spdlog.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
@@ -20,6 +22,7 @@
 #include "tools/commands.h"
 #include "tools/http_client.h"
 #include "tools/process_group.h"
+#include "tools/restart_policy.h"
 #include "tools/stop_signal.h"
 
 namespace baton::tools {
@@ -30,6 +33,7 @@ using namespace std::chrono_literals;
 struct UpOptions {
   std::string config;
   int ready_timeout_s = 300;
+  int max_restarts = 5;
 };
 
 // Whether `host` names this machine: loopback, a wildcard, the host name, or
@@ -80,14 +84,17 @@ std::string self_executable() {
 }
 
 // What the router's /v1/nodes says of the local nodes: which it lists (each
-// registered at least once, up or down since) and which are up. Empty when
-// the router does not answer yet.
+// registered at least once, up or down since) and which are up. A node
+// counts as up only as the process this `baton up` started (its pid): a
+// router of another cluster on the same port lists nodes of the same names.
+// Empty when the router does not answer yet.
 struct LocalNodesView {
   std::set<std::string> listed, up;
 };
 std::optional<LocalNodesView> view_local_nodes(const std::string& host, uint16_t port,
                                                const std::set<std::string>& local_nodes,
-                                               const std::string& api_key) {
+                                               const std::string& api_key,
+                                               const ProcessGroup& group) {
   Result<HttpResponse> nodes = http_request(host, port, "GET", "/v1/nodes", {}, 2s, api_key);
   if (!nodes.is_ok() || nodes->status != 200) return std::nullopt;
   nlohmann::json doc = nlohmann::json::parse(nodes->body, nullptr, false);
@@ -98,7 +105,8 @@ std::optional<LocalNodesView> view_local_nodes(const std::string& host, uint16_t
     const std::string name = node.value("name", "");
     if (!local_nodes.contains(name)) continue;
     view.listed.insert(name);
-    if (node.value("up", false)) view.up.insert(name);
+    const pid_t pid = node.value("pid", pid_t(0));
+    if (node.value("up", false) && pid != 0 && pid == group.pid(name)) view.up.insert(name);
   }
   return view;
 }
@@ -129,18 +137,25 @@ int run_up(const UpOptions& options) {
   ProcessGroup group;
   bool local_router = is_local_host(config.router.host);
   std::set<std::string> local_nodes;
+  // Each role's command line, and when it last started: a role that exits
+  // on its own is started again (restart_policy.h).
+  std::map<std::string, std::vector<std::string>> commands;
+  std::map<std::string, std::chrono::steady_clock::time_point> started;
+  auto start_role = [&](const std::string& name) {
+    started[name] = std::chrono::steady_clock::now();
+    return group.spawn(name, commands[name]);
+  };
   if (local_router) {
-    Status s =
-        group.spawn("router", {exe, "--log-level", log_level, "router", "--config", config_path});
-    if (!s.is_ok()) return fail(s);
+    commands["router"] = {exe, "--log-level", log_level, "router", "--config", config_path};
+    if (Status s = start_role("router"); !s.is_ok()) return fail(s);
   }
   for (const auto* nodes : {&config.prefill, &config.decode}) {
     for (const cluster::NodeSection& node : *nodes) {
       if (!is_local_host(node.host)) continue;
       std::string role(cluster::role_name(node.role));
-      Status s = group.spawn(node.name, {exe, "--log-level", log_level, role, "--config",
-                                         config_path, "--name", node.name});
-      if (!s.is_ok()) return fail(s);
+      commands[node.name] = {exe,        "--log-level", log_level, role,
+                             "--config", config_path,   "--name",  node.name};
+      if (Status s = start_role(node.name); !s.is_ok()) return fail(s);
       local_nodes.insert(node.name);
     }
   }
@@ -156,12 +171,53 @@ int run_up(const UpOptions& options) {
     group.stop(nodes, 10s);
   };
 
+  // A role that exited on its own is started again after a delay; one that
+  // keeps exiting is given up: a node is then routed around, the router's
+  // loss stops the cluster. Returns false when the cluster must stop.
+  RestartPolicy restarts({.max_restarts = options.max_restarts});
+  std::map<std::string, std::chrono::steady_clock::time_point> pending;
+  auto on_role_exit = [&](const ProcessGroup::Exit& exit) {
+    const auto now = std::chrono::steady_clock::now();
+    const std::string what = (exit.name == "router" ? "the router " : "node " + exit.name + " ") +
+                             describe_exit(exit.status);
+    if (auto delay = restarts.on_exit(exit.name, started[exit.name], now)) {
+      std::fprintf(stderr, "warning: %s; starting it again in %.1f s (restart %d of %d in a row)\n",
+                   what.c_str(), double(delay->count()) / 1000.0, restarts.restarts(exit.name),
+                   restarts.max_restarts());
+      pending[exit.name] = now + *delay;
+      return true;
+    }
+    if (exit.name == "router") {
+      std::fprintf(stderr, "error: %s%s; stopping the cluster\n", what.c_str(),
+                   restarts.max_restarts() > 0 ? " again, after its last restart" : "");
+      return false;
+    }
+    std::fprintf(stderr, "warning: %s%s; the router routes around it\n", what.c_str(),
+                 restarts.max_restarts() > 0 ? " again, after its last restart" : "");
+    return true;
+  };
+  auto start_due_roles = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    for (auto it = pending.begin(); it != pending.end();) {
+      if (it->second > now) {
+        ++it;
+        continue;
+      }
+      if (Status s = start_role(it->first); !s.is_ok())
+        std::fprintf(stderr, "warning: cannot start %s again: %s\n", it->first.c_str(),
+                     s.message().c_str());
+      else
+        std::fprintf(stderr, "started %s again\n", it->first.c_str());
+      it = pending.erase(it);
+    }
+  };
+
   // Start-up lasts until every local node still running is up in the
   // router. A node that exits before the router has registered it fails
   // the start-up (a bad config, a crash on loading): everything stops. One
   // that exits after registering has failed at run time, as it may at any
-  // later moment, whoever has seen the cluster ready by then: the router
-  // routes around it, and the rest of the cluster keeps running.
+  // later moment, whoever has seen the cluster ready by then: it is started
+  // again, and the rest of the cluster keeps running.
   std::set<std::string> lost;
   auto ready_deadline =
       std::chrono::steady_clock::now() + std::chrono::seconds(options.ready_timeout_s);
@@ -170,18 +226,17 @@ int run_up(const UpOptions& options) {
       // Asked after the exit: a node registered before it died is listed.
       std::optional<LocalNodesView> view =
           exit.name == "router" ? std::nullopt
-                                : view_local_nodes(router_host, port, local_nodes, api_key);
+                                : view_local_nodes(router_host, port, local_nodes, api_key, group);
       if (view && view->listed.contains(exit.name)) {
-        std::fprintf(stderr,
-                     "warning: node %s %s after it registered; the router routes around it\n",
-                     exit.name.c_str(), describe_exit(exit.status).c_str());
         lost.insert(exit.name);
-        continue;
+        if (on_role_exit(exit)) continue;
       }
       stop_all();
       return fail(unavailable(exit.name + " " + describe_exit(exit.status) + " during start-up"));
     }
-    std::optional<LocalNodesView> view = view_local_nodes(router_host, port, local_nodes, api_key);
+    start_due_roles();
+    std::optional<LocalNodesView> view =
+        view_local_nodes(router_host, port, local_nodes, api_key, group);
     if (view && std::ranges::all_of(local_nodes, [&](const std::string& name) {
           return lost.contains(name) || view->up.contains(name);
         }))
@@ -211,18 +266,10 @@ int run_up(const UpOptions& options) {
   std::fflush(stdout);
 
   int code = 0;
-  while (!stop.load()) {
-    for (const auto& exit : group.reap()) {
-      if (exit.name == "router") {
-        std::fprintf(stderr, "error: the router %s; stopping the cluster\n",
-                     describe_exit(exit.status).c_str());
-        code = 1;
-      } else {
-        std::fprintf(stderr, "warning: node %s %s; the router routes around it\n",
-                     exit.name.c_str(), describe_exit(exit.status).c_str());
-      }
-    }
-    if (code != 0) break;
+  while (!stop.load() && code == 0) {
+    for (const auto& exit : group.reap())
+      if (!on_role_exit(exit)) code = 1;
+    if (code == 0) start_due_roles();
     std::this_thread::sleep_for(100ms);
   }
   std::printf("stopping: draining the router (up to %lld ms), then the nodes\n",
@@ -241,6 +288,11 @@ std::function<int()> add_up_command(CLI::App& app) {
   sub->add_option("config", options->config, "Cluster YAML (configs/local.yaml)")->required();
   sub->add_option("--ready-timeout", options->ready_timeout_s,
                   "Seconds to wait for every node to register")
+      ->capture_default_str();
+  sub->add_option("--max-restarts", options->max_restarts,
+                  "Times in a row a role that exits on its own is started again (after 1, 2, "
+                  "4 ... up to 30 s; a minute's run starts the count over); 0: never")
+      ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   return [options] { return run_up(*options); };
 }

@@ -212,8 +212,9 @@ Cluster::Cluster(const ClusterShape& shape) {
     for (int i = 0; shape.start_nodes && i < shape.decode_nodes; ++i)
       start_node("decode", "decode-" + std::to_string(i));
   } else {
-    Status spawned = group_.spawn("up", {BATON_BINARY, "--log-level", "warn", "up",
-                                         config_file_.string(), "--ready-timeout", "60"});
+    Status spawned = group_.spawn(
+        "up", {BATON_BINARY, "--log-level", "warn", "up", config_file_.string(), "--ready-timeout",
+               "60", "--max-restarts", std::to_string(shape.max_restarts)});
     EXPECT_TRUE(spawned.is_ok()) << spawned.to_string();
   }
   if (!shape.wait_until_up) return;

@@ -36,6 +36,9 @@ struct ClusterShape {
   std::string kv_cache_bytes = "4MiB";
   std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
   int prefill_nice = 0;       // the prefill nodes' engine.nice
+  // `baton up --max-restarts`: 0 (the harness's default) leaves a killed
+  // role down, for the tests that restart it by hand.
+  int max_restarts = 0;
   bool wait_until_up = true;  // false: the constructor returns once `baton up` is started
   // Non-empty: the router requires this API key (a key file named in the
   // YAML), and get/post/post_stream send it.

@@ -2,9 +2,11 @@
 // within a bounded time, blocks are freed, the router routes around the dead
 // node and keeps serving.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 
 #include <atomic>
 #include <csignal>
+#include <cstdio>
 #include <fstream>
 #include <set>
 #include <thread>
@@ -525,6 +527,94 @@ TEST(FaultTest, NodeKilledAfterRegisteringDuringStartUpLeavesTheClusterRunning) 
   for (const json& by : post_completions(cluster, 3, 20, 'k'))
     EXPECT_EQ(by.value("decode", json()), "decode-0") << by.dump();
   EXPECT_TRUE(cluster.up_running());
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+// The child of `parent` whose command line has `word` as one of its
+// arguments; 0 if none has.
+pid_t child_running(pid_t parent, const std::string& word) {
+  for (pid_t child : children_of(parent)) {
+    std::ifstream file("/proc/" + std::to_string(child) + "/cmdline");
+    for (std::string arg; std::getline(file, arg, '\0');)
+      if (arg == word) return child;
+  }
+  return 0;
+}
+
+// `baton up` starts again a role that died: a decode node killed with
+// SIGKILL comes back under a new pid and serves the same answers; so does
+// the router, with whom the nodes register again. The cluster never stops.
+TEST(SupervisionTest, KilledRolesAreStartedAgainAndServe) {
+  ClusterShape shape;
+  shape.max_restarts = 3;
+  Cluster cluster(shape);
+  const json request = {{"prompt", std::string(30, 's')}, {"max_tokens", 4}, {"temperature", 0}};
+  auto first = cluster.post("/v1/completions", request);
+  ASSERT_TRUE(first.is_ok());
+  ASSERT_EQ(first->status, 200) << first->body;
+  const json text = json::parse(first->body)["choices"][0]["text"];
+
+  const pid_t decode = cluster.node_pid("decode-0");
+  ASSERT_GT(decode, 0);
+  ASSERT_EQ(::kill(decode, SIGKILL), 0);
+  bool back = false;
+  for (auto until = Clock::now() + 30s; !back && Clock::now() < until;) {
+    back = cluster.node_up("decode-0") && cluster.node_pid("decode-0") != decode;
+    if (!back) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(back) << "decode-0 was not started again: " << cluster.nodes().dump(2);
+  auto again = cluster.post("/v1/completions", request);
+  ASSERT_TRUE(again.is_ok());
+  ASSERT_EQ(again->status, 200) << again->body;
+  EXPECT_EQ(json::parse(again->body)["choices"][0]["text"], text);
+
+  const pid_t router = child_running(cluster.up_pid(), "router");
+  ASSERT_GT(router, 0);
+  ASSERT_EQ(::kill(router, SIGKILL), 0);
+  back = false;
+  for (auto until = Clock::now() + 30s; !back && Clock::now() < until;) {
+    const pid_t now_router = child_running(cluster.up_pid(), "router");
+    back = now_router != 0 && now_router != router && cluster.node_up("prefill-0") &&
+           cluster.node_up("decode-0");
+    if (!back) std::this_thread::sleep_for(50ms);
+  }
+  ASSERT_TRUE(back) << "the router was not started again, or its nodes did not come back";
+  auto third = cluster.post("/v1/completions", request);
+  ASSERT_TRUE(third.is_ok());
+  ASSERT_EQ(third->status, 200) << third->body;
+  EXPECT_EQ(json::parse(third->body)["choices"][0]["text"], text);
+  EXPECT_TRUE(cluster.up_running()) << "baton up stopped the cluster";
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+// A second `baton up` of a running cluster's YAML finds the router's ports
+// taken: it fails at once, naming the port, without ever saying the
+// cluster is up (the first cluster's router answers on the same port, with
+// nodes of the same names), and the first cluster serves on.
+TEST(SupervisionTest, ASecondUpOfTheSameConfigFailsNamingThePort) {
+  Cluster cluster(ClusterShape{});
+  const auto start = Clock::now();
+  const std::string command = std::string(BATON_BINARY) + " up " + cluster.config_file().string() +
+                              " --ready-timeout 30 2>&1";
+  FILE* pipe = ::popen(command.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string output;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) output.append(buffer, n);
+  const int status = ::pclose(pipe);
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) != 0) << output;
+  EXPECT_LT(seconds, 20.0) << output;
+  EXPECT_EQ(output.find("Baton is up"), std::string::npos) << output;
+  EXPECT_NE(output.find("router exited"), std::string::npos) << output;
+  const bool names_a_port =
+      output.find(":" + std::to_string(cluster.http_port())) != std::string::npos ||
+      output.find(":" + std::to_string(cluster.control_port())) != std::string::npos;
+  EXPECT_TRUE(names_a_port) << output;
+
+  EXPECT_TRUE(cluster.up_running());
+  for (const json& by : post_completions(cluster, 2, 30, 'u'))
+    EXPECT_EQ(by.value("decode", json()), "decode-0") << by.dump();
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
