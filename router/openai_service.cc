@@ -94,13 +94,25 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
   if (path == "/tokenize" && post) return tokenize(request, *responder);
   if (path == "/detokenize" && post) return detokenize(request, *responder);
   if (path == "/health" && get) {
+    // 503 whenever a request now could not be served, saying why.
     ClusterSnapshot snapshot = core_.snapshot();
-    bool healthy = snapshot.prefill_up > 0 && snapshot.decode_up > 0 && !draining_;
-    json body = {{"status", healthy ? "ok" : "unavailable"},
+    std::string reason;
+    if (draining_)
+      reason = "the router is draining: it takes no new requests";
+    else if (snapshot.decode_up == 0)
+      reason = "no decode node is up";
+    else if (snapshot.prefill_up == 0)
+      reason = "no prefill node is up";
+    else if (snapshot.requests_in_router >= core_.max_queued_requests())
+      reason = "the queue is full: " + std::to_string(snapshot.requests_in_router) +
+               " requests in the router";
+    json body = {{"status", reason.empty() ? "ok" : "unavailable"},
                  {"prefill_up", snapshot.prefill_up},
                  {"decode_up", snapshot.decode_up},
+                 {"requests_in_router", snapshot.requests_in_router},
                  {"draining", draining_.load()}};
-    return send_json(*responder, healthy ? 200 : 503, dump(body));
+    if (!reason.empty()) body["reason"] = reason;
+    return send_json(*responder, reason.empty() ? 200 : 503, dump(body));
   }
   if (path == "/version" && get) {
     return send_json(*responder, 200, dump({{"version", BATON_VERSION}}));

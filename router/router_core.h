@@ -94,6 +94,7 @@ class RouterCore {
   // Thread-safe. Ends the request on its nodes; its sink gets nothing more.
   void cancel(uint64_t request_id);
   ClusterSnapshot snapshot() const;
+  int32_t max_queued_requests() const { return config_.max_queued_requests; }
   int32_t in_flight() const { return in_flight_.load(); }
 
  private:

@@ -230,6 +230,11 @@ TEST(FaultTest, ANodeDeclaredDeadStopsTheWorkTheRouterFailed) {
       << buffer.substr(buffer.size() > 300 ? buffer.size() - 300 : 0);
   // Tokens it had generated when it stopped: about what the client got.
   const int64_t before = events.load();
+  // With its only decode node dead, the cluster says it cannot serve, and why.
+  auto health = cluster.get("/health");
+  ASSERT_TRUE(health.is_ok());
+  EXPECT_EQ(health->status, 503) << health->body;
+  EXPECT_EQ(json::parse(health->body).value("reason", ""), "no decode node is up") << health->body;
 
   ASSERT_EQ(::kill(node, SIGCONT), 0);
   // Back, registered, and idle in a heartbeat sent well after that (its
