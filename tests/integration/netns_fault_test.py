@@ -238,29 +238,38 @@ def check_serves(baton, model_dir, prompt, max_tokens=12):
           f"output differs from one engine: {answer['choices'][0]['text']!r} != {want!r}")
 
 
+def stream_struck_by(prompt, strike, what):
+    """Starts a long stream, runs strike() at its first token, and returns
+    the seconds from the strike until the stream ended, which it must have
+    done with an error event, not a finish."""
+    result, started = {}, threading.Event()
+
+    def run():
+        result["outcome"] = stream(prompt, 900, started)
+
+    client = threading.Thread(target=run)
+    client.start()
+    check(started.wait(20), "the stream did not start")
+    struck = time.time()
+    strike()
+    client.join(timeout=30)
+    check(not client.is_alive(), f"the stream did not end after {what}")
+    took = time.time() - struck
+    finish, error, _ = result["outcome"]
+    check(error is not None and finish is None, f"the stream ended without an error after {what}: {finish}")
+    bound = HEARTBEAT_TIMEOUT_S + 3.0
+    check(took < bound, f"the stream failed {took:.1f} s after {what} (bound {bound} s)")
+    return took
+
+
 def test_partition(baton, model_dir):
     """The decode node cut off from the router but not from the prefill
     node, mid-stream: the stream fails within the heartbeat timeout plus a
     margin, /health says no decode node is up; healed, the node registers
     again by itself and the cluster serves the same output as one engine."""
-    result, started = {}, threading.Event()
-
-    def run():
-        result["outcome"] = stream("partition " * 8, 900, started)
-
-    client = threading.Thread(target=run)
-    client.start()
-    check(started.wait(20), "the stream did not start")
-    cut_at = time.time()
-    cut("decode", "router")
-    cut("router", "decode")
-    client.join(timeout=30)
-    check(not client.is_alive(), "the stream did not end after the partition")
-    finish, error, _ = result["outcome"]
-    took = time.time() - cut_at
-    check(error is not None and finish is None, f"the cut-off stream ended without an error: {finish}")
-    bound = HEARTBEAT_TIMEOUT_S + 3.0
-    check(took < bound, f"the stream failed {took:.1f} s after the partition (bound {bound} s)")
+    took = stream_struck_by("partition " * 8,
+                            lambda: (cut("decode", "router"), cut("router", "decode")),
+                            "the partition")
     status, health = http("GET", "/health")
     check(status == 503 and health.get("reason") == "no decode node is up",
           f"/health during the partition: {status} {health}")
@@ -289,23 +298,8 @@ def test_delay_and_loss(baton, model_dir):
 def test_kill_decode(baton, model_dir):
     """kill -9 of the decode node mid-stream: the stream fails within a
     bound, its `baton up` starts it again, and it serves."""
-    result, started = {}, threading.Event()
-
-    def run():
-        result["outcome"] = stream("killed " * 8, 900, started)
-
-    client = threading.Thread(target=run)
-    client.start()
-    check(started.wait(20), "the stream did not start")
     victim = nodes()["decode-0"]["pid"]
-    killed = time.time()
-    os.kill(victim, signal.SIGKILL)
-    client.join(timeout=30)
-    check(not client.is_alive(), "the stream did not end after the kill")
-    finish, error, _ = result["outcome"]
-    took = time.time() - killed
-    check(error is not None and finish is None, f"the stream of a killed node ended: {finish}")
-    check(took < HEARTBEAT_TIMEOUT_S + 3.0, f"the stream failed {took:.1f} s after the kill")
+    took = stream_struck_by("killed " * 8, lambda: os.kill(victim, signal.SIGKILL), "the kill")
     wait_for("decode-0 started again",
              lambda: nodes().get("decode-0", {}).get("up") and nodes()["decode-0"]["pid"] != victim,
              30)
