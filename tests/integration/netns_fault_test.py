@@ -11,7 +11,9 @@ anything, and every pool's free blocks return to their total.
     prefill node) mid-stream;
   * delay and loss: 40 ms each way and 5% of the packets lost on the decode
     node's link (where the kernel has tc's netem);
-  * kill -9 of the decode node mid-stream, which `baton up` starts again.
+  * kill -9 of the decode node mid-stream, which `baton up` starts again;
+  * SIGSTOP of the decode node mid-stream, then SIGCONT;
+  * kill -9 of the router, whose nodes on the other hosts come back to it.
 
 Needs CAP_NET_ADMIN (ip netns, ip route); exits 77 (skipped) where a
 namespace cannot be made, saying why.
@@ -308,6 +310,56 @@ def test_kill_decode(baton, model_dir):
     print(f"kill -9 decode: stream failed {took:.2f} s after the kill; restarted and served")
 
 
+def test_stopped_decode(baton, model_dir):
+    """SIGSTOP of the decode node mid-stream (a process that stops without
+    dying): declared dead within the bound; on SIGCONT it registers again
+    and serves, its pool drained of the failed request."""
+    victim = nodes()["decode-0"]["pid"]
+    try:
+        took = stream_struck_by("stopped " * 8, lambda: os.kill(victim, signal.SIGSTOP),
+                                "the stop")
+    finally:
+        os.kill(victim, signal.SIGCONT)
+    wait_for("the stopped node back and drained", drained, 30)
+    check_serves(baton, model_dir, "after the stop")
+    print(f"SIGSTOP decode: stream failed {took:.2f} s after the stop; back after SIGCONT")
+
+
+def test_router_killed(baton, model_dir, cluster):
+    """kill -9 of the router: its host's `baton up` starts it again, and the
+    nodes on the other hosts register with it by themselves."""
+    router = child_pid(cluster.procs["router"].pid, "router")
+    check(router, "no router process under its host's baton up")
+    os.kill(router, signal.SIGKILL)
+    wait_for("the router started again with both nodes",
+             lambda: child_pid(cluster.procs["router"].pid, "router") not in (None, router)
+             and drained(), 30)
+    check_serves(baton, model_dir, "after the router restart")
+    print("kill -9 router: started again; both nodes registered with it")
+
+
+def child_pid(parent, word):
+    """The pid of a process below `parent` (ip netns exec, then baton up)
+    with `word` among its arguments, or None."""
+    todo = [parent]
+    while todo:
+        pid = todo.pop()
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                children = [int(c) for c in f.read().split()]
+        except OSError:
+            continue
+        for child in children:
+            try:
+                with open(f"/proc/{child}/cmdline", "rb") as f:
+                    if word.encode() in f.read().split(b"\0"):
+                        return child
+            except OSError:
+                pass
+            todo.append(child)
+    return None
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baton", required=True)
@@ -332,6 +384,8 @@ def main():
                 test_delay_and_loss(baton, model_dir)
                 test_partition(baton, model_dir)
                 test_kill_decode(baton, model_dir)
+                test_stopped_decode(baton, model_dir)
+                test_router_killed(baton, model_dir, cluster)
             except AssertionError:
                 for role in HOSTS:
                     with open(yaml + f".{role}.log") as log:
