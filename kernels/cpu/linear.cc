@@ -38,7 +38,7 @@ constexpr int64_t kMinTileRows = 128;
 constexpr int64_t kMaxTileRows = 256;
 constexpr int64_t kTileRowStep = 16;
 // Rows of W per BF16 GEMM tile, in whole panels of 16: the tile's x rows
-// stream past each 48-row block of panels, so a tile needs only enough rows
+// stream past each 64-row block of panels, so a tile needs only enough rows
 // to share the work evenly over the threads.
 constexpr int64_t kBf16TileRows = 192;
 constexpr int64_t kBf16RowAlign = 16;

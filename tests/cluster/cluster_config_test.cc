@@ -596,9 +596,14 @@ TEST(ShippedConfigs, LocalLoadsAndFitsItsModel) {
   EXPECT_EQ(config->decode[0].name, "decode-0");
   for (const auto* node : {&config->prefill[0], &config->decode[0]}) {
     EXPECT_EQ(node->host, "127.0.0.1");
-    EXPECT_EQ(node->engine.threads, 1);
     EXPECT_EQ(node->engine.kv_cache_bytes, 256ull << 20);
   }
+  // The two nodes share the host's cores: the prefill node takes every core
+  // the decode node's steps leave, at a lower priority.
+  EXPECT_EQ(config->prefill[0].engine.threads, 0);
+  EXPECT_EQ(config->prefill[0].engine.nice, 10);
+  EXPECT_EQ(config->decode[0].engine.threads, 1);
+  EXPECT_EQ(config->decode[0].engine.nice, 0);
   Status status = validate_shipped(*config);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }

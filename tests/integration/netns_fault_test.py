@@ -13,6 +13,7 @@ anything, and every pool's free blocks return to their total.
     node's link (where the kernel has tc's netem);
   * kill -9 of the decode node mid-stream, which `baton up` starts again;
   * SIGSTOP of the decode node mid-stream, then SIGCONT;
+  * a client that hangs up mid-stream;
   * kill -9 of the router, whose nodes on the other hosts come back to it.
 
 Needs CAP_NET_ADMIN (ip netns, ip route); exits 77 (skipped) where a
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -325,6 +327,27 @@ def test_stopped_decode(baton, model_dir):
     print(f"SIGSTOP decode: stream failed {took:.2f} s after the stop; back after SIGCONT")
 
 
+def test_client_hangs_up(baton, model_dir):
+    """A client that hangs up mid-stream: the router aborts the request on
+    the decode node across the link, whose blocks come back to the pool."""
+    body = json.dumps({"prompt": "hang up " * 8, "max_tokens": 900, "stream": True,
+                       "ignore_eos": True}).encode()
+    request = (f"POST /v1/completions HTTP/1.1\r\nHost: {ROUTER}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode()
+    with socket.create_connection((ROUTER, 8000), timeout=20) as conn:
+        conn.sendall(request + body)
+        received = b""
+        while b"data:" not in received:
+            chunk = conn.recv(4096)
+            check(chunk, "the stream closed before its first token")
+            received += chunk
+    hung_up = time.time()
+    # Generating the 900 tokens to the end would take several times longer.
+    wait_for("the decode node's blocks back after the hang-up", drained, 3)
+    check_serves(baton, model_dir, "after the hang-up")
+    print(f"client hang-up: the decode node drained {time.time() - hung_up:.2f} s later")
+
+
 def test_router_killed(baton, model_dir, cluster):
     """kill -9 of the router: its host's `baton up` starts it again, and the
     nodes on the other hosts register with it by themselves."""
@@ -385,6 +408,7 @@ def main():
                 test_partition(baton, model_dir)
                 test_kill_decode(baton, model_dir)
                 test_stopped_decode(baton, model_dir)
+                test_client_hangs_up(baton, model_dir)
                 test_router_killed(baton, model_dir, cluster)
             except AssertionError:
                 for role in HOSTS:

@@ -1,0 +1,194 @@
+#!/usr/bin/env python3
+"""A bounded soak: `baton bench` at a steady rate against a cluster for a
+while, with faults injected at random moments, then the checks that nothing
+was lost.
+
+    deploy/soak.py --duration 3600                 # an hour, configs/local-2p2d.yaml
+    deploy/soak.py --duration 300 --rate 1 --fault-every 30
+
+Faults, one at a time, on a node drawn at random: kill -9 (its `baton up`
+starts it again), or SIGSTOP for a few seconds then SIGCONT (the router
+declares it dead, then it registers again). At the end:
+
+  * every node is up, idle, and its pool's free blocks equal its total;
+  * no process has grown: each role's last RSS is at most --rss-growth
+    times the most it held in the first quarter of the run, plus 64 MiB;
+  * every request that failed says why (a non-empty error), and the share
+    that failed is below --max-failed (only requests a fault struck should
+    fail).
+
+Exits non-zero, naming what failed. Not part of CI (it takes as long as
+--duration); docs/PERFORMANCE.md records a run.
+"""
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def log(message):
+    print(f"[{time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def get(port, path):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=3) as r:
+            return json.load(r)
+    except (OSError, ValueError):
+        return None
+
+
+def nodes(port):
+    doc = get(port, "/v1/nodes")
+    return {n["name"]: n for n in doc["nodes"]} if doc else {}
+
+
+def drained(port, expected):
+    listed = nodes(port)
+    return len(listed) == expected and all(
+        n["up"] and n["free_blocks"] == n["total_blocks"] and n["running"] == 0
+        and n["waiting"] == 0 and n["awaiting_kv"] == 0 for n in listed.values())
+
+
+def rss_by_role(up_pid):
+    """RSS in bytes of each role below `baton up`, by the role's name (the
+    argument after --name, or "router")."""
+    out = {}
+    try:
+        with open(f"/proc/{up_pid}/task/{up_pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except OSError:
+        return out
+    for pid in children:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                args = [a.decode() for a in f.read().split(b"\0") if a]
+            with open(f"/proc/{pid}/status") as f:
+                rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
+        except (OSError, StopIteration):
+            continue
+        name = args[args.index("--name") + 1] if "--name" in args else "router"
+        out[name] = rss
+    return out
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--baton", default=os.path.join(ROOT, "build/tools/baton"))
+    parser.add_argument("--config", default=os.path.join(ROOT, "configs/local-2p2d.yaml"))
+    parser.add_argument("--port", type=int, default=8000, help="the config's router.http_port")
+    parser.add_argument("--duration", type=float, default=3600, help="seconds of load")
+    parser.add_argument("--rate", type=float, default=2.0, help="requests per second")
+    parser.add_argument("--fault-every", type=float, default=60,
+                        help="mean seconds between faults")
+    parser.add_argument("--input-len", type=int, default=256)
+    parser.add_argument("--output-len", type=int, default=64)
+    parser.add_argument("--rss-growth", type=float, default=1.5)
+    parser.add_argument("--max-failed", type=float, default=0.1,
+                        help="largest share of requests that may fail")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    rng = random.Random(args.seed)
+    work = tempfile.mkdtemp(prefix="baton-soak-")
+    problems = []
+
+    up_log = open(os.path.join(work, "up.log"), "w")
+    up = subprocess.Popen([args.baton, "up", args.config], stdout=up_log, stderr=subprocess.STDOUT,
+                          start_new_session=True)
+    try:
+        deadline = time.time() + 300
+        while time.time() < deadline and "Baton is up" not in open(up_log.name).read():
+            if up.poll() is not None:
+                sys.exit(f"soak: baton up exited with {up.returncode}; see {up_log.name}")
+            time.sleep(0.5)
+        expected = len(nodes(args.port))
+        log(f"cluster up: {expected} nodes; {args.duration:.0f} s at {args.rate} requests/s")
+
+        result = os.path.join(work, "bench.json")
+        bench = subprocess.Popen(
+            [args.baton, "bench", "--port", str(args.port), "--request-rate", str(args.rate),
+             "--num-prompts", str(max(1, int(args.rate * args.duration))),
+             "--random-input-len", str(args.input_len),
+             "--random-output-len", str(args.output_len), "--vocab-size", "49000",
+             "--seed", str(args.seed), "--save-detailed", "--save-result", result],
+            stdout=open(os.path.join(work, "bench.txt"), "w"), stderr=subprocess.STDOUT)
+
+        baseline, last, faults = {}, {}, []
+        started = time.time()
+        next_fault = started + rng.expovariate(1 / args.fault_every)
+        while bench.poll() is None:
+            time.sleep(1)
+            rss = rss_by_role(up.pid)
+            last.update(rss)
+            if time.time() - started < args.duration / 4:  # warm-up: pools and caches fill
+                for role, value in rss.items():
+                    baseline[role] = max(baseline.get(role, 0), value)
+            if time.time() < next_fault:
+                continue
+            listed = [n for n in nodes(args.port).values() if n["up"]]
+            if listed:
+                victim = rng.choice(listed)
+                kind = rng.choice(["kill", "stop"])
+                if kind == "kill":
+                    os.kill(victim["pid"], signal.SIGKILL)
+                else:
+                    os.kill(victim["pid"], signal.SIGSTOP)
+                    time.sleep(rng.uniform(2, 5))
+                    os.kill(victim["pid"], signal.SIGCONT)
+                faults.append((kind, victim["name"]))
+                log(f"fault {len(faults)}: {kind} {victim['name']} (pid {victim['pid']})")
+            next_fault = time.time() + rng.expovariate(1 / args.fault_every)
+
+        deadline = time.time() + 120
+        while time.time() < deadline and not drained(args.port, expected):
+            time.sleep(0.5)
+        if not drained(args.port, expected):
+            problems.append("not drained 120 s after the load: " + json.dumps(nodes(args.port)))
+
+        for role, base in baseline.items():
+            end = last.get(role, 0)
+            if end > base * args.rss_growth + (64 << 20):
+                problems.append(f"{role}: RSS grew from {base >> 20} MiB to {end >> 20} MiB")
+
+        with open(result) as f:
+            doc = json.load(f)
+        total = doc["completed"] + doc["failed"]
+        said_why = sum(1 for e in doc["errors"] if e)
+        if said_why < doc["failed"]:
+            problems.append(f"{doc['failed'] - said_why} failed requests gave no error")
+        if total and doc["failed"] / total > args.max_failed:
+            problems.append(f"{doc['failed']} of {total} requests failed")
+        reasons = {}
+        for e in doc["errors"]:
+            if e:
+                reasons[e[:80]] = reasons.get(e[:80], 0) + 1
+        log(f"{total} requests, {doc['failed']} failed; {len(faults)} faults "
+            f"({sum(k == 'kill' for k, _ in faults)} kill -9, {sum(k == 'stop' for k, _ in faults)} "
+            f"SIGSTOP); output {doc.get('output_throughput', 0):.1f} tok/s")
+        for reason, count in sorted(reasons.items(), key=lambda kv: -kv[1]):
+            log(f"  {count} x {reason}")
+        log("RSS (MiB), most in the first quarter -> end: " + ", ".join(
+            f"{r} {baseline.get(r, 0) >> 20} -> {last.get(r, 0) >> 20}" for r in sorted(last)))
+    finally:
+        if up.poll() is None:
+            os.killpg(up.pid, signal.SIGTERM)
+            try:
+                up.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                os.killpg(up.pid, signal.SIGKILL)
+    for problem in problems:
+        log("FAILED: " + problem)
+    log(f"logs in {work}")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
