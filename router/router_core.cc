@@ -3,6 +3,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <utility>
+
 namespace baton::router {
 
 using namespace std::chrono_literals;
@@ -193,6 +195,7 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
   }
   NodeState* before = registry_.find(from);
   bool was_up = before != nullptr && before->up;
+  const int64_t pid_before = before != nullptr ? before->pid : 0;
   Status status = registry_.register_node(message, Clock::now());
   if (!status.is_ok()) {
     spdlog::error("router: refused node registration: {}", status.message());
@@ -203,6 +206,14 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
   if (was_up) node_down(from, "registered again: it restarted");
   spdlog::info("router: {} node {} registered (pid {})", message.role, from, message.pid);
   (void)send(from, control::RegisterAck{true, "welcome"});
+  // The same process back after it was declared dead (it only stopped)
+  // still holds the requests failed meanwhile: a decode node's KV
+  // reservations would wait out kv_wait_timeout otherwise.
+  const std::vector<uint64_t> orphans = std::exchange(orphans_[from], {});
+  if (message.pid == pid_before) {
+    for (uint64_t id : orphans)
+      (void)send(from, control::Abort{id, "failed while this node was declared dead"});
+  }
   // Prefill nodes need every decode node's pool descriptor.
   if (message.role == "decode") {
     for (const auto& [name, node] : registry_.nodes()) {
@@ -334,11 +345,20 @@ void RouterCore::fail(uint64_t request_id, Status error) {
 }
 
 void RouterCore::abort_on_nodes(const Request& request, const std::string& reason) {
+  // Enough for every request a node can hold at once.
+  constexpr size_t kMaxOrphans = 1 << 16;
   control::Abort abort{request.id, reason};
   for (const std::string& name : {request.decode_node, request.prefill_node}) {
     if (name.empty()) continue;
     NodeState* node = registry_.find(name);
-    if (node != nullptr && node->up) (void)send(name, abort);
+    if (node == nullptr) continue;
+    if (node->up) {
+      (void)send(name, abort);
+      continue;
+    }
+    std::vector<uint64_t>& orphans = orphans_[name];
+    if (orphans.size() >= kMaxOrphans) orphans.erase(orphans.begin());
+    orphans.push_back(request.id);
   }
 }
 

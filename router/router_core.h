@@ -137,6 +137,10 @@ class RouterCore {
   control::WakeFd wake_;
   NodeRegistry registry_;
   std::unordered_map<uint64_t, Request> requests_;  // core thread only
+  // Requests failed while their node was down (it could not be told): the
+  // node may only have stopped, and comes back holding them. Aborted on it
+  // when the same process registers again; forgotten for a new process.
+  std::map<std::string, std::vector<uint64_t>> orphans_;  // core thread only
 
   std::mutex inbox_mutex_;
   std::vector<Submission> submissions_;

@@ -330,6 +330,77 @@ TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
   EXPECT_TRUE(aborted) << "the router did not abort the request on the node";
 }
 
+// A node that only stopped is declared dead holding a request that makes
+// no events (as a decode node's reservation awaiting KV does); the router
+// fails the request then but cannot tell the node. When the same process
+// comes back and registers again, the router aborts the request on it, so
+// nothing waits out kv_wait_timeout. The test plays the decode node.
+TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
+  ClusterShape shape;
+  shape.prefill_nodes = 1;  // configured, never started: the prompt is prefilled on decode
+  shape.min_remote_prefill_tokens = 1000;
+  shape.decode_nodes = 1;
+  shape.separate_roles = true;
+  shape.start_nodes = false;
+  shape.wait_until_up = false;
+  shape.heartbeat_timeout_ms = 600;
+  Cluster cluster(shape);
+  auto node = control::ControlSocket::connect(
+      "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  const control::Register hello{"decode-0", "decode", {1, 2, 3}, 16, 1024, ::getpid()};
+  std::set<uint64_t> aborts;  // every Abort the node was sent
+  // Registers and waits for the welcome, heartbeating; true once welcomed.
+  auto register_node = [&] {
+    (void)(*node)->send("", hello);
+    bool welcomed = false;
+    for (auto until = Clock::now() + 30s; !welcomed && Clock::now() < until;) {
+      (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+      for (const auto& received : (*node)->poll(100ms)) {
+        if (auto* ack = std::get_if<control::RegisterAck>(&received.message))
+          welcomed |= ack->accepted;
+        if (auto* abort = std::get_if<control::Abort>(&received.message))
+          aborts.insert(abort->request_id);
+      }
+    }
+    return welcomed;
+  };
+  ASSERT_TRUE(register_node()) << "the router never welcomed the test's node";
+
+  Result<tools::HttpResponse> response = unavailable("not sent");
+  std::thread client([&] {
+    response = cluster.post("/v1/completions", {{"prompt", "hello there"}, {"max_tokens", 4}});
+  });
+  uint64_t held = 0;
+  for (auto until = Clock::now() + 20s; held == 0 && Clock::now() < until;) {
+    (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+    for (const auto& received : (*node)->poll(50ms))
+      if (auto* generate = std::get_if<control::Generate>(&received.message))
+        held = generate->request_id;
+  }
+  ASSERT_NE(held, 0u) << "the router never sent the request";
+  // Silent (stopped) past the heartbeat timeout: declared dead, the request failed.
+  client.join();
+  ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+  EXPECT_EQ(response->status, 503) << response->body;
+  for (const auto& received : (*node)->poll(0ms))
+    if (auto* abort = std::get_if<control::Abort>(&received.message))
+      aborts.insert(abort->request_id);
+  ASSERT_FALSE(aborts.contains(held)) << "the premise: a node declared dead is not told";
+
+  // Back: its heartbeat is answered "register again", and it does.
+  (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+  ASSERT_TRUE(register_node());
+  for (auto until = Clock::now() + 5s; !aborts.contains(held) && Clock::now() < until;) {
+    (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+    for (const auto& received : (*node)->poll(50ms))
+      if (auto* abort = std::get_if<control::Abort>(&received.message))
+        aborts.insert(abort->request_id);
+  }
+  EXPECT_TRUE(aborts.contains(held))
+      << "the router did not abort the failed request on the node that came back";
+}
+
 TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
   ClusterShape shape;
   shape.prefill_nodes = 1;

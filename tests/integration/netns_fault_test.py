@@ -14,6 +14,8 @@ anything, and every pool's free blocks return to their total.
   * kill -9 of the decode node mid-stream, which `baton up` starts again;
   * SIGSTOP of the decode node mid-stream, then SIGCONT;
   * a client that hangs up mid-stream;
+  * kill -9 of the prefill node while its KV streams to the decode node;
+  * twice router.max_queued_requests at once;
   * kill -9 of the router, whose nodes on the other hosts come back to it.
 
 Needs CAP_NET_ADMIN (ip netns, ip route); exits 77 (skipped) where a
@@ -44,6 +46,7 @@ HOSTS = {
     "decode": ("btf-decode", f"{SUBNET}.4", "btf-decode-b"),
 }
 HEARTBEAT_TIMEOUT_S = 1.0
+MAX_QUEUED = 6  # router.max_queued_requests: the queue-overflow case fills it
 ROUTER = HOSTS["router"][1]
 
 
@@ -119,6 +122,7 @@ router:
   heartbeat_interval_ms: 100
   heartbeat_timeout_ms: {int(HEARTBEAT_TIMEOUT_S * 1000)}
   drain_timeout_ms: 2000
+  max_queued_requests: {MAX_QUEUED}
 engine: {{threads: 1, kv_cache_bytes: 64MiB, max_model_len: 1024, max_num_seqs: 4}}
 transfer:
   share_pool: false
@@ -348,6 +352,77 @@ def test_client_hangs_up(baton, model_dir):
     print(f"client hang-up: the decode node drained {time.time() - hung_up:.2f} s later")
 
 
+def test_prefill_killed_mid_prefill(baton, model_dir):
+    """kill -9 of the prefill node while it prefills a long prompt and
+    streams its KV layer by layer to the decode node: the request fails
+    within the bound, the decode node frees what it had reserved, and the
+    prefill node's `baton up` starts it again."""
+    victim = nodes()["prefill-0"]["pid"]
+    outcome = {}
+
+    def run():
+        outcome["answer"] = http("POST", "/v1/completions", {
+            "prompt": "a long prompt " * 70, "max_tokens": 4, "temperature": 0}, timeout=60)
+
+    client = threading.Thread(target=run)
+    client.start()
+    # The prefill of ~980 tokens takes a second or more on one thread; its
+    # KV streams to the decode node layer by layer meanwhile.
+    time.sleep(0.3)
+    check(client.is_alive(), f"the prefill ended before the kill: {outcome}")
+    killed = time.time()
+    os.kill(victim, signal.SIGKILL)
+    client.join(timeout=30)
+    took = time.time() - killed
+    status, answer = outcome["answer"]
+    check(status >= 500 and isinstance(answer, dict) and "error" in answer,
+          f"the request of a killed prefill node: {status} {answer}")
+    check(took < HEARTBEAT_TIMEOUT_S + 3.0, f"it failed {took:.1f} s after the kill")
+    wait_for("prefill-0 started again and everything drained",
+             lambda: nodes().get("prefill-0", {}).get("pid") not in (None, victim) and drained(),
+             30)
+    check_serves(baton, model_dir, "after the prefill node's restart")
+    print(f"kill -9 prefill mid-prefill: failed {took:.2f} s after the kill "
+          f"({status}); restarted, decode drained, served")
+
+
+def test_queue_overflow(baton, model_dir):
+    """Twice router.max_queued_requests at once: the overflow is refused
+    at once with 429 and Retry-After, everything admitted finishes with one
+    engine's output, and nothing stays queued."""
+    prompt, max_tokens = "queue " * 6, 24
+    want = expected_text(baton, model_dir, prompt, max_tokens)
+    answers = [None] * (2 * MAX_QUEUED)
+
+    def run(i):
+        data = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "temperature": 0,
+                           "ignore_eos": True}).encode()
+        request = urllib.request.Request(f"http://{ROUTER}:8000/v1/completions", data=data,
+                                         headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=60) as r:
+                answers[i] = (r.status, json.load(r), None)
+        except urllib.error.HTTPError as e:
+            answers[i] = (e.code, json.loads(e.read().decode()), e.headers.get("Retry-After"))
+
+    clients = [threading.Thread(target=run, args=(i,)) for i in range(len(answers))]
+    for c in clients:
+        c.start()
+    for c in clients:
+        c.join(timeout=60)
+    refused = [a for a in answers if a and a[0] == 429]
+    served = [a for a in answers if a and a[0] == 200]
+    check(len(refused) + len(served) == len(answers), f"answers other than 200/429: {answers}")
+    check(refused, "no request was refused with twice the queue's worth at once")
+    check(len(served) >= MAX_QUEUED // 2, f"only {len(served)} served")
+    for status, body, retry_after in refused:
+        check(retry_after == "1" and "error" in body, f"a refusal: {status} {body} {retry_after}")
+    for _, body, _ in served:
+        check(body["choices"][0]["text"] == want, "an admitted request's output differs")
+    wait_for("drained after the overflow", drained, 30)
+    print(f"queue overflow: {len(refused)} refused with 429, {len(served)} served")
+
+
 def test_router_killed(baton, model_dir, cluster):
     """kill -9 of the router: its host's `baton up` starts it again, and the
     nodes on the other hosts register with it by themselves."""
@@ -409,6 +484,8 @@ def main():
                 test_kill_decode(baton, model_dir)
                 test_stopped_decode(baton, model_dir)
                 test_client_hangs_up(baton, model_dir)
+                test_prefill_killed_mid_prefill(baton, model_dir)
+                test_queue_overflow(baton, model_dir)
                 test_router_killed(baton, model_dir, cluster)
             except AssertionError:
                 for role in HOSTS:
