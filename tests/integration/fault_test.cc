@@ -265,20 +265,27 @@ TEST(FaultTest, ANodeDeclaredDeadStopsTheWorkTheRouterFailed) {
       << generated << " generated";
 }
 
+// A cluster whose one decode node the test plays (the prefill node is
+// configured but never started: prompts are prefilled on the decode node).
+ClusterShape played_decode_node_shape(int heartbeat_timeout_ms) {
+  ClusterShape shape;
+  shape.prefill_nodes = 1;
+  shape.min_remote_prefill_tokens = 1000;
+  shape.decode_nodes = 1;
+  shape.separate_roles = true;
+  shape.start_nodes = false;
+  shape.wait_until_up = false;
+  shape.heartbeat_timeout_ms = heartbeat_timeout_ms;
+  return shape;
+}
+
 // A node that cannot read the router's message for a request answers why
 // (its control socket does, as TheSenderOfARefusedFrameIsToldWhy shows);
 // the router then fails the request at once, naming the node and the
 // reason, and aborts it on the node, instead of letting it wait out
 // request_timeout_ms. The test plays the decode node and refuses.
 TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
-  ClusterShape shape;
-  shape.prefill_nodes = 1;  // configured, never started: the prompt is prefilled on decode
-  shape.min_remote_prefill_tokens = 1000;
-  shape.decode_nodes = 1;
-  shape.separate_roles = true;
-  shape.start_nodes = false;
-  shape.wait_until_up = false;
-  shape.heartbeat_timeout_ms = 5000;
+  ClusterShape shape = played_decode_node_shape(5000);
   shape.extra_router_yaml = "  request_timeout_ms: 60000\n";
   Cluster cluster(shape);
   auto node = control::ControlSocket::connect(
@@ -336,15 +343,7 @@ TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
 // comes back and registers again, the router aborts the request on it, so
 // nothing waits out kv_wait_timeout. The test plays the decode node.
 TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
-  ClusterShape shape;
-  shape.prefill_nodes = 1;  // configured, never started: the prompt is prefilled on decode
-  shape.min_remote_prefill_tokens = 1000;
-  shape.decode_nodes = 1;
-  shape.separate_roles = true;
-  shape.start_nodes = false;
-  shape.wait_until_up = false;
-  shape.heartbeat_timeout_ms = 600;
-  Cluster cluster(shape);
+  Cluster cluster(played_decode_node_shape(600));
   auto node = control::ControlSocket::connect(
       "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
   ASSERT_TRUE(node.is_ok()) << node.status().to_string();
