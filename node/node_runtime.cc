@@ -189,9 +189,11 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
       if (ack->accepted && !registered_) {
         spdlog::info("{}: registered with the router", settings_.name);
       } else if (!ack->accepted) {
-        spdlog::warn("{}: router: {}", settings_.name, ack->message);
+        if (ack->message != last_refusal_)
+          spdlog::warn("{}: router: {}", settings_.name, ack->message);
         next_register_ = {};  // register again at the next tick
       }
+      last_refusal_ = ack->accepted ? "" : ack->message;
       registered_ = ack->accepted;
       continue;
     }

@@ -101,6 +101,9 @@ class NodeRuntime {
   control::WakeFd wake_;
   std::atomic<bool> registered_{false};
   std::chrono::steady_clock::time_point next_register_{};
+  // The router's last refusal, warned about once: it answers each heartbeat
+  // of a node it does not know (a restarted router: a dozen queued ones).
+  std::string last_refusal_;
   std::chrono::steady_clock::time_point next_publish_{};
   uint64_t send_failures_ = 0;
   int64_t prompt_tokens_ = 0;
