@@ -16,7 +16,8 @@ anything, and every pool's free blocks return to their total.
   * a client that hangs up mid-stream;
   * kill -9 of the prefill node while its KV streams to the decode node;
   * twice router.max_queued_requests at once;
-  * kill -9 of the router, whose nodes on the other hosts come back to it.
+  * kill -9 of the router with a stream in flight, whose nodes on the
+    other hosts come back to it and drop the dead router's work.
 
 Needs CAP_NET_ADMIN (ip netns, ip route); exits 77 (skipped) where a
 namespace cannot be made, saying why.
@@ -176,10 +177,10 @@ def drained():
         and n.get("waiting", 0) == 0 and n.get("awaiting_kv", 0) == 0 for n in listed.values())
 
 
-def stream(prompt, max_tokens, started=None):
-    """Streams a completion, setting the event `started` at its first token;
-    returns (finish_reason or None, error text or None, seconds from the
-    first token to the end)."""
+def stream(prompt, max_tokens, started=None, progress=None):
+    """Streams a completion, setting the event `started` at its first token
+    and counting events in progress["events"]; returns (finish_reason or
+    None, error text or None, seconds from the first token to the end)."""
     body = json.dumps({"prompt": prompt, "max_tokens": max_tokens, "stream": True,
                        "ignore_eos": True, "temperature": 0}).encode()
     request = urllib.request.Request(f"http://{ROUTER}:8000/v1/completions", data=body,
@@ -190,6 +191,8 @@ def stream(prompt, max_tokens, started=None):
             line = raw.decode().strip()
             if not line.startswith("data:") or line == "data: [DONE]":
                 continue
+            if progress is not None:
+                progress["events"] = progress.get("events", 0) + 1
             if first is None:
                 first = time.time()
                 if started:
@@ -424,16 +427,45 @@ def test_queue_overflow(baton, model_dir):
 
 
 def test_router_killed(baton, model_dir, cluster):
-    """kill -9 of the router: its host's `baton up` starts it again, and the
-    nodes on the other hosts register with it by themselves."""
+    """kill -9 of the router with a stream in flight: the stream's
+    connection ends at once, its host's `baton up` starts the router again,
+    the nodes on the other hosts register with it by themselves, and the
+    decode node stops generating the dead router's request (the new router
+    aborts what it does not know), so its pool drains."""
     router = child_pid(cluster.procs["router"].pid, "router")
     check(router, "no router process under its host's baton up")
+    result, started, progress = {}, threading.Event(), {}
+
+    def run():
+        try:
+            result["outcome"] = stream("router killed " * 6, 900, started, progress)
+        except (OSError, ValueError) as e:  # the connection dies with the router
+            result["outcome"] = e
+
+    client = threading.Thread(target=run)
+    client.start()
+    check(started.wait(20), "the stream did not start")
+    time.sleep(0.5)
+    events = progress["events"]
+    killed = time.time()
     os.kill(router, signal.SIGKILL)
+    client.join(timeout=10)
+    check(not client.is_alive(), "the stream outlived its router")
+    check(time.time() - killed < 3.0, f"the stream ended {time.time() - killed:.1f} s after the kill")
     wait_for("the router started again with both nodes",
              lambda: child_pid(cluster.procs["router"].pid, "router") not in (None, router)
              and drained(), 30)
+    # Generating the rest of the 900 tokens for nobody would have taken this
+    # long at the stream's own pace (events in its first 0.5 s).
+    drained_after = time.time() - killed
+    rest = (900 - events) * 0.5 / max(events, 1)
+    if rest > 4.0:
+        check(drained_after < 0.7 * rest,
+              f"the decode node drained {drained_after:.1f} s after the kill; generating the "
+              f"rest would have taken {rest:.1f} s: the dead router's request was not aborted")
     check_serves(baton, model_dir, "after the router restart")
-    print("kill -9 router: started again; both nodes registered with it")
+    print(f"kill -9 router: started again, both nodes registered with it; the decode node "
+          f"drained {drained_after:.1f} s after the kill (the rest of the stream: {rest:.1f} s)")
 
 
 def child_pid(parent, word):
