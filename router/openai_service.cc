@@ -103,8 +103,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
       reason = "no decode node is up";
     else if (snapshot.prefill_up == 0)
       reason = "no prefill node is up";
-    else if (snapshot.requests_in_router >= core_.max_queued_requests())
-      reason = "the queue is full: " + std::to_string(snapshot.requests_in_router) +
+    else if (core_.in_flight() >= core_.max_queued_requests())  // what admission counts
+      reason = "the queue is full: " + std::to_string(core_.max_queued_requests()) +
                " requests in the router";
     json body = {{"status", reason.empty() ? "ok" : "unavailable"},
                  {"prefill_up", snapshot.prefill_up},

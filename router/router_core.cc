@@ -209,7 +209,7 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
   // The same process back after it was declared dead (it only stopped)
   // still holds the requests failed meanwhile: a decode node's KV
   // reservations would wait out kv_wait_timeout otherwise.
-  const std::vector<uint64_t> orphans = std::exchange(orphans_[from], {});
+  const std::deque<uint64_t> orphans = std::exchange(orphans_[from], {});
   if (message.pid == pid_before) {
     for (uint64_t id : orphans)
       (void)send(from, control::Abort{id, "failed while this node was declared dead"});
@@ -356,8 +356,8 @@ void RouterCore::abort_on_nodes(const Request& request, const std::string& reaso
       (void)send(name, abort);
       continue;
     }
-    std::vector<uint64_t>& orphans = orphans_[name];
-    if (orphans.size() >= kMaxOrphans) orphans.erase(orphans.begin());
+    std::deque<uint64_t>& orphans = orphans_[name];
+    if (orphans.size() >= kMaxOrphans) orphans.pop_front();
     orphans.push_back(request.id);
   }
 }

@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -140,7 +141,7 @@ class RouterCore {
   // Requests failed while their node was down (it could not be told): the
   // node may only have stopped, and comes back holding them. Aborted on it
   // when the same process registers again; forgotten for a new process.
-  std::map<std::string, std::vector<uint64_t>> orphans_;  // core thread only
+  std::map<std::string, std::deque<uint64_t>> orphans_;  // core thread only
 
   std::mutex inbox_mutex_;
   std::vector<Submission> submissions_;

@@ -87,8 +87,8 @@ BATON_AVX512_BF16 void pack_panels(const WeightView& w, int64_t row_begin, int64
 
 // out rows [0, R) x panel columns [0, 16P) (the first `columns` of them
 // exist) of one register tile, over `pairs` column pairs: x pairs from xb
-// (row stride x_pairs), weights from P consecutive panels (panel stride
-// panel_pairs pairs). The first pass stores (plus bias), later ones add.
+// (row stride x_pairs), weights from P consecutive panels of `pairs` pairs
+// each. The first pass stores (plus bias), later ones add.
 template <int R, int P>
 BATON_AVX512_BF16 void tile(const bf16_pair* xb, int64_t x_pairs, const uint32_t* panels,
                             int64_t pairs, int64_t columns, bool first_pass, const float* bias,
