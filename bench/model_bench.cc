@@ -34,6 +34,7 @@ namespace baton::bench {
 namespace {
 
 constexpr int32_t kDecodeContext = 512;  // tokens already cached per sequence
+constexpr int32_t kLongDecodeContext = 4096;
 constexpr int32_t kBlockSize = 16;
 
 struct LoadedModel {
@@ -111,19 +112,24 @@ StepTimes timed_steps(benchmark::State& state, LoadedModel& m, const engine::Ste
   return {total / double(steps), ceiling.rate()};
 }
 
-// One decode step for `batch` sequences of kDecodeContext cached tokens each.
-// Every iteration rewrites the same slot, so the context stays constant.
-void run_decode(benchmark::State& state, const std::string& preset, DType dtype) {
+// One decode step for `batch` sequences of `context` cached tokens each,
+// KV in kv_dtype. Every iteration rewrites the same slot, so the context
+// stays constant.
+void run_decode(benchmark::State& state, const std::string& preset, DType dtype, DType kv_dtype,
+                int32_t context) {
   const int32_t batch = int32_t(state.range(0));
   LoadedModel& m = load(preset, dtype);
   const auto& config = m.model->config();
-  const int32_t blocks_per_seq = (kDecodeContext + 1 + kBlockSize - 1) / kBlockSize;
-  auto kv = engine::KvPool::create(m.model->kv_layout(batch * blocks_per_seq, kBlockSize, dtype));
+  const int32_t blocks_per_seq = (context + 1 + kBlockSize - 1) / kBlockSize;
+  auto kv =
+      engine::KvPool::create(m.model->kv_layout(batch * blocks_per_seq, kBlockSize, kv_dtype));
   if (!kv.is_ok()) {
     state.SkipWithError(kv.status().to_string().c_str());
     return;
   }
-  // Touch every block so attention reads real memory, not the zero page.
+  // Touch every block so attention reads real memory, not the zero page
+  // (0x3c: 1.05 in F16/BF16 pairs, 60 as int8, 1.5 as fp8 and a 0.0115
+  // scale: finite everywhere).
   std::memset(kv->data(), 0x3c, kv->bytes());
   engine::BlockManager manager(batch * blocks_per_seq);
   std::vector<engine::BlockTable> tables(static_cast<size_t>(batch),
@@ -131,19 +137,18 @@ void run_decode(benchmark::State& state, const std::string& preset, DType dtype)
   std::vector<int32_t> tokens(static_cast<size_t>(batch));
   engine::StepPlan plan;
   for (int32_t s = 0; s < batch; ++s) {
-    (void)tables[size_t(s)].reserve(manager, kDecodeContext + 1);
-    tables[size_t(s)].commit(kDecodeContext);
+    (void)tables[size_t(s)].reserve(manager, context + 1);
+    tables[size_t(s)].commit(context);
     tokens[size_t(s)] = 3 + s;
     plan.sequences.push_back({.token_ids = std::span<const int32_t>(&tokens[size_t(s)], 1),
-                              .start_position = kDecodeContext,
+                              .start_position = context,
                               .block_table = &tables[size_t(s)],
                               .wants_logits = true});
   }
   std::vector<float> logits;
   const StepTimes times = timed_steps(state, m, plan, *kv, logits, read_pass_gbs);
   const double step_seconds = times.step_seconds;
-  const double kv_bytes =
-      double(batch) * (kDecodeContext + 1) * double(kv->layout().bytes_per_token());
+  const double kv_bytes = double(batch) * (context + 1) * double(kv->layout().bytes_per_token());
   const double bytes_per_step = double(m.checkpoint->weight_bytes()) + kv_bytes;
   const double achieved = bytes_per_step / step_seconds / 1e9;
   state.counters["tok_per_s"] = double(batch) / step_seconds;
@@ -153,9 +158,10 @@ void run_decode(benchmark::State& state, const std::string& preset, DType dtype)
   state.counters["ceiling_GB_per_s"] = times.ceiling;
   state.counters["start_ceiling_GB_per_s"] = measure_memory_bandwidth_gbs();
   state.counters["ratio"] = (times.ceiling > 0 ? achieved / times.ceiling : 0.0);
-  state.SetLabel(preset + " " + std::string(dtype_name(dtype)) + " ctx " +
-                 std::to_string(kDecodeContext) + " (" + std::to_string(config.num_layers) +
-                 " layers)");
+  state.counters["kv_bytes_per_token"] = double(kv->layout().bytes_per_token());
+  state.SetLabel(preset + " " + std::string(dtype_name(dtype)) + " kv " +
+                 std::string(dtype_name(kv_dtype)) + " ctx " + std::to_string(context) + " (" +
+                 std::to_string(config.num_layers) + " layers)");
 }
 
 // Prefill of one 512-token prompt from an empty cache, into a KV pool of the
@@ -220,7 +226,8 @@ void register_all() {
   for (const char* preset : {"smollm2-135m", "qwen2.5-0.5b"}) {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       std::string suffix = std::string(preset) + "/" + std::string(dtype_name(dtype));
-      benchmark::RegisterBenchmark(("Decode/" + suffix).c_str(), run_decode, preset, dtype)
+      benchmark::RegisterBenchmark(("Decode/" + suffix).c_str(), run_decode, preset, dtype, dtype,
+                                   kDecodeContext)
           ->Arg(1)
           ->Arg(8)
           ->Arg(32)
@@ -236,6 +243,19 @@ void register_all() {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime()
           ->Iterations(3);
+    }
+    // Long contexts, where attention reads more bytes than the weights:
+    // BF16 weights, the KV cache in each format.
+    for (DType kv : {DType::kBF16, DType::kI8, DType::kFP8E4M3}) {
+      const std::string name =
+          "DecodeLongContext/" + std::string(preset) + "/kv_" + std::string(dtype_name(kv));
+      benchmark::RegisterBenchmark(name.c_str(), run_decode, preset, DType::kBF16, kv,
+                                   kLongDecodeContext)
+          ->Arg(8)
+          ->Arg(32)
+          ->MinWarmUpTime(0.5)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
     }
   }
 }

@@ -338,7 +338,9 @@ struct Codec {
             {"descriptor", binary(m.descriptor)},
             {"block_size", m.block_size},
             {"max_model_len", m.max_model_len},
-            {"pid", m.pid}};
+            {"pid", m.pid},
+            {"kv_dtype", m.kv_dtype},
+            {"kv_bytes_per_token", m.kv_bytes_per_token}};
   }
   json operator()(const RegisterAck& m) const {
     return {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
@@ -409,6 +411,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.block_size = r.int32("block_size", 1);
     m.max_model_len = r.int32("max_model_len", 1);
     m.pid = r.integer("pid", 0, std::numeric_limits<int64_t>::max());
+    m.kv_dtype = r.string("kv_dtype", 16);
+    m.kv_bytes_per_token = r.integer("kv_bytes_per_token", 0, int64_t(1) << 40);
     if (r.error().empty() && m.role != "prefill" && m.role != "decode")
       r.fail("role", "not prefill or decode");
     return finish(std::move(m));

@@ -133,6 +133,11 @@ struct Register {  // node -> router, first message and after a reconnect
   int32_t block_size = 0;
   int32_t max_model_len = 0;
   int64_t pid = 0;
+  // The KV format (dtype_name: "bf16", "int8", ...) and what a token of it
+  // occupies across all layers, scales included. Every node of a cluster
+  // keeps one format: blocks move between them as bytes.
+  std::string kv_dtype;
+  int64_t kv_bytes_per_token = 0;
 };
 struct RegisterAck {  // router -> node
   bool accepted = false;

@@ -10,6 +10,10 @@ std::string_view dtype_name(DType t) {
       return "f16";
     case DType::kBF16:
       return "bf16";
+    case DType::kI8:
+      return "int8";
+    case DType::kFP8E4M3:
+      return "fp8_e4m3";
   }
   return "?";
 }
@@ -21,6 +25,12 @@ std::optional<DType> parse_dtype(std::string_view name) {
   return std::nullopt;
 }
 
+std::optional<DType> parse_kv_dtype(std::string_view name) {
+  if (name == "int8") return DType::kI8;
+  if (name == "fp8_e4m3" || name == "fp8") return DType::kFP8E4M3;
+  return parse_dtype(name);
+}
+
 std::string_view dtype_safetensors_name(DType t) {
   switch (t) {
     case DType::kF32:
@@ -29,6 +39,10 @@ std::string_view dtype_safetensors_name(DType t) {
       return "F16";
     case DType::kBF16:
       return "BF16";
+    case DType::kI8:
+      return "I8";
+    case DType::kFP8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }

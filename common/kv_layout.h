@@ -10,6 +10,16 @@
 //   K: [head_dim / g][block_size][g]   (g = key_group_of(dtype): 2 for BF16, else 1)
 //   V: [block_size][head_dim]
 //
+// The 8-bit formats (int8, fp8_e4m3) store codes; a block of them ends with
+// the float scales of its rows, one per token and KV head for K and for V:
+//
+//   block = [K tiles][V tiles][scales: 2 (K, V)][num_kv_heads][block_size] float
+//
+// so a block is self-describing: whatever moves or stores its bytes (the
+// transfer, the SSD tier, the prefix cache) moves its scales with it. A
+// scale per token and head, rather than per block, lets a token's row be
+// quantized once when it is written, never again as the block fills.
+//
 // That is the CPU backend's key order (KeyOrder::kGrouped). GPU attention
 // kernels (FlashInfer's paged layout "HND") read keys as whole rows like V:
 // KeyOrder::kTokenMajor, which is the same formula with g = head_dim, so
@@ -71,16 +81,21 @@ struct KvLayout {
   BATON_HOST_DEVICE size_t part_elements() const {
     return size_t(num_kv_heads) * head_tile_elements();
   }
-  // Elements of K and V of one block of one layer.
-  BATON_HOST_DEVICE size_t block_elements() const { return 2 * part_elements(); }
+  // Bytes (= elements: quantized formats are 8-bit) of a block's scales; 0
+  // for the unquantized formats.
+  BATON_HOST_DEVICE size_t scale_bytes() const {
+    return is_quantized(dtype) ? 2 * size_t(num_kv_heads) * size_t(block_size) * sizeof(float) : 0;
+  }
+  // Elements of K and V (and their scales) of one block of one layer.
+  BATON_HOST_DEVICE size_t block_elements() const { return 2 * part_elements() + scale_bytes(); }
   BATON_HOST_DEVICE size_t block_bytes() const { return block_elements() * element_bytes(); }
   // Elements of one layer across all blocks.
   BATON_HOST_DEVICE size_t layer_elements() const { return size_t(num_blocks) * block_elements(); }
   BATON_HOST_DEVICE size_t total_elements() const { return size_t(num_layers) * layer_elements(); }
   BATON_HOST_DEVICE size_t total_bytes() const { return total_elements() * element_bytes(); }
-  // K and V bytes one token occupies across all layers.
+  // K and V bytes (scales included) one token occupies across all layers.
   BATON_HOST_DEVICE size_t bytes_per_token() const {
-    return size_t(num_layers) * 2 * size_t(num_kv_heads) * size_t(head_dim) * element_bytes();
+    return size_t(num_layers) * block_bytes() / size_t(block_size);
   }
 
   // Element offset of the start of (layer, block): K then V follow.
@@ -119,6 +134,17 @@ struct KvLayout {
                                       int32_t dim) const {
     return head_tile_offset(layer, block, KvPart::kKey, kv_head) +
            size_t(slot) * size_t(key_group()) + key_dim_offset(dim);
+  }
+  // Byte offset of the float scale of the K (or V) row of (kv_head, slot)
+  // of a quantized layout. Rows of a head are adjacent: a block's scales of
+  // one head are one run of block_size floats. It may be unaligned (read and
+  // write it with memcpy).
+  BATON_HOST_DEVICE size_t scale_byte_offset(int32_t layer, int32_t block, KvPart part,
+                                             int32_t kv_head, int32_t slot) const {
+    return block_byte_offset(layer, block) + 2 * part_elements() +
+           (size_t(part) * size_t(num_kv_heads) + size_t(kv_head)) * size_t(block_size) *
+               sizeof(float) +
+           size_t(slot) * sizeof(float);
   }
   // Element offset of the head_dim vector of the value in `slot`.
   BATON_HOST_DEVICE size_t value_offset(int32_t layer, int32_t block, int32_t kv_head,

@@ -56,16 +56,19 @@ const std::vector<Setting>& settings() {
          config.block_size = int32_t(v);
          return Status::ok();
        }},
-      {"kv_dtype", "auto", "KV cache element type: auto (the checkpoint's), f32, bf16, f16",
+      {"kv_dtype", "auto",
+       "KV cache element type: auto (the checkpoint's), f32, bf16, f16, or an 8-bit format with "
+       "a scale per token and KV head: int8, fp8_e4m3 (CPU backend)",
        [](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
          std::string text = node.IsScalar() ? node.Scalar() : "";
          if (text == "auto") {
            config.kv_dtype.reset();
            return Status::ok();
          }
-         auto dtype = parse_dtype(text);
+         auto dtype = parse_kv_dtype(text);
          if (!dtype)
-           return invalid_argument(key + ": expected auto, f32, bf16 or f16, got '" + text + "'");
+           return invalid_argument(
+               key + ": expected auto, f32, bf16, f16, int8 or fp8_e4m3, got '" + text + "'");
          config.kv_dtype = *dtype;
          return Status::ok();
        }},

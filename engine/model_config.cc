@@ -472,6 +472,9 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     case DType::kBF16:
       doc["torch_dtype"] = "bfloat16";
       break;
+    case DType::kI8:
+    case DType::kFP8E4M3:
+      break;  // KV formats, never a checkpoint's
   }
   doc["transformers_version"] = "4.46.0";
   return doc;

@@ -610,6 +610,11 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
 
 Result<PeerId> TransferEngine::Impl::add_peer(std::span<const uint8_t> bytes) {
   BATON_ASSIGN_OR_RETURN(PoolDescriptor d, decode_descriptor(bytes));
+  if (d.layout.dtype != layout_.dtype) {
+    return invalid_argument("peer pool keeps KV as " + std::string(dtype_name(d.layout.dtype)) +
+                            ", this one as " + std::string(dtype_name(layout_.dtype)) +
+                            ": set the same engine.kv_dtype on prefill and decode nodes");
+  }
   if (!d.layout.same_geometry(layout_)) {
     return invalid_argument("peer pool has a different KV geometry");
   }

@@ -78,7 +78,7 @@ class Reader {
 
 bool valid_layout(const KvLayout& l) {
   return l.num_layers > 0 && l.num_blocks > 0 && l.block_size > 0 && l.num_kv_heads > 0 &&
-         l.head_dim > 0 && uint8_t(l.dtype) <= uint8_t(DType::kBF16) &&
+         l.head_dim > 0 && uint8_t(l.dtype) <= uint8_t(kLastDType) &&
          uint8_t(l.key_order) <= uint8_t(KeyOrder::kTokenMajor);
 }
 

@@ -174,6 +174,8 @@ void NodeRuntime::send_register() {
   reg.block_size = engine_->kv_pool().layout().block_size;
   reg.max_model_len = engine_->scheduler().max_model_len();
   reg.pid = ::getpid();
+  reg.kv_dtype = std::string(dtype_name(engine_->kv_pool().layout().dtype));
+  reg.kv_bytes_per_token = int64_t(engine_->kv_pool().layout().bytes_per_token());
   send(reg);
   next_register_ = std::chrono::steady_clock::now() + kRegisterRetry;
 }

@@ -54,8 +54,10 @@ void PrefillServer::on_peer_info(const control::PeerInfo& info) {
     spdlog::error("{}: cannot use decode node {}: {}", runtime_->settings().name, info.node,
                   peer.status().message());
     peers_.erase(info.node);
+    refused_peers_[info.node] = peer.status().message();
     return;
   }
+  refused_peers_.erase(info.node);
   peers_[info.node] = *peer;
 }
 
@@ -66,8 +68,14 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
     return;
   }
   auto peer = peers_.find(prefill.decode_node);
-  if (peer == peers_.end())
+  if (peer == peers_.end()) {
+    auto refused = refused_peers_.find(prefill.decode_node);
+    if (refused != refused_peers_.end()) {
+      return fail(
+          id, "cannot send KV to decode node '" + prefill.decode_node + "': " + refused->second);
+    }
     return fail(id, "no KV pool known for decode node '" + prefill.decode_node + "'");
+  }
   int32_t prompt_len = int32_t(prefill.prompt.size());
   int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
   size_t blocks_needed = size_t((prompt_len + block_size - 1) / block_size);

@@ -57,7 +57,10 @@ class PrefillServer {
 
   std::unique_ptr<node::NodeRuntime> runtime_;
   std::map<std::string, kv_transfer::PeerId, std::less<>> peers_;  // decode node -> transfer peer
-  std::unordered_map<uint64_t, Job> jobs_;                         // by request id
+  // Decode nodes whose pools this node cannot fill (another KV format or
+  // geometry) -> why, for the requests routed to them.
+  std::map<std::string, std::string, std::less<>> refused_peers_;
+  std::unordered_map<uint64_t, Job> jobs_;  // by request id
   std::unordered_map<int64_t, uint64_t> by_sequence_;
   std::unordered_map<uint64_t, uint64_t> by_transfer_;
 };

@@ -188,12 +188,25 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
                      node.role, value_of(node));
     }
   };
+  // vLLM's cache_config_info: the KV settings as labels of a constant 1.
+  for (const NodeState& node : snapshot.nodes) {
+    if (node.kv_dtype.empty()) continue;
+    fmt::format_to(std::back_inserter(out),
+                   "# HELP vllm:cache_config_info Information of the KV cache config.\n"
+                   "# TYPE vllm:cache_config_info gauge\n"
+                   "vllm:cache_config_info{{block_size=\"{}\",cache_dtype=\"{}\"}} 1\n",
+                   node.block_size, node.kv_dtype);
+    break;
+  }
   per_node("baton:node_up", "Whether a node is registered and heartbeating.",
            [](const NodeState& node) { return node.up ? 1 : 0; });
   per_node("baton:node_free_kv_blocks", "Free KV blocks of a node.",
            [](const NodeState& node) { return node.load.free_blocks; });
   per_node("baton:node_total_kv_blocks", "KV blocks of a node.",
            [](const NodeState& node) { return node.load.total_blocks; });
+  per_node("baton:node_kv_bytes_per_token",
+           "KV bytes a token occupies on a node across all layers, scales included.",
+           [](const NodeState& node) { return node.kv_bytes_per_token; });
   per_node("baton:node_ssd_cache_blocks", "KV blocks a node's SSD tier holds.",
            [](const NodeState& node) { return node.load.ssd_cache_blocks; });
   per_node("baton:node_ssd_cache_capacity_blocks",

@@ -33,12 +33,21 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
                             std::to_string(message.block_size) + ", the cluster uses " +
                             std::to_string(block_size_));
   }
+  if (!kv_dtype_.empty() && message.kv_dtype != kv_dtype_) {
+    return invalid_argument("node '" + message.node + "' keeps KV as " + message.kv_dtype +
+                            ", the cluster's nodes as " + kv_dtype_ +
+                            ": KV blocks move between nodes as bytes, so every node needs the "
+                            "same engine.kv_dtype");
+  }
   block_size_ = message.block_size;
+  kv_dtype_ = message.kv_dtype;
   node.up = true;
   node.ever_registered = true;
   node.descriptor = message.descriptor;
   node.block_size = message.block_size;
   node.max_model_len = message.max_model_len;
+  node.kv_dtype = message.kv_dtype;
+  node.kv_bytes_per_token = message.kv_bytes_per_token;
   if (message.pid != node.pid) {
     // A new process counts from zero: its first heartbeat adds all it
     // reports. Its prefix cache starts empty.

@@ -43,6 +43,8 @@ struct NodeState {
   int32_t block_size = 0;
   int32_t max_model_len = 0;
   int64_t pid = 0;
+  std::string kv_dtype;  // the KV format, as control::Register names it
+  int64_t kv_bytes_per_token = 0;
   std::chrono::steady_clock::time_point last_seen{};
   control::NodeLoad load;         // from the last heartbeat
   int32_t assigned_requests = 0;  // placed by the router, not yet finished
@@ -87,6 +89,7 @@ class NodeRegistry {
   Policy policy_;
   std::map<std::string, size_t> round_robin_next_;  // by role
   int32_t block_size_ = 0;
+  std::string kv_dtype_;     // of the first node that registered
   uint64_t send_clock_ = 0;  // orders sent_blocks' entries
 };
 

@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
@@ -36,6 +37,9 @@ namespace {
 constexpr int32_t kQueryVectorsPerTile = 32;
 // Query runs up to this many rows are split over keys like decode rows.
 constexpr int32_t kMaxSplitRows = 4;
+// Block sizes the engine accepts (engine.block_size is a power of two up
+// to 256): the most rows a dequantized tile holds.
+constexpr int32_t kMaxDequantizedKeys = 256;
 
 struct WorkItem {
   int32_t seq;
@@ -81,9 +85,19 @@ void prefetch_block(const PagedAttentionParams& p, int32_t block, int32_t kv_beg
   }
 }
 
+// The scale of each of the `keys` rows of a quantized block's (part, head)
+// tile, into scales[0, keys).
+void load_row_scales(const PagedAttentionParams& p, int32_t block, KvPart part, int32_t kv_head,
+                     int32_t keys, float* scales) {
+  const char* src = static_cast<const char*>(p.kv_pool) +
+                    p.layout.scale_byte_offset(p.layer, block, part, kv_head, 0);
+  std::memcpy(scales, src, size_t(keys) * sizeof(float));
+}
+
 // One block's K or V tile of `keys` tokens, as attend_block will read it
 // (AttentionBlockArgs): in place, in the pool's dtype, where attend_block
-// reads the pool; otherwise converted to F32 in `buffer`, K with one
+// reads the pool; otherwise converted (quantized rows: dequantized) to F32
+// in `buffer`, K with one
 // dimension per group ([head_dim][keys_padded], *k_group_stride =
 // keys_padded) and V as rows ([keys_padded][head_dim]), zero past `keys`
 // (pool slots past the context may hold anything, NaN included).
@@ -95,14 +109,21 @@ const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part,
   const size_t offset = L.head_tile_offset(p.layer, block, part, kv_head);
   const char* src = static_cast<const char*>(p.kv_pool) + offset * L.element_bytes();
   const int32_t d = L.head_dim;
-  if (attend_block_reads_pool(d, L.block_size)) {
+  if (attend_block_reads_pool(d, L.block_size, L.dtype)) {
     *dtype = L.dtype;
     if (k_group_stride) *k_group_stride = L.key_group_stride();
     return src;
   }
   *dtype = DType::kF32;
+  const bool quantized = is_quantized(L.dtype);
+  float scales[kMaxDequantizedKeys];
+  if (quantized) load_row_scales(p, block, part, kv_head, keys, scales);
   if (part == KvPart::kValue) {
     convert_to_f32(src, L.dtype, int64_t(keys) * d, buffer);
+    if (quantized) {
+      for (int32_t t = 0; t < keys; ++t)
+        for (int32_t c = 0; c < d; ++c) buffer[size_t(t) * d + size_t(c)] *= scales[t];
+    }
     std::fill(buffer + size_t(keys) * d, buffer + size_t(keys_padded) * d, 0.0f);
     return buffer;
   }
@@ -112,6 +133,9 @@ const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part,
     const size_t dim = L.key_dim_offset(c);
     for (int32_t t = 0; t < keys; ++t)
       row[t] = load_as_float(src, L.dtype, dim + size_t(t) * size_t(g));
+    if (quantized) {
+      for (int32_t t = 0; t < keys; ++t) row[t] *= scales[t];
+    }
     std::fill(row + keys, row + keys_padded, 0.0f);
   }
   *k_group_stride = size_t(keys_padded);
@@ -272,6 +296,18 @@ void merge_group(const PagedAttentionParams& p, const MergeGroup& mg,
 
 }  // namespace
 
+RowScale row_scale(DType dtype, const float* row, int32_t n) {
+  if (!is_quantized(dtype)) return {1.0f, 1.0f};
+  float amax = 0.0f;
+  for (int32_t c = 0; c < n; ++c) amax = std::max(amax, std::abs(row[c]));
+  // A zero row stores zero codes with scale 0. A non-finite row keeps its
+  // NaN (every code and the scale become NaN or saturate) rather than
+  // hiding it.
+  if (amax == 0.0f) return {0.0f, 0.0f};
+  const float qmax = quantized_max(dtype);
+  return {amax / qmax, qmax / amax};
+}
+
 void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t layer,
               const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens) {
   const int32_t heads = layout.num_kv_heads;
@@ -289,12 +325,23 @@ void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t l
             const float* ks = k + t * per_token + int64_t(h) * d;
             const float* vs = v + t * per_token + int64_t(h) * d;
             // The key goes out one group per row of the K tile; the value
-            // as one row.
+            // as one row. A quantized row goes out as codes of row / scale,
+            // its scale beside the block's tiles.
+            const RowScale k_scale = row_scale(layout.dtype, ks, d);
+            const RowScale v_scale = row_scale(layout.dtype, vs, d);
+            if (is_quantized(layout.dtype)) {
+              char* base = static_cast<char*>(kv_pool);
+              std::memcpy(base + layout.scale_byte_offset(layer, block, KvPart::kKey, h, offset),
+                          &k_scale.scale, sizeof(float));
+              std::memcpy(base + layout.scale_byte_offset(layer, block, KvPart::kValue, h, offset),
+                          &v_scale.scale, sizeof(float));
+            }
             const size_t ko = layout.key_offset(layer, block, h, offset, 0);
             const size_t vo = layout.value_offset(layer, block, h, offset);
             for (int32_t c = 0; c < d; ++c) {
-              store_from_float(kv_pool, layout.dtype, ko + layout.key_dim_offset(c), ks[c]);
-              store_from_float(kv_pool, layout.dtype, vo + size_t(c), vs[c]);
+              store_from_float(kv_pool, layout.dtype, ko + layout.key_dim_offset(c),
+                               ks[c] * k_scale.inverse);
+              store_from_float(kv_pool, layout.dtype, vo + size_t(c), vs[c] * v_scale.inverse);
             }
           }
         }

@@ -20,9 +20,21 @@ namespace baton::kernels::cpu {
 // Benchmarks that walk the partitions as paged_attention does use it too.
 inline constexpr int32_t kDecodePartitionTokens = 256;
 
+// How one K or V row of head_dim values is quantized: code = value *
+// inverse, rounded (to nearest even) to the format, and value ~ code *
+// scale. scale = max|row| / quantized_max(dtype), so the largest element
+// maps onto the format's largest code. Unquantized formats get 1 and 1.
+struct RowScale {
+  float scale = 1.0f;
+  float inverse = 1.0f;
+};
+RowScale row_scale(DType dtype, const float* row, int32_t n);
+
 // Writes this step's K and V rows into their slots of layer `layer`.
 // k, v: [num_tokens, layout.num_kv_heads, layout.head_dim] F32, converted to
-// layout.dtype. slot_mapping: [num_tokens], slot = block_id * block_size + offset.
+// layout.dtype (quantized per row and KV head as row_scale says, the scales
+// written beside the block's tiles). slot_mapping: [num_tokens], slot =
+// block_id * block_size + offset.
 void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t layer,
               const float* k, const float* v, const int32_t* slot_mapping, int64_t num_tokens);
 

@@ -229,13 +229,15 @@ BATON_AVX2 float softmax_update_avx2(float* s, int32_t visible, int32_t keys, fl
 }
 #endif
 
-bool attend_block_reads_pool(int32_t head_dim, int32_t block_size) {
+bool attend_block_reads_pool(int32_t head_dim, int32_t block_size, DType kv_dtype) {
 #if BATON_HAVE_X86
   // The score pass reads K rows 8 keys at a time and 8 dimensions a step.
-  return use_avx2() && head_dim % 8 == 0 && block_size % 8 == 0;
+  // 8-bit codes mean nothing without their rows' scales.
+  return use_avx2() && head_dim % 8 == 0 && block_size % 8 == 0 && !is_quantized(kv_dtype);
 #else
   (void)head_dim;
   (void)block_size;
+  (void)kv_dtype;
   return false;
 #endif
 }
@@ -250,6 +252,9 @@ void attend_block(const AttentionBlockArgs& a) {
         return attend_block_avx2<DType::kF16>(a);
       case DType::kBF16:
         return attend_block_avx2<DType::kBF16>(a);
+      case DType::kI8:
+      case DType::kFP8E4M3:
+        break;  // callers dequantize them to F32 tiles
     }
   }
 #endif

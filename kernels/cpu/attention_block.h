@@ -46,9 +46,10 @@ struct AttentionBlockArgs {
 // Applies one block. Uses AVX2 when enabled and head_dim % 8 == 0.
 void attend_block(const AttentionBlockArgs& a);
 
-// True when attend_block can read a pool's K and V tiles in place, in any
-// dtype, for this shape; otherwise the caller converts them to F32 first.
-bool attend_block_reads_pool(int32_t head_dim, int32_t block_size);
+// True when attend_block can read a pool's K and V tiles of `kv_dtype` in
+// place for this shape; otherwise the caller converts them to F32 first
+// (always for the quantized formats).
+bool attend_block_reads_pool(int32_t head_dim, int32_t block_size, DType kv_dtype);
 
 #if defined(__x86_64__) || defined(__i386__)
 // One online-softmax step over a row of scores s[0, keys) (keys a multiple of

@@ -569,8 +569,9 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 
 bool decode_partition_supported(const KvLayout& layout) {
 #if BATON_HAVE_X86
-  // The score pass reads K tiles 8 keys at a time.
-  return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0;
+  // The score pass reads K tiles 8 keys at a time, and no rows' scales.
+  return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0 &&
+         !is_quantized(layout.dtype);
 #else
   (void)layout;
   return false;
@@ -588,6 +589,9 @@ void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t
       return attend_partition_avx2<DType::kF16>(p, seq, key_begin, key_end, state, next);
     case DType::kBF16:
       return attend_partition_avx2<DType::kBF16>(p, seq, key_begin, key_end, state, next);
+    case DType::kI8:
+    case DType::kFP8E4M3:
+      break;  // not supported: decode_partition_supported() says so
   }
 #else
   (void)p;

@@ -30,7 +30,7 @@ void convert_to_f32(const void* src, DType type, int64_t n, float* dst) {
     return;
   }
 #if BATON_HAVE_X86
-  if (use_avx2()) {
+  if (use_avx2() && (type == DType::kF16 || type == DType::kBF16)) {
     convert_half_avx2(static_cast<const uint16_t*>(src), type == DType::kBF16, n, dst);
     return;
   }

@@ -8,7 +8,8 @@
 
 namespace baton::kernels::cpu {
 
-// dst[i] = src[i] as float, for i < n. src holds n elements of type `type`.
+// dst[i] = src[i] as float, for i < n. src holds n elements of type `type`
+// (of a quantized format: the codes, unscaled).
 void convert_to_f32(const void* src, DType type, int64_t n, float* dst);
 
 }  // namespace baton::kernels::cpu

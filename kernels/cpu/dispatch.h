@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "common/check.h"
 #include "common/dtype.h"
 
 namespace baton::kernels::cpu {
@@ -19,7 +20,13 @@ void with_dtype(DType t, F&& f) {
       return f.template operator()<DType::kF16>();
     case DType::kBF16:
       return f.template operator()<DType::kBF16>();
+    case DType::kI8:
+    case DType::kFP8E4M3:
+      break;
   }
+  // The 8-bit KV formats are dequantized with their scales before any
+  // kernel that dispatches here (attention.cc's load_tile).
+  BATON_CHECK(!"with_dtype: no kernel reads quantized codes");
 }
 
 // Calls f.template operator()<R>() for R = n, 1..kMax (kMax at most 4);

@@ -30,6 +30,9 @@ cudaDataType_t cuda_type(DType t) {
       return CUDA_R_16F;
     case DType::kBF16:
       return CUDA_R_16BF;
+    case DType::kI8:
+    case DType::kFP8E4M3:
+      break;  // KV formats: the GEMMs never see them
   }
   return CUDA_R_32F;
 }

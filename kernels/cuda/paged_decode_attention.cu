@@ -219,8 +219,12 @@ Status paged_decode_attention(const PagedAttentionParams& p, void* stream) {
       return launch_for_dtype<__half>(p, s);
     case DType::kBF16:
       return launch_for_dtype<__nv_bfloat16>(p, s);
+    case DType::kI8:
+    case DType::kFP8E4M3:
+      break;
   }
-  return invalid_argument("unknown KV dtype");
+  return unimplemented("CUDA decode attention does not read " +
+                       std::string(dtype_name(p.layout.dtype)) + " KV");
 }
 
 }  // namespace baton::kernels::cuda

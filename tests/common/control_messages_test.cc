@@ -76,6 +76,8 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
                descriptor,
                16,
                2048,
+               int64_t(rng() % 100000),
+               "fp8_e4m3",
                int64_t(rng() % 100000)};
   Register reg2 = round_trip(reg);
   EXPECT_EQ(reg2.node, reg.node);
@@ -84,6 +86,8 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(reg2.block_size, 16);
   EXPECT_EQ(reg2.max_model_len, 2048);
   EXPECT_EQ(reg2.pid, reg.pid);
+  EXPECT_EQ(reg2.kv_dtype, "fp8_e4m3");
+  EXPECT_EQ(reg2.kv_bytes_per_token, reg.kv_bytes_per_token);
 
   EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).message, "welcome");
 

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <random>
+#include <vector>
 
 namespace baton {
 namespace {
@@ -33,6 +34,68 @@ TEST(DType, NamesRoundTrip) {
   }
   EXPECT_FALSE(parse_dtype("f64").has_value());
   EXPECT_FALSE(parse_safetensors_dtype("I8").has_value());
+  // The 8-bit formats are KV formats only: never a weight type.
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kFP8E4M3})
+    EXPECT_EQ(parse_kv_dtype(dtype_name(t)), t);
+  EXPECT_EQ(parse_kv_dtype("fp8"), DType::kFP8E4M3);
+  EXPECT_FALSE(parse_dtype("int8").has_value());
+  EXPECT_FALSE(parse_dtype("fp8_e4m3").has_value());
+  EXPECT_FALSE(parse_kv_dtype("fp8_e5m2").has_value());
+  EXPECT_EQ(dtype_size(DType::kI8), 1u);
+  EXPECT_EQ(dtype_size(DType::kFP8E4M3), 1u);
+}
+
+// E4M3 as OCP defines it, from its bit fields: bias 7, subnormals at
+// exponent 0, 0x7f/0xff NaN and no infinity.
+TEST(DType, Fp8E4m3DecodeMatchesLdexp) {
+  for (uint32_t code = 0; code < 256; ++code) {
+    const uint32_t e = (code >> 3) & 0xf, m = code & 0x7;
+    const double sign = (code & 0x80) ? -1.0 : 1.0;
+    const float got = fp8_e4m3_to_float(uint8_t(code));
+    if (e == 15 && m == 7) {
+      EXPECT_TRUE(std::isnan(got)) << code;
+      continue;
+    }
+    const double want = e == 0 ? sign * std::ldexp(double(m), -9)
+                               : sign * std::ldexp(1.0 + double(m) / 8.0, int(e) - 7);
+    ASSERT_EQ(double(got), want) << "code " << code;
+  }
+  EXPECT_EQ(fp8_e4m3_to_float(0x7e), 448.0f);
+}
+
+// Encoding is the nearest code by exhaustive search (ties to the even
+// code), magnitudes past 448 saturate, NaN stays NaN: over random values
+// of every binade, and the exact codes and the midpoints between them.
+TEST(DType, Fp8E4m3EncodeIsNearestEvenAndSaturates) {
+  auto nearest = [](float x) {
+    int best = 0;
+    double best_err = INFINITY;
+    for (int code = 0; code < 0x7f; ++code) {
+      const double err = std::fabs(double(fp8_e4m3_to_float(uint8_t(code))) - std::fabs(x));
+      if (err < best_err || (err == best_err && (code & 1) == 0)) {
+        best_err = err;
+        best = code;
+      }
+    }
+    return uint8_t(best | (std::signbit(x) ? 0x80 : 0));
+  };
+  std::vector<float> xs;
+  for (int code = 0; code < 0x7e; ++code) {
+    const float a = fp8_e4m3_to_float(uint8_t(code)), b = fp8_e4m3_to_float(uint8_t(code + 1));
+    xs.insert(xs.end(),
+              {a, -a, 0.5f * (a + b), -0.5f * (a + b), std::nextafter(0.5f * (a + b), b)});
+  }
+  std::mt19937 rng(std::random_device{}());
+  std::uniform_real_distribution<float> mag(-12.0f, 8.9f);
+  for (int i = 0; i < 2000; ++i) xs.push_back(std::exp2(mag(rng)) * (rng() & 1 ? 1.0f : -1.0f));
+  for (float x : xs) {
+    if (std::fabs(x) > 448.0f) continue;
+    ASSERT_EQ(float_to_fp8_e4m3(x), nearest(x)) << "x = " << x;
+  }
+  EXPECT_EQ(float_to_fp8_e4m3(460.0f), 0x7e);
+  EXPECT_EQ(float_to_fp8_e4m3(-1e30f), 0xfe);
+  EXPECT_EQ(float_to_fp8_e4m3(INFINITY), 0x7e);
+  EXPECT_TRUE(std::isnan(fp8_e4m3_to_float(float_to_fp8_e4m3(NAN))));
 }
 
 TEST(DType, F16DecodeMatchesLdexp) {
@@ -77,10 +140,16 @@ TEST(DType, Bf16EncodeIsNearestEven) {
 
 TEST(DType, LoadStoreEveryType) {
   float buffer[4] = {};
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8, DType::kFP8E4M3}) {
     store_from_float(buffer, t, 3, 1.5f);
-    EXPECT_EQ(load_as_float(buffer, t, 3), 1.5f) << dtype_name(t);
+    // int8 codes round to nearest even.
+    EXPECT_EQ(load_as_float(buffer, t, 3), t == DType::kI8 ? 2.0f : 1.5f) << dtype_name(t);
   }
+  // int8 codes saturate symmetrically: -128 is never written.
+  store_from_float(buffer, DType::kI8, 0, -300.0f);
+  EXPECT_EQ(load_as_float(buffer, DType::kI8, 0), -127.0f);
+  store_from_float(buffer, DType::kI8, 0, 2.5f);
+  EXPECT_EQ(load_as_float(buffer, DType::kI8, 0), 2.0f);
 }
 
 }  // namespace

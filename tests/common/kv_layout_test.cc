@@ -11,7 +11,7 @@ namespace {
 // Every (layer, block, part, head, slot, dim) maps to a distinct element and
 // the mapping covers the pool exactly; blocks are contiguous per layer.
 TEST(KvLayout, OffsetsAreABijection) {
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI8, DType::kFP8E4M3}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     KvLayout layout{.num_layers = 3,
                     .num_blocks = 5,
@@ -35,10 +35,28 @@ TEST(KvLayout, OffsetsAreABijection) {
                 EXPECT_GE(off, tile);
                 EXPECT_LT(off, tile + layout.head_tile_elements());
               }
+    // A quantized block ends with the scales of its rows, each four bytes
+    // inside its own block.
+    if (is_quantized(dtype)) {
+      for (int l = 0; l < layout.num_layers; ++l)
+        for (int b = 0; b < layout.num_blocks; ++b)
+          for (KvPart p : {KvPart::kKey, KvPart::kValue})
+            for (int h = 0; h < layout.num_kv_heads; ++h)
+              for (int s = 0; s < layout.block_size; ++s) {
+                const size_t off = layout.scale_byte_offset(l, b, p, h, s);
+                ASSERT_LE(off + 4, hits.size());
+                EXPECT_GE(off, layout.block_byte_offset(l, b));
+                EXPECT_LE(off + 4, layout.block_byte_offset(l, b) + layout.block_bytes());
+                for (size_t i = off; i < off + 4; ++i) ++hits[i];
+              }
+    }
     for (int h : hits) ASSERT_EQ(h, 1);
     EXPECT_EQ(layout.total_bytes(), layout.total_elements() * dtype_size(dtype));
     EXPECT_EQ(layout.block_offset(1, 3) + layout.block_elements(), layout.block_offset(1, 4));
-    EXPECT_EQ(layout.bytes_per_token(), size_t(3 * 2 * 2 * 8) * dtype_size(dtype));
+    // Per token: K and V of 2 heads x 8 dims in 3 layers, and a float
+    // scale per row when quantized.
+    const size_t scales = is_quantized(dtype) ? size_t(3 * 2 * 2) * 4 : 0;
+    EXPECT_EQ(layout.bytes_per_token(), size_t(3 * 2 * 2 * 8) * dtype_size(dtype) + scales);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "tests/engine/reference_model.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "common/dtype.h"
@@ -77,14 +78,27 @@ std::vector<double> log_softmax(const std::vector<double>& logits) {
 std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
                                                   const std::vector<int32_t>& tokens,
                                                   DType kv_dtype, DType projection_input_dtype) {
-  auto round_to_kv = [kv_dtype](Vec& x) {
-    for (double& e : x) {
-      float stored[1];
-      store_from_float(stored, kv_dtype, 0, float(e));
-      e = double(load_as_float(stored, kv_dtype, 0));
+  const ModelConfig& c = checkpoint.config();
+  // What the cache holds: each element rounded to the KV dtype, or for the
+  // 8-bit formats each head's row quantized with its own scale (max|row| /
+  // the format's largest code), as kernels/cpu/attention.h says.
+  auto round_to_kv = [kv_dtype, row = c.head_dim](Vec& x) {
+    for (size_t r = 0; r < x.size(); r += size_t(row)) {
+      float scale = 1.0f, inverse = 1.0f;
+      if (is_quantized(kv_dtype)) {
+        float amax = 0.0f;
+        for (int i = 0; i < row; ++i) amax = std::max(amax, std::fabs(float(x[r + size_t(i)])));
+        scale = amax > 0.0f ? amax / quantized_max(kv_dtype) : 0.0f;
+        inverse = amax > 0.0f ? quantized_max(kv_dtype) / amax : 0.0f;
+      }
+      for (int i = 0; i < row; ++i) {
+        double& e = x[r + size_t(i)];
+        float stored[1];
+        store_from_float(stored, kv_dtype, 0, float(e) * inverse);
+        e = double(load_as_float(stored, kv_dtype, 0)) * double(scale);
+      }
     }
   };
-  const ModelConfig& c = checkpoint.config();
   const ModelWeights& w = checkpoint.weights();
   const int hd = c.head_dim, heads = c.num_heads, kv_heads = c.num_kv_heads;
   const int group = heads / kv_heads;

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <optional>
 #include <random>
 #include <span>
 #include <tuple>
@@ -42,10 +43,13 @@ class RemoteKvTest : public ::testing::Test {
     config.kv_cache_blocks = blocks;
     config.block_size = block_size;
     config.max_num_batched_tokens = budget;
+    config.kv_dtype = kv_dtype_;
     auto engine = Engine::create(model_dir.empty() ? model_dir_ : model_dir, config);
     EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
     return std::move(engine).value();
   }
+
+  std::optional<DType> kv_dtype_;  // engine.kv_dtype of make_engine; unset: auto
 
   std::vector<int32_t> random_prompt(int32_t min_len, int32_t max_len) {
     std::uniform_int_distribution<int32_t> len(min_len, max_len), id(3, 511);
@@ -348,6 +352,25 @@ TEST_F(RemoteKvTest, GreedyHandoffEqualsOneEngine) {
   check_handoff(o, 0, prompts, [&](int32_t blocks, int32_t block_size, int32_t budget) {
     return make_engine(blocks, block_size, budget);
   });
+}
+
+// With 8-bit KV the blocks carry their rows' scales: the handoff, which
+// copies whole blocks, decodes exactly what one engine with the same KV
+// format does (a copy without the scales would read NaN or garbage).
+TEST_F(RemoteKvTest, QuantizedKvHandoffEqualsOneEngine) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (DType kv : {DType::kI8, DType::kFP8E4M3}) {
+    SCOPED_TRACE(std::string(dtype_name(kv)));
+    kv_dtype_ = kv;
+    GenerationOptions o = greedy(10);
+    o.logprobs = 3;
+    std::vector<std::vector<int32_t>> prompts;
+    for (int i = 0; i < 3; ++i) prompts.push_back(random_prompt(1, 40));
+    prompts.push_back(random_prompt(16, 16));
+    check_handoff(o, 0, prompts, [&](int32_t blocks, int32_t block_size, int32_t budget) {
+      return make_engine(blocks, block_size, budget);
+    });
+  }
 }
 
 TEST_F(RemoteKvTest, SeededSamplingHandoffEqualsOneEngine) {

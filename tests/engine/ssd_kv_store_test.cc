@@ -177,7 +177,10 @@ TEST_F(SsdKvStoreTest, BlocksComeBackByteForByteIntoOtherBlocks) {
   const Shape shapes[] = {{DType::kF32, 3, 2, 64, 16},
                           {DType::kBF16, 5, 1, 128, 4},
                           {DType::kF16, 2, 3, 64, 1},
-                          {DType::kBF16, 30, 3, 64, 16}};
+                          {DType::kBF16, 30, 3, 64, 16},
+                          // 8-bit KV: blocks end with their rows' scales.
+                          {DType::kI8, 3, 2, 64, 16},
+                          {DType::kFP8E4M3, 2, 1, 128, 4}};
   for (const SsdIo io : kEveryIo)
     for (const Shape& s : shapes) {
       SCOPED_TRACE(std::string(dtype_name(s.dtype)) + " layers " + std::to_string(s.layers) + ", " +
@@ -305,46 +308,55 @@ TEST_F(SsdKvStoreTest, LoadStopsAtTheFirstKeyNotStored) {
 }
 
 TEST_F(SsdKvStoreTest, DamagedSlotsAreRefusedNamingTheFileAndSlotThenForgotten) {
-  SCOPED_TRACE("seed " + std::to_string(seed_));
-  const KvLayout layout = layout_of(DType::kF16, 3, 2, 64, 16, 8);
-  struct Damage {
-    const char* what;
-    uint64_t offset;  // within the slot
-    const char* expected;
-  };
-  const uint64_t header = 4096;
-  const std::vector<Damage> damages = {
-      {"magic", 2, "bad magic"},
-      {"a token in the header", 64 + 4 * 5, "header checksum mismatch"},
-      {"the first payload byte", header, "payload checksum mismatch"},
-      {"the last layer's last byte", header + 3 * layout.block_bytes() - 1,
-       "payload checksum mismatch"},
-  };
-  for (const bool async : {false, true})
-    for (const Damage& d : damages) {
-      SCOPED_TRACE(std::string(d.what) + (async ? ", asynchronous load" : ""));
-      KvPool pool = random_pool(layout);
-      auto store = make_store(layout, 4);
-      std::vector<BlockKey> keys = {random_key(16), random_key(16)};
-      const std::vector<int32_t> blocks = {3, 4};
-      store->save(keys, pool.data(), blocks);
-      // Slots are taken from the file's start: the second key is in slot 1.
-      flip_byte(store->path(), store->slot_bytes() + d.offset);
-      KvPool target = random_pool(layout);
-      const std::vector<int32_t> into = {0, 1};
-      const SsdLoad loaded = async ? load_async(*store, keys, target.data(), into)
-                                   : store->load(keys, target.data(), into);
-      EXPECT_EQ(loaded.restored, 1);
-      EXPECT_TRUE(same_block(target, 0, pool, 3));
-      EXPECT_EQ(loaded.problem.code(), StatusCode::kDataLoss);
-      const std::string message = loaded.problem.message();
-      EXPECT_NE(message.find(store->path().string()), std::string::npos) << message;
-      EXPECT_NE(message.find("slot 1"), std::string::npos) << message;
-      EXPECT_NE(message.find(d.expected), std::string::npos) << message;
-      EXPECT_TRUE(store->contains(keys[0]));
-      EXPECT_FALSE(store->contains(keys[1])) << "a damaged slot is forgotten";
-      EXPECT_EQ(store->stats().dropped_blocks, 1);
+  for (DType dtype : {DType::kF16, DType::kI8}) {
+    SCOPED_TRACE("seed " + std::to_string(seed_) + ", " + std::string(dtype_name(dtype)));
+    const KvLayout layout = layout_of(dtype, 3, 2, 64, 16, 8);
+    struct Damage {
+      const char* what;
+      uint64_t offset;  // within the slot
+      const char* expected;
+    };
+    const uint64_t header = 4096;
+    std::vector<Damage> damages = {
+        {"magic", 2, "bad magic"},
+        {"a token in the header", 64 + 4 * 5, "header checksum mismatch"},
+        {"the first payload byte", header, "payload checksum mismatch"},
+        {"the last layer's last byte", header + 3 * layout.block_bytes() - 1,
+         "payload checksum mismatch"},
+    };
+    if (is_quantized(dtype)) {
+      // A scale of the second layer's block: the tier checksums them with it.
+      damages.push_back(
+          {"a scale",
+           header + layout.block_bytes() + layout.scale_byte_offset(0, 0, KvPart::kValue, 1, 3),
+           "payload checksum mismatch"});
     }
+    for (const bool async : {false, true})
+      for (const Damage& d : damages) {
+        SCOPED_TRACE(std::string(d.what) + (async ? ", asynchronous load" : ""));
+        KvPool pool = random_pool(layout);
+        auto store = make_store(layout, 4);
+        std::vector<BlockKey> keys = {random_key(16), random_key(16)};
+        const std::vector<int32_t> blocks = {3, 4};
+        store->save(keys, pool.data(), blocks);
+        // Slots are taken from the file's start: the second key is in slot 1.
+        flip_byte(store->path(), store->slot_bytes() + d.offset);
+        KvPool target = random_pool(layout);
+        const std::vector<int32_t> into = {0, 1};
+        const SsdLoad loaded = async ? load_async(*store, keys, target.data(), into)
+                                     : store->load(keys, target.data(), into);
+        EXPECT_EQ(loaded.restored, 1);
+        EXPECT_TRUE(same_block(target, 0, pool, 3));
+        EXPECT_EQ(loaded.problem.code(), StatusCode::kDataLoss);
+        const std::string message = loaded.problem.message();
+        EXPECT_NE(message.find(store->path().string()), std::string::npos) << message;
+        EXPECT_NE(message.find("slot 1"), std::string::npos) << message;
+        EXPECT_NE(message.find(d.expected), std::string::npos) << message;
+        EXPECT_TRUE(store->contains(keys[0]));
+        EXPECT_FALSE(store->contains(keys[1])) << "a damaged slot is forgotten";
+        EXPECT_EQ(store->stats().dropped_blocks, 1);
+      }
+  }
 }
 
 // Asynchronous loads: several in flight at once come back byte for byte

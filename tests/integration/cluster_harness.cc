@@ -194,6 +194,7 @@ Cluster::Cluster(const ClusterShape& shape) {
        << ", max_num_seqs: " << shape.max_num_seqs
        << ", max_num_batched_tokens: " << shape.max_num_batched_tokens
        << ", max_model_len: " << shape.max_model_len
+       << (shape.kv_dtype.empty() ? "" : ", kv_dtype: " + shape.kv_dtype)
        << (shape.ssd_cache_dir.empty() ? "" : ", ssd_cache_dir: " + shape.ssd_cache_dir) << "}\n"
        << "transfer: {default_deadline_ms: 3000, share_pool: "
        << (shape.share_pool ? "true" : "false") << "}\n";

@@ -34,6 +34,7 @@ struct ClusterShape {
   bool start_nodes = true;
   bool share_pool = true;  // transfer.share_pool (false: private pools, CMA transfers)
   std::string kv_cache_bytes = "4MiB";
+  std::string kv_dtype;       // engine.kv_dtype; empty: auto
   std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
   int prefill_nice = 0;       // the prefill nodes' engine.nice
   // `baton up --max-restarts`: 0 (the harness's default) leaves a killed

@@ -90,14 +90,12 @@ TEST_F(ServingTest, ConcurrentGreedyCompletionsEqualBatonGenerate) {
   EXPECT_TRUE(cluster_->wait_drained(10s)) << cluster_->nodes().dump();
 }
 
-// Every other cluster test runs with shared pools (the default: puts into
-// the mapped pool); this one with private pools, so tagged rendezvous.
-TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
-  ClusterShape shape;
-  shape.share_pool = false;
-  Cluster cluster(shape);
-  std::mt19937 rng{std::random_device{}()};
-  for (int i = 0; i < 4; ++i) {
+// `prompts` random prompts, long enough to be prefilled on a prefill node,
+// completed greedily by the cluster and by `baton generate` (with
+// `generate_flags` besides): the texts are equal.
+void expect_remote_greedy_equals_generate(Cluster& cluster, std::mt19937& rng, int prompts,
+                                          const std::vector<std::string>& generate_flags) {
+  for (int i = 0; i < prompts; ++i) {
     const std::string prompt = random_prompt(rng, 20, 120);  // above the remote-prefill threshold
     const int max_tokens = 1 + int(rng() % 24);
     auto response =
@@ -106,12 +104,51 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
     ASSERT_TRUE(response.is_ok()) << response.status().to_string();
     ASSERT_EQ(response->status, 200) << response->body;
     json answer = json::parse(response->body);
-    json expected =
-        baton_generate(prompt, {"--max-tokens", std::to_string(max_tokens), "--temperature", "0"});
+    EXPECT_NE(answer["choices"][0]["served_by"]["prefill"], nullptr) << "not prefilled remotely";
+    std::vector<std::string> flags = {"--max-tokens", std::to_string(max_tokens), "--temperature",
+                                      "0"};
+    flags.insert(flags.end(), generate_flags.begin(), generate_flags.end());
+    json expected = baton_generate(prompt, flags);
     EXPECT_EQ(answer["choices"][0]["text"], expected["text"]) << "prompt '" << prompt << "'";
     EXPECT_EQ(answer["usage"]["completion_tokens"], expected["output_ids"].size());
   }
+}
+
+// Every other cluster test runs with shared pools (the default: puts into
+// the mapped pool); this one with private pools, so tagged rendezvous.
+TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
+  ClusterShape shape;
+  shape.share_pool = false;
+  Cluster cluster(shape);
+  std::mt19937 rng{std::random_device{}()};
+  expect_remote_greedy_equals_generate(cluster, rng, 4, {});
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+}
+
+// With 8-bit KV the scales travel inside the blocks: a prompt prefilled on
+// one node and decoded on another over UCX gives what one engine with the
+// same KV format does. The router shows the format and its bytes per token.
+TEST(QuantizedKvServingTest, GreedyCompletionsEqualBatonGenerate) {
+  std::mt19937 rng{std::random_device{}()};
+  for (const std::string kv_dtype : {"int8", "fp8_e4m3"}) {
+    SCOPED_TRACE(kv_dtype);
+    ClusterShape shape;
+    shape.kv_dtype = kv_dtype;
+    Cluster cluster(shape);
+    expect_remote_greedy_equals_generate(cluster, rng, 3, {"--kv-dtype", kv_dtype});
+    auto metrics = cluster.get("/metrics");
+    ASSERT_TRUE(metrics.is_ok());
+    EXPECT_NE(metrics->body.find("cache_dtype=\"" + kv_dtype + "\""), std::string::npos)
+        << metrics->body;
+    // tiny: 2 layers, 1 KV head of 16 dims; a byte per element and a float
+    // scale per row of K and of V.
+    EXPECT_NE(
+        metrics->body.find("baton:node_kv_bytes_per_token{node=\"decode-0\",role=\"decode\"} " +
+                           std::to_string(2 * 2 * (16 + 4))),
+        std::string::npos)
+        << metrics->body;
+    EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+  }
 }
 
 // The niceness of every thread of a process, from /proc/PID/task/*/stat

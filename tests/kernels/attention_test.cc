@@ -100,7 +100,8 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   }
   layout.num_blocks = total_blocks + 5;  // spare blocks nobody owns
   const int32_t layer = 1;
-  // Every byte 0xff: NaN in f32, f16 and bf16, so a read of an unwritten slot shows.
+  // Every byte 0xff: NaN in f32, f16, bf16 and fp8, and a NaN scale for the
+  // 8-bit formats, so a read of an unwritten slot shows.
   std::vector<uint8_t> kv_pool(layout.total_bytes(), 0xff);
 
   std::vector<int32_t> ids(static_cast<size_t>(layout.num_blocks));
@@ -152,13 +153,10 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
 
   for (int32_t s = 0; s < num_seqs; ++s) {
     const SeqSpec& spec = c.seqs[size_t(s)];
-    std::vector<double> k(k_of[size_t(s)].size()), v(v_of[size_t(s)].size());
+    const std::vector<double> k = testing::stored_rows(k_of[size_t(s)], c.head_dim, dtype);
+    const std::vector<double> v = testing::stored_rows(v_of[size_t(s)], c.head_dim, dtype);
     double v_max = 0.0;
-    for (size_t i = 0; i < k.size(); ++i) {
-      k[i] = round_trip(k_of[size_t(s)][i], dtype);
-      v[i] = round_trip(v_of[size_t(s)][i], dtype);
-      v_max = std::max(v_max, std::abs(v[i]));
-    }
+    for (double x : v) v_max = std::max(v_max, std::abs(x));
     std::vector<float> qs(q.begin() + std::ptrdiff_t(query_start[size_t(s)] * q_width),
                           q.begin() + std::ptrdiff_t(query_start[size_t(s + 1)] * q_width));
     std::vector<double> ref =
@@ -246,8 +244,73 @@ TEST_P(PagedAttentionTest, MatchesReferenceScalar) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, PagedAttentionTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16),
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kI8,
+                                           DType::kFP8E4M3),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// `tokens` distinct slots of the pool in random order, the sixth -1 (a
+// padding token, which stores nothing).
+std::vector<int32_t> scattered_slots(const KvLayout& layout, int32_t tokens, std::mt19937_64& rng) {
+  std::vector<int32_t> slots(static_cast<size_t>(layout.num_blocks * layout.block_size));
+  std::iota(slots.begin(), slots.end(), 0);
+  std::shuffle(slots.begin(), slots.end(), rng);
+  slots.resize(size_t(tokens));
+  slots[5] = -1;
+  return slots;
+}
+
+// Quantized: each token's K and V row of each head holds its codes and,
+// beside the block's tiles, its scale, as the reference recomputes them;
+// every other byte of the pool stays as it was.
+TEST(StoreKvTest, QuantizedRowsKeepTheirScalesBesideTheBlock) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  ThreadPool pool(2);
+  for (DType dt : {DType::kI8, DType::kFP8E4M3}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    KvLayout layout{3, 11, 16, 3, 64, dt};
+    std::vector<uint8_t> kv_pool(layout.total_bytes(), 0xa5);
+    const std::vector<uint8_t> untouched = kv_pool;
+    const int32_t tokens = 37;
+    const std::vector<int32_t> slots = scattered_slots(layout, tokens, rng);
+    const int32_t d = layout.head_dim;
+    const size_t width = size_t(layout.num_kv_heads) * d;
+    auto k = random_floats(rng, tokens * width, -3.0f, 3.0f),
+         v = random_floats(rng, tokens * width);
+    std::fill(k.begin() + 2 * std::ptrdiff_t(width), k.begin() + 2 * std::ptrdiff_t(width) + d,
+              0.0f);  // a zero row: scale 0, codes 0
+    store_kv(pool, layout, kv_pool.data(), 2, k.data(), v.data(), slots.data(), tokens);
+    const std::vector<double> k_want = testing::stored_rows(k, d, dt);
+    const std::vector<double> v_want = testing::stored_rows(v, d, dt);
+    std::vector<bool> written(kv_pool.size(), false);
+    auto scale_at = [&](KvPart part, int32_t block, int32_t h, int32_t off) {
+      const size_t at = layout.scale_byte_offset(2, block, part, h, off);
+      for (size_t i = at; i < at + 4; ++i) written[i] = true;
+      float scale;
+      std::memcpy(&scale, kv_pool.data() + at, 4);
+      return double(scale);
+    };
+    for (int32_t t = 0; t < tokens; ++t) {
+      if (slots[size_t(t)] < 0) continue;
+      const int32_t block = slots[size_t(t)] / 16, off = slots[size_t(t)] % 16;
+      for (int32_t h = 0; h < layout.num_kv_heads; ++h) {
+        const double k_scale = scale_at(KvPart::kKey, block, h, off);
+        const double v_scale = scale_at(KvPart::kValue, block, h, off);
+        for (int32_t c = 0; c < d; ++c) {
+          const size_t i = size_t(t) * width + size_t(h) * d + size_t(c);
+          const size_t ko = layout.key_offset(2, block, h, off, c);
+          const size_t vo = layout.value_offset(2, block, h, off) + size_t(c);
+          written[ko] = written[vo] = true;
+          ASSERT_EQ(load_as_float(kv_pool.data(), dt, ko) * k_scale, k_want[i]) << "key " << i;
+          ASSERT_EQ(load_as_float(kv_pool.data(), dt, vo) * v_scale, v_want[i]) << "value " << i;
+        }
+      }
+    }
+    for (size_t i = 0; i < kv_pool.size(); ++i)
+      if (!written[i]) ASSERT_EQ(kv_pool[i], untouched[i]) << "byte " << i;
+  }
+}
 
 TEST(StoreKvTest, WritesEverySlotWhereTheLayoutSays) {
   const uint64_t seed = fresh_seed();
@@ -258,11 +321,7 @@ TEST(StoreKvTest, WritesEverySlotWhereTheLayoutSays) {
     KvLayout layout{3, 11, 16, 3, 64, dt};
     std::vector<uint8_t> kv_pool(layout.total_bytes(), 0);
     const int32_t tokens = 37;
-    std::vector<int32_t> slots(static_cast<size_t>(layout.num_blocks * layout.block_size));
-    std::iota(slots.begin(), slots.end(), 0);
-    std::shuffle(slots.begin(), slots.end(), rng);
-    slots.resize(tokens);
-    slots[5] = -1;  // padding token: stores nothing
+    const std::vector<int32_t> slots = scattered_slots(layout, tokens, rng);
     const size_t width = size_t(layout.num_kv_heads) * layout.head_dim;
     auto k = random_floats(rng, tokens * width), v = random_floats(rng, tokens * width);
     store_kv(pool, layout, kv_pool.data(), 2, k.data(), v.data(), slots.data(), tokens);

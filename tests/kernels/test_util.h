@@ -2,6 +2,7 @@
 // shared by the kernel tests.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -39,6 +40,26 @@ inline double round_trip(float x, DType type) {
   float buf[1];
   store_from_float(buf, type, 0, x);
   return load_as_float(buf, type, 0);
+}
+
+// The values a KV pool of `type` holds for `values`, rows of `row` elements
+// (one token's K or V of one KV head). A quantized row holds codes of
+// value x (qmax / max|row|) and the scale max|row| / qmax, as the kernels'
+// contract says (kernels/cpu/attention.h); this recomputes it apart from
+// them, in float like them, and dequantizes in double.
+inline std::vector<double> stored_rows(const std::vector<float>& values, int32_t row, DType type) {
+  std::vector<double> out(values.size());
+  for (size_t r = 0; r < values.size(); r += size_t(row)) {
+    float amax = 0.0f;
+    for (int32_t c = 0; c < row; ++c) amax = std::max(amax, std::fabs(values[r + size_t(c)]));
+    const bool quantized = is_quantized(type);
+    const float qmax = quantized_max(type);
+    const float scale = !quantized ? 1.0f : amax > 0.0f ? amax / qmax : 0.0f;
+    const float inverse = !quantized ? 1.0f : amax > 0.0f ? qmax / amax : 0.0f;
+    for (int32_t c = 0; c < row; ++c)
+      out[r + size_t(c)] = round_trip(values[r + size_t(c)] * inverse, type) * double(scale);
+  }
+  return out;
 }
 
 inline constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   layout.block_size = std::stoi(argv[5]);
   layout.num_kv_heads = std::stoi(argv[6]);
   layout.head_dim = std::stoi(argv[7]);
-  layout.dtype = *parse_dtype(argv[8]);
+  layout.dtype = *parse_kv_dtype(argv[8]);
   uint64_t seed = std::stoull(argv[9]);
   uint64_t peer_seed = std::stoull(argv[10]);
   KvLayout peer_layout = layout;

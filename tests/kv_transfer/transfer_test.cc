@@ -223,7 +223,8 @@ class TransferTest : public ::testing::TestWithParam<Transport> {
 // Random non-contiguous block lists on both sides, every dtype, several layers;
 // the receiver checks every destination byte and that nothing else changed.
 TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+  // int8: blocks that end with their rows' scales, verified with the rest.
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kI8}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     KvLayout sender_layout = make_layout(dtype, 96, 5);
     KvLayout receiver_layout = make_layout(dtype, 80, 5);  // pools may differ in size
@@ -1210,7 +1211,7 @@ class StagedTransferTest : public TransferTest {
 // the bytes, nothing else in it changed, and the sender copied out exactly
 // the blocks and layers it sent.
 TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
-  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16}) {
+  for (DType dtype : {DType::kF32, DType::kF16, DType::kBF16, DType::kFP8E4M3}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     KvLayout layout = make_layout(dtype, 96, 5);
     start(layout, /*local_sends=*/true, 8);
@@ -1464,6 +1465,32 @@ TEST_P(StagedTransferTest, CopyInFailureFailsBothSides) {
 
 // A pool in CUDA memory without a copier, or a copier without a pool, is
 // refused at creation with a message that says what is missing.
+// A pool of another KV format cannot take this one's blocks, nor this one
+// its: refused, naming both formats (the other geometries say less).
+TEST(TransferPeerTest, APeerOfAnotherKvFormatIsRefusedNamingBoth) {
+  auto engine_of = [](const KvLayout& layout, std::vector<uint8_t>& pool) {
+    TransferConfig config;
+    config.ucx_env["UCX_TLS"] = "tcp";
+    config.ucx_env["UCX_NET_DEVICES"] = "lo";
+    pool.resize(layout.total_bytes());
+    auto e = TransferEngine::create(config, layout, pool.data(), pool.size());
+    EXPECT_TRUE(e.is_ok()) << e.status().to_string();
+    return std::move(e).value();
+  };
+  std::vector<uint8_t> a_pool, b_pool, c_pool;
+  auto a = engine_of(make_layout(DType::kBF16, 8, 2), a_pool);
+  auto b = engine_of(make_layout(DType::kI8, 8, 2), b_pool);
+  auto c = engine_of(make_layout(DType::kBF16, 8, 3), c_pool);
+  auto refused = a->add_peer(b->descriptor());
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("keeps KV as int8, this one as bf16"),
+            std::string::npos)
+      << refused.status().to_string();
+  auto other_geometry = a->add_peer(c->descriptor());
+  ASSERT_FALSE(other_geometry.is_ok());
+  EXPECT_NE(other_geometry.status().message().find("different KV geometry"), std::string::npos);
+}
+
 TEST(StagedPoolConfigTest, CudaPoolNeedsACopierAndACopierNeedsAPool) {
   KvLayout layout = make_layout(DType::kBF16, 8, 2);
   std::vector<uint8_t> pool(layout.total_bytes());

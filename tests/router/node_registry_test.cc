@@ -20,6 +20,8 @@ control::Register registration(const std::string& name, const std::string& role,
   r.descriptor = {1, 2, 3};
   r.block_size = block_size;
   r.max_model_len = 1024;
+  r.kv_dtype = "bf16";
+  r.kv_bytes_per_token = 1024;
   return r;
 }
 
@@ -44,6 +46,23 @@ TEST(NodeRegistry, RefusesUnknownNamesWrongRolesAndMismatchedBlockSizes) {
       std::string::npos);
   EXPECT_EQ(registry.up_count("prefill"), 1);
   EXPECT_EQ(registry.up_count("decode"), 0);
+}
+
+// A node whose KV pool keeps another format could neither send its blocks
+// to the others nor read theirs: refused, the message naming both formats.
+TEST(NodeRegistry, RefusesANodeOfAnotherKvFormatNamingBoth) {
+  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  auto now = Clock::now();
+  ASSERT_TRUE(registry.register_node(registration("p0", "prefill"), now).is_ok());
+  control::Register other = registration("d0", "decode");
+  other.kv_dtype = "int8";
+  const std::string message = registry.register_node(other, now).message();
+  EXPECT_NE(message.find("keeps KV as int8, the cluster's nodes as bf16"), std::string::npos)
+      << message;
+  EXPECT_EQ(registry.up_count("decode"), 0);
+  other.kv_dtype = "bf16";
+  EXPECT_TRUE(registry.register_node(other, now).is_ok());
+  EXPECT_EQ(registry.find("d0")->kv_bytes_per_token, 1024);
 }
 
 // The prefix cache counters the router exports only grow: heartbeats add
