@@ -115,11 +115,18 @@ StepTimes timed_steps(benchmark::State& state, LoadedModel& m, const engine::Ste
 // One decode step for `batch` sequences of `context` cached tokens each,
 // KV in kv_dtype. Every iteration rewrites the same slot, so the context
 // stays constant.
+// With same_pool, the argument is a BF16 batch, and the batch is as many
+// sequences as the pool that holds those in BF16 holds in kv_dtype.
 void run_decode(benchmark::State& state, const std::string& preset, DType dtype, DType kv_dtype,
-                int32_t context) {
-  const int32_t batch = int32_t(state.range(0));
+                int32_t context, bool same_pool = false) {
   LoadedModel& m = load(preset, dtype);
   const auto& config = m.model->config();
+  int32_t batch = int32_t(state.range(0));
+  if (same_pool) {
+    const double bf16_bytes = double(m.model->kv_layout(1, kBlockSize, DType::kBF16).block_bytes());
+    const double kv_bytes = double(m.model->kv_layout(1, kBlockSize, kv_dtype).block_bytes());
+    batch = int32_t(double(batch) * bf16_bytes / kv_bytes);
+  }
   const int32_t blocks_per_seq = (context + 1 + kBlockSize - 1) / kBlockSize;
   auto kv =
       engine::KvPool::create(m.model->kv_layout(batch * blocks_per_seq, kBlockSize, kv_dtype));
@@ -159,6 +166,7 @@ void run_decode(benchmark::State& state, const std::string& preset, DType dtype,
   state.counters["start_ceiling_GB_per_s"] = measure_memory_bandwidth_gbs();
   state.counters["ratio"] = (times.ceiling > 0 ? achieved / times.ceiling : 0.0);
   state.counters["kv_bytes_per_token"] = double(kv->layout().bytes_per_token());
+  state.counters["batch"] = batch;
   state.SetLabel(preset + " " + std::string(dtype_name(dtype)) + " kv " +
                  std::string(dtype_name(kv_dtype)) + " ctx " + std::to_string(context) + " (" +
                  std::to_string(config.num_layers) + " layers)");
@@ -227,7 +235,7 @@ void register_all() {
     for (DType dtype : {DType::kF32, DType::kBF16}) {
       std::string suffix = std::string(preset) + "/" + std::string(dtype_name(dtype));
       benchmark::RegisterBenchmark(("Decode/" + suffix).c_str(), run_decode, preset, dtype, dtype,
-                                   kDecodeContext)
+                                   kDecodeContext, false)
           ->Arg(1)
           ->Arg(8)
           ->Arg(32)
@@ -250,8 +258,17 @@ void register_all() {
       const std::string name =
           "DecodeLongContext/" + std::string(preset) + "/kv_" + std::string(dtype_name(kv));
       benchmark::RegisterBenchmark(name.c_str(), run_decode, preset, DType::kBF16, kv,
-                                   kLongDecodeContext)
+                                   kLongDecodeContext, false)
           ->Arg(8)
+          ->Arg(32)
+          ->MinWarmUpTime(0.5)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+      // The pool that holds 32 sequences in BF16, full: the batch an 8-bit
+      // cache lets a decode node run.
+      benchmark::RegisterBenchmark(
+          ("DecodeSamePool/" + std::string(preset) + "/kv_" + std::string(dtype_name(kv))).c_str(),
+          run_decode, preset, DType::kBF16, kv, kLongDecodeContext, true)
           ->Arg(32)
           ->MinWarmUpTime(0.5)
           ->Unit(benchmark::kMillisecond)

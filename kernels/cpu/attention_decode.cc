@@ -1,6 +1,7 @@
 #include "kernels/cpu/attention_decode.h"
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
@@ -170,6 +171,7 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int
 
 struct Scratch {
   std::vector<float> q, scores, acc;
+  std::vector<float> scales;  // of one KV head's rows of the partition (8-bit KV)
   // The probabilities split for the AVX-512 V pass.
   std::vector<uint16_t> p_hi, p_lo;
   std::vector<const char*> blocks;
@@ -313,9 +315,11 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
         const float* q = sc.q.data() + size_t(i) * P.d;
         const char* tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
         float* s = sc.scores.data() + size_t(i) * P.stride + k0;
-        if (avx512)
+        // The 8-bit formats run the AVX-512 passes only
+        // (decode_partition_supported).
+        if (avx512 || is_quantized(T))
           key_tile_scores_avx512(T, R, q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
-        else
+        else if constexpr (!is_quantized(T))
           key_tile_scores<T, R>(q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
       }
     });
@@ -379,6 +383,39 @@ BATON_AVX2 void v_pass_avx512(const Partition& P, Scratch& sc, PrefetchStream& p
     chunks_to_element_order(sc.acc.data(), sc.acc.size(), kSlots, acc);
   } else {
     std::copy(sc.acc.begin(), sc.acc.end(), acc);
+  }
+}
+
+// 8-bit KV: multiplies each query vector's entry t < P.keys of `values`
+// (rows P.stride apart; those of KV head h are [h per_head, (h + 1)
+// per_head)) by the scale of key t's `part` row of head h, times the unit
+// the passes read its codes in. After the score pass, that makes the
+// scores; after the softmax, the probabilities the V pass weights codes by.
+template <DType T>
+BATON_AVX2 void apply_row_scales(const Partition& P, const KvLayout& L, KvPart part, Scratch& sc,
+                                 float* values) {
+  constexpr float unit = kv_code_unit(T);
+  sc.scales.resize(size_t(P.keys));
+  float* scales = sc.scales.data();
+  for (int32_t h = 0; h < P.heads; ++h) {
+    // Where a block's scales of this part and head start, from its start.
+    const size_t at = L.scale_byte_offset(0, 0, part, h, 0);
+    for (int32_t j = 0; j < P.num_blocks; ++j) {
+      const int32_t n = std::min(P.bs, P.keys - j * P.bs);
+      const char* src = sc.blocks[size_t(j)] + at;
+      float* dst = scales + size_t(j) * P.bs;
+      // Element by element: a call of memcpy per block cost more than the
+      // multiplications below.
+      for (int32_t t = 0; t < n; ++t) {
+        float scale;
+        std::memcpy(&scale, src + size_t(t) * sizeof(float), sizeof(float));
+        dst[t] = scale * unit;
+      }
+    }
+    for (int32_t i = h * P.per_head; i < (h + 1) * P.per_head; ++i) {
+      float* row = values + size_t(i) * P.stride;
+      for (int32_t t = 0; t < P.keys; ++t) row[t] *= scales[t];
+    }
   }
 }
 
@@ -495,7 +532,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
   P.row_bytes = size_t(d) * esize;
-  if constexpr (kRunBlocks<T> != 1)
+  if constexpr (kRunBlocks<T> != 1 && !is_quantized(T))
     if (passes == Passes::kAvx2)
       return attend_runs_fused<T>(P, sc, q_len, group, ctx, key_begin, state, then);
   // The AVX-512 passes take runs of several blocks; AVX2's F32 passes and
@@ -523,6 +560,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   prefetch.set_readers(query_groups<kMaxQueryGroup>(P.per_head));
   // Pass 1: every score of the partition.
   k_pass<T>(P, sc, run_blocks, passes == Passes::kAvx512, prefetch);
+  if constexpr (is_quantized(T)) apply_row_scales<T>(P, L, KvPart::kKey, sc, sc.scores.data());
   // Pass 2: one softmax per query vector over the partition, relative to
   // the partition's own max. The VDPBF16PS V pass takes the probabilities
   // split into BF16 halves, written here without storing them as floats.
@@ -551,6 +589,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                           state.row_sum + i);
     }
   }
+  if constexpr (is_quantized(T)) apply_row_scales<T>(P, L, KvPart::kValue, sc, sc.scores.data());
   // Pass 3: V weighted by the probabilities (VDPBF16PS groups at most
   // kAvx512MaxQueries query vectors).
   if (dot) {
@@ -558,7 +597,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     v_pass_avx512_bf16(P, sc, prefetch, state.acc);
   } else if (passes == Passes::kAvx512) {
     v_pass_avx512<T>(P, sc, prefetch, state.acc);
-  } else {
+  } else if constexpr (!is_quantized(T)) {
     v_pass_avx2<T>(P, sc, prefetch, state.acc);
   }
 }
@@ -569,9 +608,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 
 bool decode_partition_supported(const KvLayout& layout) {
 #if BATON_HAVE_X86
-  // The score pass reads K tiles 8 keys at a time, and no rows' scales.
-  return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0 &&
-         !is_quantized(layout.dtype);
+  // The score pass reads K tiles 8 keys at a time. The 8-bit formats' codes
+  // only the 512-bit passes read.
+  if (is_quantized(layout.dtype))
+    return use_avx512() && layout.head_dim % kAvx512Columns == 0 && layout.block_size % 8 == 0;
+  return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0;
 #else
   (void)layout;
   return false;
@@ -590,8 +631,9 @@ void attend_decode_partition(const PagedAttentionParams& p, int32_t seq, int32_t
     case DType::kBF16:
       return attend_partition_avx2<DType::kBF16>(p, seq, key_begin, key_end, state, next);
     case DType::kI8:
+      return attend_partition_avx2<DType::kI8>(p, seq, key_begin, key_end, state, next);
     case DType::kFP8E4M3:
-      break;  // not supported: decode_partition_supported() says so
+      return attend_partition_avx2<DType::kFP8E4M3>(p, seq, key_begin, key_end, state, next);
   }
 #else
   (void)p;

@@ -15,12 +15,32 @@ namespace baton::kernels::cpu {
 namespace avx512 {
 namespace {
 
+// 16 8-bit codes as floats in units of kv_code_unit(T): int8 exactly;
+// E4M3 moved into F16 (its sign, exponent and mantissa fields shifted into
+// F16's, which holds every E4M3 value times 2^-8 exactly) and widened.
+template <DType T>
+BATON_AVX512_INLINE __m512 widen16_codes(__m128i codes) {
+  if constexpr (T == DType::kI8) {
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(codes));
+  } else {
+    static_assert(T == DType::kFP8E4M3);
+    // Sign-extended to 16 bits and shifted left by 7, the code's exponent
+    // and mantissa land in F16's fields and its sign in F16's sign bit; the
+    // sign's copy in bit 14 is cleared.
+    const __m256i shifted = _mm256_slli_epi16(_mm256_cvtepi8_epi16(codes), 7);
+    return _mm512_cvtph_ps(_mm256_and_si256(shifted, _mm256_set1_epi16(int16_t(0xbfff))));
+  }
+}
+
 // One K tile row's dimension (a BF16 pair's two) of 16 keys at `row` as
 // floats, or of 8 keys (the upper lanes zero) when kHalf.
 template <DType T, bool kHalf>
 BATON_AVX512_INLINE void load_key_dims(const char* row, __m512 (&dim)[2]) {
   constexpr __mmask16 kLanes = kHalf ? 0x00ff : 0xffff;
-  if constexpr (T == DType::kF32) {
+  if constexpr (is_quantized(T)) {
+    dim[0] = widen16_codes<T>(kHalf ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row))
+                                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
+  } else if constexpr (T == DType::kF32) {
     const float* f = reinterpret_cast<const float*>(row);
     dim[0] = kHalf ? _mm512_maskz_loadu_ps(kLanes, f) : _mm512_loadu_ps(f);
   } else if constexpr (T == DType::kF16) {
@@ -152,7 +172,11 @@ BATON_AVX512 void key_run_scores(const float* q, int32_t d, const char* const* t
 // even ones then the odd ones for BF16 (tile_pv_avx512_slot).
 template <DType T>
 BATON_AVX512_INLINE void load_row32(const char* row, int32_t c, __m512& lo, __m512& hi) {
-  if constexpr (T == DType::kF32) {
+  if constexpr (is_quantized(T)) {
+    const __m256i codes = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c));
+    lo = widen16_codes<T>(_mm256_castsi256_si128(codes));
+    hi = widen16_codes<T>(_mm256_extracti128_si256(codes, 1));
+  } else if constexpr (T == DType::kF32) {
     const float* f = reinterpret_cast<const float*>(row) + c;
     lo = _mm512_loadu_ps(f);
     hi = _mm512_loadu_ps(f + 16);
@@ -254,7 +278,7 @@ BATON_AVX512 void tile_pv(const float* p, int32_t p_stride, const char* const* r
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream) {
-  with_dtype(t, [&]<DType T>() {
+  with_kv_dtype(t, [&]<DType T>() {
     with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
       avx512::key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
     });
@@ -264,7 +288,7 @@ void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
 void key_run_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                            const char* const* tiles, size_t group_stride, int32_t keys, float* s,
                            int32_t s_stride, PrefetchStream& stream) {
-  with_dtype(t, [&]<DType T>() {
+  with_kv_dtype(t, [&]<DType T>() {
     with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
       avx512::key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
     });
@@ -284,7 +308,7 @@ void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
 void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
                     const char* const* rows, size_t row_offset, int32_t d, int32_t n, float* acc,
                     PrefetchStream& stream) {
-  with_dtype(t, [&]<DType T>() {
+  with_kv_dtype(t, [&]<DType T>() {
     with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
       avx512::tile_pv<T, R>(p, p_stride, rows, row_offset, d, n, acc, stream);
     });

@@ -30,6 +30,13 @@ inline constexpr int32_t kAvx512Columns = 32;
 // The most query vectors one call of either kernel serves.
 inline constexpr int32_t kAvx512TileQueries = 4;
 
+// The kernels that take a KV dtype (those with a prefetch stream) read the
+// 8-bit formats' codes too, unscaled, in units of this: an E4M3 code comes
+// out as its value times 2^-8 (what F16 holds of it exactly). The caller
+// multiplies each key's scores, and each probability, by its row's scale
+// times the unit.
+constexpr float kv_code_unit(DType t) { return t == DType::kFP8E4M3 ? 256.0f : 1.0f; }
+
 #if defined(__x86_64__) || defined(__i386__)
 
 // s[r * s_stride + t] = q_r · k_t for `queries` (1..kAvx512TileQueries)

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <utility>
 
 #include "common/check.h"
 #include "common/dtype.h"
@@ -27,6 +28,20 @@ void with_dtype(DType t, F&& f) {
   // The 8-bit KV formats are dequantized with their scales before any
   // kernel that dispatches here (attention.cc's load_tile).
   BATON_CHECK(!"with_dtype: no kernel reads quantized codes");
+}
+
+// with_dtype, and the 8-bit KV formats too: for the kernels that read
+// their codes (the scales are the caller's to apply).
+template <typename F>
+void with_kv_dtype(DType t, F&& f) {
+  switch (t) {
+    case DType::kI8:
+      return f.template operator()<DType::kI8>();
+    case DType::kFP8E4M3:
+      return f.template operator()<DType::kFP8E4M3>();
+    default:
+      return with_dtype(t, std::forward<F>(f));
+  }
 }
 
 // Calls f.template operator()<R>() for R = n, 1..kMax (kMax at most 4);
