@@ -173,7 +173,10 @@ TEST_P(PagedModelTest, DecodeStepEqualsFullPrefill) {
     }
     // A 16-bit cache may round a K/V element to the neighbouring value when
     // the two paths' F32 results straddle a rounding boundary.
-    const double relative = GetParam().kv_dtype == DType::kF32 ? 1e-4 : 1e-3;
+    // An 8-bit code moved by a step that way: up to 5e-3 in 300 runs.
+    const double relative = GetParam().kv_dtype == DType::kF32  ? 1e-4
+                            : is_quantized(GetParam().kv_dtype) ? 2e-2
+                                                                : 1e-3;
     EXPECT_LE(max_diff, relative * std::max(1.0, max_abs)) << "step " << t;
   }
 }
@@ -221,7 +224,8 @@ TEST_P(PagedModelTest, LongPromptsPrefilledInOneStepMatchReference) {
       const auto ref = reference_logits(*checkpoint_, tokens[s], GetParam().kv_dtype,
                                         bf16_gemm ? DType::kBF16 : DType::kF32);
       const double err = logprob_error(logits.data() + s * size_t(vocab), ref.back());
-      EXPECT_LT(err, bf16_gemm ? 0.3 : GetParam().tolerance) << "sequence " << s;
+      EXPECT_LT(err, bf16_gemm ? std::max(0.3, GetParam().tolerance) : GetParam().tolerance)
+          << "sequence " << s;
       tables[s].release(*manager_);
     }
   }
@@ -251,14 +255,15 @@ INSTANTIATE_TEST_SUITE_P(
                       // round a value on either side of a 16-bit boundary.
                       ModelCase{"tiny", DType::kF32, DType::kBF16, 6e-2},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF16, 2.5e-2},
-                      // 8-bit KV, quantized per head row as the reference does:
-                      // mostly 1e-5, but where F32 and double fall on either side
-                      // of a rounding boundary a code moves by one step (for int8
-                      // 1/127 of the row's largest element): up to 0.005 in 40
-                      // runs. Unscaled codes or another row's scales are off by
-                      // more than 1.
-                      ModelCase{"tiny", DType::kF32, DType::kI8, 0.05},
-                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kFP8E4M3, 0.05},
+                      // 8-bit KV, quantized per head row as the reference does.
+                      // Mostly 5e-6 (p99 1e-3), but where F32 and double fall
+                      // on either side of a rounding boundary a code moves by a
+                      // step: 1/127 of the row's largest element for int8, up
+                      // to 1/16 of a value for E4M3. The most in 300 runs of 25
+                      // positions: 0.05 (int8) and 0.43 (E4M3). Codes read with
+                      // another part's scales are off by 5 to 10.
+                      ModelCase{"tiny", DType::kF32, DType::kI8, 0.25},
+                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kFP8E4M3, 1.0},
                       ModelCase{"tiny", DType::kF32, DType::kF32, 2e-4, 32},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 32}),
     [](const auto& info) {

@@ -222,10 +222,12 @@ void expect_all_decode_as(Engine& decode_node, size_t n, const Sequence& want) {
 // reserves blocks, receives B's prompt KV, is activated with B's first token
 // and generator draws, and decodes the rest. C's tokens must equal A's
 // exactly, and its log-probs, which would show any fault in the KV, up to
-// rounding.
+// rounding. B prefills long prompts in chunks unless prefill_budget says
+// otherwise.
 void check_handoff(const GenerationOptions& options, uint64_t draws_per_token,
                    const std::vector<std::vector<int32_t>>& prompts,
-                   const std::function<std::unique_ptr<Engine>(int32_t, int32_t, int32_t)>& make) {
+                   const std::function<std::unique_ptr<Engine>(int32_t, int32_t, int32_t)>& make,
+                   int32_t prefill_budget = 16) {
   const int32_t block_size = 8;
   auto a = make(128, block_size, 2048);
   for (const auto& p : prompts) ASSERT_TRUE(a->scheduler().add(p, options).is_ok());
@@ -233,8 +235,9 @@ void check_handoff(const GenerationOptions& options, uint64_t draws_per_token,
   ASSERT_TRUE(reference.is_ok()) << reference.status().to_string();
   ASSERT_EQ(reference->size(), prompts.size());
 
-  // Prefill node: a small budget, so long prompts are prefilled in chunks.
-  auto b = make(96, block_size, 16);
+  // Prefill node: by default a small budget, so long prompts are prefilled
+  // in chunks.
+  auto b = make(96, block_size, prefill_budget);
   GenerationOptions prefill = options;
   prefill.max_tokens = 1;
   prefill.retain_blocks = true;
@@ -356,7 +359,10 @@ TEST_F(RemoteKvTest, GreedyHandoffEqualsOneEngine) {
 
 // With 8-bit KV the blocks carry their rows' scales: the handoff, which
 // copies whole blocks, decodes exactly what one engine with the same KV
-// format does (a copy without the scales would read NaN or garbage).
+// format does (a copy without the scales would read NaN or garbage). The
+// prefill node runs the prompts in the same step as the reference: in
+// chunks, its K rows would differ in their last bits, which can move an
+// 8-bit code by a step (about 3e-4 in a log-prob).
 TEST_F(RemoteKvTest, QuantizedKvHandoffEqualsOneEngine) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   for (DType kv : {DType::kI8, DType::kFP8E4M3}) {
@@ -367,9 +373,12 @@ TEST_F(RemoteKvTest, QuantizedKvHandoffEqualsOneEngine) {
     std::vector<std::vector<int32_t>> prompts;
     for (int i = 0; i < 3; ++i) prompts.push_back(random_prompt(1, 40));
     prompts.push_back(random_prompt(16, 16));
-    check_handoff(o, 0, prompts, [&](int32_t blocks, int32_t block_size, int32_t budget) {
-      return make_engine(blocks, block_size, budget);
-    });
+    check_handoff(
+        o, 0, prompts,
+        [&](int32_t blocks, int32_t block_size, int32_t budget) {
+          return make_engine(blocks, block_size, budget);
+        },
+        2048);
   }
 }
 
