@@ -30,6 +30,9 @@ struct PagedAttentionParams {
   const int32_t* block_tables = nullptr;
   int32_t block_table_stride = 0;
   float scale = 1.0f;  // usually 1 / sqrt(head_dim)
+  // > 0: sliding-window attention. A query at position p sees only the keys
+  // at positions (p - window, p], as transformers' sliding-window mask does.
+  int32_t window = 0;
 };
 
 }  // namespace baton::kernels

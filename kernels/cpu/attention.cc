@@ -64,8 +64,14 @@ struct MergeGroup {
 
 struct Scratch {
   std::vector<float> q, k, v, scores, alpha, row_max, row_sum, acc;
-  std::vector<int32_t> visible;
+  std::vector<int32_t> visible, hidden;
 };
+
+// The first key a query at `position` sees: 0, or under a sliding window
+// the first of its last `window` positions.
+int32_t first_seen_key(int32_t position, int32_t window) {
+  return window > 0 ? std::max(0, position - window + 1) : 0;
+}
 
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
@@ -176,6 +182,7 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
   sc.row_sum.assign(size_t(n_q), 0.0f);
   sc.alpha.resize(size_t(n_q));
   sc.visible.resize(size_t(per_head));
+  sc.hidden.resize(size_t(per_head));
   sc.scores.resize(size_t(per_head) * keys_padded_max);
   sc.k.resize(size_t(keys_padded_max) * d);
   sc.v.resize(size_t(keys_padded_max) * d);
@@ -200,10 +207,15 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
     const int32_t keys_padded = round_up(keys, 8);
     const int32_t block = table[kb / bs];
     for (int32_t r = 0; r < rows; ++r) {
-      // Row r sits at position ctx - q_len + row; it sees keys up to itself.
+      // Row r sits at position ctx - q_len + row; it sees keys up to itself
+      // (and under a sliding window, none before its window).
       const int32_t pos = ctx - q_len + item.row_begin + r;
       const int32_t visible = std::clamp(pos + 1 - kb, 0, keys);
-      for (int32_t g = 0; g < group; ++g) sc.visible[size_t(r) * group + g] = visible;
+      const int32_t hidden = std::clamp(first_seen_key(pos, p.window) - kb, 0, keys);
+      for (int32_t g = 0; g < group; ++g) {
+        sc.visible[size_t(r) * group + g] = visible;
+        sc.hidden[size_t(r) * group + g] = hidden;
+      }
     }
     for (int32_t h = item.kv_begin; h < item.kv_end; ++h) {
       const size_t first = size_t(h - item.kv_begin) * per_head;
@@ -219,6 +231,7 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
       a.kv_dtype = k_dtype;  // both tiles take the same branch of load_tile
       a.keys_padded = keys_padded;
       a.visible = sc.visible.data();
+      a.hidden = p.window > 0 ? sc.hidden.data() : nullptr;
       a.scores = sc.scores.data();
       a.alpha = sc.alpha.data() + first;
       a.row_max = sc.row_max.data() + first;
@@ -364,15 +377,18 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
     const int32_t q_len = p.query_start[s + 1] - p.query_start[s];
     const int32_t ctx = p.context_lens[s];
     if (q_len <= 0) continue;
+    // Keys before the first row's window are never read: the key runs
+    // start at the block that holds its first key.
+    const int32_t first_block_key = first_seen_key(ctx - q_len, p.window) / bs * bs;
     if (q_len <= kMaxSplitRows) {
       const int32_t n_q = q_len * p.num_heads;
-      if (ctx <= partition) {
-        items.push_back({s, 0, L.num_kv_heads, 0, q_len, 0, std::max(ctx, 0), -1,
-                         int64_t(n_q) * std::max(ctx, 1), true});
+      if (ctx - first_block_key <= partition) {
+        items.push_back({s, 0, L.num_kv_heads, 0, q_len, first_block_key, std::max(ctx, 0), -1,
+                         int64_t(n_q) * std::max(ctx - first_block_key, 1), true});
         continue;
       }
       MergeGroup mg{s, q_len, int32_t(items.size()), 0};
-      for (int32_t k0 = 0; k0 < ctx; k0 += partition) {
+      for (int32_t k0 = first_block_key; k0 < ctx; k0 += partition) {
         const int32_t k1 = std::min(ctx, k0 + partition);
         items.push_back({s, 0, L.num_kv_heads, 0, q_len, k0, k1, partial_floats,
                          int64_t(n_q) * (k1 - k0), true});
@@ -385,9 +401,10 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
     for (int32_t r0 = 0; r0 < q_len; r0 += rows_per_tile) {
       const int32_t r1 = std::min(q_len, r0 + rows_per_tile);
       const int32_t key_end = std::clamp(ctx - q_len + r1, 0, ctx);
+      const int32_t key_begin = first_seen_key(ctx - q_len + r0, p.window) / bs * bs;
       for (int32_t h = 0; h < L.num_kv_heads; ++h)
-        items.push_back(
-            {s, h, h + 1, r0, r1, 0, key_end, -1, int64_t(r1 - r0) * group * std::max(key_end, 1)});
+        items.push_back({s, h, h + 1, r0, r1, key_begin, key_end, -1,
+                         int64_t(r1 - r0) * group * std::max(key_end - key_begin, 1)});
     }
   }
   if (items.empty()) return;

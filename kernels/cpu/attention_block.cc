@@ -54,7 +54,8 @@ void attend_block_scalar(const AttentionBlockArgs& a) {
       for (int32_t c = 0; c < d; ++c) dot += qi[c] * k[size_t(c) * a.k_group_stride + size_t(t)];
       s[t] = dot;
     }
-    a.alpha[i] = softmax_update_scalar(s, visible, a.keys_padded, a.row_max + i, a.row_sum + i);
+    const int32_t seen = a.hidden ? mask_before_window(s, a.hidden[i], visible) : visible;
+    a.alpha[i] = softmax_update_scalar(s, seen, a.keys_padded, a.row_max + i, a.row_sum + i);
   }
   for (int32_t i = 0; i < a.n_q; ++i) {
     float* acc = a.acc + size_t(i) * d;
@@ -141,10 +142,11 @@ BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
     }
   });
   for (int32_t i = 0; i < a.n_q; ++i) {
-    const int32_t visible = std::min(a.visible[i], a.keys_padded);
+    float* s = a.scores + size_t(i) * a.keys_padded;
+    int32_t visible = std::min(a.visible[i], a.keys_padded);
+    if (a.hidden) visible = mask_before_window(s, a.hidden[i], visible);
     max_visible = std::max(max_visible, visible);
-    a.alpha[i] = softmax_update_avx2(a.scores + size_t(i) * a.keys_padded, visible, a.keys_padded,
-                                     a.row_max + i, a.row_sum + i);
+    a.alpha[i] = softmax_update_avx2(s, visible, a.keys_padded, a.row_max + i, a.row_sum + i);
   }
   constexpr int kRows = 4;
   int32_t i = 0;

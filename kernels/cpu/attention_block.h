@@ -35,13 +35,28 @@ struct AttentionBlockArgs {
   DType kv_dtype = DType::kF32;
   int32_t keys_padded = 0;           // rows of k/v and the scores stride; a multiple of 8
   const int32_t* visible = nullptr;  // [n_q]: query i sees keys [0, visible[i]) of this block
-  float* scores = nullptr;           // scratch [n_q, keys_padded]
-  float* alpha = nullptr;            // scratch [n_q]
+  // [n_q] or null: under a sliding window, query i does not see keys
+  // [0, hidden[i]) of this block either.
+  const int32_t* hidden = nullptr;
+  float* scores = nullptr;  // scratch [n_q, keys_padded]
+  float* alpha = nullptr;   // scratch [n_q]
   // Running online-softmax state, updated in place:
   float* row_max = nullptr;  // [n_q], -inf before the first block
   float* row_sum = nullptr;  // [n_q], 0 before the first block
   float* acc = nullptr;      // [n_q, head_dim], unnormalised output
 };
+
+// Keys [0, hidden) of a row of scores fall before a sliding window: they
+// become -inf, which every softmax here turns into nothing. Returns the
+// count of keys from the row's start the softmax must take: `visible`, or 0
+// when the row sees none of [0, visible) (a softmax over nothing but -inf
+// would give NaN).
+inline int32_t mask_before_window(float* s, int32_t hidden, int32_t visible) {
+  if (hidden <= 0) return visible;
+  if (hidden >= visible) return 0;
+  for (int32_t t = 0; t < hidden; ++t) s[t] = kNegInf;
+  return visible;
+}
 
 // Applies one block. Uses AVX2 when enabled and head_dim % 8 == 0.
 void attend_block(const AttentionBlockArgs& a);

@@ -194,6 +194,7 @@ struct Partition {
   size_t v_offset;        // from a block's K part to its V part
   size_t row_bytes;       // one key's row of one head
   size_t k_group_stride;  // between the dimension groups of a K tile
+  int32_t window;         // > 0: a sliding window (PagedAttentionParams::window)
 };
 
 // Parts (K or V of every head of a block) the AVX2 passes prefetch ahead:
@@ -419,13 +420,20 @@ BATON_AVX2 void apply_row_scales(const Partition& P, const KvLayout& L, KvPart p
   }
 }
 
-// Keys of the partition that query vector i sees: row r of the step sits at
-// position ctx - q_len + r and sees keys up to it.
-int32_t visible_keys(const Partition& P, int32_t i, int32_t group, int32_t ctx, int32_t q_len,
-                     int32_t key_begin) {
+// Keys [hidden, visible) of the partition are those query vector i sees:
+// row r of the step sits at position ctx - q_len + r and sees keys up to it,
+// under a sliding window only its last `window` positions.
+struct SeenKeys {
+  int32_t hidden;
+  int32_t visible;
+};
+SeenKeys seen_keys(const Partition& P, int32_t i, int32_t group, int32_t ctx, int32_t q_len,
+                   int32_t key_begin) {
   const int32_t row = (i % P.per_head) / group;
   const int32_t position = ctx - q_len + row;
-  return std::clamp(position + 1 - key_begin, 0, P.keys);
+  const int32_t first = P.window > 0 ? position - P.window + 1 : 0;
+  return {std::clamp(first - key_begin, 0, P.keys),
+          std::clamp(position + 1 - key_begin, 0, P.keys)};
 }
 
 // The AVX2 half-precision passes, fused run by run: a run's scores, an
@@ -464,10 +472,12 @@ BATON_AVX2 void attend_runs_fused(const Partition& P, Scratch& sc, int32_t q_len
     const int32_t k0 = j0 * P.bs;
     const int32_t n = std::min(run_blocks * P.bs, P.keys - k0);
     for (int32_t i = 0; i < P.n_q; ++i) {
-      const int32_t visible =
-          std::clamp(visible_keys(P, i, group, ctx, q_len, key_begin) - k0, 0, n);
-      const float alpha = softmax_update_avx2(sc.scores.data() + size_t(i) * P.stride + k0, visible,
-                                              round_up(n, 8), state.row_max + i, state.row_sum + i);
+      const SeenKeys seen = seen_keys(P, i, group, ctx, q_len, key_begin);
+      float* s = sc.scores.data() + size_t(i) * P.stride + k0;
+      const int32_t visible = mask_before_window(s, std::clamp(seen.hidden - k0, 0, n),
+                                                 std::clamp(seen.visible - k0, 0, n));
+      const float alpha =
+          softmax_update_avx2(s, visible, round_up(n, 8), state.row_max + i, state.row_sum + i);
       // The run's V rows add to what the earlier runs left, taken to the
       // new running max.
       if (alpha != 1.0f) {
@@ -502,6 +512,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.tile_bytes = L.head_tile_elements() * esize;
   P.v_offset = L.part_elements() * esize;  // V part after the K part
   P.k_group_stride = L.key_group_stride();
+  P.window = p.window;
   const int32_t d = P.d;
 
   // 512-bit passes where the CPU has them and head_dim fills their chunks;
@@ -573,8 +584,9 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     std::fill(sc.p_lo.end() - 2, sc.p_lo.end(), 0);
   }
   for (int32_t i = 0; i < P.n_q; ++i) {
-    const int32_t visible = visible_keys(P, i, group, ctx, q_len, key_begin);
     const size_t at = size_t(i) * P.stride;
+    const SeenKeys seen = seen_keys(P, i, group, ctx, q_len, key_begin);
+    const int32_t visible = mask_before_window(sc.scores.data() + at, seen.hidden, seen.visible);
     if (dot) {
       softmax_split_bf16(sc.scores.data() + at, visible, P.stride, state.row_max + i,
                          state.row_sum + i, sc.p_hi.data() + at, sc.p_lo.data() + at);

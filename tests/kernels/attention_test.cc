@@ -31,6 +31,7 @@ struct Case {
   int32_t head_dim;
   int32_t block_size;
   std::vector<SeqSpec> seqs;
+  int32_t window = 0;  // > 0: sliding-window attention
 };
 
 // The instruction sets a case runs with: AVX-512 with BF16's V pass on
@@ -54,8 +55,8 @@ const char* isa_name(Isa isa) {
 std::string describe(const Case& c, DType dt, Isa isa) {
   std::ostringstream os;
   os << "heads=" << c.num_heads << " kv_heads=" << c.num_kv_heads << " head_dim=" << c.head_dim
-     << " block=" << c.block_size << " dtype=" << dtype_name(dt) << " isa=" << isa_name(isa)
-     << " seqs=";
+     << " block=" << c.block_size << " window=" << c.window << " dtype=" << dtype_name(dt)
+     << " isa=" << isa_name(isa) << " seqs=";
   for (auto& s : c.seqs) os << "(" << s.context_len << "," << s.query_len << ")";
   return os.str();
 }
@@ -149,6 +150,7 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   p.block_tables = block_tables.data();
   p.block_table_stride = stride;
   p.scale = 1.0f / std::sqrt(float(c.head_dim));
+  p.window = c.window;
   paged_attention(pool, p);
 
   for (int32_t s = 0; s < num_seqs; ++s) {
@@ -161,7 +163,7 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
                           q.begin() + std::ptrdiff_t(query_start[size_t(s + 1)] * q_width));
     std::vector<double> ref =
         reference::attention(qs, spec.query_len, k, v, spec.context_len, c.num_heads,
-                             c.num_kv_heads, c.head_dim, double(p.scale));
+                             c.num_kv_heads, c.head_dim, double(p.scale), c.window);
     const double tol = 1e-4 * v_max;
     int failures = 0;
     for (size_t i = 0; i < ref.size() && failures < 5; ++i) {
@@ -211,6 +213,16 @@ std::vector<Case> cases() {
   // head_dim 96: the AVX-512 V pass ends with a one-chunk pass after a two-chunk one.
   all.push_back({6, 2, 96, 16, kLongDecode});
   all.push_back({4, 4, 96, 16, kRagged});
+  // Sliding windows: shorter than a block (rows see keys of one or two
+  // blocks), not a multiple of the block size, longer than a decode
+  // partition; over decode rows, long split contexts, prefill tiles whose
+  // rows' windows start in different blocks, and padded tiles.
+  all.push_back({8, 2, 64, 16, kMixed, 7});
+  all.push_back({9, 3, 64, 16, kLongDecode, 300});
+  all.push_back({4, 1, 128, 16, kChunked, 40});
+  all.push_back({6, 2, 64, 5, kRagged, 9});
+  all.push_back({8, 2, 64, 32, kLongDecode, 1});
+  all.push_back({4, 4, 64, 16, kChunked, 1024});
   return all;
 }
 
@@ -307,8 +319,11 @@ TEST(StoreKvTest, QuantizedRowsKeepTheirScalesBesideTheBlock) {
         }
       }
     }
-    for (size_t i = 0; i < kv_pool.size(); ++i)
-      if (!written[i]) ASSERT_EQ(kv_pool[i], untouched[i]) << "byte " << i;
+    for (size_t i = 0; i < kv_pool.size(); ++i) {
+      if (!written[i]) {
+        ASSERT_EQ(kv_pool[i], untouched[i]) << "byte " << i;
+      }
+    }
   }
 }
 

@@ -62,7 +62,7 @@ std::vector<double> silu_and_mul(const std::vector<float>& gate, const std::vect
 std::vector<double> attention(const std::vector<float>& q, int64_t q_len,
                               const std::vector<double>& k, const std::vector<double>& v,
                               int64_t ctx, int64_t num_heads, int64_t num_kv_heads,
-                              int64_t head_dim, double scale) {
+                              int64_t head_dim, double scale, int64_t window) {
   std::vector<double> out(static_cast<size_t>(q_len * num_heads * head_dim), 0.0);
   const int64_t group = num_heads / num_kv_heads;
   for (int64_t h = 0; h < num_heads; ++h) {
@@ -72,7 +72,7 @@ std::vector<double> attention(const std::vector<float>& q, int64_t q_len,
                                -std::numeric_limits<double>::infinity());
     for (int64_t j = 0; j < q_len; ++j) {
       const int64_t pos = ctx - q_len + j;
-      for (int64_t t = 0; t <= pos; ++t) {
+      for (int64_t t = window > 0 ? std::max<int64_t>(0, pos - window + 1) : 0; t <= pos; ++t) {
         double dot = 0.0;
         for (int64_t c = 0; c < head_dim; ++c)
           dot += double(q[size_t((j * num_heads + h) * head_dim + c)]) *

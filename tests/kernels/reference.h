@@ -25,11 +25,12 @@ std::vector<double> silu_and_mul(const std::vector<float>& gate, const std::vect
 
 // Causal GQA attention of one sequence over contiguous K/V.
 // q: [q_len, num_heads, head_dim]; k, v: [ctx, num_kv_heads, head_dim] (dequantised).
-// Row j sits at position ctx - q_len + j. Returns [q_len, num_heads, head_dim].
+// Row j sits at position ctx - q_len + j and sees the keys up to it; with
+// window > 0, only the last `window` of them. Returns [q_len, num_heads, head_dim].
 std::vector<double> attention(const std::vector<float>& q, int64_t q_len,
                               const std::vector<double>& k, const std::vector<double>& v,
                               int64_t ctx, int64_t num_heads, int64_t num_kv_heads,
-                              int64_t head_dim, double scale);
+                              int64_t head_dim, double scale, int64_t window = 0);
 
 // log_softmax over a vector of logits.
 std::vector<double> log_softmax(const float* logits, int64_t n);
