@@ -115,6 +115,7 @@ void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& 
   params.block_tables = batch.block_tables;
   params.block_table_stride = batch.block_table_stride;
   params.scale = 1.0f / std::sqrt(float(config_.head_dim));
+  params.window = config_.window_of(layer);
   kc::paged_attention(pool_, params);
   lap(&CpuStepProfile::attention_s);
 

@@ -360,6 +360,11 @@ Status check_served(const ModelConfig& c) {
                          std::to_string(c.hidden_size) + " and " +
                          std::to_string(c.intermediate_size));
   }
+  if (c.has_sliding_window()) {
+    return unimplemented(
+        "sliding-window attention: the CUDA backend attends to the whole context, and this "
+        "checkpoint's layers have windows (the CPU backend serves them)");
+  }
   return Status::ok();
 }
 

@@ -190,36 +190,59 @@ Status read_rope_scaling(const FieldReader& r, ModelConfig& c, const std::string
   return Status::ok();
 }
 
-// Sliding-window attention changes which keys a query sees; the engine attends
-// to the full context, so an active window would silently give wrong logits.
-Status check_sliding_window(const FieldReader& r, const ModelConfig& c) {
-  if (c.architecture == "Qwen2ForCausalLM") {
-    BATON_ASSIGN_OR_RETURN(bool use, r.boolean("use_sliding_window", false));
-    if (use) {
-      return r.error(StatusCode::kUnimplemented, "sliding_window",
-                     "is active (use_sliding_window is true); sliding-window attention is not "
-                     "supported");
-    }
-    return Status::ok();
+// The sliding window of each layer, as transformers 5 forms it:
+//  * Mistral: sliding_window (default 4096; null: none) on every layer.
+//  * Qwen2: sliding_window (default 4096) only with use_sliding_window, on
+//    the layers layer_types names "sliding_attention", or where it is
+//    absent on layers max_window_layers (default 28) and up.
+// A window at least max_position_embeddings long hides nothing: 0.
+Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& c) {
+  const bool mistral = c.architecture == "MistralForCausalLM";
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  if (!mistral && !qwen2) return Status::ok();
+  bool use = mistral;
+  if (qwen2) {
+    BATON_ASSIGN_OR_RETURN(use, r.boolean("use_sliding_window", false));
   }
-  if (c.architecture == "MistralForCausalLM") {
-    const json* v = r.find("sliding_window");
-    if (v == nullptr) return Status::ok();
-    if (!v->is_number_integer()) {
-      return r.invalid("sliding_window", "must be an integer or null, got " + v->dump());
-    }
-    const int64_t window =
-        v->is_number_unsigned()
-            ? int64_t(std::min<uint64_t>(v->get<uint64_t>(), uint64_t(INT64_MAX)))
-            : v->get<int64_t>();
-    if (window <= 0) return r.invalid("sliding_window", "must be positive, got " + v->dump());
-    if (window < c.max_position_embeddings) {
-      return r.error(StatusCode::kUnimplemented, "sliding_window",
-                     "is active (" + v->dump() + " < max_position_embeddings " +
-                         std::to_string(c.max_position_embeddings) +
-                         "); sliding-window attention is not supported");
+  if (!use) return Status::ok();
+  int32_t window = 4096;
+  if (doc.contains("sliding_window")) {
+    if (doc["sliding_window"].is_null()) return Status::ok();
+    BATON_ASSIGN_OR_RETURN(window, r.positive_int("sliding_window"));
+  }
+  if (window >= c.max_position_embeddings) return Status::ok();
+  std::vector<bool> sliding(size_t(c.num_layers), mistral);
+  if (qwen2) {
+    if (const json* types = r.find("layer_types")) {
+      if (!types->is_array() || types->size() != size_t(c.num_layers)) {
+        return r.invalid("layer_types", "must list " + std::to_string(c.num_layers) +
+                                            " layer types, got " + types->dump());
+      }
+      for (size_t i = 0; i < types->size(); ++i) {
+        const json& type = (*types)[i];
+        if (type == "sliding_attention") {
+          sliding[i] = true;
+        } else if (type != "full_attention") {
+          return r.error(
+              StatusCode::kUnimplemented, "layer_types",
+              "has " + type.dump() + "; full_attention and sliding_attention are supported");
+        }
+      }
+    } else {
+      int32_t from = 28;
+      if (const json* v = r.find("max_window_layers")) {
+        if (!v->is_number_integer() || v->get<int64_t>() < 0) {
+          return r.invalid("max_window_layers", "must be a non-negative integer, got " + v->dump());
+        }
+        from = int32_t(std::min<int64_t>(v->get<int64_t>(), c.num_layers));
+      }
+      for (int32_t i = from; i < c.num_layers; ++i) sliding[size_t(i)] = true;
     }
   }
+  c.layer_windows.assign(size_t(c.num_layers), 0);
+  for (size_t i = 0; i < sliding.size(); ++i)
+    if (sliding[i]) c.layer_windows[i] = window;
+  if (!c.has_sliding_window()) c.layer_windows.clear();
   return Status::ok();
 }
 
@@ -303,7 +326,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   }
   BATON_RETURN_IF_ERROR(read_rope_scaling(r, c, "rope_scaling"));
   BATON_RETURN_IF_ERROR(read_rope_scaling(r, c, "rope_parameters"));
-  BATON_RETURN_IF_ERROR(check_sliding_window(r, c));
+  BATON_RETURN_IF_ERROR(read_sliding_windows(r, doc, c));
 
   // Token ids: transformers defaults Llama and Mistral to bos 1 / eos 2, Qwen2 to none.
   const bool has_default_ids = !is_qwen2;
@@ -448,11 +471,19 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     doc["mlp_bias"] = false;
     doc["pretraining_tp"] = 1;
   } else if (type == "mistral") {
-    doc["sliding_window"] = nullptr;
+    // Mistral's window covers every layer.
+    doc["sliding_window"] = c.has_sliding_window() ? json(c.window_of(0)) : json(nullptr);
   } else if (type == "qwen2") {
-    doc["use_sliding_window"] = false;
-    doc["sliding_window"] = c.max_position_embeddings;
+    doc["use_sliding_window"] = c.has_sliding_window();
+    int32_t window = c.max_position_embeddings;
+    json types = json::array();
+    for (int32_t i = 0; i < c.num_layers; ++i) {
+      if (c.window_of(i) > 0) window = c.window_of(i);
+      types.push_back(c.window_of(i) > 0 ? "sliding_attention" : "full_attention");
+    }
+    doc["sliding_window"] = window;
     doc["max_window_layers"] = c.num_layers;
+    if (c.has_sliding_window()) doc["layer_types"] = types;
   }
   doc["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
   if (c.eos_token_ids.empty()) {

@@ -46,8 +46,22 @@ struct ModelConfig {
   int32_t bos_token_id = -1;    // -1: none
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::kF32;
+  // Per layer, as transformers forms it from sliding_window,
+  // use_sliding_window, max_window_layers and layer_types: > 0, the
+  // sliding window of that layer's attention; 0, full attention. Empty
+  // means no layer has a window. A window as long as
+  // max_position_embeddings is none.
+  std::vector<int32_t> layer_windows;
 
   int32_t group_size() const { return num_heads / num_kv_heads; }
+  int32_t window_of(int32_t layer) const {
+    return layer_windows.empty() ? 0 : layer_windows[size_t(layer)];
+  }
+  bool has_sliding_window() const {
+    for (int32_t w : layer_windows)
+      if (w > 0) return true;
+    return false;
+  }
 };
 
 // Parses and validates a config.json document. `source` names it in errors.

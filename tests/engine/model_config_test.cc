@@ -168,7 +168,62 @@ TEST(ModelConfigTest, ParsesMistralWithoutWindow) {
 TEST(ModelConfigTest, MistralWindowAtLeastContextIsInactive) {
   json j = doc(kMistral);
   j["sliding_window"] = 32768;
-  EXPECT_TRUE(parse(j).is_ok());
+  auto c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_FALSE(c->has_sliding_window());
+}
+
+// As transformers 5 forms them: Mistral's window on every layer (4096
+// where the key is absent, none where it is null); Qwen2's only with
+// use_sliding_window, on layers from max_window_layers or as layer_types
+// names them.
+TEST(ModelConfigTest, SlidingWindowsPerLayerAsTransformersFormsThem) {
+  auto windows = [](json j) {
+    auto c = parse(j);
+    EXPECT_TRUE(c.is_ok()) << c.status().to_string();
+    std::vector<int32_t> w;
+    for (int32_t i = 0; c.is_ok() && i < c->num_layers; ++i) w.push_back(c->window_of(i));
+    return w;
+  };
+  json mistral = doc(kMistral);  // 32 layers
+  mistral["sliding_window"] = 4096;
+  EXPECT_EQ(windows(mistral), std::vector<int32_t>(32, 4096));
+  mistral.erase("sliding_window");
+  EXPECT_EQ(windows(mistral), std::vector<int32_t>(32, 4096));
+  mistral["sliding_window"] = nullptr;
+  EXPECT_EQ(windows(mistral), std::vector<int32_t>(32, 0));
+
+  json qwen = doc(kQwen25);  // 24 layers
+  qwen["sliding_window"] = 512;
+  EXPECT_EQ(windows(qwen), std::vector<int32_t>(24, 0)) << "use_sliding_window is false";
+  qwen["use_sliding_window"] = true;
+  qwen["max_window_layers"] = 20;
+  std::vector<int32_t> want(24, 0);
+  for (int i = 20; i < 24; ++i) want[size_t(i)] = 512;
+  EXPECT_EQ(windows(qwen), want);
+  qwen["max_window_layers"] = 0;
+  EXPECT_EQ(windows(qwen), std::vector<int32_t>(24, 512));
+  std::vector<std::string> types(24, "full_attention");
+  types[1] = types[5] = "sliding_attention";
+  qwen["layer_types"] = types;
+  want.assign(24, 0);
+  want[1] = want[5] = 512;
+  EXPECT_EQ(windows(qwen), want) << "layer_types wins over max_window_layers";
+
+  // Written back (make-model), each reads back the same.
+  for (json j : {mistral, qwen}) {
+    auto c = parse(j);
+    ASSERT_TRUE(c.is_ok());
+    auto again = parse(model_config_to_json(*c));
+    ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+    EXPECT_EQ(again->layer_windows, c->layer_windows);
+  }
+  mistral["sliding_window"] = 300;
+  auto c = parse(mistral);
+  ASSERT_TRUE(c.is_ok());
+  auto again = parse(model_config_to_json(*c));
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->layer_windows, std::vector<int32_t>(32, 300));
 }
 
 TEST(ModelConfigTest, DefaultsFollowTransformers) {
@@ -258,16 +313,28 @@ TEST(ModelConfigTest, RefusalsNameTheirField) {
           {"original_max_position_embeddings", 8192}}}},
        StatusCode::kInvalidArgument,
        "rope_scaling.factor"},
-      {"mistral_window",
+      {"mistral_window_zero",
        kMistral,
-       {{"sliding_window", 4096}},
-       StatusCode::kUnimplemented,
+       {{"sliding_window", 0}},
+       StatusCode::kInvalidArgument,
        "sliding_window"},
-      {"qwen2_window",
+      {"qwen2_window_text",
        kQwen25,
-       {{"use_sliding_window", true}},
-       StatusCode::kUnimplemented,
+       {{"use_sliding_window", true}, {"sliding_window", "4096"}},
+       StatusCode::kInvalidArgument,
        "sliding_window"},
+      {"qwen2_layer_types_short",
+       kQwen25,
+       {{"use_sliding_window", true}, {"sliding_window", 64}, {"layer_types", {"full_attention"}}},
+       StatusCode::kInvalidArgument,
+       "layer_types"},
+      {"qwen2_layer_type_unknown",
+       kQwen25,
+       {{"use_sliding_window", true},
+        {"sliding_window", 64},
+        {"layer_types", std::vector<std::string>(24, "chunked_attention")}},
+       StatusCode::kUnimplemented,
+       "layer_types"},
       {"mlp_bias", kMinimal, {{"mlp_bias", true}}, StatusCode::kUnimplemented, "mlp_bias"},
       {"gelu", kMinimal, {{"hidden_act", "gelu"}}, StatusCode::kUnimplemented, "hidden_act"},
       {"heads_not_divisible",

@@ -29,6 +29,9 @@ struct ModelCase {
   // Where not 0, config.json's head_dim, unlike hidden_size / heads (as in
   // Qwen3 or Gemma): the q/k/v and o projections are then not square.
   int32_t head_dim = 0;
+  // Where not 0, a sliding window on every layer but the first (Qwen2's
+  // layer_types).
+  int32_t window = 0;
 };
 
 class PagedModelTest : public ::testing::TestWithParam<ModelCase> {
@@ -39,6 +42,10 @@ class PagedModelTest : public ::testing::TestWithParam<ModelCase> {
     auto config = model_preset(GetParam().preset);
     ASSERT_TRUE(config.is_ok()) << config.status().to_string();
     if (GetParam().head_dim != 0) config->head_dim = GetParam().head_dim;
+    if (GetParam().window != 0) {
+      config->layer_windows.assign(size_t(config->num_layers), GetParam().window);
+      config->layer_windows[0] = 0;
+    }
     dir_path_ =
         testing::make_model(dir_, *config, GetParam().preset, GetParam().weight_dtype, seed_);
     auto checkpoint = Checkpoint::open(dir_path_);
@@ -265,12 +272,17 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tiny", DType::kF32, DType::kI8, 0.25},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kFP8E4M3, 1.0},
                       ModelCase{"tiny", DType::kF32, DType::kF32, 2e-4, 32},
-                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 32}),
+                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 32},
+                      // Sliding windows shorter than the sequences, on every
+                      // layer but the first (Qwen2's layer_types).
+                      ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4, 0, 6},
+                      ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 0, 17}),
     [](const auto& info) {
       std::string name = std::string(info.param.preset) + "_w" +
                          std::string(dtype_name(info.param.weight_dtype)) + "_kv" +
                          std::string(dtype_name(info.param.kv_dtype));
       if (info.param.head_dim != 0) name += "_head_dim" + std::to_string(info.param.head_dim);
+      if (info.param.window != 0) name += "_window" + std::to_string(info.param.window);
       std::replace(name.begin(), name.end(), '-', '_');
       return name;
     });

@@ -130,7 +130,11 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
         int kvh = h / group;
         Vec scores(t + 1);
         double max = -INFINITY;
-        for (size_t s = 0; s <= t; ++s) {
+        // Under a sliding window, only the last `window` positions.
+        const int window = c.window_of(layer);
+        const size_t first = window > 0 && t + 1 > size_t(window) ? t + 1 - size_t(window) : 0;
+        for (size_t s = 0; s < first; ++s) scores[s] = -INFINITY;
+        for (size_t s = first; s <= t; ++s) {
           double dot = 0;
           for (int d = 0; d < hd; ++d) dot += q[t][size_t(h * hd + d)] * k[s][size_t(kvh * hd + d)];
           scores[s] = dot / std::sqrt(double(hd));
