@@ -95,6 +95,26 @@ def model_specs():
             sliding_window=None,
             tie_word_embeddings=False,
         )),
+        # Sliding windows shorter than the sequence: Mistral's on every
+        # layer; Qwen2's from max_window_layers on (layer 1, not layer 0).
+        ("mistral_sw", 1005, MistralConfig, MistralForCausalLM, dict(
+            COMMON,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_theta=10000.0,
+            sliding_window=7,
+            tie_word_embeddings=False,
+        )),
+        ("qwen2_sw", 1006, Qwen2Config, Qwen2ForCausalLM, dict(
+            COMMON,
+            num_attention_heads=4,
+            num_key_value_heads=1,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+            use_sliding_window=True,
+            sliding_window=5,
+            max_window_layers=1,
+        )),
     ]
 
 
