@@ -134,7 +134,8 @@ void BlockTable::commit(int32_t n) {
 }
 
 void BlockTable::truncate(BlockManager& manager, int32_t blocks) {
-  BATON_CHECK(blocks <= int32_t(blocks_.size()) && blocks * block_size_ <= num_tokens_);
+  BATON_CHECK(blocks <= int32_t(blocks_.size()) && blocks * block_size_ <= num_tokens_ &&
+              blocks >= num_released_);
   std::vector<int32_t> rest(blocks_.begin() + blocks, blocks_.end());
   std::reverse(rest.begin(), rest.end());  // the chain's tail first, as release()
   manager.release(rest);
@@ -145,10 +146,19 @@ void BlockTable::truncate(BlockManager& manager, int32_t blocks) {
 void BlockTable::release(BlockManager& manager) {
   // Last block first: a chain's tail is then evicted before its head, whose
   // loss would leave every later block of the chain unreachable.
-  std::reverse(blocks_.begin(), blocks_.end());
-  manager.release(blocks_);
+  std::vector<int32_t> held(blocks_.begin() + num_released_, blocks_.end());
+  std::reverse(held.begin(), held.end());
+  manager.release(held);
   blocks_.clear();
   num_tokens_ = 0;
+  num_released_ = 0;
+}
+
+void BlockTable::release_before(BlockManager& manager, int32_t first_needed) {
+  const int32_t end = std::min(std::max(first_needed, 0) / block_size_, int32_t(blocks_.size()));
+  if (end <= num_released_) return;
+  manager.release(std::vector<int32_t>(blocks_.begin() + num_released_, blocks_.begin() + end));
+  num_released_ = end;
 }
 
 }  // namespace baton::engine

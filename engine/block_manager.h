@@ -133,11 +133,18 @@ class BlockTable {
   }
   // Returns every block to the manager; the table is empty afterwards.
   void release(BlockManager& manager);
+  // Sliding windows: returns the blocks wholly before token `first_needed`,
+  // which no query will read again. Their ids stay in blocks() to keep
+  // positions and blocks aligned, but name blocks that may now be someone
+  // else's: only the first num_released() are so.
+  void release_before(BlockManager& manager, int32_t first_needed);
+  int32_t num_released() const { return num_released_; }
 
  private:
   int32_t block_size_;
   int32_t num_tokens_ = 0;
   std::vector<int32_t> blocks_;
+  int32_t num_released_ = 0;  // leading blocks already returned (release_before)
 };
 
 }  // namespace baton::engine

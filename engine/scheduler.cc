@@ -45,6 +45,14 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
         config.max_model_len > 0 ? "engine.max_model_len" : "the model's max_position_embeddings");
     max_model_len_ = int32_t(pool_tokens);
   }
+  const ModelConfig& c = model.config();
+  for (int32_t layer = 0; layer < c.num_layers; ++layer) {
+    if (c.window_of(layer) <= 0) {
+      kv_window_ = 0;
+      break;
+    }
+    kv_window_ = std::max(kv_window_, c.window_of(layer));
+  }
 }
 
 Status Scheduler::validate(const std::vector<int32_t>& prompt,
@@ -642,6 +650,10 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     seq.num_computed += scheduled[i].num_tokens;
     seq.high_water = std::max(seq.high_water, seq.num_computed);
     register_full_blocks(seq, seq.num_computed);
+    // The next step's first query sits at num_computed and sees the last
+    // kv_window_ positions. A prefill node's retained blocks all travel.
+    if (kv_window_ > 0 && !seq.options.retain_blocks)
+      seq.block_table.release_before(blocks_, seq.num_computed - kv_window_ + 1);
     if (plan.sequences[i].wants_logits) {
       sample(seq, logits_.data() + logits_row * size_t(vocab), outputs);
       ++logits_row;

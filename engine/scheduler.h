@@ -230,6 +230,11 @@ class Scheduler {
   KvPool& kv_;
   SchedulerConfig config_;
   int32_t max_model_len_;
+  // Where every layer has a sliding window, the longest of them: a
+  // sequence's blocks wholly before that many positions back are read by no
+  // later step and go back to the pool as it runs. 0: some layer attends to
+  // everything.
+  int32_t kv_window_ = 0;
   BlockManager blocks_;
   int64_t next_id_ = 0;
   int64_t preemptions_ = 0;

@@ -74,6 +74,36 @@ TEST(BlockTable, ReservesOnlyWhatTokensNeed) {
   EXPECT_TRUE(table.blocks().empty());
 }
 
+// Sliding windows: the blocks wholly before a token go back, once each;
+// release() then returns only the rest.
+TEST(BlockTable, ReleasesTheBlocksBeforeAWindowOnce) {
+  BlockManager manager(8);
+  BlockTable table(4);
+  ASSERT_TRUE(table.reserve(manager, 14).is_ok());  // 4 blocks
+  table.commit(14);
+  table.release_before(manager, 3);  // block 0 still holds token 3
+  EXPECT_EQ(table.num_released(), 0);
+  EXPECT_EQ(manager.num_free(), 4);
+  table.release_before(manager, 9);  // blocks 0 and 1 wholly before token 9
+  EXPECT_EQ(table.num_released(), 2);
+  EXPECT_EQ(manager.num_free(), 6);
+  EXPECT_EQ(manager.ref_count(table.blocks()[0]), 0);
+  EXPECT_EQ(manager.ref_count(table.blocks()[2]), 1);
+  table.release_before(manager, 5);  // behind what went already: nothing
+  table.release_before(manager, -7);
+  EXPECT_EQ(manager.num_free(), 6);
+  EXPECT_EQ(table.slot_of(13), table.blocks()[3] * 4 + 1);  // positions stay aligned
+  ASSERT_TRUE(table.reserve(manager, 3).is_ok());           // grows as ever
+  table.commit(3);
+  EXPECT_EQ(manager.num_free(), 5);
+  table.release_before(manager, 1000);  // past the end: every block
+  EXPECT_EQ(manager.num_free(), 8);
+  table.release(manager);
+  EXPECT_EQ(manager.num_free(), 8);
+  EXPECT_EQ(table.num_released(), 0);
+  for (int32_t b = 0; b < 8; ++b) EXPECT_EQ(manager.ref_count(b), 0);
+}
+
 TEST(BlockManager, HandsOutTheLowestFreeIdsInOrder) {
   BlockManager manager(16);
   auto a = manager.allocate(6);

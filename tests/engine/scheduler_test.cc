@@ -10,8 +10,11 @@
 #include <random>
 
 #include "common/prefix_hash.h"
+#include "engine/checkpoint.h"
 #include "engine/engine.h"
+#include "engine/make_model.h"
 #include "tests/engine/greedy_options.h"
+#include "tests/engine/reference_model.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
@@ -717,6 +720,65 @@ TEST_F(SchedulerTest, DamagedSsdTierIsComputedAgain) {
   // Computed again and registered, it is found in the pool next time.
   EXPECT_EQ(generate(*engine, {prompts[0]}, options)[0], alone[0]);
   EXPECT_GT(engine->scheduler().stats().prefix_hit_tokens, after.prefix_hit_tokens);
+}
+
+// Sliding windows on every layer: a long generation gives back the blocks
+// no window reads any more, so it holds a few at a time however long it
+// runs, and every token it chose has the log-probability the double
+// reference with the window gives it (prompt prefilled in chunks, output
+// decoded). With prefix caching on, the blocks given back stay cached;
+// off, the next block reserved is the one just given back (lowest id
+// first), so giving one back too early overwrites what a window reads.
+TEST(SlidingWindowTest, ALongGenerationHoldsOnlyItsWindowAndMatchesTheReference) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  testing::TempDir dir;
+  auto config = model_preset("tiny-qwen2");
+  ASSERT_TRUE(config.is_ok());
+  constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
+  config->layer_windows.assign(size_t(config->num_layers), kWindow);
+  const auto path = testing::make_model(dir, *config, "windowed", DType::kF32, seed);
+  EngineConfig engine_config;
+  engine_config.threads = 2;
+  engine_config.block_size = kBlock;
+  engine_config.kv_cache_blocks = 64;
+  engine_config.max_num_batched_tokens = kChunk;
+  std::uniform_int_distribution<int32_t> id(3, config->vocab_size - 1);
+  std::vector<int32_t> prompt(21);
+  for (int32_t& t : prompt) t = id(rng);
+  auto checkpoint = Checkpoint::open(path);
+  ASSERT_TRUE(checkpoint.is_ok());
+  for (const bool prefix_caching : {true, false}) {
+    SCOPED_TRACE(prefix_caching ? "prefix caching on" : "prefix caching off");
+    engine_config.enable_prefix_caching = prefix_caching;
+    auto engine = Engine::create(path, engine_config);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    GenerationOptions options = testing::greedy(150);
+    options.ignore_eos = true;
+    options.logprobs = 1;
+    ASSERT_TRUE((*engine)->scheduler().add(prompt, options).is_ok());
+    auto done = (*engine)->run_to_completion();
+    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+    const Sequence& seq = *(*done)[0];
+    ASSERT_EQ(seq.output.size(), 150u);
+    // A step reads the window behind its first row and writes its own
+    // tokens: at most (kWindow - 1 + kChunk) tokens over whole blocks, one
+    // more where they straddle a boundary. Without giving blocks back, 43.
+    const SchedulerStats stats = (*engine)->scheduler().stats();
+    EXPECT_LE(stats.peak_used_blocks, (kWindow - 1 + kChunk + kBlock - 1) / kBlock + 1);
+    EXPECT_EQ(stats.free_blocks, stats.total_blocks);
+
+    std::vector<int32_t> tokens = prompt;
+    tokens.insert(tokens.end(), seq.output.begin(), seq.output.end() - 1);
+    const auto reference = testing::reference_logits(**checkpoint, tokens, DType::kF32);
+    ASSERT_EQ(seq.output_logprobs.size(), seq.output.size());
+    for (size_t i = 0; i < seq.output.size(); ++i) {
+      const auto want = testing::log_softmax(reference[prompt.size() - 1 + i]);
+      EXPECT_NEAR(seq.output_logprobs[i].logprob, want[size_t(seq.output[i])], 2e-4)
+          << "output token " << i;
+    }
+  }
 }
 
 }  // namespace
