@@ -181,8 +181,10 @@ inline void store_from_float(void* data, DType t, size_t i, float value) {
     case DType::kBF16:
       static_cast<bf16_t*>(data)[i] = float_to_bf16(value);
       break;
-    case DType::kI8:  // value: an already scaled code
-      static_cast<int8_t*>(data)[i] = int8_t(std::clamp(std::nearbyint(value), -127.0f, 127.0f));
+    case DType::kI8:  // value: an already scaled code; NaN stores 0
+      static_cast<int8_t*>(data)[i] =
+          std::isnan(value) ? int8_t(0)
+                            : int8_t(std::clamp(std::nearbyint(value), -127.0f, 127.0f));
       break;
     case DType::kFP8E4M3:
       static_cast<uint8_t*>(data)[i] = float_to_fp8_e4m3(value);

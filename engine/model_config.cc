@@ -195,7 +195,6 @@ Status read_rope_scaling(const FieldReader& r, ModelConfig& c, const std::string
 //  * Qwen2: sliding_window (default 4096) only with use_sliding_window, on
 //    the layers layer_types names "sliding_attention", or where it is
 //    absent on layers max_window_layers (default 28) and up.
-// A window at least max_position_embeddings long hides nothing: 0.
 Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& c) {
   const bool mistral = c.architecture == "MistralForCausalLM";
   const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
@@ -210,7 +209,6 @@ Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& 
     if (doc["sliding_window"].is_null()) return Status::ok();
     BATON_ASSIGN_OR_RETURN(window, r.positive_int("sliding_window"));
   }
-  if (window >= c.max_position_embeddings) return Status::ok();
   std::vector<bool> sliding(size_t(c.num_layers), mistral);
   if (qwen2) {
     if (const json* types = r.find("layer_types")) {
@@ -239,10 +237,10 @@ Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& 
       for (int32_t i = from; i < c.num_layers; ++i) sliding[size_t(i)] = true;
     }
   }
+  if (std::find(sliding.begin(), sliding.end(), true) == sliding.end()) return Status::ok();
   c.layer_windows.assign(size_t(c.num_layers), 0);
   for (size_t i = 0; i < sliding.size(); ++i)
     if (sliding[i]) c.layer_windows[i] = window;
-  if (!c.has_sliding_window()) c.layer_windows.clear();
   return Status::ok();
 }
 
@@ -471,10 +469,19 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     doc["mlp_bias"] = false;
     doc["pretraining_tp"] = 1;
   } else if (type == "mistral") {
-    // Mistral's window covers every layer.
-    doc["sliding_window"] = c.has_sliding_window() ? json(c.window_of(0)) : json(nullptr);
+    // Mistral's one window covers every layer: the first layer's that has one.
+    json window = nullptr;
+    for (int32_t w : c.layer_windows) {
+      if (w > 0) {
+        window = w;
+        break;
+      }
+    }
+    doc["sliding_window"] = window;
   } else if (type == "qwen2") {
-    doc["use_sliding_window"] = c.has_sliding_window();
+    const bool windowed = std::any_of(c.layer_windows.begin(), c.layer_windows.end(),
+                                      [](int32_t w) { return w > 0; });
+    doc["use_sliding_window"] = windowed;
     int32_t window = c.max_position_embeddings;
     json types = json::array();
     for (int32_t i = 0; i < c.num_layers; ++i) {
@@ -483,7 +490,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     }
     doc["sliding_window"] = window;
     doc["max_window_layers"] = c.num_layers;
-    if (c.has_sliding_window()) doc["layer_types"] = types;
+    if (windowed) doc["layer_types"] = types;
   }
   doc["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
   if (c.eos_token_ids.empty()) {

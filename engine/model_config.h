@@ -49,17 +49,19 @@ struct ModelConfig {
   // Per layer, as transformers forms it from sliding_window,
   // use_sliding_window, max_window_layers and layer_types: > 0, the
   // sliding window of that layer's attention; 0, full attention. Empty
-  // means no layer has a window. A window as long as
-  // max_position_embeddings is none.
+  // means no layer has a window.
   std::vector<int32_t> layer_windows;
 
   int32_t group_size() const { return num_heads / num_kv_heads; }
   int32_t window_of(int32_t layer) const {
     return layer_windows.empty() ? 0 : layer_windows[size_t(layer)];
   }
+  // Whether some layer's window is shorter than max_position_embeddings,
+  // and so hides keys of contexts the model was made for. (A longer one
+  // hides keys only past that, where engine.max_model_len may still reach.)
   bool has_sliding_window() const {
     for (int32_t w : layer_windows)
-      if (w > 0) return true;
+      if (w > 0 && w < max_position_embeddings) return true;
     return false;
   }
 };

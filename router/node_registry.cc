@@ -33,14 +33,15 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
                             std::to_string(message.block_size) + ", the cluster uses " +
                             std::to_string(block_size_));
   }
-  if (!kv_dtype_.empty() && message.kv_dtype != kv_dtype_) {
+  // A node too old to say its format is not checked.
+  if (!kv_dtype_.empty() && !message.kv_dtype.empty() && message.kv_dtype != kv_dtype_) {
     return invalid_argument("node '" + message.node + "' keeps KV as " + message.kv_dtype +
                             ", the cluster's nodes as " + kv_dtype_ +
                             ": KV blocks move between nodes as bytes, so every node needs the "
                             "same engine.kv_dtype");
   }
   block_size_ = message.block_size;
-  kv_dtype_ = message.kv_dtype;
+  if (!message.kv_dtype.empty()) kv_dtype_ = message.kv_dtype;
   node.up = true;
   node.ever_registered = true;
   node.descriptor = message.descriptor;

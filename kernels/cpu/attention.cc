@@ -17,10 +17,13 @@
 // Items run with dynamic scheduling (largest first) since their costs differ.
 #include "kernels/cpu/attention.h"
 
+#include "common/check.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "kernels/cpu/attention_block.h"
@@ -122,6 +125,7 @@ const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part,
   }
   *dtype = DType::kF32;
   const bool quantized = is_quantized(L.dtype);
+  BATON_CHECK(!quantized || keys <= kMaxDequantizedKeys);
   float scales[kMaxDequantizedKeys];
   if (quantized) load_row_scales(p, block, part, kv_head, keys, scales);
   if (part == KvPart::kValue) {
@@ -312,13 +316,19 @@ void merge_group(const PagedAttentionParams& p, const MergeGroup& mg,
 RowScale row_scale(DType dtype, const float* row, int32_t n) {
   if (!is_quantized(dtype)) return {1.0f, 1.0f};
   float amax = 0.0f;
-  for (int32_t c = 0; c < n; ++c) amax = std::max(amax, std::abs(row[c]));
-  // A zero row stores zero codes with scale 0. A non-finite row keeps its
-  // NaN (every code and the scale become NaN or saturate) rather than
-  // hiding it.
-  if (amax == 0.0f) return {0.0f, 0.0f};
+  bool nan = false;
+  for (int32_t c = 0; c < n; ++c) {
+    amax = std::max(amax, std::abs(row[c]));
+    nan = nan || std::isnan(row[c]);
+  }
+  // A row with a NaN reads back as NaN, as it would unquantized (its codes
+  // are 0, its scale NaN). A row too small for its inverse to be finite
+  // (below about 1e-36) stores as a zero row: zero codes, scale 0.
+  if (nan) return {std::numeric_limits<float>::quiet_NaN(), 0.0f};
   const float qmax = quantized_max(dtype);
-  return {amax / qmax, qmax / amax};
+  const float inverse = amax > 0.0f ? qmax / amax : 0.0f;
+  if (!std::isfinite(inverse) || inverse == 0.0f) return {0.0f, 0.0f};
+  return {amax / qmax, inverse};
 }
 
 void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t layer,

@@ -23,7 +23,10 @@ inline constexpr int32_t kDecodePartitionTokens = 256;
 // How one K or V row of head_dim values is quantized: code = value *
 // inverse, rounded (to nearest even) to the format, and value ~ code *
 // scale. scale = max|row| / quantized_max(dtype), so the largest element
-// maps onto the format's largest code. Unquantized formats get 1 and 1.
+// maps onto the format's largest code, and inverse = quantized_max / max|row|.
+// A zero row, or one so small that inverse is not finite, gets 0 and 0; a
+// row with a NaN gets scale NaN and inverse 0 (it reads back as NaN).
+// Unquantized formats get 1 and 1.
 struct RowScale {
   float scale = 1.0f;
   float inverse = 1.0f;

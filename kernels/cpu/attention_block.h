@@ -47,7 +47,8 @@ struct AttentionBlockArgs {
 };
 
 // Keys [0, hidden) of a row of scores fall before a sliding window: they
-// become -inf, which every softmax here turns into nothing. Returns the
+// become -inf, which the softmaxes here turn into 0 (the scalar one) or
+// about 1e-38 (the vector exps clamp their input at -87). Returns the
 // count of keys from the row's start the softmax must take: `visible`, or 0
 // when the row sees none of [0, visible) (a softmax over nothing but -inf
 // would give NaN).

@@ -171,6 +171,7 @@ TEST(ModelConfigTest, MistralWindowAtLeastContextIsInactive) {
   auto c = parse(j);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_FALSE(c->has_sliding_window());
+  EXPECT_EQ(c->window_of(5), 32768) << "kept: engine.max_model_len may go past it";
 }
 
 // As transformers 5 forms them: Mistral's window on every layer (4096

@@ -271,6 +271,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // another part's scales are off by 5 to 10.
                       ModelCase{"tiny", DType::kF32, DType::kI8, 0.25},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kFP8E4M3, 1.0},
+                      // head_dim 32: decode rows take the partition kernel's
+                      // 512-bit passes where the CPU has them.
+                      ModelCase{"tiny-qwen2", DType::kF32, DType::kI8, 0.25, 32},
+                      ModelCase{"tiny", DType::kBF16, DType::kFP8E4M3, 1.0, 32},
                       ModelCase{"tiny", DType::kF32, DType::kF32, 2e-4, 32},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 32},
                       // Sliding windows shorter than the sequences, on every

@@ -101,8 +101,9 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   }
   layout.num_blocks = total_blocks + 5;  // spare blocks nobody owns
   const int32_t layer = 1;
-  // Every byte 0xff: NaN in f32, f16, bf16 and fp8, and a NaN scale for the
-  // 8-bit formats, so a read of an unwritten slot shows.
+  // Every byte 0xff: NaN in f32, f16 and bf16, and a NaN scale for the
+  // 8-bit formats (whose 0xff codes read as finite -1 and -1.875), so a
+  // read of an unwritten slot shows.
   std::vector<uint8_t> kv_pool(layout.total_bytes(), 0xff);
 
   std::vector<int32_t> ids(static_cast<size_t>(layout.num_blocks));
@@ -222,7 +223,7 @@ std::vector<Case> cases() {
   all.push_back({4, 1, 128, 16, kChunked, 40});
   all.push_back({6, 2, 64, 5, kRagged, 9});
   all.push_back({8, 2, 64, 32, kLongDecode, 1});
-  all.push_back({4, 4, 64, 16, kChunked, 1024});
+  all.push_back({4, 4, 64, 16, kLongDecode, 1024});
   return all;
 }
 
@@ -324,6 +325,35 @@ TEST(StoreKvTest, QuantizedRowsKeepTheirScalesBesideTheBlock) {
         ASSERT_EQ(kv_pool[i], untouched[i]) << "byte " << i;
       }
     }
+  }
+}
+
+// Rows at the edges of float: one too small for its inverse scale to be
+// finite stores as a zero row (not NaN codes), one with a NaN reads back
+// as NaN (its scale), as it would unquantized.
+TEST(StoreKvTest, QuantizedRowsTooSmallOrNanStayDefined) {
+  ThreadPool pool(2);
+  for (DType dt : {DType::kI8, DType::kFP8E4M3}) {
+    SCOPED_TRACE(std::string(dtype_name(dt)));
+    KvLayout layout{1, 2, 16, 1, 16, dt};
+    std::vector<uint8_t> kv_pool(layout.total_bytes(), 0x5a);
+    std::vector<float> k(2 * 16, 1e-38f), v(2 * 16, 0.5f);
+    k[3] = 0.0f;
+    v[16 + 7] = testing::kNaN;
+    const std::vector<int32_t> slots = {0, 1};
+    store_kv(pool, layout, kv_pool.data(), 0, k.data(), v.data(), slots.data(), 2);
+    auto scale_of = [&](KvPart part, int32_t slot) {
+      float scale;
+      std::memcpy(&scale, kv_pool.data() + layout.scale_byte_offset(0, 0, part, 0, slot), 4);
+      return scale;
+    };
+    for (int32_t slot = 0; slot < 2; ++slot) {
+      EXPECT_EQ(scale_of(KvPart::kKey, slot), 0.0f);
+      for (int32_t c = 0; c < 16; ++c)
+        EXPECT_EQ(load_as_float(kv_pool.data(), dt, layout.key_offset(0, 0, 0, slot, c)), 0.0f);
+    }
+    EXPECT_EQ(scale_of(KvPart::kValue, 0), 0.5f / quantized_max(dt));
+    EXPECT_TRUE(std::isnan(scale_of(KvPart::kValue, 1)));
   }
 }
 

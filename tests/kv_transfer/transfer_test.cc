@@ -1463,8 +1463,6 @@ TEST_P(StagedTransferTest, CopyInFailureFailsBothSides) {
   peer_process_->quit();
 }
 
-// A pool in CUDA memory without a copier, or a copier without a pool, is
-// refused at creation with a message that says what is missing.
 // A pool of another KV format cannot take this one's blocks, nor this one
 // its: refused, naming both formats (the other geometries say less).
 TEST(TransferPeerTest, APeerOfAnotherKvFormatIsRefusedNamingBoth) {
@@ -1491,6 +1489,8 @@ TEST(TransferPeerTest, APeerOfAnotherKvFormatIsRefusedNamingBoth) {
   EXPECT_NE(other_geometry.status().message().find("different KV geometry"), std::string::npos);
 }
 
+// A pool in CUDA memory without a copier, or a copier without a pool, is
+// refused at creation with a message that says what is missing.
 TEST(StagedPoolConfigTest, CudaPoolNeedsACopierAndACopierNeedsAPool) {
   KvLayout layout = make_layout(DType::kBF16, 8, 2);
   std::vector<uint8_t> pool(layout.total_bytes());
