@@ -33,16 +33,19 @@ source_of() {
   local spec=$1 side=$2
   local tiles=kernels/cpu/decode_tiles_avx512.cc
   local bf16=kernels/cpu/attention_decode_avx512.cc
+  local vnni=kernels/cpu/decode_scores_vnni.cc  # absent before int8 KV: empty
   rm -rf "$work/${side}_root"
   mkdir -p "$work/${side}_root/kernels/cpu"
   if [ -f "$spec" ]; then
     cp "$spec" "$work/$side.cc"
     cp "$root/$tiles" "$work/${side}_tiles.cc"
     cp "$root/$bf16" "$work/${side}_bf16.cc"
+    cp "$root/$vnni" "$work/${side}_vnni.cc"
   else
     git -C "$root" show "$spec:kernels/cpu/attention_decode.cc" >"$work/$side.cc"
     git -C "$root" show "$spec:$tiles" >"$work/${side}_tiles.cc"
     git -C "$root" show "$spec:$bf16" >"$work/${side}_bf16.cc"
+    git -C "$root" show "$spec:$vnni" >"$work/${side}_vnni.cc" 2>/dev/null || : >"$work/${side}_vnni.cc"
     local header
     for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ | grep '\.h$'); do
       git -C "$root" show "$spec:$header" >"$work/${side}_root/$header"
@@ -62,7 +65,7 @@ side() {
   ${CXX:-c++} -I"$work/${1}_root" "${flags[@]}" -c "$root/bench/partition_ab/variant.cc" \
     -DBATON_AB_SIDE="$1" \
     -DBATON_AB_SOURCE="\"$work/$1.cc\"" -DBATON_AB_TILES_SOURCE="\"$work/${1}_tiles.cc\"" \
-    -DBATON_AB_BF16_SOURCE="\"$work/${1}_bf16.cc\"" \
+    -DBATON_AB_BF16_SOURCE="\"$work/${1}_bf16.cc\"" -DBATON_AB_VNNI_SOURCE="\"$work/${1}_vnni.cc\"" \
     -o "$work/$1.o"
 }
 # No object of an earlier run may stand in for one that failed to build.

@@ -7,7 +7,8 @@
 //
 // where one KV head's tile of one block is
 //
-//   K: [head_dim / g][block_size][g]   (g = key_group_of(dtype): 2 for BF16, else 1)
+//   K: [head_dim / g][block_size][g]   (g = key_group_of(dtype): 2 for BF16, 4 for int8,
+//                                        else 1)
 //   V: [block_size][head_dim]
 //
 // The 8-bit formats (int8, fp8_e4m3) store codes; a block of them ends with
@@ -60,8 +61,12 @@ enum class KvPart : uint8_t { kKey = 0, kValue = 1 };
 // order) or one whole key row after another (the GPU kernels' order).
 enum class KeyOrder : uint8_t { kGrouped = 0, kTokenMajor = 1 };
 
-// Elements of one key that lie side by side in a grouped K tile of dtype t.
-BATON_HOST_DEVICE constexpr int32_t key_group_of(DType t) { return t == DType::kBF16 ? 2 : 1; }
+// Elements of one key that lie side by side in a grouped K tile of dtype t:
+// a BF16 pair (what VDPBF16PS takes), four int8 codes (what VPDPBUSD
+// takes), else one.
+BATON_HOST_DEVICE constexpr int32_t key_group_of(DType t) {
+  return t == DType::kBF16 ? 2 : t == DType::kI8 ? 4 : 1;
+}
 
 struct KvLayout {
   int32_t num_layers = 0;

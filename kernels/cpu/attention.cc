@@ -371,6 +371,10 @@ void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t l
       });
 }
 
+bool quantizes_queries(const KvLayout& layout, int32_t q_len) {
+  return layout.dtype == DType::kI8 && q_len <= kMaxSplitRows && decode_partition_supported(layout);
+}
+
 void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
   const KvLayout& L = p.layout;
   if (p.num_seqs <= 0 || L.num_kv_heads <= 0 || p.num_heads <= 0) return;

@@ -48,4 +48,10 @@ using kernels::PagedAttentionParams;
 // the tiled prefill path. Every output row is written.
 void paged_attention(ThreadPool& pool, const PagedAttentionParams& params);
 
+// True when paged_attention scores the query vectors of a sequence of q_len
+// rows as int8 codes (each vector, scaled, quantized as quantize_queries in
+// decode_scores_vnni.h says) against `layout`'s keys: int8 KV's decode rows
+// on CPUs with AVX-512 VNNI. Otherwise queries stay F32.
+bool quantizes_queries(const KvLayout& layout, int32_t q_len);
+
 }  // namespace baton::kernels::cpu

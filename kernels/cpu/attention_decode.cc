@@ -7,6 +7,7 @@
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode_avx512.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/decode_scores_vnni.h"
 #include "kernels/cpu/decode_tiles_avx512.h"
 #include "kernels/cpu/key_tile_scores.h"
 #include "kernels/cpu/prefetch_stream.h"
@@ -172,6 +173,9 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int
 struct Scratch {
   std::vector<float> q, scores, acc;
   std::vector<float> scales;  // of one KV head's rows of the partition (8-bit KV)
+  // int8 KV: the query vectors as codes (decode_scores_vnni.h).
+  std::vector<uint32_t> q_words;
+  std::vector<float> q_scales;
   // The probabilities split for the AVX-512 V pass.
   std::vector<uint16_t> p_hi, p_lo;
   std::vector<const char*> blocks;
@@ -298,14 +302,20 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
   for (int32_t h = 0; h < P.heads; ++h)
     for_query_groups(P.per_head, [&]<int R>(int32_t g0) {
       const int32_t i = h * P.per_head + g0;
+      // int8: the query vectors' codes against the keys' (VNNI).
+      const QueryCodes codes{sc.q_words.data() + size_t(i) * (P.d / 4), sc.q_scales.data() + i};
       if (avx512 && P.bs == 16 && run_blocks > 1) {
         // The run's tiles of head h, as prepare_runs lists them: two at a
         // time, each query element broadcast once for both.
         const char* const* tiles = sc.tiles.data() + size_t(j0) * P.heads + size_t(h) * (j1 - j0);
         const int32_t k0 = j0 * P.bs;
-        key_run_scores_avx512(T, R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
-                              std::min(j1 * P.bs, P.keys) - k0,
-                              sc.scores.data() + size_t(i) * P.stride + k0, P.stride, prefetch);
+        float* s = sc.scores.data() + size_t(i) * P.stride + k0;
+        const int32_t keys = std::min(j1 * P.bs, P.keys) - k0;
+        if constexpr (T == DType::kI8)
+          key_run_scores_vnni(R, codes, P.d, tiles, P.k_group_stride, keys, s, P.stride, prefetch);
+        else
+          key_run_scores_avx512(T, R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
+                                keys, s, P.stride, prefetch);
         return;
       }
       for (int32_t j = j0; j < j1; ++j) {
@@ -316,9 +326,11 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
         const float* q = sc.q.data() + size_t(i) * P.d;
         const char* tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
         float* s = sc.scores.data() + size_t(i) * P.stride + k0;
-        // The 8-bit formats run the AVX-512 passes only
+        // The 8-bit formats run the AVX-512 passes only, int8 with VNNI
         // (decode_partition_supported).
-        if (avx512 || is_quantized(T))
+        if constexpr (T == DType::kI8)
+          key_tile_scores_vnni(R, codes, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
+        else if (avx512 || is_quantized(T))
           key_tile_scores_avx512(T, R, q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
         else if constexpr (!is_quantized(T))
           key_tile_scores<T, R>(q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
@@ -533,6 +545,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
         float* dst = sc.q.data() + (size_t(h) * P.per_head + size_t(r) * group + g) * d;
         for (int32_t c = 0; c < d; ++c) dst[c] = src[c] * p.scale;
       }
+  if constexpr (T == DType::kI8) {
+    sc.q_words.resize(size_t(P.n_q) * size_t(d / 4));
+    sc.q_scales.resize(size_t(P.n_q));
+    quantize_queries(sc.q.data(), P.n_q, d, sc.q_words.data(), sc.q_scales.data());
+  }
   sc.scores.resize(size_t(P.n_q) * P.stride);
   sc.acc.assign(size_t(P.n_q) * d, 0.0f);
 
@@ -621,9 +638,10 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 bool decode_partition_supported(const KvLayout& layout) {
 #if BATON_HAVE_X86
   // The score pass reads K tiles 8 keys at a time. The 8-bit formats' codes
-  // only the 512-bit passes read.
+  // only the 512-bit passes read, int8's scores with VNNI.
   if (is_quantized(layout.dtype))
-    return use_avx512() && layout.head_dim % kAvx512Columns == 0 && layout.block_size % 8 == 0;
+    return use_avx512() && layout.head_dim % kAvx512Columns == 0 && layout.block_size % 8 == 0 &&
+           (layout.dtype != DType::kI8 || use_avx512_vnni());
   return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0;
 #else
   (void)layout;

@@ -79,4 +79,18 @@ void set_avx512_bf16_preferred(bool preferred) {
   g_avx512_bf16_preferred.store(preferred, std::memory_order_relaxed);
 }
 
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool use_avx512_vnni() { return use_avx512() && cpu_has_avx512_vnni(); }
+
 }  // namespace baton::kernels::cpu

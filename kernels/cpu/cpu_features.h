@@ -48,4 +48,11 @@ bool use_avx512_bf16();
 bool cpu_prefers_avx512_bf16();
 void set_avx512_bf16_preferred(bool preferred);
 
+// True when the CPU has AVX-512 F, BW, VL and VNNI (checked once): int8 KV's
+// decode score pass multiplies int8 keys by int8 queries with VPDPBUSD
+// (decode_scores_vnni.h).
+bool cpu_has_avx512_vnni();
+// use_avx512() and the CPU has VNNI.
+bool use_avx512_vnni();
+
 }  // namespace baton::kernels::cpu

@@ -37,7 +37,7 @@ BATON_AVX512_INLINE __m512 widen16_codes(__m128i codes) {
 template <DType T, bool kHalf>
 BATON_AVX512_INLINE void load_key_dims(const char* row, __m512 (&dim)[2]) {
   constexpr __mmask16 kLanes = kHalf ? 0x00ff : 0xffff;
-  if constexpr (is_quantized(T)) {
+  if constexpr (T == DType::kFP8E4M3) {  // int8 keys take the VNNI pass instead
     dim[0] = widen16_codes<T>(kHalf ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row))
                                     : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
   } else if constexpr (T == DType::kF32) {
@@ -279,9 +279,13 @@ void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream) {
   with_kv_dtype(t, [&]<DType T>() {
-    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
-      avx512::key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
-    });
+    if constexpr (T == DType::kI8) {
+      BATON_CHECK(!"int8 scores take the VNNI pass (decode_scores_vnni.h)");
+    } else {
+      with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
+        avx512::key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
+      });
+    }
   });
 }
 
@@ -289,9 +293,13 @@ void key_run_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                            const char* const* tiles, size_t group_stride, int32_t keys, float* s,
                            int32_t s_stride, PrefetchStream& stream) {
   with_kv_dtype(t, [&]<DType T>() {
-    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
-      avx512::key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
-    });
+    if constexpr (T == DType::kI8) {
+      BATON_CHECK(!"int8 scores take the VNNI pass (decode_scores_vnni.h)");
+    } else {
+      with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
+        avx512::key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
+      });
+    }
   });
 }
 

@@ -90,6 +90,7 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
         for (int i = 0; i < row; ++i) amax = std::max(amax, std::fabs(float(x[r + size_t(i)])));
         scale = amax > 0.0f ? amax / quantized_max(kv_dtype) : 0.0f;
         inverse = amax > 0.0f ? quantized_max(kv_dtype) / amax : 0.0f;
+        if (!std::isfinite(inverse)) scale = inverse = 0.0f;  // too small: a zero row
       }
       for (int i = 0; i < row; ++i) {
         double& e = x[r + size_t(i)];

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/decode_scores_vnni.h"
 #include "tests/kernels/reference.h"
 #include "tests/kernels/test_util.h"
 
@@ -162,6 +163,16 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
     for (double x : v) v_max = std::max(v_max, std::abs(x));
     std::vector<float> qs(q.begin() + std::ptrdiff_t(query_start[size_t(s)] * q_width),
                           q.begin() + std::ptrdiff_t(query_start[size_t(s + 1)] * q_width));
+    // Where the kernel scores int8 queries, the reference takes them too.
+    if (quantizes_queries(layout, spec.query_len)) {
+      for (size_t v = 0; v < qs.size(); v += size_t(c.head_dim)) {
+        std::vector<float> scaled(size_t(c.head_dim));
+        for (int32_t e = 0; e < c.head_dim; ++e) scaled[size_t(e)] = qs[v + size_t(e)] * p.scale;
+        const std::vector<double> stored = testing::stored_rows(scaled, c.head_dim, DType::kI8);
+        for (int32_t e = 0; e < c.head_dim; ++e)
+          qs[v + size_t(e)] = float(stored[size_t(e)] / double(p.scale));
+      }
+    }
     std::vector<double> ref =
         reference::attention(qs, spec.query_len, k, v, spec.context_len, c.num_heads,
                              c.num_kv_heads, c.head_dim, double(p.scale), c.window);
@@ -354,6 +365,35 @@ TEST(StoreKvTest, QuantizedRowsTooSmallOrNanStayDefined) {
     }
     EXPECT_EQ(scale_of(KvPart::kValue, 0), 0.5f / quantized_max(dt));
     EXPECT_TRUE(std::isnan(scale_of(KvPart::kValue, 1)));
+  }
+}
+
+// Query vectors become int8 codes (plus 128, four to a word) as KV rows
+// do: the same codes and scales as the reference recomputes, on every ISA,
+// zero and tiny vectors included.
+TEST(QueryCodesTest, QueriesQuantizeAsKvRowsDo) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  constexpr int32_t kVectors = 7, kDim = 64;
+  std::vector<float> q = random_floats(rng, size_t(kVectors) * kDim, -5.0f, 5.0f);
+  std::fill(q.begin() + kDim, q.begin() + 2 * kDim, 0.0f);
+  std::fill(q.begin() + 2 * kDim, q.begin() + 3 * kDim, 1e-38f);
+  for (const bool avx512 : {true, false}) {
+    SCOPED_TRACE(avx512 ? "avx512" : "scalar");
+    set_avx512_enabled(avx512);
+    std::vector<uint32_t> words(size_t(kVectors) * kDim / 4, 0xdeadbeef);
+    std::vector<float> scales(kVectors, testing::kNaN);
+    quantize_queries(q.data(), kVectors, kDim, words.data(), scales.data());
+    set_avx512_enabled(true);
+    const std::vector<double> want = testing::stored_rows(q, kDim, DType::kI8);
+    for (int32_t i = 0; i < kVectors; ++i) {
+      const uint8_t* codes = reinterpret_cast<const uint8_t*>(words.data() + size_t(i) * kDim / 4);
+      for (int32_t c = 0; c < kDim; ++c) {
+        const double got = double(int32_t(codes[c]) - 128) * double(scales[size_t(i)]);
+        ASSERT_EQ(got, want[size_t(i) * kDim + size_t(c)]) << "vector " << i << " dim " << c;
+      }
+    }
   }
 }
 

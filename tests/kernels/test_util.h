@@ -54,8 +54,9 @@ inline std::vector<double> stored_rows(const std::vector<float>& values, int32_t
     for (int32_t c = 0; c < row; ++c) amax = std::max(amax, std::fabs(values[r + size_t(c)]));
     const bool quantized = is_quantized(type);
     const float qmax = quantized_max(type);
-    const float scale = !quantized ? 1.0f : amax > 0.0f ? amax / qmax : 0.0f;
-    const float inverse = !quantized ? 1.0f : amax > 0.0f ? qmax / amax : 0.0f;
+    float scale = !quantized ? 1.0f : amax > 0.0f ? amax / qmax : 0.0f;
+    float inverse = !quantized ? 1.0f : amax > 0.0f ? qmax / amax : 0.0f;
+    if (!std::isfinite(inverse)) scale = inverse = 0.0f;  // too small: a zero row
     for (int32_t c = 0; c < row; ++c)
       out[r + size_t(c)] = round_trip(values[r + size_t(c)] * inverse, type) * double(scale);
   }
