@@ -13,7 +13,7 @@ anything, and every pool's free blocks return to their total.
     node's link (where the kernel has tc's netem);
   * kill -9 of the decode node mid-stream, which `baton up` starts again;
   * SIGSTOP of the decode node mid-stream, then SIGCONT;
-  * a client that hangs up mid-stream;
+  * a client that hangs up mid-stream, over HTTP and over ZeroMQ;
   * kill -9 of the prefill node while its KV streams to the decode node;
   * twice router.max_queued_requests at once;
   * kill -9 of the router with a stream in flight, whose nodes on the
@@ -355,6 +355,30 @@ def test_client_hangs_up(baton, model_dir):
     print(f"client hang-up: the decode node drained {time.time() - hung_up:.2f} s later")
 
 
+def test_zmq_client_goes_away(baton, model_dir):
+    """A ZeroMQ client that goes away mid-stream (`baton bench` over the
+    router's ZeroMQ front end, killed): the router cancels its request when
+    the connection from the other host closes, and the decode node stops
+    and gives its blocks back."""
+    client = subprocess.Popen(
+        [baton, "bench", "--backend", "zmq", "--host", ROUTER, "--port", "8001",
+         "--num-prompts", "1", "--random-input-len", "16", "--random-output-len", "900",
+         "--max-concurrency", "1", "--vocab-size", "49000", "--seed", "3"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for("the ZeroMQ client's request on the decode node",
+                 lambda: nodes().get("decode-0", {}).get("running", 0) > 0, 10)
+        time.sleep(0.3)  # tokens on the wire
+    finally:
+        client.kill()
+        client.wait()
+    gone = time.time()
+    # Generating the 900 tokens to the end would take several times longer.
+    wait_for("the decode node's blocks back after the ZeroMQ client went away", drained, 3)
+    check_serves(baton, model_dir, "after the ZeroMQ client went away")
+    print(f"ZeroMQ client gone: the decode node drained {time.time() - gone:.2f} s later")
+
+
 def test_prefill_killed_mid_prefill(baton, model_dir):
     """kill -9 of the prefill node while it prefills a long prompt and
     streams its KV layer by layer to the decode node: the request fails
@@ -516,6 +540,7 @@ def main():
                 test_kill_decode(baton, model_dir)
                 test_stopped_decode(baton, model_dir)
                 test_client_hangs_up(baton, model_dir)
+                test_zmq_client_goes_away(baton, model_dir)
                 test_prefill_killed_mid_prefill(baton, model_dir)
                 test_queue_overflow(baton, model_dir)
                 test_router_killed(baton, model_dir, cluster)
