@@ -8,9 +8,10 @@
 #
 # OLD and NEW are each a file or a git revision. A revision gives its
 # kernels/cpu/attention_decode.cc, its 512-bit tile passes
-# (decode_tiles_avx512.cc) and VDPBF16PS V pass (attention_decode_avx512.cc),
-# built with its own kernels/cpu headers; a file is an attention_decode.cc,
-# with this tree's other sources and headers. A is OLD, B is NEW. Each side
+# (decode_tiles_avx512.cc), VDPBF16PS V pass (attention_decode_avx512.cc) and
+# int8 VNNI score pass (decode_scores_vnni.cc), built with its own
+# kernels/cpu and common headers; a file is an attention_decode.cc, with this
+# tree's other sources and headers. A is OLD, B is NEW. Each side
 # has its own prefetch stream class, so the templates that take it (the AVX2
 # tile passes of key_tile_scores.h among them) are each side's own: a change
 # to a header is compared by revisions (commit it on a branch). The rest of
@@ -28,14 +29,15 @@ work=$build/partition_ab_sources
 mkdir -p "$work"
 
 # The kernel source of a file or a revision, as files under $work; a
-# revision's kernels/cpu headers go to $work/<side>_root, searched first.
+# revision's kernels/cpu and common headers go to $work/<side>_root,
+# searched first.
 source_of() {
   local spec=$1 side=$2
   local tiles=kernels/cpu/decode_tiles_avx512.cc
   local bf16=kernels/cpu/attention_decode_avx512.cc
   local vnni=kernels/cpu/decode_scores_vnni.cc  # absent before int8 KV: empty
   rm -rf "$work/${side}_root"
-  mkdir -p "$work/${side}_root/kernels/cpu"
+  mkdir -p "$work/${side}_root/kernels/cpu" "$work/${side}_root/common"
   if [ -f "$spec" ]; then
     cp "$spec" "$work/$side.cc"
     cp "$root/$tiles" "$work/${side}_tiles.cc"
@@ -47,7 +49,7 @@ source_of() {
     git -C "$root" show "$spec:$bf16" >"$work/${side}_bf16.cc"
     git -C "$root" show "$spec:$vnni" >"$work/${side}_vnni.cc" 2>/dev/null || : >"$work/${side}_vnni.cc"
     local header
-    for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ | grep '\.h$'); do
+    for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ common/ | grep '\.h$'); do
       git -C "$root" show "$spec:$header" >"$work/${side}_root/$header"
     done
   fi
