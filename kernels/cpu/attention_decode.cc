@@ -303,7 +303,9 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
     for_query_groups(P.per_head, [&]<int R>(int32_t g0) {
       const int32_t i = h * P.per_head + g0;
       // int8: the query vectors' codes against the keys' (VNNI).
-      const QueryCodes codes{sc.q_words.data() + size_t(i) * (P.d / 4), sc.q_scales.data() + i};
+      QueryCodes codes;
+      if constexpr (T == DType::kI8)
+        codes = {sc.q_words.data() + size_t(i) * (P.d / 4), sc.q_scales.data() + i};
       if (avx512 && P.bs == 16 && run_blocks > 1) {
         // The run's tiles of head h, as prepare_runs lists them: two at a
         // time, each query element broadcast once for both.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/dispatch.h"
@@ -15,12 +16,27 @@ namespace baton::kernels::cpu {
 
 namespace {
 
+// A query vector with an infinity or a NaN scores NaN, as it would in F32:
+// zero codes (128 each) and scale NaN.
+void not_finite(int32_t d, uint32_t* words, float* scale) {
+  std::fill(words, words + d / 4, 0x80808080u);
+  *scale = std::numeric_limits<float>::quiet_NaN();
+}
+
 void quantize_queries_scalar(const float* q, int32_t n_q, int32_t d, uint32_t* words,
                              float* scales) {
   for (int32_t i = 0; i < n_q; ++i) {
     const float* v = q + size_t(i) * d;
     float amax = 0.0f;
-    for (int32_t c = 0; c < d; ++c) amax = std::max(amax, std::abs(v[c]));
+    bool finite = true;
+    for (int32_t c = 0; c < d; ++c) {
+      amax = std::max(amax, std::abs(v[c]));
+      finite = finite && std::isfinite(v[c]);
+    }
+    if (!finite) {
+      not_finite(d, words + size_t(i) * (d / 4), scales + i);
+      continue;
+    }
     float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
     scales[i] = amax / 127.0f;
     if (!std::isfinite(inverse)) inverse = scales[i] = 0.0f;
@@ -48,8 +64,18 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void quantize_queries_avx51
   for (int32_t i = 0; i < n_q; ++i) {
     const float* v = q + size_t(i) * d;
     __m512 vmax = _mm512_setzero_ps();
-    for (int32_t c = 0; c < d; c += 16)
-      vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(v + c)));
+    __mmask16 not_finite_lanes = 0;
+    for (int32_t c = 0; c < d; c += 16) {
+      const __m512 a = _mm512_abs_ps(_mm512_loadu_ps(v + c));
+      // |x| > FLT_MAX or unordered: an infinity or a NaN.
+      not_finite_lanes |=
+          _mm512_cmp_ps_mask(a, _mm512_set1_ps(std::numeric_limits<float>::max()), _CMP_NLE_UQ);
+      vmax = _mm512_max_ps(vmax, a);
+    }
+    if (not_finite_lanes != 0) {
+      not_finite(d, words + size_t(i) * (d / 4), scales + i);
+      continue;
+    }
     const float amax = _mm512_reduce_max_ps(vmax);
     float inverse = amax > 0.0f ? 127.0f / amax : 0.0f;
     scales[i] = amax / 127.0f;

@@ -32,7 +32,9 @@ struct QueryCodes {
 
 // Quantizes n_q vectors of d floats (d a multiple of 4) at q: code =
 // nearbyint(q * 127 / max|q|), scale = max|q| / 127, as row_scale does for
-// int8 KV rows (kernels/cpu/attention.h). words: n_q * d / 4, scales: n_q.
+// int8 KV rows (kernels/cpu/attention.h); a vector too small to invert gets
+// zero codes and scale 0, one with an infinity or a NaN zero codes and scale
+// NaN (it scores NaN, as in F32). words: n_q * d / 4, scales: n_q.
 void quantize_queries(const float* q, int32_t n_q, int32_t d, uint32_t* words, float* scales);
 
 #if defined(__x86_64__) || defined(__i386__)

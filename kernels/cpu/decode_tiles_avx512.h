@@ -31,7 +31,8 @@ inline constexpr int32_t kAvx512Columns = 32;
 inline constexpr int32_t kAvx512TileQueries = 4;
 
 // The kernels that take a KV dtype (those with a prefetch stream) read the
-// 8-bit formats' codes too, unscaled, in units of this: an E4M3 code comes
+// 8-bit formats' codes too (the score passes: E4M3's only), unscaled, in
+// units of this: an E4M3 code comes
 // out as its value times 2^-8 (what F16 holds of it exactly). The caller
 // multiplies each key's scores, and each probability, by its row's scale
 // times the unit.
@@ -43,7 +44,8 @@ constexpr float kv_code_unit(DType t) { return t == DType::kFP8E4M3 ? 256.0f : 1
 // query vectors q_r at q + r d and the keys [0, n8) of a K tile k of dtype
 // t, laid out as common/kv_layout.h says (dimension group c of key t at
 // element c * group_stride + t * key_group_of(t)); n8 and d are multiples of
-// 8. Keys past n8 are not read. Call only when use_avx512().
+// 8. Keys past n8 are not read. Any dtype but int8, whose keys take the VNNI
+// pass (decode_scores_vnni.h). Call only when use_avx512().
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream);

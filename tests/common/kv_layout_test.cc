@@ -64,7 +64,7 @@ TEST(KvLayout, OffsetsAreABijection) {
 // F16 dimension of each at a time: the same dimensions of consecutive keys
 // are one group apart.
 TEST(KvLayout, KeysLieSideBySide) {
-  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16, DType::kI8, DType::kFP8E4M3}) {
     SCOPED_TRACE(std::string(dtype_name(dtype)));
     KvLayout layout{.num_layers = 2,
                     .num_blocks = 3,
@@ -73,7 +73,8 @@ TEST(KvLayout, KeysLieSideBySide) {
                     .head_dim = 64,
                     .dtype = dtype};
     const int32_t g = layout.key_group();
-    EXPECT_EQ(g, dtype == DType::kBF16 ? 2 : 1);
+    // A BF16 pair (VDPBF16PS), four int8 codes (VPDPBUSD), else one.
+    EXPECT_EQ(g, dtype == DType::kBF16 ? 2 : dtype == DType::kI8 ? 4 : 1);
     const size_t tile = layout.head_tile_offset(1, 2, KvPart::kKey, 1);
     EXPECT_EQ(layout.key_offset(1, 2, 1, 0, 0), tile);
     for (int s = 0; s + 1 < layout.block_size; ++s)

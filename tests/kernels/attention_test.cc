@@ -375,10 +375,12 @@ TEST(QueryCodesTest, QueriesQuantizeAsKvRowsDo) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
-  constexpr int32_t kVectors = 7, kDim = 64;
+  constexpr int32_t kVectors = 9, kDim = 64;
   std::vector<float> q = random_floats(rng, size_t(kVectors) * kDim, -5.0f, 5.0f);
   std::fill(q.begin() + kDim, q.begin() + 2 * kDim, 0.0f);
   std::fill(q.begin() + 2 * kDim, q.begin() + 3 * kDim, 1e-38f);
+  q[size_t(7) * kDim + 9] = testing::kNaN;  // these two score NaN, as in F32
+  q[size_t(8) * kDim + 40] = -INFINITY;
   for (const bool avx512 : {true, false}) {
     SCOPED_TRACE(avx512 ? "avx512" : "scalar");
     set_avx512_enabled(avx512);
@@ -387,7 +389,12 @@ TEST(QueryCodesTest, QueriesQuantizeAsKvRowsDo) {
     quantize_queries(q.data(), kVectors, kDim, words.data(), scales.data());
     set_avx512_enabled(true);
     const std::vector<double> want = testing::stored_rows(q, kDim, DType::kI8);
-    for (int32_t i = 0; i < kVectors; ++i) {
+    for (int32_t i = 7; i < kVectors; ++i) {
+      EXPECT_TRUE(std::isnan(scales[size_t(i)])) << "vector " << i;
+      for (int32_t w = 0; w < kDim / 4; ++w)
+        EXPECT_EQ(words[size_t(i) * kDim / 4 + size_t(w)], 0x80808080u) << "vector " << i;
+    }
+    for (int32_t i = 0; i < 7; ++i) {
       const uint8_t* codes = reinterpret_cast<const uint8_t*>(words.data() + size_t(i) * kDim / 4);
       for (int32_t c = 0; c < kDim; ++c) {
         const double got = double(int32_t(codes[c]) - 128) * double(scales[size_t(i)]);
