@@ -17,8 +17,6 @@
 // Items run with dynamic scheduling (largest first) since their costs differ.
 #include "kernels/cpu/attention.h"
 
-#include "common/check.h"
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -26,6 +24,7 @@
 #include <limits>
 #include <vector>
 
+#include "common/check.h"
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode.h"
 #include "kernels/cpu/convert.h"
@@ -106,10 +105,10 @@ void load_row_scales(const PagedAttentionParams& p, int32_t block, KvPart part, 
 // One block's K or V tile of `keys` tokens, as attend_block will read it
 // (AttentionBlockArgs): in place, in the pool's dtype, where attend_block
 // reads the pool; otherwise converted (quantized rows: dequantized) to F32
-// in `buffer`, K with one
-// dimension per group ([head_dim][keys_padded], *k_group_stride =
-// keys_padded) and V as rows ([keys_padded][head_dim]), zero past `keys`
-// (pool slots past the context may hold anything, NaN included).
+// in `buffer`, K with one dimension per group ([head_dim][keys_padded],
+// *k_group_stride = keys_padded) and V as rows ([keys_padded][head_dim]),
+// zero past `keys` (pool slots past the context may hold anything, NaN
+// included).
 // k_group_stride is set for K only (null for V).
 const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part, int32_t kv_head,
                       int32_t keys, int32_t keys_padded, float* buffer, DType* dtype,
