@@ -9,7 +9,8 @@
 # OLD and NEW are each a file or a git revision. A revision gives its
 # kernels/cpu/attention_decode.cc, its 512-bit tile passes
 # (decode_tiles_avx512.cc), VDPBF16PS V pass (attention_decode_avx512.cc) and
-# int8 VNNI score pass (decode_scores_vnni.cc), built with its own
+# 8-bit score passes (decode_scores_vnni.cc, decode_scores_fp8.cc), built
+# with its own
 # kernels/cpu and common headers; a file is an attention_decode.cc, with this
 # tree's other sources and headers. A is OLD, B is NEW. Each side
 # has its own prefetch stream class, so the templates that take it (the AVX2
@@ -36,6 +37,7 @@ source_of() {
   local tiles=kernels/cpu/decode_tiles_avx512.cc
   local bf16=kernels/cpu/attention_decode_avx512.cc
   local vnni=kernels/cpu/decode_scores_vnni.cc  # absent before int8 KV: empty
+  local fp8=kernels/cpu/decode_scores_fp8.cc    # absent before its own pass: empty
   rm -rf "$work/${side}_root"
   mkdir -p "$work/${side}_root/kernels/cpu" "$work/${side}_root/common"
   if [ -f "$spec" ]; then
@@ -43,11 +45,13 @@ source_of() {
     cp "$root/$tiles" "$work/${side}_tiles.cc"
     cp "$root/$bf16" "$work/${side}_bf16.cc"
     cp "$root/$vnni" "$work/${side}_vnni.cc"
+    cp "$root/$fp8" "$work/${side}_fp8.cc"
   else
     git -C "$root" show "$spec:kernels/cpu/attention_decode.cc" >"$work/$side.cc"
     git -C "$root" show "$spec:$tiles" >"$work/${side}_tiles.cc"
     git -C "$root" show "$spec:$bf16" >"$work/${side}_bf16.cc"
     git -C "$root" show "$spec:$vnni" >"$work/${side}_vnni.cc" 2>/dev/null || : >"$work/${side}_vnni.cc"
+    git -C "$root" show "$spec:$fp8" >"$work/${side}_fp8.cc" 2>/dev/null || : >"$work/${side}_fp8.cc"
     local header
     for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ common/ | grep '\.h$'); do
       git -C "$root" show "$spec:$header" >"$work/${side}_root/$header"
@@ -68,6 +72,7 @@ side() {
     -DBATON_AB_SIDE="$1" \
     -DBATON_AB_SOURCE="\"$work/$1.cc\"" -DBATON_AB_TILES_SOURCE="\"$work/${1}_tiles.cc\"" \
     -DBATON_AB_BF16_SOURCE="\"$work/${1}_bf16.cc\"" -DBATON_AB_VNNI_SOURCE="\"$work/${1}_vnni.cc\"" \
+    -DBATON_AB_FP8_SOURCE="\"$work/${1}_fp8.cc\"" \
     -o "$work/$1.o"
 }
 # No object of an earlier run may stand in for one that failed to build.

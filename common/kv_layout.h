@@ -7,8 +7,8 @@
 //
 // where one KV head's tile of one block is
 //
-//   K: [head_dim / g][block_size][g]   (g = key_group_of(dtype): 2 for BF16, 4 for int8,
-//                                        else 1)
+//   K: [head_dim / g][block_size][g]   (g = key_group_of(dtype): 2 for BF16 and
+//                                        fp8_e4m3, 4 for int8, else 1)
 //   V: [block_size][head_dim]
 //
 // The 8-bit formats (int8, fp8_e4m3) store codes; a block of them ends with
@@ -62,10 +62,10 @@ enum class KvPart : uint8_t { kKey = 0, kValue = 1 };
 enum class KeyOrder : uint8_t { kGrouped = 0, kTokenMajor = 1 };
 
 // Elements of one key that lie side by side in a grouped K tile of dtype t:
-// a BF16 pair (what VDPBF16PS takes), four int8 codes (what VPDPBUSD
-// takes), else one.
+// a BF16 pair (what VDPBF16PS takes; E4M3 pairs become BF16 ones), four
+// int8 codes (what VPDPBUSD takes), else one.
 BATON_HOST_DEVICE constexpr int32_t key_group_of(DType t) {
-  return t == DType::kBF16 ? 2 : t == DType::kI8 ? 4 : 1;
+  return t == DType::kBF16 || t == DType::kFP8E4M3 ? 2 : t == DType::kI8 ? 4 : 1;
 }
 
 struct KvLayout {

@@ -34,8 +34,9 @@ inline constexpr uint32_t kWireMagic = 0x4b564254;  // "TBVK" little-endian: Bat
 // 2: put grants; 3: K tiles with keys side by side (common/kv_layout.h), so
 // a peer of an earlier version would read the blocks' K as something else;
 // 4: the 8-bit formats (their rows' scales inside the block), int8 K tiles
-// with four dimensions of a key side by side.
-inline constexpr uint16_t kWireVersion = 4;
+// with four dimensions of a key side by side; 5: E4M3 K tiles with pairs of
+// dimensions side by side.
+inline constexpr uint16_t kWireVersion = 5;
 
 enum class WireKind : uint16_t {
   kDescriptor = 1,

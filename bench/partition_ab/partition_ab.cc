@@ -22,6 +22,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <random>
 #include <vector>
 
@@ -95,7 +96,8 @@ int main(int argc, char** argv) {
   bool cold = false;
   int32_t heads = 9, kv_heads = 3, head_dim = 64, block_size = 16;
   app.add_option("--ctx", ctx, "tokens of context")->check(CLI::Range(1, 1 << 20));
-  app.add_option("--dtype", dtype_name, "KV dtype")->check(CLI::IsMember({"f32", "f16", "bf16"}));
+  app.add_option("--dtype", dtype_name, "KV dtype")
+      ->check(CLI::IsMember({"f32", "f16", "bf16", "int8", "fp8_e4m3"}));
   app.add_option("--trials", trials, "trials per side")->check(CLI::Range(10, 1000000));
   app.add_flag("--cold", cold, "read every trial's KV from memory");
   app.add_option("--heads", heads, "query heads")->check(CLI::Range(1, 256));
@@ -117,9 +119,7 @@ int main(int argc, char** argv) {
   layout.block_size = block_size;
   layout.num_kv_heads = kv_heads;
   layout.head_dim = head_dim;
-  layout.dtype = dtype_name == "f32"   ? DType::kF32
-                 : dtype_name == "f16" ? DType::kF16
-                                       : DType::kBF16;
+  layout.dtype = parse_kv_dtype(dtype_name).value();
   if (!decode_partition_supported_a(layout) || !decode_partition_supported_b(layout)) {
     std::fprintf(stderr,
                  "partition_ab: no decode partition kernel runs this shape here (it needs AVX2, "
@@ -136,14 +136,19 @@ int main(int argc, char** argv) {
   std::mt19937 rng(std::random_device{}());
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<char> pool(layout.total_bytes());
-  for (size_t i = 0; i < layout.total_elements(); ++i) {
-    const float x = uniform(rng);
-    if (layout.dtype == DType::kF32)
-      reinterpret_cast<float*>(pool.data())[i] = x;
-    else if (layout.dtype == DType::kF16)
-      reinterpret_cast<f16_t*>(pool.data())[i] = float_to_f16(x);
-    else
-      reinterpret_cast<bf16_t*>(pool.data())[i] = float_to_bf16(x);
+  // The 8-bit formats: codes of such values and scales of 1/qmax, the
+  // scales written over the codes' random bytes where they lie.
+  const float range = is_quantized(layout.dtype) ? quantized_max(layout.dtype) : 1.0f;
+  for (size_t i = 0; i < layout.total_elements(); ++i)
+    store_from_float(pool.data(), layout.dtype, i, uniform(rng) * range);
+  if (is_quantized(layout.dtype)) {
+    const float scale = 1.0f / range;
+    for (int32_t b = 0; b < layout.num_blocks; ++b)
+      for (KvPart part : {KvPart::kKey, KvPart::kValue})
+        for (int32_t h = 0; h < kv_heads; ++h)
+          for (int32_t t = 0; t < block_size; ++t)
+            std::memcpy(pool.data() + layout.scale_byte_offset(0, b, part, h, t), &scale,
+                        sizeof(scale));
   }
   std::vector<int32_t> tables(size_t(blocks) * sequences);
   std::vector<int32_t> ids(size_t(layout.num_blocks));

@@ -1,10 +1,11 @@
 // One side of partition_ab, compiled once with BATON_AB_SIDE=a and once with
 // BATON_AB_SIDE=b: the decode partition kernel of BATON_AB_SOURCE, its
 // 512-bit tile passes (BATON_AB_TILES_SOURCE), its VDPBF16PS V pass
-// (BATON_AB_BF16_SOURCE) and its int8 VNNI score pass (BATON_AB_VNNI_SOURCE),
-// by default this tree's attention_decode.cc, decode_tiles_avx512.cc,
-// attention_decode_avx512.cc and decode_scores_vnni.cc, under names ending
-// in _a or _b, so two versions of them link into one program.
+// (BATON_AB_BF16_SOURCE) and its 8-bit score passes (BATON_AB_VNNI_SOURCE,
+// BATON_AB_FP8_SOURCE), by default this tree's attention_decode.cc,
+// decode_tiles_avx512.cc, attention_decode_avx512.cc, decode_scores_vnni.cc
+// and decode_scores_fp8.cc, under names ending in _a or _b, so two versions
+// of them link into one program.
 #ifndef BATON_AB_SOURCE
 #define BATON_AB_SOURCE "kernels/cpu/attention_decode.cc"
 #endif
@@ -16,6 +17,9 @@
 #endif
 #ifndef BATON_AB_VNNI_SOURCE
 #define BATON_AB_VNNI_SOURCE "kernels/cpu/decode_scores_vnni.cc"
+#endif
+#ifndef BATON_AB_FP8_SOURCE
+#define BATON_AB_FP8_SOURCE "kernels/cpu/decode_scores_fp8.cc"
 #endif
 #define BATON_AB_PASTE(name, side) name##_##side
 #define BATON_AB_NAME(name, side) BATON_AB_PASTE(name, side)
@@ -41,4 +45,8 @@
 #define key_tile_scores_vnni BATON_AB_NAME(key_tile_scores_vnni, BATON_AB_SIDE)
 #define key_run_scores_vnni BATON_AB_NAME(key_run_scores_vnni, BATON_AB_SIDE)
 #include BATON_AB_VNNI_SOURCE
+#define bf16_query_pairs BATON_AB_NAME(bf16_query_pairs, BATON_AB_SIDE)
+#define key_tile_scores_fp8 BATON_AB_NAME(key_tile_scores_fp8, BATON_AB_SIDE)
+#define key_run_scores_fp8 BATON_AB_NAME(key_run_scores_fp8, BATON_AB_SIDE)
+#include BATON_AB_FP8_SOURCE
 #include BATON_AB_SOURCE

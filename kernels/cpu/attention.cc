@@ -370,8 +370,10 @@ void store_kv(ThreadPool& pool, const KvLayout& layout, void* kv_pool, int32_t l
       });
 }
 
-bool quantizes_queries(const KvLayout& layout, int32_t q_len) {
-  return layout.dtype == DType::kI8 && q_len <= kMaxSplitRows && decode_partition_supported(layout);
+DType decode_query_format(const KvLayout& layout, int32_t q_len) {
+  if (!is_quantized(layout.dtype) || q_len > kMaxSplitRows || !decode_partition_supported(layout))
+    return DType::kF32;
+  return layout.dtype == DType::kI8 ? DType::kI8 : DType::kBF16;
 }
 
 void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {

@@ -48,10 +48,12 @@ using kernels::PagedAttentionParams;
 // the tiled prefill path. Every output row is written.
 void paged_attention(ThreadPool& pool, const PagedAttentionParams& params);
 
-// True when paged_attention scores the query vectors of a sequence of q_len
-// rows as int8 codes (each vector, scaled, quantized as quantize_queries in
-// decode_scores_vnni.h says) against `layout`'s keys: int8 KV's decode rows
-// on CPUs with AVX-512 VNNI. Otherwise queries stay F32.
-bool quantizes_queries(const KvLayout& layout, int32_t q_len);
+// How paged_attention takes the query vectors of a sequence of q_len rows
+// against `layout`'s keys (each vector scaled first): kI8, as int8 codes
+// (quantize_queries in decode_scores_vnni.h), for int8 KV's decode rows on
+// CPUs with AVX-512 VNNI; kBF16, rounded to BF16 (bf16_query_pairs in
+// decode_scores_fp8.h), for E4M3 KV's decode rows on CPUs with AVX-512 BF16
+// and VBMI; otherwise kF32, as they are.
+DType decode_query_format(const KvLayout& layout, int32_t q_len);
 
 }  // namespace baton::kernels::cpu

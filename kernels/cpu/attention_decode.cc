@@ -7,6 +7,7 @@
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode_avx512.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/decode_scores_fp8.h"
 #include "kernels/cpu/decode_scores_vnni.h"
 #include "kernels/cpu/decode_tiles_avx512.h"
 #include "kernels/cpu/key_tile_scores.h"
@@ -172,10 +173,14 @@ BATON_AVX2 void tile_pv(const float* p, int32_t p_stride, Rows v, int32_t d, int
 
 struct Scratch {
   std::vector<float> q, scores, acc;
-  std::vector<float> scales;  // of one KV head's rows of the partition (8-bit KV)
+  // 8-bit KV: each KV head's V scales over the partition's keys, times
+  // kv_code_unit, P.stride apart.
+  std::vector<float> v_scales;
   // int8 KV: the query vectors as codes (decode_scores_vnni.h).
   std::vector<uint32_t> q_words;
   std::vector<float> q_scales;
+  // E4M3 KV: the query vectors as BF16 pairs (decode_scores_fp8.h).
+  std::vector<uint32_t> q_pairs;
   // The probabilities split for the AVX-512 V pass.
   std::vector<uint16_t> p_hi, p_lo;
   std::vector<const char*> blocks;
@@ -199,6 +204,10 @@ struct Partition {
   size_t row_bytes;       // one key's row of one head
   size_t k_group_stride;  // between the dimension groups of a K tile
   int32_t window;         // > 0: a sliding window (PagedAttentionParams::window)
+  // 8-bit KV: from head h's K tile to its K scales in the same block,
+  // k_scale_delta + h * k_scale_step bytes.
+  ptrdiff_t k_scale_delta;
+  ptrdiff_t k_scale_step;
 };
 
 // Parts (K or V of every head of a block) the AVX2 passes prefetch ahead:
@@ -302,10 +311,14 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
   for (int32_t h = 0; h < P.heads; ++h)
     for_query_groups(P.per_head, [&]<int R>(int32_t g0) {
       const int32_t i = h * P.per_head + g0;
-      // int8: the query vectors' codes against the keys' (VNNI).
+      // int8: the query vectors' codes against the keys' (VNNI); E4M3:
+      // BF16 pairs against the keys' (decode_scores_fp8.h).
       QueryCodes codes;
       if constexpr (T == DType::kI8)
         codes = {sc.q_words.data() + size_t(i) * (P.d / 4), sc.q_scales.data() + i};
+      const uint32_t* pairs =
+          T == DType::kFP8E4M3 ? sc.q_pairs.data() + size_t(i) * (P.d / 2) : nullptr;
+      const ptrdiff_t scale_delta = P.k_scale_delta + h * P.k_scale_step;
       if (avx512 && P.bs == 16 && run_blocks > 1) {
         // The run's tiles of head h, as prepare_runs lists them: two at a
         // time, each query element broadcast once for both.
@@ -314,7 +327,11 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
         float* s = sc.scores.data() + size_t(i) * P.stride + k0;
         const int32_t keys = std::min(j1 * P.bs, P.keys) - k0;
         if constexpr (T == DType::kI8)
-          key_run_scores_vnni(R, codes, P.d, tiles, P.k_group_stride, keys, s, P.stride, prefetch);
+          key_run_scores_vnni(R, codes, P.d, tiles, P.k_group_stride, scale_delta, keys, s,
+                              P.stride, prefetch);
+        else if constexpr (T == DType::kFP8E4M3)
+          key_run_scores_fp8(R, pairs, P.d, tiles, P.k_group_stride, scale_delta, keys, s, P.stride,
+                             prefetch);
         else
           key_run_scores_avx512(T, R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
                                 keys, s, P.stride, prefetch);
@@ -328,13 +345,17 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
         const float* q = sc.q.data() + size_t(i) * P.d;
         const char* tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
         float* s = sc.scores.data() + size_t(i) * P.stride + k0;
-        // The 8-bit formats run the AVX-512 passes only, int8 with VNNI
+        // The 8-bit formats run score passes of their own
         // (decode_partition_supported).
         if constexpr (T == DType::kI8)
-          key_tile_scores_vnni(R, codes, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
-        else if (avx512 || is_quantized(T))
+          key_tile_scores_vnni(R, codes, P.d, tile, P.k_group_stride, scale_delta, n8, s, P.stride,
+                               prefetch);
+        else if constexpr (T == DType::kFP8E4M3)
+          key_tile_scores_fp8(R, pairs, P.d, tile, P.k_group_stride, scale_delta, n8, s, P.stride,
+                              prefetch);
+        else if (avx512)
           key_tile_scores_avx512(T, R, q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
-        else if constexpr (!is_quantized(T))
+        else
           key_tile_scores<T, R>(q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
       }
     });
@@ -401,35 +422,28 @@ BATON_AVX2 void v_pass_avx512(const Partition& P, Scratch& sc, PrefetchStream& p
   }
 }
 
-// 8-bit KV: multiplies each query vector's entry t < P.keys of `values`
-// (rows P.stride apart; those of KV head h are [h per_head, (h + 1)
-// per_head)) by the scale of key t's `part` row of head h, times the unit
-// the passes read its codes in. After the score pass, that makes the
-// scores; after the softmax, the probabilities the V pass weights codes by.
+// 8-bit KV: sc.v_scales[h P.stride + t] = the scale of key t's V row of KV
+// head h, times the unit the V pass reads its codes in. The softmax applies
+// them as it writes the probabilities.
 template <DType T>
-BATON_AVX2 void apply_row_scales(const Partition& P, const KvLayout& L, KvPart part, Scratch& sc,
-                                 float* values) {
+BATON_AVX2 void gather_v_scales(const Partition& P, const KvLayout& L, Scratch& sc) {
   constexpr float unit = kv_code_unit(T);
-  sc.scales.resize(size_t(P.keys));
-  float* scales = sc.scales.data();
+  sc.v_scales.resize(size_t(P.heads) * P.stride);
   for (int32_t h = 0; h < P.heads; ++h) {
-    // Where a block's scales of this part and head start, from its start.
-    const size_t at = L.scale_byte_offset(0, 0, part, h, 0);
+    // Where a block's scales of this head start, from its start.
+    const size_t at = L.scale_byte_offset(0, 0, KvPart::kValue, h, 0);
+    float* scales = sc.v_scales.data() + size_t(h) * P.stride;
     for (int32_t j = 0; j < P.num_blocks; ++j) {
       const int32_t n = std::min(P.bs, P.keys - j * P.bs);
       const char* src = sc.blocks[size_t(j)] + at;
       float* dst = scales + size_t(j) * P.bs;
       // Element by element: a call of memcpy per block cost more than the
-      // multiplications below.
+      // copy itself.
       for (int32_t t = 0; t < n; ++t) {
         float scale;
         std::memcpy(&scale, src + size_t(t) * sizeof(float), sizeof(float));
         dst[t] = scale * unit;
       }
-    }
-    for (int32_t i = h * P.per_head; i < (h + 1) * P.per_head; ++i) {
-      float* row = values + size_t(i) * P.stride;
-      for (int32_t t = 0; t < P.keys; ++t) row[t] *= scales[t];
     }
   }
 }
@@ -551,6 +565,15 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     sc.q_words.resize(size_t(P.n_q) * size_t(d / 4));
     sc.q_scales.resize(size_t(P.n_q));
     quantize_queries(sc.q.data(), P.n_q, d, sc.q_words.data(), sc.q_scales.data());
+  } else if constexpr (T == DType::kFP8E4M3) {
+    sc.q_pairs.resize(size_t(P.n_q) * size_t(d / 2));
+    bf16_query_pairs(sc.q.data(), sc.q.size(), sc.q_pairs.data());
+  }
+  if constexpr (is_quantized(T)) {
+    P.k_scale_delta = ptrdiff_t(L.scale_byte_offset(0, 0, KvPart::kKey, 0, 0));
+    P.k_scale_step = ptrdiff_t(size_t(P.bs) * sizeof(float)) - ptrdiff_t(P.tile_bytes);
+  } else {
+    P.k_scale_delta = P.k_scale_step = 0;
   }
   sc.scores.resize(size_t(P.n_q) * P.stride);
   sc.acc.assign(size_t(P.n_q) * d, 0.0f);
@@ -590,7 +613,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   prefetch.set_readers(query_groups<kMaxQueryGroup>(P.per_head));
   // Pass 1: every score of the partition.
   k_pass<T>(P, sc, run_blocks, passes == Passes::kAvx512, prefetch);
-  if constexpr (is_quantized(T)) apply_row_scales<T>(P, L, KvPart::kKey, sc, sc.scores.data());
+  if constexpr (is_quantized(T)) gather_v_scales<T>(P, L, sc);
   // Pass 2: one softmax per query vector over the partition, relative to
   // the partition's own max. The VDPBF16PS V pass takes the probabilities
   // split into BF16 halves, written here without storing them as floats.
@@ -610,8 +633,10 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
       softmax_split_bf16(sc.scores.data() + at, visible, P.stride, state.row_max + i,
                          state.row_sum + i, sc.p_hi.data() + at, sc.p_lo.data() + at);
     } else if (passes == Passes::kAvx512) {
+      const float* v_scales =
+          is_quantized(T) ? sc.v_scales.data() + size_t(i / P.per_head) * P.stride : nullptr;
       softmax_row_avx512(sc.scores.data() + at, visible, P.stride, state.row_max + i,
-                         state.row_sum + i);
+                         state.row_sum + i, v_scales);
     } else {
       // A first step of the online softmax.
       state.row_max[i] = kNegInf;
@@ -620,7 +645,6 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
                           state.row_sum + i);
     }
   }
-  if constexpr (is_quantized(T)) apply_row_scales<T>(P, L, KvPart::kValue, sc, sc.scores.data());
   // Pass 3: V weighted by the probabilities (VDPBF16PS groups at most
   // kAvx512MaxQueries query vectors).
   if (dot) {
@@ -640,10 +664,11 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 bool decode_partition_supported(const KvLayout& layout) {
 #if BATON_HAVE_X86
   // The score pass reads K tiles 8 keys at a time. The 8-bit formats' codes
-  // only the 512-bit passes read, int8's scores with VNNI.
+  // only the 512-bit passes read, int8's scores with VNNI, E4M3's with
+  // VPERMI2B and VDPBF16PS.
   if (is_quantized(layout.dtype))
     return use_avx512() && layout.head_dim % kAvx512Columns == 0 && layout.block_size % 8 == 0 &&
-           (layout.dtype != DType::kI8 || use_avx512_vnni());
+           (layout.dtype == DType::kI8 ? use_avx512_vnni() : use_avx512_bf16_vbmi());
   return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0;
 #else
   (void)layout;

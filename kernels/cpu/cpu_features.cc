@@ -93,4 +93,18 @@ bool cpu_has_avx512_vnni() {
 
 bool use_avx512_vnni() { return use_avx512() && cpu_has_avx512_vnni(); }
 
+bool cpu_has_avx512_bf16_vbmi() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = [] {
+    __builtin_cpu_init();
+    return cpu_has_avx512_bf16() && __builtin_cpu_supports("avx512vbmi");
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool use_avx512_bf16_vbmi() { return use_avx512() && cpu_has_avx512_bf16_vbmi(); }
+
 }  // namespace baton::kernels::cpu

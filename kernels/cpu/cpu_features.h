@@ -55,4 +55,12 @@ bool cpu_has_avx512_vnni();
 // use_avx512() and the CPU has VNNI.
 bool use_avx512_vnni();
 
+// True when the CPU has AVX-512 F, BW, VL, BF16 and VBMI (checked once):
+// E4M3 KV's decode score pass turns codes into BF16 with VPERMI2B and
+// multiplies them with VDPBF16PS (decode_scores_fp8.h), whatever
+// use_avx512_bf16() prefers: the alternative dequantizes whole tiles.
+bool cpu_has_avx512_bf16_vbmi();
+// use_avx512() and the CPU has BF16 and VBMI.
+bool use_avx512_bf16_vbmi();
+
 }  // namespace baton::kernels::cpu

@@ -145,8 +145,8 @@ BATON_AVX512_VNNI_INLINE void dot_group(QueryCodes q, int32_t words, int32_t c,
 // accumulators, so short R x J chains do not wait on VPDPBUSD's latency.
 template <int R, int J, bool kHalf>
 BATON_AVX512_VNNI_INLINE void scores16(QueryCodes q, int32_t d, const char* const (&rows)[J],
-                                       size_t group_bytes, float* s, int32_t s_stride,
-                                       PrefetchStream& stream) {
+                                       size_t group_bytes, ptrdiff_t scale_delta, float* s,
+                                       int32_t s_stride, PrefetchStream& stream) {
   static_assert(!kHalf || J == 1);
   constexpr size_t kGroupBytes = (kHalf ? 8 : 16) * 4;  // one dimension group of the keys
   const int32_t words = d / 4;
@@ -167,60 +167,62 @@ BATON_AVX512_VNNI_INLINE void scores16(QueryCodes q, int32_t d, const char* cons
     stream.consumed(J * kGroupBytes);
     dot_group<R, J, kHalf>(q, words, c, row, group_bytes, even, even_sum);
   }
+  constexpr __mmask16 kLanes = kHalf ? 0x00ff : 0xffff;
   for (int j = 0; j < J; ++j) {
     // Each key's code sum times 128: what the +128 of the query codes added.
     const __m512i offset = _mm512_slli_epi32(_mm512_add_epi32(even_sum[j], odd_sum[j]), 7);
+    const __m512 key_scales = _mm512_maskz_loadu_ps(kLanes, rows[j] + scale_delta);
     for (int r = 0; r < R; ++r) {
       const __m512i dot = _mm512_sub_epi32(_mm512_add_epi32(even[r][j], odd[r][j]), offset);
-      const __m512 score = _mm512_mul_ps(_mm512_cvtepi32_ps(dot), _mm512_set1_ps(q.scales[r]));
-      float* out = s + size_t(r) * s_stride + 16 * j;
-      if constexpr (kHalf)
-        _mm256_storeu_ps(out, _mm512_castps512_ps256(score));
-      else
-        _mm512_storeu_ps(out, score);
+      const __m512 score = _mm512_mul_ps(_mm512_cvtepi32_ps(dot),
+                                         _mm512_mul_ps(key_scales, _mm512_set1_ps(q.scales[r])));
+      _mm512_mask_storeu_ps(s + size_t(r) * s_stride + 16 * j, kLanes, score);
     }
   }
 }
 
 template <int R>
 BATON_AVX512_VNNI void tile_scores(QueryCodes q, int32_t d, const void* k, size_t group_stride,
-                                   int32_t n8, float* s, int32_t s_stride, PrefetchStream& stream) {
+                                   ptrdiff_t scale_delta, int32_t n8, float* s, int32_t s_stride,
+                                   PrefetchStream& stream) {
   PrefetchStream local = stream;  // a local copy stays in registers
   const char* tile = static_cast<const char*>(k);
+  // Key t's codes start 4 t bytes into the tile, as its scale does into
+  // the tile's scales: one delta serves both.
   int32_t t = 0;
   for (; t + 32 <= n8; t += 32) {
     const char* const rows[2] = {tile + size_t(t) * 4, tile + size_t(t + 16) * 4};
-    scores16<R, 2, false>(q, d, rows, group_stride, s + t, s_stride, local);
+    scores16<R, 2, false>(q, d, rows, group_stride, scale_delta, s + t, s_stride, local);
   }
   for (; t + 16 <= n8; t += 16) {
     const char* const rows[1] = {tile + size_t(t) * 4};
-    scores16<R, 1, false>(q, d, rows, group_stride, s + t, s_stride, local);
+    scores16<R, 1, false>(q, d, rows, group_stride, scale_delta, s + t, s_stride, local);
   }
   if (t < n8) {
     const char* const rows[1] = {tile + size_t(t) * 4};
-    scores16<R, 1, true>(q, d, rows, group_stride, s + t, s_stride, local);
+    scores16<R, 1, true>(q, d, rows, group_stride, scale_delta, s + t, s_stride, local);
   }
   stream = local;
 }
 
 template <int R>
 BATON_AVX512_VNNI void run_scores(QueryCodes q, int32_t d, const char* const* tiles,
-                                  size_t group_stride, int32_t keys, float* s, int32_t s_stride,
-                                  PrefetchStream& stream) {
+                                  size_t group_stride, ptrdiff_t scale_delta, int32_t keys,
+                                  float* s, int32_t s_stride, PrefetchStream& stream) {
   PrefetchStream local = stream;
   int32_t t = 0, j = 0;
   for (; t + 32 <= keys; t += 32, j += 2) {
     const char* const rows[2] = {tiles[j], tiles[j + 1]};
-    scores16<R, 2, false>(q, d, rows, group_stride, s + t, s_stride, local);
+    scores16<R, 2, false>(q, d, rows, group_stride, scale_delta, s + t, s_stride, local);
   }
   for (; t < keys; t += 16, ++j) {
     // One tile left, or the run's last, partly filled one.
     if (t + 16 <= keys) {
       const char* const rows[1] = {tiles[j]};
-      scores16<R, 1, false>(q, d, rows, group_stride, s + t, s_stride, local);
+      scores16<R, 1, false>(q, d, rows, group_stride, scale_delta, s + t, s_stride, local);
     } else {
-      tile_scores<R>(q, d, tiles[j], group_stride, ((keys - t) + 7) / 8 * 8, s + t, s_stride,
-                     local);
+      tile_scores<R>(q, d, tiles[j], group_stride, scale_delta, ((keys - t) + 7) / 8 * 8, s + t,
+                     s_stride, local);
     }
   }
   stream = local;
@@ -231,17 +233,18 @@ BATON_AVX512_VNNI void run_scores(QueryCodes q, int32_t d, const char* const* ti
 #pragma GCC diagnostic pop
 
 void key_tile_scores_vnni(int32_t queries, QueryCodes q, int32_t d, const void* k,
-                          size_t group_stride, int32_t n8, float* s, int32_t s_stride,
-                          PrefetchStream& stream) {
-  with_queries<4>(queries,
-                  [&]<int R>() { tile_scores<R>(q, d, k, group_stride, n8, s, s_stride, stream); });
+                          size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
+                          int32_t s_stride, PrefetchStream& stream) {
+  with_queries<4>(queries, [&]<int R>() {
+    tile_scores<R>(q, d, k, group_stride, scale_delta, n8, s, s_stride, stream);
+  });
 }
 
 void key_run_scores_vnni(int32_t queries, QueryCodes q, int32_t d, const char* const* tiles,
-                         size_t group_stride, int32_t keys, float* s, int32_t s_stride,
-                         PrefetchStream& stream) {
+                         size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
+                         int32_t s_stride, PrefetchStream& stream) {
   with_queries<4>(queries, [&]<int R>() {
-    run_scores<R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
+    run_scores<R>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride, stream);
   });
 }
 

@@ -9,8 +9,7 @@
 // operand unsigned, so the query codes go in plus 128, and 128 times each
 // key's code sum (one more VPDPBUSD, against ones) comes out again.
 //
-// The scores are in the keys' code units: the caller multiplies each by its
-// key's scale, as for the other 8-bit passes.
+// Each score comes out multiplied by its key's scale, read from the block.
 #pragma once
 
 #include <cstddef>
@@ -39,19 +38,20 @@ void quantize_queries(const float* q, int32_t n_q, int32_t d, uint32_t* words, f
 
 #if defined(__x86_64__) || defined(__i386__)
 
-// s[r * s_stride + t] = q_r · k_t for `queries` (1..4) query vectors r of
-// `q` (codes of vectors 0..queries-1) and the keys [0, n8) of an int8 K tile
-// k laid out as common/kv_layout.h says (group c of key t at c *
-// group_stride + 4 t); n8 a multiple of 8, d of 4. Call only when
-// use_avx512_vnni().
+// s[r * s_stride + t] = scale_t (q_r · k_t) for `queries` (1..4) query
+// vectors r of `q` (codes of vectors 0..queries-1) and the keys [0, n8) of
+// an int8 K tile k laid out as common/kv_layout.h says (group c of key t at
+// c * group_stride + 4 t); n8 a multiple of 8, d of 4. Key t's scale is the
+// float at byte k + scale_delta + 4 t. Call only when use_avx512_vnni().
 void key_tile_scores_vnni(int32_t queries, QueryCodes q, int32_t d, const void* k,
-                          size_t group_stride, int32_t n8, float* s, int32_t s_stride,
-                          PrefetchStream& stream);
+                          size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
+                          int32_t s_stride, PrefetchStream& stream);
 // The same for a run of 16-key tiles: tiles[j] holds keys [16 j, 16 j + 16)
-// of the run's keys [0, keys), all but the last tile full.
+// of the run's keys [0, keys), all but the last tile full, and their scales
+// at tiles[j] + scale_delta.
 void key_run_scores_vnni(int32_t queries, QueryCodes q, int32_t d, const char* const* tiles,
-                         size_t group_stride, int32_t keys, float* s, int32_t s_stride,
-                         PrefetchStream& stream);
+                         size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
+                         int32_t s_stride, PrefetchStream& stream);
 
 #endif
 

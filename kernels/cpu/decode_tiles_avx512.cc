@@ -15,9 +15,10 @@ namespace baton::kernels::cpu {
 namespace avx512 {
 namespace {
 
-// 16 8-bit codes as floats in units of kv_code_unit(T): int8 exactly;
-// E4M3 moved into F16 (its sign, exponent and mantissa fields shifted into
-// F16's, which holds every E4M3 value times 2^-8 exactly) and widened.
+// 16 8-bit codes of a V row as floats in units of kv_code_unit(T): int8
+// exactly; E4M3 moved into F16 (its sign, exponent and mantissa fields
+// shifted into F16's, which holds every E4M3 value times 2^-8 exactly) and
+// widened.
 template <DType T>
 BATON_AVX512_INLINE __m512 widen16_codes(__m128i codes) {
   if constexpr (T == DType::kI8) {
@@ -37,10 +38,7 @@ BATON_AVX512_INLINE __m512 widen16_codes(__m128i codes) {
 template <DType T, bool kHalf>
 BATON_AVX512_INLINE void load_key_dims(const char* row, __m512 (&dim)[2]) {
   constexpr __mmask16 kLanes = kHalf ? 0x00ff : 0xffff;
-  if constexpr (T == DType::kFP8E4M3) {  // int8 keys take the VNNI pass instead
-    dim[0] = widen16_codes<T>(kHalf ? _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row))
-                                    : _mm_loadu_si128(reinterpret_cast<const __m128i*>(row)));
-  } else if constexpr (T == DType::kF32) {
+  if constexpr (T == DType::kF32) {
     const float* f = reinterpret_cast<const float*>(row);
     dim[0] = kHalf ? _mm512_maskz_loadu_ps(kLanes, f) : _mm512_loadu_ps(f);
   } else if constexpr (T == DType::kF16) {
@@ -105,6 +103,12 @@ BATON_AVX512_INLINE void key_scores16(const float* q, int32_t d, const char* con
       else
         _mm512_storeu_ps(out, sum);
     }
+}
+
+// p times scales[t, t + 16) in the lanes of m (zero in the others), or p
+// where there are no scales.
+BATON_AVX512_INLINE __m512 times_scales(__m512 p, const float* scales, int32_t t, __mmask16 m) {
+  return scales ? _mm512_mul_ps(p, _mm512_maskz_loadu_ps(m, scales + t)) : p;
 }
 
 // The stream of a pass that prefetches nothing (prefill's block step).
@@ -275,31 +279,25 @@ BATON_AVX512 void tile_pv(const float* p, int32_t p_stride, const char* const* r
 }  // namespace
 }  // namespace avx512
 
+// The 8-bit formats' keys take passes of their own (decode_scores_vnni.h,
+// decode_scores_fp8.h): with_dtype refuses them.
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream) {
-  with_kv_dtype(t, [&]<DType T>() {
-    if constexpr (T == DType::kI8) {
-      BATON_CHECK(!"int8 scores take the VNNI pass (decode_scores_vnni.h)");
-    } else {
-      with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
-        avx512::key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
-      });
-    }
+  with_dtype(t, [&]<DType T>() {
+    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
+      avx512::key_tile_scores<T, R>(q, d, k, group_stride, n8, s, s_stride, stream);
+    });
   });
 }
 
 void key_run_scores_avx512(DType t, int32_t queries, const float* q, int32_t d,
                            const char* const* tiles, size_t group_stride, int32_t keys, float* s,
                            int32_t s_stride, PrefetchStream& stream) {
-  with_kv_dtype(t, [&]<DType T>() {
-    if constexpr (T == DType::kI8) {
-      BATON_CHECK(!"int8 scores take the VNNI pass (decode_scores_vnni.h)");
-    } else {
-      with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
-        avx512::key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
-      });
-    }
+  with_dtype(t, [&]<DType T>() {
+    with_queries<kAvx512TileQueries>(queries, [&]<int R>() {
+      avx512::key_run_scores<T, R>(q, d, tiles, group_stride, keys, s, s_stride, stream);
+    });
   });
 }
 
@@ -326,7 +324,7 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wuninitialized"  // the _mm512_reduce_* macros
 BATON_AVX512 void softmax_row_avx512(float* s, int32_t visible, int32_t n, float* row_max,
-                                     float* row_sum) {
+                                     float* row_sum, const float* scales) {
   using avx512::first_lanes;
   visible = std::clamp(visible, 0, n);
   const float max = avx512::max_of(s, visible);
@@ -337,8 +335,8 @@ BATON_AVX512 void softmax_row_avx512(float* s, int32_t visible, int32_t n, float
   for (; t + 32 <= visible; t += 32) {
     const __m512 p0 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t), vmax));
     const __m512 p1 = avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_loadu_ps(s + t + 16), vmax));
-    _mm512_storeu_ps(s + t, p0);
-    _mm512_storeu_ps(s + t + 16, p1);
+    _mm512_storeu_ps(s + t, avx512::times_scales(p0, scales, t, 0xffff));
+    _mm512_storeu_ps(s + t + 16, avx512::times_scales(p1, scales, t + 16, 0xffff));
     sum0 = _mm512_add_ps(sum0, p0);
     sum1 = _mm512_add_ps(sum1, p1);
   }
@@ -347,7 +345,7 @@ BATON_AVX512 void softmax_row_avx512(float* s, int32_t visible, int32_t n, float
     const __mmask16 m = first_lanes(visible - t);
     const __m512 p = _mm512_maskz_mov_ps(
         m, avx512::exp16_nonpositive(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, s + t), vmax)));
-    _mm512_mask_storeu_ps(s + t, first_lanes(n - t), p);
+    _mm512_mask_storeu_ps(s + t, first_lanes(n - t), avx512::times_scales(p, scales, t, m));
     sum0 = _mm512_add_ps(sum0, p);
   }
   *row_sum = _mm512_reduce_add_ps(_mm512_add_ps(sum0, sum1));

@@ -30,12 +30,11 @@ inline constexpr int32_t kAvx512Columns = 32;
 // The most query vectors one call of either kernel serves.
 inline constexpr int32_t kAvx512TileQueries = 4;
 
-// The kernels that take a KV dtype (those with a prefetch stream) read the
-// 8-bit formats' codes too (the score passes: E4M3's only), unscaled, in
-// units of this: an E4M3 code comes
-// out as its value times 2^-8 (what F16 holds of it exactly). The caller
-// multiplies each key's scores, and each probability, by its row's scale
-// times the unit.
+// The V pass reads the 8-bit formats' codes too, unscaled, in units of
+// this: an E4M3 code comes out as its value times 2^-8 (what F16 holds of
+// it exactly). The caller multiplies each probability by its V row's scale
+// times the unit. (The 8-bit formats' score passes are their own:
+// decode_scores_vnni.h, decode_scores_fp8.h.)
 constexpr float kv_code_unit(DType t) { return t == DType::kFP8E4M3 ? 256.0f : 1.0f; }
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -44,8 +43,8 @@ constexpr float kv_code_unit(DType t) { return t == DType::kFP8E4M3 ? 256.0f : 1
 // query vectors q_r at q + r d and the keys [0, n8) of a K tile k of dtype
 // t, laid out as common/kv_layout.h says (dimension group c of key t at
 // element c * group_stride + t * key_group_of(t)); n8 and d are multiples of
-// 8. Keys past n8 are not read. Any dtype but int8, whose keys take the VNNI
-// pass (decode_scores_vnni.h). Call only when use_avx512().
+// 8. Keys past n8 are not read. F32, F16 or BF16. Call only when
+// use_avx512().
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream);
@@ -72,8 +71,11 @@ void tile_pv_avx512(DType t, int32_t queries, const float* p, int32_t p_stride,
 // The first step of a partition's online softmax for one query vector, 16
 // lanes wide: row_max = the max of s[0, visible), s[t] = exp(s[t] - row_max)
 // there and 0 in [visible, n), row_sum = their sum. As softmax_update_avx2
-// from an empty row. Call only when use_avx512().
-void softmax_row_avx512(float* s, int32_t visible, int32_t n, float* row_max, float* row_sum);
+// from an empty row. With `scales` (8-bit KV: each key's V scale), s[t]
+// is stored times scales[t], and row_sum stays the sum of the exps; scales
+// past `visible` are not read. Call only when use_avx512().
+void softmax_row_avx512(float* s, int32_t visible, int32_t n, float* row_max, float* row_sum,
+                        const float* scales = nullptr);
 
 // Where each element of a chunk of kAvx512Columns sits among a V pass's
 // accumulators: slots[j] for element j.

@@ -73,8 +73,11 @@ TEST(KvLayout, KeysLieSideBySide) {
                     .head_dim = 64,
                     .dtype = dtype};
     const int32_t g = layout.key_group();
-    // A BF16 pair (VDPBF16PS), four int8 codes (VPDPBUSD), else one.
-    EXPECT_EQ(g, dtype == DType::kBF16 ? 2 : dtype == DType::kI8 ? 4 : 1);
+    // A BF16 pair (VDPBF16PS; E4M3 codes become BF16), four int8 codes
+    // (VPDPBUSD), else one.
+    EXPECT_EQ(g, dtype == DType::kBF16 || dtype == DType::kFP8E4M3 ? 2
+                 : dtype == DType::kI8                             ? 4
+                                                                   : 1);
     const size_t tile = layout.head_tile_offset(1, 2, KvPart::kKey, 1);
     EXPECT_EQ(layout.key_offset(1, 2, 1, 0, 0), tile);
     for (int s = 0; s + 1 < layout.block_size; ++s)

@@ -163,12 +163,14 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
     for (double x : v) v_max = std::max(v_max, std::abs(x));
     std::vector<float> qs(q.begin() + std::ptrdiff_t(query_start[size_t(s)] * q_width),
                           q.begin() + std::ptrdiff_t(query_start[size_t(s + 1)] * q_width));
-    // Where the kernel scores int8 queries, the reference takes them too.
-    if (quantizes_queries(layout, spec.query_len)) {
+    // Where the kernel scores int8 or BF16 queries, the reference takes
+    // them too.
+    const DType query_format = decode_query_format(layout, spec.query_len);
+    if (query_format != DType::kF32) {
       for (size_t v = 0; v < qs.size(); v += size_t(c.head_dim)) {
         std::vector<float> scaled(size_t(c.head_dim));
         for (int32_t e = 0; e < c.head_dim; ++e) scaled[size_t(e)] = qs[v + size_t(e)] * p.scale;
-        const std::vector<double> stored = testing::stored_rows(scaled, c.head_dim, DType::kI8);
+        const std::vector<double> stored = testing::stored_rows(scaled, c.head_dim, query_format);
         for (int32_t e = 0; e < c.head_dim; ++e)
           qs[v + size_t(e)] = float(stored[size_t(e)] / double(p.scale));
       }
