@@ -363,7 +363,8 @@ struct Codec {
             {"request_id", m.request_id},
             {"transfer_id", m.transfer_id},
             {"dst_blocks", m.dst_blocks},
-            {"cached_blocks", m.cached_blocks}};
+            {"cached_blocks", m.cached_blocks},
+            {"skipped_blocks", m.skipped_blocks}};
   }
   json operator()(const Prefill& m) const {
     return {{"t", "prefill"},
@@ -373,7 +374,8 @@ struct Codec {
             {"decode_node", m.decode_node},
             {"transfer_id", m.transfer_id},
             {"dst_blocks", m.dst_blocks},
-            {"cached_blocks", m.cached_blocks}};
+            {"cached_blocks", m.cached_blocks},
+            {"skipped_blocks", m.skipped_blocks}};
   }
   json operator()(const PrefillDone& m) const {
     return {{"t", "prefill_done"},
@@ -449,6 +451,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.transfer_id = r.uint64("transfer_id");
     m.dst_blocks = r.ints("dst_blocks", kMaxBlocksPerRequest);
     m.cached_blocks = r.int32("cached_blocks", 0, int32_t(kMaxBlocksPerRequest));
+    m.skipped_blocks = r.int32("skipped_blocks", 0, int32_t(kMaxBlocksPerRequest));
     return finish(std::move(m));
   }
   if (type == "prefill") {
@@ -460,6 +463,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.transfer_id = r.uint64("transfer_id");
     m.dst_blocks = r.ints("dst_blocks", kMaxBlocksPerRequest);
     m.cached_blocks = r.int32("cached_blocks", 0, int32_t(kMaxBlocksPerRequest));
+    m.skipped_blocks = r.int32("skipped_blocks", 0, int32_t(kMaxBlocksPerRequest));
     return finish(std::move(m));
   }
   if (type == "prefill_done") {

@@ -32,7 +32,8 @@
 
 namespace baton::control {
 
-inline constexpr int32_t kProtocolVersion = 1;
+// 2: PrefillReady and Prefill carry skipped_blocks (sliding windows).
+inline constexpr int32_t kProtocolVersion = 2;
 // Bounds that keep a hostile frame from becoming a huge allocation.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;
 inline constexpr size_t kMaxPromptTokens = 1u << 20;
@@ -161,10 +162,13 @@ struct PrefillReady {  // decode -> router
   uint64_t request_id = 0;
   uint64_t transfer_id = 0;
   // The decode node's reserved blocks for the prompt's blocks after the
-  // first `cached_blocks`, in prompt order: those it holds already (its
-  // prefix cache), and the prefill node neither sends nor writes them.
+  // first `cached_blocks` and `skipped_blocks` more, in prompt order. The
+  // first it holds already (its prefix cache); the next no query of its
+  // sliding windows will read. The prefill node neither sends nor writes
+  // either.
   std::vector<int32_t> dst_blocks;
   int32_t cached_blocks = 0;
+  int32_t skipped_blocks = 0;
 };
 struct Prefill {  // router -> prefill
   uint64_t request_id = 0;
@@ -174,6 +178,7 @@ struct Prefill {  // router -> prefill
   uint64_t transfer_id = 0;
   std::vector<int32_t> dst_blocks;  // as PrefillReady has them
   int32_t cached_blocks = 0;
+  int32_t skipped_blocks = 0;
 };
 struct PrefillDone {  // prefill -> router, forwarded to decode
   uint64_t request_id = 0;

@@ -104,10 +104,12 @@ bool DecodeServer::try_reserve(Request& request) {
     return true;
   }
   // The blocks the KV is to land in: those after the prefix the prefix
-  // cache gave the sequence, which it holds already.
+  // cache gave the sequence, which it holds already, and after those its
+  // sliding windows let go at once (Scheduler::reserve_remote).
   const engine::Sequence* reserved = scheduler.find(*sequence);
   const int32_t cached = reserved->registered_blocks;
-  std::vector<int32_t> blocks(reserved->block_table.blocks().begin() + cached,
+  const int32_t skipped = std::max(0, reserved->block_table.num_released() - cached);
+  std::vector<int32_t> blocks(reserved->block_table.blocks().begin() + cached + skipped,
                               reserved->block_table.blocks().end());
   kv_transfer::RecvSpec spec;
   spec.request_id = request.request_id;
@@ -125,8 +127,8 @@ bool DecodeServer::try_reserve(Request& request) {
   by_transfer_[request.transfer_id] = request.request_id;
   request.state = State::kAwaitingKv;
   request.generate = {};
-  runtime_->send(
-      control::PrefillReady{request.request_id, request.transfer_id, std::move(blocks), cached});
+  runtime_->send(control::PrefillReady{request.request_id, request.transfer_id, std::move(blocks),
+                                       cached, skipped});
   return true;
 }
 

@@ -108,6 +108,12 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
                               std::to_string(blocks_.num_blocks()) + " are free");
   }
   BATON_RETURN_IF_ERROR(seq->block_table.reserve(blocks_, tokens - shared));
+  // Sliding windows: the prompt's leading blocks that no window of the first
+  // decode step (at position `tokens`) reaches go back at once, and the
+  // prefill node does not send them. Not while the SSD tier reads into the
+  // sequence's blocks: a block given back must not be written.
+  if (kv_window_ > 0 && !seq->options.retain_blocks && !seq->ssd_restoring)
+    seq->block_table.release_before(blocks_, tokens - kv_window_ + 1);
   count_prefix_lookup(*seq);
   seq->awaiting_kv = true;
   ++next_id_;
@@ -568,6 +574,10 @@ void Scheduler::attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
 
 void Scheduler::register_full_blocks(Sequence& seq, int32_t computed) {
   if (!config_.enable_prefix_caching) return;
+  // Blocks given back before they were registered (a remote prompt's, past
+  // its windows) leave a gap: no lookup, which walks the chain from the
+  // prompt's start, would reach the blocks after it.
+  if (seq.block_table.num_released() > seq.registered_blocks) return;
   const int32_t full = computed / seq.block_table.block_size();
   for (int32_t j = seq.registered_blocks; j < full; ++j)
     blocks_.register_block(seq.block_table.blocks()[size_t(j)], block_key(seq, j));

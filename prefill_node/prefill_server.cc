@@ -79,12 +79,15 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
   int32_t prompt_len = int32_t(prefill.prompt.size());
   int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
   size_t blocks_needed = size_t((prompt_len + block_size - 1) / block_size);
-  // The decode node holds the first cached_blocks already; at least the
-  // block of the last token always travels.
+  // The decode node holds the first cached_blocks already, and its windows
+  // will not read the next skipped_blocks; at least the block of the last
+  // token always travels.
   if (prefill.dst_blocks.empty() ||
-      size_t(prefill.cached_blocks) + prefill.dst_blocks.size() != blocks_needed) {
+      size_t(prefill.cached_blocks) + size_t(prefill.skipped_blocks) + prefill.dst_blocks.size() !=
+          blocks_needed) {
     return fail(id, std::to_string(prefill.dst_blocks.size()) + " destination blocks after " +
-                        std::to_string(prefill.cached_blocks) + " cached ones for a " +
+                        std::to_string(prefill.cached_blocks) + " cached and " +
+                        std::to_string(prefill.skipped_blocks) + " skipped ones for a " +
                         std::to_string(prompt_len) + "-token prompt of " +
                         std::to_string(blocks_needed) + " blocks");
   }
@@ -116,9 +119,9 @@ void PrefillServer::on_layer(int32_t layer, std::span<const engine::StepSequence
       spec.request_id = job.prefill.request_id;
       spec.transfer_id = transfer_id;
       spec.dst_blocks = job.prefill.dst_blocks;
-      // The prompt's blocks past those the decode node holds.
+      // The prompt's blocks past those the decode node holds or skips.
       const std::vector<int32_t>& blocks = sequence->block_table.blocks();
-      const auto first = blocks.begin() + job.prefill.cached_blocks;
+      const auto first = blocks.begin() + job.prefill.cached_blocks + job.prefill.skipped_blocks;
       spec.src_blocks.assign(first, first + std::ptrdiff_t(spec.dst_blocks.size()));
       Status begun =
           runtime_->transfer().begin_send(job.peer, std::move(spec), runtime_->completion_sink());

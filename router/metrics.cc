@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <utility>
+
 namespace baton::router {
 namespace {
 
@@ -221,6 +223,17 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
       "# TYPE baton:control_messages_rejected_total counter\nbaton:control_messages_rejected_total "
       "{}\n",
       snapshot.control_messages_rejected);
+  out +=
+      "# HELP baton:kv_transfer_blocks_total KV blocks of prompts prefilled on a prefill node: "
+      "sent "
+      "to the decode node, already cached there, or skipped as past its sliding windows.\n"
+      "# TYPE baton:kv_transfer_blocks_total counter\n";
+  for (const auto& [route, blocks] :
+       {std::pair{"sent", snapshot.kv_blocks_sent}, std::pair{"cached", snapshot.kv_blocks_cached},
+        std::pair{"skipped", snapshot.kv_blocks_skipped}}) {
+    fmt::format_to(std::back_inserter(out), "baton:kv_transfer_blocks_total{{route=\"{}\"}} {}\n",
+                   route, blocks);
+  }
   return out;
 }
 

@@ -3,6 +3,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace baton::router {
@@ -245,6 +246,10 @@ void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady
   prefill.transfer_id = ready.transfer_id;
   prefill.dst_blocks = std::move(ready.dst_blocks);
   prefill.cached_blocks = ready.cached_blocks;
+  prefill.skipped_blocks = ready.skipped_blocks;
+  kv_blocks_sent_ += prefill.dst_blocks.size();
+  kv_blocks_cached_ += uint64_t(std::max(0, ready.cached_blocks));
+  kv_blocks_skipped_ += uint64_t(std::max(0, ready.skipped_blocks));
   while (true) {
     NodeState* prefill_node = registry_.find(request.prefill_node);
     if (prefill_node == nullptr || !prefill_node->up) {
@@ -390,6 +395,9 @@ void RouterCore::publish_snapshot() {
   snapshot.prefill_up = registry_.up_count("prefill");
   snapshot.decode_up = registry_.up_count("decode");
   snapshot.control_messages_rejected = socket_->rejected();
+  snapshot.kv_blocks_sent = kv_blocks_sent_;
+  snapshot.kv_blocks_cached = kv_blocks_cached_;
+  snapshot.kv_blocks_skipped = kv_blocks_skipped_;
   decode_up_.store(snapshot.decode_up);
   std::lock_guard lock(snapshot_mutex_);
   snapshot_ = std::move(snapshot);

@@ -80,6 +80,13 @@ struct ClusterSnapshot {
   int32_t prefill_up = 0;
   int32_t decode_up = 0;
   uint64_t control_messages_rejected = 0;
+  // Blocks of prompts prefilled on a prefill node, by what became of them
+  // on the way to the decode node: sent over UCX, already held there (its
+  // prefix cache), or skipped (past every sliding window of the first
+  // decode step).
+  uint64_t kv_blocks_sent = 0;
+  uint64_t kv_blocks_cached = 0;
+  uint64_t kv_blocks_skipped = 0;
 };
 
 class RouterCore {
@@ -142,6 +149,10 @@ class RouterCore {
   // node may only have stopped, and comes back holding them. Aborted on it
   // when the same process registers again; forgotten for a new process.
   std::map<std::string, std::deque<uint64_t>> orphans_;  // core thread only
+  // ClusterSnapshot's kv_blocks_* counts; core thread only.
+  uint64_t kv_blocks_sent_ = 0;
+  uint64_t kv_blocks_cached_ = 0;
+  uint64_t kv_blocks_skipped_ = 0;
 
   std::mutex inbox_mutex_;
   std::vector<Submission> submissions_;

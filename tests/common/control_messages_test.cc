@@ -120,12 +120,13 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(gen2.prefill_node, "prefill-0");
 
   PrefillReady ready{rng(), rng() % (1ull << 32), random_ints(rng, 200, 1 << 20),
-                     int32_t(rng() % 1000)};
+                     int32_t(rng() % 1000), int32_t(rng() % 1000)};
   PrefillReady ready2 = round_trip(ready);
   EXPECT_EQ(ready2.request_id, ready.request_id);
   EXPECT_EQ(ready2.transfer_id, ready.transfer_id);
   EXPECT_EQ(ready2.dst_blocks, ready.dst_blocks);
   EXPECT_EQ(ready2.cached_blocks, ready.cached_blocks);
+  EXPECT_EQ(ready2.skipped_blocks, ready.skipped_blocks);
 
   Prefill pre{rng(), random_ints(rng, 500, 150000), random_sampling(rng), "decode-1",
               77,    random_ints(rng, 32, 4096)};
@@ -136,8 +137,11 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(pre2.transfer_id, 77u);
   EXPECT_EQ(pre2.dst_blocks, pre.dst_blocks);
   EXPECT_EQ(pre2.cached_blocks, 0);
+  EXPECT_EQ(pre2.skipped_blocks, 0);
   pre.cached_blocks = 12;
+  pre.skipped_blocks = 5;
   EXPECT_EQ(round_trip(pre).cached_blocks, 12);
+  EXPECT_EQ(round_trip(pre).skipped_blocks, 5);
 
   PrefillDone done{rng(), int32_t(rng() % 1000), rng() % 10, "peer lost", {}};
   done.first_logprobs.push_back({-1.25f, {5, 9, 2}, {-0.5f, -1.0f, -3.5f}});
@@ -265,6 +269,10 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   ASSERT_TRUE(decode_json(object).is_ok());
   object["cached_blocks"] = -1;
   EXPECT_NE(message_of(decode_json(object)).find("cached_blocks: out of range"), std::string::npos)
+      << message_of(decode_json(object));
+  object["cached_blocks"] = 1;
+  object["skipped_blocks"] = -3;
+  EXPECT_NE(message_of(decode_json(object)).find("skipped_blocks: out of range"), std::string::npos)
       << message_of(decode_json(object));
 
   // Log-probabilities that would not survive narrowing to float.

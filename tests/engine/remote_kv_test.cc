@@ -556,6 +556,72 @@ TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
   EXPECT_EQ(bs.stats().free_blocks, bs.stats().total_blocks);
 }
 
+// Sliding windows on every layer: the decode node gives back at once the
+// prompt's leading blocks that its first step's window does not reach, and
+// only the rest travel. What it decodes is one engine's. The free blocks are
+// poisoned with NaNs before the KV lands, so a kernel that read a block
+// given back would spoil every log-prob after it. The blocks given back
+// never held the prompt's KV: none of them joins the prefix cache.
+TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
+  constexpr int32_t kWindow = 11, kBlock = 4;
+  auto config = model_preset("tiny-qwen2");  // Qwen2's config can give every layer a window
+  ASSERT_TRUE(config.is_ok());
+  config->layer_windows.assign(size_t(config->num_layers), kWindow);
+  const auto windowed = testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
+  const std::vector<int32_t> prompt = random_prompt(30, 60);
+  GenerationOptions o = greedy(20);
+  o.ignore_eos = true;
+  o.logprobs = 2;
+
+  auto a = make_engine(128, kBlock, 2048, windowed);  // the whole run
+  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
+  auto whole = a->run_to_completion();
+  ASSERT_TRUE(whole.is_ok() && whole->size() == 1);
+
+  auto b = make_engine(128, kBlock, 16, windowed);  // the prefill node, in chunks
+  GenerationOptions prefill = o;
+  prefill.max_tokens = 1;
+  prefill.retain_blocks = true;
+  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
+  auto prefilled = b->run_to_completion();
+  ASSERT_TRUE(prefilled.is_ok() && prefilled->size() == 1);
+  const Sequence& done = *(*prefilled)[0];
+
+  auto c = make_engine(64, kBlock, 2048, windowed);  // the decode node
+  Scheduler& cs = c->scheduler();
+  auto id = cs.reserve_remote(prompt, o);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const Sequence* awaiting = cs.find(*id);
+  const auto len = int32_t(prompt.size());
+  // The first decode step, at position len, reads from len - kWindow + 1.
+  const int32_t skipped = (len - kWindow + 1) / kBlock;
+  ASSERT_GT(skipped, 0);
+  EXPECT_EQ(awaiting->block_table.num_released(), skipped);
+  EXPECT_EQ(cs.stats().total_blocks - cs.stats().free_blocks,
+            awaiting->block_table.blocks_needed(len) - skipped);
+  for (int32_t block = 0; block < c->kv_pool().layout().num_blocks; ++block) {
+    const std::vector<int32_t>& held = awaiting->block_table.blocks();
+    if (std::find(held.begin() + skipped, held.end(), block) != held.end()) continue;
+    for (int32_t layer = 0; layer < c->kv_pool().layout().num_layers; ++layer)
+      std::memset(static_cast<char*>(c->kv_pool().data()) +
+                      c->kv_pool().layout().block_byte_offset(layer, block),
+                  0xff, c->kv_pool().layout().block_bytes());
+  }
+  const std::vector<int32_t> src(done.block_table.blocks().begin() + skipped,
+                                 done.block_table.blocks().end());
+  const std::vector<int32_t> dst(awaiting->block_table.blocks().begin() + skipped,
+                                 awaiting->block_table.blocks().end());
+  copy_kv(b->kv_pool(), src, c->kv_pool(), dst, dst.size());
+  ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
+                  .is_ok());
+  expect_all_decode_as(*c, 1, *(*whole)[0]);
+
+  auto again = cs.reserve_remote(prompt, o);
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(cs.find(*again)->registered_blocks, 0) << "a block that never held KV was cached";
+  cs.abort(*again);
+}
+
 TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {
   auto engine = make_engine(/*blocks=*/8, /*block_size=*/4, /*budget=*/2048);
   Scheduler& s = engine->scheduler();

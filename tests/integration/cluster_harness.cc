@@ -14,6 +14,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <mutex>
 #include <random>
 #include <set>
@@ -129,11 +130,33 @@ BatonRun run_baton(const std::vector<std::string>& args) {
   return result;
 }
 
-json baton_generate(const std::string& prompt, const std::vector<std::string>& flags) {
+const std::filesystem::path& windowed_tiny_model(int32_t window) {
+  static std::map<int32_t, std::filesystem::path> made;
+  static std::mutex mutex;
+  std::lock_guard lock(mutex);
+  auto it = made.find(window);
+  if (it != made.end()) return it->second;
+  const std::filesystem::path dir = tiny_model().string() + "-window-" + std::to_string(window);
+  std::filesystem::create_directories(dir);
+  for (const auto& entry : std::filesystem::directory_iterator(tiny_model()))
+    std::filesystem::copy(entry.path(), dir / entry.path().filename(),
+                          std::filesystem::copy_options::overwrite_existing);
+  // Mistral's weights are named as Llama's; its config gives every layer
+  // the window.
+  json config = json::parse(std::ifstream(dir / "config.json"));
+  config["architectures"] = {"MistralForCausalLM"};
+  config["model_type"] = "mistral";
+  config["sliding_window"] = window;
+  std::ofstream(dir / "config.json") << config.dump(2);
+  return made.emplace(window, dir).first->second;
+}
+
+json baton_generate(const std::string& prompt, const std::vector<std::string>& flags,
+                    const std::filesystem::path& model) {
   std::string command =
-      std::string(BATON_BINARY) + " generate --model " + tiny_model().string() + " --json";
+      std::string(BATON_BINARY) + " generate --model " + model.string() + " --json";
   std::filesystem::path prompt_file =
-      tiny_model().parent_path() / ("prompt-" + std::to_string(std::random_device{}()));
+      model.parent_path() / ("prompt-" + std::to_string(std::random_device{}()));
   {
     std::ofstream out(prompt_file);
     out << prompt << "\n";
@@ -160,7 +183,7 @@ Cluster::Cluster(const ClusterShape& shape) {
   dir_ = std::filesystem::temp_directory_path() /
          ("baton-it-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));
   std::filesystem::create_directories(dir_);
-  model_dir_ = tiny_model();
+  model_dir_ = shape.model.empty() ? tiny_model() : shape.model;
   heartbeat_interval_ = std::chrono::milliseconds(shape.heartbeat_interval_ms);
   http_port_ = free_port();
   zmq_port_ = free_port();

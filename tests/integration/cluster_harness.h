@@ -34,9 +34,10 @@ struct ClusterShape {
   bool start_nodes = true;
   bool share_pool = true;  // transfer.share_pool (false: private pools, CMA transfers)
   std::string kv_cache_bytes = "4MiB";
-  std::string kv_dtype;       // engine.kv_dtype; empty: auto
-  std::string ssd_cache_dir;  // engine.ssd_cache_dir, relative to the YAML (made); empty: none
-  int prefill_nice = 0;       // the prefill nodes' engine.nice
+  std::string kv_dtype;         // engine.kv_dtype; empty: auto
+  std::filesystem::path model;  // the checkpoint served; empty: tiny_model()
+  std::string ssd_cache_dir;    // engine.ssd_cache_dir, relative to the YAML (made); empty: none
+  int prefill_nice = 0;         // the prefill nodes' engine.nice
   // `baton up --max-restarts`: 0 (the harness's default) leaves a killed
   // role down, for the tests that restart it by hand.
   int max_restarts = 0;
@@ -126,6 +127,9 @@ std::vector<std::string> sse_payloads(const std::string& body);
 uint16_t free_port();
 // The tiny test model (made on first use in a temporary directory).
 const std::filesystem::path& tiny_model();
+// The tiny model's weights as a Mistral checkpoint whose every layer has a
+// sliding window of `window` tokens (made on first use).
+const std::filesystem::path& windowed_tiny_model(int32_t window);
 // A `baton` command line run to its end.
 struct BatonRun {
   int exit_code = -1;
@@ -133,6 +137,7 @@ struct BatonRun {
 };
 BatonRun run_baton(const std::vector<std::string>& args);
 // `baton generate --json` for one prompt; the parsed line.
-nlohmann::json baton_generate(const std::string& prompt, const std::vector<std::string>& flags);
+nlohmann::json baton_generate(const std::string& prompt, const std::vector<std::string>& flags,
+                              const std::filesystem::path& model = tiny_model());
 
 }  // namespace baton::testing

@@ -94,9 +94,12 @@ TEST_F(ServingTest, ConcurrentGreedyCompletionsEqualBatonGenerate) {
 // completed greedily by the cluster and by `baton generate` (with
 // `generate_flags` besides): the texts are equal.
 void expect_remote_greedy_equals_generate(Cluster& cluster, std::mt19937& rng, int prompts,
-                                          const std::vector<std::string>& generate_flags) {
+                                          const std::vector<std::string>& generate_flags,
+                                          const std::filesystem::path& model = tiny_model(),
+                                          int min_chars = 20) {
   for (int i = 0; i < prompts; ++i) {
-    const std::string prompt = random_prompt(rng, 20, 120);  // above the remote-prefill threshold
+    // Above the remote-prefill threshold.
+    const std::string prompt = random_prompt(rng, min_chars, min_chars + 100);
     const int max_tokens = 1 + int(rng() % 24);
     auto response =
         cluster.post("/v1/completions",
@@ -108,7 +111,7 @@ void expect_remote_greedy_equals_generate(Cluster& cluster, std::mt19937& rng, i
     std::vector<std::string> flags = {"--max-tokens", std::to_string(max_tokens), "--temperature",
                                       "0"};
     flags.insert(flags.end(), generate_flags.begin(), generate_flags.end());
-    json expected = baton_generate(prompt, flags);
+    json expected = baton_generate(prompt, flags, model);
     EXPECT_EQ(answer["choices"][0]["text"], expected["text"]) << "prompt '" << prompt << "'";
     EXPECT_EQ(answer["usage"]["completion_tokens"], expected["output_ids"].size());
   }
@@ -149,6 +152,29 @@ TEST(QuantizedKvServingTest, GreedyCompletionsEqualBatonGenerate) {
         << metrics->body;
     EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
   }
+}
+
+// A checkpoint whose every layer has a sliding window shorter than the
+// prompts: the decode node gives back at once the blocks its first step's
+// window no longer reaches, and the prefill node does not send them. The
+// answers are still one engine's, and the router counts the skipped blocks.
+TEST(WindowedServingTest, BlocksPastTheWindowStayOffTheWire) {
+  constexpr int32_t kWindow = 24;  // 16-token blocks: a prompt past 40 tokens skips one
+  const std::filesystem::path& model = windowed_tiny_model(kWindow);
+  ClusterShape shape;
+  shape.model = model;
+  Cluster cluster(shape);
+  std::mt19937 rng{std::random_device{}()};
+  expect_remote_greedy_equals_generate(cluster, rng, 3, {}, model, /*min_chars=*/150);
+  const double skipped = cluster.metric("baton:kv_transfer_blocks_total", "route=\"skipped\"");
+  const double sent = cluster.metric("baton:kv_transfer_blocks_total", "route=\"sent\"");
+  // 150 characters are 150 tokens (the byte tokenizer): each prompt skipped some.
+  EXPECT_GE(skipped, 3);
+  // A block reaches back at most kWindow - 1 tokens from the first decode
+  // step: at most 3 blocks of each prompt travel.
+  EXPECT_GE(sent, 3);
+  EXPECT_LE(sent, 3 * 3);
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
 // The niceness of every thread of a process, from /proc/PID/task/*/stat
