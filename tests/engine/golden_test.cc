@@ -12,6 +12,7 @@
 #include <random>
 
 #include "engine/engine.h"
+#include "engine/kv_drift.h"
 #include "tests/engine/greedy_options.h"
 #include "tests/engine/reference_model.h"
 
@@ -123,8 +124,7 @@ TEST_P(KvDriftTest, EightBitKvStaysCloseToBf16Kv) {
     EXPECT_TRUE(created.is_ok()) << created.status().to_string();
     return std::move(created).value();
   };
-  double sum = 0, worst = 0;
-  int64_t positions = 0, changes = 0;
+  KvDrift drift;
   for (const auto& dir : golden_dirs()) {
     SCOPED_TRACE(dir.string());
     auto reference = engine_for(dir, DType::kBF16);
@@ -133,46 +133,23 @@ TEST_P(KvDriftTest, EightBitKvStaysCloseToBf16Kv) {
     std::uniform_int_distribution<int32_t> id(3, config.vocab_size - 1);
     std::vector<int32_t> tokens(size_t(config.max_position_embeddings) - 1);
     for (int32_t& t : tokens) t = id(rng);
-    BlockManager manager(32);
-    BlockTable ref_table(16), q_table(16);
-    std::vector<float> ref_logits, q_logits;
-    for (int32_t pos = 0; pos < int32_t(tokens.size());) {
-      const int32_t n = pos == 0 ? 16 : 1;
-      ASSERT_TRUE(ref_table.reserve(manager, n).is_ok());
-      ASSERT_TRUE(q_table.reserve(manager, n).is_ok());
-      const std::span<const int32_t> step(tokens.data() + pos, size_t(n));
-      StepPlan ref_plan{{{step, pos, &ref_table, true}}}, q_plan{{{step, pos, &q_table, true}}};
-      ASSERT_TRUE(reference->model().forward(ref_plan, reference->kv_pool(), &ref_logits).is_ok());
-      ASSERT_TRUE(quantized->model().forward(q_plan, quantized->kv_pool(), &q_logits).is_ok());
-      ref_table.commit(n);
-      q_table.commit(n);
-      pos += n;
-      const auto a =
-          testing::log_softmax(std::vector<double>(ref_logits.begin(), ref_logits.end()));
-      const auto b = testing::log_softmax(std::vector<double>(q_logits.begin(), q_logits.end()));
-      const size_t greedy = size_t(std::max_element(a.begin(), a.end()) - a.begin());
-      const double drift = std::fabs(b[greedy] - a[greedy]);
-      ASSERT_TRUE(std::isfinite(drift));
-      sum += drift;
-      worst = std::max(worst, drift);
-      changes += size_t(std::max_element(b.begin(), b.end()) - b.begin()) != greedy;
-      ++positions;
-    }
-    ref_table.release(manager);
-    q_table.release(manager);
+    Engine* const candidates[] = {quantized.get()};
+    auto measured = measure_kv_drift(*reference, candidates, tokens, /*first_step=*/16);
+    ASSERT_TRUE(measured.is_ok()) << measured.status().to_string();
+    drift.add(measured->front());
   }
-  ASSERT_GE(positions, 1000);
-  const double mean = sum / double(positions), rate = double(changes) / double(positions);
-  RecordProperty("mean_abs_dlogprob", std::to_string(mean));
-  RecordProperty("max_abs_dlogprob", std::to_string(worst));
-  RecordProperty("greedy_change_rate", std::to_string(rate));
+  ASSERT_GE(drift.positions, 1000);
+  RecordProperty("mean_abs_dlogprob", std::to_string(drift.mean_abs()));
+  RecordProperty("max_abs_dlogprob", std::to_string(drift.max_abs));
+  RecordProperty("greedy_change_rate", std::to_string(drift.change_rate()));
   std::printf(
       "%s KV against bf16 KV over %lld positions: mean |dlogp| %.4f, max %.4f, greedy "
       "changed at %.2f%%\n",
-      std::string(dtype_name(limits.kv)).c_str(), (long long)positions, mean, worst, 100.0 * rate);
-  EXPECT_LT(mean, limits.mean);
-  EXPECT_LT(worst, limits.max);
-  EXPECT_LT(rate, limits.change_rate);
+      std::string(dtype_name(limits.kv)).c_str(), (long long)drift.positions, drift.mean_abs(),
+      drift.max_abs, 100.0 * drift.change_rate());
+  EXPECT_LT(drift.mean_abs(), limits.mean);
+  EXPECT_LT(drift.max_abs, limits.max);
+  EXPECT_LT(drift.change_rate(), limits.change_rate);
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, KvDriftTest,
