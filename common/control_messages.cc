@@ -323,11 +323,10 @@ std::vector<TokenLogprobs> logprobs_from(FieldReader& parent, const char* key, s
 }
 
 json to_json(const TokenEvent& e) {
-  return {{"request_id", e.request_id},
-          {"tokens", e.tokens},
-          {"finish_reason", e.finish_reason},
-          {"error", e.error},
-          {"logprobs", to_json(e.logprobs)}};
+  return {{"request_id", e.request_id},       {"tokens", e.tokens},
+          {"finish_reason", e.finish_reason}, {"error", e.error},
+          {"logprobs", to_json(e.logprobs)},  {"queue_s", e.queue_seconds},
+          {"prefill_s", e.prefill_seconds}};
 }
 
 struct Codec {
@@ -383,7 +382,9 @@ struct Codec {
             {"first_token", m.first_token},
             {"rng_draws", m.rng_draws},
             {"error", m.error},
-            {"first_logprobs", to_json(m.first_logprobs)}};
+            {"first_logprobs", to_json(m.first_logprobs)},
+            {"queue_s", m.queue_seconds},
+            {"prefill_s", m.prefill_seconds}};
   }
   json operator()(const Abort& m) const {
     return {{"t", "abort"}, {"request_id", m.request_id}, {"reason", m.reason}};
@@ -473,6 +474,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.rng_draws = r.uint64("rng_draws");
     m.error = r.string("error");
     m.first_logprobs = logprobs_from(r, "first_logprobs", 1);
+    m.queue_seconds = r.real("queue_s");
+    m.prefill_seconds = r.real("prefill_s");
     return finish(std::move(m));
   }
   if (type == "abort") {
@@ -497,6 +500,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
         event.finish_reason = e.string("finish_reason");
         event.error = e.string("error");
         event.logprobs = logprobs_from(e, "logprobs", kMaxPromptTokens);
+        event.queue_seconds = e.real("queue_s");
+        event.prefill_seconds = e.real("prefill_s");
         if (!e.error().empty()) {
           r.fail("events", e.error());
           break;

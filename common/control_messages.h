@@ -32,7 +32,8 @@
 
 namespace baton::control {
 
-// 2: PrefillReady and Prefill carry skipped_blocks (sliding windows).
+// 2: PrefillReady and Prefill carry skipped_blocks (sliding windows);
+// PrefillDone and TokenEvent the queue and prefill seconds.
 inline constexpr int32_t kProtocolVersion = 2;
 // Bounds that keep a hostile frame from becoming a huge allocation.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;
@@ -186,6 +187,9 @@ struct PrefillDone {  // prefill -> router, forwarded to decode
   uint64_t rng_draws = 0;  // draws of the request's generator the first token took
   std::string error;       // empty: the KV is in the decode node's blocks
   std::vector<TokenLogprobs> first_logprobs;  // one entry when the request asked for logprobs
+  // The prefill node's queue and prefill seconds (engine::Sequence); -1: none.
+  float queue_seconds = -1;
+  float prefill_seconds = -1;
 };
 struct Abort {  // router -> node
   uint64_t request_id = 0;
@@ -205,6 +209,10 @@ struct TokenEvent {
   std::string finish_reason;            // "" (more to come), "stop", "length", "abort", "error"
   std::string error;                    // with "error" and "abort": why
   std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
+  // With the first token, where this node computed the prompt: its queue
+  // and prefill seconds (engine::Sequence); -1 otherwise.
+  float queue_seconds = -1;
+  float prefill_seconds = -1;
 };
 struct Events {  // decode -> router, once per step that produced something
   std::vector<TokenEvent> events;

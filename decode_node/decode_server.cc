@@ -250,6 +250,11 @@ Status DecodeServer::step() {
     emit(id, {output.token},
          is_finished ? std::string(engine::finish_reason_name(output.finish_reason)) : "", "",
          std::move(logprobs));
+    if (output.prefill_seconds >= 0) {  // the prompt was computed here
+      control::TokenEvent& event = events_.events[pending_event_.at(id)];
+      event.queue_seconds = float(output.queue_seconds);
+      event.prefill_seconds = float(output.prefill_seconds);
+    }
     if (is_finished) {
       by_sequence_.erase(by);
       requests_.erase(id);

@@ -613,8 +613,10 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
   step_tokens_.resize(total);
   StepPlan plan;
   size_t offset = 0;
+  const auto now = std::chrono::steady_clock::now();
   for (const auto& s : scheduled) {
     Sequence& seq = *s.sequence;
+    if (!seq.first_scheduled) seq.first_scheduled = now;
     for (int32_t j = 0; j < s.num_tokens; ++j) {
       step_tokens_[offset + size_t(j)] = seq.token_at(seq.num_computed + j);
     }
@@ -697,8 +699,17 @@ void Scheduler::sample(Sequence& seq, const float* logits, std::vector<StepOutpu
                        .logprob = kc::token_logprob(logits, vocab, token),
                        .top = kc::top_logprobs(logits, vocab, opts.logprobs)});
   }
+  const bool first = seq.output.empty();
+  if (first && seq.first_scheduled) {
+    using Seconds = std::chrono::duration<double>;
+    seq.queue_seconds = Seconds(*seq.first_scheduled - seq.arrival).count();
+    seq.prefill_seconds = Seconds(std::chrono::steady_clock::now() - *seq.first_scheduled).count();
+  }
   append_token(seq, token);
-  if (outputs != nullptr) outputs->push_back({seq.id, token, seq.finish_reason});
+  if (outputs != nullptr) {
+    outputs->push_back({seq.id, token, seq.finish_reason, first ? seq.queue_seconds : -1,
+                        first ? seq.prefill_seconds : -1});
+  }
 }
 
 void Scheduler::append_token(Sequence& seq, int32_t token) {

@@ -48,6 +48,10 @@ struct StepOutput {
   int64_t sequence_id;
   int32_t token;  // the token sampled this step
   FinishReason finish_reason;
+  // With the sequence's first token: its queue and prefill seconds
+  // (Sequence); -1 with every later one.
+  double queue_seconds = -1;
+  double prefill_seconds = -1;
 };
 
 struct SchedulerStats {

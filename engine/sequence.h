@@ -1,7 +1,9 @@
 // engine/sequence.h — one generation request as the engine sees it.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string_view>
 #include <vector>
 
@@ -77,6 +79,15 @@ struct Sequence {
   int32_t ssd_lost_from = -1;
   bool awaiting_kv = false;  // reserved by reserve_remote, KV not yet activated
   FinishReason finish_reason = FinishReason::kNone;
+  // When the scheduler took the sequence in (made it), and first computed
+  // any of its tokens; then, once it sampled its first token itself (not
+  // one a prefill node sampled), the seconds from the one to the other
+  // (vLLM's queue time) and from the other to that token (its prefill
+  // time). -1: not sampled here.
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
+  std::optional<std::chrono::steady_clock::time_point> first_scheduled;
+  double queue_seconds = -1;
+  double prefill_seconds = -1;
 };
 
 }  // namespace baton::engine

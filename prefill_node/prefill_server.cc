@@ -184,6 +184,8 @@ void PrefillServer::maybe_complete(uint64_t request_id) {
       done.error = "the prefill ended without its KV transfer";
     } else {
       done.first_token = job.finished->output.front();
+      done.queue_seconds = float(job.finished->queue_seconds);
+      done.prefill_seconds = float(job.finished->prefill_seconds);
       done.rng_draws = job.finished->rng.draws();
       if (!job.finished->output_logprobs.empty()) {
         done.first_logprobs.push_back(node::to_wire(job.finished->output_logprobs.front()));

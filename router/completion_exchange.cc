@@ -99,6 +99,9 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   if (!update.tokens.empty()) {
     if (!choice.got_token) {
       metrics_.observe_ttft(seconds_between(arrival_, now));
+      if (update.prefill_seconds >= 0)
+        metrics_.observe_queue_and_prefill(update.queue_seconds, update.prefill_seconds);
+      choice.prefill_seconds = update.prefill_seconds;
       choice.first_token = now;
     } else {
       double gap = seconds_between(choice.last_token, now) / double(update.tokens.size());
@@ -122,7 +125,8 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   ++finished_count_;
   metrics_.observe_e2e(seconds_between(arrival_, now));
   metrics_.observe_request(choice.prompt_tokens, int64_t(choice.tokens.size()),
-                           choice.got_token ? seconds_between(choice.first_token, now) : 0.0);
+                           choice.got_token ? seconds_between(choice.first_token, now) : 0.0,
+                           choice.prefill_seconds);
   metrics_.count_finished(choice.finish_reason);
   if (finished_count_ == choices_.size()) finish_exchange();
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <utility>
 
 namespace baton::router {
@@ -80,19 +81,32 @@ RouterMetrics::RouterMetrics(std::string model_name)
                                  "Number of prefill tokens processed.", kTokenCountBuckets),
       generation_tokens_per_request_("vllm:request_generation_tokens",
                                      "Number of generation tokens processed.", kTokenCountBuckets),
+      queue_time_("vllm:request_queue_time_seconds",
+                  "Histogram of time spent in WAITING phase for request.", kE2eBuckets),
+      prefill_time_("vllm:request_prefill_time_seconds",
+                    "Histogram of time spent in PREFILL phase for request.", kE2eBuckets),
       decode_time_("vllm:request_decode_time_seconds",
                    "Histogram of time spent in DECODE phase for request.", kE2eBuckets),
+      inference_time_("vllm:request_inference_time_seconds",
+                      "Histogram of time spent in RUNNING phase for request.", kE2eBuckets),
       time_per_output_token_("vllm:time_per_output_token_seconds",
                              "Histogram of time per output token in seconds.", kTpotBuckets) {}
 
 void RouterMetrics::observe_request(int64_t prompt_tokens, int64_t generation_tokens,
-                                    double decode_seconds) {
+                                    double decode_seconds, double prefill_seconds) {
   prompt_tokens_per_request_.observe(double(prompt_tokens));
   generation_tokens_per_request_.observe(double(generation_tokens));
   if (generation_tokens > 0) decode_time_.observe(decode_seconds);
+  if (generation_tokens > 0 && prefill_seconds >= 0)
+    inference_time_.observe(prefill_seconds + decode_seconds);
   if (generation_tokens > 1) {
     time_per_output_token_.observe(decode_seconds / double(generation_tokens - 1));
   }
+}
+
+void RouterMetrics::observe_queue_and_prefill(double queue_seconds, double prefill_seconds) {
+  queue_time_.observe(std::max(0.0, queue_seconds));
+  prefill_time_.observe(std::max(0.0, prefill_seconds));
 }
 
 void RouterMetrics::count_tokens(int64_t prompt, int64_t generation) {
@@ -173,7 +187,10 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   e2e_.render(&out, labels_);
   prompt_tokens_per_request_.render(&out, labels_);
   generation_tokens_per_request_.render(&out, labels_);
+  queue_time_.render(&out, labels_);
+  prefill_time_.render(&out, labels_);
   decode_time_.render(&out, labels_);
+  inference_time_.render(&out, labels_);
   time_per_output_token_.render(&out, labels_);
   out += "# HELP baton:http_responses_total HTTP responses by status class.\n";
   out += "# TYPE baton:http_responses_total counter\n";

@@ -41,8 +41,13 @@ class RouterMetrics {
   void observe_itl(double seconds) { itl_.observe(seconds); }
   void observe_e2e(double seconds) { e2e_.observe(seconds); }
   // One finished request (choice): its token counts, and the seconds from
-  // its first token to its last, as vLLM's per-request histograms take them.
-  void observe_request(int64_t prompt_tokens, int64_t generation_tokens, double decode_seconds);
+  // its first token to its last, as vLLM's per-request histograms take them;
+  // with its prefill seconds (>= 0), their sum as the inference time.
+  void observe_request(int64_t prompt_tokens, int64_t generation_tokens, double decode_seconds,
+                       double prefill_seconds = -1);
+  // A request's first tokens: the seconds its prompt waited in the queue of
+  // the node that computed it, and took there to its first token.
+  void observe_queue_and_prefill(double queue_seconds, double prefill_seconds);
   void count_tokens(int64_t prompt, int64_t generation);
   // finish_reason: stop, length, abort, error.
   void count_finished(std::string_view finish_reason);
@@ -58,7 +63,10 @@ class RouterMetrics {
   Histogram e2e_;
   Histogram prompt_tokens_per_request_;
   Histogram generation_tokens_per_request_;
+  Histogram queue_time_;
+  Histogram prefill_time_;
   Histogram decode_time_;
+  Histogram inference_time_;
   Histogram time_per_output_token_;
   std::atomic<int64_t> prompt_tokens_{0};
   std::atomic<int64_t> generation_tokens_{0};

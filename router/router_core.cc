@@ -285,6 +285,8 @@ void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& 
   if (!done.error.empty()) {
     return fail(request.id, unavailable("prefill on " + from + " failed: " + done.error));
   }
+  request.queue_seconds = done.queue_seconds;
+  request.prefill_seconds = done.prefill_seconds;
   Status sent = send(request.decode_node, done);
   if (!sent.is_ok()) fail(request.id, sent);
 }
@@ -301,14 +303,23 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       }
       continue;
     }
+    Request& request = it->second;
     GenerationUpdate update;
+    if (!request.got_tokens && !event.tokens.empty()) {
+      // The node that computed the prompt timed it: this decode node, or
+      // the prefill node (PrefillDone).
+      const bool here = event.prefill_seconds >= 0;
+      update.queue_seconds = here ? event.queue_seconds : request.queue_seconds;
+      update.prefill_seconds = here ? event.prefill_seconds : request.prefill_seconds;
+      request.got_tokens = true;
+    }
     update.tokens = std::move(event.tokens);
     update.logprobs = std::move(event.logprobs);
     update.finished = !event.finish_reason.empty();
     update.finish_reason = event.finish_reason;
     if (event.finish_reason == "error") update.error = unavailable(from + ": " + event.error);
     bool finished = update.finished;
-    deliver(it->second, std::move(update));
+    deliver(request, std::move(update));
     if (finished) forget(event.request_id);
   }
 }

@@ -60,6 +60,11 @@ struct GenerationUpdate {
   // The nodes serving the request (prefill empty: prefilled on the decode node).
   std::string decode_node;
   std::string prefill_node;
+  // With the first tokens: the seconds the prompt waited in the queue of
+  // the node that computed it and took there to its first token
+  // (engine::Sequence); -1: unknown.
+  double queue_seconds = -1;
+  double prefill_seconds = -1;
 };
 // The last update of a request that failed.
 inline GenerationUpdate failed_update(Status error) {
@@ -114,6 +119,10 @@ class RouterCore {
     std::string prefill_node;  // empty: prefilled on the decode node, or prefill over
     std::string prefilled_by;  // the prefill node chosen at dispatch (kept for reports)
     std::chrono::steady_clock::time_point deadline;
+    // The prefill node's timings (PrefillDone), until the first tokens carry them.
+    float queue_seconds = -1;
+    float prefill_seconds = -1;
+    bool got_tokens = false;
   };
   struct Submission {
     uint64_t id;

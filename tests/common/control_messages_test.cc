@@ -145,7 +145,11 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
 
   PrefillDone done{rng(), int32_t(rng() % 1000), rng() % 10, "peer lost", {}};
   done.first_logprobs.push_back({-1.25f, {5, 9, 2}, {-0.5f, -1.0f, -3.5f}});
+  done.queue_seconds = float(rng() % 1000) / 64.0f;
+  done.prefill_seconds = float(rng() % 1000) / 64.0f;
   PrefillDone done2 = round_trip(done);
+  EXPECT_EQ(done2.queue_seconds, done.queue_seconds);
+  EXPECT_EQ(done2.prefill_seconds, done.prefill_seconds);
   EXPECT_EQ(done2.request_id, done.request_id);
   EXPECT_EQ(done2.first_token, done.first_token);
   EXPECT_EQ(done2.rng_draws, done.rng_draws);
@@ -168,6 +172,10 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     for (size_t t = 0; t < event.tokens.size(); ++t) {
       event.logprobs.push_back({-float(rng() % 100) / 10.0f, {int32_t(t)}, {-0.25f}});
     }
+    if (i == 0) {
+      event.queue_seconds = float(rng() % 1000) / 64.0f;
+      event.prefill_seconds = float(rng() % 1000) / 64.0f;
+    }
     events.events.push_back(std::move(event));
   }
   Events events2 = round_trip(events);
@@ -176,6 +184,8 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(events2.events[i].request_id, events.events[i].request_id);
     EXPECT_EQ(events2.events[i].tokens, events.events[i].tokens);
     EXPECT_EQ(events2.events[i].finish_reason, events.events[i].finish_reason);
+    EXPECT_EQ(events2.events[i].queue_seconds, events.events[i].queue_seconds);
+    EXPECT_EQ(events2.events[i].prefill_seconds, events.events[i].prefill_seconds);
     ASSERT_EQ(events2.events[i].logprobs.size(), events.events[i].logprobs.size());
     for (size_t t = 0; t < events.events[i].logprobs.size(); ++t) {
       EXPECT_EQ(events2.events[i].logprobs[t].logprob, events.events[i].logprobs[t].logprob);

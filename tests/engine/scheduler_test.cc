@@ -316,6 +316,37 @@ TEST_F(SchedulerTest, StopTokensAndLimits) {
   EXPECT_EQ(seq.finish_reason, FinishReason::kStop);
 }
 
+// Each sequence's first token carries the seconds it waited to be
+// scheduled and then took to that token; later tokens carry none. With one
+// sequence at a time, the second waits at least as long as the first took
+// to prefill (it is scheduled only once the first has finished).
+TEST_F(SchedulerTest, FirstTokensCarryQueueAndPrefillSeconds) {
+  auto engine = make_engine(64, 16, 2048, /*max_seqs=*/1);
+  Scheduler& s = engine->scheduler();
+  const auto prompts = random_prompts(2);
+  GenerationOptions o = greedy(4);
+  o.ignore_eos = true;
+  auto first = s.add(prompts[0], o);
+  auto second = s.add(prompts[1], o);
+  ASSERT_TRUE(first.is_ok() && second.is_ok());
+  std::map<int64_t, std::vector<StepOutput>> outputs;
+  while (s.has_work()) {
+    std::vector<StepOutput> step;
+    ASSERT_TRUE(s.step(&step).is_ok());
+    for (const StepOutput& out : step) outputs[out.sequence_id].push_back(out);
+  }
+  for (int64_t id : {*first, *second}) {
+    ASSERT_EQ(outputs[id].size(), 4u);
+    EXPECT_GE(outputs[id][0].queue_seconds, 0.0);
+    EXPECT_GT(outputs[id][0].prefill_seconds, 0.0);
+    for (size_t t = 1; t < 4; ++t) {
+      EXPECT_EQ(outputs[id][t].queue_seconds, -1.0);
+      EXPECT_EQ(outputs[id][t].prefill_seconds, -1.0);
+    }
+  }
+  EXPECT_GE(outputs[*second][0].queue_seconds, outputs[*first][0].prefill_seconds);
+}
+
 TEST_F(SchedulerTest, RejectsBadRequestsAndAbortFreesBlocks) {
   auto engine = make_engine(8, 4, 2048);
   auto& s = engine->scheduler();

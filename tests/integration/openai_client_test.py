@@ -94,6 +94,9 @@ def check_metrics(port):
         "vllm:request_prompt_tokens": "histogram", "vllm:request_generation_tokens": "histogram",
         "vllm:request_decode_time_seconds": "histogram",
         "vllm:time_per_output_token_seconds": "histogram",
+        "vllm:request_queue_time_seconds": "histogram",
+        "vllm:request_prefill_time_seconds": "histogram",
+        "vllm:request_inference_time_seconds": "histogram",
     }
     for name, kind in expected.items():
         check(name in families, f"/metrics lacks {name}")
@@ -111,7 +114,18 @@ def check_metrics(port):
     generated = value("vllm:generation_tokens", "vllm:generation_tokens_total")
     in_histogram = value("vllm:request_generation_tokens", "vllm:request_generation_tokens_sum")
     check(generated == in_histogram, f"generation tokens {generated} != per-request sum {in_histogram}")
-    for family in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds"):
+    # Every first token was timed where its prompt was computed: the queue
+    # and prefill seconds there lie inside the router's time to first token.
+    ttft_count = value("vllm:time_to_first_token_seconds", "vllm:time_to_first_token_seconds_count")
+    for family in ("vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds"):
+        count = value(family, family + "_count")
+        check(count == ttft_count, f"{family}: {count} observations, {ttft_count} first tokens")
+    node_side = (value("vllm:request_queue_time_seconds", "vllm:request_queue_time_seconds_sum")
+                 + value("vllm:request_prefill_time_seconds", "vllm:request_prefill_time_seconds_sum"))
+    ttft_sum = value("vllm:time_to_first_token_seconds", "vllm:time_to_first_token_seconds_sum")
+    check(0 < node_side <= ttft_sum, f"queue + prefill {node_side} s against TTFT {ttft_sum} s")
+    for family in ("vllm:time_to_first_token_seconds", "vllm:e2e_request_latency_seconds",
+                   "vllm:request_queue_time_seconds", "vllm:request_prefill_time_seconds"):
         buckets = [s for s in families[family].samples if s.name == family + "_bucket"]
         counts = [s.value for s in buckets]
         check(counts == sorted(counts), f"{family} buckets are not cumulative")
