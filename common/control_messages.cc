@@ -355,7 +355,8 @@ struct Codec {
             {"request_id", m.request_id},
             {"prompt", m.prompt},
             {"sampling", to_json(m.sampling)},
-            {"prefill_node", m.prefill_node}};
+            {"prefill_node", m.prefill_node},
+            {"client_id", m.client_id}};
   }
   json operator()(const PrefillReady& m) const {
     return {{"t", "prefill_ready"},
@@ -374,7 +375,8 @@ struct Codec {
             {"transfer_id", m.transfer_id},
             {"dst_blocks", m.dst_blocks},
             {"cached_blocks", m.cached_blocks},
-            {"skipped_blocks", m.skipped_blocks}};
+            {"skipped_blocks", m.skipped_blocks},
+            {"client_id", m.client_id}};
   }
   json operator()(const PrefillDone& m) const {
     return {{"t", "prefill_done"},
@@ -444,6 +446,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.prompt = r.ints("prompt", kMaxPromptTokens);
     m.sampling = sampling_from(r, "sampling", "generate.sampling");
     m.prefill_node = r.string("prefill_node");
+    m.client_id = r.string("client_id", kMaxClientIdBytes);
     return finish(std::move(m));
   }
   if (type == "prefill_ready") {
@@ -465,6 +468,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.dst_blocks = r.ints("dst_blocks", kMaxBlocksPerRequest);
     m.cached_blocks = r.int32("cached_blocks", 0, int32_t(kMaxBlocksPerRequest));
     m.skipped_blocks = r.int32("skipped_blocks", 0, int32_t(kMaxBlocksPerRequest));
+    m.client_id = r.string("client_id", kMaxClientIdBytes);
     return finish(std::move(m));
   }
   if (type == "prefill_done") {

@@ -33,7 +33,8 @@
 namespace baton::control {
 
 // 2: PrefillReady and Prefill carry skipped_blocks (sliding windows);
-// PrefillDone and TokenEvent the queue and prefill seconds.
+// PrefillDone and TokenEvent the queue and prefill seconds; Generate and
+// Prefill the client's request id.
 inline constexpr int32_t kProtocolVersion = 2;
 // Bounds that keep a hostile frame from becoming a huge allocation.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;
@@ -41,6 +42,8 @@ inline constexpr size_t kMaxPromptTokens = 1u << 20;
 inline constexpr size_t kMaxBlocksPerRequest = 1u << 20;
 inline constexpr size_t kMaxEventsPerMessage = 1u << 16;
 inline constexpr size_t kMaxStringBytes = 4096;
+// A request's id as its client gave it (X-Request-Id), in nodes' logs.
+inline constexpr size_t kMaxClientIdBytes = 128;
 inline constexpr size_t kMaxDescriptorBytes = 256u << 10;
 inline constexpr size_t kMaxStopTokenIds = 1024;
 inline constexpr int32_t kMaxTopLogprobs = 1024;
@@ -158,6 +161,9 @@ struct Generate {  // router -> decode
   std::vector<int32_t> prompt;
   SamplingSpec sampling;
   std::string prefill_node;  // empty: prefill on the decode node itself
+  // The client's id of the request (X-Request-Id, or the router's own), for
+  // logs: one request can be followed across processes with grep.
+  std::string client_id;
 };
 struct PrefillReady {  // decode -> router
   uint64_t request_id = 0;
@@ -180,6 +186,7 @@ struct Prefill {  // router -> prefill
   std::vector<int32_t> dst_blocks;  // as PrefillReady has them
   int32_t cached_blocks = 0;
   int32_t skipped_blocks = 0;
+  std::string client_id;  // as Generate has it
 };
 struct PrefillDone {  // prefill -> router, forwarded to decode
   uint64_t request_id = 0;

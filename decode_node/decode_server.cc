@@ -57,7 +57,11 @@ void DecodeServer::on_generate(control::Generate& generate) {
   }
   Request& request = requests_[id];
   request.request_id = id;
+  request.client_id = generate.client_id;
   request.wants_logprobs = generate.sampling.logprobs > 0;
+  spdlog::debug("{}: request {} (#{}): {} prompt tokens, prefilled {}{}", runtime_->settings().name,
+                request.client_id, id, generate.prompt.size(),
+                generate.prefill_node.empty() ? "here" : "on ", generate.prefill_node);
   if (generate.prefill_node.empty()) {  // prefilled here
     Result<int64_t> sequence = runtime_->engine().scheduler().add(
         std::move(generate.prompt), node::generation_options(generate.sampling));
@@ -199,6 +203,8 @@ void DecodeServer::on_abort(const control::Abort& abort) {
   auto it = requests_.find(abort.request_id);
   if (it == requests_.end() || it->second.abandoned) return;
   Request& request = it->second;
+  spdlog::debug("{}: request {} (#{}) aborted: {}", runtime_->settings().name, request.client_id,
+                abort.request_id, abort.reason);
   // The router already ended the request for its client: nothing to tell it.
   if (request.state == State::kQueued) {
     queued_.erase(std::find(queued_.begin(), queued_.end(), abort.request_id));
@@ -256,6 +262,9 @@ Status DecodeServer::step() {
       event.prefill_seconds = float(output.prefill_seconds);
     }
     if (is_finished) {
+      if (it != requests_.end())
+        spdlog::debug("{}: request {} (#{}) finished: {}", runtime_->settings().name,
+                      it->second.client_id, id, engine::finish_reason_name(output.finish_reason));
       by_sequence_.erase(by);
       requests_.erase(id);
     }
@@ -270,6 +279,9 @@ void DecodeServer::collect_finished() {
 
 void DecodeServer::end(Request& request, std::string_view finish_reason, std::string error) {
   uint64_t id = request.request_id;
+  if (finish_reason == "error")
+    spdlog::warn("{}: request {} (#{}) failed: {}", runtime_->settings().name, request.client_id,
+                 id, error);
   emit(id, {}, std::string(finish_reason), std::move(error));
   if (request.state == State::kAwaitingKv && !request.kv_landed) {
     // A transfer may still write the blocks: free them in its callback.

@@ -39,6 +39,7 @@ class DecodeServer {
   enum class State { kQueued, kAwaitingKv, kRunning };
   struct Request {
     uint64_t request_id = 0;
+    std::string client_id;  // for logs (control::Generate)
     State state = State::kQueued;
     int64_t sequence_id = -1;
     uint64_t transfer_id = 0;

@@ -72,9 +72,11 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
     auto refused = refused_peers_.find(prefill.decode_node);
     if (refused != refused_peers_.end()) {
       return fail(
-          id, "cannot send KV to decode node '" + prefill.decode_node + "': " + refused->second);
+          id, prefill.client_id,
+          "cannot send KV to decode node '" + prefill.decode_node + "': " + refused->second);
     }
-    return fail(id, "no KV pool known for decode node '" + prefill.decode_node + "'");
+    return fail(id, prefill.client_id,
+                "no KV pool known for decode node '" + prefill.decode_node + "'");
   }
   int32_t prompt_len = int32_t(prefill.prompt.size());
   int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
@@ -85,17 +87,20 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
   if (prefill.dst_blocks.empty() ||
       size_t(prefill.cached_blocks) + size_t(prefill.skipped_blocks) + prefill.dst_blocks.size() !=
           blocks_needed) {
-    return fail(id, std::to_string(prefill.dst_blocks.size()) + " destination blocks after " +
-                        std::to_string(prefill.cached_blocks) + " cached and " +
-                        std::to_string(prefill.skipped_blocks) + " skipped ones for a " +
-                        std::to_string(prompt_len) + "-token prompt of " +
-                        std::to_string(blocks_needed) + " blocks");
+    return fail(id, prefill.client_id,
+                std::to_string(prefill.dst_blocks.size()) + " destination blocks after " +
+                    std::to_string(prefill.cached_blocks) + " cached and " +
+                    std::to_string(prefill.skipped_blocks) + " skipped ones for a " +
+                    std::to_string(prompt_len) + "-token prompt of " +
+                    std::to_string(blocks_needed) + " blocks");
   }
   engine::GenerationOptions options = node::generation_options(prefill.sampling);
   options.max_tokens = 1;        // the first token; the decode node samples the rest
   options.retain_blocks = true;  // until the transfer out of them completes
   Result<int64_t> sequence = runtime_->engine().scheduler().add(std::move(prefill.prompt), options);
-  if (!sequence.is_ok()) return fail(id, sequence.status().message());
+  if (!sequence.is_ok()) return fail(id, prefill.client_id, sequence.status().message());
+  spdlog::debug("{}: request {} (#{}): prefilling {} tokens for {}", runtime_->settings().name,
+                prefill.client_id, id, prompt_len, prefill.decode_node);
   Job& job = jobs_[id];
   job.prefill = std::move(prefill);
   job.prompt_len = prompt_len;
@@ -182,7 +187,13 @@ void PrefillServer::maybe_complete(uint64_t request_id) {
       done.error = "KV transfer failed: " + job.transfer_status.message();
     } else if (!job.transfer_started || job.finished->output.empty()) {
       done.error = "the prefill ended without its KV transfer";
+    }
+    if (!done.error.empty()) {
+      spdlog::warn("{}: request {} (#{}): {}", runtime_->settings().name, job.prefill.client_id,
+                   request_id, done.error);
     } else {
+      spdlog::debug("{}: request {} (#{}): prefilled, KV sent", runtime_->settings().name,
+                    job.prefill.client_id, request_id);
       done.first_token = job.finished->output.front();
       done.queue_seconds = float(job.finished->queue_seconds);
       done.prefill_seconds = float(job.finished->prefill_seconds);
@@ -208,8 +219,10 @@ void PrefillServer::on_abort(const control::Abort& abort) {
   maybe_complete(abort.request_id);
 }
 
-void PrefillServer::fail(uint64_t request_id, const std::string& error) {
-  spdlog::warn("{}: prefill {} failed: {}", runtime_->settings().name, request_id, error);
+void PrefillServer::fail(uint64_t request_id, const std::string& client_id,
+                         const std::string& error) {
+  spdlog::warn("{}: request {} (#{}): prefill failed: {}", runtime_->settings().name, client_id,
+               request_id, error);
   control::PrefillDone done;
   done.request_id = request_id;
   done.error = error;

@@ -53,7 +53,8 @@ class PrefillServer {
   // Sends PrefillDone and forgets the job once its transfer and sampling are
   // both over; releases its blocks.
   void maybe_complete(uint64_t request_id);
-  void fail(uint64_t request_id, const std::string& error);
+  // Tells the router the prefill failed (and logs it under the client's id).
+  void fail(uint64_t request_id, const std::string& client_id, const std::string& error);
 
   std::unique_ptr<node::NodeRuntime> runtime_;
   std::map<std::string, kv_transfer::PeerId, std::less<>> peers_;  // decode node -> transfer peer

@@ -294,6 +294,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     for (int32_t j = 0; j < sampling.n; ++j) {
       GenerationRequest choice;
       choice.prompt = ids;
+      choice.client_id = client_id_for_logs(x_request_id.empty() ? spec.id : x_request_id);
       control::SamplingSpec& s = choice.sampling;
       s.temperature = sampling.temperature;
       s.top_p = sampling.top_p;

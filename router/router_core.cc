@@ -8,6 +8,15 @@
 
 namespace baton::router {
 
+std::string client_id_for_logs(std::string_view id) {
+  std::string out;
+  for (char c : id) {
+    if (out.size() == control::kMaxClientIdBytes) break;
+    if (c > ' ' && c < 0x7f) out += c;
+  }
+  return out;
+}
+
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
@@ -139,6 +148,7 @@ void RouterCore::dispatch(Submission& submission) {
     generate.prompt = prompt;
     generate.sampling = submission.request.sampling;
     generate.prefill_node = prefill != nullptr ? prefill->name : "";
+    generate.client_id = submission.request.client_id;
     Status sent = send(decode->name, generate);
     if (!sent.is_ok()) {
       // Its connection is gone (it died before its heartbeats ran out): take
@@ -161,6 +171,10 @@ void RouterCore::dispatch(Submission& submission) {
       prefill->assigned_requests++;
       prefill->assigned_tokens += int64_t(request.request.prompt.size());
     }
+    spdlog::debug("router: request {} (#{}): {} prompt tokens to {}{}{}", request.request.client_id,
+                  request.id, prompt.size(), decode->name,
+                  prefill != nullptr ? ", prefilled on " : "",
+                  prefill != nullptr ? prefill->name : "");
     return;
   }
 }
@@ -247,6 +261,7 @@ void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady
   prefill.dst_blocks = std::move(ready.dst_blocks);
   prefill.cached_blocks = ready.cached_blocks;
   prefill.skipped_blocks = ready.skipped_blocks;
+  prefill.client_id = request.request.client_id;
   kv_blocks_sent_ += prefill.dst_blocks.size();
   kv_blocks_cached_ += uint64_t(std::max(0, ready.cached_blocks));
   kv_blocks_skipped_ += uint64_t(std::max(0, ready.skipped_blocks));
@@ -355,6 +370,8 @@ void RouterCore::node_down(const std::string& name, const std::string& why) {
 void RouterCore::fail(uint64_t request_id, Status error) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
+  spdlog::warn("router: request {} (#{}) failed: {}", it->second.request.client_id, request_id,
+               error.message());
   abort_on_nodes(it->second, error.message());
   deliver(it->second, failed_update(std::move(error)));
   forget(request_id);

@@ -46,7 +46,15 @@ struct RouterCoreConfig {
 struct GenerationRequest {
   std::vector<int32_t> prompt;
   control::SamplingSpec sampling;
+  // The client's id of the request (X-Request-Id, or the router's own), in
+  // the logs of the router and of the nodes serving it: printable ASCII, at
+  // most control::kMaxClientIdBytes (client_id_for_logs).
+  std::string client_id;
 };
+
+// `id` as a request id in logs: its printable ASCII characters (no
+// spaces), at most control::kMaxClientIdBytes of them.
+std::string client_id_for_logs(std::string_view id);
 
 // What a request produced since the last update. The last update of a
 // request has `finished` set: finish_reason "stop", "length", "abort" or

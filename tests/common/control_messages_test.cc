@@ -3,6 +3,9 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -240,6 +243,28 @@ TEST(ControlMessages, DeepNestingIsRejectedWithoutRecursingIntoIt) {
 }
 
 Result<Message> decode_json(const json& object) { return decode(json::to_msgpack(object)); }
+
+// The fuzzer's seeds are messages of this protocol version, each of its
+// type: seeds the decoder refused would leave the fuzzer knocking at the
+// envelope.
+TEST(ControlMessages, FuzzSeedsDecode) {
+  const std::filesystem::path dir =
+      std::filesystem::path(BATON_SOURCE_DIR) / "tests/fuzz/corpus/fuzz_control_message";
+  int seeds = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    SCOPED_TRACE(entry.path().string());
+    std::ifstream in(entry.path(), std::ios::binary);
+    const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), {});
+    Result<Message> message = decode(bytes);
+    ++seeds;
+    if (!message.is_ok()) {
+      ADD_FAILURE() << message.status().to_string();
+      continue;
+    }
+    EXPECT_EQ(message_type(*message), entry.path().filename().string());
+  }
+  EXPECT_GE(seeds, 10);
+}
 
 TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   auto message_of = [](const Result<Message>& r) {

@@ -131,13 +131,37 @@ def check_metrics(port):
         check(counts == sorted(counts), f"{family} buckets are not cumulative")
 
 
+def check_request_logged(client, prompt, log_path):
+    """A request's X-Request-Id is in the debug logs of the router and of
+    both nodes that served it (the prompt is long enough to be prefilled
+    on the prefill node), so grep follows it across the processes."""
+    request_id = f"trace-{os.getpid()}-{time.monotonic_ns()}"
+    client.completions.create(model="tiny", prompt=prompt, max_tokens=3,
+                              extra_headers={"X-Request-Id": request_id})
+    wanted = ("router: request " + request_id, "prefill-0: request " + request_id,
+              "decode-0: request " + request_id)
+    deadline = time.monotonic() + 5
+    while True:
+        with open(log_path) as f:
+            lines = [line for line in f if request_id in line]
+        missing = [w for w in wanted if not any(w in line for line in lines)]
+        if not missing or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    check(not missing, f"no log line has {missing}; the request's lines: {lines}")
+
+
 def run(baton, work):
     model_dir = os.path.join(work, "tiny")
     subprocess.run([baton, "make-model", "--preset", "tiny", "--out", model_dir], check=True,
                    capture_output=True)
     config = os.path.join(work, "cluster.yaml")
     http = write_cluster(config, model_dir)
-    up = subprocess.Popen([baton, "up", config], stdout=subprocess.DEVNULL, start_new_session=True)
+    # Debug logs, to follow one request across the processes by its id.
+    log_path = os.path.join(work, "cluster.log")
+    log = open(log_path, "w")
+    up = subprocess.Popen([baton, "--log-level", "debug", "up", config], stdout=subprocess.DEVNULL,
+                          stderr=log, start_new_session=True)
     try:
         wait_until_up(http, 2)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{http}/v1", api_key="unused", max_retries=0)
@@ -208,6 +232,7 @@ def run(baton, work):
                                                           extra_headers={"X-Request-Id": "req-123"})
         check(raw.headers.get("x-request-id") == "req-123", f"X-Request-Id echo: {raw.headers}")
         check(raw.parse().id == "cmpl-req-123", f"id {raw.parse().id}")
+        check_request_logged(client, prompt, log_path)
         with urllib.request.urlopen(f"http://127.0.0.1:{http}/version", timeout=5) as r:
             check(json.load(r).get("version", "") != "", "/version")
 
@@ -226,6 +251,7 @@ def run(baton, work):
     finally:
         os.killpg(up.pid, signal.SIGTERM)
         up.wait(timeout=30)
+        log.close()
 
 
 def main():
