@@ -2,6 +2,7 @@
 #include "router/completion_exchange.h"
 
 #include <algorithm>
+#include <numeric>
 
 #include "router/api_error.h"
 #include "router/incremental_text.h"
@@ -260,22 +261,46 @@ void CompletionExchange::finish_exchange() {
     responder_->finish();
     return;
   }
+  const std::vector<size_t> returned = returned_choices();
   std::vector<Choice> choices;
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    choices.push_back({int32_t(i), choices_[i].text, choices_[i].finish_reason});
+  for (size_t i = 0; i < returned.size(); ++i) {
+    const ChoiceState& c = choices_[returned[i]];
+    choices.push_back({int32_t(i), c.text, c.finish_reason});
   }
   json body =
       completion_response(spec_.endpoint, spec_.id, spec_.model, spec_.created, choices, usage);
-  for (size_t i = 0; i < choices_.size(); ++i) {
-    body["choices"][i]["served_by"] = served_by(choices_[i]);
-    if (!choices_[i].logprobs.empty()) {
-      const ChoiceState& c = choices_[i];
+  for (size_t i = 0; i < returned.size(); ++i) {
+    const ChoiceState& c = choices_[returned[i]];
+    body["choices"][i]["served_by"] = served_by(c);
+    if (spec_.logprobs && !c.logprobs.empty()) {
       size_t offset = 0;
       body["choices"][i]["logprobs"] = logprobs_json(c, 0, c.scored(), offset);
     }
   }
   metrics_.count_http(200);
   responder_->respond(200, "application/json", dump(body));
+}
+
+std::vector<size_t> CompletionExchange::returned_choices() const {
+  std::vector<size_t> returned(choices_.size());
+  std::iota(returned.begin(), returned.end(), size_t(0));
+  if (spec_.best_of <= spec_.n) return returned;
+  const auto cumulative = [&](size_t i) {
+    double sum = 0;
+    for (const control::TokenLogprobs& t : choices_[i].logprobs) sum += double(t.logprob);
+    return sum;
+  };
+  returned.clear();
+  const auto best_of = size_t(spec_.best_of);
+  for (size_t first = 0; first < choices_.size(); first += best_of) {
+    std::vector<size_t> group(best_of);
+    std::iota(group.begin(), group.end(), first);
+    // Highest first; among equals, the earlier sample.
+    std::stable_sort(group.begin(), group.end(),
+                     [&](size_t a, size_t b) { return cumulative(a) > cumulative(b); });
+    returned.insert(returned.end(), group.begin(), group.begin() + spec_.n);
+  }
+  return returned;
 }
 
 void CompletionExchange::fail(const Status& error) {

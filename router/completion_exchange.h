@@ -38,6 +38,12 @@ struct ExchangeSpec {
   bool include_usage = false;
   std::vector<std::string> stop;
   int64_t prompt_tokens = 0;  // each prompt counted once, whatever n is
+  // Choices returned per prompt, of best_of generated (the generations of
+  // prompt p are [p best_of, (p + 1) best_of)): the n of highest cumulative
+  // log-probability, in that order.
+  int32_t n = 1;
+  int32_t best_of = 1;
+  bool logprobs = false;  // the client asked for them
 };
 
 class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
@@ -81,6 +87,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   size_t update_text(ChoiceState& choice);
   void stream_delta(size_t index, ChoiceState& choice, size_t visible);
   void finish_exchange();
+  // The choices to return, in order: every one, or with best_of above n
+  // each prompt's n of highest cumulative log-probability.
+  std::vector<size_t> returned_choices() const;
   void fail(const Status& error);  // with the mutex held
   void cancel_running();           // with the mutex held
   std::string detokenize(const std::vector<int32_t>& tokens) const;

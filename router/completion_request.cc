@@ -233,6 +233,14 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
   if (const json* v = member(doc, "stream")) {
     BATON_ASSIGN_OR_RETURN(s.stream, read_bool(*v, "stream"));
   }
+  s.best_of = s.n;
+  if (const json* v = member(doc, "best_of")) {
+    BATON_ASSIGN_OR_RETURN(int64_t best_of, read_int(*v, "best_of", 1, limits.max_n));
+    if (best_of < s.n) return bad("best_of", "must be at least n (" + std::to_string(s.n) + ")");
+    // The best are known only once every sample has ended.
+    if (best_of > s.n && s.stream) return bad("best_of", "above n cannot be streamed");
+    s.best_of = int32_t(best_of);
+  }
   if (const json* v = member(doc, "stream_options")) {
     if (!s.stream) return bad("stream_options", "can only be given when 'stream' is true");
     if (!v->is_object()) return bad("stream_options", "must be an object");

@@ -30,6 +30,9 @@ struct SamplingFields {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t n = 1;
+  // Samples generated per prompt, of which the n of highest cumulative
+  // log-probability are returned (vLLM's best_of); at least n.
+  int32_t best_of = 1;
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t logprobs = 0;        // top-N per token; 0 = none

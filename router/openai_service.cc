@@ -1,6 +1,7 @@
 // router/openai_service.cc — routes, validation, tokenisation.
 #include "router/openai_service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <random>
 
@@ -285,13 +286,18 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   spec.include_usage = sampling.include_usage;
   spec.stop = sampling.stop;
   spec.prompt_tokens = prompt_tokens;
+  spec.n = sampling.n;
+  spec.best_of = sampling.best_of;
+  spec.logprobs = sampling.logprobs > 0;
 
-  // Choice index = prompt index * n + sample index; sample j of a seeded
-  // request uses seed + j, so the same seed gives the same choices.
+  // Choice index = prompt index * best_of + sample index; sample j of a
+  // seeded request uses seed + j, so the same seed gives the same choices.
+  // With best_of above n, every sample's log-probabilities come back, to
+  // rank them (CompletionExchange).
   std::vector<GenerationRequest> choices;
   std::random_device entropy;
   for (const std::vector<int32_t>& ids : token_prompts) {
-    for (int32_t j = 0; j < sampling.n; ++j) {
+    for (int32_t j = 0; j < sampling.best_of; ++j) {
       GenerationRequest choice;
       choice.prompt = ids;
       choice.client_id = client_id_for_logs(x_request_id.empty() ? spec.id : x_request_id);
@@ -304,7 +310,8 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
       s.max_tokens = sampling.max_tokens;
       s.stop_token_ids = sampling.stop_token_ids;
       s.ignore_eos = sampling.ignore_eos;
-      s.logprobs = sampling.logprobs;
+      s.logprobs =
+          sampling.best_of > sampling.n ? std::max(sampling.logprobs, 1) : sampling.logprobs;
       s.min_p = sampling.min_p;
       s.presence_penalty = sampling.presence_penalty;
       s.frequency_penalty = sampling.frequency_penalty;

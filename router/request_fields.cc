@@ -14,8 +14,8 @@ using nlohmann::json;
 // clang-format off
 constexpr std::string_view kSharedFields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids",
-    "ignore_eos", "n", "stream", "stream_options", "logprobs", "min_p", "presence_penalty",
-    "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"};
+    "ignore_eos", "n", "best_of", "stream", "stream_options", "logprobs", "min_p",
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"};
 constexpr std::string_view kCompletionFields[] = {"prompt"};
 constexpr std::string_view kChatFields[] = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
@@ -29,44 +29,34 @@ bool number_is(const json& v, double neutral) {
 }
 
 // Fields accepted at their neutral value only: what that value is, and
-// whether `v` is it (`body` for fields whose neutral value depends on
-// another, as best_of's on n).
+// whether `v` is it.
 struct NeutralField {
   std::string_view name;
   std::string_view neutral;
-  std::function<bool(const json& v, const json& body)> is_neutral;
+  std::function<bool(const json& v)> is_neutral;
   bool chat_only = false;
   bool completions_only = false;
 };
 
 const std::vector<NeutralField>& neutral_fields() {
   static const std::vector<NeutralField> fields = {
-      {"length_penalty", "1", [](const json& v, const json&) { return number_is(v, 1); }},
-      {"best_of", "n",
-       [](const json& v, const json& body) {
-         const json n = body.contains("n") && !body["n"].is_null() ? body["n"] : json(1);
-         return v.is_number_integer() && n.is_number_integer() && v == n;
-       }},
-      {"echo", "false", [](const json& v, const json&) { return v == false; }},
-      {"use_beam_search", "false", [](const json& v, const json&) { return v == false; }},
-      {"skip_special_tokens", "true", [](const json& v, const json&) { return v == true; }},
-      {"spaces_between_special_tokens", "true",
-       [](const json& v, const json&) { return v == true; }},
-      {"include_stop_str_in_output", "false",
-       [](const json& v, const json&) { return v == false; }},
+      {"length_penalty", "1", [](const json& v) { return number_is(v, 1); }},
+      {"echo", "false", [](const json& v) { return v == false; }},
+      {"use_beam_search", "false", [](const json& v) { return v == false; }},
+      {"skip_special_tokens", "true", [](const json& v) { return v == true; }},
+      {"spaces_between_special_tokens", "true", [](const json& v) { return v == true; }},
+      {"include_stop_str_in_output", "false", [](const json& v) { return v == false; }},
       {"response_format", "{\"type\": \"text\"}",
-       [](const json& v, const json&) {
+       [](const json& v) {
          return v.is_object() && v.size() == 1 && v.value("type", json()) == "text";
        }},
-      {"parallel_tool_calls", "true", [](const json& v, const json&) { return v == true; }, true},
-      {"continue_final_message", "false", [](const json& v, const json&) { return v == false; },
-       true},
-      {"add_special_tokens", "false", [](const json& v, const json&) { return v == false; }, true},
-      {"add_special_tokens", "true", [](const json& v, const json&) { return v == true; }, false,
-       true},
-      {"suffix", "\"\"", [](const json& v, const json&) { return v == ""; }, false, true},
-      {"prompt_logprobs", "0", [](const json& v, const json&) { return number_is(v, 0); }},
-      {"priority", "0", [](const json& v, const json&) { return number_is(v, 0); }},
+      {"parallel_tool_calls", "true", [](const json& v) { return v == true; }, true},
+      {"continue_final_message", "false", [](const json& v) { return v == false; }, true},
+      {"add_special_tokens", "false", [](const json& v) { return v == false; }, true},
+      {"add_special_tokens", "true", [](const json& v) { return v == true; }, false, true},
+      {"suffix", "\"\"", [](const json& v) { return v == ""; }, false, true},
+      {"prompt_logprobs", "0", [](const json& v) { return number_is(v, 0); }},
+      {"priority", "0", [](const json& v) { return number_is(v, 0); }},
   };
   return fields;
 }
@@ -94,7 +84,7 @@ Status check_request_fields(const json& body, Endpoint endpoint) {
       return f.name == key && !(chat && f.completions_only) && !(!chat && f.chat_only);
     });
     if (it != neutral.end()) {
-      if (it->is_neutral(value, body)) continue;
+      if (it->is_neutral(value)) continue;
       return invalid_argument("'" + key + "' is not implemented by Baton; only " +
                               std::string(it->neutral) + " (asking for nothing) is accepted");
     }

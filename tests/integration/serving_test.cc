@@ -240,6 +240,48 @@ TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
   EXPECT_EQ(a["usage"]["prompt_tokens"], int(prompt.size()) + 1);
 }
 
+// best_of: the n returned are the samples of highest cumulative
+// log-probability among best_of, highest first. The same seed with n =
+// best_of and logprobs gives every sample and its log-probabilities, so the
+// ranking is checked against them. Usage counts every sample's tokens.
+TEST_F(ServingTest, BestOfReturnsTheSamplesOfHighestLogProbability) {
+  const std::string prompt = random_prompt(rng_, 40, 80);
+  const uint64_t seed = rng_();
+  json all_body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 1.0},
+                   {"seed", seed},     {"n", 4},           {"logprobs", 1}};
+  auto all = cluster_->post("/v1/completions", all_body);
+  ASSERT_TRUE(all.is_ok());
+  ASSERT_EQ(all->status, 200) << all->body;
+  const json samples = json::parse(all->body)["choices"];
+  ASSERT_EQ(samples.size(), 4u);
+  std::vector<std::pair<double, std::string>> ranked;  // -(cumulative log-prob), text
+  int64_t generated = 0;
+  for (const json& c : samples) {
+    double sum = 0;
+    for (const json& lp : c["logprobs"]["token_logprobs"]) sum += lp.get<double>();
+    ranked.push_back({-sum, c["text"].get<std::string>()});
+    generated += int64_t(c["logprobs"]["tokens"].size());
+  }
+  std::stable_sort(ranked.begin(), ranked.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  auto best = cluster_->post("/v1/completions", json{{"prompt", prompt},
+                                                     {"max_tokens", 12},
+                                                     {"temperature", 1.0},
+                                                     {"seed", seed},
+                                                     {"n", 2},
+                                                     {"best_of", 4}});
+  ASSERT_TRUE(best.is_ok());
+  ASSERT_EQ(best->status, 200) << best->body;
+  const json answer = json::parse(best->body);
+  ASSERT_EQ(answer["choices"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(answer["choices"][i]["index"], i);
+    EXPECT_EQ(answer["choices"][i]["text"], ranked[size_t(i)].second) << "rank " << i;
+    EXPECT_TRUE(answer["choices"][i]["logprobs"].is_null()) << "logprobs were not asked for";
+  }
+  EXPECT_EQ(answer["usage"]["completion_tokens"], generated);
+}
+
 // vLLM's sampling extras survive the handoff: the prefill node samples the
 // first token under them (min_tokens bans EOS, the repetition penalty sees
 // the prompt), the decode node the rest (with the first token counted as

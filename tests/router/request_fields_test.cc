@@ -111,8 +111,9 @@ const std::set<std::string> kSamplingExtras = {
     "min_p",      "presence_penalty", "frequency_penalty", "repetition_penalty",
     "min_tokens", "logit_bias"};
 const std::set<std::string> kImplementedCompletion = {
-    "model", "prompt",         "max_tokens", "temperature", "top_p",  "top_k",          "seed",
-    "stop",  "stop_token_ids", "ignore_eos", "n",           "stream", "stream_options", "logprobs"};
+    "model", "prompt",  "max_tokens", "temperature",    "top_p",
+    "top_k", "seed",    "stop",       "stop_token_ids", "ignore_eos",
+    "n",     "best_of", "stream",     "stream_options", "logprobs"};
 const std::set<std::string> kImplementedChat = {"model",
                                                 "messages",
                                                 "max_tokens",
@@ -125,6 +126,7 @@ const std::set<std::string> kImplementedChat = {"model",
                                                 "stop_token_ids",
                                                 "ignore_eos",
                                                 "n",
+                                                "best_of",
                                                 "stream",
                                                 "stream_options",
                                                 "logprobs",
@@ -141,7 +143,6 @@ const std::set<std::string> kInformational = {"user", "metadata", "store", "serv
 json asking_value(const std::string& field) {
   if (field == "logit_bias") return json{{"50", 5}};
   if (field == "response_format") return json{{"type", "json_object"}};
-  if (field == "best_of") return 3;
   if (field == "repetition_penalty" || field == "length_penalty") return 1.3;
   if (field == "skip_special_tokens" || field == "spaces_between_special_tokens" ||
       field == "parallel_tool_calls") {
@@ -213,9 +214,31 @@ TEST(RequestFields, NeutralValuesThatAskForNothingAreAccepted) {
   chat["parallel_tool_calls"] = true;
   auto h = parse_chat_request(chat.dump());
   EXPECT_TRUE(h.is_ok()) << h.status().message();
-  // best_of must match n.
-  completion["best_of"] = 3;
-  EXPECT_FALSE(parse_completion_request(completion.dump()).is_ok());
+}
+
+// best_of: at least n, at most the largest n, and above n not streamed
+// (the best are known only at the end).
+TEST(RequestFields, BestOfIsAtLeastNAndNotStreamedAboveIt) {
+  const auto parsed = [](const json& extra) {
+    json body = {{"prompt", "hi"}};
+    body.update(extra);
+    return parse_completion_request(body.dump());
+  };
+  auto ok = parsed({{"n", 2}, {"best_of", 5}});
+  ASSERT_TRUE(ok.is_ok()) << ok.status().message();
+  EXPECT_EQ(ok->sampling.n, 2);
+  EXPECT_EQ(ok->sampling.best_of, 5);
+  auto plain = parsed({{"n", 3}});
+  ASSERT_TRUE(plain.is_ok());
+  EXPECT_EQ(plain->sampling.best_of, 3);
+  for (const json& bad : {json{{"n", 3}, {"best_of", 2}}, json{{"best_of", 0}},
+                          json{{"best_of", 1000}}, json{{"best_of", 2}, {"stream", true}}}) {
+    const auto refused = parsed(bad);
+    ASSERT_FALSE(refused.is_ok()) << bad.dump();
+    EXPECT_NE(refused.status().message().find("best_of"), std::string::npos)
+        << refused.status().message();
+  }
+  EXPECT_TRUE(parsed({{"n", 2}, {"best_of", 2}, {"stream", true}}).is_ok());
 }
 
 }  // namespace
