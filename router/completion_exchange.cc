@@ -174,6 +174,8 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
     metrics_.count_http(200);
   }
   std::string delta = choice.text.substr(choice.emitted, visible - choice.emitted);
+  // echo: the prompt's text opens the choice's first chunk.
+  if (!choice.sent_chunk) delta.insert(0, echo_of(index));
   // Log-probabilities go out with the chunk after their token arrives, even
   // while its text is held back (UTF-8, stop strings), as vLLM streams them.
   const size_t scored = choice.scored();
@@ -265,7 +267,7 @@ void CompletionExchange::finish_exchange() {
   std::vector<Choice> choices;
   for (size_t i = 0; i < returned.size(); ++i) {
     const ChoiceState& c = choices_[returned[i]];
-    choices.push_back({int32_t(i), c.text, c.finish_reason});
+    choices.push_back({int32_t(i), std::string(echo_of(returned[i])) + c.text, c.finish_reason});
   }
   json body =
       completion_response(spec_.endpoint, spec_.id, spec_.model, spec_.created, choices, usage);
@@ -279,6 +281,11 @@ void CompletionExchange::finish_exchange() {
   }
   metrics_.count_http(200);
   responder_->respond(200, "application/json", dump(body));
+}
+
+std::string_view CompletionExchange::echo_of(size_t index) const {
+  const size_t prompt = index / size_t(std::max(spec_.best_of, 1));
+  return prompt < spec_.echoes.size() ? std::string_view(spec_.echoes[prompt]) : std::string_view();
 }
 
 std::vector<size_t> CompletionExchange::returned_choices() const {

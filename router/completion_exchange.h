@@ -44,6 +44,8 @@ struct ExchangeSpec {
   int32_t n = 1;
   int32_t best_of = 1;
   bool logprobs = false;  // the client asked for them
+  // echo: each prompt's text, put before its choices' (empty: no echo).
+  std::vector<std::string> echoes;
 };
 
 class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
@@ -87,6 +89,8 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   size_t update_text(ChoiceState& choice);
   void stream_delta(size_t index, ChoiceState& choice, size_t visible);
   void finish_exchange();
+  // With echo: the text of generation `index`'s prompt; else empty.
+  std::string_view echo_of(size_t index) const;
   // The choices to return, in order: every one, or with best_of above n
   // each prompt's n of highest cumulative log-probability.
   std::vector<size_t> returned_choices() const;

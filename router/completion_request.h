@@ -33,6 +33,7 @@ struct SamplingFields {
   // Samples generated per prompt, of which the n of highest cumulative
   // log-probability are returned (vLLM's best_of); at least n.
   int32_t best_of = 1;
+  bool echo = false;  // completions: the prompt's text before each choice's
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   int32_t logprobs = 0;        // top-N per token; 0 = none

@@ -224,6 +224,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   }
   const char* prompt_field = chat ? "messages" : "prompt";
   std::vector<std::vector<int32_t>> token_prompts;
+  std::vector<std::string> echoes;  // with echo: each prompt's text
   int64_t prompt_tokens = 0;
   for (Prompt& prompt : prompts) {
     std::vector<int32_t> ids;
@@ -233,8 +234,15 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
             *responder, invalid_argument("prompt: this model ships no tokenizer; send token ids"));
       }
       ids = encode(*text, /*add_bos=*/true);
+      if (sampling.echo) echoes.push_back(*text);
     } else {
       ids = std::move(std::get<std::vector<int32_t>>(prompt));
+      if (sampling.echo && tokenizer_ == nullptr) {
+        return send_error(*responder,
+                          invalid_argument("echo: this model ships no tokenizer to show the "
+                                           "prompt's tokens as text"));
+      }
+      if (sampling.echo && !ids.empty()) echoes.push_back(tokenizer_->decode(ids));
     }
     if (ids.empty())
       return send_error(*responder, invalid_argument(std::string(prompt_field) + ": is empty"));
@@ -289,6 +297,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   spec.n = sampling.n;
   spec.best_of = sampling.best_of;
   spec.logprobs = sampling.logprobs > 0;
+  spec.echoes = std::move(echoes);
 
   // Choice index = prompt index * best_of + sample index; sample j of a
   // seeded request uses seed + j, so the same seed gives the same choices.

@@ -16,7 +16,7 @@ constexpr std::string_view kSharedFields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids",
     "ignore_eos", "n", "best_of", "stream", "stream_options", "logprobs", "min_p",
     "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"};
-constexpr std::string_view kCompletionFields[] = {"prompt"};
+constexpr std::string_view kCompletionFields[] = {"prompt", "echo"};
 constexpr std::string_view kChatFields[] = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
     "add_generation_prompt", "chat_template_kwargs"};
@@ -41,7 +41,7 @@ struct NeutralField {
 const std::vector<NeutralField>& neutral_fields() {
   static const std::vector<NeutralField> fields = {
       {"length_penalty", "1", [](const json& v) { return number_is(v, 1); }},
-      {"echo", "false", [](const json& v) { return v == false; }},
+      {"echo", "false", [](const json& v) { return v == false; }, /*chat_only=*/true},
       {"use_beam_search", "false", [](const json& v) { return v == false; }},
       {"skip_special_tokens", "true", [](const json& v) { return v == true; }},
       {"spaces_between_special_tokens", "true", [](const json& v) { return v == true; }},

@@ -282,6 +282,43 @@ TEST_F(ServingTest, BestOfReturnsTheSamplesOfHighestLogProbability) {
   EXPECT_EQ(answer["usage"]["completion_tokens"], generated);
 }
 
+// echo: the answer is the prompt's text and then what the same request
+// without echo answers, whole or streamed, for text and token-id prompts.
+TEST_F(ServingTest, EchoPutsThePromptBeforeTheCompletion) {
+  const std::string prompt = random_prompt(rng_, 40, 80);
+  // The completion without echo, then with it, whole and streamed.
+  const auto check_echo = [&](const json& prompt_field) {
+    json body = {{"prompt", prompt_field}, {"max_tokens", 8}, {"temperature", 0}};
+    auto plain = cluster_->post("/v1/completions", body);
+    ASSERT_TRUE(plain.is_ok());
+    ASSERT_EQ(plain->status, 200) << plain->body;
+    const std::string completion = json::parse(plain->body)["choices"][0]["text"];
+    body["echo"] = true;
+    auto echoed = cluster_->post("/v1/completions", body);
+    ASSERT_TRUE(echoed.is_ok());
+    ASSERT_EQ(echoed->status, 200) << echoed->body;
+    EXPECT_EQ(json::parse(echoed->body)["choices"][0]["text"], prompt + completion);
+    body["stream"] = true;
+    auto streamed = cluster_->post_stream("/v1/completions", body);
+    ASSERT_TRUE(streamed.is_ok());
+    std::string text;
+    for (const std::string& payload : *streamed) {
+      if (payload == "[DONE]") continue;
+      text += json::parse(payload)["choices"][0]["text"].get<std::string>();
+    }
+    EXPECT_EQ(text, prompt + completion);
+  };
+  {
+    SCOPED_TRACE("text prompt");
+    check_echo(prompt);
+  }
+  // Token ids (no BOS): the prompt comes back as their text.
+  auto ids = cluster_->post("/tokenize", {{"prompt", prompt}, {"add_special_tokens", false}});
+  ASSERT_TRUE(ids.is_ok());
+  SCOPED_TRACE("token-id prompt");
+  check_echo(json::parse(ids->body)["tokens"]);
+}
+
 // vLLM's sampling extras survive the handoff: the prefill node samples the
 // first token under them (min_tokens bans EOS, the repetition penalty sees
 // the prompt), the decode node the rest (with the first token counted as

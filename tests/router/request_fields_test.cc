@@ -111,9 +111,9 @@ const std::set<std::string> kSamplingExtras = {
     "min_p",      "presence_penalty", "frequency_penalty", "repetition_penalty",
     "min_tokens", "logit_bias"};
 const std::set<std::string> kImplementedCompletion = {
-    "model", "prompt",  "max_tokens", "temperature",    "top_p",
-    "top_k", "seed",    "stop",       "stop_token_ids", "ignore_eos",
-    "n",     "best_of", "stream",     "stream_options", "logprobs"};
+    "model",  "prompt",         "max_tokens",     "temperature", "top_p", "top_k",
+    "seed",   "stop",           "stop_token_ids", "ignore_eos",  "n",     "best_of",
+    "stream", "stream_options", "logprobs",       "echo"};
 const std::set<std::string> kImplementedChat = {"model",
                                                 "messages",
                                                 "max_tokens",
@@ -239,6 +239,22 @@ TEST(RequestFields, BestOfIsAtLeastNAndNotStreamedAboveIt) {
         << refused.status().message();
   }
   EXPECT_TRUE(parsed({{"n", 2}, {"best_of", 2}, {"stream", true}}).is_ok());
+}
+
+// echo: completions put the prompt's text before the choice's; with
+// logprobs it would need the prompt's own, which Baton does not compute.
+TEST(RequestFields, EchoWithoutLogprobsOnCompletionsOnly) {
+  auto echo = parse_completion_request(json{{"prompt", "hi"}, {"echo", true}}.dump());
+  ASSERT_TRUE(echo.is_ok()) << echo.status().message();
+  EXPECT_TRUE(echo->sampling.echo);
+  const auto with_logprobs =
+      parse_completion_request(json{{"prompt", "hi"}, {"echo", true}, {"logprobs", 2}}.dump());
+  ASSERT_FALSE(with_logprobs.is_ok());
+  EXPECT_NE(with_logprobs.status().message().find("echo"), std::string::npos);
+  const auto chat = parse_chat_request(
+      json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"echo", true}}.dump());
+  ASSERT_FALSE(chat.is_ok());
+  EXPECT_NE(chat.status().message().find("'echo'"), std::string::npos);
 }
 
 }  // namespace
