@@ -4,6 +4,8 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/cpu_features.h"
+
 namespace baton::engine {
 namespace {
 
@@ -45,6 +47,11 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   if (config.device.is_cuda() && !config.ssd_cache_dir.empty()) {
     return unimplemented("engine.ssd_cache_dir: the SSD tier cannot yet reach a device pool (" +
                          config.device.name() + ")");
+  }
+  if (config.cpu_bf16_dot) {
+    kernels::cpu::set_avx512_bf16_preferred(*config.cpu_bf16_dot);
+    if (*config.cpu_bf16_dot && !kernels::cpu::cpu_has_avx512_bf16())
+      spdlog::warn("engine.cpu_bf16_dot: true, but this CPU has no AVX-512 BF16: F32 FMAs run");
   }
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend,
                          make_forward_backend(config.device, *checkpoint, config.threads));

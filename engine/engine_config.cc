@@ -91,6 +91,22 @@ const std::vector<Setting>& settings() {
        "read the weights in at start in 2 MiB pages, re-reading a checkpoint the page cache "
        "holds in small pages (batch-1 decode ran about 5% faster); false maps them lazily",
        bool_setting(&EngineConfig::huge_page_weights)},
+      {"cpu_bf16_dot", "auto",
+       "CPU backend: AVX-512 BF16 dot products (VDPBF16PS) for BF16 weights' prefill GEMM and "
+       "BF16 KV's decode V pass: auto = where the CPU issues them faster than F32 FMAs (AMD's "
+       "cores; an Intel Xeon issues a quarter as many), true = wherever it has them, false = "
+       "never (F32 FMAs)",
+       [](const YAML::Node& node, const std::string& key, EngineConfig& config) -> Status {
+         const std::string text = node.IsScalar() ? node.Scalar() : "";
+         if (text == "auto") {
+           config.cpu_bf16_dot.reset();
+         } else if (text == "true" || text == "false") {
+           config.cpu_bf16_dot = text == "true";
+         } else {
+           return invalid_argument(key + ": expected auto, true or false, got '" + text + "'");
+         }
+         return Status::ok();
+       }},
       {"enable_prefix_caching", "true",
        "keep computed full KV blocks findable by their tokens: a prompt that starts like an "
        "earlier one shares its blocks instead of computing them, on a prefill node (which still "

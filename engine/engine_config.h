@@ -34,9 +34,14 @@ struct EngineConfig {
   int32_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill above it)
   int32_t max_model_len = 0;               // 0: the model's max_position_embeddings
   bool huge_page_weights = true;           // read weights in at start, in 2 MiB pages
-  bool enable_prefix_caching = true;       // share computed full blocks by their tokens
-  std::string ssd_cache_dir;               // the prefix cache's SSD tier; empty: none
-  uint64_t ssd_cache_bytes = 4ull << 30;   // its file's size at most
+  // CPU backend: whether BF16 weights' prefill GEMM and BF16 KV's decode V
+  // pass take AVX-512 BF16 dot products (VDPBF16PS) where the CPU has them;
+  // unset: where it issues them faster than F32 FMAs (AMD's cores, not
+  // Intel's; kernels/cpu/cpu_features.h). The setting is the process's.
+  std::optional<bool> cpu_bf16_dot;
+  bool enable_prefix_caching = true;      // share computed full blocks by their tokens
+  std::string ssd_cache_dir;              // the prefix cache's SSD tier; empty: none
+  uint64_t ssd_cache_bytes = 4ull << 30;  // its file's size at most
   // Scheduling niceness (0-19) the node's process takes at start, before its
   // threads; the engine itself does not read it (tools/process_priority.h).
   int32_t nice = 0;

@@ -24,6 +24,7 @@ TEST(EngineConfig, MissingMeansDefault) {
   EXPECT_TRUE(config->ssd_cache_dir.empty());
   EXPECT_EQ(config->ssd_cache_bytes, 4ull << 30);
   EXPECT_EQ(config->nice, 0);
+  EXPECT_FALSE(config->cpu_bf16_dot.has_value());
 }
 
 TEST(EngineConfig, ReadsEveryKey) {
@@ -32,7 +33,7 @@ TEST(EngineConfig, ReadsEveryKey) {
       "kv_cache_blocks: 7,"
       " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024,"
       " huge_page_weights: false, enable_prefix_caching: false, ssd_cache_dir: /var/cache/kv,"
-      " ssd_cache_bytes: 64GiB, nice: 10}");
+      " ssd_cache_bytes: 64GiB, nice: 10, cpu_bf16_dot: false}");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
   EXPECT_EQ(config->device, (Device{.kind = Device::Kind::kCuda, .index = 1}));
   EXPECT_EQ(config->device.name(), "cuda:1");
@@ -49,6 +50,9 @@ TEST(EngineConfig, ReadsEveryKey) {
   EXPECT_EQ(config->ssd_cache_dir, "/var/cache/kv");
   EXPECT_EQ(config->ssd_cache_bytes, 64ull << 30);
   EXPECT_EQ(config->nice, 10);
+  EXPECT_EQ(config->cpu_bf16_dot, false);
+  EXPECT_EQ(parse("{cpu_bf16_dot: true}")->cpu_bf16_dot, true);
+  EXPECT_FALSE(parse("{cpu_bf16_dot: auto}")->cpu_bf16_dot.has_value());
 }
 
 TEST(EngineConfig, DeviceSpellings) {
@@ -95,6 +99,7 @@ TEST(EngineConfig, ErrorsNameTheKey) {
       {"{ssd_cache_bytes: lots}", "engine.ssd_cache_bytes"},
       {"{nice: -5}", "engine.nice: must be in [0, 19]"},
       {"{nice: 20}", "engine.nice: must be in [0, 19]"},
+      {"{cpu_bf16_dot: yes}", "engine.cpu_bf16_dot: expected auto, true or false"},
       {"[1, 2]", "engine: expected a mapping"},
   };
   for (const auto& c : cases) {

@@ -13,6 +13,7 @@
 #include "engine/checkpoint.h"
 #include "engine/engine.h"
 #include "engine/make_model.h"
+#include "kernels/cpu/cpu_features.h"
 #include "tests/engine/greedy_options.h"
 #include "tests/engine/reference_model.h"
 #include "tests/engine/temp_model.h"
@@ -314,6 +315,26 @@ TEST_F(SchedulerTest, StopTokensAndLimits) {
   auto first = std::find(free_run.begin(), free_run.end(), free_run[3]) - free_run.begin();
   EXPECT_EQ(seq.output, std::vector<int32_t>(free_run.begin(), free_run.begin() + first + 1));
   EXPECT_EQ(seq.finish_reason, FinishReason::kStop);
+}
+
+// engine.cpu_bf16_dot: an engine made with it set turns the process's
+// VDPBF16PS passes off, or on wherever the CPU has them.
+TEST_F(SchedulerTest, CpuBf16DotChoosesTheDotProductPasses) {
+  struct RestoreBf16 {
+    ~RestoreBf16() {
+      kernels::cpu::set_avx512_bf16_preferred(kernels::cpu::cpu_prefers_avx512_bf16());
+    }
+  } restore;
+  for (const bool dot : {false, true, false}) {
+    EngineConfig config;
+    config.threads = 1;
+    config.kv_cache_blocks = 8;
+    config.cpu_bf16_dot = dot;
+    auto engine = Engine::create(model_dir_, config);
+    ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    EXPECT_EQ(kernels::cpu::use_avx512_bf16(),
+              dot && kernels::cpu::use_avx512() && kernels::cpu::cpu_has_avx512_bf16());
+  }
 }
 
 // Each sequence's first token carries the seconds it waited to be
