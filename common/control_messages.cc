@@ -324,7 +324,7 @@ std::vector<TokenLogprobs> logprobs_from(FieldReader& parent, const char* key, s
 
 json to_json(const TokenEvent& e) {
   return {{"request_id", e.request_id},       {"tokens", e.tokens},
-          {"finish_reason", e.finish_reason}, {"error", e.error},
+          {"finish_reason", finish_reason_name(e.finish_reason)}, {"error", e.error},
           {"logprobs", to_json(e.logprobs)},  {"queue_s", e.queue_seconds},
           {"prefill_s", e.prefill_seconds}};
 }
@@ -501,7 +501,12 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
         TokenEvent event;
         event.request_id = e.uint64("request_id");
         event.tokens = e.ints("tokens", kMaxPromptTokens);
-        event.finish_reason = e.string("finish_reason");
+        const std::string finish = e.string("finish_reason", 16);
+        if (auto reason = parse_finish_reason(finish)) {
+          event.finish_reason = *reason;
+        } else if (e.error().empty()) {
+          e.fail("finish_reason", "not a finish reason: '" + finish + "'");
+        }
         event.error = e.string("error");
         event.logprobs = logprobs_from(e, "logprobs", kMaxPromptTokens);
         event.queue_seconds = e.real("queue_s");

@@ -28,6 +28,7 @@
 #include <variant>
 #include <vector>
 
+#include "common/finish_reason.h"
 #include "common/status.h"
 
 namespace baton::control {
@@ -213,7 +214,7 @@ struct Rejected {
 struct TokenEvent {
   uint64_t request_id = 0;
   std::vector<int32_t> tokens;          // new tokens, in order
-  std::string finish_reason;            // "" (more to come), "stop", "length", "abort", "error"
+  FinishReason finish_reason = FinishReason::kNone;  // kNone: more to come
   std::string error;                    // with "error" and "abort": why
   std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
   // With the first token, where this node computed the prompt: its queue

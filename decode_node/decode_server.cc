@@ -30,7 +30,7 @@ Status DecodeServer::run(const std::atomic<bool>& stop) {
   for (uint64_t id : ids) {
     auto it = requests_.find(id);
     if (it != requests_.end() && !it->second.abandoned)
-      end(it->second, "abort", "the decode node is shutting down");
+      end(it->second, FinishReason::kAborted, "the decode node is shutting down");
   }
   flush_events();
   return Status::ok();
@@ -65,7 +65,7 @@ void DecodeServer::on_generate(control::Generate& generate) {
   if (generate.prefill_node.empty()) {  // prefilled here
     Result<int64_t> sequence = runtime_->engine().scheduler().add(
         std::move(generate.prompt), node::generation_options(generate.sampling));
-    if (!sequence.is_ok()) return end(request, "error", sequence.status().message());
+    if (!sequence.is_ok()) return end(request, FinishReason::kError, sequence.status().message());
     request.sequence_id = *sequence;
     request.state = State::kRunning;
     by_sequence_[*sequence] = id;
@@ -96,7 +96,7 @@ bool DecodeServer::try_reserve(Request& request) {
       scheduler.reserve_remote(generate.prompt, node::generation_options(generate.sampling));
   if (!sequence.is_ok()) {
     if (sequence.status().code() == StatusCode::kResourceExhausted) return false;
-    end(request, "error", sequence.status().message());
+    end(request, FinishReason::kError, sequence.status().message());
     return true;
   }
   request.sequence_id = *sequence;
@@ -104,7 +104,7 @@ bool DecodeServer::try_reserve(Request& request) {
   if (by_transfer_.contains(request.transfer_id)) {
     scheduler.abort(*sequence);
     request.sequence_id = -1;
-    end(request, "error", "transfer id collision with a live transfer");
+    end(request, FinishReason::kError, "transfer id collision with a live transfer");
     return true;
   }
   // The blocks the KV is to land in: those after the prefix the prefix
@@ -124,7 +124,7 @@ bool DecodeServer::try_reserve(Request& request) {
   if (!expected.is_ok()) {
     scheduler.abort(*sequence);
     request.sequence_id = -1;
-    end(request, "error", "cannot receive KV: " + expected.message());
+    end(request, FinishReason::kError, "cannot receive KV: " + expected.message());
     return true;
   }
   by_sequence_[*sequence] = request.request_id;
@@ -152,7 +152,7 @@ void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
       requests_.erase(it);
     } else {
       request.sequence_id = -1;
-      end(request, "error",
+      end(request, FinishReason::kError,
           "KV transfer from " + request.prefill_node + " failed: " + result.status.message());
     }
     return;
@@ -166,7 +166,8 @@ void DecodeServer::on_prefill_done(const control::PrefillDone& done) {
   if (it == requests_.end() || it->second.abandoned || it->second.state != State::kAwaitingKv)
     return;
   Request& request = it->second;
-  if (!done.error.empty()) return end(request, "error", "prefill failed: " + done.error);
+  if (!done.error.empty())
+    return end(request, FinishReason::kError, "prefill failed: " + done.error);
   request.first_token_known = true;
   request.first_token = done.first_token;
   request.rng_draws = done.rng_draws;
@@ -183,15 +184,13 @@ void DecodeServer::activate(Request& request) {
   Result<engine::StepOutput> first =
       scheduler.activate_remote(request.sequence_id, request.first_token, request.rng_draws,
                                 first_logprobs ? &*first_logprobs : nullptr);
-  if (!first.is_ok()) return end(request, "error", first.status().message());
+  if (!first.is_ok()) return end(request, FinishReason::kError, first.status().message());
   request.state = State::kRunning;
   uint64_t id = request.request_id;
-  bool finished = first->finish_reason != engine::FinishReason::kNone;
+  bool finished = first->finish_reason != FinishReason::kNone;
   std::vector<control::TokenLogprobs> logprobs;
   if (request.wants_logprobs && first_logprobs) logprobs.push_back(request.first_logprobs.front());
-  emit(id, {first->token},
-       finished ? std::string(engine::finish_reason_name(first->finish_reason)) : "", "",
-       std::move(logprobs));
+  emit(id, {first->token}, first->finish_reason, "", std::move(logprobs));
   if (finished) {
     by_sequence_.erase(request.sequence_id);
     requests_.erase(id);
@@ -252,10 +251,8 @@ Status DecodeServer::step() {
         logprobs.push_back(node::to_wire(sequence->output_logprobs.back()));
       }
     }
-    bool is_finished = output.finish_reason != engine::FinishReason::kNone;
-    emit(id, {output.token},
-         is_finished ? std::string(engine::finish_reason_name(output.finish_reason)) : "", "",
-         std::move(logprobs));
+    bool is_finished = output.finish_reason != FinishReason::kNone;
+    emit(id, {output.token}, output.finish_reason, "", std::move(logprobs));
     if (output.prefill_seconds >= 0) {  // the prompt was computed here
       control::TokenEvent& event = events_.events[pending_event_.at(id)];
       event.queue_seconds = float(output.queue_seconds);
@@ -277,12 +274,12 @@ void DecodeServer::collect_finished() {
   (void)runtime_->engine().scheduler().take_finished();
 }
 
-void DecodeServer::end(Request& request, std::string_view finish_reason, std::string error) {
+void DecodeServer::end(Request& request, FinishReason finish_reason, std::string error) {
   uint64_t id = request.request_id;
-  if (finish_reason == "error")
+  if (finish_reason == FinishReason::kError)
     spdlog::warn("{}: request {} (#{}) failed: {}", runtime_->settings().name, request.client_id,
                  id, error);
-  emit(id, {}, std::string(finish_reason), std::move(error));
+  emit(id, {}, finish_reason, std::move(error));
   if (request.state == State::kAwaitingKv && !request.kv_landed) {
     // A transfer may still write the blocks: free them in its callback.
     request.abandoned = true;
@@ -301,22 +298,23 @@ void DecodeServer::end(Request& request, std::string_view finish_reason, std::st
   requests_.erase(id);
 }
 
-void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens, std::string finish_reason,
-                        std::string error, std::vector<control::TokenLogprobs> logprobs) {
+void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens,
+                        FinishReason finish_reason, std::string error,
+                        std::vector<control::TokenLogprobs> logprobs) {
   auto pending = pending_event_.find(request_id);
   if (pending != pending_event_.end()) {
     control::TokenEvent& event = events_.events[pending->second];
     event.tokens.insert(event.tokens.end(), tokens.begin(), tokens.end());
     for (auto& entry : logprobs) event.logprobs.push_back(std::move(entry));
-    if (!finish_reason.empty()) {
-      event.finish_reason = std::move(finish_reason);
+    if (finish_reason != FinishReason::kNone) {
+      event.finish_reason = finish_reason;
       event.error = std::move(error);
     }
     return;
   }
   pending_event_[request_id] = events_.events.size();
-  events_.events.push_back({request_id, std::move(tokens), std::move(finish_reason),
-                            std::move(error), std::move(logprobs)});
+  events_.events.push_back(
+      {request_id, std::move(tokens), finish_reason, std::move(error), std::move(logprobs)});
 }
 
 void DecodeServer::flush_events() {

@@ -70,8 +70,8 @@ class DecodeServer {
   void collect_finished();
   // Ends a request for the router with `finish_reason` and forgets it (unless
   // a transfer may still write its blocks).
-  void end(Request& request, std::string_view finish_reason, std::string error);
-  void emit(uint64_t request_id, std::vector<int32_t> tokens, std::string finish_reason,
+  void end(Request& request, FinishReason finish_reason, std::string error);
+  void emit(uint64_t request_id, std::vector<int32_t> tokens, FinishReason finish_reason,
             std::string error, std::vector<control::TokenLogprobs> logprobs = {});
   void flush_events();
   static uint64_t transfer_id_for(uint64_t request_id);

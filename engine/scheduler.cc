@@ -12,20 +12,6 @@
 
 namespace baton::engine {
 
-std::string_view finish_reason_name(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kNone:
-      return "";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kAborted:
-      return "abort";
-  }
-  return "";
-}
-
 Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& config)
     : model_(model),
       kv_(kv),

@@ -7,6 +7,7 @@
 #include <string_view>
 #include <vector>
 
+#include "common/finish_reason.h"
 #include "engine/block_manager.h"
 #include "kernels/cpu/sampling.h"
 
@@ -27,8 +28,9 @@ struct GenerationOptions {
   bool retain_blocks = false;
 };
 
-enum class FinishReason { kNone, kStop, kLength, kAborted };
-std::string_view finish_reason_name(FinishReason reason);  // "stop", "length", "abort"
+// The engine ends sequences with kStop, kLength or kAborted.
+using baton::finish_reason_name;
+using baton::FinishReason;
 
 struct OutputLogprobs {
   int32_t id = 0;

@@ -85,7 +85,7 @@ void CompletionExchange::on_client_gone() {
   done_ = true;
   // Every choice still running ends as vLLM counts a dropped request.
   for (const ChoiceState& choice : choices_) {
-    if (!choice.finished) metrics_.count_finished("abort");
+    if (!choice.finished) metrics_.count_finished(FinishReason::kAborted);
   }
   cancel_running();
 }
@@ -116,7 +116,7 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
     choice.logprobs.insert(choice.logprobs.end(), update.logprobs.begin(), update.logprobs.end());
   }
   if (update.finished) {
-    if (update.finish_reason == "error") return fail(update.error);
+    if (update.finish_reason == FinishReason::kError) return fail(update.error);
     choice.finished = true;
     choice.finish_reason = update.finish_reason;
   }
@@ -157,7 +157,7 @@ size_t CompletionExchange::update_text(ChoiceState& choice) {
     choice.text.resize(match);
     if (!choice.finished) core_.cancel(choice.request_id);
     choice.finished = true;
-    choice.finish_reason = "stop";
+    choice.finish_reason = FinishReason::kStop;
   }
   if (choice.finished) return choice.text.size();
   const std::string_view text = choice.text;
@@ -182,7 +182,8 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
   const bool new_logprobs = scored > choice.logprobs_sent;
   if (delta.empty() && !choice.finished && choice.sent_chunk && !new_logprobs) return;
   json chunk = stream_chunk(spec_.endpoint, spec_.id, spec_.model, spec_.created, int32_t(index),
-                            delta, choice.finished ? choice.finish_reason : "", !choice.sent_chunk);
+                            delta, choice.finished ? choice.finish_reason : FinishReason::kNone,
+                            !choice.sent_chunk);
   if (new_logprobs) {
     chunk["choices"][0]["logprobs"] =
         logprobs_json(choice, choice.logprobs_sent, scored, choice.logprobs_text_offset);
@@ -314,7 +315,7 @@ void CompletionExchange::fail(const Status& error) {
   done_ = true;
   // Each choice still running ends in the error, as each finished one counts.
   for (const ChoiceState& choice : choices_) {
-    if (!choice.finished) metrics_.count_finished("error");
+    if (!choice.finished) metrics_.count_finished(FinishReason::kError);
   }
   cancel_running();
   ApiError api = api_error_from_status(error);

@@ -70,7 +70,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     size_t logprobs_text_offset = 0;  // completions' text_offset after those tokens
     size_t emitted = 0;               // bytes of text already streamed
     bool finished = false;
-    std::string finish_reason;
+    FinishReason finish_reason = FinishReason::kNone;
     std::chrono::steady_clock::time_point first_token;
     std::chrono::steady_clock::time_point last_token;
     double prefill_seconds = -1;  // on the node that computed the prompt; -1: unknown

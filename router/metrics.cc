@@ -18,7 +18,9 @@ const std::vector<double> kItlBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.
 const std::vector<double> kE2eBuckets = {0.3,  0.5,   0.8,   1.0,   1.5,  2.0,  2.5,
                                          5.0,  10.0,  15.0,  20.0,  30.0, 40.0, 50.0,
                                          60.0, 120.0, 240.0, 480.0, 960.0};
-constexpr std::string_view kFinishReasons[] = {"stop", "length", "abort", "error"};
+// vllm:request_success_total's finished_reason labels, one counter each.
+constexpr FinishReason kFinishReasons[] = {FinishReason::kStop, FinishReason::kLength,
+                                           FinishReason::kAborted, FinishReason::kError};
 // vLLM's request-length buckets: 1, 2, 5, 10, 20, 50, ... up to a million.
 const std::vector<double> kTokenCountBuckets = [] {
   std::vector<double> b;
@@ -114,7 +116,7 @@ void RouterMetrics::count_tokens(int64_t prompt, int64_t generation) {
   generation_tokens_ += generation;
 }
 
-void RouterMetrics::count_finished(std::string_view finish_reason) {
+void RouterMetrics::count_finished(FinishReason finish_reason) {
   for (size_t i = 0; i < std::size(kFinishReasons); ++i) {
     if (kFinishReasons[i] == finish_reason) finished_[i]++;
   }
@@ -180,7 +182,7 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   for (size_t i = 0; i < std::size(kFinishReasons); ++i) {
     fmt::format_to(std::back_inserter(out),
                    "vllm:request_success_total{{{},finished_reason=\"{}\"}} {}\n", labels_,
-                   kFinishReasons[i], finished_[i].load());
+                   finish_reason_name(kFinishReasons[i]), finished_[i].load());
   }
   ttft_.render(&out, labels_);
   itl_.render(&out, labels_);

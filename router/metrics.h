@@ -49,8 +49,7 @@ class RouterMetrics {
   // the node that computed it, and took there to its first token.
   void observe_queue_and_prefill(double queue_seconds, double prefill_seconds);
   void count_tokens(int64_t prompt, int64_t generation);
-  // finish_reason: stop, length, abort, error.
-  void count_finished(std::string_view finish_reason);
+  void count_finished(FinishReason finish_reason);
   void count_http(int status);
 
   std::string render(const ClusterSnapshot& snapshot) const;

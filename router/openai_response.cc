@@ -16,7 +16,9 @@ json header(Endpoint endpoint, std::string_view id, std::string_view model, int6
       {"id", id}, {"object", object_name(endpoint, chunk)}, {"created", created}, {"model", model}};
 }
 
-json finish(std::string_view reason) { return reason.empty() ? json(nullptr) : json(reason); }
+json finish(FinishReason reason) {
+  return reason == FinishReason::kNone ? json(nullptr) : json(finish_reason_name(reason));
+}
 
 }  // namespace
 
@@ -46,7 +48,7 @@ json completion_response(Endpoint endpoint, std::string_view id, std::string_vie
 }
 
 json stream_chunk(Endpoint endpoint, std::string_view id, std::string_view model, int64_t created,
-                  int32_t index, std::string_view delta_text, std::string_view finish_reason,
+                  int32_t index, std::string_view delta_text, FinishReason finish_reason,
                   bool first_chat_chunk) {
   json body = header(endpoint, id, model, created, /*chunk=*/true);
   json choice = {{"index", index}, {"finish_reason", finish(finish_reason)}, {"logprobs", nullptr}};

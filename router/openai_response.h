@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/finish_reason.h"
+
 namespace baton::router {
 
 struct Usage {
@@ -20,7 +22,7 @@ struct Usage {
 struct Choice {
   int32_t index = 0;
   std::string text;
-  std::string finish_reason;  // "stop", "length", "abort"
+  FinishReason finish_reason = FinishReason::kNone;
 };
 
 enum class Endpoint { kCompletions, kChatCompletions };
@@ -30,10 +32,10 @@ nlohmann::json completion_response(Endpoint endpoint, std::string_view id, std::
                                    int64_t created, const std::vector<Choice>& choices,
                                    const Usage& usage);
 
-// One streamed delta. finish_reason empty: null (more to come).
+// One streamed delta. finish_reason kNone: null (more to come).
 nlohmann::json stream_chunk(Endpoint endpoint, std::string_view id, std::string_view model,
                             int64_t created, int32_t index, std::string_view delta_text,
-                            std::string_view finish_reason, bool first_chat_chunk);
+                            FinishReason finish_reason, bool first_chat_chunk);
 
 // The final usage chunk of a stream with stream_options.include_usage.
 nlohmann::json usage_chunk(Endpoint endpoint, std::string_view id, std::string_view model,

@@ -313,7 +313,7 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       // Work the router no longer waits for: failed when this node was
       // declared dead (it was only stopped, and came back), or ended
       // meanwhile. Without an abort the node would generate it to the end.
-      if (event.finish_reason.empty()) {
+      if (event.finish_reason == FinishReason::kNone) {
         (void)send(from, control::Abort{event.request_id, "the request already ended"});
       }
       continue;
@@ -330,9 +330,10 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
     }
     update.tokens = std::move(event.tokens);
     update.logprobs = std::move(event.logprobs);
-    update.finished = !event.finish_reason.empty();
+    update.finished = event.finish_reason != FinishReason::kNone;
     update.finish_reason = event.finish_reason;
-    if (event.finish_reason == "error") update.error = unavailable(from + ": " + event.error);
+    if (event.finish_reason == FinishReason::kError)
+      update.error = unavailable(from + ": " + event.error);
     bool finished = update.finished;
     deliver(request, std::move(update));
     if (finished) forget(event.request_id);

@@ -57,12 +57,12 @@ struct GenerationRequest {
 std::string client_id_for_logs(std::string_view id);
 
 // What a request produced since the last update. The last update of a
-// request has `finished` set: finish_reason "stop", "length", "abort" or
-// "error" (then `error` says why, with its status code).
+// request has `finished` set and a finish_reason (kError: `error` says why,
+// with its status code).
 struct GenerationUpdate {
   std::vector<int32_t> tokens;
   bool finished = false;
-  std::string finish_reason;
+  FinishReason finish_reason = FinishReason::kNone;
   Status error;
   std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
   // The nodes serving the request (prefill empty: prefilled on the decode node).
@@ -78,7 +78,7 @@ struct GenerationUpdate {
 inline GenerationUpdate failed_update(Status error) {
   GenerationUpdate update;
   update.finished = true;
-  update.finish_reason = "error";
+  update.finish_reason = FinishReason::kError;
   update.error = std::move(error);
   return update;
 }

@@ -171,7 +171,9 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
 
   Events events;
   for (int i = 0; i < 5; ++i) {
-    TokenEvent event{rng(), random_ints(rng, 1 + rng() % 3, 150000), i == 4 ? "stop" : "", "", {}};
+    // Each finish reason, and none.
+    const FinishReason reason = FinishReason(i);
+    TokenEvent event{rng(), random_ints(rng, 1 + rng() % 3, 150000), reason, "", {}};
     for (size_t t = 0; t < event.tokens.size(); ++t) {
       event.logprobs.push_back({-float(rng() % 100) / 10.0f, {int32_t(t)}, {-0.25f}});
     }
@@ -212,7 +214,7 @@ TEST(ControlMessages, EveryTruncationIsRejected) {
 TEST(ControlMessages, RandomCorruptionNeverCrashes) {
   std::mt19937_64 rng(std::random_device{}());
   Events events;
-  events.events.push_back({1, {1, 2, 3}, "", "", {}});
+  events.events.push_back({1, {1, 2, 3}, FinishReason::kNone, "", {}});
   std::vector<uint8_t> frame = encode(events);
   int rejected = 0;
   for (int trial = 0; trial < 5000; ++trial) {
@@ -266,6 +268,17 @@ TEST(ControlMessages, FuzzSeedsDecode) {
   EXPECT_GE(seeds, 10);
 }
 
+// The names the codec and the OpenAI JSON spell: each reads back as itself.
+TEST(FinishReasonNames, RoundTripAndRefuseOthers) {
+  for (FinishReason r : {FinishReason::kNone, FinishReason::kStop, FinishReason::kLength,
+                         FinishReason::kAborted, FinishReason::kError}) {
+    EXPECT_EQ(parse_finish_reason(finish_reason_name(r)), r) << finish_reason_name(r);
+  }
+  EXPECT_EQ(finish_reason_name(FinishReason::kAborted), "abort");
+  EXPECT_FALSE(parse_finish_reason("aborted").has_value());
+  EXPECT_FALSE(parse_finish_reason("STOP").has_value());
+}
+
 TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   auto message_of = [](const Result<Message>& r) {
     return r.is_ok() ? std::string("OK") : r.status().message();
@@ -289,6 +302,12 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
                 .find("abort.request_id: not an unsigned integer"),
             std::string::npos);
   EXPECT_NE(message_of(decode_json(json::array({1, 2}))).find("not a map"), std::string::npos);
+  json unknown = json::from_msgpack(encode(Events{{{3, {4}, FinishReason::kStop, "", {}}}}));
+  ASSERT_TRUE(decode_json(unknown).is_ok());
+  unknown["events"][0]["finish_reason"] = "tired";
+  EXPECT_NE(message_of(decode_json(unknown)).find("not a finish reason: 'tired'"),
+            std::string::npos)
+      << message_of(decode_json(unknown));
 
   Generate gen{9, {1, 2, 3}, {}, ""};
   json object = json::from_msgpack(encode(gen));

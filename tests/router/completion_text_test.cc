@@ -154,9 +154,9 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   metrics.observe_ttft(0.5);
   metrics.observe_ttft(1000);
   metrics.count_tokens(10, 7);
-  metrics.count_finished("stop");
-  metrics.count_finished("length");
-  metrics.count_finished("length");
+  metrics.count_finished(FinishReason::kStop);
+  metrics.count_finished(FinishReason::kLength);
+  metrics.count_finished(FinishReason::kLength);
   ClusterSnapshot snapshot;
   NodeState decode;
   decode.name = "d0";
