@@ -416,18 +416,6 @@ std::string format_bytes_ceil(uint64_t bytes) {
 
 }  // namespace
 
-std::string_view role_name(Role role) {
-  switch (role) {
-    case Role::kRouter:
-      return "router";
-    case Role::kPrefill:
-      return "prefill";
-    case Role::kDecode:
-      return "decode";
-  }
-  return "?";
-}
-
 std::string_view routing_policy_name(RoutingPolicy policy) {
   switch (policy) {
     case RoutingPolicy::kRoundRobin:

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/role.h"
 #include "common/status.h"
 #include "engine/engine_config.h"
 #include "engine/model_config.h"
@@ -34,8 +35,8 @@ class Node;
 
 namespace baton::cluster {
 
-enum class Role { kRouter, kPrefill, kDecode };
-std::string_view role_name(Role role);  // "router", "prefill", "decode"
+using baton::Role;
+using baton::role_name;
 
 // YAML: round-robin, least-loaded, prefix-aware
 enum class RoutingPolicy { kRoundRobin, kLeastLoaded, kPrefixAware };

@@ -323,9 +323,12 @@ std::vector<TokenLogprobs> logprobs_from(FieldReader& parent, const char* key, s
 }
 
 json to_json(const TokenEvent& e) {
-  return {{"request_id", e.request_id},       {"tokens", e.tokens},
-          {"finish_reason", finish_reason_name(e.finish_reason)}, {"error", e.error},
-          {"logprobs", to_json(e.logprobs)},  {"queue_s", e.queue_seconds},
+  return {{"request_id", e.request_id},
+          {"tokens", e.tokens},
+          {"finish_reason", finish_reason_name(e.finish_reason)},
+          {"error", e.error},
+          {"logprobs", to_json(e.logprobs)},
+          {"queue_s", e.queue_seconds},
           {"prefill_s", e.prefill_seconds}};
 }
 
@@ -333,7 +336,7 @@ struct Codec {
   json operator()(const Register& m) const {
     return {{"t", "register"},
             {"node", m.node},
-            {"role", m.role},
+            {"role", role_name(m.role)},
             {"descriptor", binary(m.descriptor)},
             {"block_size", m.block_size},
             {"max_model_len", m.max_model_len},
@@ -411,14 +414,17 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
   if (type == "register") {
     Register m;
     m.node = r.string("node");
-    m.role = r.string("role");
+    const std::string role = r.string("role", 16);
     m.descriptor = r.bytes("descriptor", kMaxDescriptorBytes);
     m.block_size = r.int32("block_size", 1);
     m.max_model_len = r.int32("max_model_len", 1);
     m.pid = r.integer("pid", 0, std::numeric_limits<int64_t>::max());
     m.kv_dtype = r.string("kv_dtype", 16);
     m.kv_bytes_per_token = r.integer("kv_bytes_per_token", 0, int64_t(1) << 40);
-    if (r.error().empty() && m.role != "prefill" && m.role != "decode")
+    const std::optional<Role> parsed = parse_role(role);
+    if (parsed == Role::kPrefill || parsed == Role::kDecode)
+      m.role = *parsed;
+    else if (r.error().empty())
       r.fail("role", "not prefill or decode");
     return finish(std::move(m));
   }

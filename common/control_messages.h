@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/finish_reason.h"
+#include "common/role.h"
 #include "common/status.h"
 
 namespace baton::control {
@@ -134,7 +135,7 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
 
 struct Register {  // node -> router, first message and after a reconnect
   std::string node;
-  std::string role;                 // "prefill" or "decode"
+  Role role = Role::kPrefill;       // kPrefill or kDecode
   std::vector<uint8_t> descriptor;  // kv_transfer PoolDescriptor, encoded
   int32_t block_size = 0;
   int32_t max_model_len = 0;
@@ -213,9 +214,9 @@ struct Rejected {
 };
 struct TokenEvent {
   uint64_t request_id = 0;
-  std::vector<int32_t> tokens;          // new tokens, in order
+  std::vector<int32_t> tokens;                       // new tokens, in order
   FinishReason finish_reason = FinishReason::kNone;  // kNone: more to come
-  std::string error;                    // with "error" and "abort": why
+  std::string error;                                 // with "error" and "abort": why
   std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
   // With the first token, where this node computed the prompt: its queue
   // and prefill seconds (engine::Sequence); -1 otherwise.

@@ -103,7 +103,7 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
   node->cancel_thread_ = std::thread([n = node.get()] { n->cancel_loop(); });
   node->heartbeat_thread_ = std::thread([n = node.get()] { n->heartbeat_loop(); });
   spdlog::info("{}: {} node up, KV pool {} blocks of {} tokens, transports {}", settings.name,
-               settings.role, pool.layout().num_blocks, pool.layout().block_size,
+               role_name(settings.role), pool.layout().num_blocks, pool.layout().block_size,
                fmt::join(node->transfer_->transports(), ","));
   return node;
 }

@@ -32,7 +32,7 @@ namespace baton::node {
 
 struct NodeSettings {
   std::string name;
-  std::string role;              // "prefill" or "decode"
+  Role role = Role::kPrefill;    // kPrefill or kDecode
   std::string control_endpoint;  // the router's control socket, "tcp://host:port"
   // CURVE keys of the control plane (common/curve_keys.h); none: in the clear.
   std::optional<control::CurveKeys> control_keys;

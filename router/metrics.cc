@@ -144,7 +144,7 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
     cache_queries += node.prefix_cache_queries;
     cache_hits += node.prefix_cache_hits;
     cache_ssd_hits += node.prefix_cache_ssd_hits;
-    if (!node.up || node.role != "decode") continue;
+    if (!node.up || node.role != Role::kDecode) continue;
     running += node.load.running;
     waiting += node.load.waiting + node.load.awaiting_kv;
     free_blocks += node.load.free_blocks;
@@ -206,7 +206,7 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
     fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
     for (const NodeState& node : snapshot.nodes) {
       fmt::format_to(std::back_inserter(out), "{}{{node=\"{}\",role=\"{}\"}} {}\n", name, node.name,
-                     node.role, value_of(node));
+                     role_name(node.role), value_of(node));
     }
   };
   // vLLM's cache_config_info: the KV settings as labels of a constant 1.

@@ -10,8 +10,7 @@
 
 namespace baton::router {
 
-NodeRegistry::NodeRegistry(std::map<std::string, std::string> expected, Policy policy)
-    : policy_(policy) {
+NodeRegistry::NodeRegistry(std::map<std::string, Role> expected, Policy policy) : policy_(policy) {
   for (auto& [name, role] : expected) {
     NodeState& node = nodes_[name];
     node.name = name;
@@ -25,8 +24,9 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
     return invalid_argument("node '" + message.node + "' is not in the cluster config");
   NodeState& node = it->second;
   if (node.role != message.role) {
-    return invalid_argument("node '" + message.node + "' is configured as " + node.role +
-                            ", registered as " + message.role);
+    return invalid_argument("node '" + message.node + "' is configured as " +
+                            std::string(role_name(node.role)) + ", registered as " +
+                            std::string(role_name(message.role)));
   }
   if (block_size_ != 0 && message.block_size != block_size_) {
     return invalid_argument("node '" + message.node + "' has KV block size " +
@@ -133,7 +133,7 @@ void remember_sent(NodeState& node, const std::vector<uint64_t>& chain, uint64_t
 
 }  // namespace
 
-NodeState* NodeRegistry::pick(const std::string& role, std::span<const int32_t> prompt) {
+NodeState* NodeRegistry::pick(Role role, std::span<const int32_t> prompt) {
   std::vector<NodeState*> candidates;
   for (auto& [name, node] : nodes_) {
     if (node.up && node.role == role) candidates.push_back(&node);
@@ -143,7 +143,7 @@ NodeState* NodeRegistry::pick(const std::string& role, std::span<const int32_t> 
   size_t start = next++ % candidates.size();
   if (policy_ == Policy::kRoundRobin) return candidates[start];
   auto load_key = [&](const NodeState* node) {
-    if (role == "prefill")
+    if (role == Role::kPrefill)
       return std::tuple<int64_t, int64_t>(node->assigned_tokens, node->assigned_requests);
     return std::tuple<int64_t, int64_t>(node->assigned_requests, -int64_t(node->load.free_blocks));
   };
@@ -158,7 +158,7 @@ NodeState* NodeRegistry::pick(const std::string& role, std::span<const int32_t> 
   // computes that one whatever it holds).
   const std::vector<uint64_t> chain = prefix_block_hashes(
       prompt, block_size_, int32_t(prompt.size() - 1) / std::max(block_size_, 1));
-  const int64_t margin = role == "prefill" ? kMaxPrefillImbalance : kMaxDecodeImbalance;
+  const int64_t margin = role == Role::kPrefill ? kMaxPrefillImbalance : kMaxDecodeImbalance;
   NodeState* holder = best;
   size_t held = blocks_sent(*best, chain);
   for (size_t i = 0; i < candidates.size(); ++i) {
@@ -178,7 +178,7 @@ NodeState* NodeRegistry::find(const std::string& name) {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
-int32_t NodeRegistry::up_count(const std::string& role) const {
+int32_t NodeRegistry::up_count(Role role) const {
   int32_t count = 0;
   for (const auto& [name, node] : nodes_) count += node.up && node.role == role;
   return count;

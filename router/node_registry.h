@@ -36,7 +36,7 @@ enum class Policy {
 
 struct NodeState {
   std::string name;
-  std::string role;  // "prefill" or "decode"
+  Role role = Role::kPrefill;  // kPrefill or kDecode
   bool up = false;
   bool ever_registered = false;
   std::vector<uint8_t> descriptor;
@@ -65,7 +65,7 @@ class NodeRegistry {
   using Clock = std::chrono::steady_clock;
 
   // `expected` maps every configured node name to its role.
-  NodeRegistry(std::map<std::string, std::string> expected, Policy policy);
+  NodeRegistry(std::map<std::string, Role> expected, Policy policy);
 
   // Accepts a Register from a configured node with the configured role whose
   // block size matches the cluster's (the first registered node sets it).
@@ -79,15 +79,15 @@ class NodeRegistry {
 
   // A node of `role` that is up, by the policy; nullptr when none is. The
   // prefix-aware policy reads `prompt` and remembers where its blocks went.
-  NodeState* pick(const std::string& role, std::span<const int32_t> prompt = {});
+  NodeState* pick(Role role, std::span<const int32_t> prompt = {});
   NodeState* find(const std::string& name);
   const std::map<std::string, NodeState>& nodes() const { return nodes_; }
-  int32_t up_count(const std::string& role) const;
+  int32_t up_count(Role role) const;
 
  private:
   std::map<std::string, NodeState> nodes_;
   Policy policy_;
-  std::map<std::string, size_t> round_robin_next_;  // by role
+  std::map<Role, size_t> round_robin_next_;
   int32_t block_size_ = 0;
   std::string kv_dtype_;     // of the first node that registered
   uint64_t send_clock_ = 0;  // orders sent_blocks' entries

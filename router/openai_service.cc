@@ -29,7 +29,7 @@ std::string path_of(const std::string& target) { return target.substr(0, target.
 
 json node_json(const NodeState& node) {
   json out = {{"name", node.name},
-              {"role", node.role},
+              {"role", role_name(node.role)},
               {"up", node.up},
               {"pid", node.pid},
               {"assigned_requests", node.assigned_requests}};

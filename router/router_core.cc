@@ -134,14 +134,14 @@ void RouterCore::loop() {
 void RouterCore::dispatch(Submission& submission) {
   const std::vector<int32_t>& prompt = submission.request.prompt;
   while (true) {
-    NodeState* decode = registry_.pick("decode", prompt);
+    NodeState* decode = registry_.pick(Role::kDecode, prompt);
     if (decode == nullptr) {
       in_flight_.fetch_sub(1);
       submission.sink(failed_update(unavailable("no decode node is up")));
       return;
     }
     NodeState* prefill = int32_t(prompt.size()) >= config_.min_remote_prefill_tokens
-                             ? registry_.pick("prefill", prompt)
+                             ? registry_.pick(Role::kPrefill, prompt)
                              : nullptr;
     control::Generate generate;
     generate.request_id = submission.id;
@@ -219,7 +219,8 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
   }
   // A node that comes back lost whatever it was doing.
   if (was_up) node_down(from, "registered again: it restarted");
-  spdlog::info("router: {} node {} registered (pid {})", message.role, from, message.pid);
+  spdlog::info("router: {} node {} registered (pid {})", role_name(message.role), from,
+               message.pid);
   (void)send(from, control::RegisterAck{true, "welcome"});
   // The same process back after it was declared dead (it only stopped)
   // still holds the requests failed meanwhile: a decode node's KV
@@ -230,14 +231,14 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
       (void)send(from, control::Abort{id, "failed while this node was declared dead"});
   }
   // Prefill nodes need every decode node's pool descriptor.
-  if (message.role == "decode") {
+  if (message.role == Role::kDecode) {
     for (const auto& [name, node] : registry_.nodes()) {
-      if (node.up && node.role == "prefill")
+      if (node.up && node.role == Role::kPrefill)
         (void)send(name, control::PeerInfo{from, message.descriptor});
     }
   } else {
     for (const auto& [name, node] : registry_.nodes()) {
-      if (node.up && node.role == "decode")
+      if (node.up && node.role == Role::kDecode)
         (void)send(from, control::PeerInfo{name, node.descriptor});
     }
   }
@@ -278,7 +279,7 @@ void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady
     const std::string dead = request.prefill_node;
     registry_.mark_down(dead);
     release_prefill(request);
-    NodeState* other = registry_.pick("prefill", request.request.prompt);
+    NodeState* other = registry_.pick(Role::kPrefill, request.request.prompt);
     if (other != nullptr) {
       request.prefill_node = other->name;
       request.prefilled_by = other->name;
@@ -421,8 +422,8 @@ void RouterCore::publish_snapshot() {
   ClusterSnapshot snapshot;
   for (const auto& [name, node] : registry_.nodes()) snapshot.nodes.push_back(node);
   snapshot.requests_in_router = int32_t(requests_.size());
-  snapshot.prefill_up = registry_.up_count("prefill");
-  snapshot.decode_up = registry_.up_count("decode");
+  snapshot.prefill_up = registry_.up_count(Role::kPrefill);
+  snapshot.decode_up = registry_.up_count(Role::kDecode);
   snapshot.control_messages_rejected = socket_->rejected();
   snapshot.kv_blocks_sent = kv_blocks_sent_;
   snapshot.kv_blocks_cached = kv_blocks_cached_;

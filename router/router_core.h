@@ -35,7 +35,7 @@ struct RouterCoreConfig {
   std::string control_endpoint;  // bind address, "tcp://127.0.0.1:8002"
   // CURVE keys of the control plane (common/curve_keys.h); none: in the clear.
   std::optional<control::CurveKeys> control_keys;
-  std::map<std::string, std::string> nodes;  // configured node name -> role
+  std::map<std::string, Role> nodes;  // configured node name -> role
   Policy policy = Policy::kLeastLoaded;
   int32_t max_queued_requests = 1024;  // requests in the router at once
   std::chrono::milliseconds request_timeout{600000};

@@ -66,8 +66,8 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
     core.control_keys = std::move(keys).value();
     spdlog::info("router: the control plane is keyed (CURVE, keys in {})", r.control_keys);
   }
-  for (const auto& node : config.prefill) core.nodes[node.name] = "prefill";
-  for (const auto& node : config.decode) core.nodes[node.name] = "decode";
+  for (const auto& node : config.prefill) core.nodes[node.name] = Role::kPrefill;
+  for (const auto& node : config.decode) core.nodes[node.name] = Role::kDecode;
   core.policy = policy_of(r.policy);
   core.max_queued_requests = r.max_queued_requests;
   core.request_timeout = r.request_timeout;

@@ -65,7 +65,7 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   if (Status s = lower_process_priority(section->engine.nice); !s.is_ok()) return fail(s);
   node::NodeSettings settings;
   settings.name = name;
-  settings.role = std::string(cluster::role_name(role));
+  settings.role = role;
   settings.control_endpoint =
       "tcp://" + config->router.control_host + ":" + std::to_string(config->router.control_port);
   if (!config->router.control_keys.empty()) {

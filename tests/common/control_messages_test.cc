@@ -75,7 +75,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   for (uint8_t& b : descriptor) b = uint8_t(rng());
 
   Register reg{"decode-" + std::to_string(rng() % 9),
-               "decode",
+               Role::kDecode,
                descriptor,
                16,
                2048,
@@ -279,6 +279,13 @@ TEST(FinishReasonNames, RoundTripAndRefuseOthers) {
   EXPECT_FALSE(parse_finish_reason("STOP").has_value());
 }
 
+TEST(RoleNames, RoundTripAndRefuseOthers) {
+  for (Role r : {Role::kRouter, Role::kPrefill, Role::kDecode})
+    EXPECT_EQ(parse_role(role_name(r)), r) << role_name(r);
+  EXPECT_FALSE(parse_role("Decode").has_value());
+  EXPECT_FALSE(parse_role("").has_value());
+}
+
 TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
   auto message_of = [](const Result<Message>& r) {
     return r.is_ok() ? std::string("OK") : r.status().message();
@@ -302,6 +309,16 @@ TEST(ControlMessages, EnvelopeAndFieldErrorsNameTheProblem) {
                 .find("abort.request_id: not an unsigned integer"),
             std::string::npos);
   EXPECT_NE(message_of(decode_json(json::array({1, 2}))).find("not a map"), std::string::npos);
+  // A node registers as a prefill or a decode node, nothing else.
+  json reg =
+      json::from_msgpack(encode(Register{"n0", Role::kPrefill, {1}, 16, 1024, 1, "bf16", 2048}));
+  ASSERT_TRUE(decode_json(reg).is_ok());
+  for (const char* role : {"router", "encode", ""}) {
+    reg["role"] = role;
+    EXPECT_NE(message_of(decode_json(reg)).find("register.role: not prefill or decode"),
+              std::string::npos)
+        << message_of(decode_json(reg));
+  }
   json unknown = json::from_msgpack(encode(Events{{{3, {4}, FinishReason::kStop, "", {}}}}));
   ASSERT_TRUE(decode_json(unknown).is_ok());
   unknown["events"][0]["finish_reason"] = "tired";

@@ -160,7 +160,7 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   ClusterSnapshot snapshot;
   NodeState decode;
   decode.name = "d0";
-  decode.role = "decode";
+  decode.role = Role::kDecode;
   decode.up = true;
   decode.load.running = 3;
   decode.load.free_blocks = 25;
@@ -175,7 +175,7 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   snapshot.nodes.push_back(decode);
   NodeState prefill;
   prefill.name = "p0";
-  prefill.role = "prefill";
+  prefill.role = Role::kPrefill;
   prefill.prefix_cache_queries = 5;
   prefill.load.preemptions = 3;  // down or not, its count stands
   snapshot.nodes.push_back(prefill);
