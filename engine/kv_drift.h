@@ -2,7 +2,7 @@
 //
 // An 8-bit KV cache (engine.kv_dtype int8 or fp8_e4m3) changes what every
 // later position attends to. measure_kv_drift runs one token sequence
-// through two engines of the same checkpoint that differ only in their KV
+// through engines of the same checkpoint that differ only in their KV
 // format, a first block of tokens as one prefill step and then one token
 // per step (as decode reads its KV), and compares, at every position, the
 // log-prob each gives the token the reference engine ranks first.
