@@ -215,8 +215,8 @@ Result<ModelSection> parse_model(const YAML::Node& node, const fs::path& base_di
 
 // --- router -----------------------------------------------------------------
 
-const Fields<router::RequestLimits>& limits_fields() {
-  using L = router::RequestLimits;
+const Fields<RequestLimits>& limits_fields() {
+  using L = RequestLimits;
   static const Fields<L> fields = {
       {"max_n", int_field(&L::max_n, 1, 1024)},
       {"max_batch", int_field(&L::max_batch, 1, 65536)},

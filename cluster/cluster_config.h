@@ -21,13 +21,12 @@
 #include <vector>
 
 #include "common/dtype.h"
+#include "common/request_limits.h"
 #include "common/role.h"
 #include "common/status.h"
 #include "engine/engine_config.h"
 #include "engine/model_config.h"
 #include "kv_transfer/transfer_config.h"
-#include "router/completion_request.h"
-#include "router/http_server.h"
 
 namespace YAML {
 class Node;
@@ -73,8 +72,8 @@ struct RouterSection {
   int64_t max_queued_write_bytes = int64_t(4) << 20;
   int32_t max_connections = 4096;
   // The largest request body either front end takes; larger: 413.
-  int64_t max_request_body_bytes = int64_t(router::kMaxRequestBodyBytes);
-  router::RequestLimits limits;  // keys max_n, max_batch, max_logprobs, max_stop_strings
+  int64_t max_request_body_bytes = int64_t(kMaxRequestBodyBytes);
+  RequestLimits limits;  // keys max_n, max_batch, max_logprobs, max_stop_strings
   // API keys required on the /v1/ routes, one per line (router/api_keys.h);
   // relative to the YAML file. Empty: only BATON_API_KEY, if set.
   std::string api_key_file;

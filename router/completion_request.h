@@ -15,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/request_limits.h"
 #include "common/status.h"
 
 namespace baton::router {
@@ -80,18 +81,7 @@ struct ChatRequest {
 // OpenAI shapes need 4 (a chat message's content parts).
 inline constexpr int kMaxJsonDepth = 32;
 
-// Limits the router applies while parsing.
-struct RequestLimits {
-  int32_t max_n = 16;
-  int32_t max_batch = 256;
-  int32_t max_logprobs = 20;
-  int32_t max_stop_strings = 16;
-  // The checkpoint's generation_config.json defaults, for the sampling
-  // fields a request leaves out (else vLLM's: temperature 1, top_p 1, top_k off).
-  std::optional<float> default_temperature;
-  std::optional<float> default_top_p;
-  std::optional<int32_t> default_top_k;
-};
+using baton::RequestLimits;  // common/request_limits.h
 
 // POST /tokenize in vLLM's shape: {"prompt": "text"} or {"messages": [...]}
 // (rendered with the chat format, with "tools", "add_generation_prompt" and

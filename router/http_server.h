@@ -25,12 +25,12 @@
 #include <utility>
 #include <vector>
 
+#include "common/request_limits.h"
 #include "common/status.h"
 
 namespace baton::router {
 
-// The largest request body either front end takes (HTTP and ZeroMQ alike).
-inline constexpr size_t kMaxRequestBodyBytes = 8u << 20;
+using baton::kMaxRequestBodyBytes;  // common/request_limits.h
 
 struct HttpServerConfig {
   std::string host = "127.0.0.1";

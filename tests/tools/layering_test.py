@@ -18,17 +18,15 @@ LAYERS = [
     {"kernels"},
     {"kv_transfer"},
     {"engine"},
-    {"router"},
     {"cluster"},
+    {"router"},
     {"node"},
     {"prefill_node", "decode_node"},
     {"tools"},
 ]
 # The arrows docs/ARCHITECTURE.md ("Dependencies") names as running back up:
 # (file prefix, included folder).
-NAMED_EXCEPTIONS = [
-    ("router/router_server.", "cluster"),
-]
+NAMED_EXCEPTIONS = []
 SOURCE_SUFFIXES = {".h", ".cc", ".cu", ".cuh"}
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([a-z_]+)/', re.MULTILINE)
 

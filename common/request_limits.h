@@ -1,0 +1,28 @@
+// common/request_limits.h — the bounds the router puts on a client's
+// request: the cluster YAML sets them (router.limits,
+// router.max_request_body_bytes), the router's parsers apply them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+
+namespace baton {
+
+// The largest request body either front end takes (HTTP and ZeroMQ alike).
+inline constexpr size_t kMaxRequestBodyBytes = 8u << 20;
+
+// Limits the router applies while parsing a request.
+struct RequestLimits {
+  int32_t max_n = 16;
+  int32_t max_batch = 256;
+  int32_t max_logprobs = 20;
+  int32_t max_stop_strings = 16;
+  // The checkpoint's generation_config.json defaults, for the sampling
+  // fields a request leaves out (else vLLM's: temperature 1, top_p 1, top_k off).
+  std::optional<float> default_temperature;
+  std::optional<float> default_top_p;
+  std::optional<int32_t> default_top_k;
+};
+
+}  // namespace baton
