@@ -293,11 +293,9 @@ std::vector<size_t> CompletionExchange::returned_choices() const {
   std::vector<size_t> returned(choices_.size());
   std::iota(returned.begin(), returned.end(), size_t(0));
   if (spec_.best_of <= spec_.n) return returned;
-  const auto cumulative = [&](size_t i) {
-    double sum = 0;
-    for (const control::TokenLogprobs& t : choices_[i].logprobs) sum += double(t.logprob);
-    return sum;
-  };
+  std::vector<double> cumulative(choices_.size(), 0.0);
+  for (size_t i = 0; i < choices_.size(); ++i)
+    for (const control::TokenLogprobs& t : choices_[i].logprobs) cumulative[i] += double(t.logprob);
   returned.clear();
   const auto best_of = size_t(spec_.best_of);
   for (size_t first = 0; first < choices_.size(); first += best_of) {
@@ -305,7 +303,7 @@ std::vector<size_t> CompletionExchange::returned_choices() const {
     std::iota(group.begin(), group.end(), first);
     // Highest first; among equals, the earlier sample.
     std::stable_sort(group.begin(), group.end(),
-                     [&](size_t a, size_t b) { return cumulative(a) > cumulative(b); });
+                     [&](size_t a, size_t b) { return cumulative[a] > cumulative[b]; });
     returned.insert(returned.end(), group.begin(), group.begin() + spec_.n);
   }
   return returned;

@@ -27,9 +27,11 @@ namespace fp8 {
 namespace {
 
 // The low and the high byte of the BF16 value of every E4M3 magnitude
-// (code & 0x7f; 0x7f is NaN, whose BF16 is NaN too).
+// (code & 0x7f; 0x7f is NaN, whose BF16 is NaN too), and the VPERMT2B
+// indices that interleave them into words: built once.
 struct Bf16Bytes {
   std::array<uint8_t, 128> lo, hi;
+  std::array<uint8_t, 64> pick0, pick1;  // codes [0, 32) and [32, 64)
 };
 
 const Bf16Bytes& bf16_bytes() {
@@ -39,6 +41,13 @@ const Bf16Bytes& bf16_bytes() {
       const uint16_t bits = float_to_bf16(fp8_e4m3_to_float(uint8_t(c))).bits;
       b.lo[size_t(c)] = uint8_t(bits & 0xff);
       b.hi[size_t(c)] = uint8_t(bits >> 8);
+    }
+    for (int k = 0; k < 32; ++k) {
+      // Bit 6 of an index picks VPERMT2B's second table, the high bytes.
+      b.pick0[size_t(2 * k)] = uint8_t(k);
+      b.pick0[size_t(2 * k + 1)] = uint8_t(64 + k);
+      b.pick1[size_t(2 * k)] = uint8_t(32 + k);
+      b.pick1[size_t(2 * k + 1)] = uint8_t(96 + k);
     }
     return b;
   }();
@@ -54,18 +63,10 @@ struct Tables {
 
 BATON_AVX512_FP8_INLINE Tables load_tables() {
   const Bf16Bytes& b = bf16_bytes();
-  std::array<uint8_t, 64> pick0, pick1;
-  for (int k = 0; k < 32; ++k) {
-    // Bit 6 of an index picks VPERMT2B's second table, the high bytes.
-    pick0[size_t(2 * k)] = uint8_t(k);
-    pick0[size_t(2 * k + 1)] = uint8_t(64 + k);
-    pick1[size_t(2 * k)] = uint8_t(32 + k);
-    pick1[size_t(2 * k + 1)] = uint8_t(96 + k);
-  }
-  return {_mm512_loadu_si512(b.lo.data()), _mm512_loadu_si512(b.lo.data() + 64),
-          _mm512_loadu_si512(b.hi.data()), _mm512_loadu_si512(b.hi.data() + 64),
-          _mm512_set1_epi8(char(0x80)),    _mm512_loadu_si512(pick0.data()),
-          _mm512_loadu_si512(pick1.data())};
+  return {_mm512_loadu_si512(b.lo.data()),   _mm512_loadu_si512(b.lo.data() + 64),
+          _mm512_loadu_si512(b.hi.data()),   _mm512_loadu_si512(b.hi.data() + 64),
+          _mm512_set1_epi8(char(0x80)),      _mm512_loadu_si512(b.pick0.data()),
+          _mm512_loadu_si512(b.pick1.data())};
 }
 
 // 64 E4M3 codes as BF16: codes [0, 32) in w0, [32, 64) in w1, in order.
