@@ -199,6 +199,7 @@ class TransferEngine::Impl {
                        const ucp_am_recv_param_t* param);
 
   const TransferConfig config_;
+  uint32_t notices_to_drop_ = config_.drop_notices;  // progress thread
   const KvLayout layout_;
   // The registered pool every transfer reads and writes: the caller's, or
   // one UCX allocates (set by init()), or a staged pool's host mirror.

@@ -321,6 +321,16 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     n.flags = (t.mode == TransferMode::kAm ? kNoticeFlagAmData : 0) |
               (t.mode == TransferMode::kTag ? kNoticeFlagAmData | kNoticeFlagTagData : 0) |
               (config_.verify_checksum ? 0 : kNoticeFlagNoChecksum);
+    if (notices_to_drop_ > 0) {
+      // Lost on the way: the ack never comes, and the deadline ends the transfer.
+      --notices_to_drop_;
+      spdlog::warn(
+          "kv_transfer[{}]: send {} (request {}): completion notice dropped "
+          "(BATON_FAULT_DROP_NOTICES)",
+          config_.node_name, id, t.spec.request_id);
+      t.phase = SendTransfer::Phase::kAwaitAck;
+      return;
+    }
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
     op->serial = t.serial;
     op->header = encode_notice(n);

@@ -67,6 +67,11 @@ struct TransferConfig {
   std::map<std::string, std::string> ucx_env;
   // Name for logs ("prefill-0").
   std::string node_name = "node";
+  // Fault injection, for fault tests only: the first this many completion
+  // notices this engine would send are dropped instead (each logged), as if
+  // lost on the way; both sides of such a transfer then fail at their
+  // deadlines or cancels. Nodes take it from BATON_FAULT_DROP_NOTICES.
+  uint32_t drop_notices = 0;
 };
 
 // Checks ranges; a bad value is an error naming the field.

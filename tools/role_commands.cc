@@ -3,8 +3,10 @@
 // multi-host deployments run on each host).
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <memory>
 #include <thread>
 
@@ -34,6 +36,22 @@ Result<cluster::ClusterConfig> load_checked(const std::string& file) {
                          engine::load_model_config(config.model.path / "config.json"));
   BATON_RETURN_IF_ERROR(cluster::validate_against_model(config, model));
   return config;
+}
+
+// BATON_FAULT_DROP_NOTICES=N, for fault tests: the node's transfer engine
+// drops its first N completion notices (TransferConfig::drop_notices).
+Result<uint32_t> notices_to_drop() {
+  const char* text = std::getenv("BATON_FAULT_DROP_NOTICES");
+  if (text == nullptr || *text == '\0') return uint32_t{0};
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long n = std::strtoul(text, &end, 10);
+  if (errno != 0 || *end != '\0' || *text == '-' || n > 1000000) {
+    return invalid_argument(std::string("BATON_FAULT_DROP_NOTICES: expected a count, got '") +
+                            text + "'");
+  }
+  if (n > 0) spdlog::warn("fault injection: the first {} completion notices are dropped", n);
+  return uint32_t(n);
 }
 
 int run_router(const std::string& file) {
@@ -76,6 +94,9 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   settings.model_dir = config->model.path;
   settings.engine = section->engine;
   settings.transfer = section->transfer;
+  Result<uint32_t> dropped = notices_to_drop();
+  if (!dropped.is_ok()) return fail(dropped.status());
+  settings.transfer.drop_notices = *dropped;
   settings.heartbeat_interval = config->router.heartbeat_interval;
   // A backstop behind the router, which aborts a request at its timeout (or
   // when the prefill node stops heartbeating) and so normally ends it first.

@@ -9,15 +9,21 @@ anything, and every pool's free blocks return to their total.
 
   * partition: the decode node cut off from the router (not from the
     prefill node) mid-stream;
-  * delay and loss: 40 ms each way and 5% of the packets lost on the decode
-    node's link (where the kernel has tc's netem);
+  * a slow, lossy link: 40 ms each way and 5% of the packets lost on the
+    decode node's link (tc's netem); where the kernel has no netem, the link
+    capped at 20 Mbit/s each way (tc's tbf) and 5% of the packets arriving
+    at either end dropped (nftables);
   * kill -9 of the decode node mid-stream, which `baton up` starts again;
   * SIGSTOP of the decode node mid-stream, then SIGCONT;
   * a client that hangs up mid-stream, over HTTP and over ZeroMQ;
   * kill -9 of the prefill node while its KV streams to the decode node;
   * twice router.max_queued_requests at once;
   * kill -9 of the router with a stream in flight, whose nodes on the
-    other hosts come back to it and drop the dead router's work.
+    other hosts come back to it and drop the dead router's work;
+  * a transfer's completion notice lost (the prefill node's first, by
+    BATON_FAULT_DROP_NOTICES), while another request runs beside it;
+  * the SSD tier's pages corrupted under an evicted prompt, which the nodes
+    refuse and compute again.
 
 Needs CAP_NET_ADMIN (ip netns, ip route); exits 77 (skipped) where a
 namespace cannot be made, saying why.
@@ -25,6 +31,7 @@ namespace cannot be made, saying why.
     python3 netns_fault_test.py --baton build/tools/baton
 """
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -47,6 +54,7 @@ HOSTS = {
     "decode": ("btf-decode", f"{SUBNET}.4", "btf-decode-b"),
 }
 HEARTBEAT_TIMEOUT_S = 1.0
+TRANSFER_DEADLINE_S = 3.0  # transfer.default_deadline_ms
 MAX_QUEUED = 6  # router.max_queued_requests: the queue-overflow case fills it
 ROUTER = HOSTS["router"][1]
 
@@ -111,10 +119,55 @@ def netem(host, *spec):
 
 def heal(host):
     sh("tc", "-n", HOSTS[host][0], "qdisc", "del", "dev", "eth0", "root", check=False)
+    sh("tc", "qdisc", "del", "dev", HOSTS[host][2], "root", check=False)
+    for namespace in (["ip", "netns", "exec", HOSTS[host][0]], []):
+        sh(*namespace, "nft", "delete", "table", "netdev", "btf_loss", check=False)
 
 
-def write_cluster(directory, model_dir):
-    path = os.path.join(directory, "cluster.yaml")
+def drop_arriving(interface, percent, namespace=()):
+    """Drops `percent` of the packets arriving on `interface` (nftables'
+    netdev ingress hook: on the wire, as far as the sender can tell)."""
+    nft = [*namespace, "nft"]
+    sh(*nft, "add", "table", "netdev", "btf_loss")
+    sh(*nft, "add", "chain", "netdev", "btf_loss", "in",
+       f"{{ type filter hook ingress device {interface} priority 0; }}")
+    sh(*nft, "add", "rule", "netdev", "btf_loss", "in", "numgen", "random", "mod", "100", "<",
+       str(percent), "counter", "drop")
+
+
+def packets_dropped(host):
+    """Packets the nftables loss rules on host's link dropped so far."""
+    total = 0
+    for namespace in (["ip", "netns", "exec", HOSTS[host][0]], []):
+        listed = sh(*namespace, "nft", "list", "table", "netdev", "btf_loss", check=False).stdout
+        words = listed.split()
+        total += sum(int(words[i + 1]) for i, w in enumerate(words) if w == "packets")
+    return total
+
+
+def slow_lossy_link(host):
+    """Makes host's link slow and lossy; returns what was done, or None
+    where this kernel can do neither netem nor tbf with nftables."""
+    if netem(host, "delay", "40ms", "loss", "5%"):
+        return "40 ms each way, 5% loss (netem)"
+    namespace, _, root_side = HOSTS[host]
+    tbf = ["tbf", "rate", "20mbit", "burst", "32kbit", "latency", "100ms"]
+    if sh("which", "nft", check=False).returncode != 0:
+        return None
+    if (sh("tc", "-n", namespace, "qdisc", "replace", "dev", "eth0", "root", *tbf,
+           check=False).returncode != 0
+            or sh("tc", "qdisc", "replace", "dev", root_side, "root", *tbf,
+                  check=False).returncode != 0):
+        heal(host)
+        return None
+    drop_arriving("eth0", 5, ["ip", "netns", "exec", namespace])
+    drop_arriving(root_side, 5)
+    return "20 Mbit/s each way (tbf), 5% of the packets arriving at either end dropped (nftables)"
+
+
+def write_cluster(directory, model_dir, name="cluster.yaml", kv_cache_bytes="64MiB",
+                  max_model_len=1024, engine_extra=""):
+    path = os.path.join(directory, name)
     with open(path, "w") as f:
         f.write(f"""model: {{path: {model_dir}, served_name: smollm2}}
 router:
@@ -124,10 +177,11 @@ router:
   heartbeat_timeout_ms: {int(HEARTBEAT_TIMEOUT_S * 1000)}
   drain_timeout_ms: 2000
   max_queued_requests: {MAX_QUEUED}
-engine: {{threads: 1, kv_cache_bytes: 64MiB, max_model_len: 1024, max_num_seqs: 4}}
+engine: {{threads: 1, kv_cache_bytes: {kv_cache_bytes}, max_model_len: {max_model_len},
+          max_num_seqs: 4{engine_extra}}}
 transfer:
   share_pool: false
-  default_deadline_ms: 3000
+  default_deadline_ms: {int(TRANSFER_DEADLINE_S * 1000)}
   ucx_env: {{UCX_TLS: "tcp,self", UCX_NET_DEVICES: "eth0"}}
 prefill: [{{name: prefill-0, host: {HOSTS["prefill"][1]}}}]
 decode: [{{name: decode-0, host: {HOSTS["decode"][1]}}}]
@@ -206,14 +260,15 @@ def stream(prompt, max_tokens, started=None, progress=None):
 
 
 class Cluster:
-    def __init__(self, baton, yaml):
+    def __init__(self, baton, yaml, env=None):
+        """`env`: more environment for a role's host ({"prefill": {...}})."""
         self.procs = {}
         for role in ("router", "prefill", "decode"):
             log = open(yaml + f".{role}.log", "w")
             self.procs[role] = subprocess.Popen(
                 ["ip", "netns", "exec", HOSTS[role][0], baton, "--log-level", "warn", "up", yaml,
                  "--ready-timeout", "60"], stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True)
+                start_new_session=True, env={**os.environ, **(env or {}).get(role, {})})
         wait_for("every node up", lambda: len(nodes()) == 2 and all(
             n["up"] for n in nodes().values()), 60)
 
@@ -291,19 +346,24 @@ def test_partition(baton, model_dir):
     print(f"partition: stream failed {took:.2f} s after the cut; served again after healing")
 
 
-def test_delay_and_loss(baton, model_dir):
-    """40 ms each way and 5% loss on the decode node's link: every request
-    still finishes, with one engine's output."""
-    if not netem("decode", "delay", "40ms", "loss", "5%"):
-        print("delay and loss: skipped: this kernel has no netem qdisc (tc)")
+def test_slow_lossy_link(baton, model_dir):
+    """A slow link losing 5% of its packets to the decode node: every
+    request still finishes, with one engine's output."""
+    how = slow_lossy_link("decode")
+    if how is None:
+        print("slow lossy link: skipped: this kernel has no netem, and no tbf with nftables")
         return
     try:
         for i in range(3):
             check_serves(baton, model_dir, f"a slow lossy link {i} " * 3)
+        if "nftables" in how:
+            dropped = packets_dropped("decode")
+            check(dropped > 0, "the loss rules dropped no packet")
+            how += f": {dropped} packets dropped"
     finally:
         heal("decode")
-    wait_for("drained after delay and loss", drained, 30)
-    print("delay and loss: 3 completions equal one engine's")
+    wait_for("drained after the slow lossy link", drained, 30)
+    print(f"slow lossy link ({how}): 3 completions equal one engine's")
 
 
 def test_kill_decode(baton, model_dir):
@@ -492,6 +552,94 @@ def test_router_killed(baton, model_dir, cluster):
           f"drained {drained_after:.1f} s after the kill (the rest of the stream: {rest:.1f} s)")
 
 
+def log_of(yaml, role):
+    with open(yaml + f".{role}.log") as log:
+        return log.read()
+
+
+def test_lost_notice(baton, model_dir, yaml):
+    """The prefill node's first completion notice never reaches the decode
+    node (BATON_FAULT_DROP_NOTICES=1 on its host): that request fails with an
+    error within the transfer deadline and a margin, a request started
+    beside it finishes with one engine's output, and the decode node's
+    reservation for the lost one comes back to its pool."""
+    outcome = {}
+
+    def run(key, prompt):
+        began = time.time()
+        answer = http("POST", "/v1/completions", {"prompt": prompt, "max_tokens": 12,
+                                                  "temperature": 0, "ignore_eos": True}, timeout=60)
+        outcome[key] = (answer, time.time() - began)
+
+    lost = threading.Thread(target=run, args=("lost", "a lost notice " * 4))
+    lost.start()
+    wait_for("the prefill node dropping its first notice",
+             lambda: "completion notice dropped" in log_of(yaml, "prefill"), 10)
+    beside = threading.Thread(target=run, args=("beside", "beside the lost one " * 3))
+    beside.start()
+    for client in (lost, beside):
+        client.join(timeout=30)
+        check(not client.is_alive(), f"a request did not end: {outcome}")
+    (status, failure), took = outcome["lost"]
+    check(status >= 500 and isinstance(failure, dict) and "error" in failure,
+          f"the request whose notice was lost: {status} {failure}")
+    bound = TRANSFER_DEADLINE_S + 2.5
+    check(took < bound, f"the request whose notice was lost failed after {took:.1f} s "
+                        f"(bound {bound} s)")
+    (served, answer), _ = outcome["beside"]
+    want = expected_text(baton, model_dir, "beside the lost one " * 3, 12)
+    check(served == 200 and answer["choices"][0]["text"] == want,
+          f"the request beside the lost one: {served} {answer} (want {want!r})")
+    wait_for("drained after the lost notice", drained, 10)
+    check_serves(baton, model_dir, "after the lost notice")
+    print(f"lost completion notice: failed {took:.2f} s after it was sent ({status}: "
+          f"{failure['error'].get('message', failure['error'])}); the request beside it and "
+          f"the next one served")
+
+
+def corrupt_pages(directory):
+    """Flips one byte in every 4 KiB page of every SSD tier file in
+    `directory`; returns the pages damaged."""
+    pages = 0
+    for name in os.listdir(directory):
+        if not (name.startswith("baton-kv-") and name.endswith(".bin")):
+            continue
+        path = os.path.join(directory, name)
+        with open(path, "r+b") as f:
+            for offset in range(1000, os.path.getsize(path), 4096):
+                f.seek(offset)
+                byte = f.read(1)
+                f.seek(offset)
+                f.write(bytes([byte[0] ^ 0x5A]))
+                pages += 1
+            f.flush()
+            os.fsync(f.fileno())
+    return pages
+
+
+def test_corrupted_ssd_pages(baton, model_dir, yaml, ssd_dir):
+    """A prompt pushed out of both nodes' pools onto their SSD tiers, whose
+    pages are then corrupted: asked again, its damaged blocks are refused
+    (logged, naming the file and slot) and computed again, and the answer
+    equals one engine's; nothing fails."""
+    prompt = "corrupted on the disk " * 7
+    fillers = [f"filler {i} pushes the prompt out " * 5 for i in range(3)]
+    for text in [prompt] + fillers:
+        status, answer = http("POST", "/v1/completions", {"prompt": text, "max_tokens": 4,
+                                                          "temperature": 0})
+        check(status == 200, f"a request before the damage: {status} {answer}")
+    wait_for("drained before the damage", drained, 10)
+    time.sleep(0.5)  # the tiers' last writes
+    pages = corrupt_pages(ssd_dir)
+    check(pages > 0, f"no SSD tier file in {ssd_dir}: {os.listdir(ssd_dir)}")
+    check_serves(baton, model_dir, prompt)
+    refused = [role for role in ("prefill", "decode") if "checksum mismatch" in log_of(yaml, role)]
+    check(refused, "neither node refused a damaged SSD page (no 'checksum mismatch' logged)")
+    wait_for("drained after the damaged pages", drained, 10)
+    print(f"corrupted SSD pages: {pages} pages damaged; refused on the {' and '.join(refused)} "
+          f"node, computed again, output equals one engine's")
+
+
 def child_pid(parent, word):
     """The pid of a process below `parent` (ip netns exec, then baton up)
     with `word` among its arguments, or None."""
@@ -514,6 +662,18 @@ def child_pid(parent, word):
     return None
 
 
+@contextlib.contextmanager
+def logs_shown_on_failure(yaml):
+    """Prints the last lines of each host's `baton up` when a check fails."""
+    try:
+        yield
+    except AssertionError:
+        for role in HOSTS:
+            print(f"--- {role} host's baton up, last lines:\n" +
+                  "".join(log_of(yaml, role).splitlines(keepends=True)[-15:]))
+        raise
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--baton", required=True)
@@ -533,9 +693,9 @@ def main():
             sh(baton, "make-model", "--preset", "smollm2-135m", "--dtype", "bf16", "--out", model_dir)
             yaml = write_cluster(directory, model_dir)
             cluster = Cluster(baton, yaml)
-            try:
+            with logs_shown_on_failure(yaml):
                 check_serves(baton, model_dir, "three hosts")
-                test_delay_and_loss(baton, model_dir)
+                test_slow_lossy_link(baton, model_dir)
                 test_partition(baton, model_dir)
                 test_kill_decode(baton, model_dir)
                 test_stopped_decode(baton, model_dir)
@@ -544,12 +704,18 @@ def main():
                 test_prefill_killed_mid_prefill(baton, model_dir)
                 test_queue_overflow(baton, model_dir)
                 test_router_killed(baton, model_dir, cluster)
-            except AssertionError:
-                for role in HOSTS:
-                    with open(yaml + f".{role}.log") as log:
-                        print(f"--- {role} host's baton up, last lines:\n" +
-                              "".join(log.readlines()[-15:]))
-                raise
+            cluster.stop()
+            # Small pools over SSD tiers, and a prefill node that loses its
+            # first completion notice.
+            ssd_dir = os.path.join(directory, "kv-ssd")
+            os.mkdir(ssd_dir)
+            yaml = write_cluster(directory, model_dir, name="cluster-ssd.yaml",
+                                 kv_cache_bytes="8MiB", max_model_len=320,
+                                 engine_extra=f", ssd_cache_dir: {ssd_dir}, ssd_cache_bytes: 64MiB")
+            cluster = Cluster(baton, yaml, env={"prefill": {"BATON_FAULT_DROP_NOTICES": "1"}})
+            with logs_shown_on_failure(yaml):
+                test_lost_notice(baton, model_dir, yaml)
+                test_corrupted_ssd_pages(baton, model_dir, yaml, ssd_dir)
             cluster.stop()
             cluster = None
     finally:

@@ -65,6 +65,9 @@ const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"},
 const Transport kStagedPools[] = {{"tcp_staged", "tcp", "auto", true, false, true},
                                   {"shm_staged", "sm,self", "auto", true, true, true}};
 
+// Past a deadline, what a side may take to learn of it (process scheduling).
+constexpr auto kSlack = 700ms;
+
 uint64_t test_seed() {
   static uint64_t seed = [] {
     uint64_t s = std::random_device{}() | 1;
@@ -109,7 +112,7 @@ class Mailbox {
 class LocalNode {
  public:
   LocalNode(const KvLayout& layout, const Transport& transport, uint64_t seed, const char* name,
-            std::chrono::milliseconds deadline)
+            std::chrono::milliseconds deadline, uint32_t drop_notices = 0)
       : layout_(layout),
         bytes_(layout.total_bytes()),
         owns_pool_(!transport.shared_pools || transport.staged) {
@@ -124,6 +127,7 @@ class LocalNode {
     config.default_deadline = deadline;
     config.mode = *parse_transfer_mode(node_mode(transport, seed));
     config.peer_error_handling = transport.peer_errors;
+    config.drop_notices = drop_notices;
     std::unique_ptr<PoolCopier> copier;
     if (transport.staged) {
       copier = std::make_unique<testing::HostPoolCopier>(pool_);
@@ -470,6 +474,51 @@ TEST_P(TransferTest, GarbageLateAndDuplicateNoticesAreRejected) {
   receiver->quit();
 }
 
+// A completion notice lost on the way (TransferConfig::drop_notices): the
+// sender, whose ack never comes, and the receiver, whose notice never comes,
+// each fail at their own deadline, once; the next transfer over the same
+// endpoint goes through intact.
+TEST_P(TransferTest, ADroppedNoticeFailsBothSidesAtTheirDeadlines) {
+  KvLayout layout = make_layout(DType::kBF16, 32, 3);
+  uint64_t seed = rng_() | 1;
+  constexpr auto kSendDeadline = 800ms, kReceiveDeadline = 1500ms;
+  LocalNode sender(layout, GetParam(), seed, "sender", kSendDeadline, /*drop_notices=*/1);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  auto src = testing::random_blocks(rng_, layout.num_blocks, 6);
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 6);
+  receiver->send(expect_line(3, 30, 0, 3, int(kReceiveDeadline.count()), src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  const auto began = Clock::now();
+  ASSERT_TRUE(
+      sender.engine().write_blocks(peer, {3, 30, src, dst, 0, -1, {}}, sender.callback()).is_ok());
+  auto sent = sender.mail().wait(30, kSendDeadline + 5s);
+  ASSERT_TRUE(sent.has_value()) << "the sender never gave up";
+  EXPECT_EQ(sent->status.code(), StatusCode::kDeadlineExceeded) << sent->status.to_string();
+  EXPECT_GE(sent->finished - began, kSendDeadline);
+  EXPECT_LT(sent->finished - began, kSendDeadline + kSlack);
+  auto received = receiver->wait_for("RECV 30 ", kReceiveDeadline + 5s);
+  ASSERT_TRUE(received.has_value()) << "the receiver never gave up";
+  EXPECT_EQ(testing::split(*received)[2], std::to_string(int(StatusCode::kDeadlineExceeded)))
+      << *received;
+  EXPECT_LT(Clock::now() - began, kReceiveDeadline + kSlack);
+
+  receiver->send(expect_line(4, 31, 0, 3, 5000, src, dst));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(
+      sender.engine().write_blocks(peer, {4, 31, src, dst, 0, -1, {}}, sender.callback()).is_ok());
+  auto again = sender.mail().wait(31, 5s);
+  ASSERT_TRUE(again.has_value());
+  EXPECT_TRUE(again->status.is_ok()) << again->status.to_string();
+  auto w = testing::split(receiver->wait_for("RECV 31 ").value_or("RECV x 99 0 0 0"));
+  EXPECT_EQ(w[2], "0");
+  EXPECT_EQ(w[5], "1") << "destination bytes differ";
+  EngineStats stats = sender.engine().stats();
+  EXPECT_EQ(stats.sends_failed, 1u);
+  EXPECT_EQ(stats.sends_ok, 1u);
+  receiver->quit();
+}
+
 // A transfer the receiver never expected fails on the sender (the receiver
 // refuses its start, or acks it as aborted); over messages its data is
 // dropped, and puts never start: nothing is written.
@@ -509,7 +558,6 @@ TEST_P(TransferTest, UnexpectedTransferIsRejected) {
 // side must learn within its deadline (+ slack for process scheduling) and
 // hand its blocks back exactly once.
 constexpr auto kFaultDeadline = 2000ms;
-constexpr auto kSlack = 700ms;
 
 // Which transfer owns which block; the transfer callback is what frees them.
 class BlockOwners {
