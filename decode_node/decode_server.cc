@@ -19,6 +19,7 @@ Status DecodeServer::run(const std::atomic<bool>& stop) {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
   while (!stop.load(std::memory_order_relaxed)) {
     for (control::Message& message : runtime_->poll(runtime_->poll_timeout())) handle(message);
+    if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     admit_queued();
     if (scheduler.has_work()) BATON_RETURN_IF_ERROR(step());
@@ -219,6 +220,18 @@ void DecodeServer::on_abort(const control::Abort& abort) {
   by_sequence_.erase(request.sequence_id);
   requests_.erase(it);
   collect_finished();
+}
+
+void DecodeServer::drop_all() {
+  if (requests_.empty()) return;
+  spdlog::warn("{}: the router lost this node's registration: dropping its {} requests",
+               runtime_->settings().name, requests_.size());
+  std::vector<uint64_t> ids;
+  for (const auto& [id, request] : requests_) ids.push_back(id);
+  for (uint64_t id : ids) on_abort(control::Abort{id, "the router lost this node's registration"});
+  // Their events would only reach a router that does not know them.
+  events_.events.clear();
+  pending_event_.clear();
 }
 
 Status DecodeServer::step() {

@@ -61,6 +61,8 @@ class DecodeServer {
   void on_generate(control::Generate& generate);
   void on_prefill_done(const control::PrefillDone& done);
   void on_abort(const control::Abort& abort);
+  // Drops every request (NodeRuntime::take_registration_lost).
+  void drop_all();
   void on_transfer(const kv_transfer::TransferResult& result);
   // Reserves blocks for queued requests, oldest first, while they fit.
   void admit_queued();

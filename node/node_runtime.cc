@@ -191,6 +191,7 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
       if (ack->accepted && !registered_) {
         spdlog::info("{}: registered with the router", settings_.name);
       } else if (!ack->accepted) {
+        if (registered_) registration_lost_ = true;
         if (ack->message != last_refusal_)
           spdlog::warn("{}: router: {}", settings_.name, ack->message);
         next_register_ = {};  // register again at the next tick

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "common/control_messages.h"
@@ -77,6 +78,11 @@ class NodeRuntime {
   std::chrono::milliseconds poll_timeout() const;
   control::NodeLoad load() const;
   bool registered() const { return registered_.load(); }
+  // True once after the router refused this registered node ("register
+  // again"): it restarted and knows none of the node's requests, or it
+  // declared the node dead and failed them all. Either way the node drops
+  // every request it holds, which nobody waits for any more.
+  bool take_registration_lost() { return std::exchange(registration_lost_, false); }
   uint64_t messages_rejected() const { return socket_->rejected(); }
 
   // Cancels an expectation / a send without blocking the loop: the transfer
@@ -100,6 +106,7 @@ class NodeRuntime {
   std::unique_ptr<control::ControlSocket> socket_;
   control::WakeFd wake_;
   std::atomic<bool> registered_{false};
+  bool registration_lost_ = false;
   std::chrono::steady_clock::time_point next_register_{};
   // The router's last refusal, warned about once: it answers each heartbeat
   // of a node it does not know (a restarted router: a dozen queued ones).

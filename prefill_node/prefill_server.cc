@@ -20,6 +20,7 @@ Status PrefillServer::run(const std::atomic<bool>& stop) {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
   while (!stop.load(std::memory_order_relaxed)) {
     for (control::Message& message : runtime_->poll(runtime_->poll_timeout())) handle(message);
+    if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     if (scheduler.has_work()) {
       Status status = scheduler.step(nullptr);
@@ -217,6 +218,15 @@ void PrefillServer::on_abort(const control::Abort& abort) {
     runtime_->cancel_send_async(job.prefill.transfer_id);
   collect_finished();
   maybe_complete(abort.request_id);
+}
+
+void PrefillServer::drop_all() {
+  if (jobs_.empty()) return;
+  spdlog::warn("{}: the router lost this node's registration: dropping its {} prefills",
+               runtime_->settings().name, jobs_.size());
+  std::vector<uint64_t> ids;
+  for (const auto& [id, job] : jobs_) ids.push_back(id);
+  for (uint64_t id : ids) on_abort(control::Abort{id, "the router lost this node's registration"});
 }
 
 void PrefillServer::fail(uint64_t request_id, const std::string& client_id,

@@ -47,6 +47,8 @@ class PrefillServer {
   void on_peer_info(const control::PeerInfo& info);
   void on_prefill(control::Prefill& prefill);
   void on_abort(const control::Abort& abort);
+  // Drops every prefill (NodeRuntime::take_registration_lost).
+  void drop_all();
   void on_layer(int32_t layer, std::span<const engine::StepSequenceInfo> step);
   void on_transfer(const kv_transfer::TransferResult& result);
   void collect_finished();

@@ -22,6 +22,12 @@ using namespace std::chrono_literals;
 using json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
+// Sends SIGCONT to a process the test stops, however the test ends.
+struct ResumeOnExit {
+  pid_t pid;
+  ~ResumeOnExit() { ::kill(pid, SIGCONT); }
+};
+
 // When a node was killed, written by the test's thread and read by its
 // client threads (an atomic: a plain time_point there was a data race).
 class KillTime {
@@ -194,10 +200,7 @@ TEST(FaultTest, ANodeDeclaredDeadStopsTheWorkTheRouterFailed) {
   Cluster cluster(shape);
   const pid_t node = cluster.node_pid("decode-0");
   ASSERT_GT(node, 0);
-  struct Resume {
-    pid_t pid;
-    ~Resume() { ::kill(pid, SIGCONT); }
-  } resume{node};
+  const ResumeOnExit resume{node};
 
   constexpr int kMaxTokens = 900;
   // Stop the node once tokens stream: its engine is then mid-generation.
@@ -486,6 +489,49 @@ TEST(FaultTest, RestartedRouterGetsItsNodesBack) {
   EXPECT_EQ(json::parse(again->body)["choices"][0]["text"],
             json::parse(first->body)["choices"][0]["text"]);
   EXPECT_EQ(json::parse(again->body)["choices"][0]["served_by"]["prefill"], "prefill-0");
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+// A router that dies while a request's KV is on its way: the decode node
+// holds a reservation awaiting the KV (the prefill node is held, SIGSTOP,
+// with the Prefill queued for it), which makes no events for a new router to
+// abort. Refused by the new router ("register again"), each node drops what
+// it holds, and both pools drain long before the KV wait's own timeout.
+TEST(FaultTest, NodesDropTheWorkOfARouterThatDied) {
+  ClusterShape shape;
+  shape.separate_roles = true;
+  shape.heartbeat_timeout_ms = 20000;  // the held prefill node is not declared dead
+  Cluster cluster(shape);
+  const pid_t prefill = cluster.node_pid("prefill-0");
+  ASSERT_GT(prefill, 0);
+  const ResumeOnExit resume{prefill};
+  ASSERT_EQ(::kill(prefill, SIGSTOP), 0);
+  std::thread client([&] {
+    (void)cluster.post("/v1/completions",
+                       {{"prompt", std::string(40, 'd')}, {"max_tokens", 4}, {"temperature", 0}});
+  });
+  bool awaiting = false;
+  for (auto until = Clock::now() + 10s; !awaiting && Clock::now() < until;) {
+    for (const json& node : cluster.nodes().value("nodes", json::array()))
+      awaiting = awaiting || node.value("awaiting_kv", 0) > 0;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(awaiting) << cluster.nodes().dump(2);
+  cluster.kill_process("router");
+  client.join();  // its connection died with the router
+  cluster.start_router();
+  ASSERT_EQ(::kill(prefill, SIGCONT), 0);
+  bool back = false;
+  for (auto until = Clock::now() + 20s; !back && Clock::now() < until;) {
+    back = cluster.node_up("prefill-0") && cluster.node_up("decode-0");
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(back) << cluster.nodes().dump(2);
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  auto again = cluster.post(
+      "/v1/completions", {{"prompt", std::string(40, 'd')}, {"max_tokens", 4}, {"temperature", 0}});
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(again->status, 200) << again->body;
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
