@@ -240,16 +240,12 @@ const Fields<RouterSection>& router_fields() {
       {"policy",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
          std::string text = node.IsScalar() ? node.Scalar() : "";
-         if (text == "round-robin") {
-           out.policy = RoutingPolicy::kRoundRobin;
-         } else if (text == "least-loaded") {
-           out.policy = RoutingPolicy::kLeastLoaded;
-         } else if (text == "prefix-aware") {
-           out.policy = RoutingPolicy::kPrefixAware;
-         } else {
+         std::optional<RoutingPolicy> policy = parse_routing_policy(text);
+         if (!policy) {
            return invalid_argument(
                key + ": expected round-robin, least-loaded or prefix-aware, got '" + text + "'");
          }
+         out.policy = *policy;
          return Status::ok();
        }},
       {"max_queued_requests", int_field(&R::max_queued_requests, 1, int64_t(1) << 20)},
@@ -415,18 +411,6 @@ std::string format_bytes_ceil(uint64_t bytes) {
 }
 
 }  // namespace
-
-std::string_view routing_policy_name(RoutingPolicy policy) {
-  switch (policy) {
-    case RoutingPolicy::kRoundRobin:
-      return "round-robin";
-    case RoutingPolicy::kLeastLoaded:
-      return "least-loaded";
-    case RoutingPolicy::kPrefixAware:
-      return "prefix-aware";
-  }
-  return "?";
-}
 
 const NodeSection* ClusterConfig::find_node(std::string_view name) const {
   for (const auto* nodes : {&prefill, &decode}) {

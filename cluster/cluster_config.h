@@ -23,6 +23,7 @@
 #include "common/dtype.h"
 #include "common/request_limits.h"
 #include "common/role.h"
+#include "common/routing_policy.h"
 #include "common/status.h"
 #include "engine/engine_config.h"
 #include "engine/model_config.h"
@@ -37,9 +38,8 @@ namespace baton::cluster {
 using baton::Role;
 using baton::role_name;
 
-// YAML: round-robin, least-loaded, prefix-aware
-enum class RoutingPolicy { kRoundRobin, kLeastLoaded, kPrefixAware };
-std::string_view routing_policy_name(RoutingPolicy policy);
+using baton::routing_policy_name;
+using baton::RoutingPolicy;
 
 struct ModelSection {
   std::string preset;  // optional: a make-model preset; with it, `path` is made when missing

@@ -10,7 +10,8 @@
 
 namespace baton::router {
 
-NodeRegistry::NodeRegistry(std::map<std::string, Role> expected, Policy policy) : policy_(policy) {
+NodeRegistry::NodeRegistry(std::map<std::string, Role> expected, RoutingPolicy policy)
+    : policy_(policy) {
   for (auto& [name, role] : expected) {
     NodeState& node = nodes_[name];
     node.name = name;
@@ -141,7 +142,7 @@ NodeState* NodeRegistry::pick(Role role, std::span<const int32_t> prompt) {
   if (candidates.empty()) return nullptr;
   size_t& next = round_robin_next_[role];
   size_t start = next++ % candidates.size();
-  if (policy_ == Policy::kRoundRobin) return candidates[start];
+  if (policy_ == RoutingPolicy::kRoundRobin) return candidates[start];
   auto load_key = [&](const NodeState* node) {
     if (role == Role::kPrefill)
       return std::tuple<int64_t, int64_t>(node->assigned_tokens, node->assigned_requests);
@@ -153,7 +154,7 @@ NodeState* NodeRegistry::pick(Role role, std::span<const int32_t> prompt) {
     NodeState* node = candidates[(start + i) % candidates.size()];
     if (load_key(node) < load_key(best)) best = node;
   }
-  if (policy_ != Policy::kPrefixAware || prompt.empty()) return best;
+  if (policy_ != RoutingPolicy::kPrefixAware || prompt.empty()) return best;
   // The blocks a node could share: all but the last token's (the engine
   // computes that one whatever it holds).
   const std::vector<uint64_t> chain = prefix_block_hashes(

@@ -20,19 +20,10 @@
 #include <vector>
 
 #include "common/control_messages.h"
+#include "common/routing_policy.h"
 #include "common/status.h"
 
 namespace baton::router {
-
-enum class Policy {
-  kRoundRobin,
-  kLeastLoaded,
-  // Least-loaded, except that a prompt goes to the node whose prefix cache
-  // most likely holds the longest start of it (the node the router last sent
-  // those blocks to), unless that node is busier than the least-loaded one
-  // by more than a margin.
-  kPrefixAware,
-};
 
 struct NodeState {
   std::string name;
@@ -65,7 +56,7 @@ class NodeRegistry {
   using Clock = std::chrono::steady_clock;
 
   // `expected` maps every configured node name to its role.
-  NodeRegistry(std::map<std::string, Role> expected, Policy policy);
+  NodeRegistry(std::map<std::string, Role> expected, RoutingPolicy policy);
 
   // Accepts a Register from a configured node with the configured role whose
   // block size matches the cluster's (the first registered node sets it).
@@ -86,7 +77,7 @@ class NodeRegistry {
 
  private:
   std::map<std::string, NodeState> nodes_;
-  Policy policy_;
+  RoutingPolicy policy_;
   std::map<Role, size_t> round_robin_next_;
   int32_t block_size_ = 0;
   std::string kv_dtype_;     // of the first node that registered

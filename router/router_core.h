@@ -36,7 +36,7 @@ struct RouterCoreConfig {
   // CURVE keys of the control plane (common/curve_keys.h); none: in the clear.
   std::optional<control::CurveKeys> control_keys;
   std::map<std::string, Role> nodes;  // configured node name -> role
-  Policy policy = Policy::kLeastLoaded;
+  RoutingPolicy policy = RoutingPolicy::kLeastLoaded;
   int32_t max_queued_requests = 1024;  // requests in the router at once
   std::chrono::milliseconds request_timeout{600000};
   std::chrono::milliseconds heartbeat_timeout{2000};

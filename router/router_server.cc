@@ -12,40 +12,11 @@ namespace baton::router {
 
 using namespace std::chrono_literals;
 
-namespace {
-
-Policy policy_of(cluster::RoutingPolicy policy) {
-  switch (policy) {
-    case cluster::RoutingPolicy::kRoundRobin:
-      return Policy::kRoundRobin;
-    case cluster::RoutingPolicy::kLeastLoaded:
-      return Policy::kLeastLoaded;
-    case cluster::RoutingPolicy::kPrefixAware:
-      return Policy::kPrefixAware;
-  }
-  return Policy::kLeastLoaded;
-}
-
-// The longest request every decode node accepts: each node's max_model_len
-// (0: the model's), never past the model's position embeddings.
-int32_t cluster_max_model_len(const cluster::ClusterConfig& config,
-                              const engine::ModelConfig& model) {
-  int32_t limit = model.max_position_embeddings;
-  for (const auto* nodes : {&config.prefill, &config.decode}) {
-    for (const cluster::NodeSection& node : *nodes) {
-      if (node.engine.max_model_len > 0) limit = std::min(limit, node.engine.max_model_len);
-    }
-  }
-  return limit;
-}
-
-}  // namespace
-
-Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::ClusterConfig& config) {
+Result<std::unique_ptr<RouterServer>> RouterServer::start(RouterSettings settings) {
   std::unique_ptr<RouterServer> server(new RouterServer());
   BATON_ASSIGN_OR_RETURN(engine::ModelConfig model,
-                         engine::load_model_config(config.model.path / "config.json"));
-  Result<std::unique_ptr<engine::Tokenizer>> tokenizer = engine::load_tokenizer(config.model.path);
+                         engine::load_model_config(settings.model_dir / "config.json"));
+  Result<std::unique_ptr<engine::Tokenizer>> tokenizer = engine::load_tokenizer(settings.model_dir);
   if (tokenizer.is_ok()) {
     server->tokenizer_ = std::move(tokenizer).value();
   } else if (tokenizer.status().code() == StatusCode::kUnimplemented) {
@@ -57,35 +28,18 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
     return tokenizer.status();
   }
 
-  const cluster::RouterSection& r = config.router;
-  RouterCoreConfig core;
-  core.control_endpoint = "tcp://" + r.control_host + ":" + std::to_string(r.control_port);
-  if (!r.control_keys.empty()) {
-    auto keys = control::read_curve_keys(r.control_keys, control::KeyRing::kControl);
-    if (!keys.is_ok()) return keys.status().with_context("router.control_keys");
-    core.control_keys = std::move(keys).value();
-    spdlog::info("router: the control plane is keyed (CURVE, keys in {})", r.control_keys);
-  }
-  for (const auto& node : config.prefill) core.nodes[node.name] = Role::kPrefill;
-  for (const auto& node : config.decode) core.nodes[node.name] = Role::kDecode;
-  core.policy = policy_of(r.policy);
-  core.max_queued_requests = r.max_queued_requests;
-  core.request_timeout = r.request_timeout;
-  core.heartbeat_timeout = r.heartbeat_timeout;
-  core.min_remote_prefill_tokens = r.min_remote_prefill_tokens;
-  { BATON_ASSIGN_OR_RETURN(server->core_, RouterCore::start(core)); }
+  { BATON_ASSIGN_OR_RETURN(server->core_, RouterCore::start(settings.core)); }
 
-  server->metrics_ = std::make_unique<RouterMetrics>(config.model.served_name);
-  OpenAiServiceConfig service;
-  service.served_model = config.model.served_name;
-  service.max_model_len = cluster_max_model_len(config, model);
+  OpenAiServiceConfig& service = settings.service;
+  server->metrics_ = std::make_unique<RouterMetrics>(service.served_model);
+  service.max_model_len = service.max_model_len > 0
+                              ? std::min(service.max_model_len, model.max_position_embeddings)
+                              : model.max_position_embeddings;
   service.vocab_size = model.vocab_size;
-  service.limits = r.limits;
-  BATON_ASSIGN_OR_RETURN(service.api_keys, ApiKeys::load(r.api_key_file));
   if (service.api_keys.required()) spdlog::info("router: the /v1/ routes require an API key");
   BATON_ASSIGN_OR_RETURN(
       engine::GenerationDefaults defaults,
-      engine::load_generation_defaults(config.model.path / "generation_config.json"));
+      engine::load_generation_defaults(settings.model_dir / "generation_config.json"));
   service.limits.default_temperature = defaults.temperature;
   service.limits.default_top_p = defaults.top_p;
   service.limits.default_top_k = defaults.top_k;
@@ -98,41 +52,24 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(const cluster::Cluster
         defaults.top_k ? std::to_string(*defaults.top_k) : "unset");
   }
   BATON_ASSIGN_OR_RETURN(ChatPrompter chat_prompter,
-                         ChatPrompter::for_checkpoint(config.model.path));
+                         ChatPrompter::for_checkpoint(settings.model_dir));
   server->service_ =
       std::make_unique<OpenAiService>(service, *server->core_, server->tokenizer_.get(),
                                       *server->metrics_, std::move(chat_prompter));
 
-  HttpServerConfig http;
-  http.host = r.host;
-  http.port = r.http_port;
-  http.threads = r.http_threads;
-  http.idle_timeout = r.idle_timeout;
-  http.write_timeout = r.write_timeout;
-  http.max_queued_write_bytes = size_t(r.max_queued_write_bytes);
-  http.max_connections = r.max_connections;
-  http.max_body_bytes = size_t(r.max_request_body_bytes);
   OpenAiService* routes = server->service_.get();
   {
     BATON_ASSIGN_OR_RETURN(
         server->http_,
-        HttpServer::start(http, [routes](HttpRequest request, std::shared_ptr<HttpResponder> out) {
-          routes->handle(std::move(request), std::move(out));
-        }));
+        HttpServer::start(settings.http,
+                          [routes](HttpRequest request, std::shared_ptr<HttpResponder> out) {
+                            routes->handle(std::move(request), std::move(out));
+                          }));
   }
-  ZmqFrontendConfig zmq;
-  zmq.endpoint = "tcp://" + r.host + ":" + std::to_string(r.zmq_port);
-  zmq.max_body_bytes = size_t(r.max_request_body_bytes);
-  if (!r.zmq_keys.empty()) {
-    auto keys = control::read_curve_keys(r.zmq_keys, control::KeyRing::kClients);
-    if (!keys.is_ok()) return keys.status().with_context("router.zmq_keys");
-    zmq.keys = std::move(keys).value();
-    spdlog::info("router: the ZeroMQ front end is keyed (CURVE, keys in {})", r.zmq_keys);
-  }
-  { BATON_ASSIGN_OR_RETURN(server->zmq_, ZmqFrontend::start(zmq, routes)); }
-  spdlog::info("router: serving {} on http://{}:{} (ZeroMQ tcp://{}:{}, control tcp://{}:{})",
-               config.model.served_name, r.host, server->http_->port(), r.host, r.zmq_port,
-               r.control_host, r.control_port);
+  { BATON_ASSIGN_OR_RETURN(server->zmq_, ZmqFrontend::start(settings.zmq, routes)); }
+  spdlog::info("router: serving {} on http://{}:{} (ZeroMQ {}, control {})", service.served_model,
+               settings.http.host, server->http_->port(), settings.zmq.endpoint,
+               settings.core.control_endpoint);
   return server;
 }
 

@@ -1,12 +1,12 @@
-// router/router_server.h — the router process assembled from the cluster
-// config: dispatcher core, metrics, OpenAI routes on the HTTP server, and the
-// ZeroMQ client front end; with a bounded drain on shutdown.
+// router/router_server.h — the router process assembled from its settings:
+// dispatcher core, metrics, OpenAI routes on the HTTP server, and the ZeroMQ
+// client front end; with a bounded drain on shutdown.
 #pragma once
 
 #include <chrono>
+#include <filesystem>
 #include <memory>
 
-#include "cluster/cluster_config.h"
 #include "engine/tokenizer.h"
 #include "router/http_server.h"
 #include "router/metrics.h"
@@ -16,10 +16,24 @@
 
 namespace baton::router {
 
+// What the router process runs with: built from the cluster YAML by the CLI
+// (tools/router_settings.h), as the nodes take node::NodeSettings.
+struct RouterSettings {
+  // config.json, the tokenizer, generation_config.json and the chat template.
+  std::filesystem::path model_dir;
+  RouterCoreConfig core;  // control plane, the cluster's nodes, policy, queue, timeouts
+  // The served name, request limits and API keys. max_model_len: the longest
+  // prompt and output every node takes (0: the model's); never more than the
+  // model's position embeddings. vocab_size comes from the model.
+  OpenAiServiceConfig service;
+  HttpServerConfig http;
+  ZmqFrontendConfig zmq;
+};
+
 class RouterServer {
  public:
-  // Reads the model's config.json and tokenizer from the config's model path.
-  static Result<std::unique_ptr<RouterServer>> start(const cluster::ClusterConfig& config);
+  // Reads the model's config.json and tokenizer from settings.model_dir.
+  static Result<std::unique_ptr<RouterServer>> start(RouterSettings settings);
   ~RouterServer();
 
   uint16_t http_port() const { return http_->port(); }

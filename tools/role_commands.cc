@@ -17,6 +17,7 @@
 #include "router/router_server.h"
 #include "tools/commands.h"
 #include "tools/process_priority.h"
+#include "tools/router_settings.h"
 #include "tools/stop_signal.h"
 
 namespace baton::tools {
@@ -58,7 +59,10 @@ int run_router(const std::string& file) {
   const std::atomic<bool>& stop = install_stop_signals();
   Result<cluster::ClusterConfig> config = load_checked(file);
   if (!config.is_ok()) return fail(config.status());
-  Result<std::unique_ptr<router::RouterServer>> server = router::RouterServer::start(*config);
+  Result<router::RouterSettings> settings = router_settings(*config);
+  if (!settings.is_ok()) return fail(settings.status());
+  Result<std::unique_ptr<router::RouterServer>> server =
+      router::RouterServer::start(std::move(settings).value());
   if (!server.is_ok()) return fail(server.status());
   std::printf("router ready: http://%s:%u\n", config->router.host.c_str(),
               unsigned((*server)->http_port()));

@@ -30,7 +30,7 @@ std::map<std::string, Role> two_by_two() {
 }
 
 TEST(NodeRegistry, RefusesUnknownNamesWrongRolesAndMismatchedBlockSizes) {
-  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kRoundRobin);
   auto now = Clock::now();
   EXPECT_NE(registry.register_node(registration("x9", Role::kDecode), now)
                 .message()
@@ -52,7 +52,7 @@ TEST(NodeRegistry, RefusesUnknownNamesWrongRolesAndMismatchedBlockSizes) {
 // A node whose KV pool keeps another format could neither send its blocks
 // to the others nor read theirs: refused, the message naming both formats.
 TEST(NodeRegistry, RefusesANodeOfAnotherKvFormatNamingBoth) {
-  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kRoundRobin);
   auto now = Clock::now();
   ASSERT_TRUE(registry.register_node(registration("p0", Role::kPrefill), now).is_ok());
   control::Register other = registration("d0", Role::kDecode);
@@ -70,7 +70,7 @@ TEST(NodeRegistry, RefusesANodeOfAnotherKvFormatNamingBoth) {
 // their increases, and a node that restarts (a new pid, or a smaller count)
 // adds from zero again.
 TEST(NodeRegistry, PrefixCacheTotalsOnlyGrow) {
-  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kRoundRobin);
   auto now = Clock::now();
   control::Register d0 = registration("d0", Role::kDecode);
   d0.pid = 100;
@@ -95,7 +95,7 @@ TEST(NodeRegistry, PrefixCacheTotalsOnlyGrow) {
 }
 
 TEST(NodeRegistry, SilentNodesGoDownAndMustRegisterAgain) {
-  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kRoundRobin);
   auto t0 = Clock::now();
   ASSERT_TRUE(registry.register_node(registration("d0", Role::kDecode), t0).is_ok());
   ASSERT_TRUE(registry.register_node(registration("d1", Role::kDecode), t0).is_ok());
@@ -109,7 +109,7 @@ TEST(NodeRegistry, SilentNodesGoDownAndMustRegisterAgain) {
 }
 
 TEST(NodeRegistry, RoundRobinCyclesOverNodesThatAreUp) {
-  NodeRegistry registry(two_by_two(), Policy::kRoundRobin);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kRoundRobin);
   auto now = Clock::now();
   for (const char* name : {"d0", "d1"})
     ASSERT_TRUE(registry.register_node(registration(name, Role::kDecode), now).is_ok());
@@ -121,7 +121,7 @@ TEST(NodeRegistry, RoundRobinCyclesOverNodesThatAreUp) {
 
 TEST(NodeRegistry, LeastLoadedFollowsAssignedWorkAndFreeBlocks) {
   std::mt19937 rng(std::random_device{}());
-  NodeRegistry registry(two_by_two(), Policy::kLeastLoaded);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kLeastLoaded);
   auto now = Clock::now();
   for (const char* name : {"p0", "p1"})
     ASSERT_TRUE(registry.register_node(registration(name, Role::kPrefill), now).is_ok());
@@ -159,7 +159,7 @@ std::vector<int32_t> prompt_of(int32_t first, int32_t blocks) {
 }
 
 TEST(NodeRegistry, PrefixAwareSendsAPromptWhereItsPrefixWent) {
-  NodeRegistry registry(two_by_two(), Policy::kPrefixAware);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kPrefixAware);
   auto now = Clock::now();
   for (const char* name : {"d0", "d1"})
     ASSERT_TRUE(registry.register_node(registration(name, Role::kDecode), now).is_ok());
@@ -201,7 +201,7 @@ TEST(NodeRegistry, PrefixAwareSendsAPromptWhereItsPrefixWent) {
 }
 
 TEST(NodeRegistry, PrefixAwareForgetsWhatARestartedNodeHeld) {
-  NodeRegistry registry(two_by_two(), Policy::kPrefixAware);
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kPrefixAware);
   auto now = Clock::now();
   control::Register d0 = registration("d0", Role::kDecode), d1 = registration("d1", Role::kDecode);
   d0.pid = 10;
