@@ -68,7 +68,11 @@ Status LlamaModel::forward(const StepPlan& plan, KvPool& kv, std::vector<float>*
       positions_[size_t(row)] = seq.start_position + j;
       slot_mapping_[size_t(row)] = seq.block_table->slot_of(seq.start_position + j);
     }
-    if (seq.wants_logits) logit_rows_.push_back(row - 1);
+    if (seq.wants_all_logits) {
+      for (int32_t r = row - n; r < row; ++r) logit_rows_.push_back(r);
+    } else if (seq.wants_logits) {
+      logit_rows_.push_back(row - 1);
+    }
   }
   query_start_[size_t(num_seqs)] = row;
 

@@ -30,6 +30,9 @@ struct StepSequence {
   int32_t start_position = 0;               // tokens of this sequence already in the cache
   const BlockTable* block_table = nullptr;  // must hold start_position + token_ids.size() slots
   bool wants_logits = false;                // logits of the last new token are returned
+  // Logits of every new token are returned, in order (prompt
+  // log-probabilities); wants_logits' row is then the last of them.
+  bool wants_all_logits = false;
 };
 
 struct StepPlan {
@@ -49,12 +52,12 @@ class LlamaModel {
   // The KV layout this model needs on its backend, for a pool of `num_blocks` blocks.
   KvLayout kv_layout(int32_t num_blocks, int32_t block_size, DType dtype) const;
 
-  // Runs one step and writes logits [sequences wanting logits, vocab], in plan
-  // order. K/V of every new token is stored in `kv`. Token ids outside the
-  // vocabulary are an InvalidArgument error (nothing is computed).
-  // `on_layer_done`, when given, is called with each layer's index as soon as
-  // that layer's K/V of every token in the step is stored in `kv`, before the
-  // next layer writes anything.
+  // Runs one step and writes logits [rows, vocab], in plan order: one row per
+  // sequence wanting logits, or one per new token of a sequence wanting all. K/V of every new token
+  // is stored in `kv`. Token ids outside the vocabulary are an InvalidArgument error (nothing is
+  // computed). `on_layer_done`, when given, is called with each layer's index as soon as that
+  // layer's K/V of every token in the step is stored in `kv`, before the next layer writes
+  // anything.
   Status forward(const StepPlan& plan, KvPool& kv, std::vector<float>* logits,
                  const LayerDoneCallback* on_layer_done = nullptr);
 

@@ -62,6 +62,7 @@ Status Scheduler::validate(const std::vector<int32_t>& prompt,
     return invalid_argument("top_p must be in (0, 1]");
   }
   if (options.logprobs < 0) return invalid_argument("logprobs must be >= 0");
+  if (options.prompt_logprobs < -1) return invalid_argument("prompt_logprobs must be >= -1");
   return Status::ok();
 }
 
@@ -278,14 +279,17 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
   for (size_t w = 0;
        w < waiting_.size() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs;) {
     Sequence& seq = *waiting_[w];
-    if (!seq.ssd_restoring && start_ssd_restore(seq, budget) && !ssd_->loads_are_asynchronous()) {
+    // Prompt log-probabilities need the logits of every prompt position.
+    const bool computes_whole_prompt = seq.options.prompt_logprobs >= 0;
+    if (!computes_whole_prompt && !seq.ssd_restoring && start_ssd_restore(seq, budget) &&
+        !ssd_->loads_are_asynchronous()) {
       land_ssd_restores(/*wait=*/false);  // read already: lands now
     }
     if (seq.ssd_restoring) {
       ++w;
       continue;
     }
-    share_cached_prefix(seq);
+    if (!computes_whole_prompt) share_cached_prefix(seq);
     int32_t n = std::min(seq.num_pending(), budget);
     if (seq.num_computed > 0) {
       // A cached prefix (restored from SSD, perhaps, at a step whose budget
@@ -621,7 +625,8 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
         .token_ids = std::span<const int32_t>(step_tokens_.data() + offset, size_t(s.num_tokens)),
         .start_position = seq.num_computed,
         .block_table = &seq.block_table,
-        .wants_logits = seq.num_computed + s.num_tokens == seq.num_tokens()});
+        .wants_logits = seq.num_computed + s.num_tokens == seq.num_tokens(),
+        .wants_all_logits = wants_prompt_logits(seq, s.num_tokens)});
     offset += size_t(s.num_tokens);
   }
   if (layer_observer_) {
@@ -652,6 +657,18 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     // kv_window_ positions. A prefill node's retained blocks all travel.
     if (kv_window_ > 0 && !seq.options.retain_blocks)
       seq.block_table.release_before(blocks_, seq.num_computed - kv_window_ + 1);
+    if (plan.sequences[i].wants_all_logits) {
+      const int32_t start = plan.sequences[i].start_position;
+      for (int32_t j = 0; j + 1 < scheduled[i].num_tokens; ++j)
+        score_prompt_token(seq, start + j + 1, logits_.data() + (logits_row + j) * size_t(vocab));
+      logits_row += size_t(scheduled[i].num_tokens) - 1;
+      if (!plan.sequences[i].wants_logits) {
+        score_prompt_token(seq, start + scheduled[i].num_tokens,
+                           logits_.data() + logits_row * size_t(vocab));
+        ++logits_row;
+        continue;
+      }
+    }
     if (plan.sequences[i].wants_logits) {
       sample(seq, logits_.data() + logits_row * size_t(vocab), outputs);
       ++logits_row;
@@ -659,6 +676,27 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
   }
   retire_finished();
   return Status::ok();
+}
+
+bool Scheduler::wants_prompt_logits(const Sequence& seq, int32_t num_tokens) const {
+  // Rows up to the prompt's last token (whose logits give the first output
+  // token) score prompt tokens; recomputed after a preemption, they are
+  // scored already.
+  return seq.options.prompt_logprobs >= 0 && seq.num_computed + 1 < int32_t(seq.prompt.size()) &&
+         int32_t(seq.prompt_logprobs.size()) < seq.num_computed + num_tokens;
+}
+
+void Scheduler::score_prompt_token(Sequence& seq, int32_t position, const float* logits) {
+  // The logits of position - 1 score the token at `position`; each once.
+  if (position >= int32_t(seq.prompt.size()) || position != int32_t(seq.prompt_logprobs.size()) + 1)
+    return;
+  namespace kc = kernels::cpu;
+  const int32_t vocab = model_.config().vocab_size;
+  const int32_t token = seq.prompt[size_t(position)];
+  seq.prompt_logprobs.push_back(
+      OutputLogprobs{.id = token,
+                     .logprob = kc::token_logprob(logits, vocab, token),
+                     .top = kc::top_logprobs(logits, vocab, seq.options.prompt_logprobs)});
 }
 
 void Scheduler::sample(Sequence& seq, const float* logits, std::vector<StepOutput>* outputs) {

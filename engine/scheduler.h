@@ -225,6 +225,12 @@ class Scheduler {
   void preempt(Sequence& victim);
   Status validate(const std::vector<int32_t>& prompt, const GenerationOptions& options) const;
   void sample(Sequence& sequence, const float* logits, std::vector<StepOutput>* outputs);
+  // Whether a step of `num_tokens` of the sequence returns the logits of
+  // every token: it asked for prompt log-probabilities not yet scored.
+  bool wants_prompt_logits(const Sequence& sequence, int32_t num_tokens) const;
+  // Records the log-probabilities of the prompt token at `position` from the
+  // logits of the position before, once.
+  void score_prompt_token(Sequence& sequence, int32_t position, const float* logits);
   // Appends a generated token and sets the finish reason it causes, if any.
   void append_token(Sequence& sequence, int32_t token);
   void retire_finished();

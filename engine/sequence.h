@@ -23,6 +23,10 @@ struct GenerationOptions {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = 0;  // top-N log-probabilities per output token; 0 = none
+  // Top-N log-probabilities of each prompt token after the first (vLLM's
+  // prompt_logprobs; 0: the token's own only); -1: none. The prompt is then
+  // computed whole on this engine, whatever its prefix cache holds.
+  int32_t prompt_logprobs = -1;
   // A finished sequence keeps its KV blocks until Scheduler::release_blocks
   // (a prefill node: until the transfer out of them completes).
   bool retain_blocks = false;
@@ -58,6 +62,9 @@ struct Sequence {
   std::vector<int32_t> prompt;
   std::vector<int32_t> output;
   std::vector<OutputLogprobs> output_logprobs;  // one per output token when asked
+  // With options.prompt_logprobs: one per prompt token after the first, as
+  // its position's logits were computed.
+  std::vector<OutputLogprobs> prompt_logprobs;
   GenerationOptions options;
   kernels::cpu::SamplerRng rng;
   BlockTable block_table;

@@ -162,6 +162,57 @@ INSTANTIATE_TEST_SUITE_P(Formats, KvDriftTest,
                                            KvDriftLimits{DType::kFP8E4M3, 0.12, 3.0, 0.15}),
                          [](const auto& info) { return std::string(dtype_name(info.param.kv)); });
 
+// Prompt log-probabilities (vLLM's prompt_logprobs, echo with logprobs):
+// every prompt token after the first is scored as transformers scores it,
+// with its top alternatives, over a chunked prefill; a second run of the
+// same prompt, whose blocks the prefix cache then holds, scores them all
+// again.
+TEST_P(GoldenTest, PromptLogprobsMatchTransformers) {
+  const auto dir = GetParam();
+  std::ifstream in(dir / "golden.json");
+  auto golden = nlohmann::json::parse(in);
+  const auto tokens = golden["token_ids"].get<std::vector<int32_t>>();
+  const auto expected = golden["log_probs"].get<std::vector<std::vector<double>>>();
+  ASSERT_EQ(expected.size(), tokens.size());
+
+  EngineConfig config;
+  config.threads = 2;
+  config.block_size = 4;
+  config.kv_cache_blocks = 64;
+  config.kv_dtype = DType::kF32;
+  config.max_num_batched_tokens = 7;  // chunks that end mid-prompt and mid-block
+  auto created = Engine::create(dir, config);
+  ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+  Engine& engine = **created;
+  constexpr int32_t kTop = 3;
+  double worst = 0;
+  for (int run = 0; run < 2; ++run) {
+    SCOPED_TRACE(run == 0 ? "first run" : "prompt in the prefix cache");
+    GenerationOptions options = testing::greedy(2);
+    options.prompt_logprobs = kTop;
+    ASSERT_TRUE(engine.scheduler().add(tokens, options).is_ok());
+    auto done = engine.run_to_completion();
+    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+    const Sequence& seq = *(*done)[0];
+    ASSERT_EQ(seq.prompt_logprobs.size(), tokens.size() - 1);
+    for (size_t p = 1; p < tokens.size(); ++p) {
+      const OutputLogprobs& scored = seq.prompt_logprobs[p - 1];
+      const std::vector<double>& want = expected[p - 1];
+      EXPECT_EQ(scored.id, tokens[p]) << "position " << p;
+      worst = std::max(worst, std::fabs(scored.logprob - want[size_t(tokens[p])]));
+      std::vector<double> sorted = want;
+      std::sort(sorted.begin(), sorted.end(), std::greater<>());
+      ASSERT_EQ(scored.top.size(), size_t(kTop)) << "position " << p;
+      for (int32_t k = 0; k < kTop; ++k) {
+        const kernels::cpu::TokenLogprob& alt = scored.top[size_t(k)];
+        worst = std::max(worst, std::fabs(alt.logprob - sorted[size_t(k)]));
+        worst = std::max(worst, std::fabs(alt.logprob - want[size_t(alt.id)]));
+      }
+    }
+  }
+  EXPECT_LT(worst, kMaxLogprobError) << dir;
+}
+
 INSTANTIATE_TEST_SUITE_P(Transformers, GoldenTest, ::testing::ValuesIn(golden_dirs()),
                          [](const auto& info) {
                            std::string name = info.param.parent_path().filename().string() + "_" +
