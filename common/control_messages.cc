@@ -91,6 +91,8 @@ class FieldReader {
   FieldReader(const json& object, std::string_view type) : object_(object), type_(type) {}
 
   const std::string& error() const { return error_; }
+  // Whether an optional field is present.
+  bool has(const char* key) const { return object_.contains(key); }
 
   int64_t integer(const char* key, int64_t min, int64_t max) {
     const json* value = field(key);
@@ -231,6 +233,7 @@ json to_json(const SamplingSpec& s) {
   if (s.frequency_penalty != 0.0f) out["frequency_penalty"] = s.frequency_penalty;
   if (s.repetition_penalty != 1.0f) out["repetition_penalty"] = s.repetition_penalty;
   if (s.min_tokens != 0) out["min_tokens"] = s.min_tokens;
+  if (s.prompt_logprobs >= 0) out["prompt_logprobs"] = s.prompt_logprobs;
   if (!s.logit_bias_ids.empty()) {
     out["bias_ids"] = s.logit_bias_ids;
     out["bias_values"] = s.logit_bias_values;
@@ -257,6 +260,8 @@ SamplingSpec sampling_from(FieldReader& parent, const char* key, std::string_vie
   if (object->contains("min_tokens")) {
     s.min_tokens = r.int32("min_tokens", 0, std::numeric_limits<int32_t>::max());
   }
+  if (object->contains("prompt_logprobs"))
+    s.prompt_logprobs = r.int32("prompt_logprobs", 0, kMaxTopLogprobs);
   if (object->contains("bias_ids") || object->contains("bias_values")) {
     s.logit_bias_ids = r.ints("bias_ids", kMaxLogitBias);
     s.logit_bias_values = r.reals("bias_values", kMaxLogitBias);
@@ -323,13 +328,15 @@ std::vector<TokenLogprobs> logprobs_from(FieldReader& parent, const char* key, s
 }
 
 json to_json(const TokenEvent& e) {
-  return {{"request_id", e.request_id},
-          {"tokens", e.tokens},
-          {"finish_reason", finish_reason_name(e.finish_reason)},
-          {"error", e.error},
-          {"logprobs", to_json(e.logprobs)},
-          {"queue_s", e.queue_seconds},
-          {"prefill_s", e.prefill_seconds}};
+  json out = {{"request_id", e.request_id},
+              {"tokens", e.tokens},
+              {"finish_reason", finish_reason_name(e.finish_reason)},
+              {"error", e.error},
+              {"logprobs", to_json(e.logprobs)},
+              {"queue_s", e.queue_seconds},
+              {"prefill_s", e.prefill_seconds}};
+  if (!e.prompt_logprobs.empty()) out["prompt_logprobs"] = to_json(e.prompt_logprobs);
+  return out;
 }
 
 struct Codec {
@@ -382,14 +389,16 @@ struct Codec {
             {"client_id", m.client_id}};
   }
   json operator()(const PrefillDone& m) const {
-    return {{"t", "prefill_done"},
-            {"request_id", m.request_id},
-            {"first_token", m.first_token},
-            {"rng_draws", m.rng_draws},
-            {"error", m.error},
-            {"first_logprobs", to_json(m.first_logprobs)},
-            {"queue_s", m.queue_seconds},
-            {"prefill_s", m.prefill_seconds}};
+    json out = {{"t", "prefill_done"},
+                {"request_id", m.request_id},
+                {"first_token", m.first_token},
+                {"rng_draws", m.rng_draws},
+                {"error", m.error},
+                {"first_logprobs", to_json(m.first_logprobs)},
+                {"queue_s", m.queue_seconds},
+                {"prefill_s", m.prefill_seconds}};
+    if (!m.prompt_logprobs.empty()) out["prompt_logprobs"] = to_json(m.prompt_logprobs);
+    return out;
   }
   json operator()(const Abort& m) const {
     return {{"t", "abort"}, {"request_id", m.request_id}, {"reason", m.reason}};
@@ -484,6 +493,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.rng_draws = r.uint64("rng_draws");
     m.error = r.string("error");
     m.first_logprobs = logprobs_from(r, "first_logprobs", 1);
+    if (r.has("prompt_logprobs"))
+      m.prompt_logprobs = logprobs_from(r, "prompt_logprobs", kMaxPromptTokens);
     m.queue_seconds = r.real("queue_s");
     m.prefill_seconds = r.real("prefill_s");
     return finish(std::move(m));
@@ -515,6 +526,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
         }
         event.error = e.string("error");
         event.logprobs = logprobs_from(e, "logprobs", kMaxPromptTokens);
+        if (e.has("prompt_logprobs"))
+          event.prompt_logprobs = logprobs_from(e, "prompt_logprobs", kMaxPromptTokens);
         event.queue_seconds = e.real("queue_s");
         event.prefill_seconds = e.real("prefill_s");
         if (!e.error().empty()) {

@@ -37,7 +37,7 @@ namespace baton::control {
 // 2: PrefillReady and Prefill carry skipped_blocks (sliding windows);
 // PrefillDone and TokenEvent the queue and prefill seconds; Generate and
 // Prefill the client's request id.
-inline constexpr int32_t kProtocolVersion = 2;
+inline constexpr int32_t kProtocolVersion = 3;
 // Bounds that keep a hostile frame from becoming a huge allocation.
 inline constexpr size_t kMaxMessageBytes = 16u << 20;
 inline constexpr size_t kMaxPromptTokens = 1u << 20;
@@ -65,6 +65,9 @@ struct SamplingSpec {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t logprobs = 0;  // top-N log-probabilities per output token; 0 = none
+  // Top-N log-probabilities of each prompt token after the first (0: its
+  // own only); -1: none. Whoever computes the prompt reports them.
+  int32_t prompt_logprobs = -1;
   // vLLM's sampling extras (kernels/cpu/sampling.h); defaults ask for nothing
   // and are left out of the frame.
   float min_p = 0.0f;
@@ -196,6 +199,8 @@ struct PrefillDone {  // prefill -> router, forwarded to decode
   uint64_t rng_draws = 0;  // draws of the request's generator the first token took
   std::string error;       // empty: the KV is in the decode node's blocks
   std::vector<TokenLogprobs> first_logprobs;  // one entry when the request asked for logprobs
+  // With sampling.prompt_logprobs: one per prompt token after the first.
+  std::vector<TokenLogprobs> prompt_logprobs;
   // The prefill node's queue and prefill seconds (engine::Sequence); -1: none.
   float queue_seconds = -1;
   float prefill_seconds = -1;
@@ -218,6 +223,9 @@ struct TokenEvent {
   FinishReason finish_reason = FinishReason::kNone;  // kNone: more to come
   std::string error;                                 // with "error" and "abort": why
   std::vector<TokenLogprobs> logprobs;  // one per token when the request asked for them
+  // With the first token, where this node computed the prompt and the
+  // request asked for them: one per prompt token after the first.
+  std::vector<TokenLogprobs> prompt_logprobs;
   // With the first token, where this node computed the prompt: its queue
   // and prefill seconds (engine::Sequence); -1 otherwise.
   float queue_seconds = -1;

@@ -93,8 +93,9 @@ void DecodeServer::admit_queued() {
 bool DecodeServer::try_reserve(Request& request) {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
   control::Generate& generate = request.generate;
-  Result<int64_t> sequence =
-      scheduler.reserve_remote(generate.prompt, node::generation_options(generate.sampling));
+  engine::GenerationOptions options = node::generation_options(generate.sampling);
+  options.prompt_logprobs = -1;  // the prefill node scores the prompt
+  Result<int64_t> sequence = scheduler.reserve_remote(generate.prompt, options);
   if (!sequence.is_ok()) {
     if (sequence.status().code() == StatusCode::kResourceExhausted) return false;
     end(request, FinishReason::kError, sequence.status().message());
@@ -255,14 +256,13 @@ Status DecodeServer::step() {
     if (by == by_sequence_.end()) continue;
     uint64_t id = by->second;
     auto it = requests_.find(id);
+    auto done = finished.find(output.sequence_id);
+    const engine::Sequence* sequence =
+        done != finished.end() ? done->second.get() : scheduler.find(output.sequence_id);
     std::vector<control::TokenLogprobs> logprobs;
-    if (it != requests_.end() && it->second.wants_logprobs) {
-      auto done = finished.find(output.sequence_id);
-      const engine::Sequence* sequence =
-          done != finished.end() ? done->second.get() : scheduler.find(output.sequence_id);
-      if (sequence != nullptr && !sequence->output_logprobs.empty()) {
-        logprobs.push_back(node::to_wire(sequence->output_logprobs.back()));
-      }
+    if (it != requests_.end() && it->second.wants_logprobs && sequence != nullptr &&
+        !sequence->output_logprobs.empty()) {
+      logprobs.push_back(node::to_wire(sequence->output_logprobs.back()));
     }
     bool is_finished = output.finish_reason != FinishReason::kNone;
     emit(id, {output.token}, output.finish_reason, "", std::move(logprobs));
@@ -270,6 +270,10 @@ Status DecodeServer::step() {
       control::TokenEvent& event = events_.events[pending_event_.at(id)];
       event.queue_seconds = float(output.queue_seconds);
       event.prefill_seconds = float(output.prefill_seconds);
+      if (sequence != nullptr) {
+        for (const engine::OutputLogprobs& scored : sequence->prompt_logprobs)
+          event.prompt_logprobs.push_back(node::to_wire(scored));
+      }
     }
     if (is_finished) {
       if (it != requests_.end())
@@ -326,8 +330,12 @@ void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens,
     return;
   }
   pending_event_[request_id] = events_.events.size();
-  events_.events.push_back(
-      {request_id, std::move(tokens), finish_reason, std::move(error), std::move(logprobs)});
+  control::TokenEvent& event = events_.events.emplace_back();
+  event.request_id = request_id;
+  event.tokens = std::move(tokens);
+  event.finish_reason = finish_reason;
+  event.error = std::move(error);
+  event.logprobs = std::move(logprobs);
 }
 
 void DecodeServer::flush_events() {

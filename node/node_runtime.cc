@@ -23,6 +23,7 @@ engine::GenerationOptions generation_options(const control::SamplingSpec& sampli
   options.stop_token_ids = sampling.stop_token_ids;
   options.ignore_eos = sampling.ignore_eos;
   options.logprobs = sampling.logprobs;
+  options.prompt_logprobs = sampling.prompt_logprobs;
   options.sampling.min_p = sampling.min_p;
   options.min_tokens = sampling.min_tokens;
   auto& adj = options.adjustments;

@@ -202,6 +202,8 @@ void PrefillServer::maybe_complete(uint64_t request_id) {
       if (!job.finished->output_logprobs.empty()) {
         done.first_logprobs.push_back(node::to_wire(job.finished->output_logprobs.front()));
       }
+      for (const engine::OutputLogprobs& scored : job.finished->prompt_logprobs)
+        done.prompt_logprobs.push_back(node::to_wire(scored));
     }
     runtime_->send(done);
   }

@@ -68,6 +68,7 @@ void CompletionExchange::start(std::vector<GenerationRequest> choices) {
     choices_[i].prompt_tokens = int64_t(prompt.size());
     const size_t lead = std::min(prompt.size(), kDetokenizeContextTokens);
     choices_[i].lead.assign(prompt.end() - ptrdiff_t(lead), prompt.end());
+    if (choices[i].sampling.prompt_logprobs >= 0) choices_[i].prompt = prompt;
     auto sink = [self = shared_from_this(), i](const GenerationUpdate& update) {
       self->on_update(i, update);
     };
@@ -114,6 +115,7 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
     metrics_.count_tokens(0, int64_t(update.tokens.size()));
     choice.tokens.insert(choice.tokens.end(), update.tokens.begin(), update.tokens.end());
     choice.logprobs.insert(choice.logprobs.end(), update.logprobs.begin(), update.logprobs.end());
+    if (!update.prompt_logprobs.empty()) choice.prompt_logprobs = update.prompt_logprobs;
   }
   if (update.finished) {
     if (update.finish_reason == FinishReason::kError) return fail(update.error);
@@ -185,8 +187,12 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
                             delta, choice.finished ? choice.finish_reason : FinishReason::kNone,
                             !choice.sent_chunk);
   if (new_logprobs) {
-    chunk["choices"][0]["logprobs"] =
+    const bool first = !choice.sent_chunk;
+    if (first) choice.logprobs_text_offset = echo_of(index).size();
+    json logprobs =
         logprobs_json(choice, choice.logprobs_sent, scored, choice.logprobs_text_offset);
+    chunk["choices"][0]["logprobs"] =
+        first && !choice.prompt.empty() ? with_prompt(choice, std::move(logprobs)) : logprobs;
     choice.logprobs_sent = scored;
   }
   if (choice.finished) chunk["choices"][0]["served_by"] = served_by(choice);
@@ -195,13 +201,12 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
   choice.emitted = visible;
 }
 
+std::string CompletionExchange::token_text(int32_t id) const {
+  return json::parse(dump(json(detokenize({id})))).get<std::string>();
+}
+
 json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
                                        size_t& text_offset) const {
-  // Token texts as valid UTF-8 (a lone byte of a multi-byte character becomes
-  // U+FFFD, as the JSON output would make it), so equal keys compare equal here.
-  auto token_text = [&](int32_t id) {
-    return json::parse(dump(json(detokenize({id})))).get<std::string>();
-  };
   auto bytes_of = [](const std::string& text) {
     json bytes = json::array();
     for (unsigned char c : text) bytes.push_back(int(c));
@@ -248,6 +253,44 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
           {"text_offset", text_offset_list}};
 }
 
+json CompletionExchange::with_prompt(const ChoiceState& choice, json logprobs) const {
+  json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
+       text_offset = json::array();
+  size_t offset = 0;
+  for (size_t p = 0; p < choice.prompt.size(); ++p) {
+    // The first token has no context to be scored in; a node that sent
+    // fewer scores than tokens leaves the rest null too.
+    const control::TokenLogprobs* scored =
+        p > 0 && p - 1 < choice.prompt_logprobs.size() ? &choice.prompt_logprobs[p - 1] : nullptr;
+    std::string text = token_text(choice.prompt[p]);
+    tokens.push_back(text);
+    text_offset.push_back(offset);
+    offset += text.size();
+    if (scored == nullptr) {
+      token_logprobs.push_back(nullptr);
+      top_logprobs.push_back(nullptr);
+      continue;
+    }
+    token_logprobs.push_back(scored->logprob);
+    json top = json::object();
+    for (size_t k = 0; k < scored->top_ids.size(); ++k) {
+      std::string key = token_text(scored->top_ids[k]);
+      if (!top.contains(key) || top[key].get<float>() < scored->top_logprobs[k])
+        top[key] = scored->top_logprobs[k];
+    }
+    top_logprobs.push_back(top);
+  }
+  const std::pair<const char*, json*> parts[] = {{"tokens", &tokens},
+                                                 {"token_logprobs", &token_logprobs},
+                                                 {"top_logprobs", &top_logprobs},
+                                                 {"text_offset", &text_offset}};
+  for (const auto& [key, part] : parts) {
+    for (json& item : logprobs[key]) part->push_back(std::move(item));
+    logprobs[key] = std::move(*part);
+  }
+  return logprobs;
+}
+
 void CompletionExchange::finish_exchange() {
   done_ = true;
   Usage usage;
@@ -276,8 +319,10 @@ void CompletionExchange::finish_exchange() {
     const ChoiceState& c = choices_[returned[i]];
     body["choices"][i]["served_by"] = served_by(c);
     if (spec_.logprobs && !c.logprobs.empty()) {
-      size_t offset = 0;
-      body["choices"][i]["logprobs"] = logprobs_json(c, 0, c.scored(), offset);
+      size_t offset = echo_of(returned[i]).size();
+      json logprobs = logprobs_json(c, 0, c.scored(), offset);
+      body["choices"][i]["logprobs"] =
+          c.prompt.empty() ? logprobs : with_prompt(c, std::move(logprobs));
     }
   }
   metrics_.count_http(200);

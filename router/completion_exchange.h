@@ -63,6 +63,10 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     bool submitted = false;
     std::vector<int32_t> tokens;
     std::vector<int32_t> lead;  // the prompt's last tokens, read before the output
+    // echo with logprobs: the prompt, and its tokens' log-probabilities
+    // after the first (they come with the first token).
+    std::vector<int32_t> prompt;
+    std::vector<control::TokenLogprobs> prompt_logprobs;
     std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
     std::string text;          // text of tokens[0, decoded), cut at a stop string once one matched
     size_t decoded = 0;        // tokens turned into `text`
@@ -97,11 +101,18 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   void fail(const Status& error);  // with the mutex held
   void cancel_running();           // with the mutex held
   std::string detokenize(const std::vector<int32_t>& tokens) const;
+  // One token's text as valid UTF-8 (a lone byte of a multi-byte character
+  // becomes U+FFFD, as the JSON output would make it), so equal keys of a
+  // top_logprobs map compare equal here.
+  std::string token_text(int32_t id) const;
   // The choice's `logprobs` object in the endpoint's shape.
   // Tokens [begin, end) of the choice; `text_offset` is where token `begin`'s
   // text starts and comes back advanced past `end`'s (completions shape).
   nlohmann::json logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
                                size_t& text_offset) const;
+  // echo with logprobs (completions): `logprobs` with the prompt's tokens put
+  // first, the first with no log-probability (null), as OpenAI returns them.
+  nlohmann::json with_prompt(const ChoiceState& choice, nlohmann::json logprobs) const;
 
   ExchangeSpec spec_;
   std::shared_ptr<HttpResponder> responder_;

@@ -341,9 +341,6 @@ Result<CompletionRequest> parse_completion_request(std::string_view body,
   BATON_RETURN_IF_ERROR(read_sampling(doc, limits, request.sampling, /*is_chat=*/false));
   if (const json* v = member(doc, "echo")) {
     BATON_ASSIGN_OR_RETURN(request.sampling.echo, read_bool(*v, "echo"));
-    // The prompt's own log-probabilities would come first: not computed.
-    if (request.sampling.echo && request.sampling.logprobs > 0)
-      return bad("echo", "with logprobs is not supported (prompt log-probabilities)");
   }
   return request;
 }

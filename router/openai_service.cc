@@ -326,6 +326,8 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
       s.frequency_penalty = sampling.frequency_penalty;
       s.repetition_penalty = sampling.repetition_penalty;
       s.min_tokens = sampling.min_tokens;
+      // echo with logprobs: the prompt's tokens come first, scored too.
+      if (sampling.echo && sampling.logprobs > 0) s.prompt_logprobs = sampling.logprobs;
       for (const auto& [id, bias] : sampling.logit_bias) {
         s.logit_bias_ids.push_back(id);
         s.logit_bias_values.push_back(bias);

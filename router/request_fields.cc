@@ -55,7 +55,6 @@ const std::vector<NeutralField>& neutral_fields() {
       {"add_special_tokens", "false", [](const json& v) { return v == false; }, true},
       {"add_special_tokens", "true", [](const json& v) { return v == true; }, false, true},
       {"suffix", "\"\"", [](const json& v) { return v == ""; }, false, true},
-      {"prompt_logprobs", "0", [](const json& v) { return number_is(v, 0); }},
       {"priority", "0", [](const json& v) { return number_is(v, 0); }},
   };
   return fields;

@@ -303,6 +303,7 @@ void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& 
   }
   request.queue_seconds = done.queue_seconds;
   request.prefill_seconds = done.prefill_seconds;
+  request.prompt_logprobs = std::move(done.prompt_logprobs);  // the decode node needs none
   Status sent = send(request.decode_node, done);
   if (!sent.is_ok()) fail(request.id, sent);
 }
@@ -327,6 +328,7 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       const bool here = event.prefill_seconds >= 0;
       update.queue_seconds = here ? event.queue_seconds : request.queue_seconds;
       update.prefill_seconds = here ? event.prefill_seconds : request.prefill_seconds;
+      update.prompt_logprobs = std::move(here ? event.prompt_logprobs : request.prompt_logprobs);
       request.got_tokens = true;
     }
     update.tokens = std::move(event.tokens);

@@ -65,6 +65,9 @@ struct GenerationUpdate {
   FinishReason finish_reason = FinishReason::kNone;
   Status error;
   std::vector<control::TokenLogprobs> logprobs;  // one per token, when asked for
+  // With the first tokens, when sampling.prompt_logprobs asked for them: one
+  // per prompt token after the first.
+  std::vector<control::TokenLogprobs> prompt_logprobs;
   // The nodes serving the request (prefill empty: prefilled on the decode node).
   std::string decode_node;
   std::string prefill_node;
@@ -130,6 +133,7 @@ class RouterCore {
     // The prefill node's timings (PrefillDone), until the first tokens carry them.
     float queue_seconds = -1;
     float prefill_seconds = -1;
+    std::vector<control::TokenLogprobs> prompt_logprobs;  // the prefill node's (PrefillDone)
     bool got_tokens = false;
   };
   struct Submission {

@@ -35,6 +35,7 @@ SamplingSpec random_sampling(std::mt19937_64& rng) {
     s.frequency_penalty = float(int(rng() % 400) - 200) / 100.0f;
     s.repetition_penalty = float(1 + rng() % 300) / 100.0f;
     s.min_tokens = int32_t(rng() % 100);
+    s.prompt_logprobs = int32_t(rng() % 6);
     s.logit_bias_ids = random_ints(rng, rng() % 5, 50000);
     for (size_t i = 0; i < s.logit_bias_ids.size(); ++i) {
       s.logit_bias_values.push_back(float(int(rng() % 200) - 100));
@@ -56,6 +57,7 @@ void expect_equal(const SamplingSpec& a, const SamplingSpec& b) {
   EXPECT_EQ(a.frequency_penalty, b.frequency_penalty);
   EXPECT_EQ(a.repetition_penalty, b.repetition_penalty);
   EXPECT_EQ(a.min_tokens, b.min_tokens);
+  EXPECT_EQ(a.prompt_logprobs, b.prompt_logprobs);
   EXPECT_EQ(a.logit_bias_ids, b.logit_bias_ids);
   EXPECT_EQ(a.logit_bias_values, b.logit_bias_values);
 }
@@ -161,6 +163,16 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(done2.first_logprobs[0].logprob, -1.25f);
   EXPECT_EQ(done2.first_logprobs[0].top_ids, (std::vector<int32_t>{5, 9, 2}));
   EXPECT_EQ(done2.first_logprobs[0].top_logprobs, (std::vector<float>{-0.5f, -1.0f, -3.5f}));
+  EXPECT_TRUE(done2.prompt_logprobs.empty());
+  for (int p = 0; p < 3; ++p)
+    done.prompt_logprobs.push_back({-float(rng() % 100) / 8.0f, {p, p + 1}, {-0.5f, -2.0f}});
+  done2 = round_trip(done);
+  ASSERT_EQ(done2.prompt_logprobs.size(), 3u);
+  for (size_t p = 0; p < 3; ++p) {
+    EXPECT_EQ(done2.prompt_logprobs[p].logprob, done.prompt_logprobs[p].logprob);
+    EXPECT_EQ(done2.prompt_logprobs[p].top_ids, done.prompt_logprobs[p].top_ids);
+    EXPECT_EQ(done2.prompt_logprobs[p].top_logprobs, done.prompt_logprobs[p].top_logprobs);
+  }
 
   EXPECT_EQ(round_trip(Abort{42, "client disconnected"}).reason, "client disconnected");
   const uint64_t rejected_id = rng();
@@ -180,6 +192,8 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     if (i == 0) {
       event.queue_seconds = float(rng() % 1000) / 64.0f;
       event.prefill_seconds = float(rng() % 1000) / 64.0f;
+      for (size_t p = 0; p < 1 + rng() % 4; ++p)
+        event.prompt_logprobs.push_back({-float(rng() % 100) / 8.0f, {int32_t(p)}, {-0.75f}});
     }
     events.events.push_back(std::move(event));
   }
@@ -191,6 +205,13 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(events2.events[i].finish_reason, events.events[i].finish_reason);
     EXPECT_EQ(events2.events[i].queue_seconds, events.events[i].queue_seconds);
     EXPECT_EQ(events2.events[i].prefill_seconds, events.events[i].prefill_seconds);
+    ASSERT_EQ(events2.events[i].prompt_logprobs.size(), events.events[i].prompt_logprobs.size());
+    for (size_t p = 0; p < events.events[i].prompt_logprobs.size(); ++p) {
+      EXPECT_EQ(events2.events[i].prompt_logprobs[p].logprob,
+                events.events[i].prompt_logprobs[p].logprob);
+      EXPECT_EQ(events2.events[i].prompt_logprobs[p].top_ids,
+                events.events[i].prompt_logprobs[p].top_ids);
+    }
     ASSERT_EQ(events2.events[i].logprobs.size(), events.events[i].logprobs.size());
     for (size_t t = 0; t < events.events[i].logprobs.size(); ++t) {
       EXPECT_EQ(events2.events[i].logprobs[t].logprob, events.events[i].logprobs[t].logprob);

@@ -212,6 +212,21 @@ def run(baton, work):
         check(len(legacy.choices[0].logprobs.token_logprobs) == legacy.usage.completion_tokens,
               f"completion logprobs {legacy.choices[0].logprobs}")
 
+        # echo with logprobs: the prompt's tokens first, the first unscored
+        # (None), then the same completion's.
+        echoed = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0,
+                                           logprobs=2, echo=True)
+        lp = echoed.choices[0].logprobs
+        prompt_len = echoed.usage.prompt_tokens
+        check(echoed.choices[0].text == prompt + legacy.choices[0].text, f"echo text {echoed.choices[0]}")
+        check(len(lp.tokens) == prompt_len + 4 and lp.token_logprobs[0] is None
+              and lp.top_logprobs[0] is None and all(v <= 0 for v in lp.token_logprobs[1:]),
+              f"echo logprobs {lp}")
+        # (Equal up to rounding: the prompt's logits came in one GEMM with the others'.)
+        check(all(abs(a - b) < 1e-4 for a, b in zip(lp.token_logprobs[prompt_len:],
+                                                    legacy.choices[0].logprobs.token_logprobs)),
+              f"echo's completion logprobs {lp.token_logprobs[prompt_len:]}")
+
         # Streamed, the chunks' log-probabilities add up to the whole answer's.
         chunks = client.completions.create(model="tiny", prompt=prompt, max_tokens=4, temperature=0,
                                            logprobs=2, stream=True)

@@ -319,6 +319,84 @@ TEST_F(ServingTest, EchoPutsThePromptBeforeTheCompletion) {
   check_echo(json::parse(ids->body)["tokens"]);
 }
 
+// echo with logprobs: the prompt's tokens come first in the logprobs, the
+// first with none (null), each other scored as a one-token completion of
+// the tokens before it scores it (logit_bias forces the token; reported
+// log-probabilities are the model's), streamed or not, for prompts prefilled
+// on the decode node (short) and on a prefill node (long).
+TEST_F(ServingTest, EchoWithLogprobsScoresThePromptTokens) {
+  constexpr int kTop = 3;
+  for (const int length : {4, 60}) {
+    SCOPED_TRACE(std::to_string(length) + "-character prompt");
+    const std::string prompt = random_prompt(rng_, length, length);
+    json body = {{"prompt", prompt},
+                 {"max_tokens", 5},
+                 {"temperature", 0},
+                 {"echo", true},
+                 {"logprobs", kTop}};
+    auto echoed = cluster_->post("/v1/completions", body);
+    ASSERT_TRUE(echoed.is_ok());
+    ASSERT_EQ(echoed->status, 200) << echoed->body;
+    const json choice = json::parse(echoed->body)["choices"][0];
+    EXPECT_EQ((choice["served_by"]["prefill"] == nullptr), length < 8) << choice.dump();
+    auto tokenized = cluster_->post("/tokenize", {{"prompt", prompt}});
+    ASSERT_TRUE(tokenized.is_ok());
+    const std::vector<int32_t> ids = json::parse(tokenized->body)["tokens"];
+    const json& lp = choice["logprobs"];
+    ASSERT_EQ(lp["tokens"].size(), ids.size() + 5) << lp.dump();
+    ASSERT_EQ(lp["token_logprobs"].size(), ids.size() + 5);
+    EXPECT_TRUE(lp["token_logprobs"][0].is_null());
+    EXPECT_TRUE(lp["top_logprobs"][0].is_null());
+    EXPECT_EQ(lp["text_offset"][ids.size()], prompt.size()) << "the completion's first token";
+    for (size_t p = 1; p < ids.size(); ++p) {
+      ASSERT_TRUE(lp["token_logprobs"][p].is_number()) << "position " << p;
+      EXPECT_LE(lp["top_logprobs"][p].size(), size_t(kTop));
+    }
+    // Three positions, each against a one-token completion of the prefix.
+    for (int trial = 0; trial < 3; ++trial) {
+      const size_t p = 1 + rng_() % (ids.size() - 1);
+      json single = {{"prompt", std::vector<int32_t>(ids.begin(), ids.begin() + ptrdiff_t(p))},
+                     {"max_tokens", 1},
+                     {"temperature", 0},
+                     {"logprobs", kTop},
+                     {"logit_bias", {{std::to_string(ids[p]), 100}}}};
+      auto scored = cluster_->post("/v1/completions", single);
+      ASSERT_TRUE(scored.is_ok());
+      ASSERT_EQ(scored->status, 200) << scored->body;
+      const json want = json::parse(scored->body)["choices"][0]["logprobs"];
+      ASSERT_EQ(want["tokens"][0], lp["tokens"][p]) << "position " << p;
+      EXPECT_NEAR(lp["token_logprobs"][p].get<double>(), want["token_logprobs"][0].get<double>(),
+                  1e-3)
+          << "position " << p;
+      ASSERT_EQ(lp["top_logprobs"][p].size(), want["top_logprobs"][0].size()) << "position " << p;
+      for (const auto& [token, value] : want["top_logprobs"][0].items()) {
+        ASSERT_TRUE(lp["top_logprobs"][p].contains(token)) << "position " << p << ": " << token;
+        EXPECT_NEAR(lp["top_logprobs"][p][token].get<double>(), value.get<double>(), 1e-3);
+      }
+    }
+    // Streamed: the same log-probabilities, the prompt's in the first chunk.
+    body["stream"] = true;
+    auto streamed = cluster_->post_stream("/v1/completions", body);
+    ASSERT_TRUE(streamed.is_ok());
+    json tokens = json::array(), values = json::array();
+    bool first = true;
+    for (const std::string& payload : *streamed) {
+      if (payload == "[DONE]") continue;
+      const json chunk_logprobs = json::parse(payload)["choices"][0]["logprobs"];
+      if (chunk_logprobs.is_null()) continue;
+      if (first) EXPECT_GE(chunk_logprobs["tokens"].size(), ids.size()) << "the first chunk";
+      first = false;
+      for (const json& t : chunk_logprobs["tokens"]) tokens.push_back(t);
+      for (const json& v : chunk_logprobs["token_logprobs"]) values.push_back(v);
+    }
+    EXPECT_EQ(tokens, lp["tokens"]);
+    ASSERT_EQ(values.size(), lp["token_logprobs"].size());
+    for (size_t t = 1; t < values.size(); ++t)
+      EXPECT_NEAR(values[t].get<double>(), lp["token_logprobs"][t].get<double>(), 1e-4);
+  }
+  EXPECT_TRUE(cluster_->wait_drained(std::chrono::seconds(10))) << cluster_->nodes().dump();
+}
+
 // vLLM's sampling extras survive the handoff: the prefill node samples the
 // first token under them (min_tokens bans EOS, the repetition penalty sees
 // the prompt), the decode node the rest (with the first token counted as

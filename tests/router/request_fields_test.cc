@@ -241,16 +241,17 @@ TEST(RequestFields, BestOfIsAtLeastNAndNotStreamedAboveIt) {
   EXPECT_TRUE(parsed({{"n", 2}, {"best_of", 2}, {"stream", true}}).is_ok());
 }
 
-// echo: completions put the prompt's text before the choice's; with
-// logprobs it would need the prompt's own, which Baton does not compute.
-TEST(RequestFields, EchoWithoutLogprobsOnCompletionsOnly) {
+// echo: completions put the prompt's text before the choice's, and with
+// logprobs its tokens' log-probabilities before the choice's; chat has none.
+TEST(RequestFields, EchoOnCompletionsOnly) {
   auto echo = parse_completion_request(json{{"prompt", "hi"}, {"echo", true}}.dump());
   ASSERT_TRUE(echo.is_ok()) << echo.status().message();
   EXPECT_TRUE(echo->sampling.echo);
   const auto with_logprobs =
       parse_completion_request(json{{"prompt", "hi"}, {"echo", true}, {"logprobs", 2}}.dump());
-  ASSERT_FALSE(with_logprobs.is_ok());
-  EXPECT_NE(with_logprobs.status().message().find("echo"), std::string::npos);
+  ASSERT_TRUE(with_logprobs.is_ok()) << with_logprobs.status().message();
+  EXPECT_TRUE(with_logprobs->sampling.echo);
+  EXPECT_EQ(with_logprobs->sampling.logprobs, 2);
   const auto chat = parse_chat_request(
       json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"echo", true}}.dump());
   ASSERT_FALSE(chat.is_ok());
