@@ -12,6 +12,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "tests/integration/cluster_harness.h"
 
@@ -243,27 +244,37 @@ TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
 // best_of: the n returned are the samples of highest cumulative
 // log-probability among best_of, highest first. The same seed with n =
 // best_of and logprobs gives every sample and its log-probabilities, so the
-// ranking is checked against them. Usage counts every sample's tokens.
+// ranking is checked against them, with a seed whose best two are not its
+// first two samples in order (so returning the first n would fail). Usage
+// counts every sample's tokens.
 TEST_F(ServingTest, BestOfReturnsTheSamplesOfHighestLogProbability) {
   const std::string prompt = random_prompt(rng_, 40, 80);
-  const uint64_t seed = rng_();
-  json all_body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 1.0},
-                   {"seed", seed},     {"n", 4},           {"logprobs", 1}};
-  auto all = cluster_->post("/v1/completions", all_body);
-  ASSERT_TRUE(all.is_ok());
-  ASSERT_EQ(all->status, 200) << all->body;
-  const json samples = json::parse(all->body)["choices"];
-  ASSERT_EQ(samples.size(), 4u);
-  std::vector<std::pair<double, std::string>> ranked;  // -(cumulative log-prob), text
+  uint64_t seed = 0;
+  std::vector<std::tuple<double, size_t, std::string>> ranked;  // -(log-prob), sample, text
   int64_t generated = 0;
-  for (const json& c : samples) {
-    double sum = 0;
-    for (const json& lp : c["logprobs"]["token_logprobs"]) sum += lp.get<double>();
-    ranked.push_back({-sum, c["text"].get<std::string>()});
-    generated += int64_t(c["logprobs"]["tokens"].size());
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    seed = rng_();
+    json all_body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 1.0},
+                     {"seed", seed},     {"n", 4},           {"logprobs", 1}};
+    auto all = cluster_->post("/v1/completions", all_body);
+    ASSERT_TRUE(all.is_ok());
+    ASSERT_EQ(all->status, 200) << all->body;
+    const json samples = json::parse(all->body)["choices"];
+    ASSERT_EQ(samples.size(), 4u);
+    ranked.clear();
+    generated = 0;
+    for (size_t s = 0; s < samples.size(); ++s) {
+      double sum = 0;
+      for (const json& lp : samples[s]["logprobs"]["token_logprobs"]) sum += lp.get<double>();
+      ranked.push_back({-sum, s, samples[s]["text"].get<std::string>()});
+      generated += int64_t(samples[s]["logprobs"]["tokens"].size());
+    }
+    std::stable_sort(ranked.begin(), ranked.end(),
+                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
+    if (std::get<1>(ranked[0]) != 0 || std::get<1>(ranked[1]) != 1) break;
   }
-  std::stable_sort(ranked.begin(), ranked.end(),
-                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  ASSERT_FALSE(std::get<1>(ranked[0]) == 0 && std::get<1>(ranked[1]) == 1)
+      << "20 seeds ranked their first two samples first";
   auto best = cluster_->post("/v1/completions", json{{"prompt", prompt},
                                                      {"max_tokens", 12},
                                                      {"temperature", 1.0},
@@ -276,7 +287,7 @@ TEST_F(ServingTest, BestOfReturnsTheSamplesOfHighestLogProbability) {
   ASSERT_EQ(answer["choices"].size(), 2u);
   for (int i = 0; i < 2; ++i) {
     EXPECT_EQ(answer["choices"][i]["index"], i);
-    EXPECT_EQ(answer["choices"][i]["text"], ranked[size_t(i)].second) << "rank " << i;
+    EXPECT_EQ(answer["choices"][i]["text"], std::get<2>(ranked[size_t(i)])) << "rank " << i;
     EXPECT_TRUE(answer["choices"][i]["logprobs"].is_null()) << "logprobs were not asked for";
   }
   EXPECT_EQ(answer["usage"]["completion_tokens"], generated);
