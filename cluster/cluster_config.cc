@@ -11,70 +11,22 @@
 #include "common/kv_layout.h"
 #include "engine/kv_pool.h"
 #include "engine/make_model.h"
+#include "engine/yaml_settings.h"
 
 namespace baton::cluster {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string join_key(std::string_view prefix, std::string_view name) {
-  if (prefix.empty()) return std::string(name);
-  return std::string(prefix) + "." + std::string(name);
-}
-
-// The names of a mapping's keys, in order; a repeated or non-scalar key is an error.
-Result<std::vector<std::pair<std::string, YAML::Node>>> map_entries(const YAML::Node& node,
-                                                                    std::string_view prefix) {
-  std::vector<std::pair<std::string, YAML::Node>> entries;
-  if (!node || node.IsNull()) return entries;
-  if (!node.IsMap()) {
-    return invalid_argument((prefix.empty() ? std::string("top level") : std::string(prefix)) +
-                            ": expected a mapping");
-  }
-  std::set<std::string> seen;
-  for (const auto& entry : node) {
-    if (!entry.first.IsScalar()) {
-      return invalid_argument(join_key(prefix, "?") + ": keys must be plain names");
-    }
-    std::string name = entry.first.Scalar();
-    if (!seen.insert(name).second) {
-      return invalid_argument(join_key(prefix, name) + ": given twice");
-    }
-    entries.emplace_back(std::move(name), entry.second);
-  }
-  return entries;
-}
-
-// A mapping parsed against a table of known keys: unknown keys are errors.
-template <typename T>
-using Setter = std::function<Status(const YAML::Node&, const std::string& key, T&)>;
-template <typename T>
-using Fields = std::vector<std::pair<const char*, Setter<T>>>;
-
-template <typename T>
-Status parse_fields(const YAML::Node& node, std::string_view prefix, const Fields<T>& fields,
-                    T& out) {
-  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(node, prefix));
-  for (const auto& entry : entries) {
-    const std::string key = join_key(prefix, entry.first);
-    auto it = std::find_if(fields.begin(), fields.end(),
-                           [&](const auto& field) { return entry.first == field.first; });
-    if (it == fields.end()) return invalid_argument(key + ": unknown key");
-    BATON_RETURN_IF_ERROR(it->second(entry.second, key, out));
-  }
-  return Status::ok();
-}
-
-Result<std::string> read_string(const YAML::Node& node, const std::string& key) {
-  if (!node.IsScalar() || node.Scalar().empty()) {
-    return invalid_argument(key + ": expected a non-empty string");
-  }
-  return node.Scalar();
-}
+using engine::bool_setting;
+using engine::int_setting;
+using engine::join_yaml_key;
+using engine::ms_setting;
+using engine::string_setting;
+using engine::yaml_map_entries;
 
 // A host name or address: no spaces, nothing a URL or an endpoint would choke on.
 Result<std::string> read_host(const YAML::Node& node, const std::string& key) {
-  BATON_ASSIGN_OR_RETURN(std::string host, read_string(node, key));
+  BATON_ASSIGN_OR_RETURN(std::string host, engine::read_yaml_string(node, key));
   for (char c : host) {
     if (c == ' ' || c == '\t' || c == '/' || c == '@' || c == '?' || c == '#') {
       return invalid_argument(key + ": '" + host + "' is not a host name or address");
@@ -83,48 +35,14 @@ Result<std::string> read_host(const YAML::Node& node, const std::string& key) {
   return host;
 }
 
-template <typename T, typename Field>
-Setter<T> int_field(Field T::*field, int64_t lo, int64_t hi) {
-  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
-    BATON_ASSIGN_OR_RETURN(int64_t value, engine::read_yaml_int(node, key, lo, hi));
-    out.*field = Field(value);
-    return Status::ok();
-  };
-}
-
-template <typename T>
-Setter<T> ms_field(std::chrono::milliseconds T::*field, int64_t lo, int64_t hi) {
-  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
-    BATON_ASSIGN_OR_RETURN(int64_t value, engine::read_yaml_int(node, key, lo, hi));
-    out.*field = std::chrono::milliseconds(value);
-    return Status::ok();
-  };
-}
-
-template <typename T>
-Setter<T> bool_field(bool T::*field) {
-  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
-    BATON_ASSIGN_OR_RETURN(out.*field, engine::read_yaml_bool(node, key));
-    return Status::ok();
-  };
-}
-
-template <typename T>
-Setter<T> string_field(std::string T::*field) {
-  return [=](const YAML::Node& node, const std::string& key, T& out) -> Status {
-    BATON_ASSIGN_OR_RETURN(out.*field, read_string(node, key));
-    return Status::ok();
-  };
-}
-
 // `over` laid over `base`, key by key; where both hold a mapping, those merge too
 // (so a node's transfer.ucx_env adds to the defaults' instead of replacing them).
 // Built without assigning to any YAML::Node: yaml-cpp's operator= writes through
 // to the node it refers to, which would change the shared defaults.
 Result<YAML::Node> merge_maps(const YAML::Node& base, const YAML::Node& over,
                               std::string_view base_prefix, std::string_view over_prefix) {
-  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(base, base_prefix));
-  BATON_ASSIGN_OR_RETURN(auto overrides, map_entries(over, over_prefix));
+  BATON_ASSIGN_OR_RETURN(auto entries, yaml_map_entries(base, base_prefix));
+  BATON_ASSIGN_OR_RETURN(auto overrides, yaml_map_entries(over, over_prefix));
   auto find = [](const auto& list, const std::string& name) {
     return std::find_if(list.begin(), list.end(),
                         [&](const auto& entry) { return entry.first == name; });
@@ -135,9 +53,9 @@ Result<YAML::Node> merge_maps(const YAML::Node& base, const YAML::Node& over,
     if (it == overrides.end()) {
       merged.force_insert(name, value);
     } else if (value.IsMap() && it->second.IsMap()) {
-      BATON_ASSIGN_OR_RETURN(
-          YAML::Node both,
-          merge_maps(value, it->second, join_key(base_prefix, name), join_key(over_prefix, name)));
+      BATON_ASSIGN_OR_RETURN(YAML::Node both,
+                             merge_maps(value, it->second, join_yaml_key(base_prefix, name),
+                                        join_yaml_key(over_prefix, name)));
       merged.force_insert(name, both);
     } else {
       merged.force_insert(name, it->second);
@@ -151,16 +69,17 @@ Result<YAML::Node> merge_maps(const YAML::Node& base, const YAML::Node& over,
 
 // --- model ------------------------------------------------------------------
 
-const Fields<ModelSection>& model_fields() {
-  static const Fields<ModelSection> fields = {
-      {"preset", string_field(&ModelSection::preset)},
-      {"path",
+const engine::YamlSettings<ModelSection>& model_fields() {
+  static const engine::YamlSettings<ModelSection> fields = {
+      string_setting("preset", &ModelSection::preset),
+      {"path", "",
        [](const YAML::Node& node, const std::string& key, ModelSection& out) -> Status {
-         BATON_ASSIGN_OR_RETURN(std::string path, read_string(node, key));
+         BATON_ASSIGN_OR_RETURN(std::string path, engine::read_yaml_string(node, key));
          out.path = path;
          return Status::ok();
-       }},
-      {"dtype",
+       },
+       nullptr},
+      {"dtype", "",
        [](const YAML::Node& node, const std::string& key, ModelSection& out) -> Status {
          std::string text = node.IsScalar() ? node.Scalar() : "";
          auto dtype = parse_dtype(text);
@@ -168,8 +87,9 @@ const Fields<ModelSection>& model_fields() {
            return invalid_argument(key + ": expected f32, bf16 or f16, got '" + text + "'");
          out.dtype = *dtype;
          return Status::ok();
-       }},
-      {"seed",
+       },
+       nullptr},
+      {"seed", "",
        [](const YAML::Node& node, const std::string& key, ModelSection& out) -> Status {
          std::string text = node.IsScalar() ? node.Scalar() : "";
          auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), out.seed);
@@ -178,15 +98,16 @@ const Fields<ModelSection>& model_fields() {
                                    "'");
          }
          return Status::ok();
-       }},
-      {"served_name", string_field(&ModelSection::served_name)},
+       },
+       nullptr},
+      string_setting("served_name", &ModelSection::served_name),
   };
   return fields;
 }
 
 Result<ModelSection> parse_model(const YAML::Node& node, const fs::path& base_dir) {
   ModelSection model;
-  BATON_RETURN_IF_ERROR(parse_fields(node, "model", model_fields(), model));
+  BATON_RETURN_IF_ERROR(engine::read_yaml_settings(node, "model", model_fields(), model));
   if (!model.preset.empty()) {
     auto names = engine::model_preset_names();
     if (std::find(names.begin(), names.end(), model.preset) == names.end()) {
@@ -215,29 +136,30 @@ Result<ModelSection> parse_model(const YAML::Node& node, const fs::path& base_di
 
 // --- router -----------------------------------------------------------------
 
-const Fields<RequestLimits>& limits_fields() {
+const engine::YamlSettings<RequestLimits>& limits_fields() {
   using L = RequestLimits;
-  static const Fields<L> fields = {
-      {"max_n", int_field(&L::max_n, 1, 1024)},
-      {"max_batch", int_field(&L::max_batch, 1, 65536)},
-      {"max_logprobs", int_field(&L::max_logprobs, 0, 1024)},
-      {"max_stop_strings", int_field(&L::max_stop_strings, 0, 1024)},
+  static const engine::YamlSettings<L> fields = {
+      int_setting("max_n", &L::max_n, 1, 1024),
+      int_setting("max_batch", &L::max_batch, 1, 65536),
+      int_setting("max_logprobs", &L::max_logprobs, 0, 1024),
+      int_setting("max_stop_strings", &L::max_stop_strings, 0, 1024),
   };
   return fields;
 }
 
-const Fields<RouterSection>& router_fields() {
+const engine::YamlSettings<RouterSection>& router_fields() {
   using R = RouterSection;
-  static const Fields<R> fields = {
-      {"host",
+  static const engine::YamlSettings<R> fields = {
+      {"host", "",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
          BATON_ASSIGN_OR_RETURN(out.host, read_host(node, key));
          return Status::ok();
-       }},
-      {"http_port", int_field(&R::http_port, 1, 65535)},
-      {"zmq_port", int_field(&R::zmq_port, 1, 65535)},
-      {"control_port", int_field(&R::control_port, 1, 65535)},
-      {"policy",
+       },
+       nullptr},
+      int_setting("http_port", &R::http_port, 1, 65535),
+      int_setting("zmq_port", &R::zmq_port, 1, 65535),
+      int_setting("control_port", &R::control_port, 1, 65535),
+      {"policy", "",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
          std::string text = node.IsScalar() ? node.Scalar() : "";
          std::optional<RoutingPolicy> policy = parse_routing_policy(text);
@@ -247,36 +169,38 @@ const Fields<RouterSection>& router_fields() {
          }
          out.policy = *policy;
          return Status::ok();
-       }},
-      {"max_queued_requests", int_field(&R::max_queued_requests, 1, int64_t(1) << 20)},
-      {"request_timeout_ms", ms_field(&R::request_timeout, 1, 86400000)},
-      {"heartbeat_interval_ms", ms_field(&R::heartbeat_interval, 1, 60000)},
-      {"heartbeat_timeout_ms", ms_field(&R::heartbeat_timeout, 1, 3600000)},
-      {"min_remote_prefill_tokens", int_field(&R::min_remote_prefill_tokens, 0, int64_t(1) << 24)},
-      {"drain_timeout_ms", ms_field(&R::drain_timeout, 0, 3600000)},
-      {"http_threads", int_field(&R::http_threads, 1, 256)},
-      {"idle_timeout_ms", ms_field(&R::idle_timeout, 1, 86400000)},
-      {"write_timeout_ms", ms_field(&R::write_timeout, 1, 86400000)},
-      {"max_queued_write_bytes",
-       int_field(&R::max_queued_write_bytes, int64_t(64) << 10, int64_t(1) << 34)},
-      {"max_connections", int_field(&R::max_connections, 1, 1 << 20)},
-      {"max_request_body_bytes",
-       int_field(&R::max_request_body_bytes, int64_t(1) << 10, int64_t(1) << 30)},
-      {"api_key_file", string_field(&R::api_key_file)},
-      {"control_host", string_field(&R::control_host)},
-      {"control_keys", string_field(&R::control_keys)},
-      {"zmq_keys", string_field(&R::zmq_keys)},
-      {"limits",
+       },
+       nullptr},
+      int_setting("max_queued_requests", &R::max_queued_requests, 1, int64_t(1) << 20),
+      ms_setting("request_timeout_ms", &R::request_timeout, 1, 86400000),
+      ms_setting("heartbeat_interval_ms", &R::heartbeat_interval, 1, 60000),
+      ms_setting("heartbeat_timeout_ms", &R::heartbeat_timeout, 1, 3600000),
+      int_setting("min_remote_prefill_tokens", &R::min_remote_prefill_tokens, 0, int64_t(1) << 24),
+      ms_setting("drain_timeout_ms", &R::drain_timeout, 0, 3600000),
+      int_setting("http_threads", &R::http_threads, 1, 256),
+      ms_setting("idle_timeout_ms", &R::idle_timeout, 1, 86400000),
+      ms_setting("write_timeout_ms", &R::write_timeout, 1, 86400000),
+      int_setting("max_queued_write_bytes", &R::max_queued_write_bytes, int64_t(64) << 10,
+                  int64_t(1) << 34),
+      int_setting("max_connections", &R::max_connections, 1, 1 << 20),
+      int_setting("max_request_body_bytes", &R::max_request_body_bytes, int64_t(1) << 10,
+                  int64_t(1) << 30),
+      string_setting("api_key_file", &R::api_key_file),
+      string_setting("control_host", &R::control_host),
+      string_setting("control_keys", &R::control_keys),
+      string_setting("zmq_keys", &R::zmq_keys),
+      {"limits", "",
        [](const YAML::Node& node, const std::string& key, R& out) -> Status {
-         return parse_fields(node, key, limits_fields(), out.limits);
-       }},
+         return engine::read_yaml_settings(node, key, limits_fields(), out.limits);
+       },
+       nullptr},
   };
   return fields;
 }
 
 Result<RouterSection> parse_router(const YAML::Node& node) {
   RouterSection router;
-  BATON_RETURN_IF_ERROR(parse_fields(node, "router", router_fields(), router));
+  BATON_RETURN_IF_ERROR(engine::read_yaml_settings(node, "router", router_fields(), router));
   if (router.heartbeat_timeout <= 2 * router.heartbeat_interval) {
     return invalid_argument("router.heartbeat_timeout_ms: must exceed 2 x heartbeat_interval_ms (" +
                             std::to_string(2 * router.heartbeat_interval.count()) + "), got " +
@@ -340,11 +264,11 @@ Result<NodeSection> parse_node(const YAML::Node& node, Role role, size_t index,
   out.name = std::string(role_name(role)) + "-" + std::to_string(index);
   YAML::Node engine_node;
   YAML::Node transfer_node;
-  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(node, prefix));
+  BATON_ASSIGN_OR_RETURN(auto entries, yaml_map_entries(node, prefix));
   for (const auto& [name, value] : entries) {
-    const std::string key = join_key(prefix, name);
+    const std::string key = join_yaml_key(prefix, name);
     if (name == "name") {
-      BATON_ASSIGN_OR_RETURN(out.name, read_string(value, key));
+      BATON_ASSIGN_OR_RETURN(out.name, engine::read_yaml_string(value, key));
       BATON_RETURN_IF_ERROR(check_node_name(out.name, key));
     } else if (name == "host") {
       BATON_ASSIGN_OR_RETURN(out.host, read_host(value, key));
@@ -424,8 +348,8 @@ const NodeSection* ClusterConfig::find_node(std::string_view name) const {
 Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node,
                                                           std::string_view prefix) {
   using T = kv_transfer::TransferConfig;
-  static const Fields<T> fields = {
-      {"mode",
+  static const engine::YamlSettings<T> fields = {
+      {"mode", "",
        [](const YAML::Node& value, const std::string& key, T& out) -> Status {
          std::string text = value.IsScalar() ? value.Scalar() : "";
          auto mode = kv_transfer::parse_transfer_mode(text);
@@ -434,18 +358,19 @@ Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node
          }
          out.mode = *mode;
          return Status::ok();
-       }},
-      {"default_deadline_ms", ms_field(&T::default_deadline, 1, 3600000)},
-      {"close_timeout_ms", ms_field(&T::close_timeout, 1, 600000)},
-      {"idle_wait_ms", ms_field(&T::idle_wait, 1, 10000)},
-      {"verify_checksum", bool_field(&T::verify_checksum)},
-      {"peer_error_handling", bool_field(&T::peer_error_handling)},
-      {"share_pool", bool_field(&T::share_pool)},
-      {"ucx_env",
+       },
+       nullptr},
+      ms_setting("default_deadline_ms", &T::default_deadline, 1, 3600000),
+      ms_setting("close_timeout_ms", &T::close_timeout, 1, 600000),
+      ms_setting("idle_wait_ms", &T::idle_wait, 1, 10000),
+      bool_setting("verify_checksum", &T::verify_checksum),
+      bool_setting("peer_error_handling", &T::peer_error_handling),
+      bool_setting("share_pool", &T::share_pool),
+      {"ucx_env", "",
        [](const YAML::Node& value, const std::string& key, T& out) -> Status {
-         BATON_ASSIGN_OR_RETURN(auto entries, map_entries(value, key));
+         BATON_ASSIGN_OR_RETURN(auto entries, yaml_map_entries(value, key));
          for (const auto& [name, setting] : entries) {
-           const std::string entry_key = join_key(key, name);
+           const std::string entry_key = join_yaml_key(key, name);
            if (name.rfind("UCX_", 0) != 0 || name.size() == 4) {
              return invalid_argument(entry_key + ": UCX variables start with UCX_");
            }
@@ -453,10 +378,11 @@ Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node
            out.ucx_env[name] = setting.Scalar();
          }
          return Status::ok();
-       }},
+       },
+       nullptr},
   };
   kv_transfer::TransferConfig config;
-  BATON_RETURN_IF_ERROR(parse_fields(node, prefix, fields, config));
+  BATON_RETURN_IF_ERROR(engine::read_yaml_settings(node, prefix, fields, config));
   BATON_RETURN_IF_ERROR(kv_transfer::validate(config));
   return config;
 }
@@ -498,7 +424,7 @@ static Status check_shared_kv_layout(const ClusterConfig& config) {
 Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::path& base_dir) {
   static const char* const kTopLevel[] = {"model",    "router",  "engine",
                                           "transfer", "prefill", "decode"};
-  BATON_ASSIGN_OR_RETURN(auto entries, map_entries(root, ""));
+  BATON_ASSIGN_OR_RETURN(auto entries, yaml_map_entries(root, ""));
   for (const auto& entry : entries) {
     if (std::find(std::begin(kTopLevel), std::end(kTopLevel), entry.first) == std::end(kTopLevel)) {
       return invalid_argument(entry.first + ": unknown key");

@@ -52,17 +52,6 @@ Result<EngineConfig> parse_engine_config(const YAML::Node& node, std::string_vie
 // Reads the `engine:` mapping of a YAML file (absent: all defaults).
 Result<EngineConfig> load_engine_config(const std::filesystem::path& yaml_file);
 
-// A YAML scalar as an integer in [lo, hi]; errors name `key`. Shared by
-// every YAML reader of Baton (cluster/ too).
-Result<int64_t> read_yaml_int(const YAML::Node& node, const std::string& key, int64_t lo,
-                              int64_t hi);
-
-// true/True/TRUE or false/False/FALSE; errors name `key`.
-Result<bool> read_yaml_bool(const YAML::Node& node, const std::string& key);
-
-// "512MiB", "2GiB", "1000000", "64 KB" -> bytes; errors name `key`.
-Result<uint64_t> parse_byte_size(std::string_view text, std::string_view key);
-
 // The setting names, in declaration order (CLI flags are derived from them).
 std::vector<std::string> engine_config_keys();
 // One line per setting: name, default, meaning (shown by `baton generate --help`).

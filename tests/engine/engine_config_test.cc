@@ -1,7 +1,10 @@
 #include "engine/engine_config.h"
+#include "engine/yaml_settings.h"
 
 #include <gtest/gtest.h>
+
 #include <yaml-cpp/yaml.h>
+#include <random>
 
 #include <tuple>
 
@@ -101,6 +104,7 @@ TEST(EngineConfig, ErrorsNameTheKey) {
       {"{nice: 20}", "engine.nice: must be in [0, 19]"},
       {"{cpu_bf16_dot: yes}", "engine.cpu_bf16_dot: expected auto, true or false"},
       {"[1, 2]", "engine: expected a mapping"},
+      {"{threads: 1, threads: 2}", "engine.threads: given twice"},
   };
   for (const auto& c : cases) {
     auto config = parse(c.yaml);
@@ -118,6 +122,32 @@ TEST(EngineConfig, ByteSizes) {
   EXPECT_FALSE(parse_byte_size("MiB", "k").is_ok());
   EXPECT_FALSE(parse_byte_size("99999999999999999999", "k").is_ok());
   EXPECT_FALSE(parse_byte_size("20000000000TiB", "k").is_ok());
+  std::mt19937_64 rng(std::random_device{}());
+  for (int i = 0; i < 200; ++i) {
+    const uint64_t bytes = (rng() % 5000 + 1) << (rng() % 4 * 10);
+    EXPECT_EQ(*parse_byte_size(format_byte_size(bytes), "k"), bytes) << format_byte_size(bytes);
+  }
+  EXPECT_EQ(format_byte_size(256ull << 20), "256MiB");
+  EXPECT_EQ(format_byte_size(1000), "1000");
+}
+
+// The reference (`baton generate --help`) shows every setting once, its
+// default read from EngineConfig's own initializers.
+TEST(EngineConfig, ReferenceShowsEverySettingsDefault) {
+  const std::string reference = engine_config_reference();
+  const EngineConfig defaults;
+  for (const std::string& key : engine_config_keys()) {
+    const std::string line = "engine." + key + " (default ";
+    EXPECT_NE(reference.find(line), std::string::npos) << key;
+    EXPECT_EQ(reference.find(line), reference.rfind(line)) << key << " shown twice";
+  }
+  for (const std::string& shown :
+       {"engine.kv_cache_bytes (default " + format_byte_size(defaults.kv_cache_bytes) + ")",
+        "engine.max_num_seqs (default " + std::to_string(defaults.max_num_seqs) + ")",
+        std::string("engine.enable_prefix_caching (default ") +
+            (defaults.enable_prefix_caching ? "true" : "false") + ")",
+        std::string("engine.kv_dtype (default auto)"), std::string("engine.device (default cpu)")})
+    EXPECT_NE(reference.find(shown), std::string::npos) << shown;
 }
 
 }  // namespace
