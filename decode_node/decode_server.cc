@@ -265,9 +265,9 @@ Status DecodeServer::step() {
       logprobs.push_back(node::to_wire(sequence->output_logprobs.back()));
     }
     bool is_finished = output.finish_reason != FinishReason::kNone;
-    emit(id, {output.token}, output.finish_reason, "", std::move(logprobs));
+    control::TokenEvent& event =
+        emit(id, {output.token}, output.finish_reason, "", std::move(logprobs));
     if (output.prefill_seconds >= 0) {  // the prompt was computed here
-      control::TokenEvent& event = events_.events[pending_event_.at(id)];
       event.queue_seconds = float(output.queue_seconds);
       event.prefill_seconds = float(output.prefill_seconds);
       if (sequence != nullptr) {
@@ -315,9 +315,9 @@ void DecodeServer::end(Request& request, FinishReason finish_reason, std::string
   requests_.erase(id);
 }
 
-void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens,
-                        FinishReason finish_reason, std::string error,
-                        std::vector<control::TokenLogprobs> logprobs) {
+control::TokenEvent& DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens,
+                                        FinishReason finish_reason, std::string error,
+                                        std::vector<control::TokenLogprobs> logprobs) {
   auto pending = pending_event_.find(request_id);
   if (pending != pending_event_.end()) {
     control::TokenEvent& event = events_.events[pending->second];
@@ -327,7 +327,7 @@ void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens,
       event.finish_reason = finish_reason;
       event.error = std::move(error);
     }
-    return;
+    return event;
   }
   pending_event_[request_id] = events_.events.size();
   control::TokenEvent& event = events_.events.emplace_back();
@@ -336,6 +336,7 @@ void DecodeServer::emit(uint64_t request_id, std::vector<int32_t> tokens,
   event.finish_reason = finish_reason;
   event.error = std::move(error);
   event.logprobs = std::move(logprobs);
+  return event;
 }
 
 void DecodeServer::flush_events() {

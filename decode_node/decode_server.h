@@ -73,8 +73,11 @@ class DecodeServer {
   // Ends a request for the router with `finish_reason` and forgets it (unless
   // a transfer may still write its blocks).
   void end(Request& request, FinishReason finish_reason, std::string error);
-  void emit(uint64_t request_id, std::vector<int32_t> tokens, FinishReason finish_reason,
-            std::string error, std::vector<control::TokenLogprobs> logprobs = {});
+  // Adds to the request's event of this step (made if it has none); returns
+  // it, for what only the first token's event carries.
+  control::TokenEvent& emit(uint64_t request_id, std::vector<int32_t> tokens,
+                            FinishReason finish_reason, std::string error,
+                            std::vector<control::TokenLogprobs> logprobs = {});
   void flush_events();
   static uint64_t transfer_id_for(uint64_t request_id);
 
