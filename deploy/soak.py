@@ -15,10 +15,12 @@ notice it sends after each start (BATON_FAULT_DROP_NOTICES, --drop-notices).
 At the end:
 
   * every node is up, idle, and its pool's free blocks equal its total;
-  * no process has grown: each role's last RSS is at most --rss-growth
-    times the most it held in the run's second quarter, plus 64 MiB (the
-    first quarter is warm-up: KV pools are touched page by page as the
-    prefix cache fills them);
+  * no process has grown: each role's last private resident memory
+    (RssAnon) is at most --rss-growth times the most it held in the run's
+    second quarter, plus 64 MiB (the first quarter is warm-up). Shared
+    memory is left out: a prefill node maps its peers' KV pools (UCX over
+    shared memory) and touches their pages as it writes blocks, up to the
+    pools' size, and lets a dead peer's go; it is logged beside;
   * every request that failed says why (a non-empty error), and the share
     that failed is below --max-failed (only requests a fault struck should
     fail).
@@ -66,8 +68,8 @@ def drained(port, expected):
 
 
 def roles(up_pid):
-    """{role name: (pid, RSS in bytes)} of the roles below `baton up`, by
-    the argument after --name, or "router"."""
+    """{role name: (pid, private RSS, shared RSS in bytes)} of the roles
+    below `baton up`, by the argument after --name, or "router"."""
     out = {}
     try:
         with open(f"/proc/{up_pid}/task/{up_pid}/children") as f:
@@ -79,11 +81,12 @@ def roles(up_pid):
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 args = [a.decode() for a in f.read().split(b"\0") if a]
             with open(f"/proc/{pid}/status") as f:
-                rss = next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmRSS:"))
-        except (OSError, StopIteration):
+                status = {line.split(":")[0]: line.split()[1] for line in f if ":" in line}
+            anon, shared = int(status["RssAnon"]) * 1024, int(status["RssShmem"]) * 1024
+        except (OSError, KeyError, IndexError, ValueError):
             continue
         name = args[args.index("--name") + 1] if "--name" in args else "router"
-        out[name] = (pid, rss)
+        out[name] = (pid, anon, shared)
     return out
 
 
@@ -225,12 +228,14 @@ def main():
              "--seed", str(args.seed), "--save-detailed", "--save-result", result],
             stdout=open(os.path.join(work, "bench.txt"), "w"), stderr=subprocess.STDOUT)
 
-        baseline, last, faults = {}, {}, []
+        baseline, last, shared, faults = {}, {}, {}, []
         started = time.time()
         next_fault = started + rng.expovariate(1 / args.fault_every)
         while bench.poll() is None:
             time.sleep(1)
-            rss = {role: value for role, (_, value) in roles(up.pid).items()}
+            now = roles(up.pid)
+            rss = {role: anon for role, (_, anon, _) in now.items()}
+            shared.update({role: shm for role, (_, _, shm) in now.items()})
             last.update(rss)
             if args.duration / 4 <= time.time() - started < args.duration / 2:
                 for role, value in rss.items():
@@ -252,7 +257,7 @@ def main():
         for role, base in baseline.items():
             end = last.get(role, 0)
             if end > base * args.rss_growth + (64 << 20):
-                problems.append(f"{role}: RSS grew from {base >> 20} MiB to {end >> 20} MiB")
+                problems.append(f"{role}: private RSS grew from {base >> 20} MiB to {end >> 20} MiB")
 
         if not os.path.exists(result):
             with open(os.path.join(work, "bench.txt")) as f:
@@ -260,8 +265,10 @@ def main():
         else:
             with open(result) as f:
                 report(args, json.load(f), faults, up_log.name, problems)
-            log("RSS (MiB), most in the second quarter -> end: " + ", ".join(
+            log("private RSS (MiB), most in the second quarter -> end: " + ", ".join(
                 f"{r} {baseline.get(r, 0) >> 20} -> {last.get(r, 0) >> 20}" for r in sorted(last)))
+            log("shared RSS at the end (MiB): " + ", ".join(
+                f"{r} {shared.get(r, 0) >> 20}" for r in sorted(shared)))
     finally:
         if up.poll() is None:
             os.killpg(up.pid, signal.SIGTERM)
