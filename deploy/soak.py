@@ -81,8 +81,9 @@ def roles(up_pid):
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 args = [a.decode() for a in f.read().split(b"\0") if a]
             with open(f"/proc/{pid}/status") as f:
-                status = {line.split(":")[0]: line.split()[1] for line in f if ":" in line}
-            anon, shared = int(status["RssAnon"]) * 1024, int(status["RssShmem"]) * 1024
+                status = dict(line.split(":", 1) for line in f if ":" in line)
+            anon = int(status["RssAnon"].split()[0]) * 1024
+            shared = int(status["RssShmem"].split()[0]) * 1024
         except (OSError, KeyError, IndexError, ValueError):
             continue
         name = args[args.index("--name") + 1] if "--name" in args else "router"
