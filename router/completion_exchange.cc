@@ -205,6 +205,17 @@ std::string CompletionExchange::token_text(int32_t id) const {
   return json::parse(dump(json(detokenize({id})))).get<std::string>();
 }
 
+json CompletionExchange::top_map(const control::TokenLogprobs& scored) const {
+  json top = json::object();
+  for (size_t k = 0; k < scored.top_ids.size(); ++k) {
+    // Alternatives that render as the same text share a key: keep the likeliest.
+    std::string key = token_text(scored.top_ids[k]);
+    if (!top.contains(key) || top[key].get<float>() < scored.top_logprobs[k])
+      top[key] = scored.top_logprobs[k];
+  }
+  return top;
+}
+
 json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
                                        size_t& text_offset) const {
   auto bytes_of = [](const std::string& text) {
@@ -236,14 +247,7 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
     std::string text = token_text(choice.tokens[t]);
     tokens.push_back(text);
     token_logprobs.push_back(lp.logprob);
-    json top = json::object();
-    for (size_t k = 0; k < lp.top_ids.size(); ++k) {
-      // Alternatives that render as the same text share a key: keep the likeliest.
-      std::string key = token_text(lp.top_ids[k]);
-      if (!top.contains(key) || top[key].get<float>() < lp.top_logprobs[k])
-        top[key] = lp.top_logprobs[k];
-    }
-    top_logprobs.push_back(top);
+    top_logprobs.push_back(top_map(lp));
     text_offset_list.push_back(text_offset);
     text_offset += text.size();
   }
@@ -272,13 +276,7 @@ json CompletionExchange::with_prompt(const ChoiceState& choice, json logprobs) c
       continue;
     }
     token_logprobs.push_back(scored->logprob);
-    json top = json::object();
-    for (size_t k = 0; k < scored->top_ids.size(); ++k) {
-      std::string key = token_text(scored->top_ids[k]);
-      if (!top.contains(key) || top[key].get<float>() < scored->top_logprobs[k])
-        top[key] = scored->top_logprobs[k];
-    }
-    top_logprobs.push_back(top);
+    top_logprobs.push_back(top_map(*scored));
   }
   const std::pair<const char*, json*> parts[] = {{"tokens", &tokens},
                                                  {"token_logprobs", &token_logprobs},

@@ -105,6 +105,8 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   // becomes U+FFFD, as the JSON output would make it), so equal keys of a
   // top_logprobs map compare equal here.
   std::string token_text(int32_t id) const;
+  // Completions' top_logprobs entry of one token: alternative text -> log-probability.
+  nlohmann::json top_map(const control::TokenLogprobs& scored) const;
   // The choice's `logprobs` object in the endpoint's shape.
   // Tokens [begin, end) of the choice; `text_offset` is where token `begin`'s
   // text starts and comes back advanced past `end`'s (completions shape).

@@ -31,6 +31,31 @@ std::vector<std::filesystem::path> golden_dirs() {
   return dirs;
 }
 
+// A checkpoint's token sequence and transformers' log-probabilities after
+// each of its tokens.
+struct Golden {
+  nlohmann::json doc;
+  std::vector<int32_t> tokens;
+  std::vector<std::vector<double>> log_probs;
+};
+Golden read_golden(const std::filesystem::path& dir) {
+  std::ifstream in(dir / "golden.json");
+  Golden g{nlohmann::json::parse(in), {}, {}};
+  g.tokens = g.doc["token_ids"].get<std::vector<int32_t>>();
+  g.log_probs = g.doc["log_probs"].get<std::vector<std::vector<double>>>();
+  return g;
+}
+
+// F32 KV in small blocks, as the golden comparisons run.
+EngineConfig golden_engine_config() {
+  EngineConfig config;
+  config.threads = 2;
+  config.block_size = 4;
+  config.kv_cache_blocks = 64;
+  config.kv_dtype = DType::kF32;
+  return config;
+}
+
 class GoldenTest : public ::testing::TestWithParam<std::filesystem::path> {};
 
 TEST(Golden, AllCheckpointsPresent) {
@@ -40,18 +65,13 @@ TEST(Golden, AllCheckpointsPresent) {
 
 TEST_P(GoldenTest, LogprobsAndGreedyMatchTransformers) {
   const auto dir = GetParam();
-  std::ifstream in(dir / "golden.json");
-  auto golden = nlohmann::json::parse(in);
-  const auto tokens = golden["token_ids"].get<std::vector<int32_t>>();
-  const auto expected = golden["log_probs"].get<std::vector<std::vector<double>>>();
+  const Golden read = read_golden(dir);
+  const nlohmann::json& golden = read.doc;
+  const std::vector<int32_t>& tokens = read.tokens;
+  const std::vector<std::vector<double>>& expected = read.log_probs;
   ASSERT_EQ(expected.size(), tokens.size());
 
-  EngineConfig config;
-  config.threads = 2;
-  config.block_size = 4;
-  config.kv_cache_blocks = 64;
-  config.kv_dtype = DType::kF32;
-  auto created = Engine::create(dir, config);
+  auto created = Engine::create(dir, golden_engine_config());
   ASSERT_TRUE(created.is_ok()) << created.status().to_string();
   Engine& engine = **created;
   const int32_t vocab = engine.model_config().vocab_size;
@@ -169,17 +189,12 @@ INSTANTIATE_TEST_SUITE_P(Formats, KvDriftTest,
 // again.
 TEST_P(GoldenTest, PromptLogprobsMatchTransformers) {
   const auto dir = GetParam();
-  std::ifstream in(dir / "golden.json");
-  auto golden = nlohmann::json::parse(in);
-  const auto tokens = golden["token_ids"].get<std::vector<int32_t>>();
-  const auto expected = golden["log_probs"].get<std::vector<std::vector<double>>>();
+  const Golden read = read_golden(dir);
+  const std::vector<int32_t>& tokens = read.tokens;
+  const std::vector<std::vector<double>>& expected = read.log_probs;
   ASSERT_EQ(expected.size(), tokens.size());
 
-  EngineConfig config;
-  config.threads = 2;
-  config.block_size = 4;
-  config.kv_cache_blocks = 64;
-  config.kv_dtype = DType::kF32;
+  EngineConfig config = golden_engine_config();
   config.max_num_batched_tokens = 7;  // chunks that end mid-prompt and mid-block
   auto created = Engine::create(dir, config);
   ASSERT_TRUE(created.is_ok()) << created.status().to_string();
