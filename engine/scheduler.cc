@@ -7,7 +7,6 @@
 #include <string>
 
 #include "common/check.h"
-#include "common/prefix_hash.h"
 #include "kernels/cpu/sampling.h"
 
 namespace baton::engine {
@@ -18,7 +17,8 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
       config_(config),
       max_model_len_(config.max_model_len > 0 ? config.max_model_len
                                               : model.config().max_position_embeddings),
-      blocks_(kv.layout().num_blocks) {
+      blocks_(kv.layout().num_blocks),
+      prefix_cache_(blocks_, kv, config.enable_prefix_caching) {
   // A sequence can never hold more tokens than the whole pool: past that it
   // would preempt itself forever. It ends with "length" there instead, and
   // users are told at start-up.
@@ -82,8 +82,8 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   const auto tokens = int32_t(seq->prompt.size());
   // The prefix the cache holds is not transferred: the sequence shares it,
   // and the part the SSD tier holds is read while the prefill node computes.
-  share_cached_prefix(*seq);
-  start_remote_ssd_restore(*seq);
+  prefix_cache_.share_prefix(*seq);
+  prefix_cache_.start_remote_restore(*seq);
   const int32_t shared = seq->num_computed;
   const int32_t needed =
       seq->block_table.blocks_needed(tokens) - int32_t(seq->block_table.blocks().size());
@@ -101,7 +101,7 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   // sequence's blocks: a block given back must not be written.
   if (kv_window_ > 0 && !seq->options.retain_blocks && !seq->ssd_restoring)
     seq->block_table.release_before(blocks_, tokens - kv_window_ + 1);
-  count_prefix_lookup(*seq);
+  prefix_cache_.count_lookup(*seq);
   seq->awaiting_kv = true;
   ++next_id_;
   const int64_t id = seq->id;
@@ -139,7 +139,7 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   }
   Sequence& seq = **it;
   // Blocks the SSD tier is still reading: the KV is not all there before.
-  while (seq.ssd_restoring && !ssd_restores_.empty()) land_ssd_restores(/*wait=*/true);
+  while (seq.ssd_restoring && prefix_cache_.restoring()) land_restores(/*wait=*/true);
   BATON_CHECK(!seq.ssd_restoring);
   const auto prompt_tokens = int32_t(seq.prompt.size());
   seq.awaiting_kv = false;
@@ -161,7 +161,7 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   // The prompt's KV is all there: its full blocks join the prefix cache now,
   // so the next reservation of the same prefix shares them (even if this
   // first token already finishes the sequence).
-  register_full_blocks(seq, seq.num_computed);
+  prefix_cache_.register_full_blocks(seq, seq.num_computed);
   seq.rng.discard(rng_draws);
   if (seq.options.logprobs > 0) {
     // The prefill node computed this token's log-probabilities; without them
@@ -265,10 +265,10 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
   // nobody): the blocks their tokens fill this step are registered now, and
   // sequences admitted below share them (as with admission, below).
   for (const Scheduled& s : scheduled) {
-    register_full_blocks(*s.sequence, s.sequence->num_computed + s.num_tokens);
+    prefix_cache_.register_full_blocks(*s.sequence, s.sequence->num_computed + s.num_tokens);
   }
   // Restores from the SSD tier that landed meanwhile let their sequences in.
-  land_ssd_restores(/*wait=*/false);
+  land_restores(/*wait=*/false);
   admit_waiting(scheduled, budget);
   return scheduled;
 }
@@ -281,15 +281,18 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
     Sequence& seq = *waiting_[w];
     // Prompt log-probabilities need the logits of every prompt position.
     const bool computes_whole_prompt = seq.options.prompt_logprobs >= 0;
-    if (!computes_whole_prompt && !seq.ssd_restoring && start_ssd_restore(seq, budget) &&
-        !ssd_->loads_are_asynchronous()) {
-      land_ssd_restores(/*wait=*/false);  // read already: lands now
+    if (!computes_whole_prompt && prefix_cache_.start_restore(seq, budget) &&
+        !prefix_cache_.loads_are_asynchronous()) {
+      // Read already: it lands now, and the sequence moves to the head.
+      land_restores(/*wait=*/false);
+      w = size_t(std::ranges::find_if(waiting_, [&](const auto& s) { return s.get() == &seq; }) -
+                 waiting_.begin());
     }
     if (seq.ssd_restoring) {
       ++w;
       continue;
     }
-    if (!computes_whole_prompt) share_cached_prefix(seq);
+    if (!computes_whole_prompt) prefix_cache_.share_prefix(seq);
     int32_t n = std::min(seq.num_pending(), budget);
     if (seq.num_computed > 0) {
       // A cached prefix (restored from SSD, perhaps, at a step whose budget
@@ -305,7 +308,7 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
       seq.registered_blocks = 0;
       break;
     }
-    count_prefix_lookup(seq);
+    prefix_cache_.count_lookup(seq);
     // The blocks this step fills are registered now, not after the step:
     // a sequence admitted after this one in the same step then shares them.
     // The forward pass stores every token's K/V of a layer before any
@@ -313,7 +316,7 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
     // written. Only once preemption is over: nothing after this point can
     // preempt this sequence (and leave a registered block unwritten)
     // before the step runs.
-    register_full_blocks(seq, seq.num_computed + n);
+    prefix_cache_.register_full_blocks(seq, seq.num_computed + n);
     running_.push_back(std::move(waiting_[w]));
     waiting_.erase(waiting_.begin() + ptrdiff_t(w));
     scheduled.push_back({&seq, n});
@@ -321,257 +324,32 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
   }
 }
 
-BlockKey Scheduler::block_key(Sequence& seq, int32_t j) {
-  const int32_t bs = seq.block_table.block_size();
-  thread_local std::vector<int32_t> tokens;
-  tokens.resize(size_t(bs));
-  while (int32_t(seq.block_hashes.size()) <= j) {
-    const auto k = int32_t(seq.block_hashes.size());
-    for (int32_t t = 0; t < bs; ++t) tokens[size_t(t)] = seq.token_at(k * bs + t);
-    const uint64_t parent = k == 0 ? kNoParent : seq.block_hashes.back();
-    seq.block_hashes.push_back(prefix_block_hash(parent, tokens));
-  }
-  for (int32_t t = 0; t < bs; ++t) tokens[size_t(t)] = seq.token_at(j * bs + t);
-  return BlockKey{.hash = seq.block_hashes[size_t(j)],
-                  .parent = j == 0 ? kNoParent : seq.block_hashes[size_t(j) - 1],
-                  .tokens = tokens};
-}
-
-void Scheduler::share_cached_prefix(Sequence& seq) {
-  if (!config_.enable_prefix_caching || seq.num_computed != 0 || !seq.block_table.blocks().empty())
-    return;
-  const int32_t bs = seq.block_table.block_size();
-  const int32_t shareable = (seq.num_tokens() - 1) / bs;
-  int32_t j = 0;
-  for (; j < shareable; ++j) {
-    const std::optional<int32_t> block = blocks_.find(block_key(seq, j));
-    if (!block) break;
-    seq.block_table.share(blocks_, *block);
-  }
-  // What an asynchronous restore brought back was found above, in the pool.
-  seq.ssd_restored_blocks = std::clamp(j - seq.ssd_first_block, 0, seq.ssd_landed_blocks);
-  seq.num_computed = j * bs;
-  seq.registered_blocks = j;
-}
-
-void Scheduler::ssd_keys_to_restore(Sequence& seq, int32_t first, int32_t end, int32_t budget,
-                                    std::vector<int32_t>& tokens, std::vector<BlockKey>& keys) {
-  // The keys' tokens, copied: block_key() reuses one buffer.
-  const int32_t bs = seq.block_table.block_size();
-  for (int32_t j = first; j < end; ++j) {
-    const BlockKey key = block_key(seq, j);
-    if (!ssd_->contains(key)) break;
-    keys.push_back(key);
-    tokens.insert(tokens.end(), key.tokens.begin(), key.tokens.end());
-  }
-  // As many as leave room for the blocks of the chunk after them: a restore
-  // that took every free block would only make the admission fail.
-  auto fits = [&](int32_t k) {
-    const int32_t after = (first + k) * bs;
-    const int32_t chunk = std::min(seq.num_tokens() - after, budget);
-    const int32_t chunk_blocks = seq.block_table.blocks_needed(after + chunk) - (first + k);
-    return k + chunk_blocks <= blocks_.num_free();
-  };
-  auto k = int32_t(keys.size());
-  while (k > 0 && !fits(k)) --k;
-  keys.resize(size_t(k));
-  for (size_t i = 0; i < keys.size(); ++i) {
-    keys[i].tokens = std::span<const int32_t>(tokens).subspan(i * size_t(bs), size_t(bs));
+void Scheduler::land_restores(bool wait) {
+  if (!prefix_cache_.restoring()) return;
+  const std::vector<int64_t> landed =
+      prefix_cache_.land(wait, [this](int64_t id) { return find_queued(id); });
+  // A sequence whose restore landed goes to the head of the queue: it
+  // reached admission when its restore started, and admitted first now, it
+  // takes its blocks before any other admission can evict them. Landed
+  // sequences keep the order they landed in.
+  size_t head = 0;
+  for (const int64_t id : landed) {
+    const auto seq = std::ranges::find_if(waiting_, [&](const auto& s) { return s->id == id; });
+    if (seq == waiting_.end()) continue;
+    std::unique_ptr<Sequence> moved = std::move(*seq);
+    waiting_.erase(seq);
+    waiting_.insert(waiting_.begin() + ptrdiff_t(head++), std::move(moved));
   }
 }
 
-bool Scheduler::start_ssd_restore(Sequence& seq, int32_t budget) {
-  if (!ssd_ || seq.num_computed != 0 || !seq.block_table.blocks().empty()) return false;
-  const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
-  SsdRestore restore;
-  restore.sequence_id = seq.id;
-  // The cached prefix in the pool is held, not shared: the sequence holds no
-  // blocks while it waits, and these must not be evicted before it is
-  // admitted (the restored blocks continue them).
-  int32_t j = 0;
-  for (; j < shareable; ++j) {
-    const std::optional<int32_t> block = blocks_.find(block_key(seq, j));
-    if (!block) break;
-    blocks_.add_ref(*block);
-    restore.held.push_back(*block);
+Sequence* Scheduler::find_queued(int64_t id) {
+  for (const auto& seq : waiting_) {
+    if (seq->id == id) return seq.get();
   }
-  if (j < shareable) {
-    // A block another sequence's restore is reading: wait for that one
-    // rather than read it twice (a burst of requests sharing a prompt).
-    if (const auto [other, key] = restore_reading(block_key(seq, j).hash); other != nullptr) {
-      blocks_.release(restore.held);
-      other->waiters.push_back(seq.id);
-      seq.ssd_restoring = true;
-      return true;
-    }
-    ssd_keys_to_restore(seq, j, shareable, budget, restore.tokens, restore.keys);
+  for (const auto& seq : awaiting_) {
+    if (seq->id == id) return seq.get();
   }
-  if (!start_reading(restore)) {
-    blocks_.release(restore.held);
-    return false;
-  }
-  seq.ssd_restoring = true;
-  if (seq.ssd_landed_blocks == 0) seq.ssd_first_block = j;
-  ssd_restores_.push_back(std::move(restore));
-  return true;
-}
-
-void Scheduler::start_remote_ssd_restore(Sequence& seq) {
-  const int32_t bs = seq.block_table.block_size();
-  const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
-  if (!ssd_ || first >= shareable || share_remote_ssd_restore(seq)) return;
-  SsdRestore restore;
-  restore.sequence_id = seq.id;
-  // Only as many as leave room for the rest of the prompt.
-  ssd_keys_to_restore(seq, first, shareable, std::numeric_limits<int32_t>::max(), restore.tokens,
-                      restore.keys);
-  if (!start_reading(restore)) return;
-  // The table's own references; the restore keeps the allocation's until
-  // its reads land, so an abort meanwhile cannot free blocks being written.
-  for (const int32_t block : restore.fresh) seq.block_table.share(blocks_, block);
-  count_remote_restore(seq, first, int32_t(restore.fresh.size()));
-  ssd_restores_.push_back(std::move(restore));
-}
-
-std::pair<Scheduler::SsdRestore*, int32_t> Scheduler::restore_reading(uint64_t hash) {
-  for (SsdRestore& restore : ssd_restores_) {
-    const auto key =
-        std::ranges::find_if(restore.keys, [&](const BlockKey& k) { return k.hash == hash; });
-    if (key != restore.keys.end()) return {&restore, int32_t(key - restore.keys.begin())};
-  }
-  return {nullptr, 0};
-}
-
-bool Scheduler::start_reading(SsdRestore& restore) {
-  if (restore.keys.empty()) return false;
-  // Marked most recently used first: the blocks the allocation below evicts
-  // from the pool are saved to the SSD tier, which must not make room for
-  // them by dropping these.
-  ssd_->touch(restore.keys);
-  auto fresh = blocks_.allocate(int32_t(restore.keys.size()));
-  if (!fresh.is_ok()) return false;
-  restore.fresh = std::move(fresh).value();
-  restore.load = ssd_->start_load(restore.keys, kv_.data(), restore.fresh);
-  return true;
-}
-
-void Scheduler::count_remote_restore(Sequence& seq, int32_t first, int32_t blocks) {
-  seq.ssd_restoring = true;
-  seq.ssd_first_block = first;
-  seq.ssd_restored_blocks = blocks;
-  seq.num_computed = (first + blocks) * seq.block_table.block_size();
-  seq.registered_blocks = first + blocks;  // registered when the reads land
-}
-
-bool Scheduler::share_remote_ssd_restore(Sequence& seq) {
-  const int32_t bs = seq.block_table.block_size();
-  const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
-  const auto [other, first_key] = restore_reading(block_key(seq, first).hash);
-  if (other == nullptr) return false;
-  // As far as its keys go on being the sequence's (the hash covers every
-  // token before the block too).
-  int32_t n = 0;
-  while (first + n < shareable && first_key + n < int32_t(other->keys.size()) &&
-         other->keys[size_t(first_key + n)].hash == block_key(seq, first + n).hash)
-    ++n;
-  for (int32_t i = 0; i < n; ++i)
-    seq.block_table.share(blocks_, other->fresh[size_t(first_key + i)]);
-  other->sharers.push_back({seq.id, first_key, n, first});
-  count_remote_restore(seq, first, n);
-  return true;
-}
-
-void Scheduler::settle_remote_restore(Sequence& seq, int32_t first_block, int32_t blocks,
-                                      int32_t restored) {
-  seq.ssd_restoring = false;
-  const int32_t lost = blocks - std::clamp(restored, 0, blocks);
-  if (lost == 0) return;
-  seq.ssd_lost_from = first_block + blocks - lost;
-  seq.ssd_restored_blocks -= lost;
-  const int64_t lost_tokens = int64_t(lost) * seq.block_table.block_size();
-  prefix_hit_tokens_ -= lost_tokens;
-  prefix_ssd_hit_tokens_ -= lost_tokens;
-}
-
-void Scheduler::land_ssd_restores(bool wait) {
-  if (ssd_restores_.empty()) return;
-  size_t landed_first = 0;  // landed sequences keep their order at the head
-  for (const SsdKvStore::LandedLoad& landed : ssd_->finish_loads(wait)) {
-    const auto it = std::ranges::find_if(ssd_restores_,
-                                         [&](const SsdRestore& r) { return r.load == landed.id; });
-    BATON_CHECK(it != ssd_restores_.end());
-    if (!landed.result.problem.is_ok()) {
-      spdlog::warn("ssd cache: {}; computing that block again", landed.result.problem.message());
-    }
-    // Registered and released, the restored blocks are cached and most
-    // recently used: the sequence, admitted next, finds them with the
-    // prefix before them. Blocks not restored are simply free again.
-    for (int32_t i = 0; i < landed.result.restored; ++i)
-      blocks_.register_block(it->fresh[size_t(i)], it->keys[size_t(i)]);
-    blocks_.release(it->fresh);
-    blocks_.release(it->held);
-    // The sequence goes to the head of the queue: it reached admission when
-    // its restore started, and admitted first now, it takes its blocks
-    // before any other admission can evict them. An aborted one is gone, and
-    // what it restored stays cached.
-    for (auto seq = waiting_.begin(); seq != waiting_.end(); ++seq) {
-      if ((*seq)->id == it->sequence_id) {
-        (*seq)->ssd_restoring = false;
-        (*seq)->ssd_landed_blocks += landed.result.restored;
-        std::unique_ptr<Sequence> moved = std::move(*seq);
-        waiting_.erase(seq);
-        waiting_.insert(waiting_.begin() + ptrdiff_t(landed_first++), std::move(moved));
-        break;
-      }
-    }
-    for (auto& seq : waiting_) {
-      if (std::ranges::find(it->waiters, seq->id) != it->waiters.end()) seq->ssd_restoring = false;
-    }
-    // Remote reservations': the blocks that failed are not counted as hits.
-    for (auto& seq : awaiting_) {
-      if (seq->id == it->sequence_id) {
-        settle_remote_restore(*seq, seq->ssd_first_block, int32_t(it->fresh.size()),
-                              landed.result.restored);
-      }
-      for (const SsdRestore::Sharer& s : it->sharers) {
-        if (seq->id == s.sequence_id)
-          settle_remote_restore(*seq, s.first_block, s.blocks,
-                                landed.result.restored - s.first_key);
-      }
-    }
-    ssd_restores_.erase(it);
-  }
-}
-
-void Scheduler::count_prefix_lookup(const Sequence& seq) {
-  // A sequence's prompt is counted once: readmissions after a preemption
-  // find their own blocks, which says nothing about prompts sharing.
-  if (!config_.enable_prefix_caching || seq.num_preemptions > 0) return;
-  const auto prompt = int64_t(seq.prompt.size());
-  prefix_query_tokens_ += prompt;
-  prefix_hit_tokens_ += std::min<int64_t>(prompt, seq.num_computed);
-  prefix_ssd_hit_tokens_ += int64_t(seq.ssd_restored_blocks) * seq.block_table.block_size();
-}
-
-void Scheduler::attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
-  BATON_CHECK(config_.enable_prefix_caching);
-  ssd_ = std::move(store);
-  blocks_.set_eviction_hook(
-      [this](std::span<const BlockKey> keys, std::span<const int32_t> blocks) {
-        ssd_->save(keys, kv_.data(), blocks);
-      });
-}
-
-void Scheduler::register_full_blocks(Sequence& seq, int32_t computed) {
-  if (!config_.enable_prefix_caching) return;
-  // Blocks given back before they were registered (a remote prompt's, past
-  // its windows) leave a gap: no lookup, which walks the chain from the
-  // prompt's start, would reach the blocks after it.
-  if (seq.block_table.num_released() > seq.registered_blocks) return;
-  const int32_t full = computed / seq.block_table.block_size();
-  for (int32_t j = seq.registered_blocks; j < full; ++j)
-    blocks_.register_block(seq.block_table.blocks()[size_t(j)], block_key(seq, j));
-  seq.registered_blocks = std::max(seq.registered_blocks, full);
+  return nullptr;
 }
 
 void Scheduler::note_peak_usage() {
@@ -583,8 +361,8 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
   std::vector<Scheduled> scheduled = schedule();
   // Nothing to run but sequences whose blocks the SSD tier is reading:
   // wait for those reads instead of returning an empty step.
-  while (scheduled.empty() && !ssd_restores_.empty()) {
-    land_ssd_restores(/*wait=*/true);
+  while (scheduled.empty() && prefix_cache_.restoring()) {
+    land_restores(/*wait=*/true);
     scheduled = schedule();
   }
   last_step_ = {};
@@ -652,7 +430,7 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     seq.block_table.commit(scheduled[i].num_tokens);
     seq.num_computed += scheduled[i].num_tokens;
     seq.high_water = std::max(seq.high_water, seq.num_computed);
-    register_full_blocks(seq, seq.num_computed);
+    prefix_cache_.register_full_blocks(seq, seq.num_computed);
     // The next step's first query sits at num_computed and sees the last
     // kv_window_ positions. A prefill node's retained blocks all travel.
     if (kv_window_ > 0 && !seq.options.retain_blocks)
@@ -788,9 +566,9 @@ SchedulerStats Scheduler::stats() const {
                         .peak_used_blocks = peak_used_blocks_,
                         .preemptions = preemptions_,
                         .cached_blocks = blocks_.num_cached(),
-                        .prefix_query_tokens = prefix_query_tokens_,
-                        .prefix_hit_tokens = prefix_hit_tokens_,
-                        .prefix_ssd_hit_tokens = prefix_ssd_hit_tokens_};
+                        .prefix_query_tokens = prefix_cache_.counters().query_tokens,
+                        .prefix_hit_tokens = prefix_cache_.counters().hit_tokens,
+                        .prefix_ssd_hit_tokens = prefix_cache_.counters().ssd_hit_tokens};
 }
 
 }  // namespace baton::engine

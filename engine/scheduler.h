@@ -27,6 +27,7 @@
 #include "engine/model.h"
 #include "engine/sequence.h"
 #include "engine/ssd_kv_store.h"
+#include "engine/tiered_prefix_cache.h"
 
 namespace baton::engine {
 
@@ -139,7 +140,9 @@ class Scheduler {
 
   // Queued or running sequences exist (awaiting ones need no steps), or
   // reads from the SSD tier that a step must land (an aborted sequence's).
-  bool has_work() const { return !running_.empty() || !waiting_.empty() || !ssd_restores_.empty(); }
+  bool has_work() const {
+    return !running_.empty() || !waiting_.empty() || prefix_cache_.restoring();
+  }
   // Runs one step: schedules, runs the model, samples, retires finished ones.
   // A step that can schedule nothing because awaiting sequences hold the
   // blocks it needs does nothing and returns OK (last_step() is all zero).
@@ -157,71 +160,28 @@ class Scheduler {
   // The prefix cache's SSD tier: blocks evicted from the pool are saved
   // there, and a prompt's leading blocks found there (after those in the
   // pool) are read back instead of computed. Needs prefix caching on.
-  void attach_ssd_store(std::unique_ptr<SsdKvStore> store);
-  const SsdKvStore* ssd_store() const { return ssd_.get(); }
+  void attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
+    prefix_cache_.attach_ssd_store(std::move(store));
+  }
+  const SsdKvStore* ssd_store() const { return prefix_cache_.ssd_store(); }
 
  private:
   struct Scheduled {
     Sequence* sequence;
     int32_t num_tokens;
   };
-  struct SsdRestore;  // below
   std::vector<Scheduled> schedule();
   // Admits waiting sequences in arrival order into `scheduled` while blocks
   // and `budget` last, starting SSD restores and passing sequences whose
   // restores are in flight.
   void admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget);
   bool reserve_or_preempt(Sequence& sequence, int32_t tokens);
-  // The prefix cache's key of the sequence's full block j.
-  BlockKey block_key(Sequence& sequence, int32_t j);
-  // Before a waiting sequence with no blocks is admitted (or reserved for
-  // remote KV): shares the cached blocks its tokens start with (all but the
-  // last token, whose logits the step needs) and marks their tokens
-  // computed. Blocks an asynchronous restore brought back are among them.
-  void share_cached_prefix(Sequence& sequence);
-  // The sequence's full blocks first.. (up to end, exclusive) that the SSD
-  // tier holds, copied into `tokens` and `keys`, as many as leave room in
-  // the pool for the chunk of at most `budget` tokens that follows them.
-  void ssd_keys_to_restore(Sequence& sequence, int32_t first, int32_t end, int32_t budget,
-                           std::vector<int32_t>& tokens, std::vector<BlockKey>& keys);
-  // At admission of a sequence with no blocks: when the SSD tier holds blocks
-  // that continue its cached prefix, starts reading them into fresh pool
-  // blocks and returns true; the sequence waits until they land
-  // (land_ssd_restores), and then finds them cached. The running sequences
-  // compute meanwhile. A restore that the pool's free blocks cut short is
-  // continued at a later admission attempt.
-  bool start_ssd_restore(Sequence& sequence, int32_t budget);
-  // At a remote reservation, after the shared prefix: starts reading the
-  // blocks the SSD tier holds after it into fresh blocks of the sequence's
-  // table, counted as cached (the prefill node does not send them).
-  // activate_remote waits for the reads; blocks that fail are computed
-  // here then.
-  void start_remote_ssd_restore(Sequence& sequence);
-  // The same, when another restore is reading the blocks that continue the
-  // sequence's prefix: shares them instead of reading them again. True if
-  // it did.
-  bool share_remote_ssd_restore(Sequence& sequence);
-  // The in-flight restore reading the block of this key hash, and the key's
-  // index in it; null if none is.
-  std::pair<SsdRestore*, int32_t> restore_reading(uint64_t hash);
-  // Allocates fresh blocks for the restore's keys and starts reading them;
-  // false (nothing taken) if there are none or no blocks for them.
-  bool start_reading(SsdRestore& restore);
-  // A remote reservation's `blocks` blocks from `first` on are being read
-  // from the SSD tier: counted as cached.
-  void count_remote_restore(Sequence& sequence, int32_t first, int32_t blocks);
-  // A remote reservation's restore landed with `restored` of its `blocks`
-  // blocks (its blocks from `first_block` on): the rest count as lost.
-  void settle_remote_restore(Sequence& sequence, int32_t first_block, int32_t blocks,
-                             int32_t restored);
-  // Registers the blocks of restores that landed in the prefix cache and
-  // lets their sequences be admitted; `wait`: waits for one to land first.
-  void land_ssd_restores(bool wait);
-  // Counts an admission's (or a remote reservation's) lookup in the stats.
-  void count_prefix_lookup(const Sequence& sequence);
-  // Registers the sequence's blocks that are full once its first `computed`
-  // tokens are: after a step, or at admission for the blocks the step fills.
-  void register_full_blocks(Sequence& sequence, int32_t computed);
+  // Lands the SSD tier's restores that finished (`wait`: waits for one
+  // first) and moves the queued sequences whose restores landed to the head
+  // of the queue.
+  void land_restores(bool wait);
+  // A queued or awaiting sequence, or nullptr.
+  Sequence* find_queued(int64_t id);
   void preempt(Sequence& victim);
   Status validate(const std::vector<int32_t>& prompt, const GenerationOptions& options) const;
   void sample(Sequence& sequence, const float* logits, std::vector<StepOutput>* outputs);
@@ -246,11 +206,9 @@ class Scheduler {
   // everything.
   int32_t kv_window_ = 0;
   BlockManager blocks_;
+  TieredPrefixCache prefix_cache_;  // over blocks_ and the SSD tier
   int64_t next_id_ = 0;
   int64_t preemptions_ = 0;
-  int64_t prefix_query_tokens_ = 0;
-  int64_t prefix_hit_tokens_ = 0;
-  int64_t prefix_ssd_hit_tokens_ = 0;
   int32_t peak_used_blocks_ = 0;
   StepTokenCounts last_step_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
@@ -261,28 +219,6 @@ class Scheduler {
   std::vector<float> logits_;
   std::vector<float> adjusted_logits_;  // one row, when penalties or a bias change it
   LayerObserver layer_observer_;
-  std::unique_ptr<SsdKvStore> ssd_;
-  // An asynchronous restore in flight: the pool blocks of the prefix before
-  // it are held (so they stay cached until it lands), the fresh ones are
-  // being read.
-  struct SsdRestore {
-    int64_t sequence_id = 0;
-    int64_t load = 0;
-    std::vector<int32_t> held;
-    std::vector<int32_t> fresh;
-    std::vector<int32_t> tokens;  // the keys' tokens
-    std::vector<BlockKey> keys;
-    std::vector<int64_t> waiters;  // sequences that need these blocks too
-    // Remote reservations that share some of the fresh blocks in their
-    // tables: keys [first_key, first_key + blocks) are their blocks
-    // [first_block, ...).
-    struct Sharer {
-      int64_t sequence_id;
-      int32_t first_key, blocks, first_block;
-    };
-    std::vector<Sharer> sharers;
-  };
-  std::vector<SsdRestore> ssd_restores_;
   Status failure_;  // a failed forward pass's error, returned by every later step
   std::vector<StepSequenceInfo> step_info_;  // what the observer is shown
 };

@@ -77,7 +77,7 @@ struct Sequence {
   std::vector<uint64_t> block_hashes;
   int32_t registered_blocks = 0;
   int32_t ssd_restored_blocks = 0;  // of the shared ones, read back from the SSD tier
-  // The SSD tier's asynchronous restores (Scheduler::start_ssd_restore):
+  // The SSD tier's asynchronous restores (TieredPrefixCache::start_restore):
   // while one runs the sequence waits; those that landed brought its blocks
   // [ssd_first_block, + ssd_landed_blocks) to the pool, cached.
   bool ssd_restoring = false;

@@ -1,0 +1,261 @@
+#include "engine/tiered_prefix_cache.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <limits>
+
+#include "common/check.h"
+#include "common/prefix_hash.h"
+
+namespace baton::engine {
+
+TieredPrefixCache::TieredPrefixCache(BlockManager& blocks, KvPool& kv, bool enabled)
+    : blocks_(blocks), kv_(kv), enabled_(enabled) {}
+
+void TieredPrefixCache::attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
+  BATON_CHECK(enabled_);
+  ssd_ = std::move(store);
+  blocks_.set_eviction_hook(
+      [this](std::span<const BlockKey> keys, std::span<const int32_t> blocks) {
+        ssd_->save(keys, kv_.data(), blocks);
+      });
+}
+
+BlockKey TieredPrefixCache::block_key(Sequence& seq, int32_t j) {
+  const int32_t bs = seq.block_table.block_size();
+  thread_local std::vector<int32_t> tokens;
+  tokens.resize(size_t(bs));
+  while (int32_t(seq.block_hashes.size()) <= j) {
+    const auto k = int32_t(seq.block_hashes.size());
+    for (int32_t t = 0; t < bs; ++t) tokens[size_t(t)] = seq.token_at(k * bs + t);
+    const uint64_t parent = k == 0 ? kNoParent : seq.block_hashes.back();
+    seq.block_hashes.push_back(prefix_block_hash(parent, tokens));
+  }
+  for (int32_t t = 0; t < bs; ++t) tokens[size_t(t)] = seq.token_at(j * bs + t);
+  return BlockKey{.hash = seq.block_hashes[size_t(j)],
+                  .parent = j == 0 ? kNoParent : seq.block_hashes[size_t(j) - 1],
+                  .tokens = tokens};
+}
+
+void TieredPrefixCache::share_prefix(Sequence& seq) {
+  if (!enabled_ || seq.num_computed != 0 || !seq.block_table.blocks().empty()) return;
+  const int32_t bs = seq.block_table.block_size();
+  const int32_t shareable = (seq.num_tokens() - 1) / bs;
+  int32_t j = 0;
+  for (; j < shareable; ++j) {
+    const std::optional<int32_t> block = blocks_.find(block_key(seq, j));
+    if (!block) break;
+    seq.block_table.share(blocks_, *block);
+  }
+  // What an asynchronous restore brought back was found above, in the pool.
+  seq.ssd_restored_blocks = std::clamp(j - seq.ssd_first_block, 0, seq.ssd_landed_blocks);
+  seq.num_computed = j * bs;
+  seq.registered_blocks = j;
+}
+
+void TieredPrefixCache::register_full_blocks(Sequence& seq, int32_t computed) {
+  if (!enabled_) return;
+  // Blocks given back before they were registered (a remote prompt's, past
+  // its windows) leave a gap: no lookup, which walks the chain from the
+  // prompt's start, would reach the blocks after it.
+  if (seq.block_table.num_released() > seq.registered_blocks) return;
+  const int32_t full = computed / seq.block_table.block_size();
+  for (int32_t j = seq.registered_blocks; j < full; ++j)
+    blocks_.register_block(seq.block_table.blocks()[size_t(j)], block_key(seq, j));
+  seq.registered_blocks = std::max(seq.registered_blocks, full);
+}
+
+void TieredPrefixCache::count_lookup(const Sequence& seq) {
+  // A sequence's prompt is counted once: readmissions after a preemption
+  // find their own blocks, which says nothing about prompts sharing.
+  if (!enabled_ || seq.num_preemptions > 0) return;
+  const auto prompt = int64_t(seq.prompt.size());
+  counters_.query_tokens += prompt;
+  counters_.hit_tokens += std::min<int64_t>(prompt, seq.num_computed);
+  counters_.ssd_hit_tokens += int64_t(seq.ssd_restored_blocks) * seq.block_table.block_size();
+}
+
+void TieredPrefixCache::keys_to_restore(Sequence& seq, int32_t first, int32_t end, int32_t budget,
+                                        std::vector<int32_t>& tokens, std::vector<BlockKey>& keys) {
+  // The keys' tokens, copied: block_key() reuses one buffer.
+  const int32_t bs = seq.block_table.block_size();
+  for (int32_t j = first; j < end; ++j) {
+    const BlockKey key = block_key(seq, j);
+    if (!ssd_->contains(key)) break;
+    keys.push_back(key);
+    tokens.insert(tokens.end(), key.tokens.begin(), key.tokens.end());
+  }
+  // As many as leave room for the blocks of the chunk after them: a restore
+  // that took every free block would only make the admission fail.
+  auto fits = [&](int32_t k) {
+    const int32_t after = (first + k) * bs;
+    const int32_t chunk = std::min(seq.num_tokens() - after, budget);
+    const int32_t chunk_blocks = seq.block_table.blocks_needed(after + chunk) - (first + k);
+    return k + chunk_blocks <= blocks_.num_free();
+  };
+  auto k = int32_t(keys.size());
+  while (k > 0 && !fits(k)) --k;
+  keys.resize(size_t(k));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    keys[i].tokens = std::span<const int32_t>(tokens).subspan(i * size_t(bs), size_t(bs));
+  }
+}
+
+bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget) {
+  if (!ssd_ || seq.ssd_restoring || seq.num_computed != 0 || !seq.block_table.blocks().empty())
+    return false;
+  const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
+  Restore restore;
+  restore.sequence_id = seq.id;
+  // The cached prefix in the pool is held, not shared: the sequence holds no
+  // blocks while it waits, and these must not be evicted before it is
+  // admitted (the restored blocks continue them).
+  int32_t j = 0;
+  for (; j < shareable; ++j) {
+    const std::optional<int32_t> block = blocks_.find(block_key(seq, j));
+    if (!block) break;
+    blocks_.add_ref(*block);
+    restore.held.push_back(*block);
+  }
+  if (j < shareable) {
+    // A block another sequence's restore is reading: wait for that one
+    // rather than read it twice (a burst of requests sharing a prompt).
+    if (const auto [other, key] = restore_reading(block_key(seq, j).hash); other != nullptr) {
+      blocks_.release(restore.held);
+      other->waiters.push_back(seq.id);
+      seq.ssd_restoring = true;
+      return true;
+    }
+    keys_to_restore(seq, j, shareable, budget, restore.tokens, restore.keys);
+  }
+  if (!start_reading(restore)) {
+    blocks_.release(restore.held);
+    return false;
+  }
+  seq.ssd_restoring = true;
+  if (seq.ssd_landed_blocks == 0) seq.ssd_first_block = j;
+  restores_.push_back(std::move(restore));
+  return true;
+}
+
+void TieredPrefixCache::start_remote_restore(Sequence& seq) {
+  const int32_t bs = seq.block_table.block_size();
+  const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
+  if (!ssd_ || first >= shareable || share_remote_restore(seq)) return;
+  Restore restore;
+  restore.sequence_id = seq.id;
+  // Only as many as leave room for the rest of the prompt.
+  keys_to_restore(seq, first, shareable, std::numeric_limits<int32_t>::max(), restore.tokens,
+                  restore.keys);
+  if (!start_reading(restore)) return;
+  // The table's own references; the restore keeps the allocation's until
+  // its reads land, so an abort meanwhile cannot free blocks being written.
+  for (const int32_t block : restore.fresh) seq.block_table.share(blocks_, block);
+  count_remote_restore(seq, first, int32_t(restore.fresh.size()));
+  restores_.push_back(std::move(restore));
+}
+
+std::pair<TieredPrefixCache::Restore*, int32_t> TieredPrefixCache::restore_reading(uint64_t hash) {
+  for (Restore& restore : restores_) {
+    const auto key =
+        std::ranges::find_if(restore.keys, [&](const BlockKey& k) { return k.hash == hash; });
+    if (key != restore.keys.end()) return {&restore, int32_t(key - restore.keys.begin())};
+  }
+  return {nullptr, 0};
+}
+
+bool TieredPrefixCache::start_reading(Restore& restore) {
+  if (restore.keys.empty()) return false;
+  // Marked most recently used first: the blocks the allocation below evicts
+  // from the pool are saved to the SSD tier, which must not make room for
+  // them by dropping these.
+  ssd_->touch(restore.keys);
+  auto fresh = blocks_.allocate(int32_t(restore.keys.size()));
+  if (!fresh.is_ok()) return false;
+  restore.fresh = std::move(fresh).value();
+  restore.load = ssd_->start_load(restore.keys, kv_.data(), restore.fresh);
+  return true;
+}
+
+bool TieredPrefixCache::share_remote_restore(Sequence& seq) {
+  const int32_t bs = seq.block_table.block_size();
+  const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
+  const auto [other, first_key] = restore_reading(block_key(seq, first).hash);
+  if (other == nullptr) return false;
+  // As far as its keys go on being the sequence's (the hash covers every
+  // token before the block too).
+  int32_t n = 0;
+  while (first + n < shareable && first_key + n < int32_t(other->keys.size()) &&
+         other->keys[size_t(first_key + n)].hash == block_key(seq, first + n).hash)
+    ++n;
+  for (int32_t i = 0; i < n; ++i)
+    seq.block_table.share(blocks_, other->fresh[size_t(first_key + i)]);
+  other->sharers.push_back({seq.id, first_key, n, first});
+  count_remote_restore(seq, first, n);
+  return true;
+}
+
+void TieredPrefixCache::count_remote_restore(Sequence& seq, int32_t first, int32_t blocks) {
+  seq.ssd_restoring = true;
+  seq.ssd_first_block = first;
+  seq.ssd_restored_blocks = blocks;
+  seq.num_computed = (first + blocks) * seq.block_table.block_size();
+  seq.registered_blocks = first + blocks;  // registered when the reads land
+}
+
+void TieredPrefixCache::settle_remote_restore(Sequence& seq, int32_t first_block, int32_t blocks,
+                                              int32_t restored) {
+  seq.ssd_restoring = false;
+  const int32_t lost = blocks - std::clamp(restored, 0, blocks);
+  if (lost == 0) return;
+  seq.ssd_lost_from = first_block + blocks - lost;
+  seq.ssd_restored_blocks -= lost;
+  const int64_t lost_tokens = int64_t(lost) * seq.block_table.block_size();
+  counters_.hit_tokens -= lost_tokens;
+  counters_.ssd_hit_tokens -= lost_tokens;
+}
+
+std::vector<int64_t> TieredPrefixCache::land(bool wait, const SequenceLookup& find) {
+  std::vector<int64_t> landed_owners;
+  if (restores_.empty()) return landed_owners;
+  for (const SsdKvStore::LandedLoad& landed : ssd_->finish_loads(wait)) {
+    const auto it =
+        std::ranges::find_if(restores_, [&](const Restore& r) { return r.load == landed.id; });
+    BATON_CHECK(it != restores_.end());
+    const int32_t restored = landed.result.restored;
+    if (!landed.result.problem.is_ok()) {
+      spdlog::warn("ssd cache: {}; computing that block again", landed.result.problem.message());
+    }
+    // Registered and released, the restored blocks are cached and most
+    // recently used: the sequence, admitted next, finds them with the
+    // prefix before them. Blocks not restored are simply free again; an
+    // aborted sequence's restored ones stay cached.
+    for (int32_t i = 0; i < restored; ++i)
+      blocks_.register_block(it->fresh[size_t(i)], it->keys[size_t(i)]);
+    blocks_.release(it->fresh);
+    blocks_.release(it->held);
+    if (Sequence* owner = find(it->sequence_id)) {
+      if (owner->awaiting_kv) {
+        // A reservation's blocks that failed are not counted as hits.
+        settle_remote_restore(*owner, owner->ssd_first_block, int32_t(it->fresh.size()), restored);
+      } else {
+        owner->ssd_restoring = false;
+        owner->ssd_landed_blocks += restored;
+        landed_owners.push_back(owner->id);
+      }
+    }
+    for (const int64_t id : it->waiters) {
+      if (Sequence* waiter = find(id); waiter != nullptr && !waiter->awaiting_kv)
+        waiter->ssd_restoring = false;
+    }
+    for (const Restore::Sharer& s : it->sharers) {
+      if (Sequence* sharer = find(s.sequence_id); sharer != nullptr && sharer->awaiting_kv)
+        settle_remote_restore(*sharer, s.first_block, s.blocks, restored - s.first_key);
+    }
+    restores_.erase(it);
+  }
+  return landed_owners;
+}
+
+}  // namespace baton::engine

@@ -1,0 +1,144 @@
+// engine/tiered_prefix_cache.h — the prefix cache over its two tiers: the
+// KV pool's registered blocks (BlockManager) and the SSD store below them.
+//
+// A full block's key is its tokens and the hash of every token before it
+// (common/prefix_hash.h). Blocks a sequence computed are registered under
+// their keys; a later sequence whose tokens start the same way shares them
+// instead of computing them. When the pool evicts a registered block, the
+// SSD tier saves it; a prompt whose next blocks are no longer in the pool
+// but are on SSD gets them read back into fresh pool blocks, asynchronously,
+// while the scheduler keeps computing the running sequences.
+//
+// The scheduler asks it to match a prefix (share_prefix), to start restores
+// (start_restore for a queued sequence, start_remote_restore for a decode
+// node's reservation) and to land the restores that finished (land). It
+// keeps the restores in flight, who waits on them, and the hit counters;
+// the per-sequence state it reads and writes is the prefix-cache part of
+// Sequence (registered_blocks, block_hashes and the ssd_* fields). The
+// scheduler keeps the queues and decides who runs.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "engine/block_manager.h"
+#include "engine/kv_pool.h"
+#include "engine/sequence.h"
+#include "engine/ssd_kv_store.h"
+
+namespace baton::engine {
+
+struct PrefixCacheCounters {
+  int64_t query_tokens = 0;    // prompt tokens looked up at first admission or reservation
+  int64_t hit_tokens = 0;      // of those, found cached and not computed
+  int64_t ssd_hit_tokens = 0;  // of the hits, read back from the SSD tier
+};
+
+class TieredPrefixCache {
+ public:
+  // `enabled` false: nothing is ever shared or registered (every verb is a
+  // no-op), and no SSD tier can be attached.
+  TieredPrefixCache(BlockManager& blocks, KvPool& kv, bool enabled);
+  TieredPrefixCache(const TieredPrefixCache&) = delete;
+  TieredPrefixCache& operator=(const TieredPrefixCache&) = delete;
+
+  // The second tier: blocks evicted from the pool are saved there from now on.
+  void attach_ssd_store(std::unique_ptr<SsdKvStore> store);
+  const SsdKvStore* ssd_store() const { return ssd_.get(); }
+
+  // Match. For a sequence with no blocks and nothing computed: shares the
+  // cached blocks its tokens start with (all but the last token, whose
+  // logits a step needs) and marks their tokens computed. Blocks a restore
+  // brought back are among them.
+  void share_prefix(Sequence& sequence);
+  // Registers the sequence's blocks that are full once its first `computed`
+  // tokens are, so that later sequences share them.
+  void register_full_blocks(Sequence& sequence, int32_t computed);
+  // Counts a sequence's lookup (at its first admission or reservation).
+  void count_lookup(const Sequence& sequence);
+
+  // Restores for a queued sequence with no blocks: when the SSD tier holds
+  // blocks that continue its cached prefix, starts reading them into fresh
+  // pool blocks (as many as leave room for a chunk of `budget` tokens after
+  // them), or waits on another restore that reads them already; then the
+  // sequence is ssd_restoring and true is returned. Once land() has landed
+  // the reads, share_prefix finds the blocks cached. The pool blocks of the
+  // prefix before them are held meanwhile, so they stay cached.
+  bool start_restore(Sequence& sequence, int32_t budget);
+  // For a reservation after share_prefix: the blocks the SSD tier holds
+  // after the shared prefix are read into fresh blocks of the sequence's
+  // table (or shared from another restore reading them), counted as cached
+  // (the prefill node does not send them). Blocks the reads fail to bring
+  // back are reported by land() in ssd_lost_from.
+  void start_remote_restore(Sequence& sequence);
+  // Restores in flight (an aborted sequence's too: a step must land them).
+  bool restoring() const { return !restores_.empty(); }
+  // False when the SSD tier reads everything as a restore starts.
+  bool loads_are_asynchronous() const { return ssd_ && ssd_->loads_are_asynchronous(); }
+
+  using SequenceLookup = std::function<Sequence*(int64_t id)>;
+  // Registers the blocks of the restores whose reads landed (`wait`: waits
+  // for one first, if none has) and settles the sequences involved, as
+  // `find` returns them (queued or awaiting ones; null: gone). Returns the
+  // queued sequences whose own restores landed, in the order they landed.
+  std::vector<int64_t> land(bool wait, const SequenceLookup& find);
+
+  const PrefixCacheCounters& counters() const { return counters_; }
+
+ private:
+  // An asynchronous restore in flight: the pool blocks of the prefix before
+  // it are held (so they stay cached until it lands), the fresh ones are
+  // being read.
+  struct Restore {
+    int64_t sequence_id = 0;
+    int64_t load = 0;
+    std::vector<int32_t> held;
+    std::vector<int32_t> fresh;
+    std::vector<int32_t> tokens;  // the keys' tokens
+    std::vector<BlockKey> keys;
+    std::vector<int64_t> waiters;  // queued sequences that need these blocks too
+    // Reservations that share some of the fresh blocks in their tables:
+    // keys [first_key, first_key + blocks) are their blocks [first_block, ...).
+    struct Sharer {
+      int64_t sequence_id;
+      int32_t first_key, blocks, first_block;
+    };
+    std::vector<Sharer> sharers;
+  };
+
+  // The key of the sequence's full block j (its tokens are a buffer that
+  // the next call reuses).
+  static BlockKey block_key(Sequence& sequence, int32_t j);
+  // The sequence's full blocks first.. (up to end, exclusive) that the SSD
+  // tier holds, copied into `tokens` and `keys`, as many as leave room in
+  // the pool for the chunk of at most `budget` tokens that follows them.
+  void keys_to_restore(Sequence& sequence, int32_t first, int32_t end, int32_t budget,
+                       std::vector<int32_t>& tokens, std::vector<BlockKey>& keys);
+  // The restore in flight reading the block of this key hash, and the key's
+  // index in it; null if none is.
+  std::pair<Restore*, int32_t> restore_reading(uint64_t hash);
+  // Allocates fresh blocks for the restore's keys and starts reading them;
+  // false (nothing taken) if there are none or no blocks for them.
+  bool start_reading(Restore& restore);
+  // start_remote_restore when another restore reads the blocks that
+  // continue the sequence's prefix: shares them instead. True if it did.
+  bool share_remote_restore(Sequence& sequence);
+  // A reservation's `blocks` blocks from `first` on are being read: cached.
+  static void count_remote_restore(Sequence& sequence, int32_t first, int32_t blocks);
+  // A reservation's restore landed with `restored` of its `blocks` blocks
+  // (its blocks from `first_block` on): the rest count as lost.
+  void settle_remote_restore(Sequence& sequence, int32_t first_block, int32_t blocks,
+                             int32_t restored);
+
+  BlockManager& blocks_;
+  KvPool& kv_;
+  bool enabled_;
+  std::unique_ptr<SsdKvStore> ssd_;
+  std::vector<Restore> restores_;
+  PrefixCacheCounters counters_;
+};
+
+}  // namespace baton::engine
