@@ -197,16 +197,6 @@ bool TransferEngine::Impl::busy() const {
   return false;
 }
 
-Clock::time_point TransferEngine::Impl::next_timer(const Expectation& e) const {
-  // The times at which check_deadlines acts on `e`.
-  auto at = Clock::time_point::max();
-  if (!e.failed && !e.settled()) at = e.deadline;
-  if (e.failed && e.outstanding > 0) at = std::min(at, e.abandon_after);
-  if (awaits_puts_stopped(e))
-    at = std::min({at, e.abandon_after, e.last_grant + config_.close_timeout});
-  return at;
-}
-
 void TransferEngine::Impl::run() {
   constexpr int kProgressBurst = 64;
   // Busy polling must stay cheap: the clock and the command lock are touched
@@ -246,7 +236,7 @@ void TransferEngine::Impl::wait_for_events(Clock::time_point now) {
   // sender's word (kPutsStopped) is woken by the message, not by spinning.
   auto wait = config_.idle_wait;
   for (const auto& [id, e] : expectations_) {
-    const Clock::time_point at = next_timer(e);
+    const Clock::time_point at = e.next_timer(config_.close_timeout);
     if (at == Clock::time_point::max()) continue;
     auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - now);
     wait = std::clamp(left + std::chrono::milliseconds(1), std::chrono::milliseconds(0), wait);
@@ -294,9 +284,8 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
   for (auto& [id, t] : sends_) {
     // A failed (or cancelled) transfer still waiting for its operations past
     // the deadline is stuck on the same peer as one that missed it.
-    if (t.phase != SendTransfer::Phase::kDone && (t.failure.is_ok() || t.outstanding > 0) &&
-        now > t.deadline) {
-      fail_send(t, deadline_exceeded("transfer " + std::to_string(id) + " missed its deadline"));
+    if ((!t.failed() || t.outstanding > 0) && now > t.deadline) {
+      t.fail(deadline_exceeded("transfer " + std::to_string(id) + " missed its deadline"));
       expired_peers.push_back(t.peer);
       dirty_sends_.push_back(id);
     }
@@ -309,29 +298,28 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
     }
   }
   for (auto& [id, e] : expectations_) {
-    if (e.failed && e.outstanding > 0 && now > e.abandon_after) {
+    if (e.failed() && e.outstanding > 0 && now > e.abandon_after) {
       // Receives from a sender that vanished on a transport without failure
       // detection: nothing can fetch from a dead process any more.
       spdlog::warn("kv_transfer[{}]: abandoning {} receives of {} transfer {}", config_.node_name,
-                   e.outstanding, e.cancelled ? "cancelled" : "expired", id);
+                   e.outstanding, e.cancelled() ? "cancelled" : "expired", id);
       e.outstanding = 0;
       dirty_recvs_.push_back(id);
     }
-    if (awaits_puts_stopped(e) &&
+    if (e.awaits_puts_stopped() &&
         now > std::min(e.abandon_after, e.last_grant + config_.close_timeout)) {
       // Puts granted before the failure have had close_timeout to land, and
       // later ones would need a grant it no longer gives.
       spdlog::warn(
           "kv_transfer[{}]: the sender of {} transfer {} never reported its puts "
           "stopped; releasing its blocks",
-          config_.node_name, e.cancelled ? "cancelled" : "failed", id);
+          config_.node_name, e.cancelled() ? "cancelled" : "failed", id);
       e.puts_stopped = true;
       dirty_recvs_.push_back(id);
     }
-    if (!e.failed && !e.settled() && now > e.deadline) {
-      e.failed = true;
-      e.result = deadline_exceeded("expected transfer " + std::to_string(id) +
-                                   " did not complete in time");
+    if (e.open() && now > e.deadline) {
+      e.fail(deadline_exceeded("expected transfer " + std::to_string(id) +
+                               " did not complete in time"));
       dirty_recvs_.push_back(id);
     }
   }
@@ -347,13 +335,10 @@ void TransferEngine::Impl::shutdown() {
   }
   hash_jobs_.clear();  // every transfer fails below: no verdict or notice needs them
   for (auto& [id, t] : sends_) {
-    if (t.failure.is_ok()) t.failure = Status(StatusCode::kAborted, "transfer engine stopped");
+    t.fail(Status(StatusCode::kAborted, "transfer engine stopped"));
   }
   for (auto& [id, e] : expectations_) {
-    if (!e.failed && !e.judged) {
-      e.failed = true;
-      e.result = Status(StatusCode::kAborted, "transfer engine stopped");
-    }
+    e.fail(Status(StatusCode::kAborted, "transfer engine stopped"));
   }
   for (PeerId p = 0; p < peers_.size(); ++p) {
     if (peers_[p].phase != PeerState::Phase::kIdle) {
@@ -364,7 +349,7 @@ void TransferEngine::Impl::shutdown() {
   // puts have that long to say theirs stopped; then report.
   auto awaiting_puts = [&] {
     return std::any_of(expectations_.begin(), expectations_.end(),
-                       [&](const auto& entry) { return awaits_puts_stopped(entry.second); });
+                       [&](const auto& entry) { return entry.second.awaits_puts_stopped(); });
   };
   auto until = Clock::now() + config_.close_timeout;
   while (Clock::now() < until && (busy() || awaiting_puts())) {
@@ -469,6 +454,8 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
   peer.mode = rma                                 ? TransferMode::kRma
               : config_.mode == TransferMode::kAm ? TransferMode::kAm
                                                   : TransferMode::kTag;
+  peer.mover = make_byte_mover(peer.mode, peer.ep, peer.descriptor, peer.rkey.get(),
+                               peer.mode == TransferMode::kRma ? peer.mapped_pool : nullptr);
   peer.phase = PeerState::Phase::kReady;
   std::string lanes;
   for (const auto& t : peer.caps.transports) lanes += (lanes.empty() ? "" : " ") + t;
@@ -514,12 +501,13 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   // Fail this peer's transfers first, so completions arriving from the forced
   // close find them already failed.
   for (auto& [tid, t] : sends_) {
-    if (t.peer == id && t.phase != SendTransfer::Phase::kDone) {
-      fail_send(t, why);
+    if (t.peer == id) {
+      t.fail(why);
       dirty_sends_.push_back(tid);
     }
   }
   peer.waiting.clear();
+  peer.mover.reset();          // it holds the endpoint and the rkey
   peer.mapped_pool = nullptr;  // unmapped with the rkey
   peer.rkey.reset();           // rkeys go before their endpoint
   ucp_ep_h ep = std::exchange(peer.ep, nullptr);
@@ -531,7 +519,7 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   // sent; the peer gets none, as from a receiver that died.
   if (ep != nullptr) {
     for (auto& [tid, e] : expectations_) {
-      if (e.reply_ep == ep) e.reply_ep = nullptr;
+      if (e.reply_ep() == ep) e.forget_reply_ep();
     }
   }
   Status closed = close_endpoint(worker_.get(), ep, /*force=*/true, config_.close_timeout);
@@ -573,11 +561,11 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
           // tear it down, the next transfer builds a fresh one.
           failed_endpoints_.emplace_back(op->peer, op->generation, status);
         }
-        if (status != UCS_OK && t.failure.is_ok()) {
-          t.failure = Status(ucx_status_code(status),
-                             std::string("UCX operation failed: ") + ucs_status_string(status));
+        if (status != UCS_OK) {
+          t.fail(Status(ucx_status_code(status),
+                        std::string("UCX operation failed: ") + ucs_status_string(status)));
         }
-        if (op->kind == OpContext::kFlush && status == UCS_OK) t.flush_done = true;
+        if (op->kind == OpContext::kFlush && status == UCS_OK) t.flush_completed();
         dirty_sends_.push_back(op->transfer_id);
       }
       break;
@@ -590,10 +578,9 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
         if (status == UCS_OK) {
           e.received_bytes += op->bytes;
           hash_landed(e, op->layer, op->first_block, op->block_count, /*now=*/false);
-        } else if (!e.failed) {
-          e.failed = true;
-          e.result = Status(ucx_status_code(status),
-                            std::string("receiving KV data failed: ") + ucs_status_string(status));
+        } else {
+          e.fail(Status(ucx_status_code(status),
+                        std::string("receiving KV data failed: ") + ucs_status_string(status)));
         }
         dirty_recvs_.push_back(op->transfer_id);
       }

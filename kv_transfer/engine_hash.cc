@@ -31,7 +31,7 @@ bool TransferEngine::Impl::hash_slice() {
     int* pending = nullptr;
     if (job.sender) {
       auto it = sends_.find(job.transfer_id);
-      if (it != sends_.end() && it->second.serial == job.serial && it->second.failure.is_ok()) {
+      if (it != sends_.end() && it->second.serial == job.serial && !it->second.failed()) {
         hashes = &it->second.hashes;
         blocks = &it->second.spec.src_blocks;
         pending = &it->second.hash_jobs;
@@ -39,7 +39,7 @@ bool TransferEngine::Impl::hash_slice() {
     } else {
       auto it = expectations_.find(job.transfer_id);
       // A failed expectation's blocks may already belong to someone else.
-      if (it != expectations_.end() && it->second.serial == job.serial && !it->second.failed) {
+      if (it != expectations_.end() && it->second.serial == job.serial && !it->second.failed()) {
         hashes = &it->second.hashes;
         blocks = &it->second.spec.dst_blocks;
         pending = &it->second.hash_jobs;

@@ -20,6 +20,9 @@
 #include <vector>
 
 #include "kv_transfer/block_runs.h"
+#include "kv_transfer/byte_mover.h"
+#include "kv_transfer/expectation.h"
+#include "kv_transfer/send_transfer.h"
 #include "kv_transfer/serial_worker.h"
 #include "kv_transfer/transfer_engine.h"
 #include "kv_transfer/ucx_handles.h"
@@ -27,9 +30,6 @@
 #include "kv_transfer/wire.h"
 
 namespace baton::kv_transfer {
-
-inline constexpr uint32_t kAmControl = 11;  // notices, acks (and whatever garbage arrives)
-inline constexpr uint32_t kAmData = 12;     // one merged run of KV bytes
 
 // user_data of every UCX request we post.
 struct OpContext {
@@ -66,6 +66,8 @@ struct PeerState {  // progress thread
   // The peer's pool mapped into this process (ucp_rkey_ptr succeeded: UCX
   // allocated it from shared memory on this host), else null.
   uint8_t* mapped_pool = nullptr;
+  // How runs reach the peer's pool, chosen with `mode` once it is ready.
+  std::unique_ptr<ByteMover> mover;
   std::vector<uint64_t> waiting;  // transfers queued until connected
 };
 
@@ -88,77 +90,6 @@ inline std::vector<uint32_t> every_pair(size_t n) {
   for (size_t i = 0; i < n; ++i) pairs[i] = uint32_t(i);
   return pairs;
 }
-
-struct SendTransfer {  // progress thread
-  uint64_t serial = 0;
-  SendSpec spec;
-  PeerId peer = 0;
-  TransferCallback on_done;
-  Clock::time_point started, deadline;
-  std::vector<BlockRun> runs;
-  int32_t posted_end = 0;  // layers the caller has handed over
-  int32_t issued_end = 0;  // layers given to UCX
-  BlockHashes hashes;
-  // Chosen when the endpoint is ready; kAuto: the transfer ended before.
-  TransferMode mode = TransferMode::kAuto;
-  uint32_t ops = 0;
-  uint64_t bytes = 0;
-  int outstanding = 0;
-  enum class Phase { kPosting, kFlushing, kAwaitAck, kDone } phase = Phase::kPosting;
-  bool flush_done = false;
-  bool acked = false;
-  bool cancelled = false;  // cancel_send: nothing new is posted, in-flight ops drain
-  // RMA: layers are put only once the receiver granted them (kPutAsk ->
-  // kPutGrant), so a receiver that gives its blocks up stops us by refusing.
-  int32_t granted_end = 0;  // layers [layer_begin, granted_end) may be put
-  bool asking = false;      // a kPutAsk awaits its grant
-  // Failed after a grant and before the notice: flush, then kPutsStopped.
-  enum class StopReport { kNone, kFlushing, kSent } stop_report = StopReport::kNone;
-  Status failure;     // first error, if any
-  int hash_jobs = 0;  // queued hashing of its source blocks; the notice waits
-  uint64_t digest = 0;
-};
-
-struct Expectation {  // progress thread
-  uint64_t serial = 0;
-  RecvSpec spec;
-  TransferCallback on_done;
-  Clock::time_point started, deadline;
-  // Once failed, receives still pending after this are abandoned: deadline +
-  // close_timeout, or cancel time + close_timeout if cancelled earlier.
-  Clock::time_point abandon_after;
-  std::unordered_map<int32_t, size_t> pair_of;  // destination block -> pair index
-  BlockHashes hashes;                           // filled as AM data lands
-  uint64_t expected_bytes = 0;
-  uint64_t received_bytes = 0;
-  int outstanding = 0;
-  bool noticed = false;  // the sender's notice arrived (it may overtake rendezvous data)
-  bool judged = false;   // checksum verdict reached and acked
-  // Verified, and its blocks are being copied into a staged pool; the verdict
-  // and the ack follow the copy (collect_copied_in).
-  bool copying_in = false;
-  bool failed = false;
-  bool cancelled = false;  // by cancel_expect
-  Status result;
-  Notice notice;
-  ucp_ep_h reply_ep = nullptr;  // where the ack goes
-  // RMA: a sender was granted puts. Failed before its notice, the blocks go
-  // back only once it says its puts have stopped and landed (kPutsStopped),
-  // or once the last grant is close_timeout old (or abandon_after passed):
-  // granted puts are posted at once and land within that, and later ones
-  // would need a grant it no longer gives.
-  bool granted = false;
-  Clock::time_point last_grant;
-  // Whole layers queued for hashing: announced by kLayerLanded (mapped
-  // copies), or all of them after the notice (puts land unseen).
-  std::vector<bool> layer_hashed;
-  int hash_jobs = 0;  // queued hashing of landed blocks; the verdict waits
-  bool puts_stopped = false;
-
-  // Its fate is sealed or being sealed: no deadline, cancel or new data
-  // changes it any more.
-  bool settled() const { return judged || copying_in; }
-};
 
 class TransferEngine::Impl {
  public:
@@ -227,8 +158,6 @@ class TransferEngine::Impl {
   void wait_for_events(Clock::time_point now);
   // UCX operations in flight (sends, or receives not yet landed): keep polling.
   bool busy() const;
-  // When check_deadlines next acts on `e` (max: nothing pending).
-  Clock::time_point next_timer(const Expectation& e) const;
 
   // Peers and endpoints.
   void connect(PeerId id);
@@ -240,7 +169,6 @@ class TransferEngine::Impl {
   void start_send(uint64_t transfer_id);
   void pump(SendTransfer& t, uint64_t id);
   void issue_layer(SendTransfer& t, uint64_t id, PeerState& peer, int32_t layer);
-  void fail_send(SendTransfer& t, const Status& why);
   void maybe_finish_send(uint64_t id);
   void apply_cancel_send(uint64_t id);
 
@@ -253,9 +181,6 @@ class TransferEngine::Impl {
   // The expectation that granted puts to the sender of `n`, else null (and
   // the message is rejected as `what`).
   Expectation* granted_expectation(const Notice& n, const char* what);
-  bool awaits_puts_stopped(const Expectation& e) const {
-    return e.failed && e.granted && !e.noticed && !e.puts_stopped;
-  }
   void ask_to_put(SendTransfer& t, uint64_t id, PeerState& peer);
   void handle_put_grant(const Notice& n);
   // Flush, then kPutsStopped, for a failed send that was granted puts; true

@@ -91,12 +91,10 @@ void TransferEngine::Impl::apply_cancel_expect(uint64_t id) {
   auto it = expectations_.find(id);
   if (it == expectations_.end()) return;
   Expectation& e = it->second;
-  if (!e.failed && !e.settled()) {  // a verdict already reached stands
-    e.failed = true;
-    e.cancelled = true;
-    e.result = Status(StatusCode::kAborted,
-                      "expectation of transfer " + std::to_string(id) + " cancelled");
-  }
+  // A verdict already reached stands.
+  e.fail(
+      Status(StatusCode::kAborted, "expectation of transfer " + std::to_string(id) + " cancelled"),
+      /*cancelled=*/true);
   // Receives in flight finish (a live sender completes them within moments)
   // or are abandoned like those of an expired transfer, but counted from now:
   // the caller wants the blocks back, and a dead sender never completes them.
@@ -151,8 +149,7 @@ void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
   }
   auto it = expectations_.find(n.transfer_id);
   Status verdict;
-  if (it == expectations_.end() || it->second.failed || it->second.settled() ||
-      it->second.noticed) {
+  if (it == expectations_.end() || it->second.state() != Expectation::State::kReceiving) {
     verdict = Status(StatusCode::kAborted, "transfer " + std::to_string(n.transfer_id) +
                                                " is not expected (late, cancelled or expired)");
   } else if (const RecvSpec& spec = it->second.spec;
@@ -178,8 +175,7 @@ void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   Expectation* e = granted_expectation(n, "layer announcement");
   if (e == nullptr) return;
   const int32_t layer = n.layer_begin;
-  if (e->failed || e->settled() || layer < e->spec.layer_begin || layer >= e->spec.layer_end)
-    return;
+  if (!e->open() || layer < e->spec.layer_begin || layer >= e->spec.layer_end) return;
   if (config_.verify_checksum) hash_layer(*e, layer);
 }
 
@@ -216,7 +212,7 @@ Expectation* TransferEngine::Impl::accept_run(uint64_t transfer_id, int32_t laye
                                               int32_t dst_block, int64_t block_count, size_t length,
                                               std::string& why) {
   auto it = expectations_.find(transfer_id);
-  if (it == expectations_.end() || it->second.failed || it->second.settled()) {
+  if (it == expectations_.end() || !it->second.open()) {
     why = "transfer " + std::to_string(transfer_id) + " is not expected (late?)";
     return nullptr;
   }
@@ -243,8 +239,7 @@ Expectation* TransferEngine::Impl::accept_run(uint64_t transfer_id, int32_t laye
 void TransferEngine::Impl::landing_started(Expectation& e, uint64_t transfer_id,
                                            ucs_status_ptr_t request, const char* call) {
   if (UCS_PTR_IS_ERR(request)) {
-    e.failed = true;
-    e.result = ucx_error(call, UCS_PTR_STATUS(request), __FILE__, __LINE__);
+    e.fail(ucx_error(call, UCS_PTR_STATUS(request), __FILE__, __LINE__));
     dirty_recvs_.push_back(transfer_id);
   } else if (request == nullptr) {  // completed in place; op already deleted
     e.received_bytes += op_bytes_;
@@ -373,14 +368,14 @@ void TransferEngine::Impl::hash_unseen_layers(Expectation& e) {
 
 void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
   auto it = expectations_.find(n.transfer_id);
-  if (it != expectations_.end() && it->second.failed &&
+  if (it != expectations_.end() && it->second.failed() &&
       it->second.spec.request_id == n.request_id) {
     // Too late to be judged, but a notice follows the sender's flush: none of
     // its puts is still on the way.
     it->second.puts_stopped = true;
     dirty_recvs_.push_back(n.transfer_id);
   }
-  if (it == expectations_.end() || it->second.failed || it->second.noticed) {
+  if (it == expectations_.end() || it->second.state() != Expectation::State::kReceiving) {
     reject_notice("notice for transfer " + std::to_string(n.transfer_id) +
                   " that is not expected (late, duplicate or expired)");
     if (reply_ep != nullptr) {
@@ -396,15 +391,13 @@ void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
                   " does not match its expectation");
     return;
   }
-  e.noticed = true;
-  e.notice = n;
-  e.reply_ep = reply_ep;
+  e.accept_notice(n, reply_ep);
   dirty_recvs_.push_back(n.transfer_id);
 }
 
 // Called once the notice is in and every byte has landed.
 void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
-  const Notice& n = e.notice;
+  const Notice& n = *e.notice();
   Status verdict;
   if (config_.verify_checksum && (n.flags & kNoticeFlagNoChecksum) != 0) {
     verdict = data_loss("transfer " + std::to_string(id) +
@@ -418,9 +411,9 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
   if (verdict.is_ok() && staging_ != nullptr) {
     // Verified in the mirror: into the device pool before the ack, so a
     // failed copy fails the sender's side too. The copy runs on its own
-    // thread; until it is done the transfer is settled but not judged, so
+    // thread; until it is done the transfer is kCopyingIn (not judged), so
     // its blocks stay reserved and nothing else is written into them.
-    e.copying_in = true;
+    e.start_copy_in();
     copy_in_->post(
         [this, id, blocks = e.spec.dst_blocks, begin = e.spec.layer_begin, end = e.spec.layer_end] {
           Status copied = stage(StageCopy::kIntoPool, blocks, begin, end);
@@ -437,9 +430,8 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
 }
 
 void TransferEngine::Impl::conclude(Expectation& e, Status verdict) {
-  e.judged = true;
-  e.result = std::move(verdict);
-  if (e.reply_ep != nullptr) send_ack(e.reply_ep, e.notice, e.result);
+  e.conclude(std::move(verdict));
+  if (e.reply_ep() != nullptr) send_ack(e.reply_ep(), *e.notice(), e.result());
 }
 
 void TransferEngine::Impl::collect_copied_in() {
@@ -452,7 +444,6 @@ void TransferEngine::Impl::collect_copied_in() {
   for (auto& [id, status] : copied) {
     auto it = expectations_.find(id);
     if (it == expectations_.end()) continue;  // cannot happen: it waits for its copy
-    it->second.copying_in = false;
     conclude(it->second, status.with_context("receive " + std::to_string(id)));
     dirty_recvs_.push_back(id);
   }
@@ -493,33 +484,30 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   // Active-message data may still be on its way when the notice arrives (a
   // rendezvous completes on the receiver after the sender's flush); judge once
   // every byte is in. Missing bytes end at the deadline.
-  bool all_data = (e.notice.flags & kNoticeFlagAmData) == 0 ||
-                  (e.received_bytes == e.expected_bytes && e.outstanding == 0);
-  if (!e.failed && e.noticed && !e.settled() && all_data) {
-    const bool checksummed =
-        config_.verify_checksum && (e.notice.flags & kNoticeFlagNoChecksum) == 0;
-    if (checksummed && (e.notice.flags & kNoticeFlagAmData) == 0) hash_unseen_layers(e);
+  if (e.state() == Expectation::State::kNoticed && e.all_data_landed()) {
+    const bool checksummed = e.checksummed(config_.verify_checksum);
+    if (checksummed && (e.notice()->flags & kNoticeFlagAmData) == 0) hash_unseen_layers(e);
     if (!checksummed || e.hash_jobs == 0) judge(id, e);
   }
   // Blocks are handed back only when no receive of ours can still write them,
   // nor a put of a sender we granted.
-  if (e.outstanding != 0 || !(e.judged || e.failed) || awaits_puts_stopped(e)) return;
+  if (!e.released()) return;
   // Cancelled or expired after its notice came in: the sender awaits an ack.
-  if (e.noticed && !e.judged && e.reply_ep != nullptr) send_ack(e.reply_ep, e.notice, e.result);
+  if (e.failed() && e.notice() && e.reply_ep() != nullptr)
+    send_ack(e.reply_ep(), *e.notice(), e.result());
+  const Notice notice = e.notice().value_or(Notice{});
   TransferResult r;
-  r.status = e.result;
+  r.status = e.result();
   r.request_id = e.spec.request_id;
   r.transfer_id = id;
-  r.bytes = e.notice.bytes;
-  r.ops = e.notice.ops;
-  r.checksum = e.notice.checksum;
-  r.mode = (e.notice.flags & kNoticeFlagTagData)  ? TransferMode::kTag
-           : (e.notice.flags & kNoticeFlagAmData) ? TransferMode::kAm
-                                                  : TransferMode::kRma;
+  r.bytes = notice.bytes;
+  r.ops = notice.ops;
+  r.checksum = notice.checksum;
+  r.mode = e.mode();
   r.started = e.started;
   r.finished = Clock::now();
   (r.status.is_ok() ? counters_.receives_ok : counters_.receives_failed)++;
-  if (e.cancelled) {
+  if (e.cancelled()) {
     spdlog::info("kv_transfer[{}]: receive {} (request {}) cancelled", config_.node_name, id,
                  r.request_id);
   } else if (!r.status.is_ok()) {

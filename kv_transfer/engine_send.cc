@@ -130,7 +130,7 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
       enqueue([this, transfer_id, s] {
         auto it = sends_.find(transfer_id);
         if (it == sends_.end()) return;
-        fail_send(it->second, s);
+        it->second.fail(s);
         dirty_sends_.push_back(transfer_id);
       });
       return s;
@@ -171,10 +171,8 @@ void TransferEngine::Impl::apply_cancel_send(uint64_t id) {
   auto it = sends_.find(id);
   if (it == sends_.end()) return;  // its callback has been taken to run already
   SendTransfer& t = it->second;
-  if (t.failure.is_ok()) {
-    t.cancelled = true;
-    fail_send(t, Status(StatusCode::kAborted, "transfer " + std::to_string(id) + " cancelled"));
-  }
+  t.fail(Status(StatusCode::kAborted, "transfer " + std::to_string(id) + " cancelled"),
+         /*cancelled=*/true);
   // pump() posts nothing for a failed transfer, and a failed one sends no
   // notice; it finishes once its posted operations have completed (or, if
   // they are stuck past the deadline, its peer is torn down as for any
@@ -195,7 +193,7 @@ void TransferEngine::Impl::start_send(uint64_t id) {
 
 void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
   PeerState& peer = peers_[t.peer];
-  if (!t.failure.is_ok() || peer.phase != PeerState::Phase::kReady) return;
+  if (t.failed() || peer.phase != PeerState::Phase::kReady) return;
   t.mode = peer.mode;
   int32_t ready_end = t.posted_end;
   if (t.mode == TransferMode::kRma) {
@@ -204,22 +202,22 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
     if (!t.asking && t.granted_end < t.posted_end) ask_to_put(t, id, peer);
     ready_end = std::min(ready_end, t.granted_end);
   }
-  while (t.issued_end < ready_end && t.failure.is_ok()) {
+  while (t.issued_end < ready_end && !t.failed()) {
     issue_layer(t, id, peer, t.issued_end);
     ++t.issued_end;
   }
-  if (t.issued_end == t.spec.layer_end && t.phase == SendTransfer::Phase::kPosting &&
-      t.failure.is_ok()) {
+  if (t.issued_end == t.spec.layer_end && t.phase() == SendTransfer::Phase::kPosting &&
+      !t.failed()) {
     // Remote completion of every put/message before the notice goes out.
-    t.phase = SendTransfer::Phase::kFlushing;
+    t.start_flush();
     auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
     op->serial = t.serial;
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
     if (UCS_PTR_IS_ERR(request)) {
-      fail_send(t, ucx_error("ucp_ep_flush_nbx", UCS_PTR_STATUS(request), __FILE__, __LINE__));
+      t.fail(ucx_error("ucp_ep_flush_nbx", UCS_PTR_STATUS(request), __FILE__, __LINE__));
     } else if (request == nullptr) {
-      t.flush_done = true;
+      t.flush_completed();
     } else {
       ++t.outstanding;
     }
@@ -229,56 +227,32 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
 
 void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& peer,
                                        int32_t layer) {
-  const KvLayout& remote = peer.descriptor.layout;
-  const bool copy_into_mapped_pool = t.mode == TransferMode::kRma && peer.mapped_pool != nullptr;
+  ByteMover& mover = *peer.mover;
+  const bool in_place = mover.copies_in_place();
   for (const BlockRun& run : t.runs) {
-    const uint8_t* src = pool_ + layout_.block_byte_offset(layer, run.src_block);
-    size_t length = size_t(run.count) * layout_.block_bytes();
-    ucs_status_ptr_t request = nullptr;  // done at once
-    const char* call = "memcpy";
-    if (copy_into_mapped_pool) {
-      // The peer's pool is mapped here: the put is a copy into it, done now.
-      // UCX's shared-memory put is that same copy, but an endpoint may have
-      // no shared-memory lane (with peer error handling, UCX 1.13 gives a
-      // same-host peer TCP lanes only) and would emulate the put over them.
-      uint8_t* dst = peer.mapped_pool + remote.block_byte_offset(layer, run.dst_block);
-      if (config_.verify_checksum) {
-        // Block by block, each hashed while it is still in cache from the copy.
-        const size_t block_bytes = layout_.block_bytes();
-        for (int32_t k = 0; k < run.count; ++k) {
-          std::memcpy(dst + k * block_bytes, src + k * block_bytes, block_bytes);
-          t.hashes.set(layer, size_t(run.first_pair + k),
-                       block_hash(src + k * block_bytes, block_bytes));
-        }
-      } else {
-        std::memcpy(dst, src, length);
-      }
+    const RunToMove move{.transfer_id = id,
+                         .layer = layer,
+                         .dst_block = run.dst_block,
+                         .count = run.count,
+                         .src = pool_ + layout_.block_byte_offset(layer, run.src_block),
+                         .block_bytes = layout_.block_bytes(),
+                         .hashes = in_place && config_.verify_checksum ? &t.hashes : nullptr,
+                         .first_pair = run.first_pair};
+    ucs_status_ptr_t request = nullptr;
+    if (in_place) {
+      std::vector<uint8_t> no_header;
+      request = mover.move(move, ucp_request_param_t{}, no_header);
     } else {
       auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
       op->serial = t.serial;
-      ucp_request_param_t param = request_param(op);
-      if (t.mode == TransferMode::kRma) {
-        uint64_t remote_address =
-            peer.descriptor.pool_base + remote.block_byte_offset(layer, run.dst_block);
-        call = "ucp_put_nbx";
-        request =
-            post_op(op, ucp_put_nbx(peer.ep, src, length, remote_address, peer.rkey.get(), &param));
-      } else if (t.mode == TransferMode::kTag) {
-        call = "ucp_tag_send_nbx";
-        request = post_op(op, ucp_tag_send_nbx(peer.ep, src, length,
-                                               make_data_tag(id, layer, run.dst_block), &param));
-      } else {
-        op->header = encode_data_header(DataHeader{id, layer, run.dst_block, run.count});
-        call = "ucp_am_send_nbx";
-        request = post_op(op, ucp_am_send_nbx(peer.ep, kAmData, op->header.data(),
-                                              op->header.size(), src, length, &param));
-      }
+      request = post_op(op, mover.move(move, request_param(op), op->header));
     }
     if (UCS_PTR_IS_ERR(request)) {
-      fail_send(t, ucx_error(call, UCS_PTR_STATUS(request), __FILE__, __LINE__));
+      t.fail(ucx_error(mover.call(), UCS_PTR_STATUS(request), __FILE__, __LINE__));
       failed_endpoints_.emplace_back(t.peer, peer.generation, UCS_PTR_STATUS(request));
       return;
     }
+    const size_t length = size_t(run.count) * layout_.block_bytes();
     if (request != nullptr) ++t.outstanding;
     ++t.ops;
     t.bytes += length;
@@ -286,7 +260,7 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     counters_.bytes_sent += length;
   }
   if (!config_.verify_checksum) return;
-  if (copy_into_mapped_pool) {
+  if (in_place) {
     // Hashed as it was copied. The layer is in the receiver's pool now: it
     // can hash it while we copy the next one, instead of after the notice.
     Notice landed = transfer_message(WireKind::kLayerLanded, t, id);
@@ -302,16 +276,11 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
   }
 }
 
-void TransferEngine::Impl::fail_send(SendTransfer& t, const Status& why) {
-  if (t.failure.is_ok()) t.failure = why;
-}
-
 void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   auto it = sends_.find(id);
   if (it == sends_.end()) return;
   SendTransfer& t = it->second;
-  if (t.failure.is_ok() && t.phase == SendTransfer::Phase::kFlushing && t.flush_done &&
-      t.outstanding == 0 && t.hash_jobs == 0) {
+  if (t.ready_for_notice()) {
     t.digest = t.hashes.digest();
     PeerState& peer = peers_[t.peer];
     Notice n = transfer_message(WireKind::kNotice, t, id);
@@ -328,7 +297,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
           "kv_transfer[{}]: send {} (request {}): completion notice dropped "
           "(BATON_FAULT_DROP_NOTICES)",
           config_.node_name, id, t.spec.request_id);
-      t.phase = SendTransfer::Phase::kAwaitAck;
+      t.notice_out();
       return;
     }
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
@@ -337,21 +306,19 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     ucp_request_param_t param = request_param(op);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
     param.flags = UCP_AM_SEND_FLAG_REPLY | UCP_AM_SEND_FLAG_EAGER;
-    t.phase = SendTransfer::Phase::kAwaitAck;
+    t.notice_out();
     ucs_status_ptr_t request = post_op(op, ucp_am_send_nbx(peer.ep, kAmControl, op->header.data(),
                                                            op->header.size(), nullptr, 0, &param));
     if (UCS_PTR_IS_ERR(request)) {
-      fail_send(t,
-                ucx_error("ucp_am_send_nbx(notice)", UCS_PTR_STATUS(request), __FILE__, __LINE__));
+      t.fail(ucx_error("ucp_am_send_nbx(notice)", UCS_PTR_STATUS(request), __FILE__, __LINE__));
     } else if (request != nullptr) {
       ++t.outstanding;
     }
   }
   if (report_puts_stopped(t, id)) return;
-  bool finished = t.outstanding == 0 && (!t.failure.is_ok() || t.acked);
-  if (!finished) return;
+  if (!t.finished()) return;
   TransferResult r;
-  r.status = t.failure;
+  r.status = t.failure();
   r.request_id = t.spec.request_id;
   r.transfer_id = id;
   r.bytes = t.bytes;
@@ -361,7 +328,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   r.started = t.started;
   r.finished = Clock::now();
   (r.status.is_ok() ? counters_.sends_ok : counters_.sends_failed)++;
-  if (t.cancelled) {
+  if (t.cancelled()) {
     spdlog::info("kv_transfer[{}]: send {} (request {}) cancelled", config_.node_name, id,
                  r.request_id);
   } else if (!r.status.is_ok()) {
@@ -391,7 +358,7 @@ void TransferEngine::Impl::ask_to_put(SendTransfer& t, uint64_t id, PeerState& p
   n.layer_end = t.posted_end;
   t.asking = true;
   if (!send_control(peer.ep, n, /*want_reply=*/true, "put request")) {
-    fail_send(t, unavailable("transfer " + std::to_string(id) + ": put request not sent"));
+    t.fail(unavailable("transfer " + std::to_string(id) + ": put request not sent"));
   }
 }
 
@@ -408,8 +375,8 @@ void TransferEngine::Impl::handle_put_grant(const Notice& n) {
     t.granted_end = std::max(t.granted_end, n.layer_end);
     granted_sends_.push_back(n.transfer_id);  // pumped by the loop, not in this callback
   } else {
-    fail_send(t, Status(StatusCode(n.status_code),
-                        "receiver refused puts of transfer " + std::to_string(n.transfer_id)));
+    t.fail(Status(StatusCode(n.status_code),
+                  "receiver refused puts of transfer " + std::to_string(n.transfer_id)));
   }
   dirty_sends_.push_back(n.transfer_id);
 }
@@ -419,18 +386,16 @@ bool TransferEngine::Impl::report_puts_stopped(SendTransfer& t, uint64_t id) {
   // (which would say the same) leaves a receiver waiting; a torn-down
   // endpoint has nobody left to tell.
   PeerState& peer = peers_[t.peer];
-  if (t.failure.is_ok() || t.mode != TransferMode::kRma || t.granted_end == t.spec.layer_begin ||
-      t.phase == SendTransfer::Phase::kAwaitAck ||
-      t.stop_report == SendTransfer::StopReport::kSent || t.outstanding != 0) {
-    return t.outstanding != 0 && t.stop_report == SendTransfer::StopReport::kFlushing;
+  if (!t.owes_stop_report() || t.outstanding != 0) {
+    return t.outstanding != 0 && t.stop_report() == SendTransfer::StopReport::kFlushing;
   }
   if (peer.phase != PeerState::Phase::kReady) {
-    t.stop_report = SendTransfer::StopReport::kSent;
+    t.stop_report_sent();
     return false;
   }
-  if (t.stop_report == SendTransfer::StopReport::kNone) {
+  if (t.stop_report() == SendTransfer::StopReport::kNone) {
     // Every put posted so far reaches the receiver before the report.
-    t.stop_report = SendTransfer::StopReport::kFlushing;
+    t.stop_report_flushing();
     auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
     op->serial = t.serial;
     ucp_request_param_t param = request_param(op);
@@ -440,7 +405,7 @@ bool TransferEngine::Impl::report_puts_stopped(SendTransfer& t, uint64_t id) {
       return true;
     }
   }
-  t.stop_report = SendTransfer::StopReport::kSent;
+  t.stop_report_sent();
   send_control(peer.ep, transfer_message(WireKind::kPutsStopped, t, id), /*want_reply=*/false,
                "puts-stopped report");
   return false;
@@ -448,18 +413,13 @@ bool TransferEngine::Impl::report_puts_stopped(SendTransfer& t, uint64_t id) {
 
 void TransferEngine::Impl::handle_ack(const Notice& n) {
   auto it = sends_.find(n.transfer_id);
-  if (it == sends_.end() || it->second.phase != SendTransfer::Phase::kAwaitAck ||
+  if (it == sends_.end() || it->second.phase() != SendTransfer::Phase::kAwaitingAck ||
       it->second.spec.request_id != n.request_id) {
     reject_notice("ack for transfer " + std::to_string(n.transfer_id) +
                   " that awaits none (late or duplicate)");
     return;
   }
-  SendTransfer& t = it->second;
-  t.acked = true;
-  if (n.status_code != uint32_t(StatusCode::kOk) && t.failure.is_ok()) {
-    t.failure = Status(StatusCode(n.status_code),
-                       "receiver rejected transfer " + std::to_string(n.transfer_id));
-  }
+  it->second.acked(Status(StatusCode(n.status_code), ""), n.transfer_id);
   dirty_sends_.push_back(n.transfer_id);
 }
 

@@ -88,6 +88,10 @@ inline constexpr uint32_t kNoticeFlagNoChecksum = 2;
 // the receiver counted and hashed them as they landed).
 inline constexpr uint32_t kNoticeFlagTagData = 4;
 
+// Active message ids.
+inline constexpr uint32_t kAmControl = 11;  // notices, acks (and whatever garbage arrives)
+inline constexpr uint32_t kAmData = 12;     // one merged run of KV bytes
+
 // Transfer ids travel in 32 bits of a tag; layers in 8, blocks in 24.
 inline constexpr uint64_t kMaxTransferId = 0xffffffffull;
 inline constexpr int32_t kMaxLayers = 256;
