@@ -16,13 +16,12 @@ Result<std::unique_ptr<DecodeServer>> DecodeServer::create(const node::NodeSetti
 }
 
 Status DecodeServer::run(const std::atomic<bool>& stop) {
-  engine::Scheduler& scheduler = runtime_->engine().scheduler();
   while (!stop.load(std::memory_order_relaxed)) {
     for (control::Message& message : runtime_->poll(runtime_->poll_timeout())) handle(message);
     if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     admit_queued();
-    if (scheduler.has_work()) BATON_RETURN_IF_ERROR(step());
+    if (runtime_->step_due()) BATON_RETURN_IF_ERROR(step());
     flush_events();
     runtime_->tick();
   }
@@ -238,6 +237,7 @@ void DecodeServer::drop_all() {
 Status DecodeServer::step() {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
   std::vector<engine::StepOutput> outputs;
+  runtime_->begin_step();
   Status status = scheduler.step(&outputs);
   if (!status.is_ok()) {
     spdlog::error("{}: step failed: {}", runtime_->settings().name, status.to_string());

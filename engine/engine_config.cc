@@ -108,6 +108,11 @@ const YamlSettings<EngineConfig>& settings() {
                   "scheduling niceness (0-19) of the node's process: on a host whose cores a "
                   "prefill and a decode node share, a prefill node at 10 with threads for every "
                   "core takes the cores whenever the decode node's steps leave them"),
+      ms_setting("min_step_interval_ms", &E::min_step_interval, 0, 10000,
+                 "a node's engine steps start at least this many ms apart (0: back to back): on "
+                 "a host whose cores a decode node shares with a prefill node, the decode node's "
+                 "time per output token becomes about this long and the prefill node gets the "
+                 "rest of each interval"),
   };
   return table;
 }

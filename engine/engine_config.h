@@ -6,6 +6,7 @@
 // (e.g. "engine.block_size: must be a power of two in [1, 256], got 24").
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -45,6 +46,9 @@ struct EngineConfig {
   // Scheduling niceness (0-19) the node's process takes at start, before its
   // threads; the engine itself does not read it (tools/process_priority.h).
   int32_t nice = 0;
+  // A node's steps start at least this far apart (0: back to back); the
+  // engine itself does not read it (node/node_runtime.h).
+  std::chrono::milliseconds min_step_interval{0};
 };
 
 // Parses `node` (a mapping). `prefix` names it in errors, e.g. "engine".

@@ -249,8 +249,18 @@ void NodeRuntime::count_step() {
   stalled_ = step.prompt_tokens + step.recomputed_tokens + step.generated_tokens == 0;
 }
 
+bool NodeRuntime::step_due() const {
+  return engine_->scheduler().has_work() && std::chrono::steady_clock::now() >= next_step_at_;
+}
+
+void NodeRuntime::begin_step() {
+  next_step_at_ = std::chrono::steady_clock::now() + settings_.engine.min_step_interval;
+}
+
 std::chrono::milliseconds NodeRuntime::poll_timeout() const {
-  return engine_->scheduler().has_work() && !stalled_ ? 0ms : kIdlePoll;
+  if (!engine_->scheduler().has_work() || stalled_) return kIdlePoll;
+  const auto wait = next_step_at_ - std::chrono::steady_clock::now();
+  return wait > 0ms ? std::chrono::ceil<std::chrono::milliseconds>(wait) : 0ms;
 }
 
 control::NodeLoad NodeRuntime::load() const {

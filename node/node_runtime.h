@@ -69,12 +69,18 @@ class NodeRuntime {
   // Registers while unregistered, and publishes the node's load for the
   // heartbeat thread. Call once per loop iteration.
   void tick();
+  // Whether the engine may step now: it has work, and the last step began
+  // at least engine.min_step_interval_ms ago.
+  bool step_due() const;
+  // Marks the start of an engine step (for engine.min_step_interval_ms).
+  void begin_step();
   // Adds the last engine step's token counts to the reported counters.
   void count_step();
   // How long the loop may wait for messages: not at all while the engine has
-  // work it can do; a while when it has none, or when its last step computed
-  // nothing (queued sequences waiting for blocks that remote KV holds), so a
-  // stalled node does not spin a core its neighbours need.
+  // work it can do now, until its next step is due under
+  // engine.min_step_interval_ms; a while when it has none, or when its last
+  // step computed nothing (queued sequences waiting for blocks that remote
+  // KV holds), so a stalled node does not spin a core its neighbours need.
   std::chrono::milliseconds poll_timeout() const;
   control::NodeLoad load() const;
   bool registered() const { return registered_.load(); }
@@ -116,6 +122,7 @@ class NodeRuntime {
   int64_t prompt_tokens_ = 0;
   int64_t generation_tokens_ = 0;
   bool stalled_ = false;
+  std::chrono::steady_clock::time_point next_step_at_{};
 
   std::mutex completions_mutex_;
   std::vector<kv_transfer::TransferResult> completions_;

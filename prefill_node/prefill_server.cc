@@ -22,7 +22,8 @@ Status PrefillServer::run(const std::atomic<bool>& stop) {
     for (control::Message& message : runtime_->poll(runtime_->poll_timeout())) handle(message);
     if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
-    if (scheduler.has_work()) {
+    if (runtime_->step_due()) {
+      runtime_->begin_step();
       Status status = scheduler.step(nullptr);
       if (!status.is_ok()) {
         spdlog::error("{}: step failed: {}", runtime_->settings().name, status.to_string());

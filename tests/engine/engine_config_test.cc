@@ -27,6 +27,7 @@ TEST(EngineConfig, MissingMeansDefault) {
   EXPECT_TRUE(config->ssd_cache_dir.empty());
   EXPECT_EQ(config->ssd_cache_bytes, 4ull << 30);
   EXPECT_EQ(config->nice, 0);
+  EXPECT_EQ(config->min_step_interval, std::chrono::milliseconds(0));
   EXPECT_FALSE(config->cpu_bf16_dot.has_value());
 }
 
@@ -36,7 +37,7 @@ TEST(EngineConfig, ReadsEveryKey) {
       "kv_cache_blocks: 7,"
       " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024,"
       " huge_page_weights: false, enable_prefix_caching: false, ssd_cache_dir: /var/cache/kv,"
-      " ssd_cache_bytes: 64GiB, nice: 10, cpu_bf16_dot: false}");
+      " ssd_cache_bytes: 64GiB, nice: 10, cpu_bf16_dot: false, min_step_interval_ms: 25}");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
   EXPECT_EQ(config->device, (Device{.kind = Device::Kind::kCuda, .index = 1}));
   EXPECT_EQ(config->device.name(), "cuda:1");
@@ -53,6 +54,7 @@ TEST(EngineConfig, ReadsEveryKey) {
   EXPECT_EQ(config->ssd_cache_dir, "/var/cache/kv");
   EXPECT_EQ(config->ssd_cache_bytes, 64ull << 30);
   EXPECT_EQ(config->nice, 10);
+  EXPECT_EQ(config->min_step_interval, std::chrono::milliseconds(25));
   EXPECT_EQ(config->cpu_bf16_dot, false);
   EXPECT_EQ(parse("{cpu_bf16_dot: true}")->cpu_bf16_dot, true);
   EXPECT_FALSE(parse("{cpu_bf16_dot: auto}")->cpu_bf16_dot.has_value());
@@ -102,6 +104,8 @@ TEST(EngineConfig, ErrorsNameTheKey) {
       {"{ssd_cache_bytes: lots}", "engine.ssd_cache_bytes"},
       {"{nice: -5}", "engine.nice: must be in [0, 19]"},
       {"{nice: 20}", "engine.nice: must be in [0, 19]"},
+      {"{min_step_interval_ms: -1}", "engine.min_step_interval_ms: must be in [0, 10000]"},
+      {"{min_step_interval_ms: 10001}", "engine.min_step_interval_ms: must be in [0, 10000]"},
       {"{cpu_bf16_dot: yes}", "engine.cpu_bf16_dot: expected auto, true or false"},
       {"[1, 2]", "engine: expected a mapping"},
       {"{threads: 1, threads: 2}", "engine.threads: given twice"},

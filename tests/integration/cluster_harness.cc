@@ -225,7 +225,10 @@ Cluster::Cluster(const ClusterShape& shape) {
   for (int i = 0; i < shape.prefill_nodes; ++i)
     yaml << "  - {name: prefill-" << i << ", engine: {nice: " << shape.prefill_nice << "}}\n";
   yaml << "decode:\n";
-  for (int i = 0; i < shape.decode_nodes; ++i) yaml << "  - {name: decode-" << i << "}\n";
+  for (int i = 0; i < shape.decode_nodes; ++i) {
+    yaml << "  - {name: decode-" << i
+         << ", engine: {min_step_interval_ms: " << shape.decode_min_step_interval_ms << "}}\n";
+  }
   yaml.close();
 
   if (shape.separate_roles) {

@@ -38,6 +38,7 @@ struct ClusterShape {
   std::filesystem::path model;  // the checkpoint served; empty: tiny_model()
   std::string ssd_cache_dir;    // engine.ssd_cache_dir, relative to the YAML (made); empty: none
   int prefill_nice = 0;         // the prefill nodes' engine.nice
+  int decode_min_step_interval_ms = 0;  // the decode nodes' engine.min_step_interval_ms
   // `baton up --max-restarts`: 0 (the harness's default) leaves a killed
   // role down, for the tests that restart it by hand.
   int max_restarts = 0;

@@ -219,6 +219,34 @@ TEST(NiceServingTest, APrefillNodeRunsEveryThreadAtItsNiceness) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
+// engine.min_step_interval_ms: a decode node starts its steps at least that
+// far apart (the prefill node beside it gets the time between), and serves
+// the same tokens as ever.
+TEST(PacedServingTest, ADecodeNodeSpacesItsStepsByItsMinimumInterval) {
+  ClusterShape shape;
+  shape.decode_min_step_interval_ms = 60;
+  Cluster cluster(shape);
+  std::mt19937 rng{std::random_device{}()};
+  const std::string prompt = random_prompt(rng, 40, 120);  // above the remote-prefill threshold
+  constexpr int kTokens = 9;
+  const auto started = std::chrono::steady_clock::now();
+  auto response = cluster.post(
+      "/v1/completions",
+      json{{"prompt", prompt}, {"max_tokens", kTokens}, {"temperature", 0}, {"ignore_eos", true}});
+  const auto elapsed = std::chrono::steady_clock::now() - started;
+  ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+  ASSERT_EQ(response->status, 200) << response->body;
+  const json body = json::parse(response->body);
+  EXPECT_EQ(body["usage"]["completion_tokens"], kTokens);
+  json expected = baton_generate(
+      prompt, {"--max-tokens", std::to_string(kTokens), "--temperature", "0", "--ignore-eos"});
+  EXPECT_EQ(body["choices"][0]["text"], expected["text"]);
+  // The prefill node samples the first token; the decode node's kTokens - 1
+  // steps begin 60 ms apart at least.
+  EXPECT_GE(elapsed, (kTokens - 2) * 60ms);
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+}
+
 TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
   std::string prompt = random_prompt(rng_, 40, 80);  // long enough for a remote prefill
   uint64_t seed = rng_();
