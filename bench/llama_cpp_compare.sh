@@ -20,7 +20,7 @@
 #
 # Steps, each skipped when its output is already there:
 #  1. pip-download the llama-cpp-python sdist and build llama.cpp's llama-bench
-#     from its vendor/llama.cpp (Release, -march=native).
+#     from its vendor/llama.cpp (Release, -march=native; bench/llama_cpp/build.sh).
 #  2. baton make-model --seed 1 for each preset:dtype, and the same weights as
 #     GGUF (bench/llama_cpp/write_gguf.py, with the source tree's gguf-py).
 #  3. Per model, one untimed Baton run, then rounds alternating which engine
@@ -86,51 +86,11 @@ esac
 
 # --- 1. llama.cpp --------------------------------------------------------------
 
-sdist=$work/llama_cpp_python-$lcp_version.tar.gz
+# shellcheck source=llama_cpp/build.sh
+source "$root/bench/llama_cpp/build.sh"
+llama_bench=$(build_llama_cpp "$work" "$lcp_version" llama-bench) || exit 1
 src=$work/llama_cpp_python-$lcp_version/vendor/llama.cpp
-build_dir=$work/llama.cpp-$lcp_version-build
-llama_bench=$build_dir/bin/llama-bench
-
-if [ ! -f "$sdist" ]; then
-  log "downloading llama-cpp-python $lcp_version (source)"
-  python3 -m pip download --no-deps --no-binary :all: -d "$work" "llama-cpp-python==$lcp_version" >&2
-fi
-if [ ! -f "$src/CMakeLists.txt" ]; then
-  tar -xzf "$sdist" -C "$work"
-fi
-
-# The sdist carries the vendored llama.cpp's git metadata (a shallow clone
-# under .git/modules), which llama.cpp's CMake reads for its build commit.
-# Git must not look above the work directory: there it would find Baton's
-# repository and stamp llama.cpp with Baton's commit.
 export GIT_CEILING_DIRECTORIES=$work
-if [ ! -x "$llama_bench" ]; then
-  cmake_args=(
-    -S "$src" -B "$build_dir"
-    -DCMAKE_BUILD_TYPE=Release
-    -DGGML_NATIVE=ON
-    -DLLAMA_CURL=OFF  # model downloads; recent trees no longer have the option
-    -DLLAMA_OPENSSL=OFF
-    -DLLAMA_BUILD_TESTS=OFF
-    -DLLAMA_BUILD_EXAMPLES=OFF
-    -DLLAMA_BUILD_SERVER=OFF
-    -DLLAMA_BUILD_APP=OFF
-    -DBUILD_SHARED_LIBS=OFF
-  )
-  if command -v ninja >/dev/null; then cmake_args+=(-G Ninja); fi
-  if command -v ccache >/dev/null; then
-    cmake_args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
-  fi
-  log "building llama-bench in $build_dir"
-  started=$SECONDS
-  if ! { cmake "${cmake_args[@]}" &&
-    cmake --build "$build_dir" --target llama-bench -j "$(nproc)"; } >"$work/llama.cpp-build.log" 2>&1; then
-    tail -30 "$work/llama.cpp-build.log" >&2
-    log "llama.cpp build failed; log: $work/llama.cpp-build.log"
-    exit 1
-  fi
-  log "built llama-bench in $((SECONDS - started)) s"
-fi
 
 # The commit the sdist pins: its git metadata, else its changelog entry.
 llama_commit=$(git -C "$src" rev-parse --short=9 HEAD 2>/dev/null ||

@@ -1,0 +1,58 @@
+# bench/llama_cpp/build.sh — sourced by the llama.cpp comparisons: builds a
+# target of the llama.cpp that a llama-cpp-python sdist vendors.
+#
+#   source bench/llama_cpp/build.sh
+#   build_llama_cpp WORK VERSION TARGET     # prints the binary's path
+#
+# Downloads the sdist into WORK (pip download, source only), unpacks it and
+# builds TARGET (llama-bench, llama-server) in WORK/llama.cpp-VERSION-build
+# (Release, -march=native), each step skipped when its output is there.
+# Progress goes to stderr; a failed build prints its log's tail and returns 1.
+
+build_llama_cpp() {
+  local work=$1 version=$2 target=$3
+  local sdist=$work/llama_cpp_python-$version.tar.gz
+  local src=$work/llama_cpp_python-$version/vendor/llama.cpp
+  local build_dir=$work/llama.cpp-$version-build
+  local binary=$build_dir/bin/$target
+  if [ ! -f "$sdist" ]; then
+    printf '== downloading llama-cpp-python %s (source)\n' "$version" >&2
+    python3 -m pip download --no-deps --no-binary :all: -d "$work" \
+      "llama-cpp-python==$version" >&2 || return 1
+  fi
+  if [ ! -f "$src/CMakeLists.txt" ]; then
+    tar -xzf "$sdist" -C "$work" || return 1
+  fi
+  if [ ! -x "$binary" ]; then
+    # The sdist carries the vendored llama.cpp's git metadata (a shallow
+    # clone under .git/modules), which llama.cpp's CMake reads for its build
+    # commit. Git must not look above the work directory: there it would
+    # find Baton's repository and stamp llama.cpp with Baton's commit.
+    local cmake_args=(
+      -S "$src" -B "$build_dir"
+      -DCMAKE_BUILD_TYPE=Release
+      -DGGML_NATIVE=ON
+      -DLLAMA_CURL=OFF  # model downloads; recent trees no longer have the option
+      -DLLAMA_OPENSSL=OFF
+      -DLLAMA_BUILD_TESTS=OFF
+      -DLLAMA_BUILD_EXAMPLES=OFF
+      -DLLAMA_BUILD_SERVER=ON
+      -DLLAMA_BUILD_APP=OFF
+      -DBUILD_SHARED_LIBS=OFF
+    )
+    if command -v ninja >/dev/null; then cmake_args+=(-G Ninja); fi
+    if command -v ccache >/dev/null; then
+      cmake_args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+    fi
+    printf '== building %s in %s\n' "$target" "$build_dir" >&2
+    local started=$SECONDS log=$work/llama.cpp-$target-build.log
+    if ! { GIT_CEILING_DIRECTORIES=$work cmake "${cmake_args[@]}" &&
+      cmake --build "$build_dir" --target "$target" -j "$(nproc)"; } >"$log" 2>&1; then
+      tail -30 "$log" >&2
+      printf '== llama.cpp build failed; log: %s\n' "$log" >&2
+      return 1
+    fi
+    printf '== built %s in %s s\n' "$target" "$((SECONDS - started))" >&2
+  fi
+  printf '%s\n' "$binary"
+}
