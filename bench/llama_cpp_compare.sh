@@ -102,17 +102,8 @@ log "llama.cpp $llama_version"
 
 # --- 2. models -----------------------------------------------------------------
 
-# write_gguf.py needs numpy (and PyYAML, which gguf-py imports); a virtual
-# environment in the work directory supplies whichever is missing.
-python=python3
-if ! python3 -c 'import numpy, yaml' 2>/dev/null; then
-  python=$work/py/bin/python
-  if ! "$python" -c 'import numpy, yaml' 2>/dev/null; then
-    log "installing numpy and PyYAML into $work/py"
-    python3 -m venv --system-site-packages "$work/py"
-    "$python" -m pip install --quiet numpy pyyaml >&2
-  fi
-fi
+# numpy and PyYAML for write_gguf.py (bench/llama_cpp/build.sh).
+python=$(llama_cpp_python "$work") || exit 1
 
 mkdir -p "$work/models" "$work/prompts" "$work/logs"
 specs=()

@@ -93,17 +93,8 @@ source "$root/bench/llama_cpp/build.sh"
 llama_server=$(build_llama_cpp "$work" "$lcp_version" llama-server) || exit 1
 src=$work/llama_cpp_python-$lcp_version/vendor/llama.cpp
 
-# write_gguf.py needs numpy and PyYAML (gguf-py imports it); so does reading
-# the config here. A virtual environment in the work directory supplies them.
-python=python3
-if ! python3 -c 'import numpy, yaml' 2>/dev/null; then
-  python=$work/py/bin/python
-  if ! "$python" -c 'import numpy, yaml' 2>/dev/null; then
-    log "installing numpy and PyYAML into $work/py"
-    python3 -m venv --system-site-packages "$work/py"
-    "$python" -m pip install --quiet numpy pyyaml >&2
-  fi
-fi
+# numpy and PyYAML for write_gguf.py and for reading the config here.
+python=$(llama_cpp_python "$work") || exit 1
 
 # The first config's model: its checkpoint directory, and how to make it.
 read -r model_dir preset dtype seed < <("$python" - "${config_list[0]}" <<'EOF'

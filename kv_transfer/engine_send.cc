@@ -1,6 +1,5 @@
 // kv_transfer/engine_send.cc — the sender: merged runs per layer as RMA puts
 // or AM rendezvous, flush, completion notice, ack.
-#include <cstring>
 
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"

@@ -8,6 +8,11 @@
 # builds TARGET (llama-bench, llama-server) in WORK/llama.cpp-VERSION-build
 # (Release, -march=native), each step skipped when its output is there.
 # Progress goes to stderr; a failed build prints its log's tail and returns 1.
+#
+#   llama_cpp_python WORK                   # prints a python with numpy and PyYAML
+#
+# python3 when it has both (write_gguf.py and gguf-py need them), else a
+# virtual environment in WORK/py that it makes once.
 
 build_llama_cpp() {
   local work=$1 version=$2 target=$3
@@ -55,4 +60,17 @@ build_llama_cpp() {
     printf '== built %s in %s s\n' "$target" "$((SECONDS - started))" >&2
   fi
   printf '%s\n' "$binary"
+}
+
+llama_cpp_python() {
+  local work=$1 python=python3
+  if ! python3 -c 'import numpy, yaml' 2>/dev/null; then
+    python=$work/py/bin/python
+    if ! "$python" -c 'import numpy, yaml' 2>/dev/null; then
+      printf '== installing numpy and PyYAML into %s/py\n' "$work" >&2
+      python3 -m venv --system-site-packages "$work/py" >&2 || return 1
+      "$python" -m pip install --quiet numpy pyyaml >&2 || return 1
+    fi
+  fi
+  printf '%s\n' "$python"
 }
