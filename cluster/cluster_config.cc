@@ -285,11 +285,6 @@ Result<NodeSection> parse_node(const YAML::Node& node, Role role, size_t index,
     BATON_ASSIGN_OR_RETURN(YAML::Node merged,
                            merge_maps(defaults.engine, engine_node, "engine", key));
     BATON_ASSIGN_OR_RETURN(out.engine, engine::parse_engine_config(merged, key));
-    // The transfer engine and the SSD tier read a node's pool as host memory.
-    if (out.engine.device.is_cuda()) {
-      return invalid_argument(key + ".device: " + out.engine.device.name() +
-                              ": cluster nodes cannot yet keep their KV pool on a GPU; use cpu");
-    }
   }
   {
     const std::string key = prefix + ".transfer";
@@ -388,7 +383,7 @@ Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node
 }
 
 // KV blocks move between any prefill and any decode node, byte for byte:
-// every node must use the same block size and KV element type.
+// every node must use the same block size, KV element type and kind of device.
 static Status check_shared_kv_layout(const ClusterConfig& config) {
   const NodeSection* first = nullptr;
   std::string first_key;
@@ -406,6 +401,16 @@ static Status check_shared_kv_layout(const ClusterConfig& config) {
             key + ".engine.block_size: " + std::to_string(node.engine.block_size) +
             " differs from " + first_key + "'s " + std::to_string(first->engine.block_size) +
             "; KV blocks move between nodes, so all nodes share one block size");
+      }
+      if (node.engine.device.is_cuda() != first->engine.device.is_cuda()) {
+        // The layouts' key orders (engine/forward_backend.h): a block's
+        // bytes mean different things to the two backends.
+        return invalid_argument(
+            key + ".engine.device: " + node.name + " computes on " + node.engine.device.name() +
+            ", " + first->name + " (" + first_key + ") on " + first->engine.device.name() +
+            "; KV blocks move between nodes byte for byte, and the CPU backend keeps keys "
+            "grouped where the CUDA backend keeps them token-major, so all nodes compute on "
+            "the same kind of device");
       }
       if (node.engine.kv_dtype != first->engine.kv_dtype) {
         auto name = [](const std::optional<DType>& d) {

@@ -349,7 +349,9 @@ struct Codec {
             {"max_model_len", m.max_model_len},
             {"pid", m.pid},
             {"kv_dtype", m.kv_dtype},
-            {"kv_bytes_per_token", m.kv_bytes_per_token}};
+            {"kv_bytes_per_token", m.kv_bytes_per_token},
+            {"device", m.device},
+            {"kv_staging", m.kv_staging}};
   }
   json operator()(const RegisterAck& m) const {
     return {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
@@ -430,6 +432,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.pid = r.integer("pid", 0, std::numeric_limits<int64_t>::max());
     m.kv_dtype = r.string("kv_dtype", 16);
     m.kv_bytes_per_token = r.integer("kv_bytes_per_token", 0, int64_t(1) << 40);
+    m.device = r.string("device", 16);
+    m.kv_staging = r.string("kv_staging", 128);
     const std::optional<Role> parsed = parse_role(role);
     if (parsed == Role::kPrefill || parsed == Role::kDecode)
       m.role = *parsed;

@@ -148,6 +148,11 @@ struct Register {  // node -> router, first message and after a reconnect
   // keeps one format: blocks move between them as bytes.
   std::string kv_dtype;
   int64_t kv_bytes_per_token = 0;
+  // Where the node computes and keeps its pool (engine/device.h: "cpu",
+  // "cuda:0"), and how that pool meets the wire (TransferEngine::staging():
+  // "" when registered in place).
+  std::string device;
+  std::string kv_staging;
 };
 struct RegisterAck {  // router -> node
   bool accepted = false;

@@ -11,8 +11,12 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <memory>
 #include <span>
+#include <vector>
 
+#include "common/kv_layout.h"
 #include "common/status.h"
 
 namespace baton {
@@ -39,5 +43,19 @@ class PoolCopier {
   // For logs: "cuda device 0", "host memory".
   virtual const char* name() const = 0;
 };
+
+// Byte ranges of `blocks` (distinct ids, any order) in layers
+// [layer_begin, layer_end) of a pool laid out as `layout`: ids sorted, runs
+// of adjacent ids one range per layer, ranges that meet across a layer
+// boundary joined. What a staged pool copies to or from its device.
+std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& layout,
+                                                 std::span<const int32_t> blocks,
+                                                 int32_t layer_begin, int32_t layer_end);
+
+// The copier of a pool in host memory (`bytes` at `pool`): plain memcpy,
+// every range checked against the pool. A CPU node stages its pool through it
+// where it is asked to take the path a device pool takes (tests of that path
+// on machines without a GPU); pin() is refused, as there is no device.
+std::unique_ptr<PoolCopier> make_host_pool_copier(void* pool, size_t bytes);
 
 }  // namespace baton

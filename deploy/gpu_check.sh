@@ -7,7 +7,8 @@
 # torch and transformers, it also makes the golden checkpoints of the CUDA
 # backend's shapes (tests/golden/make_golden.py --gpu-shapes) that the engine
 # test compares against. Logs, the benchmarks' tables and those checkpoints
-# go to $OUT when set (six files).
+# go to $OUT when set (eight files). It also serves configs/gpu-1p1d.yaml's
+# shape with a small model and load-tests it.
 # Usage: bash deploy/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -89,6 +90,81 @@ for device in cuda cpu; do
   run "$bundle/bin/baton" generate --model "$model" --device "$device" --prompt-ids 5,6,7,8,9,10 \
     --max-tokens 64 --ignore-eos --json 2>&1 | tee -a "$out/generate.log" || status=1
 done
+# A GPU prefill node and a GPU decode node on this one device: the shape of
+# configs/gpu-1p1d.yaml with the model above. Each role runs as its own
+# process (`baton up` would start its children as the loader). Greedy
+# completions prefilled on one node and decoded on the other must equal one
+# engine's on the device; then `baton bench` at concurrency 1, 8 and 32.
+echo "== configs/gpu-1p1d.yaml (smollm2-135m): a GPU prefill node hands off to a GPU decode node"
+yaml=$scratch/gpu-1p1d.yaml
+sed -e "s|^  preset: .*|  preset: smollm2-135m|" -e "s|^  path: .*|  path: $model|" \
+  -e "s|^  served_name: .*|  served_name: smollm2-135m|" -e "s|16GiB|2GiB|" \
+  configs/gpu-1p1d.yaml >"$yaml"
+roles=()
+run "$bundle/bin/baton" router --config "$yaml" >"$scratch/router.log" 2>&1 &
+roles+=($!)
+for role in prefill decode; do
+  run "$bundle/bin/baton" "$role" --config "$yaml" --name "$role-0" >"$scratch/$role.log" 2>&1 &
+  roles+=($!)
+done
+generate_ids() {
+  run "$bundle/bin/baton" generate --model "$model" --device cuda --prompt-ids "$1" \
+    --max-tokens 32 --temperature 0 --ignore-eos --json 2>/dev/null
+}
+export -f run generate_ids
+export loader libpath bundle model
+python3 - >"$out/cluster.log" 2>&1 <<'PY' || status=1
+import json, random, subprocess, sys, time, urllib.request
+base = "http://127.0.0.1:8000"
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return json.load(r)
+deadline = time.time() + 120
+nodes = []
+while time.time() < deadline:
+    try:
+        nodes = [n for n in get("/v1/nodes")["nodes"] if n.get("up")]
+    except Exception:
+        nodes = []
+    if len(nodes) == 2:
+        break
+    time.sleep(0.5)
+print(json.dumps(nodes, indent=1))
+if len(nodes) != 2:
+    sys.exit("the GPU cluster did not come up in 120 s")
+bad = [n["name"] for n in nodes if n["device"] != "cuda:0" or not n["kv_staging"]]
+failed = bool(bad)
+if bad:
+    print("not on cuda:0 behind a staged pool:", bad)
+rng = random.Random()
+for i in range(4):
+    ids = [rng.randrange(3, 49000) for _ in range(rng.randrange(40, 400))]
+    body = json.dumps({"model": "smollm2-135m", "prompt": ids, "max_tokens": 32,
+                       "temperature": 0, "ignore_eos": True}).encode()
+    req = urllib.request.Request(base + "/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        answer = json.load(r)
+    one = json.loads(subprocess.run(["bash", "-c", 'generate_ids "$0"', ",".join(map(str, ids))],
+                                    capture_output=True, text=True, check=True).stdout)
+    same = answer["choices"][0]["text"] == one["text"]
+    failed |= not same
+    print(f"prompt {i} ({len(ids)} tokens), prefilled by",
+          answer["choices"][0].get("served_by"), "equals one engine:", same)
+sys.exit(1 if failed else 0)
+PY
+cat "$out/cluster.log"
+: >"$out/cluster_bench.md"
+for c in 1 8 32; do
+  echo "== baton bench: random 1024 in / 128 out, concurrency $c" | tee -a "$out/cluster_bench.md"
+  run "$bundle/bin/baton" bench --port 8000 --num-prompts $((c < 8 ? 16 : 4 * c)) \
+    --random-input-len 1024 --random-output-len 128 --max-concurrency "$c" --seed 1 \
+    --vocab-size 49000 --ignore-eos --metric-percentiles 50,99 2>&1 |
+    tee -a "$out/cluster_bench.md" || status=1
+done
+kill "${roles[@]}" 2>/dev/null
+wait "${roles[@]}" 2>/dev/null
+tail -n 20 "$scratch"/router.log "$scratch"/prefill.log "$scratch"/decode.log >>"$out/cluster.log"
 echo "== bench_cuda_forward"
 run "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
   status=1

@@ -36,6 +36,9 @@ class CpuForward final : public ForwardBackend {
     return asked.value_or(checkpoint_dtype);
   }
   Result<KvPool> allocate_kv_pool(const KvLayout& layout) override;
+  Result<std::unique_ptr<PoolCopier>> make_pool_copier(KvPool& pool) override {
+    return make_host_pool_copier(pool.data(), pool.bytes());
+  }
   Status forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
                  const LayerDoneCallback* on_layer_done) override;
 

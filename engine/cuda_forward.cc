@@ -12,6 +12,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/llama_ops.h"
 #include "kernels/cuda/paged_attention.h"
+#include "kernels/cuda/pool_copier.h"
 #include "kernels/cuda/stream.h"
 
 namespace baton::engine {
@@ -146,6 +147,12 @@ class CudaForward final : public ForwardBackend {
     auto owner = std::make_shared<kc::DeviceBuffer>(std::move(memory));
     void* data = owner->data();
     return KvPool::adopt_device(layout, data, [owner](void*) mutable { owner.reset(); });
+  }
+
+  Result<std::unique_ptr<PoolCopier>> make_pool_copier(KvPool& pool) override {
+    if (!pool.on_device()) return invalid_argument("the CUDA backend's pools are on the device");
+    BATON_RETURN_IF_ERROR(kc::use_device(index_));
+    return kc::make_pool_copier(pool.data(), pool.bytes());
   }
 
   Status forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,

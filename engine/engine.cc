@@ -36,17 +36,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   const ModelConfig& model_config = checkpoint->config();
 
-  // Device pools are reached by the compute kernels only: the transfer
-  // engine and the SSD tier read and write pools with the host's CPU.
-  // Refused before the backend uploads any weights.
+  // A device pool is the backend's to allocate. Refused before the backend
+  // uploads any weights.
   if (config.device.is_cuda() && allocate_pool) {
-    return unimplemented("engine.device " + config.device.name() +
-                         ": a node cannot yet send or receive KV from a device pool; run nodes "
-                         "on engine.device cpu");
-  }
-  if (config.device.is_cuda() && !config.ssd_cache_dir.empty()) {
-    return unimplemented("engine.ssd_cache_dir: the SSD tier cannot yet reach a device pool (" +
-                         config.device.name() + ")");
+    return invalid_argument("engine.device " + config.device.name() +
+                            ": the KV pool of a device is allocated on the device, not by the "
+                            "transfer engine");
   }
   if (config.cpu_bf16_dot) {
     kernels::cpu::set_avx512_bf16_preferred(*config.cpu_bf16_dot);
@@ -104,7 +99,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
     auto store =
         SsdKvStore::create(config.ssd_cache_dir, config.ssd_cache_bytes, engine->kv_pool_.layout());
     if (!store.is_ok()) return store.status();
-    engine->scheduler_->attach_ssd_store(std::move(store).value());
+    // The store reads and writes with the CPU: a device pool is staged.
+    std::unique_ptr<PoolCopier> staging;
+    if (engine->kv_pool_.on_device()) {
+      BATON_ASSIGN_OR_RETURN(staging, engine->make_pool_copier());
+    }
+    BATON_RETURN_IF_ERROR(
+        engine->scheduler_->attach_ssd_store(std::move(store).value(), std::move(staging)));
   }
   spdlog::info(
       "engine: on {}, {} layers, {} heads / {} KV heads, KV pool {} blocks x {} tokens ({} MiB, "
@@ -113,6 +114,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
       model_config.num_kv_heads, layout.num_blocks, layout.block_size,
       engine->kv_pool_.bytes() >> 20, dtype_name(layout.dtype));
   return engine;
+}
+
+Result<std::unique_ptr<PoolCopier>> Engine::make_pool_copier() {
+  return model_->backend().make_pool_copier(kv_pool_);
 }
 
 Result<std::vector<std::unique_ptr<Sequence>>> Engine::run_to_completion() {

@@ -38,6 +38,9 @@ class Engine {
   LlamaModel& model() { return *model_; }
   KvPool& kv_pool() { return kv_pool_; }
   Scheduler& scheduler() { return *scheduler_; }
+  // A copier between the KV pool and host memory of its layout
+  // (ForwardBackend::make_pool_copier); it must not outlive the engine.
+  Result<std::unique_ptr<PoolCopier>> make_pool_copier();
 
   // Steps until every queued sequence has finished; returns them by id order.
   // Sequences awaiting remote KV are not waited for; ResourceExhausted if the

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "common/kv_layout.h"
+#include "common/pool_copier.h"
 #include "common/status.h"
 #include "engine/device.h"
 #include "engine/kv_pool.h"
@@ -61,6 +62,10 @@ class ForwardBackend {
   virtual Result<DType> kv_dtype(std::optional<DType> asked, DType checkpoint_dtype) const = 0;
   // A pool for `layout` (of kv_key_order()) in the memory the kernels read.
   virtual Result<KvPool> allocate_kv_pool(const KvLayout& layout) = 0;
+  // Copies byte ranges between `pool` (one of allocate_kv_pool's, outliving
+  // the copier) and host memory of its layout: what stages the pool for the
+  // transfer engine and the SSD tier where they cannot reach it in place.
+  virtual Result<std::unique_ptr<PoolCopier>> make_pool_copier(KvPool& pool) = 0;
   // Runs the step: stores K/V of every token into `kv`, and writes
   // logits [batch.logit_rows.size(), vocab] (F32, host) in row order.
   virtual Status forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
@@ -74,5 +79,10 @@ class ForwardBackend {
 Result<std::unique_ptr<ForwardBackend>> make_forward_backend(const Device& device,
                                                              const Checkpoint& checkpoint,
                                                              int32_t threads);
+
+// OK when this build and machine can compute on `device`; otherwise the
+// error make_forward_backend would return, found without loading anything
+// (`baton up` asks before it starts a node).
+Status check_device_present(const Device& device);
 
 }  // namespace baton::engine

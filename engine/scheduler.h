@@ -160,8 +160,10 @@ class Scheduler {
   // The prefix cache's SSD tier: blocks evicted from the pool are saved
   // there, and a prompt's leading blocks found there (after those in the
   // pool) are read back instead of computed. Needs prefix caching on.
-  void attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
-    prefix_cache_.attach_ssd_store(std::move(store));
+  // With `staging`, the pool is a device's (TieredPrefixCache::attach_ssd_store).
+  Status attach_ssd_store(std::unique_ptr<SsdKvStore> store,
+                          std::unique_ptr<PoolCopier> staging = nullptr) {
+    return prefix_cache_.attach_ssd_store(std::move(store), std::move(staging));
   }
   const SsdKvStore* ssd_store() const { return prefix_cache_.ssd_store(); }
 

@@ -13,13 +13,35 @@ namespace baton::engine {
 TieredPrefixCache::TieredPrefixCache(BlockManager& blocks, KvPool& kv, bool enabled)
     : blocks_(blocks), kv_(kv), enabled_(enabled) {}
 
-void TieredPrefixCache::attach_ssd_store(std::unique_ptr<SsdKvStore> store) {
+Status TieredPrefixCache::attach_ssd_store(std::unique_ptr<SsdKvStore> store,
+                                           std::unique_ptr<PoolCopier> staging) {
   BATON_CHECK(enabled_);
+  if (staging != nullptr) {
+    BATON_ASSIGN_OR_RETURN(KvPool mirror, KvPool::create(kv_.layout()));
+    mirror_.emplace(std::move(mirror));
+    staging_ = std::move(staging);
+  }
   ssd_ = std::move(store);
   blocks_.set_eviction_hook(
       [this](std::span<const BlockKey> keys, std::span<const int32_t> blocks) {
-        ssd_->save(keys, kv_.data(), blocks);
+        // A block that cannot be copied out is not saved: it is only lost
+        // from the cache, as a failed write would lose it.
+        if (staging_ != nullptr && !stage(blocks, /*copy_out=*/true)) return;
+        ssd_->save(keys, store_pool(), blocks);
       });
+  return Status::ok();
+}
+
+bool TieredPrefixCache::stage(std::span<const int32_t> blocks, bool copy_out) {
+  if (blocks.empty()) return true;
+  const std::vector<PoolCopier::Range> ranges =
+      block_byte_ranges(kv_.layout(), blocks, 0, kv_.layout().num_layers);
+  const Status copied = copy_out ? staging_->to_host(mirror_->data(), ranges)
+                                 : staging_->to_device(mirror_->data(), ranges);
+  if (copied.is_ok()) return true;
+  spdlog::warn("ssd cache: copying {} blocks {} {}: {}", blocks.size(),
+               copy_out ? "out of" : "into", staging_->name(), copied.message());
+  return false;
 }
 
 BlockKey TieredPrefixCache::block_key(Sequence& seq, int32_t j) {
@@ -174,7 +196,7 @@ bool TieredPrefixCache::start_reading(Restore& restore) {
   auto fresh = blocks_.allocate(int32_t(restore.keys.size()));
   if (!fresh.is_ok()) return false;
   restore.fresh = std::move(fresh).value();
-  restore.load = ssd_->start_load(restore.keys, kv_.data(), restore.fresh);
+  restore.load = ssd_->start_load(restore.keys, store_pool(), restore.fresh);
   return true;
 }
 
@@ -223,10 +245,15 @@ std::vector<int64_t> TieredPrefixCache::land(bool wait, const SequenceLookup& fi
     const auto it =
         std::ranges::find_if(restores_, [&](const Restore& r) { return r.load == landed.id; });
     BATON_CHECK(it != restores_.end());
-    const int32_t restored = landed.result.restored;
+    int32_t restored = landed.result.restored;
     if (!landed.result.problem.is_ok()) {
       spdlog::warn("ssd cache: {}; computing that block again", landed.result.problem.message());
     }
+    // A staged pool gets the verified blocks from the mirror; if that copy
+    // fails, none of them counts as restored.
+    if (staging_ != nullptr &&
+        !stage(std::span(it->fresh).first(size_t(std::max(restored, 0))), /*copy_out=*/false))
+      restored = 0;
     // Registered and released, the restored blocks are cached and most
     // recently used: the sequence, admitted next, finds them with the
     // prefix before them. Blocks not restored are simply free again; an

@@ -21,9 +21,11 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
+#include "common/pool_copier.h"
 #include "engine/block_manager.h"
 #include "engine/kv_pool.h"
 #include "engine/sequence.h"
@@ -46,7 +48,13 @@ class TieredPrefixCache {
   TieredPrefixCache& operator=(const TieredPrefixCache&) = delete;
 
   // The second tier: blocks evicted from the pool are saved there from now on.
-  void attach_ssd_store(std::unique_ptr<SsdKvStore> store);
+  // With `staging`, the pool is one the store cannot read in place (a
+  // device's): blocks pass through a host mirror of the pool's layout, copied
+  // out before a save and in once a load has landed and been verified. The
+  // mirror is mapped, not touched, so only the pages of blocks that pass
+  // through it take memory.
+  Status attach_ssd_store(std::unique_ptr<SsdKvStore> store,
+                          std::unique_ptr<PoolCopier> staging = nullptr);
   const SsdKvStore* ssd_store() const { return ssd_.get(); }
 
   // Match. For a sequence with no blocks and nothing computed: shares the
@@ -120,6 +128,12 @@ class TieredPrefixCache {
   // The restore in flight reading the block of this key hash, and the key's
   // index in it; null if none is.
   std::pair<Restore*, int32_t> restore_reading(uint64_t hash);
+  // The memory the SSD store reads and writes: the mirror of a staged pool,
+  // else the pool.
+  void* store_pool() { return mirror_ ? mirror_->data() : kv_.data(); }
+  // A staged pool's blocks into the mirror (copy_out) or back; false, after
+  // logging why, if the copy failed.
+  bool stage(std::span<const int32_t> blocks, bool copy_out);
   // Allocates fresh blocks for the restore's keys and starts reading them;
   // false (nothing taken) if there are none or no blocks for them.
   bool start_reading(Restore& restore);
@@ -137,6 +151,10 @@ class TieredPrefixCache {
   KvPool& kv_;
   bool enabled_;
   std::unique_ptr<SsdKvStore> ssd_;
+  // A staged pool's copier and host mirror (attach_ssd_store); the store
+  // reads and writes the mirror.
+  std::unique_ptr<PoolCopier> staging_;
+  std::optional<KvPool> mirror_;
   std::vector<Restore> restores_;
   PrefixCacheCounters counters_;
 };

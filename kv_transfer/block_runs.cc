@@ -33,25 +33,6 @@ std::vector<BlockRun> merge_block_runs(std::span<const int32_t> src, std::span<c
   return runs;
 }
 
-std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& layout,
-                                                 std::span<const int32_t> blocks,
-                                                 int32_t layer_begin, int32_t layer_end) {
-  std::vector<int32_t> sorted(blocks.begin(), blocks.end());
-  std::sort(sorted.begin(), sorted.end());
-  std::vector<PoolCopier::Range> ranges;
-  for (int32_t layer = layer_begin; layer < layer_end; ++layer) {
-    for (int32_t block : sorted) {
-      const size_t offset = layout.block_byte_offset(layer, block);
-      if (!ranges.empty() && ranges.back().offset + ranges.back().bytes == offset) {
-        ranges.back().bytes += layout.block_bytes();
-      } else {
-        ranges.push_back({offset, layout.block_bytes()});
-      }
-    }
-  }
-  return ranges;
-}
-
 Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_layout,
                             std::span<const int32_t> dst, const KvLayout& dst_layout) {
   if (src.empty()) return invalid_argument("empty block list");

@@ -30,14 +30,6 @@ std::vector<BlockRun> merge_block_runs(std::span<const int32_t> src, std::span<c
 Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_layout,
                             std::span<const int32_t> dst, const KvLayout& dst_layout);
 
-// Byte ranges of `blocks` (distinct ids, any order) in layers
-// [layer_begin, layer_end) of a pool laid out as `layout`: ids sorted, runs
-// of adjacent ids one range per layer, ranges that meet across a layer
-// boundary joined. What a staged pool copies to or from its device.
-std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& layout,
-                                                 std::span<const int32_t> blocks,
-                                                 int32_t layer_begin, int32_t layer_end);
-
 // The transfer checksum: XXH3-64 of every (layer, block pair) block, folded
 // in (layer, pair) order by one more XXH3 over those hashes. Per-block hashes
 // make it independent of how blocks were merged and let the receiver hash each

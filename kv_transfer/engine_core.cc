@@ -687,4 +687,6 @@ Status TransferEngine::send_control_bytes(PeerId peer, std::vector<uint8_t> byte
 EngineStats TransferEngine::stats() const { return impl_->stats(); }
 std::vector<std::string> TransferEngine::transports() const { return impl_->transports_; }
 
+const std::string& TransferEngine::staging() const { return impl_->staging_path_; }
+
 }  // namespace baton::kv_transfer

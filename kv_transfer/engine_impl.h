@@ -141,6 +141,7 @@ class TransferEngine::Impl {
   uint8_t* const staged_pool_;
   std::vector<uint8_t> descriptor_bytes_;
   std::vector<std::string> transports_;
+  std::string staging_path_;                      // TransferEngine::staging(); set once, at start
   std::vector<std::string> registering_domains_;  // UCT domains that register user memory
 
  private:

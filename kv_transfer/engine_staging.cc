@@ -20,6 +20,8 @@ Status TransferEngine::Impl::init_staging() {
     return Status::ok();
   }
   Status pinned = staging_->pin(pool_, pool_bytes_);
+  staging_path_ = std::string(staging_->name()) + " through a " +
+                  (pinned.is_ok() ? "pinned" : "pageable") + " host mirror";
   copy_in_ = std::make_unique<SerialWorker>();
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;

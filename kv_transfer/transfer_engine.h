@@ -203,6 +203,9 @@ class TransferEngine {
   EngineStats stats() const;
   // The transports the UCP context uses, as UCX names them ("tcp/lo").
   std::vector<std::string> transports() const;
+  // How the pool meets the wire: "" when UCX registers it in place, else
+  // the staging's path ("cuda device 0 through a pinned host mirror").
+  const std::string& staging() const;
 
   class Impl;
 

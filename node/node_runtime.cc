@@ -57,15 +57,17 @@ engine::OutputLogprobs from_wire(const control::TokenLogprobs& logprobs, int32_t
 }
 
 Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& settings) {
-  // The transfer engine registers and reads the pool as host memory.
-  if (settings.engine.device.is_cuda()) {
-    return unimplemented("engine.device " + settings.engine.device.name() +
-                         ": a node cannot yet send or receive KV from a device pool; run nodes "
-                         "on engine.device cpu");
-  }
   std::unique_ptr<NodeRuntime> node(new NodeRuntime(settings));
   kv_transfer::TransferConfig transfer_config = settings.transfer;
   transfer_config.node_name = settings.name;
+  // A pool UCX cannot register (a device's) travels through a host mirror.
+  const bool device_pool = settings.engine.device.is_cuda();
+  const bool staged = device_pool || settings.stage_host_pool;
+  if (staged) {
+    transfer_config.share_pool = false;
+    transfer_config.pool_memory =
+        device_pool ? kv_transfer::PoolMemory::kCuda : kv_transfer::PoolMemory::kHost;
+  }
   // Shared: the transfer engine is built first and UCX allocates the pool
   // the engine then adopts (the destructor stops the transfer engine before
   // the engine goes, and the engine never touches the pool on its way out).
@@ -84,9 +86,13 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
   }
   engine::KvPool& pool = node->engine_->kv_pool();
   if (node->transfer_ == nullptr) {
-    BATON_ASSIGN_OR_RETURN(node->transfer_,
-                           kv_transfer::TransferEngine::create(transfer_config, pool.layout(),
-                                                               pool.data(), pool.bytes()));
+    std::unique_ptr<PoolCopier> staging;
+    if (staged) {
+      BATON_ASSIGN_OR_RETURN(staging, node->engine_->make_pool_copier());
+    }
+    BATON_ASSIGN_OR_RETURN(node->transfer_, kv_transfer::TransferEngine::create(
+                                                transfer_config, pool.layout(), pool.data(),
+                                                pool.bytes(), std::move(staging)));
   }
   {
     BATON_ASSIGN_OR_RETURN(
@@ -177,6 +183,8 @@ void NodeRuntime::send_register() {
   reg.pid = ::getpid();
   reg.kv_dtype = std::string(dtype_name(engine_->kv_pool().layout().dtype));
   reg.kv_bytes_per_token = int64_t(engine_->kv_pool().layout().bytes_per_token());
+  reg.device = settings_.engine.device.name();
+  reg.kv_staging = transfer_->staging();
   send(reg);
   next_register_ = std::chrono::steady_clock::now() + kRegisterRetry;
 }

@@ -50,6 +50,8 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
   node.max_model_len = message.max_model_len;
   node.kv_dtype = message.kv_dtype;
   node.kv_bytes_per_token = message.kv_bytes_per_token;
+  node.device = message.device;
+  node.kv_staging = message.kv_staging;
   if (message.pid != node.pid) {
     // A new process counts from zero: its first heartbeat adds all it
     // reports. Its prefix cache starts empty.

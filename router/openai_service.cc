@@ -32,6 +32,8 @@ json node_json(const NodeState& node) {
               {"role", role_name(node.role)},
               {"up", node.up},
               {"pid", node.pid},
+              {"device", node.device},
+              {"kv_staging", node.kv_staging.empty() ? json(nullptr) : json(node.kv_staging)},
               {"assigned_requests", node.assigned_requests}};
   for (const control::NodeLoadField& f : control::kNodeLoadFields)
     out[f.name] = node.load.*f.member;

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <thread>
 
 #include "cluster/cluster_config.h"
@@ -53,6 +54,15 @@ Result<uint32_t> notices_to_drop() {
   }
   if (n > 0) spdlog::warn("fault injection: the first {} completion notices are dropped", n);
   return uint32_t(n);
+}
+
+// BATON_TEST_STAGED_POOL=1, for tests: a CPU node stages its KV pool through
+// a host mirror, the path a GPU node's pool takes (NodeSettings::stage_host_pool).
+bool stage_host_pool() {
+  const char* text = std::getenv("BATON_TEST_STAGED_POOL");
+  const bool on = text != nullptr && std::string_view(text) == "1";
+  if (on) spdlog::warn("test setting: the KV pool is staged through a host mirror");
+  return on;
 }
 
 int run_router(const std::string& file) {
@@ -101,18 +111,20 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   Result<uint32_t> dropped = notices_to_drop();
   if (!dropped.is_ok()) return fail(dropped.status());
   settings.transfer.drop_notices = *dropped;
+  settings.stage_host_pool = stage_host_pool();
   settings.heartbeat_interval = config->router.heartbeat_interval;
   // A backstop behind the router, which aborts a request at its timeout (or
   // when the prefill node stops heartbeating) and so normally ends it first.
   settings.kv_wait_timeout = config->router.request_timeout + config->router.heartbeat_timeout;
+  const std::string node = std::string(cluster::role_name(role)) + " node '" + name + "'";
   Status status;
   if (role == cluster::Role::kPrefill) {
     auto server = prefill_node::PrefillServer::create(settings);
-    if (!server.is_ok()) return fail(server.status());
+    if (!server.is_ok()) return fail(server.status().with_context(node));
     status = (*server)->run(stop);
   } else {
     auto server = decode_node::DecodeServer::create(settings);
-    if (!server.is_ok()) return fail(server.status());
+    if (!server.is_ok()) return fail(server.status().with_context(node));
     status = (*server)->run(stop);
   }
   if (!status.is_ok()) return fail(status);

@@ -16,6 +16,7 @@
 #include <thread>
 
 #include "cluster/cluster_config.h"
+#include "engine/forward_backend.h"
 #include "engine/make_model.h"
 #include "engine/model_config.h"
 #include "router/api_keys.h"
@@ -121,6 +122,17 @@ int run_up(const UpOptions& options) {
   Result<cluster::ClusterConfig> loaded = cluster::load_cluster_config(options.config);
   if (!loaded.is_ok()) return fail(loaded.status());
   const cluster::ClusterConfig& config = *loaded;
+  // A node on a device this host lacks would only exit and be restarted (and
+  // a preset is not made for nothing).
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (const cluster::NodeSection& node : *nodes) {
+      if (!is_local_host(node.host)) continue;
+      if (Status s = engine::check_device_present(node.engine.device); !s.is_ok()) {
+        return fail(s.with_context(std::string(cluster::role_name(node.role)) + " node '" +
+                                   node.name + "'"));
+      }
+    }
+  }
   if (Status made = ensure_model(config); !made.is_ok()) return fail(made);
   Result<engine::ModelConfig> model = engine::load_model_config(config.model.path / "config.json");
   if (!model.is_ok()) return fail(model.status());

@@ -334,10 +334,12 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + kNodes + "engine: {kv_cache_bytes: lots}\n", "engine.kv_cache_bytes"},
       {kModel + node_p + "decode: [{name: d, engine: {device: tpu}}]\n",
        "decode[0].engine.device: expected cpu, cuda or cuda:N"},
-      // Nodes do not yet keep KV on a GPU: refused with the node's key.
+      // A CPU node and a GPU node cannot share KV blocks: both are named.
       {kModel + node_p + "decode: [{name: d, engine: {device: 'cuda:1'}}]\n",
-       "decode[0].engine.device: cuda:1: cluster nodes cannot yet"},
-      {kModel + kNodes + "engine: {device: cuda}\n", ".engine.device: cuda:0"},
+       "decode[0].engine.device: d computes on cuda:1, p (prefill[0]) on cpu"},
+      {kModel + "engine: {device: cuda}\nprefill: [{name: p}]\n" +
+           "decode: [{name: d, engine: {device: cpu}}]\n",
+       "decode[0].engine.device: d computes on cpu, p (prefill[0]) on cuda:0"},
       {kModel + kNodes + "router: {http_port: 0}\n", "router.http_port: must be in [1, 65535]"},
       {kModel + kNodes + "router: {zmq_port: 65536}\n", "router.zmq_port: must be in"},
       {kModel + kNodes + "router: {control_port: abc}\n",
@@ -625,6 +627,21 @@ TEST(ShippedConfigs, TwoPrefillTwoDecodeLoadsAndFitsItsModel) {
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
 
+TEST(ShippedConfigs, OneGpuLoadsAndFitsItsModel) {
+  auto config = load_cluster_config(shipped("gpu-1p1d.yaml"));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->model.preset, "llama3-8b");
+  ASSERT_EQ(config->prefill.size(), 1u);
+  ASSERT_EQ(config->decode.size(), 1u);
+  for (const auto* node : {&config->prefill[0], &config->decode[0]}) {
+    EXPECT_EQ(node->engine.device.name(), "cuda:0") << node->name;
+    EXPECT_EQ(node->engine.kv_dtype, DType::kBF16) << node->name;
+    EXPECT_EQ(node->engine.kv_cache_bytes, 16ull << 30) << node->name;
+  }
+  Status status = validate_shipped(*config);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
 TEST(ShippedConfigs, MultiHostLoadsAndFitsItsModel) {
   auto config = load_cluster_config(shipped("multi-host.yaml"));
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
@@ -644,7 +661,7 @@ TEST(ShippedConfigs, MultiHostLoadsAndFitsItsModel) {
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
 
-TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeAndKvDtype) {
+TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeKvDtypeAndDeviceKind) {
   std::string base = "model: {preset: tiny}\nprefill: [{name: p}]\n";
   auto block = parse(base + "decode: [{name: d, engine: {block_size: 32}}]\n");
   ASSERT_FALSE(block.is_ok());
@@ -663,6 +680,13 @@ TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeAndKvDtype) {
           "model: {preset: tiny}\nengine: {kv_dtype: bf16, block_size: 32}\nprefill: [{name: p}]\n"
           "decode: [{name: d}]\n")
           .is_ok());
+  // GPU nodes together, each on a device of its own.
+  auto gpus = parse(
+      "model: {preset: tiny}\nengine: {device: cuda}\nprefill: [{name: p}]\n"
+      "decode: [{name: d, engine: {device: 'cuda:1'}}]\n");
+  ASSERT_TRUE(gpus.is_ok()) << gpus.status().message();
+  EXPECT_EQ(gpus->prefill[0].engine.device.name(), "cuda:0");
+  EXPECT_EQ(gpus->decode[0].engine.device.name(), "cuda:1");
 }
 
 }  // namespace

@@ -83,7 +83,9 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
                2048,
                int64_t(rng() % 100000),
                "fp8_e4m3",
-               int64_t(rng() % 100000)};
+               int64_t(rng() % 100000),
+               "cuda:" + std::to_string(rng() % 8),
+               "cuda device 0 through a pinned host mirror"};
   Register reg2 = round_trip(reg);
   EXPECT_EQ(reg2.node, reg.node);
   EXPECT_EQ(reg2.role, reg.role);
@@ -93,6 +95,8 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(reg2.pid, reg.pid);
   EXPECT_EQ(reg2.kv_dtype, "fp8_e4m3");
   EXPECT_EQ(reg2.kv_bytes_per_token, reg.kv_bytes_per_token);
+  EXPECT_EQ(reg2.device, reg.device);
+  EXPECT_EQ(reg2.kv_staging, reg.kv_staging);
 
   EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).message, "welcome");
 

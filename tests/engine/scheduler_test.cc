@@ -615,7 +615,7 @@ TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   auto store = SsdKvStore::create(dir_.path(), uint64_t(64) << 20, engine->kv_pool().layout(),
                                   SsdIo::kPlain);
   ASSERT_TRUE(store.is_ok()) << store.status().to_string();
-  s.attach_ssd_store(std::move(store).value());
+  ASSERT_TRUE(s.attach_ssd_store(std::move(store).value()).is_ok());
   push_to_ssd(*engine, p);
   ASSERT_TRUE(
       s.ssd_store()->contains(BlockKey{.hash = prefix_block_hash(kNoParent, std::span(p).first(4)),
@@ -636,6 +636,65 @@ TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
   std::sort(done.begin(), done.end(), [](const auto& a, const auto& b) { return a->id < b->id; });
   EXPECT_EQ(done[0]->output, alone[0]);
   EXPECT_EQ(done[1]->output, alone[1]);
+}
+
+// A pool the SSD tier reaches through a copier (a device's), on the CPU:
+// blocks go out through a host mirror before they are saved and come back
+// into the pool once their reads land. Skipping either copy leaves the
+// restored blocks without their K/V, so the outputs would differ.
+class CountingCopier final : public PoolCopier {
+ public:
+  explicit CountingCopier(KvPool& pool)
+      : inner_(make_host_pool_copier(pool.data(), pool.bytes())) {}
+  Status to_host(void* mirror, std::span<const Range> ranges) override {
+    for (const Range& r : ranges) out_bytes += r.bytes;
+    return inner_->to_host(mirror, ranges);
+  }
+  Status to_device(const void* mirror, std::span<const Range> ranges) override {
+    if (fail_in) return internal_error("injected copy-in failure");
+    for (const Range& r : ranges) in_bytes += r.bytes;
+    return inner_->to_device(mirror, ranges);
+  }
+  Status pin(void* mirror, size_t bytes) override { return inner_->pin(mirror, bytes); }
+  const char* name() const override { return "counting copier"; }
+
+  uint64_t out_bytes = 0, in_bytes = 0;
+  bool fail_in = false;
+
+ private:
+  std::unique_ptr<PoolCopier> inner_;
+};
+
+TEST_F(SchedulerTest, SsdTierOfAStagedPoolCopiesBlocksOutAndBackIn) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (const bool fail_in : {false, true}) {
+    SCOPED_TRACE(fail_in ? "copies in fail" : "copies succeed");
+    const std::vector<int32_t> p = random_prompt_of_exactly(40);
+    const std::vector<std::vector<int32_t>> prompts = {extended(p, 4), extended(p, 3)};
+    const auto alone = alone_uncached(prompts, greedy(6));
+    auto engine = make_engine(40, 4, 2048, 8, true);
+    Scheduler& s = engine->scheduler();
+    auto store = SsdKvStore::create(dir_.path(), uint64_t(64) << 20, engine->kv_pool().layout(),
+                                    SsdIo::kPlain);
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    auto copier = std::make_unique<CountingCopier>(engine->kv_pool());
+    CountingCopier& counts = *copier;
+    counts.fail_in = fail_in;
+    ASSERT_TRUE(s.attach_ssd_store(std::move(store).value(), std::move(copier)).is_ok());
+    push_to_ssd(*engine, p);
+    const KvLayout& layout = engine->kv_pool().layout();
+    const uint64_t block_bytes = layout.block_bytes() * uint64_t(layout.num_layers);
+    EXPECT_GE(counts.out_bytes, 10 * block_bytes) << "p's ten blocks went out";
+    EXPECT_EQ(counts.out_bytes % block_bytes, 0u);
+    EXPECT_EQ(generate(*engine, prompts, greedy(6)), alone);
+    if (fail_in) {
+      EXPECT_EQ(counts.in_bytes, 0u);
+      EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 0) << "blocks that did not come in are no hits";
+    } else {
+      EXPECT_EQ(counts.in_bytes, 10 * block_bytes) << "p's ten blocks came back, once";
+      EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 40);
+    }
+  }
 }
 
 // A burst of prompts that share a prefix the pool lost to the SSD tier:

@@ -127,6 +127,26 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   std::mt19937 rng{std::random_device{}()};
   expect_remote_greedy_equals_generate(cluster, rng, 4, {});
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+  for (const json& node : cluster.nodes()["nodes"]) {
+    EXPECT_EQ(node["device"], "cpu") << node.dump();
+    EXPECT_TRUE(node["kv_staging"].is_null()) << node.dump();
+  }
+}
+
+// The path a GPU node's pool takes, on the CPU: each node stages its pool
+// through a host mirror (copied out as each layer is posted, copied in once
+// verified), and serves what one engine does.
+TEST(StagedPoolServingTest, GreedyCompletionsEqualBatonGenerate) {
+  ASSERT_EQ(::setenv("BATON_TEST_STAGED_POOL", "1", 1), 0);
+  ClusterShape shape;
+  Cluster cluster(shape);
+  ::unsetenv("BATON_TEST_STAGED_POOL");  // `baton up` and its nodes took it
+  for (const json& node : cluster.nodes()["nodes"]) {
+    EXPECT_EQ(node["kv_staging"], "host memory through a pageable host mirror") << node.dump();
+  }
+  std::mt19937 rng{std::random_device{}()};
+  expect_remote_greedy_equals_generate(cluster, rng, 4, {});
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
 // With 8-bit KV the scales travel inside the blocks: a prompt prefilled on

@@ -283,4 +283,19 @@ TEST_F(BatonCli, AnAbsentDeviceIsRefusedAtStart) {
   EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
 }
 
+// `baton up` asks before it starts anything: a node on a device this host
+// lacks is named with the device, instead of exiting and being restarted.
+TEST_F(BatonCli, UpRefusesANodeOnAnAbsentDeviceNamingBoth) {
+  const std::filesystem::path yaml = *dir_ / "absent-gpu.yaml";
+  std::ofstream(yaml) << "model: {path: " << model().string() << "}\n"
+                      << "router: {http_port: 1, zmq_port: 2, control_port: 3}\n"
+                      << "engine: {device: 'cuda:999'}\n"
+                      << "prefill: [{name: gpu-p}]\ndecode: [{name: gpu-d}]\n";
+  auto r = run("up " + yaml.string());
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("prefill node 'gpu-p': engine.device cuda:999: this "), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("router ready"), std::string::npos) << "started a role: " << r.out;
+}
+
 }  // namespace
