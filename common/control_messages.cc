@@ -351,7 +351,9 @@ struct Codec {
             {"kv_dtype", m.kv_dtype},
             {"kv_bytes_per_token", m.kv_bytes_per_token},
             {"device", m.device},
-            {"kv_staging", m.kv_staging}};
+            {"kv_staging", m.kv_staging},
+            {"weights_bytes", m.weights_bytes},
+            {"kv_pool_bytes", m.kv_pool_bytes}};
   }
   json operator()(const RegisterAck& m) const {
     return {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
@@ -434,6 +436,8 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.kv_bytes_per_token = r.integer("kv_bytes_per_token", 0, int64_t(1) << 40);
     m.device = r.string("device", 16);
     m.kv_staging = r.string("kv_staging", 128);
+    m.weights_bytes = r.integer("weights_bytes", 0, int64_t(1) << 50);
+    m.kv_pool_bytes = r.integer("kv_pool_bytes", 0, int64_t(1) << 50);
     const std::optional<Role> parsed = parse_role(role);
     if (parsed == Role::kPrefill || parsed == Role::kDecode)
       m.role = *parsed;

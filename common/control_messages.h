@@ -153,6 +153,10 @@ struct Register {  // node -> router, first message and after a reconnect
   // "" when registered in place).
   std::string device;
   std::string kv_staging;
+  // Memory the node holds where it computes: its weights (as its backend
+  // keeps them) and its KV pool.
+  int64_t weights_bytes = 0;
+  int64_t kv_pool_bytes = 0;
 };
 struct RegisterAck {  // router -> node
   bool accepted = false;

@@ -25,14 +25,16 @@ CpuForward::CpuForward(const Checkpoint& checkpoint, kc::ThreadPool& pool)
     : config_(checkpoint.config()),
       weights_(checkpoint.weights()),
       pool_(pool),
-      inv_freq_(rope_inv_freq(checkpoint.config())) {}
+      inv_freq_(rope_inv_freq(checkpoint.config())),
+      weights_bytes_(checkpoint.weight_bytes()) {}
 
 CpuForward::CpuForward(const Checkpoint& checkpoint, int32_t threads)
     : config_(checkpoint.config()),
       weights_(checkpoint.weights()),
       owned_pool_(std::make_unique<kc::ThreadPool>(threads)),
       pool_(*owned_pool_),
-      inv_freq_(rope_inv_freq(checkpoint.config())) {}
+      inv_freq_(rope_inv_freq(checkpoint.config())),
+      weights_bytes_(checkpoint.weight_bytes()) {}
 
 Result<KvPool> CpuForward::allocate_kv_pool(const KvLayout& layout) {
   return KvPool::create(layout);

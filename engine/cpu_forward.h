@@ -36,6 +36,7 @@ class CpuForward final : public ForwardBackend {
     return asked.value_or(checkpoint_dtype);
   }
   Result<KvPool> allocate_kv_pool(const KvLayout& layout) override;
+  uint64_t weights_bytes() const override { return weights_bytes_; }
   Result<std::unique_ptr<PoolCopier>> make_pool_copier(KvPool& pool) override {
     return make_host_pool_copier(pool.data(), pool.bytes());
   }
@@ -58,6 +59,7 @@ class CpuForward final : public ForwardBackend {
   std::unique_ptr<kernels::cpu::ThreadPool> owned_pool_;
   kernels::cpu::ThreadPool& pool_;
   std::vector<float> inv_freq_;  // [head_dim / 2]
+  uint64_t weights_bytes_;       // Checkpoint::weight_bytes()
   CpuStepProfile* profile_ = nullptr;
   std::chrono::steady_clock::time_point last_lap_;
 

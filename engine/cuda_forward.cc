@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <span>
 #include <string>
@@ -90,6 +91,8 @@ class CudaForward final : public ForwardBackend {
   Status load(const Checkpoint& checkpoint) {
     const ModelConfig& c = config_;
     const ModelWeights& w = checkpoint.weights();
+    const size_t weights_bytes = weight_bytes(w);
+    BATON_RETURN_IF_ERROR(check_fits("the weights (bf16)", weights_bytes));
     q_width_ = int64_t(c.num_heads) * c.head_dim;
     kv_width_ = int64_t(c.num_kv_heads) * c.head_dim;
     qkv_width_ = q_width_ + 2 * kv_width_;
@@ -123,8 +126,11 @@ class CudaForward final : public ForwardBackend {
       BATON_ASSIGN_OR_RETURN(d.post_attention_norm, upload_vectors(post));
       layers_.push_back(std::move(d));
     }
+    weights_bytes_ = weights_bytes;
     return upload_rope_table();
   }
+
+  uint64_t weights_bytes() const override { return weights_bytes_; }
 
   Device device() const override { return Device{.kind = Device::Kind::kCuda, .index = index_}; }
   KeyOrder kv_key_order() const override { return KeyOrder::kTokenMajor; }
@@ -142,6 +148,9 @@ class CudaForward final : public ForwardBackend {
       return invalid_argument("the CUDA backend's KV pool is BF16 and token-major");
     }
     BATON_RETURN_IF_ERROR(kc::use_device(index_));
+    BATON_RETURN_IF_ERROR(check_fits(
+        "a KV pool of " + std::to_string(layout.num_blocks) + " blocks (engine.kv_cache_bytes)",
+        layout.total_bytes()));
     BATON_ASSIGN_OR_RETURN(kc::DeviceBuffer memory,
                            kc::DeviceBuffer::allocate(layout.total_bytes()));
     auto owner = std::make_shared<kc::DeviceBuffer>(std::move(memory));
@@ -171,6 +180,39 @@ class CudaForward final : public ForwardBackend {
   }
 
  private:
+  // Bytes of the checkpoint's matrices and vectors once uploaded as BF16.
+  static size_t weight_bytes(const ModelWeights& w) {
+    auto matrix = [](const WeightView& v) { return size_t(v.rows) * size_t(v.cols) * kBf16; };
+    size_t bytes = matrix(w.embed_tokens) + w.final_norm.size() * kBf16;
+    if (w.lm_head.data != w.embed_tokens.data) bytes += matrix(w.lm_head);
+    for (const auto& l : w.layers) {
+      for (const WeightView* m :
+           {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
+        bytes += matrix(*m);
+      bytes += (l.q_bias.size() + l.k_bias.size() + l.v_bias.size() + l.input_norm.size() +
+                l.post_attention_norm.size()) *
+               kBf16;
+    }
+    return bytes;
+  }
+
+  // `what` needs `bytes` of this device: refused with the numbers when they
+  // are not free, rather than by a cudaMalloc that says only "out of memory".
+  Status check_fits(const std::string& what, size_t bytes) const {
+    BATON_ASSIGN_OR_RETURN(kc::DeviceMemory memory, kc::device_memory());
+    if (bytes <= memory.free_bytes) return Status::ok();
+    auto gib = [](size_t b) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f GiB", double(b) / double(1ull << 30));
+      return std::string(text);
+    };
+    return resource_exhausted(
+        "engine.device cuda:" + std::to_string(index_) + ": " + what + " need " + gib(bytes) +
+        ", and the device has " + gib(memory.free_bytes) + " free of " + gib(memory.total_bytes) +
+        (weights_bytes_ > 0 ? " (this node's weights hold " + gib(weights_bytes_) + ")"
+                            : std::string()));
+  }
+
   Status run_step(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
                   const LayerDoneCallback* on_layer_done) {
     const ModelConfig& c = config_;
@@ -338,6 +380,7 @@ class CudaForward final : public ForwardBackend {
   }
 
   int32_t index_;
+  size_t weights_bytes_ = 0;  // on the device, once load() has uploaded them
   const ModelConfig& config_;
   int64_t q_width_ = 0, kv_width_ = 0, qkv_width_ = 0;
   kc::Stream stream_;

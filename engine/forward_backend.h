@@ -62,6 +62,9 @@ class ForwardBackend {
   virtual Result<DType> kv_dtype(std::optional<DType> asked, DType checkpoint_dtype) const = 0;
   // A pool for `layout` (of kv_key_order()) in the memory the kernels read.
   virtual Result<KvPool> allocate_kv_pool(const KvLayout& layout) = 0;
+  // Bytes the weights occupy where this backend reads them (the CPU's read
+  // them in place from the mapped checkpoint).
+  virtual uint64_t weights_bytes() const = 0;
   // Copies byte ranges between `pool` (one of allocate_kv_pool's, outliving
   // the copier) and host memory of its layout: what stages the pool for the
   // transfer engine and the SSD tier where they cannot reach it in place.

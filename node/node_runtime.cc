@@ -185,6 +185,8 @@ void NodeRuntime::send_register() {
   reg.kv_bytes_per_token = int64_t(engine_->kv_pool().layout().bytes_per_token());
   reg.device = settings_.engine.device.name();
   reg.kv_staging = transfer_->staging();
+  reg.weights_bytes = int64_t(engine_->model().backend().weights_bytes());
+  reg.kv_pool_bytes = int64_t(engine_->kv_pool().bytes());
   send(reg);
   next_register_ = std::chrono::steady_clock::now() + kRegisterRetry;
 }

@@ -228,6 +228,12 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   per_node("baton:node_kv_bytes_per_token",
            "KV bytes a token occupies on a node across all layers, scales included.",
            [](const NodeState& node) { return node.kv_bytes_per_token; });
+  per_node("baton:node_weights_bytes",
+           "Bytes of weights a node holds where it computes (host memory, or its GPU's).",
+           [](const NodeState& node) { return node.weights_bytes; });
+  per_node("baton:node_kv_pool_bytes",
+           "Bytes of a node's KV pool, where it computes (host memory, or its GPU's).",
+           [](const NodeState& node) { return node.kv_pool_bytes; });
   per_node("baton:node_ssd_cache_blocks", "KV blocks a node's SSD tier holds.",
            [](const NodeState& node) { return node.load.ssd_cache_blocks; });
   per_node("baton:node_ssd_cache_capacity_blocks",

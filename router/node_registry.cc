@@ -52,6 +52,8 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
   node.kv_bytes_per_token = message.kv_bytes_per_token;
   node.device = message.device;
   node.kv_staging = message.kv_staging;
+  node.weights_bytes = message.weights_bytes;
+  node.kv_pool_bytes = message.kv_pool_bytes;
   if (message.pid != node.pid) {
     // A new process counts from zero: its first heartbeat adds all it
     // reports. Its prefix cache starts empty.

@@ -36,8 +36,10 @@ struct NodeState {
   int64_t pid = 0;
   std::string kv_dtype;  // the KV format, as control::Register names it
   int64_t kv_bytes_per_token = 0;
-  std::string device;      // control::Register's
-  std::string kv_staging;  // control::Register's; "" when the pool is registered in place
+  std::string device;         // control::Register's
+  std::string kv_staging;     // control::Register's; "" when the pool is registered in place
+  int64_t weights_bytes = 0;  // control::Register's
+  int64_t kv_pool_bytes = 0;
   std::chrono::steady_clock::time_point last_seen{};
   control::NodeLoad load;         // from the last heartbeat
   int32_t assigned_requests = 0;  // placed by the router, not yet finished

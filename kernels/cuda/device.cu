@@ -25,6 +25,12 @@ std::string device_count_error() {
   return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
 }
 
+Result<DeviceMemory> device_memory() {
+  DeviceMemory memory;
+  BATON_CUDA_RETURN_IF_ERROR(cudaMemGetInfo(&memory.free_bytes, &memory.total_bytes));
+  return memory;
+}
+
 Result<DeviceBuffer> DeviceBuffer::allocate(size_t bytes) {
   DeviceBuffer buffer;
   if (cudaError_t e = cudaMalloc(&buffer.data_, bytes); e != cudaSuccess) {

@@ -22,6 +22,13 @@ int device_count();
 // found some.
 std::string device_count_error();
 
+// The current device's memory, as cudaMemGetInfo reports it.
+struct DeviceMemory {
+  size_t free_bytes = 0;
+  size_t total_bytes = 0;
+};
+Result<DeviceMemory> device_memory();
+
 // Owned device memory; freed on destruction.
 class DeviceBuffer {
  public:

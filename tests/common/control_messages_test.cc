@@ -85,7 +85,9 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
                "fp8_e4m3",
                int64_t(rng() % 100000),
                "cuda:" + std::to_string(rng() % 8),
-               "cuda device 0 through a pinned host mirror"};
+               "cuda device 0 through a pinned host mirror",
+               int64_t(rng() % (uint64_t(1) << 40)),
+               int64_t(rng() % (uint64_t(1) << 40))};
   Register reg2 = round_trip(reg);
   EXPECT_EQ(reg2.node, reg.node);
   EXPECT_EQ(reg2.role, reg.role);
@@ -97,6 +99,8 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(reg2.kv_bytes_per_token, reg.kv_bytes_per_token);
   EXPECT_EQ(reg2.device, reg.device);
   EXPECT_EQ(reg2.kv_staging, reg.kv_staging);
+  EXPECT_EQ(reg2.weights_bytes, reg.weights_bytes);
+  EXPECT_EQ(reg2.kv_pool_bytes, reg.kv_pool_bytes);
 
   EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).message, "welcome");
 

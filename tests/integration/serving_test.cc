@@ -127,9 +127,18 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   std::mt19937 rng{std::random_device{}()};
   expect_remote_greedy_equals_generate(cluster, rng, 4, {});
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+  // Every tensor of the F32 checkpoint, which is the file less its header.
+  const auto file_bytes = int64_t(std::filesystem::file_size(tiny_model() / "model.safetensors"));
   for (const json& node : cluster.nodes()["nodes"]) {
     EXPECT_EQ(node["device"], "cpu") << node.dump();
     EXPECT_TRUE(node["kv_staging"].is_null()) << node.dump();
+    const int64_t weights = node["memory_bytes"]["weights"], pool = node["memory_bytes"]["kv_pool"];
+    EXPECT_LE(weights, file_bytes) << node.dump();
+    EXPECT_GE(weights, file_bytes - (int64_t(64) << 10)) << node.dump();
+    // kv_cache_bytes: 4MiB of whole blocks (tiny: 2 layers, K and V of 16
+    // F32 dims per token, 16-token blocks).
+    const int64_t block_bytes = 2 * 2 * 16 * 4 * 16;
+    EXPECT_EQ(pool, (int64_t(4) << 20) / block_bytes * block_bytes) << node.dump();
   }
 }
 
