@@ -24,6 +24,19 @@ cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release -DBATON_TEST_PYTHON="$te
 cmake --build build -j "$jobs"
 ctest --test-dir build --output-on-failure -j "$jobs" --timeout 600
 
+# The transfer tests again against the UCX a GPU node would run with for
+# cuda_copy and cuda_ipc (RAPIDS' libucx-cu12 wheel from PyPI, UCX 1.22),
+# so that Baton keeps working with both. Without PyPI: said, and skipped.
+if ucx_wheel=$(bash deploy/fetch_ucx_wheel.sh); then
+  PKG_CONFIG_PATH=$ucx_wheel cmake -S . -B build-ucx-wheel -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DBATON_WITH_CUDA=OFF -DBATON_BUILD_BENCH=OFF
+  cmake --build build-ucx-wheel -j "$jobs" --target kv_transfer_test kv_transfer_test_peer
+  ctest --test-dir build-ucx-wheel --output-on-failure -j "$jobs" --timeout 600 \
+    -R '^(Loopback|ForcedMode|Staged|StagedPoolConfigTest|TransferPeerTest)[/.]'
+else
+  echo "WARNING: could not fetch UCX from PyPI; the transfer tests ran against Debian's UCX only" >&2
+fi
+
 # The tests marked ASAN in their CMakeLists (the parsers of files and
 # network input, the SIMD kernels' ragged tails, the scheduler's
 # asynchronous SSD restores, every integration test with every process of a
