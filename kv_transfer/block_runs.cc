@@ -64,4 +64,9 @@ uint64_t BlockHashes::digest() const {
   return XXH3_64bits(hashes_.data(), hashes_.size() * sizeof(uint64_t));
 }
 
+uint64_t BlockHashes::layer_digest(int32_t layer) const {
+  return XXH3_64bits(hashes_.data() + size_t(layer - layer_begin_) * num_pairs_,
+                     num_pairs_ * sizeof(uint64_t));
+}
+
 }  // namespace baton::kv_transfer

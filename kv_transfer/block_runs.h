@@ -41,17 +41,33 @@ class BlockHashes {
   BlockHashes(int32_t layer_begin, int32_t layer_end, size_t num_pairs)
       : layer_begin_(layer_begin),
         num_pairs_(num_pairs),
-        hashes_(size_t(layer_end - layer_begin) * num_pairs, 0) {}
+        hashes_(size_t(layer_end - layer_begin) * num_pairs, 0),
+        recorded_(hashes_.size(), false),
+        recorded_in_layer_(size_t(layer_end - layer_begin), 0) {}
   // Records the hash of pair `pair`'s block in `layer` (block_hash of it).
   void set(int32_t layer, size_t pair, uint64_t hash) {
-    hashes_[size_t(layer - layer_begin_) * num_pairs_ + pair] = hash;
+    const size_t i = size_t(layer - layer_begin_) * num_pairs_ + pair;
+    hashes_[i] = hash;
+    if (!recorded_[i]) {
+      recorded_[i] = true;
+      ++recorded_in_layer_[size_t(layer - layer_begin_)];
+    }
   }
   uint64_t digest() const;
+  // Whether every pair's block of `layer` has been recorded.
+  bool layer_complete(int32_t layer) const {
+    return recorded_in_layer_[size_t(layer - layer_begin_)] == num_pairs_;
+  }
+  // XXH3-64 of `layer`'s block hashes in pair order: what the layer messages
+  // carry, so that a receiver can verify one layer before the rest.
+  uint64_t layer_digest(int32_t layer) const;
 
  private:
   int32_t layer_begin_ = 0;
   size_t num_pairs_ = 0;
   std::vector<uint64_t> hashes_;
+  std::vector<bool> recorded_;
+  std::vector<size_t> recorded_in_layer_;
 };
 
 // XXH3-64 of one block, through xxhash's dispatcher (AVX2 where the CPU has it).

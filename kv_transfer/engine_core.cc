@@ -105,6 +105,9 @@ Status TransferEngine::Impl::init() {
   auto* rk = static_cast<const uint8_t*>(rkey_buffer);
   d.rkey.assign(rk, rk + rkey_size);
   d.layout = layout_;
+  // A staged pool is copied in layer by layer as each is verified, which
+  // needs the layers' hashes from its senders.
+  if (staging_ != nullptr && config_.verify_checksum) d.flags |= kPoolFlagStaged;
   descriptor_bytes_ = encode_descriptor(d);
 
   for (auto [id, cb] : {std::pair{kAmControl, &control_callback}, {kAmData, &data_callback}}) {

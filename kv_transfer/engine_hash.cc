@@ -58,7 +58,9 @@ bool TransferEngine::Impl::hash_slice() {
     if (job.next < job.pairs.size()) break;
     const bool sender = job.sender;
     const uint64_t id = job.transfer_id;
+    const int32_t layer = job.layer;
     hash_jobs_.pop_front();
+    if (sender) announce_layer_hash(id, layer);  // a sender's job is one whole layer
     if (--*pending == 0) (sender ? dirty_sends_ : dirty_recvs_).push_back(id);
   }
   return true;

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -170,6 +171,8 @@ class TransferEngine::Impl {
   void start_send(uint64_t transfer_id);
   void pump(SendTransfer& t, uint64_t id);
   void issue_layer(SendTransfer& t, uint64_t id, PeerState& peer, int32_t layer);
+  // kLayerHash for a staged receiver, once the sender has hashed the layer.
+  void announce_layer_hash(uint64_t id, int32_t layer);
   void maybe_finish_send(uint64_t id);
   void apply_cancel_send(uint64_t id);
 
@@ -206,8 +209,19 @@ class TransferEngine::Impl {
   void judge(uint64_t id, Expectation& e);
   // Records the verdict and acks it.
   void conclude(Expectation& e, Status verdict);
-  // Concludes the staged receives whose copy into the pool has finished.
+  // Records the copies into a staged pool that finished, and concludes the
+  // receives whose last copy that was.
   void collect_copied_in();
+  // A staged pool's layers of `e` that landed and match the sender's hash of
+  // them: posted for copying in now; one that does not match fails `e`.
+  void copy_in_verified_layers(uint64_t id, Expectation& e);
+  // Posts the copy of `layers` of `e` into the staged pool (`tag`: the
+  // layer, or -1 for the rest at the verdict).
+  void post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers, int32_t tag);
+  // kLayerHash: the sender's hash of one layer, for a staged pool.
+  void record_layer_hash(const Notice& n);
+  // TransferConfig::corrupt_landed_layer: flips a bit of `block` of `layer`.
+  void corrupt_for_tests(Expectation& e, int32_t layer, int32_t block);
   // Hashes landed blocks for the verdict: `now` for bytes just copied (still
   // in cache), else queued for the loop.
   void hash_landed(Expectation& e, int32_t layer, int32_t first_block, int32_t count, bool now);
@@ -235,7 +249,31 @@ class TransferEngine::Impl {
   // and hands back (transfer id, how the copy went).
   std::unique_ptr<SerialWorker> copy_in_;
   std::mutex copied_in_mutex_;
-  std::vector<std::pair<uint64_t, Status>> copied_in_;
+  // A copy into a staged pool that finished: one layer, or (layer -1) what
+  // was left once the transfer was verified.
+  struct CopiedIn {
+    uint64_t transfer_id;
+    uint64_t serial;
+    int32_t layer;
+    Status status;
+  };
+  std::vector<CopiedIn> copied_in_;
+  // Receives failed on their data (a layer that did not match, a copy into
+  // the staged pool) before their notice came, most recent last and a few
+  // only: their blocks went back at once, and a sender that asks later (its
+  // notice, a put request) is told that verdict rather than "not expected".
+  struct DataVerdict {
+    uint64_t transfer_id;
+    uint64_t request_id;
+    Status status;
+  };
+  std::deque<DataVerdict> data_verdicts_;
+  // The recorded verdict for transfer `id` of `request_id`, taken; else null.
+  std::optional<Status> take_data_verdict(uint64_t id, uint64_t request_id);
+  // What to tell the sender of `n` about its failed receive `it` (or one
+  // already released: end()) if it failed on its data; else null.
+  std::optional<Status> data_verdict(std::unordered_map<uint64_t, Expectation>::iterator it,
+                                     const Notice& n);
   std::atomic<bool> has_copied_in_{false};  // so the loop takes the lock only then
   int event_fd_ = -1;
   std::thread thread_;

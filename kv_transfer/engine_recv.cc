@@ -9,6 +9,16 @@
 namespace baton::kv_transfer {
 namespace {
 
+// Verdicts of receives failed on their data kept for their senders to ask:
+// far more than the transfers one sender has in flight to a receiver.
+constexpr size_t kKeptDataVerdicts = 256;
+
+// A receive failed on its bytes: a checksum that did not match, or a copy
+// into the staged pool that failed.
+bool failed_on_data(const Status& s) {
+  return s.code() == StatusCode::kDataLoss || s.code() == StatusCode::kInternal;
+}
+
 void recv_callback(void* request, ucs_status_t status, size_t /*length*/, void* user_data) {
   auto* op = static_cast<OpContext*>(user_data);
   op->engine->on_op_complete(op, status);
@@ -58,6 +68,11 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
     e.hashes = BlockHashes(spec.layer_begin, spec.layer_end, spec.dst_blocks.size());
     e.expected_bytes = uint64_t(spec.dst_blocks.size()) * layout_.block_bytes() *
                        uint64_t(spec.layer_end - spec.layer_begin);
+    if (staging_ != nullptr) {
+      const auto layers = size_t(spec.layer_end - spec.layer_begin);
+      e.sender_layer_hash.assign(layers, std::nullopt);
+      e.layer_copy.assign(layers, Expectation::LayerCopy::kWaiting);
+    }
     e.spec = std::move(spec);
     e.on_done = std::move(on_done);
   };
@@ -131,6 +146,9 @@ ucs_status_t TransferEngine::Impl::on_control(const void* header, size_t header_
     case WireKind::kLayerLanded:
       landed_layers_.push_back(*n);  // hashed by the loop, not in this callback
       break;
+    case WireKind::kLayerHash:
+      record_layer_hash(*n);
+      break;
     default:
       handle_notice(*n, reply_ep);
   }
@@ -150,8 +168,10 @@ void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
   auto it = expectations_.find(n.transfer_id);
   Status verdict;
   if (it == expectations_.end() || it->second.state() != Expectation::State::kReceiving) {
-    verdict = Status(StatusCode::kAborted, "transfer " + std::to_string(n.transfer_id) +
-                                               " is not expected (late, cancelled or expired)");
+    std::optional<Status> judged = data_verdict(it, n);
+    verdict = judged.value_or(
+        Status(StatusCode::kAborted, "transfer " + std::to_string(n.transfer_id) +
+                                         " is not expected (late, cancelled or expired)"));
   } else if (const RecvSpec& spec = it->second.spec;
              n.request_id != spec.request_id || n.num_blocks != spec.dst_blocks.size() ||
              n.layer_begin < spec.layer_begin || n.layer_end > spec.layer_end) {
@@ -176,7 +196,65 @@ void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   if (e == nullptr) return;
   const int32_t layer = n.layer_begin;
   if (!e->open() || layer < e->spec.layer_begin || layer >= e->spec.layer_end) return;
-  if (config_.verify_checksum) hash_layer(*e, layer);
+  if (!config_.verify_checksum) return;
+  hash_layer(*e, layer);
+  if (!e->sender_layer_hash.empty()) {
+    e->sender_layer_hash[size_t(layer - e->spec.layer_begin)] = n.checksum;
+    dirty_recvs_.push_back(n.transfer_id);
+  }
+}
+
+void TransferEngine::Impl::record_layer_hash(const Notice& n) {
+  auto it = expectations_.find(n.transfer_id);
+  if (it == expectations_.end() || it->second.spec.request_id != n.request_id ||
+      it->second.sender_layer_hash.empty() || n.layer_begin < it->second.spec.layer_begin ||
+      n.layer_begin >= it->second.spec.layer_end || n.layer_end != n.layer_begin + 1) {
+    reject_notice("layer hash for transfer " + std::to_string(n.transfer_id) +
+                  " that expects none (late, or not a staged pool's)");
+    return;
+  }
+  Expectation& e = it->second;
+  if (!e.open()) return;  // failed meanwhile, or all judged
+  e.sender_layer_hash[size_t(n.layer_begin - e.spec.layer_begin)] = n.checksum;
+  dirty_recvs_.push_back(n.transfer_id);
+}
+
+void TransferEngine::Impl::copy_in_verified_layers(uint64_t id, Expectation& e) {
+  for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
+    const auto i = size_t(layer - e.spec.layer_begin);
+    if (e.layer_copy[i] != Expectation::LayerCopy::kWaiting || !e.sender_layer_hash[i] ||
+        !e.hashes.layer_complete(layer))
+      continue;
+    if (e.hashes.layer_digest(layer) != *e.sender_layer_hash[i]) {
+      e.fail(data_loss("checksum mismatch on transfer " + std::to_string(id) + " in layer " +
+                       std::to_string(layer) + "; it was not copied into the pool"));
+      dirty_recvs_.push_back(id);
+      return;
+    }
+    e.layer_copy[i] = Expectation::LayerCopy::kCopying;
+    post_copy_in(id, e, {layer}, layer);
+  }
+}
+
+void TransferEngine::Impl::post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers,
+                                        int32_t tag) {
+  ++e.copies_in_flight;
+  copy_in_->post(
+      [this, id, serial = e.serial, blocks = e.spec.dst_blocks, layers = std::move(layers), tag] {
+        Status copied;
+        for (size_t i = 0; i < layers.size() && copied.is_ok();) {
+          size_t j = i + 1;  // adjacent layers in one copy
+          while (j < layers.size() && layers[j] == layers[j - 1] + 1) ++j;
+          copied = stage(StageCopy::kIntoPool, blocks, layers[i], layers[j - 1] + 1);
+          i = j;
+        }
+        {
+          std::lock_guard lock(copied_in_mutex_);
+          copied_in_.push_back({id, serial, tag, std::move(copied)});
+          has_copied_in_ = true;
+        }
+        ucp_worker_signal(worker_.get());
+      });
 }
 
 // Queues every block of `layer` for hashing, unless it already was.
@@ -185,6 +263,7 @@ void TransferEngine::Impl::hash_layer(Expectation& e, int32_t layer) {
     e.layer_hashed.assign(size_t(e.spec.layer_end - e.spec.layer_begin), false);
   if (e.layer_hashed[size_t(layer - e.spec.layer_begin)]) return;
   e.layer_hashed[size_t(layer - e.spec.layer_begin)] = true;
+  corrupt_for_tests(e, layer, e.spec.dst_blocks.front());
   queue_hash(
       {e.spec.transfer_id, e.serial, /*sender=*/false, layer, every_pair(e.spec.dst_blocks.size())},
       e.hash_jobs);
@@ -345,9 +424,18 @@ void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
   post_op(op, ucp_am_recv_data_nbx(worker_.get(), data_desc, op->header.data(), length, &rp));
 }
 
+void TransferEngine::Impl::corrupt_for_tests(Expectation& e, int32_t layer, int32_t block) {
+  if (config_.corrupt_landed_layer != layer || e.corrupted) return;
+  e.corrupted = true;
+  pool_[layout_.block_byte_offset(layer, block)] ^= 1;
+  spdlog::warn("kv_transfer[{}]: fault injection: flipped a bit of layer {} of transfer {}",
+               config_.node_name, layer, e.spec.transfer_id);
+}
+
 void TransferEngine::Impl::hash_landed(Expectation& e, int32_t layer, int32_t first_block,
                                        int32_t count, bool now) {
   if (!config_.verify_checksum) return;
+  corrupt_for_tests(e, layer, first_block);
   if (now) {
     for (int32_t b = first_block; b < first_block + count; ++b) {
       e.hashes.set(layer, e.pair_of[b],
@@ -379,7 +467,9 @@ void TransferEngine::Impl::handle_notice(const Notice& n, ucp_ep_h reply_ep) {
     reject_notice("notice for transfer " + std::to_string(n.transfer_id) +
                   " that is not expected (late, duplicate or expired)");
     if (reply_ep != nullptr) {
-      send_ack(reply_ep, n, Status(StatusCode::kAborted, "not expected"));
+      // A transfer this receiver failed on its data says so.
+      std::optional<Status> verdict = data_verdict(it, n);
+      send_ack(reply_ep, n, verdict.value_or(Status(StatusCode::kAborted, "not expected")));
     }
     return;
   }
@@ -410,20 +500,21 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
   }
   if (verdict.is_ok() && staging_ != nullptr) {
     // Verified in the mirror: into the device pool before the ack, so a
-    // failed copy fails the sender's side too. The copy runs on its own
-    // thread; until it is done the transfer is kCopyingIn (not judged), so
-    // its blocks stay reserved and nothing else is written into them.
+    // failed copy fails the sender's side too. Layers verified on their own
+    // were copied in already (or are being copied); the rest follow now. The
+    // copies run on a thread of their own; until they are done the transfer
+    // is kCopyingIn (not judged), so its blocks stay reserved and nothing
+    // else is written into them.
     e.start_copy_in();
-    copy_in_->post(
-        [this, id, blocks = e.spec.dst_blocks, begin = e.spec.layer_begin, end = e.spec.layer_end] {
-          Status copied = stage(StageCopy::kIntoPool, blocks, begin, end);
-          {
-            std::lock_guard lock(copied_in_mutex_);
-            copied_in_.emplace_back(id, std::move(copied));
-            has_copied_in_ = true;
-          }
-          ucp_worker_signal(worker_.get());
-        });
+    std::vector<int32_t> rest;
+    for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
+      auto& copy = e.layer_copy[size_t(layer - e.spec.layer_begin)];
+      if (copy != Expectation::LayerCopy::kWaiting) continue;
+      copy = Expectation::LayerCopy::kCopying;
+      rest.push_back(layer);
+    }
+    if (!rest.empty()) post_copy_in(id, e, std::move(rest), /*tag=*/-1);
+    if (e.copies_in_flight == 0) conclude(e, e.copy_error);
     return;
   }
   conclude(e, verdict);
@@ -436,17 +527,50 @@ void TransferEngine::Impl::conclude(Expectation& e, Status verdict) {
 
 void TransferEngine::Impl::collect_copied_in() {
   if (!has_copied_in_.exchange(false)) return;
-  std::vector<std::pair<uint64_t, Status>> copied;
+  std::vector<CopiedIn> copied;
   {
     std::lock_guard lock(copied_in_mutex_);
     copied.swap(copied_in_);
   }
-  for (auto& [id, status] : copied) {
-    auto it = expectations_.find(id);
-    if (it == expectations_.end()) continue;  // cannot happen: it waits for its copy
-    conclude(it->second, status.with_context("receive " + std::to_string(id)));
-    dirty_recvs_.push_back(id);
+  for (CopiedIn& c : copied) {
+    auto it = expectations_.find(c.transfer_id);
+    // Cannot happen: an expectation is released only once its copies are done.
+    if (it == expectations_.end() || it->second.serial != c.serial) continue;
+    Expectation& e = it->second;
+    --e.copies_in_flight;
+    if (c.status.is_ok()) {
+      for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
+        auto& copy = e.layer_copy[size_t(layer - e.spec.layer_begin)];
+        if (c.layer == layer || (c.layer < 0 && copy == Expectation::LayerCopy::kCopying))
+          copy = Expectation::LayerCopy::kCopied;
+      }
+    } else if (e.copy_error.is_ok()) {
+      e.copy_error = c.status.with_context("receive " + std::to_string(c.transfer_id));
+      e.fail(e.copy_error);  // while it is still open
+    }
+    if (e.state() == Expectation::State::kCopyingIn && e.copies_in_flight == 0)
+      conclude(e, e.copy_error);
+    dirty_recvs_.push_back(c.transfer_id);
   }
+}
+
+std::optional<Status> TransferEngine::Impl::data_verdict(
+    std::unordered_map<uint64_t, Expectation>::iterator it, const Notice& n) {
+  if (it == expectations_.end()) return take_data_verdict(n.transfer_id, n.request_id);
+  const Expectation& e = it->second;
+  if (e.failed() && e.spec.request_id == n.request_id && failed_on_data(e.result()))
+    return e.result();
+  return std::nullopt;
+}
+
+std::optional<Status> TransferEngine::Impl::take_data_verdict(uint64_t id, uint64_t request_id) {
+  auto it = std::find_if(data_verdicts_.begin(), data_verdicts_.end(), [&](const DataVerdict& v) {
+    return v.transfer_id == id && v.request_id == request_id;
+  });
+  if (it == data_verdicts_.end()) return std::nullopt;
+  Status verdict = std::move(it->status);
+  data_verdicts_.erase(it);
+  return verdict;
 }
 
 void TransferEngine::Impl::send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict) {
@@ -481,6 +605,7 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   auto it = expectations_.find(id);
   if (it == expectations_.end()) return;
   Expectation& e = it->second;
+  if (staging_ != nullptr && config_.verify_checksum && e.open()) copy_in_verified_layers(id, e);
   // Active-message data may still be on its way when the notice arrives (a
   // rendezvous completes on the receiver after the sender's flush); judge once
   // every byte is in. Missing bytes end at the deadline.
@@ -513,6 +638,11 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
   } else if (!r.status.is_ok()) {
     spdlog::warn("kv_transfer[{}]: receive {} (request {}) failed: {}", config_.node_name, id,
                  r.request_id, r.status.to_string());
+  }
+  // Failed on its data before the notice: the sender will ask.
+  if (e.failed() && !e.notice() && failed_on_data(r.status)) {
+    data_verdicts_.push_back({id, r.request_id, r.status});
+    if (data_verdicts_.size() > kKeptDataVerdicts) data_verdicts_.pop_front();
   }
   TransferCallback done = std::move(e.on_done);
   expectations_.erase(it);

@@ -265,11 +265,13 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     Notice landed = transfer_message(WireKind::kLayerLanded, t, id);
     landed.layer_begin = layer;
     landed.layer_end = layer + 1;
+    landed.checksum = t.hashes.layer_digest(layer);
     // Lost, it costs only time: the receiver hashes unannounced layers after
     // the notice.
     send_control(peer.ep, landed, /*want_reply=*/false, "layer announcement");
   } else {
-    // Hashed while the layer is on the wire; the source is stable until completion.
+    // Hashed while the layer is on the wire; the source is stable until
+    // completion. A staged receiver gets the layer's hash once it is done.
     queue_hash({id, t.serial, /*sender=*/true, layer, every_pair(t.spec.src_blocks.size())},
                t.hash_jobs);
   }
@@ -443,6 +445,26 @@ Status TransferEngine::Impl::send_control_bytes(PeerId peer_id, std::vector<uint
                                 0, &param));
   });
   return Status::ok();
+}
+
+// A layer's source blocks are hashed: a receiver that stages its pool copies
+// the layer in as soon as it has landed and matches this, instead of after
+// the whole transfer. Messages it counts as they land (tagged, AM) only:
+// puts land unseen, and those layers are verified after the notice.
+void TransferEngine::Impl::announce_layer_hash(uint64_t id, int32_t layer) {
+  auto it = sends_.find(id);
+  if (it == sends_.end() || it->second.failed()) return;
+  SendTransfer& t = it->second;
+  PeerState& peer = peers_[t.peer];
+  if ((peer.descriptor.flags & kPoolFlagStaged) == 0 || peer.phase != PeerState::Phase::kReady ||
+      (t.mode != TransferMode::kTag && t.mode != TransferMode::kAm))
+    return;
+  Notice hashed = transfer_message(WireKind::kLayerHash, t, id);
+  hashed.layer_begin = layer;
+  hashed.layer_end = layer + 1;
+  hashed.checksum = t.hashes.layer_digest(layer);
+  // Lost, it costs only time: the receiver copies unverified layers in after the notice.
+  send_control(peer.ep, hashed, /*want_reply=*/false, "layer hash");
 }
 
 }  // namespace baton::kv_transfer

@@ -8,7 +8,9 @@
 // Data lands while it is open (kReceiving or kNoticed; the notice may
 // overtake rendezvous data). kNoticed is judged once every byte is in and
 // hashed; a staged pool copies the verified blocks in (kCopyingIn) before
-// the verdict is recorded and acked. kJudged and kFailed are final: the
+// the verdict is recorded and acked: each layer as soon as it has landed and
+// matched the sender's hash of it, while the transfer is still open, and
+// whatever is left once the whole transfer is verified. kJudged and kFailed are final: the
 // caller gets its blocks back (the callback runs) once released() says no
 // receive of ours nor a put of a sender it granted can still write them.
 // Progress thread only.
@@ -65,8 +67,11 @@ class Expectation {
   // Failed after granting puts, before a notice: a granted put may still
   // land until the sender says its puts stopped (or time runs out).
   bool awaits_puts_stopped() const { return failed() && granted && !notice_ && !puts_stopped; }
-  // Final, and nothing can write its blocks any more.
-  bool released() const { return outstanding == 0 && final() && !awaits_puts_stopped(); }
+  // Final, and nothing can write its blocks any more (a receive of ours, a
+  // put we granted, a copy into the staged pool).
+  bool released() const {
+    return outstanding == 0 && copies_in_flight == 0 && final() && !awaits_puts_stopped();
+  }
   // When the deadline checks next act on it (max: nothing pending).
   Clock::time_point next_timer(Clock::duration close_timeout) const;
   // How the bytes came, as the notice says (RMA without one).
@@ -97,6 +102,16 @@ class Expectation {
   // copies), or all of them after the notice (puts land unseen).
   std::vector<bool> layer_hashed;
   int hash_jobs = 0;  // queued hashing of landed blocks; the verdict waits
+  // A staged pool's layers (index: layer - spec.layer_begin): the sender's
+  // hash of each (kLayerHash, kLayerLanded), and how far its copy into the
+  // pool has come. A layer is copied in once it has landed, been hashed and
+  // matched; one that does not match fails the transfer and is never copied.
+  enum class LayerCopy : uint8_t { kWaiting, kCopying, kCopied };
+  std::vector<std::optional<uint64_t>> sender_layer_hash;
+  std::vector<LayerCopy> layer_copy;
+  int copies_in_flight = 0;  // copies into the pool posted and not done
+  Status copy_error;         // the first of them that failed
+  bool corrupted = false;    // TransferConfig::corrupt_landed_layer did its work
 
  private:
   State state_ = State::kReceiving;

@@ -72,6 +72,10 @@ struct TransferConfig {
   // lost on the way; both sides of such a transfer then fail at their
   // deadlines or cancels. Nodes take it from BATON_FAULT_DROP_NOTICES.
   uint32_t drop_notices = 0;
+  // Fault injection, for fault tests only: as this receiver hashes the
+  // blocks of this layer of a transfer (-1: none), it first flips a bit of
+  // the first one, as if the wire had corrupted it.
+  int32_t corrupt_landed_layer = -1;
 };
 
 // Checks ranges; a bad value is an error naming the field.

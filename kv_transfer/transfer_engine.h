@@ -44,8 +44,9 @@
 //  * Device pools: a pool UCX cannot register (GPU memory; Debian's UCX has
 //    no CUDA support) is staged through a registered host mirror of the same
 //    layout by a PoolCopier (common/pool_copier.h): layers are copied out as
-//    they are posted, on the caller's thread, and a received transfer is
-//    copied in once verified, before the ack, on a copy thread of the
+//    they are posted, on the caller's thread, and a received layer is copied
+//    in once it has landed and matched its sender's hash of it (the rest
+//    once the transfer is verified, before the ack), on a copy thread of the
 //    engine's own (kv_transfer/engine_staging.cc).
 //  * Failure: deadlines on both sides; UCX peer error handling where the
 //    transports support it; a receiver ack closes every transfer, so a dead
@@ -143,7 +144,7 @@ class TransferEngine {
   // pool_memory kCuda requires it) and the engine never touches it itself: it
   // registers a host mirror of the pool instead, has each sent layer copied
   // out to it as it is posted (on the caller's thread) and each received
-  // transfer copied in once verified, before its callback. The mirror costs
+  // layer copied in once verified (all of them before the callback). The mirror costs
   // pool_bytes of host memory, pinned where the copier can.
   static Result<std::unique_ptr<TransferEngine>> create(
       const TransferConfig& config, const KvLayout& layout, void* pool, size_t pool_bytes,

@@ -98,6 +98,7 @@ std::vector<uint8_t> encode_descriptor(const PoolDescriptor& d) {
   w.put(d.layout.head_dim);
   w.put(uint8_t(d.layout.dtype));
   w.put(uint8_t(d.layout.key_order));
+  w.put(d.flags);
   return w.take();
 }
 
@@ -109,7 +110,7 @@ Result<PoolDescriptor> decode_descriptor(std::span<const uint8_t> bytes) {
       !r.get(d.pool_base) || !r.get(d.pool_bytes) || !r.get_bytes(d.rkey, kMaxRkeyBytes) ||
       !r.get(d.layout.num_layers) || !r.get(d.layout.num_blocks) || !r.get(d.layout.block_size) ||
       !r.get(d.layout.num_kv_heads) || !r.get(d.layout.head_dim) || !r.get(dtype) ||
-      !r.get(key_order) || !r.finish()) {
+      !r.get(key_order) || !r.get(d.flags) || !r.finish()) {
     return r.error();
   }
   d.layout.dtype = DType(dtype);
@@ -153,6 +154,8 @@ const char* notice_name(WireKind kind) {
       return "puts stopped";
     case WireKind::kLayerLanded:
       return "layer landed";
+    case WireKind::kLayerHash:
+      return "layer hash";
     default:
       return "transfer notice";
   }
@@ -166,7 +169,7 @@ Result<Notice> decode_notice(std::span<const uint8_t> bytes) {
   if (bytes.size() >= 8) {
     uint16_t kind = uint16_t(bytes[6] | (bytes[7] << 8));
     for (WireKind k : {WireKind::kAck, WireKind::kPutAsk, WireKind::kPutGrant,
-                       WireKind::kPutsStopped, WireKind::kLayerLanded}) {
+                       WireKind::kPutsStopped, WireKind::kLayerLanded, WireKind::kLayerHash}) {
       if (kind == uint16_t(k)) n.kind = k;
     }
   }

@@ -14,7 +14,10 @@
 //    go; anything else: stop), and kPutsStopped "T failed or was cancelled,
 //    and every put of it has reached you" (sent after a flush). kLayerLanded
 //    "layer L of T is in your pool" lets a verifying receiver hash each layer
-//    as it lands when the sender copies into a mapped pool.
+//    as it lands when the sender copies into a mapped pool; kLayerHash
+//    "layer L of T hashes to H" lets a receiver whose pool is staged verify
+//    each layer, and copy it in, as soon as the layer has landed. Both carry
+//    the sender's hash of the layer (BlockHashes::layer_digest) in checksum.
 //  * DataHeader: the active-message header of one merged run (AM mode): which
 //    transfer, which layer, which destination blocks.
 // Decoding never trusts a length: a garbage or truncated buffer is a kDataLoss
@@ -35,8 +38,9 @@ inline constexpr uint32_t kWireMagic = 0x4b564254;  // "TBVK" little-endian: Bat
 // a peer of an earlier version would read the blocks' K as something else;
 // 4: the 8-bit formats (their rows' scales inside the block), int8 K tiles
 // with four dimensions of a key side by side; 5: E4M3 K tiles with pairs of
-// dimensions side by side.
-inline constexpr uint16_t kWireVersion = 5;
+// dimensions side by side; 6: the descriptor's flags, and the layers'
+// hashes (kLayerHash, and kLayerLanded's checksum).
+inline constexpr uint16_t kWireVersion = 6;
 
 enum class WireKind : uint16_t {
   kDescriptor = 1,
@@ -47,6 +51,7 @@ enum class WireKind : uint16_t {
   kPutGrant = 6,
   kPutsStopped = 7,
   kLayerLanded = 8,
+  kLayerHash = 9,
 };
 
 // Upper bounds that keep a hostile length from becoming a huge allocation.
@@ -59,13 +64,20 @@ struct PoolDescriptor {
   uint64_t pool_bytes = 0;  // must equal layout.total_bytes()
   std::vector<uint8_t> rkey;
   KvLayout layout;
+  uint32_t flags = 0;  // kPoolFlag* bits
 };
+
+// Descriptor flag: the pool is staged (a device's, through a host mirror):
+// its receiver copies each verified layer in as it lands, given the layers'
+// hashes (kLayerHash).
+inline constexpr uint32_t kPoolFlagStaged = 1;
 
 std::vector<uint8_t> encode_descriptor(const PoolDescriptor& d);
 Result<PoolDescriptor> decode_descriptor(std::span<const uint8_t> bytes);
 
 // The completion notice (kNotice), the receiver's reply (kAck) and the put
-// grants (kPutAsk, kPutGrant, kPutsStopped, kLayerLanded).
+// grants (kPutAsk, kPutGrant, kPutsStopped), and the layer messages
+// (kLayerLanded, kLayerHash).
 struct Notice {
   WireKind kind = WireKind::kNotice;
   uint64_t request_id = 0;

@@ -112,7 +112,8 @@ class Mailbox {
 class LocalNode {
  public:
   LocalNode(const KvLayout& layout, const Transport& transport, uint64_t seed, const char* name,
-            std::chrono::milliseconds deadline, uint32_t drop_notices = 0)
+            std::chrono::milliseconds deadline, uint32_t drop_notices = 0,
+            int32_t corrupt_landed_layer = -1)
       : layout_(layout),
         bytes_(layout.total_bytes()),
         owns_pool_(!transport.shared_pools || transport.staged) {
@@ -128,6 +129,7 @@ class LocalNode {
     config.mode = *parse_transfer_mode(node_mode(transport, seed));
     config.peer_error_handling = transport.peer_errors;
     config.drop_notices = drop_notices;
+    config.corrupt_landed_layer = corrupt_landed_layer;
     std::unique_ptr<PoolCopier> copier;
     if (transport.staged) {
       copier = std::make_unique<testing::HostPoolCopier>(pool_);
@@ -1216,11 +1218,14 @@ class StagedTransferTest : public TransferTest {
  protected:
   // This process's node (a staged pool) sends or receives; a spawned peer,
   // staged too, does the other; `blocks` random blocks on each side.
-  void start(const KvLayout& layout, bool local_sends, int32_t blocks) {
+  // `corrupt_layer`: the local receiver flips a bit of that layer as it lands
+  // (TransferConfig::corrupt_landed_layer).
+  void start(const KvLayout& layout, bool local_sends, int32_t blocks, int32_t corrupt_layer = -1) {
     peer_process_.reset();  // gone before the engine it talks to
     seed_ = rng_() | 1;
     local_ = std::make_unique<LocalNode>(layout, GetParam(), local_sends ? seed_ : 0,
-                                         local_sends ? "sender" : "receiver", 5000ms);
+                                         local_sends ? "sender" : "receiver", 5000ms,
+                                         /*drop_notices=*/0, corrupt_layer);
     peer_process_ = spawn_peer(GetParam(), layout, local_sends ? 0 : seed_, local_sends ? seed_ : 0,
                                layout.num_blocks);
     peer_ = connect(*local_, *peer_process_);
@@ -1317,23 +1322,47 @@ TEST_P(StagedTransferTest, LayersAreCopiedOutAsTheyArePosted) {
   peer_process_->quit();
 }
 
-// The receiver copies a transfer into its pool only once it is verified: a
-// cancelled one leaves the pool as it was (its bytes landed in the mirror
-// only); the next one into the same blocks lands whole, nothing else touched.
-TEST_P(StagedTransferTest, ReceiverCopiesInOnlyVerifiedTransfers) {
+// The receiver copies each layer into its pool once that layer has landed
+// and matched the sender's hash of it, while later layers are still being
+// computed, not after the last one: a cancelled transfer leaves the layers
+// that had not landed out of the pool. The next transfer into the same
+// blocks lands whole, and nothing else in the pool is touched.
+TEST_P(StagedTransferTest, ReceiverCopiesInEachLayerOnceVerified) {
   KvLayout layout = make_layout(DType::kF32, 48, 6);
   start(layout, /*local_sends=*/false, 16);
+  const uint64_t layer_bytes = dst_.size() * layout.block_bytes();
   ASSERT_TRUE(local_->engine().expect({1, 10, dst_, 0, -1, 10000ms}, local_->callback()).is_ok());
-  // A layer every 150 ms; cancel once two are out, 600 ms before the last.
-  peer_process_->send("SEND 1 10 0 0 6 10000 150 16" + join(src_) + join(dst_));
-  ASSERT_TRUE(peer_process_->wait_for("POSTED 10 2", 10s));
+  // A layer every 300 ms; cancel once three are out, 900 ms before the last.
+  peer_process_->send("SEND 1 10 0 0 6 10000 300 16" + join(src_) + join(dst_));
+  ASSERT_TRUE(peer_process_->wait_for("POSTED 10 1", 10s));
+  auto until = Clock::now() + 250ms;  // the next layer is 300 ms away
+  while (local_->copier()->to_device_bytes.load() < layer_bytes && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ(local_->copier()->to_device_bytes.load(), layer_bytes)
+      << "layer 0 not copied in before layer 1 was computed";
+  ASSERT_TRUE(peer_process_->wait_for("POSTED 10 3", 10s));
   ASSERT_TRUE(local_->engine().cancel_expect(10).is_ok());
   auto cancelled = local_->mail().wait(10, 5s);
   ASSERT_TRUE(cancelled.has_value());
   EXPECT_EQ(cancelled->status.code(), StatusCode::kAborted);
   ASSERT_TRUE(peer_process_->wait_for("SENT 10 ", 15s));
-  EXPECT_EQ(local_->copier()->to_device_bytes.load(), 0u);
-  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, {}), 0u) << "cancelled bytes copied in";
+  const uint64_t copied = local_->copier()->to_device_bytes.load();
+  EXPECT_EQ(copied % layer_bytes, 0u) << "a layer copied in part";
+  EXPECT_LE(copied, 3 * layer_bytes) << "layers that had not landed were copied in";
+  for (int32_t l = 0; l < layout.num_layers; ++l) {
+    const bool in = uint64_t(l) < copied / layer_bytes;
+    for (size_t i = 0; i < dst_.size(); ++i) {
+      const uint8_t* block = local_->pool() + layout.block_byte_offset(l, dst_[i]);
+      if (in) {
+        EXPECT_TRUE(testing::matches_pattern(block, layout.block_byte_offset(l, src_[i]),
+                                             layout.block_bytes(), seed_))
+            << "layer " << l << " block " << dst_[i];
+      } else {
+        EXPECT_EQ(block[0], testing::kPoison) << "layer " << l << " was never verified";
+      }
+    }
+  }
+  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
 
   auto src2 = testing::random_blocks(rng_, layout.num_blocks, 16);
   ASSERT_TRUE(local_->engine().expect({2, 11, dst_, 1, 5, 10000ms}, local_->callback()).is_ok());
@@ -1341,20 +1370,43 @@ TEST_P(StagedTransferTest, ReceiverCopiesInOnlyVerifiedTransfers) {
   auto got = local_->mail().wait(11, 15s);
   ASSERT_TRUE(got.has_value());
   ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();
-  EXPECT_EQ(local_->copier()->to_device_bytes.load(), dst_.size() * layout.block_bytes() * 4);
-  for (int32_t l = 0; l < layout.num_layers; ++l) {
+  EXPECT_EQ(local_->copier()->to_device_bytes.load(), copied + 4 * layer_bytes);
+  for (int32_t l = 1; l < 5; ++l) {
     for (size_t i = 0; i < dst_.size(); ++i) {
-      const uint8_t* block = local_->pool() + layout.block_byte_offset(l, dst_[i]);
-      if (l >= 1 && l < 5) {
-        EXPECT_TRUE(testing::matches_pattern(block, layout.block_byte_offset(l, src2[i]),
-                                             layout.block_bytes(), seed_))
-            << "layer " << l << " block " << dst_[i];
-      } else {
-        EXPECT_EQ(block[0], testing::kPoison) << "layer " << l << " outside the transfer";
-      }
+      EXPECT_TRUE(testing::matches_pattern(local_->pool() + layout.block_byte_offset(l, dst_[i]),
+                                           layout.block_byte_offset(l, src2[i]),
+                                           layout.block_bytes(), seed_))
+          << "layer " << l << " block " << dst_[i];
     }
   }
   EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
+  peer_process_->quit();
+}
+
+// A layer corrupted on the wire fails the transfer on both sides with a data
+// loss that names the layer, and is never copied into the pool; nor is any
+// layer after it. The layers before it may be (they matched), and go back
+// with the failed blocks.
+TEST_P(StagedTransferTest, ACorruptLayerIsNeverCopiedIn) {
+  KvLayout layout = make_layout(DType::kBF16, 48, 5);
+  constexpr int32_t kCorrupt = 2;
+  start(layout, /*local_sends=*/false, 12, kCorrupt);
+  const uint64_t layer_bytes = dst_.size() * layout.block_bytes();
+  ASSERT_TRUE(local_->engine().expect({1, 7, dst_, 0, -1, 10000ms}, local_->callback()).is_ok());
+  peer_process_->send("SEND 1 7 0 0 5 10000 100 12" + join(src_) + join(dst_));
+  auto got = local_->mail().wait(7, 15s);
+  ASSERT_TRUE(got.has_value());
+  EXPECT_EQ(got->status.code(), StatusCode::kDataLoss) << got->status.to_string();
+  EXPECT_NE(got->status.message().find("in layer 2"), std::string::npos) << got->status.to_string();
+  EXPECT_LE(local_->copier()->to_device_bytes.load(), kCorrupt * layer_bytes);
+  for (int32_t l = kCorrupt; l < layout.num_layers; ++l)
+    for (int32_t b : dst_)
+      EXPECT_EQ(local_->pool()[layout.block_byte_offset(l, b)], testing::kPoison)
+          << "layer " << l << " block " << b << " copied in";
+  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
+  auto sent = testing::split(peer_process_->wait_for("SENT 7 ").value_or(""));
+  ASSERT_EQ(sent.size(), 6u);
+  EXPECT_EQ(sent[2], std::to_string(int(StatusCode::kDataLoss)));
   peer_process_->quit();
 }
 
@@ -1405,6 +1457,9 @@ TEST_P(StagedTransferTest, SenderDiesWhileItsTransferIsCopiedIn) {
   ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 1000ms}, local_->callback()).is_ok());
   peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
   ASSERT_TRUE(copy_in_started()) << "transfer 1 never copied in";
+  // Its first layer is copied in as soon as it is verified; the notice
+  // follows the last layer within moments on loopback.
+  std::this_thread::sleep_for(300ms);
   peer_process_->kill_now();
   auto got = local_->mail().wait(1, 10s);
   ASSERT_TRUE(got.has_value());

@@ -49,6 +49,12 @@ TEST(WireTest, DescriptorRoundTrips) {
   EXPECT_EQ(d->rkey, descriptor().rkey);
   EXPECT_TRUE(d->layout.same_geometry(layout()));
   EXPECT_EQ(d->layout.num_blocks, 10);
+  EXPECT_EQ(d->flags, 0u);
+  PoolDescriptor staged = descriptor();
+  staged.flags = kPoolFlagStaged;
+  auto staged_back = decode_descriptor(encode_descriptor(staged));
+  ASSERT_TRUE(staged_back.is_ok()) << staged_back.status().to_string();
+  EXPECT_EQ(staged_back->flags, kPoolFlagStaged);
 
   // The key order travels too: a GPU pool never pairs with a CPU one unseen.
   PoolDescriptor rows = descriptor();
@@ -58,7 +64,7 @@ TEST(WireTest, DescriptorRoundTrips) {
   EXPECT_EQ(back->layout.key_order, KeyOrder::kTokenMajor);
   EXPECT_FALSE(back->layout.same_geometry(layout()));
   auto bad = encode_descriptor(descriptor());
-  bad.back() = 7;  // the key order byte
+  bad[bad.size() - 5] = 7;  // the key order byte, before the flags
   EXPECT_FALSE(decode_descriptor(bad).is_ok());
 }
 
@@ -75,8 +81,9 @@ TEST(WireTest, NoticeAndAckRoundTrip) {
   ASSERT_TRUE(back.is_ok());
   EXPECT_EQ(back->kind, WireKind::kAck);
   EXPECT_EQ(back->status_code, uint32_t(StatusCode::kDataLoss));
-  // The put grants share the layout and keep their kind.
-  for (WireKind kind : {WireKind::kPutAsk, WireKind::kPutGrant, WireKind::kPutsStopped}) {
+  // The put grants and layer messages share the layout and keep their kind.
+  for (WireKind kind : {WireKind::kPutAsk, WireKind::kPutGrant, WireKind::kPutsStopped,
+                        WireKind::kLayerLanded, WireKind::kLayerHash}) {
     n.kind = kind;
     n.status_code = uint32_t(StatusCode::kAborted);
     back = decode_notice(encode_notice(n));
@@ -88,7 +95,7 @@ TEST(WireTest, NoticeAndAckRoundTrip) {
   }
   // An unknown kind in the same layout is refused, named as a notice.
   auto bytes = encode_notice(n);
-  bytes[6] = 9;
+  bytes[6] = 10;
   EXPECT_FALSE(decode_notice(bytes).is_ok());
 }
 
@@ -231,6 +238,20 @@ TEST(BlockRunsTest, ChecksumIsPerBlockXxh3InPairOrderWhateverTheFillOrder) {
     }
   }
   EXPECT_EQ(sender.digest(), want);
+  // Each layer's digest (the layer messages'): XXH3 of that layer's block
+  // hashes, complete once every pair of it is recorded, whatever the order.
+  for (int32_t layer = 1; layer < 3; ++layer) {
+    const uint64_t* hashes = per_block.data() + size_t(layer - 1) * src.size();
+    EXPECT_EQ(sender.layer_digest(layer), XXH3_64bits(hashes, src.size() * sizeof(uint64_t)));
+    EXPECT_TRUE(sender.layer_complete(layer));
+  }
+  BlockHashes partial(1, 3, src.size());
+  for (size_t i = src.size(); i-- > 1;) partial.set(2, i, 1);
+  partial.set(2, 3, 1);  // twice: still one pair short
+  EXPECT_FALSE(partial.layer_complete(2));
+  EXPECT_FALSE(partial.layer_complete(1));
+  partial.set(2, 0, 1);
+  EXPECT_TRUE(partial.layer_complete(2));
   // Receiver side: its own blocks, in reverse arrival order.
   for (int32_t layer = 1; layer < 3; ++layer) {
     for (size_t i = 0; i < src.size(); ++i) {
