@@ -129,7 +129,8 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
   // Every tensor of the F32 checkpoint, which is the file less its header.
   const auto file_bytes = int64_t(std::filesystem::file_size(tiny_model() / "model.safetensors"));
-  for (const json& node : cluster.nodes()["nodes"]) {
+  const json nodes = cluster.nodes();  // the loop below reads into it
+  for (const json& node : nodes["nodes"]) {
     EXPECT_EQ(node["device"], "cpu") << node.dump();
     EXPECT_TRUE(node["kv_staging"].is_null()) << node.dump();
     const int64_t weights = node["memory_bytes"]["weights"], pool = node["memory_bytes"]["kv_pool"];
@@ -150,7 +151,8 @@ TEST(StagedPoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   ClusterShape shape;
   Cluster cluster(shape);
   ::unsetenv("BATON_TEST_STAGED_POOL");  // `baton up` and its nodes took it
-  for (const json& node : cluster.nodes()["nodes"]) {
+  const json nodes = cluster.nodes();    // the loop below reads into it
+  for (const json& node : nodes["nodes"]) {
     EXPECT_EQ(node["kv_staging"], "host memory through a pageable host mirror") << node.dump();
   }
   std::mt19937 rng{std::random_device{}()};
