@@ -358,6 +358,9 @@ void RouterCore::on_rejected(const std::string& from, const control::Rejected& r
 
 void RouterCore::node_down(const std::string& name, const std::string& why) {
   spdlog::warn("router: node {} is down: {}", name, why);
+  // Published before the clients hear of it: one that asks /health or
+  // /v1/nodes on reading its error sees the node down.
+  publish_snapshot();
   std::vector<uint64_t> affected;
   for (const auto& [id, request] : requests_) {
     if (request.decode_node == name || request.prefill_node == name) affected.push_back(id);
