@@ -215,9 +215,8 @@ class TransferEngine::Impl {
   // A staged pool's layers of `e` that landed and match the sender's hash of
   // them: posted for copying in now; one that does not match fails `e`.
   void copy_in_verified_layers(uint64_t id, Expectation& e);
-  // Posts the copy of `layers` of `e` into the staged pool (`tag`: the
-  // layer, or -1 for the rest at the verdict).
-  void post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers, int32_t tag);
+  // Posts the copy of `layers` of `e` into the staged pool.
+  void post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers);
   // kLayerHash: the sender's hash of one layer, for a staged pool.
   void record_layer_hash(const Notice& n);
   // TransferConfig::corrupt_landed_layer: flips a bit of `block` of `layer`.
@@ -249,12 +248,10 @@ class TransferEngine::Impl {
   // and hands back (transfer id, how the copy went).
   std::unique_ptr<SerialWorker> copy_in_;
   std::mutex copied_in_mutex_;
-  // A copy into a staged pool that finished: one layer, or (layer -1) what
-  // was left once the transfer was verified.
+  // A copy into a staged pool that finished.
   struct CopiedIn {
     uint64_t transfer_id;
     uint64_t serial;
-    int32_t layer;
     Status status;
   };
   std::vector<CopiedIn> copied_in_;

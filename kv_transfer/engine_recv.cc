@@ -71,7 +71,7 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
     if (staging_ != nullptr) {
       const auto layers = size_t(spec.layer_end - spec.layer_begin);
       e.sender_layer_hash.assign(layers, std::nullopt);
-      e.layer_copy.assign(layers, Expectation::LayerCopy::kWaiting);
+      e.layer_copy_posted.assign(layers, false);
     }
     e.spec = std::move(spec);
     e.on_done = std::move(on_done);
@@ -222,8 +222,7 @@ void TransferEngine::Impl::record_layer_hash(const Notice& n) {
 void TransferEngine::Impl::copy_in_verified_layers(uint64_t id, Expectation& e) {
   for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
     const auto i = size_t(layer - e.spec.layer_begin);
-    if (e.layer_copy[i] != Expectation::LayerCopy::kWaiting || !e.sender_layer_hash[i] ||
-        !e.hashes.layer_complete(layer))
+    if (e.layer_copy_posted[i] || !e.sender_layer_hash[i] || !e.hashes.layer_complete(layer))
       continue;
     if (e.hashes.layer_digest(layer) != *e.sender_layer_hash[i]) {
       e.fail(data_loss("checksum mismatch on transfer " + std::to_string(id) + " in layer " +
@@ -231,16 +230,15 @@ void TransferEngine::Impl::copy_in_verified_layers(uint64_t id, Expectation& e) 
       dirty_recvs_.push_back(id);
       return;
     }
-    e.layer_copy[i] = Expectation::LayerCopy::kCopying;
-    post_copy_in(id, e, {layer}, layer);
+    e.layer_copy_posted[i] = true;
+    post_copy_in(id, e, {layer});
   }
 }
 
-void TransferEngine::Impl::post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers,
-                                        int32_t tag) {
+void TransferEngine::Impl::post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers) {
   ++e.copies_in_flight;
   copy_in_->post(
-      [this, id, serial = e.serial, blocks = e.spec.dst_blocks, layers = std::move(layers), tag] {
+      [this, id, serial = e.serial, blocks = e.spec.dst_blocks, layers = std::move(layers)] {
         Status copied;
         for (size_t i = 0; i < layers.size() && copied.is_ok();) {
           size_t j = i + 1;  // adjacent layers in one copy
@@ -250,7 +248,7 @@ void TransferEngine::Impl::post_copy_in(uint64_t id, Expectation& e, std::vector
         }
         {
           std::lock_guard lock(copied_in_mutex_);
-          copied_in_.push_back({id, serial, tag, std::move(copied)});
+          copied_in_.push_back({id, serial, std::move(copied)});
           has_copied_in_ = true;
         }
         ucp_worker_signal(worker_.get());
@@ -508,12 +506,12 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
     e.start_copy_in();
     std::vector<int32_t> rest;
     for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
-      auto& copy = e.layer_copy[size_t(layer - e.spec.layer_begin)];
-      if (copy != Expectation::LayerCopy::kWaiting) continue;
-      copy = Expectation::LayerCopy::kCopying;
+      const auto i = size_t(layer - e.spec.layer_begin);
+      if (e.layer_copy_posted[i]) continue;
+      e.layer_copy_posted[i] = true;
       rest.push_back(layer);
     }
-    if (!rest.empty()) post_copy_in(id, e, std::move(rest), /*tag=*/-1);
+    if (!rest.empty()) post_copy_in(id, e, std::move(rest));
     if (e.copies_in_flight == 0) conclude(e, e.copy_error);
     return;
   }
@@ -538,13 +536,7 @@ void TransferEngine::Impl::collect_copied_in() {
     if (it == expectations_.end() || it->second.serial != c.serial) continue;
     Expectation& e = it->second;
     --e.copies_in_flight;
-    if (c.status.is_ok()) {
-      for (int32_t layer = e.spec.layer_begin; layer < e.spec.layer_end; ++layer) {
-        auto& copy = e.layer_copy[size_t(layer - e.spec.layer_begin)];
-        if (c.layer == layer || (c.layer < 0 && copy == Expectation::LayerCopy::kCopying))
-          copy = Expectation::LayerCopy::kCopied;
-      }
-    } else if (e.copy_error.is_ok()) {
+    if (!c.status.is_ok() && e.copy_error.is_ok()) {
       e.copy_error = c.status.with_context("receive " + std::to_string(c.transfer_id));
       e.fail(e.copy_error);  // while it is still open
     }
@@ -639,8 +631,9 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
     spdlog::warn("kv_transfer[{}]: receive {} (request {}) failed: {}", config_.node_name, id,
                  r.request_id, r.status.to_string());
   }
-  // Failed on its data before the notice: the sender will ask.
-  if (e.failed() && !e.notice() && failed_on_data(r.status)) {
+  // Failed on its data before its sender said anything more (a notice, or
+  // that its puts stopped, both answered already): the sender will ask.
+  if (e.failed() && !e.notice() && !e.puts_stopped && failed_on_data(r.status)) {
     data_verdicts_.push_back({id, r.request_id, r.status});
     if (data_verdicts_.size() > kKeptDataVerdicts) data_verdicts_.pop_front();
   }

@@ -10,9 +10,10 @@
 // hashed; a staged pool copies the verified blocks in (kCopyingIn) before
 // the verdict is recorded and acked: each layer as soon as it has landed and
 // matched the sender's hash of it, while the transfer is still open, and
-// whatever is left once the whole transfer is verified. kJudged and kFailed are final: the
-// caller gets its blocks back (the callback runs) once released() says no
-// receive of ours nor a put of a sender it granted can still write them.
+// whatever is left once the whole transfer is verified. kJudged and kFailed
+// are final: the caller gets its blocks back (the callback runs) once
+// released() says no receive of ours, no put of a sender it granted and no
+// copy into the staged pool can still write them.
 // Progress thread only.
 #pragma once
 
@@ -103,12 +104,12 @@ class Expectation {
   std::vector<bool> layer_hashed;
   int hash_jobs = 0;  // queued hashing of landed blocks; the verdict waits
   // A staged pool's layers (index: layer - spec.layer_begin): the sender's
-  // hash of each (kLayerHash, kLayerLanded), and how far its copy into the
-  // pool has come. A layer is copied in once it has landed, been hashed and
-  // matched; one that does not match fails the transfer and is never copied.
-  enum class LayerCopy : uint8_t { kWaiting, kCopying, kCopied };
+  // hash of each (kLayerHash, kLayerLanded), and whether its copy into the
+  // pool has been posted. A layer is copied in once it has landed, been
+  // hashed and matched; one that does not match fails the transfer and is
+  // never copied.
   std::vector<std::optional<uint64_t>> sender_layer_hash;
-  std::vector<LayerCopy> layer_copy;
+  std::vector<bool> layer_copy_posted;
   int copies_in_flight = 0;  // copies into the pool posted and not done
   Status copy_error;         // the first of them that failed
   bool corrupted = false;    // TransferConfig::corrupt_landed_layer did its work

@@ -144,8 +144,8 @@ class TransferEngine {
   // pool_memory kCuda requires it) and the engine never touches it itself: it
   // registers a host mirror of the pool instead, has each sent layer copied
   // out to it as it is posted (on the caller's thread) and each received
-  // layer copied in once verified (all of them before the callback). The mirror costs
-  // pool_bytes of host memory, pinned where the copier can.
+  // layer copied in once verified (all of them before the callback). The
+  // mirror costs pool_bytes of host memory, pinned where the copier can.
   static Result<std::unique_ptr<TransferEngine>> create(
       const TransferConfig& config, const KvLayout& layout, void* pool, size_t pool_bytes,
       std::unique_ptr<PoolCopier> staging = nullptr);
