@@ -193,7 +193,13 @@ void TransferEngine::Impl::enqueue_and_wait(std::function<void()> command, uint6
 }
 
 bool TransferEngine::Impl::busy() const {
-  if (!sends_.empty()) return true;
+  // A send waiting for its next layer, its grant or its verdict is not
+  // busy: the compute thread's command or the peer's message wakes the
+  // worker. Spinning through a prompt's prefill would take a core from the
+  // compute beside it.
+  for (const auto& [id, t] : sends_) {
+    if (t.outstanding > 0) return true;
+  }
   for (const auto& [id, e] : expectations_) {
     if (e.outstanding > 0) return true;
   }
@@ -202,10 +208,16 @@ bool TransferEngine::Impl::busy() const {
 
 void TransferEngine::Impl::run() {
   constexpr int kProgressBurst = 64;
-  // Busy polling must stay cheap: the clock and the command lock are touched
-  // only every few hundred idle spins (deadlines are milliseconds apart).
+  // Busy polling must stay cheap: while work flows, the clock is read only
+  // every few hundred spins (deadlines are milliseconds apart).
   constexpr int kSpinsPerDeadlineCheck = 256;
+  // Idle, the worker polls this long before it sleeps: a peer's answer (a
+  // grant, an ack) or the compute's next layer often follows within
+  // microseconds, sooner than a wake from poll(). Longer would take more of
+  // a core from the compute each time a layer is handed over.
+  constexpr auto kLinger = std::chrono::microseconds(500);
   int spins = 0;
+  std::optional<Clock::time_point> idle_since;
   while (!stopping_) {
     std::vector<std::function<void()>> commands;
     if (has_commands_.exchange(false)) {
@@ -218,12 +230,16 @@ void TransferEngine::Impl::run() {
     progressed += receive_tagged();
     process_events();
     bool hashed = hash_slice();
-    bool active = progressed > 0 || hashed || !commands.empty() || busy();
-    if (active && ++spins < kSpinsPerDeadlineCheck) continue;
+    const bool working = progressed > 0 || hashed || !commands.empty() || busy();
+    if (working) idle_since.reset();
+    if (working && ++spins < kSpinsPerDeadlineCheck) continue;
+    const Clock::time_point now = Clock::now();
+    if (!working && !idle_since) idle_since = now;
+    const bool lingering = !working && now - *idle_since < kLinger;
+    if (lingering && ++spins < kSpinsPerDeadlineCheck) continue;
     spins = 0;
-    Clock::time_point now = Clock::now();
     check_deadlines(now);
-    if (!active) wait_for_events(now);
+    if (!working && !lingering) wait_for_events(now);
   }
   shutdown();
 }

@@ -158,7 +158,8 @@ class TransferEngine::Impl {
   // waits until it has run, at most close_timeout (`what` names it in the log).
   void enqueue_and_wait(std::function<void()> command, uint64_t transfer_id, const char* what);
   void wait_for_events(Clock::time_point now);
-  // UCX operations in flight (sends, or receives not yet landed): keep polling.
+  // UCX operations of ours in flight (puts and sends not completed, receives
+  // not landed): keep polling. Otherwise the worker sleeps until an event.
   bool busy() const;
 
   // Peers and endpoints.

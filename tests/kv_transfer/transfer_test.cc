@@ -24,6 +24,13 @@
 namespace baton::kv_transfer {
 namespace {
 
+// CPU seconds this process has run, all threads together.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
 // The UCX this process runs (ucp_get_version), for skips that name a UCX
 // bug: they hold on the versions it was seen in, never on others.
 bool ucx_at_most(unsigned major, unsigned minor) {
@@ -319,7 +326,9 @@ TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
 
 // Layers released more slowly than the send deadline (a long prefill step):
 // the deadline counts again from the last layer, so the transfer completes.
-TEST_P(TransferTest, SlowLayersDoNotEatTheSendDeadline) {
+// Meanwhile the sender's progress thread sleeps: spinning through a prefill
+// would take a core from the compute beside it.
+TEST_P(TransferTest, SlowLayersNeitherEatTheSendDeadlineNorSpinTheSender) {
   KvLayout layout = make_layout(DType::kBF16, 32, 4);
   uint64_t seed = rng_() | 1;
   LocalNode sender(layout, GetParam(), seed, "sender", 5000ms);
@@ -331,10 +340,17 @@ TEST_P(TransferTest, SlowLayersDoNotEatTheSendDeadline) {
   ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
   SendSpec spec{1, 1, src, dst, 0, 4, 400ms};
   ASSERT_TRUE(sender.engine().begin_send(peer, spec, sender.callback()).is_ok());
+  const double cpu_before = process_cpu_seconds();
+  const auto wait_began = Clock::now();
   for (int32_t layer = 1; layer <= 4; ++layer) {
     std::this_thread::sleep_for(200ms);  // 800 ms in all, twice the deadline
     ASSERT_TRUE(sender.engine().post_layers(1, layer).is_ok());
   }
+  const double cpu_seconds = process_cpu_seconds() - cpu_before;
+  const double wall_seconds = std::chrono::duration<double>(Clock::now() - wait_began).count();
+  EXPECT_LT(cpu_seconds, 0.25 * wall_seconds)
+      << "the sender's progress thread spun while its layers were computed: " << cpu_seconds * 1e3
+      << " ms of CPU in " << wall_seconds * 1e3 << " ms";
   auto sent = sender.mail().wait(1);
   ASSERT_TRUE(sent.has_value());
   EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
@@ -1134,13 +1150,11 @@ TEST_P(TransferFaultTest, HungSenderAfterGrantReleasesBlocksAtCloseTimeoutWithou
   // Past the deadline the expectation has failed and waits on the close timer.
   std::this_thread::sleep_until(expected_at + kDeadline + 50ms);
   EXPECT_EQ(owners_.owned_by(7), dst_.size()) << "blocks freed while granted puts may land";
-  timespec cpu_before{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_before);
+  const double cpu_before = process_cpu_seconds();
   const auto wait_began = Clock::now();
   auto r = receiver_->mail().wait(7, close_timeout + 5s);
   const auto waited = Clock::now() - wait_began;
-  timespec cpu_after{};
-  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &cpu_after);
+  const double cpu_seconds = process_cpu_seconds() - cpu_before;
   sender_->signal(SIGCONT);
   ASSERT_TRUE(r.has_value()) << "blocks never freed";
   EXPECT_EQ(r->status.code(), StatusCode::kDeadlineExceeded) << r->status.to_string();
@@ -1150,8 +1164,6 @@ TEST_P(TransferFaultTest, HungSenderAfterGrantReleasesBlocksAtCloseTimeoutWithou
   // deadline, which passed about 200 ms after it.
   EXPECT_GE(r->finished - second_posted, close_timeout - 300ms);
   EXPECT_LT(r->finished - second_posted, close_timeout + kSlack);
-  const double cpu_seconds = double(cpu_after.tv_sec - cpu_before.tv_sec) +
-                             1e-9 * double(cpu_after.tv_nsec - cpu_before.tv_nsec);
   const double wall_seconds = std::chrono::duration<double>(waited).count();
   std::printf("waited %.0f ms for the close timer, %.0f ms of CPU\n", wall_seconds * 1e3,
               cpu_seconds * 1e3);
