@@ -82,7 +82,7 @@ for tls in "${transports[@]}"; do
           failed=1
           continue
         fi
-        row=$(tail -1 <<<"${out}")
+        row=$(grep '^| ' <<<"${out}" | tail -1)  # the table's last row; logs may follow
         # | tls | pe | mode | model | block | tokens | MiB | ops | op KiB | median | best | tail |
         IFS='|' read -r _ _ _ mode _ _ _ _ ops opkib median best tail _ <<<"${row}"
         ceiling=$(python3 -c "print(max(${put}, ${tag}))")

@@ -24,6 +24,7 @@
 #include <algorithm>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <iostream>
 #include <map>
@@ -246,6 +247,10 @@ struct Sample {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // UCX logs to stdout, where the receiver speaks its line protocol (and
+  // this process prints its table): its warnings go to stderr instead.
+  // The receiver inherits the setting.
+  (void)::setenv("UCX_LOG_FILE", "stderr", /*overwrite=*/0);
   auto a = parse_args(argc, argv);
   init_logging(a.at("receiver") == "1" ? "bench-decode" : "bench-prefill");
   (void)set_log_level("warn");
