@@ -61,6 +61,9 @@ struct RouterSection {
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds heartbeat_timeout{2000};  // must exceed 2 intervals
   int32_t min_remote_prefill_tokens = 32;  // shorter prompts are prefilled on the decode node
+  // Longer ones too when every prefill node has this many prompt tokens
+  // waiting and the decode node fewer (router/prefill_placement.h); 0: never.
+  int64_t max_prefill_queue_tokens = 0;
   std::chrono::milliseconds drain_timeout{10000};  // on stop: let running requests finish this long
   int32_t http_threads = 1;
   // Client connections: idle keep-alive connections are closed after

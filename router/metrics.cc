@@ -259,6 +259,17 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
     fmt::format_to(std::back_inserter(out), "baton:kv_transfer_blocks_total{{route=\"{}\"}} {}\n",
                    route, blocks);
   }
+  out +=
+      "# HELP baton:prompt_placements_total Prompts dispatched, by where they were prefilled: "
+      "on a prefill node, or on their decode node (short, no prefill node up, or every prefill "
+      "node's queue at router.max_prefill_queue_tokens).\n"
+      "# TYPE baton:prompt_placements_total counter\n";
+  for (PrefillPlacement placement : kAllPrefillPlacements) {
+    const auto it = snapshot.placements.find(placement);
+    fmt::format_to(std::back_inserter(out),
+                   "baton:prompt_placements_total{{placement=\"{}\"}} {}\n",
+                   placement_name(placement), it == snapshot.placements.end() ? 0 : it->second);
+  }
   return out;
 }
 

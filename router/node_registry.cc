@@ -183,6 +183,15 @@ NodeState* NodeRegistry::find(const std::string& name) {
   return it == nodes_.end() ? nullptr : &it->second;
 }
 
+std::optional<int64_t> NodeRegistry::least_assigned_tokens(Role role) const {
+  std::optional<int64_t> least;
+  for (const auto& [name, node] : nodes_) {
+    if (node.up && node.role == role && (!least || node.assigned_tokens < *least))
+      least = node.assigned_tokens;
+  }
+  return least;
+}
+
 int32_t NodeRegistry::up_count(Role role) const {
   int32_t count = 0;
   for (const auto& [name, node] : nodes_) count += node.up && node.role == role;

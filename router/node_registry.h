@@ -43,7 +43,9 @@ struct NodeState {
   std::chrono::steady_clock::time_point last_seen{};
   control::NodeLoad load;         // from the last heartbeat
   int32_t assigned_requests = 0;  // placed by the router, not yet finished
-  int64_t assigned_tokens = 0;    // prompt tokens placed, not yet prefilled (prefill nodes)
+  // Prompt tokens placed here to prefill, not yet prefilled: a prefill
+  // node's, or a decode node's own (prompts it computes itself).
+  int64_t assigned_tokens = 0;
   // The node's prefix cache counters summed over its heartbeats' increases,
   // across restarts of its process: they only ever grow.
   int64_t prefix_cache_queries = 0;
@@ -76,6 +78,8 @@ class NodeRegistry {
   // prefix-aware policy reads `prompt` and remembers where its blocks went.
   NodeState* pick(Role role, std::span<const int32_t> prompt = {});
   NodeState* find(const std::string& name);
+  // The fewest assigned_tokens of a node of `role` that is up; nullopt when none is.
+  std::optional<int64_t> least_assigned_tokens(Role role) const;
   const std::map<std::string, NodeState>& nodes() const { return nodes_; }
   int32_t up_count(Role role) const;
 

@@ -140,7 +140,10 @@ void RouterCore::dispatch(Submission& submission) {
       submission.sink(failed_update(unavailable("no decode node is up")));
       return;
     }
-    NodeState* prefill = int32_t(prompt.size()) >= config_.min_remote_prefill_tokens
+    const PrefillPlacement placement =
+        place_prefill(config_.placement, int64_t(prompt.size()),
+                      registry_.least_assigned_tokens(Role::kPrefill), decode->assigned_tokens);
+    NodeState* prefill = placement == PrefillPlacement::kPrefillNode
                              ? registry_.pick(Role::kPrefill, prompt)
                              : nullptr;
     control::Generate generate;
@@ -170,11 +173,14 @@ void RouterCore::dispatch(Submission& submission) {
       request.prefilled_by = prefill->name;
       prefill->assigned_requests++;
       prefill->assigned_tokens += int64_t(request.request.prompt.size());
+    } else {
+      request.local_prefill_tokens = int64_t(request.request.prompt.size());
+      decode->assigned_tokens += request.local_prefill_tokens;
     }
-    spdlog::debug("router: request {} (#{}): {} prompt tokens to {}{}{}", request.request.client_id,
-                  request.id, prompt.size(), decode->name,
-                  prefill != nullptr ? ", prefilled on " : "",
-                  prefill != nullptr ? prefill->name : "");
+    placements_[placement]++;
+    spdlog::debug("router: request {} (#{}): {} prompt tokens to {}, prefilled on {} ({})",
+                  request.request.client_id, request.id, prompt.size(), decode->name,
+                  prefill != nullptr ? prefill->name : "it", placement_name(placement));
     return;
   }
 }
@@ -330,6 +336,7 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       update.prefill_seconds = here ? event.prefill_seconds : request.prefill_seconds;
       update.prompt_logprobs = std::move(here ? event.prompt_logprobs : request.prompt_logprobs);
       request.got_tokens = true;
+      release_local_prefill(request);
     }
     update.tokens = std::move(event.tokens);
     update.logprobs = std::move(event.logprobs);
@@ -412,10 +419,20 @@ void RouterCore::release_prefill(Request& request) {
   request.prefill_node.clear();
 }
 
+void RouterCore::release_local_prefill(Request& request) {
+  if (request.local_prefill_tokens == 0) return;
+  if (NodeState* node = registry_.find(request.decode_node)) {
+    node->assigned_tokens =
+        std::max<int64_t>(0, node->assigned_tokens - request.local_prefill_tokens);
+  }
+  request.local_prefill_tokens = 0;
+}
+
 void RouterCore::forget(uint64_t request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
   release_prefill(it->second);
+  release_local_prefill(it->second);
   if (NodeState* node = registry_.find(it->second.decode_node)) {
     node->assigned_requests = std::max(0, node->assigned_requests - 1);
   }
@@ -433,6 +450,7 @@ void RouterCore::publish_snapshot() {
   snapshot.kv_blocks_sent = kv_blocks_sent_;
   snapshot.kv_blocks_cached = kv_blocks_cached_;
   snapshot.kv_blocks_skipped = kv_blocks_skipped_;
+  snapshot.placements = placements_;
   decode_up_.store(snapshot.decode_up);
   std::lock_guard lock(snapshot_mutex_);
   snapshot_ = std::move(snapshot);

@@ -3,7 +3,8 @@
 // One thread owns the control socket and every request's routing state. Front
 // ends (HTTP, ZeroMQ) submit token-level generation requests from their own
 // threads; the core picks a decode node (which owns the request) and, for
-// prompts of at least `min_remote_prefill_tokens`, a prefill node; relays
+// prompts the placement rule sends there (router/prefill_placement.h), a
+// prefill node; relays
 // PrefillReady -> Prefill and PrefillDone between them; and hands each step's
 // tokens to the request's sink. It also ends requests: on the router's
 // timeout, on cancel (client gone, stop string), when a node involved stops
@@ -28,6 +29,7 @@
 #include "common/control_socket.h"
 #include "common/status.h"
 #include "router/node_registry.h"
+#include "router/prefill_placement.h"
 
 namespace baton::router {
 
@@ -40,7 +42,7 @@ struct RouterCoreConfig {
   int32_t max_queued_requests = 1024;  // requests in the router at once
   std::chrono::milliseconds request_timeout{600000};
   std::chrono::milliseconds heartbeat_timeout{2000};
-  int32_t min_remote_prefill_tokens = 32;
+  PrefillPlacementRule placement;
 };
 
 struct GenerationRequest {
@@ -103,6 +105,8 @@ struct ClusterSnapshot {
   uint64_t kv_blocks_sent = 0;
   uint64_t kv_blocks_cached = 0;
   uint64_t kv_blocks_skipped = 0;
+  // Prompts dispatched, by where they were prefilled and why.
+  std::map<PrefillPlacement, uint64_t> placements;
 };
 
 class RouterCore {
@@ -129,6 +133,9 @@ class RouterCore {
     std::string decode_node;
     std::string prefill_node;  // empty: prefilled on the decode node, or prefill over
     std::string prefilled_by;  // the prefill node chosen at dispatch (kept for reports)
+    // Prompt tokens the decode node computes itself, until its first tokens
+    // (counted in its NodeState::assigned_tokens meanwhile).
+    int64_t local_prefill_tokens = 0;
     std::chrono::steady_clock::time_point deadline;
     // The prefill node's timings (PrefillDone), until the first tokens carry them.
     float queue_seconds = -1;
@@ -156,6 +163,7 @@ class RouterCore {
   void fail(uint64_t request_id, Status error);
   void abort_on_nodes(const Request& request, const std::string& reason);
   void release_prefill(Request& request);
+  void release_local_prefill(Request& request);
   void forget(uint64_t request_id);
   void publish_snapshot();
   Status send(const std::string& node, const control::Message& message);
@@ -174,6 +182,7 @@ class RouterCore {
   uint64_t kv_blocks_sent_ = 0;
   uint64_t kv_blocks_cached_ = 0;
   uint64_t kv_blocks_skipped_ = 0;
+  std::map<PrefillPlacement, uint64_t> placements_;  // ClusterSnapshot's; core thread only
 
   std::mutex inbox_mutex_;
   std::vector<Submission> submissions_;

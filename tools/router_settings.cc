@@ -44,7 +44,8 @@ Result<router::RouterSettings> router_settings(const cluster::ClusterConfig& con
   core.max_queued_requests = r.max_queued_requests;
   core.request_timeout = r.request_timeout;
   core.heartbeat_timeout = r.heartbeat_timeout;
-  core.min_remote_prefill_tokens = r.min_remote_prefill_tokens;
+  core.placement.min_remote_prefill_tokens = r.min_remote_prefill_tokens;
+  core.placement.max_prefill_queue_tokens = r.max_prefill_queue_tokens;
 
   router::OpenAiServiceConfig& service = settings.service;
   service.served_model = config.model.served_name;

@@ -54,6 +54,7 @@ TEST(ClusterConfig, MissingMeansDefault) {
   EXPECT_EQ(r.heartbeat_interval, std::chrono::milliseconds(200));
   EXPECT_EQ(r.heartbeat_timeout, std::chrono::milliseconds(2000));
   EXPECT_EQ(r.min_remote_prefill_tokens, 32);
+  EXPECT_EQ(r.max_prefill_queue_tokens, 0);
   EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(10000));
   EXPECT_EQ(r.http_threads, 1);
   EXPECT_EQ(r.limits.max_n, 16);
@@ -99,6 +100,7 @@ router:
   heartbeat_interval_ms: 50
   heartbeat_timeout_ms: 101
   min_remote_prefill_tokens: 0
+  max_prefill_queue_tokens: 4096
   drain_timeout_ms: 0
   http_threads: 3
   idle_timeout_ms: 5000
@@ -142,6 +144,7 @@ decode: [{name: d, host: 10.1.2.4}]
   EXPECT_EQ(r.heartbeat_interval, std::chrono::milliseconds(50));
   EXPECT_EQ(r.heartbeat_timeout, std::chrono::milliseconds(101));
   EXPECT_EQ(r.min_remote_prefill_tokens, 0);
+  EXPECT_EQ(r.max_prefill_queue_tokens, 4096);
   EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(0));
   EXPECT_EQ(r.http_threads, 3);
   EXPECT_EQ(r.idle_timeout, std::chrono::milliseconds(5000));
@@ -358,6 +361,8 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + kNodes + "router: {max_connections: -1}\n", "router.max_connections"},
       {kModel + kNodes + "router: {min_remote_prefill_tokens: -1}\n",
        "router.min_remote_prefill_tokens"},
+      {kModel + kNodes + "router: {max_prefill_queue_tokens: -5}\n",
+       "router.max_prefill_queue_tokens"},
       {kModel + kNodes + "router: {limits: {max_n: 0}}\n", "router.limits.max_n"},
       {kModel + kNodes + "router: {limits: {max_batch: 0}}\n", "router.limits.max_batch"},
       {kModel + kNodes + "router: {limits: {max_logprobs: -1}}\n", "router.limits.max_logprobs"},

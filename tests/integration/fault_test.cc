@@ -492,6 +492,59 @@ TEST(FaultTest, RestartedRouterGetsItsNodesBack) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
+// router.max_prefill_queue_tokens: while the prefill node holds a queue at
+// the limit (it is held, SIGSTOP, with a prompt placed on it), the next long
+// prompt is prefilled on its decode node and served at once, as the same
+// prompt is over the prefill node once that is back.
+TEST(FaultTest, APromptPastAFullPrefillQueueIsPrefilledOnItsDecodeNode) {
+  ClusterShape shape;
+  shape.separate_roles = true;
+  shape.heartbeat_timeout_ms = 20000;  // the held prefill node is not declared dead
+  // As min_remote_prefill_tokens: one prompt placed fills the queue.
+  shape.extra_router_yaml = "  max_prefill_queue_tokens: 8\n";
+  Cluster cluster(shape);
+  const pid_t prefill = cluster.node_pid("prefill-0");
+  ASSERT_GT(prefill, 0);
+  const ResumeOnExit resume{prefill};
+  const json held_request = {
+      {"prompt", std::string(40, 'h')}, {"max_tokens", 4}, {"temperature", 0}};
+  const json request = {{"prompt", std::string(40, 'q')}, {"max_tokens", 6}, {"temperature", 0}};
+  ASSERT_EQ(::kill(prefill, SIGSTOP), 0);
+  Result<tools::HttpResponse> held = unavailable("not answered");
+  std::thread client([&] { held = cluster.post("/v1/completions", held_request); });
+  int64_t queued = 0;
+  for (auto until = Clock::now() + 10s; queued < 8 && Clock::now() < until;) {
+    for (const json& node : cluster.nodes().value("nodes", json::array())) {
+      if (node["name"] == "prefill-0") queued = node.value("queued_prompt_tokens", int64_t(0));
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_GE(queued, 8) << cluster.nodes().dump(2);
+
+  auto local = cluster.post("/v1/completions", request);
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  ASSERT_EQ(local->status, 200) << local->body;
+  const json local_choice = json::parse(local->body)["choices"][0];
+  EXPECT_TRUE(local_choice["served_by"]["prefill"].is_null()) << local_choice.dump();
+  EXPECT_EQ(cluster.metric("baton:prompt_placements_total", "placement=\"prefill_queues_full\""),
+            1);
+
+  ASSERT_EQ(::kill(prefill, SIGCONT), 0);
+  client.join();
+  ASSERT_TRUE(held.is_ok()) << held.status().to_string();
+  ASSERT_EQ(held->status, 200) << held->body;
+  EXPECT_EQ(json::parse(held->body)["choices"][0]["served_by"]["prefill"], "prefill-0");
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  auto remote = cluster.post("/v1/completions", request);
+  ASSERT_TRUE(remote.is_ok()) << remote.status().to_string();
+  ASSERT_EQ(remote->status, 200) << remote->body;
+  const json remote_choice = json::parse(remote->body)["choices"][0];
+  EXPECT_EQ(remote_choice["served_by"]["prefill"], "prefill-0");
+  EXPECT_EQ(remote_choice["text"], local_choice["text"]);
+  EXPECT_EQ(cluster.metric("baton:prompt_placements_total", "placement=\"prefill_node\""), 2);
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
 // A router that dies while a request's KV is on its way: the decode node
 // holds a reservation awaiting the KV (the prefill node is held, SIGSTOP,
 // with the Prefill queued for it), which makes no events for a new router to
