@@ -217,7 +217,7 @@ void TransferEngine::Impl::run() {
   // a core from the compute each time a layer is handed over.
   constexpr auto kLinger = std::chrono::microseconds(500);
   int spins = 0;
-  std::optional<Clock::time_point> idle_since;
+  Clock::time_point idle_since = Clock::time_point::max();  // max: working
   while (!stopping_) {
     std::vector<std::function<void()>> commands;
     if (has_commands_.exchange(false)) {
@@ -231,11 +231,11 @@ void TransferEngine::Impl::run() {
     process_events();
     bool hashed = hash_slice();
     const bool working = progressed > 0 || hashed || !commands.empty() || busy();
-    if (working) idle_since.reset();
+    if (working) idle_since = Clock::time_point::max();
     if (working && ++spins < kSpinsPerDeadlineCheck) continue;
     const Clock::time_point now = Clock::now();
-    if (!working && !idle_since) idle_since = now;
-    const bool lingering = !working && now - *idle_since < kLinger;
+    if (!working && idle_since == Clock::time_point::max()) idle_since = now;
+    const bool lingering = !working && now - idle_since < kLinger;
     if (lingering && ++spins < kSpinsPerDeadlineCheck) continue;
     spins = 0;
     check_deadlines(now);
@@ -488,15 +488,16 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
                                     : "emulated",
       transfer_mode_name(peer.mode));
   spdlog::debug("kv_transfer[{}]: peer {} lanes:\n{}", config_.node_name, id, peer.caps.lane_table);
-  // UCX 1.13 can abort this process when the peer dies mid-transfer in these
-  // two forced modes (an assertion in AM rendezvous, `ucs_fatal` in emulated
-  // puts); neither passes through the log handler of ucx_failure_policy.h.
+  // UCX can abort this process when the peer dies mid-transfer in these two
+  // forced modes (1.13: an assertion in AM rendezvous; 1.13 and 1.22:
+  // `ucs_fatal` in emulated puts); neither passes through the log handler
+  // of ucx_failure_policy.h.
   const bool emulated_puts =
       peer.mode == TransferMode::kRma && !peer.caps.native_rma && peer.mapped_pool == nullptr;
   if (peer.mode == TransferMode::kAm || emulated_puts) {
     spdlog::warn(
         "kv_transfer[{}]: peer {}: mode '{}'{} is not safe against a peer dying mid-transfer "
-        "with UCX 1.13 (it can abort this process); mode 'auto' is",
+        "(UCX can abort this process); mode 'auto' is",
         config_.node_name, id, transfer_mode_name(peer.mode),
         emulated_puts ? " over emulated RMA" : "");
   }
