@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_features.h"
 
 namespace baton::engine {
@@ -47,6 +48,13 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
     kernels::cpu::set_avx512_bf16_preferred(*config.cpu_bf16_dot);
     if (*config.cpu_bf16_dot && !kernels::cpu::cpu_has_avx512_bf16())
       spdlog::warn("engine.cpu_bf16_dot: true, but this CPU has no AVX-512 BF16: F32 FMAs run");
+  }
+  if (!config.device.is_cuda()) {
+    spdlog::info("engine: CPU kernels {}{}; OpenBLAS kernels {}", kernels::cpu::kernel_isa_name(),
+                 kernels::cpu::max_cpu_isa() < kernels::cpu::MaxCpuIsa::kAvx512
+                     ? " (capped by BATON_MAX_CPU_ISA)"
+                     : "",
+                 kernels::cpu::blas_core_name());
   }
   BATON_ASSIGN_OR_RETURN(std::unique_ptr<ForwardBackend> backend,
                          make_forward_backend(config.device, *checkpoint, config.threads));

@@ -1,18 +1,24 @@
 // tools/baton_main.cc — the `baton` command-line entry.
 #include <CLI/CLI.hpp>
 
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <string>
 
 #include "common/logging.h"
 #include "kernels/cpu/blas_setup.h"
+#include "kernels/cpu/cpu_features.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
   // Before any thread starts: it may set and unset an environment variable
   // for OpenBLAS to read, which getenv on another thread must not race.
   baton::kernels::cpu::setup_blas();
+  if (const std::string error = baton::kernels::cpu::max_cpu_isa_error(); !error.empty()) {
+    std::fprintf(stderr, "error: %s\n", error.c_str());
+    return 2;
+  }
   CLI::App app{"Baton: disaggregated prefill/decode serving for Llama-family models"};
   app.require_subcommand(1);
   std::string log_level = "warn";

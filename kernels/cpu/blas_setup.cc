@@ -27,17 +27,42 @@ bool core_has_avx2_kernels(const char* name) {
   return false;
 }
 
-// The best OpenBLAS kernels this CPU runs, or null where it has no AVX2.
+// OpenBLAS's names of the kernels that use AVX-512.
+bool core_has_avx512_kernels(const char* name) {
+  constexpr std::array<const char*, 3> kAvx512Cores = {"SkylakeX", "Cooperlake", "SapphireRapids"};
+  for (const char* core : kAvx512Cores)
+    if (strcasecmp(name, core) == 0) return true;
+  return false;
+}
+
+// The best OpenBLAS kernels this CPU runs under BATON_MAX_CPU_ISA's cap, or
+// null where it has no AVX2 (and nothing is capped).
 const char* best_core_for_cpu() {
 #if defined(__x86_64__)
+  if (max_cpu_isa() == MaxCpuIsa::kScalar) return "Prescott";  // SSE3: OpenBLAS's plainest
   __builtin_cpu_init();
-  if (cpu_has_avx512() && __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
+  if (max_cpu_isa() >= MaxCpuIsa::kAvx512 && cpu_has_avx512() &&
+      __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512cd"))
     // Cooperlake's kernels add only BF16 GEMM to these, and OpenBLAS
     // 0.3.21 does not take that name cleanly ("Core not found").
     return "SkylakeX";
   if (cpu_has_avx2_fma_f16c()) return "Haswell";
 #endif
   return nullptr;
+}
+
+// Whether OpenBLAS's own choice is to be replaced by best_core_for_cpu():
+// it fell back below AVX2 on a CPU that has it, or it is wider than the cap.
+bool choose_again(const char* current) {
+  switch (max_cpu_isa()) {
+    case MaxCpuIsa::kScalar:
+      return strcasecmp(current, "Prescott") != 0;
+    case MaxCpuIsa::kAvx2:
+      return !core_has_avx2_kernels(current) || core_has_avx512_kernels(current);
+    case MaxCpuIsa::kAvx512:
+      return !core_has_avx2_kernels(current);
+  }
+  return false;
 }
 
 }  // namespace
@@ -47,7 +72,7 @@ void setup_blas() {
   std::call_once(once, [] {
     const char* best = best_core_for_cpu();
     if (best != nullptr && std::getenv("OPENBLAS_CORETYPE") == nullptr &&
-        !core_has_avx2_kernels(openblas_get_corename()) && gotoblas_dynamic_init != nullptr &&
+        choose_again(openblas_get_corename()) && gotoblas_dynamic_init != nullptr &&
         gotoblas_dynamic_quit != nullptr) {
       // Named for the one call that reads it, then unset: the environment
       // stays the user's, and a child process chooses for itself.

@@ -1,13 +1,43 @@
 #include "kernels/cpu/cpu_features.h"
 
 #include <atomic>
+#include <cstdlib>
 
 namespace baton::kernels::cpu {
 namespace {
-std::atomic<bool> g_simd_enabled{true};
-std::atomic<bool> g_avx512_enabled{true};
+constexpr const char* kMaxCpuIsaVariable = "BATON_MAX_CPU_ISA";
+
+const char* max_cpu_isa_text() { return std::getenv(kMaxCpuIsaVariable); }
+
+const MaxCpuIsa g_max_cpu_isa = [] {
+  const char* text = max_cpu_isa_text();
+  return text == nullptr ? MaxCpuIsa::kAvx512
+                         : parse_max_cpu_isa(text).value_or(MaxCpuIsa::kAvx512);
+}();
+std::atomic<bool> g_simd_enabled{g_max_cpu_isa >= MaxCpuIsa::kAvx2};
+std::atomic<bool> g_avx512_enabled{g_max_cpu_isa >= MaxCpuIsa::kAvx512};
 std::atomic<bool> g_avx512_bf16_preferred{cpu_prefers_avx512_bf16()};
 }  // namespace
+
+std::optional<MaxCpuIsa> parse_max_cpu_isa(std::string_view value) {
+  if (value == "scalar") return MaxCpuIsa::kScalar;
+  if (value == "avx2") return MaxCpuIsa::kAvx2;
+  if (value == "avx512") return MaxCpuIsa::kAvx512;
+  return std::nullopt;
+}
+
+MaxCpuIsa max_cpu_isa() { return g_max_cpu_isa; }
+
+std::string max_cpu_isa_error() {
+  const char* text = max_cpu_isa_text();
+  if (text == nullptr || parse_max_cpu_isa(text)) return "";
+  return std::string(kMaxCpuIsaVariable) + "='" + text + "': expected scalar, avx2 or avx512";
+}
+
+std::string kernel_isa_name() {
+  if (use_avx512()) return use_avx512_bf16() ? "avx512 with bf16 dot products" : "avx512";
+  return use_avx2() ? "avx2" : "scalar";
+}
 
 bool cpu_has_avx2_fma_f16c() {
 #if defined(__x86_64__) || defined(__i386__)

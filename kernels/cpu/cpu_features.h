@@ -3,11 +3,32 @@
 #pragma once
 
 #include <cstddef>
+#include <optional>
+#include <string>
+#include <string_view>
 
 namespace baton::kernels::cpu {
 
 // Bytes per cache line on x86-64 cores: the step of software prefetch loops.
 inline constexpr size_t kCacheLine = 64;
+
+// BATON_MAX_CPU_ISA caps the kernels below what the CPU has, as oneDNN's
+// ONEDNN_MAX_CPU_ISA does, so that one machine runs what a lesser one would
+// (comparisons against peers built for AVX2): "avx512" (or unset) every path
+// the CPU has, "avx2" no AVX-512 path, "scalar" the portable loops only. It
+// is read once, when the process starts.
+enum class MaxCpuIsa { kScalar, kAvx2, kAvx512 };
+// nullopt for a value other than the three (case-sensitive).
+std::optional<MaxCpuIsa> parse_max_cpu_isa(std::string_view value);
+// The cap in force; an unset or unknown variable caps nothing.
+MaxCpuIsa max_cpu_isa();
+// Empty, or why BATON_MAX_CPU_ISA was not understood: programs refuse to
+// start on it rather than run uncapped.
+std::string max_cpu_isa_error();
+
+// The widest kernels in use now: "avx512 with bf16 dot products",
+// "avx512", "avx2" or "scalar" (for logs).
+std::string kernel_isa_name();
 
 // True when the CPU has AVX2, FMA and F16C (checked once).
 bool cpu_has_avx2_fma_f16c();

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "engine/engine_config.h"
+#include "kernels/cpu/cpu_features.h"
 
 namespace {
 
@@ -254,6 +255,47 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
   }
+}
+
+// BATON_MAX_CPU_ISA caps the kernels, and the engine's log says which run;
+// a value Baton does not know stops it at start, naming the variable,
+// rather than running uncapped.
+TEST_F(BatonCli, MaxCpuIsaCapsTheKernelsOrStopsAtStart) {
+  const std::string args = "--log-level info generate --model " + model().string() +
+                           " --prompt-ids 5,6,7 --max-tokens 2";
+  struct Case {
+    const char* cap;
+    int exit_code;
+    std::string message;
+  } cases[] = {
+      {"avx3", 2, "BATON_MAX_CPU_ISA='avx3': expected scalar, avx2 or avx512"},
+      {"AVX2", 2, "BATON_MAX_CPU_ISA='AVX2'"},
+      {"scalar", 0, "CPU kernels scalar (capped by BATON_MAX_CPU_ISA)"},
+      {"avx2", 0,
+       baton::kernels::cpu::cpu_has_avx2_fma_f16c() ? "CPU kernels avx2 (capped"
+                                                    : "CPU kernels scalar"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_EQ(::setenv("BATON_MAX_CPU_ISA", c.cap, 1), 0);
+    auto r = run(args);
+    EXPECT_EQ(r.exit_code, c.exit_code) << c.cap << "\n" << r.out;
+    EXPECT_NE(r.out.find(c.message), std::string::npos) << c.cap << "\n" << r.out;
+    // OpenBLAS is capped too (its kernels, as OpenBLAS names them).
+    for (const char* wide : {"SkylakeX", "Cooperlake", "SapphireRapids"}) {
+      if (c.exit_code == 0) {
+        EXPECT_EQ(r.out.find(std::string("OpenBLAS kernels ") + wide), std::string::npos)
+            << c.cap << "\n"
+            << r.out;
+      }
+    }
+  }
+  ASSERT_EQ(::unsetenv("BATON_MAX_CPU_ISA"), 0);
+  auto uncapped = run(args);
+  EXPECT_EQ(uncapped.exit_code, 0) << uncapped.out;
+  EXPECT_NE(uncapped.out.find("CPU kernels " + baton::kernels::cpu::kernel_isa_name() + ";"),
+            std::string::npos)
+      << uncapped.out;
+  EXPECT_EQ(uncapped.out.find("capped by"), std::string::npos) << uncapped.out;
 }
 
 // A checkpoint whose tokenizer.json Baton does not implement still serves
