@@ -16,6 +16,11 @@
 #                                ["smollm2-135m:bf16 smollm2-135m:f32 smollm2-135m:f16 qwen2.5-0.5b:bf16"]
 #   --llama-cpp-python VERSION   the llama-cpp-python sdist whose vendored
 #                                llama.cpp is built [0.3.36]
+#   --isa native|avx2            avx2: both engines run what an AVX2-only
+#                                machine runs: llama.cpp built for AVX2, FMA
+#                                and F16C without AVX-512, Baton with
+#                                BATON_MAX_CPU_ISA=avx2 (its kernels and
+#                                OpenBLAS's) [native]
 # Relative paths are taken from the repository root.
 #
 # Steps, each skipped when its output is already there:
@@ -48,6 +53,7 @@ gen=128
 rounds=3
 models="smollm2-135m:bf16 smollm2-135m:f32 smollm2-135m:f16 qwen2.5-0.5b:bf16"
 lcp_version=0.3.36
+isa=native
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || usage
   case $1 in
@@ -59,10 +65,16 @@ while [ $# -gt 0 ]; do
     --rounds) rounds=$2 ;;
     --models) models=$2 ;;
     --llama-cpp-python) lcp_version=$2 ;;
+    --isa) isa=$2 ;;
     *) usage ;;
   esac
   shift 2
 done
+case $isa in
+  native) ;;
+  avx2) export BATON_MAX_CPU_ISA=avx2 ;;
+  *) echo "llama_cpp_compare.sh: --isa '$isa': expected native or avx2" >&2; exit 2 ;;
+esac
 for n in "$threads" "$prompt" "$gen" "$rounds"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "llama_cpp_compare.sh: '$n' is not a positive integer" >&2; exit 2; }
 done
@@ -88,7 +100,7 @@ esac
 
 # shellcheck source=llama_cpp/build.sh
 source "$root/bench/llama_cpp/build.sh"
-llama_bench=$(build_llama_cpp "$work" "$lcp_version" llama-bench) || exit 1
+llama_bench=$(build_llama_cpp "$work" "$lcp_version" llama-bench "$isa") || exit 1
 src=$work/llama_cpp_python-$lcp_version/vendor/llama.cpp
 export GIT_CEILING_DIRECTORIES=$work
 
@@ -215,6 +227,7 @@ fi
 echo
 echo "CPU: ${cpu:-unknown} (avx512_bf16: $bf16), $(nproc) hardware threads"
 echo "Threads: $threads, prompt $prompt tokens, $gen generated, $rounds round(s)"
+echo "Instruction sets: $isa"
 echo "llama.cpp: $llama_version"
 echo "Baton: $baton_rev"
 echo

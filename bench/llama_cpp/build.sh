@@ -2,11 +2,13 @@
 # target of the llama.cpp that a llama-cpp-python sdist vendors.
 #
 #   source bench/llama_cpp/build.sh
-#   build_llama_cpp WORK VERSION TARGET     # prints the binary's path
+#   build_llama_cpp WORK VERSION TARGET [ISA]   # prints the binary's path
 #
 # Downloads the sdist into WORK (pip download, source only), unpacks it and
 # builds TARGET (llama-bench, llama-server) in WORK/llama.cpp-VERSION-build
 # (Release, -march=native), each step skipped when its output is there.
+# ISA avx2 builds for an AVX2-only machine instead (AVX2, FMA, F16C, no
+# AVX-512), in WORK/llama.cpp-VERSION-avx2-build.
 # Progress goes to stderr; a failed build prints its log's tail and returns 1.
 #
 #   llama_cpp_python WORK                   # prints a python with numpy and PyYAML
@@ -15,10 +17,23 @@
 # virtual environment in WORK/py that it makes once.
 
 build_llama_cpp() {
-  local work=$1 version=$2 target=$3
+  local work=$1 version=$2 target=$3 isa=${4:-native}
   local sdist=$work/llama_cpp_python-$version.tar.gz
   local src=$work/llama_cpp_python-$version/vendor/llama.cpp
-  local build_dir=$work/llama.cpp-$version-build
+  local build_dir=$work/llama.cpp-$version-build isa_args=(-DGGML_NATIVE=ON)
+  case $isa in
+    native) ;;
+    avx2)
+      build_dir=$work/llama.cpp-$version-avx2-build
+      isa_args=(-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON
+        -DGGML_BMI2=ON -DGGML_AVX512=OFF -DGGML_AVX512_VBMI=OFF -DGGML_AVX512_VNNI=OFF
+        -DGGML_AVX512_BF16=OFF -DGGML_AVX_VNNI=OFF)
+      ;;
+    *)
+      printf '== build_llama_cpp: ISA %s: expected native or avx2\n' "$isa" >&2
+      return 1
+      ;;
+  esac
   local binary=$build_dir/bin/$target
   if [ ! -f "$sdist" ]; then
     printf '== downloading llama-cpp-python %s (source)\n' "$version" >&2
@@ -36,7 +51,7 @@ build_llama_cpp() {
     local cmake_args=(
       -S "$src" -B "$build_dir"
       -DCMAKE_BUILD_TYPE=Release
-      -DGGML_NATIVE=ON
+      "${isa_args[@]}"
       -DLLAMA_CURL=OFF  # model downloads; recent trees no longer have the option
       -DLLAMA_OPENSSL=OFF
       -DLLAMA_BUILD_TESTS=OFF
@@ -50,7 +65,7 @@ build_llama_cpp() {
       cmake_args+=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
     fi
     printf '== building %s in %s\n' "$target" "$build_dir" >&2
-    local started=$SECONDS log=$work/llama.cpp-$target-build.log
+    local started=$SECONDS log=$build_dir-$target.log
     if ! { GIT_CEILING_DIRECTORIES=$work cmake "${cmake_args[@]}" &&
       cmake --build "$build_dir" --target "$target" -j "$(nproc)"; } >"$log" 2>&1; then
       tail -30 "$log" >&2
