@@ -22,8 +22,8 @@ enum class MaxCpuIsa { kScalar, kAvx2, kAvx512 };
 std::optional<MaxCpuIsa> parse_max_cpu_isa(std::string_view value);
 // The cap in force; an unset or unknown variable caps nothing.
 MaxCpuIsa max_cpu_isa();
-// Empty, or why BATON_MAX_CPU_ISA was not understood: programs refuse to
-// start on it rather than run uncapped.
+// Empty, or why BATON_MAX_CPU_ISA was not understood: `baton` refuses to
+// start on it rather than run uncapped (benchmarks run uncapped).
 std::string max_cpu_isa_error();
 
 // The widest kernels in use now: "avx512 with bf16 dot products",
