@@ -220,6 +220,9 @@ class TransferEngine::Impl {
   void post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers);
   // kLayerHash: the sender's hash of one layer, for a staged pool.
   void record_layer_hash(const Notice& n);
+  // Keeps the layer hash that `n` (kLayerHash, kLayerLanded) carries for
+  // `e`, whose layers it lies within, and has `e` looked at again.
+  void note_sender_layer_hash(Expectation& e, const Notice& n);
   // TransferConfig::corrupt_landed_layer: flips a bit of `block` of `layer`.
   void corrupt_for_tests(Expectation& e, int32_t layer, int32_t block);
   // Hashes landed blocks for the verdict: `now` for bytes just copied (still

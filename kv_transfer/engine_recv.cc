@@ -198,10 +198,12 @@ void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   if (!e->open() || layer < e->spec.layer_begin || layer >= e->spec.layer_end) return;
   if (!config_.verify_checksum) return;
   hash_layer(*e, layer);
-  if (!e->sender_layer_hash.empty()) {
-    e->sender_layer_hash[size_t(layer - e->spec.layer_begin)] = n.checksum;
-    dirty_recvs_.push_back(n.transfer_id);
-  }
+  if (!e->sender_layer_hash.empty()) note_sender_layer_hash(*e, n);
+}
+
+void TransferEngine::Impl::note_sender_layer_hash(Expectation& e, const Notice& n) {
+  e.sender_layer_hash[size_t(n.layer_begin - e.spec.layer_begin)] = n.checksum;
+  dirty_recvs_.push_back(n.transfer_id);
 }
 
 void TransferEngine::Impl::record_layer_hash(const Notice& n) {
@@ -214,9 +216,7 @@ void TransferEngine::Impl::record_layer_hash(const Notice& n) {
     return;
   }
   Expectation& e = it->second;
-  if (!e.open()) return;  // failed meanwhile, or all judged
-  e.sender_layer_hash[size_t(n.layer_begin - e.spec.layer_begin)] = n.checksum;
-  dirty_recvs_.push_back(n.transfer_id);
+  if (e.open()) note_sender_layer_hash(e, n);  // else failed meanwhile, or all judged
 }
 
 void TransferEngine::Impl::copy_in_verified_layers(uint64_t id, Expectation& e) {
