@@ -2,10 +2,11 @@
 // BATON_AB_SIDE=b: the decode partition kernel of BATON_AB_SOURCE, its
 // 512-bit tile passes (BATON_AB_TILES_SOURCE), its VDPBF16PS V pass
 // (BATON_AB_BF16_SOURCE) and its 8-bit score passes (BATON_AB_VNNI_SOURCE,
-// BATON_AB_FP8_SOURCE), by default this tree's attention_decode.cc,
-// decode_tiles_avx512.cc, attention_decode_avx512.cc, decode_scores_vnni.cc
-// and decode_scores_fp8.cc, under names ending in _a or _b, so two versions
-// of them link into one program.
+// BATON_AB_FP8_SOURCE, BATON_AB_AVX2_SCORES_SOURCE), by default this tree's
+// attention_decode.cc, decode_tiles_avx512.cc, attention_decode_avx512.cc,
+// decode_scores_vnni.cc, decode_scores_fp8.cc and decode_scores_avx2.cc,
+// under names ending in _a or _b, so two versions of them link into one
+// program.
 #ifndef BATON_AB_SOURCE
 #define BATON_AB_SOURCE "kernels/cpu/attention_decode.cc"
 #endif
@@ -21,11 +22,15 @@
 #ifndef BATON_AB_FP8_SOURCE
 #define BATON_AB_FP8_SOURCE "kernels/cpu/decode_scores_fp8.cc"
 #endif
+#ifndef BATON_AB_AVX2_SCORES_SOURCE
+#define BATON_AB_AVX2_SCORES_SOURCE "kernels/cpu/decode_scores_avx2.cc"
+#endif
 #define BATON_AB_PASTE(name, side) name##_##side
 #define BATON_AB_NAME(name, side) BATON_AB_PASTE(name, side)
 #define attend_decode_partition BATON_AB_NAME(attend_decode_partition, BATON_AB_SIDE)
 #define decode_partition_supported BATON_AB_NAME(decode_partition_supported, BATON_AB_SIDE)
 #define decode_partition_start BATON_AB_NAME(decode_partition_start, BATON_AB_SIDE)
+#define decode_partition_avx512 BATON_AB_NAME(decode_partition_avx512, BATON_AB_SIDE)
 // Each side's prefetch stream is its own class, so that a change to
 // prefetch_stream.h is compared too, and the templates taking it (the AVX2
 // tile passes of key_tile_scores.h among them) are each side's own
@@ -49,4 +54,8 @@
 #define key_tile_scores_fp8 BATON_AB_NAME(key_tile_scores_fp8, BATON_AB_SIDE)
 #define key_run_scores_fp8 BATON_AB_NAME(key_run_scores_fp8, BATON_AB_SIDE)
 #include BATON_AB_FP8_SOURCE
+#define signed_query_codes BATON_AB_NAME(signed_query_codes, BATON_AB_SIDE)
+#define key_tile_scores_i8_avx2 BATON_AB_NAME(key_tile_scores_i8_avx2, BATON_AB_SIDE)
+#define key_tile_scores_e4m3_avx2 BATON_AB_NAME(key_tile_scores_e4m3_avx2, BATON_AB_SIDE)
+#include BATON_AB_AVX2_SCORES_SOURCE
 #include BATON_AB_SOURCE

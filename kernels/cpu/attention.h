@@ -51,7 +51,7 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& params);
 // How paged_attention takes the query vectors of a sequence of q_len rows
 // against `layout`'s keys (each vector scaled first): kI8, as int8 codes
 // (quantize_queries in decode_scores_vnni.h), for int8 KV's decode rows on
-// CPUs with AVX-512 VNNI; kBF16, rounded to BF16 (bf16_query_pairs in
+// CPUs with AVX2; kBF16, rounded to BF16 (bf16_query_pairs in
 // decode_scores_fp8.h), for E4M3 KV's decode rows on CPUs with AVX-512 BF16
 // and VBMI; otherwise kF32, as they are.
 DType decode_query_format(const KvLayout& layout, int32_t q_len);

@@ -7,6 +7,7 @@
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode_avx512.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/decode_scores_avx2.h"
 #include "kernels/cpu/decode_scores_fp8.h"
 #include "kernels/cpu/decode_scores_vnni.h"
 #include "kernels/cpu/decode_tiles_avx512.h"
@@ -46,9 +47,9 @@ constexpr int32_t kAvx512RunBlocks = 4;
 
 #if BATON_HAVE_X86
 
-// Sixteen V elements as two vectors. BF16 takes them as even and odd
-// elements (avx2::load16_bf16_even_odd), so the V pass keeps its
-// accumulators in that order too (kernel order, avx2::bf16_pair_slot).
+// Sixteen V elements as two vectors (the 8-bit formats' codes unscaled, in
+// units of kv_code_unit). BF16 takes them as even and odd elements (avx2::load16_bf16_even_odd), so
+// the V pass keeps its accumulators in that order too (kernel order, avx2::bf16_pair_slot).
 template <DType T>
 BATON_AVX2_INLINE void load16(const void* row, int32_t i, __m256& lo, __m256& hi) {
   if constexpr (T == DType::kF32) {
@@ -59,6 +60,11 @@ BATON_AVX2_INLINE void load16(const void* row, int32_t i, __m256& lo, __m256& hi
     const uint16_t* h = static_cast<const uint16_t*>(row) + i;
     lo = avx2::load8_f16(h);
     hi = avx2::load8_f16(h + 8);
+  } else if constexpr (T == DType::kI8) {
+    avx2::widen16_i8(static_cast<const char*>(row) + i, lo, hi);
+  } else if constexpr (T == DType::kFP8E4M3) {
+    // In units of kv_code_unit.
+    avx2::widen16_e4m3(static_cast<const char*>(row) + i, lo, hi);
   } else {
     avx2::load16_bf16_even_odd(static_cast<const uint16_t*>(row) + i, lo, hi);
   }
@@ -176,9 +182,11 @@ struct Scratch {
   // 8-bit KV: each KV head's V scales over the partition's keys, times
   // kv_code_unit, P.stride apart.
   std::vector<float> v_scales;
-  // int8 KV: the query vectors as codes (decode_scores_vnni.h).
+  // int8 KV: the query vectors as codes (decode_scores_vnni.h), and as the
+  // AVX2 pass takes them (decode_scores_avx2.h).
   std::vector<uint32_t> q_words;
   std::vector<float> q_scales;
+  std::vector<uint32_t> q_codes, q_magnitudes;
   // E4M3 KV: the query vectors as BF16 pairs (decode_scores_fp8.h).
   std::vector<uint32_t> q_pairs;
   // The probabilities split for the AVX-512 V pass.
@@ -314,10 +322,16 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
       // int8: the query vectors' codes against the keys' (VNNI); E4M3:
       // BF16 pairs against the keys' (decode_scores_fp8.h).
       QueryCodes codes;
-      if constexpr (T == DType::kI8)
-        codes = {sc.q_words.data() + size_t(i) * (P.d / 4), sc.q_scales.data() + i};
+      SignedQueryCodes signed_codes;
+      if constexpr (T == DType::kI8) {
+        const size_t at = size_t(i) * (P.d / 4);
+        codes = {sc.q_words.data() + at, sc.q_scales.data() + i};
+        if (!avx512)
+          signed_codes = {sc.q_codes.data() + at, sc.q_magnitudes.data() + at,
+                          sc.q_scales.data() + i};
+      }
       const uint32_t* pairs =
-          T == DType::kFP8E4M3 ? sc.q_pairs.data() + size_t(i) * (P.d / 2) : nullptr;
+          T == DType::kFP8E4M3 && avx512 ? sc.q_pairs.data() + size_t(i) * (P.d / 2) : nullptr;
       const ptrdiff_t scale_delta = P.k_scale_delta + h * P.k_scale_step;
       if (avx512 && P.bs == 16 && run_blocks > 1) {
         // The run's tiles of head h, as prepare_runs lists them: two at a
@@ -345,15 +359,22 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
         const float* q = sc.q.data() + size_t(i) * P.d;
         const char* tile = sc.blocks[size_t(j)] + size_t(h) * P.tile_bytes;
         float* s = sc.scores.data() + size_t(i) * P.stride + k0;
-        // The 8-bit formats run score passes of their own
-        // (decode_partition_supported).
-        if constexpr (T == DType::kI8)
-          key_tile_scores_vnni(R, codes, P.d, tile, P.k_group_stride, scale_delta, n8, s, P.stride,
-                               prefetch);
-        else if constexpr (T == DType::kFP8E4M3)
-          key_tile_scores_fp8(R, pairs, P.d, tile, P.k_group_stride, scale_delta, n8, s, P.stride,
-                              prefetch);
-        else if (avx512)
+        // The 8-bit formats run score passes of their own.
+        if constexpr (T == DType::kI8) {
+          if (avx512)
+            key_tile_scores_vnni(R, codes, P.d, tile, P.k_group_stride, scale_delta, n8, s,
+                                 P.stride, prefetch);
+          else
+            key_tile_scores_i8_avx2(R, signed_codes, P.d, tile, P.k_group_stride, scale_delta, n8,
+                                    s, P.stride, prefetch);
+        } else if constexpr (T == DType::kFP8E4M3) {
+          if (avx512)
+            key_tile_scores_fp8(R, pairs, P.d, tile, P.k_group_stride, scale_delta, n8, s, P.stride,
+                                prefetch);
+          else
+            key_tile_scores_e4m3_avx2(R, q, P.d, tile, P.k_group_stride, scale_delta, n8, s,
+                                      P.stride, prefetch);
+        } else if (avx512)
           key_tile_scores_avx512(T, R, q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
         else
           key_tile_scores<T, R>(q, P.d, tile, P.k_group_stride, n8, s, P.stride, prefetch);
@@ -445,7 +466,17 @@ BATON_AVX2 void gather_v_scales(const Partition& P, const KvLayout& L, Scratch& 
         dst[t] = scale * unit;
       }
     }
+    // The last 8 keys' slots past the partition: their probabilities are
+    // 0, and so are these, so no product of the two is a NaN.
+    std::fill(scales + P.keys, scales + P.stride, 0.0f);
   }
+}
+
+// p[t] *= scales[t] for t in [0, n8), n8 a multiple of 8: probabilities
+// times their V rows' scales.
+BATON_AVX2 void scale_probabilities(float* p, const float* scales, int32_t n8) {
+  for (int32_t t = 0; t < n8; t += 8)
+    _mm256_storeu_ps(p + t, _mm256_mul_ps(_mm256_loadu_ps(p + t), _mm256_loadu_ps(scales + t)));
 }
 
 // Keys [hidden, visible) of the partition are those query vector i sees:
@@ -506,6 +537,9 @@ BATON_AVX2 void attend_runs_fused(const Partition& P, Scratch& sc, int32_t q_len
                                                  std::clamp(seen.visible - k0, 0, n));
       const float alpha =
           softmax_update_avx2(s, visible, round_up(n, 8), state.row_max + i, state.row_sum + i);
+      if constexpr (is_quantized(T))
+        scale_probabilities(s, sc.v_scales.data() + size_t(i / P.per_head) * P.stride + k0,
+                            round_up(n, 8));
       // The run's V rows add to what the earlier runs left, taken to the
       // new running max.
       if (alpha != 1.0f) {
@@ -543,12 +577,13 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.window = p.window;
   const int32_t d = P.d;
 
-  // 512-bit passes where the CPU has them and head_dim fills their chunks;
-  // BF16's V pass on VDPBF16PS where that is preferred (cpu_features.h).
+  // 512-bit passes where the CPU has them (and the 8-bit formats' score
+  // passes their extensions) and head_dim fills their chunks; BF16's V pass
+  // on VDPBF16PS where that is preferred (cpu_features.h).
   const Passes passes = T == DType::kBF16 && use_avx512_bf16() && d % kPvAvx512Columns == 0
                             ? Passes::kAvx512Bf16Dot
-                        : use_avx512() && d % kAvx512Columns == 0 ? Passes::kAvx512
-                                                                  : Passes::kAvx2;
+                        : decode_partition_avx512(L) ? Passes::kAvx512
+                                                     : Passes::kAvx2;
   const bool dot = passes == Passes::kAvx512Bf16Dot;
   // Queries scaled, vector i at sc.q + i * d.
   sc.q.resize(size_t(P.n_q) * d);
@@ -562,12 +597,21 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
         for (int32_t c = 0; c < d; ++c) dst[c] = src[c] * p.scale;
       }
   if constexpr (T == DType::kI8) {
-    sc.q_words.resize(size_t(P.n_q) * size_t(d / 4));
+    const size_t words = size_t(P.n_q) * size_t(d / 4);
+    sc.q_words.resize(words);
     sc.q_scales.resize(size_t(P.n_q));
     quantize_queries(sc.q.data(), P.n_q, d, sc.q_words.data(), sc.q_scales.data());
+    if (passes == Passes::kAvx2) {
+      sc.q_codes.resize(words);
+      sc.q_magnitudes.resize(words);
+      signed_query_codes(sc.q_words.data(), words, sc.q_codes.data(), sc.q_magnitudes.data());
+    }
   } else if constexpr (T == DType::kFP8E4M3) {
-    sc.q_pairs.resize(size_t(P.n_q) * size_t(d / 2));
-    bf16_query_pairs(sc.q.data(), sc.q.size(), sc.q_pairs.data());
+    // The AVX2 score pass takes the F32 queries.
+    if (passes == Passes::kAvx512) {
+      sc.q_pairs.resize(size_t(P.n_q) * size_t(d / 2));
+      bf16_query_pairs(sc.q.data(), sc.q.size(), sc.q_pairs.data());
+    }
   }
   if constexpr (is_quantized(T)) {
     P.k_scale_delta = ptrdiff_t(L.scale_byte_offset(0, 0, KvPart::kKey, 0, 0));
@@ -585,9 +629,12 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     sc.blocks[size_t(j)] = static_cast<const char*>(p.kv_pool) +
                            L.block_offset(p.layer, table[first_block + j]) * esize;
   P.row_bytes = size_t(d) * esize;
-  if constexpr (kRunBlocks<T> != 1 && !is_quantized(T))
-    if (passes == Passes::kAvx2)
+  if constexpr (kRunBlocks<T> != 1) {
+    if (passes == Passes::kAvx2) {
+      if constexpr (is_quantized(T)) gather_v_scales<T>(P, L, sc);
       return attend_runs_fused<T>(P, sc, q_len, group, ctx, key_begin, state, then);
+    }
+  }
   // The AVX-512 passes take runs of several blocks; AVX2's F32 passes and
   // the VDPBF16PS V pass one block at a time.
   const int32_t run_blocks = passes == Passes::kAvx512 ? kAvx512RunBlocks : 1;
@@ -652,7 +699,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     v_pass_avx512_bf16(P, sc, prefetch, state.acc);
   } else if (passes == Passes::kAvx512) {
     v_pass_avx512<T>(P, sc, prefetch, state.acc);
-  } else if constexpr (!is_quantized(T)) {
+  } else {
     v_pass_avx2<T>(P, sc, prefetch, state.acc);
   }
 }
@@ -661,14 +708,26 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 
 }  // namespace
 
+bool decode_partition_avx512(const KvLayout& layout) {
+#if BATON_HAVE_X86
+  if (!use_avx512() || layout.head_dim % kAvx512Columns != 0) return false;
+  switch (layout.dtype) {
+    case DType::kI8:
+      return use_avx512_vnni();
+    case DType::kFP8E4M3:
+      return use_avx512_bf16_vbmi();
+    default:
+      return true;
+  }
+#else
+  (void)layout;
+  return false;
+#endif
+}
+
 bool decode_partition_supported(const KvLayout& layout) {
 #if BATON_HAVE_X86
-  // The score pass reads K tiles 8 keys at a time. The 8-bit formats' codes
-  // only the 512-bit passes read, int8's scores with VNNI, E4M3's with
-  // VPERMI2B and VDPBF16PS.
-  if (is_quantized(layout.dtype))
-    return use_avx512() && layout.head_dim % kAvx512Columns == 0 && layout.block_size % 8 == 0 &&
-           (layout.dtype == DType::kI8 ? use_avx512_vnni() : use_avx512_bf16_vbmi());
+  // The score pass reads K tiles 8 keys at a time.
   return use_avx2() && layout.head_dim % kChunk == 0 && layout.block_size % 8 == 0;
 #else
   (void)layout;

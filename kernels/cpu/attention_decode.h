@@ -34,9 +34,15 @@ struct PartitionState {
 };
 
 // True when attend_decode_partition serves this layout (AVX2, head_dim a
-// multiple of 16 and block_size of 8); otherwise the caller uses the
-// block-at-a-time kernel.
+// multiple of 16 and block_size of 8; any dtype, the 8-bit formats' codes
+// read in place); otherwise the caller uses the block-at-a-time kernel.
 bool decode_partition_supported(const KvLayout& layout);
+
+// True when attend_decode_partition takes this layout on its 512-bit
+// passes: the CPU has AVX-512 (and for int8 KV VNNI, for E4M3 KV AVX-512
+// BF16 and VBMI, which their score passes take) and head_dim fills their
+// chunks. Otherwise it takes the AVX2 passes.
+bool decode_partition_avx512(const KvLayout& layout);
 
 // Attends every query row of sequence `seq` (at most a few) over its keys
 // [key_begin, key_end); key_begin is a multiple of the block size and

@@ -47,6 +47,27 @@ BATON_AVX2_INLINE __m256 load8_f16(const uint16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
+// Sixteen int8 codes as floats: elements 0-7 in `lo`, 8-15 in `hi`.
+BATON_AVX2_INLINE void widen16_i8(const void* codes, __m256& lo, __m256& hi) {
+  const auto* c = static_cast<const char*>(codes);
+  lo = _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c))));
+  hi = _mm256_cvtepi32_ps(
+      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8))));
+}
+
+// Sixteen E4M3 codes as floats times 2^-8 (exactly): sign-extended to 16
+// bits and shifted left by 7, a code's exponent and mantissa land in F16's
+// fields and its sign in F16's sign bit, the sign's copy in bit 14 cleared,
+// then F16C widens them. Elements 0-7 in `lo`, 8-15 in `hi`.
+BATON_AVX2_INLINE void widen16_e4m3(const void* codes, __m256& lo, __m256& hi) {
+  const __m128i raw = _mm_loadu_si128(static_cast<const __m128i*>(codes));
+  const __m256i f16 = _mm256_and_si256(_mm256_slli_epi16(_mm256_cvtepi8_epi16(raw), 7),
+                                       _mm256_set1_epi16(int16_t(0xbfff)));
+  lo = _mm256_cvtph_ps(_mm256_castsi256_si128(f16));
+  hi = _mm256_cvtph_ps(_mm256_extracti128_si256(f16, 1));
+}
+
 BATON_AVX2_INLINE float hsum(__m256 v) {
   __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
   s = _mm_add_ps(s, _mm_movehl_ps(s, s));
