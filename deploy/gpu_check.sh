@@ -7,14 +7,18 @@
 # torch and transformers, it also makes the golden checkpoints of the CUDA
 # backend's shapes (tests/golden/make_golden.py --gpu-shapes) that the engine
 # test compares against. Logs, the benchmarks' tables and those checkpoints
-# go to $OUT when set (eight files). It also serves configs/gpu-1p1d.yaml's
-# shape with a small model and load-tests it.
+# go to $OUT when set (eight files), written as each stage runs, so a run cut
+# short still brings back what it reached. It also serves
+# configs/gpu-1p1d.yaml's shape with a small model and load-tests it. Each
+# stage has a time limit (all of them together about 600 s), so one that
+# hangs fails alone.
 # Usage: bash deploy/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 bundle=$PWD/.gpu-bundle
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/baton-gpu-check.XXXXXX")
-trap 'rm -rf "$scratch"' EXIT
+roles=()  # the cluster's processes, stopped on any exit
+trap 'kill "${roles[@]}" 2>/dev/null; wait "${roles[@]}" 2>/dev/null; rm -rf "$scratch"' EXIT
 if [ ! -d "$bundle/bin" ] && [ -f "$bundle.tar.xz" ]; then
   # The compressed bundle is what fits the trip; unpack it beside the tree.
   tar -xJf "$bundle.tar.xz" -C "$scratch"
@@ -34,8 +38,16 @@ driver_dirs=$(ldconfig -p 2>/dev/null | awk '/libcuda\.so\.1 .*x86-64/ {print $N
 # toolkit's, or the nvidia-cublas wheel's; only its files join the path.
 cublas=$scratch/cublas
 mkdir -p "$cublas"
+# CUDA 13's wheels put every library under nvidia/cu13/lib, 12's under
+# nvidia/cublas/lib; the loader's cache may know a toolkit elsewhere.
+wheel_dirs=$(python3 -c '
+import nvidia, os
+for root in nvidia.__path__:
+    for sub in ("cu13/lib", "cublas/lib"):
+        print(os.path.join(root, sub))' 2>/dev/null)
+cached_dirs=$(ldconfig -p 2>/dev/null | awk '/libcublasLt\.so\.13 .*x86-64/ {print $NF}' | xargs -r -n1 dirname)
 for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
-  "$(python3 -c 'import nvidia.cublas; print(list(nvidia.cublas.__path__)[0] + "/lib")' 2>/dev/null)"; do
+  /usr/local/cuda-13*/targets/x86_64-linux/lib $wheel_dirs $cached_dirs; do
   if [ -n "$dir" ] && ls "$dir"/libcublasLt.so.13* >/dev/null 2>&1; then
     cp -L "$dir"/libcublasLt.so.13 "$dir"/libcublas.so.13 "$cublas/" 2>/dev/null
     break
@@ -45,6 +57,13 @@ done
 libpath="$bundle/lib:$cublas:${driver_dirs:+$driver_dirs:}/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 loader="$bundle/lib/ld-linux-x86-64.so.2"
 run() { "$loader" --library-path "$libpath" "$@"; }
+# run under a time limit of $1 seconds (the loader is the process timeout
+# stops).
+run_for() {
+  local seconds=$1
+  shift
+  timeout -k 5 "$seconds" "$loader" --library-path "$libpath" "$@"
+}
 
 # The transfer test spawns its peer process by path: a wrapper (outside the
 # bundle, which may be read-only) that starts it through the same loader.
@@ -59,7 +78,7 @@ status=0
 # transformers' logits at head_dim 64 and 128, made here (the machine's own
 # python3), for the engine test; brought back in $OUT to be kept.
 echo "== golden checkpoints of the CUDA backend's shapes"
-if python3 tests/golden/make_golden.py --gpu-shapes --out "$scratch/golden/data-gpu" \
+if timeout 120 python3 tests/golden/make_golden.py --gpu-shapes --out "$scratch/golden/data-gpu" \
   >"$scratch/golden.log" 2>&1; then
   export BATON_GOLDEN_GPU_DIR="$scratch/golden/data-gpu"
   tar -czf "$out/golden-data-gpu.tar.gz" -C "$scratch/golden" data-gpu
@@ -74,8 +93,11 @@ tail -5 "$scratch/golden.log"
 : >"$out/tests.log"
 for t in kernels_cuda_test engine_cuda_test kv_transfer_cuda_test; do
   echo "== $t" | tee -a "$out/tests.log"
-  run "$bundle/bin/$t" --gtest_brief=0 >"$scratch/$t.log" 2>&1 || status=1
+  # Into $OUT as it runs: a test that hangs leaves its log up to there.
+  run_for 150 "$bundle/bin/$t" --gtest_brief=0 2>&1 | tee "$out/$t.log" >"$scratch/$t.log" ||
+    { echo "gpu_check: $t failed or ran past 150 s" | tee -a "$out/tests.log"; status=1; }
   tee -a "$out/tests.log" <"$scratch/$t.log" | grep -E "^\[  (FAILED|PASSED|SKIPPED) |Failure|^\[==" || true
+  rm -f "$out/$t.log"
   if grep -q "SKIPPED" "$scratch/$t.log"; then
     echo "gpu_check: $t skipped tests: no device reached" >&2
     status=1
@@ -84,15 +106,18 @@ done
 # The whole engine from the command line, on the device and on the CPU.
 model=$scratch/model
 echo "== baton generate --device cuda (smollm2-135m shape, random BF16 weights)"
-run "$bundle/bin/baton" make-model --preset smollm2-135m --dtype bf16 --out "$model" >/dev/null || status=1
+run_for 60 "$bundle/bin/baton" make-model --preset smollm2-135m --dtype bf16 --out "$model" >/dev/null ||
+  status=1
 : >"$out/generate.log"
 for device in cuda cpu; do
-  run "$bundle/bin/baton" generate --model "$model" --device "$device" --prompt-ids 5,6,7,8,9,10 \
+  run_for 60 "$bundle/bin/baton" generate --model "$model" --device "$device" --prompt-ids 5,6,7,8,9,10 \
     --max-tokens 64 --ignore-eos --json 2>&1 | tee -a "$out/generate.log" || status=1
 done
 # A GPU prefill node and a GPU decode node on this one device: the shape of
 # configs/gpu-1p1d.yaml with the model above. Each role runs as its own
-# process (`baton up` would start its children as the loader). Greedy
+# process (`baton up` would start its children as the loader), started
+# through the loader itself, not a function, so that $! is that process and
+# the kill below (or the exit trap) stops it. Greedy
 # completions prefilled on one node and decoded on the other must equal one
 # engine's on the device; then `baton bench` at concurrency 1, 8 and 32.
 echo "== configs/gpu-1p1d.yaml (smollm2-135m): a GPU prefill node hands off to a GPU decode node"
@@ -100,11 +125,12 @@ yaml=$scratch/gpu-1p1d.yaml
 sed -e "s|^  preset: .*|  preset: smollm2-135m|" -e "s|^  path: .*|  path: $model|" \
   -e "s|^  served_name: .*|  served_name: smollm2-135m|" -e "s|16GiB|2GiB|" \
   configs/gpu-1p1d.yaml >"$yaml"
-roles=()
-run "$bundle/bin/baton" router --config "$yaml" >"$scratch/router.log" 2>&1 &
+"$loader" --library-path "$libpath" "$bundle/bin/baton" router --config "$yaml" \
+  >"$scratch/router.log" 2>&1 &
 roles+=($!)
 for role in prefill decode; do
-  run "$bundle/bin/baton" "$role" --config "$yaml" --name "$role-0" >"$scratch/$role.log" 2>&1 &
+  "$loader" --library-path "$libpath" "$bundle/bin/baton" "$role" --config "$yaml" \
+    --name "$role-0" >"$scratch/$role.log" 2>&1 &
   roles+=($!)
 done
 generate_ids() {
@@ -113,9 +139,16 @@ generate_ids() {
 }
 export -f run generate_ids
 export loader libpath bundle model
-python3 - >"$out/cluster.log" 2>&1 <<'PY' || status=1
-import json, random, subprocess, sys, time, urllib.request
+export NODE_PIDS="${roles[1]} ${roles[2]}"
+timeout 180 python3 - >"$out/cluster.log" 2>&1 <<'PY' || status=1
+import json, os, random, subprocess, sys, time, urllib.request
 base = "http://127.0.0.1:8000"
+def alive(pid):
+    try:
+        os.kill(int(pid), 0)
+        return True
+    except OSError:
+        return False
 def get(path):
     with urllib.request.urlopen(base + path, timeout=10) as r:
         return json.load(r)
@@ -128,10 +161,13 @@ while time.time() < deadline:
         nodes = []
     if len(nodes) == 2:
         break
+    # A node that stopped at start (its log says why) never comes up.
+    if not all(alive(pid) for pid in os.environ["NODE_PIDS"].split()):
+        break
     time.sleep(0.5)
 print(json.dumps(nodes, indent=1))
 if len(nodes) != 2:
-    sys.exit("the GPU cluster did not come up in 120 s")
+    sys.exit("the GPU cluster did not come up (its nodes' logs follow)")
 bad = [n["name"] for n in nodes if n["device"] != "cuda:0" or not n["kv_staging"]]
 failed = bool(bad)
 if bad:
@@ -157,19 +193,20 @@ cat "$out/cluster.log"
 : >"$out/cluster_bench.md"
 for c in 1 8 32; do
   echo "== baton bench: random 1024 in / 128 out, concurrency $c" | tee -a "$out/cluster_bench.md"
-  run "$bundle/bin/baton" bench --port 8000 --num-prompts $((c < 8 ? 16 : 4 * c)) \
+  run_for 60 "$bundle/bin/baton" bench --port 8000 --num-prompts $((c < 8 ? 16 : 4 * c)) \
     --random-input-len 1024 --random-output-len 128 --max-concurrency "$c" --seed 1 \
     --vocab-size 49000 --ignore-eos --metric-percentiles 50,99 2>&1 |
     tee -a "$out/cluster_bench.md" || status=1
 done
 kill "${roles[@]}" 2>/dev/null
 wait "${roles[@]}" 2>/dev/null
+roles=()
 tail -n 20 "$scratch"/router.log "$scratch"/prefill.log "$scratch"/decode.log >>"$out/cluster.log"
 echo "== bench_cuda_forward"
-run "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
+run_for 60 "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
   status=1
 echo "== bench_cuda_attention"
-run "$bundle/bin/bench_cuda_attention" 2>>"$out/bench.log" |
+run_for 60 "$bundle/bin/bench_cuda_attention" 2>>"$out/bench.log" |
   tee "$out/bench_cuda_attention.md" || status=1
 cat "$out/bench.log" >&2
 exit $status

@@ -1,9 +1,11 @@
 #include "engine/cuda_forward.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <span>
 #include <string>
 #include <vector>
@@ -127,7 +129,7 @@ class CudaForward final : public ForwardBackend {
       layers_.push_back(std::move(d));
     }
     weights_bytes_ = weights_bytes;
-    return upload_rope_table();
+    return upload_rope_table(config_.max_position_embeddings);
   }
 
   uint64_t weights_bytes() const override { return weights_bytes_; }
@@ -148,9 +150,12 @@ class CudaForward final : public ForwardBackend {
       return invalid_argument("the CUDA backend's KV pool is BF16 and token-major");
     }
     BATON_RETURN_IF_ERROR(kc::use_device(index_));
-    BATON_RETURN_IF_ERROR(check_fits(
-        "a KV pool of " + std::to_string(layout.num_blocks) + " blocks (engine.kv_cache_bytes)",
-        layout.total_bytes()));
+    // The attention's workspaces come at the first step: room is left for
+    // them, so that step does not run out of memory.
+    BATON_RETURN_IF_ERROR(check_fits("a KV pool of " + std::to_string(layout.num_blocks) +
+                                         " blocks (engine.kv_cache_bytes) and the attention's "
+                                         "workspaces",
+                                     layout.total_bytes() + kc::kPagedAttentionWorkspaceBytes));
     BATON_ASSIGN_OR_RETURN(kc::DeviceBuffer memory,
                            kc::DeviceBuffer::allocate(layout.total_bytes()));
     auto owner = std::make_shared<kc::DeviceBuffer>(std::move(memory));
@@ -219,12 +224,16 @@ class CudaForward final : public ForwardBackend {
     const int64_t tokens = batch.num_tokens;
     const auto wanted = int64_t(batch.logit_rows.size());
     const int64_t hidden = c.hidden_size, ffn = c.intermediate_size, vocab = c.vocab_size;
+    int32_t last_position = 0;
     for (int64_t t = 0; t < tokens; ++t) {
-      if (batch.positions[t] >= rope_positions_) {
-        return out_of_range("position " + std::to_string(batch.positions[t]) +
-                            " is past the model's " + std::to_string(rope_positions_));
-      }
+      if (batch.positions[t] < 0)
+        return invalid_argument("position " + std::to_string(batch.positions[t]) + " is negative");
+      last_position = std::max(last_position, batch.positions[t]);
     }
+    // engine.max_model_len may reach past max_position_embeddings, as on
+    // the CPU backend, which forms every angle as it goes: the table grows.
+    if (last_position >= rope_positions_)
+      BATON_RETURN_IF_ERROR(upload_rope_table(int64_t(last_position) + 1));
     BATON_RETURN_IF_ERROR(ensure(x_, size_t(tokens * hidden) * kBf16));
     BATON_RETURN_IF_ERROR(ensure(h_, size_t(tokens * hidden) * kBf16));
     BATON_RETURN_IF_ERROR(ensure(qkv_, size_t(tokens * qkv_width_) * kBf16));
@@ -359,15 +368,20 @@ class CudaForward final : public ForwardBackend {
                       stream_.handle());
   }
 
-  // cos and sin of every position at every θ_i the CPU backend uses
-  // (rope_inv_freq, with its scaling). The angle is formed in F32 as
-  // transformers forms it; cos and sin are taken in double.
-  Status upload_rope_table() {
+  // cos and sin of every position below `positions` (at least the model's
+  // max_position_embeddings; past it, rounded up to a power of two) at
+  // every θ_i the CPU backend uses (rope_inv_freq, with its scaling). The
+  // angle is formed in F32 as transformers forms it; cos and sin are taken
+  // in double. Called between steps: the stream is idle, so the old table
+  // can go.
+  Status upload_rope_table(int64_t positions) {
     const std::vector<float> inv_freq = rope_inv_freq(config_);
     const int32_t half = config_.head_dim / 2;
-    rope_positions_ = std::max(config_.max_position_embeddings, 1);
-    std::vector<float> table(size_t(rope_positions_) * size_t(config_.head_dim));
-    for (int32_t p = 0; p < rope_positions_; ++p) {
+    const auto model = int64_t(std::max(config_.max_position_embeddings, 1));
+    if (positions > model) positions = int64_t(std::bit_ceil(uint64_t(positions)));
+    positions = std::min<int64_t>(std::max(positions, model), std::numeric_limits<int32_t>::max());
+    std::vector<float> table(size_t(positions) * size_t(config_.head_dim));
+    for (int32_t p = 0; p < int32_t(positions); ++p) {
       float* row = table.data() + size_t(p) * size_t(config_.head_dim);
       for (int32_t i = 0; i < half; ++i) {
         const double angle = double(float(p) * inv_freq[size_t(i)]);
@@ -375,8 +389,12 @@ class CudaForward final : public ForwardBackend {
         row[half + i] = float(std::sin(angle));
       }
     }
-    BATON_ASSIGN_OR_RETURN(rope_, kc::DeviceBuffer::allocate(table.size() * sizeof(float)));
-    return rope_.copy_from_host(table.data(), table.size() * sizeof(float));
+    BATON_ASSIGN_OR_RETURN(kc::DeviceBuffer buffer,
+                           kc::DeviceBuffer::allocate(table.size() * sizeof(float)));
+    BATON_RETURN_IF_ERROR(buffer.copy_from_host(table.data(), table.size() * sizeof(float)));
+    rope_ = std::move(buffer);
+    rope_positions_ = int32_t(positions);
+    return Status::ok();
   }
 
   int32_t index_;

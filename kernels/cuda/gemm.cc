@@ -64,6 +64,11 @@ class LtGemm final : public Gemm {
           "cuBLASLt GEMM takes BF16 or F16 inputs with an output of the same "
           "dtype or F32");
     }
+    // The bias is read in the output's dtype (gemm.h): an F32 output would
+    // read a half-precision bias as floats.
+    if (g.bias != nullptr && g.out_dtype != g.dtype)
+      return invalid_argument(
+          "cuBLASLt GEMM takes a bias only with an output of the inputs' dtype");
     const PlanKey key{g.m, g.n, g.k, g.dtype, g.out_dtype, g.bias != nullptr};
     auto it = plans_.find(key);
     if (it == plans_.end()) {

@@ -19,6 +19,7 @@ using fi::T;
 // FlashInfer's defaults for its scheduler's workspaces.
 constexpr size_t kFloatWorkspaceBytes = size_t(128) << 20;
 constexpr size_t kIntWorkspaceBytes = size_t(8) << 20;
+static_assert(kFloatWorkspaceBytes + kIntWorkspaceBytes == kPagedAttentionWorkspaceBytes);
 
 template <typename P>
 P* at(void* base, int64_t offset) {
@@ -51,10 +52,19 @@ class FlashInferAttention final : public PagedAttention {
   bool planned_decode() const override { return decode_; }
 
   Status plan(const PagedAttentionParams& p, void* stream) override {
+    Status planned = plan_step(p, stream);
+    // A step that failed to plan runs nothing: append_kv and run return at once.
+    if (!planned.is_ok()) num_tokens_ = 0;
+    return planned;
+  }
+
+ private:
+  Status plan_step(const PagedAttentionParams& p, void* stream) {
     auto s = static_cast<cudaStream_t>(stream);
     const int32_t bs = shape_.block_size;
     num_seqs_ = p.num_seqs;
     num_tokens_ = 0;
+    decode_ = false;
     if (p.num_seqs <= 0) return Status::ok();  // append_kv and run then do nothing
     // Host arrays: page indptr, last page lengths, query indptr, per token
     // its sequence and position, then the pages themselves.
@@ -76,6 +86,20 @@ class FlashInferAttention final : public PagedAttention {
       every_row_alone = every_row_alone && q_len == 1;
       const int32_t pages = (ctx + bs - 1) / bs;
       const int32_t* table = p.block_tables + int64_t(q) * p.block_table_stride;
+      // A block id past the pool would be a write past it in append_kv:
+      // checked here, where the table is on the host.
+      if (pages > p.block_table_stride) {
+        return invalid_argument("CUDA attention plan: sequence " + std::to_string(q) + " needs " +
+                                std::to_string(pages) + " blocks, its table holds " +
+                                std::to_string(p.block_table_stride));
+      }
+      for (int32_t j = 0; j < pages; ++j) {
+        if (table[j] < 0 || table[j] >= p.layout.num_blocks) {
+          return invalid_argument("CUDA attention plan: sequence " + std::to_string(q) +
+                                  " has block " + std::to_string(table[j]) + " of a pool of " +
+                                  std::to_string(p.layout.num_blocks));
+        }
+      }
       pages_.insert(pages_.end(), table, table + pages);
       page_indptr_.push_back(Id(pages_.size()));
       last_page_len_.push_back(ctx - (pages - 1) * bs);
@@ -133,6 +157,7 @@ class FlashInferAttention final : public PagedAttention {
     });
   }
 
+ public:
   Status append_kv(const KvLayout& layout, void* pool, int32_t layer, const void* k, const void* v,
                    int64_t row_stride, void* stream) override {
     BATON_RETURN_IF_ERROR(check_layout(layout));

@@ -14,6 +14,7 @@
 // Plain C++ (no CUDA headers); BF16 queries, outputs and KV; head_dim 64 or 128.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -21,6 +22,10 @@
 #include "kernels/attention_params.h"
 
 namespace baton::kernels::cuda {
+
+// Device memory PagedAttention::create allocates for FlashInfer's scheduler
+// and split-KV partials.
+inline constexpr size_t kPagedAttentionWorkspaceBytes = size_t(136) << 20;
 
 class PagedAttention {
  public:
@@ -35,8 +40,9 @@ class PagedAttention {
   virtual ~PagedAttention() = default;
 
   // Plans a step from the host arrays of `plan` (num_seqs, query_start,
-  // context_lens, block_tables; q, out and kv_pool are not read) and uploads
-  // them on `stream`. The previous step's work on `stream` must be done.
+  // context_lens, block_tables, and layout.num_blocks, which every block id
+  // must be below; q, out and kv_pool are not read) and uploads them on
+  // `stream`. The previous step's work on `stream` must be done.
   virtual Status plan(const PagedAttentionParams& plan, void* stream) = 0;
   // Writes K and V of the planned step's tokens into layer `layer` of `pool`:
   // token t's heads at k + t * row_stride (and v alike), BF16.

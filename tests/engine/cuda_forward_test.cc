@@ -49,13 +49,17 @@ struct Shape {
   int32_t num_heads, num_kv_heads, head_dim;
   DType weight_dtype;
   bool llama3_rope = false;
+  // > 0: the model's max_position_embeddings, shorter than the sequences
+  // (the backend's RoPE table grows past it, as engine.max_model_len allows).
+  int32_t max_positions = 0;
 };
 
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   const Shape& s = info.param;
   std::string name = std::string(s.preset) + "_h" + std::to_string(s.num_heads) + "_kv" +
                      std::to_string(s.num_kv_heads) + "_d" + std::to_string(s.head_dim) + "_" +
-                     std::string(dtype_name(s.weight_dtype)) + (s.llama3_rope ? "_llama3" : "");
+                     std::string(dtype_name(s.weight_dtype)) + (s.llama3_rope ? "_llama3" : "") +
+                     (s.max_positions > 0 ? "_positions" + std::to_string(s.max_positions) : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -77,6 +81,7 @@ class CudaForwardTest : public ::testing::TestWithParam<Shape> {
       config->rope_scaling.factor = 8.0;
       config->rope_scaling.original_max_position_embeddings = 64;
     }
+    if (s.max_positions > 0) config->max_position_embeddings = s.max_positions;
     dir_path_ = testing::make_model(dir_, *config, s.preset, s.weight_dtype, seed_);
     auto checkpoint = Checkpoint::open(dir_path_);
     ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
@@ -246,6 +251,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{"tiny", 8, 2, 128, DType::kBF16}, Shape{"tiny", 8, 1, 64, DType::kBF16},
                       Shape{"tiny", 5, 1, 64, DType::kF16},
                       Shape{"tiny", 8, 2, 128, DType::kBF16, /*llama3_rope=*/true},
+                      Shape{"tiny", 4, 2, 64, DType::kBF16, false, /*max_positions=*/16},
                       Shape{"tiny-qwen2", 4, 2, 128, DType::kBF16}),
     shape_name);
 

@@ -280,13 +280,34 @@ class CudaPagedAttentionTest : public ::testing::TestWithParam<AttentionShape> {
   void SetUp() override { BATON_SKIP_WITHOUT_NVIDIA_GPU(); }
 };
 
-// Sequences of (query rows, context) in one step: each step's K/V appended
-// through append_kv, then every query row checked against the reference over
-// the sequence's whole context, read back from the pool.
-void check_step(const AttentionShape& shape, const std::vector<std::pair<int32_t, int32_t>>& seqs,
-                bool expect_decode_kernel, std::mt19937_64& rng) {
-  const int32_t bs = 16;
-  KvLayout layout{.num_layers = 3,
+// One PagedAttention and its stream, kept across steps as the engine keeps
+// them: each plan reuses (or grows) the workspaces of the one before.
+struct AttentionOnDevice {
+  std::unique_ptr<PagedAttention> attention;
+  Stream stream;
+};
+
+AttentionOnDevice make_attention(const AttentionShape& shape, int32_t block_size) {
+  auto attention = PagedAttention::create({.num_heads = shape.num_heads,
+                                           .num_kv_heads = shape.num_kv_heads,
+                                           .head_dim = shape.head_dim,
+                                           .block_size = block_size});
+  EXPECT_TRUE(attention.is_ok()) << attention.status().to_string();
+  auto stream = Stream::create();
+  EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
+  return {attention.is_ok() ? std::move(attention).value() : nullptr,
+          stream.is_ok() ? std::move(stream).value() : Stream()};
+}
+
+// Sequences of (query rows, context) in one step, planned once and then run
+// for `layers` layers in turn, as the engine runs a step: each layer's K/V
+// appended through append_kv, then every query row checked against the
+// reference over the sequence's whole context, read back from the pool.
+void check_step(AttentionOnDevice& on_device, const AttentionShape& shape, int32_t bs,
+                const std::vector<std::pair<int32_t, int32_t>>& seqs, bool expect_decode_kernel,
+                std::mt19937_64& rng, int32_t layers = 1) {
+  ASSERT_NE(on_device.attention, nullptr);
+  KvLayout layout{.num_layers = layers + 1,
                   .num_blocks = 0,
                   .block_size = bs,
                   .num_kv_heads = shape.num_kv_heads,
@@ -313,31 +334,16 @@ void check_step(const AttentionShape& shape, const std::vector<std::pair<int32_t
   }
   // The earlier context is already in the pool (random); this step's rows
   // are appended by the kernel.
-  const int32_t layer = 1;
   auto pool_values = bf16_rounded(random_floats(rng, layout.total_elements(), -2, 2));
   auto d_pool = upload(to_bf16(pool_values));
   const int64_t kv_width = int64_t(shape.num_kv_heads) * shape.head_dim;
   const int64_t row = 2 * kv_width;  // k then v of one token side by side
-  auto new_kv = bf16_rounded(random_floats(rng, size_t(tokens * row), -2, 2));
-  auto q = bf16_rounded(
-      random_floats(rng, size_t(tokens) * size_t(shape.num_heads) * size_t(shape.head_dim)));
-  auto d_new = upload(to_bf16(new_kv)), d_q = upload(to_bf16(q));
-  auto out = poisoned_bf16(q.size());
+  void* stream = on_device.stream.handle();
 
-  auto attention = PagedAttention::create({.num_heads = shape.num_heads,
-                                           .num_kv_heads = shape.num_kv_heads,
-                                           .head_dim = shape.head_dim,
-                                           .block_size = bs});
-  ASSERT_TRUE(attention.is_ok()) << attention.status().to_string();
-  auto stream = Stream::create();
-  ASSERT_TRUE(stream.is_ok());
   PagedAttentionParams p;
-  p.q = d_q.data();
-  p.out = out.data();
   p.qo_dtype = DType::kBF16;
   p.kv_pool = d_pool.data();
   p.layout = layout;
-  p.layer = layer;
   p.num_heads = shape.num_heads;
   p.num_seqs = int32_t(seqs.size());
   p.query_start = query_start.data();
@@ -345,76 +351,166 @@ void check_step(const AttentionShape& shape, const std::vector<std::pair<int32_t
   p.block_tables = tables.data();
   p.block_table_stride = stride;
   p.scale = 1.0f / std::sqrt(float(shape.head_dim));
-  ASSERT_TRUE((*attention)->plan(p, stream->handle()).is_ok());
-  EXPECT_EQ((*attention)->planned_decode(), expect_decode_kernel);
-  auto* kv_base = static_cast<bf16_t*>(d_new.data());
-  ASSERT_TRUE((*attention)
-                  ->append_kv(layout, d_pool.data(), layer, kv_base, kv_base + kv_width, row,
-                              stream->handle())
-                  .is_ok());
-  ASSERT_TRUE((*attention)->run(p, stream->handle()).is_ok());
-  ASSERT_TRUE(stream->synchronize().is_ok());
-  auto got = download_bf16(out, q.size());
-  auto pool_after = download_bf16(d_pool, pool_values.size());
+  ASSERT_TRUE(on_device.attention->plan(p, stream).is_ok());
+  EXPECT_EQ(on_device.attention->planned_decode(), expect_decode_kernel);
+  // Layers from 1 on: layer 0 stays as it was, and must.
+  for (int32_t layer = 1; layer <= layers; ++layer) {
+    SCOPED_TRACE("layer " + std::to_string(layer));
+    auto new_kv = bf16_rounded(random_floats(rng, size_t(tokens * row), -2, 2));
+    // Queries up to 3 in magnitude make the softmax peaky, so that keys
+    // left out or attended twice move the outputs past the tolerance.
+    auto q = bf16_rounded(random_floats(
+        rng, size_t(tokens) * size_t(shape.num_heads) * size_t(shape.head_dim), -3, 3));
+    auto d_new = upload(to_bf16(new_kv)), d_q = upload(to_bf16(q));
+    auto out = poisoned_bf16(q.size());
+    p.q = d_q.data();
+    p.out = out.data();
+    p.layer = layer;
+    auto* kv_base = static_cast<bf16_t*>(d_new.data());
+    ASSERT_TRUE(
+        on_device.attention
+            ->append_kv(layout, d_pool.data(), layer, kv_base, kv_base + kv_width, row, stream)
+            .is_ok());
+    ASSERT_TRUE(on_device.attention->run(p, stream).is_ok());
+    ASSERT_TRUE(on_device.stream.synchronize().is_ok());
+    auto got = download_bf16(out, q.size());
+    auto pool_after = download_bf16(d_pool, pool_values.size());
 
-  const size_t q_row = size_t(shape.num_heads) * size_t(shape.head_dim);
-  int32_t token = 0;
-  for (size_t s = 0; s < seqs.size(); ++s) {
-    const auto [q_len, ctx] = seqs[s];
-    std::vector<double> k(size_t(ctx) * size_t(kv_width)), v(k.size());
-    for (int32_t t = 0; t < ctx; ++t) {
-      const int32_t block = tables[s * size_t(stride) + size_t(t / bs)];
-      for (int32_t h = 0; h < shape.num_kv_heads; ++h)
-        for (int32_t d = 0; d < shape.head_dim; ++d) {
-          const size_t dst = size_t(t) * size_t(kv_width) + size_t(h * shape.head_dim + d);
-          k[dst] = pool_after[layout.key_offset(layer, block, h, t % bs, d)];
-          v[dst] = pool_after[layout.value_offset(layer, block, h, t % bs) + size_t(d)];
-          // This step's tokens landed exactly where their slots are.
-          const int32_t j = t - (ctx - q_len);
-          if (j >= 0) {
-            const size_t src = size_t(token + j) * size_t(row) + size_t(h * shape.head_dim + d);
-            ASSERT_EQ(k[dst], new_kv[src]) << "sequence " << s << " key of token " << t;
-            ASSERT_EQ(v[dst], new_kv[src + size_t(kv_width)]) << "value of token " << t;
+    const size_t q_row = size_t(shape.num_heads) * size_t(shape.head_dim);
+    int32_t token = 0;
+    for (size_t s = 0; s < seqs.size(); ++s) {
+      const auto [q_len, ctx] = seqs[s];
+      std::vector<double> k(size_t(ctx) * size_t(kv_width)), v(k.size());
+      for (int32_t t = 0; t < ctx; ++t) {
+        const int32_t block = tables[s * size_t(stride) + size_t(t / bs)];
+        for (int32_t h = 0; h < shape.num_kv_heads; ++h)
+          for (int32_t d = 0; d < shape.head_dim; ++d) {
+            const size_t dst = size_t(t) * size_t(kv_width) + size_t(h * shape.head_dim + d);
+            k[dst] = pool_after[layout.key_offset(layer, block, h, t % bs, d)];
+            v[dst] = pool_after[layout.value_offset(layer, block, h, t % bs) + size_t(d)];
+            // This step's tokens landed exactly where their slots are.
+            const int32_t j = t - (ctx - q_len);
+            if (j >= 0) {
+              const size_t src = size_t(token + j) * size_t(row) + size_t(h * shape.head_dim + d);
+              ASSERT_EQ(k[dst], new_kv[src]) << "sequence " << s << " key of token " << t;
+              ASSERT_EQ(v[dst], new_kv[src + size_t(kv_width)]) << "value of token " << t;
+            }
           }
-        }
+      }
+      std::vector<float> q_rows(q.begin() + ptrdiff_t(size_t(token) * q_row),
+                                q.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
+      auto want = reference::attention(q_rows, q_len, k, v, ctx, shape.num_heads,
+                                       shape.num_kv_heads, shape.head_dim, p.scale);
+      std::vector<float> got_rows(got.begin() + ptrdiff_t(size_t(token) * q_row),
+                                  got.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
+      expect_close_bf16(got_rows, want, 1.5e-2, "sequence " + std::to_string(s));
+      token += q_len;
     }
-    std::vector<float> q_rows(q.begin() + ptrdiff_t(size_t(token) * q_row),
-                              q.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
-    auto want = reference::attention(q_rows, q_len, k, v, ctx, shape.num_heads, shape.num_kv_heads,
-                                     shape.head_dim, p.scale);
-    std::vector<float> got_rows(got.begin() + ptrdiff_t(size_t(token) * q_row),
-                                got.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
-    expect_close_bf16(got_rows, want, 1.5e-2, "sequence " + std::to_string(s));
-    token += q_len;
+    // Nothing but this step's slots of the layers run so far changed.
+    size_t changed = 0;
+    for (size_t i = 0; i < pool_values.size(); ++i) changed += pool_after[i] != pool_values[i];
+    EXPECT_LE(changed, size_t(layer) * size_t(tokens) * size_t(row));
   }
-  // Nothing but this step's slots of this layer changed.
-  size_t changed = 0;
-  for (size_t i = 0; i < pool_values.size(); ++i) changed += pool_after[i] != pool_values[i];
-  EXPECT_LE(changed, size_t(tokens) * size_t(row));
+}
+
+// Whether the decode kernel serves a step of single rows for this shape:
+// it is built for these GQA groups, and others take the prefill kernel.
+bool decode_kernel_serves(const AttentionShape& shape) {
+  const int32_t group = shape.num_heads / shape.num_kv_heads;
+  return group == 1 || group == 2 || group == 3 || group == 4 || group == 6 || group == 8 ||
+         group == 16;
 }
 
 TEST_P(CudaPagedAttentionTest, DecodeStepsMatchReference) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
+  AttentionOnDevice on_device = make_attention(GetParam(), 16);
   // One row each; contexts at, below and past block boundaries, one long
-  // enough for the kernel to split it.
-  // The decode kernel serves the GQA groups it is built for; others take
-  // the prefill kernel.
-  const int32_t group = GetParam().num_heads / GetParam().num_kv_heads;
-  const bool decode_kernel = group == 1 || group == 2 || group == 3 || group == 4 || group == 6 ||
-                             group == 8 || group == 16;
-  check_step(GetParam(), {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 100}, {1, 3000}, {1, 333}},
-             decode_kernel, rng);
+  // enough for the kernel to split it (split-KV, its partials merged).
+  check_step(on_device, GetParam(), 16,
+             {{1, 1}, {1, 15}, {1, 16}, {1, 17}, {1, 100}, {1, 3000}, {1, 333}},
+             decode_kernel_serves(GetParam()), rng);
+}
+
+TEST_P(CudaPagedAttentionTest, ShortDecodeStepsMatchReference) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  AttentionOnDevice on_device = make_attention(GetParam(), 16);
+  // Contexts too short to split: the kernel writes the outputs itself,
+  // the path most decode steps of short prompts take.
+  check_step(on_device, GetParam(), 16, {{1, 1}, {1, 17}, {1, 100}},
+             decode_kernel_serves(GetParam()), rng);
+  // Many sequences: enough work without splitting any.
+  std::vector<std::pair<int32_t, int32_t>> many;
+  for (int32_t s = 0; s < 300; ++s) many.push_back({1, 1 + int32_t(rng() % 120)});
+  check_step(on_device, GetParam(), 16, many, decode_kernel_serves(GetParam()), rng);
 }
 
 TEST_P(CudaPagedAttentionTest, PrefillChunksOverCachedContextMatchReference) {
   const uint64_t seed = fresh_seed();
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
+  AttentionOnDevice on_device = make_attention(GetParam(), 16);
   // Fresh prompts, chunks over cached context, and decode rows, in one step.
-  check_step(GetParam(), {{37, 37}, {20, 100}, {1, 64}, {130, 1000}, {16, 16}, {1, 5}},
+  check_step(on_device, GetParam(), 16,
+             {{37, 37}, {20, 100}, {1, 64}, {130, 1000}, {16, 16}, {1, 5}},
              /*expect_decode_kernel=*/false, rng);
+  // Short enough that the prefill kernel does not split the keys.
+  check_step(on_device, GetParam(), 16, {{37, 37}, {20, 100}, {16, 16}, {1, 5}},
+             /*expect_decode_kernel=*/false, rng);
+}
+
+TEST_P(CudaPagedAttentionTest, OneObjectServesStepAfterStepAndEveryLayer) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // As the engine runs it: one object, each step planned once for all its
+  // layers, prefill and decode steps in turn, its workspaces growing with
+  // a larger step and reused by smaller ones.
+  for (int32_t block_size : {16, 64, 1}) {
+    SCOPED_TRACE("block size " + std::to_string(block_size));
+    AttentionOnDevice on_device = make_attention(GetParam(), block_size);
+    check_step(on_device, GetParam(), block_size, {{1, 3}, {5, 9}}, false, rng, 2);
+    check_step(on_device, GetParam(), block_size, {{1, 40}, {1, 7}},
+               decode_kernel_serves(GetParam()), rng, 2);
+    check_step(on_device, GetParam(), block_size, {{100, 300}, {64, 64}, {1, 2000}}, false, rng, 2);
+    check_step(on_device, GetParam(), block_size, {{1, 900}, {1, 2}, {1, 65}},
+               decode_kernel_serves(GetParam()), rng, 2);
+  }
+}
+
+TEST_P(CudaPagedAttentionTest, PlanRefusesBlocksOutsideThePool) {
+  AttentionOnDevice on_device = make_attention(GetParam(), 16);
+  ASSERT_NE(on_device.attention, nullptr);
+  KvLayout layout{.num_layers = 1,
+                  .num_blocks = 4,
+                  .block_size = 16,
+                  .num_kv_heads = GetParam().num_kv_heads,
+                  .head_dim = GetParam().head_dim,
+                  .dtype = DType::kBF16,
+                  .key_order = KeyOrder::kTokenMajor};
+  std::vector<int32_t> query_start = {0, 1}, lens = {20};
+  PagedAttentionParams p;
+  p.layout = layout;
+  p.num_heads = GetParam().num_heads;
+  p.num_seqs = 1;
+  p.query_start = query_start.data();
+  p.context_lens = lens.data();
+  p.block_table_stride = 2;
+  for (std::vector<int32_t> table : {std::vector<int32_t>{0, 4}, std::vector<int32_t>{-1, 2}}) {
+    p.block_tables = table.data();
+    EXPECT_EQ(on_device.attention->plan(p, on_device.stream.handle()).code(),
+              StatusCode::kInvalidArgument)
+        << "blocks " << table[0] << ", " << table[1];
+  }
+  // Two blocks' worth of context in a table of one.
+  std::vector<int32_t> table = {0, 1};
+  p.block_tables = table.data();
+  p.block_table_stride = 1;
+  EXPECT_EQ(on_device.attention->plan(p, on_device.stream.handle()).code(),
+            StatusCode::kInvalidArgument);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, CudaPagedAttentionTest,
