@@ -33,6 +33,29 @@ std::vector<BlockRun> merge_block_runs(std::span<const int32_t> src, std::span<c
   return runs;
 }
 
+std::string geometry_difference(const KvLayout& a, const KvLayout& b) {
+  auto differ = [](const char* what, const std::string& x, const std::string& y) {
+    return std::string(what) + ": " + x + " against " + y;
+  };
+  auto order = [](KeyOrder o) {
+    return std::string(o == KeyOrder::kTokenMajor ? "token-major (a GPU backend's pool)"
+                                                  : "grouped (the CPU backend's pool)");
+  };
+  if (a.num_layers != b.num_layers)
+    return differ("layers", std::to_string(a.num_layers), std::to_string(b.num_layers));
+  if (a.block_size != b.block_size)
+    return differ("block size", std::to_string(a.block_size), std::to_string(b.block_size));
+  if (a.num_kv_heads != b.num_kv_heads)
+    return differ("KV heads", std::to_string(a.num_kv_heads), std::to_string(b.num_kv_heads));
+  if (a.head_dim != b.head_dim)
+    return differ("head_dim", std::to_string(a.head_dim), std::to_string(b.head_dim));
+  if (a.dtype != b.dtype)
+    return differ("KV dtype", std::string(dtype_name(a.dtype)), std::string(dtype_name(b.dtype)));
+  if (a.key_order != b.key_order)
+    return differ("key order", order(a.key_order), order(b.key_order));
+  return {};
+}
+
 Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_layout,
                             std::span<const int32_t> dst, const KvLayout& dst_layout) {
   if (src.empty()) return invalid_argument("empty block list");
@@ -41,7 +64,8 @@ Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_la
                             std::to_string(dst.size()));
   }
   if (!src_layout.same_geometry(dst_layout)) {
-    return invalid_argument("source and destination pools differ in KV geometry");
+    return invalid_argument("source and destination pools differ in KV geometry (" +
+                            geometry_difference(src_layout, dst_layout) + ")");
   }
   std::unordered_set<int32_t> seen;
   for (size_t i = 0; i < src.size(); ++i) {

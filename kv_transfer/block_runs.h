@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "common/kv_layout.h"
@@ -25,6 +26,11 @@ struct BlockRun {
 
 // Pairs src[i] -> dst[i] merged into maximal runs, order kept.
 std::vector<BlockRun> merge_block_runs(std::span<const int32_t> src, std::span<const int32_t> dst);
+
+// Where two pools' geometries differ (KvLayout::same_geometry), first
+// difference first, "a" for `a`'s value, "b" for `b`'s: "layers: 30 against
+// 32", "key order: token-major against grouped". Empty when they agree.
+std::string geometry_difference(const KvLayout& a, const KvLayout& b);
 
 // Same length, non-empty, every id inside its pool, no destination repeated.
 Status validate_block_lists(std::span<const int32_t> src, const KvLayout& src_layout,

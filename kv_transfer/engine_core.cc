@@ -623,7 +623,8 @@ Result<PeerId> TransferEngine::Impl::add_peer(std::span<const uint8_t> bytes) {
                             ": set the same engine.kv_dtype on prefill and decode nodes");
   }
   if (!d.layout.same_geometry(layout_)) {
-    return invalid_argument("peer pool has a different KV geometry");
+    return invalid_argument("peer pool has a different KV geometry (" +
+                            geometry_difference(d.layout, layout_) + ", the peer's first)");
   }
   PeerId id;
   {

@@ -65,6 +65,7 @@ class FlashInferAttention final : public PagedAttention {
     num_seqs_ = p.num_seqs;
     num_tokens_ = 0;
     decode_ = false;
+    if (p.window > 0) return unimplemented("CUDA attention has no sliding window");
     if (p.num_seqs <= 0) return Status::ok();  // append_kv and run then do nothing
     // Host arrays: page indptr, last page lengths, query indptr, per token
     // its sequence and position, then the pages themselves.

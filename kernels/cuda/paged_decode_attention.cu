@@ -204,6 +204,7 @@ Status paged_decode_attention(const PagedAttentionParams& p, void* stream) {
   if (p.qo_dtype != DType::kF32 || p.layout.key_order != KeyOrder::kGrouped) {
     return invalid_argument("CUDA decode attention reads F32 queries over grouped keys");
   }
+  if (p.window > 0) return unimplemented("CUDA decode attention has no sliding window");
   if (p.layout.num_kv_heads <= 0 || p.num_heads % p.layout.num_kv_heads != 0 ||
       p.num_heads / p.layout.num_kv_heads > kMaxGroup) {
     return invalid_argument(

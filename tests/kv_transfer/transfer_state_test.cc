@@ -172,8 +172,12 @@ TEST(ExpectationState, RandomEventsKeepTheInvariants) {
           e.puts_stopped = rng() % 2 == 0;
           break;
       }
-      if (was_final) EXPECT_EQ(e.state(), before) << "round " << round;
-      if (first_result) EXPECT_EQ(e.result().code(), *first_result) << "round " << round;
+      if (was_final) {
+        EXPECT_EQ(e.state(), before) << "round " << round;
+      }
+      if (first_result) {
+        EXPECT_EQ(e.result().code(), *first_result) << "round " << round;
+      }
       if (e.released()) {
         EXPECT_TRUE(e.final());
         EXPECT_EQ(e.outstanding, 0);

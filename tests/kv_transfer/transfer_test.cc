@@ -1580,7 +1580,8 @@ TEST_P(StagedTransferTest, CopyInFailureFailsBothSides) {
 }
 
 // A pool of another KV format cannot take this one's blocks, nor this one
-// its: refused, naming both formats (the other geometries say less).
+// its: refused, naming both formats; another geometry names where it
+// differs.
 TEST(TransferPeerTest, APeerOfAnotherKvFormatIsRefusedNamingBoth) {
   auto engine_of = [](const KvLayout& layout, std::vector<uint8_t>& pool) {
     TransferConfig config;
@@ -1602,7 +1603,9 @@ TEST(TransferPeerTest, APeerOfAnotherKvFormatIsRefusedNamingBoth) {
       << refused.status().to_string();
   auto other_geometry = a->add_peer(c->descriptor());
   ASSERT_FALSE(other_geometry.is_ok());
-  EXPECT_NE(other_geometry.status().message().find("different KV geometry"), std::string::npos);
+  EXPECT_NE(other_geometry.status().message().find("different KV geometry (layers: 3 against 2"),
+            std::string::npos)
+      << other_geometry.status().to_string();
 }
 
 // A pool in CUDA memory without a copier, or a copier without a pool, is

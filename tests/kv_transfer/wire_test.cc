@@ -203,6 +203,38 @@ TEST(BlockRunsTest, ValidatesIdsAndLengths) {
   EXPECT_FALSE(validate_block_lists(a, l, a, other).is_ok());
 }
 
+// Each field of the geometry is named when it is the one that differs,
+// with both values in order; equal geometries differ nowhere.
+TEST(BlockRunsTest, GeometryDifferenceNamesTheField) {
+  const KvLayout l = layout();
+  EXPECT_EQ(geometry_difference(l, l), "");
+  struct Change {
+    void (*apply)(KvLayout&);
+    std::string want;
+  };
+  const Change changes[] = {
+      {[](KvLayout& x) { x.num_layers += 1; },
+       "layers: " + std::to_string(l.num_layers + 1) + " against " + std::to_string(l.num_layers)},
+      {[](KvLayout& x) { x.block_size *= 2; }, "block size: " + std::to_string(l.block_size * 2) +
+                                                   " against " + std::to_string(l.block_size)},
+      {[](KvLayout& x) { x.num_kv_heads += 1; }, "KV heads: " + std::to_string(l.num_kv_heads + 1) +
+                                                     " against " + std::to_string(l.num_kv_heads)},
+      {[](KvLayout& x) { x.head_dim *= 2; },
+       "head_dim: " + std::to_string(l.head_dim * 2) + " against " + std::to_string(l.head_dim)},
+      {[](KvLayout& x) { x.key_order = KeyOrder::kTokenMajor; },
+       "key order: token-major (a GPU backend's pool) against grouped (the CPU backend's pool)"},
+  };
+  for (const Change& c : changes) {
+    KvLayout other = l;
+    c.apply(other);
+    EXPECT_EQ(geometry_difference(other, l), c.want);
+    EXPECT_FALSE(other.same_geometry(l));
+  }
+  KvLayout other = l;
+  other.dtype = l.dtype == DType::kF32 ? DType::kBF16 : DType::kF32;
+  EXPECT_NE(geometry_difference(other, l).find("KV dtype: "), std::string::npos);
+}
+
 // The checksum (BlockHashes) is XXH3 of every block in (layer, pair) order,
 // folded by one more XXH3: the same whether it is filled run by run (the
 // sender's order) or block by block in any arrival order (the receiver's),
