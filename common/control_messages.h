@@ -106,6 +106,7 @@ struct NodeLoad {
   int64_t ssd_cache_blocks = 0;       // blocks the SSD tier holds now
   int64_t ssd_cache_capacity = 0;     // blocks it can hold (0: no SSD tier)
   int64_t ssd_restoring = 0;          // requests whose blocks the SSD tier is reading now
+  int64_t workspace_bytes = 0;        // the forward pass's scratch, where it computes
 };
 
 // NodeLoad's fields by name, in one place for the codec and for reports. A
@@ -134,6 +135,7 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"ssd_cache_blocks", &NodeLoad::ssd_cache_blocks},
     {"ssd_cache_capacity", &NodeLoad::ssd_cache_capacity},
     {"ssd_restoring", &NodeLoad::ssd_restoring},
+    {"workspace_bytes", &NodeLoad::workspace_bytes},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

@@ -47,6 +47,13 @@ void CpuForward::lap(double CpuStepProfile::*phase) {
   last_lap_ = now;
 }
 
+uint64_t CpuForward::workspace_bytes() const {
+  size_t floats = 0;
+  for (const std::vector<float>* v : {&x_, &h_, &q_, &k_, &v_, &attn_, &gate_, &up_})
+    floats += v->capacity();
+  return uint64_t(floats) * sizeof(float);
+}
+
 Status CpuForward::forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
                            const LayerDoneCallback* on_layer_done) {
   if (profile_ != nullptr) last_lap_ = std::chrono::steady_clock::now();

@@ -37,6 +37,8 @@ class CpuForward final : public ForwardBackend {
   }
   Result<KvPool> allocate_kv_pool(const KvLayout& layout) override;
   uint64_t weights_bytes() const override { return weights_bytes_; }
+  // The step's own buffers (the kernels' per-thread scratch is not counted).
+  uint64_t workspace_bytes() const override;
   Result<std::unique_ptr<PoolCopier>> make_pool_copier(KvPool& pool) override {
     return make_host_pool_copier(pool.data(), pool.bytes());
   }

@@ -100,7 +100,7 @@ class CudaForward final : public ForwardBackend {
     qkv_width_ = q_width_ + 2 * kv_width_;
     BATON_ASSIGN_OR_RETURN(stream_, kc::Stream::create());
     BATON_ASSIGN_OR_RETURN(layer_done_, kc::Event::create());
-    BATON_ASSIGN_OR_RETURN(gemm_, kc::Gemm::create());
+    BATON_ASSIGN_OR_RETURN(gemm_, kc::Gemm::create(gemm_workspace_bytes_));
     const WeightView embed[] = {w.embed_tokens};
     BATON_ASSIGN_OR_RETURN(embed_tokens_, upload_stacked(embed));
     tied_ = w.lm_head.data == w.embed_tokens.data;
@@ -133,6 +133,15 @@ class CudaForward final : public ForwardBackend {
   }
 
   uint64_t weights_bytes() const override { return weights_bytes_; }
+
+  uint64_t workspace_bytes() const override {
+    uint64_t bytes = gemm_workspace_bytes_ + rope_.bytes() + step_ints_.bytes() +
+                     (attention_ ? kc::kPagedAttentionWorkspaceBytes : 0);
+    for (const kc::DeviceBuffer* b :
+         {&x_, &h_, &qkv_, &q_, &attn_, &gate_up_, &act_, &rows_, &logits_})
+      bytes += b->bytes();
+    return bytes;
+  }
 
   Device device() const override { return Device{.kind = Device::Kind::kCuda, .index = index_}; }
   KeyOrder kv_key_order() const override { return KeyOrder::kTokenMajor; }
@@ -404,6 +413,7 @@ class CudaForward final : public ForwardBackend {
   kc::Stream stream_;
   kc::Event layer_done_;
   std::unique_ptr<kc::Gemm> gemm_;
+  size_t gemm_workspace_bytes_ = size_t(32) << 20;  // cuBLASLt's, on the device
   std::unique_ptr<kc::PagedAttention> attention_;
   int32_t attention_shape_block_ = 0;
 

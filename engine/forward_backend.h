@@ -65,6 +65,11 @@ class ForwardBackend {
   // Bytes the weights occupy where this backend reads them (the CPU's read
   // them in place from the mapped checkpoint).
   virtual uint64_t weights_bytes() const = 0;
+  // Bytes of scratch the forward pass holds now, where it computes: the
+  // activations of the largest step so far and the kernels' workspaces
+  // (host memory for the CPU backend, the device's for the CUDA one). It
+  // grows with the steps, so a node reports it with its load.
+  virtual uint64_t workspace_bytes() const = 0;
   // Copies byte ranges between `pool` (one of allocate_kv_pool's, outliving
   // the copier) and host memory of its layout: what stages the pool for the
   // transfer engine and the SSD tier where they cannot reach it in place.

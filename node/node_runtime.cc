@@ -292,6 +292,7 @@ control::NodeLoad NodeRuntime::load() const {
   load.prefix_cache_queries = stats.prefix_query_tokens;
   load.prefix_cache_hits = stats.prefix_hit_tokens;
   load.prefix_cache_ssd_hits = stats.prefix_ssd_hit_tokens;
+  load.workspace_bytes = int64_t(engine_->model().backend().workspace_bytes());
   if (const engine::SsdKvStore* ssd = engine_->scheduler().ssd_store()) {
     const engine::SsdKvStoreStats tier = ssd->stats();
     load.ssd_cache_blocks = tier.stored_blocks;

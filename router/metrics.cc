@@ -234,6 +234,10 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   per_node("baton:node_kv_pool_bytes",
            "Bytes of a node's KV pool, where it computes (host memory, or its GPU's).",
            [](const NodeState& node) { return node.kv_pool_bytes; });
+  per_node("baton:node_workspace_bytes",
+           "Bytes of a node's forward-pass scratch, where it computes (host memory, or its "
+           "GPU's): the largest step's activations and the kernels' workspaces.",
+           [](const NodeState& node) { return node.load.workspace_bytes; });
   per_node("baton:node_ssd_cache_blocks", "KV blocks a node's SSD tier holds.",
            [](const NodeState& node) { return node.load.ssd_cache_blocks; });
   per_node("baton:node_ssd_cache_capacity_blocks",

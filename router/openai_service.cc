@@ -34,7 +34,10 @@ json node_json(const NodeState& node) {
               {"pid", node.pid},
               {"device", node.device},
               {"kv_staging", node.kv_staging.empty() ? json(nullptr) : json(node.kv_staging)},
-              {"memory_bytes", {{"weights", node.weights_bytes}, {"kv_pool", node.kv_pool_bytes}}},
+              {"memory_bytes",
+               {{"weights", node.weights_bytes},
+                {"kv_pool", node.kv_pool_bytes},
+                {"workspace", node.load.workspace_bytes}}},
               {"assigned_requests", node.assigned_requests},
               {"queued_prompt_tokens", node.assigned_tokens}};
   for (const control::NodeLoadField& f : control::kNodeLoadFields)

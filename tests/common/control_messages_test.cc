@@ -435,6 +435,16 @@ TEST(ControlMessages, ARefusedFrameNamesItsTypeAndRequest) {
 
 // A heartbeat from a node of an older build lacks the newer load counters:
 // they read as 0, and the rest as sent. A present one must still be valid.
+// Every field of the load, each its own random value, comes back as sent.
+TEST(ControlMessages, HeartbeatCarriesEveryLoadField) {
+  std::mt19937_64 rng{std::random_device{}()};
+  Heartbeat hb{"decode-3", {}};
+  for (const NodeLoadField& f : kNodeLoadFields) hb.load.*f.member = int64_t(rng() >> 2);
+  const Heartbeat back = round_trip(hb);
+  for (const NodeLoadField& f : kNodeLoadFields)
+    EXPECT_EQ(back.load.*f.member, hb.load.*f.member) << f.name;
+}
+
 TEST(ControlMessages, HeartbeatLoadFieldsAbsentReadAsZero) {
   Heartbeat hb{"decode-0", {}};
   hb.load.running = 5;

@@ -124,7 +124,7 @@ TEST(ControlSocket, TheSenderOfARefusedFrameIsToldWhy) {
   peer.set(zmq::sockopt::rcvtimeo, 2000);
   peer.connect((*node)->endpoint());
   const uint64_t id = std::random_device{}() + 1;
-  nlohmann::json generate = nlohmann::json::from_msgpack(encode(Generate{id, {1, 2}, {}, ""}));
+  nlohmann::json generate = nlohmann::json::from_msgpack(encode(Generate{id, {1, 2}, {}, "", ""}));
   generate["sampling"]["stop_token_ids"] = std::vector<int>(kMaxStopTokenIds + 1, 7);
   std::vector<uint8_t> bad = nlohmann::json::to_msgpack(generate);
   peer.send(zmq::buffer(bad), zmq::send_flags::none);

@@ -27,7 +27,7 @@ bool router_answers(const Cluster& cluster, const std::string& name,
       "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), name, keys);
   EXPECT_TRUE(socket.is_ok()) << socket.status().to_string();
   if (!socket.is_ok()) return false;
-  control::Register hello{name, Role::kDecode, {1, 2, 3}, 16, 1024, 1, "f32", 256};
+  control::Register hello{name, Role::kDecode, {1, 2, 3}, 16, 1024, 1, "f32", 256, "cpu", ""};
   for (int i = 0; i < 10; ++i) {
     (void)(*socket)->send("", hello);
     for (const auto& received : (*socket)->poll(100ms)) {

@@ -294,8 +294,8 @@ TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
   auto node = control::ControlSocket::connect(
       "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
   ASSERT_TRUE(node.is_ok()) << node.status().to_string();
-  const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,
-                                1024,       ::getpid(),    "f32",     256};
+  const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,    1024,
+                                ::getpid(), "f32",         256,       "cpu", ""};
   // Sent once: ZeroMQ delivers it when the router is up, and a second copy
   // would register the node again (which fails what it holds).
   ASSERT_TRUE((*node)->send("", hello).is_ok());
@@ -351,8 +351,8 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
   auto node = control::ControlSocket::connect(
       "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
   ASSERT_TRUE(node.is_ok()) << node.status().to_string();
-  const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,
-                                1024,       ::getpid(),    "f32",     256};
+  const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,    1024,
+                                ::getpid(), "f32",         256,       "cpu", ""};
   std::set<uint64_t> aborts;  // every Abort the node was sent
   // Registers and waits for the welcome, heartbeating; true once welcomed.
   auto register_node = [&] {

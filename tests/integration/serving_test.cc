@@ -140,6 +140,10 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
     // F32 dims per token, 16-token blocks).
     const int64_t block_bytes = 2 * 2 * 16 * 4 * 16;
     EXPECT_EQ(pool, (int64_t(4) << 20) / block_bytes * block_bytes) << node.dump();
+    // Both nodes have run steps: their activations are held for the next.
+    const int64_t workspace = node["memory_bytes"]["workspace"];
+    EXPECT_GT(workspace, 0) << node.dump();
+    EXPECT_LT(workspace, int64_t(64) << 20) << node.dump();
   }
 }
 
@@ -454,7 +458,9 @@ TEST_F(ServingTest, EchoWithLogprobsScoresThePromptTokens) {
       if (payload == "[DONE]") continue;
       const json chunk_logprobs = json::parse(payload)["choices"][0]["logprobs"];
       if (chunk_logprobs.is_null()) continue;
-      if (first) EXPECT_GE(chunk_logprobs["tokens"].size(), ids.size()) << "the first chunk";
+      if (first) {
+        EXPECT_GE(chunk_logprobs["tokens"].size(), ids.size()) << "the first chunk";
+      }
       first = false;
       for (const json& t : chunk_logprobs["tokens"]) tokens.push_back(t);
       for (const json& v : chunk_logprobs["token_logprobs"]) values.push_back(v);

@@ -171,6 +171,7 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.load.ssd_cache_blocks = 12;
   decode.load.ssd_cache_capacity = 1000;
   decode.load.ssd_restoring = 2;
+  decode.load.workspace_bytes = 123456;
   decode.load.preemptions = 4;
   snapshot.nodes.push_back(decode);
   NodeState prefill;
@@ -195,6 +196,9 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("baton:node_ssd_restoring{node=\"d0\",role=\"decode\"} 2\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("baton:node_workspace_bytes{node=\"d0\",role=\"decode\"} 123456\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
