@@ -666,6 +666,29 @@ TEST(ShippedConfigs, MultiHostLoadsAndFitsItsModel) {
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
 
+TEST(ShippedConfigs, MultiHostGpuLoadsAndFitsItsModel) {
+  auto config = load_cluster_config(shipped("multi-host-gpu.yaml"));
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  EXPECT_EQ(config->router.host, "10.0.0.1");
+  ASSERT_EQ(config->prefill.size(), 2u);
+  ASSERT_EQ(config->decode.size(), 2u);
+  // A node per GPU, two to a host, each with the NIC beside its GPU.
+  for (const auto& nodes : {config->prefill, config->decode}) {
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      const NodeSection& node = nodes[i];
+      EXPECT_EQ(node.host, nodes[0].host) << node.name;
+      EXPECT_EQ(node.engine.device.name(), "cuda:" + std::to_string(i)) << node.name;
+      EXPECT_EQ(node.engine.kv_dtype, DType::kBF16) << node.name;
+      EXPECT_EQ(node.transfer.ucx_env.at("UCX_NET_DEVICES"), "mlx5_" + std::to_string(i) + ":1")
+          << node.name;
+      EXPECT_EQ(node.transfer.ucx_env.at("UCX_TLS"), "rc,ud,sm,self") << node.name;
+    }
+  }
+  EXPECT_NE(config->prefill[0].host, config->decode[0].host);
+  Status status = validate_shipped(*config);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
 TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeKvDtypeAndDeviceKind) {
   std::string base = "model: {preset: tiny}\nprefill: [{name: p}]\n";
   auto block = parse(base + "decode: [{name: d, engine: {block_size: 32}}]\n");
