@@ -13,6 +13,11 @@ namespace baton::engine {
 TieredPrefixCache::TieredPrefixCache(BlockManager& blocks, KvPool& kv, bool enabled)
     : blocks_(blocks), kv_(kv), enabled_(enabled) {}
 
+TieredPrefixCache::~TieredPrefixCache() {
+  if (ssd_ != nullptr) blocks_.set_eviction_hook({});
+  ssd_.reset();
+}
+
 Status TieredPrefixCache::attach_ssd_store(std::unique_ptr<SsdKvStore> store,
                                            std::unique_ptr<PoolCopier> staging) {
   BATON_CHECK(enabled_);

@@ -44,6 +44,9 @@ class TieredPrefixCache {
   // `enabled` false: nothing is ever shared or registered (every verb is a
   // no-op), and no SSD tier can be attached.
   TieredPrefixCache(BlockManager& blocks, KvPool& kv, bool enabled);
+  // The SSD store goes first: it waits out its reads and verifies them in
+  // the memory they read into, a staged pool's mirror, which goes after.
+  ~TieredPrefixCache();
   TieredPrefixCache(const TieredPrefixCache&) = delete;
   TieredPrefixCache& operator=(const TieredPrefixCache&) = delete;
 

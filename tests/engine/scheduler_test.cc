@@ -697,6 +697,35 @@ TEST_F(SchedulerTest, SsdTierOfAStagedPoolCopiesBlocksOutAndBackIn) {
   }
 }
 
+// A staged pool's SSD tier stopped while its reads are in flight: the store
+// waits them out and verifies them in the host mirror, so the mirror must
+// still be mapped then (it was unmapped first, and the verify faulted).
+TEST_F(SchedulerTest, StagedSsdTierStopsWithReadsInFlight) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const std::vector<int32_t> p = random_prompt_of_exactly(40);
+  for (int trial = 0; trial < 5; ++trial) {
+    auto engine = make_engine(40, 4, 2048, 8, true);
+    Scheduler& s = engine->scheduler();
+    const std::filesystem::path dir = dir_.path() / std::to_string(trial);
+    std::filesystem::create_directories(dir);
+    auto store =
+        SsdKvStore::create(dir, uint64_t(64) << 20, engine->kv_pool().layout(), SsdIo::kIoUring);
+    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
+    if (!store.value()->loads_are_asynchronous()) GTEST_SKIP() << "no io_uring here";
+    ASSERT_TRUE(s.attach_ssd_store(std::move(store).value(),
+                                   std::make_unique<CountingCopier>(engine->kv_pool()))
+                    .is_ok());
+    push_to_ssd(*engine, p);
+    // A running sequence keeps the step from waiting for the reads.
+    ASSERT_TRUE(s.add(random_prompt_of_exactly(21), greedy(8)).is_ok());
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    ASSERT_TRUE(s.add(extended(p, 4), greedy(4)).is_ok());
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    ASSERT_EQ(s.stats().restoring, 1) << "the prompt's blocks are being read";
+    engine.reset();  // the reads still in flight, or landed and not yet verified
+  }
+}
+
 // A burst of prompts that share a prefix the pool lost to the SSD tier:
 // the first one's restore reads it, and the others wait for that read
 // instead of reading the same blocks again. Outputs equal computing all.
