@@ -167,6 +167,9 @@ class CudaForward final : public ForwardBackend {
                                      layout.total_bytes() + kc::kPagedAttentionWorkspaceBytes));
     BATON_ASSIGN_OR_RETURN(kc::DeviceBuffer memory,
                            kc::DeviceBuffer::allocate(layout.total_bytes()));
+    // Zero, as a CPU pool starts (mapped pages): no slot read before it is
+    // written can hold a NaN that a masked-out product would spread.
+    BATON_RETURN_IF_ERROR(memory.zero());
     auto owner = std::make_shared<kc::DeviceBuffer>(std::move(memory));
     void* data = owner->data();
     return KvPool::adopt_device(layout, data, [owner](void*) mutable { owner.reset(); });

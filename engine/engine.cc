@@ -28,7 +28,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
                                                const EngineConfig& config,
                                                const KvPoolAllocator& allocate_pool) {
   std::unique_ptr<Checkpoint> checkpoint;
-  if (config.huge_page_weights) {
+  // Huge pages serve the CPU kernels, which read the weights every step; a
+  // device backend reads them once, to upload them.
+  if (config.huge_page_weights && config.device.kind == Device::Kind::kCpu) {
     HugePageReport huge;
     BATON_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open_in_huge_pages(model_dir, huge));
     log_huge_pages(huge);

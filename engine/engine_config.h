@@ -34,7 +34,7 @@ struct EngineConfig {
   int32_t max_num_seqs = 256;              // running sequences at once
   int32_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill above it)
   int32_t max_model_len = 0;               // 0: the model's max_position_embeddings
-  bool huge_page_weights = true;           // read weights in at start, in 2 MiB pages
+  bool huge_page_weights = true;           // read weights in at start, in 2 MiB pages (CPU)
   // CPU backend: whether BF16 weights' prefill GEMM and BF16 KV's decode V
   // pass take AVX-512 BF16 dot products (VDPBF16PS) where the CPU has them;
   // unset: where it issues them faster than F32 FMAs (AMD's cores, not

@@ -407,13 +407,15 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
         .wants_all_logits = wants_prompt_logits(seq, s.num_tokens)});
     offset += size_t(s.num_tokens);
   }
+  step_info_.clear();
   if (layer_observer_) {
-    step_info_.clear();
     for (size_t i = 0; i < scheduled.size(); ++i) {
       step_info_.push_back(StepSequenceInfo{.sequence_id = scheduled[i].sequence->id,
                                             .start_position = plan.sequences[i].start_position,
                                             .num_tokens = scheduled[i].num_tokens});
     }
+  }
+  if (layer_observer_ && (!layer_filter_ || layer_filter_(step_info_))) {
     const std::function<void(int32_t)> on_layer_done = [this](int32_t layer) {
       layer_observer_(layer, std::span<const StepSequenceInfo>(step_info_));
     };

@@ -93,6 +93,8 @@ struct StepSequenceInfo {
 // the next layer writes anything). Layers come in order 0..num_layers-1, once
 // per step.
 using LayerObserver = std::function<void(int32_t layer, std::span<const StepSequenceInfo> step)>;
+// Whether a step's layers are to be reported to the observer.
+using StepFilter = std::function<bool(std::span<const StepSequenceInfo> step)>;
 
 class Scheduler {
  public:
@@ -135,8 +137,14 @@ class Scheduler {
   // Call it before dropping such a sequence, or its blocks stay in use.
   void release_blocks(Sequence& finished);
 
-  // Called per layer from inside every step's forward pass; empty: none.
-  void set_layer_observer(LayerObserver observer) { layer_observer_ = std::move(observer); }
+  // Called per layer from inside the forward pass of every step that
+  // `wanted` says yes to (empty: every step); empty observer: none. A
+  // device backend waits for each layer it reports, so a step no one
+  // watches is better not reported.
+  void set_layer_observer(LayerObserver observer, StepFilter wanted = {}) {
+    layer_observer_ = std::move(observer);
+    layer_filter_ = std::move(wanted);
+  }
 
   // Queued or running sequences exist (awaiting ones need no steps), or
   // reads from the SSD tier that a step must land (an aborted sequence's).
@@ -221,6 +229,7 @@ class Scheduler {
   std::vector<float> logits_;
   std::vector<float> adjusted_logits_;  // one row, when penalties or a bias change it
   LayerObserver layer_observer_;
+  StepFilter layer_filter_;
   Status failure_;  // a failed forward pass's error, returned by every later step
   std::vector<StepSequenceInfo> step_info_;  // what the observer is shown
 };

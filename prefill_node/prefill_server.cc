@@ -3,15 +3,24 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+
 namespace baton::prefill_node {
 
 Result<std::unique_ptr<PrefillServer>> PrefillServer::create(const node::NodeSettings& settings) {
   BATON_ASSIGN_OR_RETURN(auto runtime, node::NodeRuntime::create(settings));
   std::unique_ptr<PrefillServer> server(new PrefillServer(std::move(runtime)));
   PrefillServer* self = server.get();
+  // Only a prompt's last chunk streams its KV, layer by layer: the steps
+  // without one are not reported (a GPU would wait for each layer).
   server->runtime_->engine().scheduler().set_layer_observer(
       [self](int32_t layer, std::span<const engine::StepSequenceInfo> step) {
         self->on_layer(layer, step);
+      },
+      [self](std::span<const engine::StepSequenceInfo> step) {
+        return std::ranges::any_of(step, [self](const engine::StepSequenceInfo& info) {
+          return self->streaming_job(info) != nullptr;
+        });
       });
   return server;
 }
@@ -111,14 +120,23 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
   by_sequence_[*sequence] = id;
 }
 
+PrefillServer::Job* PrefillServer::streaming_job(const engine::StepSequenceInfo& info) {
+  auto by = by_sequence_.find(info.sequence_id);
+  if (by == by_sequence_.end()) return nullptr;
+  auto found = jobs_.find(by->second);
+  if (found == jobs_.end()) return nullptr;
+  Job& job = found->second;
+  if (job.aborted || job.transfer_done || info.start_position + info.num_tokens != job.prompt_len)
+    return nullptr;
+  return &job;
+}
+
 void PrefillServer::on_layer(int32_t layer, std::span<const engine::StepSequenceInfo> step) {
   engine::Scheduler& scheduler = runtime_->engine().scheduler();
   for (const engine::StepSequenceInfo& info : step) {
-    auto by = by_sequence_.find(info.sequence_id);
-    if (by == by_sequence_.end()) continue;
-    Job& job = jobs_[by->second];
-    if (job.aborted || job.transfer_done || info.start_position + info.num_tokens != job.prompt_len)
-      continue;
+    Job* streaming = streaming_job(info);
+    if (streaming == nullptr) continue;
+    Job& job = *streaming;
     uint64_t transfer_id = job.prefill.transfer_id;
     if (!job.transfer_started) {
       const engine::Sequence* sequence = scheduler.find(info.sequence_id);
@@ -138,7 +156,7 @@ void PrefillServer::on_layer(int32_t layer, std::span<const engine::StepSequence
         continue;
       }
       job.transfer_started = true;
-      by_transfer_[transfer_id] = by->second;
+      by_transfer_[transfer_id] = job.prefill.request_id;
     }
     Status posted = runtime_->transfer().post_layers(transfer_id, layer + 1);
     if (!posted.is_ok()) {

@@ -49,6 +49,9 @@ class PrefillServer {
   void on_abort(const control::Abort& abort);
   // Drops every prefill (NodeRuntime::take_registration_lost).
   void drop_all();
+  // The job whose prompt's last chunk this is, with a transfer to stream
+  // layer by layer; null if none.
+  Job* streaming_job(const engine::StepSequenceInfo& info);
   void on_layer(int32_t layer, std::span<const engine::StepSequenceInfo> step);
   void on_transfer(const kv_transfer::TransferResult& result);
   void collect_finished();

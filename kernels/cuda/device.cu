@@ -71,6 +71,13 @@ Status DeviceBuffer::copy_from_host(const void* src, size_t bytes, size_t offset
   return Status::ok();
 }
 
+Status DeviceBuffer::zero() {
+  if (bytes_ == 0) return Status::ok();
+  BATON_CUDA_RETURN_IF_ERROR(cudaMemset(data_, 0, bytes_));
+  BATON_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+  return Status::ok();
+}
+
 Status DeviceBuffer::copy_to_host(void* dst, size_t bytes) const {
   if (bytes > bytes_) return invalid_argument("copy larger than the device buffer");
   BATON_CUDA_RETURN_IF_ERROR(cudaMemcpy(dst, data_, bytes, cudaMemcpyDeviceToHost));

@@ -45,7 +45,11 @@ class DeviceBuffer {
   // Synchronous copies (the data has landed when they return); `offset`
   // bytes into this buffer.
   Status copy_from_host(const void* src, size_t bytes, size_t offset = 0);
+  // Synchronous too, on the legacy stream: callers synchronize the streams
+  // that wrote the buffer first.
   Status copy_to_host(void* dst, size_t bytes) const;
+  // Every byte zero, synchronously.
+  Status zero();
 
  private:
   void* data_ = nullptr;

@@ -1023,6 +1023,29 @@ TEST_F(RemoteKvTest, LayerObserverSeesEachLayerStoredBeforeTheNext) {
   EXPECT_EQ(done.size(), 2u);
   EXPECT_EQ(seen.size(), size_t(layout.num_layers) * (12 + 8));
 
+  // A filter that turns a step down: its layers are not reported, and the
+  // step runs as without an observer; one that takes it: every layer is.
+  int asked = 0;
+  s.set_layer_observer(
+      [&](int32_t layer, std::span<const StepSequenceInfo> step) {
+        calls.push_back({layer, std::vector<StepSequenceInfo>(step.begin(), step.end())});
+      },
+      [&](std::span<const StepSequenceInfo> step) {
+        ++asked;
+        EXPECT_FALSE(step.empty());
+        return asked % 2 == 0;  // every other step
+      });
+  calls.clear();
+  ASSERT_TRUE(s.add(random_prompt(3, 3), greedy(4)).is_ok());
+  for (int step = 1; s.has_work(); ++step) {
+    const size_t before = calls.size();
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    EXPECT_EQ(calls.size() - before, step % 2 == 0 ? size_t(layout.num_layers) : 0u)
+        << "step " << step;
+  }
+  EXPECT_GE(asked, 4);
+  for (auto& seq : s.take_finished()) done.push_back(std::move(seq));
+
   // Removed: steps run without it.
   s.set_layer_observer({});
   calls.clear();
