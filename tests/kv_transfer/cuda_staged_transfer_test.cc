@@ -111,6 +111,10 @@ TEST_F(CudaStagedTransferTest, DevicePoolSendsLayerByLayer) {
   testing::fill_pattern(contents.data(), contents.size(), seed_);
   CudaNode node;
   ASSERT_TRUE(node.start(contents).is_ok());
+  // The mirror page-locked for the device's DMA (cudaHostRegister); else
+  // every copy runs through pageable memory, slower.
+  EXPECT_NE(node.engine->staging().find("through a pinned host mirror"), std::string::npos)
+      << node.engine->staging();
   auto receiver = spawn(0, seed_);
   PeerId peer = connect(node, *receiver);
   auto src = testing::random_blocks(rng_, l.num_blocks, 24);
