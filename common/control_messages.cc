@@ -359,7 +359,9 @@ struct Codec {
     return {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
   }
   json operator()(const Heartbeat& m) const {
-    return {{"t", "heartbeat"}, {"node", m.node}, {"load", to_json(m.load)}};
+    json out = {{"t", "heartbeat"}, {"node", m.node}, {"load", to_json(m.load)}};
+    if (!m.kv_paths.empty()) out["kv_paths"] = m.kv_paths;
+    return out;
   }
   json operator()(const PeerInfo& m) const {
     return {{"t", "peer_info"}, {"node", m.node}, {"descriptor", binary(m.descriptor)}};
@@ -455,6 +457,20 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     Heartbeat m;
     m.node = r.string("node");
     m.load = load_from(r, "load");
+    if (r.has("kv_paths")) {
+      if (const json* paths = r.object("kv_paths"); paths != nullptr) {
+        if (paths->size() > kMaxKvPaths) r.fail("kv_paths", "too many entries");
+        for (const auto& [peer, path] : paths->items()) {
+          if (!r.error().empty()) break;
+          if (!path.is_string() || peer.size() > kMaxStringBytes ||
+              path.get_ref<const std::string&>().size() > kMaxStringBytes) {
+            r.fail("kv_paths", "holds an entry that is not a short string");
+            break;
+          }
+          m.kv_paths.emplace(peer, path.get<std::string>());
+        }
+      }
+    }
     return finish(std::move(m));
   }
   if (type == "peer_info") {

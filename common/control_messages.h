@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <string_view>
@@ -44,6 +45,7 @@ inline constexpr size_t kMaxPromptTokens = 1u << 20;
 inline constexpr size_t kMaxBlocksPerRequest = 1u << 20;
 inline constexpr size_t kMaxEventsPerMessage = 1u << 16;
 inline constexpr size_t kMaxStringBytes = 4096;
+inline constexpr size_t kMaxKvPaths = 1024;
 // A request's id as its client gave it (X-Request-Id), in nodes' logs.
 inline constexpr size_t kMaxClientIdBytes = 128;
 inline constexpr size_t kMaxDescriptorBytes = 256u << 10;
@@ -167,6 +169,10 @@ struct RegisterAck {  // router -> node
 struct Heartbeat {  // node -> router, every heartbeat interval
   std::string node;
   NodeLoad load;
+  // A prefill node's path to each decode node it has sent KV to while that
+  // endpoint is up (TransferEngine::peer_path): decode node -> path.
+  // Optional on the wire (absent: none), at most kMaxKvPaths entries.
+  std::map<std::string, std::string> kv_paths{};
 };
 struct PeerInfo {  // router -> prefill: a decode node's pool descriptor
   std::string node;

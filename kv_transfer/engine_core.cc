@@ -480,13 +480,18 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
   for (const auto& t : peer.caps.transports) lanes += (lanes.empty() ? "" : " ") + t;
   std::string rma_domains;
   for (const auto& d : peer.caps.rma_domains) rma_domains += (rma_domains.empty() ? "" : " ") + d;
+  const char* rma_kind = peer.caps.native_rma          ? "native"
+                         : peer.mapped_pool != nullptr ? "peer pool mapped"
+                                                       : "emulated";
   spdlog::info(
       "kv_transfer[{}]: peer {} connected over {}; RMA lanes on [{}]: {} RMA; transfers use {}",
-      config_.node_name, id, lanes, rma_domains,
-      peer.caps.native_rma          ? "native"
-      : peer.mapped_pool != nullptr ? "native (peer pool mapped)"
-                                    : "emulated",
-      transfer_mode_name(peer.mode));
+      config_.node_name, id, lanes, rma_domains, rma_kind, transfer_mode_name(peer.mode));
+  {
+    std::lock_guard lock(api_mutex_);
+    peer_paths_[id] = std::string(transfer_mode_name(peer.mode)) +
+                      (peer.mode == TransferMode::kRma ? std::string(" (") + rma_kind + ")" : "") +
+                      " over " + lanes;
+  }
   spdlog::debug("kv_transfer[{}]: peer {} lanes:\n{}", config_.node_name, id, peer.caps.lane_table);
   // UCX can abort this process when the peer dies mid-transfer in these two
   // forced modes (1.13: an assertion in AM rendezvous; 1.13 and 1.22:
@@ -533,6 +538,10 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   ucp_ep_h ep = std::exchange(peer.ep, nullptr);
   peer.phase = PeerState::Phase::kIdle;
   ++peer.generation;  // callbacks of the old endpoint no longer match
+  {
+    std::lock_guard lock(api_mutex_);
+    if (id < peer_paths_.size()) peer_paths_[id].clear();
+  }
   // A notice's kept reply endpoint may be the one closed here: UCX can
   // answer a peer on our own endpoint to it (over TCP an ack sent after this
   // close crashed, SenderDiesWhileItsTransferIsCopiedIn). That ack is not
@@ -631,6 +640,7 @@ Result<PeerId> TransferEngine::Impl::add_peer(std::span<const uint8_t> bytes) {
     std::lock_guard lock(api_mutex_);
     id = PeerId(peer_layouts_.size());
     peer_layouts_.push_back(d.layout);
+    peer_paths_.emplace_back();
   }
   enqueue([this, id, d = std::move(d)]() mutable {
     peers_.emplace_back();
@@ -709,5 +719,12 @@ EngineStats TransferEngine::stats() const { return impl_->stats(); }
 std::vector<std::string> TransferEngine::transports() const { return impl_->transports_; }
 
 const std::string& TransferEngine::staging() const { return impl_->staging_path_; }
+
+std::string TransferEngine::peer_path(PeerId peer) const { return impl_->peer_path(peer); }
+
+std::string TransferEngine::Impl::peer_path(PeerId peer) const {
+  std::lock_guard lock(api_mutex_);
+  return peer < peer_paths_.size() ? peer_paths_[peer] : std::string();
+}
 
 }  // namespace baton::kv_transfer

@@ -117,6 +117,7 @@ class TransferEngine::Impl {
   Status cancel_send(uint64_t transfer_id);
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
   EngineStats stats() const;
+  std::string peer_path(PeerId peer) const;  // TransferEngine::peer_path
   // What begin_send and expect check alike: the id fits the wire, the layer
   // range (layer_end -1: every layer, filled in) lies in the pool, the
   // deadline is in range.
@@ -284,6 +285,7 @@ class TransferEngine::Impl {
   // API side, under api_mutex_.
   mutable std::mutex api_mutex_;
   std::vector<KvLayout> peer_layouts_;
+  std::vector<std::string> peer_paths_;  // TransferEngine::peer_path, set by the loop
   struct SendTicket {
     int32_t posted = 0, end = 0;  // layers handed over, the transfer's layer_end
     bool cancelled = false;

@@ -207,6 +207,11 @@ class TransferEngine {
   // How the pool meets the wire: "" when UCX registers it in place, else
   // the staging's path ("cuda device 0 through a pinned host mirror").
   const std::string& staging() const;
+  // How transfers reach `peer` while its endpoint is up: the mode and
+  // the transports UCX chose ("rma (native) over rc_mlx5/mlx5_0:1 self/memory",
+  // "tag over tcp/lo"); "" before it connects (the first transfer) and
+  // after it was torn down.
+  std::string peer_path(PeerId peer) const;
 
   class Impl;
 

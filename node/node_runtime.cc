@@ -232,8 +232,11 @@ void NodeRuntime::tick() {
   if (now < next_publish_) return;
   next_publish_ = now + settings_.heartbeat_interval / 4;
   control::NodeLoad current = load();
+  std::map<std::string, std::string> paths;
+  if (kv_paths_source_) paths = kv_paths_source_();
   std::lock_guard lock(load_mutex_);
   published_load_ = current;
+  published_kv_paths_ = std::move(paths);
 }
 
 void NodeRuntime::heartbeat_loop() {
@@ -242,10 +245,11 @@ void NodeRuntime::heartbeat_loop() {
     // never writes to this identity.
     (void)heartbeat_socket_->poll(settings_.heartbeat_interval);
     if (heartbeat_stop_.load() || !registered_.load()) continue;
-    control::Heartbeat heartbeat{settings_.name, {}};
+    control::Heartbeat heartbeat{settings_.name, {}, {}};
     {
       std::lock_guard lock(load_mutex_);
       heartbeat.load = published_load_;
+      heartbeat.kv_paths = published_kv_paths_;
     }
     Status sent = heartbeat_socket_->send("", heartbeat);
     if (!sent.is_ok()) spdlog::warn("{}: heartbeat not sent: {}", settings_.name, sent.message());

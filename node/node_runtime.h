@@ -15,6 +15,8 @@
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -86,6 +88,11 @@ class NodeRuntime {
   // KV holds), so a stalled node does not spin a core its neighbours need.
   std::chrono::milliseconds poll_timeout() const;
   control::NodeLoad load() const;
+  // What the heartbeats report as kv_paths (control::Heartbeat), asked on
+  // the loop thread as the load is published: a prefill node's paths to
+  // its decode nodes.
+  using KvPathsSource = std::function<std::map<std::string, std::string>()>;
+  void set_kv_paths_source(KvPathsSource source) { kv_paths_source_ = std::move(source); }
   bool registered() const { return registered_.load(); }
   // True once after the router refused this registered node ("register
   // again"): it restarted and knows none of the node's requests, or it
@@ -134,6 +141,8 @@ class NodeRuntime {
   std::unique_ptr<control::ControlSocket> heartbeat_socket_;
   mutable std::mutex load_mutex_;
   control::NodeLoad published_load_;
+  std::map<std::string, std::string> published_kv_paths_;  // under load_mutex_
+  KvPathsSource kv_paths_source_;
   std::atomic<bool> heartbeat_stop_{false};
   std::thread heartbeat_thread_;
 

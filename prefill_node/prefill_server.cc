@@ -11,6 +11,14 @@ Result<std::unique_ptr<PrefillServer>> PrefillServer::create(const node::NodeSet
   BATON_ASSIGN_OR_RETURN(auto runtime, node::NodeRuntime::create(settings));
   std::unique_ptr<PrefillServer> server(new PrefillServer(std::move(runtime)));
   PrefillServer* self = server.get();
+  server->runtime_->set_kv_paths_source([self] {
+    std::map<std::string, std::string> paths;
+    for (const auto& [decode_node, peer] : self->peers_) {
+      std::string path = self->runtime_->transfer().peer_path(peer);
+      if (!path.empty()) paths.emplace(decode_node, std::move(path));
+    }
+    return paths;
+  });
   // Only a prompt's last chunk streams its KV, layer by layer: the steps
   // without one are not reported (a GPU would wait for each layer).
   server->runtime_->engine().scheduler().set_layer_observer(

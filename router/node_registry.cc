@@ -68,7 +68,7 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
 }
 
 bool NodeRegistry::heartbeat(const std::string& name, const control::NodeLoad& load,
-                             Clock::time_point now) {
+                             Clock::time_point now, std::map<std::string, std::string> kv_paths) {
   auto it = nodes_.find(name);
   if (it == nodes_.end() || !it->second.up) return false;
   // Counters from the node's process since its start; a smaller one than
@@ -83,6 +83,7 @@ bool NodeRegistry::heartbeat(const std::string& name, const control::NodeLoad& l
   add_increase(it->second.prefix_cache_ssd_hits, it->second.load.prefix_cache_ssd_hits,
                load.prefix_cache_ssd_hits);
   it->second.load = load;
+  it->second.kv_paths = std::move(kv_paths);
   it->second.last_seen = now;
   return true;
 }

@@ -41,7 +41,10 @@ struct NodeState {
   int64_t weights_bytes = 0;  // control::Register's
   int64_t kv_pool_bytes = 0;
   std::chrono::steady_clock::time_point last_seen{};
-  control::NodeLoad load;         // from the last heartbeat
+  control::NodeLoad load;  // from the last heartbeat
+  // From the last heartbeat: a prefill node's transfer path to each decode
+  // node it has sent KV to (mode and UCX transports), while that endpoint is up.
+  std::map<std::string, std::string> kv_paths;
   int32_t assigned_requests = 0;  // placed by the router, not yet finished
   // Prompt tokens placed here to prefill, not yet prefilled: a prefill
   // node's, or a decode node's own (prompts it computes itself).
@@ -68,7 +71,9 @@ class NodeRegistry {
   // block size matches the cluster's (the first registered node sets it).
   Status register_node(const control::Register& message, Clock::time_point now);
   // False when the node is unknown or down: it must register again.
-  bool heartbeat(const std::string& name, const control::NodeLoad& load, Clock::time_point now);
+  // `kv_paths`: the heartbeat's (a prefill node's paths to decode nodes).
+  bool heartbeat(const std::string& name, const control::NodeLoad& load, Clock::time_point now,
+                 std::map<std::string, std::string> kv_paths = {});
   // Marks a node down at once (its connection is gone).
   void mark_down(const std::string& name);
   // Marks nodes silent for longer than `timeout` down; returns their names.

@@ -38,6 +38,7 @@ json node_json(const NodeState& node) {
                {{"weights", node.weights_bytes},
                 {"kv_pool", node.kv_pool_bytes},
                 {"workspace", node.load.workspace_bytes}}},
+              {"kv_paths", node.kv_paths},
               {"assigned_requests", node.assigned_requests},
               {"queued_prompt_tokens", node.assigned_tokens}};
   for (const control::NodeLoadField& f : control::kNodeLoadFields)

@@ -192,7 +192,8 @@ void RouterCore::handle(const std::string& from, control::Message& message) {
     std::string_view suffix = control::kHeartbeatIdentitySuffix;
     bool from_heartbeat_socket = from.size() > suffix.size() && from.ends_with(suffix);
     std::string node = from_heartbeat_socket ? from.substr(0, from.size() - suffix.size()) : from;
-    if (heartbeat->node != node || !registry_.heartbeat(node, heartbeat->load, Clock::now())) {
+    if (heartbeat->node != node ||
+        !registry_.heartbeat(node, heartbeat->load, Clock::now(), std::move(heartbeat->kv_paths))) {
       (void)send(
           node, control::RegisterAck{false, "unknown or down node '" + node + "': register again"});
     }

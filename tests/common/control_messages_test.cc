@@ -445,6 +445,38 @@ TEST(ControlMessages, HeartbeatCarriesEveryLoadField) {
     EXPECT_EQ(back.load.*f.member, hb.load.*f.member) << f.name;
 }
 
+// A prefill node's paths to its decode nodes come back as sent; a
+// heartbeat without them reads as none; malformed ones are refused.
+TEST(ControlMessages, HeartbeatCarriesKvPaths) {
+  Heartbeat hb{
+      "prefill-0",
+      {},
+      {{"decode-0", "rma (native) over rc_mlx5/mlx5_0:1"}, {"decode-1", "tag over tcp/lo"}}};
+  EXPECT_EQ(round_trip(hb).kv_paths, hb.kv_paths);
+  json object = json::from_msgpack(encode(hb));
+  object.erase("kv_paths");
+  Result<Message> decoded = decode_json(object);
+  ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+  EXPECT_TRUE(std::get<Heartbeat>(*decoded).kv_paths.empty());
+  for (const json& bad : {json(7), json({{"decode-0", 3}}),
+                          json({{"decode-0", std::string(kMaxStringBytes + 1, 'x')}})}) {
+    object["kv_paths"] = bad;
+    decoded = decode_json(object);
+    ASSERT_FALSE(decoded.is_ok()) << bad.dump().substr(0, 80);
+    EXPECT_NE(decoded.status().message().find("heartbeat.kv_paths"), std::string::npos)
+        << decoded.status().to_string();
+  }
+  json many = json::object();
+  for (size_t i = 0; i <= kMaxKvPaths; ++i) {
+    // Not "d" + to_string(i): GCC 12 warns (-Wrestrict) on that inlined.
+    std::string name = std::to_string(i);
+    name.insert(name.begin(), 'd');
+    many[name] = "tag over tcp/lo";
+  }
+  object["kv_paths"] = many;
+  EXPECT_FALSE(decode_json(object).is_ok());
+}
+
 TEST(ControlMessages, HeartbeatLoadFieldsAbsentReadAsZero) {
   Heartbeat hb{"decode-0", {}};
   hb.load.running = 5;

@@ -133,6 +133,16 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   for (const json& node : nodes["nodes"]) {
     EXPECT_EQ(node["device"], "cpu") << node.dump();
     EXPECT_TRUE(node["kv_staging"].is_null()) << node.dump();
+    // The prefill node names how it reaches the decode node: tagged
+    // rendezvous (private pools), over the transports UCX chose.
+    if (node["role"] == "prefill") {
+      ASSERT_TRUE(node["kv_paths"].contains("decode-0")) << node.dump();
+      const std::string path = node["kv_paths"]["decode-0"];
+      EXPECT_TRUE(path.starts_with("tag over ")) << path;
+      EXPECT_GT(path.size(), std::string("tag over ").size()) << path;
+    } else {
+      EXPECT_TRUE(node["kv_paths"].empty()) << node.dump();
+    }
     const int64_t weights = node["memory_bytes"]["weights"], pool = node["memory_bytes"]["kv_pool"];
     EXPECT_LE(weights, file_bytes) << node.dump();
     EXPECT_GE(weights, file_bytes - (int64_t(64) << 10)) << node.dump();
