@@ -21,6 +21,12 @@
 #                                and F16C without AVX-512, Baton with
 #                                BATON_MAX_CPU_ISA=avx2 (its kernels and
 #                                OpenBLAS's) [native]
+#   --kv default|int8            the KV caches: default, each engine's own
+#                                (below); int8, 8-bit on both: llama.cpp's
+#                                q8_0 for K and V (a scale per 32 values),
+#                                Baton's int8 (a scale per token and KV
+#                                head). Compare at long prompts, where
+#                                decode reads mostly KV [default]
 # Relative paths are taken from the repository root.
 #
 # Steps, each skipped when its output is already there:
@@ -36,7 +42,7 @@
 #
 # Both prefill rates are PROMPT tokens in one batch from an empty cache; both
 # decode rates are GEN tokens after PROMPT cached ones (llama-bench -d). The
-# KV caches differ: llama.cpp's default F16, Baton's the checkpoint's dtype.
+# default KV caches differ: llama.cpp's F16, Baton's the checkpoint's dtype.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 
@@ -54,6 +60,7 @@ rounds=3
 models="smollm2-135m:bf16 smollm2-135m:f32 smollm2-135m:f16 qwen2.5-0.5b:bf16"
 lcp_version=0.3.36
 isa=native
+kv=default
 while [ $# -gt 0 ]; do
   [ $# -ge 2 ] || usage
   case $1 in
@@ -66,6 +73,7 @@ while [ $# -gt 0 ]; do
     --models) models=$2 ;;
     --llama-cpp-python) lcp_version=$2 ;;
     --isa) isa=$2 ;;
+    --kv) kv=$2 ;;
     *) usage ;;
   esac
   shift 2
@@ -74,6 +82,11 @@ case $isa in
   native) ;;
   avx2) export BATON_MAX_CPU_ISA=avx2 ;;
   *) echo "llama_cpp_compare.sh: --isa '$isa': expected native or avx2" >&2; exit 2 ;;
+esac
+case $kv in
+  default) llama_kv=() baton_kv=() ;;
+  int8) llama_kv=(-ctk q8_0 -ctv q8_0) baton_kv=(--kv-dtype int8) ;;
+  *) echo "llama_cpp_compare.sh: --kv '$kv': expected default or int8" >&2; exit 2 ;;
 esac
 for n in "$threads" "$prompt" "$gen" "$rounds"; do
   [[ $n =~ ^[1-9][0-9]*$ ]] || { echo "llama_cpp_compare.sh: '$n' is not a positive integer" >&2; exit 2; }
@@ -153,9 +166,10 @@ printf 'preset\tdtype\tengine\tround\tprefill\tdecode\n' >"$results"
 run_llama() {
   local preset=$1 dtype=$2 round=$3 out=$work/logs/$1-$2-llama-$3
   local gguf=$work/models/$preset-$dtype.gguf
-  { "$llama_bench" -m "$gguf" -p "$prompt" -n 0 -t "$threads" -r 1 -o json >"$out.pp.json" &&
-    "$llama_bench" -m "$gguf" -p 0 -n "$gen" -d "$prompt" -t "$threads" -r 1 -o json \
-      >"$out.tg.json"; } 2>"$out.log" ||
+  { "$llama_bench" -m "$gguf" -p "$prompt" -n 0 -t "$threads" -r 1 "${llama_kv[@]}" -o json \
+    >"$out.pp.json" &&
+    "$llama_bench" -m "$gguf" -p 0 -n "$gen" -d "$prompt" -t "$threads" -r 1 "${llama_kv[@]}" \
+      -o json >"$out.tg.json"; } 2>"$out.log" ||
     { tail -20 "$out.log" >&2; log "llama-bench failed; log: $out.log"; exit 1; }
   "$python" -c 'import json, sys; print(json.dumps(json.load(open(sys.argv[1])) + json.load(open(sys.argv[2]))))' \
     "$out.pp.json" "$out.tg.json" >"$out.json"
@@ -176,7 +190,7 @@ baton_stats() {
   "$baton" generate --model "$work/models/$preset-$dtype" \
     --prompts "$work/prompts/$preset-$dtype-$prompt.txt" --max-tokens "$gen" \
     --temperature 0 --ignore-eos --threads "$threads" --enable-prefix-caching false --warmup \
-    >"$out" 2>&1 || { tail -20 "$out" >&2; log "baton generate failed; log: $out"; exit 1; }
+    "${baton_kv[@]}" >"$out" 2>&1 || { tail -20 "$out" >&2; log "baton generate failed; log: $out"; exit 1; }
   { grep '^stats:' "$out" || true; } | tail -1
 }
 
@@ -228,6 +242,7 @@ echo
 echo "CPU: ${cpu:-unknown} (avx512_bf16: $bf16), $(nproc) hardware threads"
 echo "Threads: $threads, prompt $prompt tokens, $gen generated, $rounds round(s)"
 echo "Instruction sets: $isa"
+echo "KV caches: $kv"
 echo "llama.cpp: $llama_version"
 echo "Baton: $baton_rev"
 echo

@@ -37,6 +37,11 @@ namespace {
 // Query vectors (rows x group heads) per prefill tile: enough to amortise the
 // conversion of each K/V block, few enough that the accumulators stay in L1.
 constexpr int32_t kQueryVectorsPerTile = 32;
+// The same where each K/V block is converted for the tile (the 8-bit
+// formats, dequantized): a sequence's blocks are converted once per tile of
+// its rows, and a conversion costs more than the tile's pass over the
+// block, so the tiles are larger (the accumulators then live in L2).
+constexpr int32_t kQueryVectorsPerConvertedTile = 256;
 // Query runs up to this many rows are split over keys like decode rows.
 constexpr int32_t kMaxSplitRows = 4;
 // Block sizes the engine accepts (engine.block_size is a power of two up
@@ -383,7 +388,10 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
   const int32_t group = p.num_heads / L.num_kv_heads;
   const int32_t bs = L.block_size;
   const int32_t d = L.head_dim;
-  const int32_t rows_per_tile = std::max(1, kQueryVectorsPerTile / group);
+  const int32_t tile_vectors = attend_block_reads_pool(d, bs, L.dtype)
+                                   ? kQueryVectorsPerTile
+                                   : kQueryVectorsPerConvertedTile;
+  const int32_t rows_per_tile = std::max(1, tile_vectors / group);
   const int32_t partition = round_up(kDecodePartitionTokens, bs);
 
   std::vector<WorkItem> items;

@@ -48,8 +48,9 @@ constexpr int32_t kAvx512RunBlocks = 4;
 #if BATON_HAVE_X86
 
 // Sixteen V elements as two vectors (the 8-bit formats' codes unscaled, in
-// units of kv_code_unit). BF16 takes them as even and odd elements (avx2::load16_bf16_even_odd), so
-// the V pass keeps its accumulators in that order too (kernel order, avx2::bf16_pair_slot).
+// units of kv_code_unit). BF16 takes them as even and odd elements
+// (avx2::load16_bf16_even_odd), so the V pass keeps its accumulators in that
+// order too (kernel order, avx2::bf16_pair_slot).
 template <DType T>
 BATON_AVX2_INLINE void load16(const void* row, int32_t i, __m256& lo, __m256& hi) {
   if constexpr (T == DType::kF32) {
