@@ -18,6 +18,7 @@
 #include "kernels/cpu/attention.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <cstring>
@@ -107,6 +108,16 @@ void load_row_scales(const PagedAttentionParams& p, int32_t block, KvPart part, 
   std::memcpy(scales, src, size_t(keys) * sizeof(float));
 }
 
+// Every E4M3 code's value (fp8_e4m3_to_float), by code.
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> v{};
+    for (int code = 0; code < 256; ++code) v[size_t(code)] = fp8_e4m3_to_float(uint8_t(code));
+    return v;
+  }();
+  return values;
+}
+
 // One block's K or V tile of `keys` tokens, as attend_block will read it
 // (AttentionBlockArgs): in place, in the pool's dtype, where attend_block
 // reads the pool; otherwise converted (quantized rows: dequantized) to F32
@@ -142,14 +153,31 @@ const void* load_tile(const PagedAttentionParams& p, int32_t block, KvPart part,
     return buffer;
   }
   const int32_t g = L.key_group();
+  if (quantized) {
+    // A group's g dimensions of each key side by side: one pass per group,
+    // each code looked up (E4M3) or widened (int8) once, times its scale.
+    const float* values = L.dtype == DType::kFP8E4M3 ? e4m3_values().data() : nullptr;
+    for (int32_t c0 = 0; c0 < d; c0 += g) {
+      const auto* codes = reinterpret_cast<const uint8_t*>(src) + L.key_dim_offset(c0);
+      for (int32_t t = 0; t < keys; ++t)
+        for (int32_t e = 0; e < g && c0 + e < d; ++e) {
+          const uint8_t code = codes[size_t(t) * size_t(g) + size_t(e)];
+          buffer[size_t(c0 + e) * keys_padded + size_t(t)] =
+              (values ? values[code] : float(int8_t(code))) * scales[t];
+        }
+    }
+    for (int32_t c = 0; c < d; ++c) {
+      float* row = buffer + size_t(c) * keys_padded;
+      std::fill(row + keys, row + keys_padded, 0.0f);
+    }
+    *k_group_stride = size_t(keys_padded);
+    return buffer;
+  }
   for (int32_t c = 0; c < d; ++c) {
     float* row = buffer + size_t(c) * keys_padded;
     const size_t dim = L.key_dim_offset(c);
     for (int32_t t = 0; t < keys; ++t)
       row[t] = load_as_float(src, L.dtype, dim + size_t(t) * size_t(g));
-    if (quantized) {
-      for (int32_t t = 0; t < keys; ++t) row[t] *= scales[t];
-    }
     std::fill(row + keys, row + keys_padded, 0.0f);
   }
   *k_group_stride = size_t(keys_padded);
