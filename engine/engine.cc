@@ -30,7 +30,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   std::unique_ptr<Checkpoint> checkpoint;
   // Huge pages serve the CPU kernels, which read the weights every step; a
   // device backend reads them once, to upload them.
-  if (config.huge_page_weights && config.device.kind == Device::Kind::kCpu) {
+  if (config.huge_page_weights && !config.device.is_cuda()) {
     HugePageReport huge;
     BATON_ASSIGN_OR_RETURN(checkpoint, Checkpoint::open_in_huge_pages(model_dir, huge));
     log_huge_pages(huge);
