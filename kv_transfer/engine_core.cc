@@ -346,6 +346,9 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
 }
 
 void TransferEngine::Impl::shutdown() {
+  // Copies out of the pool finish (the callbacks below free their blocks);
+  // what they hand back is moot, every send fails here.
+  if (copy_out_ != nullptr) copy_out_->stop();
   if (copy_in_ != nullptr) {
     // Copies into the pool finish first (their blocks are being written), and
     // their verdicts are recorded before everything else fails.

@@ -112,6 +112,11 @@ class TransferEngine::Impl {
   // `all_posted`: every layer is ready now (write_blocks), no post_layers to follow.
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done, bool all_posted);
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
+  // On copy_out_: layers [from, to) of send `id`'s staged source blocks out
+  // of the pool, then their release to the wire (or the send's failure).
+  void copy_out_layers(uint64_t id, const std::vector<int32_t>& blocks, int32_t from, int32_t to);
+  // Progress thread: layers [.., layer_end) of send `id` may go on the wire.
+  void release_layers(uint64_t id, int32_t layer_end);
   Status expect(RecvSpec spec, TransferCallback on_done);
   Status cancel_expect(uint64_t transfer_id);
   Status cancel_send(uint64_t transfer_id);
@@ -248,7 +253,13 @@ class TransferEngine::Impl {
   // After registration_: destroyed first, it unpins the mirror before UCX
   // unmaps it.
   std::unique_ptr<PoolCopier> staging_;
-  std::mutex staging_mutex_;  // post_layers' copies, one at a time
+  // Held by post_layers from a staged send's ticket update until its copy
+  // is queued: copies run in the order their layers were handed over.
+  std::mutex staging_mutex_;
+  // Copies a staged send's posted layers out of the pool, off the caller's
+  // thread (a GPU's next layer computes meanwhile), then hands them to the
+  // progress thread. After staging_: stopped before the copier goes.
+  std::unique_ptr<SerialWorker> copy_out_;
   // Copies verified receives into a staged pool, off the progress thread,
   // and hands back (transfer id, how the copy went).
   std::unique_ptr<SerialWorker> copy_in_;
@@ -291,6 +302,9 @@ class TransferEngine::Impl {
     bool cancelled = false;
     // A staged pool's source blocks, copied out layer by layer as they are posted.
     std::shared_ptr<const std::vector<int32_t>> staged_src;
+    // Copies of posted layers queued or running: the callback, which frees
+    // the source blocks, waits until none is.
+    int32_t copies_pending = 0;
   };
   // Live transfers and expectations, from the API call until their callback
   // has been taken to run; `cancelled`: cancel_* accepted for it.

@@ -97,11 +97,8 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
 }
 
 Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end) {
-  // A staged pool's layers are copied out here, on the thread that computed
-  // them, never on the progress thread; one caller at a time, so layers are
-  // handed over in the order they were copied.
-  std::unique_lock<std::mutex> staging_lock;
-  if (staging_ != nullptr) staging_lock = std::unique_lock(staging_mutex_);
+  std::unique_lock<std::mutex> in_order;
+  if (staging_ != nullptr) in_order = std::unique_lock(staging_mutex_);
   int32_t staged_from = 0;
   std::shared_ptr<const std::vector<int32_t>> staged_src;
   {
@@ -119,34 +116,65 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
                           std::to_string(ticket.posted) + ", " + std::to_string(ticket.end) + "]");
     }
     staged_from = ticket.posted;
-    staged_src = ticket.staged_src;
     ticket.posted = layer_end;
-  }
-  if (staged_src != nullptr && staged_from < layer_end) {
-    if (Status s = stage(StageCopy::kOutOfPool, *staged_src, staged_from, layer_end); !s.is_ok()) {
-      s = s.with_context("transfer " + std::to_string(transfer_id));
-      // Layers it cannot send fail the transfer; the callback reports it.
-      enqueue([this, transfer_id, s] {
-        auto it = sends_.find(transfer_id);
-        if (it == sends_.end()) return;
-        it->second.fail(s);
-        dirty_sends_.push_back(transfer_id);
-      });
-      return s;
+    if (ticket.staged_src != nullptr && staged_from < layer_end) {
+      staged_src = ticket.staged_src;
+      ++ticket.copies_pending;
     }
   }
-  enqueue([this, transfer_id, layer_end] {
-    auto it = sends_.find(transfer_id);
-    if (it == sends_.end()) return;  // already failed and reported
-    SendTransfer& t = it->second;
-    // Each release of layers restarts the clock, so the deadline bounds the
-    // wire's time, not the producer's (a long prefill step between layers).
-    t.deadline =
-        std::max(t.deadline, Clock::now() + t.spec.deadline.value_or(config_.default_deadline));
-    t.posted_end = std::max(t.posted_end, layer_end);
-    pump(t, transfer_id);
-  });
+  if (staged_src != nullptr) {
+    // A staged pool's new layers go out on copy_out_, one copy after
+    // another: the caller goes on to compute the next layer meanwhile.
+    copy_out_->post([this, transfer_id, staged_src, staged_from, layer_end] {
+      copy_out_layers(transfer_id, *staged_src, staged_from, layer_end);
+    });
+    return Status::ok();
+  }
+  enqueue([this, transfer_id, layer_end] { release_layers(transfer_id, layer_end); });
   return Status::ok();
+}
+
+void TransferEngine::Impl::copy_out_layers(uint64_t id, const std::vector<int32_t>& blocks,
+                                           int32_t from, int32_t to) {
+  bool cancelled = false;
+  {
+    std::lock_guard lock(api_mutex_);
+    auto it = send_tickets_.find(id);
+    cancelled = it == send_tickets_.end() || it->second.cancelled;
+  }
+  Status copied;
+  if (!cancelled) {
+    copied = stage(StageCopy::kOutOfPool, blocks, from, to);
+    if (!copied.is_ok()) copied = copied.with_context("transfer " + std::to_string(id));
+  }
+  {
+    std::lock_guard lock(api_mutex_);
+    // The ticket stays while a copy is pending (maybe_finish_send waits).
+    if (auto it = send_tickets_.find(id); it != send_tickets_.end()) --it->second.copies_pending;
+  }
+  enqueue([this, id, to, copied = std::move(copied)] {
+    auto it = sends_.find(id);
+    if (it == sends_.end()) return;  // already reported
+    // Layers it cannot send fail the transfer; the callback reports it.
+    if (!copied.is_ok()) it->second.fail(copied);
+    if (it->second.failed()) {
+      dirty_sends_.push_back(id);  // its callback may have waited for this copy
+      return;
+    }
+    release_layers(id, to);
+  });
+}
+
+void TransferEngine::Impl::release_layers(uint64_t id, int32_t layer_end) {
+  auto it = sends_.find(id);
+  if (it == sends_.end()) return;  // already failed and reported
+  SendTransfer& t = it->second;
+  // Each release of layers restarts the clock, so the deadline bounds the
+  // wire's time, not the producer's (a long prefill step between layers).
+  t.deadline =
+      std::max(t.deadline, Clock::now() + t.spec.deadline.value_or(config_.default_deadline));
+  t.posted_end = std::max(t.posted_end, layer_end);
+  pump(t, id);
 }
 
 Status TransferEngine::Impl::cancel_send(uint64_t transfer_id) {
@@ -318,6 +346,17 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   }
   if (report_puts_stopped(t, id)) return;
   if (!t.finished()) return;
+  {
+    std::lock_guard lock(api_mutex_);
+    auto ticket = send_tickets_.find(id);
+    // The callback frees the source blocks: a copy of them still queued or
+    // running (the transfer failed or was cancelled meanwhile) is waited
+    // for; its end marks the send dirty again. Once the ticket is gone no
+    // copy can be queued. (A send that succeeded has none left: its last
+    // layers went out after their copy.)
+    if (ticket != send_tickets_.end() && ticket->second.copies_pending > 0) return;
+    if (ticket != send_tickets_.end()) send_tickets_.erase(ticket);
+  }
   TransferResult r;
   r.status = t.failure();
   r.request_id = t.spec.request_id;
@@ -338,18 +377,6 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   }
   TransferCallback done = std::move(t.on_done);
   sends_.erase(it);
-  {
-    std::lock_guard lock(api_mutex_);
-    send_tickets_.erase(id);
-  }
-  if (staging_ != nullptr && !r.status.is_ok()) {
-    // A post_layers still copying layers of this transfer out (it failed or
-    // was cancelled meanwhile) holds staging_mutex_: the callback frees the
-    // source blocks, so it waits for that copy. No later one can start: the
-    // ticket is gone. (A transfer that succeeded has none: its last layer
-    // was copied before it was handed over.)
-    std::lock_guard copies_done(staging_mutex_);
-  }
   done(r);
 }
 

@@ -3,8 +3,9 @@
 //
 // The mirror has the pool's layout, so every transfer path works on it
 // unchanged: the sender's layers are copied out to it as they are posted (on
-// the caller's thread), the receiver's blocks copied in from it once they are
-// verified (before its callback says they are filled).
+// a thread of their own, while the caller computes the next layer), the
+// receiver's blocks copied in from it once they are verified (before its
+// callback says they are filled).
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"
 
@@ -23,6 +24,7 @@ Status TransferEngine::Impl::init_staging() {
   staging_path_ = std::string(staging_->name()) + " through a " +
                   (pinned.is_ok() ? "pinned" : "pageable") + " host mirror";
   copy_in_ = std::make_unique<SerialWorker>();
+  copy_out_ = std::make_unique<SerialWorker>();
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   const bool ucx_cuda = ucp_context_query(context_.get(), &attr) == UCS_OK &&

@@ -44,10 +44,10 @@
 //  * Device pools: a pool UCX cannot register (GPU memory; Debian's UCX has
 //    no CUDA support) is staged through a registered host mirror of the same
 //    layout by a PoolCopier (common/pool_copier.h): layers are copied out as
-//    they are posted, on the caller's thread, and a received layer is copied
-//    in once it has landed and matched its sender's hash of it (the rest
-//    once the transfer is verified, before the ack), on a copy thread of the
-//    engine's own (kv_transfer/engine_staging.cc).
+//    they are posted, on a copy-out thread while the caller computes the
+//    next, and a received layer is copied in once it has landed and matched
+//    its sender's hash of it (the rest once the transfer is verified, before
+//    the ack), on a copy-in thread (kv_transfer/engine_staging.cc).
 //  * Failure: deadlines on both sides; UCX peer error handling where the
 //    transports support it; a receiver ack closes every transfer, so a dead
 //    receiver is noticed even on shared memory. A failed endpoint is torn down
@@ -163,9 +163,11 @@ class TransferEngine {
 
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
   // Layers [.., layer_end) of the transfer are computed and may be sent.
-  // A staged pool's new layers are copied out before it returns, so they
-  // must be in the pool by then (a device's compute stream synchronised);
-  // a failed copy is returned and fails the transfer (its callback says so).
+  // A staged pool's new layers are copied out on a thread of the engine's,
+  // in the order they were posted, while the caller goes on: they must be in
+  // the pool when this is called (a device's compute stream synchronised)
+  // and stay as they are until the callback. A failed copy fails the
+  // transfer (its callback says so).
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
   // begin_send + post_layers(all); a failed copy out of a staged pool is
   // returned, with no callback.

@@ -1310,29 +1310,64 @@ TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
   }
 }
 
-// Layers are copied out as they are posted, on the caller's thread: when
-// post_layers returns, exactly the layers handed over so far are staged.
-TEST_P(StagedTransferTest, LayersAreCopiedOutAsTheyArePosted) {
+// Layers are copied out as they are posted, on the engine's copy-out thread:
+// post_layers returns while a slow device is still copying (the caller
+// computes the next layer meanwhile), each layer goes on the wire only
+// after its copy (the receiver's bytes say so), and exactly the layers
+// handed over are copied, once.
+TEST_P(StagedTransferTest, LayersAreCopiedOutOffTheCallersThread) {
   KvLayout layout = make_layout(DType::kBF16, 64, 6);
   start(layout, /*local_sends=*/true, 20);
+  testing::HostPoolCopier& copier = *local_->copier();
+  copier.copy_out_delay = 100ms;
   peer_process_->send(expect_line(1, 1, 0, 6, 8000, src_, dst_));
   ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
   ASSERT_TRUE(local_->engine()
                   .begin_send(peer_, {1, 1, src_, dst_, 0, 6, 8000ms}, local_->callback())
                   .is_ok());
-  EXPECT_EQ(local_->copier()->to_host_bytes.load(), 0u);
+  EXPECT_EQ(copier.to_host_bytes.load(), 0u);
   const uint64_t layer_bytes = src_.size() * layout.block_bytes();
   for (int32_t layer = 1; layer <= 6; ++layer) {
     ASSERT_TRUE(local_->engine().post_layers(1, layer).is_ok());
-    EXPECT_EQ(local_->copier()->to_host_bytes.load(), layer_bytes * uint64_t(layer));
   }
+  // Six copies of 100 ms each were handed over; a caller that copied
+  // them itself would find them all done here.
+  EXPECT_LT(copier.to_host_bytes.load(), layer_bytes * 6) << "post_layers waited for its copies";
   auto sent = local_->mail().wait(1);
   ASSERT_TRUE(sent.has_value());
   EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  EXPECT_EQ(copier.to_host_bytes.load(), layer_bytes * 6);
   auto w = peer_received(1);
   ASSERT_EQ(w.size(), 6u);
   EXPECT_EQ(w[5], "1") << "destination bytes differ";
   peer_process_->quit();
+}
+
+// The engine stopping with copies out still queued: they finish before
+// the callback, which reports the transfer failed and frees their blocks.
+TEST_P(StagedTransferTest, StoppingWithCopiesOutQueuedWaitsForThem) {
+  start(make_layout(DType::kF16, 32, 4), /*local_sends=*/true, 8);
+  testing::HostPoolCopier& copier = *local_->copier();
+  copier.copy_out_delay = 150ms;
+  peer_process_->send(expect_line(1, 1, 0, 4, 5000, src_, dst_));
+  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+  std::atomic<int> copying_at_callback{-1};
+  std::atomic<int> status_code{-1};
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {1, 1, src_, dst_, 0, 4, 5000ms},
+                              [&](const TransferResult& r) {
+                                copying_at_callback = copier.copies_in_flight.load();
+                                status_code = int(r.status.code());
+                              })
+                  .is_ok());
+  for (int32_t layer = 1; layer <= 3; ++layer) {
+    ASSERT_TRUE(local_->engine().post_layers(1, layer).is_ok());
+  }
+  while (copier.copies_in_flight.load() == 0) std::this_thread::sleep_for(1ms);
+  local_.reset();  // the engine stops
+  EXPECT_NE(status_code.load(), -1) << "no callback";
+  EXPECT_NE(status_code.load(), int(StatusCode::kOk)) << "three of four layers were posted";
+  EXPECT_EQ(copying_at_callback.load(), 0) << "the callback ran while its blocks were being read";
 }
 
 // The receiver copies each layer into its pool once that layer has landed
@@ -1495,10 +1530,16 @@ TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
   ASSERT_TRUE(local_->engine()
                   .begin_send(peer_, {2, 2, src_, dst_, 0, 4, 3000ms}, local_->callback())
                   .is_ok());
-  EXPECT_EQ(local_->engine().post_layers(2, 1).code(), StatusCode::kInternal);
+  // The copy runs after post_layers has returned: its failure comes back
+  // through the callback.
+  EXPECT_TRUE(local_->engine().post_layers(2, 1).is_ok());
   auto failed = local_->mail().wait(2, 5s);
   ASSERT_TRUE(failed.has_value()) << "no callback for a transfer whose layer was not staged";
   EXPECT_EQ(failed->status.code(), StatusCode::kInternal) << failed->status.to_string();
+  EXPECT_NE(failed->status.to_string().find("injected copy-out failure"), std::string::npos)
+      << failed->status.to_string();
+  EXPECT_EQ(local_->engine().post_layers(2, 2).code(), StatusCode::kNotFound)
+      << "a reported transfer takes no more layers";
 
   local_->copier()->fail = false;
   peer_process_->send(expect_line(3, 3, 0, 4, 5000, src_, dst_));
@@ -1517,8 +1558,9 @@ TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
 
 // cancel_send while layers are being copied out of a staged pool (a slow
 // device): a write_blocks still copying is aborted when it starts, and a
-// post_layers still copying holds the callback back until its copy is done,
-// since the callback frees the source blocks it reads.
+// posted layer still copying holds the callback back until its copy is
+// done, since the callback frees the source blocks it reads; a copy queued
+// behind it is skipped.
 TEST_P(StagedTransferTest, CancelDuringACopyOutAbortsAndWaitsForTheCopy) {
   start(make_layout(DType::kBF16, 32, 4), /*local_sends=*/true, 8);
   testing::HostPoolCopier& copier = *local_->copier();
@@ -1548,14 +1590,18 @@ TEST_P(StagedTransferTest, CancelDuringACopyOutAbortsAndWaitsForTheCopy) {
                                 local_->mail().post(r);
                               })
                   .is_ok());
-  std::thread poster([&] { (void)local_->engine().post_layers(2, 2); });
+  const uint64_t copied_before = copier.to_host_bytes.load();
+  ASSERT_TRUE(local_->engine().post_layers(2, 2).is_ok());
+  ASSERT_TRUE(local_->engine().post_layers(2, 3).is_ok());
   while (copier.copies_in_flight.load() == 0) std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(local_->engine().cancel_send(2).is_ok());
   auto second = local_->mail().wait(2, 5s);
-  poster.join();
   ASSERT_TRUE(second.has_value());
   EXPECT_EQ(second->status.code(), StatusCode::kAborted) << second->status.to_string();
   EXPECT_EQ(copying_at_callback.load(), 0) << "the callback ran while its blocks were being read";
+  const KvLayout layout = make_layout(DType::kBF16, 32, 4);
+  EXPECT_EQ(copier.to_host_bytes.load() - copied_before, 2 * src_.size() * layout.block_bytes())
+      << "layers [0, 2) copied once; layer 2's copy, queued behind them, skipped";
   peer_process_->quit();
 }
 
