@@ -143,7 +143,7 @@ class TransferEngine {
   // With `staging`, `pool` is memory UCX does not register (a GPU's: config
   // pool_memory kCuda requires it) and the engine never touches it itself: it
   // registers a host mirror of the pool instead, has each sent layer copied
-  // out to it as it is posted (on the caller's thread) and each received
+  // out to it as it is posted (on a copy-out thread) and each received
   // layer copied in once verified (all of them before the callback). The
   // mirror costs pool_bytes of host memory, pinned where the copier can.
   static Result<std::unique_ptr<TransferEngine>> create(

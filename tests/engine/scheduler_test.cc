@@ -3,11 +3,11 @@
 #include "engine/scheduler.h"
 
 #include <gtest/gtest.h>
-#include <liburing.h>
 
 #include <fstream>
 #include <map>
 #include <random>
+#include <set>
 
 #include "common/prefix_hash.h"
 #include "engine/checkpoint.h"
@@ -15,21 +15,14 @@
 #include "engine/make_model.h"
 #include "kernels/cpu/cpu_features.h"
 #include "tests/engine/greedy_options.h"
+#include "tests/engine/io_uring_probe.h"
 #include "tests/engine/reference_model.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
 namespace {
 
-// Whether this kernel lets this process set up an io_uring, asked of the
-// kernel directly rather than through the SSD tier under test: a tier that
-// falls back when it need not must fail, not skip.
-bool kernel_offers_io_uring() {
-  io_uring ring;
-  const int rc = io_uring_queue_init(4, &ring, 0);
-  if (rc == 0) io_uring_queue_exit(&ring);
-  return rc == 0;
-}
+using testing::kernel_offers_io_uring;
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -228,6 +221,14 @@ class SchedulerTest : public ::testing::Test {
 
 using testing::greedy;
 
+// The premise of every "equals alone" comparison: outputs depend on their
+// prompts, so a batch that mixed up sequences' KV would not match. (A model
+// whose greedy outputs were the same for every prompt would pass them all.)
+void expect_outputs_depend_on_prompts(const std::vector<std::vector<int32_t>>& alone) {
+  const std::set<std::vector<int32_t>> distinct(alone.begin(), alone.end());
+  EXPECT_GE(distinct.size() * 2, alone.size()) << "most prompts generate the same tokens";
+}
+
 TEST_F(SchedulerTest, BatchEqualsAloneUnderChunkingAndPreemption) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   auto prompts = random_prompts(8);
@@ -238,6 +239,7 @@ TEST_F(SchedulerTest, BatchEqualsAloneUnderChunkingAndPreemption) {
     alone.push_back(generate(*engine, {p}, options)[0]);
     ASSERT_EQ(alone.back().size(), 12u);
   }
+  expect_outputs_depend_on_prompts(alone);
   // Roomy pool, big budget: all prompts prefilled in one step.
   auto roomy = make_engine(256, 16, 2048);
   EXPECT_EQ(generate(*roomy, prompts, options), alone);
@@ -263,6 +265,7 @@ TEST_F(SchedulerTest, RandomTightConfigurationsMatchAlone) {
     auto engine = make_engine(64, 16, 2048);
     alone.push_back(generate(*engine, {p}, options)[0]);
   }
+  expect_outputs_depend_on_prompts(alone);
   EXPECT_GT(run_tight_rounds(prompts, options, alone, 30, 1).preemptions, 0)
       << "no round exercised preemption";
 }
@@ -711,7 +714,9 @@ TEST_F(SchedulerTest, StagedSsdTierStopsWithReadsInFlight) {
     auto store =
         SsdKvStore::create(dir, uint64_t(64) << 20, engine->kv_pool().layout(), SsdIo::kIoUring);
     ASSERT_TRUE(store.is_ok()) << store.status().to_string();
-    if (!store.value()->loads_are_asynchronous()) GTEST_SKIP() << "no io_uring here";
+    if (!kernel_offers_io_uring()) GTEST_SKIP() << "this kernel refuses io_uring_queue_init";
+    ASSERT_TRUE(store.value()->loads_are_asynchronous())
+        << "the kernel offers io_uring, but the SSD tier fell back to synchronous reads";
     ASSERT_TRUE(s.attach_ssd_store(std::move(store).value(),
                                    std::make_unique<CountingCopier>(engine->kv_pool()))
                     .is_ok());

@@ -23,6 +23,7 @@
 #include <random>
 
 #include "engine/kv_pool.h"
+#include "tests/engine/io_uring_probe.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
@@ -192,9 +193,13 @@ TEST_F(SsdKvStoreTest, BlocksComeBackByteForByteIntoOtherBlocks) {
       KvPool untouched_copy = random_pool(layout);
       std::memcpy(untouched_copy.data(), target.data(), target.bytes());
       auto store = make_store(layout, 100, io);
-      // The kernel may refuse io_uring (seccomp); then every run takes preadv.
+      // The kernel may refuse io_uring (seccomp); then every run takes
+      // preadv. Where it offers one, the io_uring rows must use it.
       if (io == SsdIo::kPlain) {
         EXPECT_FALSE(store->uses_io_uring());
+      } else if (testing::kernel_offers_io_uring()) {
+        ASSERT_TRUE(store->uses_io_uring())
+            << "fell back to preadv though the kernel offers io_uring";
       }
       if (io == SsdIo::kIoUringInline) {
         EXPECT_FALSE(store->hands_copies_to_kernel_workers());

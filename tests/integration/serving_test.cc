@@ -611,6 +611,30 @@ TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
   }
 }
 
+// The decode nodes' heartbeat count of generated tokens, which the abort,
+// timeout and hang-up tests read to tell that a node stopped generating,
+// goes up by what a request generated: a counter that stood still would
+// pass all of them.
+TEST_F(ServingTest, DecodeNodesCountTheTokensTheyGenerate) {
+  ASSERT_TRUE(cluster_->wait_drained(10s));
+  const int64_t before = cluster_->generated_tokens("decode");
+  constexpr int kTokens = 40;
+  json body = {{"prompt", random_prompt(rng_, 40, 60)},
+               {"max_tokens", kTokens},
+               {"ignore_eos", true},
+               {"temperature", 0}};
+  auto response = cluster_->post("/v1/completions", body);
+  ASSERT_TRUE(response.is_ok());
+  ASSERT_EQ(response->status, 200) << response->body;
+  EXPECT_EQ(json::parse(response->body)["usage"]["completion_tokens"], kTokens);
+  ASSERT_TRUE(cluster_->wait_drained(10s));
+  const int64_t generated = cluster_->generated_tokens("decode") - before;
+  // The first token comes from the prefill node where the prompt is
+  // prefilled remotely, from the decode node otherwise.
+  EXPECT_GE(generated, kTokens - 1);
+  EXPECT_LE(generated, kTokens);
+}
+
 TEST_F(ServingTest, StreamingChunksUsageAndDone) {
   std::string prompt = random_prompt(rng_, 20, 60);
   json body = {{"prompt", prompt}, {"max_tokens", 30}, {"temperature", 0}};

@@ -147,16 +147,18 @@ std::vector<double> expected_probs(const std::vector<float>& logits, SamplingPar
 }
 
 TEST(SamplingTest, EmpiricalFrequenciesMatchProbabilities) {
-  std::mt19937_64 data(12345);
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 data(seed);
   const std::vector<float> logits = random_floats(data, 20, -2.0f, 2.0f);
   for (SamplingParams params :
        {SamplingParams{1.0f, 0, 1.0f}, SamplingParams{0.6f, 0, 1.0f}, SamplingParams{1.5f, 8, 1.0f},
         SamplingParams{1.0f, 0, 0.7f}, SamplingParams{0.9f, 10, 0.8f},
         SamplingParams{1.0f, 0, 1.0f, 0.2f}, SamplingParams{0.8f, 12, 0.9f, 0.05f}}) {
     SCOPED_TRACE("t=" + std::to_string(params.temperature) + " k=" + std::to_string(params.top_k) +
-                 " p=" + std::to_string(params.top_p));
+                 " p=" + std::to_string(params.top_p) + " min_p=" + std::to_string(params.min_p));
     const auto probs = expected_probs(logits, params);
-    SamplerRng rng(777);
+    SamplerRng rng(data());
     const int draws = 100000;
     std::vector<int> counts(logits.size(), 0);
     for (int i = 0; i < draws; ++i) counts[size_t(sample_token(logits.data(), 20, params, rng))]++;
@@ -232,16 +234,16 @@ TEST(AdjustLogitsTest, MatchesNaiveRules) {
   }
 }
 
-TEST(LogprobTest, MatchesDoubleLogSoftmax) {
-  const uint64_t seed = fresh_seed();
-  SCOPED_TRACE("seed=" + std::to_string(seed));
-  std::mt19937_64 data(seed);
-  auto x = random_floats(data, 49152, -20.0f, 20.0f);
-  x[7] = 300.0f;  // large logits must not overflow
+// Log-probabilities of `x` against double log-softmax: the ids asked for
+// and the top five, in order.
+void expect_logprobs_match(const std::vector<float>& x) {
   const auto ref = reference::log_softmax(x.data(), int64_t(x.size()));
-  for (int32_t id : {0, 7, 100, 49151})
-    EXPECT_NEAR(token_logprob(x.data(), int32_t(x.size()), id), ref[size_t(id)],
-                1e-6 * std::max(1.0, std::abs(ref[size_t(id)])));
+  const auto tolerance = [&](int32_t id) {
+    return 1e-6 * std::max(1.0, std::abs(ref[size_t(id)]));
+  };
+  for (int32_t id : {0, 7, 100, int32_t(x.size()) - 1})
+    EXPECT_NEAR(token_logprob(x.data(), int32_t(x.size()), id), ref[size_t(id)], tolerance(id))
+        << "token " << id;
   const auto top = top_logprobs(x.data(), int32_t(x.size()), 5);
   ASSERT_EQ(top.size(), 5u);
   std::vector<int32_t> order(x.size());
@@ -250,16 +252,40 @@ TEST(LogprobTest, MatchesDoubleLogSoftmax) {
                    [&](int32_t a, int32_t b) { return x[size_t(a)] > x[size_t(b)]; });
   for (size_t i = 0; i < 5; ++i) {
     EXPECT_EQ(top[i].id, order[i]);
-    EXPECT_NEAR(top[i].logprob, ref[size_t(order[i])],
-                1e-6 * std::max(1.0, std::abs(ref[size_t(order[i])])));
+    EXPECT_NEAR(top[i].logprob, ref[size_t(order[i])], tolerance(order[i]));
   }
+}
+
+TEST(LogprobTest, MatchesDoubleLogSoftmax) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 data(seed);
+  // Spread so that the normaliser is the sum of thousands of terms: its log
+  // is about log(49152 / 20) = 7.8 above the largest logit.
+  auto x = random_floats(data, 49152, -10.0f, 10.0f);
+  {
+    SCOPED_TRACE("random logits");
+    expect_logprobs_match(x);
+  }
+  // Large logits must not overflow, and several of them share the mass:
+  // a normaliser taken from the largest alone is off by log(1 + e^-0.5 + e^-2).
+  x[7] = 300.0f;
+  x[100] = 299.5f;
+  x[4242] = 298.0f;
+  {
+    SCOPED_TRACE("three logits near 300");
+    expect_logprobs_match(x);
+  }
+  // Ties keep the lower id first.
   std::vector<float> tied = {1.0f, 2.0f, 2.0f, 0.0f};
+  const auto want = reference::log_softmax(tied.data(), 4);
   const auto t = top_logprobs(tied.data(), 4, 10);
   ASSERT_EQ(t.size(), 4u);
-  EXPECT_EQ(t[0].id, 1);
-  EXPECT_EQ(t[1].id, 2);
-  EXPECT_EQ(t[2].id, 0);
-  EXPECT_EQ(t[3].id, 3);
+  const int32_t order[] = {1, 2, 0, 3};
+  for (size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(t[i].id, order[i]);
+    EXPECT_NEAR(t[i].logprob, want[size_t(order[i])], 1e-6);
+  }
 }
 
 }  // namespace

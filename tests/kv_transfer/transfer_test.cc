@@ -1506,8 +1506,9 @@ TEST_P(StagedTransferTest, SenderDiesWhileItsTransferIsCopiedIn) {
   peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
   ASSERT_TRUE(copy_in_started()) << "transfer 1 never copied in";
   // Its first layer is copied in as soon as it is verified; the notice
-  // follows the last layer within moments on loopback.
-  std::this_thread::sleep_for(300ms);
+  // follows the last layer within moments on loopback, and the copies in
+  // (two of 2 s, the first layer's and the rest's) outlast the wait.
+  std::this_thread::sleep_for(1000ms);
   peer_process_->kill_now();
   auto got = local_->mail().wait(1, 10s);
   ASSERT_TRUE(got.has_value());
