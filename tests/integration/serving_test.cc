@@ -289,6 +289,52 @@ TEST(PacedServingTest, ADecodeNodeSpacesItsStepsByItsMinimumInterval) {
   // The prefill node samples the first token; the decode node's kTokens - 1
   // steps begin 60 ms apart at least.
   EXPECT_GE(elapsed, (kTokens - 2) * 60ms);
+  // Streamed, the same spacing shows between the tokens themselves, apart
+  // from prefill and connection set-up. An event may hold back a token
+  // whose text ends inside a character, so the tokens each event carries
+  // are counted from its logprobs: from the event that delivered the
+  // decode node's first token (and any held back with it, up to token m)
+  // to the last event, the last token's step came kTokens - 1 - m steps
+  // later (unpaced, a few milliseconds); one interval is allowed to be
+  // lost to an event that reached the client late.
+  std::vector<std::pair<std::chrono::steady_clock::time_point, int>> events;  // time, tokens so far
+  std::string pending;
+  int tokens_so_far = 0;
+  auto streamed =
+      tools::http_stream("127.0.0.1", cluster.http_port(), "/v1/completions",
+                         json{{"prompt", prompt},
+                              {"max_tokens", kTokens},
+                              {"temperature", 0},
+                              {"ignore_eos", true},
+                              {"logprobs", 1},
+                              {"stream", true}}
+                             .dump(),
+                         [&](std::string_view bytes) {
+                           const auto now = std::chrono::steady_clock::now();
+                           pending += bytes;
+                           for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+                             const std::string event = pending.substr(0, end);
+                             pending.erase(0, end + 2);
+                             if (event.rfind("data: {", 0) != 0) continue;
+                             const json chunk = json::parse(event.substr(6), nullptr, false);
+                             if (chunk.is_discarded() || chunk["choices"].empty()) continue;
+                             const json& logprobs = chunk["choices"][0]["logprobs"];
+                             if (!logprobs.is_object()) continue;
+                             tokens_so_far += int(logprobs["tokens"].size());
+                             events.emplace_back(now, tokens_so_far);
+                           }
+                           return true;
+                         });
+  ASSERT_TRUE(streamed.is_ok()) << streamed.status().to_string();
+  ASSERT_EQ(streamed->status, 200);
+  ASSERT_EQ(tokens_so_far, kTokens);
+  const auto first_decoded =
+      std::ranges::find_if(events, [](const auto& e) { return e.second >= 2; });
+  ASSERT_NE(first_decoded, events.end());
+  const int m = first_decoded->second - 1;  // the last token index it carried
+  EXPECT_GE(events.back().first - first_decoded->first, std::max(0, kTokens - 2 - m) * 55ms)
+      << "the decode node's tokens came faster than its steps may start (first event up to "
+      << "token " << m << ")";
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
