@@ -84,8 +84,10 @@ void DecodeServer::admit_queued() {
       queued_.pop_front();
       continue;
     }
+    const uint64_t id = it->first;
     if (!try_reserve(it->second)) return;  // first come, first served: later ones wait too
-    queued_.pop_front();
+    // Reserved, or ended (end() took it off the queue and forgot it).
+    if (!queued_.empty() && queued_.front() == id) queued_.pop_front();
   }
 }
 
@@ -207,7 +209,8 @@ void DecodeServer::on_abort(const control::Abort& abort) {
                 abort.request_id, abort.reason);
   // The router already ended the request for its client: nothing to tell it.
   if (request.state == State::kQueued) {
-    queued_.erase(std::find(queued_.begin(), queued_.end(), abort.request_id));
+    auto queued = std::find(queued_.begin(), queued_.end(), abort.request_id);
+    if (queued != queued_.end()) queued_.erase(queued);
     requests_.erase(it);
     return;
   }

@@ -128,11 +128,16 @@ Status read_sampling_extras(const json& doc, SamplingFields& s) {
     const json* v = member(doc, key);
     if (v == nullptr) return Status::ok();
     BATON_ASSIGN_OR_RETURN(double x, read_number(*v, key));
-    if ((lo_open ? x <= lo : x < lo) || x > hi) {
+    // The nodes take 32-bit floats: 1e-300 is 0 to them, which an open
+    // range refuses.
+    const float f = float(x);
+    if ((lo_open ? f <= lo : f < lo) || f > hi) {
+      const bool rounded_out = !((lo_open ? x <= lo : x < lo) || x > hi);
       return bad(key, "must be in " + std::string(lo_open ? "(" : "[") + quote_value(json(lo)) +
-                          ", " + quote_value(json(hi)) + "], got " + quote_value(*v));
+                          ", " + quote_value(json(hi)) + "]" +
+                          (rounded_out ? " (as a 32-bit float)" : "") + ", got " + quote_value(*v));
     }
-    out = float(x);
+    out = f;
     return Status::ok();
   };
   BATON_RETURN_IF_ERROR(real_in("presence_penalty", -2, 2, false, s.presence_penalty));
@@ -184,8 +189,13 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
   }
   if (const json* v = member(doc, "top_p")) {
     BATON_ASSIGN_OR_RETURN(double p, read_number(*v, "top_p"));
-    if (!(p > 0 && p <= 1)) return bad("top_p", "must be in (0, 1]");
     s.top_p = float(p);
+    if (!(s.top_p > 0 && s.top_p <= 1)) {
+      const bool rounded_out = p > 0 && p <= 1;  // 1e-300 is 0 as a float
+      return bad("top_p", std::string("must be in (0, 1]") +
+                              (rounded_out ? " (as a 32-bit float)" : "") + ", got " +
+                              quote_value(*v));
+    }
   }
   if (const json* v = member(doc, "top_k")) {
     BATON_ASSIGN_OR_RETURN(int64_t k,

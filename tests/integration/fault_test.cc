@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <numeric>
 #include <set>
 #include <thread>
 #include <vector>
@@ -403,6 +404,85 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
   }
   EXPECT_TRUE(aborts.contains(held))
       << "the router did not abort the failed request on the node that came back";
+}
+
+// A request the decode node cannot reserve KV for (its sampling refused)
+// ends with an error, and the requests queued behind it are served: they
+// get their reservations, nothing is dropped, an abort of the ended one is
+// ignored and the node stays up. The test plays the router, so that it can
+// send what a router's own checks would stop.
+TEST(FaultTest, ARequestThatCannotBeReservedLeavesTheQueueWhole) {
+  ClusterShape shape;
+  shape.separate_roles = true;
+  shape.start_nodes = false;
+  shape.wait_until_up = false;
+  Cluster cluster(shape);
+  cluster.kill_process("router");
+  auto router =
+      control::ControlSocket::bind("tcp://127.0.0.1:" + std::to_string(cluster.control_port()));
+  ASSERT_TRUE(router.is_ok()) << router.status().to_string();
+  cluster.start_node("decode", "decode-0");
+  bool registered = false;
+  for (auto until = Clock::now() + 60s; !registered && Clock::now() < until;) {
+    for (const auto& received : (*router)->poll(200ms)) {
+      if (std::holds_alternative<control::Register>(received.message)) {
+        ASSERT_TRUE((*router)->send("decode-0", control::RegisterAck{true, ""}).is_ok());
+        registered = true;
+      }
+    }
+  }
+  ASSERT_TRUE(registered) << "the decode node never registered";
+
+  std::vector<int32_t> prompt(40);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  auto remote = [&](uint64_t id, float top_p) {
+    control::Generate g;
+    g.request_id = id;
+    g.prompt = prompt;
+    g.sampling.top_p = top_p;
+    g.sampling.max_tokens = 4;
+    g.prefill_node = "prefill-0";
+    return g;
+  };
+  // In one batch: the node takes them in order, and 1 fails its reservation
+  // first in the queue, with 2 and 3 behind it.
+  ASSERT_TRUE((*router)->send("decode-0", remote(1, 0.0f)).is_ok());
+  ASSERT_TRUE((*router)->send("decode-0", remote(2, 1.0f)).is_ok());
+  ASSERT_TRUE((*router)->send("decode-0", remote(3, 0.5f)).is_ok());
+  std::set<uint64_t> ready, failed;
+  for (auto until = Clock::now() + 10s;
+       (ready.size() < 2 || failed.empty()) && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(100ms)) {
+      if (auto* r = std::get_if<control::PrefillReady>(&received.message))
+        ready.insert(r->request_id);
+      if (auto* e = std::get_if<control::Events>(&received.message))
+        for (const auto& event : e->events)
+          if (event.finish_reason == FinishReason::kError) failed.insert(event.request_id);
+    }
+  EXPECT_EQ(failed, std::set<uint64_t>{1}) << "the refused request ends with an error";
+  EXPECT_EQ(ready, (std::set<uint64_t>{2, 3})) << "the requests behind it get their blocks";
+
+  // The ended request's abort finds nothing; the node then serves a request
+  // it prefills itself to the end.
+  ASSERT_TRUE((*router)->send("decode-0", control::Abort{1, "client left"}).is_ok());
+  control::Generate local;
+  local.request_id = 4;
+  local.prompt = {5, 6, 7};
+  local.sampling.max_tokens = 3;
+  local.sampling.ignore_eos = true;
+  ASSERT_TRUE((*router)->send("decode-0", local).is_ok());
+  size_t tokens = 0;
+  bool finished = false;
+  for (auto until = Clock::now() + 10s; !finished && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(100ms))
+      if (auto* e = std::get_if<control::Events>(&received.message))
+        for (const auto& event : e->events)
+          if (event.request_id == 4) {
+            tokens += event.tokens.size();
+            finished |= event.finish_reason != FinishReason::kNone;
+          }
+  EXPECT_TRUE(finished) << "the node stopped answering";
+  EXPECT_EQ(tokens, 3u);
 }
 
 TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
