@@ -320,8 +320,10 @@ void HttpConnection::enqueue(std::string bytes, bool completes_reply) {
   if (phase_ == Phase::kClosed) return;
   queued_bytes_ += bytes.size();
   if (!bytes.empty()) queued_.push_back(std::move(bytes));
-  if (queued_bytes_ > core_->config.max_queued_write_bytes) {
-    // The client stopped reading: its output would grow without bound.
+  if (writing_ && queued_bytes_ > core_->config.max_queued_write_bytes) {
+    // The client stopped reading: its output would grow without bound. (A
+    // whole reply, however large, goes out when nothing waits ahead of it;
+    // the write timeout bounds a client that then reads none of it.)
     spdlog::warn("http: dropping a client that left {} bytes unread", queued_bytes_);
     return close();
   }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <fstream>
 #include <optional>
+#include <random>
 #include <sstream>
 
 #include <algorithm>
@@ -536,6 +537,28 @@ TEST_F(HttpServerTest, ClientThatStopsReadingIsDropped) {
     ASSERT_TRUE(dropped) << "the client that reads nothing was never dropped";
     EXPECT_TRUE(wait_for_connections(0, 2000ms));
   }
+}
+
+// The queue limit is for output that waits behind a write the client has
+// not taken: a whole reply larger than it (a batch of long completions with
+// log-probabilities) is delivered, byte for byte.
+TEST_F(HttpServerTest, AReplyLargerThanTheQueueLimitIsDelivered) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::string body(3u << 20, '\0');
+  for (char& c : body) c = char('a' + rng() % 26);
+  HttpServerConfig config;
+  config.max_queued_write_bytes = 1u << 20;
+  auto running = start(
+      [&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+        responder->respond(200, "text/plain", body);
+      },
+      config);
+  Client client(server_->port());
+  client.send(get("/large"));
+  Response response;
+  ASSERT_FALSE(client.read(response));
+  EXPECT_EQ(response.result_int(), 200);
+  EXPECT_TRUE(response.body() == body) << "got " << response.body().size() << " bytes";
 }
 
 TEST_F(HttpServerTest, ClientDisconnectWhileReplyPendingFiresOnClose) {
