@@ -181,7 +181,13 @@ void ZmqFrontend::loop() {
                                 zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
                     socket.send(zmq::buffer(out.payload), zmq::send_flags::dontwait);
         if (!sent) spdlog::debug("zmq front end: a reply was dropped (client queue full)");
-        if (out.last) live_.erase(out.identity + '\0' + out.tag);
+        // The tag's entry goes with its request's last reply, not with a
+        // refusal of another request under the same tag.
+        if (out.last) {
+          auto it = live_.find(out.identity + '\0' + out.tag);
+          auto responder = it == live_.end() ? nullptr : it->second.lock();
+          if (it != live_.end() && (!responder || responder->done())) live_.erase(it);
+        }
       }
       receive_requests();
       for (auto it = live_.begin(); it != live_.end();) {
@@ -280,6 +286,19 @@ void ZmqFrontend::receive_requests() {
           "request body exceeds the limit of " + std::to_string(config_.max_body_bytes) + " bytes";
       responder->respond(413, "application/json", error.to_json().dump(), {});
       continue;
+    }
+    // A tag names one running request of its client: a second one could
+    // not be told apart in the replies nor cancelled.
+    if (auto running = live_.find(key); running != live_.end()) {
+      auto other = running->second.lock();
+      if (other && !other->done()) {
+        ApiError error;
+        error.http_status = 400;
+        error.type = "BadRequestError";
+        error.message = "the tag is in use by a running request of this client";
+        responder->respond(400, "application/json", error.to_json().dump(), {});
+        continue;
+      }
     }
     live_[key] = responder;
     HttpRequest request = std::move(read->request);

@@ -125,6 +125,17 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
   client.send("r4", "/v1/completions", long_body.dump());
   reply = client.receive();
   ASSERT_EQ(reply.size(), 3u);
+  // A second request under the running one's tag is refused (it could be
+  // neither told apart nor cancelled); the stream's events come meanwhile.
+  client.send("r4", "/v1/completions", long_body.dump());
+  bool refused = false;
+  for (int i = 0; i < 2 * kMaxTokens && !refused; ++i) {
+    reply = client.receive();
+    ASSERT_EQ(reply.size(), 3u);
+    refused = reply[1] == "400";
+  }
+  ASSERT_TRUE(refused) << "a second request took the running one's tag";
+  EXPECT_NE(reply[2].find("the tag is in use"), std::string::npos) << reply[2];
   client.send("r4", "cancel", "");
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
   // The node stopped: a router that never aborted let it generate them all.
