@@ -354,9 +354,10 @@ std::vector<size_t> CompletionExchange::returned_choices() const {
 
 void CompletionExchange::fail(const Status& error) {
   done_ = true;
-  // Each choice still running ends in the error, as each finished one counts.
+  // Each choice still running ends in the error, as each finished one
+  // counts; those never submitted (admission refused) never ran.
   for (const ChoiceState& choice : choices_) {
-    if (!choice.finished) metrics_.count_finished(FinishReason::kError);
+    if (choice.submitted && !choice.finished) metrics_.count_finished(FinishReason::kError);
   }
   cancel_running();
   ApiError api = api_error_from_status(error);

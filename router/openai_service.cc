@@ -280,6 +280,18 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     token_prompts.push_back(std::move(ids));
   }
 
+  // Each prompt's samples are requests of their own: more than the router
+  // holds at once could never be admitted, so retrying (429) would not help.
+  const int64_t generations = int64_t(token_prompts.size()) * sampling.best_of;
+  if (generations > int64_t(core_.max_queued_requests())) {
+    return send_error(*responder,
+                      invalid_argument("the request asks for " + std::to_string(generations) +
+                                       " generations (prompts times best_of or n); the router "
+                                       "holds at most " +
+                                       std::to_string(core_.max_queued_requests()) +
+                                       " at once (router.max_queued_requests)"));
+  }
+
   std::vector<int32_t> biased;
   for (const auto& [id, bias] : sampling.logit_bias) biased.push_back(id);
   if (Status in_vocabulary = check_vocabulary(biased, "logit_bias: token id");

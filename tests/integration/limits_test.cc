@@ -47,6 +47,20 @@ TEST(LimitsTest, FullRouterAnswers429WithRetryAfter) {
   EXPECT_GE(ok, 2);
   EXPECT_GE(refused, 1);
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+
+  // A request of more generations than the router ever holds could not be
+  // admitted by retrying: 400 naming the limit, and nothing counted as a
+  // finished request.
+  const double errors_before =
+      cluster.metric("vllm:request_success_total", "finished_reason=\"error\"");
+  auto too_many =
+      cluster.post("/v1/completions", json{{"prompt", {"a", "b"}}, {"n", 2}, {"max_tokens", 2}});
+  ASSERT_TRUE(too_many.is_ok());
+  EXPECT_EQ(too_many->status, 400) << too_many->body;
+  EXPECT_NE(too_many->body.find("asks for 4 generations"), std::string::npos) << too_many->body;
+  EXPECT_NE(too_many->body.find("router.max_queued_requests"), std::string::npos);
+  EXPECT_EQ(cluster.metric("vllm:request_success_total", "finished_reason=\"error\""),
+            errors_before);
 }
 
 TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
