@@ -205,14 +205,16 @@ std::string CompletionExchange::token_text(int32_t id) const {
   return json::parse(dump(json(detokenize({id})))).get<std::string>();
 }
 
-json CompletionExchange::top_map(const control::TokenLogprobs& scored) const {
+json CompletionExchange::top_map(int32_t id, const control::TokenLogprobs& scored) const {
   json top = json::object();
-  for (size_t k = 0; k < scored.top_ids.size(); ++k) {
+  const size_t shown = std::min(scored.top_ids.size(), size_t(std::max(spec_.top_logprobs, 0)));
+  for (size_t k = 0; k < shown; ++k) {
     // Alternatives that render as the same text share a key: keep the likeliest.
     std::string key = token_text(scored.top_ids[k]);
     if (!top.contains(key) || top[key].get<float>() < scored.top_logprobs[k])
       top[key] = scored.top_logprobs[k];
   }
+  if (std::string key = token_text(id); !top.contains(key)) top[key] = scored.logprob;
   return top;
 }
 
@@ -229,7 +231,8 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
       const control::TokenLogprobs& lp = choice.logprobs[t];
       std::string text = token_text(choice.tokens[t]);
       json top = json::array();
-      for (size_t k = 0; k < lp.top_ids.size(); ++k) {
+      const size_t shown = std::min(lp.top_ids.size(), size_t(std::max(spec_.top_logprobs, 0)));
+      for (size_t k = 0; k < shown; ++k) {
         std::string alt = token_text(lp.top_ids[k]);
         top.push_back({{"token", alt}, {"logprob", lp.top_logprobs[k]}, {"bytes", bytes_of(alt)}});
       }
@@ -247,7 +250,7 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
     std::string text = token_text(choice.tokens[t]);
     tokens.push_back(text);
     token_logprobs.push_back(lp.logprob);
-    top_logprobs.push_back(top_map(lp));
+    top_logprobs.push_back(top_map(choice.tokens[t], lp));
     text_offset_list.push_back(text_offset);
     text_offset += text.size();
   }
@@ -276,7 +279,7 @@ json CompletionExchange::with_prompt(const ChoiceState& choice, json logprobs) c
       continue;
     }
     token_logprobs.push_back(scored->logprob);
-    top_logprobs.push_back(top_map(*scored));
+    top_logprobs.push_back(top_map(choice.prompt[p], *scored));
   }
   const std::pair<const char*, json*> parts[] = {{"tokens", &tokens},
                                                  {"token_logprobs", &token_logprobs},

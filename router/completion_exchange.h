@@ -43,7 +43,8 @@ struct ExchangeSpec {
   // log-probability, in that order.
   int32_t n = 1;
   int32_t best_of = 1;
-  bool logprobs = false;  // the client asked for them
+  bool logprobs = false;     // the client asked for them
+  int32_t top_logprobs = 0;  // alternatives shown per token (the nodes may send more)
   // echo: each prompt's text, put before its choices' (empty: no echo).
   std::vector<std::string> echoes;
 };
@@ -105,8 +106,10 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   // becomes U+FFFD, as the JSON output would make it), so equal keys of a
   // top_logprobs map compare equal here.
   std::string token_text(int32_t id) const;
-  // Completions' top_logprobs entry of one token: alternative text -> log-probability.
-  nlohmann::json top_map(const control::TokenLogprobs& scored) const;
+  // Completions' top_logprobs entry of token `id`: alternative text ->
+  // log-probability, the token itself among them (as OpenAI and vLLM: up to
+  // top_logprobs + 1 entries).
+  nlohmann::json top_map(int32_t id, const control::TokenLogprobs& scored) const;
   // The choice's `logprobs` object in the endpoint's shape.
   // Tokens [begin, end) of the choice; `text_offset` is where token `begin`'s
   // text starts and comes back advanced past `end`'s (completions shape).

@@ -264,15 +264,17 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
     if (const json* v = member(doc, "logprobs")) {
       BATON_ASSIGN_OR_RETURN(want, read_bool(*v, "logprobs"));
     }
+    // As OpenAI: no alternatives unless top_logprobs asks for them.
+    s.want_logprobs = want;
     if (const json* v = member(doc, "top_logprobs")) {
       if (!want) return bad("top_logprobs", "requires 'logprobs' to be true");
       BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "top_logprobs", 0, limits.max_logprobs));
       s.logprobs = int32_t(n);
-    } else if (want) {
-      s.logprobs = 1;
     }
   } else if (const json* v = member(doc, "logprobs")) {
+    // 0 still asks for the chosen tokens' own log-probabilities.
     BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "logprobs", 0, limits.max_logprobs));
+    s.want_logprobs = true;
     s.logprobs = int32_t(n);
   }
   return Status::ok();

@@ -37,7 +37,11 @@ struct SamplingFields {
   bool echo = false;  // completions: the prompt's text before each choice's
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
-  int32_t logprobs = 0;        // top-N per token; 0 = none
+  // Log-probabilities asked for (completions' `logprobs` given, chat's
+  // `logprobs: true`), with `logprobs` alternatives to each token (0: the
+  // token's own only).
+  bool want_logprobs = false;
+  int32_t logprobs = 0;
   // vLLM's sampling extras (kernels/cpu/sampling.h).
   float min_p = 0.0f;
   float presence_penalty = 0.0f;

@@ -316,7 +316,8 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   spec.prompt_tokens = prompt_tokens;
   spec.n = sampling.n;
   spec.best_of = sampling.best_of;
-  spec.logprobs = sampling.logprobs > 0;
+  spec.logprobs = sampling.want_logprobs;
+  spec.top_logprobs = sampling.logprobs;
   spec.echoes = std::move(echoes);
 
   // Choice index = prompt index * best_of + sample index; sample j of a
@@ -339,15 +340,18 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
       s.max_tokens = sampling.max_tokens;
       s.stop_token_ids = sampling.stop_token_ids;
       s.ignore_eos = sampling.ignore_eos;
-      s.logprobs =
-          sampling.best_of > sampling.n ? std::max(sampling.logprobs, 1) : sampling.logprobs;
+      // The nodes send a token's log-probability with its alternatives
+      // (at least one, trimmed to what was asked for in the reply).
+      s.logprobs = sampling.want_logprobs || sampling.best_of > sampling.n
+                       ? std::max(sampling.logprobs, 1)
+                       : 0;
       s.min_p = sampling.min_p;
       s.presence_penalty = sampling.presence_penalty;
       s.frequency_penalty = sampling.frequency_penalty;
       s.repetition_penalty = sampling.repetition_penalty;
       s.min_tokens = sampling.min_tokens;
       // echo with logprobs: the prompt's tokens come first, scored too.
-      if (sampling.echo && sampling.logprobs > 0) s.prompt_logprobs = sampling.logprobs;
+      if (sampling.echo && sampling.want_logprobs) s.prompt_logprobs = sampling.logprobs;
       for (const auto& [id, bias] : sampling.logit_bias) {
         s.logit_bias_ids.push_back(id);
         s.logit_bias_values.push_back(bias);

@@ -480,7 +480,8 @@ TEST_F(ServingTest, EchoWithLogprobsScoresThePromptTokens) {
     EXPECT_EQ(lp["text_offset"][ids.size()], prompt.size()) << "the completion's first token";
     for (size_t p = 1; p < ids.size(); ++p) {
       ASSERT_TRUE(lp["token_logprobs"][p].is_number()) << "position " << p;
-      EXPECT_LE(lp["top_logprobs"][p].size(), size_t(kTop));
+      // The alternatives, and the prompt token where it is not among them.
+      EXPECT_LE(lp["top_logprobs"][p].size(), size_t(kTop) + 1);
     }
     // Three positions, each against a one-token completion of the prefix.
     for (int trial = 0; trial < 3; ++trial) {
@@ -608,6 +609,53 @@ TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
 // (chat), whatever the text held back in between. A stop string that never
 // matches and is longer than the answer holds back all of its text until the
 // end, so the chunks before the last carry log-probabilities and no text.
+// Log-probabilities with no alternatives asked for: completions'
+// `logprobs: 0` and chat's `logprobs: true` alone still score every token,
+// each completions entry holding the chosen token alone (OpenAI's "+1") and
+// each chat entry no alternatives; with alternatives, the chosen token joins
+// them where it is not among them. Scores equal those of a request with
+// alternatives.
+TEST_F(ServingTest, LogprobsWithoutAlternativesScoreTheChosenTokens) {
+  const std::string prompt = random_prompt(rng_, 30, 60);
+  json body = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 0}};
+  auto bare = cluster_->post("/v1/completions", body);
+  ASSERT_TRUE(bare.is_ok());
+  ASSERT_EQ(bare->status, 200) << bare->body;
+  const json lp = json::parse(bare->body)["choices"][0]["logprobs"];
+  ASSERT_TRUE(lp.is_object()) << bare->body;
+  ASSERT_EQ(lp["tokens"].size(), 6u);
+  body["logprobs"] = 2;
+  auto with_top = cluster_->post("/v1/completions", body);
+  ASSERT_TRUE(with_top.is_ok());
+  const json top_lp = json::parse(with_top->body)["choices"][0]["logprobs"];
+  for (size_t t = 0; t < 6; ++t) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    ASSERT_EQ(lp["top_logprobs"][t].size(), 1u) << lp["top_logprobs"][t].dump();
+    const std::string token = lp["tokens"][t];
+    ASSERT_TRUE(lp["top_logprobs"][t].contains(token));
+    EXPECT_NEAR(lp["top_logprobs"][t][token].get<double>(), lp["token_logprobs"][t].get<double>(),
+                1e-6);
+    EXPECT_NEAR(lp["token_logprobs"][t].get<double>(), top_lp["token_logprobs"][t].get<double>(),
+                1e-3);
+    EXPECT_GE(top_lp["top_logprobs"][t].size(), 2u);
+    EXPECT_LE(top_lp["top_logprobs"][t].size(), 3u);
+    EXPECT_TRUE(top_lp["top_logprobs"][t].contains(token)) << "the chosen token joins them";
+  }
+  json chat = {{"messages", {{{"role", "user"}, {"content", prompt}}}},
+               {"max_tokens", 4},
+               {"temperature", 0},
+               {"logprobs", true}};
+  auto chat_reply = cluster_->post("/v1/chat/completions", chat);
+  ASSERT_TRUE(chat_reply.is_ok());
+  ASSERT_EQ(chat_reply->status, 200) << chat_reply->body;
+  const json content = json::parse(chat_reply->body)["choices"][0]["logprobs"]["content"];
+  ASSERT_EQ(content.size(), 4u) << chat_reply->body;
+  for (const json& entry : content) {
+    EXPECT_TRUE(entry["logprob"].is_number());
+    EXPECT_EQ(entry["top_logprobs"], json::array());
+  }
+}
+
 TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
   const std::string prompt = random_prompt(rng_, 40, 80);
   for (const bool chat : {false, true}) {

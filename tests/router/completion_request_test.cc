@@ -46,10 +46,17 @@ TEST(CompletionRequest, EveryFieldAndPromptForm) {
   EXPECT_EQ(s.n, 2);
   EXPECT_TRUE(s.stream);
   EXPECT_TRUE(s.include_usage);
+  EXPECT_TRUE(s.want_logprobs);
   EXPECT_EQ(s.logprobs, 3);
 
   auto ids = parse_completion_request(R"({"prompt": [9, 8], "stop": "x"})");
   ASSERT_TRUE(ids.is_ok());
+  EXPECT_FALSE(ids->sampling.want_logprobs) << "not asked for";
+  // 0 asks for the chosen tokens' log-probabilities, with no alternatives.
+  auto own_only = parse_completion_request(R"({"prompt": "x", "logprobs": 0})");
+  ASSERT_TRUE(own_only.is_ok());
+  EXPECT_TRUE(own_only->sampling.want_logprobs);
+  EXPECT_EQ(own_only->sampling.logprobs, 0);
   EXPECT_EQ(std::get<std::vector<int32_t>>(ids->prompts[0]), (std::vector<int32_t>{9, 8}));
   EXPECT_EQ(ids->sampling.stop, (std::vector<std::string>{"x"}));
 }
@@ -120,7 +127,14 @@ TEST(ChatRequest, MessagesAndChatOnlyFields) {
   EXPECT_EQ(r->messages[0].role, "system");
   EXPECT_EQ(r->messages[1].content, "ab");
   EXPECT_EQ(r->sampling.max_tokens, 7);
+  EXPECT_TRUE(r->sampling.want_logprobs);
   EXPECT_EQ(r->sampling.logprobs, 2);
+  // As OpenAI: logprobs without top_logprobs shows no alternatives.
+  auto no_top =
+      parse_chat_request(R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})");
+  ASSERT_TRUE(no_top.is_ok());
+  EXPECT_TRUE(no_top->sampling.want_logprobs);
+  EXPECT_EQ(no_top->sampling.logprobs, 0);
 
   struct Case {
     const char* body;
