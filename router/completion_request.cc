@@ -163,6 +163,10 @@ Status read_sampling_extras(const json& doc, SamplingFields& s) {
       }
       BATON_ASSIGN_OR_RETURN(double b, read_number(bias, "logit_bias[" + key + "]"));
       if (b < -100 || b > 100) return bad("logit_bias[" + key + "]", "must be in [-100, 100]");
+      // "01" and "1" are one token: which bias would hold is anyone's guess.
+      if (std::ranges::any_of(s.logit_bias, [&](const auto& e) { return e.first == id; })) {
+        return bad("logit_bias", "names token id " + std::to_string(id) + " twice");
+      }
       s.logit_bias.emplace_back(int32_t(id), float(b));
     }
   }

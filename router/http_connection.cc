@@ -239,8 +239,10 @@ void HttpConnection::reply_error_and_close(int status, std::string type, std::st
   keep_alive_ = false;
   reply_ = Reply::kComplete;
   std::string body = error_body(status, std::move(type), std::move(message));
-  std::string bytes = response_head(status, "application/json", false) +
-                      "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
+  std::string bytes = response_head(status, "application/json", false);
+  // A full server (too many connections) may have room in a moment.
+  if (status == 503) bytes += "Retry-After: 1\r\n";
+  bytes += "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" + body;
   enqueue(std::move(bytes), true);
 }
 

@@ -2,6 +2,7 @@
 #include "router/openai_service.h"
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <random>
 
@@ -25,7 +26,21 @@ int64_t unix_seconds() {
       .count();
 }
 
-std::string path_of(const std::string& target) { return target.substr(0, target.find('?')); }
+// The path of a request target: origin form ("/v1/models?x") or, as
+// RFC 9112 says a server must accept, absolute form ("http://host/v1/models").
+std::string path_of(const std::string& target) {
+  std::string path = target.substr(0, target.find('?'));
+  for (std::string_view scheme : {"http://", "https://"}) {
+    if (path.size() > scheme.size() &&
+        std::equal(scheme.begin(), scheme.end(), path.begin(), [](char a, char b) {
+          return a == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      const size_t slash = path.find('/', scheme.size());
+      return slash == std::string::npos ? "/" : path.substr(slash);
+    }
+  }
+  return path;
+}
 
 json node_json(const NodeState& node) {
   json out = {{"name", node.name},
@@ -96,7 +111,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     metrics_.count_http(401);
     return responder->respond(401, "application/json", R"({"error":"Unauthorized"})");
   }
-  bool get = request.method == "GET";
+  // HEAD is GET without the body (the connection leaves it out).
+  bool get = request.method == "GET" || request.method == "HEAD";
   bool post = request.method == "POST";
   if (path == "/v1/completions" && post) return generate(request, std::move(responder), false);
   if (path == "/v1/chat/completions" && post) return generate(request, std::move(responder), true);
@@ -145,16 +161,21 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
                            {"requests_in_router", snapshot.requests_in_router},
                            {"control_messages_rejected", snapshot.control_messages_rejected}}));
   }
-  bool known = path == "/v1/completions" || path == "/v1/chat/completions" || path == "/health" ||
-               path == "/version" || path == "/v1/models" || path == "/metrics" ||
-               path == "/v1/nodes" || path == "/tokenize" || path == "/detokenize";
+  const bool posted_to = path == "/v1/completions" || path == "/v1/chat/completions" ||
+                         path == "/tokenize" || path == "/detokenize";
+  const bool got = path == "/health" || path == "/version" || path == "/v1/models" ||
+                   path == "/metrics" || path == "/v1/nodes";
+  const bool known = posted_to || got;
   ApiError error;
   error.http_status = known ? 405 : 404;
   error.type = known ? "MethodNotAllowed" : "NotFoundError";
   error.message =
       known ? "method " + request.method + " is not allowed on " + path : "no route " + path;
   metrics_.count_http(error.http_status);
-  responder->respond(error.http_status, "application/json", dump(error.to_json()));
+  std::vector<std::pair<std::string, std::string>> headers;
+  if (known) headers.emplace_back("Allow", posted_to ? "POST" : "GET, HEAD");
+  responder->respond(error.http_status, "application/json", dump(error.to_json()),
+                     std::move(headers));
 }
 
 // vLLM's /tokenize: the ids a prompt (or chat) becomes, BOS included when

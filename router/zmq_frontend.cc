@@ -254,7 +254,12 @@ void ZmqFrontend::receive_requests() {
     Result<ZmqRequest> read = read_zmq_request(frames, config_.max_body_bytes);
     if (!read.is_ok()) {
       rejected_++;
-      spdlog::warn("zmq front end: dropped {}", read.status().message());
+      if (uint64_t unlogged = 0; drop_log_.should_log(&unlogged)) {
+        spdlog::warn("zmq front end: dropped {}{}", read.status().message(),
+                     unlogged == 0 ? std::string()
+                                   : " (and " + std::to_string(unlogged) +
+                                         " more malformed messages since the last report)");
+      }
       continue;
     }
     const std::string identity = parts[0].to_string();

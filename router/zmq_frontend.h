@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "common/control_socket.h"
+#include "common/log_throttle.h"
 #include "common/status.h"
 #include "router/openai_service.h"
 #include "router/zmq_request.h"
@@ -80,6 +81,7 @@ class ZmqFrontend {
   // to cancel their requests when it closes (socket thread only).
   std::unordered_map<int, std::unordered_set<std::string>> identities_by_fd_;
   std::atomic<uint64_t> rejected_{0};
+  LogThrottle drop_log_;  // the front end's thread: one line a second for malformed messages
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

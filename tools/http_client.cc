@@ -45,6 +45,7 @@ void fill_headers(const Header& header, HttpResponse* out) {
   out->status = int(header.result_int());
   out->content_type = std::string(header[http::field::content_type]);
   out->retry_after = std::string(header[http::field::retry_after]);
+  out->allow = std::string(header[http::field::allow]);
 }
 
 // Connects and sends the request; the stream's deadline covers the whole exchange.
@@ -77,6 +78,8 @@ Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::s
   beast::flat_buffer buffer;
   http::response_parser<http::string_body> parser;
   parser.body_limit(256u << 20);
+  // A HEAD reply's Content-Length describes the body a GET would get.
+  parser.skip(method == "HEAD");
   http::read(stream, buffer, parser, ec);
   if (ec) return connection_error(ec, "reading from", host, port);
   HttpResponse response;

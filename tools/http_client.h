@@ -17,6 +17,7 @@ struct HttpResponse {
   std::string body;
   std::string content_type;
   std::string retry_after;
+  std::string allow;  // a 405's methods
 };
 
 // One request on a fresh connection. Unavailable when the server cannot be

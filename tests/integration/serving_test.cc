@@ -879,6 +879,23 @@ TEST_F(ServingTest, TokenizeAndDetokenizeRoundTrip) {
   auto get = cluster_->get("/tokenize");
   ASSERT_TRUE(get.is_ok());
   EXPECT_EQ(get->status, 405);
+  EXPECT_EQ(get->allow, "POST") << "a 405 says what the route takes";
+  // HEAD is GET without the body, on every GET route; others say so.
+  for (const char* route : {"/health", "/v1/models", "/metrics", "/v1/nodes", "/version"}) {
+    auto head = tools::http_request("127.0.0.1", cluster_->http_port(), "HEAD", route);
+    ASSERT_TRUE(head.is_ok()) << route;
+    EXPECT_EQ(head->status, 200) << route;
+    EXPECT_TRUE(head->body.empty()) << route;
+  }
+  // An absolute-form target is the same route (RFC 9112 has servers take it).
+  auto absolute = tools::http_request("127.0.0.1", cluster_->http_port(), "GET",
+                                      "http://127.0.0.1/v1/models?x=1");
+  ASSERT_TRUE(absolute.is_ok());
+  EXPECT_EQ(absolute->status, 200) << absolute->body;
+  auto put = tools::http_request("127.0.0.1", cluster_->http_port(), "PUT", "/v1/models", "{}");
+  ASSERT_TRUE(put.is_ok());
+  EXPECT_EQ(put->status, 405);
+  EXPECT_EQ(put->allow, "GET, HEAD");
 }
 
 TEST_F(ServingTest, RandomAndMutatedBodiesGetJsonErrorsAndNothingCrashes) {

@@ -102,6 +102,9 @@ TEST(CompletionRequest, InvalidFieldsAreNamed) {
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})",
        "'stream_options' can only be given when 'stream' is true"},
       {R"({"prompt": "x", "logprobs": 100})", "'logprobs' must be in"},
+      {R"({"prompt": "x", "logit_bias": {"01": 1, "1": -100}})",
+       "'logit_bias' names token id 1 twice"},
+      {R"({"prompt": "x", "logit_bias": {"a": 1}})", "'logit_bias' keys must be token ids"},
   };
   for (const auto& c : cases) {
     auto r = parse_completion_request(c.body);

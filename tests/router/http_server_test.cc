@@ -747,6 +747,7 @@ TEST_F(HttpServerTest, ConnectionsOverTheLimitGet503) {
   Client second(server_->port());
   ASSERT_FALSE(second.read(response));
   EXPECT_EQ(response.result_int(), 503u);
+  EXPECT_EQ(response[http::field::retry_after], "1") << "a full server may have room soon";
   EXPECT_TRUE(second.closed_by_server(1000ms));
 }
 
