@@ -63,6 +63,11 @@ const json* member(const json& doc, const char* key) {
 }
 
 Result<int64_t> read_int(const json& v, const std::string& field, int64_t lo, int64_t hi) {
+  // An integer past 64 bits reaches here as a float (10^30 as 1e+30).
+  if (v.is_number_float() && std::fabs(v.get<double>()) >= 0x1p63 &&
+      std::trunc(v.get<double>()) == v.get<double>()) {
+    return bad(field, "is out of range: " + quote_value(v));
+  }
   if (!v.is_number_integer()) return bad(field, "must be an integer, got " + quote_value(v));
   if (v.is_number_unsigned() && v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max())) {
     return bad(field, "is out of range: " + quote_value(v));

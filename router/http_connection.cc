@@ -236,6 +236,7 @@ void HttpConnection::dispatch(http::request<http::string_body> message) {
 }
 
 void HttpConnection::reply_error_and_close(int status, std::string type, std::string message) {
+  if (core_->config.on_refused) core_->config.on_refused(status);
   keep_alive_ = false;
   reply_ = Reply::kComplete;
   std::string body = error_body(status, std::move(type), std::move(message));

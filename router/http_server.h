@@ -46,6 +46,10 @@ struct HttpServerConfig {
   // this many bytes wait behind the write in flight.
   std::chrono::milliseconds write_timeout{30000};
   size_t max_queued_write_bytes = 4u << 20;
+  // Told (on an io thread) the status of each reply the server makes itself,
+  // the handler never seeing the request: a malformed request's 400, 413,
+  // the 503 for too many connections. Optional.
+  std::function<void(int status)> on_refused;
 };
 
 struct HttpRequest {

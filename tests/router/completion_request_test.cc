@@ -79,6 +79,8 @@ TEST(CompletionRequest, InvalidFieldsAreNamed) {
       {R"({"prompt": "x", "model": 3})", "'model' must be a string"},
       {R"({"prompt": "x", "max_tokens": 0})", "'max_tokens' must be in"},
       {R"({"prompt": "x", "max_tokens": 1.5})", "'max_tokens' must be an integer"},
+      {R"({"prompt": "x", "max_tokens": 1000000000000000000000000000000})",
+       "'max_tokens' is out of range"},
       {R"({"prompt": "x", "temperature": -0.1})", "'temperature' must be at least 0"},
       {R"({"prompt": "x", "temperature": "hot"})", "'temperature' must be a number"},
       {R"({"prompt": "x", "top_p": 0})", "'top_p' must be in (0, 1]"},

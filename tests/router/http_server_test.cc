@@ -606,10 +606,19 @@ class MalformedRequestTest : public HttpServerTest,
 
 TEST_P(MalformedRequestTest, Gets400WithJsonErrorAndClose) {
   std::atomic<bool> handled = false;
-  auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
-    handled = true;
-    responder->respond(200, "text/plain", "should not happen");
-  });
+  std::atomic<int> refused_status = 0, refusals = 0;
+  HttpServerConfig config;
+  // The router counts these replies in its metrics through this.
+  config.on_refused = [&](int status) {
+    refused_status = status;
+    ++refusals;
+  };
+  auto running = start(
+      [&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
+        handled = true;
+        responder->respond(200, "text/plain", "should not happen");
+      },
+      config);
   Client client(server_->port());
   client.send(GetParam().bytes);
   Response response;
@@ -618,6 +627,8 @@ TEST_P(MalformedRequestTest, Gets400WithJsonErrorAndClose) {
   EXPECT_FALSE(response.keep_alive());
   EXPECT_TRUE(client.closed_by_server(1000ms));
   EXPECT_FALSE(handled);
+  EXPECT_EQ(refusals.load(), 1);
+  EXPECT_EQ(refused_status.load(), 400);
 }
 
 INSTANTIATE_TEST_SUITE_P(
