@@ -346,9 +346,21 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
 }
 
 void TransferEngine::Impl::shutdown() {
-  // Copies out of the pool finish (the callbacks below free their blocks);
-  // what they hand back is moot, every send fails here.
+  // Copies out of the pool finish (the callbacks below free their blocks).
   if (copy_out_ != nullptr) copy_out_->stop();
+  // Commands the loop had not taken yet (a send just begun, an expectation,
+  // a copy's hand-over) run now: every transfer they make is failed and
+  // reported below; dropped, a send begun just before the stop would never
+  // call back.
+  while (true) {
+    std::vector<std::function<void()>> commands;
+    {
+      std::lock_guard lock(api_mutex_);
+      commands.swap(commands_);
+    }
+    if (commands.empty()) break;
+    for (auto& command : commands) command();
+  }
   if (copy_in_ != nullptr) {
     // Copies into the pool finish first (their blocks are being written), and
     // their verdicts are recorded before everything else fails.

@@ -1629,6 +1629,41 @@ TEST_P(StagedTransferTest, CopyInFailureFailsBothSides) {
 // A pool of another KV format cannot take this one's blocks, nor this one
 // its: refused, naming both formats; another geometry names where it
 // differs.
+// An engine stopped right after a send was begun (its command not yet
+// taken by the progress thread) still calls back, failed: the caller frees
+// the source blocks then. Many rounds, so that the stop lands before the
+// command in some of them.
+TEST(TransferPeerTest, ASendBegunJustBeforeTheStopStillCallsBack) {
+  const KvLayout layout = make_layout(DType::kBF16, 8, 2);
+  std::vector<uint8_t> receiver_pool(layout.total_bytes());
+  TransferConfig config;
+  config.ucx_env["UCX_TLS"] = "tcp";
+  config.ucx_env["UCX_NET_DEVICES"] = "lo";
+  auto receiver =
+      TransferEngine::create(config, layout, receiver_pool.data(), receiver_pool.size());
+  ASSERT_TRUE(receiver.is_ok()) << receiver.status().to_string();
+  for (int round = 0; round < 20; ++round) {
+    SCOPED_TRACE("round " + std::to_string(round));
+    std::vector<uint8_t> pool(layout.total_bytes());
+    auto sender = TransferEngine::create(config, layout, pool.data(), pool.size());
+    ASSERT_TRUE(sender.is_ok()) << sender.status().to_string();
+    auto peer = (*sender)->add_peer((*receiver)->descriptor());
+    ASSERT_TRUE(peer.is_ok()) << peer.status().to_string();
+    std::atomic<int> calls{0};
+    std::atomic<bool> ok{false};
+    ASSERT_TRUE((*sender)
+                    ->begin_send(*peer, {1, 1, {0, 1}, {2, 3}, 0, 2, 5000ms},
+                                 [&](const TransferResult& r) {
+                                   ok = r.status.is_ok();
+                                   ++calls;
+                                 })
+                    .is_ok());
+    sender->reset();  // at once
+    EXPECT_EQ(calls.load(), 1) << "the send never called back";
+    EXPECT_FALSE(ok.load()) << "no layer was posted";
+  }
+}
+
 TEST(TransferPeerTest, APeerOfAnotherKvFormatIsRefusedNamingBoth) {
   auto engine_of = [](const KvLayout& layout, std::vector<uint8_t>& pool) {
     TransferConfig config;
