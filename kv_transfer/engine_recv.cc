@@ -42,6 +42,7 @@ void ack_callback(void* request, ucs_status_t status, void* user_data) {
 
 Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
   if (!on_done) return invalid_argument("expect needs a completion callback");
+  if (stopping_) return unavailable("the transfer engine is stopping");
   BATON_RETURN_IF_ERROR(
       check_transfer(spec.transfer_id, spec.layer_begin, spec.layer_end, spec.deadline));
   BATON_RETURN_IF_ERROR(validate_block_lists(spec.dst_blocks, layout_, spec.dst_blocks, layout_));

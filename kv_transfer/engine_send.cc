@@ -38,6 +38,9 @@ ucp_request_param_t request_param(OpContext* op) {
 Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done,
                                         bool all_posted) {
   if (!on_done) return invalid_argument("begin_send needs a completion callback");
+  // Once shutdown has run what was queued, nothing would start this one
+  // (a callback of a failed transfer may call here).
+  if (stopping_) return unavailable("the transfer engine is stopping");
   {
     std::lock_guard lock(api_mutex_);
     if (peer >= peer_layouts_.size()) {
@@ -117,7 +120,7 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
     }
     staged_from = ticket.posted;
     ticket.posted = layer_end;
-    if (ticket.staged_src != nullptr && staged_from < layer_end) {
+    if (ticket.staged_src != nullptr) {
       staged_src = ticket.staged_src;
       ++ticket.copies_pending;
     }
@@ -125,6 +128,8 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
   if (staged_src != nullptr) {
     // A staged pool's new layers go out on copy_out_, one copy after
     // another: the caller goes on to compute the next layer meanwhile.
+    // A post of no new layers goes that way too, behind the copies queued
+    // before it, so that its release sends nothing not yet copied.
     copy_out_->post([this, transfer_id, staged_src, staged_from, layer_end] {
       copy_out_layers(transfer_id, *staged_src, staged_from, layer_end);
     });
@@ -143,16 +148,19 @@ void TransferEngine::Impl::copy_out_layers(uint64_t id, const std::vector<int32_
     cancelled = it == send_tickets_.end() || it->second.cancelled;
   }
   Status copied;
-  if (!cancelled) {
+  if (!cancelled && from < to) {
     copied = stage(StageCopy::kOutOfPool, blocks, from, to);
     if (!copied.is_ok()) copied = copied.with_context("transfer " + std::to_string(id));
   }
-  {
-    std::lock_guard lock(api_mutex_);
-    // The ticket stays while a copy is pending (maybe_finish_send waits).
-    if (auto it = send_tickets_.find(id); it != send_tickets_.end()) --it->second.copies_pending;
-  }
   enqueue([this, id, to, copied = std::move(copied)] {
+    {
+      // Counted down here, on the progress thread, not by the copy: until
+      // this command runs the send cannot finish, so `id` cannot yet name
+      // a new send that reuses it. (The ticket stays while a copy is
+      // pending: maybe_finish_send waits.)
+      std::lock_guard lock(api_mutex_);
+      if (auto t = send_tickets_.find(id); t != send_tickets_.end()) --t->second.copies_pending;
+    }
     auto it = sends_.find(id);
     if (it == sends_.end()) return;  // already reported
     // Layers it cannot send fail the transfer; the callback reports it.

@@ -84,7 +84,10 @@ Result<double> read_number(const json& v, const std::string& field) {
   if (!v.is_number()) return bad(field, "must be a number, got " + quote_value(v));
   double x = v.get<double>();
   // The nodes' control codec carries reals as floats within this magnitude.
-  if (!std::isfinite(x) || std::fabs(double(float(x))) > control::kMaxRealMagnitude) {
+  // (The double is bounded first: narrowing one past the floats' range is
+  // undefined.)
+  if (!std::isfinite(x) || std::fabs(x) > 2 * control::kMaxRealMagnitude ||
+      std::fabs(double(float(x))) > control::kMaxRealMagnitude) {
     return bad(field, "must be finite and at most 1e30 in magnitude");
   }
   return x;

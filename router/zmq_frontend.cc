@@ -50,7 +50,11 @@ class ZmqFrontend::Responder final : public HttpResponder {
     std::string_view event(chunk);
     if (event.starts_with("data: ")) event.remove_prefix(6);
     while (event.ends_with('\n')) event.remove_suffix(1);
-    frontend_->post(identity_, tag_, status_, std::string(event), event == "[DONE]");
+    const bool last = event == "[DONE]";
+    // Done with its last frame, not at finish() after it: a client that
+    // reads [DONE] may at once reuse the tag.
+    if (last) state_ = kDone;
+    frontend_->post(identity_, tag_, status_, std::string(event), last);
   }
   void finish() override {
     std::lock_guard lock(mutex_);

@@ -21,6 +21,8 @@ TEST(LimitsTest, FullRouterAnswers429WithRetryAfter) {
   shape.max_num_seqs = 1;
   shape.extra_router_yaml = "  max_queued_requests: 2\n";
   Cluster cluster(shape);
+  const double errors_at_start =
+      cluster.metric("vllm:request_success_total", "finished_reason=\"error\"");
   constexpr int kClients = 8;
   std::vector<tools::HttpResponse> responses(kClients);
   std::vector<std::thread> clients;
@@ -47,6 +49,9 @@ TEST(LimitsTest, FullRouterAnswers429WithRetryAfter) {
   EXPECT_GE(ok, 2);
   EXPECT_GE(refused, 1);
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+  // A refused request never ran: it is no finished request, in error or not.
+  EXPECT_EQ(cluster.metric("vllm:request_success_total", "finished_reason=\"error\""),
+            errors_at_start);
 
   // A request of more generations than the router ever holds could not be
   // admitted by retrying: 400 naming the limit, and nothing counted as a

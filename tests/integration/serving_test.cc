@@ -273,7 +273,7 @@ TEST(PacedServingTest, ADecodeNodeSpacesItsStepsByItsMinimumInterval) {
   Cluster cluster(shape);
   std::mt19937 rng{std::random_device{}()};
   const std::string prompt = random_prompt(rng, 40, 120);  // above the remote-prefill threshold
-  constexpr int kTokens = 9;
+  constexpr int kTokens = 12;
   const auto started = std::chrono::steady_clock::now();
   auto response = cluster.post(
       "/v1/completions",
@@ -295,8 +295,9 @@ TEST(PacedServingTest, ADecodeNodeSpacesItsStepsByItsMinimumInterval) {
   // are counted from its logprobs: from the event that delivered the
   // decode node's first token (and any held back with it, up to token m)
   // to the last event, the last token's step came kTokens - 1 - m steps
-  // later (unpaced, a few milliseconds); one interval is allowed to be
-  // lost to an event that reached the client late.
+  // later (unpaced, a few milliseconds); two intervals are allowed to be
+  // lost to an event that reached the client late (a stall of the test's
+  // process or the router's, as under a sanitizer on a busy machine).
   std::vector<std::pair<std::chrono::steady_clock::time_point, int>> events;  // time, tokens so far
   std::string pending;
   int tokens_so_far = 0;
@@ -332,7 +333,7 @@ TEST(PacedServingTest, ADecodeNodeSpacesItsStepsByItsMinimumInterval) {
       std::ranges::find_if(events, [](const auto& e) { return e.second >= 2; });
   ASSERT_NE(first_decoded, events.end());
   const int m = first_decoded->second - 1;  // the last token index it carried
-  EXPECT_GE(events.back().first - first_decoded->first, std::max(0, kTokens - 2 - m) * 55ms)
+  EXPECT_GE(events.back().first - first_decoded->first, std::max(0, kTokens - 3 - m) * 50ms)
       << "the decode node's tokens came faster than its steps may start (first event up to "
       << "token " << m << ")";
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
