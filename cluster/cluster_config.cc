@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "common/kv_layout.h"
+#include "common/regular_file.h"
 #include "engine/kv_pool.h"
 #include "engine/make_model.h"
 #include "engine/yaml_settings.h"
@@ -495,6 +496,7 @@ Result<ClusterConfig> load_cluster_config(const fs::path& yaml_file) {
   fs::path file = fs::absolute(yaml_file, ec).lexically_normal();
   if (ec) file = yaml_file;
   if (!fs::exists(file, ec)) return not_found(yaml_file.string() + ": no such file");
+  BATON_RETURN_IF_ERROR(check_regular_file(file));
   YAML::Node root;
   try {
     root = YAML::LoadFile(file.string());

@@ -1,5 +1,6 @@
 #include "engine/engine_config.h"
 
+#include "common/regular_file.h"
 #include "engine/yaml_settings.h"
 
 #include <yaml-cpp/yaml.h>
@@ -128,6 +129,7 @@ Result<EngineConfig> parse_engine_config(const YAML::Node& node, std::string_vie
 }
 
 Result<EngineConfig> load_engine_config(const std::filesystem::path& yaml_file) {
+  BATON_RETURN_IF_ERROR(check_regular_file(yaml_file));
   YAML::Node root;
   try {
     root = YAML::LoadFile(yaml_file.string());

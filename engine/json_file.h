@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/regular_file.h"
 #include "common/status.h"
 
 namespace baton::engine {
@@ -18,6 +19,10 @@ namespace baton::engine {
 // Json: nlohmann::json, or nlohmann::ordered_json to keep the file's key
 // order (what a template's tojson prints).
 inline Result<std::string> read_text_file(const std::filesystem::path& path) {
+  if (Status regular = check_regular_file(path); !regular.is_ok()) {
+    if (regular.code() == StatusCode::kNotFound) return not_found("cannot open " + path.string());
+    return regular;
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found("cannot open " + path.string());
   std::stringstream text;

@@ -81,7 +81,9 @@ RouterServer::~RouterServer() { drain_and_stop(0ms); }
 
 void RouterServer::drain_and_stop(std::chrono::milliseconds timeout) {
   if (!core_) return;
-  service_->set_draining(true);
+  // A start that failed part-way (a port in use, a bad generation config)
+  // leaves the later parts unmade: stop only what exists.
+  if (service_) service_->set_draining(true);
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (core_->in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(10ms);
@@ -89,7 +91,7 @@ void RouterServer::drain_and_stop(std::chrono::milliseconds timeout) {
     spdlog::warn("router: drain timed out with {} requests left", core_->in_flight());
   zmq_.reset();
   core_->stop();  // fails what is left; exchanges answer their clients
-  http_->stop();
+  if (http_) http_->stop();
   http_.reset();
   core_.reset();
 }

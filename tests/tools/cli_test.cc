@@ -1,6 +1,9 @@
 // The `baton` binary as users run it: a real process, its stdout and exit code.
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -217,6 +220,13 @@ TEST_F(BatonCli, HelpListsEveryEngineSetting) {
 TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
   std::ofstream(*dir_ / "scalar_engine.yaml") << "engine: 5\n";
   std::ofstream(*dir_ / "unknown_key.yaml") << "engine:\n  blok_size: 16\n";
+  // A checkpoint whose generation_config.json never ends (/dev/zero).
+  const std::filesystem::path endless = *dir_ / "endless";
+  std::filesystem::create_directories(endless);
+  for (const auto& entry : std::filesystem::directory_iterator(model()))
+    if (entry.path().filename() != "generation_config.json")
+      std::filesystem::copy(entry.path(), endless / entry.path().filename());
+  std::filesystem::create_symlink("/dev/zero", endless / "generation_config.json");
   struct Case {
     std::string args;
     int exit_code;
@@ -248,6 +258,12 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
       {"generate --model " + (*dir_ / "missing").string() + " --prompt hi", 1, "missing"},
       {"make-model --preset nope --out " + (*dir_ / "x").string(), 2, "unknown model preset"},
       {"generate --model " + model().string() + " --prompt hi --temperature -1", 2, "temperature"},
+      // Directories and endless files where files belong: named, not read.
+      {"generate --model " + model().string() + " --prompt hi --config " + dir_->string(), 2,
+       dir_->string() + ": is a directory, not a file"},
+      {"up " + dir_->string(), 1, dir_->string() + ": is a directory, not a file"},
+      {"generate --model " + endless.string() + " --prompt-ids 1,2", 2,
+       "generation_config.json: not a regular file"},
   };
   for (const auto& c : cases) {
     auto r = run(c.args);
@@ -255,6 +271,42 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.args << "\n" << r.out;
     EXPECT_EQ(r.out.find("terminate called"), std::string::npos) << r.out;
   }
+}
+
+// A router whose HTTP port another process holds says so and exits: a
+// start that fails part-way stops only what it made (it used to crash).
+TEST_F(BatonCli, ARouterWhosePortIsTakenSaysSoAndExits) {
+  // A listening socket on a loopback port of the OS's choosing; closed at
+  // once (the port then free) unless `keep`.
+  auto port_of_a_socket = [](bool keep, int* fd) {
+    *fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t length = sizeof address;
+    if (*fd < 0 || ::bind(*fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+        ::listen(*fd, 1) != 0 ||
+        ::getsockname(*fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+      return -1;
+    if (!keep) ::close(*fd);
+    return int(ntohs(address.sin_port));
+  };
+  int holder = -1, unused = -1;
+  const int taken = port_of_a_socket(true, &holder);
+  const int zmq = port_of_a_socket(false, &unused), control = port_of_a_socket(false, &unused);
+  ASSERT_GT(taken, 0);
+  ASSERT_GT(zmq, 0);
+  ASSERT_GT(control, 0);
+  const std::filesystem::path yaml = *dir_ / "taken-port.yaml";
+  std::ofstream(yaml) << "model: {path: " << model().string() << "}\n"
+                      << "router: {http_port: " << taken << ", zmq_port: " << zmq
+                      << ", control_port: " << control << "}\n"
+                      << "prefill: [{name: p}]\ndecode: [{name: d}]\n";
+  auto r = run("router --config " + yaml.string());
+  ::close(holder);
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("cannot listen on 127.0.0.1:" + std::to_string(taken)), std::string::npos)
+      << r.out;
 }
 
 // BATON_MAX_CPU_ISA caps the kernels, and the engine's log says which run;
