@@ -11,6 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.h"
 #include "common/regular_file.h"
 #include "common/status.h"
 
@@ -31,9 +32,17 @@ inline Result<std::string> read_text_file(const std::filesystem::path& path) {
   return text.str();
 }
 
+// Deeper than any checkpoint file nests (a tokenizer's Sequences of steps
+// take a few levels).
+inline constexpr int kMaxCheckpointJsonDepth = 64;
+
 template <typename Json = nlohmann::json>
 Result<Json> read_json_file(const std::filesystem::path& path) {
   BATON_ASSIGN_OR_RETURN(std::string text, read_text_file(path));
+  if (json_nests_deeper_than(text, kMaxCheckpointJsonDepth)) {
+    return data_loss(path.string() + ": nests lists and objects deeper than " +
+                     std::to_string(kMaxCheckpointJsonDepth) + " levels");
+  }
   Json doc = Json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return data_loss(path.string() + ": invalid JSON");
   return doc;

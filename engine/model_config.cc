@@ -267,6 +267,13 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
 
   BATON_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
   BATON_ASSIGN_OR_RETURN(c.num_layers, r.positive_int("num_hidden_layers"));
+  // Far past any checkpoint (Llama 3 405B has 126), and refused before a
+  // table a layer long is sized by it.
+  constexpr int32_t kMaxLayers = 1024;
+  if (c.num_layers > kMaxLayers) {
+    return r.invalid("num_hidden_layers", "must be at most " + std::to_string(kMaxLayers) +
+                                              ", got " + std::to_string(c.num_layers));
+  }
   BATON_ASSIGN_OR_RETURN(c.num_heads, r.positive_int("num_attention_heads"));
   BATON_ASSIGN_OR_RETURN(c.intermediate_size, r.positive_int("intermediate_size"));
   BATON_ASSIGN_OR_RETURN(c.vocab_size, r.positive_int("vocab_size"));

@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "common/control_messages.h"
+#include "common/json_depth.h"
 #include "router/request_fields.h"
 
 namespace baton::router {
@@ -30,30 +31,6 @@ std::string quote_value(const json& v) {
   constexpr size_t kMaxQuoted = 40;
   if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
   return text;
-}
-
-// Whether `body` nests arrays and objects deeper than `max_depth` (strings
-// skipped), checked before parsing: every later use of a value may recurse.
-bool nests_deeper_than(std::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return false;
 }
 
 // A present, non-null member of `doc`, or null.
@@ -111,7 +88,7 @@ Result<std::vector<int32_t>> read_token_ids(const json& v, const std::string& fi
 }
 
 Result<json> parse_object(std::string_view body) {
-  if (nests_deeper_than(body, kMaxJsonDepth)) {
+  if (json_nests_deeper_than(body, kMaxJsonDepth)) {
     return invalid_argument("the request body nests lists and objects deeper than " +
                             std::to_string(kMaxJsonDepth) + " levels");
   }

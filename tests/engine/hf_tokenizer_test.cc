@@ -382,6 +382,27 @@ TEST_F(HfTokenizerTest, DamagedFilesLoadOrFailNamingTheFileAndNeverCrash) {
   // Some damage is harmless (a flag dropped, a string shortened): the
   // loader was exercised past its checks too.
   EXPECT_GT(loaded, 0) << "seed " << seed;
+  // Sequences nested 100,000 deep in each component: refused as the file
+  // is read, naming it, not a stack exhausted by a copy or a walk.
+  for (const auto& [component, list] : {std::pair{"normalizer", "normalizers"},
+                                        {"pre_tokenizer", "pretokenizers"},
+                                        {"decoder", "decoders"}}) {
+    // Written as text: nlohmann's own dump recurses as deep.
+    json deep = base;
+    deep[component] = "NESTED";
+    std::string text = deep.dump();
+    std::string nested;
+    const std::string open = std::string(R"({"type":"Sequence",")") + list + R"(":[)";
+    for (int level = 0; level < 100000; ++level) nested += open;
+    for (int level = 0; level < 100000; ++level) nested += "]}";
+    text.replace(text.find(R"("NESTED")"), 8, nested);
+    std::ofstream(dir_.path() / "tokenizer.json") << text;
+    auto tok = load_tokenizer(dir_.path());
+    ASSERT_FALSE(tok.is_ok()) << component;
+    EXPECT_NE(tok.status().message().find("tokenizer.json: nests lists and objects deeper than"),
+              std::string::npos)
+        << tok.status().to_string();
+  }
   // Bytes cut off anywhere: never a crash.
   const std::string text = base.dump();
   for (int round = 0; round < 100; ++round) {

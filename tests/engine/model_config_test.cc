@@ -280,6 +280,11 @@ struct Refusal {
 
 TEST(ModelConfigTest, RefusalsNameTheirField) {
   const std::vector<Refusal> cases = {
+      {"layers_past_any_model",
+       kMinimal,
+       {{"num_hidden_layers", 100000000}},
+       StatusCode::kInvalidArgument,
+       "num_hidden_layers"},
       {"unknown_arch",
        kMinimal,
        {{"architectures", {"GPT2LMHeadModel"}}},
