@@ -16,6 +16,13 @@
 namespace baton::jinja {
 namespace {
 
+// A result past kMaxBuiltSize, refused before it is built.
+Status too_large(const std::string& what, int64_t size) {
+  return resource_exhausted(what + " would build " + std::to_string(size) +
+                            " characters; a template may build at most " +
+                            std::to_string(kMaxBuiltSize));
+}
+
 using python_text::Side;
 
 constexpr int64_t kMaxRange = 100'000;  // Jinja2's sandbox refuses longer ranges
@@ -272,7 +279,21 @@ Result<Value> string_method(const std::string& self, const std::string& name, Ca
     if (!p[0].is_string() || !p[1].is_string())
       return invalid_argument("replace() arguments must be str");
     BATON_ASSIGN_OR_RETURN(int64_t count, int_or(p[2], -1, "count"));
-    return Value::string(python_text::replace(self, p[0].as_string(), p[1].as_string(), count));
+    const std::string& old_text = p[0].as_string();
+    const std::string& new_text = p[1].as_string();
+    int64_t matches = 0;
+    if (old_text.empty()) {
+      matches = int64_t(python_text::length(self)) + 1;
+    } else {
+      for (size_t at = self.find(old_text); at != std::string::npos;
+           at = self.find(old_text, at + old_text.size()))
+        ++matches;
+    }
+    if (count >= 0) matches = std::min(matches, count);
+    const int64_t size =
+        int64_t(self.size()) + matches * (int64_t(new_text.size()) - int64_t(old_text.size()));
+    if (size > kMaxBuiltSize) return too_large("replace()", size);
+    return Value::string(python_text::replace(self, old_text, new_text, count));
   }
   if (name == "upper") return Value::string(python_text::upper(self));
   if (name == "lower") return Value::string(python_text::lower(self));
@@ -367,6 +388,8 @@ Result<Value> string_method(const std::string& self, const std::string& name, Ca
     const std::string pad = name == "zfill" ? "0" : fill.value_or(" ");
     const int64_t missing = width - int64_t(python_text::length(self));
     if (missing <= 0) return Value::string(self);
+    if (missing > kMaxBuiltSize / int64_t(std::max<size_t>(pad.size(), 1)))
+      return too_large(name + "()", width);
     const auto repeat = [&](int64_t n) {
       std::string s;
       for (int64_t i = 0; i < n; ++i) s += pad;
@@ -643,6 +666,7 @@ Result<Value> tojson(const Value& v, CallArgs& args) {
   JsonStyle style;
   style.ensure_ascii = truthy(p[0]);
   if (p[1].is_int()) {
+    if (p[1].as_int() > kMaxBuiltSize) return too_large("tojson", p[1].as_int());
     style.indent = std::string(size_t(std::max<int64_t>(0, p[1].as_int())), ' ');
   } else if (p[1].is_string()) {
     style.indent = p[1].as_string();
@@ -660,6 +684,7 @@ Result<Value> tojson(const Value& v, CallArgs& args) {
 
 Result<Value> indent(const Value& v, CallArgs& args) {
   BATON_ASSIGN_OR_RETURN(auto p, bind("indent", args, {"width", "first", "blank"}));
+  if (p[0].is_int() && p[0].as_int() > kMaxBuiltSize) return too_large("indent", p[0].as_int());
   std::string prefix =
       p[0].is_string()
           ? p[0].as_string()

@@ -8,8 +8,6 @@
 namespace baton::jinja {
 namespace {
 
-constexpr int64_t kMaxRepeatedItems = 10'000'000;
-
 Status unsupported(std::string_view op, const Value& a, const Value& b) {
   return invalid_argument("unsupported operand type(s) for " + std::string(op) + ": '" +
                           type_name(a) + "' and '" + type_name(b) + "'");
@@ -18,7 +16,7 @@ Status unsupported(std::string_view op, const Value& a, const Value& b) {
 Result<Value> repeat(const Value& seq, int64_t times) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
-    if (int64_t(seq.as_string().size()) * times > kMaxRepeatedItems) {
+    if (int64_t(seq.as_string().size()) * times > kMaxBuiltSize) {
       return resource_exhausted("repeated string too long");
     }
     std::string out;
@@ -26,7 +24,7 @@ Result<Value> repeat(const Value& seq, int64_t times) {
     return seq.is_markup() ? Value::markup(std::move(out)) : Value::string(std::move(out));
   }
   const auto& items = seq.list_data().items;
-  if (int64_t(items.size()) * times > kMaxRepeatedItems) {
+  if (int64_t(items.size()) * times > kMaxBuiltSize) {
     return resource_exhausted("repeated list too long");
   }
   std::vector<Value> out;

@@ -20,6 +20,12 @@
 
 namespace baton::jinja {
 
+// The longest string (bytes) or list (items) one operation of a template
+// may build: a chat prompt is far shorter, and a template that pads,
+// indents, repeats or replaces its way past it is refused, not run out of
+// memory.
+inline constexpr int64_t kMaxBuiltSize = 10'000'000;
+
 class Value;
 class Interpreter;
 

@@ -113,6 +113,33 @@ TEST(JinjaTest, StringsBuiltByConcatenationAreBounded) {
   EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
 }
 
+// Padding, indenting and replacing are bounded as concatenation is: each
+// refused before it builds its string, naming what would have built it.
+TEST(JinjaTest, StringsBuiltByPaddingIndentingAndReplacingAreBounded) {
+  for (const char* source :
+       {"{{ 'x'.center(10000000000) }}", "{{ '1'.zfill(100000000000) }}",
+        "{{ 'x'.ljust(20000000, 'ab') }}", "{{ 'a\nb'|indent(1000000000) }}",
+        "{{ [1, 2]|tojson(indent=1000000000) }}",
+        "{% set ns = namespace(s='xx') %}{% for i in range(40) %}"
+        "{% set ns.s = ns.s.replace('x', 'xx') %}{% endfor %}{{ ns.s|length }}"}) {
+    SCOPED_TRACE(source);
+    auto t = Template::parse(source);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto out = t->render(Value::dict(), RenderOptions{});
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted) << out.status().to_string();
+    EXPECT_NE(out.status().message().find("a template may build at most"), std::string::npos)
+        << out.status().to_string();
+  }
+  // Within the bound, the same calls render as Python does.
+  auto t = Template::parse(
+      "{{ 'ab'.center(6, '*') }}|{{ '7'.zfill(3) }}|{{ 'aXa'.replace('a', 'bb') }}");
+  ASSERT_TRUE(t.is_ok());
+  auto out = t->render(Value::dict(), RenderOptions{});
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(*out, "**ab**|007|bbXbb");
+}
+
 TEST(JinjaTest, LoopsAreBounded) {
   auto t = Template::parse(
       "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
