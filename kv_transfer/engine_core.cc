@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <future>
+#include <utility>
 
 #include "common/logging.h"
 #include "kv_transfer/engine_impl.h"
@@ -174,6 +175,11 @@ void TransferEngine::Impl::enqueue(std::function<void()> command) {
   ucp_worker_signal(worker_.get());
 }
 
+std::vector<std::function<void()>> TransferEngine::Impl::take_commands() {
+  std::lock_guard lock(api_mutex_);
+  return std::exchange(commands_, {});
+}
+
 void TransferEngine::Impl::enqueue_and_wait(std::function<void()> command, uint64_t transfer_id,
                                             const char* what) {
   auto ran = std::make_shared<std::promise<void>>();
@@ -220,10 +226,7 @@ void TransferEngine::Impl::run() {
   Clock::time_point idle_since = Clock::time_point::max();  // max: working
   while (!stopping_) {
     std::vector<std::function<void()>> commands;
-    if (has_commands_.exchange(false)) {
-      std::lock_guard lock(api_mutex_);
-      commands.swap(commands_);
-    }
+    if (has_commands_.exchange(false)) commands = take_commands();
     for (auto& command : commands) command();
     int progressed = 0;
     while (progressed < kProgressBurst && ucp_worker_progress(worker_.get()) != 0) ++progressed;
@@ -352,15 +355,8 @@ void TransferEngine::Impl::shutdown() {
   // a copy's hand-over) run now: every transfer they make is failed and
   // reported below; dropped, a send begun just before the stop would never
   // call back.
-  while (true) {
-    std::vector<std::function<void()>> commands;
-    {
-      std::lock_guard lock(api_mutex_);
-      commands.swap(commands_);
-    }
-    if (commands.empty()) break;
+  for (auto commands = take_commands(); !commands.empty(); commands = take_commands())
     for (auto& command : commands) command();
-  }
   if (copy_in_ != nullptr) {
     // Copies into the pool finish first (their blocks are being written), and
     // their verdicts are recorded before everything else fails.

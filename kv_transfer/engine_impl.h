@@ -246,6 +246,8 @@ class TransferEngine::Impl {
   void check_deadlines(Clock::time_point now);
   void process_events();
   void shutdown();
+  // The commands enqueued so far, in order; the queue left empty.
+  std::vector<std::function<void()>> take_commands();
 
   UcpContextPtr context_;
   UcpWorkerPtr worker_;

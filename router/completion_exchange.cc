@@ -205,10 +205,13 @@ std::string CompletionExchange::token_text(int32_t id) const {
   return json::parse(dump(json(detokenize({id})))).get<std::string>();
 }
 
+size_t CompletionExchange::alternatives_shown(const control::TokenLogprobs& scored) const {
+  return std::min(scored.top_ids.size(), size_t(std::max(spec_.top_logprobs, 0)));
+}
+
 json CompletionExchange::top_map(int32_t id, const control::TokenLogprobs& scored) const {
   json top = json::object();
-  const size_t shown = std::min(scored.top_ids.size(), size_t(std::max(spec_.top_logprobs, 0)));
-  for (size_t k = 0; k < shown; ++k) {
+  for (size_t k = 0; k < alternatives_shown(scored); ++k) {
     // Alternatives that render as the same text share a key: keep the likeliest.
     std::string key = token_text(scored.top_ids[k]);
     if (!top.contains(key) || top[key].get<float>() < scored.top_logprobs[k])
@@ -231,8 +234,7 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
       const control::TokenLogprobs& lp = choice.logprobs[t];
       std::string text = token_text(choice.tokens[t]);
       json top = json::array();
-      const size_t shown = std::min(lp.top_ids.size(), size_t(std::max(spec_.top_logprobs, 0)));
-      for (size_t k = 0; k < shown; ++k) {
+      for (size_t k = 0; k < alternatives_shown(lp); ++k) {
         std::string alt = token_text(lp.top_ids[k]);
         top.push_back({{"token", alt}, {"logprob", lp.top_logprobs[k]}, {"bytes", bytes_of(alt)}});
       }

@@ -106,6 +106,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   // becomes U+FFFD, as the JSON output would make it), so equal keys of a
   // top_logprobs map compare equal here.
   std::string token_text(int32_t id) const;
+  // How many of a token's alternatives the reply shows: what was asked
+  // for (the nodes send at least one).
+  size_t alternatives_shown(const control::TokenLogprobs& scored) const;
   // Completions' top_logprobs entry of token `id`: alternative text ->
   // log-probability, the token itself among them (as OpenAI and vLLM: up to
   // top_logprobs + 1 entries).

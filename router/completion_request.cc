@@ -105,30 +105,35 @@ Result<std::string> read_model(const json& doc) {
   return v->get<std::string>();
 }
 
+// A real in [lo, hi] ((lo, hi] when `lo_open`), read into `out` where `key`
+// is given. Checked as the 32-bit float the nodes take: 1e-300 is 0 to them,
+// which an open range refuses.
+Status read_real_in(const json& doc, const char* key, double lo, double hi, bool lo_open,
+                    float& out) {
+  const json* v = member(doc, key);
+  if (v == nullptr) return Status::ok();
+  BATON_ASSIGN_OR_RETURN(double x, read_number(*v, key));
+  const auto outside = [&](double y) { return (lo_open ? y <= lo : y < lo) || y > hi; };
+  const float f = float(x);
+  if (outside(f)) {
+    const auto bound = [](double b) {
+      return b == std::trunc(b) ? std::to_string(int64_t(b)) : quote_value(json(b));
+    };
+    return bad(key, "must be in " + std::string(lo_open ? "(" : "[") + bound(lo) + ", " +
+                        bound(hi) + "]" + (outside(x) ? "" : " (as a 32-bit float)") + ", got " +
+                        quote_value(*v));
+  }
+  out = f;
+  return Status::ok();
+}
+
 // vLLM's penalties, min_p, min_tokens and OpenAI's logit_bias, within the
 // ranges OpenAI and vLLM take (and the control codec carries).
 Status read_sampling_extras(const json& doc, SamplingFields& s) {
-  const auto real_in = [&](const char* key, double lo, double hi, bool lo_open,
-                           float& out) -> Status {
-    const json* v = member(doc, key);
-    if (v == nullptr) return Status::ok();
-    BATON_ASSIGN_OR_RETURN(double x, read_number(*v, key));
-    // The nodes take 32-bit floats: 1e-300 is 0 to them, which an open
-    // range refuses.
-    const float f = float(x);
-    if ((lo_open ? f <= lo : f < lo) || f > hi) {
-      const bool rounded_out = !((lo_open ? x <= lo : x < lo) || x > hi);
-      return bad(key, "must be in " + std::string(lo_open ? "(" : "[") + quote_value(json(lo)) +
-                          ", " + quote_value(json(hi)) + "]" +
-                          (rounded_out ? " (as a 32-bit float)" : "") + ", got " + quote_value(*v));
-    }
-    out = f;
-    return Status::ok();
-  };
-  BATON_RETURN_IF_ERROR(real_in("presence_penalty", -2, 2, false, s.presence_penalty));
-  BATON_RETURN_IF_ERROR(real_in("frequency_penalty", -2, 2, false, s.frequency_penalty));
-  BATON_RETURN_IF_ERROR(real_in("repetition_penalty", 0, 10, true, s.repetition_penalty));
-  BATON_RETURN_IF_ERROR(real_in("min_p", 0, 1, false, s.min_p));
+  BATON_RETURN_IF_ERROR(read_real_in(doc, "presence_penalty", -2, 2, false, s.presence_penalty));
+  BATON_RETURN_IF_ERROR(read_real_in(doc, "frequency_penalty", -2, 2, false, s.frequency_penalty));
+  BATON_RETURN_IF_ERROR(read_real_in(doc, "repetition_penalty", 0, 10, true, s.repetition_penalty));
+  BATON_RETURN_IF_ERROR(read_real_in(doc, "min_p", 0, 1, false, s.min_p));
   if (const json* v = member(doc, "min_tokens")) {
     BATON_ASSIGN_OR_RETURN(int64_t n, read_int(*v, "min_tokens", 0, s.max_tokens));
     s.min_tokens = int32_t(n);
@@ -176,16 +181,7 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
     if (t < 0) return bad("temperature", "must be at least 0");
     s.temperature = float(t);
   }
-  if (const json* v = member(doc, "top_p")) {
-    BATON_ASSIGN_OR_RETURN(double p, read_number(*v, "top_p"));
-    s.top_p = float(p);
-    if (!(s.top_p > 0 && s.top_p <= 1)) {
-      const bool rounded_out = p > 0 && p <= 1;  // 1e-300 is 0 as a float
-      return bad("top_p", std::string("must be in (0, 1]") +
-                              (rounded_out ? " (as a 32-bit float)" : "") + ", got " +
-                              quote_value(*v));
-    }
-  }
+  BATON_RETURN_IF_ERROR(read_real_in(doc, "top_p", 0, 1, /*lo_open=*/true, s.top_p));
   if (const json* v = member(doc, "top_k")) {
     BATON_ASSIGN_OR_RETURN(int64_t k,
                            read_int(*v, "top_k", -1, std::numeric_limits<int32_t>::max()));

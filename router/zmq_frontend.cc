@@ -185,15 +185,10 @@ void ZmqFrontend::loop() {
                                 zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
                     socket.send(zmq::buffer(out.payload), zmq::send_flags::dontwait);
         if (!sent) spdlog::debug("zmq front end: a reply was dropped (client queue full)");
-        // The tag's entry goes with its request's last reply, not with a
-        // refusal of another request under the same tag.
-        if (out.last) {
-          auto it = live_.find(out.identity + '\0' + out.tag);
-          auto responder = it == live_.end() ? nullptr : it->second.lock();
-          if (it != live_.end() && (!responder || responder->done())) live_.erase(it);
-        }
       }
       receive_requests();
+      // A tag's entry goes once its request is done (with its last reply:
+      // a refusal of another request under the same tag leaves it).
       for (auto it = live_.begin(); it != live_.end();) {
         auto responder = it->second.lock();
         it = (!responder || responder->done()) ? live_.erase(it) : std::next(it);

@@ -88,9 +88,9 @@ TEST(CompletionRequest, InvalidFieldsAreNamed) {
       // Positive, but 0 as the 32-bit float the nodes take.
       {R"({"prompt": "x", "top_p": 1e-300})", "'top_p' must be in (0, 1] (as a 32-bit float)"},
       {R"({"prompt": "x", "repetition_penalty": 1e-46})",
-       "'repetition_penalty' must be in (0.0, 10.0] (as a 32-bit float)"},
+       "'repetition_penalty' must be in (0, 10] (as a 32-bit float)"},
       {R"({"prompt": "x", "repetition_penalty": 0})",
-       "'repetition_penalty' must be in (0.0, 10.0], got"},
+       "'repetition_penalty' must be in (0, 10], got"},
       {R"({"prompt": "x", "top_k": -2})", "'top_k' must be in"},
       {R"({"prompt": "x", "seed": 1.5})", "'seed' must be an integer"},
       {R"({"prompt": "x", "seed": 18446744073709551615})", "'seed' is out of range"},
