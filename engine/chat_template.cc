@@ -128,12 +128,10 @@ Result<std::string> ChatTemplate::render(const ChatTemplateInputs& inputs) const
   const bool with_tools = inputs.tools.is_array() && !inputs.tools.empty();
   const jinja::Template& t = with_tools && impl_->tool_use ? *impl_->tool_use : impl_->main;
   Result<std::string> text = t.render(context);
-  if (!text.is_ok()) {
-    return Status(text.status().code() == StatusCode::kResourceExhausted
-                      ? StatusCode::kResourceExhausted
-                      : StatusCode::kInvalidArgument,
-                  "chat template: " + text.status().message());
-  }
+  // A render that fails, or that the template's bounds stop, fails for
+  // this request's messages, and would again: the caller's error, not a
+  // reason to retry.
+  if (!text.is_ok()) return invalid_argument("chat template: " + text.status().message());
   return text;
 }
 

@@ -33,6 +33,8 @@ struct Expr {
   Kind kind;
   int line = 0;
   int column = 0;
+  // 1 for a leaf, else one more than the tallest operand.
+  int height = 1;
   Value value;
   std::string name;  // names, attributes, filters, tests, operators
   bool negated = false;

@@ -436,7 +436,7 @@ Result<Value> dict_method(const Value& self, const std::string& name, CallArgs& 
   }
   if (name == "copy") {
     Value copy = Value::dict();
-    copy.dict_data().entries = entries;
+    copy.dict_data() = self.dict_data();
     return copy;
   }
   BATON_ASSIGN_OR_RETURN(auto p, bind(name, args, {"key", "default"}));
@@ -1003,10 +1003,15 @@ Value make_globals(int64_t now_seconds) {
     for (auto& [k, v] : args.keyword) target.dict_data().set(Value::string(k), v);
     return target;
   };
-  d.set(Value::string("namespace"),
-        Value::callable("namespace", [from_keywords](Interpreter&, CallArgs& args) {
-          return from_keywords(Value::namespace_object(), args);
-        }));
+  d.set(
+      Value::string("namespace"),
+      Value::callable("namespace", [from_keywords](Interpreter&, CallArgs& args) -> Result<Value> {
+        BATON_ASSIGN_OR_RETURN(Value ns, from_keywords(Value::namespace_object(), args));
+        for (const auto& [key, value] : ns.dict_data().entries) {
+          BATON_RETURN_IF_ERROR(check_storable(value, /*in_namespace=*/true));
+        }
+        return ns;
+      }));
   d.set(Value::string("dict"),
         Value::callable("dict", [from_keywords](Interpreter&, CallArgs& args) {
           return from_keywords(Value::dict(), args);

@@ -17,13 +17,36 @@ Status error_at(int line, int column, const std::string& message) {
 namespace {
 
 constexpr int kMaxCallDepth = 64;
+// How many statement bodies and expressions a render may be inside of at
+// once, through macro calls too: each is a call of exec or eval on the stack.
+constexpr int kMaxRenderDepth = 400;
 
-Status at(const Expr& e, const Status& s) {
+// Counts one level of render_depth for as long as it lives.
+class DepthGuard {
+ public:
+  explicit DepthGuard(int& depth) : depth_(++depth) {}
+  ~DepthGuard() { --depth_; }
+  DepthGuard(const DepthGuard&) = delete;
+  DepthGuard& operator=(const DepthGuard&) = delete;
+  bool too_deep() const { return depth_ > kMaxRenderDepth; }
+
+ private:
+  int& depth_;
+};
+
+Status too_deep() {
+  return resource_exhausted("template rendering nested more than " +
+                            std::to_string(kMaxRenderDepth) + " statements and expressions deep");
+}
+
+// s, with the position of what failed if it has none yet.
+Status at(int line, int column, const Status& s) {
   if (s.is_ok() || s.message().rfind("template line", 0) == 0) {
     return s;
   }
-  return Status(s.code(), "template " + describe_position(e.line, e.column) + ": " + s.message());
+  return Status(s.code(), "template " + describe_position(line, column) + ": " + s.message());
 }
+Status at(const Expr& e, const Status& s) { return at(e.line, e.column, s); }
 
 Status undefined_error(const Value& v) {
   return invalid_argument(v.undefined_hint().empty() ? "value is undefined" : v.undefined_hint());
@@ -77,7 +100,22 @@ Value Interpreter::lookup(const Frame& frame, const std::string& name) const {
   return Value::undefined("'" + name + "' is undefined");
 }
 
+Status Interpreter::take_step() {
+  if (++steps_ > options_.max_steps) {
+    return resource_exhausted("template loops and macro calls passed " +
+                              std::to_string(options_.max_steps) + " steps");
+  }
+  return Status::ok();
+}
+
 Result<Interpreter::Flow> Interpreter::exec(const Body& body, Frame& frame, std::string& out) {
+  DepthGuard guard(render_depth_);
+  if (guard.too_deep()) return too_deep();
+  return exec_statements(body, frame, out);
+}
+
+Result<Interpreter::Flow> Interpreter::exec_statements(const Body& body, Frame& frame,
+                                                       std::string& out) {
   for (const StmtPtr& sp : body) {
     const Stmt& s = *sp;
     switch (s.kind) {
@@ -155,6 +193,9 @@ Result<Interpreter::Flow> Interpreter::exec(const Body& body, Frame& frame, std:
 
 Status Interpreter::assign(const std::vector<std::string>& targets, const Value& value,
                            Frame& frame, const Stmt& s) {
+  if (Status stored = check_storable(value, /*in_namespace=*/false); !stored.is_ok()) {
+    return at(s.line, s.column, stored);
+  }
   if (targets.size() == 1) {
     frame.set(targets[0], value);
     return Status::ok();
@@ -188,10 +229,7 @@ Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s, Frame& frame, std
   }
   const auto length = int64_t(items.size());
   for (int64_t i = 0; i < length; ++i) {
-    if (++loop_iterations_ > options_.max_loop_iterations) {
-      return resource_exhausted("template loops passed " +
-                                std::to_string(options_.max_loop_iterations) + " iterations");
-    }
+    BATON_RETURN_IF_ERROR(take_step());
     Frame f{{}, &frame};
     BATON_RETURN_IF_ERROR(assign(s.targets, items[size_t(i)], f, s));
     // The loop object; its keys are made once, and are distinct, so the
@@ -216,8 +254,14 @@ Result<Interpreter::Flow> Interpreter::exec_for(const Stmt& s, Frame& frame, std
     entries.emplace_back(kKeys[6], Value::integer(length));
     entries.emplace_back(kKeys[7], Value::integer(1));
     entries.emplace_back(kKeys[8], Value::integer(0));
-    if (i > 0) entries.emplace_back(kKeys[9], items[size_t(i - 1)]);
-    if (i + 1 < length) entries.emplace_back(kKeys[10], items[size_t(i + 1)]);
+    if (i > 0) {
+      loop.dict_data().contents.note(items[size_t(i - 1)]);
+      entries.emplace_back(kKeys[9], items[size_t(i - 1)]);
+    }
+    if (i + 1 < length) {
+      loop.dict_data().contents.note(items[size_t(i + 1)]);
+      entries.emplace_back(kKeys[10], items[size_t(i + 1)]);
+    }
     entries.emplace_back(
         kKeys[11], Value::callable("cycle", [i](Interpreter&, CallArgs& args) -> Result<Value> {
           if (args.positional.empty()) return invalid_argument("no items for cycling given");
@@ -241,6 +285,9 @@ Status Interpreter::exec_set(const Stmt& s, Frame& frame) {
   if (!target.is_dict() || !target.dict_data().is_namespace) {
     return error_at(s.line, s.column, "cannot assign attribute on non-namespace object");
   }
+  if (Status stored = check_storable(v, /*in_namespace=*/true); !stored.is_ok()) {
+    return at(s.line, s.column, stored);
+  }
   target.dict_data().set(Value::string(s.attribute), std::move(v));
   return Status::ok();
 }
@@ -251,6 +298,7 @@ Value Interpreter::make_macro(const Stmt& s) {
     if (self.call_depth_ >= kMaxCallDepth) {
       return resource_exhausted("macro calls nested deeper than " + std::to_string(kMaxCallDepth));
     }
+    BATON_RETURN_IF_ERROR(self.take_step());
     const auto& params = macro->targets;
     if (args.positional.size() > params.size()) {
       return invalid_argument("macro '" + macro->text + "' takes not more than " +
@@ -324,6 +372,12 @@ Result<CallArgs> Interpreter::eval_arguments(const Expr& e, size_t first, Frame&
 }
 
 Result<Value> Interpreter::eval(const Expr& e, Frame& frame) {
+  DepthGuard guard(render_depth_);
+  if (guard.too_deep()) return at(e, too_deep());
+  return eval_node(e, frame);
+}
+
+Result<Value> Interpreter::eval_node(const Expr& e, Frame& frame) {
   switch (e.kind) {
     case Expr::Kind::kLiteral:
       return e.value;

@@ -30,6 +30,7 @@ class Interpreter {
 
   Value lookup(const Frame& frame, const std::string& name) const;
   Result<Flow> exec(const Body& body, Frame& frame, std::string& out);
+  Result<Flow> exec_statements(const Body& body, Frame& frame, std::string& out);
   Result<Flow> exec_for(const Stmt& s, Frame& frame, std::string& out);
   Status exec_set(const Stmt& s, Frame& frame);
   Status assign(const std::vector<std::string>& targets, const Value& value, Frame& frame,
@@ -38,6 +39,8 @@ class Interpreter {
   Result<Value> apply_filters(const std::vector<ExprPtr>& filters, Value value, Frame& frame);
 
   Result<Value> eval(const Expr& e, Frame& frame);
+  Result<Value> eval_node(const Expr& e, Frame& frame);
+  Status take_step();
   Result<CallArgs> eval_arguments(const Expr& e, size_t first, Frame& frame);
   Result<Value> eval_binary(const Expr& e, Frame& frame);
   Result<Value> eval_compare(const Expr& e, Frame& frame);
@@ -48,8 +51,9 @@ class Interpreter {
   Value context_;
   Frame* root_ = nullptr;
   size_t output_bytes_ = 0;
-  size_t loop_iterations_ = 0;
+  size_t steps_ = 0;
   int call_depth_ = 0;
+  int render_depth_ = 0;
 };
 
 // An error at an expression or statement's position.

@@ -10,6 +10,10 @@ namespace baton::jinja {
 namespace {
 
 constexpr int kMaxNesting = 200;
+// Chains the parser builds in loops (a ~ b ~ c, x|f|g, a.b.c, x if c else
+// y if d else z) nest their tree without nesting its calls; rendering and
+// freeing the tree recurse through them, so a taller tree is refused here.
+constexpr int kMaxExpressionHeight = 256;
 
 class Parser {
  public:
@@ -78,6 +82,20 @@ class Parser {
     e->kind = kind;
     e->line = at.line;
     e->column = at.column;
+    return e;
+  }
+  // e with its height measured over its operands, refused past the limit.
+  Result<ExprPtr> sized(ExprPtr e) const {
+    int tallest = 0;
+    for (const ExprPtr& item : e->items) {
+      if (item) tallest = std::max(tallest, item->height);
+    }
+    e->height = tallest + 1;
+    if (e->height > kMaxExpressionHeight) {
+      return invalid_argument("template " + describe_position(e->line, e->column) +
+                              ": expression nested more than " +
+                              std::to_string(kMaxExpressionHeight) + " operations deep");
+    }
     return e;
   }
   StmtPtr statement(Stmt::Kind kind, const Token& at) {
@@ -340,7 +358,7 @@ class Parser {
     if (!is_tuple) return std::move(items.front());
     auto t = node(Expr::Kind::kTuple, start);
     t->items = std::move(items);
-    return t;
+    return sized(std::move(t));
   }
 
   Result<ExprPtr> parse_expression() {
@@ -359,22 +377,26 @@ class Parser {
       BATON_ASSIGN_OR_RETURN(ExprPtr condition, parse_or());
       ExprPtr otherwise;
       if (skip_name("else")) {
-        BATON_ASSIGN_OR_RETURN(otherwise, parse_condition());
+        if (++depth_ > kMaxNesting) return error(at, "expression nested too deeply");
+        Result<ExprPtr> e = parse_condition();
+        --depth_;
+        if (!e.is_ok()) return e.status();
+        otherwise = std::move(e).value();
       }
       c->items.push_back(std::move(value));
       c->items.push_back(std::move(condition));
       c->items.push_back(std::move(otherwise));
-      value = std::move(c);
+      BATON_ASSIGN_OR_RETURN(value, sized(std::move(c)));
     }
     return value;
   }
 
-  ExprPtr binary(const Token& at, std::string op, ExprPtr left, ExprPtr right) {
+  Result<ExprPtr> binary(const Token& at, std::string op, ExprPtr left, ExprPtr right) {
     auto b = node(Expr::Kind::kBinary, at);
     b->name = std::move(op);
     b->items.push_back(std::move(left));
     b->items.push_back(std::move(right));
-    return b;
+    return sized(std::move(b));
   }
 
   Result<ExprPtr> parse_or() {
@@ -383,7 +405,7 @@ class Parser {
       const Token at = current();
       advance();
       BATON_ASSIGN_OR_RETURN(ExprPtr right, parse_and());
-      left = binary(at, "or", std::move(left), std::move(right));
+      BATON_ASSIGN_OR_RETURN(left, binary(at, "or", std::move(left), std::move(right)));
     }
     return left;
   }
@@ -394,7 +416,7 @@ class Parser {
       const Token at = current();
       advance();
       BATON_ASSIGN_OR_RETURN(ExprPtr right, parse_not());
-      left = binary(at, "and", std::move(left), std::move(right));
+      BATON_ASSIGN_OR_RETURN(left, binary(at, "and", std::move(left), std::move(right)));
     }
     return left;
   }
@@ -410,7 +432,7 @@ class Parser {
       --depth_;
       if (!operand.is_ok()) return operand.status();
       u->items.push_back(std::move(operand).value());
-      return u;
+      return sized(std::move(u));
     }
     return parse_compare();
   }
@@ -442,7 +464,7 @@ class Parser {
       c->items.push_back(std::move(operand));
     }
     if (c->arg_names.empty()) return std::move(c->items.front());
-    return c;
+    return sized(std::move(c));
   }
 
   template <typename Next>
@@ -453,7 +475,7 @@ class Parser {
       const Token at = current();
       advance();
       BATON_ASSIGN_OR_RETURN(ExprPtr right, (this->*next)());
-      left = binary(at, at.text, std::move(left), std::move(right));
+      BATON_ASSIGN_OR_RETURN(left, binary(at, at.text, std::move(left), std::move(right)));
     }
     return left;
   }
@@ -478,6 +500,7 @@ class Parser {
       e = node(Expr::Kind::kUnary, at);
       e->name = at.text;
       e->items.push_back(std::move(operand).value());
+      BATON_ASSIGN_OR_RETURN(e, sized(std::move(e)));
     } else {
       BATON_ASSIGN_OR_RETURN(e, parse_primary());
     }
@@ -557,7 +580,7 @@ class Parser {
             e->items.push_back(std::move(item));
           }
           advance();
-          return e;
+          return sized(std::move(e));
         }
         if (t.text == "{") {
           advance();
@@ -572,7 +595,7 @@ class Parser {
             e->items.push_back(std::move(value));
           }
           advance();
-          return e;
+          return sized(std::move(e));
         }
         break;
       default:
@@ -616,7 +639,7 @@ class Parser {
         a->name = current().text;
         advance();
         a->items.push_back(std::move(e));
-        return a;
+        return sized(std::move(a));
       }
       if (current().kind == Token::Kind::kInteger) {
         auto index = node(Expr::Kind::kLiteral, current());
@@ -631,7 +654,7 @@ class Parser {
         auto item = node(Expr::Kind::kItem, at);
         item->items.push_back(std::move(e));
         item->items.push_back(std::move(index));
-        return item;
+        return sized(std::move(item));
       }
       return unexpected("a name after '.'");
     }
@@ -655,12 +678,12 @@ class Parser {
       auto item = node(Expr::Kind::kItem, at);
       item->items.push_back(std::move(e));
       item->items.push_back(std::move(parts[0]));
-      return item;
+      return sized(std::move(item));
     }
     auto slice = node(Expr::Kind::kSlice, at);
     slice->items.push_back(std::move(e));
     for (auto& p : parts) slice->items.push_back(std::move(p));
-    return slice;
+    return sized(std::move(slice));
   }
 
   // (args) into e's items from index 1 on, with their keyword names.
@@ -698,7 +721,7 @@ class Parser {
     auto c = node(Expr::Kind::kCall, at);
     c->items.push_back(std::move(callee));
     BATON_RETURN_IF_ERROR(parse_arguments(*c));
-    return c;
+    return sized(std::move(c));
   }
 
   Result<ExprPtr> parse_filter(ExprPtr operand) {
@@ -713,7 +736,7 @@ class Parser {
     f->name = std::move(name);
     f->items.push_back(std::move(operand));
     if (is_op("(")) BATON_RETURN_IF_ERROR(parse_arguments(*f));
-    return f;
+    return sized(std::move(f));
   }
 
   Result<ExprPtr> parse_test(ExprPtr operand) {
@@ -747,7 +770,7 @@ class Parser {
         t->arg_names.emplace_back();
       }
     }
-    return t;
+    return sized(std::move(t));
   }
 
   const std::vector<Token>& tokens_;

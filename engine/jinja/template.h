@@ -31,7 +31,9 @@ struct RenderOptions {
   // A bound on all the text a render produces, macros' output included, so
   // no template and no input can take unbounded memory or time.
   size_t max_output_bytes = size_t(64) << 20;
-  size_t max_loop_iterations = 10'000'000;
+  // A bound on the loop iterations and macro calls of one render (about a
+  // second's work): a chat template takes a few per message.
+  size_t max_steps = 2'000'000;
 };
 
 class Template {

@@ -23,7 +23,37 @@ Value* Value::DictData::find(const Value& key) {
   return nullptr;
 }
 
+void Value::Contents::note(const Value& item) {
+  nesting = std::max(nesting, nesting_of(item) + 1);
+  holds_namespace = holds_namespace || jinja::holds_namespace(item);
+}
+
+int nesting_of(const Value& v) {
+  if (v.is_list()) return v.list_data().contents.nesting;
+  if (v.is_dict()) return v.dict_data().contents.nesting;
+  return 0;
+}
+
+bool holds_namespace(const Value& v) {
+  if (v.is_list()) return v.list_data().contents.holds_namespace;
+  if (v.is_dict()) return v.dict_data().is_namespace || v.dict_data().contents.holds_namespace;
+  return false;
+}
+
+Status check_storable(const Value& v, bool in_namespace) {
+  if (in_namespace && holds_namespace(v)) {
+    return invalid_argument("a namespace cannot hold a namespace");
+  }
+  if (nesting_of(v) + (in_namespace ? 1 : 0) > kMaxValueNesting) {
+    return resource_exhausted("values nested more than " + std::to_string(kMaxValueNesting) +
+                              " lists or dicts deep");
+  }
+  return Status::ok();
+}
+
 void Value::DictData::set(Value key, Value value) {
+  contents.note(key);
+  contents.note(value);
   if (Value* existing = find(key)) {
     *existing = std::move(value);
   } else {
@@ -86,6 +116,7 @@ Value Value::list(std::vector<Value> items) {
   Value v;
   v.kind_ = Kind::kList;
   v.list_ = std::make_shared<ListData>();
+  for (const Value& item : items) v.list_->contents.note(item);
   v.list_->items = std::move(items);
   return v;
 }
@@ -155,7 +186,9 @@ Value Value::from_json(const nlohmann::ordered_json& json) {
     case Type::object: {
       Value d = dict();
       for (const auto& [key, item] : json.items()) {
-        d.dict_->entries.emplace_back(string(key), from_json(item));
+        Value value = from_json(item);
+        d.dict_->contents.note(value);
+        d.dict_->entries.emplace_back(string(key), std::move(value));
       }
       return d;
     }

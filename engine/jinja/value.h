@@ -26,6 +26,11 @@ namespace baton::jinja {
 // memory.
 inline constexpr int64_t kMaxBuiltSize = 10'000'000;
 
+// How deeply lists and dicts a template stores in a name may nest: printing,
+// comparing and freeing a value recurse through it, so a template that wraps
+// a value in itself in a loop is refused, not run off the stack.
+inline constexpr int kMaxValueNesting = 256;
+
 class Value;
 class Interpreter;
 
@@ -40,8 +45,19 @@ class Value {
  public:
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kCallable };
 
+  // What a list or dict holds, as its store checks read it: how deeply it
+  // nests (1 for one holding no list or dict) and whether a namespace is in
+  // it (the one value that changes after it is made, so a namespace held in
+  // another namespace could make a cycle). Whoever adds an item notes it.
+  struct Contents {
+    int nesting = 1;
+    bool holds_namespace = false;
+    void note(const Value& item);
+  };
+
   struct ListData {
     std::vector<Value> items;
+    Contents contents;
     bool is_tuple = false;
     // Not a list but a lazy Python object over the items, named by its
     // type: an iterator (a generator from map or select, a reversed list:
@@ -54,6 +70,7 @@ class Value {
   };
   struct DictData {
     std::vector<std::pair<Value, Value>> entries;  // insertion order, keys unique
+    Contents contents;
     bool is_namespace = false;
     const Value* find(const Value& key) const;
     Value* find(const Value& key);
@@ -131,6 +148,14 @@ class Value {
   std::shared_ptr<DictData> dict_;
   std::shared_ptr<const CallableData> callable_;
 };
+
+// How deeply v nests lists and dicts (0: neither), and whether it is or
+// holds a namespace.
+int nesting_of(const Value& v);
+bool holds_namespace(const Value& v);
+// Whether v may be stored in a name, or in a namespace's attribute (where a
+// namespace may not go): nested at most kMaxValueNesting deep.
+Status check_storable(const Value& v, bool in_namespace);
 
 // Python's type name, for error messages: 'str', 'int', 'list', ...
 std::string type_name(const Value& v);

@@ -17,6 +17,12 @@ Value context_with(const std::string& json) {
   return Value::from_json(nlohmann::ordered_json::parse(json));
 }
 
+// A fresh draw from [lo, hi] each run.
+int draw(int lo, int hi) {
+  static std::mt19937 rng(std::random_device{}());
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
+
 std::string load_error(const std::string& source) {
   auto t = Template::parse(source);
   EXPECT_FALSE(t.is_ok()) << source;
@@ -145,7 +151,7 @@ TEST(JinjaTest, LoopsAreBounded) {
       "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
   ASSERT_TRUE(t.is_ok());
   RenderOptions options;
-  options.max_loop_iterations = 100000;
+  options.max_steps = 100000;
   auto out = t->render(Value::dict(), options);
   ASSERT_FALSE(out.is_ok());
   EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
@@ -167,6 +173,158 @@ TEST(JinjaTest, DeepNestingIsALoadErrorNotAStackOverflow) {
     for (int i = 0; i < 100000; ++i) source += open;
     EXPECT_FALSE(Template::parse(source).is_ok()) << open;
   }
+}
+
+// Chains the parser builds in a loop, not by recursion, still make a tree
+// that rendering and freeing recurse through: a long one is refused at load
+// with its position, a short one renders.
+TEST(JinjaTest, LongChainsAreALoadErrorNotAStackOverflow) {
+  struct Chain {
+    std::string first, link, rendered;  // rendered: of the first and 100 links
+  };
+  // d.d.d... 100 deep: "leaf".
+  Value d = Value::string("leaf");
+  for (int i = 0; i < 100; ++i) {
+    Value outer = Value::dict();
+    outer.dict_data().set(Value::string("d"), d);
+    d = outer;
+  }
+  Value context = Value::dict();
+  context.dict_data().set(Value::string("d"), d);
+  for (const Chain& c : std::vector<Chain>{{"'a'", " ~ 'a'", std::string(101, 'a')},
+                                           {"'A'", "|lower", "a"},
+                                           {"d", ".d", "leaf"},
+                                           {"d", "['d']", "leaf"},
+                                           {"1", " + 1", "101"},
+                                           {"true", " and true", "True"},
+                                           {"2", " if false else 1", "1"},
+                                           {"'a'", ".upper()", "A"}}) {
+    SCOPED_TRACE(c.link);
+    std::string long_chain = "{{ " + c.first;
+    for (int i = 0; i < 100000; ++i) long_chain += c.link;
+    auto refused = Template::parse(long_chain + " }}");
+    ASSERT_FALSE(refused.is_ok());
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find("template line 1, column"), std::string::npos)
+        << refused.status().message();
+
+    std::string short_chain = "{{ " + c.first;
+    for (int i = 0; i < 100; ++i) short_chain += c.link;
+    auto t = Template::parse(short_chain + " }}");
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto out = t->render(context);
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ(*out, c.rendered);
+  }
+}
+
+// A template that wraps a value in itself, in a loop or statement by
+// statement, is stopped at the nesting bound; printing or freeing the value
+// would otherwise recurse past the stack.
+TEST(JinjaTest, ValuesNestedPastTheBoundAreRefused) {
+  std::string by_statements = "{% set x = 1 %}";
+  for (int i = 0; i < 100000; ++i) by_statements += "{% set x = [x] %}";
+  for (const std::string& source :
+       {std::string("{% set ns = namespace(x=1) %}{% for i in range(1000) %}"
+                    "{% for j in range(1000) %}{% set ns.x = [ns.x] %}{% endfor %}{% endfor %}"
+                    "{{ ns.x|length }}"),
+        std::string("{% set ns = namespace(x=1) %}{% for i in range(100000) %}"
+                    "{% set ns.x = {'k': ns.x} %}{% endfor %}{{ ns.x|tojson }}"),
+        std::string("{% set ns = namespace(x=1) %}{% for i in range(100000) %}"
+                    "{% for j in [ns.x, 0] %}{% set ns.x = loop %}{% endfor %}{% endfor %}"
+                    "{{ ns.x }}"),
+        by_statements}) {
+    SCOPED_TRACE(source.substr(0, 120));
+    auto t = Template::parse(source);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto out = t->render(Value::dict());
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted) << out.status().to_string();
+    EXPECT_NE(out.status().message().find("values nested more than"), std::string::npos)
+        << out.status().to_string();
+  }
+  // Under the bound, a nested value prints as Python prints it.
+  const int depth = draw(1, 200);
+  auto t = Template::parse(
+      "{% set ns = namespace(x=7) %}{% for i in range(n) %}{% set ns.x = [ns.x] %}{% endfor %}"
+      "{{ ns.x }}");
+  ASSERT_TRUE(t.is_ok());
+  Value context = Value::dict();
+  context.dict_data().set(Value::string("n"), Value::integer(depth));
+  auto out = t->render(context);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(*out, std::string(size_t(depth), '[') + "7" + std::string(size_t(depth), ']'));
+}
+
+// Namespaces are the one value a template changes after making it; one
+// held in another could close a cycle that printing would follow forever.
+TEST(JinjaTest, ANamespaceCannotHoldANamespace) {
+  for (const char* source :
+       {"{% set ns = namespace(x=1) %}{% set ns.x = ns %}{{ ns.x }}",
+        "{% set ns = namespace(x=1) %}{% set ns.x = [1, {'a': ns}] %}{{ ns.x }}",
+        "{% set a = namespace(x=1) %}{% set b = namespace(y=a) %}{{ b.y.x }}"}) {
+    SCOPED_TRACE(source);
+    auto t = Template::parse(source);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto out = t->render(Value::dict());
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_NE(out.status().message().find("a namespace cannot hold a namespace"), std::string::npos)
+        << out.status().to_string();
+  }
+  // Namespaces in lists, and lists in namespaces, are as Jinja2 has them.
+  auto t = Template::parse(
+      "{% set a = namespace(v=[1, 2]) %}{% set l = [a, a] %}{% set a.v = a.v + [3] %}"
+      "{{ l[1].v }}");
+  ASSERT_TRUE(t.is_ok());
+  auto out = t->render(Value::dict());
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(*out, "[1, 2, 3]");
+}
+
+// A macro that calls itself twice, 40 deep, stays under the call-depth bound
+// but would make 2^40 calls: calls count against the render's steps.
+TEST(JinjaTest, MacroCallsCountAgainstTheStepBound) {
+  auto t = Template::parse(
+      "{% macro f(n) %}{% if n < 40 %}{{ f(n + 1) }}{{ f(n + 1) }}{% endif %}{% endmacro %}"
+      "{{ f(0) }}");
+  ASSERT_TRUE(t.is_ok());
+  RenderOptions options;
+  options.max_steps = size_t(draw(1000, 2000));
+  auto out = t->render(Value::dict(), options);
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(out.status().message().find("passed " + std::to_string(options.max_steps) + " steps"),
+            std::string::npos)
+      << out.status().to_string();
+  // 2^k - 1 calls of a tree k deep fit in a bound of exactly that many.
+  const int k = draw(1, 9);
+  auto fits = Template::parse("{% macro f(n) %}{% if n < " + std::to_string(k) +
+                              " %}{{ f(n + 1) }}{{ f(n + 1) }}{% else %}x{% endif %}"
+                              "{% endmacro %}{{ f(1) }}");
+  ASSERT_TRUE(fits.is_ok());
+  options.max_steps = (size_t(1) << k) - 1;
+  out = fits->render(Value::dict(), options);
+  ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+  EXPECT_EQ(*out, std::string(size_t(1) << (k - 1), 'x'));
+  options.max_steps -= 1;
+  EXPECT_FALSE(fits->render(Value::dict(), options).is_ok());
+}
+
+// Each macro call nests its body's statements and expressions on the
+// stack: a recursion whose every level holds a tall expression is stopped
+// by the render's depth bound well inside the stack.
+TEST(JinjaTest, RenderingDepthIsBoundedAcrossMacroCalls) {
+  std::string body = "{{ ";
+  for (int i = 0; i < 150; ++i) body += "(";
+  body += "f(n + 1)";
+  for (int i = 0; i < 150; ++i) body += " ~ 'a')";
+  auto t = Template::parse("{% macro f(n) %}" + body + " }}{% endmacro %}{{ f(0) }}");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  auto out = t->render(Value::dict());
+  ASSERT_FALSE(out.is_ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(out.status().message().find("statements and expressions deep"), std::string::npos)
+      << out.status().to_string();
 }
 
 // Random bytes spliced into a template that uses most constructs: the lexer

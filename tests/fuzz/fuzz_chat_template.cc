@@ -22,7 +22,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   RenderOptions options;
   options.now_seconds = 1700000000;
   options.max_output_bytes = 1 << 20;
-  options.max_loop_iterations = 100000;
+  options.max_steps = 100000;
   (void)t->render(context, options);
   return 0;
 }

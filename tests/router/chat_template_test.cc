@@ -161,6 +161,27 @@ TEST_F(ChatPrompterTest, ATemplatesOwnErrorIsTheRequestsError) {
       << text.status().message();
 }
 
+// A request whose messages drive the template past its bounds (here, steps:
+// a loop over the messages inside one over them) fails as that request's
+// error, which no retry mends: invalid, not "resource exhausted" (a 429).
+TEST_F(ChatPrompterTest, ARequestThatRunsTheTemplatePastItsBoundsIsTheRequestsError) {
+  write(
+      "tokenizer_config.json",
+      R"({"chat_template": "{% for a in messages %}{% for b in messages %}{% endfor %}{% endfor %}ok"})");
+  auto prompter = ChatPrompter::for_checkpoint(dir_);
+  ASSERT_TRUE(prompter.is_ok());
+  auto messages = [](int n) {
+    nlohmann::json doc = {{"messages", nlohmann::json::array()}};
+    for (int i = 0; i < n; ++i) doc["messages"].push_back({{"role", "user"}, {"content", "x"}});
+    return doc.dump();
+  };
+  EXPECT_EQ(*prompter->render(chat(messages(100))), "ok");
+  auto text = prompter->render(chat(messages(1500)));
+  ASSERT_FALSE(text.is_ok());
+  EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(text.status().message().find("steps"), std::string::npos) << text.status().message();
+}
+
 TEST_F(ChatPrompterTest, WithoutATemplateBatonsFormatFollowsTheBos) {
   write("tokenizer_config.json", R"({"bos_token": "<s>"})");
   auto prompter = ChatPrompter::for_checkpoint(dir_);
