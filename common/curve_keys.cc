@@ -6,6 +6,8 @@
 #include <array>
 #include <fstream>
 
+#include "common/regular_file.h"
+
 namespace baton::control {
 namespace {
 
@@ -26,6 +28,7 @@ Status write_key(const fs::path& path, const std::string& key, bool secret) {
 }
 
 Result<std::string> read_key(const fs::path& path) {
+  BATON_RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream in(path);
   if (!in) return not_found("cannot open " + path.string());
   std::string key;

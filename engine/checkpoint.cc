@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
+#include "common/regular_file.h"
 #include "engine/safetensors.h"
 
 namespace baton::engine {
@@ -24,6 +25,7 @@ Status open_sharded(const std::filesystem::path& dir,
                     std::vector<std::unique_ptr<SafetensorsFile>>& files, TensorMap& tensors) {
   const auto index_path = dir / kIndexFile;
   const std::string index = index_path.string();
+  BATON_RETURN_IF_ERROR(check_regular_file(index_path));
   std::ifstream in(index_path, std::ios::binary);
   if (!in) return not_found("cannot open " + index);
   std::stringstream text;

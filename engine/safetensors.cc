@@ -29,7 +29,9 @@ Result<std::unique_ptr<SafetensorsFile>> SafetensorsFile::open(const std::filesy
   std::unique_ptr<SafetensorsFile> file(new SafetensorsFile());
   file->path_ = path;
   const std::string name = path.string();
-  file->fd_.reset(::open(name.c_str(), O_RDONLY | O_CLOEXEC));
+  // O_NONBLOCK: a FIFO in a checkpoint would block the open for a writer;
+  // it is refused below as any file that is not regular.
+  file->fd_.reset(::open(name.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK));
   if (!file->fd_.valid()) {
     int err = errno;
     std::string m = "cannot open " + name + ": " + std::strerror(err);

@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -57,9 +58,25 @@ Status Scheduler::validate(const std::vector<int32_t>& prompt,
                             std::to_string(max_model_len_) + " tokens");
   }
   if (options.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
-  if (options.sampling.temperature < 0) return invalid_argument("temperature must be >= 0");
-  if (!(options.sampling.top_p > 0 && options.sampling.top_p <= 1)) {
-    return invalid_argument("top_p must be in (0, 1]");
+  // Written so that NaN fails every check: it compares false.
+  const kernels::cpu::SamplingParams& s = options.sampling;
+  if (!(s.temperature >= 0 && std::isfinite(s.temperature))) {
+    return invalid_argument("temperature must be a finite number >= 0");
+  }
+  if (!(s.top_p > 0 && s.top_p <= 1)) return invalid_argument("top_p must be in (0, 1]");
+  if (!(s.min_p >= 0 && s.min_p <= 1)) return invalid_argument("min_p must be in [0, 1]");
+  const kernels::cpu::LogitsAdjustments& a = options.adjustments;
+  if (!(a.repetition_penalty > 0 && std::isfinite(a.repetition_penalty))) {
+    return invalid_argument("repetition_penalty must be a finite number > 0");
+  }
+  if (!std::isfinite(a.presence_penalty) || !std::isfinite(a.frequency_penalty)) {
+    return invalid_argument("presence_penalty and frequency_penalty must be finite numbers");
+  }
+  for (const auto& [id, bias] : a.logit_bias) {
+    if (!std::isfinite(bias)) {
+      return invalid_argument("logit_bias of token " + std::to_string(id) +
+                              " must be a finite number");
+    }
   }
   if (options.logprobs < 0) return invalid_argument("logprobs must be >= 0");
   if (options.prompt_logprobs < -1) return invalid_argument("prompt_logprobs must be >= -1");

@@ -266,13 +266,14 @@ void SsdKvStore::remove_unlocked_files(const std::filesystem::path& dir) {
     // across containers sharing the directory. Removed while locked here,
     // and only if the name still is the file locked (another cleaner may
     // have removed it, and a new store taken the name, meanwhile).
-    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    // O_NONBLOCK: a FIFO of that name would block the open for a writer.
+    const int fd = ::open(entry.path().c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
     if (fd < 0) continue;
     struct stat locked = {};
     struct stat named = {};
     if (::flock(fd, LOCK_EX | LOCK_NB) == 0 && ::fstat(fd, &locked) == 0 &&
-        ::stat(entry.path().c_str(), &named) == 0 && locked.st_ino == named.st_ino &&
-        locked.st_dev == named.st_dev) {
+        S_ISREG(locked.st_mode) && ::stat(entry.path().c_str(), &named) == 0 &&
+        locked.st_ino == named.st_ino && locked.st_dev == named.st_dev) {
       std::error_code removed;
       if (std::filesystem::remove(entry.path(), removed)) {
         spdlog::info("ssd cache: removed {}, left by a process that is gone",

@@ -1,5 +1,6 @@
 #include "engine/tokenizer.h"
 
+#include "common/regular_file.h"
 #include "engine/hf_tokenizer.h"
 
 #include <fstream>
@@ -47,6 +48,7 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::filesystem::path& c
     return load_hf_tokenizer(checkpoint_dir);
   }
   auto path = checkpoint_dir / kByteTokenizerFile;
+  if (std::filesystem::exists(path)) BATON_RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream in(path);
   if (!in) return not_found("no tokenizer in " + checkpoint_dir.string());
   auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);

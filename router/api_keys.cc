@@ -3,6 +3,8 @@
 #include <cstdlib>
 #include <fstream>
 
+#include "common/regular_file.h"
+
 namespace baton::router {
 
 bool constant_time_equal(std::string_view a, std::string_view b) {
@@ -22,6 +24,9 @@ Result<ApiKeys> ApiKeys::load(const std::filesystem::path& key_file) {
     keys.emplace_back(env);
   }
   if (!key_file.empty()) {
+    if (Status file = check_regular_file(key_file); !file.is_ok()) {
+      return Status(file.code(), "router.api_key_file: " + file.message());
+    }
     std::ifstream in(key_file);
     if (!in) return not_found("router.api_key_file: cannot open " + key_file.string());
     size_t found = 0;

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "common/regular_file.h"
 #include "engine/engine.h"
 #include "tools/commands.h"
 #include "tools/process_priority.h"
@@ -95,6 +96,9 @@ Result<std::vector<std::vector<int32_t>>> read_prompts(const GenerateOptions& o,
     prompts.push_back(std::move(ids));
   }
   if (o.prompts_file) {
+    if (Status file = check_regular_file(*o.prompts_file); !file.is_ok()) {
+      return Status(file.code(), "--prompts: " + file.message());
+    }
     std::ifstream in(*o.prompts_file);
     if (!in) return not_found("--prompts: cannot open " + *o.prompts_file);
     std::string line;
@@ -339,6 +343,10 @@ std::function<int()> add_generate_command(CLI::App& app) {
   cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens; 0 = all")
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed (prompt i uses seed + i)")
+      ->check([](const std::string& text) -> std::string {
+        // CLI11 reads "-1" into an unsigned seed as 2^64 - 1.
+        return text.find('-') == std::string::npos ? "" : "must be a non-negative integer";
+      })
       ->capture_default_str();
   cmd->add_option("--min-p", o->min_p, "cut tokens below min_p x the likeliest's probability");
   cmd->add_option("--presence-penalty", o->presence_penalty, "subtracted once per output token");

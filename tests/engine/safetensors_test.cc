@@ -1,6 +1,7 @@
 #include "engine/safetensors.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 
 #include <cstring>
 #include <random>
@@ -286,6 +287,15 @@ TEST(SafetensorsTest, MissingFileIsNotFound) {
   ScratchDir dir;
   expect_error(SafetensorsFile::open(dir / "absent.safetensors").status(), StatusCode::kNotFound,
                {"absent.safetensors"});
+}
+
+// A FIFO where a weights file belongs would block the open for a writer.
+TEST(SafetensorsTest, AFifoIsRefusedWithoutWaitingForAWriter) {
+  ScratchDir dir;
+  const auto fifo = dir / "model.safetensors";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  expect_error(SafetensorsFile::open(fifo).status(), StatusCode::kIoError,
+               {"model.safetensors", "not a regular file"});
 }
 
 std::string small_valid_file(const ScratchDir& dir) {

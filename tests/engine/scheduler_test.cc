@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -382,6 +384,33 @@ TEST_F(SchedulerTest, RejectsBadRequestsAndAbortFreesBlocks) {
   EXPECT_EQ(too_long.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(too_long.status().message().find("maximum context length is 32"), std::string::npos)
       << too_long.status().message();
+  // Sampling values no distribution has, NaN among them, each named.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<std::pair<std::function<void(GenerationOptions&)>, std::string>> bad = {
+      {[&](GenerationOptions& o) { o.sampling.temperature = nan; }, "temperature"},
+      {[&](GenerationOptions& o) { o.sampling.temperature = inf; }, "temperature"},
+      {[&](GenerationOptions& o) { o.sampling.temperature = -0.5f; }, "temperature"},
+      {[&](GenerationOptions& o) { o.sampling.top_p = nan; }, "top_p"},
+      {[&](GenerationOptions& o) { o.sampling.min_p = nan; }, "min_p"},
+      {[&](GenerationOptions& o) { o.sampling.min_p = 1.5f; }, "min_p"},
+      {[&](GenerationOptions& o) { o.adjustments.repetition_penalty = nan; }, "repetition_penalty"},
+      {[&](GenerationOptions& o) { o.adjustments.repetition_penalty = 0; }, "repetition_penalty"},
+      {[&](GenerationOptions& o) { o.adjustments.presence_penalty = nan; }, "presence_penalty"},
+      {[&](GenerationOptions& o) { o.adjustments.frequency_penalty = -inf; }, "frequency_penalty"},
+      {[&](GenerationOptions& o) {
+         o.adjustments.logit_bias = {{3, nan}};
+       },
+       "logit_bias"}};
+  for (const auto& [spoil, named] : bad) {
+    GenerationOptions options = greedy(4);
+    spoil(options);
+    auto refused = s.add({1, 2}, options);
+    ASSERT_FALSE(refused.is_ok()) << named;
+    EXPECT_EQ(refused.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.status().message().find(named), std::string::npos)
+        << refused.status().message();
+  }
   auto longest = s.add(std::vector<int32_t>(31, 5), greedy(4));
   ASSERT_TRUE(longest.is_ok());
   EXPECT_TRUE(s.abort(*longest));  // aborted while waiting

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <sys/file.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -539,6 +540,15 @@ TEST_F(SsdKvStoreTest, FilesNoStoreHoldsAreRemoved) {
   for (const auto& entry : std::filesystem::directory_iterator(dir_.path()))
     files += entry.exists();
   EXPECT_EQ(files, 2);  // `other` and later's file
+}
+
+// A FIFO named as a store's file would block the start-up clean-up's open
+// for a writer; it is not a store's file, and is left alone.
+TEST_F(SsdKvStoreTest, AFifoNamedAsAStoresFileIsLeftAlone) {
+  const auto fifo = dir_.path() / "baton-kv-1-1.bin";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  auto store = make_store(layout_of(DType::kF32, 2, 1, 64, 4, 4), 2);
+  EXPECT_TRUE(std::filesystem::exists(fifo));
 }
 
 TEST_F(SsdKvStoreTest, FileIsRemovedWithTheStore) {

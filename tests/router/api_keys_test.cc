@@ -68,5 +68,17 @@ TEST(ApiKeys, KeyFileAndEnvironment) {
   EXPECT_FALSE(open->required());
 }
 
+// A key file that is no file (a device, a directory) is refused naming the
+// setting, not read without end.
+TEST(ApiKeys, AKeyFileThatIsNotARegularFileIsRefused) {
+  for (const char* path : {"/dev/zero", "/"}) {
+    auto keys = ApiKeys::load(path);
+    ASSERT_FALSE(keys.is_ok()) << path;
+    EXPECT_NE(keys.status().message().find(std::string("router.api_key_file: ") + path),
+              std::string::npos)
+        << keys.status().message();
+  }
+}
+
 }  // namespace
 }  // namespace baton::router

@@ -64,6 +64,25 @@ class BatonCli : public ::testing::Test {
 };
 std::filesystem::path* BatonCli::dir_ = nullptr;
 
+// What no sampling could mean is refused naming the flag, before any token
+// is generated: NaN, a seed that would wrap, a prompts file that never ends.
+TEST_F(BatonCli, GenerateRefusesSamplingValuesAndFilesItCannotUse) {
+  const std::string base = "generate --model " + model().string() + " --max-tokens 2 ";
+  for (const auto& [args, named] : std::vector<std::pair<std::string, std::string>>{
+           {"--prompt-ids 1,2 --temperature nan", "temperature"},
+           {"--prompt-ids 1,2 --min-p nan", "min_p"},
+           {"--prompt-ids 1,2 --repetition-penalty nan", "repetition_penalty"},
+           {"--prompt-ids 1,2 --logit-bias 3:nan", "logit_bias"},
+           {"--prompt-ids 1,2 --seed -1", "--seed"},
+           {"--prompts /dev/zero", "--prompts: /dev/zero"}}) {
+    auto refused = run(base + args);
+    EXPECT_NE(refused.exit_code, 0) << args;
+    EXPECT_NE(refused.out.find(named), std::string::npos) << args << ": " << refused.out;
+  }
+  auto fine = run(base + "--prompt-ids 1,2 --temperature 0.5 --seed 7");
+  EXPECT_EQ(fine.exit_code, 0) << fine.out;
+}
+
 TEST_F(BatonCli, GenerateJsonBatchEqualsEachPromptAlone) {
   // CRLF line ends, as a file written on Windows has them.
   std::ofstream(*dir_ / "prompts.txt") << "hello\r\nids:1,20,30,40\r\nBaton runs\r\n";

@@ -145,6 +145,14 @@ const char* kValidJsonl =
     R"({"conversations": [{"from": "human", "value": "Q"}, {"from": "gpt", "value": "A"}, {"from": "human", "value": "more"}]})"
     "\n";
 
+TEST(ShareGpt, ADatasetThatIsNotARegularFileIsRefusedNotReadWithoutEnd) {
+  for (const char* path : {"/dev/zero", "/"}) {
+    auto data = read_sharegpt(path);
+    ASSERT_FALSE(data.is_ok()) << path;
+    EXPECT_NE(data.status().message().find(path), std::string::npos) << data.status().message();
+  }
+}
+
 TEST(ShareGpt, ReadsPromptsAndRepliesAndSkipsShortConversations) {
   auto data = parse_sharegpt(kValidJsonl, "data.jsonl");
   ASSERT_TRUE(data.is_ok()) << data.status().to_string();

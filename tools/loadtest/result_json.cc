@@ -6,6 +6,8 @@
 #include <fstream>
 #include <limits>
 
+#include "common/regular_file.h"
+
 namespace baton::loadtest {
 namespace {
 
@@ -220,6 +222,7 @@ Result<BenchResult> merge_results(const std::vector<BenchResult>& shards) {
 }
 
 Result<json> read_json_file(const std::string& path) {
+  BATON_RETURN_IF_ERROR(check_regular_file(path));
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found(path + ": cannot open");
   json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);

@@ -4,6 +4,8 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "common/regular_file.h"
+
 namespace baton::loadtest {
 namespace {
 
@@ -66,6 +68,9 @@ Result<ShareGptData> parse_sharegpt(std::string_view text, const std::string& na
 }
 
 Result<ShareGptData> read_sharegpt(const std::string& path) {
+  // ShareGPT's own file is 0.6 GiB: the bound only keeps out what is not a
+  // dataset at all.
+  BATON_RETURN_IF_ERROR(check_regular_file(path, uintmax_t(16) << 30));
   std::ifstream in(path, std::ios::binary);
   if (!in) return not_found(path + ": cannot open the dataset");
   std::stringstream text;
