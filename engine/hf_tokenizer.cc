@@ -18,6 +18,24 @@ namespace {
 
 using nlohmann::json;
 
+// nlohmann's message without its "[json.exception.type_error.302] ".
+std::string without_exception_id(const std::string& what) {
+  if (what.rfind("[json.exception.", 0) != 0) return what;
+  const size_t end = what.find("] ");
+  return end == std::string::npos ? what : what.substr(end + 2);
+}
+
+// fn(), with a field of the wrong JSON type (which nlohmann throws for
+// without naming it) reported in the section of tokenizer.json it is in.
+template <typename Fn>
+auto in_section(const std::string& name, const char* section, Fn fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const json::exception& e) {
+    return data_loss(name + ": " + section + ": " + without_exception_id(e.what()));
+  }
+}
+
 bool is_word_byte(unsigned char c) { return std::isalnum(c) != 0 || c == '_' || c >= 0x80; }
 
 struct AddedToken {
@@ -140,13 +158,17 @@ Status HfBpeTokenizer::load_specials(const json& doc, const json& config, const 
           t["content"].get<std::string>().empty()) {
         return data_loss(name + ": an added token lacks an id or content");
       }
-      AddedToken a{.id = t["id"].get<int32_t>(),
+      // Read wide: an id past 2^31 narrowed first could land in range.
+      const auto wide_id = t["id"].get<int64_t>();
+      if (wide_id < 0 || wide_id >= (1 << 24)) {
+        return data_loss(name + ": added token id " + t["id"].dump() + " out of range");
+      }
+      AddedToken a{.id = int32_t(wide_id),
                    .content = t["content"].get<std::string>(),
                    .special = t.value("special", false),
                    .lstrip = t.value("lstrip", false),
                    .rstrip = t.value("rstrip", false),
                    .single_word = t.value("single_word", false)};
-      if (a.id < 0 || a.id >= (1 << 24)) return data_loss(name + ": added token id out of range");
       added_.push_back(std::move(a));
     }
   }
@@ -214,14 +236,19 @@ Status HfBpeTokenizer::load_specials(const json& doc, const json& config, const 
 }
 
 Status HfBpeTokenizer::load(const json& doc, const json& config, const std::string& name) {
-  BATON_RETURN_IF_ERROR(
-      parse_normalizer(doc.contains("normalizer") ? doc["normalizer"] : json(), name, normalizer_));
-  BATON_RETURN_IF_ERROR(parse_pre_tokenizer(
-      doc.contains("pre_tokenizer") ? doc["pre_tokenizer"] : json(), name, pre_tokenizer_));
+  BATON_RETURN_IF_ERROR(in_section(name, "normalizer", [&] {
+    return parse_normalizer(doc.contains("normalizer") ? doc["normalizer"] : json(), name,
+                            normalizer_);
+  }));
+  BATON_RETURN_IF_ERROR(in_section(name, "pre_tokenizer", [&] {
+    return parse_pre_tokenizer(doc.contains("pre_tokenizer") ? doc["pre_tokenizer"] : json(), name,
+                               pre_tokenizer_);
+  }));
   if (!doc.contains("decoder") || doc["decoder"].is_null()) {
     return unimplemented(name + ": a tokenizer without a decoder is not supported");
   }
-  BATON_RETURN_IF_ERROR(parse_decoder(doc["decoder"], name, decoder_));
+  BATON_RETURN_IF_ERROR(
+      in_section(name, "decoder", [&] { return parse_decoder(doc["decoder"], name, decoder_); }));
   // A byte-level vocabulary must hold every byte's character, or text it
   // cannot spell would be dropped.
   const bool byte_level = std::any_of(pre_tokenizer_.begin(), pre_tokenizer_.end(), [](auto& s) {
@@ -234,7 +261,8 @@ Status HfBpeTokenizer::load(const json& doc, const json& config, const std::stri
                            "'");
     }
   }
-  return load_specials(doc, config, name);
+  return in_section(name, "added_tokens or post_processor",
+                    [&] { return load_specials(doc, config, name); });
 }
 
 }  // namespace
@@ -254,13 +282,14 @@ Result<std::unique_ptr<Tokenizer>> load_hf_tokenizer(const json& doc, const json
   if (!doc.is_object()) return data_loss(name + ": not a JSON object");
   try {
     if (!doc.contains("model")) return data_loss(name + ": no model");
-    BATON_ASSIGN_OR_RETURN(BpeModel model, BpeModel::load(doc["model"], name));
+    BATON_ASSIGN_OR_RETURN(BpeModel model, in_section(name, "model", [&] {
+                             return BpeModel::load(doc["model"], name);
+                           }));
     auto tokenizer = std::make_unique<HfBpeTokenizer>(std::move(model));
     BATON_RETURN_IF_ERROR(tokenizer->load(doc, config, name));
     return std::unique_ptr<Tokenizer>(std::move(tokenizer));
   } catch (const json::exception& e) {
-    // A field of the wrong JSON type somewhere it is read.
-    return data_loss(name + ": " + e.what());
+    return data_loss(name + ": " + without_exception_id(e.what()));
   }
 }
 

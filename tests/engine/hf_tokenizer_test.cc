@@ -258,6 +258,23 @@ TEST_F(HfTokenizerTest, RefusesWhatItDoesNotImplementNamingIt) {
        },
        StatusCode::kDataLoss, "added token lacks"},
       {[](json& d) { d["model"]["vocab"] = 5; }, StatusCode::kDataLoss, "model.vocab"},
+      // A field of the wrong type names the section it is in, without
+      // nlohmann's exception id.
+      {[](json& d) { d["model"]["type"] = 5; }, StatusCode::kDataLoss,
+       "tokenizer.json: model: type must be string, but is number"},
+      {[](json& d) {
+         d["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", "yes"}};
+       },
+       StatusCode::kDataLoss, "tokenizer.json: pre_tokenizer: type must be boolean"},
+      {[](json& d) {
+         d["added_tokens"] = json::array({json{{"id", 9}, {"content", "x"}, {"special", 1}}});
+       },
+       StatusCode::kDataLoss, "added_tokens or post_processor: type must be boolean"},
+      // An id past 2^32 that would narrow to 5, a valid id.
+      {[](json& d) {
+         d["added_tokens"] = json::array({json{{"id", (int64_t(1) << 32) + 5}, {"content", "x"}}});
+       },
+       StatusCode::kDataLoss, "added token id 4294967301 out of range"},
   };
   for (const auto& c : cases) {
     json doc = base;
