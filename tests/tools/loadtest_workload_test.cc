@@ -30,6 +30,31 @@ TEST(Workload, RandomPromptsHaveExactLengthsAndValidIds) {
   EXPECT_NE((*requests)[0].prompt_ids, (*requests)[1].prompt_ids);
 }
 
+// Lengths no context has, or runs too large to hold, are refused before
+// anything is built (the run would otherwise grow without bound).
+TEST(Workload, RunsTooLargeToHoldAreRefusedNamingTheFlags) {
+  for (const auto& [made, says] :
+       std::vector<std::pair<Result<std::vector<BenchRequest>>, std::string>>{
+           {random_requests(1, {.input_len = int64_t(1) << 40, .output_len = 1}, {}),
+            "--random-input-len"},
+           {random_requests(1, {.input_len = 1, .output_len = 1, .prefix_len = int64_t(1) << 30},
+                            {}),
+            "--random-prefix-len"},
+           {random_requests(int64_t(1) << 30, {.input_len = 1024, .output_len = 1}, {}),
+            "--num-prompts 1073741824"},
+           {prefix_requests(1, {.prefix_len = int64_t(1) << 40}, {}), "--prefix-len"},
+           {prefix_requests(int64_t(1) << 22, {.prefix_len = 256, .suffix_len = 256}, {}),
+            "a run holds in memory"}}) {
+    ASSERT_FALSE(made.is_ok()) << says;
+    EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(made.status().message().find(says), std::string::npos) << made.status().message();
+  }
+  // Within the bounds, a large prompt is built whole.
+  auto large = random_requests(1, {.input_len = 100000, .output_len = 1}, {});
+  ASSERT_TRUE(large.is_ok()) << large.status().to_string();
+  EXPECT_EQ((*large)[0].prompt_ids.size(), 100000u);
+}
+
 TEST(Workload, RandomListIsReproducibleForASeed) {
   RandomWorkload w{.input_len = 100, .output_len = 50, .range_ratio = 0.5};
   auto a = random_requests(20, w, {.seed = 7});

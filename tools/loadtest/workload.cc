@@ -31,6 +31,29 @@ Status check_positive(int64_t value, const char* flag) {
   return Status::ok();
 }
 
+// The bench holds every prompt, and its request's JSON, in memory before
+// the first is sent: a prompt longer than any model's context, or a run of
+// more tokens than that memory should hold, is a mistyped flag.
+constexpr double kMaxPromptTokens = double(1 << 24);
+constexpr double kMaxRunTokens = double(1 << 28);
+
+Status check_run_size(int64_t num_requests, double longest_prompt, double shared_tokens,
+                      const char* length_flags) {
+  if (longest_prompt > kMaxPromptTokens) {
+    return invalid_argument(std::string(length_flags) + " make prompts of up to " +
+                            std::to_string(int64_t(longest_prompt)) + " tokens, over the " +
+                            std::to_string(int64_t(kMaxPromptTokens)) + " a prompt may have");
+  }
+  const double total = double(num_requests) * longest_prompt + shared_tokens;
+  if (total > kMaxRunTokens) {
+    return invalid_argument("--num-prompts " + std::to_string(num_requests) + " of up to " +
+                            std::to_string(int64_t(longest_prompt)) + " tokens make " +
+                            std::to_string(int64_t(total)) + " prompt tokens, over the " +
+                            std::to_string(int64_t(kMaxRunTokens)) + " a run holds in memory");
+  }
+  return Status::ok();
+}
+
 // Appends `length` random tokens: ids, or letters for a text prompt.
 void append_random(BenchRequest& request, int64_t length, const WorkloadOptions& options,
                    std::mt19937_64& rng) {
@@ -62,6 +85,11 @@ Result<std::vector<BenchRequest>> random_requests(int64_t num_requests,
   if (!(workload.range_ratio >= 0.0 && workload.range_ratio < 1.0))
     return invalid_argument("--random-range-ratio must be in [0, 1)");
   if (workload.prefix_len < 0) return invalid_argument("--random-prefix-len must be at least 0");
+  BATON_RETURN_IF_ERROR(
+      check_run_size(num_requests,
+                     double(workload.prefix_len) +
+                         std::floor(double(workload.input_len) * (1.0 + workload.range_ratio)),
+                     0, "--random-input-len and --random-prefix-len"));
   std::mt19937_64 rng(options.seed);
   // Drawn first, and only when asked for, so lists without a prefix stay
   // what a seed always gave.
@@ -84,6 +112,10 @@ Result<std::vector<BenchRequest>> prefix_requests(int64_t num_requests,
   BATON_RETURN_IF_ERROR(check_positive(workload.output_len, "--prefix-output-len"));
   BATON_RETURN_IF_ERROR(check_positive(workload.num_prefixes, "--prefix-num-prefixes"));
   if (workload.suffix_len < 0) return invalid_argument("--prefix-suffix-len must be at least 0");
+  BATON_RETURN_IF_ERROR(check_run_size(num_requests,
+                                       double(workload.prefix_len) + double(workload.suffix_len),
+                                       double(workload.num_prefixes) * double(workload.prefix_len),
+                                       "--prefix-len and --prefix-suffix-len"));
   std::mt19937_64 rng(options.seed);
   std::vector<BenchRequest> prefixes(size_t(workload.num_prefixes));
   for (auto& prefix : prefixes) append_random(prefix, workload.prefix_len, options, rng);
