@@ -231,8 +231,40 @@ int run_up(const UpOptions& options) {
   // later moment, whoever has seen the cluster ready by then: it is started
   // again, and the rest of the cluster keeps running.
   std::set<std::string> lost;
-  auto ready_deadline =
-      std::chrono::steady_clock::now() + std::chrono::seconds(options.ready_timeout_s);
+  const auto start_time = std::chrono::steady_clock::now();
+  auto ready_deadline = start_time + std::chrono::seconds(options.ready_timeout_s);
+  // A start-up that takes long says what it waits for: a router that does
+  // not answer (on another host, perhaps not started), or the nodes not up.
+  auto next_report = start_time + 5s;
+  const std::string router_url = "http://" + router_host + ":" + std::to_string(port);
+  auto waiting_for = [&](const std::optional<LocalNodesView>& view) {
+    if (!view) {
+      return "the router at " + router_url + (local_router ? "" : " (not on this host)") +
+             " does not answer";
+    }
+    std::string nodes;
+    for (const std::string& name : local_nodes) {
+      if (view->up.contains(name)) continue;
+      nodes += (nodes.empty() ? "not up yet: " : ", ") + name +
+               (view->listed.contains(name) ? "" : " (not registered)");
+    }
+    return nodes;
+  };
+  auto report_wait = [&](const std::optional<LocalNodesView>& view) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_report) return;
+    next_report = now + 30s;
+    const auto waited = std::chrono::duration_cast<std::chrono::seconds>(now - start_time);
+    std::fprintf(stderr, "waiting for the cluster (%llds of %ds): %s\n",
+                 static_cast<long long>(waited.count()), options.ready_timeout_s,
+                 waiting_for(view).c_str());
+  };
+  // A node lost at start-up counts as settled once it is given up; while it
+  // is to be started again, or runs again, the start-up waits for it.
+  auto settled = [&](const LocalNodesView& view, const std::string& name) {
+    return view.up.contains(name) ||
+           (lost.contains(name) && !pending.contains(name) && !group.running(name));
+  };
   while (true) {
     for (const auto& exit : group.reap()) {
       // Asked after the exit: a node registered before it died is listed.
@@ -249,10 +281,10 @@ int run_up(const UpOptions& options) {
     start_due_roles();
     std::optional<LocalNodesView> view =
         view_local_nodes(router_host, port, local_nodes, api_key, group);
-    if (view && std::ranges::all_of(local_nodes, [&](const std::string& name) {
-          return lost.contains(name) || view->up.contains(name);
-        }))
+    if (view && std::ranges::all_of(local_nodes,
+                                    [&](const std::string& name) { return settled(*view, name); }))
       break;
+    report_wait(view);
     if (stop.load()) {
       stop_all();
       return 0;
@@ -260,11 +292,12 @@ int run_up(const UpOptions& options) {
     if (std::chrono::steady_clock::now() > ready_deadline) {
       stop_all();
       return fail(deadline_exceeded("the cluster was not ready after " +
-                                    std::to_string(options.ready_timeout_s) + " s"));
+                                    std::to_string(options.ready_timeout_s) +
+                                    " s: " + waiting_for(view)));
     }
     std::this_thread::sleep_for(100ms);
   }
-  std::string url = "http://" + router_host + ":" + std::to_string(port);
+  const std::string& url = router_url;
   std::printf("Baton is up: %s  (%zu processes: %s%zu prefill, %zu decode)\n", url.c_str(),
               group.names().size(), local_router ? "router, " : "", config.prefill.size(),
               config.decode.size());

@@ -411,4 +411,30 @@ TEST_F(BatonCli, UpRefusesANodeOnAnAbsentDeviceNamingBoth) {
   EXPECT_EQ(r.out.find("router ready"), std::string::npos) << "started a role: " << r.out;
 }
 
+// A start-up that waits says for what, while it waits and when it gives up:
+// here a router on another host (TEST-NET-1: nothing answers there).
+TEST_F(BatonCli, UpSaysWhatItWaitsFor) {
+  const std::filesystem::path yaml = *dir_ / "remote-router.yaml";
+  std::ofstream(yaml) << "model: {path: " << model().string() << "}\n"
+                      << "router: {host: 192.0.2.1, http_port: 18431, zmq_port: 18432, "
+                         "control_port: 18433}\n"
+                      << "prefill: [{name: p0, host: 127.0.0.1}]\n"
+                      << "decode: [{name: d0, host: 127.0.0.1}]\n";
+  auto r = run("up --ready-timeout 7 --max-restarts 0 " + yaml.string());
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  const std::string waiting =
+      "the router at http://192.0.2.1:18431 (not on this host) does not "
+      "answer";
+  // Reported once, 5 s in (or a little later: each look at the router may
+  // wait 2 s for an answer).
+  const std::regex reported("waiting for the cluster \\([56]s of 7s\\): ");
+  std::smatch at;
+  ASSERT_TRUE(std::regex_search(r.out, at, reported)) << r.out;
+  EXPECT_EQ(r.out.compare(size_t(at.position(0) + at.length(0)), waiting.size(), waiting), 0)
+      << r.out;
+  EXPECT_NE(r.out.find("the cluster was not ready after 7 s: " + waiting), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("Baton is up"), std::string::npos) << r.out;
+}
+
 }  // namespace
