@@ -239,6 +239,8 @@ TEST_F(BatonCli, HelpListsEveryEngineSetting) {
 TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
   std::ofstream(*dir_ / "scalar_engine.yaml") << "engine: 5\n";
   std::ofstream(*dir_ / "unknown_key.yaml") << "engine:\n  blok_size: 16\n";
+  // More KV pool than any machine running the tests has.
+  std::ofstream(*dir_ / "huge_pool.yaml") << "engine:\n  kv_cache_bytes: 512TiB\n";
   // A checkpoint whose generation_config.json never ends (/dev/zero).
   const std::filesystem::path endless = *dir_ / "endless";
   std::filesystem::create_directories(endless);
@@ -257,6 +259,9 @@ TEST_F(BatonCli, BadInputIsAClearErrorNotACrash) {
       {"generate --model " + model().string() + " --prompt hi --config " +
            (*dir_ / "unknown_key.yaml").string(),
        2, "engine.blok_size: unknown key"},
+      {"generate --model " + model().string() + " --prompt hi --config " +
+           (*dir_ / "huge_pool.yaml").string(),
+       2, "engine.kv_cache_bytes: a KV pool of "},
       {"generate --model " + model().string() + " --prompt-ids 1,x", 2, "'x' is not a token id"},
       {"generate --model " + model().string() + " --prompt-ids 1,2,", 2, "'' is not a token id"},
       {"generate --model " + model().string() + " --prompt-ids ,1", 2, "'' is not a token id"},

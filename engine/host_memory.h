@@ -1,0 +1,33 @@
+// engine/host_memory.h — how much memory this process may use: the
+// machine's, or less where its cgroup (a container) sets a limit. What a
+// CPU node's KV pool is held against at start, so that a pool that can
+// never fit is refused with the numbers instead of killing the node, or
+// filling the machine, once its blocks are touched.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace baton::engine {
+
+// 0 where neither is known.
+inline uint64_t host_memory_bytes() {
+  const long pages = ::sysconf(_SC_PHYS_PAGES);
+  const long page = ::sysconf(_SC_PAGESIZE);
+  uint64_t memory = pages > 0 && page > 0 ? uint64_t(pages) * uint64_t(page) : 0;
+  // cgroup v2: a number of bytes, or "max".
+  std::ifstream limit_file("/sys/fs/cgroup/memory.max");
+  std::string limit;
+  if (limit_file >> limit && !limit.empty() &&
+      limit.find_first_not_of("0123456789") == std::string::npos && limit.size() < 20) {
+    const uint64_t cgroup = std::stoull(limit);
+    memory = memory == 0 ? cgroup : std::min(memory, cgroup);
+  }
+  return memory;
+}
+
+}  // namespace baton::engine
