@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -414,6 +415,26 @@ TEST_F(BatonCli, UpRefusesANodeOnAnAbsentDeviceNamingBoth) {
   EXPECT_NE(r.out.find("prefill node 'gpu-p': engine.device cuda:999: this "), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("router ready"), std::string::npos) << "started a role: " << r.out;
+}
+
+// A bench over ZeroMQ against a port where no router listens says so in
+// seconds, not after its request timeout (600 s by default).
+TEST_F(BatonCli, BenchOverZeroMqToNoRouterSaysSoInSeconds) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  ::close(fd);  // the port, free now
+  const auto start = std::chrono::steady_clock::now();
+  auto r = run("bench --backend zmq --port " + std::to_string(ntohs(address.sin_port)) +
+               " --model m --num-prompts 2");
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_NE(r.exit_code, 0) << r.out;
+  EXPECT_NE(r.out.find("within 10 s: is a router's zmq_port there?"), std::string::npos) << r.out;
+  EXPECT_LT(took, std::chrono::seconds(30));
 }
 
 // A start-up that waits says for what, while it waits and when it gives up:

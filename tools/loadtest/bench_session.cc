@@ -40,13 +40,17 @@ Result<BenchSession> BenchSession::prepare(const BenchOptions& options) {
       arrival_times(0, {options.request_rate, options.burstiness, options.seed}).status());
 
   std::string model = options.model;
-  if (model.empty()) {
+  // Asked over ZeroMQ even when given: a request to no one there would
+  // wait out its whole timeout before the bench could say so.
+  if (model.empty() || options.address.backend == Backend::kZmq) {
     BATON_ASSIGN_OR_RETURN(std::unique_ptr<BenchClient> client, connect_client(options.address));
     Result<std::string> served = served_model(*client);
     if (!served.is_ok()) {
-      return served.status().with_context("asking the router for its model (or give --model)");
+      return served.status().with_context(model.empty()
+                                              ? "asking the router for its model (or give --model)"
+                                              : "asking the router for its models");
     }
-    model = *served;
+    if (model.empty()) model = *served;
   }
   session.indices_ = shard_indices(requests.size(), session.shard_);
   if (session.indices_.empty())
