@@ -514,6 +514,19 @@ void Scheduler::sample(Sequence& seq, const float* logits, std::vector<StepOutpu
     sampled_from = adjusted_logits_.data();
   }
   int32_t token = kc::sample_token(sampled_from, vocab, opts.sampling, seq.rng);
+  // NaN or infinite logits (weights that hold NaN, activations that
+  // overflowed) sample token 0 or an arbitrary one: meaningless output the
+  // log should name. Checked on the chosen token only, at no cost a step.
+  if (!std::isfinite(logits[token])) {
+    uint64_t unlogged = 0;
+    if (non_finite_logits_log_.should_log(&unlogged)) {
+      spdlog::warn(
+          "engine: request {} sampled token {} from a non-finite logit ({}): the model's "
+          "weights or activations hold NaN or infinity, and its output is meaningless{}",
+          seq.id, token, logits[token],
+          unlogged > 0 ? " (" + std::to_string(unlogged) + " more not logged)" : std::string());
+    }
+  }
   if (opts.logprobs > 0) {
     seq.output_logprobs.push_back(
         OutputLogprobs{.id = token,

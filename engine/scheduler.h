@@ -21,6 +21,7 @@
 #include <span>
 #include <vector>
 
+#include "common/log_throttle.h"
 #include "common/status.h"
 #include "engine/block_manager.h"
 #include "engine/kv_pool.h"
@@ -228,6 +229,7 @@ class Scheduler {
   std::vector<int32_t> step_tokens_;  // backing store of the plan's token spans
   std::vector<float> logits_;
   std::vector<float> adjusted_logits_;  // one row, when penalties or a bias change it
+  LogThrottle non_finite_logits_log_{std::chrono::seconds(10)};
   LayerObserver layer_observer_;
   StepFilter layer_filter_;
   Status failure_;  // a failed forward pass's error, returned by every later step

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 #include <regex>
@@ -415,6 +416,36 @@ TEST_F(BatonCli, UpRefusesANodeOnAnAbsentDeviceNamingBoth) {
   EXPECT_NE(r.out.find("prefill node 'gpu-p': engine.device cuda:999: this "), std::string::npos)
       << r.out;
   EXPECT_EQ(r.out.find("router ready"), std::string::npos) << "started a role: " << r.out;
+}
+
+// Weights holding NaN make NaN logits: the output is meaningless, and the
+// log says so (it used to be token 0, silently).
+TEST_F(BatonCli, NonFiniteLogitsAreNamedInTheLog) {
+  const std::filesystem::path spoiled = *dir_ / "nan-weights";
+  std::filesystem::create_directories(spoiled);
+  for (const auto& entry : std::filesystem::directory_iterator(model()))
+    std::filesystem::copy(entry.path(), spoiled / entry.path().filename());
+  // The final norm's F32 weights, overwritten with NaN in place.
+  std::fstream file(spoiled / "model.safetensors", std::ios::in | std::ios::out | std::ios::binary);
+  uint64_t header_bytes = 0;
+  file.read(reinterpret_cast<char*>(&header_bytes), 8);
+  std::string header(header_bytes, '\0');
+  file.read(header.data(), std::streamsize(header_bytes));
+  const auto norm = nlohmann::json::parse(header).at("model.norm.weight");
+  ASSERT_EQ(norm.at("dtype"), "F32");
+  const auto begin = norm.at("data_offsets")[0].get<uint64_t>();
+  const auto end = norm.at("data_offsets")[1].get<uint64_t>();
+  const std::vector<float> nans((end - begin) / 4, std::numeric_limits<float>::quiet_NaN());
+  file.seekp(std::streamoff(8 + header_bytes + begin));
+  file.write(reinterpret_cast<const char*>(nans.data()), std::streamsize(end - begin));
+  file.close();
+
+  auto r = run("generate --model " + spoiled.string() + " --prompt-ids 1,2,3 --max-tokens 3");
+  EXPECT_NE(r.out.find("from a non-finite logit (nan)"), std::string::npos) << r.out;
+  // Logged once for the run, not once a token.
+  EXPECT_EQ(r.out.find("non-finite"), r.out.rfind("non-finite")) << r.out;
+  auto healthy = run("generate --model " + model().string() + " --prompt-ids 1,2,3 --max-tokens 3");
+  EXPECT_EQ(healthy.out.find("non-finite"), std::string::npos) << healthy.out;
 }
 
 // A bench over ZeroMQ against a port where no router listens says so in
