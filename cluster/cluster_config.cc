@@ -492,11 +492,10 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
 }
 
 Result<ClusterConfig> load_cluster_config(const fs::path& yaml_file) {
+  BATON_RETURN_IF_ERROR(check_regular_file(yaml_file));  // errors name the path as given
   std::error_code ec;
   fs::path file = fs::absolute(yaml_file, ec).lexically_normal();
   if (ec) file = yaml_file;
-  if (!fs::exists(file, ec)) return not_found(yaml_file.string() + ": no such file");
-  BATON_RETURN_IF_ERROR(check_regular_file(file));
   YAML::Node root;
   try {
     root = YAML::LoadFile(file.string());

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
+#include <map>
 #include <random>
 
 #include "router/api_error.h"
@@ -111,14 +112,26 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     metrics_.count_http(401);
     return responder->respond(401, "application/json", R"({"error":"Unauthorized"})");
   }
-  // HEAD is GET without the body (the connection leaves it out).
-  bool get = request.method == "GET" || request.method == "HEAD";
-  bool post = request.method == "POST";
-  if (path == "/v1/completions" && post) return generate(request, std::move(responder), false);
-  if (path == "/v1/chat/completions" && post) return generate(request, std::move(responder), true);
-  if (path == "/tokenize" && post) return tokenize(request, *responder);
-  if (path == "/detokenize" && post) return detokenize(request, *responder);
-  if (path == "/health" && get) {
+  // Each route takes POST, or GET (and HEAD: GET without the body, which
+  // the connection leaves out).
+  static const std::map<std::string, bool, std::less<>> kPostedTo = {
+      {"/v1/completions", true}, {"/v1/chat/completions", true},
+      {"/tokenize", true},       {"/detokenize", true},
+      {"/health", false},        {"/version", false},
+      {"/v1/models", false},     {"/metrics", false},
+      {"/v1/nodes", false}};
+  const auto route = kPostedTo.find(path);
+  const bool allowed = route != kPostedTo.end() &&
+                       (route->second ? request.method == "POST"
+                                      : request.method == "GET" || request.method == "HEAD");
+  if (!allowed)
+    return refuse_route(request, path, route == kPostedTo.end() ? nullptr : &route->second,
+                        *responder);
+  if (path == "/v1/completions") return generate(request, std::move(responder), false);
+  if (path == "/v1/chat/completions") return generate(request, std::move(responder), true);
+  if (path == "/tokenize") return tokenize(request, *responder);
+  if (path == "/detokenize") return detokenize(request, *responder);
+  if (path == "/health") {
     // 503 whenever a request now could not be served, saying why.
     ClusterSnapshot snapshot = core_.snapshot();
     std::string reason;
@@ -139,33 +152,34 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     if (!reason.empty()) body["reason"] = reason;
     return send_json(*responder, reason.empty() ? 200 : 503, dump(body));
   }
-  if (path == "/version" && get) {
+  if (path == "/version") {
     return send_json(*responder, 200, dump({{"version", BATON_VERSION}}));
   }
-  if (path == "/v1/models" && get) {
+  if (path == "/v1/models") {
     json model = {{"id", config_.served_model},   {"object", "model"},
                   {"created", unix_seconds()},    {"owned_by", "baton"},
                   {"root", config_.served_model}, {"max_model_len", config_.max_model_len}};
     return send_json(*responder, 200, dump({{"object", "list"}, {"data", json::array({model})}}));
   }
-  if (path == "/metrics" && get) {
+  if (path == "/metrics") {
     metrics_.count_http(200);
     return responder->respond(200, "text/plain; version=0.0.4", metrics_.render(core_.snapshot()));
   }
-  if (path == "/v1/nodes" && get) {
-    ClusterSnapshot snapshot = core_.snapshot();
-    json nodes = json::array();
-    for (const NodeState& node : snapshot.nodes) nodes.push_back(node_json(node));
-    return send_json(*responder, 200,
-                     dump({{"nodes", nodes},
-                           {"requests_in_router", snapshot.requests_in_router},
-                           {"control_messages_rejected", snapshot.control_messages_rejected}}));
-  }
-  const bool posted_to = path == "/v1/completions" || path == "/v1/chat/completions" ||
-                         path == "/tokenize" || path == "/detokenize";
-  const bool got = path == "/health" || path == "/version" || path == "/v1/models" ||
-                   path == "/metrics" || path == "/v1/nodes";
-  const bool known = posted_to || got;
+  // /v1/nodes
+  ClusterSnapshot snapshot = core_.snapshot();
+  json nodes = json::array();
+  for (const NodeState& node : snapshot.nodes) nodes.push_back(node_json(node));
+  send_json(*responder, 200,
+            dump({{"nodes", nodes},
+                  {"requests_in_router", snapshot.requests_in_router},
+                  {"control_messages_rejected", snapshot.control_messages_rejected}}));
+}
+
+// 404 for a path no route has; 405, with the method it takes, for one the
+// request's method is not.
+void OpenAiService::refuse_route(const HttpRequest& request, const std::string& path,
+                                 const bool* posted_to, HttpResponder& responder) {
+  const bool known = posted_to != nullptr;
   ApiError error;
   error.http_status = known ? 405 : 404;
   error.type = known ? "MethodNotAllowed" : "NotFoundError";
@@ -173,9 +187,9 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
       known ? "method " + request.method + " is not allowed on " + path : "no route " + path;
   metrics_.count_http(error.http_status);
   std::vector<std::pair<std::string, std::string>> headers;
-  if (known) headers.emplace_back("Allow", posted_to ? "POST" : "GET, HEAD");
-  responder->respond(error.http_status, "application/json", dump(error.to_json()),
-                     std::move(headers));
+  if (known) headers.emplace_back("Allow", *posted_to ? "POST" : "GET, HEAD");
+  responder.respond(error.http_status, "application/json", dump(error.to_json()),
+                    std::move(headers));
 }
 
 // vLLM's /tokenize: the ids a prompt (or chat) becomes, BOS included when

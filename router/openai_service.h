@@ -49,6 +49,8 @@ class OpenAiService {
   void generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder, bool chat);
   void tokenize(const HttpRequest& request, HttpResponder& responder);
   void detokenize(const HttpRequest& request, HttpResponder& responder);
+  void refuse_route(const HttpRequest& request, const std::string& path, const bool* posted_to,
+                    HttpResponder& responder);
   void send_error(HttpResponder& responder, const Status& status);
   void send_json(HttpResponder& responder, int status, const std::string& body);
   // The tokenizer's ids of `text`, after its BOS when `add_bos` (and it has one).
