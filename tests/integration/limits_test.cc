@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <atomic>
+#include <limits>
 #include <thread>
 
 #include "tests/integration/cluster_harness.h"
@@ -169,17 +170,20 @@ namespace {
 // other tests on two cores, by a heartbeat thread that waited that long
 // for a core.
 TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
-  constexpr int kPrompts = 4;
+  constexpr int kPrompts = 8;
   ClusterShape shape;
   shape.max_model_len = 2048;
-  shape.max_num_batched_tokens = 8192;  // four 2000-token prompts in one step
-  shape.kv_cache_bytes = "8MiB";
+  shape.max_num_batched_tokens = 16384;  // eight 2000-token prompts in one step
+  shape.kv_cache_bytes = "16MiB";
   shape.heartbeat_interval_ms = 10;
   shape.heartbeat_timeout_ms = 100;
   Cluster cluster(shape);
-  auto shortest_round = std::chrono::steady_clock::duration::max();
+  // The shortest round's mean prefill time: the prompts of a round are
+  // prefilled in one step, so each one's prefill time is about that step's.
+  double shortest_step_s = std::numeric_limits<double>::infinity();
   for (int round = 0; round < 3; ++round) {
-    const auto round_start = std::chrono::steady_clock::now();
+    const double sum_before = cluster.metric("vllm:request_prefill_time_seconds_sum");
+    const double count_before = cluster.metric("vllm:request_prefill_time_seconds_count");
     std::vector<std::thread> clients;
     std::vector<int> statuses(kPrompts, 0);
     std::vector<std::string> bodies(kPrompts);
@@ -193,15 +197,19 @@ TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
       });
     }
     for (auto& client : clients) client.join();
-    shortest_round = std::min(shortest_round, std::chrono::steady_clock::now() - round_start);
+    const double count = cluster.metric("vllm:request_prefill_time_seconds_count") - count_before;
+    ASSERT_EQ(count, kPrompts) << "each request's prefill time is reported";
+    shortest_step_s =
+        std::min(shortest_step_s,
+                 (cluster.metric("vllm:request_prefill_time_seconds_sum") - sum_before) / count);
     for (int i = 0; i < kPrompts; ++i) EXPECT_EQ(statuses[i], 200) << bodies[i];
   }
-  // The premise: a round (about one prefill step of all four prompts) lasts
-  // longer than the heartbeat timeout. On a machine fast enough to break it,
-  // this test checks nothing until its prompts grow.
-  EXPECT_GT(shortest_round, std::chrono::milliseconds(shape.heartbeat_timeout_ms))
-      << "the premise: rounds outlast the heartbeat timeout; shortest "
-      << std::chrono::duration_cast<std::chrono::milliseconds>(shortest_round).count() << " ms";
+  // The premise: a prefill step lasts longer than the heartbeat timeout. On
+  // a machine fast enough to break it, this test checks nothing until its
+  // prompts grow.
+  EXPECT_GT(shortest_step_s * 1e3, double(shape.heartbeat_timeout_ms))
+      << "the premise: steps outlast the heartbeat timeout; shortest " << shortest_step_s * 1e3
+      << " ms";
   EXPECT_TRUE(cluster.node_up("prefill-0"));
   EXPECT_TRUE(cluster.node_up("decode-0"));
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
