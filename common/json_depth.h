@@ -1,11 +1,14 @@
-// common/json_depth.h — how deep a JSON text nests, read before it is parsed:
-// every later use of a parsed value (a copy, a dump, a walk over it) may
-// recurse once a level, so a document nested 100,000 deep must be refused
-// as text, not met as a parsed value.
+// common/json_depth.h — how deep a JSON text nests, and how wide its objects
+// are, read before it is parsed: every later use of a parsed value (a copy,
+// a dump, a walk over it) may recurse once a level, so a document nested
+// 100,000 deep must be refused as text, not met as a parsed value; and an
+// ordered parse of a wide object is quadratic.
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <string_view>
+#include <vector>
 
 namespace baton {
 
@@ -28,6 +31,38 @@ inline bool json_nests_deeper_than(std::string_view text, int max_depth) {
       if (++depth > max_depth) return true;
     } else if (c == ']' || c == '}') {
       --depth;
+    }
+  }
+  return false;
+}
+
+// Whether `text` has an object of more than `max_members` members (strings
+// skipped; call it on a text json_nests_deeper_than has passed, whose depth
+// bounds what this keeps). nlohmann's ordered_json finds each key of an
+// object by a linear search as it parses, so an object of n members costs
+// n^2 / 2 comparisons: 8 MiB of short keys, hours.
+inline bool json_object_wider_than(std::string_view text, size_t max_members) {
+  // Per open container: its members so far, or SIZE_MAX for an array.
+  std::vector<size_t> open;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '{') {
+      open.push_back(0);
+    } else if (c == '[') {
+      open.push_back(SIZE_MAX);
+    } else if (c == ']' || c == '}') {
+      if (!open.empty()) open.pop_back();
+    } else if (c == ':' && !open.empty() && open.back() != SIZE_MAX) {
+      if (++open.back() > max_members) return true;
     }
   }
   return false;

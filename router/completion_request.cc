@@ -92,6 +92,10 @@ Result<json> parse_object(std::string_view body) {
     return invalid_argument("the request body nests lists and objects deeper than " +
                             std::to_string(kMaxJsonDepth) + " levels");
   }
+  if (json_object_wider_than(body, kMaxJsonObjectMembers)) {
+    return invalid_argument("the request body has an object of more than " +
+                            std::to_string(kMaxJsonObjectMembers) + " members");
+  }
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return invalid_argument("the request body is not valid JSON");
   if (!doc.is_object()) return invalid_argument("the request body must be a JSON object");
@@ -361,6 +365,21 @@ Status check_tool_calls(const json& calls, const std::string& field) {
     const json* arguments = member(*function, "arguments");
     if (arguments != nullptr && !arguments->is_string() && !arguments->is_object()) {
       return bad(call_field + ".function.arguments", "must be a JSON string or an object");
+    }
+    // A string is parsed for the template: held to the body's own bounds
+    // first (the body's checks skip the insides of strings).
+    if (arguments != nullptr && arguments->is_string()) {
+      const std::string& text = arguments->get_ref<const std::string&>();
+      if (json_nests_deeper_than(text, kMaxJsonDepth)) {
+        return bad(
+            call_field + ".function.arguments",
+            "nests lists and objects deeper than " + std::to_string(kMaxJsonDepth) + " levels");
+      }
+      if (json_object_wider_than(text, kMaxJsonObjectMembers)) {
+        return bad(
+            call_field + ".function.arguments",
+            "has an object of more than " + std::to_string(kMaxJsonObjectMembers) + " members");
+      }
     }
   }
   return Status::ok();

@@ -84,6 +84,10 @@ struct ChatRequest {
 // The deepest nesting of lists and objects a request body may have; the
 // OpenAI shapes need 4 (a chat message's content parts).
 inline constexpr int kMaxJsonDepth = 32;
+// The most members one object of a request body may have (logit_bias has at
+// most 300): chat bodies are parsed again with their keys in order, which
+// costs the square of an object's width.
+inline constexpr size_t kMaxJsonObjectMembers = 1024;
 
 using baton::RequestLimits;  // common/request_limits.h
 

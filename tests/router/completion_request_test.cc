@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
 #include "common/control_messages.h"
 #include "router/api_error.h"
 
@@ -222,6 +224,48 @@ TEST(CompletionRequest, HostileNestingAndTypesAreShortErrors) {
   ASSERT_FALSE(at_limit.is_ok());
   EXPECT_NE(at_limit.status().message().find("'stop'"), std::string::npos)
       << at_limit.status().message();
+}
+
+// An ordered parse (what chat bodies get, for their templates) of an object
+// of n members costs n^2: a body of one wide object, or tool-call arguments
+// (a string the body's checks skip, parsed again) deep or wide, are 400s
+// before any such parse, quickly.
+TEST(CompletionRequest, WideObjectsAndDeepOrWideToolArgumentsAreRefusedQuickly) {
+  auto object_of = [](size_t members) {
+    std::string text = "{";
+    for (size_t i = 0; i < members; ++i) text += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+    return text + "}";
+  };
+  const auto start = std::chrono::steady_clock::now();
+  const std::string wide = object_of(500000);
+  auto refused = parse_chat_request(
+      R"({"messages": [{"role": "user", "content": "hi"}], "chat_template_kwargs": )" + wide + "}");
+  ASSERT_FALSE(refused.is_ok());
+  EXPECT_NE(refused.status().message().find("an object of more than 1024 members"),
+            std::string::npos)
+      << refused.status().message();
+  auto with_arguments = [](const std::string& arguments) {
+    return parse_chat_request(
+        R"({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": )" +
+        nlohmann::json(arguments).dump() + "}}]}]}");
+  };
+  auto deep =
+      with_arguments("{\"a\": " + std::string(1000000, '[') + std::string(1000000, ']') + "}");
+  ASSERT_FALSE(deep.is_ok());
+  EXPECT_NE(deep.status().message().find("messages[1].tool_calls[0].function.arguments"),
+            std::string::npos)
+      << deep.status().message();
+  EXPECT_NE(deep.status().message().find("deeper than"), std::string::npos);
+  auto wide_arguments = with_arguments(object_of(200000));
+  ASSERT_FALSE(wide_arguments.is_ok());
+  EXPECT_NE(wide_arguments.status().message().find("more than 1024 members"), std::string::npos)
+      << wide_arguments.status().message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  // At the bound, all is parsed as before: the arguments become an object.
+  auto fine = with_arguments(object_of(kMaxJsonObjectMembers));
+  ASSERT_TRUE(fine.is_ok()) << fine.status().to_string();
+  EXPECT_EQ(fine->template_messages[1]["tool_calls"][0]["function"]["arguments"].size(),
+            kMaxJsonObjectMembers);
 }
 
 // What the router admits, the nodes' control codec accepts: values past the
