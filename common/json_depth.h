@@ -12,10 +12,10 @@
 
 namespace baton {
 
-// Whether `text` nests arrays and objects deeper than `max_depth` (strings
-// skipped).
-inline bool json_nests_deeper_than(std::string_view text, int max_depth) {
-  int depth = 0;
+// Calls `on(c)` for each character of `text` outside its strings, until it
+// returns true; whether one did.
+template <typename On>
+bool any_outside_json_strings(std::string_view text, On on) {
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
     const char c = text[i];
@@ -27,45 +27,43 @@ inline bool json_nests_deeper_than(std::string_view text, int max_depth) {
       }
     } else if (c == '"') {
       in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return true;
-    } else if (c == ']' || c == '}') {
-      --depth;
+    } else if (on(c)) {
+      return true;
     }
   }
   return false;
 }
 
-// Whether `text` has an object of more than `max_members` members (strings
-// skipped; call it on a text json_nests_deeper_than has passed, whose depth
-// bounds what this keeps). nlohmann's ordered_json finds each key of an
-// object by a linear search as it parses, so an object of n members costs
-// n^2 / 2 comparisons: 8 MiB of short keys, hours.
+// Whether `text` nests arrays and objects deeper than `max_depth`.
+inline bool json_nests_deeper_than(std::string_view text, int max_depth) {
+  int depth = 0;
+  return any_outside_json_strings(text, [&](char c) {
+    if (c == '[' || c == '{') return ++depth > max_depth;
+    if (c == ']' || c == '}') --depth;
+    return false;
+  });
+}
+
+// Whether `text` has an object of more than `max_members` members (call it
+// on a text json_nests_deeper_than has passed, whose depth bounds what this
+// keeps). nlohmann's ordered_json finds each key of an object by a linear
+// search as it parses, so an object of n members costs n^2 / 2
+// comparisons: 8 MiB of short keys, hours.
 inline bool json_object_wider_than(std::string_view text, size_t max_members) {
   // Per open container: its members so far, or SIZE_MAX for an array.
   std::vector<size_t> open;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{') {
+  return any_outside_json_strings(text, [&](char c) {
+    if (c == '{') {
       open.push_back(0);
     } else if (c == '[') {
       open.push_back(SIZE_MAX);
     } else if (c == ']' || c == '}') {
       if (!open.empty()) open.pop_back();
     } else if (c == ':' && !open.empty() && open.back() != SIZE_MAX) {
-      if (++open.back() > max_members) return true;
+      return ++open.back() > max_members;
     }
-  }
-  return false;
+    return false;
+  });
 }
 
 }  // namespace baton
