@@ -11,6 +11,11 @@
 #include "kernels/cpu/sampling.h"
 
 namespace baton::engine {
+namespace {
+
+constexpr uint64_t kMaxFirstTokenDraws = 64;
+
+}  // namespace
 
 Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& config)
     : model_(model),
@@ -153,6 +158,13 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   if (first_token < 0 || first_token >= vocab) {
     return invalid_argument("first token id " + std::to_string(first_token) +
                             " is outside the vocabulary of size " + std::to_string(vocab));
+  }
+  // Sampling one token draws once (none when greedy): a count past a few is
+  // a peer's error, and discarding 2^64 draws would hold this node forever.
+  if (rng_draws > kMaxFirstTokenDraws) {
+    return invalid_argument("the prefill node reports " + std::to_string(rng_draws) +
+                            " random draws for one token; at most " +
+                            std::to_string(kMaxFirstTokenDraws) + " are possible");
   }
   Sequence& seq = **it;
   // Blocks the SSD tier is still reading: the KV is not all there before.

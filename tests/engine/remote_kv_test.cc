@@ -10,6 +10,7 @@
 #include <cstring>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <random>
@@ -702,6 +703,12 @@ TEST_F(RemoteKvTest, ActivateErrors) {
   // A token outside the vocabulary leaves the sequence awaiting.
   EXPECT_EQ(s.activate_remote(*remote, 512, 0).status().code(), StatusCode::kInvalidArgument);
   EXPECT_EQ(s.activate_remote(*remote, -1, 0).status().code(), StatusCode::kInvalidArgument);
+  // So does a count of random draws no token takes: skipping 2^64 draws
+  // would hold the node forever.
+  auto draws = s.activate_remote(*remote, 5, std::numeric_limits<uint64_t>::max());
+  EXPECT_EQ(draws.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(draws.status().message().find("random draws"), std::string::npos)
+      << draws.status().message();
   ASSERT_NE(s.find(*remote), nullptr);
   EXPECT_TRUE(s.find(*remote)->awaiting_kv);
   ASSERT_TRUE(s.activate_remote(*remote, 8, 0).is_ok());
