@@ -212,7 +212,12 @@ Result<StepOutput> Scheduler::activate_remote(int64_t id, int32_t first_token, u
   return out;
 }
 
-void Scheduler::release_blocks(Sequence& finished) { finished.block_table.release(blocks_); }
+void Scheduler::release_blocks(Sequence& finished) {
+  if (finished.options.retain_blocks && !finished.block_table.blocks().empty()) {
+    --retained_sequences_;
+  }
+  finished.block_table.release(blocks_);
+}
 
 bool Scheduler::abort(int64_t sequence_id) {
   auto finish = [&](std::unique_ptr<Sequence> seq) {
@@ -398,8 +403,10 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
   note_peak_usage();
   if (scheduled.empty()) {
     // Blocks held by sequences awaiting remote KV come back when they are
-    // activated (and later finish) or aborted; until then there is nothing to do.
-    if (has_work() && awaiting_.empty()) {
+    // activated (and later finish) or aborted, and those finished sequences
+    // retain for their transfers when released; until then there is nothing
+    // to do.
+    if (has_work() && awaiting_.empty() && retained_sequences_ == 0) {
       return internal_error("scheduler could not schedule any work");
     }
     return Status::ok();
@@ -575,7 +582,11 @@ void Scheduler::append_token(Sequence& seq, int32_t token) {
 void Scheduler::retire_finished() {
   for (auto it = running_.begin(); it != running_.end();) {
     if ((*it)->finished()) {
-      if (!(*it)->options.retain_blocks) (*it)->block_table.release(blocks_);
+      if (!(*it)->options.retain_blocks) {
+        (*it)->block_table.release(blocks_);
+      } else if (!(*it)->block_table.blocks().empty()) {
+        ++retained_sequences_;
+      }
       finished_.push_back(std::move(*it));
       it = running_.erase(it);
     } else {

@@ -230,6 +230,8 @@ class Scheduler {
   std::vector<float> logits_;
   std::vector<float> adjusted_logits_;  // one row, when penalties or a bias change it
   LogThrottle non_finite_logits_log_{std::chrono::seconds(10)};
+  // Finished retain_blocks sequences whose blocks are not released yet.
+  int64_t retained_sequences_ = 0;
   LayerObserver layer_observer_;
   StepFilter layer_filter_;
   Status failure_;  // a failed forward pass's error, returned by every later step

@@ -867,6 +867,35 @@ TEST_F(RemoteKvTest, AwaitingSequencesAreNeverPreempted) {
   EXPECT_EQ(s.stats().free_blocks, 16);
 }
 
+// A prefill node's finished sequences keep their blocks until their KV is
+// sent. A prompt those blocks leave no room for waits for them (it used to
+// fail the step, and the node exited), and runs once they are released.
+TEST_F(RemoteKvTest, APromptWaitsForBlocksRetainedForTransfers) {
+  auto engine = make_engine(/*blocks=*/8, /*block_size=*/4, /*budget=*/2048);
+  Scheduler& s = engine->scheduler();
+  GenerationOptions keep = greedy(1);
+  keep.retain_blocks = true;
+  ASSERT_TRUE(s.add(random_prompt(20, 20), keep).is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  auto finished = s.take_finished();
+  ASSERT_EQ(finished.size(), 1u);
+  ASSERT_EQ(finished[0]->block_table.blocks().size(), 5u);  // 20 tokens, kept
+  auto waiting = s.add(random_prompt(20, 20), keep);
+  ASSERT_TRUE(waiting.is_ok());
+  for (int i = 0; i < 3; ++i) {
+    Status step = s.step(nullptr);
+    ASSERT_TRUE(step.is_ok()) << step.to_string();
+    EXPECT_EQ(s.last_step().prompt_tokens, 0);
+  }
+  s.release_blocks(*finished[0]);
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  EXPECT_EQ(s.last_step().prompt_tokens, 20);
+  auto second = s.take_finished();
+  ASSERT_EQ(second.size(), 1u);
+  s.release_blocks(*second[0]);
+  EXPECT_EQ(s.stats().free_blocks, 8);
+}
+
 TEST_F(RemoteKvTest, RetainedBlocksStayUsedUntilReleased) {
   auto engine = make_engine(/*blocks=*/32, /*block_size=*/4, /*budget=*/2048);
   Scheduler& s = engine->scheduler();
