@@ -202,6 +202,8 @@ class TransferEngine::Impl {
   void handle_ack(const Notice& n);
   void send_ack(ucp_ep_h reply_ep, const Notice& n, const Status& verdict);
   void discard_rendezvous(void* data_desc, size_t length);
+  // The longest run of blocks a transfer can write: one layer of the pool.
+  size_t max_run_bytes() const { return size_t(layout_.num_blocks) * layout_.block_bytes(); }
   // The live expectation a run of KV data may land in, or null with `why`.
   Expectation* accept_run(uint64_t transfer_id, int32_t layer, int32_t dst_block,
                           int64_t block_count, size_t length, std::string& why);

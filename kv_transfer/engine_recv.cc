@@ -392,11 +392,13 @@ int TransferEngine::Impl::receive_tagged() {
       // Drained into scratch memory no block owns, then dropped.
       counters_.data_rejected++;
       spdlog::warn("kv_transfer[{}]: rejected tagged KV data: {}", config_.node_name, why);
+      // At most a run's worth: a longer message (no run of this pool is) is
+      // received truncated, not given the memory its peer claims.
+      const size_t scratch = std::min<size_t>(info.length, max_run_bytes());
       auto* op = new OpContext{this, 0, OpContext::kDiscard};
-      op->header.resize(info.length);
+      op->header.resize(scratch);
       rp.user_data = op;
-      post_op(op,
-              ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), info.length, message, &rp));
+      post_op(op, ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), scratch, message, &rp));
       continue;
     }
     uint8_t* dst = pool_ + layout_.block_byte_offset(layer, block);
@@ -413,7 +415,10 @@ int TransferEngine::Impl::receive_tagged() {
 void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
   // UCX 1.13 asserts in the sender's ATS handler when a rendezvous is released
   // unread (ucp_am_data_release over shared memory), so rejected bytes are
-  // drained into scratch memory that no block owns, then dropped.
+  // drained into scratch memory that no block owns, then dropped. Bytes no
+  // run of this pool could have are not allocated: they are released unread
+  // (only a sender that claims them can trip that assert).
+  if (length > max_run_bytes()) return;
   auto* op = new OpContext{this, 0, OpContext::kDiscard};
   op->header.resize(length);
   ucp_request_param_t rp{};
