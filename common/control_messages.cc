@@ -26,7 +26,8 @@ constexpr size_t kMaxDepth = 8;
 class BoundedSax : public nlohmann::detail::json_sax_dom_parser<json> {
  public:
   static constexpr size_t kMaxListEntries = std::max(kMaxPromptTokens, kMaxBlocksPerRequest);
-  static constexpr size_t kMaxMapEntries = 64;
+  // A heartbeat's kv_paths: one entry per decode node.
+  static constexpr size_t kMaxMapEntries = kMaxKvPaths;
   static constexpr size_t kMaxValues = kMaxPromptTokens + kMaxBlocksPerRequest + (64u << 10);
   static constexpr size_t kMaxMaps = 4 * kMaxEventsPerMessage;
 

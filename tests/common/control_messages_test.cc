@@ -475,6 +475,12 @@ TEST(ControlMessages, HeartbeatCarriesKvPaths) {
   }
   object["kv_paths"] = many;
   EXPECT_FALSE(decode_json(object).is_ok());
+  // As many as the bound allows cross the wire (its decoder bounds maps as
+  // it reads them): a cluster of that many decode nodes.
+  many.erase(many.begin());
+  hb.kv_paths = many.get<std::map<std::string, std::string>>();
+  ASSERT_EQ(hb.kv_paths.size(), kMaxKvPaths);
+  EXPECT_EQ(round_trip(hb).kv_paths, hb.kv_paths);
 }
 
 TEST(ControlMessages, HeartbeatLoadFieldsAbsentReadAsZero) {
@@ -524,11 +530,11 @@ TEST(ControlMessages, ShapesNoMessageHasAreRefusedWhileDecoding) {
   EXPECT_NE(decoded.status().message().find("entries, over"), std::string::npos)
       << decoded.status().message();
 
-  // A map declaring 1000 entries.
-  frame = {0xde, 0x03, 0xe8};
+  // A map declaring 2000 entries (a heartbeat's kv_paths may hold 1024).
+  frame = {0xde, 0x07, 0xd0};
   decoded = decode(frame);
   ASSERT_FALSE(decoded.is_ok());
-  EXPECT_NE(decoded.status().message().find("a map of 1000 entries"), std::string::npos)
+  EXPECT_NE(decoded.status().message().find("a map of 2000 entries"), std::string::npos)
       << decoded.status().message();
 
   // Lists within bounds, holding too many values together: 3 x 900k zeros.
