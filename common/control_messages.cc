@@ -289,7 +289,9 @@ NodeLoad load_from(FieldReader& parent, const char* key) {
   FieldReader r(*object, "load");
   for (const NodeLoadField& f : kNodeLoadFields) {
     if (!object->contains(f.name)) continue;  // an older node's: 0
-    l.*f.member = r.integer(f.name, 0, std::numeric_limits<int64_t>::max());
+    // Bounded so that the router's sums over nodes and over a node's
+    // heartbeats stay far from overflow: 2^50 tokens or bytes is beyond any.
+    l.*f.member = r.integer(f.name, 0, kMaxLoadValue);
   }
   if (!r.error().empty()) parent.fail(key, r.error());
   return l;

@@ -46,6 +46,7 @@ inline constexpr size_t kMaxBlocksPerRequest = 1u << 20;
 inline constexpr size_t kMaxEventsPerMessage = 1u << 16;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxKvPaths = 1024;
+inline constexpr int64_t kMaxLoadValue = int64_t(1) << 50;  // any NodeLoad field
 // A request's id as its client gave it (X-Request-Id), in nodes' logs.
 inline constexpr size_t kMaxClientIdBytes = 128;
 inline constexpr size_t kMaxDescriptorBytes = 256u << 10;

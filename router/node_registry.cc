@@ -4,8 +4,10 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
+#include "common/dtype.h"
 #include "common/prefix_hash.h"
 
 namespace baton::router {
@@ -33,6 +35,10 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
     return invalid_argument("node '" + message.node + "' has KV block size " +
                             std::to_string(message.block_size) + ", the cluster uses " +
                             std::to_string(block_size_));
+  }
+  // The format goes into /metrics as a label: one of Baton's, or refused.
+  if (!message.kv_dtype.empty() && !parse_kv_dtype(message.kv_dtype)) {
+    return invalid_argument("node '" + message.node + "' keeps KV in an unknown format");
   }
   // A node too old to say its format is not checked.
   if (!kv_dtype_.empty() && !message.kv_dtype.empty() && message.kv_dtype != kv_dtype_) {
@@ -74,7 +80,10 @@ bool NodeRegistry::heartbeat(const std::string& name, const control::NodeLoad& l
   // Counters from the node's process since its start; a smaller one than
   // before means it restarted (and registered again under the same pid).
   auto add_increase = [](int64_t& total, int64_t before, int64_t now) {
-    total += now >= before ? now - before : now;
+    const int64_t increase = now >= before ? now - before : now;
+    total = increase > std::numeric_limits<int64_t>::max() - total
+                ? std::numeric_limits<int64_t>::max()
+                : total + increase;
   };
   add_increase(it->second.prefix_cache_queries, it->second.load.prefix_cache_queries,
                load.prefix_cache_queries);

@@ -439,10 +439,21 @@ TEST(ControlMessages, ARefusedFrameNamesItsTypeAndRequest) {
 TEST(ControlMessages, HeartbeatCarriesEveryLoadField) {
   std::mt19937_64 rng{std::random_device{}()};
   Heartbeat hb{"decode-3", {}};
-  for (const NodeLoadField& f : kNodeLoadFields) hb.load.*f.member = int64_t(rng() >> 2);
+  for (const NodeLoadField& f : kNodeLoadFields) {
+    hb.load.*f.member = int64_t(rng() % uint64_t(kMaxLoadValue + 1));
+  }
   const Heartbeat back = round_trip(hb);
   for (const NodeLoadField& f : kNodeLoadFields)
     EXPECT_EQ(back.load.*f.member, hb.load.*f.member) << f.name;
+  // Past the bound (which keeps the router's sums from overflowing): refused.
+  for (const NodeLoadField& f : kNodeLoadFields) {
+    Heartbeat over = hb;
+    over.load.*f.member = kMaxLoadValue + 1;
+    Result<Message> decoded = decode(encode(over));
+    ASSERT_FALSE(decoded.is_ok()) << f.name;
+    EXPECT_NE(decoded.status().message().find(f.name), std::string::npos)
+        << decoded.status().message();
+  }
 }
 
 // A prefill node's paths to its decode nodes come back as sent; a

@@ -64,6 +64,11 @@ TEST(NodeRegistry, RefusesANodeOfAnotherKvFormatNamingBoth) {
   other.kv_dtype = "bf16";
   EXPECT_TRUE(registry.register_node(other, now).is_ok());
   EXPECT_EQ(registry.find("d0")->kv_bytes_per_token, 1024);
+  // A format Baton has not is refused (it would go into /metrics as a label).
+  control::Register odd = registration("d1", Role::kDecode);
+  odd.kv_dtype = "bf16\"} 1\nx";
+  EXPECT_NE(registry.register_node(odd, now).message().find("unknown format"), std::string::npos);
+  EXPECT_EQ(registry.up_count(Role::kDecode), 1);
 }
 
 // The prefix cache counters the router exports only grow: heartbeats add
