@@ -651,6 +651,7 @@ Result<PeerId> TransferEngine::Impl::add_peer(std::span<const uint8_t> bytes) {
     std::lock_guard lock(api_mutex_);
     id = PeerId(peer_layouts_.size());
     peer_layouts_.push_back(d.layout);
+    peer_removed_.push_back(false);
     peer_paths_.emplace_back();
   }
   enqueue([this, id, d = std::move(d)]() mutable {
@@ -664,6 +665,17 @@ Result<PeerId> TransferEngine::Impl::add_peer(std::span<const uint8_t> bytes) {
     connect(id);
   });
   return id;
+}
+
+void TransferEngine::Impl::remove_peer(PeerId id) {
+  {
+    std::lock_guard lock(api_mutex_);
+    if (id >= peer_removed_.size() || peer_removed_[id]) return;
+    peer_removed_[id] = true;
+  }
+  enqueue([this, id] {
+    if (id < peers_.size()) tear_down(id, Status(StatusCode::kAborted, "peer replaced"));
+  });
 }
 
 EngineStats TransferEngine::Impl::stats() const {
@@ -707,6 +719,7 @@ void* TransferEngine::pool() const {
   return impl_->staged_pool_ != nullptr ? impl_->staged_pool_ : impl_->pool_;
 }
 Result<PeerId> TransferEngine::add_peer(std::span<const uint8_t> d) { return impl_->add_peer(d); }
+void TransferEngine::remove_peer(PeerId id) { impl_->remove_peer(id); }
 Status TransferEngine::begin_send(PeerId peer, SendSpec spec, TransferCallback on_done) {
   return impl_->begin_send(peer, std::move(spec), std::move(on_done), /*all_posted=*/false);
 }

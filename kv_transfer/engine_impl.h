@@ -109,6 +109,7 @@ class TransferEngine::Impl {
 
   // API side (any thread).
   Result<PeerId> add_peer(std::span<const uint8_t> bytes);
+  void remove_peer(PeerId id);
   // `all_posted`: every layer is ready now (write_blocks), no post_layers to follow.
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done, bool all_posted);
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
@@ -300,6 +301,7 @@ class TransferEngine::Impl {
   // API side, under api_mutex_.
   mutable std::mutex api_mutex_;
   std::vector<KvLayout> peer_layouts_;
+  std::vector<bool> peer_removed_;  // remove_peer: refused from then on
   std::vector<std::string> peer_paths_;  // TransferEngine::peer_path, set by the loop
   struct SendTicket {
     int32_t posted = 0, end = 0;  // layers handed over, the transfer's layer_end

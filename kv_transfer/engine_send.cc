@@ -43,7 +43,7 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
   if (stopping_) return unavailable("the transfer engine is stopping");
   {
     std::lock_guard lock(api_mutex_);
-    if (peer >= peer_layouts_.size()) {
+    if (peer >= peer_layouts_.size() || peer_removed_[peer]) {
       return not_found("unknown peer " + std::to_string(peer));
     }
     BATON_RETURN_IF_ERROR(
@@ -462,7 +462,9 @@ void TransferEngine::Impl::handle_ack(const Notice& n) {
 Status TransferEngine::Impl::send_control_bytes(PeerId peer_id, std::vector<uint8_t> bytes) {
   {
     std::lock_guard lock(api_mutex_);
-    if (peer_id >= peer_layouts_.size()) return not_found("unknown peer");
+    if (peer_id >= peer_layouts_.size() || peer_removed_[peer_id]) {
+      return not_found("unknown peer");
+    }
   }
   enqueue([this, peer_id, bytes = std::move(bytes)]() mutable {
     PeerState& peer = peers_[peer_id];

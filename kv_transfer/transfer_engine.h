@@ -160,6 +160,9 @@ class TransferEngine {
   const std::vector<uint8_t>& descriptor() const;
   // Decodes a peer's descriptor; the endpoint is created on first use.
   Result<PeerId> add_peer(std::span<const uint8_t> descriptor);
+  // Closes the endpoint to a peer a newer descriptor replaces (its sends in
+  // flight fail, as to a dead peer); the id is not used again.
+  void remove_peer(PeerId id);
 
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
   // Layers [.., layer_end) of the transfer are computed and may be sent.

@@ -14,7 +14,7 @@ Result<std::unique_ptr<PrefillServer>> PrefillServer::create(const node::NodeSet
   server->runtime_->set_kv_paths_source([self] {
     std::map<std::string, std::string> paths;
     for (const auto& [decode_node, peer] : self->peers_) {
-      std::string path = self->runtime_->transfer().peer_path(peer);
+      std::string path = self->runtime_->transfer().peer_path(peer.id);
       if (!path.empty()) paths.emplace(decode_node, std::move(path));
     }
     return paths;
@@ -68,6 +68,15 @@ void PrefillServer::handle(control::Message& message) {
 }
 
 void PrefillServer::on_peer_info(const control::PeerInfo& info) {
+  // The router sends a decode node's pool again whenever that node
+  // registers (a router restart, a node's): the same pool keeps its
+  // endpoint; a new one (the node restarted) replaces the old.
+  auto known = peers_.find(info.node);
+  if (known != peers_.end()) {
+    if (known->second.descriptor == info.descriptor) return;
+    runtime_->transfer().remove_peer(known->second.id);
+    peers_.erase(known);
+  }
   Result<kv_transfer::PeerId> peer = runtime_->transfer().add_peer(info.descriptor);
   if (!peer.is_ok()) {
     spdlog::error("{}: cannot use decode node {}: {}", runtime_->settings().name, info.node,
@@ -77,7 +86,7 @@ void PrefillServer::on_peer_info(const control::PeerInfo& info) {
     return;
   }
   refused_peers_.erase(info.node);
-  peers_[info.node] = *peer;
+  peers_[info.node] = {*peer, info.descriptor};
 }
 
 void PrefillServer::on_prefill(control::Prefill& prefill) {
@@ -124,7 +133,7 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
   job.prefill = std::move(prefill);
   job.prompt_len = prompt_len;
   job.sequence_id = *sequence;
-  job.peer = peer->second;
+  job.peer = peer->second.id;
   by_sequence_[*sequence] = id;
 }
 

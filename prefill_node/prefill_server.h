@@ -62,7 +62,11 @@ class PrefillServer {
   void fail(uint64_t request_id, const std::string& client_id, const std::string& error);
 
   std::unique_ptr<node::NodeRuntime> runtime_;
-  std::map<std::string, kv_transfer::PeerId, std::less<>> peers_;  // decode node -> transfer peer
+  struct KnownPeer {
+    kv_transfer::PeerId id;
+    std::vector<uint8_t> descriptor;  // as the router sent it
+  };
+  std::map<std::string, KnownPeer, std::less<>> peers_;  // decode node -> transfer peer
   // Decode nodes whose pools this node cannot fill (another KV format or
   // geometry) -> why, for the requests routed to them.
   std::map<std::string, std::string, std::less<>> refused_peers_;
