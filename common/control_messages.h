@@ -46,6 +46,17 @@ inline constexpr size_t kMaxBlocksPerRequest = 1u << 20;
 inline constexpr size_t kMaxEventsPerMessage = 1u << 16;
 inline constexpr size_t kMaxStringBytes = 4096;
 inline constexpr size_t kMaxKvPaths = 1024;
+// The prompt log-probabilities one frame may carry: tokens (a map each) and
+// values (2 a token, 2 an alternative), about half of the maps and values
+// its decoder takes, leaving the rest of the frame room. The router refuses
+// requests that would need more.
+inline constexpr size_t kMaxPromptLogprobValues = size_t(1) << 20;
+inline constexpr size_t kMaxPromptLogprobTokens = size_t(1) << 17;
+// The prompt tokens a frame can score with `alternatives` each.
+constexpr size_t max_prompt_logprob_tokens(size_t alternatives) {
+  const size_t by_values = kMaxPromptLogprobValues / (2 + 2 * alternatives);
+  return by_values < kMaxPromptLogprobTokens ? by_values : kMaxPromptLogprobTokens;
+}
 inline constexpr int64_t kMaxLoadValue = int64_t(1) << 50;  // any NodeLoad field
 // A request's id as its client gave it (X-Request-Id), in nodes' logs.
 inline constexpr size_t kMaxClientIdBytes = 128;

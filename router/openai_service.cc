@@ -334,6 +334,22 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     return send_error(*responder, in_vocabulary);
   }
 
+  // Echo with logprobs scores every prompt token with its alternatives, all
+  // in the node's one answer: a frame past the control codec's bounds would
+  // be refused on its way back, and the request left to its timeout.
+  if (sampling.echo && sampling.want_logprobs) {
+    const size_t most = control::max_prompt_logprob_tokens(size_t(std::max(sampling.logprobs, 1)));
+    for (const std::vector<int32_t>& ids : token_prompts) {
+      if (ids.size() > most) {
+        return send_error(
+            *responder,
+            invalid_argument("echo with logprobs " + std::to_string(sampling.logprobs) +
+                             " scores at most " + std::to_string(most) +
+                             " prompt tokens; this prompt has " + std::to_string(ids.size())));
+      }
+    }
+  }
+
   ExchangeSpec spec;
   spec.endpoint = chat ? Endpoint::kChatCompletions : Endpoint::kCompletions;
   // The HTTP front end's X-Request-Id (the client's, or made there), as

@@ -494,6 +494,38 @@ TEST(ControlMessages, HeartbeatCarriesKvPaths) {
   EXPECT_EQ(round_trip(hb).kv_paths, hb.kv_paths);
 }
 
+// The most prompt log-probabilities the router lets a request ask for fit
+// in a frame, at every number of alternatives; twice as many (what a long
+// prompt with 20 alternatives came to before the router's bound) do not.
+TEST(ControlMessages, PromptLogprobsWithinTheRoutersBoundFitInAFrame) {
+  std::mt19937_64 rng{std::random_device{}()};
+  auto frame_of = [&](size_t tokens, size_t alternatives) {
+    PrefillDone done;
+    done.request_id = 7;
+    done.first_token = 3;
+    for (size_t t = 0; t < tokens; ++t) {
+      TokenLogprobs lp;
+      lp.logprob = -float(rng() % 1000) / 7.0f;
+      for (size_t a = 0; a < alternatives; ++a) {
+        lp.top_ids.push_back(int32_t(rng() % 150000));
+        lp.top_logprobs.push_back(-float(rng() % 1000) / 3.0f);
+      }
+      done.prompt_logprobs.push_back(std::move(lp));
+    }
+    return done;
+  };
+  for (size_t alternatives : {size_t(1), size_t(5), size_t(20)}) {
+    SCOPED_TRACE(alternatives);
+    const size_t tokens = max_prompt_logprob_tokens(alternatives);
+    const PrefillDone done = frame_of(tokens, alternatives);
+    const PrefillDone back = round_trip(done);
+    ASSERT_EQ(back.prompt_logprobs.size(), tokens);
+    EXPECT_EQ(back.prompt_logprobs.back().top_ids, done.prompt_logprobs.back().top_ids);
+  }
+  EXPECT_FALSE(decode(encode(frame_of(2 * max_prompt_logprob_tokens(20), 20))).is_ok());
+  EXPECT_FALSE(decode(encode(frame_of(2 * max_prompt_logprob_tokens(1), 1))).is_ok());
+}
+
 TEST(ControlMessages, HeartbeatLoadFieldsAbsentReadAsZero) {
   Heartbeat hb{"decode-0", {}};
   hb.load.running = 5;
