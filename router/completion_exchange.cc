@@ -66,6 +66,7 @@ void CompletionExchange::start(std::vector<GenerationRequest> choices) {
     // The prompt's last tokens: the context the output is read after.
     const auto& prompt = choices[i].prompt;
     choices_[i].prompt_tokens = int64_t(prompt.size());
+    choices_[i].max_tokens = choices[i].sampling.max_tokens;
     const size_t lead = std::min(prompt.size(), kDetokenizeContextTokens);
     choices_[i].lead.assign(prompt.end() - ptrdiff_t(lead), prompt.end());
     if (choices[i].sampling.prompt_logprobs >= 0) choices_[i].prompt = prompt;
@@ -98,6 +99,14 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   choice.decode_node = update.decode_node;
   choice.prefill_node = update.prefill_node;
   auto now = Clock::now();
+  // A node that sends more than was asked for is broken or hostile: its
+  // tokens are not kept (nor the memory they would take).
+  if (int64_t(choice.tokens.size() + update.tokens.size()) > choice.max_tokens ||
+      update.logprobs.size() > update.tokens.size() ||
+      update.prompt_logprobs.size() > size_t(choice.prompt_tokens)) {
+    return fail(internal_error("node " + update.decode_node + " sent more tokens than the " +
+                               std::to_string(choice.max_tokens) + " asked for"));
+  }
   if (!update.tokens.empty()) {
     if (!choice.got_token) {
       metrics_.observe_ttft(seconds_between(arrival_, now));

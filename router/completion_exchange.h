@@ -80,6 +80,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     std::chrono::steady_clock::time_point last_token;
     double prefill_seconds = -1;  // on the node that computed the prompt; -1: unknown
     int64_t prompt_tokens = 0;
+    int64_t max_tokens = 0;  // what the choice asked for: a node never sends more
     // Tokens whose log-probabilities have arrived (those come with the token).
     size_t scored() const { return std::min(tokens.size(), logprobs.size()); }
     bool got_token = false;

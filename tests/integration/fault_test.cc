@@ -283,6 +283,25 @@ ClusterShape played_decode_node_shape(int heartbeat_timeout_ms) {
   return shape;
 }
 
+// The test's decode node, connected and welcomed by the router; the
+// registration is sent once: ZeroMQ delivers it when the router is up, and a
+// second copy would register the node again (which fails what it holds).
+Result<std::unique_ptr<control::ControlSocket>> register_played_decode_node(Cluster& cluster) {
+  auto node = control::ControlSocket::connect(
+      "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
+  if (!node.is_ok()) return node.status();
+  const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,    1024,
+                                ::getpid(), "f32",         256,       "cpu", ""};
+  BATON_RETURN_IF_ERROR((*node)->send("", hello));
+  for (auto until = Clock::now() + 30s; Clock::now() < until;) {
+    for (const auto& received : (*node)->poll(200ms)) {
+      if (auto* ack = std::get_if<control::RegisterAck>(&received.message); ack && ack->accepted)
+        return node;
+    }
+  }
+  return deadline_exceeded("the router never welcomed the test's node");
+}
+
 // A node that cannot read the router's message for a request answers why
 // (its control socket does, as TheSenderOfARefusedFrameIsToldWhy shows);
 // the router then fails the request at once, naming the node and the
@@ -292,22 +311,8 @@ TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
   ClusterShape shape = played_decode_node_shape(5000);
   shape.extra_router_yaml = "  request_timeout_ms: 60000\n";
   Cluster cluster(shape);
-  auto node = control::ControlSocket::connect(
-      "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
+  auto node = register_played_decode_node(cluster);
   ASSERT_TRUE(node.is_ok()) << node.status().to_string();
-  const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,    1024,
-                                ::getpid(), "f32",         256,       "cpu", ""};
-  // Sent once: ZeroMQ delivers it when the router is up, and a second copy
-  // would register the node again (which fails what it holds).
-  ASSERT_TRUE((*node)->send("", hello).is_ok());
-  bool registered = false;
-  for (auto until = Clock::now() + 30s; !registered && Clock::now() < until;) {
-    for (const auto& received : (*node)->poll(200ms)) {
-      if (auto* ack = std::get_if<control::RegisterAck>(&received.message))
-        registered = ack->accepted;
-    }
-  }
-  ASSERT_TRUE(registered) << "the router never welcomed the test's node";
 
   std::atomic<bool> answered{false};
   Result<tools::HttpResponse> response = unavailable("not sent");
@@ -340,6 +345,41 @@ TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
   EXPECT_NE(response->body.find("stop_token_ids"), std::string::npos) << response->body;
   EXPECT_LT(seconds, 5.0) << "the request waited for its timeout";
   EXPECT_TRUE(aborted) << "the router did not abort the request on the node";
+}
+
+// A node that sends more tokens than a request asked for is broken (or
+// hostile): the router fails the request at once instead of keeping what
+// it sends (memory it could grow without end). The test plays the node.
+TEST(FaultTest, ANodeSendingMoreTokensThanAskedFailsTheRequest) {
+  Cluster cluster(played_decode_node_shape(5000));
+  auto node = register_played_decode_node(cluster);
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  std::atomic<bool> answered{false};
+  Result<tools::HttpResponse> response = unavailable("not sent");
+  std::thread client([&] {
+    response = cluster.post("/v1/completions", {{"prompt", "hello there"}, {"max_tokens", 4}});
+    answered = true;
+  });
+  bool flooded = false;
+  for (auto until = Clock::now() + 20s; !answered && Clock::now() < until;) {
+    (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+    for (const auto& received : (*node)->poll(50ms)) {
+      if (auto* generate = std::get_if<control::Generate>(&received.message)) {
+        control::TokenEvent flood;
+        flood.request_id = generate->request_id;
+        flood.tokens.assign(1000, 7);
+        flood.finish_reason = FinishReason::kLength;
+        (void)(*node)->send("", control::Events{{flood}});
+        flooded = true;
+      }
+    }
+  }
+  client.join();
+  ASSERT_TRUE(flooded) << "the router never sent the request";
+  ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+  EXPECT_EQ(response->status, 500) << response->body;
+  EXPECT_NE(response->body.find("sent more tokens than the 4 asked for"), std::string::npos)
+      << response->body;
 }
 
 // A node that only stopped is declared dead holding a request that makes
