@@ -423,9 +423,11 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
       if (auto* generate = std::get_if<control::Generate>(&received.message))
         held = generate->request_id;
   }
-  ASSERT_NE(held, 0u) << "the router never sent the request";
   // Silent (stopped) past the heartbeat timeout: declared dead, the request failed.
   client.join();
+  ASSERT_NE(held, 0u) << "the router never sent the request; the client got "
+                      << (response.is_ok() ? std::to_string(response->status) + " " + response->body
+                                           : response.status().to_string());
   ASSERT_TRUE(response.is_ok()) << response.status().to_string();
   EXPECT_EQ(response->status, 503) << response->body;
   for (const auto& received : (*node)->poll(0ms))
