@@ -25,6 +25,26 @@ Status too_large(const std::string& what, int64_t size) {
 
 using python_text::Side;
 
+// python_text::replace, refused before it is built past kMaxBuiltSize.
+Result<std::string> bounded_replace(const std::string& self, const std::string& old_text,
+                                    const std::string& new_text, int64_t count,
+                                    const std::string& what) {
+  int64_t matches = 0;
+  if (old_text.empty()) {
+    matches = int64_t(python_text::length(self)) + 1;
+  } else {
+    for (size_t at = self.find(old_text); at != std::string::npos;
+         at = self.find(old_text, at + old_text.size()))
+      ++matches;
+  }
+  if (count >= 0) matches = std::min(matches, count);
+  const int64_t grows = int64_t(new_text.size()) - int64_t(old_text.size());
+  if (grows > 0 && matches > (kMaxBuiltSize - int64_t(self.size())) / grows) {
+    return too_large(what, int64_t(self.size()) + matches * std::min<int64_t>(grows, 1 << 20));
+  }
+  return python_text::replace(self, old_text, new_text, count);
+}
+
 constexpr int64_t kMaxRange = 100'000;  // Jinja2's sandbox refuses longer ranges
 
 constexpr auto kFilters = std::to_array<std::string_view>(
@@ -279,21 +299,10 @@ Result<Value> string_method(const std::string& self, const std::string& name, Ca
     if (!p[0].is_string() || !p[1].is_string())
       return invalid_argument("replace() arguments must be str");
     BATON_ASSIGN_OR_RETURN(int64_t count, int_or(p[2], -1, "count"));
-    const std::string& old_text = p[0].as_string();
-    const std::string& new_text = p[1].as_string();
-    int64_t matches = 0;
-    if (old_text.empty()) {
-      matches = int64_t(python_text::length(self)) + 1;
-    } else {
-      for (size_t at = self.find(old_text); at != std::string::npos;
-           at = self.find(old_text, at + old_text.size()))
-        ++matches;
-    }
-    if (count >= 0) matches = std::min(matches, count);
-    const int64_t size =
-        int64_t(self.size()) + matches * (int64_t(new_text.size()) - int64_t(old_text.size()));
-    if (size > kMaxBuiltSize) return too_large("replace()", size);
-    return Value::string(python_text::replace(self, old_text, new_text, count));
+    BATON_ASSIGN_OR_RETURN(
+        std::string replaced,
+        bounded_replace(self, p[0].as_string(), p[1].as_string(), count, "replace()"));
+    return Value::string(std::move(replaced));
   }
   if (name == "upper") return Value::string(python_text::upper(self));
   if (name == "lower") return Value::string(python_text::lower(self));
@@ -481,12 +490,15 @@ Result<Value> markup_method(const Value& self, const std::string& name, CallArgs
 }
 
 Value bound_method(const Value& obj, const std::string& name) {
-  return Value::callable(name, [obj, name](Interpreter&, CallArgs& args) -> Result<Value> {
-    if (obj.is_markup()) return markup_method(obj, name, args);
-    if (obj.is_string()) return string_method(obj.as_string(), name, args);
-    if (obj.is_list()) return list_method(obj, name, args);
-    return dict_method(obj, name, args);
-  });
+  return Value::callable(
+      name,
+      [obj, name](Interpreter&, CallArgs& args) -> Result<Value> {
+        if (obj.is_markup()) return markup_method(obj, name, args);
+        if (obj.is_string()) return string_method(obj.as_string(), name, args);
+        if (obj.is_list()) return list_method(obj, name, args);
+        return dict_method(obj, name, args);
+      },
+      &obj);
 }
 
 std::string owner_name(const Value& obj) { return type_name(obj) + " object"; }
@@ -691,6 +703,11 @@ Result<Value> indent(const Value& v, CallArgs& args) {
           : std::string(size_t(p[0].is_undefined() ? 4 : std::max<int64_t>(0, p[0].as_int())), ' ');
   const std::string text = to_str(v) + "\n";
   std::vector<std::string> lines = python_text::splitlines(text);
+  if (!prefix.empty() &&
+      int64_t(lines.size()) > (kMaxBuiltSize - int64_t(text.size())) / int64_t(prefix.size())) {
+    return too_large("indent",
+                     int64_t(text.size()) + int64_t(lines.size()) * int64_t(prefix.size()));
+  }
   std::string out;
   if (truthy(p[2])) {
     for (size_t i = 0; i < lines.size(); ++i) {
@@ -792,7 +809,9 @@ Result<Value> apply_filter(Interpreter& interpreter, std::string_view name, cons
   if (name == "replace") {
     BATON_ASSIGN_OR_RETURN(auto p, bind(filter, args, {"old", "new", "count"}));
     BATON_ASSIGN_OR_RETURN(int64_t count, int_or(p[2], -1, "count"));
-    return Value::string(python_text::replace(to_str(v), to_str(p[0]), to_str(p[1]), count));
+    BATON_ASSIGN_OR_RETURN(std::string replaced, bounded_replace(to_str(v), to_str(p[0]),
+                                                                 to_str(p[1]), count, "replace"));
+    return Value::string(std::move(replaced));
   }
   if (name == "indent") return indent(v, args);
   if (name == "int") return to_int(v, args);
@@ -907,7 +926,8 @@ Result<Value> apply_filter(Interpreter& interpreter, std::string_view name, cons
     for (const Value& item : items) {
       CallArgs inner_args{std::vector<Value>(args.positional.begin() + 1, args.positional.end()),
                           args.keyword};
-      BATON_ASSIGN_OR_RETURN(Value mapped, apply_filter(interpreter, inner, item, inner_args));
+      BATON_ASSIGN_OR_RETURN(Value mapped,
+                             interpreter.apply_nested_filter(inner, item, inner_args));
       out.push_back(std::move(mapped));
     }
     return Value::iterator(std::move(out));
@@ -952,6 +972,7 @@ Result<Value> apply_filter(Interpreter& interpreter, std::string_view name, cons
     BATON_ASSIGN_OR_RETURN(auto p, bind(filter, args, {"linecount", "fill_with"}));
     BATON_ASSIGN_OR_RETURN(int64_t size, int_or(p[0], 0, "linecount"));
     if (size <= 0) return invalid_argument("batch size must be positive");
+    if (size > kMaxBuiltSize) return too_large("batch", size);
     std::vector<Value> out;
     for (size_t i = 0; i < items.size(); i += size_t(size)) {
       std::vector<Value> chunk(items.begin() + long(i),
@@ -985,13 +1006,13 @@ Value make_globals(int64_t now_seconds) {
           }
           if (bounds[2] == 0) return invalid_argument("range() arg 3 must not be zero");
           std::vector<Value> out;
-          for (int64_t i = bounds[0]; bounds[2] > 0 ? i < bounds[1] : i > bounds[1];
-               i += bounds[2]) {
+          for (int64_t i = bounds[0]; bounds[2] > 0 ? i < bounds[1] : i > bounds[1];) {
             if (int64_t(out.size()) >= kMaxRange) {
               return resource_exhausted("range too big (the sandbox allows " +
                                         std::to_string(kMaxRange) + ")");
             }
             out.push_back(Value::integer(i));
+            if (__builtin_add_overflow(i, bounds[2], &i)) break;  // past any stop
           }
           return Value::list(std::move(out));
         }));

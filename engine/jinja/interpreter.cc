@@ -160,7 +160,7 @@ Result<Interpreter::Flow> Interpreter::exec_statements(const Body& body, Frame& 
         if (flow != Flow::kNormal) return flow;
         BATON_ASSIGN_OR_RETURN(Value v,
                                apply_filters(s.filters, Value::string(std::move(text)), frame));
-        frame.set(s.targets[0], std::move(v));
+        BATON_RETURN_IF_ERROR(assign(s.targets, v, frame, s));
         break;
       }
       case Stmt::Kind::kMacro:
@@ -304,6 +304,9 @@ Value Interpreter::make_macro(const Stmt& s) {
       return invalid_argument("macro '" + macro->text + "' takes not more than " +
                               std::to_string(params.size()) + " argument(s)");
     }
+    // Arguments are stored in the macro's names as a set stores values.
+    for (const Value& arg : args.positional) BATON_RETURN_IF_ERROR(check_storable(arg, false));
+    for (const auto& [name, arg] : args.keyword) BATON_RETURN_IF_ERROR(check_storable(arg, false));
     Frame f{{}, self.root_};
     std::vector<bool> bound(params.size(), false);
     for (size_t i = 0; i < args.positional.size(); ++i) {
@@ -324,6 +327,7 @@ Value Interpreter::make_macro(const Stmt& s) {
       if (bound[i]) continue;
       if (macro->defaults[i]) {
         BATON_ASSIGN_OR_RETURN(Value fallback, self.eval(*macro->defaults[i], f));
+        BATON_RETURN_IF_ERROR(check_storable(fallback, false));
         f.set(params[i], std::move(fallback));
       } else {
         f.set(params[i], Value::undefined("parameter '" + params[i] + "' was not provided"));
@@ -336,6 +340,13 @@ Value Interpreter::make_macro(const Stmt& s) {
     if (!flow.is_ok()) return flow.status();
     return Value::string(std::move(out));
   });
+}
+
+Result<Value> Interpreter::apply_nested_filter(std::string_view name, const Value& v,
+                                               CallArgs& args) {
+  DepthGuard guard(render_depth_);
+  if (guard.too_deep()) return too_deep();
+  return apply_filter(*this, name, v, args);
 }
 
 Result<Value> Interpreter::call(const Value& callee, CallArgs& args) {
@@ -543,10 +554,13 @@ Result<Value> Interpreter::eval_slice(const Expr& e, Frame& frame) {
     if (step > 0) return std::clamp<int64_t>(i, 0, n);
     return std::clamp<int64_t>(i, -1, n - 1);
   };
+  // A step longer than the sequence takes one item, as it would: cut to
+  // n + 1 so that stepping cannot overflow past the end.
+  const int64_t stride = std::clamp<int64_t>(step, -(n + 1), n + 1);
   const int64_t start = clamp(bounds[0], given[0], step > 0 ? 0 : n - 1);
   const int64_t stop = clamp(bounds[1], given[1], step > 0 ? n : -1);
   std::vector<int64_t> picked;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) picked.push_back(i);
+  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += stride) picked.push_back(i);
   if (obj.is_string()) {
     std::vector<uint32_t> out;
     for (int64_t i : picked) out.push_back(cps[size_t(i)]);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -18,6 +19,9 @@ class Interpreter {
 
   Result<std::string> render(const Body& body, const Value& context);
   Result<Value> call(const Value& callee, CallArgs& args);
+  // A filter a filter applies (map's): one level of the render's depth, as
+  // an expression is, since `map('map', 'map', ...)` nests without one.
+  Result<Value> apply_nested_filter(std::string_view name, const Value& v, CallArgs& args);
   Status charge_output(size_t bytes);
 
  private:

@@ -16,7 +16,8 @@ Status unsupported(std::string_view op, const Value& a, const Value& b) {
 Result<Value> repeat(const Value& seq, int64_t times) {
   if (times < 0) times = 0;
   if (seq.is_string()) {
-    if (int64_t(seq.as_string().size()) * times > kMaxBuiltSize) {
+    // Divided, not multiplied: a count near 2^62 would overflow the product.
+    if (times > 0 && int64_t(seq.as_string().size()) > kMaxBuiltSize / times) {
       return resource_exhausted("repeated string too long");
     }
     std::string out;
@@ -24,7 +25,7 @@ Result<Value> repeat(const Value& seq, int64_t times) {
     return seq.is_markup() ? Value::markup(std::move(out)) : Value::string(std::move(out));
   }
   const auto& items = seq.list_data().items;
-  if (int64_t(items.size()) * times > kMaxBuiltSize) {
+  if (times > 0 && int64_t(items.size()) > kMaxBuiltSize / times) {
     return resource_exhausted("repeated list too long");
   }
   std::vector<Value> out;
@@ -70,6 +71,9 @@ Result<Value> arithmetic(std::string_view op, const Value& a, const Value& b) {
       return Value::string(a.as_string() + b.as_string());
     }
     if (a.is_sequence() && b.is_sequence() && a.list_data().is_tuple == b.list_data().is_tuple) {
+      if (int64_t(a.list_data().items.size() + b.list_data().items.size()) > kMaxBuiltSize) {
+        return resource_exhausted("concatenated list too long");
+      }
       std::vector<Value> items = a.list_data().items;
       items.insert(items.end(), b.list_data().items.begin(), b.list_data().items.end());
       return a.list_data().is_tuple ? Value::tuple(std::move(items))
@@ -168,6 +172,16 @@ Result<bool> contains(const Value& container, const Value& item) {
   }
 }
 
+// snprintf into a string of the length it needs (widths are bounded above).
+template <typename T>
+std::string formatted(const std::string& spec, T value) {
+  const int n = std::snprintf(nullptr, 0, spec.c_str(), value);
+  if (n <= 0) return {};
+  std::string text(size_t(n), '\0');
+  std::snprintf(text.data(), size_t(n) + 1, spec.c_str(), value);
+  return text;
+}
+
 Result<std::string> printf_format(const std::string& format, const Value& args) {
   std::vector<Value> positional;
   if (args.is_list() && args.list_data().is_tuple) {
@@ -203,12 +217,24 @@ Result<std::string> printf_format(const std::string& format, const Value& args) 
            std::string_view("-+ #0").find(format[i]) != std::string_view::npos) {
       spec += format[i++];
     }
-    while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
-      spec += format[i++];
+    // Width and precision: digits, each at most a bound's worth (longer
+    // would build past it, or past what snprintf can count).
+    const auto digits = [&]() -> Status {
+      std::string number;
+      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
+        number += format[i++];
+      if (number.size() > 8 || (!number.empty() && std::stoll(number) > kMaxBuiltSize)) {
+        return resource_exhausted("a format width or precision of " + number +
+                                  " would build more than " + std::to_string(kMaxBuiltSize) +
+                                  " characters");
+      }
+      spec += number;
+      return Status::ok();
+    };
+    BATON_RETURN_IF_ERROR(digits());
     if (i < format.size() && format[i] == '.') {
       spec += format[i++];
-      while (i < format.size() && std::isdigit(static_cast<unsigned char>(format[i])))
-        spec += format[i++];
+      BATON_RETURN_IF_ERROR(digits());
     }
     if (i >= format.size()) return invalid_argument("incomplete format");
     const char type = format[i];
@@ -217,14 +243,9 @@ Result<std::string> printf_format(const std::string& format, const Value& args) 
         return invalid_argument("not enough arguments for format string");
       arg = positional[next++];
     }
-    char buffer[512];
     if (type == 's' || type == 'r' || type == 'a') {
       const std::string text = type == 's' ? to_str(arg) : to_repr(arg);
-      const std::string with_s = spec + "s";
-      const int n = std::snprintf(nullptr, 0, with_s.c_str(), text.c_str());
-      std::string formatted(size_t(n), '\0');
-      std::snprintf(formatted.data(), size_t(n) + 1, with_s.c_str(), text.c_str());
-      out += formatted;
+      out += formatted(spec + "s", text.c_str());
       continue;
     }
     if (!arg.is_number()) {
@@ -243,14 +264,12 @@ Result<std::string> printf_format(const std::string& format, const Value& args) 
         continue;
       }
       const std::string with_type = spec + "ll" + (type == 'i' ? 'd' : type);
-      std::snprintf(buffer, sizeof(buffer), with_type.c_str(), static_cast<long long>(v));
+      out += formatted(with_type, static_cast<long long>(v));
     } else if (std::string_view("feEgGF").find(type) != std::string_view::npos) {
-      const std::string with_type = spec + type;
-      std::snprintf(buffer, sizeof(buffer), with_type.c_str(), arg.as_double());
+      out += formatted(spec + type, arg.as_double());
     } else {
       return invalid_argument("unsupported format character '" + std::string(1, type) + "'");
     }
-    out += buffer;
   }
   if (next < positional.size() && !(args.is_dict())) {
     return invalid_argument("not all arguments converted during string formatting");

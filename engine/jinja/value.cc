@@ -31,12 +31,14 @@ void Value::Contents::note(const Value& item) {
 int nesting_of(const Value& v) {
   if (v.is_list()) return v.list_data().contents.nesting;
   if (v.is_dict()) return v.dict_data().contents.nesting;
+  if (v.is_callable()) return v.callable_data().contents.nesting;
   return 0;
 }
 
 bool holds_namespace(const Value& v) {
   if (v.is_list()) return v.list_data().contents.holds_namespace;
   if (v.is_dict()) return v.dict_data().is_namespace || v.dict_data().contents.holds_namespace;
+  if (v.is_callable()) return v.callable_data().contents.holds_namespace;
   return false;
 }
 
@@ -154,11 +156,12 @@ Value Value::namespace_object() {
   return v;
 }
 
-Value Value::callable(std::string name, Function call) {
+Value Value::callable(std::string name, Function call, const Value* holds) {
   Value v;
   v.kind_ = Kind::kCallable;
-  v.callable_ =
-      std::make_shared<const CallableData>(CallableData{std::move(name), std::move(call)});
+  CallableData data{std::move(name), std::move(call), {}};
+  if (holds != nullptr) data.contents.note(*holds);
+  v.callable_ = std::make_shared<const CallableData>(std::move(data));
   return v;
 }
 
@@ -570,8 +573,18 @@ Result<std::string> json_key(const Value& key) {
 
 Status json_value(const Value& v, const JsonStyle& style, int depth, std::string& out) {
   if (depth > 128) return invalid_argument("tojson: nesting deeper than 128");
+  // Checked as the text grows, indents included (an indent of millions of
+  // characters at every level): past the bound, no more is built.
+  if (int64_t(out.size()) > kMaxBuiltSize) {
+    return resource_exhausted("tojson would build more than " + std::to_string(kMaxBuiltSize) +
+                              " characters");
+  }
   const auto newline = [&](int level) {
     if (!style.indent) return;
+    if (int64_t(out.size() + 1 + size_t(level) * style.indent->size()) > kMaxBuiltSize) {
+      out.resize(size_t(kMaxBuiltSize) + 1, ' ');  // refused at the next check
+      return;
+    }
     out += '\n';
     for (int i = 0; i < level; ++i) out += *style.indent;
   };
@@ -650,6 +663,10 @@ Status json_value(const Value& v, const JsonStyle& style, int depth, std::string
 Result<std::string> to_json(const Value& v, const JsonStyle& style) {
   std::string out;
   BATON_RETURN_IF_ERROR(json_value(v, style, 0, out));
+  if (int64_t(out.size()) > kMaxBuiltSize) {
+    return resource_exhausted("tojson would build more than " + std::to_string(kMaxBuiltSize) +
+                              " characters");
+  }
   return out;
 }
 

@@ -79,6 +79,7 @@ class Value {
   struct CallableData {
     std::string name;
     Function call;
+    Contents contents;  // of the value a bound method holds (its object)
   };
 
   Value() = default;  // Undefined
@@ -97,7 +98,9 @@ class Value {
   static Value view(std::vector<Value> items, std::string type);
   static Value dict();
   static Value namespace_object();
-  static Value callable(std::string name, Function call);
+  // `holds`: the value the callable keeps (a bound method's object), which
+  // counts in its nesting as a list's item does.
+  static Value callable(std::string name, Function call, const Value* holds = nullptr);
   static Value from_json(const nlohmann::ordered_json& json);
 
   Kind kind() const { return kind_; }

@@ -327,6 +327,63 @@ TEST(JinjaTest, RenderingDepthIsBoundedAcrossMacroCalls) {
       << out.status().to_string();
 }
 
+// What else a template could build without end, each refused at its bound
+// with the bound's kind of error, and the same operations within bounds
+// rendering as Python does.
+TEST(JinjaTest, EveryWayToBuildPastTheBoundsIsRefused) {
+  std::string nested_maps = "{% set m = 'map' %}{{ ('a'|map(m";
+  for (int i = 0; i < 2000; ++i) nested_maps += ", m";
+  nested_maps += "))|list }}";
+  std::string set_blocks = "{% set x = 1 %}";
+  for (int i = 0; i < 40; ++i) {
+    set_blocks += "{% set x | default(" + std::string(100, '[') + "x" + std::string(100, ']') +
+                  ", true) %}{% endset %}";
+  }
+  for (const std::string& source :
+       {// Bound methods hold their object: a chain of them nests as lists do.
+        std::string("{% set ns = namespace(f=none) %}{% for i in range(100000) %}"
+                    "{% set ns.f = [ns.f].copy %}{% endfor %}"),
+        nested_maps, set_blocks,
+        std::string("{% macro f(x, n) %}{% if n %}{{ f(") + std::string(100, '[') + "x" +
+            std::string(100, ']') + ", n - 1) }}{% endif %}{% endmacro %}{{ f(1, 60) }}",
+        std::string("{{ 'ab' * 4611686018427387904 }}"),
+        std::string("{{ [1, 2] * 4611686018427387904 }}"),
+        std::string("{% set ns = namespace(l=[1]) %}{% for i in range(40) %}"
+                    "{% set ns.l = ns.l + ns.l %}{% endfor %}"),
+        std::string("{% set s = 'x' * 100000 %}{{ s|replace('x', s) }}"),
+        std::string("{{ ('a\n' * 1000000)|indent(1000) }}"),
+        std::string("{{ range(100000)|list|tojson(indent=9000000) }}"),
+        std::string("{{ [1]|batch(100000000000, 0)|list }}"),
+        std::string("{{ '%2000000000s' % '' }}"), std::string("{{ '%.99999999999d' % 5 }}")}) {
+    SCOPED_TRACE(source.substr(0, 100));
+    auto t = Template::parse(source);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto out = t->render(Value::dict());
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_EQ(out.status().code(), StatusCode::kResourceExhausted) << out.status().to_string();
+  }
+  // Within the bounds, as Python renders them.
+  for (const auto& [source, rendered] : std::vector<std::pair<std::string, std::string>>{
+           {"{{ 'abcdef'[5::9223372036854775807] }}", "f"},
+           {"{{ [1, 2, 3][::-9223372036854775807] }}", "[3]"},
+           {"{{ range(0, 9223372036854775807, 4611686018427387904)|list }}",
+            "[0, 4611686018427387904]"},
+           {"{{ ('%600d' % 5)|length }}", "600"},
+           {"{{ '%-5s|%05.1f' % ('ab', 2.25) }}", "ab   |002.2"},
+           {"{{ 'aXa'|replace('a', 'bb') }}", "bbXbb"},
+           {"{{ [1, 2] + [3] }}", "[1, 2, 3]"},
+           {"{{ 'a\nb'|indent(2, true) }}", "  a\n  b"},
+           {"{{ [1, 2, 3]|batch(2, 0)|list }}", "[[1, 2], [3, 0]]"},
+           {"{{ [[1]]|tojson(indent=1) }}", "[\n [\n  1\n ]\n]"}}) {
+    SCOPED_TRACE(source);
+    auto t = Template::parse(source);
+    ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+    auto out = t->render(Value::dict());
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ(*out, rendered);
+  }
+}
+
 // Random bytes spliced into a template that uses most constructs: the lexer
 // and parser return a template or an error, never crash (run under ASan).
 TEST(JinjaTest, MutatedTemplatesLoadOrFailCleanly) {
