@@ -690,6 +690,8 @@ class Parser {
   Status parse_arguments(Expr& e) {
     BATON_RETURN_IF_ERROR(expect_op("("));
     bool first = true;
+    bool keywords_seen = std::any_of(e.arg_names.begin(), e.arg_names.end(),
+                                     [](const std::string& n) { return !n.empty(); });
     while (!is_op(")")) {
       if (!first) BATON_RETURN_IF_ERROR(expect_op(","));
       first = false;
@@ -699,10 +701,10 @@ class Parser {
       if (current().kind == Token::Kind::kName && peek().kind == Token::Kind::kOperator &&
           peek().text == "=") {
         keyword = current().text;
+        keywords_seen = true;
         advance();
         advance();
-      } else if (std::any_of(e.arg_names.begin(), e.arg_names.end(),
-                             [](const std::string& n) { return !n.empty(); })) {
+      } else if (keywords_seen) {
         return error(current(), "positional argument follows keyword argument");
       }
       BATON_ASSIGN_OR_RETURN(ExprPtr arg, parse_expression());
