@@ -648,8 +648,12 @@ TEST(FaultTest, APromptPastAFullPrefillQueueIsPrefilledOnItsDecodeNode) {
   ASSERT_EQ(local->status, 200) << local->body;
   const json local_choice = json::parse(local->body)["choices"][0];
   EXPECT_TRUE(local_choice["served_by"]["prefill"].is_null()) << local_choice.dump();
-  EXPECT_EQ(cluster.metric("baton:prompt_placements_total", "placement=\"prefill_queues_full\""),
-            1);
+  EXPECT_EQ(cluster.metric("baton:prompt_placements_total", "placement=\"prefill_queues_full\""), 1)
+      << "placed as no_prefill_node "
+      << cluster.metric("baton:prompt_placements_total", "placement=\"no_prefill_node\"")
+      << ", prefill_node "
+      << cluster.metric("baton:prompt_placements_total", "placement=\"prefill_node\"") << "; "
+      << cluster.nodes().dump();
 
   ASSERT_EQ(::kill(prefill, SIGCONT), 0);
   client.join();
