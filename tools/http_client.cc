@@ -1,4 +1,8 @@
-// tools/http_client.cc — Beast's synchronous client with a deadline.
+// tools/http_client.cc — a blocking HTTP client with a deadline: Beast's
+// asynchronous operations run to completion on a private io_context, since
+// a tcp_stream's expiry bounds only those (its synchronous connect, write
+// and read wait as long as the peer keeps them: a connect to a silent host
+// waited the kernel's two minutes of SYN retries).
 #include "tools/http_client.h"
 
 #include <boost/asio/connect.hpp>
@@ -48,6 +52,18 @@ void fill_headers(const Header& header, HttpResponse* out) {
   out->allow = std::string(header[http::field::allow]);
 }
 
+// Starts one asynchronous operation (`start(handler)`) and runs `io` until
+// it completes: by itself, or with beast::error::timeout at the stream's
+// expiry.
+template <typename Start>
+beast::error_code run_one(boost::asio::io_context& io, Start start) {
+  beast::error_code result = boost::asio::error::would_block;
+  start([&result](beast::error_code ec, auto&&...) { result = ec; });
+  io.restart();
+  io.run();
+  return result;
+}
+
 // Connects and sends the request; the stream's deadline covers the whole exchange.
 Status open_and_send(beast::tcp_stream& stream, boost::asio::io_context& io,
                      const std::string& host, uint16_t port, std::string_view method,
@@ -58,9 +74,10 @@ Status open_and_send(beast::tcp_stream& stream, boost::asio::io_context& io,
   auto endpoints = resolver.resolve(host, std::to_string(port), ec);
   if (ec) return connection_error(ec, "resolving", host, port);
   stream.expires_after(timeout);
-  stream.connect(endpoints, ec);
+  ec = run_one(io, [&](auto handler) { stream.async_connect(endpoints, handler); });
   if (ec) return connection_error(ec, "connecting to", host, port);
-  http::write(stream, make_request(host, method, target, body, api_key), ec);
+  auto request = make_request(host, method, target, body, api_key);
+  ec = run_one(io, [&](auto handler) { http::async_write(stream, request, handler); });
   if (ec) return connection_error(ec, "writing to", host, port);
   return Status::ok();
 }
@@ -80,7 +97,7 @@ Result<HttpResponse> http_request(const std::string& host, uint16_t port, std::s
   parser.body_limit(256u << 20);
   // A HEAD reply's Content-Length describes the body a GET would get.
   parser.skip(method == "HEAD");
-  http::read(stream, buffer, parser, ec);
+  ec = run_one(io, [&](auto handler) { http::async_read(stream, buffer, parser, handler); });
   if (ec) return connection_error(ec, "reading from", host, port);
   HttpResponse response;
   fill_headers(parser.get(), &response);
@@ -103,7 +120,7 @@ Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::st
   // Not boost::none: Beast 1.74 compares a Content-Length against an empty
   // optional as if it were a limit of 0, failing every non-streamed reply.
   parser.body_limit(std::numeric_limits<std::uint64_t>::max());
-  http::read_header(stream, buffer, parser, ec);
+  ec = run_one(io, [&](auto handler) { http::async_read_header(stream, buffer, parser, handler); });
   if (ec) return connection_error(ec, "reading from", host, port);
   HttpResponse response;
   fill_headers(parser.get(), &response);
@@ -113,7 +130,7 @@ Result<HttpResponse> http_stream(const std::string& host, uint16_t port, std::st
     parser.get().body().size = sizeof(chunk);
     // read_some returns as soon as some body bytes arrived; read() would wait
     // until the buffer is full, delivering SSE events late and in bursts.
-    http::read_some(stream, buffer, parser, ec);
+    ec = run_one(io, [&](auto handler) { http::async_read_some(stream, buffer, parser, handler); });
     if (ec == http::error::need_buffer) ec = {};
     if (ec) return connection_error(ec, "reading from", host, port);
     size_t got = sizeof(chunk) - parser.get().body().size;
