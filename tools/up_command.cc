@@ -259,12 +259,6 @@ int run_up(const UpOptions& options) {
                  static_cast<long long>(waited.count()), options.ready_timeout_s,
                  waiting_for(view).c_str());
   };
-  // A node lost at start-up counts as settled once it is given up; while it
-  // is to be started again, or runs again, the start-up waits for it.
-  auto settled = [&](const LocalNodesView& view, const std::string& name) {
-    return view.up.contains(name) ||
-           (lost.contains(name) && !pending.contains(name) && !group.running(name));
-  };
   while (true) {
     for (const auto& exit : group.reap()) {
       // Asked after the exit: a node registered before it died is listed.
@@ -281,8 +275,9 @@ int run_up(const UpOptions& options) {
     start_due_roles();
     std::optional<LocalNodesView> view =
         view_local_nodes(router_host, port, local_nodes, api_key, group);
-    if (view && std::ranges::all_of(local_nodes,
-                                    [&](const std::string& name) { return settled(*view, name); }))
+    if (view && std::ranges::all_of(local_nodes, [&](const std::string& name) {
+          return lost.contains(name) || view->up.contains(name);
+        }))
       break;
     report_wait(view);
     if (stop.load()) {
