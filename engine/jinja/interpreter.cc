@@ -20,6 +20,7 @@ constexpr int kMaxCallDepth = 64;
 // How many statement bodies and expressions a render may be inside of at
 // once, through macro calls too: each is a call of exec or eval on the stack.
 constexpr int kMaxRenderDepth = 400;
+constexpr int kMaxNestedFilters = 16;
 
 // Counts one level of render_depth for as long as it lives.
 class DepthGuard {
@@ -344,9 +345,18 @@ Value Interpreter::make_macro(const Stmt& s) {
 
 Result<Value> Interpreter::apply_nested_filter(std::string_view name, const Value& v,
                                                CallArgs& args) {
+  // A filter's frame is many times an expression's (under ASan, tens of
+  // kilobytes): filters in filters have their own, smaller bound.
+  if (nested_filters_ >= kMaxNestedFilters) {
+    return resource_exhausted("filters applied by filters nested more than " +
+                              std::to_string(kMaxNestedFilters) + " deep");
+  }
+  ++nested_filters_;
   DepthGuard guard(render_depth_);
-  if (guard.too_deep()) return too_deep();
-  return apply_filter(*this, name, v, args);
+  Result<Value> result =
+      guard.too_deep() ? Result<Value>(too_deep()) : apply_filter(*this, name, v, args);
+  --nested_filters_;
+  return result;
 }
 
 Result<Value> Interpreter::call(const Value& callee, CallArgs& args) {

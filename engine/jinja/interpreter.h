@@ -58,6 +58,7 @@ class Interpreter {
   size_t steps_ = 0;
   int call_depth_ = 0;
   int render_depth_ = 0;
+  int nested_filters_ = 0;
 };
 
 // An error at an expression or statement's position.
