@@ -1,14 +1,12 @@
 #include "engine/checkpoint.h"
 
 #include <chrono>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
 
-#include "common/regular_file.h"
+#include "engine/json_file.h"
 #include "engine/safetensors.h"
 
 namespace baton::engine {
@@ -25,13 +23,8 @@ Status open_sharded(const std::filesystem::path& dir,
                     std::vector<std::unique_ptr<SafetensorsFile>>& files, TensorMap& tensors) {
   const auto index_path = dir / kIndexFile;
   const std::string index = index_path.string();
-  BATON_RETURN_IF_ERROR(check_regular_file(index_path));
-  std::ifstream in(index_path, std::ios::binary);
-  if (!in) return not_found("cannot open " + index);
-  std::stringstream text;
-  text << in.rdbuf();
-  auto doc = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return data_loss(index + ": invalid JSON");
+  BATON_ASSIGN_OR_RETURN(nlohmann::json doc, read_json_file(index_path));
+  if (!doc.is_object()) return data_loss(index + ": invalid JSON");
   auto map_it = doc.find("weight_map");
   if (map_it == doc.end() || !map_it->is_object()) {
     return data_loss(index + ": 'weight_map' missing or not an object");

@@ -1,7 +1,7 @@
 #include "engine/tokenizer.h"
 
-#include "common/regular_file.h"
 #include "engine/hf_tokenizer.h"
+#include "engine/json_file.h"
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -48,11 +48,10 @@ Result<std::unique_ptr<Tokenizer>> load_tokenizer(const std::filesystem::path& c
     return load_hf_tokenizer(checkpoint_dir);
   }
   auto path = checkpoint_dir / kByteTokenizerFile;
-  if (std::filesystem::exists(path)) BATON_RETURN_IF_ERROR(check_regular_file(path));
-  std::ifstream in(path);
-  if (!in) return not_found("no tokenizer in " + checkpoint_dir.string());
-  auto doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (doc.is_discarded() || !doc.is_object()) return data_loss(path.string() + ": invalid JSON");
+  if (!std::filesystem::exists(path))
+    return not_found("no tokenizer in " + checkpoint_dir.string());
+  BATON_ASSIGN_OR_RETURN(nlohmann::json doc, read_json_file(path));
+  if (!doc.is_object()) return data_loss(path.string() + ": invalid JSON");
   if (doc.value("type", "") != "byte") {
     return unimplemented(path.string() + ": field 'type' must be \"byte\"");
   }

@@ -301,7 +301,7 @@ class TransferEngine::Impl {
   // API side, under api_mutex_.
   mutable std::mutex api_mutex_;
   std::vector<KvLayout> peer_layouts_;
-  std::vector<bool> peer_removed_;  // remove_peer: refused from then on
+  std::vector<bool> peer_removed_;       // remove_peer: refused from then on
   std::vector<std::string> peer_paths_;  // TransferEngine::peer_path, set by the loop
   struct SendTicket {
     int32_t posted = 0, end = 0;  // layers handed over, the transfer's layer_end

@@ -165,7 +165,7 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     metrics_.count_http(200);
     return responder->respond(200, "text/plain; version=0.0.4", metrics_.render(core_.snapshot()));
   }
-  // /v1/nodes
+  // The table's last GET route: /v1/nodes.
   ClusterSnapshot snapshot = core_.snapshot();
   json nodes = json::array();
   for (const NodeState& node : snapshot.nodes) nodes.push_back(node_json(node));

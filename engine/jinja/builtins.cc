@@ -39,9 +39,8 @@ Result<std::string> bounded_replace(const std::string& self, const std::string& 
   }
   if (count >= 0) matches = std::min(matches, count);
   const int64_t grows = int64_t(new_text.size()) - int64_t(old_text.size());
-  if (grows > 0 && matches > (kMaxBuiltSize - int64_t(self.size())) / grows) {
-    return too_large(what, int64_t(self.size()) + matches * std::min<int64_t>(grows, 1 << 20));
-  }
+  const double size = double(self.size()) + double(matches) * double(grows);
+  if (size > double(kMaxBuiltSize)) return too_large(what, int64_t(size));
   return python_text::replace(self, old_text, new_text, count);
 }
 

@@ -45,10 +45,11 @@ class Value {
  public:
   enum class Kind { kUndefined, kNone, kBool, kInt, kFloat, kString, kList, kDict, kCallable };
 
-  // What a list or dict holds, as its store checks read it: how deeply it
-  // nests (1 for one holding no list or dict) and whether a namespace is in
-  // it (the one value that changes after it is made, so a namespace held in
-  // another namespace could make a cycle). Whoever adds an item notes it.
+  // What a list, a dict or a bound method holds, as the store checks read
+  // it: how deeply it nests (1 for one holding no list or dict) and whether
+  // a namespace is in it (the one value that changes after it is made, so a
+  // namespace held in another namespace could make a cycle). Whoever adds
+  // an item notes it.
   struct Contents {
     int nesting = 1;
     bool holds_namespace = false;

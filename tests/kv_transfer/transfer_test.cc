@@ -280,8 +280,6 @@ TEST_P(TransferTest, RandomBlocksEveryDtypeVerifiedOnReceiver) {
   }
 }
 
-// Layer-wise streaming: three requests in flight, layers handed over
-// interleaved; none completes before its last layer, all land intact.
 // A decode node that restarted registers a new pool: its peer replaces the
 // old one (whose endpoint is closed), the old id is refused from then on,
 // and the new one carries transfers. (Two endpoints to one worker, one of
@@ -317,6 +315,8 @@ TEST_P(TransferTest, AReplacedPeerIsRefusedAndItsReplacementWorks) {
   old_receiver->quit();
 }
 
+// Layer-wise streaming: three requests in flight, layers handed over
+// interleaved; none completes before its last layer, all land intact.
 TEST_P(TransferTest, LayerStreamingWithInterleavedRequests) {
   KvLayout layout = make_layout(DType::kBF16, 64, 6);
   uint64_t seed = rng_() | 1;
