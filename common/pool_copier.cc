@@ -13,17 +13,17 @@ class HostMemoryCopier final : public PoolCopier {
  public:
   HostMemoryCopier(uint8_t* pool, size_t bytes) : pool_(pool), bytes_(bytes) {}
 
-  Status to_host(void* mirror, std::span<const Range> ranges) override {
+  Status to_host(void* host, std::span<const Range> ranges) override {
     BATON_RETURN_IF_ERROR(check(ranges));
     for (const Range& r : ranges)
-      std::memcpy(static_cast<uint8_t*>(mirror) + r.offset, pool_ + r.offset, r.bytes);
+      std::memcpy(static_cast<uint8_t*>(host) + r.host_offset, pool_ + r.offset, r.bytes);
     return Status::ok();
   }
 
-  Status to_device(const void* mirror, std::span<const Range> ranges) override {
+  Status to_device(const void* host, std::span<const Range> ranges) override {
     BATON_RETURN_IF_ERROR(check(ranges));
     for (const Range& r : ranges)
-      std::memcpy(pool_ + r.offset, static_cast<const uint8_t*>(mirror) + r.offset, r.bytes);
+      std::memcpy(pool_ + r.offset, static_cast<const uint8_t*>(host) + r.host_offset, r.bytes);
     return Status::ok();
   }
 
@@ -63,7 +63,7 @@ std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& layout,
       if (!ranges.empty() && ranges.back().offset + ranges.back().bytes == offset) {
         ranges.back().bytes += layout.block_bytes();
       } else {
-        ranges.push_back({offset, layout.block_bytes()});
+        ranges.push_back({.offset = offset, .bytes = layout.block_bytes(), .host_offset = offset});
       }
     }
   }

@@ -1,11 +1,12 @@
-// common/pool_copier.h — moves byte ranges between a KV pool the transport
-// cannot register (a GPU's, when UCX has no CUDA support) and a host mirror
-// of it with the same layout.
+// common/pool_copier.h — moves byte ranges between a KV pool the CPU cannot
+// reach in place (a GPU's) and host memory.
 //
-// The transfer engine stages such a pool through the mirror: it registers the
-// mirror, has the source ranges copied out before they are sent and the
-// destination ranges copied in once they have landed and been verified (the
-// fallback vLLM's NIXL connector takes with a CPU transfer buffer). The
+// The transfer engine stages such a pool through a host mirror of the same
+// layout (when UCX has no CUDA support): it registers the mirror, has the
+// source ranges copied out before they are sent and the destination ranges
+// copied in once they have landed and been verified (the fallback vLLM's NIXL
+// connector takes with a CPU transfer buffer). The SSD tier moves blocks
+// through a few bounce slots instead, at other offsets than the pool's. The
 // backend that owns the device implements it (kernels/cuda/pool_copier.h);
 // common/ only declares it, so kv_transfer needs no device headers.
 #pragma once
@@ -24,22 +25,25 @@ namespace baton {
 class PoolCopier {
  public:
   struct Range {
-    size_t offset = 0;  // bytes from the start of the pool (and of the mirror)
+    size_t offset = 0;  // bytes from the start of the pool
     size_t bytes = 0;
+    size_t host_offset = 0;  // bytes from the start of the host memory (a mirror's: offset)
   };
 
   virtual ~PoolCopier() = default;
 
-  // The device pool's ranges into `mirror` at the same offsets; returns once
+  // Each range of the device pool to `host` + its host_offset; returns once
   // they are there. May be called from any thread.
-  virtual Status to_host(void* mirror, std::span<const Range> ranges) = 0;
-  // `mirror`'s ranges into the device pool; returns once they are there. May
-  // be called from any thread, concurrently with to_host.
-  virtual Status to_device(const void* mirror, std::span<const Range> ranges) = 0;
-  // Page-locks the mirror for the device's DMA (cudaHostRegister) until the
-  // copier is destroyed, which must happen before the mirror is unmapped. An
-  // error leaves it pageable: copies still work, slower.
-  virtual Status pin(void* mirror, size_t bytes) = 0;
+  virtual Status to_host(void* host, std::span<const Range> ranges) = 0;
+  // The reverse: `host` + host_offset to each range of the device pool;
+  // returns once they are there. May be called from any thread, concurrently
+  // with to_host.
+  virtual Status to_device(const void* host, std::span<const Range> ranges) = 0;
+  // Page-locks host memory for the device's DMA (cudaHostRegister) until the
+  // copier is destroyed, which must happen before that memory is unmapped.
+  // One region per copier. An error leaves it pageable: copies still work,
+  // slower.
+  virtual Status pin(void* host, size_t bytes) = 0;
   // For logs: "cuda device 0", "host memory".
   virtual const char* name() const = 0;
 };
@@ -47,7 +51,8 @@ class PoolCopier {
 // Byte ranges of `blocks` (distinct ids, any order) in layers
 // [layer_begin, layer_end) of a pool laid out as `layout`: ids sorted, runs
 // of adjacent ids one range per layer, ranges that meet across a layer
-// boundary joined. What a staged pool copies to or from its device.
+// boundary joined; each at the same offset in host memory (a mirror). What a
+// staged pool copies to or from its device.
 std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& layout,
                                                  std::span<const int32_t> blocks,
                                                  int32_t layer_begin, int32_t layer_end);

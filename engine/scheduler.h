@@ -171,8 +171,9 @@ class Scheduler {
   // pool) are read back instead of computed. Needs prefix caching on.
   // With `staging`, the pool is a device's (TieredPrefixCache::attach_ssd_store).
   Status attach_ssd_store(std::unique_ptr<SsdKvStore> store,
-                          std::unique_ptr<PoolCopier> staging = nullptr) {
-    return prefix_cache_.attach_ssd_store(std::move(store), std::move(staging));
+                          std::unique_ptr<PoolCopier> staging = nullptr,
+                          SsdStagingSlots slots = {}) {
+    return prefix_cache_.attach_ssd_store(std::move(store), std::move(staging), slots);
   }
   const SsdKvStore* ssd_store() const { return prefix_cache_.ssd_store(); }
 

@@ -23,7 +23,7 @@ namespace {
 constexpr uint64_t kHeaderBytes = 4096;
 constexpr uint64_t kAlignment = 4096;
 constexpr char kMagic[8] = {'B', 'A', 'T', 'O', 'N', 'K', 'V', '1'};
-constexpr unsigned kRingDepth = 64;
+constexpr auto kRingDepth = unsigned(SsdKvStore::kIoDepth);
 
 // The fixed part of a slot's header; the block's tokens follow it.
 struct SlotHeader {
@@ -407,7 +407,13 @@ void SsdKvStore::touch(int64_t slot) {
   recency_.splice(recency_.end(), recency_, s.recency);
 }
 
-void SsdKvStore::describe(Io& io, int64_t slot, const void* pool, int32_t block,
+BlockMemory BlockMemory::of_pool(const KvLayout& layout, const void* pool) {
+  return BlockMemory{.base = static_cast<std::byte*>(const_cast<void*>(pool)),
+                     .layer_stride = layout.layer_elements() * layout.element_bytes(),
+                     .block_stride = layout.block_bytes()};
+}
+
+void SsdKvStore::describe(Io& io, int64_t slot, const BlockMemory& memory, int32_t block,
                           void* header) const {
   io.slot = slot;
   io.offset = uint64_t(slot) * slot_bytes_;
@@ -415,8 +421,13 @@ void SsdKvStore::describe(Io& io, int64_t slot, const void* pool, int32_t block,
   io.iov.push_back({header, kHeaderBytes});
   const size_t block_bytes = layout_.block_bytes();
   for (int32_t layer = 0; layer < layout_.num_layers; ++layer) {
-    auto* base = static_cast<std::byte*>(const_cast<void*>(pool));
-    io.iov.push_back({base + layout_.block_byte_offset(layer, block), block_bytes});
+    std::byte* at = memory.at(layer, block);
+    iovec& last = io.iov.back();
+    if (io.iov.size() > 1 && static_cast<std::byte*>(last.iov_base) + last.iov_len == at) {
+      last.iov_len += block_bytes;
+    } else {
+      io.iov.push_back({at, block_bytes});
+    }
   }
   io.bytes = kHeaderBytes + size_t(layout_.num_layers) * block_bytes;
   io.result = 0;
@@ -472,7 +483,7 @@ void SsdKvStore::write_header(Io& io) const {
   std::memcpy(io.header.get() + sizeof(h), key.tokens.data(), key.tokens.size_bytes());
 }
 
-void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
+void SsdKvStore::save(std::span<const BlockKey> keys, const BlockMemory& memory,
                       std::span<const int32_t> blocks) {
   BATON_CHECK(keys.size() == blocks.size());
   // A batch never holds more writes than slots, so none of its slots is
@@ -503,7 +514,7 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const void* pool,
       by_hash_[key.hash] = slot;
 
       Io& io = ios.emplace_back();
-      describe(io, slot, pool, blocks[i], io.header.get());
+      describe(io, slot, memory, blocks[i], io.header.get());
       io.key = &key;
     }
     // The header, with the payload's checksum, as each write is submitted.
@@ -584,7 +595,7 @@ SsdLoad SsdKvStore::account(std::span<Io> ios) {
   return out;
 }
 
-SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, void* pool,
+SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, const BlockMemory& memory,
                          std::span<const int32_t> blocks) {
   BATON_CHECK(keys.size() == blocks.size());
   SsdLoad out;
@@ -596,7 +607,7 @@ SsdLoad SsdKvStore::load(std::span<const BlockKey> keys, void* pool,
       const int64_t slot = find(keys[i]);
       if (slot < 0) break;
       Io& io = ios.emplace_back();
-      describe(io, slot, pool, blocks[i], io.header.get());
+      describe(io, slot, memory, blocks[i], io.header.get());
       io.key = &keys[i];
     }
     // Each block verified as it arrives, while later ones are read.
@@ -627,7 +638,7 @@ struct SsdKvStore::PendingLoad {
   }
 };
 
-int64_t SsdKvStore::start_load(std::span<const BlockKey> keys, void* pool,
+int64_t SsdKvStore::start_load(std::span<const BlockKey> keys, const BlockMemory& memory,
                                std::span<const int32_t> blocks) {
   BATON_CHECK(keys.size() == blocks.size());
   PendingLoad& load = loads_.emplace_back();
@@ -647,7 +658,7 @@ int64_t SsdKvStore::start_load(std::span<const BlockKey> keys, void* pool,
     const int64_t slot = find(keys[i]);
     if (slot < 0) break;
     Io& io = load.ios.emplace_back();
-    describe(io, slot, pool, blocks[i], io.header.get());
+    describe(io, slot, memory, blocks[i], io.header.get());
     io.key = &load.keys[i];
     ++slots_[size_t(slot)].pins;
   }

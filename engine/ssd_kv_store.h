@@ -64,6 +64,21 @@ struct SsdLoad {
   Status problem;
 };
 
+// Where the blocks a store writes from or reads into lie: layer l of block b
+// at base + l * layer_stride + b * block_stride (a block's bytes of one
+// layer are contiguous, common/kv_layout.h).
+struct BlockMemory {
+  std::byte* base = nullptr;
+  size_t layer_stride = 0;
+  size_t block_stride = 0;
+
+  // The pool of `layout` at `pool`.
+  static BlockMemory of_pool(const KvLayout& layout, const void* pool);
+  std::byte* at(int32_t layer, int32_t block) const {
+    return base + size_t(layer) * layer_stride + size_t(block) * block_stride;
+  }
+};
+
 // How a store does its I/O; tests run every way.
 enum class SsdIo {
   // io_uring where the kernel allows it, else preadv/pwritev. The copies go
@@ -86,6 +101,10 @@ class SsdKvStore {
   SsdKvStore(const SsdKvStore&) = delete;
   SsdKvStore& operator=(const SsdKvStore&) = delete;
 
+  // I/Os the store keeps in flight at most: the reads of its loads, the
+  // writes of one batch of a save.
+  static constexpr int32_t kIoDepth = 64;
+
   const std::filesystem::path& path() const { return path_; }
   // Bytes of one slot: the header and one block of every layer, 4 KiB aligned.
   static uint64_t slot_bytes_for(const KvLayout& layout);
@@ -103,19 +122,31 @@ class SsdKvStore {
   // keys[i], for every i, evicting the least recently used slots when full.
   // A key already stored only becomes most recently used. A failed write is
   // logged and its key dropped.
-  void save(std::span<const BlockKey> keys, const void* pool, std::span<const int32_t> blocks);
+  void save(std::span<const BlockKey> keys, const BlockMemory& memory,
+            std::span<const int32_t> blocks);
+  void save(std::span<const BlockKey> keys, const void* pool, std::span<const int32_t> blocks) {
+    save(keys, BlockMemory::of_pool(layout_, pool), blocks);
+  }
   // Reads the blocks stored under keys[i] into pool blocks blocks[i], in
   // order, stopping at the first key that is not stored or whose slot fails
   // verification (a damaged slot is dropped; one the OS failed to read is
   // kept).
-  SsdLoad load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks);
+  SsdLoad load(std::span<const BlockKey> keys, const BlockMemory& memory,
+               std::span<const int32_t> blocks);
+  SsdLoad load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks) {
+    return load(keys, BlockMemory::of_pool(layout_, pool), blocks);
+  }
 
   // Starts reading what load() would read, and returns at once with the
   // load's id. Until finish_loads() hands the load back, the kernel may
-  // write its pool blocks: nobody else may use them (nor free the pool).
+  // write its blocks: nobody else may use them (nor free their memory).
   // Without io_uring the reads happen here, and the load is handed back by
   // the next finish_loads().
-  int64_t start_load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks);
+  int64_t start_load(std::span<const BlockKey> keys, const BlockMemory& memory,
+                     std::span<const int32_t> blocks);
+  int64_t start_load(std::span<const BlockKey> keys, void* pool, std::span<const int32_t> blocks) {
+    return start_load(keys, BlockMemory::of_pool(layout_, pool), blocks);
+  }
   struct LandedLoad {
     int64_t id;
     SsdLoad result;  // as load() would have returned it
@@ -154,8 +185,9 @@ class SsdKvStore {
   void touch(int64_t slot);
   // The stored slot of exactly this key, or -1.
   int64_t find(const BlockKey& key) const;
-  // The iovecs of one slot's header and the pool block's layers.
-  void describe(Io& io, int64_t slot, const void* pool, int32_t block, void* header) const;
+  // The iovecs of one slot's header and the block's layers (layers that lie
+  // back to back, one).
+  void describe(Io& io, int64_t slot, const BlockMemory& memory, int32_t block, void* header) const;
   using IoCallback = std::function<void(Io&)>;
   // Runs every I/O of `ios` (reads or writes): prepare(io) just before it is
   // submitted, complete(io) once its result is in io.result.

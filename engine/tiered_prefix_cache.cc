@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <optional>
 
 #include "common/check.h"
 #include "common/prefix_hash.h"
@@ -19,34 +20,53 @@ TieredPrefixCache::~TieredPrefixCache() {
 }
 
 Status TieredPrefixCache::attach_ssd_store(std::unique_ptr<SsdKvStore> store,
-                                           std::unique_ptr<PoolCopier> staging) {
+                                           std::unique_ptr<PoolCopier> staging,
+                                           SsdStagingSlots slots) {
   BATON_CHECK(enabled_);
   if (staging != nullptr) {
-    BATON_ASSIGN_OR_RETURN(KvPool mirror, KvPool::create(kv_.layout()));
-    mirror_.emplace(std::move(mirror));
-    staging_ = std::move(staging);
+    const int32_t most = kv_.layout().num_blocks;
+    BATON_ASSIGN_OR_RETURN(
+        staging_, SsdStaging::create(kv_.layout(), std::move(staging), std::min(slots.load, most),
+                                     std::min(slots.save, most)));
   }
   ssd_ = std::move(store);
   blocks_.set_eviction_hook(
       [this](std::span<const BlockKey> keys, std::span<const int32_t> blocks) {
-        // A block that cannot be copied out is not saved: it is only lost
-        // from the cache, as a failed write would lose it.
-        if (staging_ != nullptr && !stage(blocks, /*copy_out=*/true)) return;
-        ssd_->save(keys, store_pool(), blocks);
+        save_evicted(keys, blocks);
       });
   return Status::ok();
 }
 
-bool TieredPrefixCache::stage(std::span<const int32_t> blocks, bool copy_out) {
-  if (blocks.empty()) return true;
-  const std::vector<PoolCopier::Range> ranges =
-      block_byte_ranges(kv_.layout(), blocks, 0, kv_.layout().num_layers);
-  const Status copied = copy_out ? staging_->to_host(mirror_->data(), ranges)
-                                 : staging_->to_device(mirror_->data(), ranges);
-  if (copied.is_ok()) return true;
-  spdlog::warn("ssd cache: copying {} blocks {} {}: {}", blocks.size(),
-               copy_out ? "out of" : "into", staging_->name(), copied.message());
-  return false;
+void TieredPrefixCache::save_evicted(std::span<const BlockKey> keys,
+                                     std::span<const int32_t> blocks) {
+  if (staging_ == nullptr) {
+    ssd_->save(keys, BlockMemory::of_pool(kv_.layout(), kv_.data()), blocks);
+    return;
+  }
+  // Blocks stored already (restored ones, evicted again) are not copied out.
+  std::vector<BlockKey> new_keys;
+  std::vector<int32_t> new_blocks;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (ssd_->contains(keys[i])) {
+      ssd_->touch(keys.subspan(i, 1));
+    } else {
+      new_keys.push_back(keys[i]);
+      new_blocks.push_back(blocks[i]);
+    }
+  }
+  const std::span<const int32_t> slots = staging_->save_slots();
+  for (size_t at = 0; at < new_blocks.size(); at += slots.size()) {
+    const size_t n = std::min(slots.size(), new_blocks.size() - at);
+    const std::span<const int32_t> batch = std::span(new_blocks).subspan(at, n);
+    // A block that cannot be copied out is not saved: it is only lost from
+    // the cache, as a failed write would lose it.
+    if (const Status copied = staging_->copy_out(batch, slots.first(n)); !copied.is_ok()) {
+      spdlog::warn("ssd cache: copying {} blocks out of {}: {}", n, staging_->copier_name(),
+                   copied.message());
+      continue;
+    }
+    ssd_->save(std::span(new_keys).subspan(at, n), staging_->memory(), slots.first(n));
+  }
 }
 
 BlockKey TieredPrefixCache::block_key(Sequence& seq, int32_t j) {
@@ -201,7 +221,26 @@ bool TieredPrefixCache::start_reading(Restore& restore) {
   auto fresh = blocks_.allocate(int32_t(restore.keys.size()));
   if (!fresh.is_ok()) return false;
   restore.fresh = std::move(fresh).value();
-  restore.load = ssd_->start_load(restore.keys, store_pool(), restore.fresh);
+  if (staging_ != nullptr) {
+    // No free slots: it starts once a load in flight gives some back.
+    start_piece(restore);
+    return true;
+  }
+  restore.reading = int32_t(restore.keys.size());
+  restore.load =
+      ssd_->start_load(restore.keys, BlockMemory::of_pool(kv_.layout(), kv_.data()), restore.fresh);
+  return true;
+}
+
+bool TieredPrefixCache::start_piece(Restore& restore) {
+  const int32_t n =
+      std::min(int32_t(restore.keys.size()) - restore.landed, staging_->free_load_slots());
+  if (n <= 0) return false;
+  restore.slots = staging_->take_load_slots(n);
+  restore.reading = n;
+  restore.load =
+      ssd_->start_load(std::span(restore.keys).subspan(size_t(restore.landed), size_t(n)),
+                       staging_->memory(), restore.slots);
   return true;
 }
 
@@ -243,49 +282,88 @@ void TieredPrefixCache::settle_remote_restore(Sequence& seq, int32_t first_block
   counters_.ssd_hit_tokens -= lost_tokens;
 }
 
+bool TieredPrefixCache::settle_load(Restore& restore, int32_t restored) {
+  restore.load = -1;
+  const int32_t reading = std::exchange(restore.reading, 0);
+  if (staging_ != nullptr) {
+    // The verified blocks go from their slots into the pool; if that copy
+    // fails, none of them counts as restored.
+    const Status copied = staging_->copy_in(
+        std::span(restore.slots).first(size_t(restored)),
+        std::span(restore.fresh).subspan(size_t(restore.landed), size_t(restored)));
+    staging_->give_back(restore.slots);
+    restore.slots.clear();
+    if (!copied.is_ok()) {
+      spdlog::warn("ssd cache: copying {} blocks into {}: {}", restored, staging_->copier_name(),
+                   copied.message());
+      restored = 0;
+    }
+  }
+  restore.landed += restored;
+  return restored < reading || restore.landed == int32_t(restore.keys.size());
+}
+
+void TieredPrefixCache::finish(Restore& restore, const SequenceLookup& find,
+                               std::vector<int64_t>& landed_owners) {
+  const int32_t restored = restore.landed;
+  // Registered and released, the restored blocks are cached and most
+  // recently used: the sequence, admitted next, finds them with the
+  // prefix before them. Blocks not restored are simply free again; an
+  // aborted sequence's restored ones stay cached.
+  for (int32_t i = 0; i < restored; ++i)
+    blocks_.register_block(restore.fresh[size_t(i)], restore.keys[size_t(i)]);
+  blocks_.release(restore.fresh);
+  blocks_.release(restore.held);
+  if (Sequence* owner = find(restore.sequence_id)) {
+    if (owner->awaiting_kv) {
+      // A reservation's blocks that failed are not counted as hits.
+      settle_remote_restore(*owner, owner->ssd_first_block, int32_t(restore.fresh.size()),
+                            restored);
+    } else {
+      owner->ssd_restoring = false;
+      owner->ssd_landed_blocks += restored;
+      landed_owners.push_back(owner->id);
+    }
+  }
+  for (const int64_t id : restore.waiters) {
+    if (Sequence* waiter = find(id); waiter != nullptr && !waiter->awaiting_kv)
+      waiter->ssd_restoring = false;
+  }
+  for (const Restore::Sharer& s : restore.sharers) {
+    if (Sequence* sharer = find(s.sequence_id); sharer != nullptr && sharer->awaiting_kv)
+      settle_remote_restore(*sharer, s.first_block, s.blocks, restored - s.first_key);
+  }
+}
+
 std::vector<int64_t> TieredPrefixCache::land(bool wait, const SequenceLookup& find) {
   std::vector<int64_t> landed_owners;
-  if (restores_.empty()) return landed_owners;
-  for (const SsdKvStore::LandedLoad& landed : ssd_->finish_loads(wait)) {
-    const auto it =
-        std::ranges::find_if(restores_, [&](const Restore& r) { return r.load == landed.id; });
-    BATON_CHECK(it != restores_.end());
-    int32_t restored = landed.result.restored;
-    if (!landed.result.problem.is_ok()) {
-      spdlog::warn("ssd cache: {}; computing that block again", landed.result.problem.message());
+  // A staged pool's pieces: each landed one gives its slots to the next
+  // (of its restore or another waiting for slots), read without a wait
+  // where the store reads as loads start.
+  auto start_waiting_pieces = [&] {
+    if (staging_ == nullptr) return;
+    for (Restore& restore : restores_) {
+      if (restore.load < 0 && !start_piece(restore)) return;
     }
-    // A staged pool gets the verified blocks from the mirror; if that copy
-    // fails, none of them counts as restored.
-    if (staging_ != nullptr &&
-        !stage(std::span(it->fresh).first(size_t(std::max(restored, 0))), /*copy_out=*/false))
-      restored = 0;
-    // Registered and released, the restored blocks are cached and most
-    // recently used: the sequence, admitted next, finds them with the
-    // prefix before them. Blocks not restored are simply free again; an
-    // aborted sequence's restored ones stay cached.
-    for (int32_t i = 0; i < restored; ++i)
-      blocks_.register_block(it->fresh[size_t(i)], it->keys[size_t(i)]);
-    blocks_.release(it->fresh);
-    blocks_.release(it->held);
-    if (Sequence* owner = find(it->sequence_id)) {
-      if (owner->awaiting_kv) {
-        // A reservation's blocks that failed are not counted as hits.
-        settle_remote_restore(*owner, owner->ssd_first_block, int32_t(it->fresh.size()), restored);
-      } else {
-        owner->ssd_restoring = false;
-        owner->ssd_landed_blocks += restored;
-        landed_owners.push_back(owner->id);
+  };
+  start_waiting_pieces();
+  for (bool wait_now = wait; !restores_.empty(); wait_now = false) {
+    // A restore waits for slots only while loads in flight hold them all.
+    BATON_CHECK(ssd_->loads_in_flight() > 0);
+    const std::vector<SsdKvStore::LandedLoad> loads = ssd_->finish_loads(wait_now);
+    if (loads.empty()) break;
+    for (const SsdKvStore::LandedLoad& landed : loads) {
+      const auto it =
+          std::ranges::find_if(restores_, [&](const Restore& r) { return r.load == landed.id; });
+      BATON_CHECK(it != restores_.end());
+      if (!landed.result.problem.is_ok()) {
+        spdlog::warn("ssd cache: {}; computing that block again", landed.result.problem.message());
       }
+      if (!settle_load(*it, std::max(landed.result.restored, 0))) continue;
+      finish(*it, find, landed_owners);
+      restores_.erase(it);
     }
-    for (const int64_t id : it->waiters) {
-      if (Sequence* waiter = find(id); waiter != nullptr && !waiter->awaiting_kv)
-        waiter->ssd_restoring = false;
-    }
-    for (const Restore::Sharer& s : it->sharers) {
-      if (Sequence* sharer = find(s.sequence_id); sharer != nullptr && sharer->awaiting_kv)
-        settle_remote_restore(*sharer, s.first_block, s.blocks, restored - s.first_key);
-    }
-    restores_.erase(it);
+    start_waiting_pieces();
   }
   return landed_owners;
 }

@@ -21,7 +21,6 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
-#include <optional>
 #include <utility>
 #include <vector>
 
@@ -30,8 +29,16 @@
 #include "engine/kv_pool.h"
 #include "engine/sequence.h"
 #include "engine/ssd_kv_store.h"
+#include "engine/ssd_staging.h"
 
 namespace baton::engine {
+
+// Bounce slots of a staged pool's SSD tier (engine/ssd_staging.h): as many
+// as the store has I/Os in flight.
+struct SsdStagingSlots {
+  int32_t load = SsdKvStore::kIoDepth;
+  int32_t save = SsdKvStore::kIoDepth;
+};
 
 struct PrefixCacheCounters {
   int64_t query_tokens = 0;    // prompt tokens looked up at first admission or reservation
@@ -45,19 +52,20 @@ class TieredPrefixCache {
   // no-op), and no SSD tier can be attached.
   TieredPrefixCache(BlockManager& blocks, KvPool& kv, bool enabled);
   // The SSD store goes first: it waits out its reads and verifies them in
-  // the memory they read into, a staged pool's mirror, which goes after.
+  // the memory they read into, a staged pool's slots, which go after.
   ~TieredPrefixCache();
   TieredPrefixCache(const TieredPrefixCache&) = delete;
   TieredPrefixCache& operator=(const TieredPrefixCache&) = delete;
 
   // The second tier: blocks evicted from the pool are saved there from now on.
   // With `staging`, the pool is one the store cannot read in place (a
-  // device's): blocks pass through a host mirror of the pool's layout, copied
-  // out before a save and in once a load has landed and been verified. The
-  // mirror is mapped, not touched, so only the pages of blocks that pass
-  // through it take memory.
+  // device's): blocks pass through `slots` host slots (at most the pool's
+  // blocks of each kind), copied out before a save and in once a load has
+  // landed and been verified. A restore of more blocks than there are load
+  // slots reads them a piece at a time.
   Status attach_ssd_store(std::unique_ptr<SsdKvStore> store,
-                          std::unique_ptr<PoolCopier> staging = nullptr);
+                          std::unique_ptr<PoolCopier> staging = nullptr,
+                          SsdStagingSlots slots = {});
   const SsdKvStore* ssd_store() const { return ssd_.get(); }
 
   // Match. For a sequence with no blocks and nothing computed: shares the
@@ -102,10 +110,14 @@ class TieredPrefixCache {
  private:
   // An asynchronous restore in flight: the pool blocks of the prefix before
   // it are held (so they stay cached until it lands), the fresh ones are
-  // being read.
+  // being read. A staged pool's restore reads a piece of its keys at a time
+  // into staging slots.
   struct Restore {
     int64_t sequence_id = 0;
-    int64_t load = 0;
+    int64_t load = -1;           // the load in flight; -1: waiting for staging slots
+    int32_t landed = 0;          // keys [0, landed) are in their fresh blocks
+    int32_t reading = 0;         // keys [landed, landed + reading) are being read
+    std::vector<int32_t> slots;  // a staged pool's: the slots they are read into
     std::vector<int32_t> held;
     std::vector<int32_t> fresh;
     std::vector<int32_t> tokens;  // the keys' tokens
@@ -131,15 +143,22 @@ class TieredPrefixCache {
   // The restore in flight reading the block of this key hash, and the key's
   // index in it; null if none is.
   std::pair<Restore*, int32_t> restore_reading(uint64_t hash);
-  // The memory the SSD store reads and writes: the mirror of a staged pool,
-  // else the pool.
-  void* store_pool() { return mirror_ ? mirror_->data() : kv_.data(); }
-  // A staged pool's blocks into the mirror (copy_out) or back; false, after
-  // logging why, if the copy failed.
-  bool stage(std::span<const int32_t> blocks, bool copy_out);
+  // The eviction hook: evicted registered blocks to the SSD tier (a staged
+  // pool's through its save slots, those not stored already).
+  void save_evicted(std::span<const BlockKey> keys, std::span<const int32_t> blocks);
   // Allocates fresh blocks for the restore's keys and starts reading them;
   // false (nothing taken) if there are none or no blocks for them.
   bool start_reading(Restore& restore);
+  // A staged pool's restore: reads its next keys into as many free staging
+  // slots as there are (false: none are).
+  bool start_piece(Restore& restore);
+  // A restore's load landed with `restored` of its keys read and verified:
+  // a staged pool's are copied in. True when the restore is over (every
+  // key in, or one failed).
+  bool settle_load(Restore& restore, int32_t restored);
+  // A restore that is over: its blocks registered or freed, its sequences
+  // settled (and queued owners added to `landed_owners`).
+  void finish(Restore& restore, const SequenceLookup& find, std::vector<int64_t>& landed_owners);
   // start_remote_restore when another restore reads the blocks that
   // continue the sequence's prefix: shares them instead. True if it did.
   bool share_remote_restore(Sequence& sequence);
@@ -154,10 +173,8 @@ class TieredPrefixCache {
   KvPool& kv_;
   bool enabled_;
   std::unique_ptr<SsdKvStore> ssd_;
-  // A staged pool's copier and host mirror (attach_ssd_store); the store
-  // reads and writes the mirror.
-  std::unique_ptr<PoolCopier> staging_;
-  std::optional<KvPool> mirror_;
+  // A staged pool's slots (attach_ssd_store); the store reads and writes them.
+  std::unique_ptr<SsdStaging> staging_;
   std::vector<Restore> restores_;
   PrefixCacheCounters counters_;
 };

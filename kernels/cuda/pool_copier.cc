@@ -40,25 +40,26 @@ class CudaPoolCopier final : public PoolCopier {
     });
   }
 
-  Status to_host(void* mirror, std::span<const Range> ranges) override {
+  Status to_host(void* host, std::span<const Range> ranges) override {
     return copy(out_, ranges, [&](const Range& r) {
-      return cudaMemcpyAsync(static_cast<uint8_t*>(mirror) + r.offset, pool_ + r.offset, r.bytes,
+      return cudaMemcpyAsync(static_cast<uint8_t*>(host) + r.host_offset, pool_ + r.offset, r.bytes,
                              cudaMemcpyDeviceToHost, out_.stream);
     });
   }
 
-  Status to_device(const void* mirror, std::span<const Range> ranges) override {
+  Status to_device(const void* host, std::span<const Range> ranges) override {
     return copy(in_, ranges, [&](const Range& r) {
-      return cudaMemcpyAsync(pool_ + r.offset, static_cast<const uint8_t*>(mirror) + r.offset,
+      return cudaMemcpyAsync(pool_ + r.offset, static_cast<const uint8_t*>(host) + r.host_offset,
                              r.bytes, cudaMemcpyHostToDevice, in_.stream);
     });
   }
 
-  Status pin(void* mirror, size_t bytes) override {
-    if (pinned_ != nullptr) return invalid_argument("the mirror is already pinned");
+  Status pin(void* host, size_t bytes) override {
+    if (pinned_ != nullptr)
+      return invalid_argument("this copier has pinned its host memory already");
     return on_device([&]() -> Status {
-      BATON_CUDA_RETURN_IF_ERROR(cudaHostRegister(mirror, bytes, cudaHostRegisterPortable));
-      pinned_ = mirror;
+      BATON_CUDA_RETURN_IF_ERROR(cudaHostRegister(host, bytes, cudaHostRegisterPortable));
+      pinned_ = host;
       return Status::ok();
     });
   }
@@ -88,7 +89,7 @@ class CudaPoolCopier final : public PoolCopier {
         if (!enqueued.is_ok()) break;
       }
       // Wait even after a failed enqueue: the copies already queued must not
-      // write the mirror or the pool once we have returned.
+      // write host memory or the pool once we have returned.
       Status synced =
           cuda_status(cudaStreamSynchronize(d.stream), "cudaStreamSynchronize", __FILE__, __LINE__);
       return enqueued.is_ok() ? synced : enqueued;

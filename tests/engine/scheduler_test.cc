@@ -8,6 +8,7 @@
 #include <functional>
 #include <limits>
 #include <map>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -25,6 +26,40 @@ namespace baton::engine {
 namespace {
 
 using testing::kernel_offers_io_uring;
+
+// The host-memory copier of a pool, counting what it copies and where on
+// the host: the SSD tier's staging must stay within its few slots.
+class CountingCopier final : public PoolCopier {
+ public:
+  explicit CountingCopier(KvPool& pool)
+      : inner_(make_host_pool_copier(pool.data(), pool.bytes())) {}
+  Status to_host(void* host, std::span<const Range> ranges) override {
+    count(ranges, out_bytes);
+    return inner_->to_host(host, ranges);
+  }
+  Status to_device(const void* host, std::span<const Range> ranges) override {
+    if (fail_in) return internal_error("injected copy-in failure");
+    count(ranges, in_bytes);
+    ++copies_in;
+    return inner_->to_device(host, ranges);
+  }
+  Status pin(void* host, size_t bytes) override { return inner_->pin(host, bytes); }
+  const char* name() const override { return "counting copier"; }
+
+  uint64_t out_bytes = 0, in_bytes = 0;
+  int64_t copies_in = 0;  // calls of to_device
+  uint64_t host_end = 0;  // past the last host byte any copy touched
+  bool fail_in = false;
+
+ private:
+  void count(std::span<const Range> ranges, uint64_t& bytes) {
+    for (const Range& r : ranges) {
+      bytes += r.bytes;
+      host_end = std::max<uint64_t>(host_end, r.host_offset + r.bytes);
+    }
+  }
+  std::unique_ptr<PoolCopier> inner_;
+};
 
 class SchedulerTest : public ::testing::Test {
  protected:
@@ -87,7 +122,8 @@ class SchedulerTest : public ::testing::Test {
   TightTotals run_tight_rounds(const std::vector<std::vector<int32_t>>& prompts,
                                const GenerationOptions& options,
                                const std::vector<std::vector<int32_t>>& alone, int rounds,
-                               int passes, uint64_t ssd_bytes = 0) {
+                               int passes, uint64_t ssd_bytes = 0,
+                               std::optional<SsdStagingSlots> staged = std::nullopt) {
     size_t longest = 0;
     for (const auto& p : prompts) longest = std::max(longest, p.size());
     const auto tokens = int32_t(longest) + options.max_tokens;
@@ -101,7 +137,8 @@ class SchedulerTest : public ::testing::Test {
       SCOPED_TRACE("round " + std::to_string(round) + ": blocks " + std::to_string(blocks) + " x " +
                    std::to_string(block_size) + ", budget " + std::to_string(budget) +
                    ", max_seqs " + std::to_string(max_seqs));
-      auto engine = make_engine(blocks, block_size, budget, max_seqs, true, ssd_bytes);
+      auto engine = make_engine(blocks, block_size, budget, max_seqs, true, staged ? 0 : ssd_bytes);
+      if (staged) attach_staged_ssd(*engine, ssd_bytes, SsdIo::kIoUring, *staged);
       for (int pass = 0; pass < passes; ++pass) {
         EXPECT_EQ(generate(*engine, prompts, options), alone);
         if (::testing::Test::HasFailure()) return totals;
@@ -111,6 +148,21 @@ class SchedulerTest : public ::testing::Test {
       totals.prefix_ssd_hit_tokens += engine->scheduler().stats().prefix_ssd_hit_tokens;
     }
     return totals;
+  }
+
+  // An SSD tier of `bytes` for the engine's pool, reached as a device's is,
+  // through `slots` staging slots; returns the copier that it copies with.
+  CountingCopier* attach_staged_ssd(Engine& engine, uint64_t bytes, SsdIo io,
+                                    SsdStagingSlots slots) {
+    auto store = SsdKvStore::create(dir_.path(), bytes, engine.kv_pool().layout(), io);
+    EXPECT_TRUE(store.is_ok()) << store.status().to_string();
+    if (!store.is_ok()) return nullptr;
+    auto copier = std::make_unique<CountingCopier>(engine.kv_pool());
+    CountingCopier* counts = copier.get();
+    const Status attached =
+        engine.scheduler().attach_ssd_store(std::move(store).value(), std::move(copier), slots);
+    EXPECT_TRUE(attached.is_ok()) << attached.to_string();
+    return counts;
   }
 
   std::vector<std::vector<int32_t>> prompts_of_at_least(int count, size_t n) {
@@ -674,32 +726,9 @@ TEST_F(SchedulerTest, SsdRestoreLeavesRoomForItsChunk) {
 }
 
 // A pool the SSD tier reaches through a copier (a device's), on the CPU:
-// blocks go out through a host mirror before they are saved and come back
+// blocks go out through staging slots before they are saved and come back
 // into the pool once their reads land. Skipping either copy leaves the
 // restored blocks without their K/V, so the outputs would differ.
-class CountingCopier final : public PoolCopier {
- public:
-  explicit CountingCopier(KvPool& pool)
-      : inner_(make_host_pool_copier(pool.data(), pool.bytes())) {}
-  Status to_host(void* mirror, std::span<const Range> ranges) override {
-    for (const Range& r : ranges) out_bytes += r.bytes;
-    return inner_->to_host(mirror, ranges);
-  }
-  Status to_device(const void* mirror, std::span<const Range> ranges) override {
-    if (fail_in) return internal_error("injected copy-in failure");
-    for (const Range& r : ranges) in_bytes += r.bytes;
-    return inner_->to_device(mirror, ranges);
-  }
-  Status pin(void* mirror, size_t bytes) override { return inner_->pin(mirror, bytes); }
-  const char* name() const override { return "counting copier"; }
-
-  uint64_t out_bytes = 0, in_bytes = 0;
-  bool fail_in = false;
-
- private:
-  std::unique_ptr<PoolCopier> inner_;
-};
-
 TEST_F(SchedulerTest, SsdTierOfAStagedPoolCopiesBlocksOutAndBackIn) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   for (const bool fail_in : {false, true}) {
@@ -708,33 +737,81 @@ TEST_F(SchedulerTest, SsdTierOfAStagedPoolCopiesBlocksOutAndBackIn) {
     const std::vector<std::vector<int32_t>> prompts = {extended(p, 4), extended(p, 3)};
     const auto alone = alone_uncached(prompts, greedy(6));
     auto engine = make_engine(40, 4, 2048, 8, true);
+    CountingCopier* counts =
+        attach_staged_ssd(*engine, uint64_t(64) << 20, SsdIo::kPlain, SsdStagingSlots{});
+    ASSERT_NE(counts, nullptr);
+    counts->fail_in = fail_in;
     Scheduler& s = engine->scheduler();
-    auto store = SsdKvStore::create(dir_.path(), uint64_t(64) << 20, engine->kv_pool().layout(),
-                                    SsdIo::kPlain);
-    ASSERT_TRUE(store.is_ok()) << store.status().to_string();
-    auto copier = std::make_unique<CountingCopier>(engine->kv_pool());
-    CountingCopier& counts = *copier;
-    counts.fail_in = fail_in;
-    ASSERT_TRUE(s.attach_ssd_store(std::move(store).value(), std::move(copier)).is_ok());
     push_to_ssd(*engine, p);
     const KvLayout& layout = engine->kv_pool().layout();
     const uint64_t block_bytes = layout.block_bytes() * uint64_t(layout.num_layers);
-    EXPECT_GE(counts.out_bytes, 10 * block_bytes) << "p's ten blocks went out";
-    EXPECT_EQ(counts.out_bytes % block_bytes, 0u);
+    EXPECT_GE(counts->out_bytes, 10 * block_bytes) << "p's ten blocks went out";
+    EXPECT_EQ(counts->out_bytes % block_bytes, 0u);
     EXPECT_EQ(generate(*engine, prompts, greedy(6)), alone);
     if (fail_in) {
-      EXPECT_EQ(counts.in_bytes, 0u);
+      EXPECT_EQ(counts->in_bytes, 0u);
       EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 0) << "blocks that did not come in are no hits";
     } else {
-      EXPECT_EQ(counts.in_bytes, 10 * block_bytes) << "p's ten blocks came back, once";
+      EXPECT_EQ(counts->in_bytes, 10 * block_bytes) << "p's ten blocks came back, once";
       EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 40);
     }
   }
 }
 
+// Fewer staging slots than a restore has blocks: it reads a piece at a time,
+// each into the slots the last one gave back, and the copies never reach
+// past the slots (host memory stays bounded however large the pool is).
+// Blocks saved in more batches than there are save slots all come back.
+TEST_F(SchedulerTest, AStagedRestoreLargerThanItsSlotsComesInPieces) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (const SsdIo io : {SsdIo::kPlain, SsdIo::kIoUring}) {
+    for (const SsdStagingSlots slots : {SsdStagingSlots{1, 1}, SsdStagingSlots{3, 2},
+                                        SsdStagingSlots{4, 64}, SsdStagingSlots{64, 64}}) {
+      SCOPED_TRACE(std::string(io == SsdIo::kPlain ? "preadv" : "io_uring") + ", " +
+                   std::to_string(slots.load) + " load and " + std::to_string(slots.save) +
+                   " save slots");
+      const std::vector<int32_t> p = random_prompt_of_exactly(40);
+      const std::vector<std::vector<int32_t>> prompts = {extended(p, 4), extended(p, 3)};
+      const auto alone = alone_uncached(prompts, greedy(6));
+      auto engine = make_engine(40, 4, 2048, 8, true);
+      CountingCopier* counts = attach_staged_ssd(*engine, uint64_t(64) << 20, io, slots);
+      ASSERT_NE(counts, nullptr);
+      push_to_ssd(*engine, p);
+      EXPECT_EQ(generate(*engine, prompts, greedy(6)), alone);
+      const KvLayout& layout = engine->kv_pool().layout();
+      const uint64_t block_bytes = layout.block_bytes() * uint64_t(layout.num_layers);
+      EXPECT_EQ(counts->in_bytes, 10 * block_bytes) << "p's ten blocks came back, once";
+      EXPECT_EQ(engine->scheduler().stats().prefix_ssd_hit_tokens, 40);
+      const int32_t load = std::min(slots.load, layout.num_blocks);
+      const int32_t save = std::min(slots.save, layout.num_blocks);
+      EXPECT_EQ(counts->copies_in, (10 + load - 1) / load) << "one copy in per piece";
+      EXPECT_LE(counts->host_end, uint64_t(load + save) * block_bytes)
+          << "a copy reached past the staging slots";
+    }
+  }
+}
+
+// Pools too small for the work with a staged SSD tier of one to three slots
+// of each kind: restores of several prompts wait for each other's slots, in
+// pieces, while evictions save in batches. Outputs equal each prompt alone.
+TEST_F(SchedulerTest, TightPoolsWithAStagedSsdTierMatchAlone) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  auto prompts = prompts_sharing_a_prefix(6, /*min_prefix=*/17);
+  for (int i = 0; i < 3; ++i) prompts.push_back(random_prompt_of_at_least(24));
+  const auto options = greedy(8);
+  const auto alone = alone_uncached(prompts, options);
+  std::uniform_int_distribution<int32_t> pick(1, 3);
+  const SsdStagingSlots slots{pick(rng_), pick(rng_)};
+  SCOPED_TRACE(std::to_string(slots.load) + " load and " + std::to_string(slots.save) +
+               " save slots");
+  const TightTotals t = run_tight_rounds(prompts, options, alone, 6, 2, uint64_t(64) << 20, slots);
+  EXPECT_GT(t.prefix_ssd_hit_tokens, 0);
+}
+
 // A staged pool's SSD tier stopped while its reads are in flight: the store
-// waits them out and verifies them in the host mirror, so the mirror must
-// still be mapped then (it was unmapped first, and the verify faulted).
+// waits them out and verifies them in the staging slots, so the slots must
+// still be mapped then (a host mirror was once unmapped first, and the
+// verify faulted).
 TEST_F(SchedulerTest, StagedSsdTierStopsWithReadsInFlight) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   const std::vector<int32_t> p = random_prompt_of_exactly(40);

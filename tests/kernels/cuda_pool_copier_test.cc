@@ -21,18 +21,27 @@ class CudaPoolCopierTest : public ::testing::Test {
   void SetUp() override { BATON_SKIP_WITHOUT_NVIDIA_GPU(); }
 };
 
-// Disjoint random ranges inside `bytes`, in random order.
-std::vector<PoolCopier::Range> random_ranges(std::mt19937_64& rng, size_t bytes) {
+// Disjoint random ranges inside `bytes`, in random order; on the host side
+// at the same offsets (a mirror's) or packed in that random order (bounce
+// slots).
+std::vector<PoolCopier::Range> random_ranges(std::mt19937_64& rng, size_t bytes, bool packed) {
   std::vector<PoolCopier::Range> ranges;
   size_t at = 0;
   while (true) {
     at += rng() % 70000;
     size_t n = 1 + rng() % 200000;
     if (at + n > bytes) break;
-    ranges.push_back({at, n});
+    ranges.push_back({.offset = at, .bytes = n, .host_offset = at});
     at += n;
   }
   std::shuffle(ranges.begin(), ranges.end(), rng);
+  if (packed) {
+    size_t host = 0;
+    for (auto& r : ranges) {
+      r.host_offset = host;
+      host += r.bytes;
+    }
+  }
   return ranges;
 }
 
@@ -41,38 +50,41 @@ TEST_F(CudaPoolCopierTest, CopiesExactlyTheRangesBothWays) {
   SCOPED_TRACE("seed " + std::to_string(seed));
   std::mt19937_64 rng(seed);
   constexpr size_t kBytes = 24 << 20;
-  std::vector<uint8_t> device_bytes(kBytes);
-  for (auto& b : device_bytes) b = uint8_t(rng());
-  auto pool = DeviceBuffer::allocate(kBytes);
-  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
-  ASSERT_TRUE(pool->copy_from_host(device_bytes.data(), kBytes).is_ok());
-  auto copier = make_pool_copier(pool->data(), kBytes);
-  ASSERT_TRUE(copier.is_ok()) << copier.status().to_string();
+  for (const bool packed : {false, true}) {
+    SCOPED_TRACE(packed ? "host side packed" : "host side at the pool's offsets");
+    std::vector<uint8_t> device_bytes(kBytes);
+    for (auto& b : device_bytes) b = uint8_t(rng());
+    auto pool = DeviceBuffer::allocate(kBytes);
+    ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+    ASSERT_TRUE(pool->copy_from_host(device_bytes.data(), kBytes).is_ok());
+    auto copier = make_pool_copier(pool->data(), kBytes);
+    ASSERT_TRUE(copier.is_ok()) << copier.status().to_string();
 
-  std::vector<uint8_t> mirror(kBytes, kPoison);
-  EXPECT_TRUE((*copier)->pin(mirror.data(), kBytes).is_ok());
-  auto out = random_ranges(rng, kBytes);
-  ASSERT_TRUE((*copier)->to_host(mirror.data(), out).is_ok());
-  std::vector<uint8_t> want(kBytes, kPoison);
-  for (const auto& r : out) {
-    std::copy_n(device_bytes.begin() + r.offset, r.bytes, want.begin() + r.offset);
+    std::vector<uint8_t> host(kBytes, kPoison);
+    EXPECT_TRUE((*copier)->pin(host.data(), kBytes).is_ok());
+    auto out = random_ranges(rng, kBytes, packed);
+    ASSERT_TRUE((*copier)->to_host(host.data(), out).is_ok());
+    std::vector<uint8_t> want(kBytes, kPoison);
+    for (const auto& r : out) {
+      std::copy_n(device_bytes.begin() + r.offset, r.bytes, want.begin() + r.host_offset);
+    }
+    EXPECT_TRUE(host == want) << "copy-out wrote outside its ranges or missed bytes";
+
+    // Into the device: fresh bytes on the host, other ranges.
+    for (auto& b : host) b = uint8_t(rng());
+    auto in = random_ranges(rng, kBytes, packed);
+    ASSERT_TRUE((*copier)->to_device(host.data(), in).is_ok());
+    for (const auto& r : in) {
+      std::copy_n(host.begin() + r.host_offset, r.bytes, device_bytes.begin() + r.offset);
+    }
+    std::vector<uint8_t> got(kBytes);
+    ASSERT_TRUE(pool->copy_to_host(got.data(), kBytes).is_ok());
+    EXPECT_TRUE(got == device_bytes) << "copy-in wrote outside its ranges or missed bytes";
+
+    PoolCopier::Range past{.offset = kBytes - 8, .bytes = 16, .host_offset = 0};
+    EXPECT_EQ((*copier)->to_host(host.data(), {&past, 1}).code(), StatusCode::kOutOfRange);
+    copier->reset();  // unpins before the host memory goes
   }
-  EXPECT_TRUE(mirror == want) << "copy-out wrote outside its ranges or missed bytes";
-
-  // Into the device: fresh bytes in the mirror, other ranges.
-  for (auto& b : mirror) b = uint8_t(rng());
-  auto in = random_ranges(rng, kBytes);
-  ASSERT_TRUE((*copier)->to_device(mirror.data(), in).is_ok());
-  for (const auto& r : in) {
-    std::copy_n(mirror.begin() + r.offset, r.bytes, device_bytes.begin() + r.offset);
-  }
-  std::vector<uint8_t> got(kBytes);
-  ASSERT_TRUE(pool->copy_to_host(got.data(), kBytes).is_ok());
-  EXPECT_TRUE(got == device_bytes) << "copy-in wrote outside its ranges or missed bytes";
-
-  PoolCopier::Range past{kBytes - 8, 16};
-  EXPECT_EQ((*copier)->to_host(mirror.data(), {&past, 1}).code(), StatusCode::kOutOfRange);
-  copier->reset();  // unpins before the mirror goes
 }
 
 TEST_F(CudaPoolCopierTest, RefusesHostMemory) {

@@ -65,14 +65,14 @@ class HostPoolCopier : public PoolCopier {
   explicit HostPoolCopier(uint8_t* pool) : pool_(pool) {}
   Status to_host(void* mirror, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-out failure");
-    copy(static_cast<uint8_t*>(mirror), pool_, ranges, copy_out_delay, copies_in_flight,
-         to_host_bytes);
+    copy(/*out=*/true, static_cast<uint8_t*>(mirror), pool_, ranges, copy_out_delay,
+         copies_in_flight, to_host_bytes);
     return Status::ok();
   }
   Status to_device(const void* mirror, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-in failure");
-    copy(pool_, static_cast<const uint8_t*>(mirror), ranges, copy_in_delay, copy_ins_in_flight,
-         to_device_bytes);
+    copy(/*out=*/false, pool_, static_cast<const uint8_t*>(mirror), ranges, copy_in_delay,
+         copy_ins_in_flight, to_device_bytes);
     return Status::ok();
   }
   Status pin(void*, size_t) override { return unimplemented("plain host memory is not pinned"); }
@@ -88,14 +88,15 @@ class HostPoolCopier : public PoolCopier {
   std::atomic<int> copy_ins_in_flight{0};
 
  private:
-  // Both directions: the ranges at the same offsets, after `delay`, counted.
-  static void copy(uint8_t* to, const uint8_t* from, std::span<const Range> ranges,
+  // Both directions (`out`: pool to host): the ranges, after `delay`, counted.
+  static void copy(bool out, uint8_t* to, const uint8_t* from, std::span<const Range> ranges,
                    std::chrono::milliseconds delay, std::atomic<int>& in_flight,
                    std::atomic<uint64_t>& bytes) {
     ++in_flight;
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     for (const Range& r : ranges) {
-      std::memcpy(to + r.offset, from + r.offset, r.bytes);
+      std::memcpy(to + (out ? r.host_offset : r.offset), from + (out ? r.offset : r.host_offset),
+                  r.bytes);
       bytes += r.bytes;
     }
     --in_flight;

@@ -198,6 +198,7 @@ TEST(BlockRunsTest, ByteRangesCoverExactlyTheBlocksMergedMaximally) {
             << "ranges " << r - 1 << " and " << r << " touch or overlap";
       }
       ASSERT_LE(ranges[r].offset + ranges[r].bytes, l.total_bytes());
+      ASSERT_EQ(ranges[r].host_offset, ranges[r].offset) << "a mirror has the pool's offsets";
       for (size_t i = 0; i < ranges[r].bytes; ++i) got[ranges[r].offset + i] = true;
     }
     ASSERT_EQ(got, want) << "trial " << trial;

@@ -1,0 +1,98 @@
+#include "engine/ssd_staging.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <numeric>
+#include <utility>
+
+#include "common/check.h"
+
+namespace baton::engine {
+
+Result<std::unique_ptr<SsdStaging>> SsdStaging::create(const KvLayout& pool_layout,
+                                                       std::unique_ptr<PoolCopier> copier,
+                                                       int32_t load_slots, int32_t save_slots) {
+  if (copier == nullptr) return invalid_argument("SSD staging needs the pool's copier");
+  if (load_slots < 1 || save_slots < 1) {
+    return invalid_argument("SSD staging needs a load slot and a save slot at least");
+  }
+  KvLayout slot_layout = pool_layout;
+  slot_layout.num_blocks = load_slots + save_slots;
+  BATON_ASSIGN_OR_RETURN(KvPool slots, KvPool::create(slot_layout));
+  const Status pinned = copier->pin(slots.data(), slots.bytes());
+  // Once, at start: every block the tier moves pays for pageable copies.
+  spdlog::info("ssd cache: blocks of the pool in {} pass through {} slots of {} KiB, {}",
+               copier->name(), slot_layout.num_blocks,
+               (size_t(pool_layout.num_layers) * pool_layout.block_bytes()) >> 10,
+               pinned.is_ok() ? std::string("pinned") : "pageable (" + pinned.message() + ")");
+  return std::unique_ptr<SsdStaging>(
+      new SsdStaging(pool_layout, std::move(slots), std::move(copier), load_slots));
+}
+
+SsdStaging::SsdStaging(const KvLayout& pool_layout, KvPool slots,
+                       std::unique_ptr<PoolCopier> copier, int32_t load_slots)
+    : pool_layout_(pool_layout), slots_(std::move(slots)), copier_(std::move(copier)) {
+  free_.resize(size_t(load_slots));
+  // The lowest last: taken first, so a restore's slots are adjacent.
+  std::iota(free_.rbegin(), free_.rend(), 0);
+  save_slots_.resize(size_t(slots_.layout().num_blocks - load_slots));
+  std::iota(save_slots_.begin(), save_slots_.end(), load_slots);
+}
+
+SsdStaging::~SsdStaging() { copier_.reset(); }
+
+BlockMemory SsdStaging::memory() const {
+  return BlockMemory::of_pool(slots_.layout(), slots_.data());
+}
+
+std::vector<int32_t> SsdStaging::take_load_slots(int32_t n) {
+  BATON_CHECK(n >= 0 && n <= free_load_slots());
+  std::vector<int32_t> taken(free_.end() - n, free_.end());
+  std::reverse(taken.begin(), taken.end());
+  free_.resize(free_.size() - size_t(n));
+  return taken;
+}
+
+void SsdStaging::give_back(std::span<const int32_t> slots) {
+  free_.insert(free_.end(), slots.begin(), slots.end());
+  std::sort(free_.begin(), free_.end(), std::greater<>());
+}
+
+std::vector<PoolCopier::Range> SsdStaging::ranges(std::span<const int32_t> blocks,
+                                                  std::span<const int32_t> slots) const {
+  BATON_CHECK(blocks.size() == slots.size());
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  pairs.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) pairs.emplace_back(blocks[i], slots[i]);
+  std::sort(pairs.begin(), pairs.end());
+  const KvLayout& host = slots_.layout();
+  const size_t block_bytes = pool_layout_.block_bytes();
+  std::vector<PoolCopier::Range> out;
+  for (int32_t layer = 0; layer < pool_layout_.num_layers; ++layer) {
+    for (const auto& [block, slot] : pairs) {
+      const size_t offset = pool_layout_.block_byte_offset(layer, block);
+      const size_t host_offset = host.block_byte_offset(layer, slot);
+      // Adjacent on both sides (a run of blocks into a run of slots): one copy.
+      if (!out.empty() && out.back().offset + out.back().bytes == offset &&
+          out.back().host_offset + out.back().bytes == host_offset) {
+        out.back().bytes += block_bytes;
+      } else {
+        out.push_back({.offset = offset, .bytes = block_bytes, .host_offset = host_offset});
+      }
+    }
+  }
+  return out;
+}
+
+Status SsdStaging::copy_out(std::span<const int32_t> blocks, std::span<const int32_t> slots) {
+  if (blocks.empty()) return Status::ok();
+  return copier_->to_host(slots_.data(), ranges(blocks, slots));
+}
+
+Status SsdStaging::copy_in(std::span<const int32_t> slots, std::span<const int32_t> blocks) {
+  if (blocks.empty()) return Status::ok();
+  return copier_->to_device(slots_.data(), ranges(blocks, slots));
+}
+
+}  // namespace baton::engine
