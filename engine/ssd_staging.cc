@@ -27,12 +27,15 @@ Result<std::unique_ptr<SsdStaging>> SsdStaging::create(const KvLayout& pool_layo
                (size_t(pool_layout.num_layers) * pool_layout.block_bytes()) >> 10,
                pinned.is_ok() ? std::string("pinned") : "pageable (" + pinned.message() + ")");
   return std::unique_ptr<SsdStaging>(
-      new SsdStaging(pool_layout, std::move(slots), std::move(copier), load_slots));
+      new SsdStaging(pool_layout, std::move(slots), std::move(copier), load_slots, pinned.is_ok()));
 }
 
 SsdStaging::SsdStaging(const KvLayout& pool_layout, KvPool slots,
-                       std::unique_ptr<PoolCopier> copier, int32_t load_slots)
-    : pool_layout_(pool_layout), slots_(std::move(slots)), copier_(std::move(copier)) {
+                       std::unique_ptr<PoolCopier> copier, int32_t load_slots, bool pinned)
+    : pool_layout_(pool_layout),
+      slots_(std::move(slots)),
+      copier_(std::move(copier)),
+      pinned_(pinned) {
   free_.resize(size_t(load_slots));
   // The lowest last: taken first, so a restore's slots are adjacent.
   std::iota(free_.rbegin(), free_.rend(), 0);

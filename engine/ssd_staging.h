@@ -56,10 +56,12 @@ class SsdStaging {
   Status copy_out(std::span<const int32_t> blocks, std::span<const int32_t> slots);
   Status copy_in(std::span<const int32_t> slots, std::span<const int32_t> blocks);
   const char* copier_name() const { return copier_->name(); }
+  // Whether the copier page-locked the slots (a device's copier can).
+  bool pinned() const { return pinned_; }
 
  private:
   SsdStaging(const KvLayout& pool_layout, KvPool slots, std::unique_ptr<PoolCopier> copier,
-             int32_t load_slots);
+             int32_t load_slots, bool pinned);
   // The byte ranges between pool blocks[i] and slots[i], every layer.
   std::vector<PoolCopier::Range> ranges(std::span<const int32_t> blocks,
                                         std::span<const int32_t> slots) const;
@@ -69,6 +71,7 @@ class SsdStaging {
   std::unique_ptr<PoolCopier> copier_;
   std::vector<int32_t> free_;  // free load slots, the lowest last
   std::vector<int32_t> save_slots_;
+  bool pinned_;
 };
 
 }  // namespace baton::engine
