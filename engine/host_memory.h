@@ -1,14 +1,15 @@
 // engine/host_memory.h — how much memory this process may use: the
 // machine's, or less where its cgroup (a container) sets a limit. What a
-// CPU node's KV pool is held against at start, so that a pool that can
-// never fit is refused with the numbers instead of killing the node, or
-// filling the machine, once its blocks are touched.
+// CPU node's KV pool, and a device pool's host mirror, are held against at
+// start, so that one that can never fit is refused with the numbers instead
+// of killing the node, or filling the machine, once its blocks are touched.
 #pragma once
 
 #include <unistd.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
 #include <fstream>
 #include <string>
 
@@ -28,6 +29,13 @@ inline uint64_t host_memory_bytes() {
     memory = memory == 0 ? cgroup : std::min(memory, cgroup);
   }
   return memory;
+}
+
+// "1.5 GiB", for messages.
+inline std::string gib_text(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", double(bytes) / double(1ull << 30));
+  return text;
 }
 
 }  // namespace baton::engine

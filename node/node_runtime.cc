@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include "engine/host_memory.h"
+
 namespace baton::node {
 
 using namespace std::chrono_literals;
@@ -87,6 +89,15 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
   engine::KvPool& pool = node->engine_->kv_pool();
   if (node->transfer_ == nullptr) {
     std::unique_ptr<PoolCopier> staging;
+    // The mirror holds as much host memory as the device pool, pinned.
+    if (const uint64_t memory = engine::host_memory_bytes();
+        device_pool && memory > 0 && pool.bytes() > memory) {
+      return invalid_argument(
+          "engine: the KV pool of " + engine::gib_text(pool.bytes()) + " on " +
+          settings.engine.device.name() + " meets the wire through a host mirror of that size, " +
+          "more than the " + engine::gib_text(memory) +
+          " of memory this machine (or its cgroup) has; lower engine.kv_cache_bytes");
+    }
     if (staged) {
       BATON_ASSIGN_OR_RETURN(staging, node->engine_->make_pool_copier());
     }
