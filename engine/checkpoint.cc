@@ -2,6 +2,8 @@
 
 #include <chrono>
 #include <map>
+#include <set>
+#include <string_view>
 
 #include <spdlog/spdlog.h>
 #include <nlohmann/json.hpp>
@@ -69,6 +71,7 @@ class WeightBuilder {
     if (it == tensors_.end()) {
       return not_found("weight '" + name + "' is missing from checkpoint " + dir_.string());
     }
+    used_.insert(name);
     const TensorInfo* t = it->second;
     if (t->shape != shape) {
       return invalid_argument("weight '" + name + "' in " + dir_.string() + ": expected shape " +
@@ -94,9 +97,35 @@ class WeightBuilder {
 
   uint64_t bytes() const { return bytes_; }
 
+  // A weight the config does not describe would be left out of the forward
+  // pass silently (an o_proj bias of an architecture without one, a norm
+  // of a variant Baton does not run): wrong output, not an error. Refused,
+  // naming them; what transformers itself ignores is passed over: RoPE
+  // tables older checkpoints saved, and lm_head.weight beside tied
+  // embeddings.
+  Status refuse_unused(const ModelConfig& c) const {
+    std::vector<std::string_view> unused;
+    for (const auto& [name, tensor] : tensors_) {
+      const std::string_view n = name;
+      if (used_.contains(name) || n.ends_with("rotary_emb.inv_freq") ||
+          (c.tie_word_embeddings && n == "lm_head.weight"))
+        continue;
+      unused.push_back(n);
+    }
+    if (unused.empty()) return Status::ok();
+    std::string names;
+    for (size_t i = 0; i < unused.size() && i < 4; ++i)
+      names += (i > 0 ? ", " : "") + std::string(unused[i]);
+    if (unused.size() > 4) names += " and " + std::to_string(unused.size() - 4) + " more";
+    return Status(StatusCode::kUnimplemented,
+                  "checkpoint " + dir_.string() + " holds weights that " + c.architecture +
+                      " as its config.json describes it has no use for: " + names);
+  }
+
  private:
   const std::filesystem::path& dir_;
   const TensorMap& tensors_;
+  std::set<std::string, std::less<>> used_;
   uint64_t bytes_ = 0;
 };
 
@@ -146,6 +175,13 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::filesystem::path
       BATON_ASSIGN_OR_RETURN(l.k_bias, b.vector(p + "self_attn.k_proj.bias", kv_dim));
       BATON_ASSIGN_OR_RETURN(l.v_bias, b.vector(p + "self_attn.v_proj.bias", kv_dim));
     }
+    if (c.output_bias) {
+      BATON_ASSIGN_OR_RETURN(l.o_bias, b.vector(p + "self_attn.o_proj.bias", hidden));
+    }
+    if (c.qk_norm) {
+      BATON_ASSIGN_OR_RETURN(l.q_norm, b.vector(p + "self_attn.q_norm.weight", c.head_dim));
+      BATON_ASSIGN_OR_RETURN(l.k_norm, b.vector(p + "self_attn.k_norm.weight", c.head_dim));
+    }
     BATON_ASSIGN_OR_RETURN(l.gate_proj, b.matrix(p + "mlp.gate_proj.weight", ffn, hidden));
     BATON_ASSIGN_OR_RETURN(l.up_proj, b.matrix(p + "mlp.up_proj.weight", ffn, hidden));
     BATON_ASSIGN_OR_RETURN(l.down_proj, b.matrix(p + "mlp.down_proj.weight", hidden, ffn));
@@ -160,6 +196,7 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::filesystem::path
   } else {
     BATON_ASSIGN_OR_RETURN(w.lm_head, b.matrix("lm_head.weight", vocab, hidden));
   }
+  BATON_RETURN_IF_ERROR(b.refuse_unused(c));
   ckpt->weight_bytes_ = b.bytes();
   return ckpt;
 }

@@ -23,6 +23,8 @@ struct LayerWeights {
   kernels::cpu::WeightView q_proj, k_proj, v_proj, o_proj;
   kernels::cpu::WeightView gate_proj, up_proj, down_proj;
   std::vector<float> q_bias, k_bias, v_bias;  // empty unless attention_bias
+  std::vector<float> o_bias;                  // empty unless output_bias
+  std::vector<float> q_norm, k_norm;          // [head_dim] each; empty unless qk_norm
   std::vector<float> input_norm;              // input_layernorm.weight, as F32
   std::vector<float> post_attention_norm;     // post_attention_layernorm.weight, as F32
 };

@@ -104,6 +104,12 @@ void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& 
       {w.q_proj, bias(w.q_bias), q}, {w.k_proj, bias(w.k_bias), k}, {w.v_proj, bias(w.v_bias), v}};
   kc::linear(pool_, h_.data(), tokens, qkv);
   lap(&CpuStepProfile::projections_s);
+  if (config_.qk_norm) {
+    kc::rms_norm(pool_, q, w.q_norm.data(), tokens * config_.num_heads, config_.head_dim,
+                 config_.rms_norm_eps, q);
+    kc::rms_norm(pool_, k, w.k_norm.data(), tokens * config_.num_kv_heads, config_.head_dim,
+                 config_.rms_norm_eps, k);
+  }
   kc::apply_rope(pool_, q, batch.positions, tokens, config_.num_heads, config_.head_dim,
                  inv_freq_.data());
   kc::apply_rope(pool_, k, batch.positions, tokens, config_.num_kv_heads, config_.head_dim,
@@ -128,7 +134,7 @@ void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& 
   kc::paged_attention(pool_, params);
   lap(&CpuStepProfile::attention_s);
 
-  kc::linear(pool_, attn, tokens, w.o_proj, nullptr, h_.data());
+  kc::linear(pool_, attn, tokens, w.o_proj, bias(w.o_bias), h_.data());
   lap(&CpuStepProfile::projections_s);
   kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);
   lap(&CpuStepProfile::other_s);

@@ -82,7 +82,7 @@ Status ensure(kc::PinnedBuffer& buffer, size_t bytes) {
 }
 
 struct LayerOnDevice {
-  kc::DeviceBuffer qkv, qkv_bias, o, gate_up, down, input_norm, post_attention_norm;
+  kc::DeviceBuffer qkv, qkv_bias, o, o_bias, gate_up, down, input_norm, post_attention_norm;
 };
 
 class CudaForward final : public ForwardBackend {
@@ -121,6 +121,10 @@ class CudaForward final : public ForwardBackend {
       const WeightView o[] = {l.o_proj}, gate_up[] = {l.gate_proj, l.up_proj},
                        down[] = {l.down_proj};
       BATON_ASSIGN_OR_RETURN(d.o, upload_stacked(o));
+      if (!l.o_bias.empty()) {
+        const std::vector<float>* bias[] = {&l.o_bias};
+        BATON_ASSIGN_OR_RETURN(d.o_bias, upload_vectors(bias));
+      }
       BATON_ASSIGN_OR_RETURN(d.gate_up, upload_stacked(gate_up));
       BATON_ASSIGN_OR_RETURN(d.down, upload_stacked(down));
       const std::vector<float>*in[] = {&l.input_norm}, *post[] = {&l.post_attention_norm};
@@ -206,8 +210,8 @@ class CudaForward final : public ForwardBackend {
       for (const WeightView* m :
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
         bytes += matrix(*m);
-      bytes += (l.q_bias.size() + l.k_bias.size() + l.v_bias.size() + l.input_norm.size() +
-                l.post_attention_norm.size()) *
+      bytes += (l.q_bias.size() + l.k_bias.size() + l.v_bias.size() + l.o_bias.size() +
+                l.input_norm.size() + l.post_attention_norm.size()) *
                kBf16;
     }
     return bytes;
@@ -326,7 +330,8 @@ class CudaForward final : public ForwardBackend {
       attention.out = attn_.data();
       attention.layer = layer;
       BATON_RETURN_IF_ERROR(attention_->run(attention, s));
-      BATON_RETURN_IF_ERROR(gemm(attn_.data(), tokens, w.o, hidden, q_width_, h_.data()));
+      BATON_RETURN_IF_ERROR(gemm(attn_.data(), tokens, w.o, hidden, q_width_, h_.data(),
+                                 w.o_bias.bytes() > 0 ? w.o_bias.data() : nullptr));
       BATON_RETURN_IF_ERROR(kc::add_rms_norm_bf16(
           h_.data(), x_.data(), w.post_attention_norm.data(), tokens, hidden, eps, s));
       BATON_RETURN_IF_ERROR(gemm(h_.data(), tokens, w.gate_up, 2 * ffn, hidden, gate_up_.data()));
@@ -445,6 +450,11 @@ Status check_served(const ModelConfig& c) {
     return unimplemented(
         "sliding-window attention: the CUDA backend attends to the whole context, and this "
         "checkpoint's layers have windows (the CPU backend serves them)");
+  }
+  if (c.qk_norm) {
+    return unimplemented(
+        "the norms of each head of q and k (Qwen3): the CUDA backend does not apply them yet (the "
+        "CPU backend does)");
   }
   return Status::ok();
 }

@@ -78,7 +78,12 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, DType dtype) {
       add(p + "self_attn.k_proj.bias", {kv_dim}, 0.0, 0.1);
       add(p + "self_attn.v_proj.bias", {kv_dim}, 0.0, 0.1);
     }
+    if (c.qk_norm) {
+      add(p + "self_attn.q_norm.weight", {c.head_dim}, 1.0, 0.1);
+      add(p + "self_attn.k_norm.weight", {c.head_dim}, 1.0, 0.1);
+    }
     linear(p + "self_attn.o_proj.weight", hidden, q_dim);
+    if (c.output_bias) add(p + "self_attn.o_proj.bias", {hidden}, 0.0, 0.1);
     add(p + "post_attention_layernorm.weight", {hidden}, 1.0, 0.1);
     linear(p + "mlp.gate_proj.weight", ffn, hidden);
     linear(p + "mlp.up_proj.weight", ffn, hidden);

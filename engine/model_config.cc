@@ -105,6 +105,7 @@ std::optional<std::string_view> model_type_of(std::string_view architecture) {
   if (architecture == "LlamaForCausalLM") return "llama";
   if (architecture == "MistralForCausalLM") return "mistral";
   if (architecture == "Qwen2ForCausalLM") return "qwen2";
+  if (architecture == "Qwen3ForCausalLM") return "qwen3";
   return std::nullopt;
 }
 
@@ -118,7 +119,7 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
       return r.error(StatusCode::kUnimplemented, "architectures",
                      "\"" + arch +
                          "\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                         "Qwen2ForCausalLM are)");
+                         "Qwen2ForCausalLM, Qwen3ForCausalLM are)");
     }
     return arch;
   }
@@ -128,6 +129,7 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
     if (type == "llama") return std::string("LlamaForCausalLM");
     if (type == "mistral") return std::string("MistralForCausalLM");
     if (type == "qwen2") return std::string("Qwen2ForCausalLM");
+    if (type == "qwen3") return std::string("Qwen3ForCausalLM");
   }
   (void)doc;
   return r.error(StatusCode::kUnimplemented, "architectures",
@@ -192,12 +194,13 @@ Status read_rope_scaling(const FieldReader& r, ModelConfig& c, const std::string
 
 // The sliding window of each layer, as transformers 5 forms it:
 //  * Mistral: sliding_window (default 4096; null: none) on every layer.
-//  * Qwen2: sliding_window (default 4096) only with use_sliding_window, on
-//    the layers layer_types names "sliding_attention", or where it is
-//    absent on layers max_window_layers (default 28) and up.
+//  * Qwen2 and Qwen3: sliding_window (default 4096) only with
+//    use_sliding_window, on the layers layer_types names
+//    "sliding_attention", or where it is absent on layers max_window_layers
+//    (default 28) and up.
 Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& c) {
   const bool mistral = c.architecture == "MistralForCausalLM";
-  const bool qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool qwen2 = c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM";
   if (!mistral && !qwen2) return Status::ok();
   bool use = mistral;
   if (qwen2) {
@@ -263,6 +266,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   ModelConfig c;
   BATON_ASSIGN_OR_RETURN(c.architecture, read_architecture(doc, r));
   const bool is_qwen2 = c.architecture == "Qwen2ForCausalLM";
+  const bool is_qwen3 = c.architecture == "Qwen3ForCausalLM";
   const bool is_llama = c.architecture == "LlamaForCausalLM";
 
   BATON_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
@@ -312,12 +316,16 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
                      v->dump() + " is not supported (only \"silu\" is)");
     }
   }
-  // Qwen2 always has q/k/v biases; Mistral never has; Llama says so in attention_bias.
+  // Qwen2 always has q/k/v biases and no o_proj bias; Mistral never has
+  // any; Llama and Qwen3 say in attention_bias whether q/k/v and o_proj
+  // have them. Qwen3 normalizes each head of q and k before RoPE.
   if (is_qwen2) {
     c.attention_bias = true;
-  } else if (is_llama) {
+  } else if (is_llama || is_qwen3) {
     BATON_ASSIGN_OR_RETURN(c.attention_bias, r.boolean("attention_bias", false));
+    c.output_bias = c.attention_bias;
   }
+  c.qk_norm = is_qwen3;
   BATON_ASSIGN_OR_RETURN(bool mlp_bias, r.boolean("mlp_bias", false));
   if (mlp_bias) {
     return r.error(StatusCode::kUnimplemented, "mlp_bias", "true is not supported");
@@ -333,8 +341,9 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   BATON_RETURN_IF_ERROR(read_rope_scaling(r, c, "rope_parameters"));
   BATON_RETURN_IF_ERROR(read_sliding_windows(r, doc, c));
 
-  // Token ids: transformers defaults Llama and Mistral to bos 1 / eos 2, Qwen2 to none.
-  const bool has_default_ids = !is_qwen2;
+  // Token ids: transformers defaults Llama and Mistral to bos 1 / eos 2,
+  // Qwen2 and Qwen3 to none.
+  const bool has_default_ids = !is_qwen2 && !is_qwen3;
   {
     auto it = doc.find("bos_token_id");
     if (it == doc.end()) {
@@ -471,8 +480,10 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
   doc["initializer_range"] = 0.02;
   doc["attention_dropout"] = 0.0;
   doc["use_cache"] = true;
-  if (type == "llama") {
+  if (type == "llama" || type == "qwen3") {
     doc["attention_bias"] = c.attention_bias;
+  }
+  if (type == "llama") {
     doc["mlp_bias"] = false;
     doc["pretraining_tp"] = 1;
   } else if (type == "mistral") {
@@ -485,7 +496,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
       }
     }
     doc["sliding_window"] = window;
-  } else if (type == "qwen2") {
+  } else if (type == "qwen2" || type == "qwen3") {
     const bool windowed = std::any_of(c.layer_windows.begin(), c.layer_windows.end(),
                                       [](int32_t w) { return w > 0; });
     doc["use_sliding_window"] = windowed;

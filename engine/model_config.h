@@ -1,6 +1,6 @@
 // engine/model_config.h — the model's shape and numerics, read from a Hugging
 // Face config.json (Llama family: LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM; SmolLM is a Llama). Anything the engine does not implement
+// Qwen2ForCausalLM, Qwen3ForCausalLM; SmolLM is a Llama). Anything the engine does not implement
 // is refused with an error naming the field, never run with wrong output.
 #pragma once
 
@@ -43,6 +43,8 @@ struct ModelConfig {
   RopeScaling rope_scaling;
   bool tie_word_embeddings = false;
   bool attention_bias = false;  // q/k/v biases (always on for Qwen2)
+  bool output_bias = false;     // an o_proj bias (Llama's and Qwen3's attention_bias)
+  bool qk_norm = false;         // RMSNorm over each head of q and of k before RoPE (Qwen3)
   int32_t bos_token_id = -1;    // -1: none
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::kF32;

@@ -52,6 +52,27 @@ ModelConfig tiny_qwen2() {
   return c;
 }
 
+// Qwen3's q and k norms, with heads wider than hidden_size / num_heads, and
+// attention_bias (q/k/v and o_proj biases; off in the real Qwen3 models).
+ModelConfig tiny_qwen3() {
+  ModelConfig c = base("Qwen3ForCausalLM");
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 32;
+  c.intermediate_size = 128;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0;
+  c.tie_word_embeddings = true;
+  c.attention_bias = true;
+  c.output_bias = true;
+  c.qk_norm = true;
+  return c;
+}
+
 ModelConfig smollm2_135m() {
   ModelConfig c = base("LlamaForCausalLM");
   c.hidden_size = 576;
@@ -85,6 +106,23 @@ ModelConfig qwen25_05b() {
   return c;
 }
 
+ModelConfig qwen3_06b() {
+  ModelConfig c = base("Qwen3ForCausalLM");
+  c.hidden_size = 1024;
+  c.num_layers = 28;
+  c.num_heads = 16;
+  c.num_kv_heads = 8;
+  c.head_dim = 128;
+  c.intermediate_size = 3072;
+  c.vocab_size = 151936;
+  c.max_position_embeddings = 40960;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 1000000.0;
+  c.tie_word_embeddings = true;
+  c.qk_norm = true;
+  return c;
+}
+
 ModelConfig llama3_8b() {
   ModelConfig c = base("LlamaForCausalLM");
   c.hidden_size = 4096;
@@ -109,8 +147,10 @@ ModelConfig llama3_8b() {
 const std::pair<const char*, ModelConfig (*)()> kPresets[] = {
     {"tiny", tiny},
     {"tiny-qwen2", tiny_qwen2},
+    {"tiny-qwen3", tiny_qwen3},
     {"smollm2-135m", smollm2_135m},
     {"qwen2.5-0.5b", qwen25_05b},
+    {"qwen3-0.6b", qwen3_06b},
     {"llama3-8b", llama3_8b},
 };
 

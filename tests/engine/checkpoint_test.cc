@@ -236,6 +236,53 @@ TEST(CheckpointTest, TiedCheckpointMayStillStoreLmHead) {
   EXPECT_EQ((*ck)->weights().lm_head.data, (*ck)->weights().embed_tokens.data);
 }
 
+// A weight the config gives no use to would be dropped from the forward
+// pass silently: a Llama without attention_bias holding o_proj biases, a
+// Llama holding Qwen3's q/k norms. Refused, naming the weight.
+TEST(CheckpointTest, WeightsTheConfigDoesNotUseAreRefused) {
+  ScratchDir dir;
+  for (const TensorSpec& extra :
+       {TensorSpec{"model.layers.1.self_attn.o_proj.bias", DType::kF32, {32}},
+        TensorSpec{"model.layers.0.self_attn.q_norm.weight", DType::kF32, {8}},
+        TensorSpec{"model.layers.0.mlp.gate_proj.bias", DType::kF32, {48}}}) {
+    SCOPED_TRACE(extra.name);
+    const auto path = dir / ("extra-" + extra.name);
+    auto specs = expected_tensors(false, false, DType::kF32);
+    specs.push_back(extra);
+    write_checkpoint(path, small_config(false, false), specs);
+    expect_error(Checkpoint::open(path).status(), StatusCode::kUnimplemented,
+                 {extra.name, path.string(), "LlamaForCausalLM"});
+  }
+  // Many are named up to four, then counted.
+  auto specs = expected_tensors(false, false, DType::kF32);
+  for (int i = 0; i < 6; ++i)
+    specs.push_back({"extra." + std::to_string(i) + ".weight", DType::kF32, {4}});
+  write_checkpoint(dir / "many", small_config(false, false), specs);
+  expect_error(Checkpoint::open(dir / "many").status(), StatusCode::kUnimplemented,
+               {"extra.0.weight", "extra.3.weight", "and 2 more"});
+}
+
+// attention_bias on a Llama (and Qwen3) covers o_proj too, as in
+// transformers; its q/k/v and o biases are all required.
+TEST(CheckpointTest, LlamaAttentionBiasIncludesOProj) {
+  ScratchDir dir;
+  json config = small_config(false, false);
+  config["attention_bias"] = true;
+  auto specs = expected_tensors(false, true, DType::kF32);
+  write_checkpoint(dir / "no-o-bias", config, specs);
+  expect_error(Checkpoint::open(dir / "no-o-bias").status(), StatusCode::kNotFound,
+               {"model.layers.0.self_attn.o_proj.bias"});
+  for (int i = 0; i < 2; ++i)
+    specs.push_back(
+        {"model.layers." + std::to_string(i) + ".self_attn.o_proj.bias", DType::kF32, {32}});
+  write_checkpoint(dir / "m", config, specs);
+  auto ck = Checkpoint::open(dir / "m");
+  ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
+  const std::vector<float>& o_bias = (*ck)->weights().layers[1].o_bias;
+  ASSERT_EQ(o_bias.size(), 32u);
+  for (size_t i = 0; i < o_bias.size(); ++i) EXPECT_EQ(o_bias[i], value_of(i));
+}
+
 TEST(CheckpointTest, MissingWeightIsNotFound) {
   ScratchDir dir;
   for (const std::string& name :

@@ -59,8 +59,8 @@ EngineConfig golden_engine_config() {
 class GoldenTest : public ::testing::TestWithParam<std::filesystem::path> {};
 
 TEST(Golden, AllCheckpointsPresent) {
-  // Six architectures/features, each in F32 and BF16.
-  EXPECT_EQ(golden_dirs().size(), 12u);
+  // Seven architectures/features, each in F32 and BF16.
+  EXPECT_EQ(golden_dirs().size(), 14u);
 }
 
 TEST_P(GoldenTest, LogprobsAndGreedyMatchTransformers) {

@@ -86,6 +86,7 @@ TEST(MakeModelTest, RealPresetsHaveTheRealParameterCounts) {
   // Published parameter counts of the models these presets imitate.
   EXPECT_EQ(param_count(preset("smollm2-135m")), 134515008u);
   EXPECT_EQ(param_count(preset("qwen2.5-0.5b")), 494032768u);
+  EXPECT_EQ(param_count(preset("qwen3-0.6b")), 596049920u);
   EXPECT_EQ(param_count(preset("llama3-8b")), 8030261248u);
 }
 

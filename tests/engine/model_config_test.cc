@@ -53,6 +53,17 @@ const char* kQwen25 = R"({
   "transformers_version": "4.40.1", "use_cache": true, "use_sliding_window": false,
   "vocab_size": 151936})";
 
+// Qwen/Qwen3-0.6B.
+const char* kQwen3 = R"({
+  "architectures": ["Qwen3ForCausalLM"], "attention_bias": false, "attention_dropout": 0.0,
+  "bos_token_id": 151643, "eos_token_id": 151645, "head_dim": 128, "hidden_act": "silu",
+  "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 3072,
+  "max_position_embeddings": 40960, "max_window_layers": 28, "model_type": "qwen3",
+  "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+  "rms_norm_eps": 1e-06, "rope_scaling": null, "rope_theta": 1000000, "sliding_window": null,
+  "tie_word_embeddings": true, "torch_dtype": "bfloat16", "transformers_version": "4.51.0",
+  "use_cache": true, "use_sliding_window": false, "vocab_size": 151936})";
+
 // mistralai/Mistral-7B-v0.3 (no sliding window).
 const char* kMistral = R"({
   "architectures": ["MistralForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
@@ -154,6 +165,51 @@ TEST(ModelConfigTest, ParsesQwen25WithBiasAndInactiveWindow) {
   EXPECT_EQ(c->rms_norm_eps, 1e-6f);
   EXPECT_EQ(c->rope_theta, 1e6);
   EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{151643});
+}
+
+// Qwen3: q/k norms, no biases unless attention_bias (which then covers
+// o_proj too, as Llama's does), heads wider than hidden / heads, Qwen2's
+// rules for windows and no default token ids.
+TEST(ModelConfigTest, ParsesQwen3WithQkNorms) {
+  auto c = parse(doc(kQwen3));
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(c->qk_norm);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_FALSE(c->output_bias);
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->num_heads * c->head_dim, 2 * c->hidden_size);
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_TRUE(c->layer_windows.empty());
+  EXPECT_EQ(c->bos_token_id, 151643);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{151645});
+
+  json j = doc(kQwen3);
+  j["attention_bias"] = true;
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 4096;
+  j.erase("bos_token_id");
+  j.erase("eos_token_id");
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->attention_bias);
+  EXPECT_TRUE(c->output_bias);
+  EXPECT_EQ(c->window_of(27), 0) << "max_window_layers 28: no layer of 28 has one";
+  EXPECT_EQ(c->bos_token_id, -1);
+  EXPECT_TRUE(c->eos_token_ids.empty());
+  j["max_window_layers"] = 20;
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->window_of(19), 0);
+  EXPECT_EQ(c->window_of(20), 4096);
+
+  // Older configs name only the model_type.
+  j = doc(kQwen3);
+  j.erase("architectures");
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->architecture, "Qwen3ForCausalLM");
+  EXPECT_TRUE(c->qk_norm);
 }
 
 TEST(ModelConfigTest, ParsesMistralWithoutWindow) {
@@ -505,6 +561,8 @@ TEST(ModelConfigTest, JsonRoundTripForEveryPreset) {
                 a.rope_scaling.original_max_position_embeddings);
       EXPECT_EQ(b->tie_word_embeddings, a.tie_word_embeddings);
       EXPECT_EQ(b->attention_bias, a.attention_bias);
+      EXPECT_EQ(b->output_bias, a.output_bias);
+      EXPECT_EQ(b->qk_norm, a.qk_norm);
       EXPECT_EQ(b->bos_token_id, a.bos_token_id);
       EXPECT_EQ(b->eos_token_ids, a.eos_token_ids);
       EXPECT_EQ(b->torch_dtype, dt);

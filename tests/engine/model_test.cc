@@ -279,6 +279,10 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 32},
                       // Sliding windows shorter than the sequences, on every
                       // layer but the first (Qwen2's layer_types).
+                      // Qwen3's q/k norms and o_proj bias, heads of 32 over
+                      // a hidden size of 64.
+                      ModelCase{"tiny-qwen3", DType::kF32, DType::kF32, 2e-4},
+                      ModelCase{"tiny-qwen3", DType::kBF16, DType::kI8, 0.25},
                       ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4, 0, 6},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 0, 17}),
     [](const auto& info) {

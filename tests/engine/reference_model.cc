@@ -47,6 +47,16 @@ Vec rms_norm(const Vec& x, const std::vector<float>& weight, double eps) {
   return y;
 }
 
+// RMSNorm of each head of x [heads * head_dim] (Qwen3's q and k norms).
+void norm_heads(Vec& x, int heads, int head_dim, const std::vector<float>& weight, double eps) {
+  for (int h = 0; h < heads; ++h) {
+    const auto at = ptrdiff_t(h) * head_dim;
+    const Vec head(x.begin() + at, x.begin() + at + head_dim);
+    const Vec normed = rms_norm(head, weight, eps);
+    std::copy(normed.begin(), normed.end(), x.begin() + at);
+  }
+}
+
 // rotate_half RoPE on each head of x [heads * head_dim] at `pos`.
 void rope(Vec& x, int heads, int head_dim, int pos, const std::vector<float>& inv_freq) {
   int half = head_dim / 2;
@@ -120,6 +130,10 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
       q[t] = matvec(lw.q_proj, projected, lw.q_bias);
       k[t] = matvec(lw.k_proj, projected, lw.k_bias);
       v[t] = matvec(lw.v_proj, projected, lw.v_bias);
+      if (c.qk_norm) {
+        norm_heads(q[t], heads, hd, lw.q_norm, c.rms_norm_eps);
+        norm_heads(k[t], kv_heads, hd, lw.k_norm, c.rms_norm_eps);
+      }
       rope(q[t], heads, hd, int(t), inv_freq);
       rope(k[t], kv_heads, hd, int(t), inv_freq);
       round_to_kv(k[t]);
@@ -147,7 +161,7 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
           for (int d = 0; d < hd; ++d)
             attn[size_t(h * hd + d)] += scores[s] / sum * v[s][size_t(kvh * hd + d)];
       }
-      Vec o = matvec(lw.o_proj, rounded_to(attn, projection_input_dtype), {});
+      Vec o = matvec(lw.o_proj, rounded_to(attn, projection_input_dtype), lw.o_bias);
       for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
     }
     for (size_t t = 0; t < n; ++t) {

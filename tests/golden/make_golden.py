@@ -29,6 +29,8 @@ from transformers import (
     MistralForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
+    Qwen3Config,
+    Qwen3ForCausalLM,
 )
 
 SEQ_LEN = 24          # tokens in the scored sequence
@@ -114,6 +116,19 @@ def model_specs():
             use_sliding_window=True,
             sliding_window=5,
             max_window_layers=1,
+        )),
+        # Qwen3: RMSNorm over each head of q and k before RoPE, heads wider
+        # than hidden_size / num_heads, and attention_bias (q/k/v and o_proj
+        # biases, which Qwen3 and Llama share).
+        ("qwen3_qknorm", 1008, Qwen3Config, Qwen3ForCausalLM, dict(
+            COMMON,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=32,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+            attention_bias=True,
         )),
     ]
 
@@ -293,6 +308,8 @@ def main():
     ap.add_argument("--gpu-shapes", action="store_true",
                     help="write the CUDA backend's shapes (head_dim 64 and 128) "
                          "instead, by default into data-gpu/")
+    ap.add_argument("--only", nargs="+", default=None, metavar="NAME",
+                    help="write only these models, keeping the others in --out")
     ap.add_argument("--legacy-config", action="store_true",
                     help="write config.json in the transformers 4 layout "
                          "(rope_theta/rope_scaling/torch_dtype at top level)")
@@ -307,16 +324,25 @@ def main():
         MIN_TOKEN_ID, COMMON["vocab_size"], (SEQ_LEN,), generator=g)]
     prompt = token_ids[:PROMPT_LEN]
 
-    if os.path.isdir(args.out):
-        shutil.rmtree(args.out)
-    os.makedirs(args.out)
+    specs = gpu_model_specs() if args.gpu_shapes else model_specs()
+    if args.only:
+        unknown = set(args.only) - {spec[0] for spec in specs}
+        if unknown:
+            raise SystemExit(f"no such models: {sorted(unknown)}")
+        specs = [spec for spec in specs if spec[0] in args.only]
+        for name, *_ in specs:
+            shutil.rmtree(os.path.join(args.out, name), ignore_errors=True)
+        os.makedirs(args.out, exist_ok=True)
+    else:
+        if os.path.isdir(args.out):
+            shutil.rmtree(args.out)
+        os.makedirs(args.out)
 
     versions = {"transformers_version": transformers.__version__,
                 "torch_version": torch.__version__}
     print("versions:", versions)
     print("token_ids:", token_ids)
 
-    specs = gpu_model_specs() if args.gpu_shapes else model_specs()
     for name, seed, config_cls, model_cls, kw in specs:
         torch.manual_seed(seed)
         cfg = build_config(config_cls, kw)
