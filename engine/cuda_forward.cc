@@ -83,6 +83,7 @@ Status ensure(kc::PinnedBuffer& buffer, size_t bytes) {
 
 struct LayerOnDevice {
   kc::DeviceBuffer qkv, qkv_bias, o, o_bias, gate_up, down, input_norm, post_attention_norm;
+  kc::DeviceBuffer q_norm, k_norm;  // Qwen3's, [head_dim] each
 };
 
 class CudaForward final : public ForwardBackend {
@@ -124,6 +125,11 @@ class CudaForward final : public ForwardBackend {
       if (!l.o_bias.empty()) {
         const std::vector<float>* bias[] = {&l.o_bias};
         BATON_ASSIGN_OR_RETURN(d.o_bias, upload_vectors(bias));
+      }
+      if (!l.q_norm.empty()) {
+        const std::vector<float>*q_norm[] = {&l.q_norm}, *k_norm[] = {&l.k_norm};
+        BATON_ASSIGN_OR_RETURN(d.q_norm, upload_vectors(q_norm));
+        BATON_ASSIGN_OR_RETURN(d.k_norm, upload_vectors(k_norm));
       }
       BATON_ASSIGN_OR_RETURN(d.gate_up, upload_stacked(gate_up));
       BATON_ASSIGN_OR_RETURN(d.down, upload_stacked(down));
@@ -210,9 +216,10 @@ class CudaForward final : public ForwardBackend {
       for (const WeightView* m :
            {&l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj, &l.gate_proj, &l.up_proj, &l.down_proj})
         bytes += matrix(*m);
-      bytes += (l.q_bias.size() + l.k_bias.size() + l.v_bias.size() + l.o_bias.size() +
-                l.input_norm.size() + l.post_attention_norm.size()) *
-               kBf16;
+      bytes +=
+          (l.q_bias.size() + l.k_bias.size() + l.v_bias.size() + l.o_bias.size() + l.q_norm.size() +
+           l.k_norm.size() + l.input_norm.size() + l.post_attention_norm.size()) *
+          kBf16;
     }
     return bytes;
   }
@@ -306,6 +313,13 @@ class CudaForward final : public ForwardBackend {
       const LayerOnDevice& w = layers_[size_t(layer)];
       BATON_RETURN_IF_ERROR(gemm(h_.data(), tokens, w.qkv, qkv_width_, hidden, qkv_.data(),
                                  w.qkv_bias.bytes() > 0 ? w.qkv_bias.data() : nullptr));
+      if (c.qk_norm) {
+        BATON_RETURN_IF_ERROR(kc::head_rms_norm_bf16(qkv, w.q_norm.data(), tokens, c.num_heads,
+                                                     c.head_dim, qkv_width_, eps, s));
+        BATON_RETURN_IF_ERROR(kc::head_rms_norm_bf16(qkv + q_width_, w.k_norm.data(), tokens,
+                                                     c.num_kv_heads, c.head_dim, qkv_width_, eps,
+                                                     s));
+      }
       BATON_RETURN_IF_ERROR(kc::rope_bf16({.q = qkv,
                                            .q_stride = qkv_width_,
                                            .q_out = q_.data(),
@@ -450,11 +464,6 @@ Status check_served(const ModelConfig& c) {
     return unimplemented(
         "sliding-window attention: the CUDA backend attends to the whole context, and this "
         "checkpoint's layers have windows (the CPU backend serves them)");
-  }
-  if (c.qk_norm) {
-    return unimplemented(
-        "the norms of each head of q and k (Qwen3): the CUDA backend does not apply them yet (the "
-        "CPU backend does)");
   }
   return Status::ok();
 }

@@ -81,6 +81,23 @@ Status add_rms_norm_bf16(void* x, void* residual, const void* weight, int64_t ro
                  "flashinfer::norm::FusedAddRMSNorm");
 }
 
+Status head_rms_norm_bf16(void* x, const void* weight, int64_t tokens, int32_t heads,
+                          int32_t head_dim, int64_t token_stride, float eps, void* stream) {
+  if (tokens == 0) return Status::ok();
+  if (head_dim % 8 != 0) {
+    return invalid_argument("CUDA head RMSNorm needs a head_dim that is a multiple of 8");
+  }
+  // In place, as FlashInfer's other norms run here (each thread reads its
+  // elements before it writes them).
+  auto* data = static_cast<bf16*>(x);
+  return checked(flashinfer::norm::QKRMSNorm<bf16>(
+                     data, const_cast<bf16*>(static_cast<const bf16*>(weight)), data,
+                     uint32_t(tokens), uint32_t(heads), uint32_t(head_dim), uint32_t(token_stride),
+                     uint32_t(head_dim), uint32_t(token_stride), uint32_t(head_dim), eps,
+                     /*enable_pdl=*/false, static_cast<cudaStream_t>(stream)),
+                 "flashinfer::norm::QKRMSNorm");
+}
+
 Status rope_bf16(const RopeArgs& a, void* stream) {
   if (a.tokens == 0) return Status::ok();
   if (a.head_dim != 64 && a.head_dim != 128) {

@@ -29,6 +29,13 @@ Status rms_norm_bf16(const void* x, const void* weight, int64_t rows, int64_t di
 Status add_rms_norm_bf16(void* x, void* residual, const void* weight, int64_t rows, int64_t dim,
                          float eps, void* stream);
 
+// Each head of x normalized in place: for t < tokens, h < heads, the row
+// x[t * token_stride + h * head_dim, +head_dim) = rms_norm(row) * weight
+// (BF16, head_dim a multiple of 8). Qwen3's q and k norms, read where the
+// projection wrote them.
+Status head_rms_norm_bf16(void* x, const void* weight, int64_t tokens, int32_t heads,
+                          int32_t head_dim, int64_t token_stride, float eps, void* stream);
+
 // Rotary embedding in Hugging Face's rotate_half form at each token's
 // position, from a cos/sin table [max_positions, head_dim] F32 (each row
 // cos θ_i p for i < head_dim/2, then sin θ_i p). Reads q and k at

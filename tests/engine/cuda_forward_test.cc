@@ -252,7 +252,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{"tiny", 5, 1, 64, DType::kF16},
                       Shape{"tiny", 8, 2, 128, DType::kBF16, /*llama3_rope=*/true},
                       Shape{"tiny", 4, 2, 64, DType::kBF16, false, /*max_positions=*/16},
-                      Shape{"tiny-qwen2", 4, 2, 128, DType::kBF16}),
+                      Shape{"tiny-qwen2", 4, 2, 128, DType::kBF16},
+                      // Qwen3's q/k norms and o_proj bias, heads of 64 over a hidden size of 64.
+                      Shape{"tiny-qwen3", 4, 2, 64, DType::kBF16}),
     shape_name);
 
 // Models the kernels do not serve are refused when the backend is made,
@@ -270,10 +272,11 @@ TEST(CudaForward, RefusesHeadDimsItDoesNotServe) {
 }
 
 // transformers' golden logits at the shapes the CUDA backend serves
-// (tests/golden/make_golden.py --gpu-shapes; head_dim 64 and 128), made where
-// transformers runs: $BATON_GOLDEN_GPU_DIR (deploy/gpu_check.sh makes them on
-// the GPU machine) or tests/golden/data-gpu. Where a device is but no such
-// checkpoint, the test fails: it must not pass by finding nothing to check.
+// (tests/golden/make_golden.py --gpu-shapes; head_dim 64 and 128, BF16),
+// committed in tests/golden/data-gpu, or elsewhere: $BATON_GOLDEN_GPU_DIR
+// (deploy/gpu_check.sh points it at the tree's copy). Where a device is but
+// no such checkpoint, the test fails: it must not pass by finding nothing to
+// check.
 std::vector<std::filesystem::path> gpu_golden_dirs() {
   const char* env = std::getenv("BATON_GOLDEN_GPU_DIR");
   const std::filesystem::path root =
@@ -293,9 +296,10 @@ std::vector<std::filesystem::path> gpu_golden_dirs() {
 TEST(CudaGolden, LogprobsAndGreedyMatchTransformers) {
   BATON_SKIP_WITHOUT_NVIDIA_GPU();
   const auto dirs = gpu_golden_dirs();
-  ASSERT_FALSE(dirs.empty()) << "no golden checkpoints of the CUDA backend's shapes: run "
-                                "tests/golden/make_golden.py --gpu-shapes and point "
-                                "BATON_GOLDEN_GPU_DIR at its output";
+  ASSERT_FALSE(dirs.empty()) << "no golden checkpoints of the CUDA backend's shapes: point "
+                                "BATON_GOLDEN_GPU_DIR at tests/golden/data-gpu";
+  // Five families: Llama (GQA; llama3 RoPE), Qwen2, Mistral, Qwen3.
+  EXPECT_EQ(dirs.size(), 5u);
   for (const auto& dir : dirs) {
     SCOPED_TRACE(dir.string());
     std::ifstream in(dir / "golden.json");

@@ -134,7 +134,7 @@ def model_specs():
 
 
 def gpu_model_specs():
-    """The same four families at the head dims the CUDA backend serves (its
+    """The same families at the head dims the CUDA backend serves (its
     FlashInfer kernels take head_dim 64 and 128); hidden and FFN sizes
     multiples of 8. Written by --gpu-shapes into data-gpu/."""
     wide = dict(COMMON, hidden_size=128, intermediate_size=256)
@@ -178,6 +178,16 @@ def gpu_model_specs():
             rope_theta=10000.0,
             sliding_window=None,
             tie_word_embeddings=False,
+        )),
+        ("qwen3_qknorm_hd64", 2005, Qwen3Config, Qwen3ForCausalLM, dict(
+            wide,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            rope_theta=1000000.0,
+            tie_word_embeddings=True,
+            use_sliding_window=False,
+            attention_bias=True,
         )),
     ]
 
@@ -358,6 +368,8 @@ def main():
             ("f32", "float32", "F32", model),
             ("bf16", "bfloat16", "BF16", copy.deepcopy(model).to(torch.bfloat16)),
         ]
+        if args.gpu_shapes:
+            variants = variants[1:]  # the CUDA backend computes in BF16
         ref32 = None
         for sub, dtype_name, st_dtype, m in variants:
             d = os.path.join(args.out, name, sub)

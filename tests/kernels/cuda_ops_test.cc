@@ -178,6 +178,33 @@ TEST_F(CudaOpsTest, RmsNormAndFusedAddMatchReference) {
                     8e-3, "fused norm");
 }
 
+// Qwen3's q/k norms: every head of every token normalized in place where
+// the fused q/k/v projection left it, nothing between the heads touched.
+TEST_F(CudaOpsTest, HeadRmsNormNormalizesEachHeadInPlace) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (const int32_t head_dim : {64, 128}) {
+    const int64_t tokens = 13;
+    const int32_t heads = 5;
+    const int64_t stride = int64_t(heads + 3) * head_dim;  // other columns after the heads
+    auto x = bf16_rounded(random_floats(rng_, size_t(tokens * stride), -3, 3));
+    auto weight = bf16_rounded(random_floats(rng_, size_t(head_dim), 0.5f, 1.5f));
+    const float eps = 1e-6f;
+    auto dx = upload(to_bf16(x)), dw = upload(to_bf16(weight));
+    ASSERT_TRUE(head_rms_norm_bf16(dx.data(), dw.data(), tokens, heads, head_dim, stride, eps, s())
+                    .is_ok());
+    ASSERT_TRUE(stream_.synchronize().is_ok());
+    const std::vector<float> got = download_bf16(dx, x.size());
+    std::vector<double> want(x.begin(), x.end());
+    for (int64_t t = 0; t < tokens; ++t) {
+      const std::vector<float> rows(x.begin() + t * stride,
+                                    x.begin() + t * stride + int64_t(heads) * head_dim);
+      const std::vector<double> normed = reference::rms_norm(rows, weight, heads, head_dim, eps);
+      std::copy(normed.begin(), normed.end(), want.begin() + t * stride);
+    }
+    expect_close_bf16(got, want, 8e-3, "head_rms_norm head_dim " + std::to_string(head_dim));
+  }
+}
+
 TEST_F(CudaOpsTest, RopeRotatesQueriesOutOfPlaceAndKeysInPlace) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   for (int32_t head_dim : {64, 128}) {
