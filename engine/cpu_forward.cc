@@ -110,10 +110,12 @@ void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& 
     kc::rms_norm(pool_, k, w.k_norm.data(), tokens * config_.num_kv_heads, config_.head_dim,
                  config_.rms_norm_eps, k);
   }
-  kc::apply_rope(pool_, q, batch.positions, tokens, config_.num_heads, config_.head_dim,
-                 inv_freq_.data());
-  kc::apply_rope(pool_, k, batch.positions, tokens, config_.num_kv_heads, config_.head_dim,
-                 inv_freq_.data());
+  if (config_.uses_rope(layer)) {
+    kc::apply_rope(pool_, q, batch.positions, tokens, config_.num_heads, config_.head_dim,
+                   inv_freq_.data());
+    kc::apply_rope(pool_, k, batch.positions, tokens, config_.num_kv_heads, config_.head_dim,
+                   inv_freq_.data());
+  }
   lap(&CpuStepProfile::other_s);
   kc::store_kv(pool_, kv.layout(), kv.data(), layer, k, v, batch.slot_mapping, tokens);
 

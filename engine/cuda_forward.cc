@@ -460,6 +460,11 @@ Status check_served(const ModelConfig& c) {
                          std::to_string(c.hidden_size) + " and " +
                          std::to_string(c.intermediate_size));
   }
+  if (!c.no_rope.empty()) {
+    return unimplemented(
+        "layers without RoPE (SmolLM3's): the CUDA backend rotates every layer's q and k (the "
+        "CPU backend serves them)");
+  }
   if (c.has_sliding_window()) {
     return unimplemented(
         "sliding-window attention: the CUDA backend attends to the whole context, and this "

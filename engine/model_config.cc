@@ -106,6 +106,7 @@ std::optional<std::string_view> model_type_of(std::string_view architecture) {
   if (architecture == "MistralForCausalLM") return "mistral";
   if (architecture == "Qwen2ForCausalLM") return "qwen2";
   if (architecture == "Qwen3ForCausalLM") return "qwen3";
+  if (architecture == "SmolLM3ForCausalLM") return "smollm3";
   return std::nullopt;
 }
 
@@ -119,7 +120,7 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
       return r.error(StatusCode::kUnimplemented, "architectures",
                      "\"" + arch +
                          "\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                         "Qwen2ForCausalLM, Qwen3ForCausalLM are)");
+                         "Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM are)");
     }
     return arch;
   }
@@ -130,6 +131,7 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
     if (type == "mistral") return std::string("MistralForCausalLM");
     if (type == "qwen2") return std::string("Qwen2ForCausalLM");
     if (type == "qwen3") return std::string("Qwen3ForCausalLM");
+    if (type == "smollm3") return std::string("SmolLM3ForCausalLM");
   }
   (void)doc;
   return r.error(StatusCode::kUnimplemented, "architectures",
@@ -192,19 +194,54 @@ Status read_rope_scaling(const FieldReader& r, ModelConfig& c, const std::string
   return Status::ok();
 }
 
+// SmolLM3's layers without RoPE: no_rope_layers lists 1 (RoPE) or 0 (none)
+// for each layer; where it is absent, every no_rope_layer_interval-th layer
+// (default 4) has none.
+Status read_rope_layers(const FieldReader& r, ModelConfig& c) {
+  std::vector<bool> no_rope(size_t(c.num_layers), false);
+  if (const json* v = r.find("no_rope_layers")) {
+    if (!v->is_array() || v->size() != size_t(c.num_layers)) {
+      return r.invalid("no_rope_layers", "must list " + std::to_string(c.num_layers) +
+                                             " flags (1: RoPE, 0: none), got " +
+                                             v->dump().substr(0, 80));
+    }
+    for (size_t i = 0; i < v->size(); ++i) {
+      const json& flag = (*v)[i];
+      if (flag != 0 && flag != 1) {
+        return r.invalid("no_rope_layers",
+                         "must hold 1 (RoPE) or 0 (none), got " + flag.dump().substr(0, 40));
+      }
+      no_rope[i] = flag == 0;
+    }
+  } else {
+    BATON_ASSIGN_OR_RETURN(int32_t interval, r.positive_int("no_rope_layer_interval", 4));
+    for (int32_t i = 0; i < c.num_layers; ++i) no_rope[size_t(i)] = (i + 1) % interval == 0;
+  }
+  if (std::find(no_rope.begin(), no_rope.end(), true) != no_rope.end()) c.no_rope = no_rope;
+  return Status::ok();
+}
+
 // The sliding window of each layer, as transformers 5 forms it:
 //  * Mistral: sliding_window (default 4096; null: none) on every layer.
 //  * Qwen2 and Qwen3: sliding_window (default 4096) only with
 //    use_sliding_window, on the layers layer_types names
 //    "sliding_attention", or where it is absent on layers max_window_layers
 //    (default 28) and up.
+//  * SmolLM3: sliding_window (default none) only with use_sliding_window, on
+//    the layers layer_types names, or where it is absent on the layers
+//    without RoPE.
 Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& c) {
   const bool mistral = c.architecture == "MistralForCausalLM";
-  const bool qwen2 = c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM";
+  const bool smollm3 = c.architecture == "SmolLM3ForCausalLM";
+  const bool qwen2 =
+      c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM" || smollm3;
   if (!mistral && !qwen2) return Status::ok();
   bool use = mistral;
   if (qwen2) {
     BATON_ASSIGN_OR_RETURN(use, r.boolean("use_sliding_window", false));
+  }
+  if (smollm3 && (!doc.contains("sliding_window") || doc["sliding_window"].is_null())) {
+    return Status::ok();
   }
   if (!use) return Status::ok();
   int32_t window = 4096;
@@ -229,6 +266,8 @@ Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& 
               "has " + type.dump() + "; full_attention and sliding_attention are supported");
         }
       }
+    } else if (smollm3) {
+      for (int32_t i = 0; i < c.num_layers; ++i) sliding[size_t(i)] = !c.uses_rope(i);
     } else {
       int32_t from = 28;
       if (const json* v = r.find("max_window_layers")) {
@@ -267,6 +306,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   BATON_ASSIGN_OR_RETURN(c.architecture, read_architecture(doc, r));
   const bool is_qwen2 = c.architecture == "Qwen2ForCausalLM";
   const bool is_qwen3 = c.architecture == "Qwen3ForCausalLM";
+  const bool is_smollm3 = c.architecture == "SmolLM3ForCausalLM";
   const bool is_llama = c.architecture == "LlamaForCausalLM";
 
   BATON_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
@@ -281,7 +321,9 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   BATON_ASSIGN_OR_RETURN(c.num_heads, r.positive_int("num_attention_heads"));
   BATON_ASSIGN_OR_RETURN(c.intermediate_size, r.positive_int("intermediate_size"));
   BATON_ASSIGN_OR_RETURN(c.vocab_size, r.positive_int("vocab_size"));
-  BATON_ASSIGN_OR_RETURN(c.num_kv_heads, r.positive_int("num_key_value_heads", c.num_heads));
+  // SmolLM3's config class defaults to 4 KV heads, the others to one a head.
+  BATON_ASSIGN_OR_RETURN(c.num_kv_heads,
+                         r.positive_int("num_key_value_heads", is_smollm3 ? 4 : c.num_heads));
   if (c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0) {
     return r.invalid("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
                                                 ") must divide num_attention_heads (" +
@@ -307,7 +349,8 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   c.rms_norm_eps = float(eps);
   if (!(c.rms_norm_eps > 0)) return r.invalid("rms_norm_eps", "underflows float");
   BATON_ASSIGN_OR_RETURN(c.rope_theta, r.positive_number("rope_theta", 10000.0));
-  BATON_ASSIGN_OR_RETURN(c.tie_word_embeddings, r.boolean("tie_word_embeddings", false));
+  BATON_ASSIGN_OR_RETURN(c.tie_word_embeddings,
+                         r.boolean("tie_word_embeddings", /*fallback=*/is_smollm3));
 
   if (const json* v = r.find("hidden_act")) {
     if (!v->is_string()) return r.invalid("hidden_act", "must be a string, got " + v->dump());
@@ -321,11 +364,12 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   // have them. Qwen3 normalizes each head of q and k before RoPE.
   if (is_qwen2) {
     c.attention_bias = true;
-  } else if (is_llama || is_qwen3) {
+  } else if (is_llama || is_qwen3 || is_smollm3) {
     BATON_ASSIGN_OR_RETURN(c.attention_bias, r.boolean("attention_bias", false));
     c.output_bias = c.attention_bias;
   }
   c.qk_norm = is_qwen3;
+  if (is_smollm3) BATON_RETURN_IF_ERROR(read_rope_layers(r, c));
   BATON_ASSIGN_OR_RETURN(bool mlp_bias, r.boolean("mlp_bias", false));
   if (mlp_bias) {
     return r.error(StatusCode::kUnimplemented, "mlp_bias", "true is not supported");
@@ -342,12 +386,13 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   BATON_RETURN_IF_ERROR(read_sliding_windows(r, doc, c));
 
   // Token ids: transformers defaults Llama and Mistral to bos 1 / eos 2,
-  // Qwen2 and Qwen3 to none.
+  // SmolLM3 to Llama 3's 128000 / 128001, Qwen2 and Qwen3 to none.
   const bool has_default_ids = !is_qwen2 && !is_qwen3;
+  const int32_t default_bos = is_smollm3 ? 128000 : 1, default_eos = is_smollm3 ? 128001 : 2;
   {
     auto it = doc.find("bos_token_id");
     if (it == doc.end()) {
-      c.bos_token_id = has_default_ids ? 1 : -1;
+      c.bos_token_id = has_default_ids ? default_bos : -1;
     } else {
       BATON_ASSIGN_OR_RETURN(c.bos_token_id, r.token_id(*it, "bos_token_id"));
     }
@@ -355,7 +400,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   {
     auto it = doc.find("eos_token_id");
     if (it == doc.end()) {
-      if (has_default_ids) c.eos_token_ids = {2};
+      if (has_default_ids) c.eos_token_ids = {default_eos};
     } else if (it->is_array()) {
       for (const json& e : *it) {
         if (e.is_null()) return r.invalid("eos_token_id", "list must not contain null");
@@ -480,8 +525,17 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
   doc["initializer_range"] = 0.02;
   doc["attention_dropout"] = 0.0;
   doc["use_cache"] = true;
-  if (type == "llama" || type == "qwen3") {
+  if (type == "llama" || type == "qwen3" || type == "smollm3") {
     doc["attention_bias"] = c.attention_bias;
+  }
+  if (type == "smollm3") {
+    json layers = json::array();
+    for (int32_t i = 0; i < c.num_layers; ++i) layers.push_back(c.uses_rope(i) ? 1 : 0);
+    doc["no_rope_layers"] = layers;
+    // Its config class's default pad id, 128004, is past a small vocabulary.
+    doc["pad_token_id"] = nullptr;
+    doc["use_sliding_window"] = false;
+    doc["sliding_window"] = nullptr;
   }
   if (type == "llama") {
     doc["mlp_bias"] = false;

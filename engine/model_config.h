@@ -1,7 +1,7 @@
 // engine/model_config.h — the model's shape and numerics, read from a Hugging
 // Face config.json (Llama family: LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM; SmolLM is a Llama). Anything the engine does not implement
-// is refused with an error naming the field, never run with wrong output.
+// Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM; SmolLM2 is a Llama). Anything the engine
+// does not implement is refused with an error naming the field, never run with wrong output.
 #pragma once
 
 #include <cstdint>
@@ -45,7 +45,10 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v biases (always on for Qwen2)
   bool output_bias = false;     // an o_proj bias (Llama's and Qwen3's attention_bias)
   bool qk_norm = false;         // RMSNorm over each head of q and of k before RoPE (Qwen3)
-  int32_t bos_token_id = -1;    // -1: none
+  // Per layer: true where the layer applies no RoPE (SmolLM3's NoPE layers).
+  // Empty: every layer applies it.
+  std::vector<bool> no_rope;
+  int32_t bos_token_id = -1;  // -1: none
   std::vector<int32_t> eos_token_ids;
   DType torch_dtype = DType::kF32;
   // Per layer, as transformers forms it from sliding_window,
@@ -55,6 +58,7 @@ struct ModelConfig {
   std::vector<int32_t> layer_windows;
 
   int32_t group_size() const { return num_heads / num_kv_heads; }
+  bool uses_rope(int32_t layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
   int32_t window_of(int32_t layer) const {
     return layer_windows.empty() ? 0 : layer_windows[size_t(layer)];
   }

@@ -73,6 +73,25 @@ ModelConfig tiny_qwen3() {
   return c;
 }
 
+// SmolLM3's layers without RoPE (every fourth, as its config class makes
+// them), with heads of 16 over a hidden size of 64.
+ModelConfig tiny_smollm3() {
+  ModelConfig c = base("SmolLM3ForCausalLM");
+  c.hidden_size = 64;
+  c.num_layers = 4;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 2048;
+  c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 5000000.0;
+  c.tie_word_embeddings = true;
+  c.no_rope = {false, false, false, true};
+  return c;
+}
+
 ModelConfig smollm2_135m() {
   ModelConfig c = base("LlamaForCausalLM");
   c.hidden_size = 576;
@@ -148,6 +167,7 @@ const std::pair<const char*, ModelConfig (*)()> kPresets[] = {
     {"tiny", tiny},
     {"tiny-qwen2", tiny_qwen2},
     {"tiny-qwen3", tiny_qwen3},
+    {"tiny-smollm3", tiny_smollm3},
     {"smollm2-135m", smollm2_135m},
     {"qwen2.5-0.5b", qwen25_05b},
     {"qwen3-0.6b", qwen3_06b},

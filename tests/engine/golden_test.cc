@@ -59,8 +59,8 @@ EngineConfig golden_engine_config() {
 class GoldenTest : public ::testing::TestWithParam<std::filesystem::path> {};
 
 TEST(Golden, AllCheckpointsPresent) {
-  // Seven architectures/features, each in F32 and BF16.
-  EXPECT_EQ(golden_dirs().size(), 14u);
+  // Eight architectures/features, each in F32 and BF16.
+  EXPECT_EQ(golden_dirs().size(), 16u);
 }
 
 TEST_P(GoldenTest, LogprobsAndGreedyMatchTransformers) {
@@ -178,7 +178,10 @@ INSTANTIATE_TEST_SUITE_P(Formats, KvDriftTest,
                          // 0.09-0.20, greedy changed at 0.7-1.9%; E4M3 mean
                          // 0.052-0.060, max 0.46-1.38, 5.0-6.7%. F32 against BF16
                          // KV, for scale: mean 0.0046, max 0.06, 0.3-0.8%.
-                         ::testing::Values(KvDriftLimits{DType::kI8, 0.03, 0.6, 0.05},
+                         // With the Qwen3 and SmolLM3 ones (3840 positions):
+                         // int8 mean 0.016-0.017, max 0.20-0.61, 1.0-2.2%;
+                         // E4M3 0.061-0.070, 0.77-2.17, 6.0-7.5%.
+                         ::testing::Values(KvDriftLimits{DType::kI8, 0.03, 1.0, 0.05},
                                            KvDriftLimits{DType::kFP8E4M3, 0.12, 3.0, 0.15}),
                          [](const auto& info) { return std::string(dtype_name(info.param.kv)); });
 

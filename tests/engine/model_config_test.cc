@@ -212,6 +212,58 @@ TEST(ModelConfigTest, ParsesQwen3WithQkNorms) {
   EXPECT_TRUE(c->qk_norm);
 }
 
+// SmolLM3: Llama with layers that apply no RoPE, listed in no_rope_layers
+// or every no_rope_layer_interval-th; its config class's defaults (tied
+// embeddings, 4 KV heads, Llama 3's token ids) where keys are absent, and
+// windows, when used, on the layers without RoPE.
+TEST(ModelConfigTest, ParsesSmolLM3LayersWithoutRope) {
+  json j = {{"architectures", {"SmolLM3ForCausalLM"}},
+            {"hidden_size", 2048},
+            {"num_hidden_layers", 8},
+            {"num_attention_heads", 16},
+            {"intermediate_size", 11008},
+            {"vocab_size", 128256}};
+  auto c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->no_rope, (std::vector<bool>{false, false, false, true, false, false, false, true}));
+  EXPECT_FALSE(c->uses_rope(3));
+  EXPECT_TRUE(c->uses_rope(4));
+  EXPECT_TRUE(c->tie_word_embeddings);
+  EXPECT_EQ(c->num_kv_heads, 4);
+  EXPECT_EQ(c->bos_token_id, 128000);
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{128001});
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_TRUE(c->layer_windows.empty());
+
+  j["no_rope_layer_interval"] = 3;
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->no_rope, (std::vector<bool>{false, false, true, false, false, true, false, false}));
+
+  j["no_rope_layers"] = {1, 0, 1, 1, 1, 1, 1, 0};
+  j["use_sliding_window"] = true;
+  j["sliding_window"] = 512;
+  j["tie_word_embeddings"] = false;
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->no_rope, (std::vector<bool>{false, true, false, false, false, false, false, true}));
+  EXPECT_EQ(c->layer_windows, (std::vector<int32_t>{0, 512, 0, 0, 0, 0, 0, 512}));
+  EXPECT_FALSE(c->tie_word_embeddings);
+
+  j["no_rope_layers"] = {1, 1, 1, 1, 1, 1, 1, 1};
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->no_rope.empty()) << "RoPE on every layer";
+
+  for (const json& bad : {json{1, 0}, json{1, 1, 1, 1, 1, 1, 1, 2}, json("1111")}) {
+    j["no_rope_layers"] = bad;
+    c = parse(j);
+    EXPECT_EQ(c.status().code(), StatusCode::kInvalidArgument) << bad.dump();
+    EXPECT_NE(c.status().message().find("no_rope_layers"), std::string::npos)
+        << c.status().message();
+  }
+}
+
 TEST(ModelConfigTest, ParsesMistralWithoutWindow) {
   auto c = parse(doc(kMistral));
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
@@ -563,6 +615,7 @@ TEST(ModelConfigTest, JsonRoundTripForEveryPreset) {
       EXPECT_EQ(b->attention_bias, a.attention_bias);
       EXPECT_EQ(b->output_bias, a.output_bias);
       EXPECT_EQ(b->qk_norm, a.qk_norm);
+      EXPECT_EQ(b->no_rope, a.no_rope);
       EXPECT_EQ(b->bos_token_id, a.bos_token_id);
       EXPECT_EQ(b->eos_token_ids, a.eos_token_ids);
       EXPECT_EQ(b->torch_dtype, dt);

@@ -283,6 +283,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // a hidden size of 64.
                       ModelCase{"tiny-qwen3", DType::kF32, DType::kF32, 2e-4},
                       ModelCase{"tiny-qwen3", DType::kBF16, DType::kI8, 0.25},
+                      // SmolLM3's fourth layer applies no RoPE.
+                      ModelCase{"tiny-smollm3", DType::kF32, DType::kF32, 2e-4},
+                      ModelCase{"tiny-smollm3", DType::kBF16, DType::kBF16, 6e-2},
                       ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4, 0, 6},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 0, 17}),
     [](const auto& info) {

@@ -134,8 +134,10 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
         norm_heads(q[t], heads, hd, lw.q_norm, c.rms_norm_eps);
         norm_heads(k[t], kv_heads, hd, lw.k_norm, c.rms_norm_eps);
       }
-      rope(q[t], heads, hd, int(t), inv_freq);
-      rope(k[t], kv_heads, hd, int(t), inv_freq);
+      if (c.uses_rope(layer)) {
+        rope(q[t], heads, hd, int(t), inv_freq);
+        rope(k[t], kv_heads, hd, int(t), inv_freq);
+      }
       round_to_kv(k[t]);
       round_to_kv(v[t]);
     }

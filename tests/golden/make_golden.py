@@ -31,6 +31,8 @@ from transformers import (
     Qwen2ForCausalLM,
     Qwen3Config,
     Qwen3ForCausalLM,
+    SmolLM3Config,
+    SmolLM3ForCausalLM,
 )
 
 SEQ_LEN = 24          # tokens in the scored sequence
@@ -129,6 +131,17 @@ def model_specs():
             tie_word_embeddings=True,
             use_sliding_window=False,
             attention_bias=True,
+        )),
+        # SmolLM3: every fourth layer applies no RoPE (its config class's
+        # default no_rope_layers), Llama 3's default token ids.
+        ("smollm3_nope", 1010, SmolLM3Config, SmolLM3ForCausalLM, dict(
+            COMMON,
+            num_hidden_layers=4,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_theta=5000000.0,
+            tie_word_embeddings=True,
+            pad_token_id=None,  # its default, 128004, is past this vocabulary
         )),
     ]
 
