@@ -99,8 +99,10 @@ Result<int64_t> Scheduler::add(std::vector<int32_t> prompt, const GenerationOpti
 Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
                                           const GenerationOptions& options) {
   BATON_RETURN_IF_ERROR(validate(prompt, options));
+  // The id is used up even if the reservation fails below: a restore it
+  // started or joined still names it, and must not settle a later sequence.
   auto seq =
-      std::make_unique<Sequence>(next_id_, std::move(prompt), options, kv_.layout().block_size);
+      std::make_unique<Sequence>(next_id_++, std::move(prompt), options, kv_.layout().block_size);
   const auto tokens = int32_t(seq->prompt.size());
   // The prefix the cache holds is not transferred: the sequence shares it,
   // and the part the SSD tier holds is read while the prefill node computes.
@@ -125,7 +127,6 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
     seq->block_table.release_before(blocks_, tokens - kv_window_ + 1);
   prefix_cache_.count_lookup(*seq);
   seq->awaiting_kv = true;
-  ++next_id_;
   const int64_t id = seq->id;
   awaiting_.push_back(std::move(seq));
   note_peak_usage();

@@ -506,6 +506,45 @@ TEST_F(RemoteKvTest, TwoReservationsOfAPrefixOnSsdReadItOnce) {
   prefilled.engine->scheduler().release_blocks(*prefilled.done);
 }
 
+// A reservation that fails for room after joining a restore in flight
+// leaves the restore naming it. Its id must not go to a later reservation,
+// which the restore's landing would settle as its own: here as having lost
+// the prefix from the damaged block on, so that it would compute a prompt
+// it does not have from there (a check failure for a short one).
+TEST_F(RemoteKvTest, AFailedReservationsIdIsNeverReused) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const int32_t block_size = 4;
+  std::vector<int32_t> earlier, prompt;
+  prompts_sharing_four_blocks(earlier, prompt);
+  auto c = decode_node_that_served(earlier, block_size, /*through_ssd=*/true);
+  Scheduler& cs = c->scheduler();
+  damage_stored_block(*cs.ssd_store(), prompt, block_size, 2);
+  auto first = cs.reserve_remote(prompt, greedy(4));
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  ASSERT_EQ(cs.stats().restoring, 1);
+  // The same four blocks first, then more than the pool has left.
+  std::vector<int32_t> longer = prompt;
+  const auto missing = int32_t(63 - prompt.size());
+  const std::vector<int32_t> more = random_prompt(missing, missing);
+  longer.insert(longer.end(), more.begin(), more.end());
+  const auto failed = cs.reserve_remote(longer, greedy(1));
+  ASSERT_EQ(failed.status().code(), StatusCode::kResourceExhausted) << failed.status().to_string();
+  const std::vector<int32_t> short_prompt = random_prompt(6, 6);
+  auto next = cs.reserve_remote(short_prompt, greedy(4));
+  ASSERT_TRUE(next.is_ok()) << next.status().to_string();
+  // The first one's activation waits for the restore to land.
+  ASSERT_TRUE(cs.activate_remote(*first, 5, 0).is_ok());
+  const Sequence* later = cs.find(*next);
+  ASSERT_NE(later, nullptr);
+  EXPECT_EQ(later->ssd_lost_from, -1) << "settled by a restore it never joined";
+  EXPECT_EQ(later->ssd_restored_blocks, 0);
+  if (HasFailure()) return;
+  ASSERT_TRUE(cs.activate_remote(*next, 5, 0).is_ok());
+  auto done = c->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  EXPECT_EQ(done->size(), 2u);
+}
+
 // A prefill node whose prefix cache holds the start of a prompt computes
 // only the rest, and the blocks it sends (shared cached ones among them)
 // hold the whole prompt's KV: the decode node decodes what one engine does.
