@@ -118,7 +118,7 @@ class SsdKvStore {
   bool contains(const BlockKey& key) const;
   // Makes the stored ones of these keys the most recently used, last key most.
   void touch(std::span<const BlockKey> keys);
-  // Writes block blocks[i] of the pool at `pool` (every layer) under
+  // Writes block blocks[i] of `memory` (every layer) under
   // keys[i], for every i, evicting the least recently used slots when full.
   // A key already stored only becomes most recently used. A failed write is
   // logged and its key dropped.

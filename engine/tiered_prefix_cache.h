@@ -95,7 +95,8 @@ class TieredPrefixCache {
   void start_remote_restore(Sequence& sequence);
   // Restores in flight (an aborted sequence's too: a step must land them).
   bool restoring() const { return !restores_.empty(); }
-  // False when the SSD tier reads everything as a restore starts.
+  // False when the SSD tier reads as a restore starts (a staged pool's
+  // later pieces are read as land() starts them).
   bool loads_are_asynchronous() const { return ssd_ && ssd_->loads_are_asynchronous(); }
 
   using SequenceLookup = std::function<Sequence*(int64_t id)>;

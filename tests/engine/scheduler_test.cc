@@ -776,6 +776,9 @@ TEST_F(SchedulerTest, AStagedRestoreLargerThanItsSlotsComesInPieces) {
       auto engine = make_engine(40, 4, 2048, 8, true);
       CountingCopier* counts = attach_staged_ssd(*engine, uint64_t(64) << 20, io, slots);
       ASSERT_NE(counts, nullptr);
+      if (io == SsdIo::kIoUring && kernel_offers_io_uring()) {
+        ASSERT_TRUE(engine->scheduler().ssd_store()->loads_are_asynchronous());
+      }
       push_to_ssd(*engine, p);
       EXPECT_EQ(generate(*engine, prompts, greedy(6)), alone);
       const KvLayout& layout = engine->kv_pool().layout();
@@ -788,6 +791,37 @@ TEST_F(SchedulerTest, AStagedRestoreLargerThanItsSlotsComesInPieces) {
       EXPECT_LE(counts->host_end, uint64_t(load + save) * block_bytes)
           << "a copy reached past the staging slots";
     }
+  }
+}
+
+// Two prompts whose prefixes are on SSD, admitted in one step, with one
+// load slot: with io_uring the second restore starts while the first holds
+// the slot, and waits for it (with preadv each lands as it starts). Both
+// come back whole, a block at a time.
+TEST_F(SchedulerTest, StagedRestoresWaitForEachOthersSlots) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  for (const SsdIo io : {SsdIo::kPlain, SsdIo::kIoUring}) {
+    SCOPED_TRACE(io == SsdIo::kPlain ? "preadv" : "io_uring");
+    const std::vector<int32_t> p = random_prompt_of_exactly(40), q = random_prompt_of_exactly(40);
+    const std::vector<std::vector<int32_t>> prompts = {extended(p, 4), extended(q, 3)};
+    const auto alone = alone_uncached(prompts, greedy(6));
+    auto engine = make_engine(40, 4, 2048, 8, true);
+    CountingCopier* counts =
+        attach_staged_ssd(*engine, uint64_t(64) << 20, io, SsdStagingSlots{1, 2});
+    ASSERT_NE(counts, nullptr);
+    push_to_ssd(*engine, p);
+    push_to_ssd(*engine, q);
+    Scheduler& s = engine->scheduler();
+    for (const auto& prompt : prompts) ASSERT_TRUE(s.add(prompt, greedy(6)).is_ok());
+    auto done = engine->run_to_completion();
+    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+    ASSERT_EQ(done->size(), 2u);
+    std::sort(done->begin(), done->end(),
+              [](const auto& a, const auto& b) { return a->id < b->id; });
+    EXPECT_EQ((*done)[0]->output, alone[0]);
+    EXPECT_EQ((*done)[1]->output, alone[1]);
+    EXPECT_EQ(s.stats().prefix_ssd_hit_tokens, 80) << "both prefixes came back whole";
+    EXPECT_EQ(counts->copies_in, 20) << "a piece of one block at a time";
   }
 }
 
