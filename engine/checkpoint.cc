@@ -1,6 +1,7 @@
 #include "engine/checkpoint.h"
 
 #include <chrono>
+#include <cstddef>
 #include <map>
 #include <set>
 #include <string_view>
@@ -59,6 +60,15 @@ Status open_sharded(const std::filesystem::path& dir,
     tensors[it.key()] = t;
   }
   return Status::ok();
+}
+
+using kernels::cpu::WeightView;
+
+// Rows [first, first + rows) of a matrix: a fused projection's part.
+WeightView rows_of(const WeightView& m, int64_t first, int64_t rows) {
+  const auto* base = static_cast<const std::byte*>(m.data);
+  return WeightView{base + size_t(first) * size_t(m.cols) * dtype_size(m.dtype), m.dtype, rows,
+                    m.cols};
 }
 
 class WeightBuilder {
@@ -166,9 +176,18 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::filesystem::path
   for (int32_t i = 0; i < c.num_layers; ++i) {
     LayerWeights& l = w.layers[size_t(i)];
     const std::string p = "model.layers." + std::to_string(i) + ".";
-    BATON_ASSIGN_OR_RETURN(l.q_proj, b.matrix(p + "self_attn.q_proj.weight", q_dim, hidden));
-    BATON_ASSIGN_OR_RETURN(l.k_proj, b.matrix(p + "self_attn.k_proj.weight", kv_dim, hidden));
-    BATON_ASSIGN_OR_RETURN(l.v_proj, b.matrix(p + "self_attn.v_proj.weight", kv_dim, hidden));
+    if (c.fused_projections) {
+      // Phi3's qkv_proj holds q, k and v's rows one after another.
+      BATON_ASSIGN_OR_RETURN(const WeightView qkv,
+                             b.matrix(p + "self_attn.qkv_proj.weight", q_dim + 2 * kv_dim, hidden));
+      l.q_proj = rows_of(qkv, 0, q_dim);
+      l.k_proj = rows_of(qkv, q_dim, kv_dim);
+      l.v_proj = rows_of(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      BATON_ASSIGN_OR_RETURN(l.q_proj, b.matrix(p + "self_attn.q_proj.weight", q_dim, hidden));
+      BATON_ASSIGN_OR_RETURN(l.k_proj, b.matrix(p + "self_attn.k_proj.weight", kv_dim, hidden));
+      BATON_ASSIGN_OR_RETURN(l.v_proj, b.matrix(p + "self_attn.v_proj.weight", kv_dim, hidden));
+    }
     BATON_ASSIGN_OR_RETURN(l.o_proj, b.matrix(p + "self_attn.o_proj.weight", hidden, q_dim));
     if (c.attention_bias) {
       BATON_ASSIGN_OR_RETURN(l.q_bias, b.vector(p + "self_attn.q_proj.bias", q_dim));
@@ -182,8 +201,16 @@ Result<std::unique_ptr<Checkpoint>> Checkpoint::open(const std::filesystem::path
       BATON_ASSIGN_OR_RETURN(l.q_norm, b.vector(p + "self_attn.q_norm.weight", c.head_dim));
       BATON_ASSIGN_OR_RETURN(l.k_norm, b.vector(p + "self_attn.k_norm.weight", c.head_dim));
     }
-    BATON_ASSIGN_OR_RETURN(l.gate_proj, b.matrix(p + "mlp.gate_proj.weight", ffn, hidden));
-    BATON_ASSIGN_OR_RETURN(l.up_proj, b.matrix(p + "mlp.up_proj.weight", ffn, hidden));
+    if (c.fused_projections) {
+      // Phi3's gate_up_proj: the gate's rows, then up's.
+      BATON_ASSIGN_OR_RETURN(const WeightView gate_up,
+                             b.matrix(p + "mlp.gate_up_proj.weight", 2 * ffn, hidden));
+      l.gate_proj = rows_of(gate_up, 0, ffn);
+      l.up_proj = rows_of(gate_up, ffn, ffn);
+    } else {
+      BATON_ASSIGN_OR_RETURN(l.gate_proj, b.matrix(p + "mlp.gate_proj.weight", ffn, hidden));
+      BATON_ASSIGN_OR_RETURN(l.up_proj, b.matrix(p + "mlp.up_proj.weight", ffn, hidden));
+    }
     BATON_ASSIGN_OR_RETURN(l.down_proj, b.matrix(p + "mlp.down_proj.weight", hidden, ffn));
     BATON_ASSIGN_OR_RETURN(l.input_norm, b.vector(p + "input_layernorm.weight", hidden));
     BATON_ASSIGN_OR_RETURN(l.post_attention_norm,

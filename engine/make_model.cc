@@ -70,9 +70,13 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, DType dtype) {
   for (int32_t i = 0; i < c.num_layers; ++i) {
     const std::string p = "model.layers." + std::to_string(i) + ".";
     add(p + "input_layernorm.weight", {hidden}, 1.0, 0.1);
-    linear(p + "self_attn.q_proj.weight", q_dim, hidden);
-    linear(p + "self_attn.k_proj.weight", kv_dim, hidden);
-    linear(p + "self_attn.v_proj.weight", kv_dim, hidden);
+    if (c.fused_projections) {
+      linear(p + "self_attn.qkv_proj.weight", q_dim + 2 * kv_dim, hidden);
+    } else {
+      linear(p + "self_attn.q_proj.weight", q_dim, hidden);
+      linear(p + "self_attn.k_proj.weight", kv_dim, hidden);
+      linear(p + "self_attn.v_proj.weight", kv_dim, hidden);
+    }
     if (c.attention_bias) {
       add(p + "self_attn.q_proj.bias", {q_dim}, 0.0, 0.1);
       add(p + "self_attn.k_proj.bias", {kv_dim}, 0.0, 0.1);
@@ -85,8 +89,12 @@ std::vector<Planned> plan_tensors(const ModelConfig& c, DType dtype) {
     linear(p + "self_attn.o_proj.weight", hidden, q_dim);
     if (c.output_bias) add(p + "self_attn.o_proj.bias", {hidden}, 0.0, 0.1);
     add(p + "post_attention_layernorm.weight", {hidden}, 1.0, 0.1);
-    linear(p + "mlp.gate_proj.weight", ffn, hidden);
-    linear(p + "mlp.up_proj.weight", ffn, hidden);
+    if (c.fused_projections) {
+      linear(p + "mlp.gate_up_proj.weight", 2 * ffn, hidden);
+    } else {
+      linear(p + "mlp.gate_proj.weight", ffn, hidden);
+      linear(p + "mlp.up_proj.weight", ffn, hidden);
+    }
     linear(p + "mlp.down_proj.weight", hidden, ffn);
   }
   // The final norm sets the logit scale: a normalised hidden state (norm

@@ -107,6 +107,7 @@ std::optional<std::string_view> model_type_of(std::string_view architecture) {
   if (architecture == "Qwen2ForCausalLM") return "qwen2";
   if (architecture == "Qwen3ForCausalLM") return "qwen3";
   if (architecture == "SmolLM3ForCausalLM") return "smollm3";
+  if (architecture == "Phi3ForCausalLM") return "phi3";
   return std::nullopt;
 }
 
@@ -120,7 +121,8 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
       return r.error(StatusCode::kUnimplemented, "architectures",
                      "\"" + arch +
                          "\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
-                         "Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM are)");
+                         "Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, "
+                         "Phi3ForCausalLM are)");
     }
     return arch;
   }
@@ -132,6 +134,7 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
     if (type == "qwen2") return std::string("Qwen2ForCausalLM");
     if (type == "qwen3") return std::string("Qwen3ForCausalLM");
     if (type == "smollm3") return std::string("SmolLM3ForCausalLM");
+    if (type == "phi3") return std::string("Phi3ForCausalLM");
   }
   (void)doc;
   return r.error(StatusCode::kUnimplemented, "architectures",
@@ -160,6 +163,12 @@ Status read_rope_scaling(const FieldReader& r, ModelConfig& c, const std::string
     break;
   }
   if (type.empty()) return r.invalid(section + ".rope_type", "is required");
+  // Phi-4-mini rotates part of each head (transformers 5 keeps the factor here).
+  if (auto partial = v->find("partial_rotary_factor");
+      partial != v->end() && !partial->is_null() && *partial != 1.0) {
+    return r.error(StatusCode::kUnimplemented, section + ".partial_rotary_factor",
+                   partial->dump() + " is not supported (RoPE over whole heads only)");
+  }
   if (type == "default") return Status::ok();
   if (type != "llama3") {
     return r.error(StatusCode::kUnimplemented, section + ".rope_type",
@@ -223,6 +232,7 @@ Status read_rope_layers(const FieldReader& r, ModelConfig& c) {
 
 // The sliding window of each layer, as transformers 5 forms it:
 //  * Mistral: sliding_window (default 4096; null: none) on every layer.
+//  * Phi3: sliding_window (default none) on every layer.
 //  * Qwen2 and Qwen3: sliding_window (default 4096) only with
 //    use_sliding_window, on the layers layer_types names
 //    "sliding_attention", or where it is absent on layers max_window_layers
@@ -231,7 +241,11 @@ Status read_rope_layers(const FieldReader& r, ModelConfig& c) {
 //    the layers layer_types names, or where it is absent on the layers
 //    without RoPE.
 Status read_sliding_windows(const FieldReader& r, const json& doc, ModelConfig& c) {
-  const bool mistral = c.architecture == "MistralForCausalLM";
+  const bool phi3 = c.architecture == "Phi3ForCausalLM";
+  if (phi3 && (!doc.contains("sliding_window") || doc["sliding_window"].is_null())) {
+    return Status::ok();
+  }
+  const bool mistral = c.architecture == "MistralForCausalLM" || phi3;
   const bool smollm3 = c.architecture == "SmolLM3ForCausalLM";
   const bool qwen2 =
       c.architecture == "Qwen2ForCausalLM" || c.architecture == "Qwen3ForCausalLM" || smollm3;
@@ -307,6 +321,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   const bool is_qwen2 = c.architecture == "Qwen2ForCausalLM";
   const bool is_qwen3 = c.architecture == "Qwen3ForCausalLM";
   const bool is_smollm3 = c.architecture == "SmolLM3ForCausalLM";
+  const bool is_phi3 = c.architecture == "Phi3ForCausalLM";
   const bool is_llama = c.architecture == "LlamaForCausalLM";
 
   BATON_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
@@ -321,9 +336,13 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   BATON_ASSIGN_OR_RETURN(c.num_heads, r.positive_int("num_attention_heads"));
   BATON_ASSIGN_OR_RETURN(c.intermediate_size, r.positive_int("intermediate_size"));
   BATON_ASSIGN_OR_RETURN(c.vocab_size, r.positive_int("vocab_size"));
-  // SmolLM3's config class defaults to 4 KV heads, the others to one a head.
-  BATON_ASSIGN_OR_RETURN(c.num_kv_heads,
-                         r.positive_int("num_key_value_heads", is_smollm3 ? 4 : c.num_heads));
+  // Keys config.json leaves out take transformers' config class defaults,
+  // some of which differ by architecture.
+  const int32_t default_kv_heads = is_qwen3 ? 32 : is_smollm3 ? 4 : c.num_heads;
+  const int32_t default_max_positions = is_qwen3 || is_smollm3 ? 32768 : is_phi3 ? 4096 : 2048;
+  const double default_eps = is_phi3 ? 1e-5 : 1e-6;
+  const double default_theta = is_smollm3 ? 2000000.0 : 10000.0;
+  BATON_ASSIGN_OR_RETURN(c.num_kv_heads, r.positive_int("num_key_value_heads", default_kv_heads));
   if (c.num_kv_heads > c.num_heads || c.num_heads % c.num_kv_heads != 0) {
     return r.invalid("num_key_value_heads", "(" + std::to_string(c.num_kv_heads) +
                                                 ") must divide num_attention_heads (" +
@@ -331,6 +350,8 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   }
   if (r.find("head_dim") != nullptr) {
     BATON_ASSIGN_OR_RETURN(c.head_dim, r.positive_int("head_dim"));
+  } else if (is_qwen3) {
+    c.head_dim = 128;
   } else {
     if (c.hidden_size % c.num_heads != 0) {
       return r.invalid("head_dim", "is absent and hidden_size (" + std::to_string(c.hidden_size) +
@@ -344,11 +365,11 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
     return r.invalid("head_dim", "must be even for RoPE, got " + std::to_string(c.head_dim));
   }
   BATON_ASSIGN_OR_RETURN(c.max_position_embeddings,
-                         r.positive_int("max_position_embeddings", 2048));
-  BATON_ASSIGN_OR_RETURN(double eps, r.positive_number("rms_norm_eps", 1e-6));
+                         r.positive_int("max_position_embeddings", default_max_positions));
+  BATON_ASSIGN_OR_RETURN(double eps, r.positive_number("rms_norm_eps", default_eps));
   c.rms_norm_eps = float(eps);
   if (!(c.rms_norm_eps > 0)) return r.invalid("rms_norm_eps", "underflows float");
-  BATON_ASSIGN_OR_RETURN(c.rope_theta, r.positive_number("rope_theta", 10000.0));
+  BATON_ASSIGN_OR_RETURN(c.rope_theta, r.positive_number("rope_theta", default_theta));
   BATON_ASSIGN_OR_RETURN(c.tie_word_embeddings,
                          r.boolean("tie_word_embeddings", /*fallback=*/is_smollm3));
 
@@ -369,6 +390,13 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
     c.output_bias = c.attention_bias;
   }
   c.qk_norm = is_qwen3;
+  c.fused_projections = is_phi3;
+  // transformers 4's Phi-4-mini configs give it at the top level.
+  if (const json* partial = r.find("partial_rotary_factor");
+      partial != nullptr && !partial->is_null() && *partial != 1.0) {
+    return r.error(StatusCode::kUnimplemented, "partial_rotary_factor",
+                   partial->dump() + " is not supported (RoPE over whole heads only)");
+  }
   if (is_smollm3) BATON_RETURN_IF_ERROR(read_rope_layers(r, c));
   BATON_ASSIGN_OR_RETURN(bool mlp_bias, r.boolean("mlp_bias", false));
   if (mlp_bias) {
@@ -386,9 +414,12 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   BATON_RETURN_IF_ERROR(read_sliding_windows(r, doc, c));
 
   // Token ids: transformers defaults Llama and Mistral to bos 1 / eos 2,
-  // SmolLM3 to Llama 3's 128000 / 128001, Qwen2 and Qwen3 to none.
+  // SmolLM3 to Llama 3's 128000 / 128001, Phi3 to 1 / 32000, Qwen2 and
+  // Qwen3 to none.
   const bool has_default_ids = !is_qwen2 && !is_qwen3;
-  const int32_t default_bos = is_smollm3 ? 128000 : 1, default_eos = is_smollm3 ? 128001 : 2;
+  const int32_t default_bos = is_smollm3 ? 128000 : 1, default_eos = is_smollm3 ? 128001
+                                                                     : is_phi3  ? 32000
+                                                                                : 2;
   {
     auto it = doc.find("bos_token_id");
     if (it == doc.end()) {
@@ -540,8 +571,8 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
   if (type == "llama") {
     doc["mlp_bias"] = false;
     doc["pretraining_tp"] = 1;
-  } else if (type == "mistral") {
-    // Mistral's one window covers every layer: the first layer's that has one.
+  } else if (type == "mistral" || type == "phi3") {
+    // Mistral's (and Phi3's) one window covers every layer: the first layer's that has one.
     json window = nullptr;
     for (int32_t w : c.layer_windows) {
       if (w > 0) {

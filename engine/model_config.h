@@ -1,6 +1,7 @@
 // engine/model_config.h — the model's shape and numerics, read from a Hugging
 // Face config.json (Llama family: LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM; SmolLM2 is a Llama). Anything the engine
+// Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM;
+// SmolLM2 is a Llama). Anything the engine
 // does not implement is refused with an error naming the field, never run with wrong output.
 #pragma once
 
@@ -45,6 +46,8 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v biases (always on for Qwen2)
   bool output_bias = false;     // an o_proj bias (Llama's and Qwen3's attention_bias)
   bool qk_norm = false;         // RMSNorm over each head of q and of k before RoPE (Qwen3)
+  // Phi3's: q/k/v in one qkv_proj, gate and up in one gate_up_proj.
+  bool fused_projections = false;
   // Per layer: true where the layer applies no RoPE (SmolLM3's NoPE layers).
   // Empty: every layer applies it.
   std::vector<bool> no_rope;

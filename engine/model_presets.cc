@@ -92,6 +92,24 @@ ModelConfig tiny_smollm3() {
   return c;
 }
 
+// Phi3's fused q/k/v and gate/up projections, with a window on every layer.
+ModelConfig tiny_phi3() {
+  ModelConfig c = base("Phi3ForCausalLM");
+  c.hidden_size = 64;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 4;
+  c.head_dim = 16;
+  c.intermediate_size = 128;
+  c.vocab_size = 512;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0;
+  c.fused_projections = true;
+  c.layer_windows = {2047, 2047};
+  return c;
+}
+
 ModelConfig smollm2_135m() {
   ModelConfig c = base("LlamaForCausalLM");
   c.hidden_size = 576;
@@ -142,6 +160,24 @@ ModelConfig qwen3_06b() {
   return c;
 }
 
+// Phi-3-mini-4k: fused projections, a 2047-token window on every layer.
+ModelConfig phi3_mini() {
+  ModelConfig c = base("Phi3ForCausalLM");
+  c.hidden_size = 3072;
+  c.num_layers = 32;
+  c.num_heads = 32;
+  c.num_kv_heads = 32;
+  c.head_dim = 96;
+  c.intermediate_size = 8192;
+  c.vocab_size = 32064;
+  c.max_position_embeddings = 4096;
+  c.rms_norm_eps = 1e-5f;
+  c.rope_theta = 10000.0;
+  c.fused_projections = true;
+  c.layer_windows.assign(32, 2047);
+  return c;
+}
+
 ModelConfig llama3_8b() {
   ModelConfig c = base("LlamaForCausalLM");
   c.hidden_size = 4096;
@@ -168,9 +204,11 @@ const std::pair<const char*, ModelConfig (*)()> kPresets[] = {
     {"tiny-qwen2", tiny_qwen2},
     {"tiny-qwen3", tiny_qwen3},
     {"tiny-smollm3", tiny_smollm3},
+    {"tiny-phi3", tiny_phi3},
     {"smollm2-135m", smollm2_135m},
     {"qwen2.5-0.5b", qwen25_05b},
     {"qwen3-0.6b", qwen3_06b},
+    {"phi3-mini", phi3_mini},
     {"llama3-8b", llama3_8b},
 };
 

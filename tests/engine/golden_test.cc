@@ -59,8 +59,8 @@ EngineConfig golden_engine_config() {
 class GoldenTest : public ::testing::TestWithParam<std::filesystem::path> {};
 
 TEST(Golden, AllCheckpointsPresent) {
-  // Eight architectures/features, each in F32 and BF16.
-  EXPECT_EQ(golden_dirs().size(), 16u);
+  // Nine architectures/features, each in F32 and BF16.
+  EXPECT_EQ(golden_dirs().size(), 18u);
 }
 
 TEST_P(GoldenTest, LogprobsAndGreedyMatchTransformers) {

@@ -87,6 +87,7 @@ TEST(MakeModelTest, RealPresetsHaveTheRealParameterCounts) {
   EXPECT_EQ(param_count(preset("smollm2-135m")), 134515008u);
   EXPECT_EQ(param_count(preset("qwen2.5-0.5b")), 494032768u);
   EXPECT_EQ(param_count(preset("qwen3-0.6b")), 596049920u);
+  EXPECT_EQ(param_count(preset("phi3-mini")), 3821079552u);
   EXPECT_EQ(param_count(preset("llama3-8b")), 8030261248u);
 }
 

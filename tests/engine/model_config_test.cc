@@ -203,6 +203,20 @@ TEST(ModelConfigTest, ParsesQwen3WithQkNorms) {
   EXPECT_EQ(c->window_of(19), 0);
   EXPECT_EQ(c->window_of(20), 4096);
 
+  // Qwen3Config's defaults where keys are absent: heads of 128, 32 KV heads.
+  j = {{"architectures", {"Qwen3ForCausalLM"}},
+       {"hidden_size", 1024},
+       {"num_hidden_layers", 2},
+       {"num_attention_heads", 32},
+       {"intermediate_size", 3072},
+       {"vocab_size", 1000}};
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->head_dim, 128);
+  EXPECT_EQ(c->num_kv_heads, 32);
+  EXPECT_EQ(c->max_position_embeddings, 32768);
+  EXPECT_FALSE(c->tie_word_embeddings);
+
   // Older configs name only the model_type.
   j = doc(kQwen3);
   j.erase("architectures");
@@ -255,6 +269,9 @@ TEST(ModelConfigTest, ParsesSmolLM3LayersWithoutRope) {
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
   EXPECT_TRUE(c->no_rope.empty()) << "RoPE on every layer";
 
+  EXPECT_EQ(c->rope_theta, 2e6) << "SmolLM3Config's default";
+  EXPECT_EQ(c->max_position_embeddings, 32768);
+
   for (const json& bad : {json{1, 0}, json{1, 1, 1, 1, 1, 1, 1, 2}, json("1111")}) {
     j["no_rope_layers"] = bad;
     c = parse(j);
@@ -262,6 +279,58 @@ TEST(ModelConfigTest, ParsesSmolLM3LayersWithoutRope) {
     EXPECT_NE(c.status().message().find("no_rope_layers"), std::string::npos)
         << c.status().message();
   }
+}
+
+// microsoft/Phi-3-mini-4k-instruct's config, in transformers 4's layout.
+const char* kPhi3Mini = R"({
+  "architectures": ["Phi3ForCausalLM"], "attention_dropout": 0.0, "bos_token_id": 1,
+  "embd_pdrop": 0.0, "eos_token_id": 32000, "hidden_act": "silu", "hidden_size": 3072,
+  "initializer_range": 0.02, "intermediate_size": 8192, "max_position_embeddings": 4096,
+  "model_type": "phi3", "num_attention_heads": 32, "num_hidden_layers": 32,
+  "num_key_value_heads": 32, "original_max_position_embeddings": 4096, "pad_token_id": 32000,
+  "resid_pdrop": 0.0, "rms_norm_eps": 1e-05, "rope_scaling": null, "rope_theta": 10000.0,
+  "sliding_window": 2047, "tie_word_embeddings": false, "torch_dtype": "bfloat16",
+  "transformers_version": "4.40.2", "use_cache": true, "vocab_size": 32064})";
+
+// Phi3: fused projections, its window on every layer; the long-context
+// variants' longrope and Phi-4-mini's partial rotation are refused by name.
+TEST(ModelConfigTest, ParsesPhi3MiniWithFusedProjections) {
+  auto c = parse(doc(kPhi3Mini));
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_EQ(c->architecture, "Phi3ForCausalLM");
+  EXPECT_TRUE(c->fused_projections);
+  EXPECT_FALSE(c->attention_bias);
+  EXPECT_EQ(c->head_dim, 96);
+  EXPECT_EQ(c->layer_windows, std::vector<int32_t>(32, 2047));
+  EXPECT_TRUE(c->has_sliding_window());
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{32000});
+
+  json j = doc(kPhi3Mini);
+  j["sliding_window"] = nullptr;
+  for (const char* key : {"eos_token_id", "rms_norm_eps", "max_position_embeddings"}) j.erase(key);
+  c = parse(j);
+  ASSERT_TRUE(c.is_ok()) << c.status().to_string();
+  EXPECT_TRUE(c->layer_windows.empty());
+  EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{32000}) << "Phi3Config's default";
+  EXPECT_EQ(c->rms_norm_eps, 1e-5f);
+  EXPECT_EQ(c->max_position_embeddings, 4096);
+
+  j = doc(kPhi3Mini);
+  j["rope_scaling"] = {{"type", "longrope"}, {"short_factor", {1.0}}, {"long_factor", {1.0}}};
+  EXPECT_EQ(parse(j).status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(parse(j).status().message().find("longrope"), std::string::npos);
+  j = doc(kPhi3Mini);
+  j["partial_rotary_factor"] = 0.75;
+  EXPECT_EQ(parse(j).status().code(), StatusCode::kUnimplemented);
+  EXPECT_NE(parse(j).status().message().find("partial_rotary_factor"), std::string::npos);
+  j.erase("partial_rotary_factor");
+  j.erase("rope_scaling");
+  j.erase("rope_theta");
+  j["rope_parameters"] = {
+      {"rope_type", "default"}, {"rope_theta", 10000.0}, {"partial_rotary_factor", 0.75}};
+  EXPECT_EQ(parse(j).status().code(), StatusCode::kUnimplemented);
+  j["rope_parameters"]["partial_rotary_factor"] = 1.0;
+  EXPECT_TRUE(parse(j).is_ok()) << parse(j).status().to_string();
 }
 
 TEST(ModelConfigTest, ParsesMistralWithoutWindow) {
@@ -616,6 +685,8 @@ TEST(ModelConfigTest, JsonRoundTripForEveryPreset) {
       EXPECT_EQ(b->output_bias, a.output_bias);
       EXPECT_EQ(b->qk_norm, a.qk_norm);
       EXPECT_EQ(b->no_rope, a.no_rope);
+      EXPECT_EQ(b->fused_projections, a.fused_projections);
+      EXPECT_EQ(b->layer_windows, a.layer_windows);
       EXPECT_EQ(b->bos_token_id, a.bos_token_id);
       EXPECT_EQ(b->eos_token_ids, a.eos_token_ids);
       EXPECT_EQ(b->torch_dtype, dt);

@@ -286,6 +286,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // SmolLM3's fourth layer applies no RoPE.
                       ModelCase{"tiny-smollm3", DType::kF32, DType::kF32, 2e-4},
                       ModelCase{"tiny-smollm3", DType::kBF16, DType::kBF16, 6e-2},
+                      // Phi3's fused q/k/v and gate/up projections.
+                      ModelCase{"tiny-phi3", DType::kF32, DType::kF32, 2e-4},
+                      ModelCase{"tiny-phi3", DType::kBF16, DType::kI8, 0.25},
                       ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4, 0, 6},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 0, 17}),
     [](const auto& info) {

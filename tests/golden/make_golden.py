@@ -27,6 +27,8 @@ from transformers import (
     LlamaForCausalLM,
     MistralConfig,
     MistralForCausalLM,
+    Phi3Config,
+    Phi3ForCausalLM,
     Qwen2Config,
     Qwen2ForCausalLM,
     Qwen3Config,
@@ -142,6 +144,17 @@ def model_specs():
             rope_theta=5000000.0,
             tie_word_embeddings=True,
             pad_token_id=None,  # its default, 128004, is past this vocabulary
+        )),
+        # Phi3: q/k/v in one qkv_proj and gate/up in one gate_up_proj, and a
+        # window on every layer shorter than the sequence.
+        ("phi3_fused_sw", 1011, Phi3Config, Phi3ForCausalLM, dict(
+            COMMON,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_theta=10000.0,
+            sliding_window=9,
+            tie_word_embeddings=False,
+            pad_token_id=None,  # its default, 32000, is past this vocabulary
         )),
     ]
 
