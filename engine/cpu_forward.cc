@@ -62,6 +62,8 @@ Status CpuForward::forward(const StepBatch& batch, KvPool& kv, std::vector<float
   grow(x_, size_t(tokens) * hidden);
   grow(h_, size_t(tokens) * hidden);
   kc::embedding(pool_, weights_.embed_tokens, batch.token_ids, tokens, x_.data());
+  if (config_.embedding_multiplier != 1.0f)
+    kc::scale_in_place(pool_, x_.data(), config_.embedding_multiplier, tokens * hidden);
   lap(&CpuStepProfile::other_s);
   for (int32_t layer = 0; layer < config_.num_layers; ++layer) {
     attention_block(layer, batch, kv);  // stores this layer's K/V, then attends
@@ -80,6 +82,10 @@ Status CpuForward::forward(const StepBatch& batch, KvPool& kv, std::vector<float
                h_.data());
   lap(&CpuStepProfile::other_s);
   kc::linear(pool_, h_.data(), wanted, weights_.lm_head, nullptr, logits->data());
+  if (config_.logits_scaling != 1.0f) {
+    kc::scale_in_place(pool_, logits->data(), 1.0f / config_.logits_scaling,
+                       wanted * config_.vocab_size);
+  }
   lap(&CpuStepProfile::projections_s);
   return Status::ok();
 }
@@ -131,15 +137,22 @@ void CpuForward::attention_block(int32_t layer, const StepBatch& batch, KvPool& 
   params.context_lens = batch.context_lens;
   params.block_tables = batch.block_tables;
   params.block_table_stride = batch.block_table_stride;
-  params.scale = 1.0f / std::sqrt(float(config_.head_dim));
+  params.scale = config_.attention_scale();
   params.window = config_.window_of(layer);
   kc::paged_attention(pool_, params);
   lap(&CpuStepProfile::attention_s);
 
   kc::linear(pool_, attn, tokens, w.o_proj, bias(w.o_bias), h_.data());
   lap(&CpuStepProfile::projections_s);
-  kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);
+  add_to_residual(tokens);
   lap(&CpuStepProfile::other_s);
+}
+
+void CpuForward::add_to_residual(int64_t tokens) {
+  const int64_t n = tokens * config_.hidden_size;
+  if (config_.residual_multiplier != 1.0f)
+    kc::scale_in_place(pool_, h_.data(), config_.residual_multiplier, n);
+  kc::add_in_place(pool_, x_.data(), h_.data(), n);
 }
 
 void CpuForward::mlp_block(int32_t layer, int64_t tokens) {
@@ -159,7 +172,7 @@ void CpuForward::mlp_block(int32_t layer, int64_t tokens) {
   lap(&CpuStepProfile::other_s);
   kc::linear(pool_, gate, tokens, w.down_proj, nullptr, h_.data());
   lap(&CpuStepProfile::projections_s);
-  kc::add_in_place(pool_, x_.data(), h_.data(), tokens * hidden);
+  add_to_residual(tokens);
   lap(&CpuStepProfile::other_s);
 }
 

@@ -55,6 +55,8 @@ class CpuForward final : public ForwardBackend {
 
   void attention_block(int32_t layer, const StepBatch& batch, KvPool& kv);
   void mlp_block(int32_t layer, int64_t tokens);
+  // x += h (times Granite's residual_multiplier) for the step's tokens.
+  void add_to_residual(int64_t tokens);
 
   const ModelConfig& config_;
   const ModelWeights& weights_;

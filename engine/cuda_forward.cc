@@ -460,6 +460,11 @@ Status check_served(const ModelConfig& c) {
                          std::to_string(c.hidden_size) + " and " +
                          std::to_string(c.intermediate_size));
   }
+  if (c.has_granite_scalings()) {
+    return unimplemented(
+        "Granite's embedding, residual, attention and logit scalings: the CUDA backend does not "
+        "apply them yet (the CPU backend does)");
+  }
   if (!c.no_rope.empty()) {
     return unimplemented(
         "layers without RoPE (SmolLM3's): the CUDA backend rotates every layer's q and k (the "

@@ -108,6 +108,7 @@ std::optional<std::string_view> model_type_of(std::string_view architecture) {
   if (architecture == "Qwen3ForCausalLM") return "qwen3";
   if (architecture == "SmolLM3ForCausalLM") return "smollm3";
   if (architecture == "Phi3ForCausalLM") return "phi3";
+  if (architecture == "GraniteForCausalLM") return "granite";
   return std::nullopt;
 }
 
@@ -122,7 +123,7 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
                      "\"" + arch +
                          "\" is not supported (LlamaForCausalLM, MistralForCausalLM, "
                          "Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, "
-                         "Phi3ForCausalLM are)");
+                         "Phi3ForCausalLM, GraniteForCausalLM are)");
     }
     return arch;
   }
@@ -135,6 +136,7 @@ Result<std::string> read_architecture(const json& doc, const FieldReader& r) {
     if (type == "qwen3") return std::string("Qwen3ForCausalLM");
     if (type == "smollm3") return std::string("SmolLM3ForCausalLM");
     if (type == "phi3") return std::string("Phi3ForCausalLM");
+    if (type == "granite") return std::string("GraniteForCausalLM");
   }
   (void)doc;
   return r.error(StatusCode::kUnimplemented, "architectures",
@@ -200,6 +202,24 @@ Status read_rope_scaling(const FieldReader& r, ModelConfig& c, const std::string
   if (c.rope_scaling.high_freq_factor <= c.rope_scaling.low_freq_factor) {
     return r.invalid(section + ".high_freq_factor", "must be greater than low_freq_factor");
   }
+  return Status::ok();
+}
+
+// Granite's four scalings, each 1.0 where absent (attention_multiplier too:
+// GraniteConfig's default, which replaces 1/sqrt(head_dim)).
+Status read_granite_scalings(const FieldReader& r, ModelConfig& c) {
+  auto scaling = [&](const char* key, float& out) -> Status {
+    BATON_ASSIGN_OR_RETURN(const double value, r.positive_number(key, 1.0));
+    out = float(value);
+    if (!(out > 0) || !std::isfinite(out)) return r.invalid(key, "is out of float's range");
+    return Status::ok();
+  };
+  BATON_RETURN_IF_ERROR(scaling("embedding_multiplier", c.embedding_multiplier));
+  BATON_RETURN_IF_ERROR(scaling("residual_multiplier", c.residual_multiplier));
+  BATON_RETURN_IF_ERROR(scaling("logits_scaling", c.logits_scaling));
+  float attention = 1.0f;
+  BATON_RETURN_IF_ERROR(scaling("attention_multiplier", attention));
+  c.attention_multiplier = attention;
   return Status::ok();
 }
 
@@ -322,6 +342,7 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   const bool is_qwen3 = c.architecture == "Qwen3ForCausalLM";
   const bool is_smollm3 = c.architecture == "SmolLM3ForCausalLM";
   const bool is_phi3 = c.architecture == "Phi3ForCausalLM";
+  const bool is_granite = c.architecture == "GraniteForCausalLM";
   const bool is_llama = c.architecture == "LlamaForCausalLM";
 
   BATON_ASSIGN_OR_RETURN(c.hidden_size, r.positive_int("hidden_size"));
@@ -385,11 +406,12 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
   // have them. Qwen3 normalizes each head of q and k before RoPE.
   if (is_qwen2) {
     c.attention_bias = true;
-  } else if (is_llama || is_qwen3 || is_smollm3) {
+  } else if (is_llama || is_qwen3 || is_smollm3 || is_granite) {
     BATON_ASSIGN_OR_RETURN(c.attention_bias, r.boolean("attention_bias", false));
     c.output_bias = c.attention_bias;
   }
   c.qk_norm = is_qwen3;
+  if (is_granite) BATON_RETURN_IF_ERROR(read_granite_scalings(r, c));
   c.fused_projections = is_phi3;
   // transformers 4's Phi-4-mini configs give it at the top level.
   if (const json* partial = r.find("partial_rotary_factor");
@@ -556,8 +578,14 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
   doc["initializer_range"] = 0.02;
   doc["attention_dropout"] = 0.0;
   doc["use_cache"] = true;
-  if (type == "llama" || type == "qwen3" || type == "smollm3") {
+  if (type == "llama" || type == "qwen3" || type == "smollm3" || type == "granite") {
     doc["attention_bias"] = c.attention_bias;
+  }
+  if (type == "granite") {
+    doc["embedding_multiplier"] = shortest_double(c.embedding_multiplier);
+    doc["residual_multiplier"] = shortest_double(c.residual_multiplier);
+    doc["logits_scaling"] = shortest_double(c.logits_scaling);
+    doc["attention_multiplier"] = shortest_double(c.attention_multiplier.value_or(1.0f));
   }
   if (type == "smollm3") {
     json layers = json::array();

@@ -1,10 +1,11 @@
 // engine/model_config.h — the model's shape and numerics, read from a Hugging
 // Face config.json (Llama family: LlamaForCausalLM, MistralForCausalLM,
-// Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM;
-// SmolLM2 is a Llama). Anything the engine
+// Qwen2ForCausalLM, Qwen3ForCausalLM, SmolLM3ForCausalLM, Phi3ForCausalLM,
+// GraniteForCausalLM; SmolLM2 is a Llama). Anything the engine
 // does not implement is refused with an error naming the field, never run with wrong output.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <filesystem>
 #include <optional>
@@ -46,6 +47,15 @@ struct ModelConfig {
   bool attention_bias = false;  // q/k/v biases (always on for Qwen2)
   bool output_bias = false;     // an o_proj bias (Llama's and Qwen3's attention_bias)
   bool qk_norm = false;         // RMSNorm over each head of q and of k before RoPE (Qwen3)
+  // Granite's scalings: the embeddings are multiplied by
+  // embedding_multiplier, each block's output by residual_multiplier before
+  // it joins the residual stream, the logits divided by logits_scaling, and
+  // attention scores scaled by attention_multiplier instead of
+  // 1/sqrt(head_dim).
+  float embedding_multiplier = 1.0f;
+  float residual_multiplier = 1.0f;
+  float logits_scaling = 1.0f;
+  std::optional<float> attention_multiplier;
   // Phi3's: q/k/v in one qkv_proj, gate and up in one gate_up_proj.
   bool fused_projections = false;
   // Per layer: true where the layer applies no RoPE (SmolLM3's NoPE layers).
@@ -61,6 +71,14 @@ struct ModelConfig {
   std::vector<int32_t> layer_windows;
 
   int32_t group_size() const { return num_heads / num_kv_heads; }
+  float attention_scale() const {
+    return attention_multiplier ? *attention_multiplier : 1.0f / std::sqrt(float(head_dim));
+  }
+  // Whether any of Granite's scalings differs from Llama's.
+  bool has_granite_scalings() const {
+    return embedding_multiplier != 1.0f || residual_multiplier != 1.0f || logits_scaling != 1.0f ||
+           attention_multiplier.has_value();
+  }
   bool uses_rope(int32_t layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
   int32_t window_of(int32_t layer) const {
     return layer_windows.empty() ? 0 : layer_windows[size_t(layer)];

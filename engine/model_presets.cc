@@ -19,24 +19,10 @@ ModelConfig base(std::string architecture) {
   return c;
 }
 
-ModelConfig tiny() {
-  ModelConfig c = base("LlamaForCausalLM");
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 1;  // GQA 4:1
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 2048;
-  c.rms_norm_eps = 1e-5f;
-  c.rope_theta = 10000.0;
-  c.tie_word_embeddings = false;
-  return c;
-}
-
-ModelConfig tiny_qwen2() {
-  ModelConfig c = base("Qwen2ForCausalLM");
+// The tiny presets' common shape: 2 layers of 4 heads of 16 over a hidden
+// size of 64, 2 KV heads, FFN 128, a 512-token vocabulary.
+ModelConfig tiny_shape(std::string architecture) {
+  ModelConfig c = base(std::move(architecture));
   c.hidden_size = 64;
   c.num_layers = 2;
   c.num_heads = 4;
@@ -46,6 +32,20 @@ ModelConfig tiny_qwen2() {
   c.vocab_size = 512;
   c.max_position_embeddings = 2048;
   c.rms_norm_eps = 1e-6f;
+  c.rope_theta = 10000.0;
+  c.tie_word_embeddings = false;
+  return c;
+}
+
+ModelConfig tiny() {
+  ModelConfig c = tiny_shape("LlamaForCausalLM");
+  c.num_kv_heads = 1;  // GQA 4:1
+  c.rms_norm_eps = 1e-5f;
+  return c;
+}
+
+ModelConfig tiny_qwen2() {
+  ModelConfig c = tiny_shape("Qwen2ForCausalLM");
   c.rope_theta = 1000000.0;
   c.tie_word_embeddings = true;
   c.attention_bias = true;
@@ -55,16 +55,8 @@ ModelConfig tiny_qwen2() {
 // Qwen3's q and k norms, with heads wider than hidden_size / num_heads, and
 // attention_bias (q/k/v and o_proj biases; off in the real Qwen3 models).
 ModelConfig tiny_qwen3() {
-  ModelConfig c = base("Qwen3ForCausalLM");
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
+  ModelConfig c = tiny_shape("Qwen3ForCausalLM");
   c.head_dim = 32;
-  c.intermediate_size = 128;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 2048;
-  c.rms_norm_eps = 1e-6f;
   c.rope_theta = 1000000.0;
   c.tie_word_embeddings = true;
   c.attention_bias = true;
@@ -76,35 +68,34 @@ ModelConfig tiny_qwen3() {
 // SmolLM3's layers without RoPE (every fourth, as its config class makes
 // them), with heads of 16 over a hidden size of 64.
 ModelConfig tiny_smollm3() {
-  ModelConfig c = base("SmolLM3ForCausalLM");
-  c.hidden_size = 64;
+  ModelConfig c = tiny_shape("SmolLM3ForCausalLM");
   c.num_layers = 4;
-  c.num_heads = 4;
-  c.num_kv_heads = 2;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.vocab_size = 512;
-  c.max_position_embeddings = 2048;
-  c.rms_norm_eps = 1e-6f;
   c.rope_theta = 5000000.0;
   c.tie_word_embeddings = true;
   c.no_rope = {false, false, false, true};
   return c;
 }
 
+// Granite's four scalings, with attention_bias (q/k/v and o_proj biases).
+ModelConfig tiny_granite() {
+  ModelConfig c = tiny_shape("GraniteForCausalLM");
+  c.rms_norm_eps = 1e-5f;
+  c.tie_word_embeddings = true;
+  c.attention_bias = true;
+  c.output_bias = true;
+  c.embedding_multiplier = 12.0f;
+  c.residual_multiplier = 0.22f;
+  c.logits_scaling = 8.0f;
+  c.attention_multiplier = 0.015625f;
+  return c;
+}
+
 // Phi3's fused q/k/v and gate/up projections, with a window on every layer.
 ModelConfig tiny_phi3() {
-  ModelConfig c = base("Phi3ForCausalLM");
-  c.hidden_size = 64;
-  c.num_layers = 2;
-  c.num_heads = 4;
+  ModelConfig c = tiny_shape("Phi3ForCausalLM");
   c.num_kv_heads = 4;
-  c.head_dim = 16;
-  c.intermediate_size = 128;
-  c.vocab_size = 512;
   c.max_position_embeddings = 4096;
   c.rms_norm_eps = 1e-5f;
-  c.rope_theta = 10000.0;
   c.fused_projections = true;
   c.layer_windows = {2047, 2047};
   return c;
@@ -205,6 +196,7 @@ const std::pair<const char*, ModelConfig (*)()> kPresets[] = {
     {"tiny-qwen3", tiny_qwen3},
     {"tiny-smollm3", tiny_smollm3},
     {"tiny-phi3", tiny_phi3},
+    {"tiny-granite", tiny_granite},
     {"smollm2-135m", smollm2_135m},
     {"qwen2.5-0.5b", qwen25_05b},
     {"qwen3-0.6b", qwen3_06b},

@@ -103,4 +103,10 @@ void add_in_place(ThreadPool& pool, float* x, const float* y, int64_t n) {
   });
 }
 
+void scale_in_place(ThreadPool& pool, float* x, float s, int64_t n) {
+  parallel_chunks(pool, n, kMinParallelElements, [&](int64_t i0, int64_t i1, int) {
+    for (int64_t i = i0; i < i1; ++i) x[i] *= s;
+  });
+}
+
 }  // namespace baton::kernels::cpu

@@ -26,4 +26,7 @@ void silu_and_mul(ThreadPool& pool, const float* gate, const float* up, int64_t 
 // x[i] += y[i] over n elements.
 void add_in_place(ThreadPool& pool, float* x, const float* y, int64_t n);
 
+// x[i] *= s for i < n.
+void scale_in_place(ThreadPool& pool, float* x, float s, int64_t n);
+
 }  // namespace baton::kernels::cpu

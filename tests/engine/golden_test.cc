@@ -59,8 +59,8 @@ EngineConfig golden_engine_config() {
 class GoldenTest : public ::testing::TestWithParam<std::filesystem::path> {};
 
 TEST(Golden, AllCheckpointsPresent) {
-  // Nine architectures/features, each in F32 and BF16.
-  EXPECT_EQ(golden_dirs().size(), 18u);
+  // Ten architectures/features, each in F32 and BF16.
+  EXPECT_EQ(golden_dirs().size(), 20u);
 }
 
 TEST_P(GoldenTest, LogprobsAndGreedyMatchTransformers) {

@@ -686,6 +686,10 @@ TEST(ModelConfigTest, JsonRoundTripForEveryPreset) {
       EXPECT_EQ(b->qk_norm, a.qk_norm);
       EXPECT_EQ(b->no_rope, a.no_rope);
       EXPECT_EQ(b->fused_projections, a.fused_projections);
+      EXPECT_EQ(b->embedding_multiplier, a.embedding_multiplier);
+      EXPECT_EQ(b->residual_multiplier, a.residual_multiplier);
+      EXPECT_EQ(b->logits_scaling, a.logits_scaling);
+      EXPECT_EQ(b->attention_scale(), a.attention_scale());
       EXPECT_EQ(b->layer_windows, a.layer_windows);
       EXPECT_EQ(b->bos_token_id, a.bos_token_id);
       EXPECT_EQ(b->eos_token_ids, a.eos_token_ids);

@@ -289,6 +289,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // Phi3's fused q/k/v and gate/up projections.
                       ModelCase{"tiny-phi3", DType::kF32, DType::kF32, 2e-4},
                       ModelCase{"tiny-phi3", DType::kBF16, DType::kI8, 0.25},
+                      // Granite's embedding, residual, attention and logit scalings.
+                      ModelCase{"tiny-granite", DType::kF32, DType::kF32, 2e-4},
+                      ModelCase{"tiny-granite", DType::kBF16, DType::kBF16, 6e-2},
                       ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4, 0, 6},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 0, 17}),
     [](const auto& info) {

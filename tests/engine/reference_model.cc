@@ -119,7 +119,11 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
   std::vector<Vec> x(n, Vec(size_t(c.hidden_size)));
   for (size_t t = 0; t < n; ++t)
     for (int i = 0; i < c.hidden_size; ++i)
-      x[t][size_t(i)] = weight_at(w.embed_tokens, tokens[t], i);
+      x[t][size_t(i)] = weight_at(w.embed_tokens, tokens[t], i) * double(c.embedding_multiplier);
+  // Granite's multiplier, else 1/sqrt(head_dim).
+  const double score_scale =
+      c.attention_multiplier ? double(*c.attention_multiplier) : 1.0 / std::sqrt(double(hd));
+  const double residual = c.residual_multiplier;
 
   for (int layer = 0; layer < c.num_layers; ++layer) {
     const LayerWeights& lw = w.layers[size_t(layer)];
@@ -154,7 +158,7 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
         for (size_t s = first; s <= t; ++s) {
           double dot = 0;
           for (int d = 0; d < hd; ++d) dot += q[t][size_t(h * hd + d)] * k[s][size_t(kvh * hd + d)];
-          scores[s] = dot / std::sqrt(double(hd));
+          scores[s] = dot * score_scale;
           max = std::max(max, scores[s]);
         }
         double sum = 0;
@@ -164,7 +168,7 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
             attn[size_t(h * hd + d)] += scores[s] / sum * v[s][size_t(kvh * hd + d)];
       }
       Vec o = matvec(lw.o_proj, rounded_to(attn, projection_input_dtype), lw.o_bias);
-      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i];
+      for (size_t i = 0; i < o.size(); ++i) x[t][i] += o[i] * residual;
     }
     for (size_t t = 0; t < n; ++t) {
       const Vec h = rounded_to(rms_norm(x[t], lw.post_attention_norm, c.rms_norm_eps),
@@ -174,12 +178,14 @@ std::vector<std::vector<double>> reference_logits(const Checkpoint& checkpoint,
       for (size_t i = 0; i < gate.size(); ++i)
         gate[i] = gate[i] / (1.0 + std::exp(-gate[i])) * up[i];
       Vec down = matvec(lw.down_proj, rounded_to(gate, projection_input_dtype), {});
-      for (size_t i = 0; i < down.size(); ++i) x[t][i] += down[i];
+      for (size_t i = 0; i < down.size(); ++i) x[t][i] += down[i] * residual;
     }
   }
   std::vector<Vec> logits(n);
-  for (size_t t = 0; t < n; ++t)
+  for (size_t t = 0; t < n; ++t) {
     logits[t] = matvec(w.lm_head, rms_norm(x[t], w.final_norm, c.rms_norm_eps), {});
+    for (double& l : logits[t]) l /= double(c.logits_scaling);
+  }
   return logits;
 }
 

@@ -23,6 +23,8 @@ import torch
 import transformers
 from safetensors import safe_open
 from transformers import (
+    GraniteConfig,
+    GraniteForCausalLM,
     LlamaConfig,
     LlamaForCausalLM,
     MistralConfig,
@@ -155,6 +157,20 @@ def model_specs():
             sliding_window=9,
             tie_word_embeddings=False,
             pad_token_id=None,  # its default, 32000, is past this vocabulary
+        )),
+        # Granite: embeddings scaled up, block outputs scaled down before the
+        # residual, its own attention scale, logits divided; all four biases.
+        ("granite_scalings", 1017, GraniteConfig, GraniteForCausalLM, dict(
+            COMMON,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+            attention_bias=True,
+            embedding_multiplier=3.0,
+            residual_multiplier=0.6,
+            attention_multiplier=0.1,
+            logits_scaling=2.0,
         )),
     ]
 
