@@ -111,13 +111,14 @@ class WeightBuilder {
   // pass silently (an o_proj bias of an architecture without one, a norm
   // of a variant Baton does not run): wrong output, not an error. Refused,
   // naming them; what transformers itself ignores is passed over: RoPE
-  // tables older checkpoints saved, and lm_head.weight beside tied
-  // embeddings.
+  // tables older checkpoints saved (inv_freq, and the cos/sin caches vLLM
+  // skips too), and lm_head.weight beside tied embeddings.
   Status refuse_unused(const ModelConfig& c) const {
     std::vector<std::string_view> unused;
     for (const auto& [name, tensor] : tensors_) {
       const std::string_view n = name;
       if (used_.contains(name) || n.ends_with("rotary_emb.inv_freq") ||
+          n.ends_with("rotary_emb.cos_cached") || n.ends_with("rotary_emb.sin_cached") ||
           (c.tie_word_embeddings && n == "lm_head.weight"))
         continue;
       unused.push_back(n);

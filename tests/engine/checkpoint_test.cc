@@ -230,6 +230,8 @@ TEST(CheckpointTest, TiedCheckpointMayStillStoreLmHead) {
   auto specs = expected_tensors(true, false, DType::kF32);
   specs.push_back({"lm_head.weight", DType::kF32, {300, 32}});
   specs.push_back({"model.layers.0.self_attn.rotary_emb.inv_freq", DType::kF32, {4}});
+  specs.push_back({"model.layers.1.self_attn.rotary_emb.cos_cached", DType::kF32, {2, 8}});
+  specs.push_back({"model.layers.1.self_attn.rotary_emb.sin_cached", DType::kF32, {2, 8}});
   write_checkpoint(dir / "m", small_config(true, false), specs);
   auto ck = Checkpoint::open(dir / "m");
   ASSERT_TRUE(ck.is_ok()) << ck.status().to_string();
