@@ -25,7 +25,8 @@ while (($#)); do
 done
 
 targets=(fuzz_control_message fuzz_openai_request fuzz_http_request fuzz_zmq_request fuzz_kv_wire
-  fuzz_chat_template fuzz_tokenizer_json fuzz_safetensors fuzz_ssd_slot fuzz_cluster_yaml)
+  fuzz_chat_template fuzz_tokenizer_json fuzz_safetensors fuzz_ssd_slot fuzz_cluster_yaml
+  fuzz_model_config)
 cmake -S . -B build-fuzz -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_C_COMPILER=clang \
   -DCMAKE_CXX_COMPILER=clang++ -DBATON_FUZZ=ON -DBATON_WITH_CUDA=OFF -DBATON_BUILD_TESTS=OFF \
   -DBATON_BUILD_BENCH=OFF >/dev/null

@@ -593,8 +593,6 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     doc["no_rope_layers"] = layers;
     // Its config class's default pad id, 128004, is past a small vocabulary.
     doc["pad_token_id"] = nullptr;
-    doc["use_sliding_window"] = false;
-    doc["sliding_window"] = nullptr;
   }
   if (type == "llama") {
     doc["mlp_bias"] = false;
@@ -609,7 +607,7 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
       }
     }
     doc["sliding_window"] = window;
-  } else if (type == "qwen2" || type == "qwen3") {
+  } else if (type == "qwen2" || type == "qwen3" || type == "smollm3") {
     const bool windowed = std::any_of(c.layer_windows.begin(), c.layer_windows.end(),
                                       [](int32_t w) { return w > 0; });
     doc["use_sliding_window"] = windowed;
