@@ -268,17 +268,22 @@ class CudaForward final : public ForwardBackend {
     BATON_RETURN_IF_ERROR(ensure(logits_, size_t(std::max<int64_t>(wanted, 1) * vocab) * 4));
     BATON_RETURN_IF_ERROR(ensure(logits_host_, size_t(std::max<int64_t>(wanted, 1) * vocab) * 4));
 
-    // Token ids, positions and logit rows: one staged upload.
-    const size_t ints = size_t(2 * tokens + wanted);
+    // Token ids, positions and logit rows: one staged upload; then, for
+    // layers without RoPE (SmolLM3's), a position 0 for every token, where
+    // the rotation (cos 1, sin 0) leaves q and k as they are.
+    const int64_t zeros = config_.no_rope.empty() ? 0 : tokens;
+    const size_t ints = size_t(2 * tokens + wanted + zeros);
     BATON_RETURN_IF_ERROR(ensure(step_ints_, ints * 4));
     BATON_RETURN_IF_ERROR(ensure(step_ints_host_, ints * 4));
     auto* staged = static_cast<int32_t*>(step_ints_host_.data());
     std::copy_n(batch.token_ids, tokens, staged);
     std::copy_n(batch.positions, tokens, staged + tokens);
     for (int64_t i = 0; i < wanted; ++i) staged[2 * tokens + i] = int32_t(batch.logit_rows[i]);
+    std::fill_n(staged + 2 * tokens + wanted, zeros, 0);
     auto* ids = static_cast<int32_t*>(step_ints_.data());
     const int32_t* positions = ids + tokens;
     const int32_t* logit_rows = ids + 2 * tokens;
+    const int32_t* no_positions = logit_rows + wanted;
     BATON_RETURN_IF_ERROR(stream_.copy_to_device(ids, staged, ints * 4));
 
     kernels::PagedAttentionParams attention;
@@ -320,18 +325,19 @@ class CudaForward final : public ForwardBackend {
                                                      c.num_kv_heads, c.head_dim, qkv_width_, eps,
                                                      s));
       }
-      BATON_RETURN_IF_ERROR(kc::rope_bf16({.q = qkv,
-                                           .q_stride = qkv_width_,
-                                           .q_out = q_.data(),
-                                           .k = qkv + q_width_,
-                                           .k_stride = qkv_width_,
-                                           .positions = positions,
-                                           .cos_sin = static_cast<const float*>(rope_.data()),
-                                           .tokens = tokens,
-                                           .num_heads = c.num_heads,
-                                           .num_kv_heads = c.num_kv_heads,
-                                           .head_dim = c.head_dim},
-                                          s));
+      BATON_RETURN_IF_ERROR(
+          kc::rope_bf16({.q = qkv,
+                         .q_stride = qkv_width_,
+                         .q_out = q_.data(),
+                         .k = qkv + q_width_,
+                         .k_stride = qkv_width_,
+                         .positions = c.uses_rope(layer) ? positions : no_positions,
+                         .cos_sin = static_cast<const float*>(rope_.data()),
+                         .tokens = tokens,
+                         .num_heads = c.num_heads,
+                         .num_kv_heads = c.num_kv_heads,
+                         .head_dim = c.head_dim},
+                        s));
       BATON_RETURN_IF_ERROR(attention_->append_kv(kv.layout(), kv.data(), layer, qkv + q_width_,
                                                   qkv + q_width_ + kv_width_, qkv_width_, s));
       if (on_layer_done != nullptr) {
@@ -464,11 +470,6 @@ Status check_served(const ModelConfig& c) {
     return unimplemented(
         "Granite's embedding, residual, attention and logit scalings: the CUDA backend does not "
         "apply them yet (the CPU backend does)");
-  }
-  if (!c.no_rope.empty()) {
-    return unimplemented(
-        "layers without RoPE (SmolLM3's): the CUDA backend rotates every layer's q and k (the "
-        "CPU backend serves them)");
   }
   if (c.has_sliding_window()) {
     return unimplemented(

@@ -254,7 +254,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Shape{"tiny", 4, 2, 64, DType::kBF16, false, /*max_positions=*/16},
                       Shape{"tiny-qwen2", 4, 2, 128, DType::kBF16},
                       // Qwen3's q/k norms and o_proj bias, heads of 64 over a hidden size of 64.
-                      Shape{"tiny-qwen3", 4, 2, 64, DType::kBF16}),
+                      Shape{"tiny-qwen3", 4, 2, 64, DType::kBF16},
+                      // SmolLM3's fourth layer applies no RoPE.
+                      Shape{"tiny-smollm3", 4, 2, 64, DType::kBF16}),
     shape_name);
 
 // Models the kernels do not serve are refused when the backend is made,
