@@ -85,8 +85,15 @@ inline void expect_ssd_round_trip_through_slots(const KvLayout& layout, const Po
     const int32_t n = std::min(slots.free_load_slots(), int32_t(restored.size() - at));
     ASSERT_EQ(n, std::min<int32_t>(load, int32_t(restored.size() - at)));
     const std::vector<int32_t> taken = slots.take_load_slots(n);
-    const SsdLoad got =
-        (*store)->load(std::span(keys).subspan(at, size_t(n)), slots.memory(), taken);
+    // Asynchronously, as the tier restores (with io_uring the kernel writes
+    // the slots after start_load returns).
+    const int64_t id =
+        (*store)->start_load(std::span(keys).subspan(at, size_t(n)), slots.memory(), taken);
+    std::vector<SsdKvStore::LandedLoad> landed;
+    while (landed.empty()) landed = (*store)->finish_loads(/*wait=*/true);
+    ASSERT_EQ(landed.size(), 1u);
+    ASSERT_EQ(landed[0].id, id);
+    const SsdLoad& got = landed[0].result;
     ASSERT_TRUE(got.problem.is_ok()) << got.problem.to_string();
     ASSERT_EQ(got.restored, n);
     ASSERT_TRUE(slots.copy_in(taken, std::span(restored).subspan(at, size_t(n))).is_ok());
