@@ -401,9 +401,10 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
                      v->dump() + " is not supported (only \"silu\" is)");
     }
   }
-  // Qwen2 always has q/k/v biases and no o_proj bias; Mistral never has
-  // any; Llama and Qwen3 say in attention_bias whether q/k/v and o_proj
-  // have them. Qwen3 normalizes each head of q and k before RoPE.
+  // Qwen2 always has q/k/v biases and no o_proj bias; Mistral and Phi3
+  // never have any; Llama, Qwen3, SmolLM3 and Granite say in attention_bias
+  // whether q/k/v and o_proj have them. Qwen3 normalizes each head of q and
+  // k before RoPE.
   if (is_qwen2) {
     c.attention_bias = true;
   } else if (is_llama || is_qwen3 || is_smollm3 || is_granite) {
