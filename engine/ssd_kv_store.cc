@@ -402,6 +402,24 @@ void SsdKvStore::drop(int64_t slot) {
   ++stats_.dropped_blocks;
 }
 
+std::vector<int64_t> SsdKvStore::pin(std::span<const BlockKey> keys) {
+  std::vector<int64_t> pinned;
+  for (const BlockKey& key : keys) {
+    if (const int64_t slot = find(key); slot >= 0) {
+      ++slots_[size_t(slot)].pins;
+      pinned.push_back(slot);
+    }
+  }
+  return pinned;
+}
+
+void SsdKvStore::unpin(std::span<const int64_t> slots) {
+  for (const int64_t slot : slots) {
+    BATON_CHECK(slots_[size_t(slot)].pins > 0);
+    --slots_[size_t(slot)].pins;
+  }
+}
+
 void SsdKvStore::touch(int64_t slot) {
   Slot& s = slots_[size_t(slot)];
   recency_.splice(recency_.end(), recency_, s.recency);

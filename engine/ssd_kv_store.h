@@ -118,6 +118,12 @@ class SsdKvStore {
   bool contains(const BlockKey& key) const;
   // Makes the stored ones of these keys the most recently used, last key most.
   void touch(std::span<const BlockKey> keys);
+  // Keeps the slots of the stored ones of these keys from being taken for
+  // other keys until unpin() (a restore that reads them a piece at a time,
+  // while saves go on); returns those slots, for unpin(). A pinned slot
+  // that fails verification is still dropped.
+  std::vector<int64_t> pin(std::span<const BlockKey> keys);
+  void unpin(std::span<const int64_t> slots);
   // Writes block blocks[i] of `memory` (every layer) under
   // keys[i], for every i, evicting the least recently used slots when full.
   // A key already stored only becomes most recently used. A failed write is
@@ -165,7 +171,7 @@ class SsdKvStore {
     uint64_t parent = 0;
     std::vector<int32_t> tokens;  // empty: the slot is free
     std::list<int64_t>::iterator recency;
-    int32_t pins = 0;  // asynchronous loads reading it: not to be reused
+    int32_t pins = 0;  // asynchronous loads reading it, and pin()s: not to be reused
   };
   struct Io;  // one block's vectored read or write
   class Ring;

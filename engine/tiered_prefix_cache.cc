@@ -222,6 +222,7 @@ bool TieredPrefixCache::start_reading(Restore& restore) {
   if (!fresh.is_ok()) return false;
   restore.fresh = std::move(fresh).value();
   if (staging_ != nullptr) {
+    restore.pinned = ssd_->pin(restore.keys);
     // No free slots: it starts once a load in flight gives some back.
     start_piece(restore);
     return true;
@@ -306,6 +307,7 @@ bool TieredPrefixCache::settle_load(Restore& restore, int32_t restored) {
 void TieredPrefixCache::finish(Restore& restore, const SequenceLookup& find,
                                std::vector<int64_t>& landed_owners) {
   const int32_t restored = restore.landed;
+  ssd_->unpin(restore.pinned);
   // Registered and released, the restored blocks are cached and most
   // recently used: the sequence, admitted next, finds them with the
   // prefix before them. Blocks not restored are simply free again; an

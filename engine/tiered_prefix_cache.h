@@ -119,6 +119,9 @@ class TieredPrefixCache {
     int32_t landed = 0;          // keys [0, landed) are in their fresh blocks
     int32_t reading = 0;         // keys [landed, landed + reading) are being read
     std::vector<int32_t> slots;  // a staged pool's: the slots they are read into
+    // A staged pool's: the store slots of its keys, kept from saves until it
+    // is over (its later pieces are read after saves may have run).
+    std::vector<int64_t> pinned;
     std::vector<int32_t> held;
     std::vector<int32_t> fresh;
     std::vector<int32_t> tokens;  // the keys' tokens

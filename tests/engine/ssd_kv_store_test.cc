@@ -278,6 +278,53 @@ TEST_F(SsdKvStoreTest, FullStoreReusesTheLeastRecentlyUsedSlot) {
   }
 }
 
+// A restore read a piece at a time pins its keys: saves of other keys
+// (evicted blocks, while the pieces land) take every other slot first, and
+// skip the save when only pinned slots are left; unpinned, the slots are
+// least recently used as before.
+TEST_F(SsdKvStoreTest, PinnedSlotsAreNotTakenUntilUnpinned) {
+  const KvLayout layout = layout_of(DType::kBF16, 2, 1, 64, 4, 16);
+  KvPool pool = random_pool(layout);
+  auto store = make_store(layout, 4);
+  std::vector<BlockKey> keys;
+  for (int i = 0; i < 12; ++i) keys.push_back(random_key(4));
+  std::vector<int32_t> blocks(12);
+  std::iota(blocks.begin(), blocks.end(), 0);
+  store->save(std::span(keys).first(4), pool.data(), std::span(blocks).first(4));
+  // Keys 0 and 1 are the least recently used, and pinned (with a key that
+  // is not stored, which pins nothing).
+  const BlockKey absent = random_key(4);
+  const std::vector<BlockKey> wanted = {keys[0], absent, keys[1]};
+  const std::vector<int64_t> pinned = store->pin(wanted);
+  EXPECT_EQ(pinned.size(), 2u);
+  store->save(std::span(keys).subspan(4, 2), pool.data(), std::span(blocks).subspan(4, 2));
+  EXPECT_TRUE(store->contains(keys[0]));
+  EXPECT_TRUE(store->contains(keys[1]));
+  EXPECT_FALSE(store->contains(keys[2])) << "unpinned slots are taken first";
+  EXPECT_FALSE(store->contains(keys[3]));
+  EXPECT_TRUE(store->contains(keys[4]));
+  EXPECT_TRUE(store->contains(keys[5]));
+  // Only pinned slots and just-saved ones left: 6 and 7 take 4 and 5's.
+  store->save(std::span(keys).subspan(6, 2), pool.data(), std::span(blocks).subspan(6, 2));
+  EXPECT_TRUE(store->contains(keys[0]));
+  EXPECT_TRUE(store->contains(keys[1]));
+  // The pinned blocks read back whole.
+  KvPool target = random_pool(layout);
+  const std::vector<int32_t> into = {14, 15};
+  const std::vector<BlockKey> both = {keys[0], keys[1]};
+  const SsdLoad loaded = store->load(both, target.data(), into);
+  ASSERT_EQ(loaded.restored, 2) << loaded.problem.to_string();
+  EXPECT_TRUE(same_block(target, 14, pool, 0));
+  EXPECT_TRUE(same_block(target, 15, pool, 1));
+  // Unpinned, they are slots like any other: four new keys take all four.
+  store->unpin(pinned);
+  store->save(std::span(keys).subspan(8, 4), pool.data(), std::span(blocks).subspan(8, 4));
+  EXPECT_EQ(store->stats().stored_blocks, 4);
+  EXPECT_FALSE(store->contains(keys[0]));
+  EXPECT_FALSE(store->contains(keys[1]));
+  for (int i = 8; i < 12; ++i) EXPECT_TRUE(store->contains(keys[size_t(i)])) << i;
+}
+
 TEST_F(SsdKvStoreTest, KeysMatchOnParentAndTokensNotOnlyTheHash) {
   const KvLayout layout = layout_of(DType::kF32, 1, 1, 64, 4, 4);
   KvPool pool = random_pool(layout);
