@@ -592,8 +592,6 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     json layers = json::array();
     for (int32_t i = 0; i < c.num_layers; ++i) layers.push_back(c.uses_rope(i) ? 1 : 0);
     doc["no_rope_layers"] = layers;
-    // Its config class's default pad id, 128004, is past a small vocabulary.
-    doc["pad_token_id"] = nullptr;
   }
   if (type == "llama") {
     doc["mlp_bias"] = false;
@@ -622,6 +620,9 @@ nlohmann::json model_config_to_json(const ModelConfig& c) {
     doc["max_window_layers"] = c.num_layers;
     if (windowed) doc["layer_types"] = types;
   }
+  // Some config classes default the pad id past a small vocabulary
+  // (SmolLM3's 128004, Phi3's 32000), which transformers then refuses.
+  doc["pad_token_id"] = nullptr;
   doc["bos_token_id"] = c.bos_token_id >= 0 ? json(c.bos_token_id) : json(nullptr);
   if (c.eos_token_ids.empty()) {
     doc["eos_token_id"] = nullptr;

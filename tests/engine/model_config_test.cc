@@ -660,6 +660,10 @@ TEST(ModelConfigTest, JsonRoundTripForEveryPreset) {
       ASSERT_TRUE(j["architectures"].is_array());
       EXPECT_EQ(j["architectures"][0], a.architecture);
       EXPECT_TRUE(j["model_type"].is_string());
+      // Not a config class's default pad id, which may lie past a tiny
+      // vocabulary (Phi3's 32000): transformers would refuse the model.
+      ASSERT_TRUE(j.contains("pad_token_id"));
+      EXPECT_TRUE(j["pad_token_id"].is_null());
       EXPECT_EQ(j["torch_dtype"], dt == DType::kF32   ? "float32"
                                   : dt == DType::kF16 ? "float16"
                                                       : "bfloat16");
