@@ -76,13 +76,12 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   // Token slots (block * block_size + offset) are int32 in the kernels.
   layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
-  if (const uint64_t memory = host_memory_bytes();
-      !config.device.is_cuda() && memory > 0 && layout.total_bytes() > memory) {
-    return invalid_argument(std::string(config.kv_cache_blocks > 0 ? "engine.kv_cache_blocks"
-                                                                   : "engine.kv_cache_bytes") +
-                            ": a KV pool of " + gib_text(layout.total_bytes()) + " (" +
-                            std::to_string(layout.num_blocks) + " blocks) is more than the " +
-                            gib_text(memory) + " of memory this machine (or its cgroup) has");
+  if (!config.device.is_cuda()) {
+    BATON_RETURN_IF_ERROR(check_fits_host_memory(
+        layout.total_bytes(), std::string(config.kv_cache_blocks > 0 ? "engine.kv_cache_blocks"
+                                                                     : "engine.kv_cache_bytes") +
+                                  ": a KV pool of " + gib_text(layout.total_bytes()) + " (" +
+                                  std::to_string(layout.num_blocks) + " blocks)"));
   }
   auto make_pool = [&]() -> Result<KvPool> {
     if (!allocate_pool) return backend->allocate_kv_pool(layout);

@@ -13,6 +13,8 @@
 #include <fstream>
 #include <string>
 
+#include "common/status.h"
+
 namespace baton::engine {
 
 // 0 where neither is known.
@@ -36,6 +38,16 @@ inline std::string gib_text(uint64_t bytes) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f GiB", double(bytes) / double(1ull << 30));
   return text;
+}
+
+// Refuses `bytes` of host memory this process could never hold (nothing
+// where the machine's memory is unknown); `what` names them and the setting
+// that sized them, and starts the message.
+inline Status check_fits_host_memory(uint64_t bytes, const std::string& what) {
+  const uint64_t memory = host_memory_bytes();
+  if (memory == 0 || bytes <= memory) return Status::ok();
+  return invalid_argument(what + " is more than the " + gib_text(memory) +
+                          " of memory this machine (or its cgroup) has");
 }
 
 }  // namespace baton::engine

@@ -40,7 +40,7 @@ Status TieredPrefixCache::attach_ssd_store(std::unique_ptr<SsdKvStore> store,
 void TieredPrefixCache::save_evicted(std::span<const BlockKey> keys,
                                      std::span<const int32_t> blocks) {
   if (staging_ == nullptr) {
-    ssd_->save(keys, BlockMemory::of_pool(kv_.layout(), kv_.data()), blocks);
+    ssd_->save(keys, pool_memory(), blocks);
     return;
   }
   // Blocks stored already (restored ones, evicted again) are not copied out.
@@ -228,8 +228,7 @@ bool TieredPrefixCache::start_reading(Restore& restore) {
     return true;
   }
   restore.reading = int32_t(restore.keys.size());
-  restore.load =
-      ssd_->start_load(restore.keys, BlockMemory::of_pool(kv_.layout(), kv_.data()), restore.fresh);
+  restore.load = ssd_->start_load(restore.keys, pool_memory(), restore.fresh);
   return true;
 }
 

@@ -147,6 +147,8 @@ class TieredPrefixCache {
   // The restore in flight reading the block of this key hash, and the key's
   // index in it; null if none is.
   std::pair<Restore*, int32_t> restore_reading(uint64_t hash);
+  // Where the store reads and writes an unstaged pool's blocks.
+  BlockMemory pool_memory() const { return BlockMemory::of_pool(kv_.layout(), kv_.data()); }
   // The eviction hook: evicted registered blocks to the SSD tier (a staged
   // pool's through its save slots, those not stored already).
   void save_evicted(std::span<const BlockKey> keys, std::span<const int32_t> blocks);

@@ -90,13 +90,13 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
   if (node->transfer_ == nullptr) {
     std::unique_ptr<PoolCopier> staging;
     // The mirror holds as much host memory as the device pool, pinned.
-    if (const uint64_t memory = engine::host_memory_bytes();
-        device_pool && memory > 0 && pool.bytes() > memory) {
-      return invalid_argument(
-          "engine: the KV pool of " + engine::gib_text(pool.bytes()) + " on " +
-          settings.engine.device.name() + " meets the wire through a host mirror of that size, " +
-          "more than the " + engine::gib_text(memory) +
-          " of memory this machine (or its cgroup) has; lower engine.kv_cache_bytes");
+    if (device_pool) {
+      BATON_RETURN_IF_ERROR(engine::check_fits_host_memory(
+          pool.bytes(), std::string(settings.engine.kv_cache_blocks > 0 ? "engine.kv_cache_blocks"
+                                                                        : "engine.kv_cache_bytes") +
+                            ": the host mirror (" + engine::gib_text(pool.bytes()) +
+                            ") through which the KV pool on " + settings.engine.device.name() +
+                            " meets the wire"));
     }
     if (staged) {
       BATON_ASSIGN_OR_RETURN(staging, node->engine_->make_pool_copier());
