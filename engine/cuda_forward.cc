@@ -302,7 +302,8 @@ class CudaForward final : public ForwardBackend {
                              kc::PagedAttention::create({.num_heads = c.num_heads,
                                                          .num_kv_heads = c.num_kv_heads,
                                                          .head_dim = c.head_dim,
-                                                         .block_size = kv.layout().block_size}));
+                                                         .block_size = kv.layout().block_size,
+                                                         .layer_windows = c.layer_windows}));
       attention_shape_block_ = kv.layout().block_size;
     }
     void* s = stream_.handle();
@@ -349,6 +350,7 @@ class CudaForward final : public ForwardBackend {
       attention.q = q_.data();
       attention.out = attn_.data();
       attention.layer = layer;
+      attention.window = c.window_of(layer);
       BATON_RETURN_IF_ERROR(attention_->run(attention, s));
       BATON_RETURN_IF_ERROR(gemm(attn_.data(), tokens, w.o, hidden, q_width_, h_.data(),
                                  w.o_bias.bytes() > 0 ? w.o_bias.data() : nullptr));
@@ -470,11 +472,6 @@ Status check_served(const ModelConfig& c) {
     return unimplemented(
         "Granite's embedding, residual, attention and logit scalings: the CUDA backend does not "
         "apply them yet (the CPU backend does)");
-  }
-  if (c.has_sliding_window()) {
-    return unimplemented(
-        "sliding-window attention: the CUDA backend attends to the whole context, and this "
-        "checkpoint's layers have windows (the CPU backend serves them)");
   }
   return Status::ok();
 }

@@ -5,6 +5,7 @@
 // does not implement is refused with an error naming the field, never run with wrong output.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -82,6 +83,17 @@ struct ModelConfig {
   bool uses_rope(int32_t layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
   int32_t window_of(int32_t layer) const {
     return layer_windows.empty() ? 0 : layer_windows[size_t(layer)];
+  }
+  // The window every layer's reads fit in: the largest, where every layer
+  // has one; 0 where some layer attends to the whole context. Keys further
+  // back than this are read by no layer, so their blocks can be given back.
+  int32_t kv_window() const {
+    int32_t widest = 0;
+    for (int32_t layer = 0; layer < num_layers; ++layer) {
+      if (window_of(layer) <= 0) return 0;
+      widest = std::max(widest, window_of(layer));
+    }
+    return widest;
   }
   // Whether some layer's window is shorter than max_position_embeddings,
   // and so hides keys of contexts the model was made for. (A longer one

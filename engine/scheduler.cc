@@ -37,14 +37,7 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
         config.max_model_len > 0 ? "engine.max_model_len" : "the model's max_position_embeddings");
     max_model_len_ = int32_t(pool_tokens);
   }
-  const ModelConfig& c = model.config();
-  for (int32_t layer = 0; layer < c.num_layers; ++layer) {
-    if (c.window_of(layer) <= 0) {
-      kv_window_ = 0;
-      break;
-    }
-    kv_window_ = std::max(kv_window_, c.window_of(layer));
-  }
+  kv_window_ = model.config().kv_window();
 }
 
 Status Scheduler::validate(const std::vector<int32_t>& prompt,

@@ -1,6 +1,7 @@
 // kernels/cuda/flashinfer_attention.cuh — the FlashInfer instantiations Baton
-// serves (BF16, head_dim 64 and 128, plain causal softmax attention), each
-// family in a .cu of its own so they compile in parallel.
+// serves (BF16, head_dim 64 and 128, causal softmax attention with an
+// optional sliding window), each family in a .cu of its own so they compile
+// in parallel.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -15,7 +16,9 @@ namespace baton::kernels::cuda::fi {
 
 using T = __nv_bfloat16;
 using Id = int32_t;
-using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/false,
+// One variant for layers with and without windows: a window_left of -1
+// masks nothing, and a second set of instantiations would double the build.
+using Variant = flashinfer::DefaultAttention</*custom_mask=*/false, /*sliding_window=*/true,
                                              /*logits_soft_cap=*/false, /*alibi=*/false>;
 using DecodeParams = flashinfer::BatchDecodeParams<T, T, T, Id>;
 using PrefillParams = flashinfer::BatchPrefillPagedParams<T, T, T, Id>;

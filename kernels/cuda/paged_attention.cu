@@ -1,7 +1,9 @@
 #include "kernels/cuda/paged_attention.h"
 
+#include <algorithm>
 #include <exception>
 #include <flashinfer/page.cuh>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -47,7 +49,13 @@ class FlashInferAttention final : public PagedAttention {
       : shape_(shape),
         float_ws_(std::move(float_ws)),
         int_ws_(std::move(int_ws)),
-        pinned_ws_(std::move(pinned_ws)) {}
+        pinned_ws_(std::move(pinned_ws)) {
+    const auto& w = shape_.layer_windows;
+    same_windows_ = std::adjacent_find(w.begin(), w.end(), std::not_equal_to<>()) == w.end();
+    kv_window_ = w.empty() || *std::min_element(w.begin(), w.end()) <= 0
+                     ? 0
+                     : *std::max_element(w.begin(), w.end());
+  }
 
   bool planned_decode() const override { return decode_; }
 
@@ -65,7 +73,6 @@ class FlashInferAttention final : public PagedAttention {
     num_seqs_ = p.num_seqs;
     num_tokens_ = 0;
     decode_ = false;
-    if (p.window > 0) return unimplemented("CUDA attention has no sliding window");
     if (p.num_seqs <= 0) return Status::ok();  // append_kv and run then do nothing
     // Host arrays: page indptr, last page lengths, query indptr, per token
     // its sequence and position, then the pages themselves.
@@ -94,20 +101,25 @@ class FlashInferAttention final : public PagedAttention {
                                 std::to_string(pages) + " blocks, its table holds " +
                                 std::to_string(p.block_table_stride));
       }
-      for (int32_t j = 0; j < pages; ++j) {
+      // Blocks wholly behind the first row's widest window are read by no
+      // layer (and may have been given back): the sequence starts after
+      // them. Masks and the causal order are relative, so every position
+      // moves back by the same amount.
+      const int32_t skipped = kv_window_ > 0 ? std::max(0, ctx - q_len - kv_window_ + 1) / bs : 0;
+      for (int32_t j = skipped; j < pages; ++j) {
         if (table[j] < 0 || table[j] >= p.layout.num_blocks) {
           return invalid_argument("CUDA attention plan: sequence " + std::to_string(q) +
                                   " has block " + std::to_string(table[j]) + " of a pool of " +
                                   std::to_string(p.layout.num_blocks));
         }
       }
-      pages_.insert(pages_.end(), table, table + pages);
+      pages_.insert(pages_.end(), table + skipped, table + pages);
       page_indptr_.push_back(Id(pages_.size()));
       last_page_len_.push_back(ctx - (pages - 1) * bs);
       query_indptr_.push_back(query_indptr_.back() + q_len);
       for (int32_t j = 0; j < q_len; ++j) {
         token_seq_.push_back(q);
-        token_pos_.push_back(ctx - q_len + j);
+        token_pos_.push_back(ctx - q_len + j - skipped * bs);
       }
     }
     num_tokens_ = int64_t(token_seq_.size());
@@ -152,8 +164,9 @@ class FlashInferAttention final : public PagedAttention {
           prefill_info_, query_indptr_.data(), page_indptr_.data(), uint32_t(num_tokens_),
           uint32_t(num_seqs_), uint32_t(shape_.num_heads), uint32_t(shape_.num_kv_heads),
           uint32_t(shape_.head_dim), uint32_t(shape_.head_dim), uint32_t(bs),
-          /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/sizeof(T), /*window_left=*/-1,
-          /*fixed_split_size=*/-1, /*disable_split_kv=*/false, /*num_colocated_ctas=*/0,
+          /*enable_cuda_graph=*/false, /*sizeof_dtype_o=*/sizeof(T),
+          same_windows_ ? window_left(0) : -1, /*fixed_split_size=*/-1,
+          /*disable_split_kv=*/!same_windows_, /*num_colocated_ctas=*/0,
           /*uniform_q_len=*/0, s, /*kv_dtype_bytes=*/sizeof(T));
     });
   }
@@ -176,6 +189,11 @@ class FlashInferAttention final : public PagedAttention {
   Status run(const PagedAttentionParams& p, void* stream) override {
     BATON_RETURN_IF_ERROR(check_layout(p.layout));
     if (p.qo_dtype != DType::kBF16) return invalid_argument("CUDA attention takes BF16 queries");
+    if (p.window != window_of(p.layer)) {
+      return invalid_argument("CUDA attention: layer " + std::to_string(p.layer) +
+                              " is run with a window of " + std::to_string(p.window) +
+                              ", its shape says " + std::to_string(window_of(p.layer)));
+    }
     if (num_tokens_ == 0) return Status::ok();
     auto s = static_cast<cudaStream_t>(stream);
     auto kv = paged_kv(p.layout, const_cast<void*>(p.kv_pool), p.layer);
@@ -185,7 +203,7 @@ class FlashInferAttention final : public PagedAttention {
     if (decode_) {
       fi::DecodeParams params(q, /*q_rope_offset=*/nullptr, kv, o, /*lse=*/nullptr,
                               /*maybe_alibi_slopes=*/nullptr, uint32_t(shape_.num_heads),
-                              q_stride_n, q_stride_h, /*window_left=*/-1,
+                              q_stride_n, q_stride_h, window_left(p.layer),
                               /*logits_soft_cap=*/0.0f, p.scale, /*rope_scale=*/1.0f,
                               /*rope_theta=*/1e4f);
       const auto& info = decode_info_;
@@ -210,7 +228,7 @@ class FlashInferAttention final : public PagedAttention {
                              /*maybe_mask_indptr=*/nullptr, /*maybe_q_rope_offset=*/nullptr, o,
                              /*lse=*/nullptr, /*maybe_alibi_slopes=*/nullptr,
                              uint32_t(shape_.num_heads), q_stride_n, q_stride_h,
-                             /*window_left=*/-1, /*logits_soft_cap=*/0.0f, p.scale,
+                             window_left(p.layer), /*logits_soft_cap=*/0.0f, p.scale,
                              /*rope_scale=*/1.0f, /*rope_theta=*/1e4f);
     const auto& info = prefill_info_;
     void* ints = int_ws_.data();
@@ -236,6 +254,15 @@ class FlashInferAttention final : public PagedAttention {
   }
 
  private:
+  int32_t window_of(int32_t layer) const {
+    const auto& w = shape_.layer_windows;
+    return layer >= 0 && size_t(layer) < w.size() ? w[size_t(layer)] : 0;
+  }
+  // FlashInfer's form of a window: the keys a row sees before its own; -1 all.
+  int32_t window_left(int32_t layer) const {
+    return window_of(layer) > 0 ? window_of(layer) - 1 : -1;
+  }
+
   Status check_layout(const KvLayout& layout) const {
     if (layout.key_order != KeyOrder::kTokenMajor || layout.dtype != DType::kBF16 ||
         layout.head_dim != shape_.head_dim || layout.num_kv_heads != shape_.num_kv_heads ||
@@ -274,6 +301,11 @@ class FlashInferAttention final : public PagedAttention {
   }
 
   Shape shape_;
+  // Whether every layer has the same window (or none): then the prefill
+  // plan may split a long context's keys, since FlashInfer counts a
+  // sequence's key chunks from the plan's window and the run's alike.
+  bool same_windows_ = true;
+  int32_t kv_window_ = 0;  // ModelConfig::kv_window of the shape's layers
   DeviceBuffer float_ws_, int_ws_;
   PinnedBuffer pinned_ws_;
   DeviceBuffer step_device_;
@@ -300,6 +332,8 @@ Result<std::unique_ptr<PagedAttention>> PagedAttention::create(const Shape& shap
       shape.block_size <= 0) {
     return invalid_argument("CUDA attention needs query heads a multiple of KV heads");
   }
+  for (int32_t w : shape.layer_windows)
+    if (w < 0) return invalid_argument("CUDA attention: a layer's window is negative");
   BATON_ASSIGN_OR_RETURN(DeviceBuffer float_ws, DeviceBuffer::allocate(kFloatWorkspaceBytes));
   BATON_ASSIGN_OR_RETURN(DeviceBuffer int_ws, DeviceBuffer::allocate(kIntWorkspaceBytes));
   BATON_ASSIGN_OR_RETURN(PinnedBuffer pinned_ws, PinnedBuffer::allocate(kIntWorkspaceBytes));

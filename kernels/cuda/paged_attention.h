@@ -11,12 +11,19 @@
 // already in the pool (chunked prefill, prefix hits and KV received from
 // another node are all that case).
 //
+// Sliding windows (Shape::layer_windows): each layer masks the keys outside
+// its rows' windows. Where every layer has one, a step's plan leaves out each
+// sequence's blocks wholly behind the widest window of its first row: the
+// engine gives those blocks back as the sequence runs (BlockTable::
+// release_before), so they may hold another sequence's KV, or nothing yet.
+//
 // Plain C++ (no CUDA headers); BF16 queries, outputs and KV; head_dim 64 or 128.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "common/status.h"
 #include "kernels/attention_params.h"
@@ -34,6 +41,9 @@ class PagedAttention {
     int32_t num_kv_heads = 0;
     int32_t head_dim = 0;  // 64 or 128
     int32_t block_size = 0;
+    // Per layer, > 0: the layer's sliding window (PagedAttentionParams::
+    // window); 0: it attends to the whole context. Empty: no layer has one.
+    std::vector<int32_t> layer_windows;
   };
   // Workspaces on the current device.
   static Result<std::unique_ptr<PagedAttention>> create(const Shape& shape);
@@ -49,7 +59,8 @@ class PagedAttention {
   virtual Status append_kv(const KvLayout& layout, void* pool, int32_t layer, const void* k,
                            const void* v, int64_t row_stride, void* stream) = 0;
   // The planned step's attention for layer p.layer: p.q and p.out device
-  // pointers, [tokens, num_heads, head_dim] BF16; p.kv_pool the device pool.
+  // pointers, [tokens, num_heads, head_dim] BF16; p.kv_pool the device pool;
+  // p.window the layer's window in Shape::layer_windows.
   virtual Status run(const PagedAttentionParams& p, void* stream) = 0;
   // Whether the planned step takes the decode kernel.
   virtual bool planned_decode() const = 0;

@@ -231,6 +231,28 @@ def gpu_model_specs():
             use_sliding_window=False,
             attention_bias=True,
         )),
+        # Sliding windows shorter than the sequence: on every layer (blocks
+        # behind it are given back as a sequence runs), and Qwen2's from
+        # max_window_layers on (layer 1 masks, layer 0 sees everything).
+        ("mistral_sw_hd64", 2006, MistralConfig, MistralForCausalLM, dict(
+            wide,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_theta=10000.0,
+            sliding_window=7,
+            tie_word_embeddings=False,
+        )),
+        ("qwen2_sw_hd64", 2007, Qwen2Config, Qwen2ForCausalLM, dict(
+            wide,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            head_dim=64,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+            use_sliding_window=True,
+            sliding_window=5,
+            max_window_layers=1,
+        )),
     ]
 
 

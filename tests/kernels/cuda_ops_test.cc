@@ -314,11 +314,14 @@ struct AttentionOnDevice {
   Stream stream;
 };
 
-AttentionOnDevice make_attention(const AttentionShape& shape, int32_t block_size) {
+// `windows`: per layer, the sliding window (0: none); empty, no layer has one.
+AttentionOnDevice make_attention(const AttentionShape& shape, int32_t block_size,
+                                 std::vector<int32_t> windows = {}) {
   auto attention = PagedAttention::create({.num_heads = shape.num_heads,
                                            .num_kv_heads = shape.num_kv_heads,
                                            .head_dim = shape.head_dim,
-                                           .block_size = block_size});
+                                           .block_size = block_size,
+                                           .layer_windows = std::move(windows)});
   EXPECT_TRUE(attention.is_ok()) << attention.status().to_string();
   auto stream = Stream::create();
   EXPECT_TRUE(stream.is_ok()) << stream.status().to_string();
@@ -332,10 +335,24 @@ AttentionOnDevice make_attention(const AttentionShape& shape, int32_t block_size
 // reference over the sequence's whole context as it should be (the earlier
 // context as it was before the step, this step's rows as given), and the
 // pool read back to hold exactly that, nothing else changed.
+//
+// With `windows` (per layer, as make_attention was given them) each row is
+// checked against the reference over its window. Where every layer has one,
+// the table's blocks wholly behind each sequence's first row's widest window
+// name a block of NaN instead, as blocks the engine gave back may hold
+// anything: an output that read one is NaN and fails.
 void check_step(AttentionOnDevice& on_device, const AttentionShape& shape, int32_t bs,
                 const std::vector<std::pair<int32_t, int32_t>>& seqs, bool expect_decode_kernel,
-                std::mt19937_64& rng, int32_t layers = 1) {
+                std::mt19937_64& rng, int32_t layers = 1,
+                const std::vector<int32_t>& windows = {}) {
   ASSERT_NE(on_device.attention, nullptr);
+  auto window_of = [&](int32_t layer) { return windows.empty() ? 0 : windows[size_t(layer)]; };
+  int32_t widest = 0;  // 0: some layer attends to everything
+  if (!windows.empty()) {
+    ASSERT_EQ(windows.size(), size_t(layers) + 1) << "a window for each layer, 0 included";
+    if (*std::min_element(windows.begin(), windows.end()) > 0)
+      widest = *std::max_element(windows.begin(), windows.end());
+  }
   KvLayout layout{.num_layers = layers + 1,
                   .num_blocks = 0,
                   .block_size = bs,
@@ -353,17 +370,33 @@ void check_step(AttentionOnDevice& on_device, const AttentionShape& shape, int32
   std::vector<int32_t> ids(size_t(layout.num_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
+  const int32_t given_back = ids.back();  // one of the five spare blocks: NaN
   std::vector<int32_t> tables(seqs.size() * size_t(stride), -1), query_start = {0}, lens;
-  size_t next = 0;
+  // Per sequence, the tokens before its first row's widest window.
+  std::vector<int32_t> behind(seqs.size(), 0);
+  size_t next = 0, blocks_given_back = 0;
   for (size_t s = 0; s < seqs.size(); ++s) {
-    for (int32_t b = 0; b < (seqs[s].second + bs - 1) / bs; ++b)
-      tables[s * size_t(stride) + size_t(b)] = ids[next++];
-    query_start.push_back(query_start.back() + seqs[s].first);
-    lens.push_back(seqs[s].second);
+    const auto [q_len, ctx] = seqs[s];
+    if (widest > 0) behind[s] = std::max(0, ctx - q_len - widest + 1);
+    for (int32_t b = 0; b < (ctx + bs - 1) / bs; ++b) {
+      const bool gone = (b + 1) * bs <= behind[s];
+      tables[s * size_t(stride) + size_t(b)] = gone ? given_back : ids[next++];
+      blocks_given_back += gone;
+    }
+    query_start.push_back(query_start.back() + q_len);
+    lens.push_back(ctx);
+  }
+  if (widest > 0) {
+    EXPECT_GT(blocks_given_back, 0u) << "no block was behind every window";
   }
   // The earlier context is already in the pool (random); this step's rows
   // are appended by the kernel.
   auto pool_values = bf16_rounded(random_floats(rng, layout.total_elements(), -2, 2));
+  for (int32_t layer = 0; layer < layout.num_layers; ++layer) {
+    const size_t at = layout.block_offset(layer, given_back);
+    std::fill_n(pool_values.begin() + ptrdiff_t(at), layout.block_elements(), NAN);
+  }
+  auto same = [](float a, float b) { return a == b || (std::isnan(a) && std::isnan(b)); };
   auto d_pool = upload(to_bf16(pool_values));
   const int64_t kv_width = int64_t(shape.num_kv_heads) * shape.head_dim;
   const int64_t row = 2 * kv_width;  // k then v of one token side by side
@@ -395,6 +428,7 @@ void check_step(AttentionOnDevice& on_device, const AttentionShape& shape, int32
     p.q = d_q.data();
     p.out = out.data();
     p.layer = layer;
+    p.window = window_of(layer);
     auto* kv_base = static_cast<bf16_t*>(d_new.data());
     ASSERT_TRUE(
         on_device.attention
@@ -410,7 +444,8 @@ void check_step(AttentionOnDevice& on_device, const AttentionShape& shape, int32
     for (size_t s = 0; s < seqs.size(); ++s) {
       const auto [q_len, ctx] = seqs[s];
       std::vector<double> k(size_t(ctx) * size_t(kv_width)), v(k.size());
-      for (int32_t t = 0; t < ctx; ++t) {
+      // Keys behind every window stay 0 here: the reference reads none.
+      for (int32_t t = (behind[s] / bs) * bs; t < ctx; ++t) {
         const int32_t block = tables[s * size_t(stride) + size_t(t / bs)];
         const int32_t j = t - (ctx - q_len);  // this step's row j, if >= 0
         for (int32_t h = 0; h < shape.num_kv_heads; ++h)
@@ -425,16 +460,16 @@ void check_step(AttentionOnDevice& on_device, const AttentionShape& shape, int32
             }
             k[dst] = pool_values[k_at];
             v[dst] = pool_values[v_at];
-            ASSERT_EQ(pool_after[k_at], pool_values[k_at])
+            ASSERT_TRUE(same(pool_after[k_at], pool_values[k_at]))
                 << "sequence " << s << (j >= 0 ? " new" : " earlier") << " key of token " << t;
-            ASSERT_EQ(pool_after[v_at], pool_values[v_at])
+            ASSERT_TRUE(same(pool_after[v_at], pool_values[v_at]))
                 << "sequence " << s << (j >= 0 ? " new" : " earlier") << " value of token " << t;
           }
       }
       std::vector<float> q_rows(q.begin() + ptrdiff_t(size_t(token) * q_row),
                                 q.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
       auto want = reference::attention(q_rows, q_len, k, v, ctx, shape.num_heads,
-                                       shape.num_kv_heads, shape.head_dim, p.scale);
+                                       shape.num_kv_heads, shape.head_dim, p.scale, p.window);
       std::vector<float> got_rows(got.begin() + ptrdiff_t(size_t(token) * q_row),
                                   got.begin() + ptrdiff_t(size_t(token + q_len) * q_row));
       expect_close_bf16(got_rows, want, 1.5e-2, "sequence " + std::to_string(s));
@@ -443,7 +478,7 @@ void check_step(AttentionOnDevice& on_device, const AttentionShape& shape, int32
     // Nothing but this step's slots of the layers run so far changed
     // (pool_values holds those slots' new rows by now).
     size_t changed = 0;
-    for (size_t i = 0; i < pool_values.size(); ++i) changed += pool_after[i] != pool_values[i];
+    for (size_t i = 0; i < pool_values.size(); ++i) changed += !same(pool_after[i], pool_values[i]);
     EXPECT_EQ(changed, 0u) << "elements of the pool written outside this step's slots";
   }
 }
@@ -516,16 +551,74 @@ TEST_P(CudaPagedAttentionTest, OneObjectServesStepAfterStepAndEveryLayer) {
   }
 }
 
+TEST_P(CudaPagedAttentionTest, SlidingWindowsMatchReference) {
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  // Decode rows, a chunk longer than the window over cached context, a
+  // fresh prompt, and one long enough for the kernels to split its keys.
+  const std::vector<std::pair<int32_t, int32_t>> prefill = {{1, 200},    {40, 300}, {37, 37},
+                                                            {130, 1000}, {1, 5},    {1, 3000}};
+  const std::vector<std::pair<int32_t, int32_t>> decode = {
+      {1, 1}, {1, 17}, {1, 100}, {1, 333}, {1, 3000}};
+  const bool decode_kernel = decode_kernel_serves(GetParam());
+  for (int32_t bs : {16, 1}) {
+    SCOPED_TRACE("block size " + std::to_string(bs));
+    // Mistral's: one window on every layer; blocks behind it given back.
+    std::vector<int32_t> same = {50, 50, 50};
+    AttentionOnDevice mistral = make_attention(GetParam(), bs, same);
+    check_step(mistral, GetParam(), bs, prefill, false, rng, 2, same);
+    check_step(mistral, GetParam(), bs, decode, decode_kernel, rng, 2, same);
+    // Every layer windowed, some shorter than others: the widest decides
+    // which blocks are given back, and no key split is planned.
+    std::vector<int32_t> mixed = {64, 7, 64};
+    AttentionOnDevice narrow = make_attention(GetParam(), bs, mixed);
+    check_step(narrow, GetParam(), bs, prefill, false, rng, 2, mixed);
+    check_step(narrow, GetParam(), bs, decode, decode_kernel, rng, 2, mixed);
+    // Qwen2's max_window_layers: a layer attends to everything, so nothing
+    // is given back and the windowed layer masks over the whole context.
+    std::vector<int32_t> qwen2 = {0, 0, 33};
+    AttentionOnDevice partial = make_attention(GetParam(), bs, qwen2);
+    check_step(partial, GetParam(), bs, prefill, false, rng, 2, qwen2);
+    check_step(partial, GetParam(), bs, decode, decode_kernel, rng, 2, qwen2);
+  }
+}
+
+// A pool of four 16-token blocks of the shape, for the refusals below.
+KvLayout four_block_pool(const AttentionShape& shape, int32_t layers) {
+  return {.num_layers = layers,
+          .num_blocks = 4,
+          .block_size = 16,
+          .num_kv_heads = shape.num_kv_heads,
+          .head_dim = shape.head_dim,
+          .dtype = DType::kBF16,
+          .key_order = KeyOrder::kTokenMajor};
+}
+
+TEST_P(CudaPagedAttentionTest, RunRefusesAWindowItsShapeDoesNotHave) {
+  AttentionOnDevice on_device = make_attention(GetParam(), 16, {0, 9});
+  ASSERT_NE(on_device.attention, nullptr);
+  PagedAttentionParams p;
+  p.qo_dtype = DType::kBF16;
+  p.layout = four_block_pool(GetParam(), 2);
+  p.layer = 1;
+  p.window = 10;
+  EXPECT_EQ(on_device.attention->run(p, on_device.stream.handle()).code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(PagedAttention::create({.num_heads = GetParam().num_heads,
+                                    .num_kv_heads = GetParam().num_kv_heads,
+                                    .head_dim = GetParam().head_dim,
+                                    .block_size = 16,
+                                    .layer_windows = {4, -1}})
+                .status()
+                .code(),
+            StatusCode::kInvalidArgument);
+}
+
 TEST_P(CudaPagedAttentionTest, PlanRefusesBlocksOutsideThePool) {
   AttentionOnDevice on_device = make_attention(GetParam(), 16);
   ASSERT_NE(on_device.attention, nullptr);
-  KvLayout layout{.num_layers = 1,
-                  .num_blocks = 4,
-                  .block_size = 16,
-                  .num_kv_heads = GetParam().num_kv_heads,
-                  .head_dim = GetParam().head_dim,
-                  .dtype = DType::kBF16,
-                  .key_order = KeyOrder::kTokenMajor};
+  KvLayout layout = four_block_pool(GetParam(), 1);
   std::vector<int32_t> query_start = {0, 1}, lens = {20};
   PagedAttentionParams p;
   p.layout = layout;
