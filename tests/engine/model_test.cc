@@ -277,8 +277,6 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tiny", DType::kBF16, DType::kFP8E4M3, 1.0, 32},
                       ModelCase{"tiny", DType::kF32, DType::kF32, 2e-4, 32},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 32},
-                      // Sliding windows shorter than the sequences, on every
-                      // layer but the first (Qwen2's layer_types).
                       // Qwen3's q/k norms and o_proj bias, heads of 32 over
                       // a hidden size of 64.
                       ModelCase{"tiny-qwen3", DType::kF32, DType::kF32, 2e-4},
@@ -292,6 +290,8 @@ INSTANTIATE_TEST_SUITE_P(
                       // Granite's embedding, residual, attention and logit scalings.
                       ModelCase{"tiny-granite", DType::kF32, DType::kF32, 2e-4},
                       ModelCase{"tiny-granite", DType::kBF16, DType::kBF16, 6e-2},
+                      // Sliding windows shorter than the sequences, on every
+                      // layer but the first (Qwen2's layer_types).
                       ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4, 0, 6},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF32, 2e-4, 0, 17}),
     [](const auto& info) {

@@ -308,6 +308,10 @@ TEST_F(SsdKvStoreTest, PinnedSlotsAreNotTakenUntilUnpinned) {
   store->save(std::span(keys).subspan(6, 2), pool.data(), std::span(blocks).subspan(6, 2));
   EXPECT_TRUE(store->contains(keys[0]));
   EXPECT_TRUE(store->contains(keys[1]));
+  EXPECT_FALSE(store->contains(keys[4]));
+  EXPECT_FALSE(store->contains(keys[5]));
+  EXPECT_TRUE(store->contains(keys[6])) << "a save skipped while slots were pinned";
+  EXPECT_TRUE(store->contains(keys[7]));
   // The pinned blocks read back whole.
   KvPool target = random_pool(layout);
   const std::vector<int32_t> into = {14, 15};
