@@ -295,7 +295,7 @@ class CudaForward final : public ForwardBackend {
     attention.context_lens = batch.context_lens;
     attention.block_tables = batch.block_tables;
     attention.block_table_stride = batch.block_table_stride;
-    attention.scale = 1.0f / std::sqrt(float(c.head_dim));
+    attention.scale = c.attention_scale();
     attention.qo_dtype = DType::kBF16;
     if (attention_shape_block_ != kv.layout().block_size) {
       BATON_ASSIGN_OR_RETURN(attention_,
@@ -312,6 +312,9 @@ class CudaForward final : public ForwardBackend {
     const float eps = c.rms_norm_eps;
     BATON_RETURN_IF_ERROR(
         kc::gather_rows_bf16(embed_tokens_.data(), hidden, ids, tokens, x_.data(), s));
+    if (c.embedding_multiplier != 1.0f) {
+      BATON_RETURN_IF_ERROR(kc::scale_bf16(x_.data(), tokens * hidden, c.embedding_multiplier, s));
+    }
     BATON_RETURN_IF_ERROR(kc::rms_norm_bf16(x_.data(), layers_.front().input_norm.data(), tokens,
                                             hidden, eps, h_.data(), s));
     auto* qkv = static_cast<bf16_t*>(qkv_.data());
@@ -354,6 +357,7 @@ class CudaForward final : public ForwardBackend {
       BATON_RETURN_IF_ERROR(attention_->run(attention, s));
       BATON_RETURN_IF_ERROR(gemm(attn_.data(), tokens, w.o, hidden, q_width_, h_.data(),
                                  w.o_bias.bytes() > 0 ? w.o_bias.data() : nullptr));
+      BATON_RETURN_IF_ERROR(scale_for_residual(tokens));
       BATON_RETURN_IF_ERROR(kc::add_rms_norm_bf16(
           h_.data(), x_.data(), w.post_attention_norm.data(), tokens, hidden, eps, s));
       BATON_RETURN_IF_ERROR(gemm(h_.data(), tokens, w.gate_up, 2 * ffn, hidden, gate_up_.data()));
@@ -364,6 +368,7 @@ class CudaForward final : public ForwardBackend {
       const void* next_norm = layer + 1 < c.num_layers
                                   ? layers_[size_t(layer) + 1].input_norm.data()
                                   : final_norm_.data();
+      BATON_RETURN_IF_ERROR(scale_for_residual(tokens));
       BATON_RETURN_IF_ERROR(
           kc::add_rms_norm_bf16(h_.data(), x_.data(), next_norm, tokens, hidden, eps, s));
     }
@@ -389,8 +394,20 @@ class CudaForward final : public ForwardBackend {
     BATON_RETURN_IF_ERROR(stream_.synchronize());
     if (wanted > 0) {
       std::memcpy(logits->data(), logits_host_.data(), size_t(wanted * vocab) * 4);
+      // Granite's logits scaling, on the F32 logits as the CPU backend applies it.
+      if (c.logits_scaling != 1.0f) {
+        for (float& v : *logits) v *= 1.0f / c.logits_scaling;
+      }
     }
     return Status::ok();
+  }
+
+  // Granite's residual multiplier on a block's output in h_, before the
+  // residual add (transformers rounds the BF16 product, then adds).
+  Status scale_for_residual(int64_t tokens) {
+    if (config_.residual_multiplier == 1.0f) return Status::ok();
+    return kc::scale_bf16(h_.data(), tokens * config_.hidden_size, config_.residual_multiplier,
+                          stream_.handle());
   }
 
   Status gemm(const void* x, int64_t m, const kc::DeviceBuffer& w, int64_t n, int64_t k, void* out,
@@ -467,11 +484,6 @@ Status check_served(const ModelConfig& c) {
     return unimplemented("hidden_size and intermediate_size must be multiples of 8 on CUDA, got " +
                          std::to_string(c.hidden_size) + " and " +
                          std::to_string(c.intermediate_size));
-  }
-  if (c.has_granite_scalings()) {
-    return unimplemented(
-        "Granite's embedding, residual, attention and logit scalings: the CUDA backend does not "
-        "apply them yet (the CPU backend does)");
   }
   return Status::ok();
 }

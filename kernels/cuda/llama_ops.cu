@@ -32,6 +32,13 @@ __global__ void gather_rows_kernel(const bf16* __restrict__ table, int64_t cols,
   }
 }
 
+__global__ void scale_kernel(bf16* __restrict__ x, int64_t n, float factor) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
+       i += int64_t(gridDim.x) * blockDim.x) {
+    x[i] = __float2bfloat16_rn(__bfloat162float(x[i]) * factor);
+  }
+}
+
 __global__ void f32_to_bf16_kernel(const float* __restrict__ src, int64_t n,
                                    bf16* __restrict__ dst) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n;
@@ -126,6 +133,15 @@ Status silu_and_mul_bf16(const void* gate_up, int64_t tokens, int64_t d, void* o
   flashinfer::activation::act_and_mul_kernel<bf16, silu, kVec>
       <<<unsigned(tokens), threads, 0, static_cast<cudaStream_t>(stream)>>>(
           static_cast<bf16*>(out), static_cast<const bf16*>(gate_up), int(d));
+  BATON_CUDA_RETURN_IF_ERROR(cudaGetLastError());
+  return Status::ok();
+}
+
+Status scale_bf16(void* x, int64_t n, float factor, void* stream) {
+  if (n == 0) return Status::ok();
+  const unsigned blocks = unsigned(std::min<int64_t>((n + 255) / 256, 4096));
+  scale_kernel<<<blocks, 256, 0, static_cast<cudaStream_t>(stream)>>>(static_cast<bf16*>(x), n,
+                                                                      factor);
   BATON_CUDA_RETURN_IF_ERROR(cudaGetLastError());
   return Status::ok();
 }

@@ -58,6 +58,11 @@ Status rope_bf16(const RopeArgs& args, void* stream);
 // (the gate and up projections side by side), out [tokens, d], d a multiple of 8.
 Status silu_and_mul_bf16(const void* gate_up, int64_t tokens, int64_t d, void* out, void* stream);
 
+// x[i] = bf16(x[i] * factor) for n BF16 values, in place: Granite's
+// embedding and residual multipliers, rounded as transformers rounds a BF16
+// product.
+Status scale_bf16(void* x, int64_t n, float factor, void* stream);
+
 // dst[i] = bf16(src[i]) for n F32 values on the device (weights converted once).
 Status f32_to_bf16(const float* src, int64_t n, void* dst, void* stream);
 

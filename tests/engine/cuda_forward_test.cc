@@ -52,6 +52,9 @@ struct Shape {
   // > 0: the model's max_position_embeddings, shorter than the sequences
   // (the backend's RoPE table grows past it, as engine.max_model_len allows).
   int32_t max_positions = 0;
+  // > 0: a sliding window of this many positions on every layer but the
+  // first, shorter than the sequences; < 0: -window on every layer.
+  int32_t window = 0;
 };
 
 std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
@@ -59,7 +62,9 @@ std::string shape_name(const ::testing::TestParamInfo<Shape>& info) {
   std::string name = std::string(s.preset) + "_h" + std::to_string(s.num_heads) + "_kv" +
                      std::to_string(s.num_kv_heads) + "_d" + std::to_string(s.head_dim) + "_" +
                      std::string(dtype_name(s.weight_dtype)) + (s.llama3_rope ? "_llama3" : "") +
-                     (s.max_positions > 0 ? "_positions" + std::to_string(s.max_positions) : "");
+                     (s.max_positions > 0 ? "_positions" + std::to_string(s.max_positions) : "") +
+                     (s.window > 0 ? "_window" + std::to_string(s.window) : "") +
+                     (s.window < 0 ? "_every_layer_window" + std::to_string(-s.window) : "");
   std::replace(name.begin(), name.end(), '-', '_');
   return name;
 }
@@ -82,10 +87,17 @@ class CudaForwardTest : public ::testing::TestWithParam<Shape> {
       config->rope_scaling.original_max_position_embeddings = 64;
     }
     if (s.max_positions > 0) config->max_position_embeddings = s.max_positions;
+    if (s.window != 0) {
+      config->layer_windows.assign(size_t(config->num_layers), std::abs(s.window));
+      if (s.window > 0) config->layer_windows[0] = 0;
+    }
+    // Reloaded from config.json below: the windows must survive it.
+    const std::vector<int32_t> windows = config->layer_windows;
     dir_path_ = testing::make_model(dir_, *config, s.preset, s.weight_dtype, seed_);
     auto checkpoint = Checkpoint::open(dir_path_);
     ASSERT_TRUE(checkpoint.is_ok()) << checkpoint.status().to_string();
     checkpoint_ = std::move(checkpoint).value();
+    ASSERT_EQ(checkpoint_->config().layer_windows, windows);
     auto backend = make_cuda_forward(0, *checkpoint_);
     ASSERT_TRUE(backend.is_ok()) << backend.status().to_string();
     model_ = std::make_unique<LlamaModel>(*checkpoint_, std::move(backend).value());
@@ -256,7 +268,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // Qwen3's q/k norms and o_proj bias, heads of 64 over a hidden size of 64.
                       Shape{"tiny-qwen3", 4, 2, 64, DType::kBF16},
                       // SmolLM3's fourth layer applies no RoPE.
-                      Shape{"tiny-smollm3", 4, 2, 64, DType::kBF16}),
+                      Shape{"tiny-smollm3", 4, 2, 64, DType::kBF16},
+                      // Granite's embedding, residual, attention and logit scalings.
+                      Shape{"tiny-granite", 4, 2, 64, DType::kBF16},
+                      // Sliding windows: on every layer (blocks behind them
+                      // left out of the plan), and Qwen2's mix with a full layer.
+                      Shape{"tiny-qwen2", 4, 2, 64, DType::kBF16, false, 0, /*window=*/-9},
+                      Shape{"tiny-qwen2", 4, 2, 128, DType::kBF16, false, 0, /*window=*/6}),
     shape_name);
 
 // Models the kernels do not serve are refused when the backend is made,
@@ -300,10 +318,10 @@ TEST(CudaGolden, LogprobsAndGreedyMatchTransformers) {
   const auto dirs = gpu_golden_dirs();
   ASSERT_FALSE(dirs.empty()) << "no golden checkpoints of the CUDA backend's shapes: point "
                                 "BATON_GOLDEN_GPU_DIR at tests/golden/data-gpu";
-  // Llama (GQA; llama3 RoPE), Qwen2, Mistral, Qwen3, and Mistral and Qwen2
-  // with sliding windows (the scheduler gives Mistral's blocks behind the
-  // window back while greedy decoding runs).
-  EXPECT_EQ(dirs.size(), 7u);
+  // Llama (GQA; llama3 RoPE), Qwen2, Mistral, Qwen3, Granite, and Mistral
+  // and Qwen2 with sliding windows (the scheduler gives Mistral's blocks
+  // behind the window back while greedy decoding runs).
+  EXPECT_EQ(dirs.size(), 8u);
   for (const auto& dir : dirs) {
     SCOPED_TRACE(dir.string());
     std::ifstream in(dir / "golden.json");

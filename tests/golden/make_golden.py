@@ -49,6 +49,15 @@ MIN_GREEDY_MARGIN = 1e-3  # top1 - top2 log-prob gap required at each greedy ste
 LM_HEAD_GAIN = 2.5    # lm_head std = gain / sqrt(hidden): logits std ~ 2.5
 QK_GAIN = 1.5         # sharper attention than the plain 1/sqrt(fan_in)
 
+# Granite's four scalings (every one away from 1) and its biases.
+GRANITE_SCALINGS = dict(
+    attention_bias=True,
+    embedding_multiplier=3.0,
+    residual_multiplier=0.6,
+    attention_multiplier=0.1,
+    logits_scaling=2.0,
+)
+
 COMMON = dict(
     hidden_size=64,
     intermediate_size=160,
@@ -166,11 +175,7 @@ def model_specs():
             num_key_value_heads=2,
             rope_theta=10000.0,
             tie_word_embeddings=False,
-            attention_bias=True,
-            embedding_multiplier=3.0,
-            residual_multiplier=0.6,
-            attention_multiplier=0.1,
-            logits_scaling=2.0,
+            **GRANITE_SCALINGS,
         )),
     ]
 
@@ -252,6 +257,16 @@ def gpu_model_specs():
             use_sliding_window=True,
             sliding_window=5,
             max_window_layers=1,
+        )),
+        # Granite's four scalings and biases.
+        ("granite_scalings_hd64", 2008, GraniteConfig, GraniteForCausalLM, dict(
+            wide,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=64,
+            rope_theta=10000.0,
+            tie_word_embeddings=False,
+            **GRANITE_SCALINGS,
         )),
     ]
 

@@ -298,6 +298,27 @@ TEST_F(CudaOpsTest, SiluAndMulAndRowGather) {
   }
 }
 
+TEST_F(CudaOpsTest, ScaleRoundsEachProductToBf16InPlace) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  // Sizes past one block of threads and past the grid's cap, and a factor
+  // whose products need rounding (Granite's multipliers are such).
+  for (int64_t n : {int64_t(7), int64_t(1000), int64_t(5'000'000)}) {
+    const float factor = std::uniform_real_distribution<float>(1.5f, 13.0f)(rng_);
+    auto x = bf16_rounded(random_floats(rng_, size_t(n), -8, 8));
+    auto d_x = upload(to_bf16(x));
+    ASSERT_TRUE(scale_bf16(d_x.data(), n, factor, s()).is_ok());
+    ASSERT_TRUE(stream_.synchronize().is_ok());
+    auto got = download_bf16(d_x, size_t(n));
+    size_t moved = 0;
+    for (size_t i = 0; i < size_t(n); ++i) {
+      ASSERT_EQ(got[i], bf16_to_float(float_to_bf16(x[i] * factor)))
+          << "element " << i << " of " << n << ", factor " << factor;
+      moved += got[i] != x[i];
+    }
+    EXPECT_GT(moved, size_t(n) / 2) << "the values were not scaled";
+  }
+}
+
 struct AttentionShape {
   int32_t num_heads, num_kv_heads, head_dim;
 };
