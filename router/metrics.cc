@@ -202,8 +202,9 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
                  http_4xx_.load());
   fmt::format_to(std::back_inserter(out), "baton:http_responses_total{{code=\"5xx\"}} {}\n",
                  http_5xx_.load());
-  auto per_node = [&](std::string_view name, std::string_view help, auto value_of) {
-    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} gauge\n", name, help, name);
+  auto per_node = [&](std::string_view name, std::string_view help, auto value_of,
+                      std::string_view type = "gauge") {
+    fmt::format_to(std::back_inserter(out), "# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
     for (const NodeState& node : snapshot.nodes) {
       fmt::format_to(std::back_inserter(out), "{}{{node=\"{}\",role=\"{}\"}} {}\n", name, node.name,
                      role_name(node.role), value_of(node));
@@ -221,6 +222,10 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   }
   per_node("baton:node_up", "Whether a node is registered and heartbeating.",
            [](const NodeState& node) { return node.up ? 1 : 0; });
+  per_node(
+      "baton:node_down_total",
+      "Times the router declared a node down (heartbeats missed, its process restarted, ...).",
+      [](const NodeState& node) { return node.times_down; }, "counter");
   per_node("baton:node_free_kv_blocks", "Free KV blocks of a node.",
            [](const NodeState& node) { return node.load.free_blocks; });
   per_node("baton:node_total_kv_blocks", "KV blocks of a node.",

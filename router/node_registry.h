@@ -45,6 +45,7 @@ struct NodeState {
   // From the last heartbeat: a prefill node's transfer path to each decode
   // node it has sent KV to (mode and UCX transports), while that endpoint is up.
   std::map<std::string, std::string> kv_paths;
+  int64_t times_down = 0;         // declared down by the router (RouterCore::node_down)
   int32_t assigned_requests = 0;  // placed by the router, not yet finished
   // Prompt tokens placed here to prefill, not yet prefilled: a prefill
   // node's, or a decode node's own (prompts it computes itself).

@@ -22,6 +22,8 @@ using Clock = std::chrono::steady_clock;
 
 // Longest the loop sleeps; bounds how late timeouts and node expiry are seen.
 constexpr auto kLoopTick = 10ms;
+// Frames read from the control socket per turn of the loop.
+constexpr size_t kMaxMessagesPerPoll = 4096;
 
 RouterCore::RouterCore(RouterCoreConfig config)
     : config_(std::move(config)), registry_(config_.nodes, config_.policy) {}
@@ -79,7 +81,13 @@ ClusterSnapshot RouterCore::snapshot() const {
 void RouterCore::loop() {
   auto next_snapshot = Clock::now();
   while (!stop_.load()) {
-    auto received = socket_->poll(kLoopTick, wake_.fd());
+    auto received = socket_->poll(kLoopTick, wake_.fd(), kMaxMessagesPerPoll);
+    // Every frame queued by now is in `received`: a node is judged silent
+    // as of this moment, not after the work below. A step that delivers a
+    // large reply can take longer than the heartbeat timeout, and the
+    // heartbeats that arrived meanwhile are read by the next poll.
+    const auto polled_at = Clock::now();
+    const bool socket_drained = received.size() < kMaxMessagesPerPoll;
     wake_.drain();
     for (auto& r : received) handle(r.from, r.message);
 
@@ -99,9 +107,11 @@ void RouterCore::loop() {
     }
 
     auto now = Clock::now();
-    for (const std::string& name : registry_.expire(now, config_.heartbeat_timeout)) {
-      node_down(name,
-                "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " ms");
+    if (socket_drained) {
+      for (const std::string& name : registry_.expire(polled_at, config_.heartbeat_timeout)) {
+        node_down(name,
+                  "no heartbeat for " + std::to_string(config_.heartbeat_timeout.count()) + " ms");
+      }
     }
     std::vector<uint64_t> expired;
     for (const auto& [id, request] : requests_) {
@@ -378,6 +388,7 @@ void RouterCore::node_down(const std::string& name, const std::string& why) {
   if (NodeState* node = registry_.find(name)) {
     node->assigned_requests = 0;
     node->assigned_tokens = 0;
+    ++node->times_down;
   }
   publish_snapshot();
 }

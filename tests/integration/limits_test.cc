@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <limits>
+#include <numeric>
 #include <thread>
 
 #include "tests/integration/cluster_harness.h"
@@ -210,6 +211,39 @@ TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
   EXPECT_GT(shortest_step_s * 1e3, double(shape.heartbeat_timeout_ms))
       << "the premise: steps outlast the heartbeat timeout; shortest " << shortest_step_s * 1e3
       << " ms";
+  EXPECT_TRUE(cluster.node_up("prefill-0"));
+  EXPECT_TRUE(cluster.node_up("decode-0"));
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
+// The router's core thread builds a non-streamed reply whole when its last
+// token arrives; with echo and 20 log-probabilities for each of many
+// choices that takes longer than the heartbeat timeout here. Heartbeats
+// that arrive meanwhile are read before anyone is judged silent: no node
+// is declared down (once, every node was, failing other clients' requests,
+// and each re-registered several times).
+TEST(LimitsTest, ALargeReplyDoesNotLookLikeDeadNodes) {
+  ClusterShape shape;
+  shape.heartbeat_interval_ms = 10;
+  shape.heartbeat_timeout_ms = 100;
+  shape.kv_cache_bytes = "16MiB";
+  Cluster cluster(shape);
+  const double downs_before = cluster.metric("baton:node_down_total");
+  ASSERT_GE(downs_before, 0);
+  std::vector<int32_t> ids(100);
+  std::iota(ids.begin(), ids.end(), 10);
+  const json prompts = json::array({ids, ids, ids, ids, ids, ids, ids, ids});
+  json body = {{"prompt", prompts}, {"n", 16},      {"max_tokens", 64},
+               {"logprobs", 20},    {"echo", true}, {"ignore_eos", true},
+               {"temperature", 1.0}};
+  auto response = cluster.post("/v1/completions", body);
+  ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+  ASSERT_EQ(response->status, 200) << response->body.substr(0, 500);
+  // The premise, as far as it shows from outside: 128 choices of 164
+  // positions with 21 log-probabilities each, some 10 MB of JSON.
+  EXPECT_GT(response->body.size(), size_t(8) << 20);
+  EXPECT_EQ(cluster.metric("baton:node_down_total"), downs_before)
+      << "a node was declared down while the reply was built";
   EXPECT_TRUE(cluster.node_up("prefill-0"));
   EXPECT_TRUE(cluster.node_up("decode-0"));
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
