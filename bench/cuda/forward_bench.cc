@@ -181,10 +181,12 @@ double attention_gbs(const engine::ModelConfig& c, int32_t batch, int32_t ctx, d
   auto pool = kc::DeviceBuffer::allocate(layout.total_bytes());
   const size_t q_bytes = size_t(batch) * c.num_heads * c.head_dim * 2;
   auto q = kc::DeviceBuffer::allocate(q_bytes), out = kc::DeviceBuffer::allocate(q_bytes);
+  // No windows: the rate of reading every key of the context.
   auto attention = kc::PagedAttention::create({.num_heads = c.num_heads,
                                                .num_kv_heads = c.num_kv_heads,
                                                .head_dim = c.head_dim,
-                                               .block_size = bs});
+                                               .block_size = bs,
+                                               .layer_windows = {}});
   auto stream = kc::Stream::create();
   if (!pool.is_ok() || !q.is_ok() || !out.is_ok() || !attention.is_ok() || !stream.is_ok())
     return 0;
