@@ -1,7 +1,7 @@
 // kernels/cuda/llama_ops.h — the CUDA backend's elementwise and gather ops
 // of a Llama-family layer, BF16 activations. Norms, rotary embedding and
-// SiLU-and-mul are FlashInfer's kernels; the row gather is Baton's own (no
-// library has it without a framework).
+// SiLU-and-mul are FlashInfer's kernels; the row gather and the scale are
+// Baton's own (no library has them without a framework).
 //
 // Plain C++ (no CUDA headers). Every pointer is a device pointer, `stream`
 // a cudaStream_t; each call returns launch errors.
