@@ -385,7 +385,9 @@ class CudaForward final : public ForwardBackend {
                                         .n = vocab,
                                         .k = hidden,
                                         .dtype = DType::kBF16,
-                                        .out_dtype = DType::kF32},
+                                        .out_dtype = DType::kF32,
+                                        // Granite's logits scaling.
+                                        .alpha = 1.0f / c.logits_scaling},
                                        s));
       BATON_RETURN_IF_ERROR(
           stream_.copy_to_host(logits_host_.data(), logits_.data(), size_t(wanted * vocab) * 4));
@@ -394,10 +396,6 @@ class CudaForward final : public ForwardBackend {
     BATON_RETURN_IF_ERROR(stream_.synchronize());
     if (wanted > 0) {
       std::memcpy(logits->data(), logits_host_.data(), size_t(wanted * vocab) * 4);
-      // Granite's logits scaling, on the F32 logits as the CPU backend applies it.
-      if (c.logits_scaling != 1.0f) {
-        for (float& v : *logits) v *= 1.0f / c.logits_scaling;
-      }
     }
     return Status::ok();
   }

@@ -78,9 +78,8 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
   if (!config.device.is_cuda()) {
     BATON_RETURN_IF_ERROR(check_fits_host_memory(
-        layout.total_bytes(), std::string(config.kv_cache_blocks > 0 ? "engine.kv_cache_blocks"
-                                                                     : "engine.kv_cache_bytes") +
-                                  ": a KV pool of " + gib_text(layout.total_bytes()) + " (" +
+        layout.total_bytes(), std::string(config.pool_size_setting()) + ": a KV pool of " +
+                                  gib_text(layout.total_bytes()) + " (" +
                                   std::to_string(layout.num_blocks) + " blocks)"));
   }
   auto make_pool = [&]() -> Result<KvPool> {

@@ -49,6 +49,11 @@ struct EngineConfig {
   // A node's steps start at least this far apart (0: back to back); the
   // engine itself does not read it (node/node_runtime.h).
   std::chrono::milliseconds min_step_interval{0};
+
+  // The setting that sized the KV pool, for messages about its size.
+  const char* pool_size_setting() const {
+    return kv_cache_blocks > 0 ? "engine.kv_cache_blocks" : "engine.kv_cache_bytes";
+  }
 };
 
 // Parses `node` (a mapping). `prefix` names it in errors, e.g. "engine".

@@ -5,7 +5,6 @@
 // does not implement is refused with an error naming the field, never run with wrong output.
 #pragma once
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include "common/dtype.h"
 #include "common/kv_layout.h"
 #include "common/status.h"
+#include "kernels/attention_params.h"
 
 namespace baton::engine {
 
@@ -75,34 +75,13 @@ struct ModelConfig {
   float attention_scale() const {
     return attention_multiplier ? *attention_multiplier : 1.0f / std::sqrt(float(head_dim));
   }
-  // Whether any of Granite's scalings differs from Llama's.
-  bool has_granite_scalings() const {
-    return embedding_multiplier != 1.0f || residual_multiplier != 1.0f || logits_scaling != 1.0f ||
-           attention_multiplier.has_value();
-  }
   bool uses_rope(int32_t layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
   int32_t window_of(int32_t layer) const {
     return layer_windows.empty() ? 0 : layer_windows[size_t(layer)];
   }
-  // The window every layer's reads fit in: the largest, where every layer
-  // has one; 0 where some layer attends to the whole context. Keys further
-  // back than this are read by no layer, so their blocks can be given back.
-  int32_t kv_window() const {
-    int32_t widest = 0;
-    for (int32_t layer = 0; layer < num_layers; ++layer) {
-      if (window_of(layer) <= 0) return 0;
-      widest = std::max(widest, window_of(layer));
-    }
-    return widest;
-  }
-  // Whether some layer's window is shorter than max_position_embeddings,
-  // and so hides keys of contexts the model was made for. (A longer one
-  // hides keys only past that, where engine.max_model_len may still reach.)
-  bool has_sliding_window() const {
-    for (int32_t w : layer_windows)
-      if (w > 0 && w < max_position_embeddings) return true;
-    return false;
-  }
+  // kernels::kv_window of the layers: keys further back than this are read
+  // by no layer, so their blocks can be given back.
+  int32_t kv_window() const { return kernels::kv_window(layer_windows); }
 };
 
 // Parses and validates a config.json document. `source` names it in errors.

@@ -438,15 +438,8 @@ void SsdKvStore::describe(Io& io, int64_t slot, const BlockMemory& memory, int32
   io.iov.clear();
   io.iov.push_back({header, kHeaderBytes});
   const size_t block_bytes = layout_.block_bytes();
-  for (int32_t layer = 0; layer < layout_.num_layers; ++layer) {
-    std::byte* at = memory.at(layer, block);
-    iovec& last = io.iov.back();
-    if (io.iov.size() > 1 && static_cast<std::byte*>(last.iov_base) + last.iov_len == at) {
-      last.iov_len += block_bytes;
-    } else {
-      io.iov.push_back({at, block_bytes});
-    }
-  }
+  for (int32_t layer = 0; layer < layout_.num_layers; ++layer)
+    io.iov.push_back({memory.at(layer, block), block_bytes});
   io.bytes = kHeaderBytes + size_t(layout_.num_layers) * block_bytes;
   io.result = 0;
   io.done = false;

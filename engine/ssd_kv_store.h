@@ -191,8 +191,7 @@ class SsdKvStore {
   void touch(int64_t slot);
   // The stored slot of exactly this key, or -1.
   int64_t find(const BlockKey& key) const;
-  // The iovecs of one slot's header and the block's layers (layers that lie
-  // back to back, one).
+  // The iovecs of one slot's header and the block's layers.
   void describe(Io& io, int64_t slot, const BlockMemory& memory, int32_t block, void* header) const;
   using IoCallback = std::function<void(Io&)>;
   // Runs every I/O of `ios` (reads or writes): prepare(io) just before it is

@@ -43,8 +43,6 @@ SsdStaging::SsdStaging(const KvLayout& pool_layout, KvPool slots,
   std::iota(save_slots_.begin(), save_slots_.end(), load_slots);
 }
 
-SsdStaging::~SsdStaging() { copier_.reset(); }
-
 BlockMemory SsdStaging::memory() const {
   return BlockMemory::of_pool(slots_.layout(), slots_.data());
 }

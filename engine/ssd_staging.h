@@ -35,8 +35,6 @@ class SsdStaging {
   static Result<std::unique_ptr<SsdStaging>> create(const KvLayout& pool_layout,
                                                     std::unique_ptr<PoolCopier> copier,
                                                     int32_t load_slots, int32_t save_slots);
-  // The copier goes first: it unpins the slots' memory before it is unmapped.
-  ~SsdStaging();
   SsdStaging(const SsdStaging&) = delete;
   SsdStaging& operator=(const SsdStaging&) = delete;
 
@@ -67,7 +65,9 @@ class SsdStaging {
                                         std::span<const int32_t> slots) const;
 
   KvLayout pool_layout_;
-  KvPool slots_;  // declared before the copier: destroyed after it
+  // Declared before the copier, so destroyed after it: the copier unpins
+  // the slots' memory before it is unmapped.
+  KvPool slots_;
   std::unique_ptr<PoolCopier> copier_;
   std::vector<int32_t> free_;  // free load slots, the lowest last
   std::vector<int32_t> save_slots_;

@@ -364,6 +364,8 @@ std::vector<int64_t> TieredPrefixCache::land(bool wait, const SequenceLookup& fi
       finish(*it, find, landed_owners);
       restores_.erase(it);
     }
+    // Only a staged pool's waiting pieces can start loads that land now.
+    if (staging_ == nullptr) break;
     start_waiting_pieces();
   }
   return landed_owners;

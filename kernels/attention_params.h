@@ -4,7 +4,9 @@
 // the backend that runs the kernel (host for the CPU, device for CUDA).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <vector>
 
 #include "common/dtype.h"
 #include "common/kv_layout.h"
@@ -34,5 +36,15 @@ struct PagedAttentionParams {
   // at positions (p - window, p], as transformers' sliding-window mask does.
   int32_t window = 0;
 };
+
+// The window every layer's reads fit in, from each layer's window (> 0) or
+// none (0): the largest, where every layer has one; 0 where some layer (or,
+// with no windows listed, every layer) attends to the whole context. Keys
+// further back than this are read by no layer.
+inline int32_t kv_window(const std::vector<int32_t>& layer_windows) {
+  if (layer_windows.empty()) return 0;
+  if (*std::min_element(layer_windows.begin(), layer_windows.end()) <= 0) return 0;
+  return *std::max_element(layer_windows.begin(), layer_windows.end());
+}
 
 }  // namespace baton::kernels

@@ -92,11 +92,9 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
     // The mirror holds as much host memory as the device pool, pinned.
     if (device_pool) {
       BATON_RETURN_IF_ERROR(engine::check_fits_host_memory(
-          pool.bytes(), std::string(settings.engine.kv_cache_blocks > 0 ? "engine.kv_cache_blocks"
-                                                                        : "engine.kv_cache_bytes") +
-                            ": the host mirror (" + engine::gib_text(pool.bytes()) +
-                            ") through which the KV pool on " + settings.engine.device.name() +
-                            " meets the wire"));
+          pool.bytes(), std::string(settings.engine.pool_size_setting()) + ": the host mirror (" +
+                            engine::gib_text(pool.bytes()) + ") through which the KV pool on " +
+                            settings.engine.device.name() + " meets the wire"));
     }
     if (staged) {
       BATON_ASSIGN_OR_RETURN(staging, node->engine_->make_pool_copier());

@@ -85,7 +85,7 @@ class LtGemm final : public Gemm {
       BATON_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
           plan.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &g.bias, sizeof(g.bias)));
     }
-    const float alpha = 1.0f, beta = 0.0f;
+    const float alpha = g.alpha, beta = 0.0f;
     // Column-major view: outᵀ[n, m] = w[n, k] · xᵀ[k, m], with w (row-major
     // [n, k]) read as a transposed column-major [k, n].
     BATON_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(

@@ -23,6 +23,7 @@ struct GemmArgs {
   int64_t m = 0, n = 0, k = 0;
   DType dtype = DType::kBF16;      // BF16 or F16
   DType out_dtype = DType::kBF16;  // `dtype` or F32
+  float alpha = 1.0f;              // out = alpha · x·wᵀ (+ bias, not scaled)
 };
 
 class Gemm {

@@ -94,8 +94,9 @@ Status head_rms_norm_bf16(void* x, const void* weight, int64_t tokens, int32_t h
   if (head_dim % 8 != 0) {
     return invalid_argument("CUDA head RMSNorm needs a head_dim that is a multiple of 8");
   }
-  // In place, as FlashInfer's other norms run here (each thread reads its
-  // elements before it writes them).
+  // In place, though QKRMSNorm declares input and output __restrict__: each
+  // thread reads an element before it writes that same element, and no
+  // thread reads another's.
   auto* data = static_cast<bf16*>(x);
   return checked(flashinfer::norm::QKRMSNorm<bf16>(
                      data, const_cast<bf16*>(static_cast<const bf16*>(weight)), data,

@@ -52,9 +52,7 @@ class FlashInferAttention final : public PagedAttention {
         pinned_ws_(std::move(pinned_ws)) {
     const auto& w = shape_.layer_windows;
     same_windows_ = std::adjacent_find(w.begin(), w.end(), std::not_equal_to<>()) == w.end();
-    kv_window_ = w.empty() || *std::min_element(w.begin(), w.end()) <= 0
-                     ? 0
-                     : *std::max_element(w.begin(), w.end());
+    kv_window_ = kv_window(w);
   }
 
   bool planned_decode() const override { return decode_; }
@@ -305,7 +303,7 @@ class FlashInferAttention final : public PagedAttention {
   // plan may split a long context's keys, since FlashInfer counts a
   // sequence's key chunks from the plan's window and the run's alike.
   bool same_windows_ = true;
-  int32_t kv_window_ = 0;  // ModelConfig::kv_window of the shape's layers
+  int32_t kv_window_ = 0;  // kv_window(shape_.layer_windows)
   DeviceBuffer float_ws_, int_ws_;
   PinnedBuffer pinned_ws_;
   DeviceBuffer step_device_;

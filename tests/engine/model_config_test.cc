@@ -302,7 +302,6 @@ TEST(ModelConfigTest, ParsesPhi3MiniWithFusedProjections) {
   EXPECT_FALSE(c->attention_bias);
   EXPECT_EQ(c->head_dim, 96);
   EXPECT_EQ(c->layer_windows, std::vector<int32_t>(32, 2047));
-  EXPECT_TRUE(c->has_sliding_window());
   EXPECT_EQ(c->eos_token_ids, std::vector<int32_t>{32000});
 
   json j = doc(kPhi3Mini);
@@ -342,12 +341,11 @@ TEST(ModelConfigTest, ParsesMistralWithoutWindow) {
   EXPECT_EQ(c->max_position_embeddings, 32768);
 }
 
-TEST(ModelConfigTest, MistralWindowAtLeastContextIsInactive) {
+TEST(ModelConfigTest, MistralWindowAtLeastContextIsKept) {
   json j = doc(kMistral);
   j["sliding_window"] = 32768;
   auto c = parse(j);
   ASSERT_TRUE(c.is_ok()) << c.status().to_string();
-  EXPECT_FALSE(c->has_sliding_window());
   EXPECT_EQ(c->window_of(5), 32768) << "kept: engine.max_model_len may go past it";
 }
 

@@ -279,9 +279,10 @@ TEST_F(SsdKvStoreTest, FullStoreReusesTheLeastRecentlyUsedSlot) {
 }
 
 // A restore read a piece at a time pins its keys: saves of other keys
-// (evicted blocks, while the pieces land) take every other slot first, and
-// skip the save when only pinned slots are left; unpinned, the slots are
-// least recently used as before.
+// (evicted blocks, while the pieces land) take every other slot first;
+// unpinned, the slots are least recently used as before. (A save that
+// finds only pinned slots skips: AsynchronousLoadsLandByteForByteAndPin-
+// TheirSlots.)
 TEST_F(SsdKvStoreTest, PinnedSlotsAreNotTakenUntilUnpinned) {
   const KvLayout layout = layout_of(DType::kBF16, 2, 1, 64, 4, 16);
   KvPool pool = random_pool(layout);
