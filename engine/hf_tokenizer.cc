@@ -48,15 +48,16 @@ class HfBpeTokenizer final : public Tokenizer {
  public:
   explicit HfBpeTokenizer(BpeModel model) : model_(std::move(model)) {}
 
-  std::vector<int32_t> encode(std::string_view text) const override {
+  std::vector<int32_t> encode_up_to(std::string_view text, size_t limit) const override {
     std::vector<int32_t> ids;
     size_t begin = 0;
     for (const auto& [match_begin, match_end, id] : find_added(text)) {
-      encode_segment(text.substr(begin, match_begin - begin), begin == 0, ids);
+      encode_segment(text.substr(begin, match_begin - begin), begin == 0, limit, ids);
+      if (ids.size() > limit) return ids;
       ids.push_back(id);
       begin = match_end;
     }
-    encode_segment(text.substr(begin), begin == 0, ids);
+    encode_segment(text.substr(begin), begin == 0, limit, ids);
     return ids;
   }
 
@@ -125,13 +126,15 @@ class HfBpeTokenizer final : public Tokenizer {
   }
 
   // A stretch of text with no added token in it: normalized, pre-tokenized,
-  // then each piece through the BPE model.
-  void encode_segment(std::string_view segment, bool at_start, std::vector<int32_t>& ids) const {
+  // then each piece through the BPE model, until there are more than `limit` ids.
+  void encode_segment(std::string_view segment, bool at_start, size_t limit,
+                      std::vector<int32_t>& ids) const {
     if (segment.empty()) return;
-    for (const auto& piece :
-         pre_tokenize({normalize(std::string(segment), normalizer_), at_start}, pre_tokenizer_)) {
-      model_.encode(piece.text, ids);
-    }
+    pre_tokenize({normalize(std::string(segment), normalizer_), at_start}, pre_tokenizer_,
+                 [&](Piece piece) {
+                   model_.encode(piece.text, ids);
+                   return ids.size() <= limit;
+                 });
   }
 
   Status load_specials(const json& doc, const json& config, const std::string& name);

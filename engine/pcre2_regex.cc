@@ -39,18 +39,19 @@ Result<Pcre2Regex> Pcre2Regex::literal(std::string_view literal) {
   return compile("\\Q" + std::string(literal) + "\\E");
 }
 
-std::vector<std::pair<size_t, size_t>> Pcre2Regex::find_all(std::string_view text) const {
-  std::vector<std::pair<size_t, size_t>> matches;
-  pcre2_match_data* data = pcre2_match_data_create_from_pattern(impl_->code, nullptr);
+bool Pcre2Regex::for_each_match(
+    std::string_view text, const std::function<bool(size_t begin, size_t end)>& on_match) const {
+  std::unique_ptr<pcre2_match_data, decltype(&pcre2_match_data_free)> data(
+      pcre2_match_data_create_from_pattern(impl_->code, nullptr), &pcre2_match_data_free);
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(text.data());
   size_t start = 0;
   while (start <= text.size()) {
-    const int rc = pcre2_match(impl_->code, subject, text.size(), start, 0, data, nullptr);
+    const int rc = pcre2_match(impl_->code, subject, text.size(), start, 0, data.get(), nullptr);
     if (rc < 0) break;  // no match (or an error: treat the rest as unmatched)
-    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data);
+    const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(data.get());
     const size_t begin = ovector[0], end = ovector[1];
     if (end > begin) {
-      matches.emplace_back(begin, end);
+      if (!on_match(begin, end)) return false;
       start = end;
     } else {
       // An empty match: step over one whole UTF-8 character.
@@ -60,8 +61,7 @@ std::vector<std::pair<size_t, size_t>> Pcre2Regex::find_all(std::string_view tex
       }
     }
   }
-  pcre2_match_data_free(data);
-  return matches;
+  return true;
 }
 
 }  // namespace baton::engine

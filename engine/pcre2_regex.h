@@ -4,11 +4,10 @@
 // rather than refused.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
-#include <utility>
-#include <vector>
 
 #include "common/status.h"
 
@@ -26,9 +25,11 @@ class Pcre2Regex {
   Pcre2Regex& operator=(Pcre2Regex&&) noexcept;
   ~Pcre2Regex();
 
-  // Every non-overlapping match in `text`, as [begin, end) byte offsets, left
-  // to right (an empty match advances by one character).
-  std::vector<std::pair<size_t, size_t>> find_all(std::string_view text) const;
+  // Each non-overlapping match in `text`, as [begin, end) byte offsets, left
+  // to right (an empty match advances by one character), handed to
+  // `on_match` until it returns false; false when it stopped early.
+  bool for_each_match(std::string_view text,
+                      const std::function<bool(size_t begin, size_t end)>& on_match) const;
 
  private:
   struct Impl;

@@ -110,17 +110,20 @@ void replace_all(std::string& s, const std::string& from, const std::string& to)
   s = std::move(out);
 }
 
-void split_by(const Pcre2Regex& regex, bool removed, const Piece& piece, std::vector<Piece>& out) {
+// The pieces `regex` cuts `piece` into, each handed to `emit` until it returns false.
+bool split_by(const Pcre2Regex& regex, bool removed, const Piece& piece,
+              const std::function<bool(Piece)>& emit) {
   size_t at = 0;
-  auto emit = [&](size_t begin, size_t end) {
-    out.push_back({piece.text.substr(begin, end - begin), piece.at_start && begin == 0});
+  auto part = [&](size_t begin, size_t end) {
+    return emit({piece.text.substr(begin, end - begin), piece.at_start && begin == 0});
   };
-  for (const auto& [begin, end] : regex.find_all(piece.text)) {
-    if (begin > at) emit(at, begin);
-    if (!removed) emit(begin, end);
+  const bool whole = regex.for_each_match(piece.text, [&](size_t begin, size_t end) {
+    if (begin > at && !part(at, begin)) return false;
+    if (!removed && !part(begin, end)) return false;
     at = end;
-  }
-  if (at < piece.text.size()) emit(at, piece.text.size());
+    return true;
+  });
+  return whole && (at >= piece.text.size() || part(at, piece.text.size()));
 }
 
 std::string to_byte_level(std::string_view raw) {
@@ -316,52 +319,46 @@ std::string normalize(std::string text, const std::vector<NormalizeStep>& steps)
   return text;
 }
 
-std::vector<Piece> pre_tokenize(Piece first, const std::vector<PreTokenizeStep>& steps) {
-  std::vector<Piece> pieces{std::move(first)};
-  for (const auto& step : steps) {
-    std::vector<Piece> next;
-    if (const auto* split = std::get_if<SplitStep>(&step)) {
-      for (const auto& piece : pieces) split_by(*split->regex, split->removed, piece, next);
-    } else if (const auto* level = std::get_if<ByteLevelStep>(&step)) {
-      for (auto piece : pieces) {
-        if (level->add_prefix_space && !piece.text.starts_with(' ')) piece.text.insert(0, 1, ' ');
-        std::vector<Piece> parts;
-        if (level->regex) {
-          split_by(*level->regex, false, piece, parts);
-        } else {
-          parts.push_back(std::move(piece));
-        }
-        for (auto& part : parts) next.push_back({to_byte_level(part.text), part.at_start});
-      }
-    } else {
-      const auto& meta = std::get<MetaspaceStep>(step);
-      for (auto piece : pieces) {
-        replace_all(piece.text, " ", meta.replacement);
-        const bool prepend = meta.prepend == MetaspaceStep::Prepend::kAlways ||
-                             (meta.prepend == MetaspaceStep::Prepend::kFirst && piece.at_start);
-        if (prepend && !piece.text.starts_with(meta.replacement)) {
-          piece.text.insert(0, meta.replacement);
-        }
-        if (!meta.split) {
-          next.push_back(std::move(piece));
-          continue;
-        }
-        // MergedWithNext: each replacement character starts a new piece.
-        size_t begin = 0;
-        for (size_t hit = piece.text.find(meta.replacement, 1); hit != std::string::npos;
-             hit = piece.text.find(meta.replacement, hit + meta.replacement.size())) {
-          next.push_back({piece.text.substr(begin, hit - begin), piece.at_start && begin == 0});
-          begin = hit;
-        }
-        next.push_back({piece.text.substr(begin), piece.at_start && begin == 0});
-      }
-    }
-    pieces.clear();
-    for (auto& piece : next) {
-      if (!piece.text.empty()) pieces.push_back(std::move(piece));
-    }
+namespace {
+
+// Steps `step` onwards over one piece; each step's empty pieces are dropped.
+bool pre_tokenize_from(size_t step, Piece piece, const std::vector<PreTokenizeStep>& steps,
+                       const std::function<bool(Piece)>& emit) {
+  if (step == steps.size()) return emit(std::move(piece));
+  const std::function<bool(Piece)> next = [&](Piece part) {
+    return part.text.empty() || pre_tokenize_from(step + 1, std::move(part), steps, emit);
+  };
+  if (const auto* split = std::get_if<SplitStep>(&steps[step])) {
+    return split_by(*split->regex, split->removed, piece, next);
   }
-  return pieces;
+  if (const auto* level = std::get_if<ByteLevelStep>(&steps[step])) {
+    if (level->add_prefix_space && !piece.text.starts_with(' ')) piece.text.insert(0, 1, ' ');
+    if (!level->regex) return next({to_byte_level(piece.text), piece.at_start});
+    return split_by(*level->regex, false, piece, [&](Piece part) {
+      return next({to_byte_level(part.text), part.at_start});
+    });
+  }
+  const auto& meta = std::get<MetaspaceStep>(steps[step]);
+  replace_all(piece.text, " ", meta.replacement);
+  const bool prepend = meta.prepend == MetaspaceStep::Prepend::kAlways ||
+                       (meta.prepend == MetaspaceStep::Prepend::kFirst && piece.at_start);
+  if (prepend && !piece.text.starts_with(meta.replacement)) piece.text.insert(0, meta.replacement);
+  if (!meta.split) return next(std::move(piece));
+  // MergedWithNext: each replacement character starts a new piece.
+  size_t begin = 0;
+  for (size_t hit = piece.text.find(meta.replacement, 1); hit != std::string::npos;
+       hit = piece.text.find(meta.replacement, hit + meta.replacement.size())) {
+    if (!next({piece.text.substr(begin, hit - begin), piece.at_start && begin == 0})) return false;
+    begin = hit;
+  }
+  return next({piece.text.substr(begin), piece.at_start && begin == 0});
+}
+
+}  // namespace
+
+bool pre_tokenize(Piece piece, const std::vector<PreTokenizeStep>& steps,
+                  const std::function<bool(Piece)>& emit) {
+  return pre_tokenize_from(0, std::move(piece), steps, emit);
 }
 
 std::string decode_tokens(std::vector<std::string> tokens, const std::vector<DecodeStep>& steps) {

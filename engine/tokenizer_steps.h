@@ -12,6 +12,7 @@
 // Anything else is refused by the parsers with a message naming it.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <nlohmann/json_fwd.hpp>
 #include <string>
@@ -67,7 +68,11 @@ Status parse_decoder(const nlohmann::json& node, const std::string& name,
                      std::vector<DecodeStep>& steps);
 
 std::string normalize(std::string text, const std::vector<NormalizeStep>& steps);
-std::vector<Piece> pre_tokenize(Piece piece, const std::vector<PreTokenizeStep>& steps);
+// Hands each piece the pre-tokenizers make of `piece` to `emit`, in order,
+// one at a time, until `emit` returns false (a caller that has seen enough
+// stops the work there); false when it stopped early.
+bool pre_tokenize(Piece piece, const std::vector<PreTokenizeStep>& steps,
+                  const std::function<bool(Piece)>& emit);
 // Turns the tokens' strings into text (the bytes of a ByteFallback run are
 // kept as bytes even where they are not valid UTF-8, so a stream can hold an
 // incomplete character back).

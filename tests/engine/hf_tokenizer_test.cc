@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -179,6 +180,43 @@ TEST_F(HfTokenizerTest, AddedTokensSplitTheTextAndSpecialOnesDecodeToNothing) {
   EXPECT_EQ((*tok)->encode("a<|eot|>  b"), (std::vector<int32_t>{'a', 300, 'b'}));
   EXPECT_EQ((*tok)->encode("a  <|eot|>x"), (std::vector<int32_t>{'a', 301}));
   EXPECT_EQ((*tok)->decode({'a', 300, 'b', 301}), "ab<|eot|>x");
+}
+
+// encode_up_to gives the whole encoding while it fits the limit, and past it
+// the encoding's first ids, more than the limit and not much more (it stops
+// at the piece that crossed it rather than encoding the rest).
+TEST_F(HfTokenizerTest, EncodeUpToStopsJustPastTheLimitWithTheFirstIds) {
+  json doc = byte_level_bpe({"he", "the", "ll", "llo"}, {"h e", "t he", "l l", "ll o"});
+  doc["added_tokens"] = {{{"id", 300},
+                          {"content", "<|eot|>"},
+                          {"special", true},
+                          {"lstrip", false},
+                          {"rstrip", false},
+                          {"single_word", false},
+                          {"normalized", false}}};
+  auto tok = load(doc);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  const char* words[] = {"the ", "hello ", "<|eot|>", "x\n", "\xc3\xa9 "};
+  std::mt19937 rng(std::random_device{}());
+  int stopped_early = 0;
+  for (int round = 0; round < 300; ++round) {
+    std::string text;
+    for (size_t n = rng() % 400; n > 0; --n) text += words[rng() % std::size(words)];
+    const std::vector<int32_t> whole = (*tok)->encode(text);
+    const size_t limit = rng() % (whole.size() + 8);
+    const std::vector<int32_t> part = (*tok)->encode_up_to(text, limit);
+    if (whole.size() <= limit) {
+      EXPECT_EQ(part, whole) << "limit " << limit;
+      continue;
+    }
+    ASSERT_GT(part.size(), limit);
+    ASSERT_LE(part.size(), whole.size());
+    EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin())) << "limit " << limit;
+    // No piece here makes more than 3 ids (" hello": the space, "he", "llo").
+    EXPECT_LE(part.size(), limit + 3) << "limit " << limit << " of " << whole.size();
+    stopped_early += part.size() < whole.size();
+  }
+  EXPECT_GT(stopped_early, 50);
 }
 
 TEST_F(HfTokenizerTest, BosFromTheTemplateAndEosFromTheConfig) {

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <random>
 
@@ -23,6 +24,24 @@ TEST(ByteTokenizer, RoundTripsArbitraryBytes) {
   }
   EXPECT_EQ(tok.decode({ByteTokenizer::kBosId, 'h' + 3, ByteTokenizer::kEosId, 100000}),
             "h<|100000|>");
+}
+
+TEST(ByteTokenizer, EncodeUpToStopsOneBytePastTheLimit) {
+  std::mt19937 rng(std::random_device{}());
+  ByteTokenizer tok;
+  for (int i = 0; i < 50; ++i) {
+    std::string text(rng() % 64, '\0');
+    for (auto& c : text) c = char(rng() & 0xff);
+    const size_t limit = rng() % 80;
+    const std::vector<int32_t> whole = tok.encode(text);
+    const std::vector<int32_t> part = tok.encode_up_to(text, limit);
+    if (whole.size() <= limit) {
+      EXPECT_EQ(part, whole);
+    } else {
+      ASSERT_EQ(part.size(), limit + 1);
+      EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin()));
+    }
+  }
 }
 
 TEST(ByteTokenizer, SavesAndLoads) {
