@@ -144,6 +144,7 @@ const engine::YamlSettings<RequestLimits>& limits_fields() {
       int_setting("max_batch", &L::max_batch, 1, 65536),
       int_setting("max_logprobs", &L::max_logprobs, 0, 1024),
       int_setting("max_stop_strings", &L::max_stop_strings, 0, 1024),
+      int_setting("max_reply_logprobs", &L::max_reply_logprobs, 0, int64_t(1) << 40),
   };
   return fields;
 }
@@ -180,6 +181,7 @@ const engine::YamlSettings<RouterSection>& router_fields() {
       int_setting("max_prefill_queue_tokens", &R::max_prefill_queue_tokens, 0, int64_t(1) << 40),
       ms_setting("drain_timeout_ms", &R::drain_timeout, 0, 3600000),
       int_setting("http_threads", &R::http_threads, 1, 256),
+      int_setting("request_threads", &R::request_threads, 1, 256),
       ms_setting("idle_timeout_ms", &R::idle_timeout, 1, 86400000),
       ms_setting("write_timeout_ms", &R::write_timeout, 1, 86400000),
       int_setting("max_queued_write_bytes", &R::max_queued_write_bytes, int64_t(64) << 10,

@@ -66,6 +66,9 @@ struct RouterSection {
   int64_t max_prefill_queue_tokens = 0;
   std::chrono::milliseconds drain_timeout{10000};  // on stop: let running requests finish this long
   int32_t http_threads = 1;
+  // Threads that parse and tokenise requests and build replies, off the
+  // front ends' and the dispatcher's threads (router/request_workers.h).
+  int32_t request_threads = 2;
   // Client connections: idle keep-alive connections are closed after
   // idle_timeout; a client that reads nothing is dropped once a write waited
   // write_timeout or max_queued_write_bytes of its output wait unread; past
@@ -76,7 +79,7 @@ struct RouterSection {
   int32_t max_connections = 4096;
   // The largest request body either front end takes; larger: 413.
   int64_t max_request_body_bytes = int64_t(kMaxRequestBodyBytes);
-  RequestLimits limits;  // keys max_n, max_batch, max_logprobs, max_stop_strings
+  RequestLimits limits;  // max_n, max_batch, max_logprobs, max_stop_strings, max_reply_logprobs
   // API keys required on the /v1/ routes, one per line (router/api_keys.h);
   // relative to the YAML file. Empty: only BATON_API_KEY, if set.
   std::string api_key_file;

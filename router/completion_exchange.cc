@@ -44,12 +44,13 @@ size_t complete_utf8_prefix(std::string_view text) {
 
 CompletionExchange::CompletionExchange(ExchangeSpec spec, std::shared_ptr<HttpResponder> responder,
                                        RouterCore& core, const engine::Tokenizer* tokenizer,
-                                       RouterMetrics& metrics)
+                                       RouterMetrics& metrics, RequestWorkers& workers)
     : spec_(std::move(spec)),
       responder_(std::move(responder)),
       core_(core),
       tokenizer_(tokenizer),
       metrics_(metrics),
+      workers_(workers),
       arrival_(Clock::now()) {
   for (const std::string& stop : spec_.stop)
     max_stop_bytes_ = std::max(max_stop_bytes_, stop.size());
@@ -319,6 +320,12 @@ void CompletionExchange::finish_exchange() {
     responder_->finish();
     return;
   }
+  // Seconds for many choices with log-probabilities: not on the core
+  // thread, which every other request's tokens pass through.
+  workers_.post([self = shared_from_this(), usage] { self->send_reply(usage); });
+}
+
+void CompletionExchange::send_reply(const Usage& usage) {
   const std::vector<size_t> returned = returned_choices();
   std::vector<Choice> choices;
   for (size_t i = 0; i < returned.size(); ++i) {

@@ -10,7 +10,8 @@
 // after the stream started it is an SSE error event, then [DONE]. If the
 // client goes away, every generation still running is cancelled (the nodes
 // free their blocks). Updates arrive on the core thread, the disconnect on an
-// io thread: one mutex orders them.
+// io thread: one mutex orders them. A whole JSON reply is built on a request
+// worker, once the exchange is done and nothing changes its choices again.
 #pragma once
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "router/http_server.h"
 #include "router/metrics.h"
 #include "router/openai_response.h"
+#include "router/request_workers.h"
 #include "router/router_core.h"
 
 namespace baton::router {
@@ -52,7 +54,8 @@ struct ExchangeSpec {
 class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {
  public:
   CompletionExchange(ExchangeSpec spec, std::shared_ptr<HttpResponder> responder, RouterCore& core,
-                     const engine::Tokenizer* tokenizer, RouterMetrics& metrics);
+                     const engine::Tokenizer* tokenizer, RouterMetrics& metrics,
+                     RequestWorkers& workers);
 
   // Submits one generation per choice, in choice order; answers the client
   // with 503/429 (and cancels what was submitted) if the core refuses one.
@@ -95,6 +98,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   size_t update_text(ChoiceState& choice);
   void stream_delta(size_t index, ChoiceState& choice, size_t visible);
   void finish_exchange();
+  // The non-streamed reply, built and sent on a worker once done_ is set
+  // (after which no update, disconnect or failure touches the choices).
+  void send_reply(const Usage& usage);
   // With echo: the text of generation `index`'s prompt; else empty.
   std::string_view echo_of(size_t index) const;
   // The choices to return, in order: every one, or with best_of above n
@@ -128,6 +134,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   RouterCore& core_;
   const engine::Tokenizer* tokenizer_;
   RouterMetrics& metrics_;
+  RequestWorkers& workers_;
   std::chrono::steady_clock::time_point arrival_;
   size_t max_stop_bytes_ = 0;
 

@@ -1,6 +1,8 @@
 // router/openai_service.cc — routes, validation, tokenisation.
 #include "router/openai_service.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cctype>
 #include <chrono>
@@ -71,7 +73,10 @@ OpenAiService::OpenAiService(OpenAiServiceConfig config, RouterCore& core,
       core_(core),
       tokenizer_(tokenizer),
       chat_prompter_(std::move(chat_prompter)),
-      metrics_(metrics) {}
+      metrics_(metrics),
+      workers_(config_.request_threads, config_.max_queued_request_bytes) {}
+
+OpenAiService::~OpenAiService() { workers_.stop(); }
 
 void OpenAiService::send_json(HttpResponder& responder, int status, const std::string& body) {
   metrics_.count_http(status);
@@ -88,9 +93,11 @@ void OpenAiService::send_error(HttpResponder& responder, const Status& status) {
                     std::move(headers));
 }
 
-std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_bos) const {
-  std::vector<int32_t> ids = tokenizer_->encode(text);
-  if (add_bos && tokenizer_->bos_id() >= 0) ids.insert(ids.begin(), tokenizer_->bos_id());
+std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_bos,
+                                           size_t limit) const {
+  const bool bos = add_bos && tokenizer_->bos_id() >= 0;
+  std::vector<int32_t> ids = tokenizer_->encode_up_to(text, bos && limit > 0 ? limit - 1 : limit);
+  if (bos) ids.insert(ids.begin(), tokenizer_->bos_id());
   return ids;
 }
 
@@ -127,10 +134,19 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
   if (!allowed)
     return refuse_route(request, path, route == kPostedTo.end() ? nullptr : &route->second,
                         *responder);
-  if (path == "/v1/completions") return generate(request, std::move(responder), false);
-  if (path == "/v1/chat/completions") return generate(request, std::move(responder), true);
-  if (path == "/tokenize") return tokenize(request, *responder);
-  if (path == "/detokenize") return detokenize(request, *responder);
+  if (route->second) {
+    const size_t bytes = request.body.size();
+    auto work = [this, path, request = std::move(request), responder] {
+      handle_posted(path, request, responder);
+    };
+    if (workers_.try_post(bytes, std::move(work))) return;
+    if (draining_) return send_error(*responder, unavailable("the router is shutting down"));
+    return send_error(
+        *responder,
+        resource_exhausted("the router is busy: " + std::to_string(workers_.queued_bytes()) +
+                           " bytes of requests wait for its request threads "
+                           "(router.request_threads); retry later"));
+  }
   if (path == "/health") {
     // 503 whenever a request now could not be served, saying why.
     ClusterSnapshot snapshot = core_.snapshot();
@@ -173,6 +189,21 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
             dump({{"nodes", nodes},
                   {"requests_in_router", snapshot.requests_in_router},
                   {"control_messages_rejected", snapshot.control_messages_rejected}}));
+}
+
+void OpenAiService::handle_posted(const std::string& path, const HttpRequest& request,
+                                  std::shared_ptr<HttpResponder> responder) {
+  // Nothing a client sends may end a worker: a route that throws answers
+  // its request with a 500, as the front ends do for their own handlers.
+  try {
+    if (path == "/v1/completions") return generate(request, responder, false);
+    if (path == "/v1/chat/completions") return generate(request, responder, true);
+    if (path == "/tokenize") return tokenize(request, *responder);
+    return detokenize(request, *responder);
+  } catch (const std::exception& e) {
+    spdlog::error("router: {} threw: {}", path, e.what());
+    send_error(*responder, internal_error("internal error"));
+  }
 }
 
 // 404 for a path no route has; 405, with the method it takes, for one the
@@ -254,7 +285,8 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
                                          "ids to /v1/completions"));
     }
     // Tokenised here: a template writes its own BOS, the fixed format does not.
-    prompts.emplace_back(encode(*rendered, chat_prompter_.adds_bos()));
+    prompts.emplace_back(
+        encode(*rendered, chat_prompter_.adds_bos(), size_t(config_.max_model_len)));
   } else {
     Result<CompletionRequest> parsed = parse_completion_request(request.body, config_.limits);
     if (!parsed.is_ok()) return send_error(*responder, parsed.status());
@@ -271,12 +303,15 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   int64_t prompt_tokens = 0;
   for (Prompt& prompt : prompts) {
     std::vector<int32_t> ids;
+    // Text (a prompt, or a chat's rendered messages, which come here as
+    // their ids) is encoded only to just past max_model_len ids.
+    const bool from_text = chat || std::holds_alternative<std::string>(prompt);
     if (auto* text = std::get_if<std::string>(&prompt)) {
       if (tokenizer_ == nullptr) {
         return send_error(
             *responder, invalid_argument("prompt: this model ships no tokenizer; send token ids"));
       }
-      ids = encode(*text, /*add_bos=*/true);
+      ids = encode(*text, /*add_bos=*/true, size_t(config_.max_model_len));
       if (sampling.echo) echoes.push_back(*text);
     } else {
       ids = std::move(std::get<std::vector<int32_t>>(prompt));
@@ -294,11 +329,15 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     }
     int64_t length = int64_t(ids.size());
     if (length >= config_.max_model_len) {
+      // Text past the limit was not encoded to its end: its length is a floor.
+      const std::string counted = from_text && length > config_.max_model_len
+                                      ? "more than " + std::to_string(config_.max_model_len)
+                                      : std::to_string(length);
       return send_error(
           *responder,
           invalid_argument("This model's maximum context length is " +
                            std::to_string(config_.max_model_len) +
-                           " tokens. However, your request has " + std::to_string(length) +
+                           " tokens. However, your request has " + counted +
                            " input tokens. Please reduce the length of the input messages."));
     }
     if (length + sampling.max_tokens > config_.max_model_len) {
@@ -325,6 +364,29 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
                                        "holds at most " +
                                        std::to_string(core_.max_queued_requests()) +
                                        " at once (router.max_queued_requests)"));
+  }
+
+  // Every position's log-probabilities wait in the router until the reply
+  // is built (and sent, when not streamed): bounded, so that one request
+  // cannot take gigabytes of the router's memory.
+  if (sampling.want_logprobs || sampling.best_of > sampling.n) {
+    const int64_t per_position = 1 + std::max(sampling.logprobs, 1);
+    int64_t held = 0;
+    for (const std::vector<int32_t>& ids : token_prompts) {
+      const int64_t scored_prompt =
+          sampling.echo && sampling.want_logprobs ? int64_t(ids.size()) : 0;
+      held += int64_t(sampling.best_of) * (scored_prompt + sampling.max_tokens) * per_position;
+    }
+    if (held > config_.limits.max_reply_logprobs) {
+      return send_error(
+          *responder,
+          invalid_argument("the request could hold " + std::to_string(held) +
+                           " log-probabilities (generations x positions x (1 + logprobs)); the "
+                           "router holds at most " +
+                           std::to_string(config_.limits.max_reply_logprobs) +
+                           " for one request (router.limits.max_reply_logprobs): ask for fewer "
+                           "choices, tokens or logprobs"));
+    }
   }
 
   std::vector<int32_t> biased;
@@ -411,7 +473,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     }
   }
   auto exchange = std::make_shared<CompletionExchange>(std::move(spec), std::move(responder), core_,
-                                                       tokenizer_, metrics_);
+                                                       tokenizer_, metrics_, workers_);
   exchange->start(std::move(choices));
 }
 

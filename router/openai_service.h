@@ -10,10 +10,13 @@
 //
 // Requests are validated here (fields, model name, token ids against the
 // vocabulary, prompt length against max_model_len), tokenised, and handed to
-// a CompletionExchange. Nothing here blocks an io thread.
+// a CompletionExchange. The POST routes' work (parsing, templates,
+// tokenising) runs on the request workers, never on a front end's thread;
+// with more request bytes waiting for them than they take, a request gets 429.
 #pragma once
 
 #include <atomic>
+#include <limits>
 #include <memory>
 #include <string>
 
@@ -23,6 +26,7 @@
 #include "router/completion_request.h"
 #include "router/http_server.h"
 #include "router/metrics.h"
+#include "router/request_workers.h"
 #include "router/router_core.h"
 
 namespace baton::router {
@@ -32,20 +36,29 @@ struct OpenAiServiceConfig {
   int32_t max_model_len = 0;
   int32_t vocab_size = 0;
   RequestLimits limits;
-  ApiKeys api_keys;  // none: every route open
+  ApiKeys api_keys;             // none: every route open
+  int32_t request_threads = 2;  // the request workers (router/request_workers.h)
+  size_t max_queued_request_bytes = 8 * kMaxRequestBodyBytes;  // bodies waiting for them
 };
 
 class OpenAiService {
  public:
   OpenAiService(OpenAiServiceConfig config, RouterCore& core, const engine::Tokenizer* tokenizer,
                 RouterMetrics& metrics, ChatPrompter chat_prompter = {});
+  ~OpenAiService();
 
   // The HttpHandler.
   void handle(HttpRequest request, std::shared_ptr<HttpResponder> responder);
   // While draining, new generation requests get 503 and /health says so.
   void set_draining(bool draining) { draining_ = draining; }
+  // Finishes the requests the workers hold (those that reach the core after
+  // it stopped fail with its error), then stops them; later requests get 503.
+  void stop_workers() { workers_.stop(); }
 
  private:
+  // A POST route's request, on a worker.
+  void handle_posted(const std::string& path, const HttpRequest& request,
+                     std::shared_ptr<HttpResponder> responder);
   void generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder, bool chat);
   void tokenize(const HttpRequest& request, HttpResponder& responder);
   void detokenize(const HttpRequest& request, HttpResponder& responder);
@@ -53,8 +66,10 @@ class OpenAiService {
                     HttpResponder& responder);
   void send_error(HttpResponder& responder, const Status& status);
   void send_json(HttpResponder& responder, int status, const std::string& body);
-  // The tokenizer's ids of `text`, after its BOS when `add_bos` (and it has one).
-  std::vector<int32_t> encode(const std::string& text, bool add_bos) const;
+  // The tokenizer's ids of `text`, after its BOS when `add_bos` (and it has
+  // one); past `limit` ids it stops, with more than `limit` of them.
+  std::vector<int32_t> encode(const std::string& text, bool add_bos,
+                              size_t limit = std::numeric_limits<size_t>::max()) const;
   // InvalidArgument naming the first id outside the vocabulary; OK if none.
   Status check_vocabulary(const std::vector<int32_t>& ids, std::string_view what) const;
 
@@ -65,6 +80,7 @@ class OpenAiService {
   RouterMetrics& metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{0};
+  RequestWorkers workers_;  // last: stopped before anything its work uses goes
 };
 
 }  // namespace baton::router

@@ -59,6 +59,12 @@ Result<uint64_t> RouterCore::submit(GenerationRequest request, UpdateSink sink) 
   uint64_t id = next_id_.fetch_add(1);
   {
     std::lock_guard lock(inbox_mutex_);
+    // Stopped: the core's last pass over the inbox (under this lock) has
+    // run or will fail what is queued; nothing would read a later one.
+    if (stop_.load()) {
+      in_flight_.fetch_sub(1);
+      return unavailable("the router is shutting down");
+    }
     submissions_.push_back({id, std::move(request), std::move(sink)});
   }
   wake_.signal();

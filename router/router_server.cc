@@ -91,6 +91,9 @@ void RouterServer::drain_and_stop(std::chrono::milliseconds timeout) {
     spdlog::warn("router: drain timed out with {} requests left", core_->in_flight());
   zmq_.reset();
   core_->stop();  // fails what is left; exchanges answer their clients
+  // Requests the workers still hold reach a stopped core and fail; replies
+  // being built go out while the HTTP server still runs.
+  if (service_) service_->stop_workers();
   if (http_) http_->stop();
   http_.reset();
   core_.reset();

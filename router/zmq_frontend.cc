@@ -142,6 +142,11 @@ ZmqFrontend::~ZmqFrontend() {
   stop_ = true;
   wake_.signal();
   if (thread_.joinable()) thread_.join();
+  // Requests still running (on a worker, or in the core) hold responders
+  // that point here: cancelled, they post nothing to a front end that is gone.
+  for (auto& [key, weak] : live_) {
+    if (auto responder = weak.lock()) responder->cancel();
+  }
 }
 
 std::string ZmqFrontend::endpoint() const {

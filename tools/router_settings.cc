@@ -51,6 +51,9 @@ Result<router::RouterSettings> router_settings(const cluster::ClusterConfig& con
   service.served_model = config.model.served_name;
   service.max_model_len = nodes_max_model_len(config);
   service.limits = r.limits;
+  service.request_threads = r.request_threads;
+  // Eight of the largest bodies may wait for the workers; more get 429.
+  service.max_queued_request_bytes = 8 * size_t(r.max_request_body_bytes);
   BATON_ASSIGN_OR_RETURN(service.api_keys, router::ApiKeys::load(r.api_key_file));
 
   router::HttpServerConfig& http = settings.http;

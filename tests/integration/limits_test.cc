@@ -70,6 +70,49 @@ TEST(LimitsTest, FullRouterAnswers429WithRetryAfter) {
             errors_before);
 }
 
+// Requests whose cost shows before they run: log-probabilities past the
+// router's budget for one request are a 400 naming the setting (at the
+// budget, served); a text prompt far past the context is refused as too
+// long, the count it names a floor (encoding stops just past the limit:
+// the tokenizers' EncodeUpTo tests).
+TEST(LimitsTest, RequestsTooCostlyForTheRouterAreRefusedBeforeTheyRun) {
+  ClusterShape shape;
+  // Two choices of 100 positions with 20 alternatives each: 2 x 100 x 21.
+  shape.extra_router_yaml = "  limits:\n    max_reply_logprobs: 4200\n";
+  Cluster cluster(shape);
+  std::vector<int32_t> ids(10);
+  std::iota(ids.begin(), ids.end(), 20);
+  json body = {{"prompt", ids},      {"n", 2},
+               {"max_tokens", 100},  {"logprobs", 20},
+               {"ignore_eos", true}, {"temperature", 1.0}};
+  auto at_budget = cluster.post("/v1/completions", body);
+  ASSERT_TRUE(at_budget.is_ok());
+  ASSERT_EQ(at_budget->status, 200) << at_budget->body.substr(0, 500);
+  json served = json::parse(at_budget->body);
+  ASSERT_EQ(served["choices"].size(), 2u);
+  for (const json& choice : served["choices"]) {
+    EXPECT_EQ(choice["logprobs"]["tokens"].size(), 100u);
+  }
+  body["max_tokens"] = 101;
+  auto past = cluster.post("/v1/completions", body);
+  ASSERT_TRUE(past.is_ok());
+  EXPECT_EQ(past->status, 400) << past->body;
+  EXPECT_NE(past->body.find("could hold 4242 log-probabilities"), std::string::npos) << past->body;
+  EXPECT_NE(past->body.find("router.limits.max_reply_logprobs"), std::string::npos);
+
+  // The tiny model's tokenizer makes a token of each byte: 6 MB of text is
+  // six million tokens.
+  const std::string text(6u << 20, 'x');
+  auto too_long = cluster.post("/v1/completions", json{{"prompt", text}, {"max_tokens", 1}});
+  ASSERT_TRUE(too_long.is_ok());
+  EXPECT_EQ(too_long->status, 400) << too_long->body;
+  EXPECT_NE(
+      too_long->body.find("has more than " + std::to_string(shape.max_model_len) + " input tokens"),
+      std::string::npos)
+      << too_long->body;
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
 TEST(LimitsTest, RequestPastTheRouterTimeoutGets504AndItsBlocksBack) {
   ClusterShape shape;
   shape.max_model_len = 2048;  // the tiny model's limit

@@ -1,0 +1,59 @@
+// router/request_workers.h — the threads that do a request's CPU work away
+// from the threads that must stay responsive: a request's parsing, chat
+// template and tokenising off the HTTP and ZeroMQ front ends' threads (an
+// 8 MB prompt takes a fraction of a second to tokenise), and a finished
+// request's JSON reply off the dispatcher's thread (a reply with many
+// choices and log-probabilities takes seconds to build).
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace baton::router {
+
+class RequestWorkers {
+ public:
+  // `max_queued_bytes` bounds the request bodies waiting for a thread.
+  RequestWorkers(int32_t threads, size_t max_queued_bytes);
+  ~RequestWorkers();
+  RequestWorkers(const RequestWorkers&) = delete;
+  RequestWorkers& operator=(const RequestWorkers&) = delete;
+
+  // Queues a request's work, holding `bytes` (its body) until a thread takes
+  // it; false, and nothing queued, when that would pass the bound (unless
+  // nothing waits: one request of any admitted size always gets in) or the
+  // workers have stopped.
+  bool try_post(size_t bytes, std::function<void()> work);
+  // Queues work that must run whatever waits (a reply owed to an admitted
+  // request); once stopped, runs it on the calling thread.
+  void post(std::function<void()> work);
+  // Runs everything queued, then joins the threads. Idempotent.
+  void stop();
+
+  size_t queued_bytes() const;
+  size_t max_queued_bytes() const { return max_queued_bytes_; }
+
+ private:
+  struct Task {
+    size_t bytes = 0;
+    std::function<void()> work;
+  };
+  void run();
+
+  const size_t max_queued_bytes_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<Task> queue_;
+  size_t queued_bytes_ = 0;
+  bool stopping_ = false;
+  std::mutex stop_mutex_;
+  std::vector<std::thread> threads_;  // stop() only, under stop_mutex_
+};
+
+}  // namespace baton::router
