@@ -1,5 +1,6 @@
 #include "engine/bpe_model.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <queue>
@@ -77,7 +78,15 @@ Result<BpeModel> BpeModel::load(const nlohmann::json& model, const std::string& 
     auto it = m.vocab_.find(token);
     m.byte_tokens_[size_t(b)] = it != m.vocab_.end() ? it->second : -1;
   }
+  for (const auto& [token, id] : m.vocab_)
+    m.max_token_bytes_ = std::max(m.max_token_bytes_, token.size());
   return m;
+}
+
+bool BpeModel::unknown_characters_each_count() const {
+  const bool every_byte =
+      std::all_of(byte_tokens_.begin(), byte_tokens_.end(), [](int32_t id) { return id >= 0; });
+  return (byte_fallback_ && every_byte) || (unk_ >= 0 && !fuse_unk_);
 }
 
 void BpeModel::encode(std::string_view piece, std::vector<int32_t>& ids) const {

@@ -29,6 +29,12 @@ class BpeModel {
 
   const std::unordered_map<std::string, int32_t>& vocab() const { return vocab_; }
   int32_t unk_id() const { return unk_; }
+  // The longest vocabulary entry, in bytes.
+  size_t max_token_bytes() const { return max_token_bytes_; }
+  // Whether each character outside the vocabulary becomes ids of its own
+  // (its bytes' <0xXX> tokens, or an unk_token not fused with its
+  // neighbours') rather than being dropped or merged into one unk run.
+  bool unknown_characters_each_count() const;
 
  private:
   static uint64_t pair_key(int32_t a, int32_t b) {
@@ -42,6 +48,7 @@ class BpeModel {
   bool fuse_unk_ = false;
   int32_t unk_ = -1;
   std::array<int32_t, 256> byte_tokens_{};  // id of "<0xXX>", or -1
+  size_t max_token_bytes_ = 0;
 };
 
 }  // namespace baton::engine

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -48,16 +49,19 @@ class HfBpeTokenizer final : public Tokenizer {
  public:
   explicit HfBpeTokenizer(BpeModel model) : model_(std::move(model)) {}
 
-  std::vector<int32_t> encode_up_to(std::string_view text, size_t limit) const override {
+  std::optional<std::vector<int32_t>> encode_within(std::string_view text,
+                                                    size_t limit) const override {
     std::vector<int32_t> ids;
     size_t begin = 0;
     for (const auto& [match_begin, match_end, id] : find_added(text)) {
-      encode_segment(text.substr(begin, match_begin - begin), begin == 0, limit, ids);
-      if (ids.size() > limit) return ids;
+      if (!encode_segment(text.substr(begin, match_begin - begin), begin == 0, limit, ids)) {
+        return std::nullopt;
+      }
       ids.push_back(id);
+      if (ids.size() > limit) return std::nullopt;
       begin = match_end;
     }
-    encode_segment(text.substr(begin), begin == 0, limit, ids);
+    if (!encode_segment(text.substr(begin), begin == 0, limit, ids)) return std::nullopt;
     return ids;
   }
 
@@ -126,15 +130,20 @@ class HfBpeTokenizer final : public Tokenizer {
   }
 
   // A stretch of text with no added token in it: normalized, pre-tokenized,
-  // then each piece through the BPE model, until there are more than `limit` ids.
-  void encode_segment(std::string_view segment, bool at_start, size_t limit,
+  // then each piece through the BPE model; false once there are, or a
+  // piece's length shows there would be, more than `limit` ids.
+  bool encode_segment(std::string_view segment, bool at_start, size_t limit,
                       std::vector<int32_t>& ids) const {
-    if (segment.empty()) return;
-    pre_tokenize({normalize(std::string(segment), normalizer_), at_start}, pre_tokenizer_,
-                 [&](Piece piece) {
-                   model_.encode(piece.text, ids);
-                   return ids.size() <= limit;
-                 });
+    if (segment.empty()) return true;
+    return pre_tokenize(
+        {normalize(std::string(segment), normalizer_), at_start}, pre_tokenizer_, [&](Piece piece) {
+          if (bytes_per_id_ > 0 &&
+              (piece.text.size() + bytes_per_id_ - 1) / bytes_per_id_ > limit - ids.size()) {
+            return false;  // one long word is costly to merge: skipped
+          }
+          model_.encode(piece.text, ids);
+          return ids.size() <= limit;
+        });
   }
 
   Status load_specials(const json& doc, const json& config, const std::string& name);
@@ -148,6 +157,9 @@ class HfBpeTokenizer final : public Tokenizer {
   std::vector<AddedToken> added_;
   std::unordered_map<unsigned char, std::vector<const AddedToken*>> added_by_first_byte_;
   int32_t bos_ = -1, eos_ = -1;
+  // The most bytes of a piece one id can stand for; 0 when some characters
+  // make no id of their own (dropped, or fused into one unk_token).
+  size_t bytes_per_id_ = 0;
 };
 
 // Added tokens, and which ids are BOS and EOS: the post-processor's leading
@@ -263,6 +275,20 @@ Status HfBpeTokenizer::load(const json& doc, const json& config, const std::stri
       return unimplemented(name + ": a byte-level BPE vocabulary lacks the byte character '" + c +
                            "'");
     }
+  }
+  // Each id stands for one vocabulary entry, a character (unk_token) or a
+  // byte (<0xXX>), so a piece has at least length / bytes_per_id_ ids, when
+  // every character makes ids of its own: with a byte alphabet the
+  // vocabulary holds whole, or with unknown characters kept one by one.
+  const bool metaspace = std::any_of(pre_tokenizer_.begin(), pre_tokenizer_.end(), [](auto& s) {
+    return std::holds_alternative<MetaspaceStep>(s);
+  });
+  bool whole_alphabet = byte_level && !metaspace;
+  for (int b = 0; whole_alphabet && b < 256; ++b) {
+    whole_alphabet = model_.vocab().contains(byte_level_char(static_cast<unsigned char>(b)));
+  }
+  if (whole_alphabet || model_.unknown_characters_each_count()) {
+    bytes_per_id_ = std::max<size_t>(4, model_.max_token_bytes());
   }
   return in_section(name, "added_tokens or post_processor",
                     [&] { return load_specials(doc, config, name); });

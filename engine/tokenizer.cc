@@ -8,8 +8,9 @@
 
 namespace baton::engine {
 
-std::vector<int32_t> ByteTokenizer::encode_up_to(std::string_view text, size_t limit) const {
-  if (limit < text.size()) text = text.substr(0, limit + 1);
+std::optional<std::vector<int32_t>> ByteTokenizer::encode_within(std::string_view text,
+                                                                 size_t limit) const {
+  if (text.size() > limit) return std::nullopt;
   std::vector<int32_t> ids;
   ids.reserve(text.size());
   for (unsigned char byte : text) ids.push_back(int32_t(byte) + kByteOffset);

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,12 +23,14 @@ class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
   std::vector<int32_t> encode(std::string_view text) const {
-    return encode_up_to(text, std::numeric_limits<size_t>::max());
+    return *encode_within(text, std::numeric_limits<size_t>::max());
   }
-  // The ids of `text` while they number at most `limit`; past that, the
-  // first ids and more than `limit` of them: encoding stops there, so a
-  // prompt far over a length limit costs about what the limit allows.
-  virtual std::vector<int32_t> encode_up_to(std::string_view text, size_t limit) const = 0;
+  // The ids of `text` when there are at most `limit` of them; nullopt when
+  // there are more, found out early: encoding stops at the piece that
+  // crosses the limit, or before one whose length alone shows that it
+  // would (the text is still normalised and searched for added tokens whole).
+  virtual std::optional<std::vector<int32_t>> encode_within(std::string_view text,
+                                                            size_t limit) const = 0;
   // Special ids (pad, bos, eos) decode to "".
   virtual std::string decode(const std::vector<int32_t>& ids) const = 0;
   virtual int32_t bos_id() const = 0;  // -1 when none
@@ -46,7 +49,8 @@ class ByteTokenizer final : public Tokenizer {
   static constexpr int32_t kByteOffset = 3;
   static constexpr int32_t kMinVocab = kByteOffset + 256;
 
-  std::vector<int32_t> encode_up_to(std::string_view text, size_t limit) const override;
+  std::optional<std::vector<int32_t>> encode_within(std::string_view text,
+                                                    size_t limit) const override;
   std::string decode(const std::vector<int32_t>& ids) const override;
   int32_t bos_id() const override { return kBosId; }
   int32_t eos_id() const override { return kEosId; }

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 
 #include "tests/engine/temp_model.h"
@@ -182,10 +183,10 @@ TEST_F(HfTokenizerTest, AddedTokensSplitTheTextAndSpecialOnesDecodeToNothing) {
   EXPECT_EQ((*tok)->decode({'a', 300, 'b', 301}), "ab<|eot|>x");
 }
 
-// encode_up_to gives the whole encoding while it fits the limit, and past it
-// the encoding's first ids, more than the limit and not much more (it stops
-// at the piece that crossed it rather than encoding the rest).
-TEST_F(HfTokenizerTest, EncodeUpToStopsJustPastTheLimitWithTheFirstIds) {
+// encode_within gives the whole encoding while it fits the limit, and
+// nothing past it: whether the text crossed it at a word, at an added token
+// or inside one long word that is never merged.
+TEST_F(HfTokenizerTest, EncodeWithinGivesTheWholeEncodingOrNothingPastTheLimit) {
   json doc = byte_level_bpe({"he", "the", "ll", "llo"}, {"h e", "t he", "l l", "ll o"});
   doc["added_tokens"] = {{{"id", 300},
                           {"content", "<|eot|>"},
@@ -196,27 +197,58 @@ TEST_F(HfTokenizerTest, EncodeUpToStopsJustPastTheLimitWithTheFirstIds) {
                           {"normalized", false}}};
   auto tok = load(doc);
   ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
-  const char* words[] = {"the ", "hello ", "<|eot|>", "x\n", "\xc3\xa9 "};
+  const std::string long_word(2000 + std::random_device{}() % 2000, 'q');
+  const std::string words[] = {"the ", "hello ", "<|eot|>", "x\n", "\xc3\xa9 ", long_word};
   std::mt19937 rng(std::random_device{}());
-  int stopped_early = 0;
+  int fit = 0, over = 0;
   for (int round = 0; round < 300; ++round) {
     std::string text;
-    for (size_t n = rng() % 400; n > 0; --n) text += words[rng() % std::size(words)];
+    for (size_t n = rng() % 400; n > 0; --n)
+      text += words[rng() % (std::size(words) - (rng() % 8 != 0))];
     const std::vector<int32_t> whole = (*tok)->encode(text);
-    const size_t limit = rng() % (whole.size() + 8);
-    const std::vector<int32_t> part = (*tok)->encode_up_to(text, limit);
+    // At the boundary (just fitting, one short), or anywhere below or above.
+    const size_t n = whole.size();
+    const size_t choices[] = {n, n > 0 ? n - 1 : 0, rng() % (n + 1), n + rng() % 8};
+    const size_t limit = choices[rng() % 4];
+    const std::optional<std::vector<int32_t>> part = (*tok)->encode_within(text, limit);
     if (whole.size() <= limit) {
-      EXPECT_EQ(part, whole) << "limit " << limit;
-      continue;
+      ASSERT_TRUE(part.has_value()) << "limit " << limit << " of " << whole.size();
+      EXPECT_EQ(*part, whole);
+      ++fit;
+    } else {
+      EXPECT_FALSE(part.has_value()) << "limit " << limit << " of " << whole.size();
+      ++over;
     }
-    ASSERT_GT(part.size(), limit);
-    ASSERT_LE(part.size(), whole.size());
-    EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin())) << "limit " << limit;
-    // No piece here makes more than 3 ids (" hello": the space, "he", "llo").
-    EXPECT_LE(part.size(), limit + 3) << "limit " << limit << " of " << whole.size();
-    stopped_early += part.size() < whole.size();
   }
-  EXPECT_GT(stopped_early, 50);
+  EXPECT_GT(fit, 50);
+  EXPECT_GT(over, 50);
+}
+
+// Where unknown characters fuse into one unk_token a long word may be one id:
+// its length shows nothing, so it is encoded and fits.
+TEST_F(HfTokenizerTest, EncodeWithinCountsAFusedUnknownRunAsTheOneIdItIs) {
+  json doc = {{"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "Split"},
+                {"pattern", {{"String", " "}}},
+                {"behavior", "Removed"},
+                {"invert", false}}},
+              {"decoder", {{"type", "Fuse"}}},
+              {"model",
+               {{"type", "BPE"},
+                {"unk_token", "<unk>"},
+                {"byte_fallback", false},
+                {"fuse_unk", true},
+                {"vocab", {{"<unk>", 0}, {"a", 1}}},
+                {"merges", json::array()}}}};
+  auto tok = load(doc);
+  ASSERT_TRUE(tok.is_ok()) << tok.status().to_string();
+  const std::string run(1000 + std::random_device{}() % 1000, 'z');
+  EXPECT_EQ((*tok)->encode("a " + run), (std::vector<int32_t>{1, 0}));
+  const auto within = (*tok)->encode_within("a " + run, 2);
+  ASSERT_TRUE(within.has_value());
+  EXPECT_EQ(*within, (std::vector<int32_t>{1, 0}));
+  EXPECT_FALSE((*tok)->encode_within("a " + run + " a", 2).has_value());
 }
 
 TEST_F(HfTokenizerTest, BosFromTheTemplateAndEosFromTheConfig) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "tests/engine/temp_model.h"
@@ -26,21 +27,16 @@ TEST(ByteTokenizer, RoundTripsArbitraryBytes) {
             "h<|100000|>");
 }
 
-TEST(ByteTokenizer, EncodeUpToStopsOneBytePastTheLimit) {
+TEST(ByteTokenizer, EncodeWithinGivesTheWholeEncodingOrNothingPastTheLimit) {
   std::mt19937 rng(std::random_device{}());
   ByteTokenizer tok;
   for (int i = 0; i < 50; ++i) {
     std::string text(rng() % 64, '\0');
     for (auto& c : text) c = char(rng() & 0xff);
     const size_t limit = rng() % 80;
-    const std::vector<int32_t> whole = tok.encode(text);
-    const std::vector<int32_t> part = tok.encode_up_to(text, limit);
-    if (whole.size() <= limit) {
-      EXPECT_EQ(part, whole);
-    } else {
-      ASSERT_EQ(part.size(), limit + 1);
-      EXPECT_TRUE(std::equal(part.begin(), part.end(), whole.begin()));
-    }
+    const std::optional<std::vector<int32_t>> part = tok.encode_within(text, limit);
+    ASSERT_EQ(part.has_value(), text.size() <= limit) << text.size() << " bytes, limit " << limit;
+    if (part) EXPECT_EQ(*part, tok.encode(text));
   }
 }
 
