@@ -19,8 +19,9 @@ struct RequestLimits {
   int32_t max_logprobs = 20;
   int32_t max_stop_strings = 16;
   // The log-probabilities one request may make the router hold until its
-  // reply is built: generations x positions x (1 + logprobs), streamed or
-  // not (each takes some 90 bytes at the peak of building the reply).
+  // reply is built: generations x positions x (1 + max(logprobs, 1)),
+  // streamed or not (each takes some 90 bytes at the peak of building the
+  // reply).
   int64_t max_reply_logprobs = 2'000'000;
   // The checkpoint's generation_config.json defaults, for the sampling
   // fields a request leaves out (else vLLM's: temperature 1, top_p 1, top_k off).

@@ -51,7 +51,7 @@ CompletionExchange::CompletionExchange(ExchangeSpec spec, std::shared_ptr<HttpRe
       tokenizer_(tokenizer),
       metrics_(metrics),
       workers_(workers),
-      arrival_(Clock::now()) {
+      arrival_(spec_.arrival) {
   for (const std::string& stop : spec_.stop)
     max_stop_bytes_ = std::max(max_stop_bytes_, stop.size());
 }
@@ -62,6 +62,9 @@ void CompletionExchange::start(std::vector<GenerationRequest> choices) {
     if (auto self = weak.lock()) self->on_client_gone();
   });
   std::lock_guard lock(mutex_);
+  // A client gone before this ran (its request waited for a worker) ran
+  // on_client_gone already: nothing is submitted, so nothing is left running.
+  if (done_) return;
   choices_.resize(choices.size());
   for (size_t i = 0; i < choices.size(); ++i) {
     // The prompt's last tokens: the context the output is read after.
@@ -326,6 +329,7 @@ void CompletionExchange::finish_exchange() {
 }
 
 void CompletionExchange::send_reply(const Usage& usage) {
+  if (responder_->closed()) return;  // nobody to read it
   const std::vector<size_t> returned = returned_choices();
   std::vector<Choice> choices;
   for (size_t i = 0; i < returned.size(); ++i) {

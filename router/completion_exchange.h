@@ -49,6 +49,9 @@ struct ExchangeSpec {
   int32_t top_logprobs = 0;  // alternatives shown per token (the nodes may send more)
   // echo: each prompt's text, put before its choices' (empty: no echo).
   std::vector<std::string> echoes;
+  // When the front end handed the request on: TTFT and end-to-end latency
+  // count the wait for a request worker and the tokenising.
+  std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
 };
 
 class CompletionExchange : public std::enable_shared_from_this<CompletionExchange> {

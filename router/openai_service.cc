@@ -93,11 +93,12 @@ void OpenAiService::send_error(HttpResponder& responder, const Status& status) {
                     std::move(headers));
 }
 
-std::vector<int32_t> OpenAiService::encode(const std::string& text, bool add_bos,
-                                           size_t limit) const {
+std::optional<std::vector<int32_t>> OpenAiService::encode(const std::string& text, bool add_bos,
+                                                          size_t limit) const {
   const bool bos = add_bos && tokenizer_->bos_id() >= 0;
-  std::vector<int32_t> ids = tokenizer_->encode_up_to(text, bos && limit > 0 ? limit - 1 : limit);
-  if (bos) ids.insert(ids.begin(), tokenizer_->bos_id());
+  if (bos && limit == 0) return std::nullopt;
+  std::optional<std::vector<int32_t>> ids = tokenizer_->encode_within(text, limit - bos);
+  if (ids && bos) ids->insert(ids->begin(), tokenizer_->bos_id());
   return ids;
 }
 
@@ -135,17 +136,31 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     return refuse_route(request, path, route == kPostedTo.end() ? nullptr : &route->second,
                         *responder);
   if (route->second) {
-    const size_t bytes = request.body.size();
-    auto work = [this, path, request = std::move(request), responder] {
-      handle_posted(path, request, responder);
+    // Generation stops at admission while draining; what was admitted before
+    // runs to its end, and the drain waits for it.
+    if (draining_ && path != "/tokenize" && path != "/detokenize") {
+      return send_error(*responder, unavailable("the router is shutting down"));
+    }
+    // Charged for what a waiting request holds: its body and headers, and
+    // a fixed share for the rest (so empty bodies cannot queue without end).
+    size_t bytes = kQueuedRequestOverheadBytes + request.body.size() + request.target.size();
+    for (const auto& [name, value] : request.headers) bytes += name.size() + value.size();
+    auto work = [this, path, request = std::move(request), responder,
+                 arrival = std::chrono::steady_clock::now()] {
+      handle_posted(path, request, responder, arrival);
     };
-    if (workers_.try_post(bytes, std::move(work))) return;
-    if (draining_) return send_error(*responder, unavailable("the router is shutting down"));
-    return send_error(
-        *responder,
-        resource_exhausted("the router is busy: " + std::to_string(workers_.queued_bytes()) +
-                           " bytes of requests wait for its request threads "
-                           "(router.request_threads); retry later"));
+    switch (workers_.try_post(bytes, std::move(work))) {
+      case RequestWorkers::Admission::kQueued:
+        return;
+      case RequestWorkers::Admission::kStopped:
+        return send_error(*responder, unavailable("the router is shutting down"));
+      case RequestWorkers::Admission::kFull:
+        return send_error(
+            *responder,
+            resource_exhausted("the router is busy: " + std::to_string(workers_.queued_bytes()) +
+                               " bytes of requests wait for its request threads "
+                               "(router.request_threads); retry later"));
+    }
   }
   if (path == "/health") {
     // 503 whenever a request now could not be served, saying why.
@@ -192,18 +207,22 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
 }
 
 void OpenAiService::handle_posted(const std::string& path, const HttpRequest& request,
-                                  std::shared_ptr<HttpResponder> responder) {
+                                  std::shared_ptr<HttpResponder> responder,
+                                  std::chrono::steady_clock::time_point arrival) {
+  if (responder->closed()) return;  // cancelled or gone while it waited
   // Nothing a client sends may end a worker: a route that throws answers
   // its request with a 500, as the front ends do for their own handlers.
   try {
-    if (path == "/v1/completions") return generate(request, responder, false);
-    if (path == "/v1/chat/completions") return generate(request, responder, true);
+    if (path == "/v1/completions") return generate(request, responder, false, arrival);
+    if (path == "/v1/chat/completions") return generate(request, responder, true, arrival);
     if (path == "/tokenize") return tokenize(request, *responder);
     return detokenize(request, *responder);
   } catch (const std::exception& e) {
     spdlog::error("router: {} threw: {}", path, e.what());
-    send_error(*responder, internal_error("internal error"));
+  } catch (...) {
+    spdlog::error("router: {} threw a non-exception", path);
   }
+  send_error(*responder, internal_error("internal error"));
 }
 
 // 404 for a path no route has; 405, with the method it takes, for one the
@@ -242,7 +261,7 @@ void OpenAiService::tokenize(const HttpRequest& request, HttpResponder& responde
     text = std::move(rendered).value();
     add_bos = parsed->add_special_tokens.value_or(chat_prompter_.adds_bos());
   }
-  std::vector<int32_t> ids = encode(text, add_bos);
+  std::vector<int32_t> ids = *encode(text, add_bos);
   json body = {{"count", ids.size()},
                {"max_model_len", config_.max_model_len},
                {"tokens", ids},
@@ -267,11 +286,21 @@ void OpenAiService::detokenize(const HttpRequest& request, HttpResponder& respon
 }
 
 void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder,
-                             bool chat) {
-  if (draining_) return send_error(*responder, unavailable("the router is shutting down"));
+                             bool chat, std::chrono::steady_clock::time_point arrival) {
   std::string model;
   SamplingFields sampling;
   std::vector<Prompt> prompts;
+  // Text is encoded only while it fits: the longest prompt leaves room for
+  // one token of output. Past that, the count is a floor.
+  const size_t longest_prompt = size_t(std::max(config_.max_model_len - 1, 0));
+  auto too_long = [&](const std::string& count) {
+    send_error(*responder,
+               invalid_argument("This model's maximum context length is " +
+                                std::to_string(config_.max_model_len) +
+                                " tokens. However, your request has " + count +
+                                " input tokens. Please reduce the length of the input messages."));
+  };
+  const std::string at_least_the_limit = "at least " + std::to_string(config_.max_model_len);
   if (chat) {
     Result<ChatRequest> parsed = parse_chat_request(request.body, config_.limits);
     if (!parsed.is_ok()) return send_error(*responder, parsed.status());
@@ -285,8 +314,10 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
                                          "ids to /v1/completions"));
     }
     // Tokenised here: a template writes its own BOS, the fixed format does not.
-    prompts.emplace_back(
-        encode(*rendered, chat_prompter_.adds_bos(), size_t(config_.max_model_len)));
+    std::optional<std::vector<int32_t>> ids =
+        encode(*rendered, chat_prompter_.adds_bos(), longest_prompt);
+    if (!ids) return too_long(at_least_the_limit);
+    prompts.emplace_back(std::move(*ids));
   } else {
     Result<CompletionRequest> parsed = parse_completion_request(request.body, config_.limits);
     if (!parsed.is_ok()) return send_error(*responder, parsed.status());
@@ -303,15 +334,14 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   int64_t prompt_tokens = 0;
   for (Prompt& prompt : prompts) {
     std::vector<int32_t> ids;
-    // Text (a prompt, or a chat's rendered messages, which come here as
-    // their ids) is encoded only to just past max_model_len ids.
-    const bool from_text = chat || std::holds_alternative<std::string>(prompt);
     if (auto* text = std::get_if<std::string>(&prompt)) {
       if (tokenizer_ == nullptr) {
         return send_error(
             *responder, invalid_argument("prompt: this model ships no tokenizer; send token ids"));
       }
-      ids = encode(*text, /*add_bos=*/true, size_t(config_.max_model_len));
+      std::optional<std::vector<int32_t>> encoded = encode(*text, /*add_bos=*/true, longest_prompt);
+      if (!encoded) return too_long(at_least_the_limit);
+      ids = std::move(*encoded);
       if (sampling.echo) echoes.push_back(*text);
     } else {
       ids = std::move(std::get<std::vector<int32_t>>(prompt));
@@ -328,18 +358,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
       return send_error(*responder, in_vocabulary);
     }
     int64_t length = int64_t(ids.size());
-    if (length >= config_.max_model_len) {
-      // Text past the limit was not encoded to its end: its length is a floor.
-      const std::string counted = from_text && length > config_.max_model_len
-                                      ? "more than " + std::to_string(config_.max_model_len)
-                                      : std::to_string(length);
-      return send_error(
-          *responder,
-          invalid_argument("This model's maximum context length is " +
-                           std::to_string(config_.max_model_len) +
-                           " tokens. However, your request has " + counted +
-                           " input tokens. Please reduce the length of the input messages."));
-    }
+    if (length >= config_.max_model_len) return too_long(std::to_string(length));
     if (length + sampling.max_tokens > config_.max_model_len) {
       return send_error(
           *responder,
@@ -380,12 +399,13 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
     if (held > config_.limits.max_reply_logprobs) {
       return send_error(
           *responder,
-          invalid_argument("the request could hold " + std::to_string(held) +
-                           " log-probabilities (generations x positions x (1 + logprobs)); the "
-                           "router holds at most " +
-                           std::to_string(config_.limits.max_reply_logprobs) +
-                           " for one request (router.limits.max_reply_logprobs): ask for fewer "
-                           "choices, tokens or logprobs"));
+          invalid_argument(
+              "the request could hold " + std::to_string(held) +
+              " log-probabilities (generations x positions x (1 + max(logprobs, 1))); the "
+              "router holds at most " +
+              std::to_string(config_.limits.max_reply_logprobs) +
+              " for one request (router.limits.max_reply_logprobs): ask for fewer "
+              "choices, tokens or logprobs"));
     }
   }
 
@@ -432,6 +452,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   spec.logprobs = sampling.want_logprobs;
   spec.top_logprobs = sampling.logprobs;
   spec.echoes = std::move(echoes);
+  spec.arrival = arrival;
 
   // Choice index = prompt index * best_of + sample index; sample j of a
   // seeded request uses seed + j, so the same seed gives the same choices.

@@ -16,8 +16,10 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/tokenizer.h"
@@ -30,6 +32,10 @@
 #include "router/router_core.h"
 
 namespace baton::router {
+
+// What a request waiting for a worker is charged besides its body and
+// headers: the rest it holds (the responder, the task).
+inline constexpr size_t kQueuedRequestOverheadBytes = 1024;
 
 struct OpenAiServiceConfig {
   std::string served_model;
@@ -51,15 +57,20 @@ class OpenAiService {
   void handle(HttpRequest request, std::shared_ptr<HttpResponder> responder);
   // While draining, new generation requests get 503 and /health says so.
   void set_draining(bool draining) { draining_ = draining; }
-  // Finishes the requests the workers hold (those that reach the core after
-  // it stopped fail with its error), then stops them; later requests get 503.
+  // No request waits for a worker or is being read by one (replies being
+  // built included).
+  bool workers_idle() const { return workers_.idle(); }
+  // Finishes what the workers hold (requests that reach the core after it
+  // stopped fail with its error), then stops them; later requests get 503.
   void stop_workers() { workers_.stop(); }
 
  private:
-  // A POST route's request, on a worker.
+  // A POST route's request, on a worker; `arrival` is when handle() took it.
   void handle_posted(const std::string& path, const HttpRequest& request,
-                     std::shared_ptr<HttpResponder> responder);
-  void generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder, bool chat);
+                     std::shared_ptr<HttpResponder> responder,
+                     std::chrono::steady_clock::time_point arrival);
+  void generate(const HttpRequest& request, std::shared_ptr<HttpResponder> responder, bool chat,
+                std::chrono::steady_clock::time_point arrival);
   void tokenize(const HttpRequest& request, HttpResponder& responder);
   void detokenize(const HttpRequest& request, HttpResponder& responder);
   void refuse_route(const HttpRequest& request, const std::string& path, const bool* posted_to,
@@ -67,9 +78,10 @@ class OpenAiService {
   void send_error(HttpResponder& responder, const Status& status);
   void send_json(HttpResponder& responder, int status, const std::string& body);
   // The tokenizer's ids of `text`, after its BOS when `add_bos` (and it has
-  // one); past `limit` ids it stops, with more than `limit` of them.
-  std::vector<int32_t> encode(const std::string& text, bool add_bos,
-                              size_t limit = std::numeric_limits<size_t>::max()) const;
+  // one), if there are at most `limit` of them; nullopt, found out early, if more.
+  std::optional<std::vector<int32_t>> encode(
+      const std::string& text, bool add_bos,
+      size_t limit = std::numeric_limits<size_t>::max()) const;
   // InvalidArgument naming the first id outside the vocabulary; OK if none.
   Status check_vocabulary(const std::vector<int32_t>& ids, std::string_view what) const;
 

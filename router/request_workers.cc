@@ -1,4 +1,4 @@
-// router/request_workers.cc — a fixed pool of threads over one queue.
+// router/request_workers.cc — a fixed pool of threads over two queues.
 #include "router/request_workers.h"
 
 #include <spdlog/spdlog.h>
@@ -15,23 +15,23 @@ RequestWorkers::RequestWorkers(int32_t threads, size_t max_queued_bytes)
 
 RequestWorkers::~RequestWorkers() { stop(); }
 
-bool RequestWorkers::try_post(size_t bytes, std::function<void()> work) {
+RequestWorkers::Admission RequestWorkers::try_post(size_t bytes, std::function<void()> work) {
   {
     std::lock_guard lock(mutex_);
-    if (stopping_) return false;
-    if (queued_bytes_ > 0 && queued_bytes_ + bytes > max_queued_bytes_) return false;
+    if (stopping_) return Admission::kStopped;
+    if (!requests_.empty() && queued_bytes_ + bytes > max_queued_bytes_) return Admission::kFull;
     queued_bytes_ += bytes;
-    queue_.push_back({bytes, std::move(work)});
+    requests_.push_back({bytes, std::move(work)});
   }
   wake_.notify_one();
-  return true;
+  return Admission::kQueued;
 }
 
 void RequestWorkers::post(std::function<void()> work) {
   {
     std::lock_guard lock(mutex_);
     if (!stopping_) {
-      queue_.push_back({0, std::move(work)});
+      replies_.push_back({0, std::move(work)});
       wake_.notify_one();
       return;
     }
@@ -50,22 +50,27 @@ void RequestWorkers::stop() {
   threads_.clear();
 }
 
+bool RequestWorkers::idle() const {
+  std::lock_guard lock(mutex_);
+  return replies_.empty() && requests_.empty() && running_ == 0;
+}
+
 size_t RequestWorkers::queued_bytes() const {
   std::lock_guard lock(mutex_);
   return queued_bytes_;
 }
 
 void RequestWorkers::run() {
+  std::unique_lock lock(mutex_);
   while (true) {
-    Task task;
-    {
-      std::unique_lock lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping, and everything queued has run
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      queued_bytes_ -= task.bytes;
-    }
+    wake_.wait(lock, [&] { return stopping_ || !replies_.empty() || !requests_.empty(); });
+    std::deque<Task>& queue = !replies_.empty() ? replies_ : requests_;
+    if (queue.empty()) return;  // stopping, and everything queued has run
+    Task task = std::move(queue.front());
+    queue.pop_front();
+    queued_bytes_ -= task.bytes;
+    ++running_;
+    lock.unlock();
     // The work answers its own request; whatever escapes it must not end
     // the thread that serves everyone else's.
     try {
@@ -75,6 +80,9 @@ void RequestWorkers::run() {
     } catch (...) {
       spdlog::error("request worker: a task threw a non-exception");
     }
+    task.work = nullptr;  // what it holds goes before the pool counts it done
+    lock.lock();
+    --running_;
   }
 }
 

@@ -19,25 +19,27 @@ namespace baton::router {
 
 class RequestWorkers {
  public:
-  // `max_queued_bytes` bounds the request bodies waiting for a thread.
+  enum class Admission { kQueued, kFull, kStopped };
+
+  // `max_queued_bytes` bounds the requests waiting for a thread.
   RequestWorkers(int32_t threads, size_t max_queued_bytes);
   ~RequestWorkers();
   RequestWorkers(const RequestWorkers&) = delete;
   RequestWorkers& operator=(const RequestWorkers&) = delete;
 
-  // Queues a request's work, holding `bytes` (its body) until a thread takes
-  // it; false, and nothing queued, when that would pass the bound (unless
-  // nothing waits: one request of any admitted size always gets in) or the
-  // workers have stopped.
-  bool try_post(size_t bytes, std::function<void()> work);
-  // Queues work that must run whatever waits (a reply owed to an admitted
-  // request); once stopped, runs it on the calling thread.
+  // Queues a request's work, charged `bytes` until a thread takes it: kFull,
+  // and nothing queued, when that would pass the bound (unless no request
+  // waits: one of any admitted size always gets in); kStopped after stop().
+  Admission try_post(size_t bytes, std::function<void()> work);
+  // Queues work owed to an admitted request (its reply), run before any
+  // request waiting; once stopped, runs it on the calling thread.
   void post(std::function<void()> work);
   // Runs everything queued, then joins the threads. Idempotent.
   void stop();
 
+  // Nothing queued and nothing running.
+  bool idle() const;
   size_t queued_bytes() const;
-  size_t max_queued_bytes() const { return max_queued_bytes_; }
 
  private:
   struct Task {
@@ -49,8 +51,10 @@ class RequestWorkers {
   const size_t max_queued_bytes_;
   mutable std::mutex mutex_;
   std::condition_variable wake_;
-  std::deque<Task> queue_;
+  std::deque<Task> replies_;   // served first
+  std::deque<Task> requests_;  // bounded by queued_bytes_
   size_t queued_bytes_ = 0;
+  int32_t running_ = 0;
   bool stopping_ = false;
   std::mutex stop_mutex_;
   std::vector<std::thread> threads_;  // stop() only, under stop_mutex_

@@ -84,16 +84,16 @@ void RouterServer::drain_and_stop(std::chrono::milliseconds timeout) {
   // A start that failed part-way (a port in use, a bad generation config)
   // leaves the later parts unmade: stop only what exists.
   if (service_) service_->set_draining(true);
+  // Running requests, and those admitted but still waiting for a worker.
+  auto busy = [&] { return core_->in_flight() > 0 || (service_ && !service_->workers_idle()); };
   auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (core_->in_flight() > 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(10ms);
-  if (core_->in_flight() > 0)
-    spdlog::warn("router: drain timed out with {} requests left", core_->in_flight());
+  while (busy() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(10ms);
+  if (busy()) spdlog::warn("router: drain timed out with {} requests left", core_->in_flight());
+  // What the workers still hold is read and answered (replies being built
+  // go out) while both front ends can still deliver it.
+  if (service_) service_->stop_workers();
   zmq_.reset();
   core_->stop();  // fails what is left; exchanges answer their clients
-  // Requests the workers still hold reach a stopped core and fail; replies
-  // being built go out while the HTTP server still runs.
-  if (service_) service_->stop_workers();
   if (http_) http_->stop();
   http_.reset();
   core_.reset();

@@ -73,8 +73,7 @@ TEST(LimitsTest, FullRouterAnswers429WithRetryAfter) {
 // Requests whose cost shows before they run: log-probabilities past the
 // router's budget for one request are a 400 naming the setting (at the
 // budget, served); a text prompt far past the context is refused as too
-// long, the count it names a floor (encoding stops just past the limit:
-// the tokenizers' EncodeUpTo tests).
+// long, the count it names a floor (its encoding stopped at the limit).
 TEST(LimitsTest, RequestsTooCostlyForTheRouterAreRefusedBeforeTheyRun) {
   ClusterShape shape;
   // Two choices of 100 positions with 20 alternatives each: 2 x 100 x 21.
@@ -107,7 +106,7 @@ TEST(LimitsTest, RequestsTooCostlyForTheRouterAreRefusedBeforeTheyRun) {
   ASSERT_TRUE(too_long.is_ok());
   EXPECT_EQ(too_long->status, 400) << too_long->body;
   EXPECT_NE(
-      too_long->body.find("has more than " + std::to_string(shape.max_model_len) + " input tokens"),
+      too_long->body.find("has at least " + std::to_string(shape.max_model_len) + " input tokens"),
       std::string::npos)
       << too_long->body;
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
