@@ -71,7 +71,8 @@ struct RouterSection {
   int32_t request_threads = 2;
   // Client connections: idle keep-alive connections are closed after
   // idle_timeout; a client that reads nothing is dropped once a write waited
-  // write_timeout or max_queued_write_bytes of its output wait unread; past
+  // write_timeout or max_queued_write_bytes of its output wait unread (a
+  // ZeroMQ client: its requests cancelled, those replies dropped); past
   // max_connections a new connection gets 503.
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds write_timeout{30000};

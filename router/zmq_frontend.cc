@@ -17,6 +17,20 @@ namespace baton::router {
 
 using namespace std::chrono_literals;
 
+namespace {
+
+// Replies libzmq holds for one client, in messages: few, so that what a
+// client leaves unread waits in the front end's own queue, bounded in bytes.
+constexpr int kClientSendHighWaterMark = 16;
+// Requests libzmq holds from one client: the front end reads them as they
+// come (their work waits for the request workers, bounded there), so a
+// full pipe means a stalled front end, and TCP then holds the client back.
+constexpr int kClientReceiveHighWaterMark = 256;
+// How soon replies waiting for a client's pipe to drain are tried again.
+constexpr auto kUnsentRetryInterval = 5ms;
+
+}  // namespace
+
 struct ZmqFrontend::Sockets {
   zmq::context_t context{1};
   std::unique_ptr<control::ZapHandler> zap;  // when keyed; outlives the socket
@@ -115,8 +129,10 @@ Result<std::unique_ptr<ZmqFrontend>> ZmqFrontend::start(const ZmqFrontendConfig&
     }
     s.socket = zmq::socket_t(s.context, zmq::socket_type::router);
     if (config.keys) control::make_curve_server(s.socket, *config.keys, "baton-clients");
-    s.socket.set(zmq::sockopt::sndhwm, control::kControlHighWaterMark);
-    s.socket.set(zmq::sockopt::rcvhwm, control::kControlHighWaterMark);
+    s.socket.set(zmq::sockopt::sndhwm, kClientSendHighWaterMark);
+    s.socket.set(zmq::sockopt::rcvhwm, kClientReceiveHighWaterMark);
+    // A full pipe refuses a send (EAGAIN) instead of dropping it unseen.
+    s.socket.set(zmq::sockopt::router_mandatory, 1);
     // Bodies up to twice the limit still get their 413; libzmq drops the
     // connection of a client that sends a larger message.
     s.socket.set(zmq::sockopt::maxmsgsize, int64_t(2 * config.max_body_bytes + (1 << 20)));
@@ -169,7 +185,7 @@ void ZmqFrontend::loop() {
                                 {nullptr, wake_.fd(), ZMQ_POLLIN, 0},
                                 {sockets_->monitor.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 3, 100ms);
+      zmq::poll(items, 3, unsent_.empty() ? 100ms : kUnsentRetryInterval);
       wake_.drain();
       // Disconnects first: a connection that closed before a new one took
       // its descriptor is forgotten before the new one's messages are read.
@@ -180,17 +196,11 @@ void ZmqFrontend::loop() {
         outgoing.swap(outbox_);
       }
       for (Outgoing& out : outgoing) {
-        std::string status = std::to_string(out.status);
-        // A client that went away or stopped reading loses its replies, never the router.
-        bool sent = socket.send(zmq::buffer(out.identity),
-                                zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-                    socket.send(zmq::buffer(out.tag),
-                                zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-                    socket.send(zmq::buffer(status),
-                                zmq::send_flags::sndmore | zmq::send_flags::dontwait) &&
-                    socket.send(zmq::buffer(out.payload), zmq::send_flags::dontwait);
-        if (!sent) spdlog::debug("zmq front end: a reply was dropped (client queue full)");
+        Unsent& waiting = unsent_[out.identity];
+        waiting.bytes += out.payload.size();
+        waiting.replies.push_back(std::move(out));
       }
+      send_replies();
       receive_requests();
       // A tag's entry goes once its request is done (with its last reply:
       // a refusal of another request under the same tag leaves it).
@@ -201,6 +211,56 @@ void ZmqFrontend::loop() {
     } catch (const zmq::error_t& e) {
       if (!stop_ && e.num() != EINTR) spdlog::error("zmq front end: {}", e.what());
     }
+  }
+}
+
+bool ZmqFrontend::try_send(const Outgoing& reply) {
+  zmq::socket_t& socket = sockets_->socket;
+  const std::string status = std::to_string(reply.status);
+  // The first frame is refused when the client's pipe is full; once it is
+  // taken the rest of the message is too.
+  if (!socket.send(zmq::buffer(reply.identity),
+                   zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+    return false;
+  }
+  socket.send(zmq::buffer(reply.tag), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  socket.send(zmq::buffer(status), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
+  socket.send(zmq::buffer(reply.payload), zmq::send_flags::dontwait);
+  return true;
+}
+
+void ZmqFrontend::send_replies() {
+  for (auto it = unsent_.begin(); it != unsent_.end();) {
+    const std::string identity = it->first;
+    Unsent& waiting = it->second;
+    bool gone = false;
+    while (!waiting.replies.empty()) {
+      try {
+        if (!try_send(waiting.replies.front())) break;
+      } catch (const zmq::error_t&) {
+        // EHOSTUNREACH: the client went away; its replies have no one to go to.
+        gone = true;
+        break;
+      }
+      waiting.bytes -= waiting.replies.front().payload.size();
+      waiting.replies.pop_front();
+    }
+    // A whole reply, however large, waits while nothing waits behind it;
+    // more than the bound behind a full pipe means the client stopped reading.
+    const bool stalled =
+        waiting.replies.size() > 1 && waiting.bytes > config_.max_queued_reply_bytes;
+    if (stalled) {
+      spdlog::warn(
+          "zmq front end: dropping {} replies ({} bytes) to a client that reads none; its "
+          "requests are cancelled",
+          waiting.replies.size(), waiting.bytes);
+    }
+    if (gone || stalled || waiting.replies.empty()) {
+      it = unsent_.erase(it);
+    } else {
+      ++it;
+    }
+    if (stalled) cancel_client(identity);
   }
 }
 
@@ -220,7 +280,10 @@ void ZmqFrontend::handle_monitor_events() {
     if (id != ZMQ_EVENT_DISCONNECTED) continue;
     auto it = identities_by_fd_.find(int(fd));
     if (it == identities_by_fd_.end()) continue;
-    for (const std::string& identity : it->second) cancel_client(identity);
+    for (const std::string& identity : it->second) {
+      cancel_client(identity);
+      unsent_.erase(identity);
+    }
     identities_by_fd_.erase(it);
   }
 }

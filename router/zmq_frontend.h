@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -35,6 +36,10 @@ namespace baton::router {
 struct ZmqFrontendConfig {
   std::string endpoint;                          // tcp://host:port
   size_t max_body_bytes = kMaxRequestBodyBytes;  // larger bodies: 413, as over HTTP
+  // A client that leaves this many bytes of replies unread (beyond the few
+  // messages libzmq holds for it) has its requests cancelled and those
+  // replies dropped, as HTTP drops such a client (max_queued_write_bytes).
+  size_t max_queued_reply_bytes = 4u << 20;
   // A CURVE server admitting only holders of keys->client; none: in the clear.
   std::optional<control::CurveKeys> keys;
 };
@@ -62,8 +67,18 @@ class ZmqFrontend {
     std::string payload;
     bool last;
   };
+  // Replies to one client that libzmq would not take yet (its pipe full).
+  struct Unsent {
+    std::deque<Outgoing> replies;
+    size_t bytes = 0;
+  };
   ZmqFrontend() = default;
   void loop();
+  // Hands each client's waiting replies to libzmq, in order, until its pipe
+  // is full; drops a client whose waiting replies pass the bound.
+  void send_replies();
+  // false when the client's pipe is full; throws for other errors.
+  bool try_send(const Outgoing& reply);
   void receive_requests();
   // Monitor events: a disconnected connection cancels its clients' requests.
   void handle_monitor_events();
@@ -80,6 +95,8 @@ class ZmqFrontend {
   // The client identities seen on each connection (by its file descriptor),
   // to cancel their requests when it closes (socket thread only).
   std::unordered_map<int, std::unordered_set<std::string>> identities_by_fd_;
+  // Waiting replies by client identity (socket thread only).
+  std::unordered_map<std::string, Unsent> unsent_;
   std::atomic<uint64_t> rejected_{0};
   LogThrottle drop_log_;  // the front end's thread: one line a second for malformed messages
   std::atomic<bool> stop_{false};

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <thread>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -18,11 +19,13 @@ using json = nlohmann::json;
 
 class ZmqClient {
  public:
-  // With `keys`, over CURVE as a holder of them.
+  // With `keys`, over CURVE as a holder of them; `receive_queue`: the
+  // replies libzmq takes in for it before it reads them (its default 1000).
   explicit ZmqClient(uint16_t port, const control::CurveKeys* keys = nullptr,
-                     std::chrono::milliseconds timeout = 20s)
+                     std::chrono::milliseconds timeout = 20s, int receive_queue = 1000)
       : socket_(context_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    socket_.set(zmq::sockopt::rcvhwm, receive_queue);
     socket_.set(zmq::sockopt::rcvtimeo, int(timeout.count()));
     if (keys != nullptr) control::make_curve_client(socket_, *keys);
     socket_.connect("tcp://127.0.0.1:" + std::to_string(port));
@@ -177,6 +180,40 @@ TEST(ZmqFrontendTest, AClientThatGoesAwayHasItsRequestsCancelled) {
 }
 
 // router.max_request_body_bytes bounds both front ends alike.
+// A client that asks and never reads cannot make the router hold its
+// replies without bound: past router.max_queued_write_bytes waiting behind
+// a full pipe, its requests are cancelled and those replies dropped (once,
+// libzmq held up to 100,000 of them). It is served again once it reads.
+TEST(ZmqFrontendTest, AClientThatStopsReadingLosesItsRepliesNotTheRoutersMemory) {
+  ClusterShape shape;
+  shape.extra_router_yaml = "  max_queued_write_bytes: 65536\n";
+  Cluster cluster(shape);
+  // Its libzmq takes in two replies before it reads, not a thousand.
+  ZmqClient client(cluster.zmq_port(), nullptr, 3s, 2);
+  // Each reply lists 100,000 token ids (one a byte): some 400 KB, 40 MB in
+  // all, more than the sockets' buffers on both sides hold.
+  constexpr int kRequests = 100;
+  const std::string body = json{{"prompt", std::string(100000, 'b')}}.dump();
+  for (int i = 0; i < kRequests; ++i) client.send(std::to_string(i), "/tokenize", body);
+  // Time for the router to answer them all while nothing is read.
+  std::this_thread::sleep_for(4s);
+  int received = 0;
+  for (std::vector<std::string> reply = client.receive(); !reply.empty();
+       reply = client.receive()) {
+    ASSERT_EQ(reply.size(), 3u);
+    EXPECT_EQ(reply[1], "200") << reply[2].substr(0, 200);
+    ++received;
+  }
+  EXPECT_GT(received, 0);
+  EXPECT_LT(received, kRequests) << "every reply was held for a client that read none";
+  // Reading again, it is served.
+  client.send("after", "/tokenize", json{{"prompt", "abc"}}.dump());
+  std::vector<std::string> reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[0], "after");
+  EXPECT_EQ(json::parse(reply[2])["count"], 4);  // BOS and three bytes
+}
+
 TEST(ZmqFrontendTest, TheBodyLimitIsASettingOfBothFrontEnds) {
   ClusterShape shape;
   shape.extra_router_yaml = "  max_request_body_bytes: 4096\n";
