@@ -359,11 +359,14 @@ struct Codec {
             {"kv_pool_bytes", m.kv_pool_bytes}};
   }
   json operator()(const RegisterAck& m) const {
-    return {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
+    json out = {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
+    if (m.registration != 0) out["registration"] = m.registration;
+    return out;
   }
   json operator()(const Heartbeat& m) const {
     json out = {{"t", "heartbeat"}, {"node", m.node}, {"load", to_json(m.load)}};
     if (!m.kv_paths.empty()) out["kv_paths"] = m.kv_paths;
+    if (m.registration != 0) out["registration"] = m.registration;
     return out;
   }
   json operator()(const PeerInfo& m) const {
@@ -454,12 +457,14 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     RegisterAck m;
     m.accepted = r.boolean("accepted");
     m.message = r.string("message");
+    if (r.has("registration")) m.registration = r.uint64("registration");
     return finish(std::move(m));
   }
   if (type == "heartbeat") {
     Heartbeat m;
     m.node = r.string("node");
     m.load = load_from(r, "load");
+    if (r.has("registration")) m.registration = r.uint64("registration");
     if (r.has("kv_paths")) {
       if (const json* paths = r.object("kv_paths"); paths != nullptr) {
         if (paths->size() > kMaxKvPaths) r.fail("kv_paths", "too many entries");

@@ -177,6 +177,10 @@ struct Register {  // node -> router, first message and after a reconnect
 struct RegisterAck {  // router -> node
   bool accepted = false;
   std::string message;
+  // A welcome's number for this registration; in a refused heartbeat's
+  // answer, the number the heartbeat carried. 0: none (a Register refused,
+  // or a router that numbers none). Optional on the wire.
+  uint64_t registration = 0;
 };
 struct Heartbeat {  // node -> router, every heartbeat interval
   std::string node;
@@ -185,6 +189,9 @@ struct Heartbeat {  // node -> router, every heartbeat interval
   // endpoint is up (TransferEngine::peer_path): decode node -> path.
   // Optional on the wire (absent: none), at most kMaxKvPaths entries.
   std::map<std::string, std::string> kv_paths{};
+  // The registration it is sent under (RegisterAck::registration); 0: none.
+  // Optional on the wire.
+  uint64_t registration = 0;
 };
 struct PeerInfo {  // router -> prefill: a decode node's pool descriptor
   std::string node;

@@ -208,16 +208,16 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
   }
   for (auto& received : socket_->poll(timeout, wake_.fd())) {
     if (auto* ack = std::get_if<control::RegisterAck>(&received.message)) {
-      if (ack->accepted && !registered_) {
-        spdlog::info("{}: registered with the router", settings_.name);
-      } else if (!ack->accepted) {
-        if (registered_) registration_lost_ = true;
+      const control::NodeRegistration::Outcome outcome = registration_.on_ack(*ack);
+      if (outcome.welcomed) spdlog::info("{}: registered with the router", settings_.name);
+      if (outcome.lost) registration_lost_ = true;
+      if (outcome.register_now) {
         if (ack->message != last_refusal_)
           spdlog::warn("{}: router: {}", settings_.name, ack->message);
+        last_refusal_ = ack->message;
         next_register_ = {};  // register again at the next tick
       }
-      last_refusal_ = ack->accepted ? "" : ack->message;
-      registered_ = ack->accepted;
+      if (ack->accepted) last_refusal_.clear();
       continue;
     }
     if (auto* rejected = std::get_if<control::Rejected>(&received.message)) {
@@ -235,7 +235,7 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
 
 void NodeRuntime::tick() {
   auto now = std::chrono::steady_clock::now();
-  if (!registered_ && now >= next_register_) send_register();
+  if (!registration_.registered() && now >= next_register_) send_register();
   // Heartbeats read the load every interval: publishing it a few times per
   // interval keeps it fresh without taking stats on every engine step.
   if (now < next_publish_) return;
@@ -253,8 +253,8 @@ void NodeRuntime::heartbeat_loop() {
     // Waiting on the socket doubles as the interval's sleep; the router
     // never writes to this identity.
     (void)heartbeat_socket_->poll(settings_.heartbeat_interval);
-    if (heartbeat_stop_.load() || !registered_.load()) continue;
-    control::Heartbeat heartbeat{settings_.name, {}, {}};
+    if (heartbeat_stop_.load() || !registration_.registered()) continue;
+    control::Heartbeat heartbeat{settings_.name, {}, {}, registration_.number()};
     {
       std::lock_guard lock(load_mutex_);
       heartbeat.load = published_load_;

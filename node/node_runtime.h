@@ -26,6 +26,7 @@
 
 #include "common/control_messages.h"
 #include "common/control_socket.h"
+#include "common/node_registration.h"
 #include "common/status.h"
 #include "engine/engine.h"
 #include "engine/sequence.h"
@@ -93,7 +94,7 @@ class NodeRuntime {
   // its decode nodes.
   using KvPathsSource = std::function<std::map<std::string, std::string>()>;
   void set_kv_paths_source(KvPathsSource source) { kv_paths_source_ = std::move(source); }
-  bool registered() const { return registered_.load(); }
+  bool registered() const { return registration_.registered(); }
   // True once after the router refused this registered node ("register
   // again"): it restarted and knows none of the node's requests, or it
   // declared the node dead and failed them all. Either way the node drops
@@ -121,7 +122,7 @@ class NodeRuntime {
   std::unique_ptr<kv_transfer::TransferEngine> transfer_;
   std::unique_ptr<control::ControlSocket> socket_;
   control::WakeFd wake_;
-  std::atomic<bool> registered_{false};
+  control::NodeRegistration registration_;
   bool registration_lost_ = false;
   std::chrono::steady_clock::time_point next_register_{};
   // The router's last refusal, warned about once: it answers each heartbeat

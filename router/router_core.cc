@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <random>
 #include <utility>
 
 namespace baton::router {
@@ -26,7 +27,10 @@ constexpr auto kLoopTick = 10ms;
 constexpr size_t kMaxMessagesPerPoll = 4096;
 
 RouterCore::RouterCore(RouterCoreConfig config)
-    : config_(std::move(config)), registry_(config_.nodes, config_.policy) {}
+    : config_(std::move(config)), registry_(config_.nodes, config_.policy) {
+  std::random_device entropy;
+  last_registration_ = (uint64_t(entropy()) << 32 | entropy()) >> 2;  // room to count up
+}
 
 Result<std::unique_ptr<RouterCore>> RouterCore::start(RouterCoreConfig config) {
   std::unique_ptr<RouterCore> core(new RouterCore(std::move(config)));
@@ -210,8 +214,11 @@ void RouterCore::handle(const std::string& from, control::Message& message) {
     std::string node = from_heartbeat_socket ? from.substr(0, from.size() - suffix.size()) : from;
     if (heartbeat->node != node ||
         !registry_.heartbeat(node, heartbeat->load, Clock::now(), std::move(heartbeat->kv_paths))) {
-      (void)send(
-          node, control::RegisterAck{false, "unknown or down node '" + node + "': register again"});
+      // Naming the registration it came under: a heartbeat that crossed the
+      // node's registering again is no reason to register once more.
+      (void)send(node,
+                 control::RegisterAck{false, "unknown or down node '" + node + "': register again",
+                                      heartbeat->registration});
     }
     return;
   }
@@ -244,7 +251,7 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
   if (was_up) node_down(from, "registered again: it restarted");
   spdlog::info("router: {} node {} registered (pid {})", role_name(message.role), from,
                message.pid);
-  (void)send(from, control::RegisterAck{true, "welcome"});
+  (void)send(from, control::RegisterAck{true, "welcome", ++last_registration_});
   // The same process back after it was declared dead (it only stopped)
   // still holds the requests failed meanwhile: a decode node's KV
   // reservations would wait out kv_wait_timeout otherwise.

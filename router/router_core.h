@@ -193,6 +193,10 @@ class RouterCore {
   std::atomic<int32_t> decode_up_{0};
   std::atomic<int32_t> in_flight_{0};
   std::atomic<uint64_t> next_id_{1};
+  // The last registration's number (core thread): each welcome takes the
+  // next. Starting at random, a restarted router's numbers do not meet the
+  // ones its nodes kept from before.
+  uint64_t last_registration_ = 0;
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };

@@ -107,6 +107,9 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(reg2.kv_pool_bytes, reg.kv_pool_bytes);
 
   EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).message, "welcome");
+  EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).registration, 0u);  // absent: none
+  const uint64_t registration = rng() | 1;
+  EXPECT_EQ(round_trip(RegisterAck{false, "again", registration}).registration, registration);
 
   Heartbeat hb{"prefill-1", {}};
   hb.load.running = int32_t(rng() % 100);
@@ -116,8 +119,11 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   hb.load.messages_rejected = 3;
   hb.load.prefix_cache_hits = 48;
   hb.load.prefix_cache_ssd_hits = 32;
+  EXPECT_EQ(round_trip(hb).registration, 0u);
+  hb.registration = rng() | 1;
   Heartbeat hb2 = round_trip(hb);
   EXPECT_EQ(hb2.node, hb.node);
+  EXPECT_EQ(hb2.registration, hb.registration);
   EXPECT_EQ(hb2.load.running, hb.load.running);
   EXPECT_EQ(hb2.load.waiting_tokens, hb.load.waiting_tokens);
   EXPECT_EQ(hb2.load.free_blocks, 17);

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <fstream>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <thread>
 #include <vector>
@@ -395,6 +396,7 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
   const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,    1024,
                                 ::getpid(), "f32",         256,       "cpu", ""};
   std::set<uint64_t> aborts;  // every Abort the node was sent
+  uint64_t registration = 0;  // the last welcome's number
   // Registers and waits for the welcome, heartbeating; true once welcomed.
   auto register_node = [&] {
     (void)(*node)->send("", hello);
@@ -402,8 +404,11 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
     for (auto until = Clock::now() + 30s; !welcomed && Clock::now() < until;) {
       (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
       for (const auto& received : (*node)->poll(100ms)) {
-        if (auto* ack = std::get_if<control::RegisterAck>(&received.message))
-          welcomed |= ack->accepted;
+        if (auto* ack = std::get_if<control::RegisterAck>(&received.message);
+            ack && ack->accepted) {
+          welcomed = true;
+          registration = ack->registration;
+        }
         if (auto* abort = std::get_if<control::Abort>(&received.message))
           aborts.insert(abort->request_id);
       }
@@ -435,9 +440,23 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
       aborts.insert(abort->request_id);
   ASSERT_FALSE(aborts.contains(held)) << "the premise: a node declared dead is not told";
 
-  // Back: its heartbeat is answered "register again", and it does.
-  (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+  // Back: its heartbeat is answered "register again", naming the
+  // registration it was sent under (so that the node can tell the answers
+  // to heartbeats that crossed its registering again), and it registers.
+  const uint64_t before = registration;
+  EXPECT_NE(before, 0u);
+  (void)(*node)->send("", control::Heartbeat{"decode-0", {}, {}, before});
+  std::optional<control::RegisterAck> again;
+  for (auto until = Clock::now() + 5s; !again && Clock::now() < until;) {
+    for (const auto& received : (*node)->poll(50ms)) {
+      if (auto* ack = std::get_if<control::RegisterAck>(&received.message)) again = *ack;
+    }
+  }
+  ASSERT_TRUE(again.has_value()) << "no answer to a dead node's heartbeat";
+  EXPECT_FALSE(again->accepted);
+  EXPECT_EQ(again->registration, before);
   ASSERT_TRUE(register_node());
+  EXPECT_NE(registration, before) << "each welcome numbers its registration anew";
   for (auto until = Clock::now() + 5s; !aborts.contains(held) && Clock::now() < until;) {
     (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
     for (const auto& received : (*node)->poll(50ms))
