@@ -92,6 +92,9 @@ void RouterServer::drain_and_stop(std::chrono::milliseconds timeout) {
   // What the workers still hold is read and answered (replies being built
   // go out) while both front ends can still deliver it.
   if (service_) service_->stop_workers();
+  // And handed to libzmq before the ZeroMQ front end closes.
+  while (zmq_ && !zmq_->replies_out() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(10ms);
   zmq_.reset();
   core_->stop();  // fails what is left; exchanges answer their clients
   if (http_) http_->stop();

@@ -26,8 +26,23 @@ constexpr int kClientSendHighWaterMark = 16;
 // come (their work waits for the request workers, bounded there), so a
 // full pipe means a stalled front end, and TCP then holds the client back.
 constexpr int kClientReceiveHighWaterMark = 256;
-// How soon replies waiting for a client's pipe to drain are tried again.
-constexpr auto kUnsentRetryInterval = 5ms;
+// How soon replies waiting for a client's pipe to drain are tried again,
+// when the socket cannot say (it says only that some client's pipe has room).
+constexpr auto kUnsentRetryInterval = 1ms;
+// What libzmq may still send of a client's replies once the front end closes.
+constexpr int kCloseLingerMs = 200;
+
+// A frame sent without blocking, again when a signal interrupted it; false
+// when the client's pipe is full (only a message's first frame can be).
+bool send_frame(zmq::socket_t& socket, zmq::const_buffer frame, zmq::send_flags flags) {
+  while (true) {
+    try {
+      return bool(socket.send(frame, flags | zmq::send_flags::dontwait));
+    } catch (const zmq::error_t& e) {
+      if (e.num() != EINTR) throw;
+    }
+  }
+}
 
 }  // namespace
 
@@ -158,6 +173,8 @@ ZmqFrontend::~ZmqFrontend() {
   stop_ = true;
   wake_.signal();
   if (thread_.joinable()) thread_.join();
+  // Replies already handed to libzmq get a moment to reach their clients.
+  sockets_->socket.set(zmq::sockopt::linger, kCloseLingerMs);
   // Requests still running (on a worker, or in the core) hold responders
   // that point here: cancelled, they post nothing to a front end that is gone.
   for (auto& [key, weak] : live_) {
@@ -178,14 +195,25 @@ void ZmqFrontend::post(std::string identity, std::string tag, int status, std::s
   wake_.signal();
 }
 
+bool ZmqFrontend::replies_out() const {
+  std::lock_guard lock(outbox_mutex_);
+  return outbox_.empty() && unsent_clients_.load() == 0;
+}
+
 void ZmqFrontend::loop() {
   zmq::socket_t& socket = sockets_->socket;
+  bool progressed = false;  // the last pass sent a waiting reply
   while (!stop_) {
-    zmq::pollitem_t items[3] = {{socket.handle(), 0, ZMQ_POLLIN, 0},
+    // While replies wait and the last pass sent some, a pipe with room again
+    // wakes the loop (POLLOUT: some client's pipe has room, maybe another's,
+    // so a pass that sends nothing falls back to the timer).
+    const bool waiting = !unsent_.empty();
+    const short socket_events = ZMQ_POLLIN | (waiting && progressed ? ZMQ_POLLOUT : 0);
+    zmq::pollitem_t items[3] = {{socket.handle(), 0, socket_events, 0},
                                 {nullptr, wake_.fd(), ZMQ_POLLIN, 0},
                                 {sockets_->monitor.handle(), 0, ZMQ_POLLIN, 0}};
     try {
-      zmq::poll(items, 3, unsent_.empty() ? 100ms : kUnsentRetryInterval);
+      zmq::poll(items, 3, waiting ? kUnsentRetryInterval : 100ms);
       wake_.drain();
       // Disconnects first: a connection that closed before a new one took
       // its descriptor is forgotten before the new one's messages are read.
@@ -200,7 +228,8 @@ void ZmqFrontend::loop() {
         waiting.bytes += out.payload.size();
         waiting.replies.push_back(std::move(out));
       }
-      send_replies();
+      progressed = send_replies();
+      unsent_clients_ = unsent_.size();
       receive_requests();
       // A tag's entry goes once its request is done (with its last reply:
       // a refusal of another request under the same tag leaves it).
@@ -217,19 +246,19 @@ void ZmqFrontend::loop() {
 bool ZmqFrontend::try_send(const Outgoing& reply) {
   zmq::socket_t& socket = sockets_->socket;
   const std::string status = std::to_string(reply.status);
+  const auto more = zmq::send_flags::sndmore;
   // The first frame is refused when the client's pipe is full; once it is
   // taken the rest of the message is too.
-  if (!socket.send(zmq::buffer(reply.identity),
-                   zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
-    return false;
-  }
-  socket.send(zmq::buffer(reply.tag), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-  socket.send(zmq::buffer(status), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-  socket.send(zmq::buffer(reply.payload), zmq::send_flags::dontwait);
+  if (!send_frame(socket, zmq::buffer(reply.identity), more)) return false;
+  send_frame(socket, zmq::buffer(reply.tag), more);
+  send_frame(socket, zmq::buffer(status), more);
+  send_frame(socket, zmq::buffer(reply.payload), zmq::send_flags::none);
   return true;
 }
 
-void ZmqFrontend::send_replies() {
+bool ZmqFrontend::send_replies() {
+  const auto now = std::chrono::steady_clock::now();
+  bool progressed = false;
   for (auto it = unsent_.begin(); it != unsent_.end();) {
     const std::string identity = it->first;
     Unsent& waiting = it->second;
@@ -237,21 +266,27 @@ void ZmqFrontend::send_replies() {
     while (!waiting.replies.empty()) {
       try {
         if (!try_send(waiting.replies.front())) break;
-      } catch (const zmq::error_t&) {
-        // EHOSTUNREACH: the client went away; its replies have no one to go to.
-        gone = true;
+      } catch (const zmq::error_t& e) {
+        if (e.num() != EHOSTUNREACH) throw;
+        gone = true;  // the client went away: its replies have no one to go to
         break;
       }
       waiting.bytes -= waiting.replies.front().payload.size();
       waiting.replies.pop_front();
+      waiting.last_sent = now;
+      progressed = true;
     }
-    // A whole reply, however large, waits while nothing waits behind it;
-    // more than the bound behind a full pipe means the client stopped reading.
+    // As HTTP judges a client: one that leaves more than the bound waiting
+    // behind the reply going out, or reads nothing of it for the write
+    // timeout, has stopped reading.
+    const size_t behind =
+        waiting.replies.empty() ? 0 : waiting.bytes - waiting.replies.front().payload.size();
     const bool stalled =
-        waiting.replies.size() > 1 && waiting.bytes > config_.max_queued_reply_bytes;
+        !waiting.replies.empty() && (behind > config_.max_queued_reply_bytes ||
+                                     now - waiting.last_sent > config_.write_timeout);
     if (stalled) {
       spdlog::warn(
-          "zmq front end: dropping {} replies ({} bytes) to a client that reads none; its "
+          "zmq front end: dropping {} replies ({} bytes) to a client that stopped reading; its "
           "requests are cancelled",
           waiting.replies.size(), waiting.bytes);
     }
@@ -260,8 +295,9 @@ void ZmqFrontend::send_replies() {
     } else {
       ++it;
     }
-    if (stalled) cancel_client(identity);
+    if (stalled) cancel_client(identity, "it stopped reading");
   }
+  return progressed;
 }
 
 void ZmqFrontend::handle_monitor_events() {
@@ -281,14 +317,14 @@ void ZmqFrontend::handle_monitor_events() {
     auto it = identities_by_fd_.find(int(fd));
     if (it == identities_by_fd_.end()) continue;
     for (const std::string& identity : it->second) {
-      cancel_client(identity);
+      cancel_client(identity, "it went away");
       unsent_.erase(identity);
     }
     identities_by_fd_.erase(it);
   }
 }
 
-void ZmqFrontend::cancel_client(const std::string& identity) {
+void ZmqFrontend::cancel_client(const std::string& identity, const char* why) {
   const std::string prefix = identity + '\0';
   size_t cancelled = 0;
   for (auto it = live_.begin(); it != live_.end();) {
@@ -303,8 +339,7 @@ void ZmqFrontend::cancel_client(const std::string& identity) {
     it = live_.erase(it);
   }
   if (cancelled > 0) {
-    spdlog::info("zmq front end: a client went away; cancelled its {} running request(s)",
-                 cancelled);
+    spdlog::info("zmq front end: cancelled a client's {} running request(s): {}", cancelled, why);
   }
 }
 

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <mutex>
@@ -36,10 +37,13 @@ namespace baton::router {
 struct ZmqFrontendConfig {
   std::string endpoint;                          // tcp://host:port
   size_t max_body_bytes = kMaxRequestBodyBytes;  // larger bodies: 413, as over HTTP
-  // A client that leaves this many bytes of replies unread (beyond the few
-  // messages libzmq holds for it) has its requests cancelled and those
-  // replies dropped, as HTTP drops such a client (max_queued_write_bytes).
+  // A client with more than max_queued_reply_bytes of replies waiting
+  // behind the one going out (besides the 16 libzmq holds for it), or that
+  // reads none of it for write_timeout, has stopped reading: its requests
+  // are cancelled and those replies dropped (HTTP closes such a client's
+  // connection: router.max_queued_write_bytes, router.write_timeout_ms).
   size_t max_queued_reply_bytes = 4u << 20;
+  std::chrono::milliseconds write_timeout{30000};
   // A CURVE server admitting only holders of keys->client; none: in the clear.
   std::optional<control::CurveKeys> keys;
 };
@@ -56,6 +60,8 @@ class ZmqFrontend {
 
   // Queues a reply for the socket thread (any thread).
   void post(std::string identity, std::string tag, int status, std::string payload, bool last);
+  // Every reply posted so far is handed to libzmq (or dropped with its client).
+  bool replies_out() const;
   uint64_t rejected() const { return rejected_.load(); }
 
  private:
@@ -71,23 +77,24 @@ class ZmqFrontend {
   struct Unsent {
     std::deque<Outgoing> replies;
     size_t bytes = 0;
+    std::chrono::steady_clock::time_point last_sent = std::chrono::steady_clock::now();
   };
   ZmqFrontend() = default;
   void loop();
   // Hands each client's waiting replies to libzmq, in order, until its pipe
-  // is full; drops a client whose waiting replies pass the bound.
-  void send_replies();
+  // is full; drops a client that stopped reading. True when it sent any.
+  bool send_replies();
   // false when the client's pipe is full; throws for other errors.
   bool try_send(const Outgoing& reply);
   void receive_requests();
   // Monitor events: a disconnected connection cancels its clients' requests.
   void handle_monitor_events();
-  void cancel_client(const std::string& identity);
+  void cancel_client(const std::string& identity, const char* why);
 
   std::unique_ptr<Sockets> sockets_;
   OpenAiService* service_ = nullptr;
   control::WakeFd wake_;
-  std::mutex outbox_mutex_;
+  mutable std::mutex outbox_mutex_;
   std::vector<Outgoing> outbox_;
   ZmqFrontendConfig config_;
   // Live requests by identity + tag, so "cancel" can reach them (socket thread only).
@@ -95,8 +102,10 @@ class ZmqFrontend {
   // The client identities seen on each connection (by its file descriptor),
   // to cancel their requests when it closes (socket thread only).
   std::unordered_map<int, std::unordered_set<std::string>> identities_by_fd_;
-  // Waiting replies by client identity (socket thread only).
+  // Waiting replies by client identity (socket thread only), and how many
+  // clients have some, for replies_out() on any thread.
   std::unordered_map<std::string, Unsent> unsent_;
+  std::atomic<size_t> unsent_clients_{0};
   std::atomic<uint64_t> rejected_{0};
   LogThrottle drop_log_;  // the front end's thread: one line a second for malformed messages
   std::atomic<bool> stop_{false};

@@ -70,6 +70,7 @@ Result<router::RouterSettings> router_settings(const cluster::ClusterConfig& con
   zmq.endpoint = "tcp://" + r.host + ":" + std::to_string(r.zmq_port);
   zmq.max_body_bytes = size_t(r.max_request_body_bytes);
   zmq.max_queued_reply_bytes = size_t(r.max_queued_write_bytes);
+  zmq.write_timeout = r.write_timeout;
   if (!r.zmq_keys.empty()) {
     auto keys = control::read_curve_keys(r.zmq_keys, control::KeyRing::kClients);
     if (!keys.is_ok()) return keys.status().with_context("router.zmq_keys");

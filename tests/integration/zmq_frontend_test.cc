@@ -179,11 +179,12 @@ TEST(ZmqFrontendTest, AClientThatGoesAwayHasItsRequestsCancelled) {
       cluster.metric("vllm:request_success_total", "finished_reason=\"abort\"") - aborts_before, 1);
 }
 
-// router.max_request_body_bytes bounds both front ends alike.
 // A client that asks and never reads cannot make the router hold its
 // replies without bound: past router.max_queued_write_bytes waiting behind
-// a full pipe, its requests are cancelled and those replies dropped (once,
-// libzmq held up to 100,000 of them). It is served again once it reads.
+// the reply going out, its requests are cancelled and those replies
+// dropped (once, libzmq held up to 100,000 of them). It is served again
+// once it reads. (The replies outgrow the sockets' buffers on both sides
+// as Linux sizes them by default.)
 TEST(ZmqFrontendTest, AClientThatStopsReadingLosesItsRepliesNotTheRoutersMemory) {
   ClusterShape shape;
   shape.extra_router_yaml = "  max_queued_write_bytes: 65536\n";
@@ -214,6 +215,7 @@ TEST(ZmqFrontendTest, AClientThatStopsReadingLosesItsRepliesNotTheRoutersMemory)
   EXPECT_EQ(json::parse(reply[2])["count"], 4);  // BOS and three bytes
 }
 
+// router.max_request_body_bytes bounds both front ends alike.
 TEST(ZmqFrontendTest, TheBodyLimitIsASettingOfBothFrontEnds) {
   ClusterShape shape;
   shape.extra_router_yaml = "  max_request_body_bytes: 4096\n";
