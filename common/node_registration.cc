@@ -16,8 +16,11 @@ NodeRegistration::Outcome NodeRegistration::on_ack(const RegisterAck& ack) {
   if (ack.registration != 0 && (!registered_.load() || ack.registration != number_.load())) {
     return outcome;
   }
+  // Registered, the node lost its registration; not registered, its
+  // Register was refused (or an older router answered a heartbeat that
+  // crossed it): the retry timer sends the next, not every answer.
+  outcome.refused = true;
   outcome.lost = registered_.load();
-  outcome.register_now = true;
   registered_ = false;
   return outcome;
 }

@@ -21,10 +21,10 @@ namespace baton::control {
 class NodeRegistration {
  public:
   struct Outcome {
-    bool welcomed = false;      // newly registered
-    bool register_now = false;  // send a Register now rather than at the retry timer
+    bool welcomed = false;  // newly registered
+    bool refused = false;   // a refusal that counts (not a stale answer)
     // The router failed this node's requests or never knew them: the node
-    // drops everything it holds.
+    // drops everything it holds and registers again at once.
     bool lost = false;
   };
 

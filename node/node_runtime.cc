@@ -210,11 +210,13 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
     if (auto* ack = std::get_if<control::RegisterAck>(&received.message)) {
       const control::NodeRegistration::Outcome outcome = registration_.on_ack(*ack);
       if (outcome.welcomed) spdlog::info("{}: registered with the router", settings_.name);
-      if (outcome.lost) registration_lost_ = true;
-      if (outcome.register_now) {
+      if (outcome.refused) {
         if (ack->message != last_refusal_)
           spdlog::warn("{}: router: {}", settings_.name, ack->message);
         last_refusal_ = ack->message;
+      }
+      if (outcome.lost) {
+        registration_lost_ = true;
         next_register_ = {};  // register again at the next tick
       }
       if (ack->accepted) last_refusal_.clear();

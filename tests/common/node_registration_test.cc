@@ -32,13 +32,13 @@ TEST(NodeRegistrationTest, OnlyAnAnswerToTheCurrentRegistrationLosesIt) {
   // Declared dead: the first answer to a heartbeat loses the registration.
   auto lost = registration.on_ack(again(first));
   EXPECT_TRUE(lost.lost);
-  EXPECT_TRUE(lost.register_now);
+  EXPECT_TRUE(lost.refused);
   EXPECT_FALSE(registration.registered());
   // More heartbeats sent before the node knew: already registering again.
   for (int i = 0; i < 3; ++i) {
     auto stale = registration.on_ack(again(first));
-    EXPECT_FALSE(stale.lost);
-    EXPECT_FALSE(stale.register_now) << "a second Register would read as a restart";
+    EXPECT_FALSE(stale.lost) << "a second Register would read as a restart";
+    EXPECT_FALSE(stale.refused);
   }
   auto back = registration.on_ack(RegisterAck{true, "welcome", second});
   EXPECT_TRUE(back.welcomed);
@@ -46,25 +46,28 @@ TEST(NodeRegistrationTest, OnlyAnAnswerToTheCurrentRegistrationLosesIt) {
   // One that crossed the new registration counts for nothing.
   auto crossed = registration.on_ack(again(first));
   EXPECT_FALSE(crossed.lost);
-  EXPECT_FALSE(crossed.register_now);
+  EXPECT_FALSE(crossed.refused);
   EXPECT_TRUE(registration.registered());
   // The new one's own does.
   EXPECT_TRUE(registration.on_ack(again(second)).lost);
 }
 
 // A refused Register, or a router that numbers no registrations, names
-// none: each such answer counts, as before registrations had numbers.
+// none: each such answer counts, as before registrations had numbers. Only
+// a lost registration asks for a Register at once; a refused one waits for
+// the retry timer (a node the router keeps refusing does not flood it).
 TEST(NodeRegistrationTest, AnAnswerNamingNoRegistrationAlwaysCounts) {
   NodeRegistration registration;
   auto refused = registration.on_ack(RegisterAck{false, "node 'decode-0' has KV block size 8"});
-  EXPECT_TRUE(refused.register_now);
+  EXPECT_TRUE(refused.refused);
   EXPECT_FALSE(refused.lost);
-  EXPECT_TRUE(registration.on_ack(RegisterAck{false, "again"}).register_now);
+  EXPECT_TRUE(registration.on_ack(RegisterAck{false, "again"}).refused);
   ASSERT_TRUE(registration.on_ack(RegisterAck{true, "welcome"}).welcomed);
   EXPECT_EQ(registration.number(), 0u);
   auto lost = registration.on_ack(again(0));
   EXPECT_TRUE(lost.lost);
-  EXPECT_TRUE(lost.register_now);
+  EXPECT_TRUE(lost.refused);
+  EXPECT_FALSE(registration.registered());
 }
 
 }  // namespace
