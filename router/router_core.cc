@@ -131,7 +131,10 @@ void RouterCore::loop() {
       fail(id, deadline_exceeded("the request ran past the router's request timeout of " +
                                  std::to_string(config_.request_timeout.count()) + " ms"));
     }
-    if (now >= next_snapshot || !received.empty()) {
+    // A pass that placed requests publishes at once: a reply (built on a
+    // request worker) can reach its client before this thread's next pass,
+    // and /metrics and /v1/nodes then already count its placement.
+    if (now >= next_snapshot || !received.empty() || !submissions.empty()) {
       publish_snapshot();
       next_snapshot = now + 50ms;
     }
