@@ -244,6 +244,12 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
   NodeState* before = registry_.find(from);
   bool was_up = before != nullptr && before->up;
   const int64_t pid_before = before != nullptr ? before->pid : 0;
+  // A Register from the process the router holds up (its retry sent
+  // before the first welcome reached it) changes nothing. A restarted one
+  // (even under the same pid, as in a container) has a new pool
+  // descriptor: its transfer endpoint is made anew with the process.
+  const bool same_process =
+      was_up && message.pid == pid_before && message.descriptor == before->descriptor;
   Status status = registry_.register_node(message, Clock::now());
   if (!status.is_ok()) {
     spdlog::error("router: refused node registration: {}", status.message());
@@ -251,7 +257,7 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
     return;
   }
   // A node that comes back lost whatever it was doing.
-  if (was_up) node_down(from, "registered again: it restarted");
+  if (was_up && !same_process) node_down(from, "registered again: it restarted");
   spdlog::info("router: {} node {} registered (pid {})", role_name(message.role), from,
                message.pid);
   (void)send(from, control::RegisterAck{true, "welcome", ++last_registration_});

@@ -285,8 +285,7 @@ ClusterShape played_decode_node_shape(int heartbeat_timeout_ms) {
 }
 
 // The test's decode node, connected and welcomed by the router; the
-// registration is sent once: ZeroMQ delivers it when the router is up, and a
-// second copy would register the node again (which fails what it holds).
+// registration is sent once: ZeroMQ delivers it when the router is up.
 Result<std::unique_ptr<control::ControlSocket>> register_played_decode_node(Cluster& cluster) {
   auto node = control::ControlSocket::connect(
       "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
@@ -301,6 +300,57 @@ Result<std::unique_ptr<control::ControlSocket>> register_played_decode_node(Clus
     }
   }
   return deadline_exceeded("the router never welcomed the test's node");
+}
+
+// A node registers again while the router holds it up when its retry left
+// before the first welcome reached it: the same process (pid and pool
+// descriptor) keeps its requests. A new process under the same name and
+// pid (a container's) has a new descriptor: it restarted, and what the
+// old one held fails.
+TEST(FaultTest, ARegisterRepeatedByTheSameProcessIsNoRestart) {
+  ClusterShape shape = played_decode_node_shape(5000);
+  shape.extra_router_yaml = "  request_timeout_ms: 60000\n";
+  Cluster cluster(shape);
+  auto node = register_played_decode_node(cluster);
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  Result<tools::HttpResponse> response = unavailable("not answered");
+  std::atomic<bool> answered{false};
+  std::thread client([&] {
+    response = cluster.post("/v1/completions", {{"prompt", "hello there"}, {"max_tokens", 4}});
+    answered = true;
+  });
+  uint64_t held = 0;
+  for (auto until = Clock::now() + 20s; held == 0 && Clock::now() < until;) {
+    (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+    for (const auto& received : (*node)->poll(50ms))
+      if (auto* generate = std::get_if<control::Generate>(&received.message))
+        held = generate->request_id;
+  }
+  if (held == 0) client.join();
+  ASSERT_NE(held, 0u) << "the router never sent the request";
+  const double downs_before = cluster.metric("baton:node_down_total");
+  // Registers again (as its first copy), then a restarted process's.
+  auto register_as = [&](std::vector<uint8_t> descriptor) {
+    const control::Register hello{
+        "decode-0", Role::kDecode, std::move(descriptor), 16, 1024, ::getpid(), "f32", 256, "cpu",
+        ""};
+    EXPECT_TRUE((*node)->send("", hello).is_ok());
+    for (auto until = Clock::now() + 10s; Clock::now() < until;) {
+      for (const auto& received : (*node)->poll(50ms)) {
+        if (auto* ack = std::get_if<control::RegisterAck>(&received.message)) return ack->accepted;
+      }
+    }
+    return false;
+  };
+  ASSERT_TRUE(register_as({1, 2, 3}));
+  EXPECT_EQ(cluster.metric("baton:node_down_total"), downs_before)
+      << "the same process registering again was taken for a restart";
+  EXPECT_FALSE(answered.load()) << "the request the node holds ended";
+  ASSERT_TRUE(register_as({4, 5, 6}));
+  EXPECT_EQ(cluster.metric("baton:node_down_total"), downs_before + 1);
+  client.join();
+  ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+  EXPECT_EQ(response->status, 503) << response->body;  // failed with the restart
 }
 
 // A node that cannot read the router's message for a request answers why
