@@ -269,9 +269,12 @@ Status HfBpeTokenizer::load(const json& doc, const json& config, const std::stri
   const bool byte_level = std::any_of(pre_tokenizer_.begin(), pre_tokenizer_.end(), [](auto& s) {
     return std::holds_alternative<ByteLevelStep>(s);
   });
+  bool whole_alphabet = byte_level;  // every byte's character in the vocabulary
   for (int b = 0; byte_level && b < 256; ++b) {
     const std::string& c = byte_level_char(static_cast<unsigned char>(b));
-    if (!model_.vocab().contains(c) && model_.unk_id() < 0) {
+    if (model_.vocab().contains(c)) continue;
+    whole_alphabet = false;
+    if (model_.unk_id() < 0) {
       return unimplemented(name + ": a byte-level BPE vocabulary lacks the byte character '" + c +
                            "'");
     }
@@ -283,11 +286,7 @@ Status HfBpeTokenizer::load(const json& doc, const json& config, const std::stri
   const bool metaspace = std::any_of(pre_tokenizer_.begin(), pre_tokenizer_.end(), [](auto& s) {
     return std::holds_alternative<MetaspaceStep>(s);
   });
-  bool whole_alphabet = byte_level && !metaspace;
-  for (int b = 0; whole_alphabet && b < 256; ++b) {
-    whole_alphabet = model_.vocab().contains(byte_level_char(static_cast<unsigned char>(b)));
-  }
-  if (whole_alphabet || model_.unknown_characters_each_count()) {
+  if ((whole_alphabet && !metaspace) || model_.unknown_characters_each_count()) {
     bytes_per_id_ = std::max<size_t>(4, model_.max_token_bytes());
   }
   return in_section(name, "added_tokens or post_processor",

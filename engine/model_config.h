@@ -76,9 +76,7 @@ struct ModelConfig {
     return attention_multiplier ? *attention_multiplier : 1.0f / std::sqrt(float(head_dim));
   }
   bool uses_rope(int32_t layer) const { return no_rope.empty() || !no_rope[size_t(layer)]; }
-  int32_t window_of(int32_t layer) const {
-    return layer_windows.empty() ? 0 : layer_windows[size_t(layer)];
-  }
+  int32_t window_of(int32_t layer) const { return kernels::layer_window(layer_windows, layer); }
   // kernels::kv_window of the layers: keys further back than this are read
   // by no layer, so their blocks can be given back.
   int32_t kv_window() const { return kernels::kv_window(layer_windows); }

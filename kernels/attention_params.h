@@ -37,6 +37,12 @@ struct PagedAttentionParams {
   int32_t window = 0;
 };
 
+// Layer `layer`'s window in a list of them (> 0), or 0: none (no list, or
+// a layer it does not reach).
+inline int32_t layer_window(const std::vector<int32_t>& layer_windows, int32_t layer) {
+  return layer >= 0 && size_t(layer) < layer_windows.size() ? layer_windows[size_t(layer)] : 0;
+}
+
 // The window every layer's reads fit in, from each layer's window (> 0) or
 // none (0): the largest, where every layer has one; 0 where some layer (or,
 // with no windows listed, every layer) attends to the whole context. Keys

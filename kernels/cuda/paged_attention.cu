@@ -252,10 +252,7 @@ class FlashInferAttention final : public PagedAttention {
   }
 
  private:
-  int32_t window_of(int32_t layer) const {
-    const auto& w = shape_.layer_windows;
-    return layer >= 0 && size_t(layer) < w.size() ? w[size_t(layer)] : 0;
-  }
+  int32_t window_of(int32_t layer) const { return layer_window(shape_.layer_windows, layer); }
   // FlashInfer's form of a window: the keys a row sees before its own; -1 all.
   int32_t window_left(int32_t layer) const {
     return window_of(layer) > 0 ? window_of(layer) - 1 : -1;

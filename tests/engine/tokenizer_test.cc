@@ -36,7 +36,9 @@ TEST(ByteTokenizer, EncodeWithinGivesTheWholeEncodingOrNothingPastTheLimit) {
     const size_t limit = rng() % 80;
     const std::optional<std::vector<int32_t>> part = tok.encode_within(text, limit);
     ASSERT_EQ(part.has_value(), text.size() <= limit) << text.size() << " bytes, limit " << limit;
-    if (part) EXPECT_EQ(*part, tok.encode(text));
+    if (part) {
+      EXPECT_EQ(*part, tok.encode(text));
+    }
   }
 }
 

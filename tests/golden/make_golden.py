@@ -57,6 +57,9 @@ GRANITE_SCALINGS = dict(
     attention_multiplier=0.1,
     logits_scaling=2.0,
 )
+# Qwen2's windows: from max_window_layers on (layer 1 masks, layer 0 sees
+# everything), shorter than the sequence.
+QWEN2_WINDOWS = dict(use_sliding_window=True, sliding_window=5, max_window_layers=1)
 
 COMMON = dict(
     hidden_size=64,
@@ -128,9 +131,7 @@ def model_specs():
             num_key_value_heads=1,
             rope_theta=10000.0,
             tie_word_embeddings=False,
-            use_sliding_window=True,
-            sliding_window=5,
-            max_window_layers=1,
+            **QWEN2_WINDOWS,
         )),
         # Qwen3: RMSNorm over each head of q and k before RoPE, heads wider
         # than hidden_size / num_heads, and attention_bias (q/k/v and o_proj
@@ -254,9 +255,7 @@ def gpu_model_specs():
             head_dim=64,
             rope_theta=10000.0,
             tie_word_embeddings=False,
-            use_sliding_window=True,
-            sliding_window=5,
-            max_window_layers=1,
+            **QWEN2_WINDOWS,
         )),
         # Granite's four scalings and biases.
         ("granite_scalings_hd64", 2008, GraniteConfig, GraniteForCausalLM, dict(

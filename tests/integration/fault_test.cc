@@ -284,22 +284,44 @@ ClusterShape played_decode_node_shape(int heartbeat_timeout_ms) {
   return shape;
 }
 
-// The test's decode node, connected and welcomed by the router; the
-// registration is sent once: ZeroMQ delivers it when the router is up.
+// Registers the test's decode node (this process, its pool `descriptor`)
+// and waits for the welcome; false if none came. The registration is sent
+// once: ZeroMQ delivers it when the router is up.
+bool welcome_played_decode_node(control::ControlSocket& node, std::vector<uint8_t> descriptor) {
+  const control::Register hello{
+      "decode-0", Role::kDecode, std::move(descriptor), 16, 1024, ::getpid(), "f32", 256, "cpu",
+      ""};
+  if (!node.send("", hello).is_ok()) return false;
+  for (auto until = Clock::now() + 30s; Clock::now() < until;) {
+    for (const auto& received : node.poll(200ms)) {
+      if (auto* ack = std::get_if<control::RegisterAck>(&received.message); ack && ack->accepted)
+        return true;
+    }
+  }
+  return false;
+}
+
+// The test's decode node, connected and welcomed by the router.
 Result<std::unique_ptr<control::ControlSocket>> register_played_decode_node(Cluster& cluster) {
   auto node = control::ControlSocket::connect(
       "tcp://127.0.0.1:" + std::to_string(cluster.control_port()), "decode-0");
   if (!node.is_ok()) return node.status();
-  const control::Register hello{"decode-0", Role::kDecode, {1, 2, 3}, 16,    1024,
-                                ::getpid(), "f32",         256,       "cpu", ""};
-  BATON_RETURN_IF_ERROR((*node)->send("", hello));
-  for (auto until = Clock::now() + 30s; Clock::now() < until;) {
-    for (const auto& received : (*node)->poll(200ms)) {
-      if (auto* ack = std::get_if<control::RegisterAck>(&received.message); ack && ack->accepted)
-        return node;
-    }
+  if (!welcome_played_decode_node(**node, {1, 2, 3})) {
+    return deadline_exceeded("the router never welcomed the test's node");
   }
-  return deadline_exceeded("the router never welcomed the test's node");
+  return node;
+}
+
+// Heartbeats as the played decode node until the router sends it a
+// request; that request's id, or 0 if none came.
+uint64_t wait_for_generate(control::ControlSocket& node) {
+  for (auto until = Clock::now() + 20s; Clock::now() < until;) {
+    (void)node.send("", control::Heartbeat{"decode-0", {}});
+    for (const auto& received : node.poll(50ms))
+      if (auto* generate = std::get_if<control::Generate>(&received.message))
+        return generate->request_id;
+  }
+  return 0;
 }
 
 // A node registers again while the router holds it up when its retry left
@@ -319,34 +341,16 @@ TEST(FaultTest, ARegisterRepeatedByTheSameProcessIsNoRestart) {
     response = cluster.post("/v1/completions", {{"prompt", "hello there"}, {"max_tokens", 4}});
     answered = true;
   });
-  uint64_t held = 0;
-  for (auto until = Clock::now() + 20s; held == 0 && Clock::now() < until;) {
-    (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
-    for (const auto& received : (*node)->poll(50ms))
-      if (auto* generate = std::get_if<control::Generate>(&received.message))
-        held = generate->request_id;
-  }
+  const uint64_t held = wait_for_generate(**node);
   if (held == 0) client.join();
   ASSERT_NE(held, 0u) << "the router never sent the request";
   const double downs_before = cluster.metric("baton:node_down_total");
-  // Registers again (as its first copy), then a restarted process's.
-  auto register_as = [&](std::vector<uint8_t> descriptor) {
-    const control::Register hello{
-        "decode-0", Role::kDecode, std::move(descriptor), 16, 1024, ::getpid(), "f32", 256, "cpu",
-        ""};
-    EXPECT_TRUE((*node)->send("", hello).is_ok());
-    for (auto until = Clock::now() + 10s; Clock::now() < until;) {
-      for (const auto& received : (*node)->poll(50ms)) {
-        if (auto* ack = std::get_if<control::RegisterAck>(&received.message)) return ack->accepted;
-      }
-    }
-    return false;
-  };
-  ASSERT_TRUE(register_as({1, 2, 3}));
+  // Registers again (as its first copy), then as a restarted process.
+  ASSERT_TRUE(welcome_played_decode_node(**node, {1, 2, 3}));
   EXPECT_EQ(cluster.metric("baton:node_down_total"), downs_before)
       << "the same process registering again was taken for a restart";
   EXPECT_FALSE(answered.load()) << "the request the node holds ended";
-  ASSERT_TRUE(register_as({4, 5, 6}));
+  ASSERT_TRUE(welcome_played_decode_node(**node, {4, 5, 6}));
   EXPECT_EQ(cluster.metric("baton:node_down_total"), downs_before + 1);
   client.join();
   ASSERT_TRUE(response.is_ok()) << response.status().to_string();
@@ -471,13 +475,7 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
   std::thread client([&] {
     response = cluster.post("/v1/completions", {{"prompt", "hello there"}, {"max_tokens", 4}});
   });
-  uint64_t held = 0;
-  for (auto until = Clock::now() + 20s; held == 0 && Clock::now() < until;) {
-    (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
-    for (const auto& received : (*node)->poll(50ms))
-      if (auto* generate = std::get_if<control::Generate>(&received.message))
-        held = generate->request_id;
-  }
+  const uint64_t held = wait_for_generate(**node);
   // Silent (stopped) past the heartbeat timeout: declared dead, the request failed.
   client.join();
   ASSERT_NE(held, 0u) << "the router never sent the request; the client got "

@@ -258,12 +258,13 @@ TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
-// The router's core thread builds a non-streamed reply whole when its last
-// token arrives; with echo and 20 log-probabilities for each of many
-// choices that takes longer than the heartbeat timeout here. Heartbeats
-// that arrive meanwhile are read before anyone is judged silent: no node
-// is declared down (once, every node was, failing other clients' requests,
-// and each re-registered several times).
+// A non-streamed reply with echo and 20 log-probabilities for each of many
+// choices takes longer to build than the heartbeat timeout here. No node is
+// declared down meanwhile (once, every node was, failing other clients'
+// requests, and each re-registered several times): the reply is built on a
+// request worker, not on the core thread, and the core judges silence as
+// of its last read of the control socket. Either alone keeps this passing;
+// it fails with both undone.
 TEST(LimitsTest, ALargeReplyDoesNotLookLikeDeadNodes) {
   ClusterShape shape;
   shape.heartbeat_interval_ms = 10;
