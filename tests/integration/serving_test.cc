@@ -462,11 +462,10 @@ TEST_F(ServingTest, EchoWithLogprobsScoresThePromptTokens) {
   for (const int length : {4, 60}) {
     SCOPED_TRACE(std::to_string(length) + "-character prompt");
     const std::string prompt = random_prompt(rng_, length, length);
-    json body = {{"prompt", prompt},
-                 {"max_tokens", 5},
-                 {"temperature", 0},
-                 {"echo", true},
-                 {"logprobs", kTop}};
+    // ignore_eos: five tokens follow the prompt whatever greedy decoding of
+    // the random model draws (an EOS among them would end it early).
+    json body = {{"prompt", prompt}, {"max_tokens", 5},  {"temperature", 0},
+                 {"echo", true},     {"logprobs", kTop}, {"ignore_eos", true}};
     auto echoed = cluster_->post("/v1/completions", body);
     ASSERT_TRUE(echoed.is_ok());
     ASSERT_EQ(echoed->status, 200) << echoed->body;
@@ -619,7 +618,13 @@ TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
 // two alternatives, whose entries hold the chosen token too.
 TEST_F(ServingTest, LogprobsWithoutAlternativesScoreTheChosenTokens) {
   const std::string prompt = random_prompt(rng_, 30, 60);
-  json body = {{"prompt", prompt}, {"max_tokens", 6}, {"temperature", 0}, {"logprobs", 0}};
+  // ignore_eos: each request makes the tokens it counts, whatever greedy
+  // decoding of the random model draws (an EOS would end it early).
+  json body = {{"prompt", prompt},
+               {"max_tokens", 6},
+               {"temperature", 0},
+               {"logprobs", 0},
+               {"ignore_eos", true}};
   auto bare = cluster_->post("/v1/completions", body);
   ASSERT_TRUE(bare.is_ok());
   ASSERT_EQ(bare->status, 200) << bare->body;
@@ -652,7 +657,8 @@ TEST_F(ServingTest, LogprobsWithoutAlternativesScoreTheChosenTokens) {
   json chat = {{"messages", {{{"role", "user"}, {"content", prompt}}}},
                {"max_tokens", 4},
                {"temperature", 0},
-               {"logprobs", true}};
+               {"logprobs", true},
+               {"ignore_eos", true}};
   auto chat_reply = cluster_->post("/v1/chat/completions", chat);
   ASSERT_TRUE(chat_reply.is_ok());
   ASSERT_EQ(chat_reply->status, 200) << chat_reply->body;
