@@ -365,6 +365,7 @@ Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node
       bool_setting("verify_checksum", &T::verify_checksum),
       bool_setting("peer_error_handling", &T::peer_error_handling),
       bool_setting("share_pool", &T::share_pool),
+      int_setting("staging_blocks", &T::staging_blocks, 0, int64_t(1) << 24),
       {"ucx_env", "",
        [](const YAML::Node& value, const std::string& key, T& out) -> Status {
          BATON_ASSIGN_OR_RETURN(auto entries, yaml_map_entries(value, key));
@@ -542,6 +543,14 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
       // As the engine does: token slots are int32 in the kernels.
       blocks = std::min<int64_t>(blocks, INT32_MAX / engine.block_size);
       const int64_t needed = (max_len + engine.block_size - 1) / engine.block_size;
+      const int32_t slots = node.transfer.staging_blocks;
+      if (slots > 0 && slots < needed) {
+        return invalid_argument(std::string(role_name(node.role)) + "[" + std::to_string(i) +
+                                "].transfer.staging_blocks: " + std::to_string(slots) +
+                                " host slots cannot carry a prompt of max_model_len " +
+                                std::to_string(max_len) + " tokens, which needs " +
+                                std::to_string(needed) + " blocks");
+      }
       if (blocks >= needed) continue;
       const int64_t tokens = blocks * engine.block_size;
       std::string what =

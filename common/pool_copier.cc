@@ -5,6 +5,9 @@
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <utility>
+
+#include "common/check.h"
 
 namespace baton {
 namespace {
@@ -28,7 +31,7 @@ class HostMemoryCopier final : public PoolCopier {
   }
 
   Status pin(void*, size_t) override {
-    return unimplemented("a pool in host memory has no device to pin its mirror for");
+    return unimplemented("a pool in host memory has no device to pin host memory for");
   }
 
   const char* name() const override { return "host memory"; }
@@ -51,19 +54,28 @@ class HostMemoryCopier final : public PoolCopier {
 
 }  // namespace
 
-std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& layout,
+std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& pool,
                                                  std::span<const int32_t> blocks,
+                                                 const KvLayout& host,
+                                                 std::span<const int32_t> slots,
                                                  int32_t layer_begin, int32_t layer_end) {
-  std::vector<int32_t> sorted(blocks.begin(), blocks.end());
-  std::sort(sorted.begin(), sorted.end());
+  BATON_CHECK(blocks.size() == slots.size());
+  std::vector<std::pair<int32_t, int32_t>> pairs;
+  pairs.reserve(blocks.size());
+  for (size_t i = 0; i < blocks.size(); ++i) pairs.emplace_back(blocks[i], slots[i]);
+  std::sort(pairs.begin(), pairs.end());
+  const size_t block_bytes = pool.block_bytes();
   std::vector<PoolCopier::Range> ranges;
   for (int32_t layer = layer_begin; layer < layer_end; ++layer) {
-    for (int32_t block : sorted) {
-      const size_t offset = layout.block_byte_offset(layer, block);
-      if (!ranges.empty() && ranges.back().offset + ranges.back().bytes == offset) {
-        ranges.back().bytes += layout.block_bytes();
+    for (const auto& [block, slot] : pairs) {
+      const size_t offset = pool.block_byte_offset(layer, block);
+      const size_t host_offset = host.block_byte_offset(layer, slot);
+      // Adjacent on both sides (a run of blocks into a run of slots): one copy.
+      if (!ranges.empty() && ranges.back().offset + ranges.back().bytes == offset &&
+          ranges.back().host_offset + ranges.back().bytes == host_offset) {
+        ranges.back().bytes += block_bytes;
       } else {
-        ranges.push_back({.offset = offset, .bytes = layout.block_bytes(), .host_offset = offset});
+        ranges.push_back({.offset = offset, .bytes = block_bytes, .host_offset = host_offset});
       }
     }
   }

@@ -1,12 +1,12 @@
 // common/pool_copier.h — moves byte ranges between a KV pool the CPU cannot
 // reach in place (a GPU's) and host memory.
 //
-// The transfer engine stages such a pool through a host mirror of the same
-// layout (when UCX has no CUDA support): it registers the mirror, has the
-// source ranges copied out before they are sent and the destination ranges
-// copied in once they have landed and been verified (the fallback vLLM's NIXL
-// connector takes with a CPU transfer buffer). The SSD tier moves blocks
-// through a few bounce slots instead, at other offsets than the pool's. The
+// The transfer engine stages such a pool through registered host slots of
+// the pool's block geometry (when UCX has no CUDA support): a transfer's
+// source blocks are copied out into slots before they are sent and its
+// destination blocks copied in from slots once they have landed and been
+// verified (the fallback vLLM's NIXL connector takes with a CPU transfer
+// buffer). The SSD tier moves blocks through bounce slots of its own. The
 // backend that owns the device implements it (kernels/cuda/pool_copier.h);
 // common/ only declares it, so kv_transfer needs no device headers.
 #pragma once
@@ -27,7 +27,7 @@ class PoolCopier {
   struct Range {
     size_t offset = 0;  // bytes from the start of the pool
     size_t bytes = 0;
-    size_t host_offset = 0;  // bytes from the start of the host memory (a mirror's: offset)
+    size_t host_offset = 0;  // bytes from the start of the host memory
   };
 
   virtual ~PoolCopier() = default;
@@ -48,13 +48,16 @@ class PoolCopier {
   virtual const char* name() const = 0;
 };
 
-// Byte ranges of `blocks` (distinct ids, any order) in layers
-// [layer_begin, layer_end) of a pool laid out as `layout`: ids sorted, runs
-// of adjacent ids one range per layer, ranges that meet across a layer
-// boundary joined; each at the same offset in host memory (a mirror). What a
-// staged pool copies to or from its device.
-std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& layout,
+// The byte ranges between `blocks` of a pool laid out as `pool` and `slots`
+// of host memory laid out as `host` (blocks[i] and slots[i]; the same
+// geometry but for the number of blocks) in layers [layer_begin,
+// layer_end): pairs sorted by block, runs adjacent on both sides one range
+// per layer, ranges that meet across a layer boundary on both sides joined.
+// What a staged pool copies to or from its device.
+std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& pool,
                                                  std::span<const int32_t> blocks,
+                                                 const KvLayout& host,
+                                                 std::span<const int32_t> slots,
                                                  int32_t layer_begin, int32_t layer_end);
 
 // The copier of a pool in host memory (`bytes` at `pool`): plain memcpy,

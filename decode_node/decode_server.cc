@@ -96,6 +96,12 @@ bool DecodeServer::try_reserve(Request& request) {
   control::Generate& generate = request.generate;
   engine::GenerationOptions options = node::generation_options(generate.sampling);
   options.prompt_logprobs = -1;  // the prefill node scores the prompt
+  // A staged pool's KV lands in host slots first, one per block: wait for
+  // as many as the prompt could need (at most every block travels).
+  const int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
+  const auto prompt_blocks =
+      int64_t((generate.prompt.size() + size_t(block_size) - 1) / block_size);
+  if (runtime_->transfer().staging_slots_free() < prompt_blocks) return false;
   Result<int64_t> sequence = scheduler.reserve_remote(generate.prompt, options);
   if (!sequence.is_ok()) {
     if (sequence.status().code() == StatusCode::kResourceExhausted) return false;
@@ -121,9 +127,16 @@ bool DecodeServer::try_reserve(Request& request) {
   kv_transfer::RecvSpec spec;
   spec.request_id = request.request_id;
   spec.transfer_id = request.transfer_id;
-  spec.dst_blocks = blocks;
+  spec.dst_blocks = std::move(blocks);
   spec.deadline = runtime_->settings().kv_wait_timeout;
-  Status expected = runtime_->transfer().expect(std::move(spec), runtime_->completion_sink());
+  std::vector<int32_t> wire_blocks;
+  Status expected =
+      runtime_->transfer().expect(std::move(spec), runtime_->completion_sink(), &wire_blocks);
+  if (expected.code() == StatusCode::kResourceExhausted) {  // no slots after all: wait
+    scheduler.abort(*sequence);
+    request.sequence_id = -1;
+    return false;
+  }
   if (!expected.is_ok()) {
     scheduler.abort(*sequence);
     request.sequence_id = -1;
@@ -134,8 +147,10 @@ bool DecodeServer::try_reserve(Request& request) {
   by_transfer_[request.transfer_id] = request.request_id;
   request.state = State::kAwaitingKv;
   request.generate = {};
-  runtime_->send(control::PrefillReady{request.request_id, request.transfer_id, std::move(blocks),
-                                       cached, skipped});
+  // The prefill node writes the blocks the transfer engine named (a staged
+  // pool's slots stand for the pool's blocks).
+  runtime_->send(control::PrefillReady{request.request_id, request.transfer_id,
+                                       std::move(wire_blocks), cached, skipped});
   return true;
 }
 

@@ -1,6 +1,6 @@
 // engine/host_memory.h — how much memory this process may use: the
 // machine's, or less where its cgroup (a container) sets a limit. What a
-// CPU node's KV pool, and a device pool's host mirror, are held against at
+// CPU node's KV pool, and a device pool's host staging slots, are held against at
 // start, so that one that can never fit is refused with the numbers instead
 // of killing the node, or filling the machine, once its blocks are touched.
 #pragma once

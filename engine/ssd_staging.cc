@@ -35,55 +35,14 @@ SsdStaging::SsdStaging(const KvLayout& pool_layout, KvPool slots,
     : pool_layout_(pool_layout),
       slots_(std::move(slots)),
       copier_(std::move(copier)),
+      free_(0, load_slots),
       pinned_(pinned) {
-  free_.resize(size_t(load_slots));
-  // The lowest last: taken first, so a restore's slots are adjacent.
-  std::iota(free_.rbegin(), free_.rend(), 0);
   save_slots_.resize(size_t(slots_.layout().num_blocks - load_slots));
   std::iota(save_slots_.begin(), save_slots_.end(), load_slots);
 }
 
 BlockMemory SsdStaging::memory() const {
   return BlockMemory::of_pool(slots_.layout(), slots_.data());
-}
-
-std::vector<int32_t> SsdStaging::take_load_slots(int32_t n) {
-  BATON_CHECK(n >= 0 && n <= free_load_slots());
-  std::vector<int32_t> taken(free_.end() - n, free_.end());
-  std::reverse(taken.begin(), taken.end());
-  free_.resize(free_.size() - size_t(n));
-  return taken;
-}
-
-void SsdStaging::give_back(std::span<const int32_t> slots) {
-  free_.insert(free_.end(), slots.begin(), slots.end());
-  std::sort(free_.begin(), free_.end(), std::greater<>());
-}
-
-std::vector<PoolCopier::Range> SsdStaging::ranges(std::span<const int32_t> blocks,
-                                                  std::span<const int32_t> slots) const {
-  BATON_CHECK(blocks.size() == slots.size());
-  std::vector<std::pair<int32_t, int32_t>> pairs;
-  pairs.reserve(blocks.size());
-  for (size_t i = 0; i < blocks.size(); ++i) pairs.emplace_back(blocks[i], slots[i]);
-  std::sort(pairs.begin(), pairs.end());
-  const KvLayout& host = slots_.layout();
-  const size_t block_bytes = pool_layout_.block_bytes();
-  std::vector<PoolCopier::Range> out;
-  for (int32_t layer = 0; layer < pool_layout_.num_layers; ++layer) {
-    for (const auto& [block, slot] : pairs) {
-      const size_t offset = pool_layout_.block_byte_offset(layer, block);
-      const size_t host_offset = host.block_byte_offset(layer, slot);
-      // Adjacent on both sides (a run of blocks into a run of slots): one copy.
-      if (!out.empty() && out.back().offset + out.back().bytes == offset &&
-          out.back().host_offset + out.back().bytes == host_offset) {
-        out.back().bytes += block_bytes;
-      } else {
-        out.push_back({.offset = offset, .bytes = block_bytes, .host_offset = host_offset});
-      }
-    }
-  }
-  return out;
 }
 
 Status SsdStaging::copy_out(std::span<const int32_t> blocks, std::span<const int32_t> slots) {

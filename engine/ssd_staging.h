@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "common/pool_copier.h"
+#include "common/slot_free_list.h"
 #include "common/status.h"
 #include "engine/kv_pool.h"
 #include "engine/ssd_kv_store.h"
@@ -42,10 +43,10 @@ class SsdStaging {
   BlockMemory memory() const;
   size_t bytes() const { return slots_.bytes(); }
 
-  int32_t free_load_slots() const { return int32_t(free_.size()); }
+  int32_t free_load_slots() const { return free_.free(); }
   // `n` free load slots (at most free_load_slots()), the lowest first.
-  std::vector<int32_t> take_load_slots(int32_t n);
-  void give_back(std::span<const int32_t> slots);
+  std::vector<int32_t> take_load_slots(int32_t n) { return free_.take(n); }
+  void give_back(std::span<const int32_t> slots) { free_.give_back(slots); }
 
   // The save slots, in order: a save of more blocks goes in batches.
   std::span<const int32_t> save_slots() const { return save_slots_; }
@@ -62,14 +63,17 @@ class SsdStaging {
              int32_t load_slots, bool pinned);
   // The byte ranges between pool blocks[i] and slots[i], every layer.
   std::vector<PoolCopier::Range> ranges(std::span<const int32_t> blocks,
-                                        std::span<const int32_t> slots) const;
+                                        std::span<const int32_t> slots) const {
+    return block_byte_ranges(pool_layout_, blocks, slots_.layout(), slots, 0,
+                             pool_layout_.num_layers);
+  }
 
   KvLayout pool_layout_;
   // Declared before the copier, so destroyed after it: the copier unpins
   // the slots' memory before it is unmapped.
   KvPool slots_;
   std::unique_ptr<PoolCopier> copier_;
-  std::vector<int32_t> free_;  // free load slots, the lowest last
+  SlotFreeList free_;  // the load slots
   std::vector<int32_t> save_slots_;
   bool pinned_;
 };

@@ -3,6 +3,7 @@
 #include <poll.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <future>
 #include <utility>
 
@@ -67,7 +68,7 @@ Status TransferEngine::Impl::init() {
                    UCP_MEM_MAP_PARAM_FIELD_FLAGS;
   map.address = pool_;
   map.length = pool_bytes_;
-  // No pool given (or a staged pool's mirror): UCX allocates it, from shared
+  // No pool given (or a staged pool's slots): UCX allocates it, from shared
   // memory first (its ALLOC_PRIO), so a peer on this host can map it and put
   // into it with plain stores.
   map.flags = pool_ == nullptr ? UCP_MEM_MAP_ALLOCATE : 0;
@@ -84,7 +85,8 @@ Status TransferEngine::Impl::init() {
     }
     pool_ = static_cast<uint8_t*>(attr.address);
     spdlog::info("kv_transfer[{}]: {} of {} MiB allocated by UCX", config_.node_name,
-                 staging_ != nullptr ? "host mirror of the KV pool" : "KV pool", pool_bytes_ >> 20);
+                 staging_ != nullptr ? "host slots staging the KV pool" : "KV pool",
+                 pool_bytes_ >> 20);
   }
 
   BATON_RETURN_IF_ERROR(init_staging());
@@ -306,6 +308,14 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
   for (auto& [id, t] : sends_) {
     // A failed (or cancelled) transfer still waiting for its operations past
     // the deadline is stuck on the same peer as one that missed it.
+    if ((!t.failed() || t.outstanding > 0) && now > t.deadline && t.awaiting_slots) {
+      // Nothing of it reached the peer, which is not to blame.
+      t.fail(deadline_exceeded("transfer " + std::to_string(id) +
+                               " waited past its deadline for staging slots "
+                               "(transfer.staging_blocks)"));
+      dirty_sends_.push_back(id);
+      continue;
+    }
     if ((!t.failed() || t.outstanding > 0) && now > t.deadline) {
       t.fail(deadline_exceeded("transfer " + std::to_string(id) + " missed its deadline"));
       expired_peers.push_back(t.peer);
@@ -729,9 +739,11 @@ Status TransferEngine::post_layers(uint64_t transfer_id, int32_t layer_end) {
 Status TransferEngine::write_blocks(PeerId peer, SendSpec spec, TransferCallback on_done) {
   return impl_->begin_send(peer, std::move(spec), std::move(on_done), /*all_posted=*/true);
 }
-Status TransferEngine::expect(RecvSpec spec, TransferCallback on_done) {
-  return impl_->expect(std::move(spec), std::move(on_done));
+Status TransferEngine::expect(RecvSpec spec, TransferCallback on_done,
+                              std::vector<int32_t>* wire_blocks) {
+  return impl_->expect(std::move(spec), std::move(on_done), wire_blocks);
 }
+int32_t TransferEngine::staging_slots_free() const { return impl_->staging_slots_free(); }
 Status TransferEngine::cancel_expect(uint64_t transfer_id) {
   return impl_->cancel_expect(transfer_id);
 }
@@ -745,6 +757,12 @@ std::vector<std::string> TransferEngine::transports() const { return impl_->tran
 const std::string& TransferEngine::staging() const { return impl_->staging_path_; }
 
 std::string TransferEngine::peer_path(PeerId peer) const { return impl_->peer_path(peer); }
+
+int32_t TransferEngine::Impl::staging_slots_free() const {
+  if (staging_ == nullptr) return INT32_MAX;
+  std::lock_guard lock(api_mutex_);
+  return slots_.free();
+}
 
 std::string TransferEngine::Impl::peer_path(PeerId peer) const {
   std::lock_guard lock(api_mutex_);

@@ -20,6 +20,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "common/slot_free_list.h"
 #include "kv_transfer/block_runs.h"
 #include "kv_transfer/byte_mover.h"
 #include "kv_transfer/expectation.h"
@@ -85,6 +86,14 @@ struct HashJob {
   size_t next = 0;
 };
 
+// The registered host slots of a staged pool of `pool` geometry: `blocks`
+// of them (0: as many as the pool has).
+inline KvLayout staging_slot_layout(const KvLayout& pool, int32_t blocks) {
+  KvLayout slots = pool;
+  if (blocks > 0) slots.num_blocks = blocks;
+  return slots;
+}
+
 // Pairs 0..n-1: a whole layer of a transfer.
 inline std::vector<uint32_t> every_pair(size_t n) {
   std::vector<uint32_t> pairs(n);
@@ -97,15 +106,17 @@ class TransferEngine::Impl {
   Impl(const TransferConfig& config, const KvLayout& layout, uint8_t* pool, size_t pool_bytes,
        std::unique_ptr<PoolCopier> staging)
       : config_(config),
-        layout_(layout),
+        pool_layout_(layout),
+        layout_(staging == nullptr ? layout : staging_slot_layout(layout, config.staging_blocks)),
         pool_(staging == nullptr ? pool : nullptr),
-        pool_bytes_(pool_bytes),
+        pool_bytes_(staging == nullptr ? pool_bytes : layout_.total_bytes()),
         staged_pool_(staging == nullptr ? nullptr : pool),
-        staging_(std::move(staging)) {}
+        staging_(std::move(staging)),
+        slots_(0, staged_pool_ == nullptr ? 0 : layout_.num_blocks) {}
   ~Impl();
 
   Status init();          // context, worker, registration, descriptor, handlers, thread
-  Status init_staging();  // pins a staged pool's mirror; logs the staging once
+  Status init_staging();  // pins a staged pool's slots; logs the staging once
 
   // API side (any thread).
   Result<PeerId> add_peer(std::span<const uint8_t> bytes);
@@ -114,15 +125,18 @@ class TransferEngine::Impl {
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done, bool all_posted);
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
   // On copy_out_: layers [from, to) of send `id`'s staged source blocks out
-  // of the pool, then their release to the wire (or the send's failure).
-  void copy_out_layers(uint64_t id, const std::vector<int32_t>& blocks, int32_t from, int32_t to);
+  // of the pool into its slots, then their release to the wire (or the
+  // send's failure).
+  void copy_out_layers(uint64_t id, const std::vector<int32_t>& blocks,
+                       const std::vector<int32_t>& slots, int32_t from, int32_t to);
   // Progress thread: layers [.., layer_end) of send `id` may go on the wire.
   void release_layers(uint64_t id, int32_t layer_end);
-  Status expect(RecvSpec spec, TransferCallback on_done);
+  Status expect(RecvSpec spec, TransferCallback on_done, std::vector<int32_t>* wire_blocks);
   Status cancel_expect(uint64_t transfer_id);
   Status cancel_send(uint64_t transfer_id);
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
   EngineStats stats() const;
+  int32_t staging_slots_free() const;
   std::string peer_path(PeerId peer) const;  // TransferEngine::peer_path
   // What begin_send and expect check alike: the id fits the wire, the layer
   // range (layer_end -1: every layer, filled in) lies in the pool, the
@@ -139,13 +153,17 @@ class TransferEngine::Impl {
 
   const TransferConfig config_;
   uint32_t notices_to_drop_ = config_.drop_notices;  // progress thread
+  // The caller's pool, whose block ids begin_send and expect take.
+  const KvLayout pool_layout_;
+  // The registered memory every transfer reads and writes, whose blocks
+  // the wire names: the pool itself, or a staged pool's slots.
   const KvLayout layout_;
-  // The registered pool every transfer reads and writes: the caller's, or
-  // one UCX allocates (set by init()), or a staged pool's host mirror.
+  // The registered memory: the caller's pool, or one UCX allocates (set by
+  // init()), or a staged pool's slots.
   uint8_t* pool_;
   const size_t pool_bytes_;
-  // A pool UCX does not register (device memory), moved through pool_ by
-  // staging_; null when the pool is registered in place.
+  // A pool UCX does not register (device memory), moved through the slots
+  // in pool_ by staging_; null when the pool is registered in place.
   uint8_t* const staged_pool_;
   std::vector<uint8_t> descriptor_bytes_;
   std::vector<std::string> transports_;
@@ -154,12 +172,17 @@ class TransferEngine::Impl {
 
  private:
   void run();
-  // A staged pool's `blocks` in layers [layer_begin, layer_end) into the
-  // mirror (the sender, before they are posted) or out of it into the device
-  // pool (the receiver, once they are verified).
+  // A staged pool's `blocks` in layers [layer_begin, layer_end) into
+  // `slots` (the sender, before they are posted) or from them into the
+  // device pool (the receiver, once they are verified).
   enum class StageCopy { kOutOfPool, kIntoPool };
-  Status stage(StageCopy copy, const std::vector<int32_t>& blocks, int32_t layer_begin,
-               int32_t layer_end);
+  Status stage(StageCopy copy, const std::vector<int32_t>& blocks,
+               const std::vector<int32_t>& slots, int32_t layer_begin, int32_t layer_end);
+  // Progress thread: gives the sends waiting for slots theirs, in order,
+  // while enough are free; each then copies out the layers posted so far.
+  void hand_out_slots();
+  // False, taking nothing, if fewer are free than `t` has blocks.
+  bool give_slots_to(uint64_t id, SendTransfer& t);
   void enqueue(std::function<void()> command);
   // Queues `command` and, unless called on the progress thread (a callback),
   // waits until it has run, at most close_timeout (`what` names it in the log).
@@ -255,17 +278,19 @@ class TransferEngine::Impl {
   UcpContextPtr context_;
   UcpWorkerPtr worker_;
   MemRegistration registration_;
-  // After registration_: destroyed first, it unpins the mirror before UCX
-  // unmaps it.
+  // After registration_: destroyed first, it unpins the slots before UCX
+  // unmaps them.
   std::unique_ptr<PoolCopier> staging_;
-  // Held by post_layers from a staged send's ticket update until its copy
-  // is queued: copies run in the order their layers were handed over.
+  // Held by post_layers (and by a send given its slots) from a staged
+  // send's ticket update until its copy is queued: copies run in the order
+  // their layers were handed over.
   std::mutex staging_mutex_;
   // Copies a staged send's posted layers out of the pool, off the caller's
   // thread (a GPU's next layer computes meanwhile), then hands them to the
   // progress thread. After staging_: stopped before the copier goes.
   std::unique_ptr<SerialWorker> copy_out_;
-  // Copies verified receives into a staged pool, off the progress thread,
+  // Copies verified receives from their slots into a staged pool, off the
+  // progress thread,
   // and hands back (transfer id, how the copy went).
   std::unique_ptr<SerialWorker> copy_in_;
   std::mutex copied_in_mutex_;
@@ -306,8 +331,10 @@ class TransferEngine::Impl {
   struct SendTicket {
     int32_t posted = 0, end = 0;  // layers handed over, the transfer's layer_end
     bool cancelled = false;
-    // A staged pool's source blocks, copied out layer by layer as they are posted.
+    // A staged pool's source blocks, copied out layer by layer as they are
+    // posted into `slots` (null until the send has its slots).
     std::shared_ptr<const std::vector<int32_t>> staged_src;
+    std::shared_ptr<const std::vector<int32_t>> slots;
     // Copies of posted layers queued or running: the callback, which frees
     // the source blocks, waits until none is.
     int32_t copies_pending = 0;
@@ -316,6 +343,10 @@ class TransferEngine::Impl {
   // has been taken to run; `cancelled`: cancel_* accepted for it.
   std::unordered_map<uint64_t, SendTicket> send_tickets_;
   std::unordered_map<uint64_t, bool> recv_tickets_;  // id -> cancelled
+  // A staged pool's slots no transfer holds, and the sends waiting for
+  // theirs, first come first served (given them by the progress thread).
+  SlotFreeList slots_;
+  std::deque<uint64_t> waiting_for_slots_;
   std::vector<std::function<void()>> commands_;
 
   // Progress thread.

@@ -40,26 +40,48 @@ void ack_callback(void* request, ucs_status_t status, void* user_data) {
 
 }  // namespace
 
-Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
+Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done,
+                                    std::vector<int32_t>* wire_blocks) {
   if (!on_done) return invalid_argument("expect needs a completion callback");
   if (stopping_) return unavailable("the transfer engine is stopping");
+  if (staging_ != nullptr && wire_blocks == nullptr) {
+    return invalid_argument(
+        "a staged pool's expect() must say which slots the sender is to write (wire_blocks)");
+  }
   BATON_RETURN_IF_ERROR(
       check_transfer(spec.transfer_id, spec.layer_begin, spec.layer_end, spec.deadline));
-  BATON_RETURN_IF_ERROR(validate_block_lists(spec.dst_blocks, layout_, spec.dst_blocks, layout_));
+  BATON_RETURN_IF_ERROR(
+      validate_block_lists(spec.dst_blocks, pool_layout_, spec.dst_blocks, pool_layout_));
+  std::vector<int32_t> pool_blocks;
   {
     std::lock_guard lock(api_mutex_);
-    if (!recv_tickets_.emplace(spec.transfer_id, false).second) {
+    if (recv_tickets_.contains(spec.transfer_id)) {
       return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
                               " is already expected");
     }
+    if (staging_ != nullptr) {
+      // The bytes land in slots, copied into the pool's blocks once verified.
+      const size_t n = spec.dst_blocks.size();
+      if (size_t(slots_.free()) < n) {
+        return resource_exhausted(
+            "transfer " + std::to_string(spec.transfer_id) + " of " + std::to_string(n) +
+            " blocks needs as many staging slots; " + std::to_string(slots_.free()) + " of " +
+            std::to_string(layout_.num_blocks) + " are free (transfer.staging_blocks)");
+      }
+      pool_blocks = std::move(spec.dst_blocks);
+      spec.dst_blocks = slots_.take(int32_t(n));
+    }
+    recv_tickets_.emplace(spec.transfer_id, false);
   }
+  if (wire_blocks != nullptr) *wire_blocks = spec.dst_blocks;
   uint64_t id = spec.transfer_id;
   // The expectation must be live before the caller tells the sender to go:
   // data that arrived while it was still queued would be rejected as unknown.
   // Past the bounded wait the expectation still goes live and still ends with
   // its callback, which alone says when the blocks may be freed, so returning
   // is safe either way.
-  auto command = [this, id, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
+  auto command = [this, id, spec = std::move(spec), pool_blocks = std::move(pool_blocks),
+                  on_done = std::move(on_done)]() mutable {
     Expectation& e = expectations_[id];
     e.serial = next_serial_++;
     e.started = Clock::now();
@@ -75,6 +97,7 @@ Status TransferEngine::Impl::expect(RecvSpec spec, TransferCallback on_done) {
       e.layer_copy_posted.assign(layers, false);
     }
     e.spec = std::move(spec);
+    e.pool_blocks = std::move(pool_blocks);
     e.on_done = std::move(on_done);
   };
   enqueue_and_wait(std::move(command), id, "registration");
@@ -238,22 +261,22 @@ void TransferEngine::Impl::copy_in_verified_layers(uint64_t id, Expectation& e) 
 
 void TransferEngine::Impl::post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers) {
   ++e.copies_in_flight;
-  copy_in_->post(
-      [this, id, serial = e.serial, blocks = e.spec.dst_blocks, layers = std::move(layers)] {
-        Status copied;
-        for (size_t i = 0; i < layers.size() && copied.is_ok();) {
-          size_t j = i + 1;  // adjacent layers in one copy
-          while (j < layers.size() && layers[j] == layers[j - 1] + 1) ++j;
-          copied = stage(StageCopy::kIntoPool, blocks, layers[i], layers[j - 1] + 1);
-          i = j;
-        }
-        {
-          std::lock_guard lock(copied_in_mutex_);
-          copied_in_.push_back({id, serial, std::move(copied)});
-          has_copied_in_ = true;
-        }
-        ucp_worker_signal(worker_.get());
-      });
+  copy_in_->post([this, id, serial = e.serial, blocks = e.pool_blocks, slots = e.spec.dst_blocks,
+                  layers = std::move(layers)] {
+    Status copied;
+    for (size_t i = 0; i < layers.size() && copied.is_ok();) {
+      size_t j = i + 1;  // adjacent layers in one copy
+      while (j < layers.size() && layers[j] == layers[j - 1] + 1) ++j;
+      copied = stage(StageCopy::kIntoPool, blocks, slots, layers[i], layers[j - 1] + 1);
+      i = j;
+    }
+    {
+      std::lock_guard lock(copied_in_mutex_);
+      copied_in_.push_back({id, serial, std::move(copied)});
+      has_copied_in_ = true;
+    }
+    ucp_worker_signal(worker_.get());
+  });
 }
 
 // Queues every block of `layer` for hashing, unless it already was.
@@ -503,7 +526,7 @@ void TransferEngine::Impl::judge(uint64_t id, Expectation& e) {
       verdict = data_loss("checksum mismatch on transfer " + std::to_string(id));
   }
   if (verdict.is_ok() && staging_ != nullptr) {
-    // Verified in the mirror: into the device pool before the ack, so a
+    // Verified in the slots: into the device pool before the ack, so a
     // failed copy fails the sender's side too. Layers verified on their own
     // were copied in already (or are being copied); the rest follow now. The
     // copies run on a thread of their own; until they are done the transfer
@@ -644,11 +667,14 @@ void TransferEngine::Impl::maybe_finish_recv(uint64_t id) {
     if (data_verdicts_.size() > kKeptDataVerdicts) data_verdicts_.pop_front();
   }
   TransferCallback done = std::move(e.on_done);
-  expectations_.erase(it);
   {
     std::lock_guard lock(api_mutex_);
     recv_tickets_.erase(id);
+    // Nothing writes or copies its slots any more: free.
+    if (staging_ != nullptr) slots_.give_back(e.spec.dst_blocks);
   }
+  expectations_.erase(it);
+  if (staging_ != nullptr) hand_out_slots();
   done(r);
 }
 

@@ -49,7 +49,13 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     BATON_RETURN_IF_ERROR(
         check_transfer(spec.transfer_id, spec.layer_begin, spec.layer_end, spec.deadline));
     BATON_RETURN_IF_ERROR(
-        validate_block_lists(spec.src_blocks, layout_, spec.dst_blocks, peer_layouts_[peer]));
+        validate_block_lists(spec.src_blocks, pool_layout_, spec.dst_blocks, peer_layouts_[peer]));
+    if (staging_ != nullptr && spec.src_blocks.size() > size_t(layout_.num_blocks)) {
+      return resource_exhausted("transfer " + std::to_string(spec.transfer_id) + " of " +
+                                std::to_string(spec.src_blocks.size()) +
+                                " blocks needs as many staging slots; the pool has " +
+                                std::to_string(layout_.num_blocks) + " (transfer.staging_blocks)");
+    }
     int32_t posted = all_posted ? spec.layer_end : spec.layer_begin;
     SendTicket ticket;
     ticket.posted = posted;
@@ -63,18 +69,10 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     }
   }
   uint64_t id = spec.transfer_id;
-  if (staging_ != nullptr && all_posted) {
-    if (Status s = stage(StageCopy::kOutOfPool, spec.src_blocks, spec.layer_begin, spec.layer_end);
-        !s.is_ok()) {
-      std::lock_guard lock(api_mutex_);
-      send_tickets_.erase(id);
-      return s.with_context("transfer " + std::to_string(id));
-    }
-  }
   enqueue(
       [this, peer, id, all_posted, spec = std::move(spec), on_done = std::move(on_done)]() mutable {
-        // A cancel_send accepted while the layers were being staged ran
-        // before this command and found no transfer: it takes effect here.
+        // A cancel_send accepted before this command ran found no
+        // transfer: it takes effect here.
         bool cancelled = false;
         {
           std::lock_guard lock(api_mutex_);
@@ -85,15 +83,26 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
         t.serial = next_serial_++;
         t.started = Clock::now();
         t.deadline = t.started + spec.deadline.value_or(config_.default_deadline);
-        t.runs = merge_block_runs(spec.src_blocks, spec.dst_blocks);
+        // A staged send's runs are between its slots, once it has them;
+        // its layers are released to the wire as their copies are done.
+        const bool staged = staging_ != nullptr;
+        if (!staged) t.runs = merge_block_runs(spec.src_blocks, spec.dst_blocks);
+        t.awaiting_slots = staged;
         t.issued_end = spec.layer_begin;
         t.granted_end = spec.layer_begin;
-        t.posted_end = all_posted ? spec.layer_end : spec.layer_begin;
+        t.posted_end = all_posted && !staged ? spec.layer_end : spec.layer_begin;
         t.spec = std::move(spec);
         t.peer = peer;
         t.on_done = std::move(on_done);
         t.hashes = BlockHashes(t.spec.layer_begin, t.spec.layer_end, t.spec.src_blocks.size());
         if (cancelled) return apply_cancel_send(id);
+        if (staged) {
+          {
+            std::lock_guard lock(api_mutex_);
+            waiting_for_slots_.push_back(id);
+          }
+          hand_out_slots();
+        }
         start_send(id);
       });
   return Status::ok();
@@ -103,7 +112,7 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
   std::unique_lock<std::mutex> in_order;
   if (staging_ != nullptr) in_order = std::unique_lock(staging_mutex_);
   int32_t staged_from = 0;
-  std::shared_ptr<const std::vector<int32_t>> staged_src;
+  std::shared_ptr<const std::vector<int32_t>> staged_src, slots;
   {
     std::lock_guard lock(api_mutex_);
     auto it = send_tickets_.find(transfer_id);
@@ -120,8 +129,11 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
     }
     staged_from = ticket.posted;
     ticket.posted = layer_end;
-    if (ticket.staged_src != nullptr) {
+    // A send still waiting for its slots copies these once it has them (its
+    // release below only restarts its clock).
+    if (ticket.staged_src != nullptr && ticket.slots != nullptr) {
       staged_src = ticket.staged_src;
+      slots = ticket.slots;
       ++ticket.copies_pending;
     }
   }
@@ -130,17 +142,19 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
     // another: the caller goes on to compute the next layer meanwhile.
     // A post of no new layers goes that way too, behind the copies queued
     // before it, so that its release sends nothing not yet copied.
-    copy_out_->post([this, transfer_id, staged_src, staged_from, layer_end] {
-      copy_out_layers(transfer_id, *staged_src, staged_from, layer_end);
+    copy_out_->post([this, transfer_id, staged_src, slots, staged_from, layer_end] {
+      copy_out_layers(transfer_id, *staged_src, *slots, staged_from, layer_end);
     });
     return Status::ok();
   }
+  if (staging_ != nullptr) layer_end = 0;  // waiting for slots: no layer is copied yet
   enqueue([this, transfer_id, layer_end] { release_layers(transfer_id, layer_end); });
   return Status::ok();
 }
 
 void TransferEngine::Impl::copy_out_layers(uint64_t id, const std::vector<int32_t>& blocks,
-                                           int32_t from, int32_t to) {
+                                           const std::vector<int32_t>& slots, int32_t from,
+                                           int32_t to) {
   bool cancelled = false;
   {
     std::lock_guard lock(api_mutex_);
@@ -149,7 +163,7 @@ void TransferEngine::Impl::copy_out_layers(uint64_t id, const std::vector<int32_
   }
   Status copied;
   if (!cancelled && from < to) {
-    copied = stage(StageCopy::kOutOfPool, blocks, from, to);
+    copied = stage(StageCopy::kOutOfPool, blocks, slots, from, to);
     if (!copied.is_ok()) copied = copied.with_context("transfer " + std::to_string(id));
   }
   enqueue([this, id, to, copied = std::move(copied)] {
@@ -363,7 +377,12 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     // copy can be queued. (A send that succeeded has none left: its last
     // layers went out after their copy.)
     if (ticket != send_tickets_.end() && ticket->second.copies_pending > 0) return;
-    if (ticket != send_tickets_.end()) send_tickets_.erase(ticket);
+    if (ticket != send_tickets_.end()) {
+      // No copy writes the slots, no operation reads them: free.
+      if (ticket->second.slots != nullptr) slots_.give_back(*ticket->second.slots);
+      send_tickets_.erase(ticket);
+    }
+    std::erase(waiting_for_slots_, id);
   }
   TransferResult r;
   r.status = t.failure();
@@ -385,6 +404,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
   }
   TransferCallback done = std::move(t.on_done);
   sends_.erase(it);
+  if (staging_ != nullptr) hand_out_slots();
   done(r);
 }
 

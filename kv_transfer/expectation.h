@@ -80,7 +80,10 @@ class Expectation {
 
   // Bookkeeping the engine keeps up to date.
   uint64_t serial = 0;  // this instance, so that late callbacks of an earlier one miss
+  // Its dst_blocks are where the bytes land: the pool's blocks, or a staged
+  // pool's slots, which hold them for pool_blocks.
   RecvSpec spec;
+  std::vector<int32_t> pool_blocks;
   TransferCallback on_done;
   Clock::time_point started, deadline;
   // Once failed, receives still pending after this are abandoned: deadline +

@@ -70,6 +70,8 @@ class SendTransfer {
   TransferCallback on_done;
   Clock::time_point started, deadline;
   std::vector<BlockRun> runs;
+  // A staged pool's send not yet given its slots (its runs are empty).
+  bool awaiting_slots = false;
   int32_t posted_end = 0;  // layers the caller has handed over
   int32_t issued_end = 0;  // layers given to UCX
   BlockHashes hashes;

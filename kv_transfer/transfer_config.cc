@@ -37,6 +37,10 @@ Status validate(const TransferConfig& config) {
   BATON_RETURN_IF_ERROR(check_duration(config.default_deadline, "kv_transfer.default_deadline_ms"));
   BATON_RETURN_IF_ERROR(check_duration(config.close_timeout, "kv_transfer.close_timeout_ms"));
   BATON_RETURN_IF_ERROR(check_duration(config.idle_wait, "kv_transfer.idle_wait_ms"));
+  if (config.staging_blocks < 0) {
+    return out_of_range("kv_transfer.staging_blocks: " + std::to_string(config.staging_blocks) +
+                        " is negative");
+  }
   for (const auto& [key, value] : config.ucx_env) {
     if (key.rfind("UCX_", 0) != 0 || key.size() == 4) {
       return invalid_argument("kv_transfer.ucx_env key '" + key + "' does not start with UCX_");

@@ -32,9 +32,9 @@ enum class TransferMode { kAuto, kRma, kTag, kAm };
 std::string_view transfer_mode_name(TransferMode mode);
 std::optional<TransferMode> parse_transfer_mode(std::string_view name);
 
-// Where the node's KV pool lives. A pool in CUDA memory is staged through a
-// host mirror (TransferEngine::create's PoolCopier): Debian's UCX has no
-// CUDA support, and the checksum is hashed on the host.
+// Where the node's KV pool lives. A pool in CUDA memory is staged through
+// registered host slots (TransferEngine::create's PoolCopier): Debian's UCX
+// has no CUDA support, and the checksum is hashed on the host.
 enum class PoolMemory { kHost, kCuda };
 
 struct TransferConfig {
@@ -52,6 +52,11 @@ struct TransferConfig {
   // that measure the wire alone; a verifying receiver rejects an unhashed transfer.
   bool verify_checksum = true;
   PoolMemory pool_memory = PoolMemory::kHost;
+  // A staged pool's transfers move through this many registered host slots
+  // of one block (every layer) each, pinned where the copier can: a
+  // transfer holds one per block from begin_send or expect until its
+  // callback. 0: as many as the pool has blocks (a whole mirror).
+  int32_t staging_blocks = 0;
   // A node lets UCX allocate its KV pool (TransferEngine::create without a
   // pool), from shared memory where it can, so a peer on the same host maps
   // the pool and writes blocks with plain stores (auto then picks puts): one

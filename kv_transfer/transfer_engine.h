@@ -42,12 +42,17 @@
 //    zero-copy protocols (CMA, TCP zcopy) serve, where emulated puts would
 //    crawl. Overridable (TransferConfig::mode) for benchmarks.
 //  * Device pools: a pool UCX cannot register (GPU memory; Debian's UCX has
-//    no CUDA support) is staged through a registered host mirror of the same
-//    layout by a PoolCopier (common/pool_copier.h): layers are copied out as
-//    they are posted, on a copy-out thread while the caller computes the
-//    next, and a received layer is copied in once it has landed and matched
-//    its sender's hash of it (the rest once the transfer is verified, before
-//    the ack), on a copy-in thread (kv_transfer/engine_staging.cc).
+//    no CUDA support) is staged through registered host slots of its block
+//    geometry (TransferConfig::staging_blocks of them) by a PoolCopier
+//    (common/pool_copier.h). A transfer holds a slot per block: a receiver's
+//    expect() takes them at once (the sender writes them, not the pool's
+//    blocks), a send takes them when it starts or, with too few free,
+//    waits for them in order. Layers are copied out of the pool into the
+//    send's slots as they are posted, on a copy-out thread while the caller
+//    computes the next, and a received layer is copied from its slots into
+//    the pool once it has landed and matched its sender's hash of it (the
+//    rest once the transfer is verified, before the ack), on a copy-in
+//    thread (kv_transfer/engine_staging.cc).
 //  * Failure: deadlines on both sides; UCX peer error handling where the
 //    transports support it; a receiver ack closes every transfer, so a dead
 //    receiver is noticed even on shared memory. A failed endpoint is torn down
@@ -87,7 +92,9 @@ struct SendSpec {
   // (it travels in message tags).
   uint64_t transfer_id = 0;
   std::vector<int32_t> src_blocks;  // in this node's pool
-  std::vector<int32_t> dst_blocks;  // in the peer's pool, paired with src_blocks
+  // In the peer's pool, paired with src_blocks: the blocks its expect()
+  // said to write (a staged pool's slots).
+  std::vector<int32_t> dst_blocks;
   int32_t layer_begin = 0;
   int32_t layer_end = -1;  // exclusive; -1: every layer of the pool
   // Default: config.default_deadline. Counted from begin_send and again from
@@ -142,10 +149,11 @@ class TransferEngine {
   //
   // With `staging`, `pool` is memory UCX does not register (a GPU's: config
   // pool_memory kCuda requires it) and the engine never touches it itself: it
-  // registers a host mirror of the pool instead, has each sent layer copied
-  // out to it as it is posted (on a copy-out thread) and each received
-  // layer copied in once verified (all of them before the callback). The
-  // mirror costs pool_bytes of host memory, pinned where the copier can.
+  // registers config.staging_blocks host slots of the pool's block geometry
+  // instead, has each sent layer copied out to its send's slots as it is
+  // posted (on a copy-out thread) and each received layer copied in from
+  // its slots once verified (all of them before the callback). The slots
+  // cost staging_blocks blocks of host memory, pinned where the copier can.
   static Result<std::unique_ptr<TransferEngine>> create(
       const TransferConfig& config, const KvLayout& layout, void* pool, size_t pool_bytes,
       std::unique_ptr<PoolCopier> staging = nullptr);
@@ -164,6 +172,9 @@ class TransferEngine {
   // flight fail, as to a dead peer); the id is not used again.
   void remove_peer(PeerId id);
 
+  // A staged pool's send with fewer slots free than it has blocks (or
+  // behind sends that wait) waits for them, in order; its deadline runs
+  // meanwhile, and post_layers() is taken as usual.
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
   // Layers [.., layer_end) of the transfer are computed and may be sent.
   // A staged pool's new layers are copied out on a thread of the engine's,
@@ -172,13 +183,18 @@ class TransferEngine {
   // and stay as they are until the callback. A failed copy fails the
   // transfer (its callback says so).
   Status post_layers(uint64_t transfer_id, int32_t layer_end);
-  // begin_send + post_layers(all); a failed copy out of a staged pool is
-  // returned, with no callback.
+  // begin_send + post_layers(all).
   Status write_blocks(PeerId peer, SendSpec spec, TransferCallback on_done);
 
   // Returns once the expectation is live: data for it that arrives from then
-  // on is accepted, so the caller may now tell the sender to start.
-  Status expect(RecvSpec spec, TransferCallback on_done);
+  // on is accepted, so the caller may now tell the sender to start, naming
+  // `wire_blocks`: the blocks it is to write, paired with spec.dst_blocks
+  // (those themselves, or a staged pool's slots, which the expectation
+  // holds until its callback). A staged pool needs `wire_blocks`, and
+  // refuses with kResourceExhausted while fewer slots are free than the
+  // transfer has blocks (staging_slots_free()).
+  Status expect(RecvSpec spec, TransferCallback on_done,
+                std::vector<int32_t>* wire_blocks = nullptr);
 
   // Cancels a live expectation. Its callback runs with kAborted as soon as no
   // UCX operation of ours can still write its blocks: at once when nothing for
@@ -206,11 +222,16 @@ class TransferEngine {
   // Sends raw bytes on the notice channel (control-path tests and tooling).
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
 
+  // A staged pool's slots no transfer holds; INT32_MAX for a pool
+  // registered in place.
+  int32_t staging_slots_free() const;
+
   EngineStats stats() const;
   // The transports the UCP context uses, as UCX names them ("tcp/lo").
   std::vector<std::string> transports() const;
   // How the pool meets the wire: "" when UCX registers it in place, else
-  // the staging's path ("cuda device 0 through a pinned host mirror").
+  // the staging's path ("cuda device 0 through 512 pinned host slots
+  // (1.0 GiB)").
   const std::string& staging() const;
   // How transfers reach `peer` while its endpoint is up: the mode and
   // the transports UCX chose ("rma (native) over rc_mlx5/mlx5_0:1 self/memory",

@@ -67,7 +67,7 @@ struct PoolDescriptor {
   uint32_t flags = 0;  // kPoolFlag* bits
 };
 
-// Descriptor flag: the pool is staged (a device's, through a host mirror):
+// Descriptor flag: the pool is staged (a device's, through host slots):
 // its receiver copies each verified layer in as it lands, given the layers'
 // hashes (kLayerHash).
 inline constexpr uint32_t kPoolFlagStaged = 1;

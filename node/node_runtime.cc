@@ -4,6 +4,8 @@
 #include <spdlog/spdlog.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "engine/host_memory.h"
 
 namespace baton::node {
@@ -58,11 +60,35 @@ engine::OutputLogprobs from_wire(const control::TokenLogprobs& logprobs, int32_t
   return out;
 }
 
+namespace {
+
+// The slots a staged pool's transfers pass through: transfer.staging_blocks,
+// or by default room for two transfers of max_model_len tokens or 1 GiB,
+// whichever is more, and never more than the pool has blocks. Fewer than
+// one longest prompt's blocks could never carry it.
+Result<int32_t> staging_blocks(const NodeSettings& settings, const KvLayout& pool,
+                               int32_t max_model_len) {
+  const int64_t longest = (int64_t(max_model_len) + pool.block_size - 1) / pool.block_size;
+  const int32_t set = settings.transfer.staging_blocks;
+  if (set > 0 && set < longest) {
+    return invalid_argument("transfer.staging_blocks: " + std::to_string(set) +
+                            " host slots cannot carry a prompt of max_model_len " +
+                            std::to_string(max_model_len) + " tokens, which needs " +
+                            std::to_string(longest) + " blocks");
+  }
+  if (set > 0) return set;
+  const uint64_t slot_bytes = uint64_t(pool.block_bytes()) * uint64_t(pool.num_layers);
+  const int64_t in_a_gib = int64_t((uint64_t(1) << 30) / std::max<uint64_t>(slot_bytes, 1));
+  return int32_t(std::min<int64_t>(pool.num_blocks, std::max(2 * longest, in_a_gib)));
+}
+
+}  // namespace
+
 Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& settings) {
   std::unique_ptr<NodeRuntime> node(new NodeRuntime(settings));
   kv_transfer::TransferConfig transfer_config = settings.transfer;
   transfer_config.node_name = settings.name;
-  // A pool UCX cannot register (a device's) travels through a host mirror.
+  // A pool UCX cannot register (a device's) travels through host slots.
   const bool device_pool = settings.engine.device.is_cuda();
   const bool staged = device_pool || settings.stage_host_pool;
   if (staged) {
@@ -89,14 +115,18 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
   engine::KvPool& pool = node->engine_->kv_pool();
   if (node->transfer_ == nullptr) {
     std::unique_ptr<PoolCopier> staging;
-    // The mirror holds as much host memory as the device pool, pinned.
-    if (device_pool) {
-      BATON_RETURN_IF_ERROR(engine::check_fits_host_memory(
-          pool.bytes(), std::string(settings.engine.pool_size_setting()) + ": the host mirror (" +
-                            engine::gib_text(pool.bytes()) + ") through which the KV pool on " +
-                            settings.engine.device.name() + " meets the wire"));
-    }
     if (staged) {
+      BATON_ASSIGN_OR_RETURN(
+          transfer_config.staging_blocks,
+          staging_blocks(settings, pool.layout(), node->engine_->scheduler().max_model_len()));
+      const uint64_t slot_bytes = uint64_t(transfer_config.staging_blocks) *
+                                  pool.layout().block_bytes() * uint64_t(pool.layout().num_layers);
+      // Pinned host memory, besides what the process holds already.
+      BATON_RETURN_IF_ERROR(engine::check_fits_host_memory(
+          slot_bytes, "transfer.staging_blocks: the " +
+                          std::to_string(transfer_config.staging_blocks) + " host slots (" +
+                          engine::gib_text(slot_bytes) + ") through which the KV pool on " +
+                          settings.engine.device.name() + " meets the wire"));
       BATON_ASSIGN_OR_RETURN(staging, node->engine_->make_pool_copier());
     }
     BATON_ASSIGN_OR_RETURN(node->transfer_, kv_transfer::TransferEngine::create(

@@ -46,7 +46,7 @@ struct NodeSettings {
   std::chrono::milliseconds heartbeat_interval{200};
   // Longest a decode node waits for a request's KV to arrive (the prefill may be queued).
   std::chrono::milliseconds kv_wait_timeout{600000};
-  // A pool in host memory staged through a host mirror, as a device pool
+  // A pool in host memory staged through host slots, as a device pool
   // always is: tests of the path GPU nodes take, on machines without one.
   bool stage_host_pool = false;
 };

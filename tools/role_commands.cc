@@ -57,11 +57,11 @@ Result<uint32_t> notices_to_drop() {
 }
 
 // BATON_TEST_STAGED_POOL=1, for tests: a CPU node stages its KV pool through
-// a host mirror, the path a GPU node's pool takes (NodeSettings::stage_host_pool).
+// host slots, the path a GPU node's pool takes (NodeSettings::stage_host_pool).
 bool stage_host_pool() {
   const char* text = std::getenv("BATON_TEST_STAGED_POOL");
   const bool on = text != nullptr && std::string_view(text) == "1";
-  if (on) spdlog::warn("test setting: the KV pool is staged through a host mirror");
+  if (on) spdlog::warn("test setting: the KV pool is staged through host slots");
   return on;
 }
 

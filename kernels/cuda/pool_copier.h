@@ -1,6 +1,7 @@
 // kernels/cuda/pool_copier.h — a KV pool in device memory copied to and from
-// host memory (common/pool_copier.h): a host mirror for transfers when UCX
-// has no CUDA support, as Debian's does not, and the SSD tier's bounce slots.
+// host memory (common/pool_copier.h): the transfer engine's host slots when
+// UCX has no CUDA support, as Debian's does not, and the SSD tier's bounce
+// slots.
 //
 // Plain C++ like device.h, so the node and the transfer tests need no CUDA
 // headers.

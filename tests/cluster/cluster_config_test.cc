@@ -119,6 +119,7 @@ transfer:
   idle_wait_ms: 12
   verify_checksum: false
   peer_error_handling: false
+  staging_blocks: 640
   ucx_env: {UCX_TLS: "tcp,self", UCX_RNDV_THRESH: 8192}
 prefill: [{name: p, host: node-a.example}]
 decode: [{name: d, host: 10.1.2.4}]
@@ -163,6 +164,7 @@ decode: [{name: d, host: 10.1.2.4}]
     EXPECT_EQ(t.idle_wait, std::chrono::milliseconds(12));
     EXPECT_FALSE(t.verify_checksum);
     EXPECT_FALSE(t.peer_error_handling);
+    EXPECT_EQ(t.staging_blocks, 640);
     EXPECT_EQ(t.ucx_env.size(), 2u);
     EXPECT_EQ(t.ucx_env.at("UCX_TLS"), "tcp,self");
     EXPECT_EQ(t.ucx_env.at("UCX_RNDV_THRESH"), "8192");
@@ -379,6 +381,7 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + kNodes + "transfer: {verify_checksum: maybe}\n",
        "transfer.verify_checksum: expected true or false"},
       {kModel + kNodes + "transfer: {peer_error_handling: 1}\n", "transfer.peer_error_handling"},
+      {kModel + kNodes + "transfer: {staging_blocks: -1}\n", "transfer.staging_blocks"},
       {kModel + kNodes + "transfer: {ucx_env: {TLS: tcp}}\n",
        "transfer.ucx_env.TLS: UCX variables start with UCX_"},
       {kModel + kNodes + "transfer: {ucx_env: {UCX_: tcp}}\n", "transfer.ucx_env.UCX_"},
@@ -521,6 +524,27 @@ TEST(ValidateAgainstModel, ExactFitPassesOneByteLessFails) {
                              ", max_model_len: 2033}");
   ASSERT_TRUE(ragged.is_ok());
   EXPECT_FALSE(validate_against_model(*ragged, model).is_ok());
+}
+
+// A staged pool's transfers hold a host slot per block: fewer slots than a
+// max_model_len prompt's blocks could never carry it.
+TEST(ValidateAgainstModel, StagingSlotsHoldAFullLengthPrompt) {
+  const auto model = preset("smollm2-135m", DType::kBF16);
+  for (int32_t slots : {128, 127}) {
+    auto config = parse(
+        "model: {preset: smollm2-135m}\nengine: {max_model_len: 2048}\nprefill: [{name: p0}]\n"
+        "decode: [{name: d0, transfer: {staging_blocks: " +
+        std::to_string(slots) + "}}]\n");
+    ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+    Status status = validate_against_model(*config, model);
+    if (slots == 128) {
+      EXPECT_TRUE(status.is_ok()) << status.to_string();
+    } else {
+      EXPECT_EQ(status.message(),
+                "decode[0].transfer.staging_blocks: 127 host slots cannot carry a prompt of "
+                "max_model_len 2048 tokens, which needs 128 blocks");
+    }
+  }
 }
 
 TEST(ValidateAgainstModel, KvCacheBlocksTakePrecedence) {

@@ -89,7 +89,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
                "fp8_e4m3",
                int64_t(rng() % 100000),
                "cuda:" + std::to_string(rng() % 8),
-               "cuda device 0 through a pinned host mirror",
+               "cuda device 0 through 512 pinned host slots (1.0 GiB)",
                int64_t(rng() % (uint64_t(1) << 40)),
                int64_t(rng() % (uint64_t(1) << 40))};
   Register reg2 = round_trip(reg);

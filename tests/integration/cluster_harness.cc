@@ -220,7 +220,10 @@ Cluster::Cluster(const ClusterShape& shape) {
        << (shape.kv_dtype.empty() ? "" : ", kv_dtype: " + shape.kv_dtype)
        << (shape.ssd_cache_dir.empty() ? "" : ", ssd_cache_dir: " + shape.ssd_cache_dir) << "}\n"
        << "transfer: {default_deadline_ms: 3000, share_pool: "
-       << (shape.share_pool ? "true" : "false") << "}\n";
+       << (shape.share_pool ? "true" : "false")
+       << (shape.staging_blocks > 0 ? ", staging_blocks: " + std::to_string(shape.staging_blocks)
+                                    : std::string())
+       << "}\n";
   yaml << "prefill:\n";
   for (int i = 0; i < shape.prefill_nodes; ++i)
     yaml << "  - {name: prefill-" << i << ", engine: {nice: " << shape.prefill_nice << "}}\n";

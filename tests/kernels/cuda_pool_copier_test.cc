@@ -22,8 +22,7 @@ class CudaPoolCopierTest : public ::testing::Test {
 };
 
 // Disjoint random ranges inside `bytes`, in random order; on the host side
-// at the same offsets (a mirror's) or packed in that random order (bounce
-// slots).
+// at the same offsets or packed in that random order (slots).
 std::vector<PoolCopier::Range> random_ranges(std::mt19937_64& rng, size_t bytes, bool packed) {
   std::vector<PoolCopier::Range> ranges;
   size_t at = 0;

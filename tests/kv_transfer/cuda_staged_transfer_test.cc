@@ -1,5 +1,5 @@
-// A KV pool in CUDA memory moved over UCX through its host mirror (the
-// staging path; kernels/cuda/pool_copier.h), against a peer process on
+// A KV pool in CUDA memory moved over UCX through fewer host slots than it
+// has blocks (the staging path; kernels/cuda/pool_copier.h), against a peer process on
 // loopback, both directions. Skips on the declared capability check without
 // a device.
 #include <gtest/gtest.h>
@@ -30,6 +30,9 @@ KvLayout layout() {
                   .dtype = DType::kBF16};
 }
 
+// The host slots the device pool is staged through: fewer than its blocks.
+constexpr int32_t kSlots = 40;
+
 // This process's node: a pool in device memory, staged.
 struct CudaNode {
   kernels::cuda::DeviceBuffer pool;
@@ -48,6 +51,7 @@ struct CudaNode {
     config.ucx_env["UCX_NET_DEVICES"] = "lo";
     config.pool_memory = PoolMemory::kCuda;
     config.node_name = "cuda-node";
+    config.staging_blocks = kSlots;
     BATON_ASSIGN_OR_RETURN(engine, TransferEngine::create(config, layout(), pool.data(),
                                                           pool.bytes(), std::move(copier)));
     return Status::ok();
@@ -111,9 +115,9 @@ TEST_F(CudaStagedTransferTest, DevicePoolSendsLayerByLayer) {
   testing::fill_pattern(contents.data(), contents.size(), seed_);
   CudaNode node;
   ASSERT_TRUE(node.start(contents).is_ok());
-  // The mirror page-locked for the device's DMA (cudaHostRegister); else
+  // The slots page-locked for the device's DMA (cudaHostRegister); else
   // every copy runs through pageable memory, slower.
-  EXPECT_NE(node.engine->staging().find("through a pinned host mirror"), std::string::npos)
+  EXPECT_NE(node.engine->staging().find("through 40 pinned host slots"), std::string::npos)
       << node.engine->staging();
   auto receiver = spawn(0, seed_);
   PeerId peer = connect(node, *receiver);
@@ -145,8 +149,10 @@ TEST_F(CudaStagedTransferTest, DevicePoolReceivesEveryByteAndNothingElse) {
   connect(node, *sender);
   auto src = testing::random_blocks(rng_, l.num_blocks, 24);
   auto dst = testing::random_blocks(rng_, l.num_blocks, 24);
-  ASSERT_TRUE(node.engine->expect({2, 2, dst, 1, 4, 10000ms}, node.callback()).is_ok());
-  sender->send("SEND 2 2 0 1 4 10000 0 24" + join(src) + join(dst));
+  std::vector<int32_t> slots;
+  ASSERT_TRUE(node.engine->expect({2, 2, dst, 1, 4, 10000ms}, node.callback(), &slots).is_ok());
+  for (int32_t slot : slots) EXPECT_TRUE(slot >= 0 && slot < kSlots) << slot;
+  sender->send("SEND 2 2 0 1 4 10000 0 24" + join(src) + join(slots));
   auto got = node.wait();
   ASSERT_TRUE(got.has_value());
   ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();

@@ -63,19 +63,26 @@ inline bool matches_pattern(const uint8_t* dst, size_t src_offset, size_t n, uin
 class HostPoolCopier : public PoolCopier {
  public:
   explicit HostPoolCopier(uint8_t* pool) : pool_(pool) {}
-  Status to_host(void* mirror, std::span<const Range> ranges) override {
+  Status to_host(void* slots, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-out failure");
-    copy(/*out=*/true, static_cast<uint8_t*>(mirror), pool_, ranges, copy_out_delay,
+    BATON_RETURN_IF_ERROR(check_host(ranges));
+    copy(/*out=*/true, static_cast<uint8_t*>(slots), pool_, ranges, copy_out_delay,
          copies_in_flight, to_host_bytes);
     return Status::ok();
   }
-  Status to_device(const void* mirror, std::span<const Range> ranges) override {
+  Status to_device(const void* slots, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-in failure");
-    copy(/*out=*/false, pool_, static_cast<const uint8_t*>(mirror), ranges, copy_in_delay,
+    BATON_RETURN_IF_ERROR(check_host(ranges));
+    copy(/*out=*/false, pool_, static_cast<const uint8_t*>(slots), ranges, copy_in_delay,
          copy_ins_in_flight, to_device_bytes);
     return Status::ok();
   }
-  Status pin(void*, size_t) override { return unimplemented("plain host memory is not pinned"); }
+  // Not pinned, but the engine's host memory is known from here on: a copy
+  // past it fails.
+  Status pin(void*, size_t bytes) override {
+    host_bytes_ = bytes;
+    return unimplemented("plain host memory is not pinned");
+  }
   const char* name() const override { return "host memory"; }
 
   std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0};
@@ -102,7 +109,19 @@ class HostPoolCopier : public PoolCopier {
     --in_flight;
   }
 
+  Status check_host(std::span<const Range> ranges) const {
+    for (const Range& r : ranges) {
+      if (host_bytes_ != 0 &&
+          (r.host_offset > host_bytes_ || r.bytes > host_bytes_ - r.host_offset))
+        return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at host offset " +
+                            std::to_string(r.host_offset) + " past the " +
+                            std::to_string(host_bytes_) + " host bytes");
+    }
+    return Status::ok();
+  }
+
   uint8_t* pool_;
+  size_t host_bytes_ = 0;  // 0: not yet told
 };
 
 // The peer process to spawn: $BATON_TRANSFER_PEER when set (a bundle run on

@@ -4,11 +4,15 @@
 //   start: transfer_peer <tls> <mode> <num_layers> <num_blocks> <block_size> <kv_heads>
 //                        <head_dim> <dtype> <seed> <peer_seed> <peer_num_blocks>
 //                        <peer_error_handling 0|1> <shared_pool 0|1> <staged 0|1>
-//          staged: the pool is memory UCX never sees, moved through a host
-//          mirror (tests/kv_transfer/kv_test_util.h HostPoolCopier)
+//                        [staging_blocks]
+//          staged: the pool is memory UCX never sees, moved through
+//          staging_blocks host slots (0, the default: as many as the pool
+//          has blocks; tests/kv_transfer/kv_test_util.h HostPoolCopier)
 //          A pool seeded with `seed` (0: poisoned, a receiver) -> "DESC <hex>"
 //   PEER <hex>                                  -> "PEER_OK <id>" | "ERR ..."
-//   EXPECT req tid lb le deadline_ms n src... dst... -> later "RECV tid code ops bytes verified"
+//   EXPECT req tid lb le deadline_ms n src... dst... -> "EXPECT_OK tid wire..." (the blocks
+//                                                  the sender is to write, paired with dst),
+//                                                  later "RECV tid code ops bytes verified"
 //   SEND req tid peer lb le deadline_ms layer_delay_ms n src... dst...
 //                                               -> "SEND_OK tid", "POSTED tid layer" per layer
 //                                                  (if delayed), later "SENT tid code ops bytes
@@ -50,7 +54,7 @@ std::vector<int32_t> read_ints(const std::vector<std::string>& w, size_t at, siz
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 15) {
+  if (argc != 15 && argc != 16) {
     std::fprintf(stderr, "usage: see tests/kv_transfer/transfer_peer.cc\n");
     return 2;
   }
@@ -86,6 +90,7 @@ int main(int argc, char** argv) {
   config.mode = *parse_transfer_mode(argv[2]);
   config.peer_error_handling = std::string(argv[12]) == "1";
   config.node_name = seed != 0 ? "child-sender" : "child-receiver";
+  if (argc == 16) config.staging_blocks = std::stoi(argv[15]);
   std::unique_ptr<PoolCopier> copier;
   if (staged) copier = std::make_unique<HostPoolCopier>(pool);
   auto engine = TransferEngine::create(config, layout, pool, bytes, std::move(copier));
@@ -122,28 +127,35 @@ int main(int argc, char** argv) {
       spec.dst_blocks = read_ints(w, 7 + n, n);
       auto dst = spec.dst_blocks;
       int32_t lb = spec.layer_begin, le = spec.layer_end;
-      Status s = (*engine)->expect(std::move(spec), [&, src, dst, lb, le](const TransferResult& r) {
-        bool verified = false;
-        if (r.status.is_ok()) {
-          verified = true;
-          for (int32_t l = lb; l < le; ++l) {
-            for (size_t i = 0; i < src.size(); ++i) {
-              verified &= matches_pattern(pool + layout.block_byte_offset(l, dst[i]),
-                                          peer_layout.block_byte_offset(l, src[i]),
-                                          layout.block_bytes(), peer_seed);
-              std::lock_guard lock(written_mutex);
-              written[size_t(l) * layout.num_blocks + dst[i]] = true;
+      std::vector<int32_t> wire;
+      Status s = (*engine)->expect(
+          std::move(spec),
+          [&, src, dst, lb, le](const TransferResult& r) {
+            bool verified = false;
+            if (r.status.is_ok()) {
+              verified = true;
+              for (int32_t l = lb; l < le; ++l) {
+                for (size_t i = 0; i < src.size(); ++i) {
+                  verified &= matches_pattern(pool + layout.block_byte_offset(l, dst[i]),
+                                              peer_layout.block_byte_offset(l, src[i]),
+                                              layout.block_bytes(), peer_seed);
+                  std::lock_guard lock(written_mutex);
+                  written[size_t(l) * layout.num_blocks + dst[i]] = true;
+                }
+              }
             }
-          }
-        }
-        say("RECV " + std::to_string(r.transfer_id) + " " + std::to_string(int(r.status.code())) +
-            " " + std::to_string(r.ops) + " " + std::to_string(r.bytes) + " " +
-            (verified ? "1" : "0"));
-      });
-      if (!s.is_ok())
+            say("RECV " + std::to_string(r.transfer_id) + " " +
+                std::to_string(int(r.status.code())) + " " + std::to_string(r.ops) + " " +
+                std::to_string(r.bytes) + " " + (verified ? "1" : "0"));
+          },
+          &wire);
+      if (!s.is_ok()) {
         say("ERR " + s.to_string());
-      else
-        say("EXPECT_OK " + w[2]);
+      } else {
+        std::string ok = "EXPECT_OK " + w[2];
+        for (int32_t b : wire) ok += " " + std::to_string(b);
+        say(ok);
+      }
     } else if (w[0] == "SEND") {
       SendSpec spec;
       spec.request_id = std::stoull(w[1]);

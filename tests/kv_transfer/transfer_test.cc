@@ -48,7 +48,7 @@ struct Transport {
   const char* mode;           // the sender's TransferMode
   bool peer_errors = true;    // TransferConfig::peer_error_handling, both sides
   bool shared_pools = false;  // UCX allocates both pools (shared memory): puts are stores
-  // Both pools are memory UCX never sees, moved through host mirrors (the
+  // Both pools are memory UCX never sees, moved through host slots (the
   // staging path of device pools, with memcpy for the device's copies).
   bool staged = false;
 };
@@ -67,7 +67,7 @@ const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"},
                                   {"shm_am", "sm,self", "am"},
                                   {"tcp_no_peer_errors", "tcp", "auto", false},
                                   {"shm_shared_pool", "sm,self", "auto", true, true}};
-// Staged pools: over TCP the mirrors are private to their process (tagged
+// Staged pools: over TCP the slots are private to their process (tagged
 // rendezvous into them); over shared memory the peer maps them (puts).
 const Transport kStagedPools[] = {{"tcp_staged", "tcp", "auto", true, false, true},
                                   {"shm_staged", "sm,self", "auto", true, true, true}};
@@ -120,7 +120,7 @@ class LocalNode {
  public:
   LocalNode(const KvLayout& layout, const Transport& transport, uint64_t seed, const char* name,
             std::chrono::milliseconds deadline, uint32_t drop_notices = 0,
-            int32_t corrupt_landed_layer = -1)
+            int32_t corrupt_landed_layer = -1, int32_t staging_blocks = 0)
       : layout_(layout),
         bytes_(layout.total_bytes()),
         owns_pool_(!transport.shared_pools || transport.staged) {
@@ -137,6 +137,7 @@ class LocalNode {
     config.peer_error_handling = transport.peer_errors;
     config.drop_notices = drop_notices;
     config.corrupt_landed_layer = corrupt_landed_layer;
+    config.staging_blocks = staging_blocks;
     std::unique_ptr<PoolCopier> copier;
     if (transport.staged) {
       copier = std::make_unique<testing::HostPoolCopier>(pool_);
@@ -177,14 +178,15 @@ class LocalNode {
 };
 
 std::unique_ptr<Child> spawn_peer(const Transport& transport, const KvLayout& l, uint64_t seed,
-                                  uint64_t peer_seed, int32_t peer_num_blocks) {
+                                  uint64_t peer_seed, int32_t peer_num_blocks,
+                                  int32_t staging_blocks = 0) {
   auto child = std::make_unique<Child>(std::vector<std::string>{
       testing::transfer_peer_binary(BATON_TRANSFER_PEER), transport.tls, node_mode(transport, seed),
       std::to_string(l.num_layers), std::to_string(l.num_blocks), std::to_string(l.block_size),
       std::to_string(l.num_kv_heads), std::to_string(l.head_dim), std::string(dtype_name(l.dtype)),
       std::to_string(seed), std::to_string(peer_seed), std::to_string(peer_num_blocks),
       transport.peer_errors ? "1" : "0", transport.shared_pools ? "1" : "0",
-      transport.staged ? "1" : "0"});
+      transport.staged ? "1" : "0", std::to_string(staging_blocks)});
   return child;
 }
 
@@ -1268,17 +1270,57 @@ class StagedTransferTest : public TransferTest {
   // staged too, does the other; `blocks` random blocks on each side.
   // `corrupt_layer`: the local receiver flips a bit of that layer as it lands
   // (TransferConfig::corrupt_landed_layer).
-  void start(const KvLayout& layout, bool local_sends, int32_t blocks, int32_t corrupt_layer = -1) {
+  // `local_slots`, `peer_slots`: each side's staging_blocks (0: the pool's).
+  void start(const KvLayout& layout, bool local_sends, int32_t blocks, int32_t corrupt_layer = -1,
+             int32_t local_slots = 0, int32_t peer_slots = 0) {
     peer_process_.reset();  // gone before the engine it talks to
     seed_ = rng_() | 1;
     local_ = std::make_unique<LocalNode>(layout, GetParam(), local_sends ? seed_ : 0,
                                          local_sends ? "sender" : "receiver", 5000ms,
-                                         /*drop_notices=*/0, corrupt_layer);
+                                         /*drop_notices=*/0, corrupt_layer, local_slots);
     peer_process_ = spawn_peer(GetParam(), layout, local_sends ? 0 : seed_, local_sends ? seed_ : 0,
-                               layout.num_blocks);
+                               layout.num_blocks, peer_slots);
     peer_ = connect(*local_, *peer_process_);
     src_ = testing::random_blocks(rng_, layout.num_blocks, blocks);
     dst_ = testing::random_blocks(rng_, layout.num_blocks, blocks);
+  }
+  // The peer expects `src` into `dst`; returns the blocks a sender is to
+  // write (its slots), or nothing if it refused.
+  std::optional<std::vector<int32_t>> peer_expects(uint64_t tid, int lb, int le, int deadline_ms,
+                                                   const std::vector<int32_t>& src,
+                                                   const std::vector<int32_t>& dst) {
+    peer_process_->send(expect_line(tid, tid, lb, le, deadline_ms, src, dst));
+    auto words =
+        testing::split(peer_process_->wait_for("EXPECT_OK " + std::to_string(tid)).value_or(""));
+    if (words.size() != 2 + dst.size()) return std::nullopt;
+    std::vector<int32_t> wire;
+    for (size_t i = 2; i < words.size(); ++i) wire.push_back(std::stoi(words[i]));
+    return wire;
+  }
+  // The local engine expects `dst` for `tid`; returns the slots the peer
+  // is to write, or nothing if it refused.
+  std::optional<std::vector<int32_t>> local_expects(uint64_t req, uint64_t tid,
+                                                    const std::vector<int32_t>& dst, int32_t lb,
+                                                    int32_t le, std::chrono::milliseconds deadline,
+                                                    TransferCallback on_done = nullptr) {
+    std::vector<int32_t> wire;
+    Status s = local_->engine().expect({req, tid, dst, lb, le, deadline},
+                                       on_done ? std::move(on_done) : local_->callback(), &wire);
+    EXPECT_TRUE(s.is_ok()) << s.to_string();
+    if (!s.is_ok()) return std::nullopt;
+    return wire;
+  }
+  // The peer received `tid` whole, and its bytes are the sent ones.
+  void expect_peer_verified(uint64_t tid) {
+    auto w = peer_received(tid);
+    ASSERT_EQ(w.size(), 6u);
+    EXPECT_EQ(w[2], "0");
+    EXPECT_EQ(w[5], "1") << "transfer " << tid << ": destination bytes differ";
+  }
+  // Nothing in the peer's pool changed but the blocks its transfers wrote.
+  void expect_peer_pool_untouched_elsewhere() {
+    peer_process_->send("POISON_CHECK");
+    EXPECT_EQ(peer_process_->wait_for("POISON").value_or(""), "POISON ok");
   }
   // The peer's RECV line for `tid`, split: [RECV, tid, code, ops, bytes, verified].
   std::vector<std::string> peer_received(uint64_t tid) {
@@ -1308,7 +1350,7 @@ class StagedTransferTest : public TransferTest {
   std::vector<int32_t> src_, dst_;
 };
 
-// Both pools staged, every dtype: the receiver's pool (not its mirror) holds
+// Both pools staged, every dtype: the receiver's pool (not its slots) holds
 // the bytes, nothing else in it changed, and the sender copied out exactly
 // the blocks and layers it sent.
 TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
@@ -1322,25 +1364,21 @@ TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
       auto src = testing::random_blocks(rng_, layout.num_blocks, n);
       auto dst = testing::random_blocks(rng_, layout.num_blocks, n);
       int lb = int(rng_() % 2), le = 5 - int(rng_() % 2);
-      peer_process_->send(expect_line(tid, tid, lb, le, 5000, src, dst));
-      ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+      auto wire = peer_expects(tid, lb, le, 5000, src, dst);
+      ASSERT_TRUE(wire.has_value());
       ASSERT_TRUE(
           local_->engine()
-              .write_blocks(peer_, {tid, tid, src, dst, lb, le, std::nullopt}, local_->callback())
+              .write_blocks(peer_, {tid, tid, src, *wire, lb, le, std::nullopt}, local_->callback())
               .is_ok());
       copied += src.size() * layout.block_bytes() * size_t(le - lb);
-      EXPECT_EQ(local_->copier()->to_host_bytes.load(), copied);
       auto sent = local_->mail().wait(tid);
       ASSERT_TRUE(sent.has_value());
+      EXPECT_EQ(local_->copier()->to_host_bytes.load(), copied);
       EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
       EXPECT_EQ(sent->mode, GetParam().shared_pools ? TransferMode::kRma : TransferMode::kTag);
-      auto w = peer_received(tid);
-      ASSERT_EQ(w.size(), 6u);
-      EXPECT_EQ(w[2], "0");
-      EXPECT_EQ(w[5], "1") << "destination bytes differ";
+      expect_peer_verified(tid);
     }
-    peer_process_->send("POISON_CHECK");
-    EXPECT_EQ(peer_process_->wait_for("POISON").value_or(""), "POISON ok");
+    expect_peer_pool_untouched_elsewhere();
     peer_process_->quit();
   }
 }
@@ -1355,10 +1393,10 @@ TEST_P(StagedTransferTest, LayersAreCopiedOutOffTheCallersThread) {
   start(layout, /*local_sends=*/true, 20);
   testing::HostPoolCopier& copier = *local_->copier();
   copier.copy_out_delay = 100ms;
-  peer_process_->send(expect_line(1, 1, 0, 6, 8000, src_, dst_));
-  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+  auto wire = peer_expects(1, 0, 6, 8000, src_, dst_);
+  ASSERT_TRUE(wire.has_value());
   ASSERT_TRUE(local_->engine()
-                  .begin_send(peer_, {1, 1, src_, dst_, 0, 6, 8000ms}, local_->callback())
+                  .begin_send(peer_, {1, 1, src_, *wire, 0, 6, 8000ms}, local_->callback())
                   .is_ok());
   EXPECT_EQ(copier.to_host_bytes.load(), 0u);
   const uint64_t layer_bytes = src_.size() * layout.block_bytes();
@@ -1387,12 +1425,12 @@ TEST_P(StagedTransferTest, StoppingWithCopiesOutQueuedWaitsForThem) {
   start(make_layout(DType::kF16, 32, 4), /*local_sends=*/true, 8);
   testing::HostPoolCopier& copier = *local_->copier();
   copier.copy_out_delay = 150ms;
-  peer_process_->send(expect_line(1, 1, 0, 4, 5000, src_, dst_));
-  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+  auto wire = peer_expects(1, 0, 4, 5000, src_, dst_);
+  ASSERT_TRUE(wire.has_value());
   std::atomic<int> copying_at_callback{-1};
   std::atomic<int> status_code{-1};
   ASSERT_TRUE(local_->engine()
-                  .begin_send(peer_, {1, 1, src_, dst_, 0, 4, 5000ms},
+                  .begin_send(peer_, {1, 1, src_, *wire, 0, 4, 5000ms},
                               [&](const TransferResult& r) {
                                 copying_at_callback = copier.copies_in_flight.load();
                                 status_code = int(r.status.code());
@@ -1417,9 +1455,10 @@ TEST_P(StagedTransferTest, ReceiverCopiesInEachLayerOnceVerified) {
   KvLayout layout = make_layout(DType::kF32, 48, 6);
   start(layout, /*local_sends=*/false, 16);
   const uint64_t layer_bytes = dst_.size() * layout.block_bytes();
-  ASSERT_TRUE(local_->engine().expect({1, 10, dst_, 0, -1, 10000ms}, local_->callback()).is_ok());
+  auto wire = local_expects(1, 10, dst_, 0, -1, 10000ms);
+  ASSERT_TRUE(wire.has_value());
   // A layer every 300 ms; cancel once three are out, 900 ms before the last.
-  peer_process_->send("SEND 1 10 0 0 6 10000 300 16" + join(src_) + join(dst_));
+  peer_process_->send("SEND 1 10 0 0 6 10000 300 16" + join(src_) + join(*wire));
   ASSERT_TRUE(peer_process_->wait_for("POSTED 10 1", 10s));
   auto until = Clock::now() + 250ms;  // the next layer is 300 ms away
   while (local_->copier()->to_device_bytes.load() < layer_bytes && Clock::now() < until)
@@ -1451,8 +1490,9 @@ TEST_P(StagedTransferTest, ReceiverCopiesInEachLayerOnceVerified) {
   EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
 
   auto src2 = testing::random_blocks(rng_, layout.num_blocks, 16);
-  ASSERT_TRUE(local_->engine().expect({2, 11, dst_, 1, 5, 10000ms}, local_->callback()).is_ok());
-  peer_process_->send("SEND 2 11 0 1 5 10000 0 16" + join(src2) + join(dst_));
+  auto wire2 = local_expects(2, 11, dst_, 1, 5, 10000ms);
+  ASSERT_TRUE(wire2.has_value());
+  peer_process_->send("SEND 2 11 0 1 5 10000 0 16" + join(src2) + join(*wire2));
   auto got = local_->mail().wait(11, 15s);
   ASSERT_TRUE(got.has_value());
   ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();
@@ -1478,8 +1518,9 @@ TEST_P(StagedTransferTest, ACorruptLayerIsNeverCopiedIn) {
   constexpr int32_t kCorrupt = 2;
   start(layout, /*local_sends=*/false, 12, kCorrupt);
   const uint64_t layer_bytes = dst_.size() * layout.block_bytes();
-  ASSERT_TRUE(local_->engine().expect({1, 7, dst_, 0, -1, 10000ms}, local_->callback()).is_ok());
-  peer_process_->send("SEND 1 7 0 0 5 10000 100 12" + join(src_) + join(dst_));
+  auto wire = local_expects(1, 7, dst_, 0, -1, 10000ms);
+  ASSERT_TRUE(wire.has_value());
+  peer_process_->send("SEND 1 7 0 0 5 10000 100 12" + join(src_) + join(*wire));
   auto got = local_->mail().wait(7, 15s);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->status.code(), StatusCode::kDataLoss) << got->status.to_string();
@@ -1504,12 +1545,13 @@ TEST_P(StagedTransferTest, CopyIntoThePoolLeavesTheProgressThreadFree) {
   start(layout, /*local_sends=*/false, 12);
   constexpr auto kCopyIn = 1500ms;
   local_->copier()->copy_in_delay = kCopyIn;
-  ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 10000ms}, local_->callback()).is_ok());
+  auto wire = local_expects(1, 1, dst_, 0, -1, 10000ms);
+  ASSERT_TRUE(wire.has_value());
   std::vector<int32_t> other;
   for (int32_t b = 0; b < layout.num_blocks && other.size() < 4; ++b)
     if (std::find(dst_.begin(), dst_.end(), b) == dst_.end()) other.push_back(b);
-  ASSERT_TRUE(local_->engine().expect({2, 2, other, 0, -1, 10000ms}, local_->callback()).is_ok());
-  peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
+  ASSERT_TRUE(local_expects(2, 2, other, 0, -1, 10000ms).has_value());
+  peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(*wire));
   ASSERT_TRUE(copy_in_started()) << "transfer 1 never copied in";
   // cancel_expect returns once the progress thread has run it.
   auto asked = Clock::now();
@@ -1540,8 +1582,9 @@ TEST_P(StagedTransferTest, SenderDiesWhileItsTransferIsCopiedIn) {
   constexpr auto kCopyIn = 2000ms;
   local_->copier()->copy_in_delay = kCopyIn;
   // The wire takes milliseconds, the copy in far longer than the deadline.
-  ASSERT_TRUE(local_->engine().expect({1, 1, dst_, 0, -1, 1000ms}, local_->callback()).is_ok());
-  peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(dst_));
+  auto wire = local_expects(1, 1, dst_, 0, -1, 1000ms);
+  ASSERT_TRUE(wire.has_value());
+  peer_process_->send("SEND 1 1 0 0 4 10000 0 12" + join(src_) + join(*wire));
   ASSERT_TRUE(copy_in_started()) << "transfer 1 never copied in";
   // Its first layer is copied in as soon as it is verified; the notice
   // follows the last layer within moments on loopback, and the copies in
@@ -1558,19 +1601,21 @@ TEST_P(StagedTransferTest, SenderDiesWhileItsTransferIsCopiedIn) {
 }
 
 // A copy out that fails (a device error) fails its transfer with that
-// error, and the engine carries the next one.
+// error, through its callback (the copies run after write_blocks and
+// post_layers have returned), and the engine carries the next one.
 TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
   start(make_layout(DType::kBF16, 32, 4), /*local_sends=*/true, 8);
   local_->copier()->fail = true;
-  Status refused =
-      local_->engine().write_blocks(peer_, {1, 1, src_, dst_, 0, 4, 3000ms}, local_->callback());
-  EXPECT_EQ(refused.code(), StatusCode::kInternal) << refused.to_string();
-  EXPECT_NE(refused.to_string().find("injected copy-out failure"), std::string::npos);
+  ASSERT_TRUE(local_->engine()
+                  .write_blocks(peer_, {1, 1, src_, dst_, 0, 4, 3000ms}, local_->callback())
+                  .is_ok());
+  auto refused = local_->mail().wait(1, 5s);
+  ASSERT_TRUE(refused.has_value()) << "no callback for a write whose copy failed";
+  EXPECT_EQ(refused->status.code(), StatusCode::kInternal) << refused->status.to_string();
+  EXPECT_NE(refused->status.to_string().find("injected copy-out failure"), std::string::npos);
   ASSERT_TRUE(local_->engine()
                   .begin_send(peer_, {2, 2, src_, dst_, 0, 4, 3000ms}, local_->callback())
                   .is_ok());
-  // The copy runs after post_layers has returned: its failure comes back
-  // through the callback.
   EXPECT_TRUE(local_->engine().post_layers(2, 1).is_ok());
   auto failed = local_->mail().wait(2, 5s);
   ASSERT_TRUE(failed.has_value()) << "no callback for a transfer whose layer was not staged";
@@ -1581,10 +1626,10 @@ TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
       << "a reported transfer takes no more layers";
 
   local_->copier()->fail = false;
-  peer_process_->send(expect_line(3, 3, 0, 4, 5000, src_, dst_));
-  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+  auto wire = peer_expects(3, 0, 4, 5000, src_, dst_);
+  ASSERT_TRUE(wire.has_value());
   ASSERT_TRUE(local_->engine()
-                  .write_blocks(peer_, {3, 3, src_, dst_, 0, 4, 3000ms}, local_->callback())
+                  .write_blocks(peer_, {3, 3, src_, *wire, 0, 4, 3000ms}, local_->callback())
                   .is_ok());
   auto sent = local_->mail().wait(3);
   ASSERT_TRUE(sent.has_value());
@@ -1596,39 +1641,47 @@ TEST_P(StagedTransferTest, CopyFailuresFailTheTransferNotTheEngine) {
 }
 
 // cancel_send while layers are being copied out of a staged pool (a slow
-// device): a write_blocks still copying is aborted when it starts, and a
-// posted layer still copying holds the callback back until its copy is
-// done, since the callback frees the source blocks it reads; a copy queued
-// behind it is skipped.
+// device): a write_blocks still copying is aborted, and a posted layer
+// still copying holds the callback back until its copy is done, since the
+// callback frees the source blocks it reads; a copy queued behind it is
+// skipped.
 TEST_P(StagedTransferTest, CancelDuringACopyOutAbortsAndWaitsForTheCopy) {
   start(make_layout(DType::kBF16, 32, 4), /*local_sends=*/true, 8);
   testing::HostPoolCopier& copier = *local_->copier();
   copier.copy_out_delay = 400ms;
-  // The receiver would take it: only the cancel can stop it.
-  peer_process_->send(expect_line(1, 1, 0, 4, 5000, src_, dst_));
-  ASSERT_TRUE(peer_process_->wait_for("EXPECT_OK"));
+  // The receiver would take them: only the cancel can stop them.
+  auto wire = peer_expects(1, 0, 4, 5000, src_, dst_);
+  ASSERT_TRUE(wire.has_value());
 
-  std::thread writer([&] {
-    EXPECT_TRUE(local_->engine()
-                    .write_blocks(peer_, {1, 1, src_, dst_, 0, 4, 5000ms}, local_->callback())
-                    .is_ok());
-  });
+  std::atomic<int> copying_at_first{-1};
+  ASSERT_TRUE(local_->engine()
+                  .write_blocks(peer_, {1, 1, src_, *wire, 0, 4, 5000ms},
+                                [&](const TransferResult& r) {
+                                  copying_at_first = copier.copies_in_flight.load();
+                                  local_->mail().post(r);
+                                })
+                  .is_ok());
   while (copier.copies_in_flight.load() == 0) std::this_thread::sleep_for(1ms);
   EXPECT_TRUE(local_->engine().cancel_send(1).is_ok());
-  writer.join();
   auto first = local_->mail().wait(1, 5s);
   ASSERT_TRUE(first.has_value());
   EXPECT_EQ(first->status.code(), StatusCode::kAborted) << first->status.to_string();
-  EXPECT_EQ(first->mode, TransferMode::kAuto) << "aborted before it chose an operation";
+  EXPECT_EQ(copying_at_first.load(), 0) << "the callback ran while its blocks were being read";
+  wire = peer_expects(2, 0, 4, 5000, src_, dst_);
+  ASSERT_TRUE(wire.has_value());
 
   std::atomic<int> copying_at_callback{-1};
   ASSERT_TRUE(local_->engine()
-                  .begin_send(peer_, {2, 2, src_, dst_, 0, 4, 5000ms},
+                  .begin_send(peer_, {2, 2, src_, *wire, 0, 4, 5000ms},
                               [&](const TransferResult& r) {
                                 copying_at_callback = copier.copies_in_flight.load();
                                 local_->mail().post(r);
                               })
                   .is_ok());
+  // Once it has its slots, each post is a copy of its own (layers posted
+  // while a send waits for slots are copied in one go when it gets them).
+  const int32_t all_slots = local_->engine().staging_slots_free();
+  while (local_->engine().staging_slots_free() == all_slots) std::this_thread::sleep_for(1ms);
   const uint64_t copied_before = copier.to_host_bytes.load();
   ASSERT_TRUE(local_->engine().post_layers(2, 2).is_ok());
   ASSERT_TRUE(local_->engine().post_layers(2, 3).is_ok());
@@ -1650,8 +1703,9 @@ TEST_P(StagedTransferTest, CopyInFailureFailsBothSides) {
   KvLayout layout = make_layout(DType::kF16, 32, 4);
   start(layout, /*local_sends=*/false, 8);
   local_->copier()->fail = true;
-  ASSERT_TRUE(local_->engine().expect({1, 5, dst_, 0, -1, 5000ms}, local_->callback()).is_ok());
-  peer_process_->send("SEND 1 5 0 0 4 5000 0 8" + join(src_) + join(dst_));
+  auto wire = local_expects(1, 5, dst_, 0, -1, 5000ms);
+  ASSERT_TRUE(wire.has_value());
+  peer_process_->send("SEND 1 5 0 0 4 5000 0 8" + join(src_) + join(*wire));
   auto got = local_->mail().wait(5, 10s);
   ASSERT_TRUE(got.has_value());
   EXPECT_EQ(got->status.code(), StatusCode::kInternal) << got->status.to_string();
@@ -1661,6 +1715,169 @@ TEST_P(StagedTransferTest, CopyInFailureFailsBothSides) {
   auto sent = testing::split(peer_process_->wait_for("SENT 5 ").value_or(""));
   ASSERT_EQ(sent.size(), 6u);
   EXPECT_EQ(sent[2], std::to_string(int(StatusCode::kInternal)));
+  peer_process_->quit();
+}
+
+// Fewer host slots than the pool has blocks, on both sides: blocks from
+// anywhere in either pool travel through them and land where they were
+// expected, nothing else in the pool changes, and every slot is free again
+// once a transfer has called back. The slots are what is registered and
+// described to peers, not the pool.
+TEST_P(StagedTransferTest, FewerSlotsThanBlocksCarryBlocksFromAnywhereInThePool) {
+  const KvLayout layout = make_layout(DType::kBF16, 96, 4);
+  constexpr int32_t kSlots = 12;
+  start(layout, /*local_sends=*/true, 1, -1, kSlots, kSlots);
+  EXPECT_NE(local_->engine().staging().find("through 12 "), std::string::npos)
+      << local_->engine().staging();
+  auto described = decode_descriptor(local_->engine().descriptor());
+  ASSERT_TRUE(described.is_ok()) << described.status().to_string();
+  EXPECT_EQ(described->layout.num_blocks, kSlots);
+  EXPECT_EQ(described->pool_bytes, uint64_t(kSlots) * layout.block_bytes() * layout.num_layers);
+  for (uint64_t tid = 1; tid <= 6; ++tid) {
+    const int32_t n = 1 + int32_t(rng_() % kSlots);
+    auto src = testing::random_blocks(rng_, layout.num_blocks, n);
+    auto dst = testing::random_blocks(rng_, layout.num_blocks, n);
+    auto wire = peer_expects(tid, 0, 4, 5000, src, dst);
+    ASSERT_TRUE(wire.has_value());
+    for (int32_t slot : *wire) EXPECT_TRUE(slot >= 0 && slot < kSlots) << slot;
+    ASSERT_TRUE(
+        local_->engine()
+            .write_blocks(peer_, {tid, tid, src, *wire, 0, 4, std::nullopt}, local_->callback())
+            .is_ok());
+    auto sent = local_->mail().wait(tid);
+    ASSERT_TRUE(sent.has_value());
+    EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+    EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
+    expect_peer_verified(tid);
+  }
+  expect_peer_pool_untouched_elsewhere();
+  peer_process_->quit();
+}
+
+// A receiver's expect() takes a slot per block at once, or with too few
+// free is refused (naming the setting) and takes none; the slots come back
+// with the callback. A staged pool's expect() with nowhere to say which
+// slots the sender is to write is refused.
+TEST_P(StagedTransferTest, AnExpectTakesItsSlotsOrIsRefused) {
+  const KvLayout layout = make_layout(DType::kF16, 64, 3);
+  constexpr int32_t kSlots = 10;
+  start(layout, /*local_sends=*/false, 6, -1, kSlots, 0);
+  EXPECT_EQ(local_->engine().expect({1, 1, dst_, 0, -1, 5000ms}, local_->callback()).code(),
+            StatusCode::kInvalidArgument);
+  auto wire = local_expects(1, 1, dst_, 0, -1, 10000ms);
+  ASSERT_TRUE(wire.has_value());
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots - 6);
+  std::vector<int32_t> other;
+  for (int32_t b = 0; b < layout.num_blocks && other.size() < 5; ++b)
+    if (std::find(dst_.begin(), dst_.end(), b) == dst_.end()) other.push_back(b);
+  std::vector<int32_t> unused;
+  Status refused =
+      local_->engine().expect({2, 2, other, 0, -1, 5000ms}, local_->callback(), &unused);
+  EXPECT_EQ(refused.code(), StatusCode::kResourceExhausted) << refused.to_string();
+  EXPECT_NE(refused.message().find("staging_blocks"), std::string::npos) << refused.to_string();
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots - 6) << "a refused expect took slots";
+
+  peer_process_->send("SEND 1 1 0 0 3 10000 0 6" + join(src_) + join(*wire));
+  auto got = local_->mail().wait(1, 10s);
+  ASSERT_TRUE(got.has_value());
+  ASSERT_TRUE(got->status.is_ok()) << got->status.to_string();
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
+  expect_local_blocks_hold_sent_ones(layout);
+  EXPECT_EQ(unpoisoned_outside(local_->pool(), layout, dst_), 0u);
+  ASSERT_TRUE(local_expects(2, 2, other, 0, -1, 10000ms).has_value());
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots - 5);
+  ASSERT_TRUE(local_->engine().cancel_expect(2).is_ok());
+  auto cancelled = local_->mail().wait(2, 5s);
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_EQ(cancelled->status.code(), StatusCode::kAborted);
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
+  peer_process_->quit();
+}
+
+// A send with fewer slots free than it has blocks waits for them, behind
+// any send that waits already (first come, first served: also a smaller one
+// that would fit); layers posted meanwhile are copied out once it has them,
+// each exactly once, and every transfer lands whole. A send larger than all
+// the slots is refused at once, and a waiting send that is cancelled calls
+// back having copied nothing.
+TEST_P(StagedTransferTest, SendsWaitInOrderForSlots) {
+  const KvLayout layout = make_layout(DType::kBF16, 64, 4);
+  constexpr int32_t kSlots = 8;
+  start(layout, /*local_sends=*/true, 1, -1, kSlots, 0);
+  testing::HostPoolCopier& copier = *local_->copier();
+  copier.copy_out_delay = 150ms;  // the first send holds its slots a while
+  EXPECT_EQ(
+      local_->engine()
+          .begin_send(peer_,
+                      {9, 9, testing::random_blocks(rng_, layout.num_blocks, kSlots + 1),
+                       testing::random_blocks(rng_, layout.num_blocks, kSlots + 1), 0, 4, 5000ms},
+                      local_->callback())
+          .code(),
+      StatusCode::kResourceExhausted);
+
+  const int32_t sizes[] = {6, 6, 2};
+  std::vector<std::vector<int32_t>> srcs, wires;
+  std::atomic<int> done{0};
+  int order[3] = {-1, -1, -1};
+  for (uint64_t tid = 1; tid <= 3; ++tid) {
+    srcs.push_back(testing::random_blocks(rng_, layout.num_blocks, sizes[tid - 1]));
+    auto wire = peer_expects(tid, 0, 4, 8000, srcs.back(),
+                             testing::random_blocks(rng_, layout.num_blocks, sizes[tid - 1]));
+    ASSERT_TRUE(wire.has_value());
+    wires.push_back(*wire);
+  }
+  for (uint64_t tid = 1; tid <= 3; ++tid) {
+    ASSERT_TRUE(local_->engine()
+                    .begin_send(peer_, {tid, tid, srcs[tid - 1], wires[tid - 1], 0, 4, 8000ms},
+                                [&, tid](const TransferResult& r) {
+                                  order[tid - 1] = done++;
+                                  local_->mail().post(r);
+                                })
+                    .is_ok());
+  }
+  auto until = Clock::now() + 5s;
+  while (local_->engine().staging_slots_free() != kSlots - 6 && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  std::this_thread::sleep_for(100ms);  // time for the 2-block send to jump the queue, if it could
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots - 6)
+      << "the first send holds 6 slots; the others wait, the small one behind the large";
+  for (int32_t layer = 1; layer <= 4; ++layer)
+    for (uint64_t tid = 1; tid <= 3; ++tid)
+      ASSERT_TRUE(local_->engine().post_layers(tid, layer).is_ok());
+  for (uint64_t tid = 1; tid <= 3; ++tid) {
+    auto sent = local_->mail().wait(tid, 10s);
+    ASSERT_TRUE(sent.has_value()) << "transfer " << tid;
+    EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+    expect_peer_verified(tid);
+  }
+  EXPECT_LT(order[0], order[1]);
+  EXPECT_LT(order[0], order[2]) << "the small send ran before the first gave its slots back";
+  EXPECT_EQ(copier.to_host_bytes.load(), uint64_t(6 + 6 + 2) * layout.block_bytes() * 4)
+      << "each layer of each send copied out once";
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
+
+  // A waiting send, cancelled: its callback, no copy.
+  copier.copy_out_delay = 0ms;
+  auto wire = peer_expects(4, 0, 4, 8000, srcs[0], testing::random_blocks(rng_, 64, 6));
+  ASSERT_TRUE(wire.has_value());
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {4, 4, srcs[0], *wire, 0, 4, 8000ms}, local_->callback())
+                  .is_ok());
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {5, 5, srcs[1], wires[1], 0, 4, 8000ms}, local_->callback())
+                  .is_ok());
+  ASSERT_TRUE(local_->engine().post_layers(5, 4).is_ok());
+  const uint64_t copied = copier.to_host_bytes.load();
+  ASSERT_TRUE(local_->engine().cancel_send(5).is_ok());
+  auto cancelled = local_->mail().wait(5, 5s);
+  ASSERT_TRUE(cancelled.has_value());
+  EXPECT_EQ(cancelled->status.code(), StatusCode::kAborted) << cancelled->status.to_string();
+  EXPECT_EQ(copier.to_host_bytes.load(), copied) << "the cancelled send copied layers out";
+  ASSERT_TRUE(local_->engine().post_layers(4, 4).is_ok());
+  auto sent = local_->mail().wait(4, 10s);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
   peer_process_->quit();
 }
 

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <numeric>
 #include <random>
 #include <string>
 
@@ -171,35 +172,60 @@ TEST(BlockRunsTest, MergesOnlyWhereBothSidesAreAdjacent) {
   EXPECT_EQ(runs[3].src_block, 2);
 }
 
-// The byte ranges a staged pool copies: a byte map built block by block
-// (independently of the merging) must equal the ranges' union, and the
-// ranges must be sorted, disjoint and maximal (no two touching).
-TEST(BlockRunsTest, ByteRangesCoverExactlyTheBlocksMergedMaximally) {
-  KvLayout l = layout();
+// The byte ranges a staged pool copies between its blocks and its host
+// slots: a map from each pool byte to its host byte, built block by block
+// (independently of the merging), must equal the ranges', which must not
+// overlap on either side and be maximal (no two in a row adjacent on both
+// sides). Slots drawn at random, and in the blocks' order (runs merge).
+TEST(BlockRunsTest, ByteRangesPairEachBlockWithItsSlotMergedMaximally) {
+  const KvLayout l = layout();
   std::mt19937_64 rng(std::random_device{}());
-  for (int trial = 0; trial < 200; ++trial) {
+  for (int trial = 0; trial < 300; ++trial) {
     std::vector<int32_t> blocks(l.num_blocks);
-    for (int32_t b = 0; b < l.num_blocks; ++b) blocks[b] = b;
+    std::iota(blocks.begin(), blocks.end(), 0);
     std::shuffle(blocks.begin(), blocks.end(), rng);
     blocks.resize(1 + rng() % l.num_blocks);
-    int32_t lb = int32_t(rng() % l.num_layers);
-    int32_t le = lb + 1 + int32_t(rng() % (l.num_layers - lb));
-    std::vector<bool> want(l.total_bytes(), false), got(l.total_bytes(), false);
+    KvLayout host = l;
+    host.num_blocks = int32_t(blocks.size() + rng() % 4);
+    std::vector<int32_t> slots(host.num_blocks);
+    std::iota(slots.begin(), slots.end(), 0);
+    std::shuffle(slots.begin(), slots.end(), rng);
+    slots.resize(blocks.size());
+    if (trial % 2 == 0) {  // slot order = block order: adjacent blocks, adjacent slots
+      std::vector<int32_t> sorted = blocks;
+      std::sort(sorted.begin(), sorted.end());
+      for (size_t i = 0; i < blocks.size(); ++i)
+        slots[i] =
+            int32_t(std::lower_bound(sorted.begin(), sorted.end(), blocks[i]) - sorted.begin());
+    }
+    const int32_t lb = int32_t(rng() % l.num_layers);
+    const int32_t le = lb + 1 + int32_t(rng() % (l.num_layers - lb));
+    std::vector<int64_t> want(l.total_bytes(), -1), got(l.total_bytes(), -1);
     for (int32_t layer = lb; layer < le; ++layer) {
-      for (int32_t b : blocks) {
-        size_t at = l.block_byte_offset(layer, b);
-        for (size_t i = 0; i < l.block_bytes(); ++i) want[at + i] = true;
+      for (size_t i = 0; i < blocks.size(); ++i) {
+        const size_t at = l.block_byte_offset(layer, blocks[i]);
+        const size_t to = host.block_byte_offset(layer, slots[i]);
+        for (size_t k = 0; k < l.block_bytes(); ++k) want[at + k] = int64_t(to + k);
       }
     }
-    auto ranges = block_byte_ranges(l, blocks, lb, le);
+    auto ranges = block_byte_ranges(l, blocks, host, slots, lb, le);
+    std::vector<bool> host_used(host.total_bytes(), false);
     for (size_t r = 0; r < ranges.size(); ++r) {
+      const PoolCopier::Range& range = ranges[r];
+      ASSERT_LE(range.offset + range.bytes, l.total_bytes());
+      ASSERT_LE(range.host_offset + range.bytes, host.total_bytes());
       if (r > 0) {
-        ASSERT_GT(ranges[r].offset, ranges[r - 1].offset + ranges[r - 1].bytes)
-            << "ranges " << r - 1 << " and " << r << " touch or overlap";
+        const PoolCopier::Range& prev = ranges[r - 1];
+        ASSERT_FALSE(prev.offset + prev.bytes == range.offset &&
+                     prev.host_offset + prev.bytes == range.host_offset)
+            << "ranges " << r - 1 << " and " << r << " could be one";
       }
-      ASSERT_LE(ranges[r].offset + ranges[r].bytes, l.total_bytes());
-      ASSERT_EQ(ranges[r].host_offset, ranges[r].offset) << "a mirror has the pool's offsets";
-      for (size_t i = 0; i < ranges[r].bytes; ++i) got[ranges[r].offset + i] = true;
+      for (size_t k = 0; k < range.bytes; ++k) {
+        ASSERT_EQ(got[range.offset + k], -1) << "pool byte copied twice";
+        ASSERT_FALSE(host_used[range.host_offset + k]) << "host byte written twice";
+        got[range.offset + k] = int64_t(range.host_offset + k);
+        host_used[range.host_offset + k] = true;
+      }
     }
     ASSERT_EQ(got, want) << "trial " << trial;
   }
