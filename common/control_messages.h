@@ -121,6 +121,10 @@ struct NodeLoad {
   int64_t ssd_cache_capacity = 0;     // blocks it can hold (0: no SSD tier)
   int64_t ssd_restoring = 0;          // requests whose blocks the SSD tier is reading now
   int64_t workspace_bytes = 0;        // the forward pass's scratch, where it computes
+  // A staged pool's host slots (transfer.staging_blocks; 0: the pool is
+  // registered in place), and those no transfer holds now.
+  int64_t staging_slots = 0;
+  int64_t staging_slots_free = 0;
 };
 
 // NodeLoad's fields by name, in one place for the codec and for reports. A
@@ -150,6 +154,8 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"ssd_cache_capacity", &NodeLoad::ssd_cache_capacity},
     {"ssd_restoring", &NodeLoad::ssd_restoring},
     {"workspace_bytes", &NodeLoad::workspace_bytes},
+    {"staging_slots", &NodeLoad::staging_slots},
+    {"staging_slots_free", &NodeLoad::staging_slots_free},
 };
 
 struct Register {  // node -> router, first message and after a reconnect
@@ -209,11 +215,12 @@ struct Generate {  // router -> decode
 struct PrefillReady {  // decode -> router
   uint64_t request_id = 0;
   uint64_t transfer_id = 0;
-  // The decode node's reserved blocks for the prompt's blocks after the
-  // first `cached_blocks` and `skipped_blocks` more, in prompt order. The
-  // first it holds already (its prefix cache); the next no query of its
-  // sliding windows will read. The prefill node neither sends nor writes
-  // either.
+  // Where the prompt's blocks after the first `cached_blocks` and
+  // `skipped_blocks` more are to be written, in prompt order: the decode
+  // node's reserved blocks, or the host slots standing for them where its
+  // pool is staged (kv_transfer's expect()). The first it holds already
+  // (its prefix cache); the next no query of its sliding windows will read.
+  // The prefill node neither sends nor writes either.
   std::vector<int32_t> dst_blocks;
   int32_t cached_blocks = 0;
   int32_t skipped_blocks = 0;

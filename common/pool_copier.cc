@@ -18,6 +18,7 @@ class HostMemoryCopier final : public PoolCopier {
 
   Status to_host(void* host, std::span<const Range> ranges) override {
     BATON_RETURN_IF_ERROR(check(ranges));
+    BATON_RETURN_IF_ERROR(check_host(ranges));
     for (const Range& r : ranges)
       std::memcpy(static_cast<uint8_t*>(host) + r.host_offset, pool_ + r.offset, r.bytes);
     return Status::ok();
@@ -25,12 +26,16 @@ class HostMemoryCopier final : public PoolCopier {
 
   Status to_device(const void* host, std::span<const Range> ranges) override {
     BATON_RETURN_IF_ERROR(check(ranges));
+    BATON_RETURN_IF_ERROR(check_host(ranges));
     for (const Range& r : ranges)
       std::memcpy(pool_ + r.offset, static_cast<const uint8_t*>(host) + r.host_offset, r.bytes);
     return Status::ok();
   }
 
-  Status pin(void*, size_t) override {
+  // Nothing to pin for, but the host memory's size is known from here on:
+  // a copy past it is refused.
+  Status pin(void*, size_t bytes) override {
+    host_bytes_ = bytes;
     return unimplemented("a pool in host memory has no device to pin host memory for");
   }
 
@@ -48,8 +53,21 @@ class HostMemoryCopier final : public PoolCopier {
     return Status::ok();
   }
 
+  Status check_host(std::span<const Range> ranges) const {
+    for (const Range& r : ranges) {
+      if (host_bytes_ != 0 &&
+          (r.host_offset > host_bytes_ || r.bytes > host_bytes_ - r.host_offset)) {
+        return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at host offset " +
+                            std::to_string(r.host_offset) + " outside the " +
+                            std::to_string(host_bytes_) + " host bytes");
+      }
+    }
+    return Status::ok();
+  }
+
   uint8_t* const pool_;
   const size_t bytes_;
+  size_t host_bytes_ = 0;  // told by pin(); 0: not yet
 };
 
 }  // namespace

@@ -61,9 +61,10 @@ std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& pool,
                                                  int32_t layer_begin, int32_t layer_end);
 
 // The copier of a pool in host memory (`bytes` at `pool`): plain memcpy,
-// every range checked against the pool. A CPU node stages its pool through it
-// where it is asked to take the path a device pool takes (tests of that path
-// on machines without a GPU); pin() is refused, as there is no device.
+// every range checked against the pool (and against the host memory, once
+// pin() has named it). A CPU node stages its pool through it where it is
+// asked to take the path a device pool takes (tests of that path on
+// machines without a GPU); pin() is refused, as there is no device.
 std::unique_ptr<PoolCopier> make_host_pool_copier(void* pool, size_t bytes);
 
 }  // namespace baton

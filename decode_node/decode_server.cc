@@ -101,6 +101,15 @@ bool DecodeServer::try_reserve(Request& request) {
   const int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
   const auto prompt_blocks =
       int64_t((generate.prompt.size() + size_t(block_size) - 1) / block_size);
+  if (const int32_t slots = runtime_->transfer().staging_slots();
+      slots > 0 && prompt_blocks > slots) {
+    // Never fits (the router keeps prompts under max_model_len, which the
+    // slots hold; a prompt from elsewhere may not be).
+    end(request, FinishReason::kError,
+        "a prompt of " + std::to_string(prompt_blocks) + " blocks is more than the " +
+            std::to_string(slots) + " staging slots (transfer.staging_blocks) hold");
+    return true;
+  }
   if (runtime_->transfer().staging_slots_free() < prompt_blocks) return false;
   Result<int64_t> sequence = scheduler.reserve_remote(generate.prompt, options);
   if (!sequence.is_ok()) {

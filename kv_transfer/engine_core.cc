@@ -715,6 +715,10 @@ Result<std::unique_ptr<TransferEngine>> TransferEngine::create(
   if (staging != nullptr && pool == nullptr) {
     return invalid_argument("kv_transfer: a staged pool must be given (it is not allocated)");
   }
+  if (config.staging_blocks > kMaxBlocks) {
+    return out_of_range("kv_transfer: staging_blocks " + std::to_string(config.staging_blocks) +
+                        " over the 2^24 blocks a transfer can name");
+  }
   auto impl = std::make_unique<Impl>(config, layout, static_cast<uint8_t*>(pool), pool_bytes,
                                      std::move(staging));
   BATON_RETURN_IF_ERROR(impl->init().with_context("starting the KV transfer engine"));
@@ -742,6 +746,9 @@ Status TransferEngine::write_blocks(PeerId peer, SendSpec spec, TransferCallback
 Status TransferEngine::expect(RecvSpec spec, TransferCallback on_done,
                               std::vector<int32_t>* wire_blocks) {
   return impl_->expect(std::move(spec), std::move(on_done), wire_blocks);
+}
+int32_t TransferEngine::staging_slots() const {
+  return impl_->staged_pool_ != nullptr ? impl_->layout_.num_blocks : 0;
 }
 int32_t TransferEngine::staging_slots_free() const { return impl_->staging_slots_free(); }
 Status TransferEngine::cancel_expect(uint64_t transfer_id) {

@@ -103,6 +103,10 @@ bool TransferEngine::Impl::give_slots_to(uint64_t id, SendTransfer& t) {
   t.spec.src_blocks = *slots;
   t.runs = merge_block_runs(t.spec.src_blocks, t.spec.dst_blocks);
   t.awaiting_slots = false;
+  // Its clock restarts: from here on it bounds the copies and the wire, as
+  // for a send that never waited.
+  t.deadline =
+      std::max(t.deadline, Clock::now() + t.spec.deadline.value_or(config_.default_deadline));
   // Not under api_mutex_: a stopped worker runs the copy here, and it takes the lock.
   if (from < to) {
     copy_out_->post(

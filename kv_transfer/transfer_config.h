@@ -54,8 +54,9 @@ struct TransferConfig {
   PoolMemory pool_memory = PoolMemory::kHost;
   // A staged pool's transfers move through this many registered host slots
   // of one block (every layer) each, pinned where the copier can: a
-  // transfer holds one per block from begin_send or expect until its
-  // callback. 0: as many as the pool has blocks (a whole mirror).
+  // transfer holds one per block from expect(), or from when its send is
+  // given them (at once, or after waiting), until its callback. 0: as many
+  // as the pool has blocks.
   int32_t staging_blocks = 0;
   // A node lets UCX allocate its KV pool (TransferEngine::create without a
   // pool), from shared memory where it can, so a peer on the same host maps

@@ -222,8 +222,9 @@ class TransferEngine {
   // Sends raw bytes on the notice channel (control-path tests and tooling).
   Status send_control_bytes(PeerId peer, std::vector<uint8_t> bytes);
 
-  // A staged pool's slots no transfer holds; INT32_MAX for a pool
-  // registered in place.
+  // A staged pool's slots (0 for a pool registered in place), and those no
+  // transfer holds (INT32_MAX for a pool registered in place).
+  int32_t staging_slots() const;
   int32_t staging_slots_free() const;
 
   EngineStats stats() const;

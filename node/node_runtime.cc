@@ -64,8 +64,9 @@ namespace {
 
 // The slots a staged pool's transfers pass through: transfer.staging_blocks,
 // or by default room for two transfers of max_model_len tokens or 1 GiB,
-// whichever is more, and never more than the pool has blocks. Fewer than
-// one longest prompt's blocks could never carry it.
+// whichever is more; never more than the pool has blocks (its transfers
+// cannot hold more). Fewer than one longest prompt's blocks could never
+// carry it.
 Result<int32_t> staging_blocks(const NodeSettings& settings, const KvLayout& pool,
                                int32_t max_model_len) {
   const int64_t longest = (int64_t(max_model_len) + pool.block_size - 1) / pool.block_size;
@@ -76,7 +77,7 @@ Result<int32_t> staging_blocks(const NodeSettings& settings, const KvLayout& poo
                             std::to_string(max_model_len) + " tokens, which needs " +
                             std::to_string(longest) + " blocks");
   }
-  if (set > 0) return set;
+  if (set > 0) return std::min(set, pool.num_blocks);
   const uint64_t slot_bytes = uint64_t(pool.block_bytes()) * uint64_t(pool.num_layers);
   const int64_t in_a_gib = int64_t((uint64_t(1) << 30) / std::max<uint64_t>(slot_bytes, 1));
   return int32_t(std::min<int64_t>(pool.num_blocks, std::max(2 * longest, in_a_gib)));
@@ -338,6 +339,10 @@ control::NodeLoad NodeRuntime::load() const {
   load.prefix_cache_hits = stats.prefix_hit_tokens;
   load.prefix_cache_ssd_hits = stats.prefix_ssd_hit_tokens;
   load.workspace_bytes = int64_t(engine_->model().backend().workspace_bytes());
+  if (const int32_t slots = transfer_->staging_slots(); slots > 0) {
+    load.staging_slots = slots;
+    load.staging_slots_free = transfer_->staging_slots_free();
+  }
   if (const engine::SsdKvStore* ssd = engine_->scheduler().ssd_store()) {
     const engine::SsdKvStoreStats tier = ssd->stats();
     load.ssd_cache_blocks = tier.stored_blocks;

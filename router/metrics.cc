@@ -251,6 +251,12 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   per_node("baton:node_ssd_restoring",
            "Requests of a node whose KV blocks its SSD tier is reading now.",
            [](const NodeState& node) { return node.load.ssd_restoring; });
+  per_node("baton:node_kv_staging_slots",
+           "Host slots a node's staged KV pool meets the wire through (0: registered in place).",
+           [](const NodeState& node) { return node.load.staging_slots; });
+  per_node("baton:node_kv_staging_slots_free",
+           "Of a node's staging slots, those no KV transfer holds now.",
+           [](const NodeState& node) { return node.load.staging_slots_free; });
   fmt::format_to(
       std::back_inserter(out),
       "# HELP baton:control_messages_rejected_total Malformed control frames the router dropped.\n"

@@ -526,23 +526,27 @@ TEST(ValidateAgainstModel, ExactFitPassesOneByteLessFails) {
   EXPECT_FALSE(validate_against_model(*ragged, model).is_ok());
 }
 
-// A staged pool's transfers hold a host slot per block: fewer slots than a
-// max_model_len prompt's blocks could never carry it.
+// A device pool's transfers hold a host slot per block: fewer slots than a
+// max_model_len prompt's blocks could never carry it. A CPU node's pool is
+// registered in place, and the setting means nothing to it.
 TEST(ValidateAgainstModel, StagingSlotsHoldAFullLengthPrompt) {
   const auto model = preset("smollm2-135m", DType::kBF16);
-  for (int32_t slots : {128, 127}) {
-    auto config = parse(
-        "model: {preset: smollm2-135m}\nengine: {max_model_len: 2048}\nprefill: [{name: p0}]\n"
-        "decode: [{name: d0, transfer: {staging_blocks: " +
-        std::to_string(slots) + "}}]\n");
-    ASSERT_TRUE(config.is_ok()) << config.status().to_string();
-    Status status = validate_against_model(*config, model);
-    if (slots == 128) {
-      EXPECT_TRUE(status.is_ok()) << status.to_string();
-    } else {
-      EXPECT_EQ(status.message(),
-                "decode[0].transfer.staging_blocks: 127 host slots cannot carry a prompt of "
-                "max_model_len 2048 tokens, which needs 128 blocks");
+  for (const std::string device : {"cuda", "cpu"}) {
+    for (int32_t slots : {128, 127}) {
+      SCOPED_TRACE(device + ", " + std::to_string(slots) + " slots");
+      auto config =
+          parse("model: {preset: smollm2-135m}\nengine: {max_model_len: 2048, device: " + device +
+                "}\nprefill: [{name: p0}]\ndecode: [{name: d0, transfer: " + "{staging_blocks: " +
+                std::to_string(slots) + "}}]\n");
+      ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+      Status status = validate_against_model(*config, model);
+      if (slots == 128 || device == "cpu") {
+        EXPECT_TRUE(status.is_ok()) << status.to_string();
+      } else {
+        EXPECT_EQ(status.message(),
+                  "decode[0].transfer.staging_blocks: 127 host slots cannot carry a prompt of "
+                  "max_model_len 2048 tokens, which needs 128 blocks");
+      }
     }
   }
 }
@@ -727,11 +731,10 @@ TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeKvDtypeAndDeviceKind) {
                 "decode[0].engine.kv_dtype: bf16 differs from prefill[0]'s auto"),
             std::string::npos)
       << dtype.status().message();
-  EXPECT_TRUE(
-      parse(
-          "model: {preset: tiny}\nengine: {kv_dtype: bf16, block_size: 32}\nprefill: [{name: p}]\n"
-          "decode: [{name: d}]\n")
-          .is_ok());
+  EXPECT_TRUE(parse("model: {preset: tiny}\nengine: {kv_dtype: bf16, block_size: 32}\nprefill: "
+                    "[{name: p}]\n"
+                    "decode: [{name: d}]\n")
+                  .is_ok());
   // GPU nodes together, each on a device of its own.
   auto gpus = parse(
       "model: {preset: tiny}\nengine: {device: cuda}\nprefill: [{name: p}]\n"

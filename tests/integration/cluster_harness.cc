@@ -379,9 +379,11 @@ bool Cluster::wait_drained(std::chrono::milliseconds timeout) const {
     bool drained = doc.contains("nodes") && doc.value("requests_in_router", 1) == 0;
     for (const auto& node : doc.value("nodes", json::array())) {
       if (!node.value("up", false)) continue;
+      // Staged pools: every transfer gave its host slots back too.
       drained = drained && node.value("free_blocks", -1) == node.value("total_blocks", -2) &&
                 node.value("running", 1) == 0 && node.value("waiting", 1) == 0 &&
-                node.value("awaiting_kv", 1) == 0;
+                node.value("awaiting_kv", 1) == 0 &&
+                node.value("staging_slots_free", -1) == node.value("staging_slots", -2);
     }
     if (drained) return true;
     std::this_thread::sleep_for(50ms);

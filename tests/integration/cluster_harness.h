@@ -99,8 +99,8 @@ class Cluster {
   // /v1/nodes, parsed.
   nlohmann::json nodes() const;
   pid_t node_pid(const std::string& name) const;
-  // Waits until every node that is up reports free == total KV blocks and
-  // nothing running or queued; false on timeout.
+  // Waits until every node that is up reports free == total KV blocks (and
+  // staging slots) and nothing running or queued; false on timeout.
   bool wait_drained(std::chrono::milliseconds timeout) const;
   // Tokens the nodes of `role` have generated since they started, as their
   // heartbeats report them, read after a few heartbeat intervals so the

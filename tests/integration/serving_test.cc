@@ -168,10 +168,20 @@ TEST(StagedPoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   shape.staging_blocks = shape.max_model_len / 16;  // 16-token blocks
   Cluster cluster(shape);
   ::unsetenv("BATON_TEST_STAGED_POOL");  // `baton up` and its nodes took it
-  const json nodes = cluster.nodes();    // the loop below reads into it
+  // The slots come with the nodes' heartbeats, a moment after they registered.
+  json nodes = cluster.nodes();
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  auto reported = [&] {
+    nodes = cluster.nodes();
+    for (const json& node : nodes["nodes"])
+      if (node["staging_slots"] == 0) return false;
+    return true;
+  };
+  while (!reported() && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(20ms);
   for (const json& node : nodes["nodes"]) {
     const std::string staging = node["kv_staging"].is_string() ? node["kv_staging"] : "";
     EXPECT_TRUE(staging.starts_with("host memory through 64 pageable host slots")) << node.dump();
+    EXPECT_EQ(node["staging_slots"], 64) << node.dump();
   }
   std::mt19937 rng{std::random_device{}()};
   expect_remote_greedy_equals_generate(cluster, rng, 2, {});

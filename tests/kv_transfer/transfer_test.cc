@@ -1671,6 +1671,7 @@ TEST_P(StagedTransferTest, CancelDuringACopyOutAbortsAndWaitsForTheCopy) {
   ASSERT_TRUE(wire.has_value());
 
   std::atomic<int> copying_at_callback{-1};
+  const int32_t all_slots = local_->engine().staging_slots_free();
   ASSERT_TRUE(local_->engine()
                   .begin_send(peer_, {2, 2, src_, *wire, 0, 4, 5000ms},
                               [&](const TransferResult& r) {
@@ -1680,8 +1681,10 @@ TEST_P(StagedTransferTest, CancelDuringACopyOutAbortsAndWaitsForTheCopy) {
                   .is_ok());
   // Once it has its slots, each post is a copy of its own (layers posted
   // while a send waits for slots are copied in one go when it gets them).
-  const int32_t all_slots = local_->engine().staging_slots_free();
-  while (local_->engine().staging_slots_free() == all_slots) std::this_thread::sleep_for(1ms);
+  const auto until = Clock::now() + 5s;
+  while (local_->engine().staging_slots_free() == all_slots && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  ASSERT_LT(local_->engine().staging_slots_free(), all_slots) << "the send never got its slots";
   const uint64_t copied_before = copier.to_host_bytes.load();
   ASSERT_TRUE(local_->engine().post_layers(2, 2).is_ok());
   ASSERT_TRUE(local_->engine().post_layers(2, 3).is_ok());
@@ -1879,6 +1882,55 @@ TEST_P(StagedTransferTest, SendsWaitInOrderForSlots) {
   EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
   EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
   peer_process_->quit();
+}
+
+// A send that waits for slots past its deadline fails with a message that
+// says so, and its peer is not blamed: the endpoint stays, and the send
+// holding the slots completes over it. An engine that stops with sends
+// waiting calls each back, failed.
+TEST_P(StagedTransferTest, ASendWaitingForSlotsFailsAloneAtItsDeadline) {
+  const KvLayout layout = make_layout(DType::kF16, 32, 3);
+  constexpr int32_t kSlots = 8;
+  start(layout, /*local_sends=*/true, 6, -1, kSlots, 0);
+  auto wire = peer_expects(1, 0, 3, 10000, src_, dst_);
+  ASSERT_TRUE(wire.has_value());
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {1, 1, src_, *wire, 0, 3, 10000ms}, local_->callback())
+                  .is_ok());
+  ASSERT_TRUE(local_->engine().post_layers(1, 1).is_ok());  // connects; holds 6 slots
+  ASSERT_TRUE(local_->engine()
+                  .begin_send(peer_, {2, 2, src_, *wire, 0, 3, 300ms}, local_->callback())
+                  .is_ok());
+  auto expired = local_->mail().wait(2, 5s);
+  ASSERT_TRUE(expired.has_value());
+  EXPECT_EQ(expired->status.code(), StatusCode::kDeadlineExceeded) << expired->status.to_string();
+  EXPECT_NE(expired->status.message().find("waited past its deadline for staging slots"),
+            std::string::npos)
+      << expired->status.to_string();
+  ASSERT_TRUE(local_->engine().post_layers(1, 3).is_ok());
+  auto sent = local_->mail().wait(1, 10s);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  expect_peer_verified(1);
+  EXPECT_EQ(local_->engine().stats().endpoints_torn_down, 0u);
+  EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
+
+  // Two sends waiting behind one that holds the slots, and the engine stops.
+  std::atomic<int> failed{0}, calls{0};
+  auto count = [&](const TransferResult& r) {
+    ++calls;
+    if (!r.status.is_ok()) ++failed;  // the peer gone, or the engine stopped
+  };
+  for (uint64_t tid = 3; tid <= 5; ++tid)
+    ASSERT_TRUE(
+        local_->engine().begin_send(peer_, {tid, tid, src_, *wire, 0, 3, 10000ms}, count).is_ok());
+  const auto until = Clock::now() + 5s;
+  while (local_->engine().staging_slots_free() == kSlots && Clock::now() < until)
+    std::this_thread::sleep_for(1ms);
+  peer_process_->quit();
+  local_.reset();
+  EXPECT_EQ(calls.load(), 3) << "a send that waited for slots never called back";
+  EXPECT_EQ(failed.load(), 3);
 }
 
 // A pool of another KV format cannot take this one's blocks, nor this one

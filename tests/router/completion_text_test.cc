@@ -172,6 +172,8 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   decode.load.ssd_cache_capacity = 1000;
   decode.load.ssd_restoring = 2;
   decode.load.workspace_bytes = 123456;
+  decode.load.staging_slots = 64;
+  decode.load.staging_slots_free = 17;
   decode.load.preemptions = 4;
   snapshot.nodes.push_back(decode);
   NodeState prefill;
@@ -199,6 +201,12 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("baton:node_workspace_bytes{node=\"d0\",role=\"decode\"} 123456\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("baton:node_kv_staging_slots{node=\"d0\",role=\"decode\"} 64\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("baton:node_kv_staging_slots_free{node=\"d0\",role=\"decode\"} 17\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
