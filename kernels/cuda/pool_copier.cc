@@ -6,6 +6,8 @@
 
 #include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "kernels/cuda/cuda_status.h"
 
@@ -42,15 +44,15 @@ class CudaPoolCopier final : public PoolCopier {
 
   Status to_host(void* host, std::span<const Range> ranges) override {
     return copy(out_, ranges, [&](const Range& r) {
-      return cudaMemcpyAsync(static_cast<uint8_t*>(host) + r.host_offset, pool_ + r.offset, r.bytes,
-                             cudaMemcpyDeviceToHost, out_.stream);
+      return std::pair<void*, const void*>(static_cast<uint8_t*>(host) + r.host_offset,
+                                           pool_ + r.offset);
     });
   }
 
   Status to_device(const void* host, std::span<const Range> ranges) override {
     return copy(in_, ranges, [&](const Range& r) {
-      return cudaMemcpyAsync(pool_ + r.offset, static_cast<const uint8_t*>(host) + r.host_offset,
-                             r.bytes, cudaMemcpyHostToDevice, in_.stream);
+      return std::pair<void*, const void*>(pool_ + r.offset,
+                                           static_cast<const uint8_t*>(host) + r.host_offset);
     });
   }
 
@@ -70,10 +72,38 @@ class CudaPoolCopier final : public PoolCopier {
   struct Direction {
     std::mutex mutex;  // one batch of copies at a time on its stream
     cudaStream_t stream = nullptr;
+    // The batch's pointers and sizes, kept to save allocations.
+    std::vector<void*> dsts;
+    std::vector<const void*> srcs;
+    std::vector<size_t> sizes;
   };
 
-  template <typename Enqueue>
-  Status copy(Direction& d, std::span<const Range> ranges, Enqueue enqueue) {
+  // Queues the copies on d's stream: one call for the batch where the
+  // runtime has cudaMemcpyBatchAsync (CUDA 13's signature) and the host
+  // memory is pinned, which spares a transfer of scattered blocks a call per
+  // block and layer; else one call each.
+  Status enqueue(Direction& d) {
+#if CUDART_VERSION >= 13000
+    if (pinned_ != nullptr) {
+      cudaMemcpyAttributes attrs{};
+      attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
+      size_t first = 0;
+      return cuda_status(cudaMemcpyBatchAsync(d.dsts.data(), d.srcs.data(), d.sizes.data(),
+                                              d.sizes.size(), &attrs, &first, 1, d.stream),
+                         "cudaMemcpyBatchAsync", __FILE__, __LINE__);
+    }
+#endif
+    for (size_t i = 0; i < d.sizes.size(); ++i) {
+      BATON_RETURN_IF_ERROR(cuda_status(
+          cudaMemcpyAsync(d.dsts[i], d.srcs[i], d.sizes[i], cudaMemcpyDefault, d.stream),
+          "cudaMemcpyAsync", __FILE__, __LINE__));
+    }
+    return Status::ok();
+  }
+
+  // `ends(r)`: where range r goes to and comes from.
+  template <typename Ends>
+  Status copy(Direction& d, std::span<const Range> ranges, Ends ends) {
     for (const Range& r : ranges) {
       if (r.offset > bytes_ || r.bytes > bytes_ - r.offset) {
         return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at " +
@@ -81,13 +111,19 @@ class CudaPoolCopier final : public PoolCopier {
                             std::to_string(bytes_));
       }
     }
+    if (ranges.empty()) return Status::ok();
     std::lock_guard lock(d.mutex);
+    d.dsts.clear();
+    d.srcs.clear();
+    d.sizes.clear();
+    for (const Range& r : ranges) {
+      const auto [to, from] = ends(r);
+      d.dsts.push_back(to);
+      d.srcs.push_back(from);
+      d.sizes.push_back(r.bytes);
+    }
     return on_device([&] {
-      Status enqueued;
-      for (const Range& r : ranges) {
-        enqueued = cuda_status(enqueue(r), "cudaMemcpyAsync", __FILE__, __LINE__);
-        if (!enqueued.is_ok()) break;
-      }
+      Status enqueued = enqueue(d);
       // Wait even after a failed enqueue: the copies already queued must not
       // write host memory or the pool once we have returned.
       Status synced =
