@@ -189,6 +189,16 @@ for c in 1 8 32; do
     --vocab-size 49000 --ignore-eos --metric-percentiles 50,99 2>&1 |
     tee -a "$out/cluster_bench.md" || status=1
 done
+# Every transfer gave its staging slots back (a heartbeat after the last).
+sleep 1
+timeout 30 python3 - >>"$out/cluster.log" 2>&1 <<'PY' || status=1
+import json, sys, urllib.request
+with urllib.request.urlopen("http://127.0.0.1:8000/v1/nodes", timeout=10) as r:
+    nodes = json.load(r)["nodes"]
+held = {n["name"]: n["staging_slots"] - n["staging_slots_free"] for n in nodes}
+print("staging slots still held after the load:", held)
+sys.exit(1 if any(held.values()) or not all(n["staging_slots"] for n in nodes) else 0)
+PY
 kill "${roles[@]}" 2>/dev/null
 wait "${roles[@]}" 2>/dev/null
 roles=()
