@@ -594,13 +594,21 @@ TEST(FaultTest, ARequestThatCannotBeReservedLeavesTheQueueWhole) {
   EXPECT_EQ(tokens, 3u);
 }
 
-TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
+// `staged`: the nodes stage their pools through host slots, as GPU nodes
+// do, as few as one longest prompt needs: the decode node's slots come back
+// too.
+void kill_the_prefill_node_mid_prefill(bool staged) {
   ClusterShape shape;
   shape.prefill_nodes = 1;
   shape.decode_nodes = 1;
   shape.max_num_batched_tokens = 32;  // long prompts take many chunked steps
   shape.max_model_len = 2048;
+  if (staged) {
+    shape.staging_blocks = shape.max_model_len / 16;
+    ASSERT_EQ(::setenv("BATON_TEST_STAGED_POOL", "1", 1), 0);
+  }
   Cluster cluster(shape);
+  ::unsetenv("BATON_TEST_STAGED_POOL");  // `baton up` and its nodes took it
   pid_t victim = cluster.node_pid("prefill-0");
   ASSERT_GT(victim, 0);
 
@@ -645,11 +653,20 @@ TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
     if (node["name"] == "decode-0") {
       EXPECT_TRUE(node["up"].get<bool>());
       EXPECT_EQ(node["free_blocks"], node["total_blocks"]);
+      EXPECT_EQ(node["staging_slots_free"], staged ? 128 : 0) << node.dump();
     }
   }
   auto health = cluster.get("/health");
   ASSERT_TRUE(health.is_ok());
   EXPECT_EQ(health->status, 503) << "no prefill node is up";
+}
+
+TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesReservations) {
+  kill_the_prefill_node_mid_prefill(/*staged=*/false);
+}
+
+TEST(FaultTest, PrefillNodeKilledMidPrefillFreesTheDecodeNodesStagingSlots) {
+  kill_the_prefill_node_mid_prefill(/*staged=*/true);
 }
 
 // Roles run as separate processes (as on several hosts): a router that dies
