@@ -306,16 +306,17 @@ void TransferEngine::Impl::process_events() {
 void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
   std::vector<PeerId> expired_peers;
   for (auto& [id, t] : sends_) {
-    // A failed (or cancelled) transfer still waiting for its operations past
-    // the deadline is stuck on the same peer as one that missed it.
     if ((!t.failed() || t.outstanding > 0) && now > t.deadline && t.awaiting_slots) {
-      // Nothing of it reached the peer, which is not to blame.
+      // Still waiting for staging slots: nothing of it reached the peer,
+      // which is not to blame.
       t.fail(deadline_exceeded("transfer " + std::to_string(id) +
                                " waited past its deadline for staging slots "
                                "(transfer.staging_blocks)"));
       dirty_sends_.push_back(id);
       continue;
     }
+    // A failed (or cancelled) transfer still waiting for its operations past
+    // the deadline is stuck on the same peer as one that missed it.
     if ((!t.failed() || t.outstanding > 0) && now > t.deadline) {
       t.fail(deadline_exceeded("transfer " + std::to_string(id) + " missed its deadline"));
       expired_peers.push_back(t.peer);

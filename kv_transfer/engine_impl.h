@@ -290,8 +290,7 @@ class TransferEngine::Impl {
   // progress thread. After staging_: stopped before the copier goes.
   std::unique_ptr<SerialWorker> copy_out_;
   // Copies verified receives from their slots into a staged pool, off the
-  // progress thread,
-  // and hands back (transfer id, how the copy went).
+  // progress thread, and hands back (transfer id, how the copy went).
   std::unique_ptr<SerialWorker> copy_in_;
   std::mutex copied_in_mutex_;
   // A copy into a staged pool that finished.

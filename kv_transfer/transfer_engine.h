@@ -173,8 +173,9 @@ class TransferEngine {
   void remove_peer(PeerId id);
 
   // A staged pool's send with fewer slots free than it has blocks (or
-  // behind sends that wait) waits for them, in order; its deadline runs
-  // meanwhile, and post_layers() is taken as usual.
+  // behind sends that wait) waits for them, in order: post_layers() is taken
+  // as usual, and its deadline runs meanwhile (restarted by each
+  // post_layers() and once it has its slots).
   Status begin_send(PeerId peer, SendSpec spec, TransferCallback on_done);
   // Layers [.., layer_end) of the transfer are computed and may be sent.
   // A staged pool's new layers are copied out on a thread of the engine's,
