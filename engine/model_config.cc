@@ -389,7 +389,10 @@ Result<ModelConfig> parse_model_config(const nlohmann::json& doc, std::string_vi
                          r.positive_int("max_position_embeddings", default_max_positions));
   BATON_ASSIGN_OR_RETURN(double eps, r.positive_number("rms_norm_eps", default_eps));
   c.rms_norm_eps = float(eps);
-  if (!(c.rms_norm_eps > 0)) return r.invalid("rms_norm_eps", "underflows float");
+  // A float is what the kernels add; past its range it would be infinite
+  // (and written back as null).
+  if (!(c.rms_norm_eps > 0) || !std::isfinite(c.rms_norm_eps))
+    return r.invalid("rms_norm_eps", "is out of float's range");
   BATON_ASSIGN_OR_RETURN(c.rope_theta, r.positive_number("rope_theta", default_theta));
   BATON_ASSIGN_OR_RETURN(c.tie_word_embeddings,
                          r.boolean("tie_word_embeddings", /*fallback=*/is_smollm3));
