@@ -10,6 +10,9 @@
 namespace baton::engine {
 namespace {
 
+// More characters than a Strip decoder could ever meet at one end of a token.
+constexpr uint64_t kMaxStripCount = 1 << 20;
+
 using nlohmann::json;
 
 // GPT-2's pre-tokenizer pattern, what ByteLevel's use_regex splits by.
@@ -285,8 +288,17 @@ Status parse_decoder(const json& node, const std::string& name, std::vector<Deco
   } else if (type == "Strip" && node.contains("content") && node["content"].is_string()) {
     step.kind = Kind::kStrip;
     step.from = node["content"].get<std::string>();
-    step.start = node.value("start", 0);
-    step.stop = node.value("stop", 0);
+    // Counts of characters (usize in `tokenizers`): a float or a huge
+    // number is a corrupt file, not a cast.
+    for (auto [key, out] : {std::pair{"start", &step.start}, std::pair{"stop", &step.stop}}) {
+      const auto it = node.find(key);
+      if (it == node.end()) continue;
+      if (!it->is_number_unsigned() || it->get<uint64_t>() > kMaxStripCount) {
+        return data_loss(name + ": decoder Strip " + key + " must be a count of at most " +
+                         std::to_string(kMaxStripCount) + ", got " + it->dump().substr(0, 40));
+      }
+      *out = int(it->get<uint64_t>());
+    }
   } else if (type == "Metaspace") {
     step.kind = Kind::kMetaspace;
     step.from = node.contains("replacement") && node["replacement"].is_string()

@@ -345,6 +345,20 @@ TEST_F(HfTokenizerTest, RefusesWhatItDoesNotImplementNamingIt) {
          d["added_tokens"] = json::array({json{{"id", (int64_t(1) << 32) + 5}, {"content", "x"}}});
        },
        StatusCode::kDataLoss, "added token id 4294967301 out of range"},
+      // A Strip count as a huge float (casting it to int was undefined), a
+      // negative one, one past any token.
+      {[](json& d) {
+         d["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 1.7e127}, {"stop", 0}};
+       },
+       StatusCode::kDataLoss, "decoder Strip start must be a count"},
+      {[](json& d) {
+         d["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", 0}, {"stop", -1}};
+       },
+       StatusCode::kDataLoss, "decoder Strip stop must be a count"},
+      {[](json& d) {
+         d["decoder"] = {{"type", "Strip"}, {"content", " "}, {"start", uint64_t(1) << 40}};
+       },
+       StatusCode::kDataLoss, "decoder Strip start must be a count"},
   };
   for (const auto& c : cases) {
     json doc = base;
