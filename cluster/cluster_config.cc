@@ -543,14 +543,11 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
       // As the engine does: token slots are int32 in the kernels.
       blocks = std::min<int64_t>(blocks, INT32_MAX / engine.block_size);
       const int64_t needed = (max_len + engine.block_size - 1) / engine.block_size;
-      // Only a pool in device memory is staged.
-      const int32_t slots = engine.device.is_cuda() ? node.transfer.staging_blocks : 0;
-      if (slots > 0 && slots < needed) {
-        return invalid_argument(std::string(role_name(node.role)) + "[" + std::to_string(i) +
-                                "].transfer.staging_blocks: " + std::to_string(slots) +
-                                " host slots cannot carry a prompt of max_model_len " +
-                                std::to_string(max_len) + " tokens, which needs " +
-                                std::to_string(needed) + " blocks");
+      if (engine.device.is_cuda()) {  // only a pool in device memory is staged
+        BATON_RETURN_IF_ERROR(kv_transfer::check_staging_blocks(
+            node.transfer.staging_blocks, max_len, engine.block_size,
+            std::string(role_name(node.role)) + "[" + std::to_string(i) +
+                "].transfer.staging_blocks"));
       }
       if (blocks >= needed) continue;
       const int64_t tokens = blocks * engine.block_size;

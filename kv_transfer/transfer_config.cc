@@ -33,6 +33,16 @@ Status check_duration(std::chrono::milliseconds d, const std::string& what) {
   return Status::ok();
 }
 
+Status check_staging_blocks(int32_t staging_blocks, int64_t max_model_len, int32_t block_size,
+                            const std::string& key) {
+  const int64_t needed = (max_model_len + block_size - 1) / block_size;
+  if (staging_blocks <= 0 || staging_blocks >= needed) return Status::ok();
+  return invalid_argument(key + ": " + std::to_string(staging_blocks) +
+                          " host slots cannot carry a prompt of max_model_len " +
+                          std::to_string(max_model_len) + " tokens, which needs " +
+                          std::to_string(needed) + " blocks");
+}
+
 Status validate(const TransferConfig& config) {
   BATON_RETURN_IF_ERROR(check_duration(config.default_deadline, "kv_transfer.default_deadline_ms"));
   BATON_RETURN_IF_ERROR(check_duration(config.close_timeout, "kv_transfer.close_timeout_ms"));

@@ -87,6 +87,12 @@ struct TransferConfig {
 // Checks ranges; a bad value is an error naming the field.
 Status validate(const TransferConfig& config);
 
+// A staged pool needs a slot per block of the longest prompt: an error
+// naming `key` (where staging_blocks was set) when `staging_blocks` (> 0)
+// are fewer than max_model_len tokens in `block_size`-token blocks need.
+Status check_staging_blocks(int32_t staging_blocks, int64_t max_model_len, int32_t block_size,
+                            const std::string& key);
+
 // The longest deadline or timeout accepted. Far longer than any transfer of
 // one request may take, and far enough from the clock's range that adding it
 // to now cannot overflow.

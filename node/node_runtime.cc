@@ -69,15 +69,11 @@ namespace {
 // carry it.
 Result<int32_t> staging_blocks(const NodeSettings& settings, const KvLayout& pool,
                                int32_t max_model_len) {
-  const int64_t longest = (int64_t(max_model_len) + pool.block_size - 1) / pool.block_size;
   const int32_t set = settings.transfer.staging_blocks;
-  if (set > 0 && set < longest) {
-    return invalid_argument("transfer.staging_blocks: " + std::to_string(set) +
-                            " host slots cannot carry a prompt of max_model_len " +
-                            std::to_string(max_model_len) + " tokens, which needs " +
-                            std::to_string(longest) + " blocks");
-  }
+  BATON_RETURN_IF_ERROR(kv_transfer::check_staging_blocks(set, max_model_len, pool.block_size,
+                                                          "transfer.staging_blocks"));
   if (set > 0) return std::min(set, pool.num_blocks);
+  const int64_t longest = (int64_t(max_model_len) + pool.block_size - 1) / pool.block_size;
   const uint64_t slot_bytes = uint64_t(pool.block_bytes()) * uint64_t(pool.num_layers);
   const int64_t in_a_gib = int64_t((uint64_t(1) << 30) / std::max<uint64_t>(slot_bytes, 1));
   return int32_t(std::min<int64_t>(pool.num_blocks, std::max(2 * longest, in_a_gib)));

@@ -56,33 +56,28 @@ inline bool matches_pattern(const uint8_t* dst, size_t src_offset, size_t n, uin
   return true;
 }
 
-// A staged pool in plain host memory that UCX never sees, copied with
-// memcpy: the transfer engine's staging path for device pools, run where
-// there is no device (the CUDA copier runs it where there is). Counts the
-// bytes it moved each way; `fail` makes it fail like a device error.
+// A staged pool in plain host memory that UCX never sees: the transfer
+// engine's staging path for device pools, run where there is no device (the
+// CUDA copier runs it where there is). The copies are the host-memory
+// copier's (make_host_pool_copier: every range checked against the pool
+// and the engine's host memory); this one counts the bytes it moved each
+// way, can be slow, and `fail` makes it fail like a device error.
 class HostPoolCopier : public PoolCopier {
  public:
-  explicit HostPoolCopier(uint8_t* pool) : pool_(pool) {}
+  HostPoolCopier(uint8_t* pool, size_t bytes) : copier_(make_host_pool_copier(pool, bytes)) {}
   Status to_host(void* slots, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-out failure");
-    BATON_RETURN_IF_ERROR(check_host(ranges));
-    copy(/*out=*/true, static_cast<uint8_t*>(slots), pool_, ranges, copy_out_delay,
-         copies_in_flight, to_host_bytes);
-    return Status::ok();
+    return counted(copy_out_delay, copies_in_flight, to_host_bytes, ranges,
+                   [&] { return copier_->to_host(slots, ranges); });
   }
   Status to_device(const void* slots, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-in failure");
-    BATON_RETURN_IF_ERROR(check_host(ranges));
-    copy(/*out=*/false, pool_, static_cast<const uint8_t*>(slots), ranges, copy_in_delay,
-         copy_ins_in_flight, to_device_bytes);
-    return Status::ok();
+    return counted(copy_in_delay, copy_ins_in_flight, to_device_bytes, ranges,
+                   [&] { return copier_->to_device(slots, ranges); });
   }
   // Not pinned, but the engine's host memory is known from here on: a copy
   // past it fails.
-  Status pin(void*, size_t bytes) override {
-    host_bytes_ = bytes;
-    return unimplemented("plain host memory is not pinned");
-  }
+  Status pin(void* host, size_t bytes) override { return copier_->pin(host, bytes); }
   const char* name() const override { return "host memory"; }
 
   std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0};
@@ -95,33 +90,20 @@ class HostPoolCopier : public PoolCopier {
   std::atomic<int> copy_ins_in_flight{0};
 
  private:
-  // Both directions (`out`: pool to host): the ranges, after `delay`, counted.
-  static void copy(bool out, uint8_t* to, const uint8_t* from, std::span<const Range> ranges,
-                   std::chrono::milliseconds delay, std::atomic<int>& in_flight,
-                   std::atomic<uint64_t>& bytes) {
+  // `copy` after `delay`, its bytes counted once it is done.
+  template <typename Copy>
+  static Status counted(std::chrono::milliseconds delay, std::atomic<int>& in_flight,
+                        std::atomic<uint64_t>& bytes, std::span<const Range> ranges, Copy copy) {
     ++in_flight;
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
-    for (const Range& r : ranges) {
-      std::memcpy(to + (out ? r.host_offset : r.offset), from + (out ? r.offset : r.host_offset),
-                  r.bytes);
-      bytes += r.bytes;
-    }
+    Status copied = copy();
+    if (copied.is_ok())
+      for (const Range& r : ranges) bytes += r.bytes;
     --in_flight;
+    return copied;
   }
 
-  Status check_host(std::span<const Range> ranges) const {
-    for (const Range& r : ranges) {
-      if (host_bytes_ != 0 &&
-          (r.host_offset > host_bytes_ || r.bytes > host_bytes_ - r.host_offset))
-        return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at host offset " +
-                            std::to_string(r.host_offset) + " past the " +
-                            std::to_string(host_bytes_) + " host bytes");
-    }
-    return Status::ok();
-  }
-
-  uint8_t* pool_;
-  size_t host_bytes_ = 0;  // 0: not yet told
+  std::unique_ptr<PoolCopier> copier_;
 };
 
 // The peer process to spawn: $BATON_TRANSFER_PEER when set (a bundle run on

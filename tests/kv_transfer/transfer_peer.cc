@@ -92,7 +92,7 @@ int main(int argc, char** argv) {
   config.node_name = seed != 0 ? "child-sender" : "child-receiver";
   if (argc == 16) config.staging_blocks = std::stoi(argv[15]);
   std::unique_ptr<PoolCopier> copier;
-  if (staged) copier = std::make_unique<HostPoolCopier>(pool);
+  if (staged) copier = std::make_unique<HostPoolCopier>(pool, bytes);
   auto engine = TransferEngine::create(config, layout, pool, bytes, std::move(copier));
   if (!engine.is_ok()) {
     say("ERR " + engine.status().to_string());

@@ -140,7 +140,7 @@ class LocalNode {
     config.staging_blocks = staging_blocks;
     std::unique_ptr<PoolCopier> copier;
     if (transport.staged) {
-      copier = std::make_unique<testing::HostPoolCopier>(pool_);
+      copier = std::make_unique<testing::HostPoolCopier>(pool_, bytes_);
       copier_ = static_cast<testing::HostPoolCopier*>(copier.get());
     }
     auto e = TransferEngine::create(config, layout, pool_, bytes_, std::move(copier));
@@ -2011,8 +2011,9 @@ TEST(StagedPoolConfigTest, CudaPoolNeedsACopierAndACopierNeedsAPool) {
   ASSERT_FALSE(no_copier.is_ok());
   EXPECT_NE(no_copier.status().to_string().find("PoolCopier"), std::string::npos)
       << no_copier.status().to_string();
-  auto no_pool = TransferEngine::create(config, layout, nullptr, pool.size(),
-                                        std::make_unique<testing::HostPoolCopier>(pool.data()));
+  auto no_pool =
+      TransferEngine::create(config, layout, nullptr, pool.size(),
+                             std::make_unique<testing::HostPoolCopier>(pool.data(), pool.size()));
   ASSERT_FALSE(no_pool.is_ok());
   EXPECT_EQ(no_pool.status().code(), StatusCode::kInvalidArgument);
 }
