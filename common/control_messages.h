@@ -125,6 +125,7 @@ struct NodeLoad {
   // registered in place), and those no transfer holds now.
   int64_t staging_slots = 0;
   int64_t staging_slots_free = 0;
+  int64_t staging_waits = 0;  // staged sends that queued for slots, since start
 };
 
 // NodeLoad's fields by name, in one place for the codec and for reports. A
@@ -156,6 +157,7 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"workspace_bytes", &NodeLoad::workspace_bytes},
     {"staging_slots", &NodeLoad::staging_slots},
     {"staging_slots_free", &NodeLoad::staging_slots_free},
+    {"staging_waits", &NodeLoad::staging_waits},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

@@ -21,6 +21,7 @@ Status DecodeServer::run(const std::atomic<bool>& stop) {
     if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     admit_queued();
+    report_queued();
     if (runtime_->step_due()) BATON_RETURN_IF_ERROR(step());
     flush_events();
     runtime_->tick();
@@ -89,6 +90,17 @@ void DecodeServer::admit_queued() {
     // Reserved, or ended (end() took it off the queue and forgot it).
     if (!queued_.empty() && queued_.front() == id) queued_.pop_front();
   }
+}
+
+void DecodeServer::report_queued() {
+  int64_t requests = 0, tokens = 0;
+  for (uint64_t id : queued_) {
+    auto it = requests_.find(id);
+    if (it == requests_.end() || it->second.state != State::kQueued) continue;
+    ++requests;
+    tokens += int64_t(it->second.generate.prompt.size());
+  }
+  runtime_->set_held(requests, tokens);
 }
 
 bool DecodeServer::try_reserve(Request& request) {

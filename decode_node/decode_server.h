@@ -66,6 +66,8 @@ class DecodeServer {
   void on_transfer(const kv_transfer::TransferResult& result);
   // Reserves blocks for queued requests, oldest first, while they fit.
   void admit_queued();
+  // Counts the requests still queued among the node's waiting ones.
+  void report_queued();
   // False when the pool has no room yet (the request stays queued); true
   // when it was reserved, or failed and was ended (`request` is gone then).
   bool try_reserve(Request& request);

@@ -700,6 +700,7 @@ EngineStats TransferEngine::Impl::stats() const {
   s.notices_rejected = counters_.notices_rejected;
   s.data_rejected = counters_.data_rejected;
   s.endpoints_torn_down = counters_.torn_down;
+  s.sends_waited_for_slots = counters_.sends_waited_for_slots;
   return s;
 }
 

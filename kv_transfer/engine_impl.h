@@ -366,7 +366,8 @@ class TransferEngine::Impl {
 
   struct Counters {
     std::atomic<uint64_t> sends_ok{0}, sends_failed{0}, receives_ok{0}, receives_failed{0},
-        ops_posted{0}, bytes_sent{0}, notices_rejected{0}, data_rejected{0}, torn_down{0};
+        ops_posted{0}, bytes_sent{0}, notices_rejected{0}, data_rejected{0}, torn_down{0},
+        sends_waited_for_slots{0};
   } counters_;
 };
 

@@ -102,6 +102,8 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
             waiting_for_slots_.push_back(id);
           }
           hand_out_slots();
+          if (auto it = sends_.find(id); it != sends_.end() && it->second.awaiting_slots)
+            ++counters_.sends_waited_for_slots;
         }
         start_send(id);
       });

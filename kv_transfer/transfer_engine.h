@@ -137,6 +137,8 @@ struct EngineStats {
   uint64_t notices_rejected = 0;  // garbage, late, duplicate or foreign notices/acks
   uint64_t data_rejected = 0;     // data messages for no live expectation
   uint64_t endpoints_torn_down = 0;
+  // Staged sends that found too few free staging slots and queued for them.
+  uint64_t sends_waited_for_slots = 0;
 };
 
 class TransferEngine {

@@ -320,9 +320,9 @@ control::NodeLoad NodeRuntime::load() const {
   kv_transfer::EngineStats transfers = transfer_->stats();
   control::NodeLoad load;
   load.running = stats.running;
-  load.waiting = stats.waiting;
+  load.waiting = stats.waiting + held_requests_;
   load.awaiting_kv = stats.awaiting;
-  load.waiting_tokens = stats.waiting_tokens;
+  load.waiting_tokens = stats.waiting_tokens + held_tokens_;
   load.free_blocks = stats.free_blocks;
   load.total_blocks = stats.total_blocks;
   load.prompt_tokens = prompt_tokens_;
@@ -338,6 +338,7 @@ control::NodeLoad NodeRuntime::load() const {
   if (const int32_t slots = transfer_->staging_slots(); slots > 0) {
     load.staging_slots = slots;
     load.staging_slots_free = transfer_->staging_slots_free();
+    load.staging_waits = int64_t(transfers.sends_waited_for_slots);
   }
   if (const engine::SsdKvStore* ssd = engine_->scheduler().ssd_store()) {
     const engine::SsdKvStoreStats tier = ssd->stats();

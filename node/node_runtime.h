@@ -94,6 +94,13 @@ class NodeRuntime {
   // its decode nodes.
   using KvPathsSource = std::function<std::map<std::string, std::string>()>;
   void set_kv_paths_source(KvPathsSource source) { kv_paths_source_ = std::move(source); }
+  // Requests the server holds before its engine sees them (a prefill node's
+  // prompts waiting for staging slots, a decode node's for blocks or slots):
+  // the load reports them among the waiting.
+  void set_held(int64_t requests, int64_t prompt_tokens) {
+    held_requests_ = requests;
+    held_tokens_ = prompt_tokens;
+  }
   bool registered() const { return registration_.registered(); }
   // True once after the router refused this registered node ("register
   // again"): it restarted and knows none of the node's requests, or it
@@ -131,6 +138,8 @@ class NodeRuntime {
   std::chrono::steady_clock::time_point next_publish_{};
   uint64_t send_failures_ = 0;
   int64_t prompt_tokens_ = 0;
+  int64_t held_requests_ = 0;
+  int64_t held_tokens_ = 0;
   int64_t generation_tokens_ = 0;
   bool stalled_ = false;
   std::chrono::steady_clock::time_point next_step_at_{};

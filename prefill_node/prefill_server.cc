@@ -39,6 +39,7 @@ Status PrefillServer::run(const std::atomic<bool>& stop) {
     for (control::Message& message : runtime_->poll(runtime_->poll_timeout())) handle(message);
     if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
+    admit_held();
     if (runtime_->step_due()) {
       runtime_->begin_step();
       Status status = scheduler.step(nullptr);
@@ -91,21 +92,13 @@ void PrefillServer::on_peer_info(const control::PeerInfo& info) {
 
 void PrefillServer::on_prefill(control::Prefill& prefill) {
   uint64_t id = prefill.request_id;
-  if (jobs_.contains(id)) {
+  if (jobs_.contains(id) || std::ranges::any_of(held_, [id](const control::Prefill& held) {
+        return held.request_id == id;
+      })) {
     spdlog::warn("{}: duplicate prefill {} ignored", runtime_->settings().name, id);
     return;
   }
-  auto peer = peers_.find(prefill.decode_node);
-  if (peer == peers_.end()) {
-    auto refused = refused_peers_.find(prefill.decode_node);
-    if (refused != refused_peers_.end()) {
-      return fail(
-          id, prefill.client_id,
-          "cannot send KV to decode node '" + prefill.decode_node + "': " + refused->second);
-    }
-    return fail(id, prefill.client_id,
-                "no KV pool known for decode node '" + prefill.decode_node + "'");
-  }
+  if (!peers_.contains(prefill.decode_node)) return fail_unknown_peer(prefill);
   int32_t prompt_len = int32_t(prefill.prompt.size());
   int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
   size_t blocks_needed = size_t((prompt_len + block_size - 1) / block_size);
@@ -122,6 +115,35 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
                     std::to_string(prompt_len) + "-token prompt of " +
                     std::to_string(blocks_needed) + " blocks");
   }
+  const int32_t slots = runtime_->transfer().staging_slots();
+  if (slots == 0) return start(prefill);
+  if (prefill.dst_blocks.size() > size_t(slots)) {
+    return fail(id, prefill.client_id,
+                "a prompt that sends " + std::to_string(prefill.dst_blocks.size()) +
+                    " blocks is more than the " + std::to_string(slots) +
+                    " staging slots (transfer.staging_blocks) hold");
+  }
+  held_.push_back(std::move(prefill));
+  admit_held();
+}
+
+void PrefillServer::admit_held() {
+  const int64_t slots = runtime_->transfer().staging_slots();
+  while (!held_.empty() && slots_committed_ + int64_t(held_.front().dst_blocks.size()) <= slots) {
+    control::Prefill prefill = std::move(held_.front());
+    held_.pop_front();
+    start(prefill);
+  }
+  int64_t held_tokens = 0;
+  for (const control::Prefill& prefill : held_) held_tokens += int64_t(prefill.prompt.size());
+  runtime_->set_held(int64_t(held_.size()), held_tokens);
+}
+
+void PrefillServer::start(control::Prefill& prefill) {
+  const uint64_t id = prefill.request_id;
+  auto peer = peers_.find(prefill.decode_node);
+  if (peer == peers_.end()) return fail_unknown_peer(prefill);  // gone while it was held
+  const auto prompt_len = int32_t(prefill.prompt.size());
   engine::GenerationOptions options = node::generation_options(prefill.sampling);
   options.max_tokens = 1;        // the first token; the decode node samples the rest
   options.retain_blocks = true;  // until the transfer out of them completes
@@ -130,11 +152,25 @@ void PrefillServer::on_prefill(control::Prefill& prefill) {
   spdlog::debug("{}: request {} (#{}): prefilling {} tokens for {}", runtime_->settings().name,
                 prefill.client_id, id, prompt_len, prefill.decode_node);
   Job& job = jobs_[id];
+  // A staged pool's send holds a slot per block it sends until its
+  // callback, which comes before the job ends.
+  if (runtime_->transfer().staging_slots() > 0) job.slots = int32_t(prefill.dst_blocks.size());
+  slots_committed_ += job.slots;
   job.prefill = std::move(prefill);
   job.prompt_len = prompt_len;
   job.sequence_id = *sequence;
   job.peer = peer->second.id;
   by_sequence_[*sequence] = id;
+}
+
+void PrefillServer::fail_unknown_peer(const control::Prefill& prefill) {
+  auto refused = refused_peers_.find(prefill.decode_node);
+  if (refused != refused_peers_.end()) {
+    return fail(prefill.request_id, prefill.client_id,
+                "cannot send KV to decode node '" + prefill.decode_node + "': " + refused->second);
+  }
+  fail(prefill.request_id, prefill.client_id,
+       "no KV pool known for decode node '" + prefill.decode_node + "'");
 }
 
 PrefillServer::Job* PrefillServer::streaming_job(const engine::StepSequenceInfo& info) {
@@ -243,10 +279,16 @@ void PrefillServer::maybe_complete(uint64_t request_id) {
     }
     runtime_->send(done);
   }
+  slots_committed_ -= job.slots;
   jobs_.erase(it);
 }
 
 void PrefillServer::on_abort(const control::Abort& abort) {
+  if (std::erase_if(held_, [&](const control::Prefill& held) {
+        return held.request_id == abort.request_id;
+      }) > 0) {
+    return admit_held();  // the others' turn may have come
+  }
   auto it = jobs_.find(abort.request_id);
   if (it == jobs_.end()) return;
   Job& job = it->second;
@@ -259,9 +301,11 @@ void PrefillServer::on_abort(const control::Abort& abort) {
 }
 
 void PrefillServer::drop_all() {
-  if (jobs_.empty()) return;
+  if (jobs_.empty() && held_.empty()) return;
   spdlog::warn("{}: the router lost this node's registration: dropping its {} prefills",
-               runtime_->settings().name, jobs_.size());
+               runtime_->settings().name, jobs_.size() + held_.size());
+  held_.clear();
+  admit_held();  // reports none held
   std::vector<uint64_t> ids;
   for (const auto& [id, job] : jobs_) ids.push_back(id);
   for (uint64_t id : ids) on_abort(control::Abort{id, "the router lost this node's registration"});

@@ -11,9 +11,15 @@
 // travels while layer l+1 computes. (Earlier chunks' layers are complete by
 // then and travel with them.) When the transfer is acknowledged and the first
 // token is sampled, the node releases its blocks and sends PrefillDone.
+//
+// A staged pool (a GPU's) sends through a few host slots, a slot per block
+// from the first layer until the callback: a job starts only when its
+// blocks' slots are not promised to the jobs before it, first come, first
+// served, so no send of a computed prompt queues for slots.
 #pragma once
 
 #include <atomic>
+#include <deque>
 #include <map>
 #include <memory>
 #include <unordered_map>
@@ -38,6 +44,7 @@ class PrefillServer {
     Status transfer_status;
     std::unique_ptr<engine::Sequence> finished;  // sampled, blocks retained
     bool aborted = false;
+    int32_t slots = 0;  // staging slots its send may hold (a staged pool)
   };
 
   explicit PrefillServer(std::unique_ptr<node::NodeRuntime> runtime)
@@ -46,6 +53,13 @@ class PrefillServer {
   void handle(control::Message& message);
   void on_peer_info(const control::PeerInfo& info);
   void on_prefill(control::Prefill& prefill);
+  // Starts held prefills, first come first served, while the staging slots
+  // their sends will hold are not promised to running jobs, and reports
+  // those still held in the node's load.
+  void admit_held();
+  // Hands a checked prefill to the scheduler as a job.
+  void start(control::Prefill& prefill);
+  void fail_unknown_peer(const control::Prefill& prefill);
   void on_abort(const control::Abort& abort);
   // Drops every prefill (NodeRuntime::take_registration_lost).
   void drop_all();
@@ -71,6 +85,11 @@ class PrefillServer {
   // geometry) -> why, for the requests routed to them.
   std::map<std::string, std::string, std::less<>> refused_peers_;
   std::unordered_map<uint64_t, Job> jobs_;  // by request id
+  // A staged pool's prefills wait here until their sends' slots are sure:
+  // a prompt computed whose send then waits for slots holds its blocks
+  // meanwhile, and fails if it waits past the transfer deadline.
+  std::deque<control::Prefill> held_;
+  int64_t slots_committed_ = 0;  // Job::slots of jobs_
   std::unordered_map<int64_t, uint64_t> by_sequence_;
   std::unordered_map<uint64_t, uint64_t> by_transfer_;
 };

@@ -257,6 +257,11 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   per_node("baton:node_kv_staging_slots_free",
            "Of a node's staging slots, those no KV transfer holds now.",
            [](const NodeState& node) { return node.load.staging_slots_free; });
+  per_node(
+      "baton:node_kv_staging_waits_total",
+      "KV sends of a node that found too few free staging slots and queued for them (a prefill "
+      "node holds prompts back instead; many: transfer.staging_blocks is small for the load).",
+      [](const NodeState& node) { return node.load.staging_waits; }, "counter");
   fmt::format_to(
       std::back_inserter(out),
       "# HELP baton:control_messages_rejected_total Malformed control frames the router dropped.\n"

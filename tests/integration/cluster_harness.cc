@@ -226,7 +226,12 @@ Cluster::Cluster(const ClusterShape& shape) {
        << "}\n";
   yaml << "prefill:\n";
   for (int i = 0; i < shape.prefill_nodes; ++i)
-    yaml << "  - {name: prefill-" << i << ", engine: {nice: " << shape.prefill_nice << "}}\n";
+    yaml << "  - {name: prefill-" << i << ", engine: {nice: " << shape.prefill_nice << "}"
+         << (shape.prefill_staging_blocks > 0
+                 ? ", transfer: {staging_blocks: " + std::to_string(shape.prefill_staging_blocks) +
+                       "}"
+                 : std::string())
+         << "}\n";
   yaml << "decode:\n";
   for (int i = 0; i < shape.decode_nodes; ++i) {
     yaml << "  - {name: decode-" << i

@@ -32,8 +32,9 @@ struct ClusterShape {
   // With separate_roles: false starts the router alone, and the test plays
   // the nodes (set wait_until_up to false).
   bool start_nodes = true;
-  bool share_pool = true;  // transfer.share_pool (false: private pools, CMA transfers)
-  int staging_blocks = 0;  // transfer.staging_blocks; 0: not set
+  bool share_pool = true;          // transfer.share_pool (false: private pools, CMA transfers)
+  int staging_blocks = 0;          // transfer.staging_blocks; 0: not set
+  int prefill_staging_blocks = 0;  // the prefill nodes' own transfer.staging_blocks; 0: not set
   std::string kv_cache_bytes = "4MiB";
   std::string kv_dtype;         // engine.kv_dtype; empty: auto
   std::filesystem::path model;  // the checkpoint served; empty: tiny_model()

@@ -157,6 +157,38 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   }
 }
 
+// `count` prompts of 260 to 400 bytes (17 to 25 blocks of the tiny model)
+// sent at once: each is prefilled remotely and its greedy completion is one
+// engine's.
+void expect_concurrent_remote_prompts_equal_generate(Cluster& cluster, std::mt19937& rng,
+                                                     int count) {
+  std::vector<std::string> prompts;
+  std::vector<int> max_tokens;
+  for (int i = 0; i < count; ++i) {
+    prompts.push_back(random_prompt(rng, 260, 400));
+    max_tokens.push_back(1 + int(rng() % 16));
+  }
+  std::vector<std::thread> clients;
+  std::vector<Result<tools::HttpResponse>> responses(prompts.size(), internal_error("not sent"));
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back([&, i] {
+      responses[i] = cluster.post(
+          "/v1/completions",
+          json{{"prompt", prompts[i]}, {"max_tokens", max_tokens[i]}, {"temperature", 0}});
+    });
+  }
+  for (std::thread& client : clients) client.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(responses[i].is_ok()) << responses[i].status().to_string();
+    ASSERT_EQ(responses[i]->status, 200) << responses[i]->body;
+    const json answer = json::parse(responses[i]->body);
+    EXPECT_NE(answer["choices"][0]["served_by"]["prefill"], nullptr) << "not prefilled remotely";
+    const json expected = baton_generate(
+        prompts[i], {"--max-tokens", std::to_string(max_tokens[i]), "--temperature", "0"});
+    EXPECT_EQ(answer["choices"][0]["text"], expected["text"]) << "prompt '" << prompts[i] << "'";
+  }
+}
+
 // The path a GPU node's pool takes, on the CPU: each node stages its pool
 // through host slots (copied out as each layer is posted, copied in once
 // verified), here only as many as one longest prompt needs, so that
@@ -186,31 +218,41 @@ TEST(StagedPoolServingTest, GreedyCompletionsEqualBatonGenerate) {
   std::mt19937 rng{std::random_device{}()};
   expect_remote_greedy_equals_generate(cluster, rng, 2, {});
   // Six prompts of 17 to 25 blocks at once: more than the 64 slots hold.
-  std::vector<std::string> prompts;
-  std::vector<int> max_tokens;
-  for (int i = 0; i < 6; ++i) {
-    prompts.push_back(random_prompt(rng, 260, 400));
-    max_tokens.push_back(1 + int(rng() % 16));
+  expect_concurrent_remote_prompts_equal_generate(cluster, rng, 6);
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+}
+
+// A prefill node whose staging slots hold one longest prompt, serving two
+// decode nodes that can each take every prompt at once: it holds prompts
+// back until their sends' slots are sure, so no send of its queues for
+// slots (one that did would keep its prompt's blocks meanwhile, and fail at
+// the transfer deadline where the wire is slower than the prefill). Its
+// budget would otherwise compute them all in a step or two.
+TEST(StagedPoolServingTest, APrefillNodeHoldsPromptsUntilTheirSendsHaveSlots) {
+  ASSERT_EQ(::setenv("BATON_TEST_STAGED_POOL", "1", 1), 0);
+  ClusterShape shape;
+  shape.decode_nodes = 2;
+  shape.staging_blocks = 4 * shape.max_model_len / 16;      // 16-token blocks
+  shape.prefill_staging_blocks = shape.max_model_len / 16;  // 64
+  shape.max_num_batched_tokens = 4096;
+  Cluster cluster(shape);
+  ::unsetenv("BATON_TEST_STAGED_POOL");
+  std::mt19937 rng{std::random_device{}()};
+  constexpr int kPrompts = 8;
+  expect_concurrent_remote_prompts_equal_generate(cluster, rng, kPrompts);
+  // Counted by the heartbeat that also counts every send.
+  json prefill;
+  const auto until = std::chrono::steady_clock::now() + 5s;
+  while (std::chrono::steady_clock::now() < until) {
+    const json nodes = cluster.nodes();
+    for (const json& node : nodes["nodes"])
+      if (node["name"] == "prefill-0") prefill = node;
+    if (prefill.value("transfers_ok", 0) >= kPrompts) break;
+    std::this_thread::sleep_for(20ms);
   }
-  std::vector<std::thread> clients;
-  std::vector<Result<tools::HttpResponse>> responses(prompts.size(), internal_error("not sent"));
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    clients.emplace_back([&, i] {
-      responses[i] = cluster.post(
-          "/v1/completions",
-          json{{"prompt", prompts[i]}, {"max_tokens", max_tokens[i]}, {"temperature", 0}});
-    });
-  }
-  for (std::thread& client : clients) client.join();
-  for (size_t i = 0; i < prompts.size(); ++i) {
-    ASSERT_TRUE(responses[i].is_ok()) << responses[i].status().to_string();
-    ASSERT_EQ(responses[i]->status, 200) << responses[i]->body;
-    const json answer = json::parse(responses[i]->body);
-    EXPECT_NE(answer["choices"][0]["served_by"]["prefill"], nullptr) << "not prefilled remotely";
-    const json expected = baton_generate(
-        prompts[i], {"--max-tokens", std::to_string(max_tokens[i]), "--temperature", "0"});
-    EXPECT_EQ(answer["choices"][0]["text"], expected["text"]) << "prompt '" << prompts[i] << "'";
-  }
+  EXPECT_EQ(prefill["staging_slots"], 64) << prefill.dump();
+  EXPECT_GE(prefill["transfers_ok"], kPrompts) << prefill.dump();
+  EXPECT_EQ(prefill["staging_waits"], 0) << "a send queued for slots: " << prefill.dump();
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 

@@ -1858,6 +1858,7 @@ TEST_P(StagedTransferTest, SendsWaitInOrderForSlots) {
   EXPECT_EQ(copier.to_host_bytes.load(), uint64_t(6 + 6 + 2) * layout.block_bytes() * 4)
       << "each layer of each send copied out once";
   EXPECT_EQ(local_->engine().staging_slots_free(), kSlots);
+  EXPECT_EQ(local_->engine().stats().sends_waited_for_slots, 2u) << "the second and third waited";
 
   // A waiting send, cancelled: its callback, no copy.
   copier.copy_out_delay = 0ms;

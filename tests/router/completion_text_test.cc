@@ -181,6 +181,7 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
   prefill.role = Role::kPrefill;
   prefill.prefix_cache_queries = 5;
   prefill.load.preemptions = 3;  // down or not, its count stands
+  prefill.load.staging_waits = 9;
   snapshot.nodes.push_back(prefill);
   std::string text = metrics.render(snapshot);
   // Prefix cache counters: every node's, summed.
@@ -207,6 +208,9 @@ TEST(RouterMetrics, RendersVllmNamesAndCumulativeBuckets) {
             std::string::npos)
       << text;
   EXPECT_NE(text.find("baton:node_kv_staging_slots_free{node=\"d0\",role=\"decode\"} 17\n"),
+            std::string::npos)
+      << text;
+  EXPECT_NE(text.find("baton:node_kv_staging_waits_total{node=\"p0\",role=\"prefill\"} 9\n"),
             std::string::npos)
       << text;
   EXPECT_NE(text.find("vllm:num_requests_running{model_name=\"tiny\"} 3\n"), std::string::npos)
