@@ -51,10 +51,8 @@ CompletionExchange::CompletionExchange(ExchangeSpec spec, std::shared_ptr<HttpRe
       tokenizer_(tokenizer),
       metrics_(metrics),
       workers_(workers),
-      arrival_(spec_.arrival) {
-  for (const std::string& stop : spec_.stop)
-    max_stop_bytes_ = std::max(max_stop_bytes_, stop.size());
-}
+      arrival_(spec_.arrival),
+      stops_(spec_.stop) {}
 
 void CompletionExchange::start(std::vector<GenerationRequest> choices) {
   std::weak_ptr<CompletionExchange> weak = weak_from_this();
@@ -71,6 +69,7 @@ void CompletionExchange::start(std::vector<GenerationRequest> choices) {
     const auto& prompt = choices[i].prompt;
     choices_[i].prompt_tokens = int64_t(prompt.size());
     choices_[i].max_tokens = choices[i].sampling.max_tokens;
+    choices_[i].stop_scan = stops_.scan();
     const size_t lead = std::min(prompt.size(), kDetokenizeContextTokens);
     choices_[i].lead.assign(prompt.end() - ptrdiff_t(lead), prompt.end());
     if (choices[i].sampling.prompt_logprobs >= 0) choices_[i].prompt = prompt;
@@ -155,19 +154,17 @@ std::string CompletionExchange::detokenize(const std::vector<int32_t>& tokens) c
 }
 
 size_t CompletionExchange::update_text(ChoiceState& choice) {
-  // Only the new tokens are decoded, and only text not searched before (plus
-  // the bytes a stop string starting earlier could still need) is searched:
-  // each update costs what it adds, not what the output has grown to. All
-  // of the text before this update was searched by the last one (a match
-  // finishes the choice, and finished choices are not updated again).
-  const size_t scanned = choice.text.size();
+  // Only the new tokens are decoded, and only the new text is searched (the
+  // scan carries what a stop string starting earlier matched so far): each
+  // update costs what it adds, not what the output has grown to.
   const bool appended = append_decoded(
       choice.tokens, choice.decoded, choice.text,
       [this](const auto& ids) { return detokenize(ids); }, choice.lead);
-  const size_t hold = max_stop_bytes_ > 0 ? max_stop_bytes_ - 1 : 0;
-  const size_t from = appended && scanned > hold ? scanned - hold : 0;
   size_t match = std::string::npos;
-  for (const std::string& stop : spec_.stop) match = std::min(match, choice.text.find(stop, from));
+  if (!stops_.empty()) {
+    if (!appended) choice.stop_scan->restart();
+    match = choice.stop_scan->feed(choice.text);
+  }
   if (match != std::string::npos) {
     choice.text.resize(match);
     if (!choice.finished) core_.cancel(choice.request_id);
@@ -175,10 +172,11 @@ size_t CompletionExchange::update_text(ChoiceState& choice) {
     choice.finish_reason = FinishReason::kStop;
   }
   if (choice.finished) return choice.text.size();
+  // The text's end that begins a stop string is held back until the string
+  // is complete (the choice stops there) or cannot be.
+  const size_t hold = stops_.empty() ? 0 : choice.stop_scan->partial();
   const std::string_view text = choice.text;
-  size_t visible = complete_utf8_prefix(text);
-  // A stop string may be starting at the end: hold that much back.
-  if (hold > 0) visible = visible > hold ? complete_utf8_prefix(text.substr(0, visible - hold)) : 0;
+  const size_t visible = complete_utf8_prefix(text.substr(0, text.size() - hold));
   return std::max(visible, choice.emitted);
 }
 

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,7 @@
 #include "router/openai_response.h"
 #include "router/request_workers.h"
 #include "router/router_core.h"
+#include "router/stop_strings.h"
 
 namespace baton::router {
 
@@ -78,8 +80,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     std::string text;          // text of tokens[0, decoded), cut at a stop string once one matched
     size_t decoded = 0;        // tokens turned into `text`
     size_t logprobs_sent = 0;  // streaming: tokens whose log-probabilities are out
-    size_t logprobs_text_offset = 0;  // completions' text_offset after those tokens
-    size_t emitted = 0;               // bytes of text already streamed
+    size_t logprobs_text_offset = 0;             // completions' text_offset after those tokens
+    size_t emitted = 0;                          // bytes of text already streamed
+    std::optional<StopStrings::Scan> stop_scan;  // where `text` stands against spec_.stop
     bool finished = false;
     FinishReason finish_reason = FinishReason::kNone;
     std::chrono::steady_clock::time_point first_token;
@@ -139,7 +142,7 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   RouterMetrics& metrics_;
   RequestWorkers& workers_;
   std::chrono::steady_clock::time_point arrival_;
-  size_t max_stop_bytes_ = 0;
+  StopStrings stops_;  // spec_.stop
 
   std::mutex mutex_;
   std::vector<ChoiceState> choices_;

@@ -898,6 +898,21 @@ TEST_F(ServingTest, StopStringsCutTheTextAndEndTheRequest) {
       streamed += json::parse(event)["choices"][0]["text"].get<std::string>();
     }
     EXPECT_EQ(streamed, want);
+    // A stop string longer than the output: a stream holds back only an
+    // end that begins it, so the text arrives as it is generated.
+    body["stop"] = json::array({std::string(2000, '\x02')});
+    events = cluster_->post_stream("/v1/completions", body);
+    ASSERT_TRUE(events.is_ok());
+    streamed.clear();
+    int pieces = 0;
+    for (const std::string& event : *events) {
+      if (event == "[DONE]") continue;
+      const std::string piece = json::parse(event)["choices"][0]["text"];
+      pieces += !piece.empty();
+      streamed += piece;
+    }
+    EXPECT_EQ(streamed, text);
+    EXPECT_GT(pieces, 1) << "the text was held back until the end";
     EXPECT_TRUE(cluster_->wait_drained(10s));
     return;
   }
