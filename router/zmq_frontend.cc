@@ -31,6 +31,10 @@ constexpr int kClientReceiveHighWaterMark = 256;
 constexpr auto kUnsentRetryInterval = 1ms;
 // What libzmq may still send of a client's replies once the front end closes.
 constexpr int kCloseLingerMs = 200;
+// Requests read in one pass of the loop: a client that sends faster than the
+// loop reads must not keep it from sending replies (everyone's, streamed
+// tokens included) and from dropping clients that stopped reading.
+constexpr int kMaxRequestsPerPass = 64;
 
 // A frame sent without blocking, again when a signal interrupted it; false
 // when the client's pipe is full (only a message's first frame can be).
@@ -345,7 +349,8 @@ void ZmqFrontend::cancel_client(const std::string& identity, const char* why) {
 
 void ZmqFrontend::receive_requests() {
   zmq::socket_t& socket = sockets_->socket;
-  while (true) {
+  // More waiting keeps the socket readable: the next poll returns at once.
+  for (int taken = 0; taken < kMaxRequestsPerPass; ++taken) {
     std::vector<zmq::message_t> parts;
     auto received =
         zmq::recv_multipart(socket, std::back_inserter(parts), zmq::recv_flags::dontwait);

@@ -3,6 +3,8 @@
 // with router.zmq_keys, only holders of the client key are served.
 #include <gtest/gtest.h>
 
+#include <array>
+#include <atomic>
 #include <random>
 #include <thread>
 #include <zmq.hpp>
@@ -213,6 +215,45 @@ TEST(ZmqFrontendTest, AClientThatStopsReadingLosesItsRepliesNotTheRoutersMemory)
   ASSERT_EQ(reply.size(), 3u);
   EXPECT_EQ(reply[0], "after");
   EXPECT_EQ(json::parse(reply[2])["count"], 4);  // BOS and three bytes
+}
+
+// A client that sends requests faster than the front end reads them does
+// not hold up the replies to the others: the front end sends replies
+// between bounded batches of requests, not once every request is read.
+TEST(ZmqFrontendTest, AFloodingClientDoesNotHoldUpTheOthersReplies) {
+  Cluster cluster(ClusterShape{});
+  std::atomic<bool> flooding{true};
+  std::atomic<int64_t> sent{0};
+  std::thread flooder([&] {
+    ZmqClient client(cluster.zmq_port(), nullptr, 1s);
+    // Answered on the front end's own thread (a few KB each), and never read here.
+    for (int64_t i = 0; flooding; ++i) {
+      std::array<zmq::const_buffer, 3> parts = {zmq::buffer(std::to_string(i)),
+                                                zmq::buffer(std::string_view("/metrics")),
+                                                zmq::buffer(std::string_view())};
+      if (!zmq::send_multipart(client.socket(), parts, zmq::send_flags::dontwait)) {
+        std::this_thread::yield();  // its queue is full: the router has 256 waiting
+        continue;
+      }
+      ++sent;
+    }
+  });
+  std::this_thread::sleep_for(500ms);
+  ZmqClient probe(cluster.zmq_port(), nullptr, 10s);
+  const int64_t sent_before = sent.load();
+  const auto asked = std::chrono::steady_clock::now();
+  probe.send("probe", "/health", "");
+  const std::vector<std::string> reply = probe.receive();
+  const auto waited = std::chrono::steady_clock::now() - asked;
+  const int64_t sent_while_waiting = sent.load() - sent_before;
+  flooding = false;
+  flooder.join();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[0], "probe");
+  EXPECT_EQ(reply[1], "200");
+  EXPECT_LT(waited, 2s) << "the flood held up the reply; " << sent_while_waiting
+                        << " flood requests sent meanwhile";
+  EXPECT_GT(sent_before, 1000) << "no flood to speak of";
 }
 
 // router.max_request_body_bytes bounds both front ends alike.
