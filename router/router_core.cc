@@ -109,6 +109,13 @@ void RouterCore::loop() {
       cancels.swap(cancels_);
     }
     for (Submission& submission : submissions) dispatch(submission);
+    for (uint64_t id : std::exchange(undeliverable_, {})) {
+      auto it = requests_.find(id);
+      if (it == requests_.end()) continue;
+      call_sink(it->second.sink, failed_update(internal_error("the router could not deliver "
+                                                              "the request's output")));
+      forget(id);
+    }
     for (uint64_t id : cancels) {
       auto it = requests_.find(id);
       if (it == requests_.end()) continue;
@@ -150,7 +157,7 @@ void RouterCore::loop() {
   }
   for (Submission& s : submissions) {
     in_flight_.fetch_sub(1);
-    s.sink(failed_update(unavailable("the router is shutting down")));
+    call_sink(s.sink, failed_update(unavailable("the router is shutting down")));
   }
 }
 
@@ -160,7 +167,7 @@ void RouterCore::dispatch(Submission& submission) {
     NodeState* decode = registry_.pick(Role::kDecode, prompt);
     if (decode == nullptr) {
       in_flight_.fetch_sub(1);
-      submission.sink(failed_update(unavailable("no decode node is up")));
+      call_sink(submission.sink, failed_update(unavailable("no decode node is up")));
       return;
     }
     const PrefillPlacement placement =
@@ -490,10 +497,29 @@ void RouterCore::publish_snapshot() {
   snapshot_ = std::move(snapshot);
 }
 
+bool RouterCore::call_sink(const UpdateSink& sink, const GenerationUpdate& update) {
+  // A front end's sink that throws (out of memory building a reply, a bug)
+  // must not end this thread, which serves every request.
+  try {
+    sink(update);
+    return true;
+  } catch (const std::exception& e) {
+    spdlog::error("router: a front end could not take a request's output: {}", e.what());
+  } catch (...) {
+    spdlog::error("router: a front end could not take a request's output");
+  }
+  return false;
+}
+
 void RouterCore::deliver(Request& request, GenerationUpdate update) {
   update.decode_node = request.decode_node;
   update.prefill_node = request.prefilled_by;
-  request.sink(update);
+  if (call_sink(request.sink, update) || update.finished) return;
+  // The request cannot go on: its nodes let it go now, and the loop forgets
+  // it once the caller is done with it (the front end gets one more try,
+  // with an error).
+  abort_on_nodes(request, "the router could not deliver its output");
+  undeliverable_.push_back(request.id);
 }
 
 Status RouterCore::send(const std::string& node, const control::Message& message) {

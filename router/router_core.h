@@ -124,6 +124,8 @@ class RouterCore {
   ClusterSnapshot snapshot() const;
   int32_t max_queued_requests() const { return config_.max_queued_requests; }
   int32_t in_flight() const { return in_flight_.load(); }
+  // Where the control socket is bound ("tcp://127.0.0.1:41234" after port *).
+  std::string control_endpoint() const { return socket_->endpoint(); }
 
  private:
   struct Request {
@@ -152,6 +154,8 @@ class RouterCore {
   explicit RouterCore(RouterCoreConfig config);
   void loop();
   void dispatch(Submission& submission);
+  // Calls a front end's sink; false (logged) when it threw.
+  static bool call_sink(const UpdateSink& sink, const GenerationUpdate& update);
   void handle(const std::string& from, control::Message& message);
   void on_register(const std::string& from, const control::Register& message);
   void on_prefill_ready(const std::string& from, control::PrefillReady& ready);
@@ -167,13 +171,15 @@ class RouterCore {
   void forget(uint64_t request_id);
   void publish_snapshot();
   Status send(const std::string& node, const control::Message& message);
-  static void deliver(Request& request, GenerationUpdate update);
+  void deliver(Request& request, GenerationUpdate update);
 
   RouterCoreConfig config_;
   std::unique_ptr<control::ControlSocket> socket_;
   control::WakeFd wake_;
   NodeRegistry registry_;
   std::unordered_map<uint64_t, Request> requests_;  // core thread only
+  // Requests whose sink threw, forgotten by the loop (core thread only).
+  std::vector<uint64_t> undeliverable_;
   // Requests failed while their node was down (it could not be told): the
   // node may only have stopped, and comes back holding them. Aborted on it
   // when the same process registers again; forgotten for a new process.

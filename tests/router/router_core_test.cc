@@ -1,0 +1,102 @@
+// The dispatcher core on its own: its control socket on loopback, and the
+// test playing its decode node.
+#include "router/router_core.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <future>
+#include <stdexcept>
+#include <thread>
+
+namespace baton::router {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+// A front end whose sink throws (out of memory building a reply, a bug)
+// loses that request, not the core's thread: the request is aborted on its
+// node, and the next one is served.
+TEST(RouterCoreTest, ASinkThatThrowsEndsItsRequestNotTheCore) {
+  RouterCoreConfig config;
+  config.control_endpoint = "tcp://127.0.0.1:*";
+  config.nodes = {{"decode-0", Role::kDecode}};
+  auto core = RouterCore::start(config);
+  ASSERT_TRUE(core.is_ok()) << core.status().to_string();
+  auto node = control::ControlSocket::connect((*core)->control_endpoint(), "decode-0");
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  ASSERT_TRUE((*node)
+                  ->send("", control::Register{"decode-0",
+                                               Role::kDecode,
+                                               {1, 2, 3},
+                                               16,
+                                               1024,
+                                               ::getpid(),
+                                               "f32",
+                                               256,
+                                               "cpu",
+                                               ""})
+                  .is_ok());
+  // What the node is sent, heartbeating meanwhile, until `done`.
+  auto serve = [&](auto&& on_message, auto&& done) {
+    for (auto until = Clock::now() + 10s; !done() && Clock::now() < until;) {
+      (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+      for (auto& received : (*node)->poll(20ms)) on_message(received.message);
+    }
+  };
+  GenerationRequest request;
+  request.prompt = {1, 2, 3};
+  request.sampling.max_tokens = 4;
+  auto submit = [&](UpdateSink sink) {
+    Result<uint64_t> id = unavailable("not submitted");
+    serve([](control::Message&) {},
+          [&] { return (id = (*core)->submit(request, sink)).is_ok(); });  // once registered
+    return id;
+  };
+  // Answers a Generate with one token, and the request's end when `last`.
+  auto answer = [&](control::Message& message, bool last) {
+    if (auto* generate = std::get_if<control::Generate>(&message)) {
+      control::TokenEvent event;
+      event.request_id = generate->request_id;
+      event.tokens = {7};
+      if (last) event.finish_reason = FinishReason::kLength;
+      (void)(*node)->send("", control::Events{{event}});
+    }
+  };
+
+  const Result<uint64_t> thrower = submit([](const GenerationUpdate& update) {
+    if (!update.tokens.empty()) throw std::runtime_error("a front end's bug");
+  });
+  ASSERT_TRUE(thrower.is_ok()) << thrower.status().to_string();
+  bool aborted = false;
+  serve(
+      [&](control::Message& message) {
+        answer(message, false);
+        if (auto* abort = std::get_if<control::Abort>(&message))
+          aborted |= abort->request_id == *thrower;
+      },
+      [&] { return aborted; });
+  EXPECT_TRUE(aborted) << "the request whose sink threw was not aborted on its node";
+
+  std::promise<GenerationUpdate> last;
+  const Result<uint64_t> served = submit([&](const GenerationUpdate& update) {
+    if (update.finished) last.set_value(update);
+  });
+  ASSERT_TRUE(served.is_ok()) << served.status().to_string();
+  std::future<GenerationUpdate> end = last.get_future();
+  serve([&](control::Message& message) { answer(message, true); },
+        [&] { return end.wait_for(0s) == std::future_status::ready; });
+  ASSERT_EQ(end.wait_for(0s), std::future_status::ready) << "the core's thread is gone";
+  const GenerationUpdate update = end.get();
+  EXPECT_TRUE(update.error.is_ok()) << update.error.to_string();
+  EXPECT_EQ(update.tokens, std::vector<int32_t>{7});
+  // Forgotten once its sink returned.
+  for (auto until = Clock::now() + 2s; (*core)->in_flight() != 0 && Clock::now() < until;)
+    std::this_thread::sleep_for(1ms);
+  EXPECT_EQ((*core)->in_flight(), 0) << "a request was kept";
+}
+
+}  // namespace
+}  // namespace baton::router
