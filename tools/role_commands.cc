@@ -17,6 +17,7 @@
 #include "prefill_node/prefill_server.h"
 #include "router/router_server.h"
 #include "tools/commands.h"
+#include "tools/open_file_limit.h"
 #include "tools/process_priority.h"
 #include "tools/router_settings.h"
 #include "tools/stop_signal.h"
@@ -71,6 +72,13 @@ int run_router(const std::string& file) {
   if (!config.is_ok()) return fail(config.status());
   Result<router::RouterSettings> settings = router_settings(*config);
   if (!settings.is_ok()) return fail(settings.status());
+  // A descriptor per client connection, and room for the nodes, ZeroMQ
+  // clients and files beside them.
+  if (Status raised = raise_open_file_limit(uint64_t(settings->http.max_connections) + 1024);
+      !raised.is_ok()) {
+    spdlog::warn("router: {}: connections past it fail to be accepted (EMFILE), not with a 503",
+                 raised.message());
+  }
   Result<std::unique_ptr<router::RouterServer>> server =
       router::RouterServer::start(std::move(settings).value());
   if (!server.is_ok()) return fail(server.status());
