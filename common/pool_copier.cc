@@ -17,16 +17,14 @@ class HostMemoryCopier final : public PoolCopier {
   HostMemoryCopier(uint8_t* pool, size_t bytes) : pool_(pool), bytes_(bytes) {}
 
   Status to_host(void* host, std::span<const Range> ranges) override {
-    BATON_RETURN_IF_ERROR(check(ranges));
-    BATON_RETURN_IF_ERROR(check_host(ranges));
+    BATON_RETURN_IF_ERROR(check_copy_ranges(ranges, bytes_, host_bytes_));
     for (const Range& r : ranges)
       std::memcpy(static_cast<uint8_t*>(host) + r.host_offset, pool_ + r.offset, r.bytes);
     return Status::ok();
   }
 
   Status to_device(const void* host, std::span<const Range> ranges) override {
-    BATON_RETURN_IF_ERROR(check(ranges));
-    BATON_RETURN_IF_ERROR(check_host(ranges));
+    BATON_RETURN_IF_ERROR(check_copy_ranges(ranges, bytes_, host_bytes_));
     for (const Range& r : ranges)
       std::memcpy(pool_ + r.offset, static_cast<const uint8_t*>(host) + r.host_offset, r.bytes);
     return Status::ok();
@@ -42,35 +40,29 @@ class HostMemoryCopier final : public PoolCopier {
   const char* name() const override { return "host memory"; }
 
  private:
-  Status check(std::span<const Range> ranges) const {
-    for (const Range& r : ranges) {
-      if (r.offset > bytes_ || r.bytes > bytes_ - r.offset) {
-        return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at " +
-                            std::to_string(r.offset) + " outside the pool of " +
-                            std::to_string(bytes_));
-      }
-    }
-    return Status::ok();
-  }
-
-  Status check_host(std::span<const Range> ranges) const {
-    for (const Range& r : ranges) {
-      if (host_bytes_ != 0 &&
-          (r.host_offset > host_bytes_ || r.bytes > host_bytes_ - r.host_offset)) {
-        return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at host offset " +
-                            std::to_string(r.host_offset) + " outside the " +
-                            std::to_string(host_bytes_) + " host bytes");
-      }
-    }
-    return Status::ok();
-  }
-
   uint8_t* const pool_;
   const size_t bytes_;
   size_t host_bytes_ = 0;  // told by pin(); 0: not yet
 };
 
 }  // namespace
+
+Status check_copy_ranges(std::span<const PoolCopier::Range> ranges, size_t pool_bytes,
+                         size_t host_bytes) {
+  for (const PoolCopier::Range& r : ranges) {
+    if (r.offset > pool_bytes || r.bytes > pool_bytes - r.offset) {
+      return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at " +
+                          std::to_string(r.offset) + " outside the pool of " +
+                          std::to_string(pool_bytes));
+    }
+    if (host_bytes != 0 && (r.host_offset > host_bytes || r.bytes > host_bytes - r.host_offset)) {
+      return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at host offset " +
+                          std::to_string(r.host_offset) + " outside the " +
+                          std::to_string(host_bytes) + " host bytes");
+    }
+  }
+  return Status::ok();
+}
 
 std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& pool,
                                                  std::span<const int32_t> blocks,

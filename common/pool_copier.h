@@ -60,6 +60,11 @@ std::vector<PoolCopier::Range> block_byte_ranges(const KvLayout& pool,
                                                  std::span<const int32_t> slots,
                                                  int32_t layer_begin, int32_t layer_end);
 
+// OutOfRange naming the first of `ranges` that is not inside the pool's
+// `pool_bytes` or, where `host_bytes` is not 0, the host memory's.
+Status check_copy_ranges(std::span<const PoolCopier::Range> ranges, size_t pool_bytes,
+                         size_t host_bytes);
+
 // The copier of a pool in host memory (`bytes` at `pool`): plain memcpy,
 // every range checked against the pool (and against the host memory, once
 // pin() has named it). A CPU node stages its pool through it where it is

@@ -4,6 +4,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -57,11 +58,21 @@ class CudaPoolCopier final : public PoolCopier {
   }
 
   Status pin(void* host, size_t bytes) override {
-    if (pinned_ != nullptr)
-      return invalid_argument("this copier has pinned its host memory already");
+    if (host_bytes_ != 0) return invalid_argument("this copier was given its host memory already");
+    // Whether or not it gets pinned, copies stay inside it from here on.
+    host_bytes_ = bytes;
     return on_device([&]() -> Status {
-      BATON_CUDA_RETURN_IF_ERROR(cudaHostRegister(host, bytes, cudaHostRegisterPortable));
+      const cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterPortable);
+      // Pinned already (by a UCX with CUDA support, say): page-locked all
+      // the same, and not this copier's to unregister.
+      if (e == cudaErrorHostMemoryAlreadyRegistered) {
+        (void)cudaGetLastError();
+        host_pinned_ = true;
+        return Status::ok();
+      }
+      BATON_RETURN_IF_ERROR(cuda_status(e, "cudaHostRegister", __FILE__, __LINE__));
       pinned_ = host;
+      host_pinned_ = true;
       return Status::ok();
     });
   }
@@ -84,13 +95,18 @@ class CudaPoolCopier final : public PoolCopier {
   // block and layer; else one call each.
   Status enqueue(Direction& d) {
 #if CUDART_VERSION >= 13000
-    if (pinned_ != nullptr) {
+    if (host_pinned_ && batch_works_.load(std::memory_order_relaxed)) {
       cudaMemcpyAttributes attrs{};
       attrs.srcAccessOrder = cudaMemcpySrcAccessOrderStream;
       size_t first = 0;
-      return cuda_status(cudaMemcpyBatchAsync(d.dsts.data(), d.srcs.data(), d.sizes.data(),
-                                              d.sizes.size(), &attrs, &first, 1, d.stream),
-                         "cudaMemcpyBatchAsync", __FILE__, __LINE__);
+      const cudaError_t e = cudaMemcpyBatchAsync(d.dsts.data(), d.srcs.data(), d.sizes.data(),
+                                                 d.sizes.size(), &attrs, &first, 1, d.stream);
+      if (e != cudaErrorInvalidValue && e != cudaErrorNotSupported)
+        return cuda_status(e, "cudaMemcpyBatchAsync", __FILE__, __LINE__);
+      // A driver or platform that refuses the batch: a call per range from
+      // now on. The copies are idempotent, so any it queued may run again.
+      (void)cudaGetLastError();
+      batch_works_.store(false, std::memory_order_relaxed);
     }
 #endif
     for (size_t i = 0; i < d.sizes.size(); ++i) {
@@ -104,13 +120,7 @@ class CudaPoolCopier final : public PoolCopier {
   // `ends(r)`: where range r goes to and comes from.
   template <typename Ends>
   Status copy(Direction& d, std::span<const Range> ranges, Ends ends) {
-    for (const Range& r : ranges) {
-      if (r.offset > bytes_ || r.bytes > bytes_ - r.offset) {
-        return out_of_range("copy of " + std::to_string(r.bytes) + " bytes at " +
-                            std::to_string(r.offset) + " outside the pool of " +
-                            std::to_string(bytes_));
-      }
-    }
+    BATON_RETURN_IF_ERROR(check_copy_ranges(ranges, bytes_, host_bytes_));
     if (ranges.empty()) return Status::ok();
     std::lock_guard lock(d.mutex);
     d.dsts.clear();
@@ -156,7 +166,10 @@ class CudaPoolCopier final : public PoolCopier {
   const size_t bytes_;
   const int device_;
   const std::string name_;
-  void* pinned_ = nullptr;
+  size_t host_bytes_ = 0;     // the host memory pin() was given; 0: none yet
+  void* pinned_ = nullptr;    // registered by this copier (unregistered with it)
+  bool host_pinned_ = false;  // page-locked, by this copier or before it
+  std::atomic<bool> batch_works_{true};
   Direction out_, in_;
 };
 

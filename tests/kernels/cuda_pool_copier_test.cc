@@ -90,7 +90,39 @@ TEST_F(CudaPoolCopierTest, CopiesExactlyTheRangesBothWays) {
 
     PoolCopier::Range past{.offset = kBytes - 8, .bytes = 16, .host_offset = 0};
     EXPECT_EQ((*copier)->to_host(host.data(), {&past, 1}).code(), StatusCode::kOutOfRange);
+    if (pinned) {  // the host memory's size is known once pin() named it
+      PoolCopier::Range host_past{.offset = 0, .bytes = 16, .host_offset = kBytes - 8};
+      EXPECT_EQ((*copier)->to_device(host.data(), {&host_past, 1}).code(), StatusCode::kOutOfRange);
+    }
     copier->reset();  // unpins before the host memory goes
+  }
+}
+
+// Host memory another copier (or a UCX with CUDA support) pinned already
+// serves as pinned, and stays pinned for its owner when this copier goes.
+TEST_F(CudaPoolCopierTest, HostMemoryPinnedBeforeServesAsPinned) {
+  constexpr size_t kBytes = 4 << 20;
+  std::mt19937_64 rng(std::random_device{}());
+  auto pool = DeviceBuffer::allocate(kBytes);
+  ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
+  auto owner = make_pool_copier(pool->data(), kBytes);
+  auto second = make_pool_copier(pool->data(), kBytes);
+  ASSERT_TRUE(owner.is_ok() && second.is_ok());
+  std::vector<uint8_t> host(kBytes);
+  ASSERT_TRUE((*owner)->pin(host.data(), kBytes).is_ok());
+  EXPECT_TRUE((*second)->pin(host.data(), kBytes).is_ok());
+  for (auto* copier : {&*second, &*owner}) {
+    for (auto& b : host) b = uint8_t(rng());
+    const std::vector<uint8_t> sent = host;
+    auto ranges = random_ranges(rng, kBytes, true);
+    ASSERT_TRUE((*copier)->to_device(host.data(), ranges).is_ok());
+    std::fill(host.begin(), host.end(), kPoison);
+    ASSERT_TRUE((*copier)->to_host(host.data(), ranges).is_ok());
+    for (const auto& r : ranges) {
+      ASSERT_TRUE(std::equal(host.begin() + r.host_offset, host.begin() + r.host_offset + r.bytes,
+                             sent.begin() + r.host_offset));
+    }
+    copier->reset();  // the second goes first: the owner copies on after it
   }
 }
 

@@ -231,6 +231,33 @@ TEST(BlockRunsTest, ByteRangesPairEachBlockWithItsSlotMergedMaximally) {
   }
 }
 
+// A copy that would reach past the pool, or past the host memory once pin()
+// named it, is refused naming where, and copies nothing.
+TEST(BlockRunsTest, HostPoolCopierRefusesRangesPastEitherSide) {
+  std::vector<uint8_t> pool(4096, 1), host(1024, 2);
+  auto copier = make_host_pool_copier(pool.data(), pool.size());
+  (void)copier->pin(host.data(), host.size());  // refused (no device), but names the host memory
+  const PoolCopier::Range ranges[] = {
+      {.offset = 4000, .bytes = 97, .host_offset = 0},  // past the pool
+      {.offset = 0, .bytes = 25, .host_offset = 1000},  // past the host memory
+      {.offset = ~size_t(0), .bytes = 2, .host_offset = 0},
+      {.offset = 0, .bytes = 2, .host_offset = ~size_t(0)}};
+  for (const PoolCopier::Range& bad : ranges) {
+    const Status out = copier->to_host(host.data(), {&bad, 1});
+    EXPECT_EQ(out.code(), StatusCode::kOutOfRange) << out.to_string();
+    EXPECT_NE(out.message().find(bad.offset == 0 ? "host offset" : "outside the pool"),
+              std::string::npos)
+        << out.message();
+    EXPECT_EQ(copier->to_device(host.data(), {&bad, 1}).code(), StatusCode::kOutOfRange);
+  }
+  EXPECT_TRUE(std::all_of(host.begin(), host.end(), [](uint8_t b) { return b == 2; }));
+  EXPECT_TRUE(std::all_of(pool.begin(), pool.end(), [](uint8_t b) { return b == 1; }));
+  const PoolCopier::Range edge{.offset = 4000, .bytes = 96, .host_offset = 928};
+  ASSERT_TRUE(copier->to_host(host.data(), {&edge, 1}).is_ok());
+  EXPECT_EQ(host[928], 1);
+  EXPECT_EQ(host[1023], 1);
+}
+
 TEST(BlockRunsTest, ValidatesIdsAndLengths) {
   KvLayout l = layout();
   std::vector<int32_t> a = {1, 2}, b = {3, 3}, c = {1}, d = {1, 10};
