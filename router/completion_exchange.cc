@@ -96,8 +96,17 @@ void CompletionExchange::on_client_gone() {
 }
 
 void CompletionExchange::on_update(size_t index, const GenerationUpdate& update) {
-  std::lock_guard lock(mutex_);
-  if (done_ || index >= choices_.size() || choices_[index].finished) return;
+  bool build = false;
+  {
+    std::lock_guard lock(mutex_);
+    build = take_update(index, update);
+  }
+  // Not under the mutex: a stopped pool runs the work here, and it locks.
+  if (build) workers_.post([self = shared_from_this(), index] { self->build_prompt_part(index); });
+}
+
+bool CompletionExchange::take_update(size_t index, const GenerationUpdate& update) {
+  if (done_ || index >= choices_.size() || choices_[index].finished) return false;
   ChoiceState& choice = choices_[index];
   choice.decode_node = update.decode_node;
   choice.prefill_node = update.prefill_node;
@@ -107,8 +116,9 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   if (int64_t(choice.tokens.size() + update.tokens.size()) > choice.max_tokens ||
       update.logprobs.size() > update.tokens.size() ||
       update.prompt_logprobs.size() > size_t(choice.prompt_tokens)) {
-    return fail(internal_error("node " + update.decode_node + " sent more tokens than the " +
-                               std::to_string(choice.max_tokens) + " asked for"));
+    fail(internal_error("node " + update.decode_node + " sent more tokens than the " +
+                        std::to_string(choice.max_tokens) + " asked for"));
+    return false;
   }
   if (!update.tokens.empty()) {
     if (!choice.got_token) {
@@ -130,13 +140,51 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
     if (!update.prompt_logprobs.empty()) choice.prompt_logprobs = update.prompt_logprobs;
   }
   if (update.finished) {
-    if (update.finish_reason == FinishReason::kError) return fail(update.error);
+    if (update.finish_reason == FinishReason::kError) {
+      fail(update.error);
+      return false;
+    }
     choice.finished = true;
     choice.finish_reason = update.finish_reason;
   }
-  size_t visible = update_text(choice);
+  const size_t visible = update_text(choice);
+  // The first chunk of a streamed echo with log-probabilities carries the
+  // prompt's: as many entries as the prompt has tokens, times the
+  // alternatives, which a worker builds while this thread serves the other
+  // requests. The choice's chunks wait for it.
+  if (spec_.stream && !choice.sent_chunk && !choice.prompt_part) {
+    if (choice.building_prompt_part) return false;
+    if (!choice.prompt.empty() && choice.scored() > 0) {
+      choice.building_prompt_part = true;
+      return true;
+    }
+  }
+  emit(index, choice, visible);
+  return false;
+}
+
+void CompletionExchange::build_prompt_part(size_t index) {
+  std::vector<int32_t> prompt;
+  std::vector<control::TokenLogprobs> scored;
+  {
+    std::lock_guard lock(mutex_);
+    if (done_) return;
+    prompt = std::move(choices_[index].prompt);
+    scored = std::move(choices_[index].prompt_logprobs);
+  }
+  json part = prompt_part(prompt, scored);
+  std::lock_guard lock(mutex_);
+  if (done_) return;
+  ChoiceState& choice = choices_[index];
+  choice.prompt_part = std::move(part);
+  choice.building_prompt_part = false;
+  emit(index, choice, update_text(choice));
+}
+
+void CompletionExchange::emit(size_t index, ChoiceState& choice, size_t visible) {
   if (spec_.stream) stream_delta(index, choice, visible);
   if (!choice.finished) return;
+  const auto now = Clock::now();
   ++finished_count_;
   metrics_.observe_e2e(seconds_between(arrival_, now));
   metrics_.observe_request(choice.prompt_tokens, int64_t(choice.tokens.size()),
@@ -202,8 +250,11 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
     if (first) choice.logprobs_text_offset = echo_of(index).size();
     json logprobs =
         logprobs_json(choice, choice.logprobs_sent, scored, choice.logprobs_text_offset);
-    chunk["choices"][0]["logprobs"] =
-        first && !choice.prompt.empty() ? with_prompt(choice, std::move(logprobs)) : logprobs;
+    if (first && choice.prompt_part) {
+      logprobs = with_prompt_part(std::move(*choice.prompt_part), std::move(logprobs));
+      choice.prompt_part.reset();
+    }
+    chunk["choices"][0]["logprobs"] = std::move(logprobs);
     choice.logprobs_sent = scored;
   }
   if (choice.finished) chunk["choices"][0]["served_by"] = served_by(choice);
@@ -273,34 +324,37 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
           {"text_offset", text_offset_list}};
 }
 
-json CompletionExchange::with_prompt(const ChoiceState& choice, json logprobs) const {
+json CompletionExchange::prompt_part(const std::vector<int32_t>& prompt,
+                                     const std::vector<control::TokenLogprobs>& scored) const {
   json tokens = json::array(), token_logprobs = json::array(), top_logprobs = json::array(),
        text_offset = json::array();
   size_t offset = 0;
-  for (size_t p = 0; p < choice.prompt.size(); ++p) {
+  for (size_t p = 0; p < prompt.size(); ++p) {
     // The first token has no context to be scored in; a node that sent
     // fewer scores than tokens leaves the rest null too.
-    const control::TokenLogprobs* scored =
-        p > 0 && p - 1 < choice.prompt_logprobs.size() ? &choice.prompt_logprobs[p - 1] : nullptr;
-    std::string text = token_text(choice.prompt[p]);
+    const control::TokenLogprobs* lp = p > 0 && p - 1 < scored.size() ? &scored[p - 1] : nullptr;
+    std::string text = token_text(prompt[p]);
     tokens.push_back(text);
     text_offset.push_back(offset);
     offset += text.size();
-    if (scored == nullptr) {
+    if (lp == nullptr) {
       token_logprobs.push_back(nullptr);
       top_logprobs.push_back(nullptr);
       continue;
     }
-    token_logprobs.push_back(scored->logprob);
-    top_logprobs.push_back(top_map(choice.prompt[p], *scored));
+    token_logprobs.push_back(lp->logprob);
+    top_logprobs.push_back(top_map(prompt[p], *lp));
   }
-  const std::pair<const char*, json*> parts[] = {{"tokens", &tokens},
-                                                 {"token_logprobs", &token_logprobs},
-                                                 {"top_logprobs", &top_logprobs},
-                                                 {"text_offset", &text_offset}};
-  for (const auto& [key, part] : parts) {
-    for (json& item : logprobs[key]) part->push_back(std::move(item));
-    logprobs[key] = std::move(*part);
+  return {{"tokens", std::move(tokens)},
+          {"token_logprobs", std::move(token_logprobs)},
+          {"top_logprobs", std::move(top_logprobs)},
+          {"text_offset", std::move(text_offset)}};
+}
+
+json CompletionExchange::with_prompt_part(json part, json logprobs) {
+  for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"}) {
+    for (json& item : logprobs[key]) part[key].push_back(std::move(item));
+    logprobs[key] = std::move(part[key]);
   }
   return logprobs;
 }
@@ -343,7 +397,9 @@ void CompletionExchange::send_reply(const Usage& usage) {
       size_t offset = echo_of(returned[i]).size();
       json logprobs = logprobs_json(c, 0, c.scored(), offset);
       body["choices"][i]["logprobs"] =
-          c.prompt.empty() ? logprobs : with_prompt(c, std::move(logprobs));
+          c.prompt.empty()
+              ? logprobs
+              : with_prompt_part(prompt_part(c.prompt, c.prompt_logprobs), std::move(logprobs));
     }
   }
   metrics_.count_http(200);

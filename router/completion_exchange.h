@@ -83,6 +83,10 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     size_t logprobs_text_offset = 0;             // completions' text_offset after those tokens
     size_t emitted = 0;                          // bytes of text already streamed
     std::optional<StopStrings::Scan> stop_scan;  // where `text` stands against spec_.stop
+    // A streamed echo with log-probabilities: the prompt's part of the first
+    // chunk's, built on a worker (null once sent).
+    std::optional<nlohmann::json> prompt_part;
+    bool building_prompt_part = false;
     bool finished = false;
     FinishReason finish_reason = FinishReason::kNone;
     std::chrono::steady_clock::time_point first_token;
@@ -99,6 +103,12 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   };
 
   void on_update(size_t choice, const GenerationUpdate& update);
+  // on_update with the mutex held; true when the choice's prompt part is to
+  // be built (build_prompt_part, on a worker).
+  bool take_update(size_t index, const GenerationUpdate& update);
+  void build_prompt_part(size_t index);
+  // Streams what `visible` allows and counts the choice's end once it ended.
+  void emit(size_t index, ChoiceState& choice, size_t visible);
   void on_client_gone();
   // Detokenises, applies stop strings; returns the bytes that may be shown now.
   size_t update_text(ChoiceState& choice);
@@ -131,9 +141,12 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   // text starts and comes back advanced past `end`'s (completions shape).
   nlohmann::json logprobs_json(const ChoiceState& choice, size_t begin, size_t end,
                                size_t& text_offset) const;
-  // echo with logprobs (completions): `logprobs` with the prompt's tokens put
-  // first, the first with no log-probability (null), as OpenAI returns them.
-  nlohmann::json with_prompt(const ChoiceState& choice, nlohmann::json logprobs) const;
+  // echo with logprobs (completions): the prompt's tokens in the logprobs
+  // shape, the first with no log-probability (null), as OpenAI returns them.
+  nlohmann::json prompt_part(const std::vector<int32_t>& prompt,
+                             const std::vector<control::TokenLogprobs>& scored) const;
+  // `logprobs` with `part` (prompt_part) put first.
+  static nlohmann::json with_prompt_part(nlohmann::json part, nlohmann::json logprobs);
 
   ExchangeSpec spec_;
   std::shared_ptr<HttpResponder> responder_;
