@@ -1,8 +1,10 @@
-// common/json_depth.h — how deep a JSON text nests, and how wide its objects
-// are, read before it is parsed: every later use of a parsed value (a copy,
-// a dump, a walk over it) may recurse once a level, so a document nested
-// 100,000 deep must be refused as text, not met as a parsed value; and an
-// ordered parse of a wide object is quadratic.
+// common/json_depth.h — how deep a JSON text nests, how wide its objects
+// are and how many lists and objects it holds, read before it is parsed:
+// every later use of a parsed value (a copy, a dump, a walk over it) may
+// recurse once a level, so a document nested 100,000 deep must be refused
+// as text, not met as a parsed value; an ordered parse of a wide object is
+// quadratic; and an empty list or object parses to some 20 times its
+// bytes.
 #pragma once
 
 #include <cstddef>
@@ -64,6 +66,19 @@ inline bool json_object_wider_than(std::string_view text, size_t max_members) {
     }
     return false;
   });
+}
+
+// The lists and objects `text` opens. Each parsed one takes an allocation of
+// its own beside its value's 16 bytes: "{}," is three bytes of text and
+// some 64 parsed, so a body's byte limit alone bounds what its parse takes
+// only loosely (and a chat body is held parsed several times over).
+inline size_t json_containers(std::string_view text) {
+  size_t containers = 0;
+  any_outside_json_strings(text, [&](char c) {
+    containers += c == '[' || c == '{';
+    return false;
+  });
+  return containers;
 }
 
 }  // namespace baton

@@ -96,6 +96,10 @@ Result<json> parse_object(std::string_view body) {
     return invalid_argument("the request body has an object of more than " +
                             std::to_string(kMaxJsonObjectMembers) + " members");
   }
+  if (json_containers(body) > kMaxJsonContainers) {
+    return invalid_argument("the request body holds more than " +
+                            std::to_string(kMaxJsonContainers) + " lists and objects");
+  }
   json doc = json::parse(body, nullptr, /*allow_exceptions=*/false);
   if (doc.is_discarded()) return invalid_argument("the request body is not valid JSON");
   if (!doc.is_object()) return invalid_argument("the request body must be a JSON object");
@@ -350,7 +354,9 @@ namespace {
 
 // An assistant message's tool_calls: [{"function": {"name", "arguments"}}],
 // arguments as a JSON string (OpenAI's API) or an object.
-Status check_tool_calls(const json& calls, const std::string& field) {
+// `containers`: the lists and objects of the arguments strings checked so
+// far, all of them held to kMaxJsonContainers together.
+Status check_tool_calls(const json& calls, const std::string& field, size_t& containers) {
   if (!calls.is_array()) return bad(field, "must be a list");
   for (size_t i = 0; i < calls.size(); ++i) {
     const std::string call_field = field + "[" + std::to_string(i) + "]";
@@ -380,6 +386,12 @@ Status check_tool_calls(const json& calls, const std::string& field) {
             call_field + ".function.arguments",
             "has an object of more than " + std::to_string(kMaxJsonObjectMembers) + " members");
       }
+      containers += json_containers(text);
+      if (containers > kMaxJsonContainers) {
+        return bad(call_field + ".function.arguments",
+                   "brings the lists and objects of the messages' tool-call arguments past " +
+                       std::to_string(kMaxJsonContainers));
+      }
     }
   }
   return Status::ok();
@@ -407,6 +419,7 @@ Status read_messages(const json& doc, const ordered_json& ordered, ChatRequest& 
   if (!messages->is_array() || messages->empty()) {
     return bad("messages", "must be a non-empty list");
   }
+  size_t argument_containers = 0;
   for (size_t i = 0; i < messages->size(); ++i) {
     const json& m = (*messages)[i];
     std::string field = "messages[" + std::to_string(i) + "]";
@@ -423,7 +436,8 @@ Status read_messages(const json& doc, const ordered_json& ordered, ChatRequest& 
     const json* tool_calls = member(m, "tool_calls");
     if (tool_calls != nullptr) {
       if (role_name != "assistant") return bad(field + ".tool_calls", "is for assistant messages");
-      BATON_RETURN_IF_ERROR(check_tool_calls(*tool_calls, field + ".tool_calls"));
+      BATON_RETURN_IF_ERROR(
+          check_tool_calls(*tool_calls, field + ".tool_calls", argument_containers));
     }
     for (const char* key : {"name", "tool_call_id"}) {
       const json* v = member(m, key);

@@ -88,6 +88,12 @@ inline constexpr int kMaxJsonDepth = 32;
 // most 300): chat bodies are parsed again with their keys in order, which
 // costs the square of an object's width.
 inline constexpr size_t kMaxJsonObjectMembers = 1024;
+// The most lists and objects a request body may hold, and as many again in
+// the tool-call arguments of a chat's messages (strings, parsed for the
+// template): a conversation's messages, content parts and tools need far
+// fewer; 8 MiB of "{}," would parse to half a gigabyte, and a chat body is
+// held parsed several times over.
+inline constexpr size_t kMaxJsonContainers = 65536;
 
 using baton::RequestLimits;  // common/request_limits.h
 

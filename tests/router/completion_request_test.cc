@@ -268,6 +268,50 @@ TEST(CompletionRequest, WideObjectsAndDeepOrWideToolArgumentsAreRefusedQuickly) 
             kMaxJsonObjectMembers);
 }
 
+// Empty lists and objects parse to some 20 times their bytes, and a chat
+// body is held parsed several times: a body holds at most
+// kMaxJsonContainers of them (one more is a 400 naming the bound), and the
+// tool-call arguments of its messages as many again, together.
+TEST(CompletionRequest, ListsAndObjectsAreCountedBeforeParsing) {
+  auto with_extra = [](size_t objects) {
+    std::string extra = "[";
+    for (size_t i = 0; i < objects; ++i) extra += i ? ",{}" : "{}";
+    // The body, its messages list, the message and the extra list: four more.
+    return R"({"messages": [{"role": "user", "content": "hi", "extra": )" + extra + "]}]}";
+  };
+  auto at_bound = parse_chat_request(with_extra(kMaxJsonContainers - 4));
+  ASSERT_TRUE(at_bound.is_ok()) << at_bound.status().to_string();
+  auto over = parse_chat_request(with_extra(kMaxJsonContainers - 3));
+  ASSERT_FALSE(over.is_ok());
+  EXPECT_NE(over.status().message().find("more than 65536 lists and objects"), std::string::npos)
+      << over.status().message();
+  auto over_tokenize = parse_tokenize_request(with_extra(kMaxJsonContainers));
+  EXPECT_FALSE(over_tokenize.is_ok());
+
+  // Arguments strings: each well under the bound, together over it.
+  auto arguments_of = [](size_t lists) {
+    std::string text = "{\"a\": [";
+    for (size_t i = 0; i < lists; ++i) text += i ? ",[]" : "[]";
+    return nlohmann::json(text + "]}").dump();
+  };
+  auto call = [&](size_t lists) {
+    return R"({"role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": )" +
+           arguments_of(lists) + "}}]}";
+  };
+  const size_t half = kMaxJsonContainers / 2;  // each string: half - 2 lists and 2 more
+  auto body = [&](size_t second) {
+    return R"({"messages": [{"role": "user", "content": "hi"}, )" + call(half - 2) + ", " +
+           call(second) + "]}";
+  };
+  auto fits = parse_chat_request(body(half - 2));
+  ASSERT_TRUE(fits.is_ok()) << fits.status().to_string();
+  auto too_many = parse_chat_request(body(half - 1));
+  ASSERT_FALSE(too_many.is_ok());
+  EXPECT_NE(too_many.status().message().find("messages[2].tool_calls[0].function.arguments"),
+            std::string::npos)
+      << too_many.status().message();
+}
+
 // What the router admits, the nodes' control codec accepts: values past the
 // codec's bounds are 400s here (before, they were admitted, dropped by the
 // node's decoder, and the request hung until the router's timeout), and
