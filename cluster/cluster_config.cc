@@ -186,6 +186,8 @@ const engine::YamlSettings<RouterSection>& router_fields() {
       ms_setting("write_timeout_ms", &R::write_timeout, 1, 86400000),
       int_setting("max_queued_write_bytes", &R::max_queued_write_bytes, int64_t(64) << 10,
                   int64_t(1) << 34),
+      int_setting("max_unsent_reply_bytes", &R::max_unsent_reply_bytes, int64_t(1) << 20,
+                  int64_t(1) << 40),
       int_setting("max_connections", &R::max_connections, 1, 1 << 20),
       int_setting("max_request_body_bytes", &R::max_request_body_bytes, int64_t(1) << 10,
                   int64_t(1) << 30),

@@ -73,10 +73,13 @@ struct RouterSection {
   // idle_timeout; a client that reads nothing is dropped once a write waited
   // write_timeout or max_queued_write_bytes of its output wait unread (a
   // ZeroMQ client: its requests cancelled, those replies dropped); past
-  // max_connections a new connection gets 503.
+  // max_connections a new connection gets 503. Past max_unsent_reply_bytes
+  // unread across HTTP connections, a large whole reply is answered 503
+  // and a client behind on its stream dropped.
   std::chrono::milliseconds idle_timeout{60000};
   std::chrono::milliseconds write_timeout{30000};
   int64_t max_queued_write_bytes = int64_t(4) << 20;
+  int64_t max_unsent_reply_bytes = int64_t(1) << 30;
   int32_t max_connections = 4096;
   // The largest request body either front end takes; larger: 413.
   int64_t max_request_body_bytes = int64_t(kMaxRequestBodyBytes);

@@ -137,6 +137,11 @@ HttpConnection::HttpConnection(std::shared_ptr<HttpServerCore> core, tcp::socket
       timer_(strand_),
       write_timer_(strand_) {}
 
+HttpConnection::~HttpConnection() {
+  // A stopped io_context may drop a write's handler without running it.
+  core_->unsent_bytes -= queued_bytes_ + in_flight_bytes_;
+}
+
 void HttpConnection::post(std::function<void()> fn) {
   core_->post_unless_stopped(strand_, std::move(fn));
 }
@@ -254,6 +259,18 @@ void HttpConnection::on_respond(uint64_t request_id, int status, std::string con
                                 std::vector<std::pair<std::string, std::string>> extra_headers) {
   if (request_id != request_id_ || phase_ != Phase::kHandling || reply_ != Reply::kNone) return;
   reply_ = Reply::kComplete;
+  if (const size_t unsent = core_->unsent_bytes.load();
+      body.size() > kSmallReplyBytes && unsent + body.size() > core_->config.max_unsent_bytes) {
+    spdlog::warn("http: a reply of {} bytes answered 503: {} bytes of replies are unread",
+                 body.size(), unsent);
+    status = 503;
+    content_type = "application/json";
+    body = error_body(503, "ServiceUnavailableError",
+                      "the router holds " + std::to_string(unsent) +
+                          " bytes of replies their clients have not read yet "
+                          "(router.max_unsent_reply_bytes); retry later");
+    extra_headers.clear();
+  }
   std::string bytes = response_head(status, content_type, keep_alive_);
   bytes += "X-Request-Id: " + x_request_id_ + "\r\n";
   for (const auto& [name, value] : extra_headers) {
@@ -322,12 +339,21 @@ void HttpConnection::on_responder_dropped(uint64_t request_id) {
 void HttpConnection::enqueue(std::string bytes, bool completes_reply) {
   if (phase_ == Phase::kClosed) return;
   queued_bytes_ += bytes.size();
+  core_->unsent_bytes += bytes.size();
   if (!bytes.empty()) queued_.push_back(std::move(bytes));
   if (writing_ && queued_bytes_ > core_->config.max_queued_write_bytes) {
     // The client stopped reading: its output would grow without bound. (A
     // whole reply, however large, goes out when nothing waits ahead of it;
     // the write timeout bounds a client that then reads none of it.)
     spdlog::warn("http: dropping a client that left {} bytes unread", queued_bytes_);
+    return close();
+  }
+  if (writing_ && queued_bytes_ > kSmallReplyBytes &&
+      core_->unsent_bytes.load() > core_->config.max_unsent_bytes) {
+    spdlog::warn(
+        "http: dropping a client that left {} bytes unread while the server holds {} unread in "
+        "all (router.max_unsent_reply_bytes)",
+        queued_bytes_, core_->unsent_bytes.load());
     return close();
   }
   if (completes_reply) reply_complete_queued_ = true;
@@ -343,7 +369,7 @@ void HttpConnection::pump_writes() {
   in_flight_.assign(std::make_move_iterator(queued_.begin()),
                     std::make_move_iterator(queued_.end()));
   queued_.clear();
-  queued_bytes_ = 0;
+  in_flight_bytes_ = std::exchange(queued_bytes_, 0);
   // A client that stops reading leaves the write pending forever.
   const uint64_t generation = ++write_generation_;
   write_timer_.expires_after(core_->config.write_timeout);
@@ -367,6 +393,7 @@ void HttpConnection::on_written(beast::error_code ec) {
   ++write_generation_;
   write_timer_.cancel();
   in_flight_.clear();
+  core_->unsent_bytes -= std::exchange(in_flight_bytes_, 0);
   if (phase_ == Phase::kClosed) return;
   if (ec) return close();
   pump_writes();
@@ -455,7 +482,7 @@ void HttpConnection::close() {
   ++write_generation_;
   write_timer_.cancel();
   queued_.clear();
-  queued_bytes_ = 0;
+  core_->unsent_bytes -= std::exchange(queued_bytes_, 0);  // in_flight_ goes once written
   core_->remove_connection(this);
   if (std::function<void()> cb = std::exchange(on_close_, nullptr); cb && mid_reply) {
     try {

@@ -43,6 +43,8 @@ struct HttpServerCore {
   boost::asio::steady_timer accept_retry;   // backs off after accept errors (EMFILE)
   const HttpServerConfig config;
   const HttpHandler handler;
+  // Reply bytes queued or being written on every connection (max_unsent_bytes).
+  std::atomic<size_t> unsent_bytes{0};
 
   enum class Admission { kAdmitted, kOverLimit, kStopped };
   // Registers a new connection. Over max_connections it is registered anyway
@@ -71,6 +73,7 @@ struct HttpServerCore {
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
   HttpConnection(std::shared_ptr<HttpServerCore> core, boost::asio::ip::tcp::socket socket);
+  ~HttpConnection();  // gives back what it still counts in core->unsent_bytes
 
   const boost::asio::any_io_executor& strand() const { return strand_; }
 
@@ -153,6 +156,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   std::deque<std::string> queued_;
   size_t queued_bytes_ = 0;  // of queued_
   std::vector<std::string> in_flight_;
+  size_t in_flight_bytes_ = 0;  // of in_flight_ (queued_bytes_ and it count in unsent_bytes)
   bool writing_ = false;
   bool reply_complete_queued_ = false;  // the reply's last bytes are queued or in flight
 

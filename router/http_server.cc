@@ -170,6 +170,8 @@ uint16_t HttpServer::port() const { return port_; }
 
 int32_t HttpServer::open_connections() const { return core_->connection_count(); }
 
+size_t HttpServer::unsent_bytes() const { return core_->unsent_bytes.load(); }
+
 void HttpServer::stop() {
   std::lock_guard lock(stop_mutex_);
   if (stopped_) return;

@@ -32,6 +32,10 @@ namespace baton::router {
 
 using baton::kMaxRequestBodyBytes;  // common/request_limits.h
 
+// Replies this small always go out, whatever max_unsent_bytes says: errors,
+// and what a full server answers instead of a large reply.
+inline constexpr size_t kSmallReplyBytes = size_t(64) << 10;
+
 struct HttpServerConfig {
   std::string host = "127.0.0.1";
   uint16_t port = 0;    // 0: the OS picks one; HttpServer::port() tells which
@@ -46,6 +50,12 @@ struct HttpServerConfig {
   // this many bytes wait behind the write in flight.
   std::chrono::milliseconds write_timeout{30000};
   size_t max_queued_write_bytes = 4u << 20;
+  // Bytes of replies the server holds unread by their clients, across all
+  // connections (a few thousand clients that read nothing could otherwise
+  // hold a large reply each until their write timeouts): a whole reply
+  // larger than kSmallReplyBytes that would pass it is answered 503
+  // instead, and a client behind on its stream is dropped while it is passed.
+  size_t max_unsent_bytes = size_t(1) << 30;
   // Told (on an io thread) the status of each reply the server makes itself,
   // the handler never seeing the request: a malformed request's 400, 413,
   // the 503 for too many connections. Optional.
@@ -115,6 +125,8 @@ class HttpServer {
   // Must not be called from a handler or callback (it joins the io threads).
   void stop();
   int32_t open_connections() const;
+  // Reply bytes queued or being written, unread by their clients yet.
+  size_t unsent_bytes() const;
 
  private:
   HttpServer() = default;

@@ -64,6 +64,7 @@ Result<router::RouterSettings> router_settings(const cluster::ClusterConfig& con
   http.write_timeout = r.write_timeout;
   http.max_queued_write_bytes = size_t(r.max_queued_write_bytes);
   http.max_connections = r.max_connections;
+  http.max_unsent_bytes = size_t(r.max_unsent_reply_bytes);
   http.max_body_bytes = size_t(r.max_request_body_bytes);
 
   router::ZmqFrontendConfig& zmq = settings.zmq;

@@ -106,6 +106,7 @@ router:
   idle_timeout_ms: 5000
   write_timeout_ms: 700
   max_queued_write_bytes: 1048576
+  max_unsent_reply_bytes: 2097152
   max_connections: 9
   limits: {max_n: 2, max_batch: 3, max_logprobs: 4, max_stop_strings: 5}
   api_key_file: keys.txt
@@ -151,6 +152,7 @@ decode: [{name: d, host: 10.1.2.4}]
   EXPECT_EQ(r.idle_timeout, std::chrono::milliseconds(5000));
   EXPECT_EQ(r.write_timeout, std::chrono::milliseconds(700));
   EXPECT_EQ(r.max_queued_write_bytes, 1048576);
+  EXPECT_EQ(r.max_unsent_reply_bytes, 2097152);
   EXPECT_EQ(r.max_connections, 9);
   EXPECT_EQ(r.limits.max_n, 2);
   EXPECT_EQ(r.limits.max_batch, 3);
@@ -360,6 +362,8 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + kNodes + "router: {write_timeout_ms: 0}\n", "router.write_timeout_ms"},
       {kModel + kNodes + "router: {max_queued_write_bytes: 100}\n",
        "router.max_queued_write_bytes: must be in"},
+      {kModel + kNodes + "router: {max_unsent_reply_bytes: 1000}\n",
+       "router.max_unsent_reply_bytes: must be in"},
       {kModel + kNodes + "router: {max_connections: -1}\n", "router.max_connections"},
       {kModel + kNodes + "router: {min_remote_prefill_tokens: -1}\n",
        "router.min_remote_prefill_tokens"},

@@ -561,6 +561,67 @@ TEST_F(HttpServerTest, AReplyLargerThanTheQueueLimitIsDelivered) {
   EXPECT_TRUE(response.body() == body) << "got " << response.body().size() << " bytes";
 }
 
+// Replies their clients leave unread are bounded across connections, not
+// only each connection's queue: while the server holds max_unsent_bytes of
+// them, a large reply is answered 503 (a small one still goes out), and the
+// count comes back as clients read their replies or go away.
+TEST_F(HttpServerTest, UnreadRepliesAreBoundedAcrossConnections) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::string body(32u << 20, '\0');
+  for (char& c : body) c = char('a' + rng() % 26);
+  HttpServerConfig config;
+  config.max_unsent_bytes = 48u << 20;
+  auto running = start(
+      [&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+        responder->respond(200, "text/plain", request.target == "/small" ? "ok" : body);
+      },
+      config);
+  // What the kernel's socket buffers do not take of a reply the server holds.
+  auto holds_at_least = [&](size_t bytes) {
+    for (auto until = std::chrono::steady_clock::now() + 5s;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
+      if (server_->unsent_bytes() >= bytes) return true;
+    }
+    return false;
+  };
+  auto holds_none = [&] {
+    for (auto until = std::chrono::steady_clock::now() + 5s;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
+      if (server_->unsent_bytes() == 0) return true;
+    }
+    return false;
+  };
+  Client idle(server_->port());
+  idle.send(get("/large"));  // and reads nothing for now
+  ASSERT_TRUE(holds_at_least(17u << 20)) << "held " << server_->unsent_bytes();
+
+  Client refused(server_->port());
+  refused.send(get("/large"));
+  Response response;
+  ASSERT_FALSE(refused.read(response));
+  EXPECT_EQ(response.result_int(), 503u);
+  EXPECT_NE(response.body().find("max_unsent_reply_bytes"), std::string::npos) << response.body();
+  refused.send(get("/small"));
+  ASSERT_FALSE(refused.read(response));
+  EXPECT_EQ(response.result_int(), 200u);
+  EXPECT_EQ(response.body(), "ok");
+
+  ASSERT_FALSE(idle.read(response));  // reading, it gets its reply whole
+  EXPECT_EQ(response.result_int(), 200u);
+  EXPECT_TRUE(response.body() == body) << "got " << response.body().size() << " bytes";
+  EXPECT_TRUE(holds_none()) << "held " << server_->unsent_bytes();
+  refused.send(get("/large"));
+  ASSERT_FALSE(refused.read(response));
+  EXPECT_EQ(response.result_int(), 200u) << "the bound outlived the unread reply";
+
+  Client leaves(server_->port());
+  leaves.send(get("/large"));
+  ASSERT_TRUE(holds_at_least(17u << 20)) << "held " << server_->unsent_bytes();
+  leaves.close();
+  EXPECT_TRUE(holds_none()) << "a closed connection's reply is still counted: "
+                            << server_->unsent_bytes();
+}
+
 TEST_F(HttpServerTest, ClientDisconnectWhileReplyPendingFiresOnClose) {
   Event handled, closed;
   auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
