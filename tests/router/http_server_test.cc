@@ -576,21 +576,19 @@ TEST_F(HttpServerTest, UnreadRepliesAreBoundedAcrossConnections) {
         responder->respond(200, "text/plain", request.target == "/small" ? "ok" : body);
       },
       config);
+  // Whether the server's count of unsent bytes comes to pass `holds` within 5 s.
+  auto eventually = [&](auto holds) {
+    for (auto until = std::chrono::steady_clock::now() + 5s;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
+      if (holds(server_->unsent_bytes())) return true;
+    }
+    return false;
+  };
   // What the kernel's socket buffers do not take of a reply the server holds.
   auto holds_at_least = [&](size_t bytes) {
-    for (auto until = std::chrono::steady_clock::now() + 5s;
-         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
-      if (server_->unsent_bytes() >= bytes) return true;
-    }
-    return false;
+    return eventually([bytes](size_t unsent) { return unsent >= bytes; });
   };
-  auto holds_none = [&] {
-    for (auto until = std::chrono::steady_clock::now() + 5s;
-         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
-      if (server_->unsent_bytes() == 0) return true;
-    }
-    return false;
-  };
+  auto holds_none = [&] { return eventually([](size_t unsent) { return unsent == 0; }); };
   Client idle(server_->port());
   idle.send(get("/large"));  // and reads nothing for now
   ASSERT_TRUE(holds_at_least(17u << 20)) << "held " << server_->unsent_bytes();
