@@ -108,21 +108,23 @@ bool DecodeServer::try_reserve(Request& request) {
   control::Generate& generate = request.generate;
   engine::GenerationOptions options = node::generation_options(generate.sampling);
   options.prompt_logprobs = -1;  // the prefill node scores the prompt
-  // A staged pool's KV lands in host slots first, one per block: wait for
-  // as many as the prompt could need (at most every block travels).
-  const int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
-  const auto prompt_blocks =
-      int64_t((generate.prompt.size() + size_t(block_size) - 1) / block_size);
-  if (const int32_t slots = runtime_->transfer().staging_slots();
-      slots > 0 && prompt_blocks > slots) {
-    // Never fits (the router keeps prompts under max_model_len, which the
-    // slots hold; a prompt from elsewhere may not be).
-    end(request, FinishReason::kError,
-        "a prompt of " + std::to_string(prompt_blocks) + " blocks is more than the " +
-            std::to_string(slots) + " staging slots (transfer.staging_blocks) hold");
-    return true;
+  // A staged pool's KV lands in host slots first, one per block that
+  // travels: wait for as many as a reservation now would ask for (the
+  // blocks past the cached prefix and those its windows skip), or as
+  // expect() last refused.
+  if (const int32_t slots = runtime_->transfer().staging_slots(); slots > 0) {
+    const int32_t wanted =
+        std::max(scheduler.blocks_to_receive(generate.prompt, options), request.slots_refused);
+    if (wanted > slots) {
+      // Never fits (the router keeps prompts under max_model_len, which the
+      // slots hold; a prompt from elsewhere may not be).
+      end(request, FinishReason::kError,
+          "a prompt sending " + std::to_string(wanted) + " blocks is more than the " +
+              std::to_string(slots) + " staging slots (transfer.staging_blocks) hold");
+      return true;
+    }
+    if (runtime_->transfer().staging_slots_free() < wanted) return false;
   }
-  if (runtime_->transfer().staging_slots_free() < prompt_blocks) return false;
   Result<int64_t> sequence = scheduler.reserve_remote(generate.prompt, options);
   if (!sequence.is_ok()) {
     if (sequence.status().code() == StatusCode::kResourceExhausted) return false;
@@ -148,14 +150,18 @@ bool DecodeServer::try_reserve(Request& request) {
   kv_transfer::RecvSpec spec;
   spec.request_id = request.request_id;
   spec.transfer_id = request.transfer_id;
+  const auto travelling = int32_t(blocks.size());
   spec.dst_blocks = std::move(blocks);
   spec.deadline = runtime_->settings().kv_wait_timeout;
   std::vector<int32_t> wire_blocks;
   Status expected =
       runtime_->transfer().expect(std::move(spec), runtime_->completion_sink(), &wire_blocks);
-  if (expected.code() == StatusCode::kResourceExhausted) {  // no slots after all: wait
+  if (expected.code() == StatusCode::kResourceExhausted) {
+    // Fewer slots free than this reservation sends (it found less cached
+    // than blocks_to_receive said): wait for them.
     scheduler.abort(*sequence);
     request.sequence_id = -1;
+    request.slots_refused = travelling;
     return false;
   }
   if (!expected.is_ok()) {

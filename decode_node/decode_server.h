@@ -52,6 +52,9 @@ class DecodeServer {
     bool abandoned = false;      // ended for the router; blocks wait for the transfer callback
     control::Generate generate;  // kept while queued
     std::string prefill_node;    // where the KV comes from (for error messages)
+    // Staging slots a reservation of it last asked for and did not get: it
+    // waits for that many free (a staged pool).
+    int32_t slots_refused = 0;
   };
 
   explicit DecodeServer(std::unique_ptr<node::NodeRuntime> runtime)

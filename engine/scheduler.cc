@@ -126,6 +126,20 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   return id;
 }
 
+int32_t Scheduler::blocks_to_receive(const std::vector<int32_t>& prompt,
+                                     const GenerationOptions& options) {
+  Sequence probe(-1, prompt, options, kv_.layout().block_size);
+  const auto tokens = int32_t(prompt.size());
+  const TieredPrefixCache::CachedPrefix cached = prefix_cache_.cached_prefix_blocks(probe);
+  // As reserve_remote lets go of the blocks no window reaches, but not while
+  // the SSD tier reads into the sequence's blocks.
+  int32_t released = 0;
+  if (kv_window_ > 0 && !options.retain_blocks && cached.on_ssd == 0)
+    released = std::max(0, tokens - kv_window_ + 1) / probe.block_table.block_size();
+  return probe.block_table.blocks_needed(tokens) -
+         std::max(cached.in_pool + cached.on_ssd, released);
+}
+
 const Sequence* Scheduler::find(int64_t id) const {
   for (const auto* list : {&running_, &awaiting_}) {
     for (const auto& seq : *list) {

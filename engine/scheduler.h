@@ -117,6 +117,12 @@ class Scheduler {
   // ones that already hold the prompt's KV, or blocks the SSD tier is
   // reading it into: the other node writes only the blocks after them.
   Result<int64_t> reserve_remote(std::vector<int32_t> prompt, const GenerationOptions& options);
+  // The blocks of `prompt`'s KV that another node would write into a
+  // reservation made now (those after the cached prefix and the blocks its
+  // sliding windows let go): what a staged pool's transfer of it needs in
+  // staging slots. An estimate: the reservation itself may find less cached
+  // (an SSD restore that finds no room) and so need more.
+  int32_t blocks_to_receive(const std::vector<int32_t>& prompt, const GenerationOptions& options);
   // A queued, running or awaiting sequence, or nullptr (finished ones are not found).
   const Sequence* find(int64_t id) const;
   // The whole prompt's KV is in the reserved blocks, and the prefill node

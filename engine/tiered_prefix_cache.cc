@@ -113,6 +113,22 @@ void TieredPrefixCache::register_full_blocks(Sequence& seq, int32_t computed) {
   seq.registered_blocks = std::max(seq.registered_blocks, full);
 }
 
+TieredPrefixCache::CachedPrefix TieredPrefixCache::cached_prefix_blocks(Sequence& seq) {
+  CachedPrefix cached;
+  if (!enabled_) return cached;
+  const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
+  int32_t j = 0;
+  while (j < shareable && blocks_.find(block_key(seq, j))) ++j;
+  cached.in_pool = j;
+  while (ssd_ && j < shareable) {
+    const BlockKey key = block_key(seq, j);
+    if (!ssd_->contains(key) && restore_reading(key.hash).first == nullptr) break;
+    ++j;
+  }
+  cached.on_ssd = j - cached.in_pool;
+  return cached;
+}
+
 void TieredPrefixCache::count_lookup(const Sequence& seq) {
   // A sequence's prompt is counted once: readmissions after a preemption
   // find their own blocks, which says nothing about prompts sharing.

@@ -76,6 +76,15 @@ class TieredPrefixCache {
   // Registers the sequence's blocks that are full once its first `computed`
   // tokens are, so that later sequences share them.
   void register_full_blocks(Sequence& sequence, int32_t computed);
+  // The leading blocks of a sequence's prompt (one with nothing computed or
+  // held) that a reservation would find cached now: in the pool, then on
+  // the SSD tier or being read there by a restore. Changes nothing but the
+  // sequence's own hashes.
+  struct CachedPrefix {
+    int32_t in_pool = 0;
+    int32_t on_ssd = 0;  // after those in the pool
+  };
+  CachedPrefix cached_prefix_blocks(Sequence& sequence);
   // Counts a sequence's lookup (at its first admission or reservation).
   void count_lookup(const Sequence& sequence);
 

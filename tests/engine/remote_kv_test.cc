@@ -398,6 +398,15 @@ TEST_F(RemoteKvTest, SeededSamplingHandoffEqualsOneEngine) {
   });
 }
 
+// The blocks a reservation leaves for the other node to write: those after
+// its cached prefix and the blocks its windows let go (as the decode node
+// tells the prefill node).
+int32_t blocks_to_write(const Sequence& reserved) {
+  const int32_t cached = reserved.registered_blocks;
+  const int32_t skipped = std::max(0, reserved.block_table.num_released() - cached);
+  return int32_t(reserved.block_table.blocks().size()) - cached - skipped;
+}
+
 // A decode node whose prefix cache holds the start of a prompt shares those
 // blocks at reservation: only the blocks after them receive KV, yet it
 // decodes what one engine does. Had it not shared them, they would hold
@@ -430,12 +439,14 @@ TEST_F(RemoteKvTest, CachedPrefixIsSharedAndOnlyTheRestReceived) {
     Scheduler& cs = c->scheduler();
     if (damaged) damage_stored_block(*cs.ssd_store(), prompt, block_size, 2);
     const SchedulerStats before = cs.stats();
+    const int32_t predicted = cs.blocks_to_receive(prompt, o);
     auto id = cs.reserve_remote(prompt, o);
     ASSERT_TRUE(id.is_ok()) << id.status().to_string();
     const Sequence* awaiting = cs.find(*id);
     ASSERT_NE(awaiting, nullptr);
     const int32_t cached = awaiting->registered_blocks;
     EXPECT_EQ(cached, 4);
+    EXPECT_EQ(predicted, blocks_to_write(*awaiting)) << "the staging slots it would need";
     // The tier's blocks are read while the prefill node computes the rest.
     EXPECT_EQ(cs.stats().restoring, through_ssd ? 1 : 0);
     const auto& dst = awaiting->block_table.blocks();
@@ -484,10 +495,12 @@ TEST_F(RemoteKvTest, TwoReservationsOfAPrefixOnSsdReadItOnce) {
     const int64_t loaded = cs.ssd_store()->stats().loaded_blocks;
     std::vector<int64_t> ids;
     for (int i = 0; i < 2; ++i) {
+      const int32_t predicted = cs.blocks_to_receive(prompt, o);  // the second: a read in flight
       auto id = cs.reserve_remote(prompt, o);
       ASSERT_TRUE(id.is_ok()) << id.status().to_string();
       const Sequence* awaiting = cs.find(*id);
       ASSERT_EQ(awaiting->registered_blocks, 4) << "reservation " << i;
+      EXPECT_EQ(predicted, blocks_to_write(*awaiting)) << "reservation " << i;
       const auto& dst = awaiting->block_table.blocks();
       copy_kv(prefilled.engine->kv_pool(), std::vector<int32_t>(src.begin() + 4, src.end()),
               c->kv_pool(), std::vector<int32_t>(dst.begin() + 4, dst.end()), dst.size() - 4);
@@ -629,9 +642,11 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
 
   auto c = make_engine(64, kBlock, 2048, windowed);  // the decode node
   Scheduler& cs = c->scheduler();
+  const int32_t predicted = cs.blocks_to_receive(prompt, o);
   auto id = cs.reserve_remote(prompt, o);
   ASSERT_TRUE(id.is_ok()) << id.status().to_string();
   const Sequence* awaiting = cs.find(*id);
+  EXPECT_EQ(predicted, blocks_to_write(*awaiting));
   const auto len = int32_t(prompt.size());
   // The first decode step, at position len, reads from len - kWindow + 1.
   const int32_t skipped = (len - kWindow + 1) / kBlock;
@@ -656,9 +671,11 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
                   .is_ok());
   expect_all_decode_as(*c, 1, *(*whole)[0]);
 
+  const int32_t predicted_again = cs.blocks_to_receive(prompt, o);
   auto again = cs.reserve_remote(prompt, o);
   ASSERT_TRUE(again.is_ok()) << again.status().to_string();
   EXPECT_EQ(cs.find(*again)->registered_blocks, 0) << "a block that never held KV was cached";
+  EXPECT_EQ(predicted_again, blocks_to_write(*cs.find(*again)));
   cs.abort(*again);
 }
 
