@@ -27,6 +27,30 @@ uint16_t nearest_by_search(float x, ToFloat to_float) {
   return best;
 }
 
+// Every tie between two adjacent finite codes below `last` (and the
+// negatives) goes to the even code, and the floats just either side of it
+// to the nearer code: random floats almost never fall on a tie (a BF16 tie
+// is one float in 2^16).
+template <typename Half, typename ToFloat, typename FromFloat>
+void expect_ties_to_even(uint32_t last, ToFloat to_float, FromFloat from_float) {
+  for (uint32_t c = 0; c < last; ++c) {
+    const float a = to_float(Half{uint16_t(c)}), b = to_float(Half{uint16_t(c + 1)});
+    // Exact (one bit past the code's mantissa); in double, as a + b may
+    // pass float's range.
+    const auto mid = float(0.5 * (double(a) + double(b)));
+    ASSERT_TRUE(a < mid && mid < b) << "code " << c;
+    const auto even = uint16_t(c % 2 == 0 ? c : c + 1);
+    for (const uint16_t sign : {uint16_t(0), uint16_t(0x8000)}) {
+      const float s = sign != 0 ? -1.0f : 1.0f;
+      ASSERT_EQ(from_float(s * mid).bits, even | sign) << "the tie after code " << c;
+      ASSERT_EQ(from_float(s * std::nextafter(mid, a)).bits, c | sign)
+          << "below the tie after " << c;
+      ASSERT_EQ(from_float(s * std::nextafter(mid, b)).bits, (c + 1) | sign)
+          << "above the tie after " << c;
+    }
+  }
+}
+
 TEST(DType, NamesRoundTrip) {
   for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
     EXPECT_EQ(parse_dtype(dtype_name(t)), t);
@@ -122,7 +146,9 @@ TEST(DType, F16EncodeIsNearestEven) {
     uint16_t want = nearest_by_search<f16_t>(x, f16_to_float);
     ASSERT_EQ(float_to_f16(x).bits, want) << "x = " << x;
   }
-  EXPECT_EQ(float_to_f16(65520.0f).bits, 0x7c00);
+  expect_ties_to_even<f16_t>(0x7bff, f16_to_float, float_to_f16);  // subnormals too
+  EXPECT_EQ(float_to_f16(65520.0f).bits, 0x7c00);  // the tie past the largest: infinity (even)
+  EXPECT_EQ(float_to_f16(std::nextafter(65520.0f, 0.0f)).bits, 0x7bff);
   EXPECT_EQ(float_to_f16(-1e6f).bits, 0xfc00);
   EXPECT_TRUE(std::isnan(f16_to_float(float_to_f16(NAN))));
 }
@@ -135,7 +161,18 @@ TEST(DType, Bf16EncodeIsNearestEven) {
     uint16_t want = nearest_by_search<bf16_t>(x, bf16_to_float);
     ASSERT_EQ(float_to_bf16(x).bits, want) << "x = " << x;
   }
+  expect_ties_to_even<bf16_t>(0x7f7f, bf16_to_float, float_to_bf16);  // subnormals too
+  // The tie past the largest finite BF16 goes to infinity (even), as
+  // PyTorch rounds; just below it, to the largest.
+  const float past_largest = bits_to_float(0x7f7f8000u);
+  EXPECT_EQ(float_to_bf16(past_largest).bits, 0x7f80);
+  EXPECT_EQ(float_to_bf16(-past_largest).bits, 0xff80);
+  EXPECT_EQ(float_to_bf16(std::nextafter(past_largest, 0.0f)).bits, 0x7f7f);
+  EXPECT_EQ(float_to_bf16(INFINITY).bits, 0x7f80);
   EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(NAN))));
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(-NAN))));
+  // A NaN whose payload sits only in the low bits stays a NaN, not infinity.
+  EXPECT_TRUE(std::isnan(bf16_to_float(float_to_bf16(bits_to_float(0x7f800001u)))));
 }
 
 TEST(DType, LoadStoreEveryType) {
