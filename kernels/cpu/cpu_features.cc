@@ -109,6 +109,8 @@ void set_avx512_bf16_preferred(bool preferred) {
   g_avx512_bf16_preferred.store(preferred, std::memory_order_relaxed);
 }
 
+bool avx512_bf16_preferred() { return g_avx512_bf16_preferred.load(std::memory_order_relaxed); }
+
 bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = [] {

@@ -68,6 +68,9 @@ bool cpu_has_avx512_bf16();
 bool use_avx512_bf16();
 bool cpu_prefers_avx512_bf16();
 void set_avx512_bf16_preferred(bool preferred);
+// The preference alone (what set_avx512_bf16_preferred last set, else
+// cpu_prefers_avx512_bf16()), whatever the CPU has.
+bool avx512_bf16_preferred();
 
 // True when the CPU has AVX-512 F, BW, VL and VNNI (checked once): int8 KV's
 // decode score pass multiplies int8 keys by int8 queries with VPDPBUSD

@@ -379,7 +379,8 @@ TEST_F(SchedulerTest, StopTokensAndLimits) {
 }
 
 // engine.cpu_bf16_dot: an engine made with it set turns the process's
-// VDPBF16PS passes off, or on wherever the CPU has them.
+// VDPBF16PS passes off, or on wherever the CPU has them (the preference is
+// checked on its own too, so a CPU without them still tells).
 TEST_F(SchedulerTest, CpuBf16DotChoosesTheDotProductPasses) {
   struct RestoreBf16 {
     ~RestoreBf16() {
@@ -393,6 +394,7 @@ TEST_F(SchedulerTest, CpuBf16DotChoosesTheDotProductPasses) {
     config.cpu_bf16_dot = dot;
     auto engine = Engine::create(model_dir_, config);
     ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+    EXPECT_EQ(kernels::cpu::avx512_bf16_preferred(), dot);
     EXPECT_EQ(kernels::cpu::use_avx512_bf16(),
               dot && kernels::cpu::use_avx512() && kernels::cpu::cpu_has_avx512_bf16());
   }

@@ -315,13 +315,15 @@ double Cluster::metric(const std::string& name, const std::string& label) const 
   if (!response.is_ok() || response->status != 200) return -1;
   std::istringstream lines(response->body);
   double total = 0;
+  bool found = false;
   for (std::string line; std::getline(lines, line);) {
     const bool named = line.rfind(name + "{", 0) == 0 || line.rfind(name + " ", 0) == 0;
     if (named && line.find(label) != std::string::npos) {
       total += std::stod(line.substr(line.rfind(' ') + 1));
+      found = true;
     }
   }
-  return total;
+  return found ? total : -1;
 }
 
 bool Cluster::node_up(const std::string& name) const {

@@ -108,7 +108,9 @@ class Cluster {
   // reports are fresh.
   int64_t generated_tokens(const std::string& role) const;
   // The sum of the router's /metrics samples of `name` whose labels contain
-  // `label` (e.g. finished_reason="abort"); -1 when /metrics cannot be read.
+  // `label` (e.g. finished_reason="abort"); -1 when /metrics cannot be read
+  // or has no such sample (a check that a count stayed put must not pass
+  // because the metric was renamed).
   double metric(const std::string& name, const std::string& label = "") const;
 
  private:

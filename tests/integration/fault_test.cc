@@ -345,6 +345,7 @@ TEST(FaultTest, ARegisterRepeatedByTheSameProcessIsNoRestart) {
   if (held == 0) client.join();
   ASSERT_NE(held, 0u) << "the router never sent the request";
   const double downs_before = cluster.metric("baton:node_down_total");
+  ASSERT_GE(downs_before, 0) << "no such metric";
   // Registers again (as its first copy), then as a restarted process.
   ASSERT_TRUE(welcome_played_decode_node(**node, {1, 2, 3}));
   EXPECT_EQ(cluster.metric("baton:node_down_total"), downs_before)

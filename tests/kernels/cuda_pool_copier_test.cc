@@ -3,6 +3,8 @@
 // on the declared capability check without a device.
 #include <gtest/gtest.h>
 
+#include <cuda_runtime_api.h>
+
 #include <algorithm>
 #include <random>
 #include <string>
@@ -122,7 +124,15 @@ TEST_F(CudaPoolCopierTest, HostMemoryPinnedBeforeServesAsPinned) {
       ASSERT_TRUE(std::equal(host.begin() + r.host_offset, host.begin() + r.host_offset + r.bytes,
                              sent.begin() + r.host_offset));
     }
+    const bool owner_left = copier == &*second;
     copier->reset();  // the second goes first: the owner copies on after it
+    // Registered while its owner copies; unregistered once the owner is gone.
+    unsigned int flags = 0;
+    const cudaError_t registered = cudaHostGetFlags(&flags, host.data());
+    (void)cudaGetLastError();
+    EXPECT_EQ(registered == cudaSuccess, owner_left)
+        << (owner_left ? "the second copier unregistered its owner's memory"
+                       : "the owner left its memory registered");
   }
 }
 

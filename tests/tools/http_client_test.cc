@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -14,6 +15,7 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <vector>
 
 namespace baton::tools {
 namespace {
@@ -90,14 +92,56 @@ TEST(HttpClient, EveryStageOfAnExchangeEndsAtTheDeadline) {
   }
 }
 
-// A connection no one completes (TEST-NET-1 is never routed: the SYN goes
-// unanswered, or the network says at once that it is unreachable) fails
-// within the timeout either way.
-TEST(HttpClient, AConnectionNoOneCompletesEndsAtTheDeadline) {
+// A body the server never reads: the write blocks once the socket buffers
+// are full, and ends at the deadline like the other stages.
+TEST(HttpClient, AWriteNoOneReadsEndsAtTheDeadline) {
+  const auto timeout = std::chrono::milliseconds(200 + std::random_device{}() % 300);
+  SilentServer server("");
+  const std::string body(size_t(64) << 20, 'x');  // past any socket buffer
   const auto start = Clock::now();
-  auto got = http_request("192.0.2.1", 80, "GET", "/health", {}, 300ms);
+  auto got = http_request("127.0.0.1", server.port(), "POST", "/v1/completions", body, timeout);
+  const auto took = Clock::now() - start;
   ASSERT_FALSE(got.is_ok());
-  EXPECT_LT(Clock::now() - start, 2300ms) << got.status().to_string();
+  EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded) << got.status().to_string();
+  EXPECT_GE(took, timeout);
+  EXPECT_LT(took, timeout + 2s);
+}
+
+// A connection no one completes: a loopback listener whose accept queue is
+// full drops further SYNs, so a connect to it waits (the kernel would retry
+// for minutes); the client's ends at the deadline.
+TEST(HttpClient, AConnectionNoOneCompletesEndsAtTheDeadline) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  ASSERT_GE(listener, 0);
+  ASSERT_EQ(::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address), 0);
+  ASSERT_EQ(::listen(listener, 0), 0);
+  ASSERT_EQ(::getsockname(listener, reinterpret_cast<sockaddr*>(&address), &length), 0);
+  // Connections never accepted, until the queue is full and one waits.
+  std::vector<int> fillers;
+  bool waiting = false;
+  for (int i = 0; i < 8 && !waiting; ++i) {
+    const int filler = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    ASSERT_GE(filler, 0);
+    fillers.push_back(filler);
+    (void)::connect(filler, reinterpret_cast<sockaddr*>(&address), sizeof address);
+    pollfd connected{filler, POLLOUT, 0};
+    waiting = ::poll(&connected, 1, 300) == 0;
+  }
+  ASSERT_TRUE(waiting) << "the premise: a full accept queue leaves a connect waiting";
+  const auto timeout = std::chrono::milliseconds(200 + std::random_device{}() % 300);
+  const auto start = Clock::now();
+  auto got = http_request("127.0.0.1", ntohs(address.sin_port), "GET", "/health", {}, timeout);
+  const auto took = Clock::now() - start;
+  ASSERT_FALSE(got.is_ok());
+  EXPECT_EQ(got.status().code(), StatusCode::kDeadlineExceeded) << got.status().to_string();
+  EXPECT_GE(took, timeout);
+  EXPECT_LT(took, timeout + 2s);
+  for (const int filler : fillers) ::close(filler);
+  ::close(listener);
 }
 
 }  // namespace
