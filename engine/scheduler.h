@@ -120,8 +120,10 @@ class Scheduler {
   // The blocks of `prompt`'s KV that another node would write into a
   // reservation made now (those after the cached prefix and the blocks its
   // sliding windows let go): what a staged pool's transfer of it needs in
-  // staging slots. An estimate: the reservation itself may find less cached
-  // (an SSD restore that finds no room) and so need more.
+  // staging slots. An estimate: the reservation itself may restore fewer
+  // blocks from SSD than it holds (one finds no room, or a key is gone) and
+  // so need more, or, restoring none, let its windows' blocks go and need
+  // fewer.
   int32_t blocks_to_receive(const std::vector<int32_t>& prompt, const GenerationOptions& options);
   // A queued, running or awaiting sequence, or nullptr (finished ones are not found).
   const Sequence* find(int64_t id) const;

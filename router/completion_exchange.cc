@@ -88,9 +88,12 @@ void CompletionExchange::on_client_gone() {
   std::lock_guard lock(mutex_);
   if (done_) return;
   done_ = true;
-  // Every choice still running ends as vLLM counts a dropped request.
+  // Every choice still running ends as vLLM counts a dropped request; one
+  // that ended while its prompt part was built was not counted yet.
   for (const ChoiceState& choice : choices_) {
     if (!choice.finished) metrics_.count_finished(FinishReason::kAborted);
+    if (choice.finished && choice.building_prompt_part)
+      metrics_.count_finished(choice.finish_reason);
   }
   cancel_running();
 }
@@ -99,7 +102,14 @@ void CompletionExchange::on_update(size_t index, const GenerationUpdate& update)
   bool build = false;
   {
     std::lock_guard lock(mutex_);
-    build = take_update(index, update);
+    try {
+      build = take_update(index, update);
+    } catch (const std::exception& e) {
+      // A reply that cannot be built (out of memory, a bug) ends with an
+      // error here: a choice it marked finished would ignore the core's
+      // failure, and the client would wait for ever.
+      if (!done_) fail(internal_error(std::string("building the reply failed: ") + e.what()));
+    }
   }
   // Not under the mutex: a stopped pool runs the work here, and it locks.
   if (build) workers_.post([self = shared_from_this(), index] { self->build_prompt_part(index); });
@@ -172,13 +182,24 @@ void CompletionExchange::build_prompt_part(size_t index) {
     prompt = std::move(choices_[index].prompt);
     scored = std::move(choices_[index].prompt_logprobs);
   }
-  json part = prompt_part(prompt, scored);
+  std::optional<json> part;
+  std::string error;
+  try {
+    part = prompt_part(prompt, scored);
+  } catch (const std::exception& e) {
+    error = e.what();  // out of memory, most likely: what this is done off the core for
+  }
   std::lock_guard lock(mutex_);
   if (done_) return;
-  ChoiceState& choice = choices_[index];
-  choice.prompt_part = std::move(part);
-  choice.building_prompt_part = false;
-  emit(index, choice, update_text(choice));
+  try {
+    if (!part) throw std::runtime_error(error);
+    ChoiceState& choice = choices_[index];
+    choice.prompt_part = std::move(part);
+    choice.building_prompt_part = false;
+    emit(index, choice, update_text(choice));
+  } catch (const std::exception& e) {
+    if (!done_) fail(internal_error(std::string("building the reply failed: ") + e.what()));
+  }
 }
 
 void CompletionExchange::emit(size_t index, ChoiceState& choice, size_t visible) {
@@ -234,7 +255,10 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
     stream_started_ = true;
     metrics_.count_http(200);
   }
-  std::string delta = choice.text.substr(choice.emitted, visible - choice.emitted);
+  // Text decoded again in full may be shorter than what went out already.
+  const size_t from = std::min(choice.emitted, choice.text.size());
+  const size_t to = std::clamp(visible, from, choice.text.size());
+  std::string delta = choice.text.substr(from, to - from);
   // echo: the prompt's text opens the choice's first chunk.
   if (!choice.sent_chunk) delta.insert(0, echo_of(index));
   // Log-probabilities go out with the chunk after their token arrives, even
@@ -260,7 +284,7 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
   if (choice.finished) chunk["choices"][0]["served_by"] = served_by(choice);
   responder_->write(sse_event(chunk));
   choice.sent_chunk = true;
-  choice.emitted = visible;
+  choice.emitted = std::max(choice.emitted, to);
 }
 
 std::string CompletionExchange::token_text(int32_t id) const {
@@ -437,6 +461,8 @@ void CompletionExchange::fail(const Status& error) {
   // counts; those never submitted (admission refused) never ran.
   for (const ChoiceState& choice : choices_) {
     if (choice.submitted && !choice.finished) metrics_.count_finished(FinishReason::kError);
+    if (choice.finished && choice.building_prompt_part)
+      metrics_.count_finished(choice.finish_reason);  // ended meanwhile, not counted yet
   }
   cancel_running();
   ApiError api = api_error_from_status(error);

@@ -259,8 +259,10 @@ void HttpConnection::on_respond(uint64_t request_id, int status, std::string con
                                 std::vector<std::pair<std::string, std::string>> extra_headers) {
   if (request_id != request_id_ || phase_ != Phase::kHandling || reply_ != Reply::kNone) return;
   reply_ = Reply::kComplete;
+  // Refused while the bound is passed already: a reply larger than the
+  // bound still goes out when the others have been read.
   if (const size_t unsent = core_->unsent_bytes.load();
-      body.size() > kSmallReplyBytes && unsent + body.size() > core_->config.max_unsent_bytes) {
+      body.size() > kSmallReplyBytes && unsent > core_->config.max_unsent_bytes) {
     spdlog::warn("http: a reply of {} bytes answered 503: {} bytes of replies are unread",
                  body.size(), unsent);
     status = 503;

@@ -52,9 +52,9 @@ struct HttpServerConfig {
   size_t max_queued_write_bytes = 4u << 20;
   // Bytes of replies the server holds unread by their clients, across all
   // connections (a few thousand clients that read nothing could otherwise
-  // hold a large reply each until their write timeouts): a whole reply
-  // larger than kSmallReplyBytes that would pass it is answered 503
-  // instead, and a client behind on its stream is dropped while it is passed.
+  // hold a large reply each until their write timeouts): while more are
+  // held, a whole reply larger than kSmallReplyBytes is answered 503
+  // instead, and a client behind on its stream is dropped.
   size_t max_unsent_bytes = size_t(1) << 30;
   // Told (on an io thread) the status of each reply the server makes itself,
   // the handler never seeing the request: a malformed request's 400, 413,

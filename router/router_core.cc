@@ -267,6 +267,9 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
   if (was_up && !same_process) node_down(from, "registered again: it restarted");
   spdlog::info("router: {} node {} registered (pid {})", role_name(message.role), from,
                message.pid);
+  // Up for the front ends before the node hears so: a request sent once it
+  // is welcomed must not find no decode node up.
+  publish_snapshot();
   (void)send(from, control::RegisterAck{true, "welcome", ++last_registration_});
   // The same process back after it was declared dead (it only stopped)
   // still holds the requests failed meanwhile: a decode node's KV
@@ -288,7 +291,6 @@ void RouterCore::on_register(const std::string& from, const control::Register& m
         (void)send(from, control::PeerInfo{name, node.descriptor});
     }
   }
-  publish_snapshot();
 }
 
 void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady& ready) {
