@@ -228,7 +228,8 @@ TEST(ZmqFrontendTest, AFloodingClientDoesNotHoldUpTheOthersReplies) {
     ZmqClient client(cluster.zmq_port(), nullptr, 1s);
     // Answered on the front end's own thread (a few KB each), and never read here.
     for (int64_t i = 0; flooding; ++i) {
-      std::array<zmq::const_buffer, 3> parts = {zmq::buffer(std::to_string(i)),
+      const std::string tag = std::to_string(i);
+      std::array<zmq::const_buffer, 3> parts = {zmq::buffer(tag),
                                                 zmq::buffer(std::string_view("/metrics")),
                                                 zmq::buffer(std::string_view())};
       if (!zmq::send_multipart(client.socket(), parts, zmq::send_flags::dontwait)) {
