@@ -621,6 +621,46 @@ TEST_F(HttpServerTest, UnreadRepliesAreBoundedAcrossConnections) {
                             << server_->unsent_bytes();
 }
 
+// While the unread replies pass max_unsent_bytes, a client behind on its
+// stream is dropped (its request's on_close fires, as on a disconnect),
+// though its own queue is far below max_queued_write_bytes and its write
+// timeout far off.
+TEST_F(HttpServerTest, AClientBehindOnItsStreamIsDroppedWhileUnreadRepliesPassTheBound) {
+  const std::string large(32u << 20, 'x');
+  Event closed;
+  std::atomic<bool> stop{false};
+  HttpServerConfig config;
+  config.max_unsent_bytes = 16u << 20;
+  config.max_queued_write_bytes = size_t(1) << 30;
+  config.write_timeout = 60000ms;
+  auto running = start(
+      [&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+        if (request.target == "/large") return responder->respond(200, "text/plain", large);
+        responder->on_close([&] { closed.set(); });
+        responder->start_stream(200);
+        later([responder, &stop] {
+          const std::string chunk(16 << 10, 'x');
+          while (!stop.load() && !responder->closed()) {
+            responder->write(chunk);
+            std::this_thread::sleep_for(1ms);
+          }
+        });
+      },
+      config);
+  Client idle(server_->port());
+  idle.send(get("/large"));  // and reads nothing: the server holds most of it
+  for (auto until = std::chrono::steady_clock::now() + 5s;
+       server_->unsent_bytes() <= config.max_unsent_bytes &&
+       std::chrono::steady_clock::now() < until;)
+    std::this_thread::sleep_for(5ms);
+  ASSERT_GT(server_->unsent_bytes(), config.max_unsent_bytes) << "the premise";
+  Client streamed(server_->port());
+  streamed.send(get("/stream"));  // and never reads
+  const bool dropped = closed.wait(10000ms);
+  stop.store(true);
+  EXPECT_TRUE(dropped) << "a client behind on its stream was kept while the bound was passed";
+}
+
 TEST_F(HttpServerTest, ClientDisconnectWhileReplyPendingFiresOnClose) {
   Event handled, closed;
   auto running = start([&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
