@@ -159,6 +159,19 @@ class HttpServerTest : public ::testing::Test {
     std::lock_guard lock(mutex_);
     workers_.emplace_back(std::move(fn));
   }
+  // Starts a stream of `chunk_bytes` chunks, a millisecond apart, written by
+  // a thread of its own until the responder closes or `stop` is set.
+  void firehose(std::shared_ptr<HttpResponder> responder, std::atomic<bool>& stop,
+                size_t chunk_bytes) {
+    responder->start_stream(200);
+    later([responder, &stop, chunk_bytes] {
+      const std::string chunk(chunk_bytes, 'x');
+      while (!stop.load() && !responder->closed()) {
+        responder->write(chunk);
+        std::this_thread::sleep_for(1ms);
+      }
+    });
+  }
   // Keeps a responder alive for the whole test, so a dropped responder cannot
   // be what ends a stream.
   void keep(std::shared_ptr<HttpResponder> responder) {
@@ -520,14 +533,7 @@ TEST_F(HttpServerTest, ClientThatStopsReadingIsDropped) {
     auto running = start(
         [&](HttpRequest, std::shared_ptr<HttpResponder> responder) {
           responder->on_close([&] { closed.set(); });
-          responder->start_stream(200);
-          later([responder, &stop] {
-            const std::string chunk(64 << 10, 'x');
-            while (!stop.load() && !responder->closed()) {
-              responder->write(chunk);
-              std::this_thread::sleep_for(1ms);
-            }
-          });
+          firehose(responder, stop, 64 << 10);
         },
         config);
     Client client(server_->port());
@@ -637,14 +643,7 @@ TEST_F(HttpServerTest, AClientBehindOnItsStreamIsDroppedWhileUnreadRepliesPassTh
       [&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
         if (request.target == "/large") return responder->respond(200, "text/plain", large);
         responder->on_close([&] { closed.set(); });
-        responder->start_stream(200);
-        later([responder, &stop] {
-          const std::string chunk(16 << 10, 'x');
-          while (!stop.load() && !responder->closed()) {
-            responder->write(chunk);
-            std::this_thread::sleep_for(1ms);
-          }
-        });
+        firehose(responder, stop, 16 << 10);
       },
       config);
   Client idle(server_->port());
