@@ -112,7 +112,13 @@ bool DecodeServer::try_reserve(Request& request) {
   // travels: wait for as many as a reservation now would ask for (the
   // blocks past the cached prefix and those its windows skip), or as
   // expect() last refused.
-  if (const int32_t slots = runtime_->transfer().staging_slots(); slots > 0) {
+  const int32_t block_size = runtime_->engine().kv_pool().layout().block_size;
+  const auto prompt_blocks =
+      int32_t((generate.prompt.size() + size_t(block_size) - 1) / block_size);
+  const int32_t slots = runtime_->transfer().staging_slots();
+  // With room for every block of the prompt free, there is no need to look
+  // up what would travel.
+  if (slots > 0 && runtime_->transfer().staging_slots_free() < prompt_blocks) {
     const int32_t wanted =
         std::max(scheduler.blocks_to_receive(generate.prompt, options), request.slots_refused);
     if (wanted > slots) {

@@ -120,6 +120,14 @@ std::string get(std::string_view target, std::string_view extra_headers = "") {
          "\r\n";
 }
 
+// `bytes` random lowercase letters, fresh each run.
+std::string random_letters(size_t bytes) {
+  std::mt19937_64 rng(std::random_device{}());
+  std::string text(bytes, '\0');
+  for (char& c : text) c = char('a' + rng() % 26);
+  return text;
+}
+
 // A one-shot flag to wait on with a bound.
 class Event {
  public:
@@ -549,9 +557,7 @@ TEST_F(HttpServerTest, ClientThatStopsReadingIsDropped) {
 // not taken: a whole reply larger than it (a batch of long completions with
 // log-probabilities) is delivered, byte for byte.
 TEST_F(HttpServerTest, AReplyLargerThanTheQueueLimitIsDelivered) {
-  std::mt19937_64 rng(std::random_device{}());
-  std::string body(3u << 20, '\0');
-  for (char& c : body) c = char('a' + rng() % 26);
+  const std::string body = random_letters(3u << 20);
   HttpServerConfig config;
   config.max_queued_write_bytes = 1u << 20;
   auto running = start(
@@ -573,9 +579,7 @@ TEST_F(HttpServerTest, AReplyLargerThanTheQueueLimitIsDelivered) {
 // goes out; one larger than the bound goes out when nothing else waits),
 // and the count comes back as clients read their replies or go away.
 TEST_F(HttpServerTest, UnreadRepliesAreBoundedAcrossConnections) {
-  std::mt19937_64 rng(std::random_device{}());
-  std::string body(32u << 20, '\0');
-  for (char& c : body) c = char('a' + rng() % 26);
+  const std::string body = random_letters(32u << 20);
   HttpServerConfig config;
   config.max_unsent_bytes = 16u << 20;
   auto running = start(
