@@ -383,6 +383,12 @@ TEST_F(RemoteKvTest, QuantizedKvHandoffEqualsOneEngine) {
   }
 }
 
+// A sampled token depends on every logit, through their order and their
+// running sum: a prefill in chunks, whose K rows differ from the reference's
+// in their last bits, can move a draw that lands by a boundary to the next
+// token, and the outputs part there. So the prefill node runs the prompts in
+// one step, as the reference does, and the decode node reads the reference's
+// very KV; chunked prefills are the greedy test's.
 TEST_F(RemoteKvTest, SeededSamplingHandoffEqualsOneEngine) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   GenerationOptions o;
@@ -393,9 +399,12 @@ TEST_F(RemoteKvTest, SeededSamplingHandoffEqualsOneEngine) {
   o.logprobs = 2;
   std::vector<std::vector<int32_t>> prompts;
   for (int i = 0; i < 4; ++i) prompts.push_back(random_prompt(1, 40));
-  check_handoff(o, 1, prompts, [&](int32_t blocks, int32_t block_size, int32_t budget) {
-    return make_engine(blocks, block_size, budget);
-  });
+  check_handoff(
+      o, 1, prompts,
+      [&](int32_t blocks, int32_t block_size, int32_t budget) {
+        return make_engine(blocks, block_size, budget);
+      },
+      2048);
 }
 
 // The blocks a reservation leaves for the other node to write: those after
