@@ -54,6 +54,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
       spdlog::warn("engine.cpu_bf16_dot: true, but this CPU has no AVX-512 BF16: F32 FMAs run");
   }
   if (!config.device.is_cuda()) {
+    // Before the name is read: in a program that did not call it first,
+    // OpenBLAS would otherwise still report the kernels it chose on load.
+    kernels::cpu::setup_blas();
     spdlog::info("engine: CPU kernels {}{}; OpenBLAS kernels {}", kernels::cpu::kernel_isa_name(),
                  kernels::cpu::max_cpu_isa() < kernels::cpu::MaxCpuIsa::kAvx512
                      ? " (capped by BATON_MAX_CPU_ISA)"
