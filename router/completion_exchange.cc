@@ -253,7 +253,6 @@ void CompletionExchange::stream_delta(size_t index, ChoiceState& choice, size_t 
   if (!stream_started_) {
     responder_->start_stream(200);
     stream_started_ = true;
-    metrics_.count_http(200);
   }
   // Text decoded again in full may be shorter than what went out already.
   const size_t from = std::min(choice.emitted, choice.text.size());
@@ -426,7 +425,6 @@ void CompletionExchange::send_reply(const Usage& usage) {
               : with_prompt_part(prompt_part(c.prompt, c.prompt_logprobs), std::move(logprobs));
     }
   }
-  metrics_.count_http(200);
   responder_->respond(200, "application/json", dump(body));
 }
 
@@ -472,7 +470,6 @@ void CompletionExchange::fail(const Status& error) {
     responder_->finish();
     return;
   }
-  metrics_.count_http(api.http_status);
   std::vector<std::pair<std::string, std::string>> headers;
   if (api.http_status == 429 || api.http_status == 503) headers.emplace_back("Retry-After", "1");
   responder_->respond(api.http_status, "application/json", dump(api.to_json()), std::move(headers));

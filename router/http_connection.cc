@@ -60,9 +60,11 @@ bool is_framing_header(std::string_view name) {
          iequals(name, "connection");
 }
 
+// A status a status line can carry: a handler's out of range is a 500.
+int wire_status(int status) { return status < 100 || status > 999 ? 500 : status; }
+
 // "HTTP/1.1 200 OK\r\nServer: baton\r\n..." up to, not including, the blank line.
 std::string response_head(int status, std::string_view content_type, bool keep_alive) {
-  if (status < 100 || status > 999) status = 500;
   std::string_view reason = to_std(http::obsolete_reason(http::int_to_status(status)));
   if (http::int_to_status(status) == http::status::unknown) reason = "Unknown";
   if (has_line_break(content_type)) content_type = "application/octet-stream";
@@ -241,7 +243,7 @@ void HttpConnection::dispatch(http::request<http::string_body> message) {
 }
 
 void HttpConnection::reply_error_and_close(int status, std::string type, std::string message) {
-  if (core_->config.on_refused) core_->config.on_refused(status);
+  tell_reply(status);
   keep_alive_ = false;
   reply_ = Reply::kComplete;
   std::string body = error_body(status, std::move(type), std::move(message));
@@ -273,6 +275,8 @@ void HttpConnection::on_respond(uint64_t request_id, int status, std::string con
                           "(router.max_unsent_reply_bytes); retry later");
     extra_headers.clear();
   }
+  status = wire_status(status);
+  tell_reply(status);
   std::string bytes = response_head(status, content_type, keep_alive_);
   bytes += "X-Request-Id: " + x_request_id_ + "\r\n";
   for (const auto& [name, value] : extra_headers) {
@@ -290,6 +294,8 @@ void HttpConnection::on_respond(uint64_t request_id, int status, std::string con
 void HttpConnection::on_start_stream(uint64_t request_id, int status, std::string content_type) {
   if (request_id != request_id_ || phase_ != Phase::kHandling || reply_ != Reply::kNone) return;
   reply_ = Reply::kStreaming;
+  status = wire_status(status);
+  tell_reply(status);
   enqueue(response_head(status, content_type, keep_alive_) + "X-Request-Id: " + x_request_id_ +
               "\r\nCache-Control: no-cache\r\nTransfer-Encoding: chunked\r\n\r\n",
           false);
@@ -322,6 +328,10 @@ void HttpConnection::on_set_close_callback(uint64_t request_id, std::function<vo
   } else if (phase_ == Phase::kClosed && closed_mid_reply_ && cb) {
     cb();
   }
+}
+
+void HttpConnection::tell_reply(int status) {
+  if (core_->config.on_reply) core_->config.on_reply(status);
 }
 
 void HttpConnection::on_responder_dropped(uint64_t request_id) {

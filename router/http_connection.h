@@ -111,6 +111,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   void on_read_error(boost::beast::error_code ec);
   void dispatch(boost::beast::http::request<boost::beast::http::string_body> message);
   void reply_error_and_close(int status, std::string type, std::string message);
+  void tell_reply(int status);  // config.on_reply
 
   void enqueue(std::string bytes, bool completes_reply);
   void pump_writes();

@@ -56,10 +56,12 @@ struct HttpServerConfig {
   // held, a whole reply larger than kSmallReplyBytes is answered 503
   // instead, and a client behind on its stream is dropped.
   size_t max_unsent_bytes = size_t(1) << 30;
-  // Told (on an io thread) the status of each reply the server makes itself,
-  // the handler never seeing the request: a malformed request's 400, 413,
-  // the 503 for too many connections. Optional.
-  std::function<void(int status)> on_refused;
+  // Told (on an io thread) the status of each reply as it goes out: the
+  // handler's, or the one the server makes in its place (a malformed
+  // request's 400, 413, the 503s for too many connections or unread bytes,
+  // the 500 of a handler that threw or dropped its responder). A reply to a
+  // client that has gone is not told. Optional.
+  std::function<void(int status)> on_reply;
 };
 
 struct HttpRequest {

@@ -194,7 +194,7 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
   decode_time_.render(&out, labels_);
   inference_time_.render(&out, labels_);
   time_per_output_token_.render(&out, labels_);
-  out += "# HELP baton:http_responses_total HTTP responses by status class.\n";
+  out += "# HELP baton:http_responses_total Replies sent over HTTP and ZeroMQ, by status class.\n";
   out += "# TYPE baton:http_responses_total counter\n";
   fmt::format_to(std::back_inserter(out), "baton:http_responses_total{{code=\"2xx\"}} {}\n",
                  http_2xx_.load());

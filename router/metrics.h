@@ -50,6 +50,7 @@ class RouterMetrics {
   void observe_queue_and_prefill(double queue_seconds, double prefill_seconds);
   void count_tokens(int64_t prompt, int64_t generation);
   void count_finished(FinishReason finish_reason);
+  // A reply sent (HTTP or ZeroMQ), by its status: 1xx-3xx count as 2xx.
   void count_http(int status);
 
   std::string render(const ClusterSnapshot& snapshot) const;

@@ -79,13 +79,11 @@ OpenAiService::OpenAiService(OpenAiServiceConfig config, RouterCore& core,
 OpenAiService::~OpenAiService() { workers_.stop(); }
 
 void OpenAiService::send_json(HttpResponder& responder, int status, const std::string& body) {
-  metrics_.count_http(status);
   responder.respond(status, "application/json", body);
 }
 
 void OpenAiService::send_error(HttpResponder& responder, const Status& status) {
   ApiError error = api_error_from_status(status);
-  metrics_.count_http(error.http_status);
   std::vector<std::pair<std::string, std::string>> headers;
   if (error.http_status == 429 || error.http_status == 503)
     headers.emplace_back("Retry-After", "1");
@@ -117,7 +115,6 @@ Status OpenAiService::check_vocabulary(const std::vector<int32_t>& ids,
 void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> responder) {
   std::string path = path_of(request.target);
   if (!config_.api_keys.admits(path, request.header("authorization"))) {
-    metrics_.count_http(401);
     return responder->respond(401, "application/json", R"({"error":"Unauthorized"})");
   }
   // Each route takes POST, or GET (and HEAD: GET without the body, which
@@ -193,7 +190,6 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     return send_json(*responder, 200, dump({{"object", "list"}, {"data", json::array({model})}}));
   }
   if (path == "/metrics") {
-    metrics_.count_http(200);
     return responder->respond(200, "text/plain; version=0.0.4", metrics_.render(core_.snapshot()));
   }
   // The table's last GET route: /v1/nodes.
@@ -235,7 +231,6 @@ void OpenAiService::refuse_route(const HttpRequest& request, const std::string& 
   error.type = known ? "MethodNotAllowed" : "NotFoundError";
   error.message =
       known ? "method " + request.method + " is not allowed on " + path : "no route " + path;
-  metrics_.count_http(error.http_status);
   std::vector<std::pair<std::string, std::string>> headers;
   if (known) headers.emplace_back("Allow", *posted_to ? "POST" : "GET, HEAD");
   responder.respond(error.http_status, "application/json", dump(error.to_json()),

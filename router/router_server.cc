@@ -59,18 +59,21 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(RouterSettings setting
 
   OpenAiService* routes = server->service_.get();
   {
-    // Requests the server refuses itself count as the routes' replies do.
+    // Replies are counted as they go out, those the server makes itself
+    // among them.
     HttpServerConfig http = settings.http;
-    http.on_refused = [metrics = server->metrics_.get()](int status) {
-      metrics->count_http(status);
-    };
+    http.on_reply = [metrics = server->metrics_.get()](int status) { metrics->count_http(status); };
     BATON_ASSIGN_OR_RETURN(
         server->http_,
         HttpServer::start(http, [routes](HttpRequest request, std::shared_ptr<HttpResponder> out) {
           routes->handle(std::move(request), std::move(out));
         }));
   }
-  { BATON_ASSIGN_OR_RETURN(server->zmq_, ZmqFrontend::start(settings.zmq, routes)); }
+  {
+    ZmqFrontendConfig zmq = settings.zmq;
+    zmq.on_reply = [metrics = server->metrics_.get()](int status) { metrics->count_http(status); };
+    BATON_ASSIGN_OR_RETURN(server->zmq_, ZmqFrontend::start(zmq, routes));
+  }
   spdlog::info("router: serving {} on http://{}:{} (ZeroMQ {}, control {})", service.served_model,
                settings.http.host, server->http_->port(), settings.zmq.endpoint,
                settings.core.control_endpoint);

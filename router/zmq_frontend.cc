@@ -68,6 +68,7 @@ class ZmqFrontend::Responder final : public HttpResponder {
     std::lock_guard lock(mutex_);
     if (state_ != kIdle) return;
     state_ = kDone;
+    tell_reply(status);
     frontend_->post(identity_, tag_, status, std::move(body), true);
   }
   void start_stream(int status, std::string) override {
@@ -75,6 +76,7 @@ class ZmqFrontend::Responder final : public HttpResponder {
     if (state_ != kIdle) return;
     state_ = kStreaming;
     status_ = status;
+    tell_reply(status);
   }
   void write(std::string chunk) override {
     std::lock_guard lock(mutex_);
@@ -124,6 +126,10 @@ class ZmqFrontend::Responder final : public HttpResponder {
 
  private:
   enum State { kIdle, kStreaming, kDone };
+  void tell_reply(int status) {
+    if (frontend_->config_.on_reply) frontend_->config_.on_reply(status);
+  }
+
   ZmqFrontend* frontend_;
   std::string identity_, tag_;
   mutable std::mutex mutex_;

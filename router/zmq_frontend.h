@@ -17,6 +17,7 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -46,6 +47,9 @@ struct ZmqFrontendConfig {
   std::chrono::milliseconds write_timeout{30000};
   // A CURVE server admitting only holders of keys->client; none: in the clear.
   std::optional<control::CurveKeys> keys;
+  // Told (on any thread) the status of each reply as it is posted, the
+  // frontend's own errors among them; not of one to a client gone. Optional.
+  std::function<void(int status)> on_reply;
 };
 
 class ZmqFrontend {

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <random>
 #include <thread>
+#include <utility>
 #include <zmq.hpp>
 #include <zmq_addon.hpp>
 
@@ -258,6 +259,47 @@ TEST(ZmqFrontendTest, AFloodingClientDoesNotHoldUpTheOthersReplies) {
 }
 
 // router.max_request_body_bytes bounds both front ends alike.
+// baton:http_responses_total counts each reply as it goes out, over both
+// front ends: the routes' and those a front end makes itself (ZeroMQ's 413).
+TEST(ZmqFrontendTest, RepliesAreCountedByStatusClassOverBothFrontEnds) {
+  Cluster cluster(ClusterShape{});
+  ZmqClient client(cluster.zmq_port());
+  auto count = [&](const std::string& code_class) {
+    return cluster.metric("baton:http_responses_total", "code=\"" + code_class + "\"");
+  };
+  // Each scrape's own 200 is counted once it has been rendered. `baton up`
+  // asks for /v1/nodes every 100 ms until it has seen every node up, which
+  // may be after the harness did: the count is taken once 300 ms pass with
+  // no reply but the scrapes'.
+  double ok = count("2xx");
+  ASSERT_GE(ok, 0);
+  for (auto until = std::chrono::steady_clock::now() + 20s;
+       std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(300ms);
+    const double now = count("2xx");
+    if (std::exchange(ok, now) + 1 == now) break;
+  }
+  const double client_errors = count("4xx"), server_errors = count("5xx");
+  const json completion = {{"prompt", "a b c"}, {"max_tokens", 2}};
+  auto status_of = [](const Result<tools::HttpResponse>& r) { return r.is_ok() ? r->status : -1; };
+  EXPECT_EQ(status_of(cluster.post("/v1/completions", completion)), 200);
+  EXPECT_EQ(status_of(cluster.post_raw("/v1/completions", "{not json")), 400);
+  EXPECT_EQ(status_of(cluster.get("/v1/no-such-route")), 404);
+  const std::vector<std::pair<std::string, std::string>> over_zmq = {
+      {completion.dump(), "200"},
+      {R"({"prompt": "x", "max_tokens": 0})", "400"},
+      {R"({"prompt": ")" + std::string(9u << 20, 'a') + R"("})", "413"}};
+  for (const auto& [body, status] : over_zmq) {
+    client.send("t", "/v1/completions", body);
+    std::vector<std::string> reply = client.receive();
+    ASSERT_EQ(reply.size(), 3u);
+    EXPECT_EQ(reply[1], status);
+  }
+  EXPECT_EQ(count("2xx") - ok, 3 + 2) << "three scrapes, a completion over each front end";
+  EXPECT_EQ(count("4xx") - client_errors, 4);
+  EXPECT_EQ(count("5xx") - server_errors, 0);
+}
+
 TEST(ZmqFrontendTest, TheBodyLimitIsASettingOfBothFrontEnds) {
   ClusterShape shape;
   shape.extra_router_yaml = "  max_request_body_bytes: 4096\n";

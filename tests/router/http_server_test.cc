@@ -18,6 +18,7 @@
 #include <cctype>
 #include <chrono>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -578,10 +579,115 @@ TEST_F(HttpServerTest, AReplyLargerThanTheQueueLimitIsDelivered) {
 // max_unsent_bytes of them, a large reply is answered 503 (a small one still
 // goes out; one larger than the bound goes out when nothing else waits),
 // and the count comes back as clients read their replies or go away.
+// The statuses HttpServerConfig::on_reply was told, in order.
+class ToldReplies {
+ public:
+  std::function<void(int)> hook() {
+    return [this](int status) {
+      std::lock_guard lock(mutex_);
+      statuses_.push_back(status);
+    };
+  }
+  std::vector<int> statuses() const {
+    std::lock_guard lock(mutex_);
+    return statuses_;
+  }
+
+ private:
+  mutable std::mutex mutex_;
+  std::vector<int> statuses_;
+};
+
+// Every reply is told as it goes out, the handler's or the one the server
+// makes in its place, with the status on the wire; one to a client gone is
+// not.
+TEST_F(HttpServerTest, EveryReplyIsToldWithTheStatusItWentOutWith) {
+  ToldReplies told;
+  HttpServerConfig config;
+  config.on_reply = told.hook();
+  config.max_body_bytes = 1024;
+  std::mutex mutex;
+  std::shared_ptr<HttpResponder> held;  // /held: answered after its client left
+  auto running = start(
+      [&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
+        if (request.target == "/ok") return responder->respond(200, "text/plain", "ok");
+        if (request.target == "/missing") return responder->respond(404, "text/plain", "no");
+        if (request.target == "/odd") return responder->respond(42, "text/plain", "odd");
+        if (request.target == "/stream") {
+          responder->start_stream(200);
+          responder->write("data: x\n\n");
+          return responder->finish();
+        }
+        if (request.target == "/throw") throw std::runtime_error("handler bug");
+        if (request.target == "/held") {
+          std::lock_guard lock(mutex);
+          held = std::move(responder);
+        }
+        // anything else: dropped without a reply
+      },
+      config);
+  const std::vector<std::pair<std::string, int>> cases = {
+      {"/ok", 200},    {"/missing", 404}, {"/odd", 500}, {"/stream", 200},
+      {"/throw", 500}, {"/dropped", 500}, {"/ok", 200}};
+  std::vector<int> want;
+  {
+    Client client(server_->port());
+    for (const auto& [target, status] : cases) {
+      SCOPED_TRACE(target);
+      client.send(get(target));
+      Response response;
+      ASSERT_FALSE(client.read(response));
+      EXPECT_EQ(response.result_int(), unsigned(status));
+      want.push_back(status);
+      EXPECT_EQ(told.statuses(), want);
+    }
+  }
+  {
+    Client client(server_->port());  // a body over max_body_bytes: the server's 413
+    client.send("POST /ok HTTP/1.1\r\nHost: t\r\nContent-Length: 4096\r\n\r\n" +
+                std::string(4096, 'x'));
+    Response response;
+    ASSERT_FALSE(client.read(response));
+    EXPECT_EQ(response.result_int(), 413u);
+    want.push_back(413);
+    EXPECT_EQ(told.statuses(), want);
+  }
+  {
+    Client client(server_->port());
+    client.send(get("/held"));
+    for (auto until = std::chrono::steady_clock::now() + kClientTimeout;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(1ms)) {
+      std::lock_guard lock(mutex);
+      if (held != nullptr) break;
+    }
+    client.close();
+  }
+  std::shared_ptr<HttpResponder> late;
+  {
+    std::lock_guard lock(mutex);
+    late = std::move(held);
+  }
+  ASSERT_NE(late, nullptr);
+  for (auto until = std::chrono::steady_clock::now() + kClientTimeout;
+       !late->closed() && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(1ms);
+  }
+  ASSERT_TRUE(late->closed());
+  late->respond(200, "text/plain", "too late");
+  Client probe(server_->port());  // a reply after it: the late one had its turn
+  probe.send(get("/ok"));
+  Response response;
+  ASSERT_FALSE(probe.read(response));
+  want.push_back(200);
+  EXPECT_EQ(told.statuses(), want) << "a reply to a client gone was told";
+}
+
 TEST_F(HttpServerTest, UnreadRepliesAreBoundedAcrossConnections) {
   const std::string body = random_letters(32u << 20);
   HttpServerConfig config;
   config.max_unsent_bytes = 16u << 20;
+  ToldReplies told;
+  config.on_reply = told.hook();
   auto running = start(
       [&](HttpRequest request, std::shared_ptr<HttpResponder> responder) {
         responder->respond(200, "text/plain", request.target == "/small" ? "ok" : body);
@@ -610,6 +716,8 @@ TEST_F(HttpServerTest, UnreadRepliesAreBoundedAcrossConnections) {
   ASSERT_FALSE(refused.read(response));
   EXPECT_EQ(response.result_int(), 503u);
   EXPECT_NE(response.body().find("max_unsent_reply_bytes"), std::string::npos) << response.body();
+  EXPECT_EQ(told.statuses(), (std::vector<int>{200, 503}))
+      << "the 503 is told in place of the reply it replaced";
   refused.send(get("/small"));
   ASSERT_FALSE(refused.read(response));
   EXPECT_EQ(response.result_int(), 200u);
@@ -712,7 +820,7 @@ TEST_P(MalformedRequestTest, Gets400WithJsonErrorAndClose) {
   std::atomic<int> refused_status = 0, refusals = 0;
   HttpServerConfig config;
   // The router counts these replies in its metrics through this.
-  config.on_refused = [&](int status) {
+  config.on_reply = [&](int status) {
     refused_status = status;
     ++refusals;
   };
