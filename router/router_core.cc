@@ -109,13 +109,7 @@ void RouterCore::loop() {
       cancels.swap(cancels_);
     }
     for (Submission& submission : submissions) dispatch(submission);
-    for (uint64_t id : std::exchange(undeliverable_, {})) {
-      auto it = requests_.find(id);
-      if (it == requests_.end()) continue;
-      call_sink(it->second.sink, failed_update(internal_error("the router could not deliver "
-                                                              "the request's output")));
-      forget(id);
-    }
+    end_undeliverable();
     for (uint64_t id : cancels) {
       auto it = requests_.find(id);
       if (it == requests_.end()) continue;
@@ -147,6 +141,7 @@ void RouterCore::loop() {
     }
   }
   // Shutting down: end what is left, so no client waits forever.
+  end_undeliverable();
   std::vector<uint64_t> left;
   for (const auto& [id, request] : requests_) left.push_back(id);
   for (uint64_t id : left) fail(id, unavailable("the router is shutting down"));
@@ -388,7 +383,9 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       update.error = unavailable(from + ": " + event.error);
     bool finished = update.finished;
     deliver(request, std::move(update));
-    if (finished) forget(event.request_id);
+    // An undeliverable request is forgotten once it has had its error
+    // (end_undeliverable).
+    if (finished && !request.undeliverable) forget(event.request_id);
   }
 }
 
@@ -426,7 +423,9 @@ void RouterCore::node_down(const std::string& name, const std::string& why) {
 
 void RouterCore::fail(uint64_t request_id, Status error) {
   auto it = requests_.find(request_id);
-  if (it == requests_.end()) return;
+  // An undeliverable request is aborted already and gets its error from
+  // end_undeliverable().
+  if (it == requests_.end() || it->second.undeliverable) return;
   spdlog::warn("router: request {} (#{}) failed: {}", it->second.request.client_id, request_id,
                error.message());
   abort_on_nodes(it->second, error.message());
@@ -514,6 +513,7 @@ bool RouterCore::call_sink(const UpdateSink& sink, const GenerationUpdate& updat
 }
 
 void RouterCore::deliver(Request& request, GenerationUpdate update) {
+  if (request.undeliverable) return;  // nothing but its error now
   update.decode_node = request.decode_node;
   update.prefill_node = request.prefilled_by;
   if (call_sink(request.sink, update) || update.finished) return;
@@ -521,7 +521,18 @@ void RouterCore::deliver(Request& request, GenerationUpdate update) {
   // it once the caller is done with it (the front end gets one more try,
   // with an error).
   abort_on_nodes(request, "the router could not deliver its output");
+  request.undeliverable = true;
   undeliverable_.push_back(request.id);
+}
+
+void RouterCore::end_undeliverable() {
+  for (uint64_t id : std::exchange(undeliverable_, {})) {
+    auto it = requests_.find(id);
+    if (it == requests_.end()) continue;
+    call_sink(it->second.sink,
+              failed_update(internal_error("the router could not deliver the request's output")));
+    forget(id);
+  }
 }
 
 Status RouterCore::send(const std::string& node, const control::Message& message) {

@@ -144,6 +144,9 @@ class RouterCore {
     float prefill_seconds = -1;
     std::vector<control::TokenLogprobs> prompt_logprobs;  // the prefill node's (PrefillDone)
     bool got_tokens = false;
+    // Its sink threw: it is aborted on its nodes, and gets only its error,
+    // at the end of the loop's pass.
+    bool undeliverable = false;
   };
   struct Submission {
     uint64_t id;
@@ -171,7 +174,12 @@ class RouterCore {
   void forget(uint64_t request_id);
   void publish_snapshot();
   Status send(const std::string& node, const control::Message& message);
+  // Gives the request's front end an update; where its sink throws, the
+  // request is aborted on its nodes and marked undeliverable.
   void deliver(Request& request, GenerationUpdate update);
+  // Ends each undeliverable request: its sink gets one more try, with an
+  // error, and the request is forgotten.
+  void end_undeliverable();
 
   RouterCoreConfig config_;
   std::unique_ptr<control::ControlSocket> socket_;

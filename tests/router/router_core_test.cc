@@ -55,30 +55,46 @@ TEST(RouterCoreTest, ASinkThatThrowsEndsItsRequestNotTheCore) {
           [&] { return (id = (*core)->submit(request, sink)).is_ok(); });  // once registered
     return id;
   };
-  // Answers a Generate with one token, and the request's end when `last`.
-  auto answer = [&](control::Message& message, bool last) {
+  // Answers a Generate with `events` events of one token each, in one
+  // message, the last ending the request when `last`.
+  auto answer = [&](control::Message& message, bool last, int events = 1) {
     if (auto* generate = std::get_if<control::Generate>(&message)) {
-      control::TokenEvent event;
-      event.request_id = generate->request_id;
-      event.tokens = {7};
-      if (last) event.finish_reason = FinishReason::kLength;
-      (void)(*node)->send("", control::Events{{event}});
+      control::Events answered;
+      for (int i = 0; i < events; ++i) {
+        control::TokenEvent event;
+        event.request_id = generate->request_id;
+        event.tokens = {7};
+        if (last && i + 1 == events) event.finish_reason = FinishReason::kLength;
+        answered.events.push_back(event);
+      }
+      (void)(*node)->send("", answered);
     }
   };
 
-  const Result<uint64_t> thrower = submit([](const GenerationUpdate& update) {
+  // Its tokens come three events to a message, the last ending it, handled
+  // in one pass: once the sink has thrown, the request gets only its error,
+  // and one abort.
+  std::atomic<int> thrower_calls = 0;
+  std::atomic<bool> thrower_told_error = false;
+  const Result<uint64_t> thrower = submit([&](const GenerationUpdate& update) {
+    ++thrower_calls;
     if (!update.tokens.empty()) throw std::runtime_error("a front end's bug");
+    thrower_told_error = update.finished && !update.error.is_ok();
   });
   ASSERT_TRUE(thrower.is_ok()) << thrower.status().to_string();
-  bool aborted = false;
-  serve(
-      [&](control::Message& message) {
-        answer(message, false);
-        if (auto* abort = std::get_if<control::Abort>(&message))
-          aborted |= abort->request_id == *thrower;
-      },
-      [&] { return aborted; });
-  EXPECT_TRUE(aborted) << "the request whose sink threw was not aborted on its node";
+  int aborts = 0;
+  auto count_aborts = [&](control::Message& message) {
+    answer(message, true, 3);
+    if (auto* abort = std::get_if<control::Abort>(&message))
+      aborts += abort->request_id == *thrower;
+  };
+  serve(count_aborts, [&] { return aborts > 0; });
+  EXPECT_EQ(aborts, 1) << "the request whose sink threw was not aborted on its node";
+  const auto settled = Clock::now() + 300ms;
+  serve(count_aborts, [&] { return Clock::now() > settled; });
+  EXPECT_EQ(aborts, 1);
+  EXPECT_EQ(thrower_calls.load(), 2) << "the sink that threw was not given its error alone";
+  EXPECT_TRUE(thrower_told_error);
 
   std::promise<GenerationUpdate> last;
   const Result<uint64_t> served = submit([&](const GenerationUpdate& update) {
