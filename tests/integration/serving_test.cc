@@ -423,26 +423,65 @@ TEST(PacedServingTest, ADecodeNodeSpacesItsStepsByItsMinimumInterval) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
-TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
-  std::string prompt = random_prompt(rng_, 40, 80);  // long enough for a remote prefill
-  uint64_t seed = rng_();
-  json body = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 1.0},
-               {"top_p", 0.9},     {"seed", seed},     {"n", 3}};
-  auto first = cluster_->post("/v1/completions", body);
-  auto second = cluster_->post("/v1/completions", body);
-  ASSERT_TRUE(first.is_ok() && second.is_ok());
-  ASSERT_EQ(first->status, 200) << first->body;
-  json a = json::parse(first->body), b = json::parse(second->body);
-  ASSERT_EQ(a["choices"].size(), 3u);
-  for (int j = 0; j < 3; ++j) {
-    EXPECT_EQ(a["choices"][j]["index"], j);
-    EXPECT_EQ(a["choices"][j]["text"], b["choices"][j]["text"]) << "same seed, same choice " << j;
-    json expected = baton_generate(prompt, {"--max-tokens", "24", "--temperature", "1.0", "--top-p",
-                                            "0.9", "--seed", std::to_string(seed + uint64_t(j))});
-    EXPECT_EQ(a["choices"][j]["text"], expected["text"])
-        << "choice " << j << " samples with seed + " << j;
+// Two runs sample the same tokens only where their logits agree bit for
+// bit: a draw that lands by a boundary of the distribution takes the next
+// token for a difference in the last bits, and a cluster batches (and so
+// sums) a sequence otherwise than another run does (the projections' GEMV
+// of one row against several). That parts the outputs for a few seeds in a
+// thousand; a fault (a wrong seed, lost KV) for nearly every seed. So a test
+// that compares samples tries a second seed where the first parted, and
+// fails where both do.
+constexpr int kSampledAttempts = 2;
+
+// Where two completions' choices part: "" where their texts are equal, else
+// the first token where they differ. Log-probs of the tokens before it must
+// agree (the same context, up to rounding), or the test fails at once.
+std::string where_parted(const json& a, const json& b) {
+  if (a["text"] == b["text"]) return "";
+  const json& tokens_a = a["logprobs"]["tokens"];
+  const json& tokens_b = b["logprobs"]["tokens"];
+  size_t k = 0;
+  while (k < tokens_a.size() && k < tokens_b.size() && tokens_a[k] == tokens_b[k]) ++k;
+  for (size_t i = 0; i < k; ++i) {
+    EXPECT_NEAR(a["logprobs"]["token_logprobs"][i].get<double>(),
+                b["logprobs"]["token_logprobs"][i].get<double>(), 1e-3)
+        << "token " << i << " of equal outputs: the contexts differ";
   }
-  EXPECT_EQ(a["usage"]["prompt_tokens"], int(prompt.size()) + 1);
+  return "parted at token " + std::to_string(k);
+}
+
+TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
+  std::string parted;
+  for (int attempt = 0; attempt < kSampledAttempts; ++attempt) {
+    const std::string prompt = random_prompt(rng_, 40, 80);  // long enough for a remote prefill
+    const uint64_t seed = rng_();
+    json body = {{"prompt", prompt}, {"max_tokens", 24}, {"temperature", 1.0}, {"top_p", 0.9},
+                 {"seed", seed},     {"n", 3},           {"logprobs", 1}};
+    auto first = cluster_->post("/v1/completions", body);
+    auto second = cluster_->post("/v1/completions", body);
+    ASSERT_TRUE(first.is_ok() && second.is_ok());
+    ASSERT_EQ(first->status, 200) << first->body;
+    ASSERT_EQ(second->status, 200) << second->body;
+    json a = json::parse(first->body), b = json::parse(second->body);
+    ASSERT_EQ(a["choices"].size(), 3u);
+    ASSERT_EQ(b["choices"].size(), 3u);
+    EXPECT_EQ(a["usage"]["prompt_tokens"], int(prompt.size()) + 1);
+    std::string here;
+    for (int j = 0; j < 3; ++j) {
+      EXPECT_EQ(a["choices"][j]["index"], j);
+      if (std::string p = where_parted(a["choices"][j], b["choices"][j]); !p.empty())
+        here += " choice " + std::to_string(j) + " twice: " + p + ";";
+      json expected =
+          baton_generate(prompt, {"--max-tokens", "24", "--temperature", "1.0", "--top-p", "0.9",
+                                  "--seed", std::to_string(seed + uint64_t(j))});
+      if (a["choices"][j]["text"] != expected["text"])
+        here += " choice " + std::to_string(j) + " (seed + " + std::to_string(j) +
+                ") and baton generate;";
+    }
+    if (here.empty()) return;
+    parted += "seed " + std::to_string(seed) + ":" + here + "\n";
+  }
+  ADD_FAILURE() << "samples parted for " << kSampledAttempts << " seeds:\n" << parted;
 }
 
 // best_of: the n returned are the samples of highest cumulative
@@ -452,49 +491,61 @@ TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
 // first two samples in order (so returning the first n would fail). Usage
 // counts every sample's tokens.
 TEST_F(ServingTest, BestOfReturnsTheSamplesOfHighestLogProbability) {
-  const std::string prompt = random_prompt(rng_, 40, 80);
-  uint64_t seed = 0;
-  std::vector<std::tuple<double, size_t, std::string>> ranked;  // -(log-prob), sample, text
-  int64_t generated = 0;
-  for (int attempt = 0; attempt < 20; ++attempt) {
-    seed = rng_();
-    json all_body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 1.0},
-                     {"seed", seed},     {"n", 4},           {"logprobs", 1}};
-    auto all = cluster_->post("/v1/completions", all_body);
-    ASSERT_TRUE(all.is_ok());
-    ASSERT_EQ(all->status, 200) << all->body;
-    const json samples = json::parse(all->body)["choices"];
-    ASSERT_EQ(samples.size(), 4u);
-    ranked.clear();
-    generated = 0;
-    for (size_t s = 0; s < samples.size(); ++s) {
-      double sum = 0;
-      for (const json& lp : samples[s]["logprobs"]["token_logprobs"]) sum += lp.get<double>();
-      ranked.push_back({-sum, s, samples[s]["text"].get<std::string>()});
-      generated += int64_t(samples[s]["logprobs"]["tokens"].size());
+  std::string parted;
+  for (int attempt = 0; attempt < kSampledAttempts; ++attempt) {
+    const std::string prompt = random_prompt(rng_, 40, 80);
+    uint64_t seed = 0;
+    std::vector<std::tuple<double, size_t, std::string>> ranked;  // -(log-prob), sample, text
+    int64_t generated = 0;
+    for (int tries = 0; tries < 20; ++tries) {
+      seed = rng_();
+      json all_body = {{"prompt", prompt}, {"max_tokens", 12}, {"temperature", 1.0},
+                       {"seed", seed},     {"n", 4},           {"logprobs", 1}};
+      auto all = cluster_->post("/v1/completions", all_body);
+      ASSERT_TRUE(all.is_ok());
+      ASSERT_EQ(all->status, 200) << all->body;
+      const json samples = json::parse(all->body)["choices"];
+      ASSERT_EQ(samples.size(), 4u);
+      ranked.clear();
+      generated = 0;
+      for (size_t s = 0; s < samples.size(); ++s) {
+        double sum = 0;
+        for (const json& lp : samples[s]["logprobs"]["token_logprobs"]) sum += lp.get<double>();
+        ranked.push_back({-sum, s, samples[s]["text"].get<std::string>()});
+        generated += int64_t(samples[s]["logprobs"]["tokens"].size());
+      }
+      std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) {
+        return std::get<0>(a) < std::get<0>(b);
+      });
+      if (std::get<1>(ranked[0]) != 0 || std::get<1>(ranked[1]) != 1) break;
     }
-    std::stable_sort(ranked.begin(), ranked.end(),
-                     [](const auto& a, const auto& b) { return std::get<0>(a) < std::get<0>(b); });
-    if (std::get<1>(ranked[0]) != 0 || std::get<1>(ranked[1]) != 1) break;
+    ASSERT_FALSE(std::get<1>(ranked[0]) == 0 && std::get<1>(ranked[1]) == 1)
+        << "20 seeds ranked their first two samples first";
+    auto best = cluster_->post("/v1/completions", json{{"prompt", prompt},
+                                                       {"max_tokens", 12},
+                                                       {"temperature", 1.0},
+                                                       {"seed", seed},
+                                                       {"n", 2},
+                                                       {"best_of", 4}});
+    ASSERT_TRUE(best.is_ok());
+    ASSERT_EQ(best->status, 200) << best->body;
+    const json answer = json::parse(best->body);
+    ASSERT_EQ(answer["choices"].size(), 2u);
+    std::string here;
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_EQ(answer["choices"][i]["index"], i);
+      EXPECT_TRUE(answer["choices"][i]["logprobs"].is_null()) << "logprobs were not asked for";
+      if (answer["choices"][i]["text"] != std::get<2>(ranked[size_t(i)]))
+        here += " rank " + std::to_string(i) + " is not the sample of that rank;";
+    }
+    // A sample that parted from its first run may have more tokens or fewer.
+    if (here.empty()) {
+      EXPECT_EQ(answer["usage"]["completion_tokens"], generated);
+      return;
+    }
+    parted += "seed " + std::to_string(seed) + ":" + here + "\n";
   }
-  ASSERT_FALSE(std::get<1>(ranked[0]) == 0 && std::get<1>(ranked[1]) == 1)
-      << "20 seeds ranked their first two samples first";
-  auto best = cluster_->post("/v1/completions", json{{"prompt", prompt},
-                                                     {"max_tokens", 12},
-                                                     {"temperature", 1.0},
-                                                     {"seed", seed},
-                                                     {"n", 2},
-                                                     {"best_of", 4}});
-  ASSERT_TRUE(best.is_ok());
-  ASSERT_EQ(best->status, 200) << best->body;
-  const json answer = json::parse(best->body);
-  ASSERT_EQ(answer["choices"].size(), 2u);
-  for (int i = 0; i < 2; ++i) {
-    EXPECT_EQ(answer["choices"][i]["index"], i);
-    EXPECT_EQ(answer["choices"][i]["text"], std::get<2>(ranked[size_t(i)])) << "rank " << i;
-    EXPECT_TRUE(answer["choices"][i]["logprobs"].is_null()) << "logprobs were not asked for";
-  }
-  EXPECT_EQ(answer["usage"]["completion_tokens"], generated);
+  ADD_FAILURE() << "samples parted for " << kSampledAttempts << " seeds:\n" << parted;
 }
 
 // echo: the answer is the prompt's text and then what the same request
