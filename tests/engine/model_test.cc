@@ -179,11 +179,13 @@ TEST_P(PagedModelTest, DecodeStepEqualsFullPrefill) {
       max_abs = std::max(max_abs, double(std::fabs(full_logits[size_t(i)])));
     }
     // A 16-bit cache may round a K/V element to the neighbouring value when
-    // the two paths' F32 results straddle a rounding boundary.
-    // An 8-bit code moved by a step that way: up to 5e-3 in 300 runs.
+    // the two paths' F32 results straddle a rounding boundary: up to 1.3e-3
+    // with a BF16 cache in 227 runs (two of its steps passed 1e-3 in one).
+    // An 8-bit code moved by a step that way: up to 5e-3 in 300 runs. A
+    // position one off at one step moved them by 4.7-9.2 (bound 0.07-0.09).
     const double relative = GetParam().kv_dtype == DType::kF32  ? 1e-4
                             : is_quantized(GetParam().kv_dtype) ? 2e-2
-                                                                : 1e-3;
+                                                                : 5e-3;
     EXPECT_LE(max_diff, relative * std::max(1.0, max_abs)) << "step " << t;
   }
 }
