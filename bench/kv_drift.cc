@@ -108,12 +108,14 @@ int run(int argc, char** argv) {
     return 1;
   }
   std::printf("%s; seed %llu\n\n", name.c_str(), (unsigned long long)seed);
-  std::printf("| KV | positions | mean abs dlogp | max abs dlogp | greedy changed |\n");
-  std::printf("|---|---|---|---|---|\n");
+  std::printf("| KV | positions | mean abs dlogp | max abs dlogp | over %.1f | greedy changed |\n",
+              engine::kFarDlogprob);
+  std::printf("|---|---|---|---|---|---|\n");
   for (size_t i = 0; i < formats.size(); ++i) {
     const engine::KvDrift& d = (*drift)[i];
-    std::printf("| %s | %lld | %.4f | %.4f | %.2f%% |\n", formats[i].c_str(),
-                (long long)d.positions, d.mean_abs(), d.max_abs, 100.0 * d.change_rate());
+    std::printf("| %s | %lld | %.4f | %.4f | %.3f%% | %.2f%% |\n", formats[i].c_str(),
+                (long long)d.positions, d.mean_abs(), d.max_abs, 100.0 * d.far_rate(),
+                100.0 * d.change_rate());
   }
   return 0;
 }

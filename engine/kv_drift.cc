@@ -32,6 +32,7 @@ void KvDrift::add(const KvDrift& other) {
   sum_abs += other.sum_abs;
   max_abs = std::max(max_abs, other.max_abs);
   changed += other.changed;
+  far += other.far;
 }
 
 Result<std::vector<KvDrift>> measure_kv_drift(Engine& reference,
@@ -86,6 +87,7 @@ Result<std::vector<KvDrift>> measure_kv_drift(Engine& reference,
       d.sum_abs += delta;
       d.max_abs = std::max(d.max_abs, delta);
       d.changed += argmax(got) != greedy;
+      d.far += delta > kFarDlogprob;
       ++d.positions;
     }
     pos += step;

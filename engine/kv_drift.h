@@ -17,13 +17,19 @@
 
 namespace baton::engine {
 
+// A change in a log-prob counted as far: the tail that max_abs, the most
+// of a few thousand positions, samples noisily.
+inline constexpr double kFarDlogprob = 0.5;
+
 struct KvDrift {
   int64_t positions = 0;
   double sum_abs = 0;   // of |Δ log p| of the reference's greedy token, over positions
   double max_abs = 0;   // of |Δ log p| at any position
   int64_t changed = 0;  // positions whose greedy token differs
+  int64_t far = 0;      // positions where |Δ log p| > kFarDlogprob
   double mean_abs() const { return positions > 0 ? sum_abs / double(positions) : 0.0; }
   double change_rate() const { return positions > 0 ? double(changed) / double(positions) : 0.0; }
+  double far_rate() const { return positions > 0 ? double(far) / double(positions) : 0.0; }
   // Adds another run's positions (several checkpoints or sequences).
   void add(const KvDrift& other);
 };

@@ -123,7 +123,7 @@ TEST_P(GoldenTest, LogprobsAndGreedyMatchTransformers) {
 struct KvDriftLimits {
   DType kv;
   double mean;         // of |Δ log p| over all positions
-  double max;          // of |Δ log p| at any position
+  double far_rate;     // of positions where |Δ log p| > kFarDlogprob
   double change_rate;  // of positions whose greedy token changed
 };
 
@@ -161,14 +161,18 @@ TEST_P(KvDriftTest, EightBitKvStaysCloseToBf16Kv) {
   ASSERT_GE(drift.positions, 1000);
   RecordProperty("mean_abs_dlogprob", std::to_string(drift.mean_abs()));
   RecordProperty("max_abs_dlogprob", std::to_string(drift.max_abs));
+  RecordProperty("far_dlogprob_rate", std::to_string(drift.far_rate()));
   RecordProperty("greedy_change_rate", std::to_string(drift.change_rate()));
   std::printf(
-      "%s KV against bf16 KV over %lld positions: mean |dlogp| %.4f, max %.4f, greedy "
-      "changed at %.2f%%\n",
+      "%s KV against bf16 KV over %lld positions: mean |dlogp| %.4f, max %.4f, over %.1f at "
+      "%.3f%%, greedy changed at %.2f%%\n",
       std::string(dtype_name(limits.kv)).c_str(), (long long)drift.positions, drift.mean_abs(),
-      drift.max_abs, 100.0 * drift.change_rate());
+      drift.max_abs, kFarDlogprob, 100.0 * drift.far_rate(), 100.0 * drift.change_rate());
+  // The most of thousands of positions is recorded, not bounded: one
+  // position decides it, and E4M3's ranged 0.67-1.96 over 120 runs and
+  // reached 3.09 once. The rate of far positions samples the same tail.
   EXPECT_LT(drift.mean_abs(), limits.mean);
-  EXPECT_LT(drift.max_abs, limits.max);
+  EXPECT_LT(drift.far_rate(), limits.far_rate);
   EXPECT_LT(drift.change_rate(), limits.change_rate);
 }
 
@@ -180,9 +184,12 @@ INSTANTIATE_TEST_SUITE_P(Formats, KvDriftTest,
                          // KV, for scale: mean 0.0046, max 0.06, 0.3-0.8%.
                          // With the Qwen3 and SmolLM3 ones (3840 positions):
                          // int8 mean 0.016-0.017, max 0.20-0.61, 1.0-2.2%;
-                         // E4M3 0.061-0.070, 0.77-2.17, 6.0-7.5%.
-                         ::testing::Values(KvDriftLimits{DType::kI8, 0.03, 1.0, 0.05},
-                                           KvDriftLimits{DType::kFP8E4M3, 0.12, 3.0, 0.15}),
+                         // E4M3 0.061-0.070, 0.77-2.17, 6.0-7.5%. 120 runs
+                         // of 4800 positions: int8 mean 0.013-0.015, over
+                         // 0.5 at 0-0.021%, 0.9-1.9%; E4M3 0.051-0.059,
+                         // 0.15-0.65%, 4.7-6.2%.
+                         ::testing::Values(KvDriftLimits{DType::kI8, 0.03, 0.0025, 0.05},
+                                           KvDriftLimits{DType::kFP8E4M3, 0.12, 0.015, 0.15}),
                          [](const auto& info) { return std::string(dtype_name(info.param.kv)); });
 
 // Prompt log-probabilities (vLLM's prompt_logprobs, echo with logprobs):
