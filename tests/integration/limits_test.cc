@@ -214,15 +214,16 @@ namespace {
 // the timeout: heartbeats sent from the engine's loop instead missed it in
 // every run. A timeout of 60 ms was missed once in about 150 runs beside
 // other tests on two cores, by a heartbeat thread that waited that long
-// for a core.
+// for a core; so the timeout is 200 ms, and a step of sixteen prompts
+// outlasts it twice (420-520 ms here; eight took 170-290).
 TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
-  constexpr int kPrompts = 8;
+  constexpr int kPrompts = 16;
   ClusterShape shape;
   shape.max_model_len = 2048;
-  shape.max_num_batched_tokens = 16384;  // eight 2000-token prompts in one step
-  shape.kv_cache_bytes = "16MiB";
+  shape.max_num_batched_tokens = 32768;  // sixteen 2000-token prompts in one step
+  shape.kv_cache_bytes = "40MiB";
   shape.heartbeat_interval_ms = 10;
-  shape.heartbeat_timeout_ms = 100;
+  shape.heartbeat_timeout_ms = 200;
   Cluster cluster(shape);
   // The shortest round's mean prefill time: the prompts of a round are
   // prefilled in one step, so each one's prefill time is about that step's.
@@ -235,7 +236,7 @@ TEST(LimitsTest, LongEngineStepsDoNotLookLikeDeadNodes) {
     std::vector<std::string> bodies(kPrompts);
     for (int i = 0; i < kPrompts; ++i) {
       clients.emplace_back([&, i] {
-        json body = {{"prompt", std::string(2000, char('a' + round * kPrompts + i))},
+        json body = {{"prompt", std::string(2000, char('!' + round * kPrompts + i))},
                      {"max_tokens", 2}};
         auto response = cluster.post("/v1/completions", body);
         statuses[i] = response.is_ok() ? response->status : -1;

@@ -8,8 +8,10 @@ Exits non-zero on the first failed check.
     python openai_client_test.py --baton build/tools/baton
 """
 import argparse
+import fcntl
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -21,15 +23,45 @@ import urllib.request
 import openai
 
 
+_port_claims = []  # lock files held until this process exits
+
+
 def free_ports(n):
-    """n distinct ports the OS says are free now (two binds in a row may get
-    the same port once the first socket is closed)."""
-    ports = set()
-    while len(ports) < n:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            ports.add(s.getsockname()[1])
-    return list(ports)
+    """n distinct ports for a cluster, claimed as cluster_harness.cc's
+    free_port() claims them: a port the OS reports free can be taken again
+    before the router binds it (by another test's router, or as the local
+    port of any outgoing connection), so they come from below the ephemeral
+    range, which the OS never hands out by itself, each locked with a file
+    that test processes running side by side all respect."""
+    low = 10000
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            high = min(int(f.read().split()[0]), 32768)
+    except (OSError, ValueError, IndexError):
+        high = 32768
+    lock_dir = os.path.join(tempfile.gettempdir(), "baton-test-ports")
+    os.makedirs(lock_dir, exist_ok=True)
+    rng = random.SystemRandom()
+    ports = []
+    for _ in range(10000):
+        if len(ports) == n or high - low < 1000:
+            break
+        port = rng.randrange(low, high)
+        if port in ports:
+            continue
+        fd = os.open(os.path.join(lock_dir, str(port)), os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o666)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port))
+        except OSError:
+            os.close(fd)
+            continue
+        _port_claims.append(fd)
+        ports.append(port)
+    if len(ports) < n:
+        raise RuntimeError(f"no {n} free ports below the ephemeral range ({low}..{high})")
+    return ports
 
 
 def check(condition, message):
