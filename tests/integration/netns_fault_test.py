@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -143,6 +144,16 @@ def packets_dropped(host):
         words = listed.split()
         total += sum(int(words[i + 1]) for i, w in enumerate(words) if w == "packets")
     return total
+
+
+def netem_counts(host):
+    """(packets, dropped) of the netem qdisc on host's link so far, as
+    `tc -s` reports them; (0, 0) where there is none."""
+    shown = sh("tc", "-s", "-n", HOSTS[host][0], "qdisc", "show", "dev", "eth0", check=False).stdout
+    if "netem" not in shown:
+        return 0, 0
+    found = re.search(r"Sent \d+ bytes (\d+) pkt \(dropped (\d+)", shown)
+    return (int(found.group(1)), int(found.group(2))) if found else (0, 0)
 
 
 def slow_lossy_link(host):
@@ -360,6 +371,13 @@ def test_slow_lossy_link(baton, model_dir):
             dropped = packets_dropped("decode")
             check(dropped > 0, "the loss rules dropped no packet")
             how += f": {dropped} packets dropped"
+        else:
+            # Evidence the link in use was the one netem shaped: its packets,
+            # and its losses (none of 200 packets at 5% comes once in 30,000).
+            packets, dropped = netem_counts("decode")
+            check(packets > 0, "netem saw no packet: the cluster does not use the shaped link")
+            check(packets < 200 or dropped > 0, f"netem lost none of {packets} packets")
+            how += f": {dropped} of {packets} packets lost"
     finally:
         heal("decode")
     wait_for("drained after the slow lossy link", drained, 30)
