@@ -4,9 +4,12 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <atomic>
+#include <functional>
 #include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -27,8 +30,10 @@ class CudaPoolCopier final : public PoolCopier {
     // Best effort on the way out: nothing to report to.
     (void)on_device([&] {
       if (pinned_ != nullptr) cudaHostUnregister(pinned_);
-      for (Direction* d : {&out_, &in_}) {
-        if (d->stream != nullptr) cudaStreamDestroy(d->stream);
+      for (Lanes* lanes : {&out_, &in_}) {
+        for (Lane& lane : *lanes) {
+          if (lane.stream != nullptr) cudaStreamDestroy(lane.stream);
+        }
       }
       return Status::ok();
     });
@@ -36,8 +41,11 @@ class CudaPoolCopier final : public PoolCopier {
 
   Status init() {
     return on_device([&]() -> Status {
-      for (Direction* d : {&out_, &in_}) {
-        BATON_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&d->stream, cudaStreamNonBlocking));
+      for (Lanes* lanes : {&out_, &in_}) {
+        for (Lane& lane : *lanes) {
+          BATON_CUDA_RETURN_IF_ERROR(
+              cudaStreamCreateWithFlags(&lane.stream, cudaStreamNonBlocking));
+        }
       }
       return Status::ok();
     });
@@ -80,20 +88,42 @@ class CudaPoolCopier final : public PoolCopier {
   const char* name() const override { return name_.c_str(); }
 
  private:
-  struct Direction {
-    std::mutex mutex;  // one batch of copies at a time on its stream
+  // One batch of copies at a time on its own stream. A direction has a few,
+  // so that callers on different threads (a prefill's per-layer copy-out,
+  // the SSD tier's write-out, the transfer engine's copy-in) do not wait
+  // for each other's batches: streams run on the device's copy engines side
+  // by side.
+  struct Lane {
+    std::mutex mutex;
     cudaStream_t stream = nullptr;
     // The batch's pointers and sizes, kept to save allocations.
     std::vector<void*> dsts;
     std::vector<const void*> srcs;
     std::vector<size_t> sizes;
   };
+  static constexpr size_t kLanesPerDirection = 4;
+  using Lanes = std::array<Lane, kLanesPerDirection>;
+
+  // A free lane of `lanes`, locked into `lock`; where every lane is busy,
+  // the calling thread's own (by its id), waited for.
+  static Lane& take_lane(Lanes& lanes, std::unique_lock<std::mutex>& lock) {
+    for (Lane& lane : lanes) {
+      std::unique_lock attempt(lane.mutex, std::try_to_lock);
+      if (attempt.owns_lock()) {
+        lock = std::move(attempt);
+        return lane;
+      }
+    }
+    Lane& own = lanes[std::hash<std::thread::id>{}(std::this_thread::get_id()) % lanes.size()];
+    lock = std::unique_lock(own.mutex);
+    return own;
+  }
 
   // Queues the copies on d's stream: one call for the batch where the
   // runtime has cudaMemcpyBatchAsync (CUDA 13's signature) and the host
   // memory is pinned, which spares a transfer of scattered blocks a call per
   // block and layer; else one call each.
-  Status enqueue(Direction& d) {
+  Status enqueue(Lane& d) {
 #if CUDART_VERSION >= 13000
     if (host_pinned_ && batch_works_.load(std::memory_order_relaxed)) {
       cudaMemcpyAttributes attrs{};
@@ -119,10 +149,11 @@ class CudaPoolCopier final : public PoolCopier {
 
   // `ends(r)`: where range r goes to and comes from.
   template <typename Ends>
-  Status copy(Direction& d, std::span<const Range> ranges, Ends ends) {
+  Status copy(Lanes& lanes, std::span<const Range> ranges, Ends ends) {
     BATON_RETURN_IF_ERROR(check_copy_ranges(ranges, bytes_, host_bytes_));
     if (ranges.empty()) return Status::ok();
-    std::lock_guard lock(d.mutex);
+    std::unique_lock<std::mutex> lock;
+    Lane& d = take_lane(lanes, lock);
     d.dsts.clear();
     d.srcs.clear();
     d.sizes.clear();
@@ -170,7 +201,7 @@ class CudaPoolCopier final : public PoolCopier {
   void* pinned_ = nullptr;    // registered by this copier (unregistered with it)
   bool host_pinned_ = false;  // page-locked, by this copier or before it
   std::atomic<bool> batch_works_{true};
-  Direction out_, in_;
+  Lanes out_, in_;
 };
 
 }  // namespace

@@ -6,8 +6,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <memory>
 #include <random>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -48,6 +50,23 @@ std::vector<PoolCopier::Range> random_ranges(std::mt19937_64& rng, size_t bytes,
   return ranges;
 }
 
+// A device pool of `bytes` random bytes (also kept on the host, in
+// `bytes_on_device`) and its copier.
+struct RandomPool {
+  std::vector<uint8_t> bytes_on_device;
+  DeviceBuffer pool;
+  std::unique_ptr<PoolCopier> copier;
+};
+Result<RandomPool> random_pool(std::mt19937_64& rng, size_t bytes) {
+  RandomPool p;
+  p.bytes_on_device.resize(bytes);
+  for (auto& b : p.bytes_on_device) b = uint8_t(rng());
+  BATON_ASSIGN_OR_RETURN(p.pool, DeviceBuffer::allocate(bytes));
+  BATON_RETURN_IF_ERROR(p.pool.copy_from_host(p.bytes_on_device.data(), bytes));
+  BATON_ASSIGN_OR_RETURN(p.copier, make_pool_copier(p.pool.data(), bytes));
+  return p;
+}
+
 TEST_F(CudaPoolCopierTest, CopiesExactlyTheRangesBothWays) {
   const uint64_t seed = std::random_device{}();
   SCOPED_TRACE("seed " + std::to_string(seed));
@@ -59,13 +78,11 @@ TEST_F(CudaPoolCopierTest, CopiesExactlyTheRangesBothWays) {
        {std::pair{false, true}, std::pair{true, true}, std::pair{true, false}}) {
     SCOPED_TRACE(std::string(packed ? "host side packed" : "host side at the pool's offsets") +
                  (pinned ? ", pinned" : ", pageable"));
-    std::vector<uint8_t> device_bytes(kBytes);
-    for (auto& b : device_bytes) b = uint8_t(rng());
-    auto pool = DeviceBuffer::allocate(kBytes);
-    ASSERT_TRUE(pool.is_ok()) << pool.status().to_string();
-    ASSERT_TRUE(pool->copy_from_host(device_bytes.data(), kBytes).is_ok());
-    auto copier = make_pool_copier(pool->data(), kBytes);
-    ASSERT_TRUE(copier.is_ok()) << copier.status().to_string();
+    auto made = random_pool(rng, kBytes);
+    ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+    std::vector<uint8_t>& device_bytes = made->bytes_on_device;
+    DeviceBuffer* pool = &made->pool;
+    std::unique_ptr<PoolCopier>* copier = &made->copier;
 
     std::vector<uint8_t> host(kBytes, kPoison);
     if (pinned) {
@@ -98,6 +115,65 @@ TEST_F(CudaPoolCopierTest, CopiesExactlyTheRangesBothWays) {
     }
     copier->reset();  // unpins before the host memory goes
   }
+}
+
+// Threads copying at once, each its own part of the pool both ways (as a
+// prefill's copy-out, the SSD tier and the transfer engine's copy-in do),
+// more threads than a direction has streams: every byte lands where its
+// thread put it.
+TEST_F(CudaPoolCopierTest, ThreadsCopyingAtOnceEachGetTheirOwnBytes) {
+  const uint64_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  constexpr size_t kThreads = 8, kPart = 4 << 20, kBytes = kThreads * kPart;
+  std::mt19937_64 rng(seed);
+  auto made = random_pool(rng, kBytes);
+  ASSERT_TRUE(made.is_ok()) << made.status().to_string();
+  const std::vector<uint8_t>& device_bytes = made->bytes_on_device;
+  DeviceBuffer* pool = &made->pool;
+  std::unique_ptr<PoolCopier>* copier = &made->copier;
+  std::vector<uint8_t> host(kBytes, kPoison);
+  EXPECT_TRUE((*copier)->pin(host.data(), kBytes).is_ok());
+  // Odd threads write fresh bytes into their part of the pool; even ones
+  // read theirs out; each 20 times, in ranges of a few KiB.
+  for (size_t t = 1; t < kThreads; t += 2) {
+    for (size_t i = t * kPart; i < (t + 1) * kPart; ++i) host[i] = uint8_t(rng());
+  }
+  std::vector<std::thread> threads;
+  std::vector<Status> results(kThreads, Status::ok());
+  for (size_t t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<PoolCopier::Range> ranges;
+      for (size_t at = t * kPart; at < (t + 1) * kPart; at += 4096 + 512) {
+        const size_t n = std::min<size_t>(4096, (t + 1) * kPart - at);
+        ranges.push_back({.offset = at, .bytes = n, .host_offset = at});
+      }
+      for (int round = 0; round < 20 && results[t].is_ok(); ++round) {
+        results[t] = t % 2 == 1 ? (*copier)->to_device(host.data(), ranges)
+                                : (*copier)->to_host(host.data(), ranges);
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (size_t t = 0; t < kThreads; ++t) EXPECT_TRUE(results[t].is_ok()) << results[t].to_string();
+  std::vector<uint8_t> got(kBytes);
+  ASSERT_TRUE(pool->copy_to_host(got.data(), kBytes).is_ok());
+  for (size_t t = 0; t < kThreads; ++t) {
+    SCOPED_TRACE("thread " + std::to_string(t));
+    for (size_t at = t * kPart; at < (t + 1) * kPart; at += 4096 + 512) {
+      const size_t n = std::min<size_t>(4096, (t + 1) * kPart - at);
+      const bool into_pool = t % 2 == 1;
+      const uint8_t* want = into_pool ? &host[at] : &device_bytes[at];
+      const uint8_t* seen = into_pool ? &got[at] : &host[at];
+      ASSERT_TRUE(std::equal(want, want + n, seen)) << "bytes at " << at;
+      // The gap after the range: untouched on the side written.
+      const size_t gap_end = std::min((t + 1) * kPart, at + 4096 + 512);
+      for (size_t i = at + n; i < gap_end; ++i) {
+        ASSERT_EQ(into_pool ? got[i] : host[i], into_pool ? device_bytes[i] : kPoison)
+            << "written outside the ranges at " << i;
+      }
+    }
+  }
+  copier->reset();  // unpins before the host memory goes
 }
 
 // Host memory another copier (or a UCX with CUDA support) pinned already
