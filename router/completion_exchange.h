@@ -47,8 +47,9 @@ struct ExchangeSpec {
   // log-probability, in that order.
   int32_t n = 1;
   int32_t best_of = 1;
-  bool logprobs = false;     // the client asked for them
-  int32_t top_logprobs = 0;  // alternatives shown per token (the nodes may send more)
+  bool logprobs = false;       // the client asked for them
+  int32_t top_logprobs = 0;    // alternatives shown per token (the nodes may send more)
+  bool tokens_as_ids = false;  // log-probs name tokens "token_id:ID" (not their text)
   // echo: each prompt's text, put before its choices' (empty: no echo).
   std::vector<std::string> echoes;
   // When the front end handed the request on: TTFT and end-to-end latency
@@ -129,6 +130,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   // becomes U+FFFD, as the JSON output would make it), so equal keys of a
   // top_logprobs map compare equal here.
   std::string token_text(int32_t id) const;
+  // How log-probs name token `id`: its text, or "token_id:ID" where the
+  // request asked (return_tokens_as_token_ids).
+  std::string token_name(int32_t id) const;
   // How many of a token's alternatives the reply shows: what was asked
   // for (the nodes send at least one).
   size_t alternatives_shown(const control::TokenLogprobs& scored) const;

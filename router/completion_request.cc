@@ -225,6 +225,9 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
                  "has more than " + std::to_string(control::kMaxStopTokenIds) + " ids");
     }
   }
+  if (const json* v = member(doc, "return_tokens_as_token_ids")) {
+    BATON_ASSIGN_OR_RETURN(s.tokens_as_ids, read_bool(*v, "return_tokens_as_token_ids"));
+  }
   if (const json* v = member(doc, "ignore_eos")) {
     BATON_ASSIGN_OR_RETURN(s.ignore_eos, read_bool(*v, "ignore_eos"));
   }

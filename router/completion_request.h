@@ -42,6 +42,9 @@ struct SamplingFields {
   // token's own only).
   bool want_logprobs = false;
   int32_t logprobs = 0;
+  // vLLM's return_tokens_as_token_ids: tokens in log-probs are named
+  // "token_id:ID", for clients that must tell apart tokens of the same text.
+  bool tokens_as_ids = false;
   // vLLM's sampling extras (kernels/cpu/sampling.h).
   float min_p = 0.0f;
   float presence_penalty = 0.0f;

@@ -446,6 +446,7 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   spec.best_of = sampling.best_of;
   spec.logprobs = sampling.want_logprobs;
   spec.top_logprobs = sampling.logprobs;
+  spec.tokens_as_ids = sampling.tokens_as_ids;
   spec.echoes = std::move(echoes);
   spec.arrival = arrival;
 

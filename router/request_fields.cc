@@ -15,7 +15,8 @@ using nlohmann::json;
 constexpr std::string_view kSharedFields[] = {
     "model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop", "stop_token_ids",
     "ignore_eos", "n", "best_of", "stream", "stream_options", "logprobs", "min_p",
-    "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias"};
+    "presence_penalty", "frequency_penalty", "repetition_penalty", "min_tokens", "logit_bias",
+    "return_tokens_as_token_ids"};
 constexpr std::string_view kCompletionFields[] = {"prompt", "echo"};
 constexpr std::string_view kChatFields[] = {
     "messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",

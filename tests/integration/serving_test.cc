@@ -739,6 +739,56 @@ TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
   }
 }
 
+// return_tokens_as_token_ids (vLLM's): log-probs name every token, chosen
+// or alternative, "token_id:ID", over both endpoints, the ids those of one
+// engine; completions' text offsets stay offsets in the text.
+TEST_F(ServingTest, TokensAsTokenIdsNameEveryTokenById) {
+  const std::string prompt = random_prompt(rng_, 40, 60);
+  json expected = baton_generate(
+      prompt, {"--max-tokens", "6", "--temperature", "0", "--logprobs", "2", "--ignore-eos"});
+  ASSERT_EQ(expected["output_ids"].size(), 6u);
+  auto name = [](const json& id) { return "token_id:" + std::to_string(id.get<int>()); };
+  json body = {{"prompt", prompt},   {"max_tokens", 6}, {"temperature", 0},
+               {"ignore_eos", true}, {"logprobs", 2},   {"return_tokens_as_token_ids", true}};
+  auto response = cluster_->post("/v1/completions", body);
+  ASSERT_TRUE(response.is_ok());
+  ASSERT_EQ(response->status, 200) << response->body;
+  const json choice = json::parse(response->body)["choices"][0];
+  ASSERT_EQ(choice["text"], expected["text"]);
+  const json& lp = choice["logprobs"];
+  ASSERT_EQ(lp["tokens"].size(), 6u) << lp.dump();
+  for (size_t t = 0; t < 6; ++t) {
+    SCOPED_TRACE("token " + std::to_string(t));
+    EXPECT_EQ(lp["tokens"][t], name(expected["output_ids"][t]));
+    std::set<std::string> keys, want;
+    for (auto& [key, value] : lp["top_logprobs"][t].items()) keys.insert(key);
+    for (const json& top : expected["logprobs"][t]["top"]) want.insert(name(top["id"]));
+    want.insert(name(expected["output_ids"][t]));
+    EXPECT_EQ(keys, want);
+  }
+  EXPECT_EQ(lp["text_offset"][0], 0);
+  const size_t last = lp["text_offset"][5].get<size_t>();
+  EXPECT_LE(last, choice["text"].get<std::string>().size()) << "offsets count the names";
+
+  json chat = {{"messages", json::array({{{"role", "user"}, {"content", prompt}}})},
+               {"max_tokens", 4},
+               {"temperature", 0},
+               {"logprobs", true},
+               {"top_logprobs", 2},
+               {"return_tokens_as_token_ids", true}};
+  auto chatted = cluster_->post("/v1/chat/completions", chat);
+  ASSERT_TRUE(chatted.is_ok());
+  ASSERT_EQ(chatted->status, 200) << chatted->body;
+  const json content = json::parse(chatted->body)["choices"][0]["logprobs"]["content"];
+  ASSERT_FALSE(content.empty());
+  for (const json& entry : content) {
+    EXPECT_EQ(entry["token"].get<std::string>().rfind("token_id:", 0), 0u) << entry.dump();
+    ASSERT_EQ(entry["top_logprobs"].size(), 2u);
+    for (const json& alt : entry["top_logprobs"])
+      EXPECT_EQ(alt["token"].get<std::string>().rfind("token_id:", 0), 0u) << alt.dump();
+  }
+}
+
 // Streamed, the chunks' log-probabilities add up to the whole answer's: every
 // token's, in order, with the same text offsets (completions) and entries
 // (chat), whatever the text held back in between. A stop string that never

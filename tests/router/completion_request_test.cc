@@ -30,7 +30,7 @@ TEST(CompletionRequest, EveryFieldAndPromptForm) {
     "model": "m", "prompt": [[1, 2, 3], "text", [7]], "max_tokens": 5, "temperature": 0,
     "top_p": 0.5, "top_k": -1, "seed": -3, "stop": ["a", "bc"], "stop_token_ids": [4, 5],
     "ignore_eos": true, "n": 2, "stream": true, "stream_options": {"include_usage": true},
-    "logprobs": 3})");
+    "logprobs": 3, "return_tokens_as_token_ids": true})");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->prompts.size(), 3u);
   EXPECT_EQ(std::get<std::vector<int32_t>>(r->prompts[0]), (std::vector<int32_t>{1, 2, 3}));
@@ -50,10 +50,12 @@ TEST(CompletionRequest, EveryFieldAndPromptForm) {
   EXPECT_TRUE(s.include_usage);
   EXPECT_TRUE(s.want_logprobs);
   EXPECT_EQ(s.logprobs, 3);
+  EXPECT_TRUE(s.tokens_as_ids);
 
   auto ids = parse_completion_request(R"({"prompt": [9, 8], "stop": "x"})");
   ASSERT_TRUE(ids.is_ok());
   EXPECT_FALSE(ids->sampling.want_logprobs) << "not asked for";
+  EXPECT_FALSE(ids->sampling.tokens_as_ids);
   // 0 asks for the chosen tokens' log-probabilities, with no alternatives.
   auto own_only = parse_completion_request(R"({"prompt": "x", "logprobs": 0})");
   ASSERT_TRUE(own_only.is_ok());
@@ -106,6 +108,8 @@ TEST(CompletionRequest, InvalidFieldsAreNamed) {
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})",
        "'stream_options' can only be given when 'stream' is true"},
       {R"({"prompt": "x", "logprobs": 100})", "'logprobs' must be in"},
+      {R"({"prompt": "x", "return_tokens_as_token_ids": 1})",
+       "'return_tokens_as_token_ids' must be true or false"},
       {R"({"prompt": "x", "logit_bias": {"01": 1, "1": -100}})",
        "'logit_bias' names token id 1 twice"},
       {R"({"prompt": "x", "logit_bias": {"a": 1}})", "'logit_bias' keys must be token ids"},
