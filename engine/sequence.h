@@ -83,6 +83,10 @@ struct Sequence {
   bool ssd_restoring = false;
   int32_t ssd_first_block = 0;
   int32_t ssd_landed_blocks = 0;
+  // One of its restores read fewer blocks than it asked for: it computes
+  // the rest instead of reading the tier again (a slot the disk cannot read
+  // would otherwise be tried at every admission, forever).
+  bool ssd_restore_failed = false;
   // A remote reservation's restore that failed from this block on: neither
   // the tier nor the prefill node wrote the blocks up to its end.
   int32_t ssd_lost_from = -1;

@@ -593,9 +593,9 @@ SsdLoad SsdKvStore::account(std::span<Io> ios) {
   SsdLoad out;
   for (Io& io : ios) {
     if (!io.status.is_ok()) {
-      // A damaged slot goes; one the OS failed to read (an I/O error, an
-      // interrupted read) may be fine next time and stays.
-      if (io.status.code() == StatusCode::kDataLoss) drop(io.slot);
+      // A damaged slot goes, and so does one the OS failed to read: a bad
+      // sector fails every read, and the block is only recomputed.
+      drop(io.slot);
       out.problem = std::move(io.status);
       return out;
     }

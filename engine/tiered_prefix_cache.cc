@@ -166,7 +166,8 @@ void TieredPrefixCache::keys_to_restore(Sequence& seq, int32_t first, int32_t en
 }
 
 bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget) {
-  if (!ssd_ || seq.ssd_restoring || seq.num_computed != 0 || !seq.block_table.blocks().empty())
+  if (!ssd_ || seq.ssd_restoring || seq.ssd_restore_failed || seq.num_computed != 0 ||
+      !seq.block_table.blocks().empty())
     return false;
   const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
   Restore restore;
@@ -338,6 +339,7 @@ void TieredPrefixCache::finish(Restore& restore, const SequenceLookup& find,
                             restored);
     } else {
       owner->ssd_restoring = false;
+      owner->ssd_restore_failed |= restored < int32_t(restore.keys.size());
       owner->ssd_landed_blocks += restored;
       landed_owners.push_back(owner->id);
     }
