@@ -13,6 +13,7 @@
 // recently released first, only once no never-registered block is left.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <list>
@@ -35,6 +36,12 @@ struct BlockKey {
   uint64_t parent;
   std::span<const int32_t> tokens;
 };
+
+// The same block: its hash, and what the hash stands for (a 64-bit hash
+// alone can collide, by chance or by a client's design).
+inline bool same_key(const BlockKey& a, const BlockKey& b) {
+  return a.hash == b.hash && a.parent == b.parent && std::ranges::equal(a.tokens, b.tokens);
+}
 
 class BlockManager {
  public:

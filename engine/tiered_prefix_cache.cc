@@ -122,7 +122,7 @@ TieredPrefixCache::CachedPrefix TieredPrefixCache::cached_prefix_blocks(Sequence
   cached.in_pool = j;
   while (ssd_ && j < shareable) {
     const BlockKey key = block_key(seq, j);
-    if (!ssd_->contains(key) && restore_reading(key.hash).first == nullptr) break;
+    if (!ssd_->contains(key) && restore_reading(key).first == nullptr) break;
     ++j;
   }
   cached.on_ssd = j - cached.in_pool;
@@ -185,7 +185,7 @@ bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget) {
   if (j < shareable) {
     // A block another sequence's restore is reading: wait for that one
     // rather than read it twice (a burst of requests sharing a prompt).
-    if (const auto [other, key] = restore_reading(block_key(seq, j).hash); other != nullptr) {
+    if (const auto [other, key] = restore_reading(block_key(seq, j)); other != nullptr) {
       blocks_.release(restore.held);
       other->waiters.push_back(seq.id);
       seq.ssd_restoring = true;
@@ -220,10 +220,11 @@ void TieredPrefixCache::start_remote_restore(Sequence& seq) {
   restores_.push_back(std::move(restore));
 }
 
-std::pair<TieredPrefixCache::Restore*, int32_t> TieredPrefixCache::restore_reading(uint64_t hash) {
+std::pair<TieredPrefixCache::Restore*, int32_t> TieredPrefixCache::restore_reading(
+    const BlockKey& wanted) {
   for (Restore& restore : restores_) {
     const auto key =
-        std::ranges::find_if(restore.keys, [&](const BlockKey& k) { return k.hash == hash; });
+        std::ranges::find_if(restore.keys, [&](const BlockKey& k) { return same_key(k, wanted); });
     if (key != restore.keys.end()) return {&restore, int32_t(key - restore.keys.begin())};
   }
   return {nullptr, 0};
@@ -264,13 +265,12 @@ bool TieredPrefixCache::start_piece(Restore& restore) {
 bool TieredPrefixCache::share_remote_restore(Sequence& seq) {
   const int32_t bs = seq.block_table.block_size();
   const int32_t first = seq.num_computed / bs, shareable = (seq.num_tokens() - 1) / bs;
-  const auto [other, first_key] = restore_reading(block_key(seq, first).hash);
+  const auto [other, first_key] = restore_reading(block_key(seq, first));
   if (other == nullptr) return false;
-  // As far as its keys go on being the sequence's (the hash covers every
-  // token before the block too).
+  // As far as its keys go on being the sequence's.
   int32_t n = 0;
   while (first + n < shareable && first_key + n < int32_t(other->keys.size()) &&
-         other->keys[size_t(first_key + n)].hash == block_key(seq, first + n).hash)
+         same_key(other->keys[size_t(first_key + n)], block_key(seq, first + n)))
     ++n;
   for (int32_t i = 0; i < n; ++i)
     seq.block_table.share(blocks_, other->fresh[size_t(first_key + i)]);

@@ -153,9 +153,9 @@ class TieredPrefixCache {
   // the pool for the chunk of at most `budget` tokens that follows them.
   void keys_to_restore(Sequence& sequence, int32_t first, int32_t end, int32_t budget,
                        std::vector<int32_t>& tokens, std::vector<BlockKey>& keys);
-  // The restore in flight reading the block of this key hash, and the key's
+  // The restore in flight reading the block of this key, and the key's
   // index in it; null if none is.
-  std::pair<Restore*, int32_t> restore_reading(uint64_t hash);
+  std::pair<Restore*, int32_t> restore_reading(const BlockKey& key);
   // Where the store reads and writes an unstaged pool's blocks.
   BlockMemory pool_memory() const { return BlockMemory::of_pool(kv_.layout(), kv_.data()); }
   // The eviction hook: evicted registered blocks to the SSD tier (a staged
