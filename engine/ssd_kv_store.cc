@@ -252,8 +252,11 @@ class SsdKvStore::Ring {
 };
 
 void SsdKvStore::remove_unlocked_files(const std::filesystem::path& dir) {
+  // Stepped with error codes: a range-for's increment throws where the
+  // directory cannot be read on (EIO), and this cleanup is only a courtesy.
   std::error_code ec;
-  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+  for (std::filesystem::directory_iterator it(dir, ec), last; !ec && it != last; it.increment(ec)) {
+    const std::filesystem::directory_entry& entry = *it;
     // baton-kv-<pid>-<n>.bin, and nothing else.
     const std::string name = entry.path().filename().string();
     int pid = 0, n = 0, end = 0;
