@@ -690,9 +690,7 @@ void SsdKvStore::submit_loads() {
       if (loads_submitted_ >= int32_t(kRingDepth)) return;
       Io& io = load.ios[load.submitted];
       if (!load_ring_->submit_read(io, fd_.get())) {
-        // What is in flight still lands through the ring; the rest is read here.
-        spdlog::warn("ssd cache: {}: reading the rest of the loads with preadv", path_.string());
-        read_loads_directly();
+        give_up_load_ring("a submit failed");
         return;
       }
       io.in_ring = true;
@@ -714,30 +712,45 @@ void SsdKvStore::read_loads_directly() {
   }
 }
 
+void SsdKvStore::complete_ring_load(Io& io) {
+  io.in_ring = false;
+  io.status = verify(io, io.slot, *io.key);
+  --loads_submitted_;
+}
+
+void SsdKvStore::give_up_load_ring(const char* why) {
+  spdlog::warn("ssd cache: {}: io_uring {}: using preadv for loads from now on", path_.string(),
+               why);
+  const IoCallback complete = [this](Io& io) { complete_ring_load(io); };
+  bool ok = true;
+  while (ok && loads_submitted_ > 0) ok = load_ring_->reap(/*wait=*/true, complete);
+  if (!ok) {
+    // Not expected (the kernel dropped completions): the ring can no longer
+    // say when its reads land. They are read again below, and any that
+    // lands later writes the same bytes, unless the block was reused by
+    // then; logged as an error for that reason.
+    spdlog::error("ssd cache: {}: {} reads left in flight in a failed io_uring", path_.string(),
+                  loads_submitted_);
+  }
+  load_ring_.reset();
+  loads_submitted_ = 0;
+  for (PendingLoad& load : loads_) {
+    for (Io& io : load.ios) io.in_ring = false;
+  }
+  read_loads_directly();
+}
+
 std::vector<SsdKvStore::LandedLoad> SsdKvStore::finish_loads(bool wait) {
   auto landed_any = [&] { return std::ranges::any_of(loads_, &PendingLoad::landed); };
   if (load_ring_ && loads_submitted_ > 0) {
-    auto complete = [&](Io& io) {
-      io.in_ring = false;
-      io.status = verify(io, io.slot, *io.key);
-      --loads_submitted_;
-    };
+    const IoCallback complete = [this](Io& io) { complete_ring_load(io); };
     bool ok = load_ring_->reap(/*wait=*/false, complete);
-    submit_loads();
-    while (ok && wait && loads_submitted_ > 0 && !landed_any()) {
+    if (ok) submit_loads();
+    while (ok && load_ring_ && wait && loads_submitted_ > 0 && !landed_any()) {
       ok = load_ring_->reap(/*wait=*/true, complete);
-      submit_loads();
+      if (ok) submit_loads();
     }
-    if (!ok) {
-      // Not expected to happen: the reads in flight are read again here.
-      spdlog::warn("ssd cache: {}: using preadv for loads from now on", path_.string());
-      load_ring_.reset();
-      loads_submitted_ = 0;
-      for (PendingLoad& load : loads_) {
-        for (Io& io : load.ios) io.in_ring = false;
-      }
-      read_loads_directly();
-    }
+    if (!ok && load_ring_) give_up_load_ring("a wait failed");
   }
   std::vector<LandedLoad> out;
   for (auto it = loads_.begin(); it != loads_.end();) {

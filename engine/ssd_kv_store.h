@@ -208,6 +208,13 @@ class SsdKvStore {
   // Reads the not yet submitted I/Os of every asynchronous load with preadv
   // (no load ring, or it failed).
   void read_loads_directly();
+  // Stops using the load ring after a failure: waits for the reads in
+  // flight through it, destroys it (an entry a failed submit left queued in
+  // it dies with it, never sent into memory freed by then), and reads the
+  // rest with preadv.
+  void give_up_load_ring(const char* why);
+  // Verifies a read the load ring completed.
+  void complete_ring_load(Io& io);
 
   std::filesystem::path path_;
   UniqueFd fd_;  // locked (flock) while the store lives
