@@ -316,10 +316,14 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
       continue;
     }
     // A failed (or cancelled) transfer still waiting for its operations past
-    // the deadline is stuck on the same peer as one that missed it.
+    // the deadline is stuck on the same peer as one that missed it; one
+    // waiting for its own producer's next layers fails alone.
     if ((!t.failed() || t.outstanding > 0) && now > t.deadline) {
-      t.fail(deadline_exceeded("transfer " + std::to_string(id) + " missed its deadline"));
-      expired_peers.push_back(t.peer);
+      const bool producer = !t.failed() && t.waits_for_producer();
+      t.fail(deadline_exceeded(
+          "transfer " + std::to_string(id) +
+          (producer ? " waited past its deadline for its next layers" : " missed its deadline")));
+      if (!producer) expired_peers.push_back(t.peer);
       dirty_sends_.push_back(id);
     }
   }

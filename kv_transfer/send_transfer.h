@@ -60,6 +60,12 @@ class SendTransfer {
     return failed() && mode == TransferMode::kRma && granted_end > spec.layer_begin &&
            !notice_sent() && stop_report_ != StopReport::kSent;
   }
+  // Waiting for nothing but layers its caller has not posted yet: every
+  // layer posted is out and landed, no grant is asked for. Its deadline
+  // passing then says the producer is slow, not the peer.
+  bool waits_for_producer() const {
+    return phase_ == Phase::kPosting && issued_end == posted_end && !asking && outstanding == 0;
+  }
   // Nothing in flight, and failed or acked: the callback may run.
   bool finished() const { return outstanding == 0 && (failed() || phase_ == Phase::kAcked); }
 

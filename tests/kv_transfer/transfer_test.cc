@@ -397,6 +397,46 @@ TEST_P(TransferTest, SlowLayersNeitherEatTheSendDeadlineNorSpinTheSender) {
   receiver->quit();
 }
 
+// A send past its deadline while waiting only for its own producer (every
+// layer posted so far is out, nothing in flight: a step longer than the
+// deadline) fails alone: the peer is not to blame, so its endpoint stays
+// and another transfer to it completes.
+TEST_P(TransferTest, AStalledProducerFailsItsSendNotThePeer) {
+  KvLayout layout = make_layout(DType::kBF16, 32, 4);
+  uint64_t seed = rng_() | 1;
+  LocalNode sender(layout, GetParam(), seed, "sender", 10000ms);
+  auto receiver = spawn_peer(GetParam(), layout, 0, seed, layout.num_blocks);
+  PeerId peer = connect(sender, *receiver);
+  auto blocks = testing::random_blocks(rng_, layout.num_blocks, 16);
+  const std::vector<int32_t> src1(blocks.begin(), blocks.begin() + 8),
+      src2(blocks.begin() + 8, blocks.end());
+  auto dst = testing::random_blocks(rng_, layout.num_blocks, 16);
+  const std::vector<int32_t> dst1(dst.begin(), dst.begin() + 8), dst2(dst.begin() + 8, dst.end());
+  receiver->send(expect_line(1, 1, 0, 4, 10000, src1, dst1));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  receiver->send(expect_line(2, 2, 0, 4, 10000, src2, dst2));
+  ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
+  ASSERT_TRUE(
+      sender.engine().begin_send(peer, {1, 1, src1, dst1, 0, 4, 300ms}, sender.callback()).is_ok());
+  ASSERT_TRUE(sender.engine()
+                  .begin_send(peer, {2, 2, src2, dst2, 0, 4, 10000ms}, sender.callback())
+                  .is_ok());
+  ASSERT_TRUE(sender.engine().post_layers(1, 1).is_ok());
+  ASSERT_TRUE(sender.engine().post_layers(2, 2).is_ok());
+  auto stalled = sender.mail().wait(1, 5s);  // layers 1-3 of transfer 1 never come
+  ASSERT_TRUE(stalled.has_value());
+  EXPECT_EQ(stalled->status.code(), StatusCode::kDeadlineExceeded) << stalled->status.to_string();
+  ASSERT_TRUE(sender.engine().post_layers(2, 4).is_ok());
+  auto sent = sender.mail().wait(2);
+  ASSERT_TRUE(sent.has_value());
+  EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+  EXPECT_EQ(sender.engine().stats().endpoints_torn_down, 0u);
+  auto w = testing::split(receiver->wait_for("RECV 2").value_or("RECV x 99 0 0 0"));
+  EXPECT_EQ(w[2], "0");
+  EXPECT_EQ(w[5], "1") << "bytes differ";
+  receiver->quit();
+}
+
 // Many transfers in flight at once to two receivers.
 TEST_P(TransferTest, ManyConcurrentTransfersToTwoReceivers) {
   KvLayout layout = make_layout(DType::kF16, 128, 4);
