@@ -571,13 +571,18 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   // A notice's kept reply endpoint may be the one closed here: UCX can
   // answer a peer on our own endpoint to it (over TCP an ack sent after this
   // close crashed, SenderDiesWhileItsTransferIsCopiedIn). That ack is not
-  // sent; the peer gets none, as from a receiver that died.
-  if (ep != nullptr) {
+  // sent; the peer gets none, as from a receiver that died. Forgotten before
+  // the close and again after it: the close progresses the worker, and a
+  // notice handled meanwhile may keep the same endpoint.
+  auto forget_reply_eps = [&] {
+    if (ep == nullptr) return;
     for (auto& [tid, e] : expectations_) {
       if (e.reply_ep() == ep) e.forget_reply_ep();
     }
-  }
+  };
+  forget_reply_eps();
   Status closed = close_endpoint(worker_.get(), ep, /*force=*/true, config_.close_timeout);
+  forget_reply_eps();
   if (!closed.is_ok()) {
     spdlog::warn("kv_transfer[{}]: {}", config_.node_name, closed.to_string());
   }
