@@ -248,6 +248,19 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
   t.mode = peer.mode;
   int32_t ready_end = t.posted_end;
   if (t.mode == TransferMode::kRma) {
+    // A grant the receiver may have written off already (it frees the
+    // blocks close_timeout after granting, and granted after the ask): this
+    // process stalled (stopped, starved) between ask and puts, whose bytes
+    // would land in blocks given to another request. A quarter of the close
+    // timeout is left for the puts to land; a grant that took longer than
+    // the rest to come fails its transfer, which is recomputed.
+    if (t.issued_end < t.granted_end && Clock::now() > t.asked_at + config_.close_timeout * 3 / 4) {
+      t.fail(deadline_exceeded("transfer " + std::to_string(id) +
+                               ": its put grant is too old to use (this process stalled, or "
+                               "the grant took most of transfer.close_timeout_ms to come)"));
+      dirty_sends_.push_back(id);
+      return;
+    }
     // One request covers every layer posted so far; more are asked for as
     // they come, so the round trip overlaps the producer.
     if (!t.asking && t.granted_end < t.posted_end) ask_to_put(t, id, peer);
@@ -415,6 +428,7 @@ void TransferEngine::Impl::ask_to_put(SendTransfer& t, uint64_t id, PeerState& p
   n.layer_begin = t.granted_end;  // the layers asked for
   n.layer_end = t.posted_end;
   t.asking = true;
+  t.asked_at = Clock::now();
   if (!send_control(peer.ep, n, /*want_reply=*/true, "put request")) {
     t.fail(unavailable("transfer " + std::to_string(id) + ": put request not sent"));
   }

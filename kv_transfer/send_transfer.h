@@ -90,7 +90,10 @@ class SendTransfer {
   // kPutGrant), so a receiver that gives its blocks up stops us by refusing.
   int32_t granted_end = 0;  // layers [layer_begin, granted_end) may be put
   bool asking = false;      // a kPutAsk awaits its grant
-  int hash_jobs = 0;        // queued hashing of its source blocks; the notice waits
+  // When the last kPutAsk went: its grant was given after that, and the
+  // receiver writes a grant off close_timeout after giving it.
+  Clock::time_point asked_at;
+  int hash_jobs = 0;  // queued hashing of its source blocks; the notice waits
   uint64_t digest = 0;
 
  private:
