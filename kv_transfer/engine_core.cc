@@ -341,6 +341,7 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
       spdlog::warn("kv_transfer[{}]: abandoning {} receives of {} transfer {}", config_.node_name,
                    e.outstanding, e.cancelled() ? "cancelled" : "expired", id);
       e.outstanding = 0;
+      ++e.op_epoch;
       dirty_recvs_.push_back(id);
     }
     if (e.awaits_puts_stopped() &&
@@ -403,15 +404,26 @@ void TransferEngine::Impl::shutdown() {
     for (auto& [id, e] : expectations_) dirty_recvs_.push_back(id);
     process_events();
   }
+  // The pool goes with this engine: every transfer is reported regardless,
+  // its operations still in UCX written off.
   for (auto& [id, e] : expectations_) {
-    e.puts_stopped = true;  // the pool goes with this engine: report regardless
+    e.puts_stopped = true;
+    if (e.outstanding > 0) {
+      e.outstanding = 0;
+      ++e.op_epoch;
+    }
     dirty_recvs_.push_back(id);
   }
-  process_events();
   for (auto& [id, t] : sends_) {
-    spdlog::error("kv_transfer[{}]: transfer {} still has UCX operations at shutdown",
-                  config_.node_name, id);
+    if (t.outstanding > 0) {
+      spdlog::error("kv_transfer[{}]: transfer {} still has UCX operations at shutdown",
+                    config_.node_name, id);
+      t.outstanding = 0;
+      ++t.op_epoch;
+    }
+    dirty_sends_.push_back(id);
   }
+  process_events();
 }
 
 // ---- endpoints ---------------------------------------------------------------
@@ -595,6 +607,7 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
       spdlog::warn("kv_transfer[{}]: abandoning {} UCX operations of transfer {} to peer {}",
                    config_.node_name, t.outstanding, tid, id);
       t.outstanding = 0;
+      ++t.op_epoch;
       dirty_sends_.push_back(tid);
     }
   }
@@ -613,7 +626,8 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
     case OpContext::kFlush:
     case OpContext::kNotice: {
       auto it = sends_.find(op->transfer_id);
-      if (it != sends_.end() && it->second.serial == op->serial) {
+      if (it != sends_.end() && it->second.serial == op->serial &&
+          it->second.op_epoch == op->epoch) {
         SendTransfer& t = it->second;
         --t.outstanding;
         if (status != UCS_OK && status != UCS_ERR_CANCELED) {
@@ -632,7 +646,8 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
     }
     case OpContext::kRecvData: {
       auto it = expectations_.find(op->transfer_id);
-      if (it != expectations_.end() && it->second.serial == op->serial) {
+      if (it != expectations_.end() && it->second.serial == op->serial &&
+          it->second.op_epoch == op->epoch) {
         Expectation& e = it->second;
         --e.outstanding;
         if (status == UCS_OK) {

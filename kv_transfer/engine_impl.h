@@ -44,6 +44,9 @@ struct OpContext {
   uint32_t peer = 0;
   uint64_t generation = 0;
   uint64_t serial = 0;  // the SendTransfer/Expectation instance, so late callbacks miss
+  // Its op_epoch when posted: an operation written off since (the engine
+  // stopped waiting for it) no longer counts when it completes.
+  uint32_t epoch = 0;
   uint64_t bytes = 0;
   int32_t layer = 0, first_block = 0, block_count = 0;  // a receive's destination run
   std::vector<uint8_t> header;  // AM header alive until the send completes; discard scratch

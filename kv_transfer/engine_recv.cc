@@ -390,6 +390,7 @@ OpContext* TransferEngine::Impl::landing_op(Expectation& e, uint64_t transfer_id
                                             int32_t block, int32_t count, size_t length) {
   auto* op = new OpContext{this, transfer_id, OpContext::kRecvData};
   op->serial = e.serial;
+  op->epoch = e.op_epoch;
   op->bytes = op_bytes_ = length;
   op->layer = op_layer_ = layer;
   op->first_block = op_block_ = block;

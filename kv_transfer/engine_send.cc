@@ -276,6 +276,7 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
     t.start_flush();
     auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
     op->serial = t.serial;
+    op->epoch = t.op_epoch;
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
     if (UCS_PTR_IS_ERR(request)) {
@@ -309,6 +310,7 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     } else {
       auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
       op->serial = t.serial;
+      op->epoch = t.op_epoch;
       request = post_op(op, mover.move(move, request_param(op), op->header));
     }
     if (UCS_PTR_IS_ERR(request)) {
@@ -368,6 +370,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
     }
     auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
     op->serial = t.serial;
+    op->epoch = t.op_epoch;
     op->header = encode_notice(n);
     ucp_request_param_t param = request_param(op);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
@@ -470,6 +473,7 @@ bool TransferEngine::Impl::report_puts_stopped(SendTransfer& t, uint64_t id) {
     t.stop_report_flushing();
     auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
     op->serial = t.serial;
+    op->epoch = t.op_epoch;
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {

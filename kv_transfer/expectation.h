@@ -93,7 +93,8 @@ class Expectation {
   BlockHashes hashes;                           // filled as data lands
   uint64_t expected_bytes = 0;
   uint64_t received_bytes = 0;
-  int outstanding = 0;  // receives of ours posted and not landed
+  int outstanding = 0;    // receives of ours posted and not landed
+  uint32_t op_epoch = 0;  // as SendTransfer's: bumped where the receives are written off
   // RMA: a sender was granted puts. Failed before its notice, the blocks go
   // back only once it says its puts have stopped and landed (kPutsStopped),
   // or once the last grant is close_timeout old (or abandon_after passed):
