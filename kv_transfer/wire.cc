@@ -76,9 +76,12 @@ class Reader {
   std::string error_;
 };
 
+// Within what the wire can name too: a block past kMaxBlocks or a layer
+// past kMaxLayers would alias another in the data tags.
 bool valid_layout(const KvLayout& l) {
-  return l.num_layers > 0 && l.num_blocks > 0 && l.block_size > 0 && l.num_kv_heads > 0 &&
-         l.head_dim > 0 && uint8_t(l.dtype) <= uint8_t(kLastDType) &&
+  return l.num_layers > 0 && l.num_layers <= kMaxLayers && l.num_blocks > 0 &&
+         l.num_blocks <= kMaxBlocks && l.block_size > 0 && l.num_kv_heads > 0 && l.head_dim > 0 &&
+         uint8_t(l.dtype) <= uint8_t(kLastDType) &&
          uint8_t(l.key_order) <= uint8_t(KeyOrder::kTokenMajor);
 }
 

@@ -67,6 +67,22 @@ TEST(WireTest, DescriptorRoundTrips) {
   auto bad = encode_descriptor(descriptor());
   bad[bad.size() - 5] = 7;  // the key order byte, before the flags
   EXPECT_FALSE(decode_descriptor(bad).is_ok());
+
+  // More blocks or layers than the data tags can name: refused, not aliased.
+  for (const auto& [blocks, layers] :
+       {std::pair{kMaxBlocks + 1, 2}, std::pair{10, kMaxLayers + 1}}) {
+    PoolDescriptor huge = descriptor();
+    huge.layout.num_blocks = blocks;
+    huge.layout.num_layers = layers;
+    huge.pool_bytes = huge.layout.total_bytes();
+    auto refused = decode_descriptor(encode_descriptor(huge));
+    EXPECT_EQ(refused.status().code(), StatusCode::kDataLoss) << blocks << " blocks, " << layers;
+  }
+  PoolDescriptor largest = descriptor();
+  largest.layout.num_blocks = kMaxBlocks;
+  largest.layout.num_layers = kMaxLayers;
+  largest.pool_bytes = largest.layout.total_bytes();
+  EXPECT_TRUE(decode_descriptor(encode_descriptor(largest)).is_ok());
 }
 
 TEST(WireTest, NoticeAndAckRoundTrip) {
