@@ -261,8 +261,12 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4},
                       // The reference rounds K/V as the cache does; what remains is
                       // an occasional one-ulp difference where F32 and double
-                      // round a value on either side of a 16-bit boundary.
-                      ModelCase{"tiny", DType::kF32, DType::kBF16, 6e-2},
+                      // round a value on either side of a 16-bit boundary. With
+                      // a BF16 cache, over 300 runs of each case: medians 5e-7 to
+                      // 3e-4, the most 0.034 (SmolLM3), and 0.066 once in about
+                      // 350 runs of the suite; 32 of one block's K values zeroed
+                      // moved it by 2.0-2.2.
+                      ModelCase{"tiny", DType::kF32, DType::kBF16, 0.15},
                       ModelCase{"tiny-qwen2", DType::kBF16, DType::kF16, 2.5e-2},
                       // 8-bit KV, quantized per head row as the reference does.
                       // Mostly 5e-6 (p99 1e-3), but where F32 and double fall
@@ -285,13 +289,13 @@ INSTANTIATE_TEST_SUITE_P(
                       ModelCase{"tiny-qwen3", DType::kBF16, DType::kI8, 0.25},
                       // SmolLM3's fourth layer applies no RoPE.
                       ModelCase{"tiny-smollm3", DType::kF32, DType::kF32, 2e-4},
-                      ModelCase{"tiny-smollm3", DType::kBF16, DType::kBF16, 6e-2},
+                      ModelCase{"tiny-smollm3", DType::kBF16, DType::kBF16, 0.15},
                       // Phi3's fused q/k/v and gate/up projections.
                       ModelCase{"tiny-phi3", DType::kF32, DType::kF32, 2e-4},
                       ModelCase{"tiny-phi3", DType::kBF16, DType::kI8, 0.25},
                       // Granite's embedding, residual, attention and logit scalings.
                       ModelCase{"tiny-granite", DType::kF32, DType::kF32, 2e-4},
-                      ModelCase{"tiny-granite", DType::kBF16, DType::kBF16, 6e-2},
+                      ModelCase{"tiny-granite", DType::kBF16, DType::kBF16, 0.15},
                       // Sliding windows shorter than the sequences, on every
                       // layer but the first (Qwen2's layer_types).
                       ModelCase{"tiny-qwen2", DType::kF32, DType::kF32, 2e-4, 0, 6},
