@@ -164,8 +164,9 @@ bool DecodeServer::try_reserve(Request& request) {
       runtime_->transfer().expect(std::move(spec), runtime_->completion_sink(), &wire_blocks);
   if (expected.code() == StatusCode::kResourceExhausted) {
     // Fewer slots free than this reservation sends (it found less cached
-    // than blocks_to_receive said): wait for them.
-    scheduler.abort(*sequence);
+    // than blocks_to_receive said): wait for them, the reservation made
+    // again then (and its prefix lookup counted once).
+    scheduler.withdraw_reservation(*sequence);
     request.sequence_id = -1;
     request.slots_refused = travelling;
     return false;

@@ -246,6 +246,13 @@ bool Scheduler::abort(int64_t sequence_id) {
   return take(waiting_) || take(running_) || take(awaiting_);
 }
 
+bool Scheduler::withdraw_reservation(int64_t sequence_id) {
+  const Sequence* seq = find(sequence_id);
+  if (seq == nullptr || !seq->awaiting_kv) return false;
+  prefix_cache_.uncount_lookup(*seq);
+  return abort(sequence_id);
+}
+
 void Scheduler::preempt(Sequence& victim) {
   victim.block_table.release(blocks_);
   victim.num_computed = 0;

@@ -107,6 +107,10 @@ class Scheduler {
   // Finishes a queued, running or awaiting sequence now (aborted) and frees
   // its blocks, retain_blocks or not. False if unknown (or already finished).
   bool abort(int64_t sequence_id);
+  // Aborts a reservation (reserve_remote) to be made again later, as if it
+  // had not been made: its prefix lookup is no longer counted. False if it
+  // is not one awaiting its KV.
+  bool withdraw_reservation(int64_t sequence_id);
 
   // Reserves blocks for the whole prompt of a request whose KV another node
   // will write, without scheduling it. Validation as add(); ResourceExhausted

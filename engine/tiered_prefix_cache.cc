@@ -139,6 +139,14 @@ void TieredPrefixCache::count_lookup(const Sequence& seq) {
   counters_.ssd_hit_tokens += int64_t(seq.ssd_restored_blocks) * seq.block_table.block_size();
 }
 
+void TieredPrefixCache::uncount_lookup(const Sequence& seq) {
+  if (!enabled_ || seq.num_preemptions > 0) return;
+  const auto prompt = int64_t(seq.prompt.size());
+  counters_.query_tokens -= prompt;
+  counters_.hit_tokens -= std::min<int64_t>(prompt, seq.num_computed);
+  counters_.ssd_hit_tokens -= int64_t(seq.ssd_restored_blocks) * seq.block_table.block_size();
+}
+
 void TieredPrefixCache::keys_to_restore(Sequence& seq, int32_t first, int32_t end, int32_t budget,
                                         std::vector<int32_t>& tokens, std::vector<BlockKey>& keys) {
   // The keys' tokens, copied: block_key() reuses one buffer.

@@ -87,6 +87,10 @@ class TieredPrefixCache {
   CachedPrefix cached_prefix_blocks(Sequence& sequence);
   // Counts a sequence's lookup (at its first admission or reservation).
   void count_lookup(const Sequence& sequence);
+  // Takes back what count_lookup counted, for a reservation withdrawn to be
+  // made again. Meant for the same pass of the engine's thread as the
+  // count, so no report ever shows the counters going down.
+  void uncount_lookup(const Sequence& sequence);
 
   // Restores for a queued sequence with no blocks: when the SSD tier holds
   // blocks that continue its cached prefix, starts reading them into fresh

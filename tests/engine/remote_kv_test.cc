@@ -416,6 +416,37 @@ int32_t blocks_to_write(const Sequence& reserved) {
   return int32_t(reserved.block_table.blocks().size()) - cached - skipped;
 }
 
+// A reservation withdrawn to be made again (the decode node waits for
+// staging slots) counts its prefix lookup once: withdrawn, the counters
+// are as before it; made again, they count it as the first did; and the
+// blocks it held are free.
+TEST_F(RemoteKvTest, AWithdrawnReservationCountsItsLookupOnce) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  std::vector<int32_t> earlier, prompt;
+  prompts_sharing_four_blocks(earlier, prompt);
+  auto c = make_engine(64, 4, 2048);
+  Scheduler& cs = c->scheduler();
+  ASSERT_TRUE(cs.add(earlier, greedy(1)).is_ok());
+  ASSERT_TRUE(c->run_to_completion().is_ok());
+  const SchedulerStats before = cs.stats();
+  auto first = cs.reserve_remote(prompt, greedy(4));
+  ASSERT_TRUE(first.is_ok()) << first.status().to_string();
+  const SchedulerStats reserved = cs.stats();
+  EXPECT_EQ(reserved.prefix_query_tokens - before.prefix_query_tokens, int64_t(prompt.size()));
+  EXPECT_EQ(reserved.prefix_hit_tokens - before.prefix_hit_tokens, 16);
+  EXPECT_TRUE(cs.withdraw_reservation(*first));
+  const SchedulerStats withdrawn = cs.stats();
+  EXPECT_EQ(withdrawn.prefix_query_tokens, before.prefix_query_tokens);
+  EXPECT_EQ(withdrawn.prefix_hit_tokens, before.prefix_hit_tokens);
+  EXPECT_EQ(withdrawn.free_blocks, withdrawn.total_blocks);
+  EXPECT_FALSE(cs.withdraw_reservation(*first)) << "withdrawn twice";
+  auto again = cs.reserve_remote(prompt, greedy(4));
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(cs.stats().prefix_query_tokens, reserved.prefix_query_tokens);
+  EXPECT_EQ(cs.stats().prefix_hit_tokens, reserved.prefix_hit_tokens);
+  EXPECT_TRUE(cs.abort(*again));
+}
+
 // A decode node whose prefix cache holds the start of a prompt shares those
 // blocks at reservation: only the blocks after them receive KV, yet it
 // decodes what one engine does. Had it not shared them, they would hold
