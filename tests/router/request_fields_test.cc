@@ -110,10 +110,23 @@ const std::set<std::string> kVllmExtras = {"use_beam_search",
 const std::set<std::string> kSamplingExtras = {
     "min_p",      "presence_penalty", "frequency_penalty", "repetition_penalty",
     "min_tokens", "logit_bias"};
-const std::set<std::string> kImplementedCompletion = {
-    "model",  "prompt",         "max_tokens",     "temperature", "top_p", "top_k",
-    "seed",   "stop",           "stop_token_ids", "ignore_eos",  "n",     "best_of",
-    "stream", "stream_options", "logprobs",       "echo"};
+const std::set<std::string> kImplementedCompletion = {"model",
+                                                      "prompt",
+                                                      "max_tokens",
+                                                      "temperature",
+                                                      "top_p",
+                                                      "top_k",
+                                                      "seed",
+                                                      "stop",
+                                                      "stop_token_ids",
+                                                      "ignore_eos",
+                                                      "n",
+                                                      "best_of",
+                                                      "stream",
+                                                      "stream_options",
+                                                      "logprobs",
+                                                      "echo",
+                                                      "return_tokens_as_token_ids"};
 const std::set<std::string> kImplementedChat = {"model",
                                                 "messages",
                                                 "max_tokens",
@@ -134,7 +147,8 @@ const std::set<std::string> kImplementedChat = {"model",
                                                 "tools",
                                                 "tool_choice",
                                                 "add_generation_prompt",
-                                                "chat_template_kwargs"};
+                                                "chat_template_kwargs",
+                                                "return_tokens_as_token_ids"};
 // Changing nothing generated, so accepted whatever their value.
 const std::set<std::string> kInformational = {"user", "metadata", "store", "service_tier",
                                               "request_id"};
