@@ -46,6 +46,12 @@ Status check_staging_blocks(int32_t staging_blocks, int64_t max_model_len, int32
 Status validate(const TransferConfig& config) {
   BATON_RETURN_IF_ERROR(check_duration(config.default_deadline, "kv_transfer.default_deadline_ms"));
   BATON_RETURN_IF_ERROR(check_duration(config.close_timeout, "kv_transfer.close_timeout_ms"));
+  if (config.close_timeout < kMinCloseTimeout) {
+    return out_of_range("kv_transfer.close_timeout_ms of " +
+                        std::to_string(config.close_timeout.count()) + " ms is under " +
+                        std::to_string(kMinCloseTimeout.count()) +
+                        " ms: put grants would expire before their puts land");
+  }
   BATON_RETURN_IF_ERROR(check_duration(config.idle_wait, "kv_transfer.idle_wait_ms"));
   if (config.staging_blocks < 0) {
     return out_of_range("kv_transfer.staging_blocks: " + std::to_string(config.staging_blocks) +

@@ -37,11 +37,16 @@ std::optional<TransferMode> parse_transfer_mode(std::string_view name);
 // has no CUDA support, and the checksum is hashed on the host.
 enum class PoolMemory { kHost, kCuda };
 
+inline constexpr std::chrono::milliseconds kMinCloseTimeout{100};
+
 struct TransferConfig {
   // A transfer (sender) or expectation (receiver) without an explicit deadline
   // fails with kDeadlineExceeded after this long. Unit: milliseconds.
   std::chrono::milliseconds default_deadline{3000};
-  // Bound on tearing an endpoint down (nonblocking close + progress).
+  // Bound on tearing an endpoint down (nonblocking close + progress). Also
+  // how long a failed receiver waits for a granted sender's puts before it
+  // frees their blocks, and so a sender refuses a grant whose ask is older
+  // than 3/4 of it: at least kMinCloseTimeout.
   std::chrono::milliseconds close_timeout{1000};
   // Longest the progress thread sleeps in epoll when nothing is in flight;
   // deadlines are checked at least this often.

@@ -116,7 +116,7 @@ router:
 transfer:
   mode: tag
   default_deadline_ms: 10
-  close_timeout_ms: 11
+  close_timeout_ms: 111
   idle_wait_ms: 12
   verify_checksum: false
   peer_error_handling: false
@@ -162,7 +162,7 @@ decode: [{name: d, host: 10.1.2.4}]
     const kv_transfer::TransferConfig& t = node->transfer;
     EXPECT_EQ(t.mode, kv_transfer::TransferMode::kTag);
     EXPECT_EQ(t.default_deadline, std::chrono::milliseconds(10));
-    EXPECT_EQ(t.close_timeout, std::chrono::milliseconds(11));
+    EXPECT_EQ(t.close_timeout, std::chrono::milliseconds(111));
     EXPECT_EQ(t.idle_wait, std::chrono::milliseconds(12));
     EXPECT_FALSE(t.verify_checksum);
     EXPECT_FALSE(t.peer_error_handling);
@@ -381,6 +381,7 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
        "transfer.mode: expected auto, rma, tag or am"},
       {kModel + kNodes + "transfer: {default_deadline_ms: 0}\n", "transfer.default_deadline_ms"},
       {kModel + kNodes + "transfer: {close_timeout_ms: 0}\n", "transfer.close_timeout_ms"},
+      {kModel + kNodes + "transfer: {close_timeout_ms: 99}\n", "transfer.close_timeout_ms"},
       {kModel + kNodes + "transfer: {idle_wait_ms: -5}\n", "transfer.idle_wait_ms"},
       {kModel + kNodes + "transfer: {verify_checksum: maybe}\n",
        "transfer.verify_checksum: expected true or false"},

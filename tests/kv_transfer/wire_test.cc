@@ -466,6 +466,11 @@ TEST(ConfigTest, ModesAndValidation) {
   EXPECT_TRUE(validate(c).is_ok());
   c.close_timeout = std::chrono::milliseconds::max();
   EXPECT_NE(validate(c).message().find("close_timeout_ms"), std::string::npos);
+  c.close_timeout = kMinCloseTimeout - std::chrono::milliseconds(1);
+  EXPECT_EQ(validate(c).code(), StatusCode::kOutOfRange);
+  EXPECT_NE(validate(c).message().find("close_timeout_ms"), std::string::npos);
+  c.close_timeout = kMinCloseTimeout;
+  EXPECT_TRUE(validate(c).is_ok());
 }
 
 // The fuzzer's seeds are frames of this wire version, each accepted by the
