@@ -258,7 +258,6 @@ TEST(ZmqFrontendTest, AFloodingClientDoesNotHoldUpTheOthersReplies) {
   EXPECT_GT(sent_before, 1000) << "no flood to speak of";
 }
 
-// router.max_request_body_bytes bounds both front ends alike.
 // baton:http_responses_total counts each reply as it goes out, over both
 // front ends: the routes' and those a front end makes itself (ZeroMQ's 413).
 TEST(ZmqFrontendTest, RepliesAreCountedByStatusClassOverBothFrontEnds) {
@@ -300,6 +299,7 @@ TEST(ZmqFrontendTest, RepliesAreCountedByStatusClassOverBothFrontEnds) {
   EXPECT_EQ(count("5xx") - server_errors, 0);
 }
 
+// router.max_request_body_bytes bounds both front ends alike.
 TEST(ZmqFrontendTest, TheBodyLimitIsASettingOfBothFrontEnds) {
   ClusterShape shape;
   shape.extra_router_yaml = "  max_request_body_bytes: 4096\n";

@@ -416,14 +416,17 @@ TEST_P(TransferTest, AStalledProducerFailsItsSendNotThePeer) {
   ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
   receiver->send(expect_line(2, 2, 0, 4, 10000, src2, dst2));
   ASSERT_TRUE(receiver->wait_for("EXPECT_OK"));
-  ASSERT_TRUE(
-      sender.engine().begin_send(peer, {1, 1, src1, dst1, 0, 4, 300ms}, sender.callback()).is_ok());
+  // Long enough for layer 0's round trip on a loaded machine: past it the
+  // send waits only for its producer.
+  ASSERT_TRUE(sender.engine()
+                  .begin_send(peer, {1, 1, src1, dst1, 0, 4, 1500ms}, sender.callback())
+                  .is_ok());
   ASSERT_TRUE(sender.engine()
                   .begin_send(peer, {2, 2, src2, dst2, 0, 4, 10000ms}, sender.callback())
                   .is_ok());
   ASSERT_TRUE(sender.engine().post_layers(1, 1).is_ok());
   ASSERT_TRUE(sender.engine().post_layers(2, 2).is_ok());
-  auto stalled = sender.mail().wait(1, 5s);  // layers 1-3 of transfer 1 never come
+  auto stalled = sender.mail().wait(1, 10s);  // layers 1-3 of transfer 1 never come
   ASSERT_TRUE(stalled.has_value());
   EXPECT_EQ(stalled->status.code(), StatusCode::kDeadlineExceeded) << stalled->status.to_string();
   ASSERT_TRUE(sender.engine().post_layers(2, 4).is_ok());

@@ -574,11 +574,6 @@ TEST_F(HttpServerTest, AReplyLargerThanTheQueueLimitIsDelivered) {
   EXPECT_TRUE(response.body() == body) << "got " << response.body().size() << " bytes";
 }
 
-// Replies their clients leave unread are bounded across connections, not
-// only each connection's queue: while the server holds more than
-// max_unsent_bytes of them, a large reply is answered 503 (a small one still
-// goes out; one larger than the bound goes out when nothing else waits),
-// and the count comes back as clients read their replies or go away.
 // The statuses HttpServerConfig::on_reply was told, in order.
 class ToldReplies {
  public:
@@ -682,6 +677,11 @@ TEST_F(HttpServerTest, EveryReplyIsToldWithTheStatusItWentOutWith) {
   EXPECT_EQ(told.statuses(), want) << "a reply to a client gone was told";
 }
 
+// Replies their clients leave unread are bounded across connections, not
+// only each connection's queue: while the server holds more than
+// max_unsent_bytes of them, a large reply is answered 503 (a small one still
+// goes out; one larger than the bound goes out when nothing else waits),
+// and the count comes back as clients read their replies or go away.
 TEST_F(HttpServerTest, UnreadRepliesAreBoundedAcrossConnections) {
   const std::string body = random_letters(32u << 20);
   HttpServerConfig config;
