@@ -129,22 +129,34 @@ TieredPrefixCache::CachedPrefix TieredPrefixCache::cached_prefix_blocks(Sequence
   return cached;
 }
 
-void TieredPrefixCache::count_lookup(const Sequence& seq) {
+PrefixCacheCounters TieredPrefixCache::lookup_counts(const Sequence& seq) const {
   // A sequence's prompt is counted once: readmissions after a preemption
   // find their own blocks, which says nothing about prompts sharing.
-  if (!enabled_ || seq.num_preemptions > 0) return;
+  if (!enabled_ || seq.num_preemptions > 0) return {};
+  const int32_t bs = seq.block_table.block_size();
   const auto prompt = int64_t(seq.prompt.size());
-  counters_.query_tokens += prompt;
-  counters_.hit_tokens += std::min<int64_t>(prompt, seq.num_computed);
-  counters_.ssd_hit_tokens += int64_t(seq.ssd_restored_blocks) * seq.block_table.block_size();
+  // A reservation's blocks still being read from the tier (a sequence
+  // admitted here is counted only once its reads have landed) count once
+  // they land (settle_remote_restore): counted now, a read that failed
+  // would take them back, and a counter must never go down.
+  const int64_t reading = seq.ssd_restoring ? int64_t(seq.ssd_restored_blocks) * bs : 0;
+  return {.query_tokens = prompt,
+          .hit_tokens = std::min<int64_t>(prompt, seq.num_computed) - reading,
+          .ssd_hit_tokens = int64_t(seq.ssd_restored_blocks) * bs - reading};
+}
+
+void TieredPrefixCache::count_lookup(const Sequence& seq) {
+  const PrefixCacheCounters c = lookup_counts(seq);
+  counters_.query_tokens += c.query_tokens;
+  counters_.hit_tokens += c.hit_tokens;
+  counters_.ssd_hit_tokens += c.ssd_hit_tokens;
 }
 
 void TieredPrefixCache::uncount_lookup(const Sequence& seq) {
-  if (!enabled_ || seq.num_preemptions > 0) return;
-  const auto prompt = int64_t(seq.prompt.size());
-  counters_.query_tokens -= prompt;
-  counters_.hit_tokens -= std::min<int64_t>(prompt, seq.num_computed);
-  counters_.ssd_hit_tokens -= int64_t(seq.ssd_restored_blocks) * seq.block_table.block_size();
+  const PrefixCacheCounters c = lookup_counts(seq);
+  counters_.query_tokens -= c.query_tokens;
+  counters_.hit_tokens -= c.hit_tokens;
+  counters_.ssd_hit_tokens -= c.ssd_hit_tokens;
 }
 
 void TieredPrefixCache::keys_to_restore(Sequence& seq, int32_t first, int32_t end, int32_t budget,
@@ -298,13 +310,15 @@ void TieredPrefixCache::count_remote_restore(Sequence& seq, int32_t first, int32
 void TieredPrefixCache::settle_remote_restore(Sequence& seq, int32_t first_block, int32_t blocks,
                                               int32_t restored) {
   seq.ssd_restoring = false;
-  const int32_t lost = blocks - std::clamp(restored, 0, blocks);
+  const int32_t landed = std::clamp(restored, 0, blocks);
+  // Counted as they land (lookup_counts left them out).
+  const int64_t landed_tokens = int64_t(landed) * seq.block_table.block_size();
+  counters_.hit_tokens += landed_tokens;
+  counters_.ssd_hit_tokens += landed_tokens;
+  const int32_t lost = blocks - landed;
   if (lost == 0) return;
   seq.ssd_lost_from = first_block + blocks - lost;
   seq.ssd_restored_blocks -= lost;
-  const int64_t lost_tokens = int64_t(lost) * seq.block_table.block_size();
-  counters_.hit_tokens -= lost_tokens;
-  counters_.ssd_hit_tokens -= lost_tokens;
 }
 
 bool TieredPrefixCache::settle_load(Restore& restore, int32_t restored) {

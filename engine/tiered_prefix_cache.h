@@ -122,6 +122,8 @@ class TieredPrefixCache {
   const PrefixCacheCounters& counters() const { return counters_; }
 
  private:
+  // What count_lookup counts for a sequence as it stands.
+  PrefixCacheCounters lookup_counts(const Sequence& sequence) const;
   // An asynchronous restore in flight: the pool blocks of the prefix before
   // it are held (so they stay cached until it lands), the fresh ones are
   // being read. A staged pool's restore reads a piece of its keys at a time
