@@ -500,8 +500,9 @@ void SsdKvStore::write_header(Io& io) const {
 void SsdKvStore::save(std::span<const BlockKey> keys, const BlockMemory& memory,
                       std::span<const int32_t> blocks) {
   BATON_CHECK(keys.size() == blocks.size());
-  // A batch never holds more writes than slots, so none of its slots is
-  // taken again by a later write of the same batch.
+  // The slots a batch takes are pinned until it is written, so that a later
+  // write of the same batch never takes one of them again (with most slots
+  // pinned by loads, the least recently used unpinned one could be).
   const size_t batch = std::min<size_t>(size_t(capacity_), kRingDepth);
   std::vector<Io> ios;
   for (size_t begin = 0; begin < keys.size(); begin += batch) {
@@ -526,6 +527,7 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const BlockMemory& memory,
       s.tokens.assign(key.tokens.begin(), key.tokens.end());
       s.recency = recency_.insert(recency_.end(), slot);
       by_hash_[key.hash] = slot;
+      ++s.pins;
 
       Io& io = ios.emplace_back();
       describe(io, slot, memory, blocks[i], io.header.get());
@@ -535,6 +537,7 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const BlockMemory& memory,
     run(
         ios, /*write=*/true, [this](Io& io) { write_header(io); }, [](Io&) {});
     for (const Io& io : ios) {
+      --slots_[size_t(io.slot)].pins;
       if (io.result == ssize_t(io.bytes)) {
         ++stats_.saved_blocks;
         continue;

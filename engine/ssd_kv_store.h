@@ -171,7 +171,7 @@ class SsdKvStore {
     uint64_t parent = 0;
     std::vector<int32_t> tokens;  // empty: the slot is free
     std::list<int64_t>::iterator recency;
-    int32_t pins = 0;  // asynchronous loads reading it, and pin()s: not to be reused
+    int32_t pins = 0;  // loads reading it, pin()s, the save writing it: not to be reused
   };
   struct Io;  // one block's vectored read or write
   class Ring;

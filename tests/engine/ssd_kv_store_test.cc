@@ -313,6 +313,26 @@ TEST_F(SsdKvStoreTest, PinnedSlotsAreNotTakenUntilUnpinned) {
   EXPECT_FALSE(store->contains(keys[5]));
   EXPECT_TRUE(store->contains(keys[6])) << "a save skipped while slots were pinned";
   EXPECT_TRUE(store->contains(keys[7]));
+  // A batch of more keys than unpinned slots saves as many as there are:
+  // the slots it took stay its own until written (taking one again would
+  // write two keys into one slot at once), and every key saved is found
+  // and reads back whole.
+  const std::vector<BlockKey> more = {random_key(4), random_key(4), random_key(4), random_key(4)};
+  const std::vector<int32_t> more_blocks = {9, 10, 11, 12};
+  const int64_t saved_before = store->stats().saved_blocks;
+  store->save(more, pool.data(), more_blocks);
+  EXPECT_EQ(store->stats().saved_blocks - saved_before, 2) << "two slots were not pinned";
+  for (size_t i = 0; i < more.size(); ++i) {
+    EXPECT_EQ(store->contains(more[i]), i < 2) << i;
+    if (i >= 2) continue;
+    KvPool back = random_pool(layout);
+    const int32_t into = 0;
+    ASSERT_EQ(store->load(std::span(&more[i], 1), back.data(), std::span(&into, 1)).restored, 1);
+    EXPECT_TRUE(same_block(back, 0, pool, more_blocks[i])) << i;
+  }
+  EXPECT_FALSE(store->contains(keys[6]));
+  EXPECT_FALSE(store->contains(keys[7]));
+  store->save(std::span(keys).subspan(6, 2), pool.data(), std::span(blocks).subspan(6, 2));
   // The pinned blocks read back whole.
   KvPool target = random_pool(layout);
   const std::vector<int32_t> into = {14, 15};
