@@ -401,8 +401,15 @@ void SsdKvStore::drop(int64_t slot) {
   by_hash_.erase(s.hash);
   recency_.erase(s.recency);
   s.tokens.clear();
-  free_slots_.push_back(slot);
+  // One still being read or written goes free with its last pin.
+  if (s.pins == 0) free_slots_.push_back(slot);
   ++stats_.dropped_blocks;
+}
+
+void SsdKvStore::unpin_slot(int64_t slot) {
+  Slot& s = slots_[size_t(slot)];
+  BATON_CHECK(s.pins > 0);
+  if (--s.pins == 0 && s.tokens.empty()) free_slots_.push_back(slot);  // dropped meanwhile
 }
 
 std::vector<int64_t> SsdKvStore::pin(std::span<const BlockKey> keys) {
@@ -417,10 +424,7 @@ std::vector<int64_t> SsdKvStore::pin(std::span<const BlockKey> keys) {
 }
 
 void SsdKvStore::unpin(std::span<const int64_t> slots) {
-  for (const int64_t slot : slots) {
-    BATON_CHECK(slots_[size_t(slot)].pins > 0);
-    --slots_[size_t(slot)].pins;
-  }
+  for (const int64_t slot : slots) unpin_slot(slot);
 }
 
 void SsdKvStore::touch(int64_t slot) {
@@ -537,7 +541,7 @@ void SsdKvStore::save(std::span<const BlockKey> keys, const BlockMemory& memory,
     run(
         ios, /*write=*/true, [this](Io& io) { write_header(io); }, [](Io&) {});
     for (const Io& io : ios) {
-      --slots_[size_t(io.slot)].pins;
+      unpin_slot(io.slot);
       if (io.result == ssize_t(io.bytes)) {
         ++stats_.saved_blocks;
         continue;
@@ -761,7 +765,7 @@ std::vector<SsdKvStore::LandedLoad> SsdKvStore::finish_loads(bool wait) {
       ++it;
       continue;
     }
-    for (const Io& io : it->ios) --slots_[size_t(io.slot)].pins;
+    for (const Io& io : it->ios) unpin_slot(io.slot);
     out.push_back(LandedLoad{.id = it->id, .result = account(it->ios)});
     it = loads_.erase(it);
   }

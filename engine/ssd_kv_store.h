@@ -188,6 +188,8 @@ class SsdKvStore {
   // recently used one that no load is reading (evicted); -1 if none is.
   int64_t take_slot();
   void drop(int64_t slot);
+  // Takes one pin off `slot`; a slot dropped while pinned goes free here.
+  void unpin_slot(int64_t slot);
   void touch(int64_t slot);
   // The stored slot of exactly this key, or -1.
   int64_t find(const BlockKey& key) const;

@@ -369,6 +369,38 @@ TEST_F(SsdKvStoreTest, KeysMatchOnParentAndTokensNotOnlyTheHash) {
             0);
 }
 
+// A pinned slot found damaged is forgotten at once but stays out of use
+// until it is unpinned (a restore may still be reading it a piece at a
+// time): a save in between takes another slot.
+TEST_F(SsdKvStoreTest, ADamagedPinnedSlotIsReusedOnlyOnceUnpinned) {
+  const KvLayout layout = layout_of(DType::kBF16, 2, 1, 64, 4, 8);
+  KvPool pool = random_pool(layout);
+  auto store = make_store(layout, 2);
+  const std::vector<BlockKey> keys = {random_key(4), random_key(4), random_key(4), random_key(4)};
+  const std::vector<int32_t> blocks = {0, 1, 2, 3};
+  store->save(std::span(keys).first(2), pool.data(), std::span(blocks).first(2));
+  const std::vector<int64_t> pinned = store->pin(std::span(keys).first(1));
+  ASSERT_EQ(pinned, std::vector<int64_t>{0});
+  flip_byte(store->path(), 4096);  // slot 0's first payload byte
+  KvPool target = random_pool(layout);
+  const int32_t into = 7;
+  EXPECT_EQ(store->load(std::span(keys).first(1), target.data(), std::span(&into, 1)).restored, 0);
+  EXPECT_FALSE(store->contains(keys[0]));
+  store->save(std::span(keys).subspan(2, 1), pool.data(), std::span(blocks).subspan(2, 1));
+  EXPECT_TRUE(store->contains(keys[2]));
+  EXPECT_FALSE(store->contains(keys[1])) << "the pinned slot was taken: key 1's stayed";
+  store->unpin(pinned);
+  store->save(std::span(keys).subspan(3, 1), pool.data(), std::span(blocks).subspan(3, 1));
+  EXPECT_TRUE(store->contains(keys[2])) << "unpinned, the damaged slot is the free one";
+  EXPECT_TRUE(store->contains(keys[3]));
+  for (int i : {2, 3}) {
+    EXPECT_EQ(store->load(std::span(keys).subspan(size_t(i), 1), target.data(), std::span(&into, 1))
+                  .restored,
+              1);
+    EXPECT_TRUE(same_block(target, into, pool, blocks[size_t(i)])) << i;
+  }
+}
+
 TEST_F(SsdKvStoreTest, LoadStopsAtTheFirstKeyNotStored) {
   const KvLayout layout = layout_of(DType::kBF16, 2, 2, 64, 8, 8);
   KvPool pool = random_pool(layout);
