@@ -362,9 +362,10 @@ Result<kv_transfer::TransferConfig> parse_transfer_config(const YAML::Node& node
        },
        nullptr},
       ms_setting("default_deadline_ms", &T::default_deadline, 1, 3600000),
-      // At least 100 ms: a receiver frees granted blocks this long after
-      // its last grant, and a sender refuses grants older than 3/4 of it.
-      ms_setting("close_timeout_ms", &T::close_timeout, 100, 600000),
+      // At least kMinCloseTimeout: a receiver frees granted blocks this long
+      // after its last grant, and a sender refuses grants older than 3/4 of it.
+      ms_setting("close_timeout_ms", &T::close_timeout, kv_transfer::kMinCloseTimeout.count(),
+                 600000),
       ms_setting("idle_wait_ms", &T::idle_wait, 1, 10000),
       bool_setting("verify_checksum", &T::verify_checksum),
       bool_setting("peer_error_handling", &T::peer_error_handling),

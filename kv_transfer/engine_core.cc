@@ -340,8 +340,7 @@ void TransferEngine::Impl::check_deadlines(Clock::time_point now) {
       // detection: nothing can fetch from a dead process any more.
       spdlog::warn("kv_transfer[{}]: abandoning {} receives of {} transfer {}", config_.node_name,
                    e.outstanding, e.cancelled() ? "cancelled" : "expired", id);
-      e.outstanding = 0;
-      ++e.op_epoch;
+      e.write_off_ops();
       dirty_recvs_.push_back(id);
     }
     if (e.awaits_puts_stopped() &&
@@ -408,18 +407,14 @@ void TransferEngine::Impl::shutdown() {
   // its operations still in UCX written off.
   for (auto& [id, e] : expectations_) {
     e.puts_stopped = true;
-    if (e.outstanding > 0) {
-      e.outstanding = 0;
-      ++e.op_epoch;
-    }
+    if (e.outstanding > 0) e.write_off_ops();
     dirty_recvs_.push_back(id);
   }
   for (auto& [id, t] : sends_) {
     if (t.outstanding > 0) {
       spdlog::error("kv_transfer[{}]: transfer {} still has UCX operations at shutdown",
                     config_.node_name, id);
-      t.outstanding = 0;
-      ++t.op_epoch;
+      t.write_off_ops();
     }
     dirty_sends_.push_back(id);
   }
@@ -606,8 +601,7 @@ void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
     if (t.peer == id && t.outstanding > 0) {
       spdlog::warn("kv_transfer[{}]: abandoning {} UCX operations of transfer {} to peer {}",
                    config_.node_name, t.outstanding, tid, id);
-      t.outstanding = 0;
-      ++t.op_epoch;
+      t.write_off_ops();
       dirty_sends_.push_back(tid);
     }
   }

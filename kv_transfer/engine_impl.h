@@ -200,6 +200,10 @@ class TransferEngine::Impl {
   void on_connected(PeerId id, uint64_t generation, ucs_status_t status);
   void tear_down(PeerId id, const Status& why);
   ucs_status_ptr_t post_op(OpContext* op, ucs_status_ptr_t request);
+  // A new operation of send `t` (id `id`) on `peer`'s endpoint, tagged with
+  // the send's instance and epoch.
+  OpContext* send_op(const SendTransfer& t, uint64_t id, OpContext::Kind kind,
+                     const PeerState& peer);
 
   // Sending.
   void start_send(uint64_t transfer_id);

@@ -242,6 +242,14 @@ void TransferEngine::Impl::start_send(uint64_t id) {
   pump(t, id);
 }
 
+OpContext* TransferEngine::Impl::send_op(const SendTransfer& t, uint64_t id, OpContext::Kind kind,
+                                         const PeerState& peer) {
+  auto* op = new OpContext{this, id, kind, t.peer, peer.generation};
+  op->serial = t.serial;
+  op->epoch = t.op_epoch;
+  return op;
+}
+
 void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
   PeerState& peer = peers_[t.peer];
   if (t.failed() || peer.phase != PeerState::Phase::kReady) return;
@@ -274,9 +282,7 @@ void TransferEngine::Impl::pump(SendTransfer& t, uint64_t id) {
       !t.failed()) {
     // Remote completion of every put/message before the notice goes out.
     t.start_flush();
-    auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
-    op->serial = t.serial;
-    op->epoch = t.op_epoch;
+    auto* op = send_op(t, id, OpContext::kFlush, peer);
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
     if (UCS_PTR_IS_ERR(request)) {
@@ -308,9 +314,7 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
       std::vector<uint8_t> no_header;
       request = mover.move(move, ucp_request_param_t{}, no_header);
     } else {
-      auto* op = new OpContext{this, id, OpContext::kSendData, t.peer, peer.generation};
-      op->serial = t.serial;
-      op->epoch = t.op_epoch;
+      auto* op = send_op(t, id, OpContext::kSendData, peer);
       request = post_op(op, mover.move(move, request_param(op), op->header));
     }
     if (UCS_PTR_IS_ERR(request)) {
@@ -368,9 +372,7 @@ void TransferEngine::Impl::maybe_finish_send(uint64_t id) {
       t.notice_out();
       return;
     }
-    auto* op = new OpContext{this, id, OpContext::kNotice, t.peer, peer.generation};
-    op->serial = t.serial;
-    op->epoch = t.op_epoch;
+    auto* op = send_op(t, id, OpContext::kNotice, peer);
     op->header = encode_notice(n);
     ucp_request_param_t param = request_param(op);
     param.op_attr_mask |= UCP_OP_ATTR_FIELD_FLAGS;
@@ -471,9 +473,7 @@ bool TransferEngine::Impl::report_puts_stopped(SendTransfer& t, uint64_t id) {
   if (t.stop_report() == SendTransfer::StopReport::kNone) {
     // Every put posted so far reaches the receiver before the report.
     t.stop_report_flushing();
-    auto* op = new OpContext{this, id, OpContext::kFlush, t.peer, peer.generation};
-    op->serial = t.serial;
-    op->epoch = t.op_epoch;
+    auto* op = send_op(t, id, OpContext::kFlush, peer);
     ucp_request_param_t param = request_param(op);
     ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
     if (request != nullptr && !UCS_PTR_IS_ERR(request)) {

@@ -86,9 +86,14 @@ class SendTransfer {
   uint32_t ops = 0;
   uint64_t bytes = 0;
   int outstanding = 0;  // UCX operations posted and not completed
-  // Bumped where the engine writes its operations in flight off (outstanding
-  // forced to 0), so that their late completions do not count again.
+  // Bumped where the engine writes its operations in flight off, so that
+  // their late completions do not count again.
   uint32_t op_epoch = 0;
+  // The engine stops waiting for the operations in flight.
+  void write_off_ops() {
+    outstanding = 0;
+    ++op_epoch;
+  }
   // RMA: layers are put only once the receiver granted them (kPutAsk ->
   // kPutGrant), so a receiver that gives its blocks up stops us by refusing.
   int32_t granted_end = 0;  // layers [layer_begin, granted_end) may be put

@@ -290,8 +290,8 @@ std::string CompletionExchange::token_text(int32_t id) const {
   return json::parse(dump(json(detokenize({id})))).get<std::string>();
 }
 
-std::string CompletionExchange::token_name(int32_t id) const {
-  return spec_.tokens_as_ids ? "token_id:" + std::to_string(id) : token_text(id);
+std::string CompletionExchange::token_name(int32_t id, const std::string& text) const {
+  return spec_.tokens_as_ids ? "token_id:" + std::to_string(id) : text;
 }
 
 size_t CompletionExchange::alternatives_shown(const control::TokenLogprobs& scored) const {
@@ -302,11 +302,13 @@ json CompletionExchange::top_map(int32_t id, const control::TokenLogprobs& score
   json top = json::object();
   for (size_t k = 0; k < alternatives_shown(scored); ++k) {
     // Alternatives that render as the same text share a key: keep the likeliest.
-    std::string key = token_name(scored.top_ids[k]);
+    const int32_t alt = scored.top_ids[k];
+    std::string key = token_name(alt, token_text(alt));
     if (!top.contains(key) || top[key].get<float>() < scored.top_logprobs[k])
       top[key] = scored.top_logprobs[k];
   }
-  if (std::string key = token_name(id); !top.contains(key)) top[key] = scored.logprob;
+  if (std::string key = token_name(id, token_text(id)); !top.contains(key))
+    top[key] = scored.logprob;
   return top;
 }
 
@@ -324,13 +326,15 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
       json top = json::array();
       for (size_t k = 0; k < alternatives_shown(lp); ++k) {
         const int32_t alt = lp.top_ids[k];
-        top.push_back({{"token", token_name(alt)},
+        const std::string alt_text = token_text(alt);
+        top.push_back({{"token", token_name(alt, alt_text)},
                        {"logprob", lp.top_logprobs[k]},
-                       {"bytes", bytes_of(token_text(alt))}});
+                       {"bytes", bytes_of(alt_text)}});
       }
-      content.push_back({{"token", token_name(choice.tokens[t])},
+      const std::string text = token_text(choice.tokens[t]);
+      content.push_back({{"token", token_name(choice.tokens[t], text)},
                          {"logprob", lp.logprob},
-                         {"bytes", bytes_of(token_text(choice.tokens[t]))},
+                         {"bytes", bytes_of(text)},
                          {"top_logprobs", top}});
     }
     return {{"content", content}};
@@ -339,12 +343,13 @@ json CompletionExchange::logprobs_json(const ChoiceState& choice, size_t begin, 
        text_offset_list = json::array();
   for (size_t t = begin; t < end; ++t) {
     const control::TokenLogprobs& lp = choice.logprobs[t];
-    tokens.push_back(token_name(choice.tokens[t]));
+    const std::string text = token_text(choice.tokens[t]);
+    tokens.push_back(token_name(choice.tokens[t], text));
     token_logprobs.push_back(lp.logprob);
     top_logprobs.push_back(top_map(choice.tokens[t], lp));
     // Offsets in the choice's text, whatever names the tokens.
     text_offset_list.push_back(text_offset);
-    text_offset += token_text(choice.tokens[t]).size();
+    text_offset += text.size();
   }
   return {{"tokens", tokens},
           {"token_logprobs", token_logprobs},
@@ -361,9 +366,10 @@ json CompletionExchange::prompt_part(const std::vector<int32_t>& prompt,
     // The first token has no context to be scored in; a node that sent
     // fewer scores than tokens leaves the rest null too.
     const control::TokenLogprobs* lp = p > 0 && p - 1 < scored.size() ? &scored[p - 1] : nullptr;
-    tokens.push_back(token_name(prompt[p]));
+    const std::string text = token_text(prompt[p]);
+    tokens.push_back(token_name(prompt[p], text));
     text_offset.push_back(offset);
-    offset += token_text(prompt[p]).size();
+    offset += text.size();
     if (lp == nullptr) {
       token_logprobs.push_back(nullptr);
       top_logprobs.push_back(nullptr);

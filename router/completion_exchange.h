@@ -130,9 +130,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
   // becomes U+FFFD, as the JSON output would make it), so equal keys of a
   // top_logprobs map compare equal here.
   std::string token_text(int32_t id) const;
-  // How log-probs name token `id`: its text, or "token_id:ID" where the
-  // request asked (return_tokens_as_token_ids).
-  std::string token_name(int32_t id) const;
+  // How log-probs name token `id`, whose token_text is `text`: that text, or
+  // "token_id:ID" where the request asked (return_tokens_as_token_ids).
+  std::string token_name(int32_t id, const std::string& text) const;
   // How many of a token's alternatives the reply shows: what was asked
   // for (the nodes send at least one).
   size_t alternatives_shown(const control::TokenLogprobs& scored) const;

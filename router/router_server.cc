@@ -58,11 +58,14 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(RouterSettings setting
                                       *server->metrics_, std::move(chat_prompter));
 
   OpenAiService* routes = server->service_.get();
+  // Replies are counted as each front end sends them, those it makes itself
+  // among them.
+  const auto count_reply = [metrics = server->metrics_.get()](int status) {
+    metrics->count_http(status);
+  };
   {
-    // Replies are counted as they go out, those the server makes itself
-    // among them.
     HttpServerConfig http = settings.http;
-    http.on_reply = [metrics = server->metrics_.get()](int status) { metrics->count_http(status); };
+    http.on_reply = count_reply;
     BATON_ASSIGN_OR_RETURN(
         server->http_,
         HttpServer::start(http, [routes](HttpRequest request, std::shared_ptr<HttpResponder> out) {
@@ -71,7 +74,7 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(RouterSettings setting
   }
   {
     ZmqFrontendConfig zmq = settings.zmq;
-    zmq.on_reply = [metrics = server->metrics_.get()](int status) { metrics->count_http(status); };
+    zmq.on_reply = count_reply;
     BATON_ASSIGN_OR_RETURN(server->zmq_, ZmqFrontend::start(zmq, routes));
   }
   spdlog::info("router: serving {} on http://{}:{} (ZeroMQ {}, control {})", service.served_model,

@@ -110,45 +110,19 @@ const std::set<std::string> kVllmExtras = {"use_beam_search",
 const std::set<std::string> kSamplingExtras = {
     "min_p",      "presence_penalty", "frequency_penalty", "repetition_penalty",
     "min_tokens", "logit_bias"};
-const std::set<std::string> kImplementedCompletion = {"model",
-                                                      "prompt",
-                                                      "max_tokens",
-                                                      "temperature",
-                                                      "top_p",
-                                                      "top_k",
-                                                      "seed",
-                                                      "stop",
-                                                      "stop_token_ids",
-                                                      "ignore_eos",
-                                                      "n",
-                                                      "best_of",
-                                                      "stream",
-                                                      "stream_options",
-                                                      "logprobs",
-                                                      "echo",
-                                                      "return_tokens_as_token_ids"};
-const std::set<std::string> kImplementedChat = {"model",
-                                                "messages",
-                                                "max_tokens",
-                                                "max_completion_tokens",
-                                                "temperature",
-                                                "top_p",
-                                                "top_k",
-                                                "seed",
-                                                "stop",
-                                                "stop_token_ids",
-                                                "ignore_eos",
-                                                "n",
-                                                "best_of",
-                                                "stream",
-                                                "stream_options",
-                                                "logprobs",
-                                                "top_logprobs",
-                                                "tools",
-                                                "tool_choice",
-                                                "add_generation_prompt",
-                                                "chat_template_kwargs",
-                                                "return_tokens_as_token_ids"};
+// Read by both endpoints, then by each alone.
+const std::set<std::string> kImplementedShared = {
+    "model",   "max_tokens", "temperature",    "top_p",      "top_k",
+    "seed",    "stop",       "stop_token_ids", "ignore_eos", "n",
+    "best_of", "stream",     "stream_options", "logprobs",   "return_tokens_as_token_ids"};
+std::set<std::string> with_shared(std::set<std::string> own) {
+  own.insert(kImplementedShared.begin(), kImplementedShared.end());
+  return own;
+}
+const std::set<std::string> kImplementedCompletion = with_shared({"prompt", "echo"});
+const std::set<std::string> kImplementedChat =
+    with_shared({"messages", "max_completion_tokens", "top_logprobs", "tools", "tool_choice",
+                 "add_generation_prompt", "chat_template_kwargs"});
 // Changing nothing generated, so accepted whatever their value.
 const std::set<std::string> kInformational = {"user", "metadata", "store", "service_tier",
                                               "request_id"};
