@@ -20,6 +20,8 @@ void take_bench_flags(int* argc, char** argv) {
       kernels::cpu::set_avx512_enabled(std::atoi(argv[i] + 9) != 0);
     } else if (std::strncmp(argv[i], "--avx512_bf16=", 14) == 0) {
       kernels::cpu::set_avx512_bf16_preferred(std::atoi(argv[i] + 14) != 0);
+    } else if (std::strncmp(argv[i], "--amx=", 6) == 0) {
+      kernels::cpu::set_amx_enabled(std::atoi(argv[i] + 6) != 0);
     } else {
       argv[kept++] = argv[i];
     }

@@ -8,7 +8,10 @@
 //                    1), so one binary compares them with the AVX2 ones;
 //   --avx512_bf16=0|1 BF16 decode attention's V pass on VDPBF16PS where the
 //                    CPU has it (default: on AMD, cpu_features.h), so one
-//                    binary compares it with the F32 FMA pass.
+//                    binary compares it with the F32 FMA pass;
+//   --amx=0|1        BF16 weights' prefill GEMM on AMX tiles where the CPU
+//                    has them (default 1), so one binary compares it with
+//                    the paths beneath it.
 #pragma once
 
 namespace baton::bench {

@@ -8,11 +8,14 @@
 #include <memory>
 #include <vector>
 
+#include "bench/amx_ceiling.h"
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
 #include "bench/manual_time.h"
 #include "bench/normal_fill.h"
 #include "bench/stats.h"
+#include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemv.h"
 #include "kernels/cpu/linear.h"
 
 namespace baton::bench {
@@ -98,6 +101,10 @@ void BM_LinearPrefill(benchmark::State& state) {
   std::vector<float> x(static_cast<size_t>(m * cols), 0.5f), out(size_t(m * rows));
   auto& pool = bench_pool();
   InterleavedCeiling sgemm(sgemm_pass_gflops);
+  // BF16 weights on AMX tiles are compared with the tiles' peak too.
+  const bool amx =
+      dtype == DType::kBF16 && kernels::cpu::use_amx_bf16() && m > kernels::cpu::gemv_max_batch();
+  InterleavedCeiling amx_peak(amx_bf16_pass_gflops);
   double seconds = 0;
   for (auto _ : state) {
     const double took = time_iteration(state, seconds, [&] {
@@ -105,6 +112,7 @@ void BM_LinearPrefill(benchmark::State& state) {
     });
     benchmark::DoNotOptimize(out.data());
     sgemm.after_iteration(took);
+    if (amx) amx_peak.after_iteration(took);
   }
   const double flops = 2.0 * double(m * rows * cols);
   state.counters["GFLOPs"] =
@@ -114,7 +122,11 @@ void BM_LinearPrefill(benchmark::State& state) {
   state.counters["sgemm_ceiling_GFLOPs"] = sgemm.rate();
   state.counters["start_sgemm_ceiling_GFLOPs"] = start_ceiling.pool_gflops;
   state.counters["ratio"] = sgemm.ratio(flops * double(state.iterations()), seconds);
-  state.SetLabel(std::string(dtype_name(dtype)));
+  if (amx) {
+    state.counters["amx_peak_GFLOPs"] = amx_peak.rate();
+    state.counters["of_amx_peak"] = amx_peak.ratio(flops * double(state.iterations()), seconds);
+  }
+  state.SetLabel(std::string(dtype_name(dtype)) + (amx ? " amx" : ""));
 }
 BENCHMARK(BM_LinearPrefill)
     ->ArgNames({"rows", "cols", "dtype", "m"})

@@ -24,6 +24,9 @@ int main(int argc, char** argv) {
                                              : cpu::use_avx512_bf16()
                                                  ? "used"
                                                  : "not used (--avx512_bf16=1 to use)");
+  benchmark::AddCustomContext("amx_bf16", !cpu::cpu_has_amx_bf16() ? "absent"
+                                          : cpu::use_amx_bf16()    ? "used"
+                                                                   : "off (--amx=0)");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -58,7 +58,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
     // OpenBLAS would otherwise still report the kernels it chose on load.
     kernels::cpu::setup_blas();
     spdlog::info("engine: CPU kernels {}{}; OpenBLAS kernels {}", kernels::cpu::kernel_isa_name(),
-                 kernels::cpu::max_cpu_isa() < kernels::cpu::MaxCpuIsa::kAvx512
+                 kernels::cpu::max_cpu_isa() < kernels::cpu::MaxCpuIsa::kAmx
                      ? " (capped by BATON_MAX_CPU_ISA)"
                      : "",
                  kernels::cpu::blas_core_name());

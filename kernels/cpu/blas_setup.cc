@@ -60,6 +60,7 @@ bool choose_again(const char* current) {
     case MaxCpuIsa::kAvx2:
       return !core_has_avx2_kernels(current) || core_has_avx512_kernels(current);
     case MaxCpuIsa::kAvx512:
+    case MaxCpuIsa::kAmx:  // the AMX cap is for Baton's own GEMM
       return !core_has_avx2_kernels(current);
   }
   return false;

@@ -3,6 +3,12 @@
 #include <atomic>
 #include <cstdlib>
 
+#if defined(__x86_64__) && defined(__linux__)
+#include <cpuid.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
+
 namespace baton::kernels::cpu {
 namespace {
 constexpr const char* kMaxCpuIsaVariable = "BATON_MAX_CPU_ISA";
@@ -11,11 +17,11 @@ const char* max_cpu_isa_text() { return std::getenv(kMaxCpuIsaVariable); }
 
 const MaxCpuIsa g_max_cpu_isa = [] {
   const char* text = max_cpu_isa_text();
-  return text == nullptr ? MaxCpuIsa::kAvx512
-                         : parse_max_cpu_isa(text).value_or(MaxCpuIsa::kAvx512);
+  return text == nullptr ? MaxCpuIsa::kAmx : parse_max_cpu_isa(text).value_or(MaxCpuIsa::kAmx);
 }();
 std::atomic<bool> g_simd_enabled{g_max_cpu_isa >= MaxCpuIsa::kAvx2};
 std::atomic<bool> g_avx512_enabled{g_max_cpu_isa >= MaxCpuIsa::kAvx512};
+std::atomic<bool> g_amx_enabled{g_max_cpu_isa >= MaxCpuIsa::kAmx};
 std::atomic<bool> g_avx512_bf16_preferred{cpu_prefers_avx512_bf16()};
 }  // namespace
 
@@ -23,6 +29,7 @@ std::optional<MaxCpuIsa> parse_max_cpu_isa(std::string_view value) {
   if (value == "scalar") return MaxCpuIsa::kScalar;
   if (value == "avx2") return MaxCpuIsa::kAvx2;
   if (value == "avx512") return MaxCpuIsa::kAvx512;
+  if (value == "amx") return MaxCpuIsa::kAmx;
   return std::nullopt;
 }
 
@@ -31,12 +38,14 @@ MaxCpuIsa max_cpu_isa() { return g_max_cpu_isa; }
 std::string max_cpu_isa_error() {
   const char* text = max_cpu_isa_text();
   if (text == nullptr || parse_max_cpu_isa(text)) return "";
-  return std::string(kMaxCpuIsaVariable) + "='" + text + "': expected scalar, avx2 or avx512";
+  return std::string(kMaxCpuIsaVariable) + "='" + text + "': expected scalar, avx2, avx512 or amx";
 }
 
 std::string kernel_isa_name() {
-  if (use_avx512()) return use_avx512_bf16() ? "avx512 with bf16 dot products" : "avx512";
-  return use_avx2() ? "avx2" : "scalar";
+  if (!use_avx512()) return use_avx2() ? "avx2" : "scalar";
+  std::string name = use_avx512_bf16() ? "avx512 with bf16 dot products" : "avx512";
+  if (use_amx_bf16()) name += " and amx bf16 tiles";
+  return name;
 }
 
 bool cpu_has_avx2_fma_f16c() {
@@ -138,5 +147,28 @@ bool cpu_has_avx512_bf16_vbmi() {
 }
 
 bool use_avx512_bf16_vbmi() { return use_avx512() && cpu_has_avx512_bf16_vbmi(); }
+
+bool cpu_has_amx_bf16() {
+#if defined(__x86_64__) && defined(__linux__)
+  static const bool has = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    if (!cpu_has_avx512_bf16() || !__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return false;
+    constexpr unsigned kAmxBf16 = 1u << 22, kAmxTile = 1u << 24;  // CPUID.(7,0):EDX
+    if ((edx & (kAmxBf16 | kAmxTile)) != (kAmxBf16 | kAmxTile)) return false;
+    // The permission covers every thread of the process, present and future.
+    constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtileData = 18;
+    return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtileData) == 0;
+  }();
+  return has;
+#else
+  return false;
+#endif
+}
+
+bool use_amx_bf16() {
+  return use_avx512() && cpu_has_amx_bf16() && g_amx_enabled.load(std::memory_order_relaxed);
+}
+
+void set_amx_enabled(bool enabled) { g_amx_enabled.store(enabled, std::memory_order_relaxed); }
 
 }  // namespace baton::kernels::cpu

@@ -14,10 +14,11 @@ inline constexpr size_t kCacheLine = 64;
 
 // BATON_MAX_CPU_ISA caps the kernels below what the CPU has, as oneDNN's
 // ONEDNN_MAX_CPU_ISA does, so that one machine runs what a lesser one would
-// (comparisons against peers built for AVX2): "avx512" (or unset) every path
-// the CPU has, "avx2" no AVX-512 path, "scalar" the portable loops only. It
-// is read once, when the process starts.
-enum class MaxCpuIsa { kScalar, kAvx2, kAvx512 };
+// (comparisons against peers built for AVX2, or without AMX): "amx" (or
+// unset) every path the CPU has, "avx512" no AMX tiles, "avx2" no AVX-512
+// path, "scalar" the portable loops only. It is read once, when the process
+// starts.
+enum class MaxCpuIsa { kScalar, kAvx2, kAvx512, kAmx };
 // nullopt for a value other than the three (case-sensitive).
 std::optional<MaxCpuIsa> parse_max_cpu_isa(std::string_view value);
 // The cap in force; an unset or unknown variable caps nothing.
@@ -27,7 +28,8 @@ MaxCpuIsa max_cpu_isa();
 std::string max_cpu_isa_error();
 
 // The widest kernels in use now: "avx512 with bf16 dot products",
-// "avx512", "avx2" or "scalar" (for logs).
+// "avx512", "avx2" or "scalar", followed by " and amx bf16 tiles" where
+// those run (for logs).
 std::string kernel_isa_name();
 
 // True when the CPU has AVX2, FMA and F16C (checked once).
@@ -86,5 +88,17 @@ bool use_avx512_vnni();
 bool cpu_has_avx512_bf16_vbmi();
 // use_avx512() and the CPU has BF16 and VBMI.
 bool use_avx512_bf16_vbmi();
+
+// True when the CPU has AMX-TILE and AMX-BF16 besides AVX-512 BF16, and the
+// kernel granted this process the tile state (Linux hands it out only on
+// request, arch_prctl ARCH_REQ_XCOMP_PERM, asked here once): the prefill
+// GEMM for BF16 weights then multiplies 16 x 32 tiles with TDPBF16PS
+// (gemm_bf16_amx.h).
+bool cpu_has_amx_bf16();
+// True when the AMX GEMM is to be used: use_avx512(), the CPU has it, it is
+// not capped (BATON_MAX_CPU_ISA below amx) and not switched off with
+// set_amx_enabled(false) (tests cover the paths beneath it on AMX machines).
+bool use_amx_bf16();
+void set_amx_enabled(bool enabled);
 
 }  // namespace baton::kernels::cpu

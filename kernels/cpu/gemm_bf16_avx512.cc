@@ -14,7 +14,7 @@ namespace {
 typedef uint32_t __attribute__((may_alias)) bf16_pair;
 
 // Weight rows per panel: one 512-bit register holds a column pair of 16 rows.
-constexpr int64_t kPanelRows = 16;
+constexpr int64_t kPanelRows = kBf16PanelRows;
 // x rows and weight panels per register tile: 4 x 4 F32 accumulators, each
 // weight load feeding 4 VDPBF16PS and each x pair broadcast 4. On an AMD
 // EPYC (Zen 4), one thread, m = 512, rows in tiles of 192: 4 x 4 ran at
@@ -55,12 +55,11 @@ BATON_AVX512_BF16_INLINE void transpose16x16(__m512i (&r)[16]) {
   }
 }
 
-// The pairs [pair_begin, pair_begin + pairs) of weight rows [row_begin,
-// row_end), panel by panel: dst[p][k][r] is the pair k of row 16p + r (0
-// past row_end, and past the last column). 16 rows x 16 pairs at a time are
-// loaded and transposed in registers.
-BATON_AVX512_BF16 void pack_panels(const WeightView& w, int64_t row_begin, int64_t row_end,
-                                   int64_t pair_begin, int64_t pairs, uint32_t* dst) {
+}  // namespace
+
+// 16 rows x 16 pairs at a time are loaded and transposed in registers.
+BATON_AVX512_BF16 void pack_bf16_panels(const WeightView& w, int64_t row_begin, int64_t row_end,
+                                        int64_t pair_begin, int64_t pairs, uint32_t* dst) {
   const auto* base = static_cast<const uint16_t*>(w.data);
   const int64_t panels = (row_end - row_begin + kPanelRows - 1) / kPanelRows;
   for (int64_t p = 0; p < panels; ++p) {
@@ -84,6 +83,8 @@ BATON_AVX512_BF16 void pack_panels(const WeightView& w, int64_t row_begin, int64
     }
   }
 }
+
+namespace {
 
 // out rows [0, R) x panel columns [0, 16P) (the first `columns` of them
 // exist) of one register tile, over `pairs` column pairs: x pairs from xb
@@ -142,8 +143,8 @@ BATON_AVX512_BF16 void tile_rows(int rows, Args... args) {
 }  // namespace
 
 BATON_AVX512_BF16 void round_rows_to_bf16(const float* x, int64_t cols, int64_t row_begin,
-                                          int64_t row_end, uint16_t* dst) {
-  const int64_t stride = bf16_row_stride(cols);
+                                          int64_t row_end, uint16_t* dst, int64_t dst_stride) {
+  const int64_t stride = dst_stride;
   for (int64_t i = row_begin; i < row_end; ++i) {
     const float* src = x + i * cols;
     uint16_t* d = dst + i * stride;
@@ -179,7 +180,7 @@ BATON_AVX512_BF16 void gemm_bf16_rows_avx512(const uint16_t* xb, int64_t m, cons
   for (int64_t pass = 0; pass < passes; ++pass) {
     const int64_t k0 = pass * pass_pairs;
     const int64_t pairs = std::clamp<int64_t>(x_pairs - k0, 0, pass_pairs);
-    pack_panels(w, row_begin, row_end, k0, pairs, packed.data());
+    pack_bf16_panels(w, row_begin, row_end, k0, pairs, packed.data());
     for (int64_t p = 0; p < panels; p += kTilePanels) {
       const int64_t column = p * kPanelRows;
       const float* tile_bias = bias && pass == 0 ? bias + row_begin + column : nullptr;

@@ -20,10 +20,23 @@ namespace baton::kernels::cpu {
 inline int64_t bf16_row_stride(int64_t cols) { return (cols + 1) / 2 * 2; }
 
 // dst[i, c] = x[i, c] rounded to the nearest BF16 (ties to even), for rows
-// [row_begin, row_end) of x [*, cols]; dst rows are bf16_row_stride(cols)
-// long and padded with 0. Call only when cpu_has_avx512_bf16().
+// [row_begin, row_end) of x [*, cols]; dst rows are dst_stride elements
+// long (even, at least bf16_row_stride(cols)), padded with 0. Call only when
+// cpu_has_avx512_bf16().
 void round_rows_to_bf16(const float* x, int64_t cols, int64_t row_begin, int64_t row_end,
-                        uint16_t* dst);
+                        uint16_t* dst, int64_t dst_stride);
+
+// Weight rows per packed panel.
+inline constexpr int64_t kBf16PanelRows = 16;
+
+// Column pairs [pair_begin, pair_begin + pairs) of BF16 weight rows
+// [row_begin, row_end), panel by panel: dst[p][k][r] is pair k of row
+// 16p + r as one 32-bit element (the even column in its low half), 0 past
+// row_end and past the last column. This is the pair-interleaved layout
+// both VDPBF16PS and AMX's TDPBF16PS read (16 rows of a pair in 64 bytes).
+// dst holds panels x pairs x 16 elements. Call only when cpu_has_avx512_bf16().
+void pack_bf16_panels(const WeightView& w, int64_t row_begin, int64_t row_end, int64_t pair_begin,
+                      int64_t pairs, uint32_t* dst);
 
 // out[i, r] = xb[i, :] · w[r, :] + bias[r] for i < m and r in [row_begin,
 // row_end): xb as round_rows_to_bf16 wrote it for all m rows; w BF16;

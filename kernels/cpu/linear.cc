@@ -9,6 +9,7 @@
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/cpu_features.h"
+#include "kernels/cpu/gemm_bf16_amx.h"
 #include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/gemv.h"
 #include "kernels/cpu/parallel.h"
@@ -79,10 +80,11 @@ void sgemm_rows(const float* x, int64_t m, const WeightView& w, const float* bia
 }
 
 // True when every weight is BF16 and the CPU multiplies BF16 pairs at a
-// higher rate than F32 (AVX512_BF16, preferred: see cpu_features.h).
+// higher rate than F32: AMX tiles, or AVX512_BF16 where preferred (see
+// cpu_features.h).
 bool uses_bf16_gemm(std::span<const LinearOutput> outputs) {
-#if defined(__x86_64__) || defined(__i386__)
-  if (!use_avx512_bf16()) return false;
+#if defined(__x86_64__)
+  if (!use_amx_bf16() && !use_avx512_bf16()) return false;
   return std::all_of(outputs.begin(), outputs.end(),
                      [](const LinearOutput& o) { return o.weight.dtype == DType::kBF16; });
 #else
@@ -91,22 +93,30 @@ bool uses_bf16_gemm(std::span<const LinearOutput> outputs) {
 #endif
 }
 
-// x rounded to BF16 once (rows shared out over the pool), then tiles of the
-// stacked weights' rows claimed as in the sgemm path.
+// x rounded to BF16 once (rows shared out over the pool; whole tiles of
+// rows and columns for AMX), then tiles of the stacked weights' rows
+// claimed as in the sgemm path.
 template <typename ForEachWeight>
 void bf16_gemm(ThreadPool& pool, const float* x, int64_t m, int64_t cols, int64_t rows,
                int64_t min_rows, ForEachWeight& for_each_weight) {
-#if defined(__x86_64__) || defined(__i386__)
+#if defined(__x86_64__)
+  const bool amx = use_amx_bf16();
+  const int64_t stride = amx ? amx_row_stride(cols) : bf16_row_stride(cols);
+  const int64_t x_rows = amx ? amx_padded_rows(m) : m;
   thread_local std::vector<uint16_t> xb;  // the caller's, read by every thread
-  xb.resize(size_t(m * bf16_row_stride(cols)));
+  xb.resize(size_t(x_rows * stride));
+  std::fill(xb.begin() + m * stride, xb.end(), uint16_t(0));
   uint16_t* xb_data = xb.data();
   parallel_chunks(
       pool, m, std::max<int64_t>(1, kMinParallelMacs / cols),
-      [&](int64_t i0, int64_t i1, int) { round_rows_to_bf16(x, cols, i0, i1, xb_data); });
+      [&](int64_t i0, int64_t i1, int) { round_rows_to_bf16(x, cols, i0, i1, xb_data, stride); });
   parallel_dynamic(pool, rows, kBf16TileRows, kBf16RowAlign, min_rows,
                    [&](int64_t r0, int64_t r1, int) {
                      for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
-                       gemm_bf16_rows_avx512(xb_data, m, o.weight, o.bias, b, e, o.out);
+                       if (amx)
+                         gemm_bf16_rows_amx(xb_data, m, o.weight, o.bias, b, e, o.out);
+                       else
+                         gemm_bf16_rows_avx512(xb_data, m, o.weight, o.bias, b, e, o.out);
                      });
                    });
 #else

@@ -192,13 +192,13 @@ TEST_P(PagedModelTest, DecodeStepEqualsFullPrefill) {
 
 // Prompts long enough for the prefill GEMMs (more rows than the GEMV takes),
 // prefilled together in one step. With BF16 weights on a CPU with
-// AVX512_BF16 the projections multiply x rounded to BF16
-// (gemm_bf16_avx512.h), and the reference rounds it as they do. What is left
-// is mostly 1e-5, but now and then an element that F32 and double round to
-// neighbouring BF16 values moves the random tiny models' log-probabilities
-// by up to 0.12 (the most in 70 runs; p95 0.03); the linear test checks the GEMM
-// itself to 1e-5 of the magnitudes. A wrong weight row, pass or bias is off by
-// more than 1 (5-9 with the bias dropped).
+// AVX512_BF16 or AMX the projections multiply x rounded to BF16
+// (gemm_bf16_avx512.h, gemm_bf16_amx.h), and the reference rounds it as
+// they do. What is left is mostly 1e-5, but now and then an element that F32
+// and double round to neighbouring BF16 values moves the random tiny models'
+// log-probabilities by up to 0.12 (the most in 70 runs; p95 0.03); the
+// linear test checks the GEMMs themselves to 1e-5 of the magnitudes. A wrong
+// weight row, pass or bias is off by more than 1 (5-9 with the bias dropped).
 TEST_P(PagedModelTest, LongPromptsPrefilledInOneStepMatchReference) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   const std::vector<size_t> lengths = {size_t(kernels::cpu::gemv_max_batch()) + 9, 71};
@@ -207,15 +207,20 @@ TEST_P(PagedModelTest, LongPromptsPrefilledInOneStepMatchReference) {
   struct RestoreBf16 {
     ~RestoreBf16() {
       kernels::cpu::set_avx512_bf16_preferred(kernels::cpu::cpu_prefers_avx512_bf16());
+      kernels::cpu::set_amx_enabled(true);
     }
   } restore;
-  const bool bf16_gemm_possible =
-      GetParam().weight_dtype == DType::kBF16 && kernels::cpu::cpu_has_avx512_bf16();
-  for (bool bf16_gemm : {false, true}) {
-    if (bf16_gemm && !bf16_gemm_possible) continue;
-    SCOPED_TRACE(bf16_gemm ? "BF16 GEMM" : "F32 GEMM");
-    kernels::cpu::set_avx512_bf16_preferred(bf16_gemm);
-    ASSERT_EQ(kernels::cpu::use_avx512_bf16(), bf16_gemm);
+  enum class Gemm { kF32, kBf16Dot, kAmx };
+  const bool bf16_weights = GetParam().weight_dtype == DType::kBF16;
+  for (Gemm gemm : {Gemm::kF32, Gemm::kBf16Dot, Gemm::kAmx}) {
+    if (gemm == Gemm::kBf16Dot && !(bf16_weights && kernels::cpu::cpu_has_avx512_bf16())) continue;
+    if (gemm == Gemm::kAmx && !(bf16_weights && kernels::cpu::cpu_has_amx_bf16())) continue;
+    const bool bf16_gemm = gemm != Gemm::kF32;
+    SCOPED_TRACE(gemm == Gemm::kAmx ? "AMX GEMM" : bf16_gemm ? "BF16 GEMM" : "F32 GEMM");
+    kernels::cpu::set_avx512_bf16_preferred(gemm == Gemm::kBf16Dot);
+    kernels::cpu::set_amx_enabled(gemm == Gemm::kAmx);
+    ASSERT_EQ(kernels::cpu::use_avx512_bf16(), gemm == Gemm::kBf16Dot);
+    ASSERT_EQ(kernels::cpu::use_amx_bf16(), gemm == Gemm::kAmx);
     std::vector<BlockTable> tables(lengths.size(), BlockTable(4));
     StepPlan plan;
     for (size_t s = 0; s < lengths.size(); ++s) {

@@ -23,10 +23,14 @@ struct Shape {
   int64_t rows, cols;
 };
 
-// x as linear() multiplies it: rounded to BF16 where the BF16 GEMM
-// (gemm_bf16_avx512.h) takes the call, as given everywhere else.
+// True when linear() multiplies BF16 weights by x rounded to BF16: on AMX
+// tiles (gemm_bf16_amx.h) or with VDPBF16PS (gemm_bf16_avx512.h).
+bool bf16_gemm_in_use() { return use_amx_bf16() || use_avx512_bf16(); }
+
+// x as linear() multiplies it: rounded to BF16 where a BF16 GEMM takes the
+// call, as given everywhere else.
 std::vector<float> x_as_multiplied(std::vector<float> x, int64_t m, DType weights) {
-  if (weights == DType::kBF16 && use_avx512_bf16() && m > gemv_max_batch())
+  if (weights == DType::kBF16 && bf16_gemm_in_use() && m > gemv_max_batch())
     for (float& v : x) v = float(testing::round_trip(v, DType::kBF16));
   return x;
 }
@@ -36,7 +40,7 @@ void check_linear(ThreadPool& pool, std::mt19937_64& rng, int64_t m, Shape shape
   std::ostringstream os;
   os << "m=" << m << " rows=" << shape.rows << " cols=" << shape.cols << " dtype=" << dtype_name(dt)
      << " bias=" << with_bias << " simd=" << use_avx2() << " avx512=" << use_avx512()
-     << " avx512_bf16=" << use_avx512_bf16();
+     << " avx512_bf16=" << use_avx512_bf16() << " amx=" << use_amx_bf16();
   SCOPED_TRACE(os.str());
   const auto w_f = random_floats(rng, size_t(shape.rows * shape.cols));
   const auto w_bytes = testing::encode(w_f, dt);
@@ -66,14 +70,17 @@ void check_linear(ThreadPool& pool, std::mt19937_64& rng, int64_t m, Shape shape
     }
 }
 
-// The kernels a case runs: AVX-512 with BF16 products (the BF16 GEMM),
-// AVX-512 (batched GEMV), AVX2, or portable code.
-enum class Isa { kAvx512Bf16, kAvx512, kAvx2, kScalar };
+// The kernels a case runs: AMX tiles (the BF16 GEMM on them), AVX-512 with
+// BF16 products (the BF16 GEMM), AVX-512 (batched GEMV), AVX2, or portable
+// code.
+enum class Isa { kAmx, kAvx512Bf16, kAvx512, kAvx2, kScalar };
 
 class LinearTest : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
   const Isa isa = GetParam();
+  if (isa == Isa::kAmx && !cpu_has_amx_bf16())
+    GTEST_SKIP() << "this CPU (or its kernel) gives no AMX BF16 tiles";
   if (isa == Isa::kAvx512Bf16 && !cpu_has_avx512_bf16())
     GTEST_SKIP() << "this CPU has no AVX512_BF16";
   if (isa == Isa::kAvx512 && !cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512";
@@ -86,16 +93,21 @@ TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
       set_simd_enabled(true);
       set_avx512_enabled(true);
       set_avx512_bf16_preferred(cpu_prefers_avx512_bf16());
+      set_amx_enabled(true);
     }
   } restore;
   set_simd_enabled(isa != Isa::kScalar);
-  set_avx512_enabled(isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
+  set_avx512_enabled(isa == Isa::kAmx || isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
   set_avx512_bf16_preferred(isa == Isa::kAvx512Bf16);
-  ASSERT_EQ(use_avx512(), isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
+  set_amx_enabled(isa == Isa::kAmx);
+  ASSERT_EQ(use_avx512(), isa == Isa::kAmx || isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
   ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512Bf16);
+  ASSERT_EQ(use_amx_bf16(), isa == Isa::kAmx);
   ThreadPool pool(2);
-  // Odd columns, rows past whole 16-row panels, several column passes (1040).
-  const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8}, {1, 1}, {300, 17}, {9, 1040}};
+  // Odd columns, rows past whole 16-row panels, several column passes (1040),
+  // columns past whole 32-column tiles, weights of an odd number of panels.
+  const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8},    {1, 1},
+                          {300, 17}, {9, 1040}, {48, 544},  {33, 1056}};
   for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 32, 33, 35, 64, 200})
     for (Shape s : shapes)
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
@@ -103,13 +115,14 @@ TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Isas, LinearTest,
-                         ::testing::Values(Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2,
+                         ::testing::Values(Isa::kAmx, Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2,
                                            Isa::kScalar),
                          [](const auto& info) {
-                           return info.param == Isa::kAvx512Bf16 ? "avx512_bf16"
-                                  : info.param == Isa::kAvx512   ? "avx512"
-                                  : info.param == Isa::kAvx2     ? "avx2"
-                                                                 : "scalar";
+                           return info.param == Isa::kAmx          ? "amx"
+                                  : info.param == Isa::kAvx512Bf16 ? "avx512_bf16"
+                                  : info.param == Isa::kAvx512     ? "avx512"
+                                  : info.param == Isa::kAvx2       ? "avx2"
+                                                                   : "scalar";
                          });
 
 TEST(LinearTest, PoolSizesGiveTheSameAnswer) {
@@ -124,7 +137,7 @@ TEST(LinearTest, PoolSizesGiveTheSameAnswer) {
   // (sgemm's blocking may depend on the slice width, so large m on that
   // path is only checked against the reference.)
   std::vector<int64_t> batches = {1, 5};
-  if (use_avx512_bf16()) batches.push_back(gemv_max_batch() + 67);
+  if (bf16_gemm_in_use()) batches.push_back(gemv_max_batch() + 67);
   for (int64_t m : batches) {
     const auto x = random_floats(rng, size_t(m * 96));
     // NaN where nothing was written: unequal to itself, so a row that

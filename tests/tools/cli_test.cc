@@ -346,21 +346,26 @@ TEST_F(BatonCli, MaxCpuIsaCapsTheKernelsOrStopsAtStart) {
     int exit_code;
     std::string message;
   } cases[] = {
-      {"avx3", 2, "BATON_MAX_CPU_ISA='avx3': expected scalar, avx2 or avx512"},
+      {"avx3", 2, "BATON_MAX_CPU_ISA='avx3': expected scalar, avx2, avx512 or amx"},
       {"AVX2", 2, "BATON_MAX_CPU_ISA='AVX2'"},
       {"scalar", 0, "CPU kernels scalar (capped by BATON_MAX_CPU_ISA)"},
       {"avx2", 0,
        baton::kernels::cpu::cpu_has_avx2_fma_f16c() ? "CPU kernels avx2 (capped"
                                                     : "CPU kernels scalar"},
+      {"avx512", 0, "(capped by BATON_MAX_CPU_ISA)"},
   };
   for (const Case& c : cases) {
     ASSERT_EQ(::setenv("BATON_MAX_CPU_ISA", c.cap, 1), 0);
     auto r = run(args);
     EXPECT_EQ(r.exit_code, c.exit_code) << c.cap << "\n" << r.out;
     EXPECT_NE(r.out.find(c.message), std::string::npos) << c.cap << "\n" << r.out;
+    // Every cap below amx leaves the AMX tiles unused.
+    if (c.exit_code == 0) {
+      EXPECT_EQ(r.out.find("amx"), std::string::npos) << c.cap << "\n" << r.out;
+    }
     // OpenBLAS is capped too (its kernels, as OpenBLAS names them): its
     // plainest under scalar, Haswell's under avx2 where the CPU has AVX2.
-    if (c.exit_code == 0) {
+    if (c.exit_code == 0 && std::string(c.cap) != "avx512") {
       const bool scalar = std::string(c.cap) == "scalar";
       if (scalar || baton::kernels::cpu::cpu_has_avx2_fma_f16c()) {
         const std::string core = scalar ? "Prescott" : "Haswell";
