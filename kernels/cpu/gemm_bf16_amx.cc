@@ -4,10 +4,11 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstring>
 #include <vector>
 
-#include "kernels/cpu/amx_tiles.h"
 #include "kernels/cpu/gemm_bf16_avx512.h"
+#include "kernels/cpu/simd_avx512.h"
 
 #define BATON_AMX                                                               \
   __attribute__((                                                               \
@@ -21,35 +22,41 @@
 namespace baton::kernels::cpu {
 namespace {
 
-// Tile registers, each 16 rows of 64 bytes: the output block's C tiles are
-// 2r + p for x tile r and weight panel p (0-3), x tiles 4-5, weight tiles
-// 6-7. Two x tiles by two panels is the largest block eight tiles hold, and
-// it loads each tile for two TDPBF16PS.
+// Tile registers: the output block's C tiles are 2w + p for weight tile w
+// (tiles 4-5) and x tile p (tiles 6-7). Two by two is the largest block
+// eight tiles hold; it loads each tile for two TDPBF16PS.
 constexpr int64_t kTileRowBytes = kAmxTileRowBytes;
-// Column pairs in one x tile's row, and rows of one weight tile.
+// Column pairs in a weight tile's row, and rows (pairs) of an x tile.
 constexpr int64_t kTilePairs = 16;
-// Column pairs per pass at most: a block's two panels (32 KiB at 256 pairs)
-// stay in L1 while every x tile of the pass streams past them from L2.
-constexpr int64_t kMaxPassPairs = 256;
+// Weight rows per block: two weight tiles.
+constexpr int64_t kBlockRows = 2 * kAmxTileRows;
+// Column pairs per pass at most: a block's weights (64 KiB at 512 pairs)
+// stay in L1/L2 while every x tile of the pass (1 MiB for 512 rows of x)
+// streams past them from L2. On a Xeon of the Emerald Rapids generation,
+// passes of 512 ran 2-8% faster than 256 (fewer turns of the outputs
+// through memory) and about as fast as 1024.
+constexpr int64_t kMaxPassPairs = 512;
+
+using Tile = float[kAmxTileRows][16];
 
 // The tile intrinsics are asm statements that take addresses only: memory
 // written through ordinary stores must be in place before a tile reads it.
 inline void compiler_barrier() { asm volatile("" ::: "memory"); }
 
 // Tile numbers must be literals in the asm; c is a constant after inlining.
-BATON_AMX_INLINE void load_c(int c, const float* from, int64_t stride_bytes) {
+BATON_AMX_INLINE void load_c(int c, const Tile& from) {
   switch (c) {
     case 0:
-      _tile_loadd(0, from, stride_bytes);
+      _tile_loadd(0, &from[0][0], kTileRowBytes);
       break;
     case 1:
-      _tile_loadd(1, from, stride_bytes);
+      _tile_loadd(1, &from[0][0], kTileRowBytes);
       break;
     case 2:
-      _tile_loadd(2, from, stride_bytes);
+      _tile_loadd(2, &from[0][0], kTileRowBytes);
       break;
     default:
-      _tile_loadd(3, from, stride_bytes);
+      _tile_loadd(3, &from[0][0], kTileRowBytes);
   }
 }
 
@@ -69,160 +76,196 @@ BATON_AMX_INLINE void zero_c(int c) {
   }
 }
 
-BATON_AMX_INLINE void store_c(int c, float* to, int64_t stride_bytes) {
+BATON_AMX_INLINE void store_c(int c, Tile& to) {
   switch (c) {
     case 0:
-      _tile_stored(0, to, stride_bytes);
+      _tile_stored(0, &to[0][0], kTileRowBytes);
       break;
     case 1:
-      _tile_stored(1, to, stride_bytes);
+      _tile_stored(1, &to[0][0], kTileRowBytes);
       break;
     case 2:
-      _tile_stored(2, to, stride_bytes);
+      _tile_stored(2, &to[0][0], kTileRowBytes);
       break;
     default:
-      _tile_stored(3, to, stride_bytes);
+      _tile_stored(3, &to[0][0], kTileRowBytes);
   }
 }
 
-// C tiles += x tiles (R of them, 16 rows each from x) times weight tiles
-// (P panels from `panels`, each panel_elements apart) over `pairs` column
-// pairs, a multiple of 16.
-template <int R, int P>
-BATON_AMX_INLINE void multiply(const uint16_t* x, int64_t x_stride, const uint32_t* panels,
-                               int64_t panel_elements, int64_t pairs) {
-  const int64_t x_stride_bytes = x_stride * int64_t(sizeof(uint16_t));
-  const uint16_t* x1 = x + kAmxTileRows * x_stride;
-  const uint32_t* panel1 = panels + panel_elements;
+// C tiles += weight tiles (W of them, 16 rows each from w, row stride
+// w_stride elements) times x tiles (P panels from x, x_panel_elements
+// apart) over `pairs` column pairs, a multiple of 16.
+template <int W, int P>
+BATON_AMX_INLINE void multiply(const uint16_t* w, int64_t w_stride, const uint32_t* x,
+                               int64_t x_panel_elements, int64_t pairs) {
+  const int64_t w_stride_bytes = w_stride * int64_t(sizeof(uint16_t));
+  const uint16_t* w1 = w + kAmxTileRows * w_stride;
+  const uint32_t* x1 = x + x_panel_elements;
   for (int64_t k = 0; k < pairs; k += kTilePairs) {
-    _tile_loadd(4, x + 2 * k, x_stride_bytes);
-    if constexpr (R == 2) _tile_loadd(5, x1 + 2 * k, x_stride_bytes);
-    _tile_loadd(6, panels + k * kBf16PanelRows, kTileRowBytes);
-    if constexpr (P == 2) _tile_loadd(7, panel1 + k * kBf16PanelRows, kTileRowBytes);
+    _tile_loadd(4, w + 2 * k, w_stride_bytes);
+    if constexpr (W == 2) _tile_loadd(5, w1 + 2 * k, w_stride_bytes);
+    _tile_loadd(6, x + k * kAmxTileRows, kTileRowBytes);
+    if constexpr (P == 2) _tile_loadd(7, x1 + k * kAmxTileRows, kTileRowBytes);
     _tile_dpbf16ps(0, 4, 6);
     if constexpr (P == 2) _tile_dpbf16ps(1, 4, 7);
-    if constexpr (R == 2) {
+    if constexpr (W == 2) {
       _tile_dpbf16ps(2, 5, 6);
       if constexpr (P == 2) _tile_dpbf16ps(3, 5, 7);
     }
   }
 }
 
-// One block of R x tiles by P panels for one pass: each C tile starts from
-// the bias (first pass) or what earlier passes wrote to out, and goes back
-// to out. Tiles wholly inside out are loaded and stored in place; those at
-// an edge go through `staged`, of which only the rows and columns that
-// exist are copied.
+// A C tile holds out transposed: tile[j][i] is out[i][j]. The piece of out
+// at `at` (x rows `rows`, weight columns `columns` of it exist; the rest
+// reads as 0) into `tile`:
+BATON_AMX_INLINE void gather_transposed(const float* at, int64_t stride, int64_t rows,
+                                        int64_t columns, Tile& tile) {
+  __m512i r[16];
+  const __mmask16 mask = avx512::first_lanes(int32_t(columns));
+  for (int64_t i = 0; i < 16; ++i)
+    r[i] = i < rows ? _mm512_castps_si512(_mm512_maskz_loadu_ps(mask, at + i * stride))
+                    : _mm512_setzero_si512();
+  avx512::transpose16x16(r);
+  for (int64_t j = 0; j < 16; ++j) _mm512_store_si512(&tile[j][0], r[j]);
+}
+
+// ... and back, writing only what exists.
+BATON_AMX_INLINE void scatter_transposed(const Tile& tile, float* at, int64_t stride, int64_t rows,
+                                         int64_t columns) {
+  __m512i r[16];
+  for (int64_t j = 0; j < 16; ++j) r[j] = _mm512_load_si512(&tile[j][0]);
+  avx512::transpose16x16(r);
+  const __mmask16 mask = avx512::first_lanes(int32_t(columns));
+  for (int64_t i = 0; i < rows; ++i)
+    _mm512_mask_storeu_ps(at + i * stride, mask, _mm512_castsi512_ps(r[i]));
+}
+
+// One block of W weight tiles by P x tiles for one pass.
 struct Block {
-  const uint16_t* x = nullptr;       // the block's first x row at the pass's first pair
-  int64_t x_stride = 0;              // elements
-  const uint32_t* panels = nullptr;  // the block's first panel, at the pass's first pair
-  int64_t panel_elements = 0;
+  const uint16_t* w = nullptr;  // the block's first weight row, at the pass's first pair
+  int64_t w_stride = 0;         // elements
+  const uint32_t* x = nullptr;  // the block's first x panel, at the pass's first pair
+  int64_t x_panel_elements = 0;
   int64_t pairs = 0;
-  int64_t rows[2] = {};     // rows of out each x tile covers (0..16)
-  int64_t columns[2] = {};  // columns of out each panel covers (0..16)
-  float* out = nullptr;     // out at the block's first row and column
-  int64_t out_stride = 0;   // elements
+  int64_t weight_rows[2] = {};  // weight rows each weight tile covers that exist (0..16)
+  int64_t x_rows[2] = {};       // x rows each x tile covers that exist (0..16)
+  float* out = nullptr;         // out at the block's first x row and weight row
+  int64_t out_stride = 0;       // elements
   bool first_pass = false;
-  const float (*bias)[kAmxTileRows][16] = nullptr;  // a tile per panel, rows alike; null for none
+  const Tile* bias = nullptr;  // a C tile of the bias per weight tile; null for none
 };
 
-template <int R, int P>
-BATON_AMX void run_block(const Block& b, float (&staged)[4][kAmxTileRows][16]) {
-  const int64_t out_stride_bytes = b.out_stride * int64_t(sizeof(float));
-  auto whole = [&](int r, int p) { return b.rows[r] == kAmxTileRows && b.columns[p] == 16; };
-  auto at = [&](int r, int p) { return b.out + r * kAmxTileRows * b.out_stride + p * 16; };
-  for (int r = 0; r < R; ++r)
+// Each C tile starts from the bias (first pass) or from what earlier passes
+// wrote to out, and goes back to out.
+template <int W, int P>
+BATON_AMX void run_block(const Block& b, Tile (&staged)[4]) {
+  auto at = [&](int wt, int p) {
+    return b.out + p * kAmxTileRows * b.out_stride + wt * kAmxTileRows;
+  };
+  for (int wt = 0; wt < W; ++wt)
     for (int p = 0; p < P; ++p) {
-      const int c = 2 * r + p;
-      if (b.first_pass) {
-        if (b.bias)
-          load_c(c, &b.bias[p][0][0], kTileRowBytes);
-        else
-          zero_c(c);
-      } else if (whole(r, p)) {
-        load_c(c, at(r, p), out_stride_bytes);
-      } else {
-        for (int64_t i = 0; i < kAmxTileRows; ++i)
-          for (int64_t j = 0; j < 16; ++j)
-            staged[c][i][j] =
-                i < b.rows[r] && j < b.columns[p] ? at(r, p)[i * b.out_stride + j] : 0.0f;
+      const int c = 2 * wt + p;
+      if (!b.first_pass) {
+        gather_transposed(at(wt, p), b.out_stride, b.x_rows[p], b.weight_rows[wt], staged[c]);
         compiler_barrier();
-        load_c(c, &staged[c][0][0], kTileRowBytes);
+        load_c(c, staged[c]);
+      } else if (b.bias) {
+        load_c(c, b.bias[wt]);
+      } else {
+        zero_c(c);
       }
     }
-  multiply<R, P>(b.x, b.x_stride, b.panels, b.panel_elements, b.pairs);
-  for (int r = 0; r < R; ++r)
+  multiply<W, P>(b.w, b.w_stride, b.x, b.x_panel_elements, b.pairs);
+  for (int wt = 0; wt < W; ++wt)
     for (int p = 0; p < P; ++p) {
-      const int c = 2 * r + p;
-      if (whole(r, p)) {
-        store_c(c, at(r, p), out_stride_bytes);
-        continue;
-      }
-      store_c(c, &staged[c][0][0], kTileRowBytes);
-      for (int64_t i = 0; i < b.rows[r]; ++i)
-        for (int64_t j = 0; j < b.columns[p]; ++j) at(r, p)[i * b.out_stride + j] = staged[c][i][j];
+      const int c = 2 * wt + p;
+      store_c(c, staged[c]);
+      scatter_transposed(staged[c], at(wt, p), b.out_stride, b.x_rows[p], b.weight_rows[wt]);
     }
 }
 
 }  // namespace
 
-BATON_AMX void gemm_bf16_rows_amx(const uint16_t* xb, int64_t m, const WeightView& w,
+void pack_x_for_amx(const float* x, int64_t m, int64_t cols, int64_t panel_begin, int64_t panel_end,
+                    uint32_t* xp) {
+  const int64_t stride = bf16_row_stride(cols);
+  const int64_t pairs = amx_x_pairs(cols);
+  thread_local std::vector<uint16_t> rounded;  // one panel's rows
+  rounded.resize(size_t(kAmxTileRows * stride));
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    const int64_t first = p * kAmxTileRows;
+    const int64_t rows = std::min(kAmxTileRows, m - first);
+    round_rows_to_bf16(x + first * cols, cols, 0, rows, rounded.data());
+    pack_bf16_panels(WeightView{rounded.data(), DType::kBF16, rows, stride}, 0, rows, 0, pairs,
+                     xp + p * pairs * kAmxTileRows);
+  }
+}
+
+BATON_AMX void gemm_bf16_rows_amx(const uint32_t* xp, int64_t m, const WeightView& w,
                                   const float* bias, int64_t row_begin, int64_t row_end,
                                   float* out) {
   if (m <= 0 || row_begin >= row_end) return;
-  const int64_t x_stride = amx_row_stride(w.cols);
-  const int64_t x_pairs = x_stride / 2;  // a multiple of kTilePairs
-  const int64_t x_rows = amx_padded_rows(m);
-  const int64_t columns = row_end - row_begin;
-  const int64_t panels = (columns + kBf16PanelRows - 1) / kBf16PanelRows;
+  const int64_t x_pairs = amx_x_pairs(w.cols);
+  const int64_t x_panels = amx_x_panels(m);
   // Equal passes, each a whole number of tiles.
   const int64_t passes = (x_pairs + kMaxPassPairs - 1) / kMaxPassPairs;
   const int64_t pass_pairs =
       ((x_pairs + passes - 1) / passes + kTilePairs - 1) / kTilePairs * kTilePairs;
-  thread_local std::vector<uint32_t> packed;  // [panels][pass pairs][16]
-  packed.resize(size_t(panels * pass_pairs * kBf16PanelRows));
-  alignas(64) float bias_tiles[2][kAmxTileRows][16];
-  alignas(64) float staged[4][kAmxTileRows][16];
+  const auto* weights = static_cast<const uint16_t*>(w.data);
+  thread_local std::vector<uint16_t> staged_weights;  // [kBlockRows][pass pairs * 2]
+  alignas(64) Tile bias_tiles[2];
+  alignas(64) Tile staged[4];
 
   configure_amx_tiles();
   for (int64_t k0 = 0; k0 < x_pairs; k0 += pass_pairs) {
     const int64_t pairs = std::min(pass_pairs, x_pairs - k0);
-    const bool first_pass = k0 == 0;
-    pack_bf16_panels(w, row_begin, row_end, k0, pairs, packed.data());
-    const int64_t panel_elements = pairs * kBf16PanelRows;
-    for (int64_t p = 0; p < panels; p += 2) {
-      const int64_t column = p * kBf16PanelRows;
-      Block b{.x_stride = x_stride,
-              .panels = packed.data() + p * panel_elements,
-              .panel_elements = panel_elements,
+    // The pass reads weight columns [2 k0, 2 (k0 + pairs)); past w.cols they
+    // are padding, which the weights do not have.
+    const bool columns_exist = 2 * (k0 + pairs) <= w.cols;
+    for (int64_t r0 = row_begin; r0 < row_end; r0 += kBlockRows) {
+      const int64_t rows = std::min(kBlockRows, row_end - r0);
+      Block b{.x_panel_elements = x_pairs * kAmxTileRows,
               .pairs = pairs,
               .out_stride = w.rows,
-              .first_pass = first_pass,
-              .bias = nullptr};
+              .first_pass = k0 == 0};
       for (int q = 0; q < 2; ++q)
-        b.columns[q] = std::clamp<int64_t>(columns - column - q * 16, 0, 16);
-      if (first_pass && bias) {
+        b.weight_rows[q] = std::clamp<int64_t>(rows - q * kAmxTileRows, 0, kAmxTileRows);
+      if (columns_exist && rows == kBlockRows) {
+        b.w = weights + r0 * w.cols + 2 * k0;
+        b.w_stride = w.cols;
+      } else {
+        // The block's rows and the pass's columns that exist, zero beyond.
+        const int64_t stride = 2 * pairs;
+        const int64_t first = 2 * k0;
+        const int64_t count = std::clamp<int64_t>(w.cols - first, 0, stride);
+        staged_weights.assign(size_t(kBlockRows * stride), 0);
+        for (int64_t i = 0; i < rows; ++i)
+          std::memcpy(staged_weights.data() + i * stride, weights + (r0 + i) * w.cols + first,
+                      size_t(count) * sizeof(uint16_t));
+        b.w = staged_weights.data();
+        b.w_stride = stride;
+      }
+      if (b.first_pass && bias) {
         for (int q = 0; q < 2; ++q)
-          for (int64_t j = 0; j < 16; ++j) {
-            const float v = j < b.columns[q] ? bias[row_begin + column + q * 16 + j] : 0.0f;
-            for (int64_t i = 0; i < kAmxTileRows; ++i) bias_tiles[q][i][j] = v;
+          for (int64_t j = 0; j < kAmxTileRows; ++j) {
+            const float v = j < b.weight_rows[q] ? bias[r0 + q * kAmxTileRows + j] : 0.0f;
+            for (int64_t i = 0; i < 16; ++i) bias_tiles[q][j][i] = v;
           }
         b.bias = bias_tiles;
       }
-      compiler_barrier();  // the packed panels and bias tiles
-      const bool two_panels = panels - p >= 2;
-      for (int64_t i = 0; i < x_rows; i += 2 * kAmxTileRows) {
-        b.x = xb + i * x_stride + 2 * k0;
-        b.out = out + i * w.rows + row_begin + column;
-        for (int r = 0; r < 2; ++r)
-          b.rows[r] = std::clamp<int64_t>(m - i - r * kAmxTileRows, 0, kAmxTileRows);
-        const bool two_tiles = x_rows - i >= 2 * kAmxTileRows;
-        if (two_tiles && two_panels)
+      compiler_barrier();  // the staged weights and bias tiles
+      const bool two_weight_tiles = rows > kAmxTileRows;
+      for (int64_t p = 0; p < x_panels; p += 2) {
+        b.x = xp + p * b.x_panel_elements + k0 * kAmxTileRows;
+        b.out = out + p * kAmxTileRows * w.rows + r0;
+        for (int q = 0; q < 2; ++q)
+          b.x_rows[q] = std::clamp<int64_t>(m - (p + q) * kAmxTileRows, 0, kAmxTileRows);
+        const bool two_x_tiles = x_panels - p >= 2;
+        if (two_weight_tiles && two_x_tiles)
           run_block<2, 2>(b, staged);
-        else if (two_tiles)
+        else if (two_weight_tiles)
           run_block<2, 1>(b, staged);
-        else if (two_panels)
+        else if (two_x_tiles)
           run_block<1, 2>(b, staged);
         else
           run_block<1, 1>(b, staged);

@@ -27,34 +27,6 @@ constexpr int kTilePanels = 4;
 // ran 3% slower, from writing and reading out once more.
 constexpr int64_t kMaxPassPairs = 256;
 
-// The 16 x 16 matrix of 32-bit elements r[row][col] transposed in place:
-// r[col] then holds element col of every row.
-BATON_AVX512_BF16_INLINE void transpose16x16(__m512i (&r)[16]) {
-  __m512i t[16];
-  for (int i = 0; i < 16; i += 2) {
-    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
-    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
-  }
-  // u[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c.
-  __m512i u[16];
-  for (int g = 0; g < 16; g += 4) {
-    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
-    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
-    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
-    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
-  }
-  for (int c = 0; c < 4; ++c) {
-    const __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
-    const __m512i x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
-    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
-    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
-    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
-    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
-    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
-    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
-  }
-}
-
 }  // namespace
 
 // 16 rows x 16 pairs at a time are loaded and transposed in registers.
@@ -76,7 +48,7 @@ BATON_AVX512_BF16 void pack_bf16_panels(const WeightView& w, int64_t row_begin, 
       for (int64_t j = 0; j < kPanelRows; ++j)
         r[j] = j < rows ? _mm512_maskz_loadu_epi16(mask, base + (first_row + j) * w.cols + column)
                         : _mm512_setzero_si512();
-      transpose16x16(r);
+      avx512::transpose16x16(r);
       const int64_t block_pairs = std::min<int64_t>(16, pairs - k);
       for (int64_t c = 0; c < block_pairs; ++c)
         _mm512_storeu_si512(panel + (k + c) * kPanelRows, r[c]);
@@ -143,8 +115,8 @@ BATON_AVX512_BF16 void tile_rows(int rows, Args... args) {
 }  // namespace
 
 BATON_AVX512_BF16 void round_rows_to_bf16(const float* x, int64_t cols, int64_t row_begin,
-                                          int64_t row_end, uint16_t* dst, int64_t dst_stride) {
-  const int64_t stride = dst_stride;
+                                          int64_t row_end, uint16_t* dst) {
+  const int64_t stride = bf16_row_stride(cols);
   for (int64_t i = row_begin; i < row_end; ++i) {
     const float* src = x + i * cols;
     uint16_t* d = dst + i * stride;

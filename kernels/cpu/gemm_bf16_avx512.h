@@ -20,11 +20,10 @@ namespace baton::kernels::cpu {
 inline int64_t bf16_row_stride(int64_t cols) { return (cols + 1) / 2 * 2; }
 
 // dst[i, c] = x[i, c] rounded to the nearest BF16 (ties to even), for rows
-// [row_begin, row_end) of x [*, cols]; dst rows are dst_stride elements
-// long (even, at least bf16_row_stride(cols)), padded with 0. Call only when
-// cpu_has_avx512_bf16().
+// [row_begin, row_end) of x [*, cols]; dst rows are bf16_row_stride(cols)
+// long and padded with 0. Call only when cpu_has_avx512_bf16().
 void round_rows_to_bf16(const float* x, int64_t cols, int64_t row_begin, int64_t row_end,
-                        uint16_t* dst, int64_t dst_stride);
+                        uint16_t* dst);
 
 // Weight rows per packed panel.
 inline constexpr int64_t kBf16PanelRows = 16;

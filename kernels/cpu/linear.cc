@@ -93,30 +93,38 @@ bool uses_bf16_gemm(std::span<const LinearOutput> outputs) {
 #endif
 }
 
-// x rounded to BF16 once (rows shared out over the pool; whole tiles of
-// rows and columns for AMX), then tiles of the stacked weights' rows
-// claimed as in the sgemm path.
+// x rounded to BF16 once (rows, or AMX's packed panels, shared out over the
+// pool), then tiles of the stacked weights' rows claimed as in the sgemm
+// path.
 template <typename ForEachWeight>
 void bf16_gemm(ThreadPool& pool, const float* x, int64_t m, int64_t cols, int64_t rows,
                int64_t min_rows, ForEachWeight& for_each_weight) {
 #if defined(__x86_64__)
-  const bool amx = use_amx_bf16();
-  const int64_t stride = amx ? amx_row_stride(cols) : bf16_row_stride(cols);
-  const int64_t x_rows = amx ? amx_padded_rows(m) : m;
+  if (use_amx_bf16()) {
+    thread_local std::vector<uint32_t> xp;  // the caller's, read by every thread
+    xp.resize(size_t(amx_packed_x_size(m, cols)));
+    uint32_t* xp_data = xp.data();
+    parallel_chunks(
+        pool, amx_x_panels(m), std::max<int64_t>(1, kMinParallelMacs / (kAmxTileRows * cols)),
+        [&](int64_t p0, int64_t p1, int) { pack_x_for_amx(x, m, cols, p0, p1, xp_data); });
+    parallel_dynamic(pool, rows, kBf16TileRows, kBf16RowAlign, min_rows,
+                     [&](int64_t r0, int64_t r1, int) {
+                       for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
+                         gemm_bf16_rows_amx(xp_data, m, o.weight, o.bias, b, e, o.out);
+                       });
+                     });
+    return;
+  }
   thread_local std::vector<uint16_t> xb;  // the caller's, read by every thread
-  xb.resize(size_t(x_rows * stride));
-  std::fill(xb.begin() + m * stride, xb.end(), uint16_t(0));
+  xb.resize(size_t(m * bf16_row_stride(cols)));
   uint16_t* xb_data = xb.data();
   parallel_chunks(
       pool, m, std::max<int64_t>(1, kMinParallelMacs / cols),
-      [&](int64_t i0, int64_t i1, int) { round_rows_to_bf16(x, cols, i0, i1, xb_data, stride); });
+      [&](int64_t i0, int64_t i1, int) { round_rows_to_bf16(x, cols, i0, i1, xb_data); });
   parallel_dynamic(pool, rows, kBf16TileRows, kBf16RowAlign, min_rows,
                    [&](int64_t r0, int64_t r1, int) {
                      for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
-                       if (amx)
-                         gemm_bf16_rows_amx(xb_data, m, o.weight, o.bias, b, e, o.out);
-                       else
-                         gemm_bf16_rows_avx512(xb_data, m, o.weight, o.bias, b, e, o.out);
+                       gemm_bf16_rows_avx512(xb_data, m, o.weight, o.bias, b, e, o.out);
                      });
                    });
 #else

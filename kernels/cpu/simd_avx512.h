@@ -89,6 +89,34 @@ BATON_AVX512_INLINE float max_of(const float* s, int32_t visible) {
 }
 #pragma GCC diagnostic pop
 
+// The 16 x 16 matrix of 32-bit elements r[row][col] transposed in place:
+// r[col] then holds element col of every row.
+BATON_AVX512_INLINE void transpose16x16(__m512i (&r)[16]) {
+  __m512i t[16];
+  for (int i = 0; i < 16; i += 2) {
+    t[i] = _mm512_unpacklo_epi32(r[i], r[i + 1]);
+    t[i + 1] = _mm512_unpackhi_epi32(r[i], r[i + 1]);
+  }
+  // u[4g + c], 128-bit lane L: rows 4g..4g+3 of column 4L + c.
+  __m512i u[16];
+  for (int g = 0; g < 16; g += 4) {
+    u[g] = _mm512_unpacklo_epi64(t[g], t[g + 2]);
+    u[g + 1] = _mm512_unpackhi_epi64(t[g], t[g + 2]);
+    u[g + 2] = _mm512_unpacklo_epi64(t[g + 1], t[g + 3]);
+    u[g + 3] = _mm512_unpackhi_epi64(t[g + 1], t[g + 3]);
+  }
+  for (int c = 0; c < 4; ++c) {
+    const __m512i x0 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0x44);
+    const __m512i x1 = _mm512_shuffle_i32x4(u[c], u[4 + c], 0xEE);
+    const __m512i y0 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0x44);
+    const __m512i y1 = _mm512_shuffle_i32x4(u[8 + c], u[12 + c], 0xEE);
+    r[c] = _mm512_shuffle_i32x4(x0, y0, 0x88);
+    r[4 + c] = _mm512_shuffle_i32x4(x0, y0, 0xDD);
+    r[8 + c] = _mm512_shuffle_i32x4(x1, y1, 0x88);
+    r[12 + c] = _mm512_shuffle_i32x4(x1, y1, 0xDD);
+  }
+}
+
 }  // namespace baton::kernels::cpu::avx512
 
 #endif  // x86
