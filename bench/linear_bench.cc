@@ -77,7 +77,9 @@ void BM_LinearGemv(benchmark::State& state) {
   state.counters["bw_ceiling_GBps"] = ceiling.rate();
   state.counters["start_ceiling_GBps"] = bandwidth;
   state.counters["ratio"] = ceiling.ratio(bytes * double(state.iterations()), seconds);
-  state.SetLabel(std::string(dtype_name(dtype)));
+  // Several rows of BF16 weights go to the AMX GEMM where the CPU has it.
+  const bool amx = kernels::cpu::linear_takes_amx(m, dtype);
+  state.SetLabel(std::string(dtype_name(dtype)) + (amx ? " amx" : ""));
 }
 BENCHMARK(BM_LinearGemv)
     ->ArgNames({"rows", "cols", "dtype", "m"})
@@ -89,6 +91,15 @@ BENCHMARK(BM_LinearGemv)
     ->Args({576, 576, 1, 1})  // smollm2's q_proj: 9 pieces of 64 rows before they were evened out
     ->Args({4864, 896, 1, 4})
     ->Args({4864, 896, 1, 8})
+    ->Args({4864, 896, 1, 2})
+    ->Args({4864, 896, 1, 16})
+    ->Args({4864, 896, 1, 32})
+    ->Args({1536, 576, 1, 2})
+    ->Args({1536, 576, 1, 4})
+    ->Args({1536, 576, 1, 8})
+    ->Args({1536, 576, 1, 16})
+    ->Args({1536, 576, 1, 32})
+    ->Args({576, 576, 1, 16})
     ->UseManualTime()
     ->ComputeStatistics("min", min_of)
     ->ComputeStatistics("max", max_of);
@@ -102,8 +113,7 @@ void BM_LinearPrefill(benchmark::State& state) {
   auto& pool = bench_pool();
   InterleavedCeiling sgemm(sgemm_pass_gflops);
   // BF16 weights on AMX tiles are compared with the tiles' peak too.
-  const bool amx =
-      dtype == DType::kBF16 && kernels::cpu::use_amx_bf16() && m > kernels::cpu::gemv_max_batch();
+  const bool amx = kernels::cpu::linear_takes_amx(m, dtype);
   InterleavedCeiling amx_peak(amx_bf16_pass_gflops);
   double seconds = 0;
   for (auto _ : state) {

@@ -25,8 +25,9 @@ int main(int argc, char** argv) {
                                                  ? "used"
                                                  : "not used (--avx512_bf16=1 to use)");
   benchmark::AddCustomContext("amx_bf16", !cpu::cpu_has_amx_bf16() ? "absent"
-                                          : cpu::use_amx_bf16()    ? "used"
-                                                                   : "off (--amx=0)");
+                                          : cpu::use_amx_bf16()
+                                              ? "used"
+                                              : "not used (--amx, --avx512 or BATON_MAX_CPU_ISA)");
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
   return 0;

@@ -238,6 +238,7 @@ void register_all() {
                                    kDecodeContext, false)
           ->Arg(1)
           ->Arg(8)
+          ->Arg(16)
           ->Arg(32)
           ->Arg(64)
           // Steps before timing: the first touches the mapped weights, which

@@ -39,6 +39,8 @@ struct EngineConfig {
   // pass take AVX-512 BF16 dot products (VDPBF16PS) where the CPU has them;
   // unset: where it issues them faster than F32 FMAs (AMD's cores, not
   // Intel's; kernels/cpu/cpu_features.h). The setting is the process's.
+  // Where the CPU has AMX, BF16 prefill runs on its tiles either way
+  // (BATON_MAX_CPU_ISA=avx512 turns them off).
   std::optional<bool> cpu_bf16_dot;
   bool enable_prefix_caching = true;      // share computed full blocks by their tokens
   std::string ssd_cache_dir;              // the prefix cache's SSD tier; empty: none

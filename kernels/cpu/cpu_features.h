@@ -19,7 +19,7 @@ inline constexpr size_t kCacheLine = 64;
 // path, "scalar" the portable loops only. It is read once, when the process
 // starts.
 enum class MaxCpuIsa { kScalar, kAvx2, kAvx512, kAmx };
-// nullopt for a value other than the three (case-sensitive).
+// nullopt for a value other than those four (case-sensitive).
 std::optional<MaxCpuIsa> parse_max_cpu_isa(std::string_view value);
 // The cap in force; an unset or unknown variable caps nothing.
 MaxCpuIsa max_cpu_isa();

@@ -155,6 +155,13 @@ struct Block {
   const Tile* bias = nullptr;  // a C tile of the bias per weight tile; null for none
 };
 
+// The sum of two C tiles, into the first.
+BATON_AMX_INLINE void add_tile(Tile& to, const Tile& from) {
+  for (int64_t j = 0; j < kAmxTileRows; ++j)
+    _mm512_store_ps(&to[j][0],
+                    _mm512_add_ps(_mm512_load_ps(&to[j][0]), _mm512_load_ps(&from[j][0])));
+}
+
 // Each C tile starts from the bias (first pass) or from what earlier passes
 // wrote to out, and goes back to out.
 template <int W, int P>
@@ -184,29 +191,112 @@ BATON_AMX void run_block(const Block& b, Tile (&staged)[4]) {
     }
 }
 
-}  // namespace
-
-void pack_x_for_amx(const float* x, int64_t m, int64_t cols, int64_t panel_begin, int64_t panel_end,
-                    uint32_t* xp) {
-  const int64_t stride = bf16_row_stride(cols);
-  const int64_t pairs = amx_x_pairs(cols);
-  thread_local std::vector<uint16_t> rounded;  // one panel's rows
-  rounded.resize(size_t(kAmxTileRows * stride));
-  for (int64_t p = panel_begin; p < panel_end; ++p) {
-    const int64_t first = p * kAmxTileRows;
-    const int64_t rows = std::min(kAmxTileRows, m - first);
-    round_rows_to_bf16(x + first * cols, cols, 0, rows, rounded.data());
-    pack_bf16_panels(WeightView{rounded.data(), DType::kBF16, rows, stride}, 0, rows, 0, pairs,
-                     xp + p * pairs * kAmxTileRows);
+// C tiles 0-2 += weight tile `wt` of the block times the three parts of
+// one panel of x (AmxX::kSplit; tiles 4 and 5-7), over the block's pairs.
+BATON_AMX_INLINE void multiply_parts(const uint16_t* w, int64_t w_stride, const uint32_t* x,
+                                     int64_t x_panel_elements, int64_t pairs) {
+  const int64_t w_stride_bytes = w_stride * int64_t(sizeof(uint16_t));
+  const uint32_t* mid = x + x_panel_elements;
+  const uint32_t* lo = x + 2 * x_panel_elements;
+  for (int64_t k = 0; k < pairs; k += kTilePairs) {
+    _tile_loadd(4, w + 2 * k, w_stride_bytes);
+    _tile_loadd(5, x + k * kAmxTileRows, kTileRowBytes);
+    _tile_loadd(6, mid + k * kAmxTileRows, kTileRowBytes);
+    _tile_loadd(7, lo + k * kAmxTileRows, kTileRowBytes);
+    _tile_dpbf16ps(0, 4, 5);
+    _tile_dpbf16ps(1, 4, 6);
+    _tile_dpbf16ps(2, 4, 7);
   }
 }
 
-BATON_AMX void gemm_bf16_rows_amx(const uint32_t* xp, int64_t m, const WeightView& w,
+// One weight tile of the block by the three parts of one panel of x (the
+// block's first x tile): the parts' sums are added, the smaller first, into
+// one piece of out.
+BATON_AMX void run_parts_block(const Block& b, int wt, Tile (&staged)[4]) {
+  float* at = b.out + wt * kAmxTileRows;
+  if (!b.first_pass) {
+    gather_transposed(at, b.out_stride, b.x_rows[0], b.weight_rows[wt], staged[0]);
+    compiler_barrier();
+    load_c(0, staged[0]);
+  } else if (b.bias) {
+    load_c(0, b.bias[wt]);
+  } else {
+    zero_c(0);
+  }
+  zero_c(1);
+  zero_c(2);
+  multiply_parts(b.w + wt * kAmxTileRows * b.w_stride, b.w_stride, b.x, b.x_panel_elements,
+                 b.pairs);
+  store_c(0, staged[0]);
+  store_c(1, staged[1]);
+  store_c(2, staged[2]);
+  add_tile(staged[1], staged[2]);
+  add_tile(staged[0], staged[1]);
+  scatter_transposed(staged[0], at, b.out_stride, b.x_rows[0], b.weight_rows[wt]);
+}
+
+// 16 BF16 values widened to F32 (exactly: a BF16 value is the top half of one).
+BATON_AMX_INLINE __m512 widen(__m256bh h) {
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(__m256i(h)), 16));
+}
+
+// Rows [0, rows) of x [*, cols] split into three BF16 parts (AmxX::kSplit):
+// hi = bf16(x), mid = bf16(x - hi), lo = x - hi - mid, each difference exact
+// in F32, rows bf16_row_stride(cols) long and padded with 0. A value whose
+// hi part is not finite keeps it alone: the others are 0, not the NaN of
+// inf - inf.
+BATON_AMX void split_rows_to_bf16(const float* x, int64_t cols, int64_t rows, uint16_t* hi,
+                                  uint16_t* mid, uint16_t* lo) {
+  const int64_t stride = bf16_row_stride(cols);
+  const __m512 infinity = _mm512_set1_ps(__builtin_inff());
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t c = 0; c < stride; c += 16) {
+      const __mmask16 in = avx512::first_lanes(int32_t(std::min<int64_t>(cols - c, 16)));
+      const __mmask16 out = avx512::first_lanes(int32_t(std::min<int64_t>(stride - c, 16)));
+      const __m512 v = _mm512_maskz_loadu_ps(in, x + i * cols + c);
+      const __m256bh h = _mm512_cvtneps_pbh(v);
+      const __m512 h32 = widen(h);
+      const __mmask16 finite = _mm512_cmp_ps_mask(_mm512_abs_ps(h32), infinity, _CMP_LT_OQ);
+      const __m512 rest = _mm512_maskz_sub_ps(finite, v, h32);
+      const __m256bh m = _mm512_cvtneps_pbh(rest);
+      const __m256bh l = _mm512_cvtneps_pbh(_mm512_sub_ps(rest, widen(m)));
+      _mm256_mask_storeu_epi16(hi + i * stride + c, out, __m256i(h));
+      _mm256_mask_storeu_epi16(mid + i * stride + c, out, __m256i(m));
+      _mm256_mask_storeu_epi16(lo + i * stride + c, out, __m256i(l));
+    }
+}
+
+}  // namespace
+
+void pack_x_for_amx(const float* x, int64_t m, int64_t cols, int64_t panel_begin, int64_t panel_end,
+                    AmxX form, uint32_t* xp) {
+  const int64_t stride = bf16_row_stride(cols);
+  const int64_t pairs = amx_x_pairs(cols);
+  const int64_t panel_elements = pairs * kAmxTileRows;
+  const int64_t parts = amx_x_parts(form);
+  thread_local std::vector<uint16_t> rows_of[3];  // one panel's rows, a part each
+  for (int64_t q = 0; q < parts; ++q) rows_of[q].resize(size_t(kAmxTileRows * stride));
+  for (int64_t p = panel_begin; p < panel_end; ++p) {
+    const int64_t first = p * kAmxTileRows;
+    const int64_t rows = std::min(kAmxTileRows, m - first);
+    const float* src = x + first * cols;
+    if (form == AmxX::kSplit)
+      split_rows_to_bf16(src, cols, rows, rows_of[0].data(), rows_of[1].data(), rows_of[2].data());
+    else
+      round_rows_to_bf16(src, cols, 0, rows, rows_of[0].data());
+    for (int64_t q = 0; q < parts; ++q)
+      pack_bf16_panels(WeightView{rows_of[q].data(), DType::kBF16, rows, stride}, 0, rows, 0, pairs,
+                       xp + (p * parts + q) * panel_elements);
+  }
+}
+
+BATON_AMX void gemm_bf16_rows_amx(const uint32_t* xp, int64_t m, AmxX form, const WeightView& w,
                                   const float* bias, int64_t row_begin, int64_t row_end,
                                   float* out) {
   if (m <= 0 || row_begin >= row_end) return;
   const int64_t x_pairs = amx_x_pairs(w.cols);
-  const int64_t x_panels = amx_x_panels(m);
+  const int64_t x_panels = amx_x_row_panels(m);
+  const bool split = form == AmxX::kSplit;
   // Equal passes, each a whole number of tiles.
   const int64_t passes = (x_pairs + kMaxPassPairs - 1) / kMaxPassPairs;
   const int64_t pass_pairs =
@@ -230,7 +320,10 @@ BATON_AMX void gemm_bf16_rows_amx(const uint32_t* xp, int64_t m, const WeightVie
               .first_pass = k0 == 0};
       for (int q = 0; q < 2; ++q)
         b.weight_rows[q] = std::clamp<int64_t>(rows - q * kAmxTileRows, 0, kAmxTileRows);
-      if (columns_exist && rows == kBlockRows) {
+      const bool two_weight_tiles = rows > kAmxTileRows;
+      // Whole tiles whose columns all exist are read in place (a block of 16
+      // rows is one tile: pieces of the weights start at multiples of 16).
+      if (columns_exist && rows == (two_weight_tiles ? 2 : 1) * kAmxTileRows) {
         b.w = weights + r0 * w.cols + 2 * k0;
         b.w_stride = w.cols;
       } else {
@@ -254,7 +347,16 @@ BATON_AMX void gemm_bf16_rows_amx(const uint32_t* xp, int64_t m, const WeightVie
         b.bias = bias_tiles;
       }
       compiler_barrier();  // the staged weights and bias tiles
-      const bool two_weight_tiles = rows > kAmxTileRows;
+      if (split) {
+        for (int64_t p = 0; p < x_panels; ++p) {
+          b.x = xp + 3 * p * b.x_panel_elements + k0 * kAmxTileRows;
+          b.out = out + p * kAmxTileRows * w.rows + r0;
+          b.x_rows[0] = std::min(kAmxTileRows, m - p * kAmxTileRows);
+          run_parts_block(b, 0, staged);
+          if (two_weight_tiles) run_parts_block(b, 1, staged);
+        }
+        continue;
+      }
       for (int64_t p = 0; p < x_panels; p += 2) {
         b.x = xp + p * b.x_panel_elements + k0 * kAmxTileRows;
         b.out = out + p * kAmxTileRows * w.rows + r0;

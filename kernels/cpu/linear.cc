@@ -101,16 +101,18 @@ void bf16_gemm(ThreadPool& pool, const float* x, int64_t m, int64_t cols, int64_
                int64_t min_rows, ForEachWeight& for_each_weight) {
 #if defined(__x86_64__)
   if (use_amx_bf16()) {
+    // Decode batches (rows the GEMV would take) split x, standing in for its F32 x.
+    const AmxX form = m <= gemv_max_batch() ? AmxX::kSplit : AmxX::kRounded;
     thread_local std::vector<uint32_t> xp;  // the caller's, read by every thread
-    xp.resize(size_t(amx_packed_x_size(m, cols)));
+    xp.resize(size_t(amx_packed_x_size(m, cols, form)));
     uint32_t* xp_data = xp.data();
     parallel_chunks(
-        pool, amx_x_panels(m), std::max<int64_t>(1, kMinParallelMacs / (kAmxTileRows * cols)),
-        [&](int64_t p0, int64_t p1, int) { pack_x_for_amx(x, m, cols, p0, p1, xp_data); });
+        pool, amx_x_row_panels(m), std::max<int64_t>(1, kMinParallelMacs / (kAmxTileRows * cols)),
+        [&](int64_t p0, int64_t p1, int) { pack_x_for_amx(x, m, cols, p0, p1, form, xp_data); });
     parallel_dynamic(pool, rows, kBf16TileRows, kBf16RowAlign, min_rows,
                      [&](int64_t r0, int64_t r1, int) {
                        for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
-                         gemm_bf16_rows_amx(xp_data, m, o.weight, o.bias, b, e, o.out);
+                         gemm_bf16_rows_amx(xp_data, m, form, o.weight, o.bias, b, e, o.out);
                        });
                      });
     return;
@@ -168,7 +170,8 @@ void linear(ThreadPool& pool, const float* x, int64_t m, std::span<const LinearO
   };
   const int64_t macs_per_row = m * cols;
   const int64_t min_rows = std::max<int64_t>(1, kMinParallelMacs / macs_per_row);
-  if (m <= gemv_max_batch()) {
+  const bool amx_rows = m >= kAmxMinRows && use_amx_bf16() && uses_bf16_gemm(outputs);
+  if (m <= gemv_max_batch() && !amx_rows) {
     parallel_guided(pool, rows, kGemvMinPiece, kGemvMaxPiece, kGemvRowBlock,
                     std::max(kGemvMinShare, min_rows), [&](int64_t r0, int64_t r1, int) {
                       for_each_weight(r0, r1, [&](const LinearOutput& o, int64_t b, int64_t e) {
@@ -190,6 +193,14 @@ void linear(ThreadPool& pool, const float* x, int64_t m, std::span<const LinearO
       sgemm_rows(x, m, o.weight, o.bias, b, e, o.out);
     });
   });
+}
+
+bool linear_takes_amx(int64_t m, DType weights) {
+  return weights == DType::kBF16 && use_amx_bf16() && (m >= kAmxMinRows || m > gemv_max_batch());
+}
+
+bool linear_rounds_x_to_bf16(int64_t m, DType weights) {
+  return weights == DType::kBF16 && (use_amx_bf16() || use_avx512_bf16()) && m > gemv_max_batch();
 }
 
 void embedding(ThreadPool& pool, const WeightView& table, const int32_t* ids, int64_t n,

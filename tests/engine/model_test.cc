@@ -207,7 +207,7 @@ TEST_P(PagedModelTest, LongPromptsPrefilledInOneStepMatchReference) {
   struct RestoreBf16 {
     ~RestoreBf16() {
       kernels::cpu::set_avx512_bf16_preferred(kernels::cpu::cpu_prefers_avx512_bf16());
-      kernels::cpu::set_amx_enabled(true);
+      kernels::cpu::set_amx_enabled(kernels::cpu::max_cpu_isa() >= kernels::cpu::MaxCpuIsa::kAmx);
     }
   } restore;
   enum class Gemm { kF32, kBf16Dot, kAmx };

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 #include <sstream>
 
 #include "kernels/cpu/blas_setup.h"
@@ -23,14 +24,15 @@ struct Shape {
   int64_t rows, cols;
 };
 
-// True when linear() multiplies BF16 weights by x rounded to BF16: on AMX
-// tiles (gemm_bf16_amx.h) or with VDPBF16PS (gemm_bf16_avx512.h).
+// True when linear() multiplies BF16 weights by x rounded to BF16 at some
+// batch: on AMX tiles (gemm_bf16_amx.h) or with VDPBF16PS
+// (gemm_bf16_avx512.h).
 bool bf16_gemm_in_use() { return use_amx_bf16() || use_avx512_bf16(); }
 
 // x as linear() multiplies it: rounded to BF16 where a BF16 GEMM takes the
 // call, as given everywhere else.
 std::vector<float> x_as_multiplied(std::vector<float> x, int64_t m, DType weights) {
-  if (weights == DType::kBF16 && bf16_gemm_in_use() && m > gemv_max_batch())
+  if (linear_rounds_x_to_bf16(m, weights))
     for (float& v : x) v = float(testing::round_trip(v, DType::kBF16));
   return x;
 }
@@ -93,7 +95,7 @@ TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
       set_simd_enabled(true);
       set_avx512_enabled(true);
       set_avx512_bf16_preferred(cpu_prefers_avx512_bf16());
-      set_amx_enabled(true);
+      set_amx_enabled(max_cpu_isa() >= MaxCpuIsa::kAmx);
     }
   } restore;
   set_simd_enabled(isa != Isa::kScalar);
@@ -104,10 +106,13 @@ TEST_P(LinearTest, MatchesReferenceOverShapesDtypesAndBatches) {
   ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512Bf16);
   ASSERT_EQ(use_amx_bf16(), isa == Isa::kAmx);
   ThreadPool pool(2);
-  // Odd columns, rows past whole 16-row panels, several column passes (1040),
-  // columns past whole 32-column tiles, weights of an odd number of panels.
-  const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8},    {1, 1},
-                          {300, 17}, {9, 1040}, {48, 544},  {33, 1056}};
+  // Odd columns, rows past whole 16-row panels, columns past whole 32-column
+  // tiles (129, 67, 17, 1040), weights of an odd number of 16-row panels, and
+  // for AMX several column passes (1040, 1056) with weights read in place
+  // (whole tiles of rows: 256, 48 and 64 rows in pieces of 16 or 32) or
+  // staged (the rest).
+  const Shape shapes[] = {{67, 129}, {129, 67}, {256, 512}, {5, 8},     {1, 1},
+                          {300, 17}, {9, 1040}, {48, 544},  {33, 1056}, {64, 1056}};
   for (int64_t m : {1, 2, 3, 8, 9, 16, 17, 32, 33, 35, 64, 200})
     for (Shape s : shapes)
       for (DType dt : {DType::kF32, DType::kF16, DType::kBF16})
@@ -124,6 +129,46 @@ INSTANTIATE_TEST_SUITE_P(Isas, LinearTest,
                                   : info.param == Isa::kAvx2       ? "avx2"
                                                                    : "scalar";
                          });
+
+// Decode batches of BF16 weights on AMX tiles take x in three BF16 parts
+// (gemm_bf16_amx.h, AmxX::kSplit) so that the products are F32's. On
+// values whose every product and partial sum F32 holds exactly (x of 19
+// significant bits, weights small integers, 8 columns) the outputs must be
+// exact: a part dropped or taken twice is off by up to 2^-9 of x. An
+// infinite x stays infinite (its other parts are 0, not inf - inf).
+TEST(LinearTest, AmxDecodeBatchesMultiplyWithF32Products) {
+  if (!use_amx_bf16()) GTEST_SKIP() << "this CPU (or its kernel) gives no AMX BF16 tiles";
+  const uint64_t seed = fresh_seed();
+  SCOPED_TRACE("seed=" + std::to_string(seed));
+  std::mt19937_64 rng(seed);
+  std::uniform_int_distribution<int> unit(-7, 7), fine(-127, 127), small(-3, 3);
+  ThreadPool pool(2);
+  const int64_t rows = 48, cols = 8;
+  for (int64_t m : {kAmxMinRows, kAmxMinRows + 1, gemv_max_batch() - 1, gemv_max_batch()}) {
+    SCOPED_TRACE("m=" + std::to_string(m));
+    ASSERT_FALSE(linear_rounds_x_to_bf16(m, DType::kBF16));
+    std::vector<float> x(size_t(m * cols));
+    for (float& v : x) v = float(unit(rng)) + float(fine(rng)) / 256 + float(fine(rng)) / 65536;
+    std::vector<float> w_f(size_t(rows * cols));
+    for (float& v : w_f) v = float(small(rng));
+    const auto w = testing::encode(w_f, DType::kBF16);
+    x[0] = std::numeric_limits<float>::infinity();  // row 0 meets weight rows of any sign
+    std::vector<float> out(size_t(m * rows), testing::kNaN);
+    linear(pool, x.data(), m, WeightView{w.data(), DType::kBF16, rows, cols}, nullptr, out.data());
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t r = 0; r < rows; ++r) {
+        double want = 0;
+        for (int64_t c = 0; c < cols; ++c)
+          want += double(x[size_t(i * cols + c)]) * double(w_f[size_t(r * cols + c)]);
+        const float got = out[size_t(i * rows + r)];
+        if (std::isnan(want)) {  // inf times a zero weight
+          EXPECT_TRUE(std::isnan(got)) << "out[" << i << "," << r << "]";
+        } else {
+          EXPECT_EQ(double(got), want) << "out[" << i << "," << r << "]";
+        }
+      }
+  }
+}
 
 TEST(LinearTest, PoolSizesGiveTheSameAnswer) {
   const uint64_t seed = fresh_seed();
