@@ -397,8 +397,10 @@ void TransferEngine::Impl::shutdown() {
                        [&](const auto& entry) { return entry.second.awaits_puts_stopped(); });
   };
   auto until = Clock::now() + config_.close_timeout;
-  while (Clock::now() < until && (busy() || awaiting_puts())) {
+  auto discarding = [&] { return discarding_ || !pending_discards_.empty(); };
+  while (Clock::now() < until && (busy() || awaiting_puts() || discarding())) {
     ucp_worker_progress(worker_.get());
+    drain_discards();
     for (auto& [id, t] : sends_) dirty_sends_.push_back(id);
     for (auto& [id, e] : expectations_) dirty_recvs_.push_back(id);
     process_events();
@@ -655,8 +657,15 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
       }
       break;
     }
+    case OpContext::kDiscard:  // its scratch goes with the op
+      discard_scratch_changed(-int64_t(op->header.size()));
+      break;
+    case OpContext::kDiscardTag:  // lends the buffer back (drain_discards)
+      discard_scratch_changed(-int64_t(discard_buffer_.size()));
+      discard_buffer_ = std::move(op->header);
+      discarding_ = false;
+      break;
     case OpContext::kAck:
-    case OpContext::kDiscard:
       break;
   }
   delete op;
@@ -719,6 +728,7 @@ EngineStats TransferEngine::Impl::stats() const {
   s.data_rejected = counters_.data_rejected;
   s.endpoints_torn_down = counters_.torn_down;
   s.sends_waited_for_slots = counters_.sends_waited_for_slots;
+  s.discard_scratch_peak_bytes = counters_.discard_scratch_peak;
   return s;
 }
 

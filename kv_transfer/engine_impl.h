@@ -35,7 +35,16 @@ namespace baton::kv_transfer {
 
 // user_data of every UCX request we post.
 struct OpContext {
-  enum Kind : uint8_t { kSendData, kFlush, kNotice, kRecvData, kAck, kConnect, kDiscard };
+  enum Kind : uint8_t {
+    kSendData,
+    kFlush,
+    kNotice,
+    kRecvData,
+    kAck,
+    kConnect,
+    kDiscard,
+    kDiscardTag
+  };
   OpContext(TransferEngine::Impl* e, uint64_t id, Kind k, uint32_t p = 0, uint64_t g = 0)
       : engine(e), transfer_id(id), kind(k), peer(p), generation(g) {}
   TransferEngine::Impl* engine = nullptr;
@@ -244,6 +253,9 @@ class TransferEngine::Impl {
                        const char* call);
   // Probes tagged KV messages, receiving each into its blocks; returns how many.
   int receive_tagged();
+  // Receives queued rejected tagged messages one at a time (see
+  // pending_discards_).
+  void drain_discards();
   void maybe_finish_recv(uint64_t id);
   void apply_cancel_expect(uint64_t id);
   void judge(uint64_t id, Expectation& e);
@@ -371,10 +383,28 @@ class TransferEngine::Impl {
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> failed_endpoints_;
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> connected_;
 
+  // Rejected tagged data (a cancelled or failed transfer's later layers)
+  // is drained one message at a time through one buffer, the largest
+  // rejected message so far (at most max_run_bytes()), lent to the receive
+  // in flight as its op's header: received all at once, the layers of a
+  // cancelled long prompt would each hold a run's worth of scratch.
+  struct PendingDiscard {
+    ucp_tag_message_h message = nullptr;
+    size_t length = 0;
+  };
+  std::deque<PendingDiscard> pending_discards_;
+  std::vector<uint8_t> discard_buffer_;
+  bool discarding_ = false;
+  // Bytes of scratch alive for rejected data: the buffer above and each
+  // rejected active-message rendezvous still arriving into scratch of its
+  // own (UCX hands their descriptors to the handler). Its peak is a stat.
+  size_t discard_bytes_alive_ = 0;
+  void discard_scratch_changed(int64_t bytes);
+
   struct Counters {
     std::atomic<uint64_t> sends_ok{0}, sends_failed{0}, receives_ok{0}, receives_failed{0},
         ops_posted{0}, bytes_sent{0}, notices_rejected{0}, data_rejected{0}, torn_down{0},
-        sends_waited_for_slots{0};
+        sends_waited_for_slots{0}, discard_scratch_peak{0};
   } counters_;
 };
 

@@ -413,16 +413,13 @@ int TransferEngine::Impl::receive_tagged() {
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv = tag_recv_callback;
     if (e == nullptr) {
-      // Drained into scratch memory no block owns, then dropped.
+      // Drained into scratch memory no block owns, then dropped, one at a
+      // time (drain_discards). At most a run's worth: a longer message (no
+      // run of this pool is) is received truncated, not given the memory
+      // its peer claims.
       counters_.data_rejected++;
       spdlog::warn("kv_transfer[{}]: rejected tagged KV data: {}", config_.node_name, why);
-      // At most a run's worth: a longer message (no run of this pool is) is
-      // received truncated, not given the memory its peer claims.
-      const size_t scratch = std::min<size_t>(info.length, max_run_bytes());
-      auto* op = new OpContext{this, 0, OpContext::kDiscard};
-      op->header.resize(scratch);
-      rp.user_data = op;
-      post_op(op, ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), scratch, message, &rp));
+      pending_discards_.push_back({message, std::min<size_t>(info.length, max_run_bytes())});
       continue;
     }
     uint8_t* dst = pool_ + layout_.block_byte_offset(layer, block);
@@ -433,7 +430,35 @@ int TransferEngine::Impl::receive_tagged() {
         post_op(op, ucp_tag_msg_recv_nbx(worker_.get(), dst, info.length, message, &rp)),
         "ucp_tag_msg_recv_nbx");
   }
+  drain_discards();
   return received;
+}
+
+void TransferEngine::Impl::drain_discards() {
+  while (!discarding_ && !pending_discards_.empty()) {
+    const PendingDiscard d = pending_discards_.front();
+    pending_discards_.pop_front();
+    auto* op = new OpContext{this, 0, OpContext::kDiscardTag};
+    op->header = std::move(discard_buffer_);
+    discard_buffer_.clear();
+    if (op->header.size() < d.length) {
+      discard_scratch_changed(int64_t(d.length - op->header.size()));
+      op->header.resize(d.length);
+    }
+    ucp_request_param_t rp{};
+    rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
+    rp.cb.recv = tag_recv_callback;
+    rp.user_data = op;
+    ucs_status_ptr_t request =
+        ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), d.length, d.message, &rp);
+    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
+      discarding_ = true;  // the callback lends the buffer back
+      return;
+    }
+    // Done (or failed) at once, no callback: the buffer comes back now.
+    discard_buffer_ = std::move(op->header);
+    delete op;
+  }
 }
 
 void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
@@ -445,11 +470,23 @@ void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
   if (length > max_run_bytes()) return;
   auto* op = new OpContext{this, 0, OpContext::kDiscard};
   op->header.resize(length);
+  discard_scratch_changed(int64_t(length));
   ucp_request_param_t rp{};
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = recv_callback;
   rp.user_data = op;
-  post_op(op, ucp_am_recv_data_nbx(worker_.get(), data_desc, op->header.data(), length, &rp));
+  ucs_status_ptr_t request =
+      ucp_am_recv_data_nbx(worker_.get(), data_desc, op->header.data(), length, &rp);
+  if (request == nullptr || UCS_PTR_IS_ERR(request)) {  // no callback will come
+    discard_scratch_changed(-int64_t(length));
+    delete op;
+  }
+}
+
+void TransferEngine::Impl::discard_scratch_changed(int64_t bytes) {
+  discard_bytes_alive_ = size_t(int64_t(discard_bytes_alive_) + bytes);
+  counters_.discard_scratch_peak =
+      std::max<uint64_t>(counters_.discard_scratch_peak, discard_bytes_alive_);
 }
 
 void TransferEngine::Impl::corrupt_for_tests(Expectation& e, int32_t layer, int32_t block) {

@@ -139,6 +139,9 @@ struct EngineStats {
   uint64_t endpoints_torn_down = 0;
   // Staged sends that found too few free staging slots and queued for them.
   uint64_t sends_waited_for_slots = 0;
+  // The most bytes of scratch held at once for rejected data received
+  // only to be dropped.
+  uint64_t discard_scratch_peak_bytes = 0;
 };
 
 class TransferEngine {
