@@ -397,7 +397,7 @@ void TransferEngine::Impl::shutdown() {
                        [&](const auto& entry) { return entry.second.awaits_puts_stopped(); });
   };
   auto until = Clock::now() + config_.close_timeout;
-  auto discarding = [&] { return discarding_ || !pending_discards_.empty(); };
+  auto discarding = [&] { return tagged_discards_in_flight_ > 0 || !pending_discards_.empty(); };
   while (Clock::now() < until && (busy() || awaiting_puts() || discarding())) {
     ucp_worker_progress(worker_.get());
     drain_discards();
@@ -657,13 +657,11 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
       }
       break;
     }
+    case OpContext::kDiscardTag:  // the next waits in drain_discards
+      --tagged_discards_in_flight_;
+      [[fallthrough]];
     case OpContext::kDiscard:  // its scratch goes with the op
       discard_scratch_changed(-int64_t(op->header.size()));
-      break;
-    case OpContext::kDiscardTag:  // lends the buffer back (drain_discards)
-      discard_scratch_changed(-int64_t(discard_buffer_.size()));
-      discard_buffer_ = std::move(op->header);
-      discarding_ = false;
       break;
     case OpContext::kAck:
       break;

@@ -384,20 +384,20 @@ class TransferEngine::Impl {
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> connected_;
 
   // Rejected tagged data (a cancelled or failed transfer's later layers)
-  // is drained one message at a time through one buffer, the largest
-  // rejected message so far (at most max_run_bytes()), lent to the receive
-  // in flight as its op's header: received all at once, the layers of a
-  // cancelled long prompt would each hold a run's worth of scratch.
+  // is received kMaxRejectedInFlight messages at a time, each into scratch
+  // of its own; the rest wait here, probed. Received all at once, the
+  // layers of a cancelled long prompt would each hold a run's worth of
+  // scratch.
   struct PendingDiscard {
     ucp_tag_message_h message = nullptr;
     size_t length = 0;
   };
   std::deque<PendingDiscard> pending_discards_;
-  std::vector<uint8_t> discard_buffer_;
-  bool discarding_ = false;
-  // Bytes of scratch alive for rejected data: the buffer above and each
-  // rejected active-message rendezvous still arriving into scratch of its
-  // own (UCX hands their descriptors to the handler). Its peak is a stat.
+  size_t tagged_discards_in_flight_ = 0;
+  // Bytes of scratch alive for rejected data: the tagged receives above
+  // and rejected active-message rendezvous data still arriving (UCX hands
+  // their descriptors to the handler, which receives them at once). Its
+  // peak is a stat.
   size_t discard_bytes_alive_ = 0;
   void discard_scratch_changed(int64_t bytes);
 

@@ -413,10 +413,10 @@ int TransferEngine::Impl::receive_tagged() {
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv = tag_recv_callback;
     if (e == nullptr) {
-      // Drained into scratch memory no block owns, then dropped, one at a
-      // time (drain_discards). At most a run's worth: a longer message (no
-      // run of this pool is) is received truncated, not given the memory
-      // its peer claims.
+      // Drained into scratch memory no block owns, then dropped, a few at
+      // a time (drain_discards). At most a run's worth: a longer message
+      // (no run of this pool is) is received truncated, not given the
+      // memory its peer claims.
       counters_.data_rejected++;
       spdlog::warn("kv_transfer[{}]: rejected tagged KV data: {}", config_.node_name, why);
       pending_discards_.push_back({message, std::min<size_t>(info.length, max_run_bytes())});
@@ -435,29 +435,26 @@ int TransferEngine::Impl::receive_tagged() {
 }
 
 void TransferEngine::Impl::drain_discards() {
-  while (!discarding_ && !pending_discards_.empty()) {
+  while (tagged_discards_in_flight_ < kMaxRejectedInFlight && !pending_discards_.empty()) {
     const PendingDiscard d = pending_discards_.front();
     pending_discards_.pop_front();
     auto* op = new OpContext{this, 0, OpContext::kDiscardTag};
-    op->header = std::move(discard_buffer_);
-    discard_buffer_.clear();
-    if (op->header.size() < d.length) {
-      discard_scratch_changed(int64_t(d.length - op->header.size()));
-      op->header.resize(d.length);
-    }
+    op->header.resize(d.length);
+    // Counted before the call: UCX may complete the receive, and call back,
+    // before it returns the request.
+    ++tagged_discards_in_flight_;
+    discard_scratch_changed(int64_t(d.length));
     ucp_request_param_t rp{};
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv = tag_recv_callback;
     rp.user_data = op;
     ucs_status_ptr_t request =
         ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), d.length, d.message, &rp);
-    if (request != nullptr && !UCS_PTR_IS_ERR(request)) {
-      discarding_ = true;  // the callback lends the buffer back
-      return;
+    if (request == nullptr || UCS_PTR_IS_ERR(request)) {  // done at once: no callback
+      --tagged_discards_in_flight_;
+      discard_scratch_changed(-int64_t(d.length));
+      delete op;
     }
-    // Done (or failed) at once, no callback: the buffer comes back now.
-    discard_buffer_ = std::move(op->header);
-    delete op;
   }
 }
 

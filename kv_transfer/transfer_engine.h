@@ -127,6 +127,10 @@ struct TransferResult {
 
 using TransferCallback = std::function<void(const TransferResult&)>;
 
+// Rejected tagged messages (data for no live expectation) received at once
+// at most; later ones wait, probed, until one of these is done.
+inline constexpr size_t kMaxRejectedInFlight = 4;
+
 struct EngineStats {
   uint64_t sends_ok = 0;
   uint64_t sends_failed = 0;
