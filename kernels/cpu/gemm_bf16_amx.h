@@ -1,7 +1,8 @@
-// kernels/cpu/gemm_bf16_amx.h — the large-batch (prefill) half of linear()
-// for BF16 weights on CPUs with AMX (Intel Sapphire Rapids and later):
-// TDPBF16PS multiplies a 16 x 32 tile of BF16 weights by a 32 x 16 tile of
-// x in pairs, the work of 256 VDPBF16PS in one instruction.
+// kernels/cpu/gemm_bf16_amx.h — linear() for BF16 weights on CPUs with AMX
+// (Intel Sapphire Rapids and later): prefill, and decode batches from
+// kAmxMinRows rows (linear.h). TDPBF16PS multiplies a 16 x 32 tile of BF16
+// weights by a 32 x 16 tile of x in pairs, the work of 256 VDPBF16PS in one
+// instruction.
 //
 // The weights are AMX's first operand, read in place: a weight tile is 16
 // rows of 32 consecutive BF16 values, as the checkpoint stores them. x is
