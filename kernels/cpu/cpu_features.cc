@@ -166,7 +166,9 @@ bool cpu_has_amx_bf16() {
 }
 
 bool use_amx_bf16() {
-  return use_avx512() && cpu_has_amx_bf16() && g_amx_enabled.load(std::memory_order_relaxed);
+  // The flag first: a process whose cap leaves AMX off never asks Linux for
+  // the tile state.
+  return use_avx512() && g_amx_enabled.load(std::memory_order_relaxed) && cpu_has_amx_bf16();
 }
 
 void set_amx_enabled(bool enabled) { g_amx_enabled.store(enabled, std::memory_order_relaxed); }
