@@ -448,12 +448,10 @@ void TransferEngine::Impl::drain_discards() {
     rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
     rp.cb.recv = tag_recv_callback;
     rp.user_data = op;
-    ucs_status_ptr_t request =
-        ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), d.length, d.message, &rp);
-    if (request == nullptr || UCS_PTR_IS_ERR(request)) {  // done at once: no callback
-      --tagged_discards_in_flight_;
+    if (!UCS_PTR_IS_PTR(post_op(op, ucp_tag_msg_recv_nbx(worker_.get(), op->header.data(), d.length,
+                                                         d.message, &rp)))) {
+      --tagged_discards_in_flight_;  // done at once: no callback, post_op freed the op
       discard_scratch_changed(-int64_t(d.length));
-      delete op;
     }
   }
 }
@@ -472,11 +470,9 @@ void TransferEngine::Impl::discard_rendezvous(void* data_desc, size_t length) {
   rp.op_attr_mask = UCP_OP_ATTR_FIELD_CALLBACK | UCP_OP_ATTR_FIELD_USER_DATA;
   rp.cb.recv_am = recv_callback;
   rp.user_data = op;
-  ucs_status_ptr_t request =
-      ucp_am_recv_data_nbx(worker_.get(), data_desc, op->header.data(), length, &rp);
-  if (request == nullptr || UCS_PTR_IS_ERR(request)) {  // no callback will come
-    discard_scratch_changed(-int64_t(length));
-    delete op;
+  if (!UCS_PTR_IS_PTR(post_op(
+          op, ucp_am_recv_data_nbx(worker_.get(), data_desc, op->header.data(), length, &rp)))) {
+    discard_scratch_changed(-int64_t(length));  // no callback will come; post_op freed the op
   }
 }
 

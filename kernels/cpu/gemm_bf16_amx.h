@@ -25,8 +25,8 @@ namespace baton::kernels::cpu {
 
 // How x meets the tiles: rounded to the nearest BF16 (ties to even) once,
 // as the VDPBF16PS GEMM takes it (prefill), or split into three BF16 parts
-// whose sum is x exactly (for |x| above about 2^-110; AMX flushes smaller
-// parts to 0), each multiplied into sums of its own that are added at the
+// whose sum is x exactly (but for parts below 2^-126, which AMX flushes to
+// 0), each multiplied into sums of its own that are added at the
 // end: the products are then F32's, as the GEMV's, for three times the
 // multiplies. Batches of a few rows (decode steps, which the GEMV takes
 // elsewhere) take the split: rounding x moved the test models'
