@@ -1,5 +1,6 @@
 // kernels/cpu/amx_tiles.h — the AMX tile configuration the BF16 GEMM
-// (gemm_bf16_amx.h) and its benchmark's ceiling use: eight tiles of 16 rows
+// (gemm_bf16_amx.h), prefill attention (attention_amx.h) and the GEMM's
+// benchmark ceiling use: eight tiles of 16 rows
 // by 64 bytes. Only after cpu_has_amx_bf16() said yes.
 #pragma once
 
@@ -8,6 +9,16 @@
 namespace baton::kernels::cpu {
 
 #if defined(__x86_64__)
+
+// Functions that use the tiles (and AVX-512 BF16 beside them).
+#define BATON_AMX                                                               \
+  __attribute__((                                                               \
+      target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma," \
+             "f16c")))
+#define BATON_AMX_INLINE                                                                   \
+  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma," \
+                        "f16c"),                                                           \
+                 always_inline)) inline
 
 inline constexpr int kAmxTiles = 8;
 inline constexpr int64_t kAmxTileRows = 16;

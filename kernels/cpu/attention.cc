@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "common/check.h"
+#include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/attention_block.h"
 #include "kernels/cpu/attention_decode.h"
 #include "kernels/cpu/convert.h"
@@ -43,6 +44,9 @@ constexpr int32_t kQueryVectorsPerTile = 32;
 // its rows, and a conversion costs more than the tile's pass over the
 // block, so the tiles are larger (the accumulators then live in L2).
 constexpr int32_t kQueryVectorsPerConvertedTile = 256;
+// The same on AMX tiles (attention_amx.h): each chunk of keys is interleaved
+// for the tiles once per item, and the tiles take 16 query vectors at a time.
+constexpr int32_t kQueryVectorsPerAmxTile = 128;
 // Query runs up to this many rows are split over keys like decode rows.
 constexpr int32_t kMaxSplitRows = 4;
 // Block sizes the engine accepts (engine.block_size is a power of two up
@@ -278,6 +282,13 @@ void attend_item_tiled(const PagedAttentionParams& p, const WorkItem& item, Scra
   }
 }
 
+// True when a prefill item runs on AMX tiles (one KV head, as the plan
+// makes them).
+bool takes_amx(const PagedAttentionParams& p, const WorkItem& item) {
+  return !item.decode && item.kv_end - item.kv_begin == 1 &&
+         attention_takes_amx(p.layout, p.query_start[item.seq + 1] - p.query_start[item.seq]);
+}
+
 // Runs one item; `following` is the item this thread will most likely run
 // next (where the decode kernel's prefetching ends), or null.
 void run_item(const PagedAttentionParams& p, const WorkItem& item, const WorkItem* following,
@@ -295,6 +306,14 @@ void run_item(const PagedAttentionParams& p, const WorkItem& item, const WorkIte
                            : nullptr;
     attend_decode_partition(p, item.seq, item.key_begin, item.key_end,
                             {sc.row_max.data(), sc.row_sum.data(), sc.acc.data()}, then);
+  } else if (takes_amx(p, item)) {
+#if defined(__x86_64__)
+    sc.row_max.resize(size_t(n_q));
+    sc.row_sum.resize(size_t(n_q));
+    sc.acc.resize(size_t(n_q) * d);
+    attend_rows_amx(p, item.seq, item.kv_begin, item.row_begin, item.row_end, item.key_begin,
+                    item.key_end, {sc.row_max.data(), sc.row_sum.data(), sc.acc.data()});
+#endif
   } else {
     attend_item_tiled(p, item, sc);
   }
@@ -419,7 +438,6 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
   const int32_t tile_vectors = attend_block_reads_pool(d, bs, L.dtype)
                                    ? kQueryVectorsPerTile
                                    : kQueryVectorsPerConvertedTile;
-  const int32_t rows_per_tile = std::max(1, tile_vectors / group);
   const int32_t partition = round_up(kDecodePartitionTokens, bs);
 
   std::vector<WorkItem> items;
@@ -450,6 +468,8 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {
       merges.push_back(mg);
       continue;
     }
+    const int32_t rows_per_tile = std::max(
+        1, (attention_takes_amx(L, q_len) ? kQueryVectorsPerAmxTile : tile_vectors) / group);
     for (int32_t r0 = 0; r0 < q_len; r0 += rows_per_tile) {
       const int32_t r1 = std::min(q_len, r0 + rows_per_tile);
       const int32_t key_end = std::clamp(ctx - q_len + r1, 0, ctx);

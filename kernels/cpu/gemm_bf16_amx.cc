@@ -10,15 +10,6 @@
 #include "kernels/cpu/gemm_bf16_avx512.h"
 #include "kernels/cpu/simd_avx512.h"
 
-#define BATON_AMX                                                               \
-  __attribute__((                                                               \
-      target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma," \
-             "f16c")))
-#define BATON_AMX_INLINE                                                                   \
-  __attribute__((target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl,avx512bf16,avx2,fma," \
-                        "f16c"),                                                           \
-                 always_inline)) inline
-
 namespace baton::kernels::cpu {
 namespace {
 

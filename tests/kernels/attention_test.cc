@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/decode_scores_vnni.h"
 #include "tests/kernels/reference.h"
@@ -35,12 +36,15 @@ struct Case {
   int32_t window = 0;  // > 0: sliding-window attention
 };
 
-// The instruction sets a case runs with: AVX-512 with BF16's V pass on
-// VDPBF16PS, AVX-512 with F32 FMAs, AVX2, or the portable scalar code.
-enum class Isa { kAvx512Bf16, kAvx512, kAvx2, kScalar };
+// The instruction sets a case runs with: AMX tiles for BF16 prefill rows,
+// AVX-512 with BF16's V pass on VDPBF16PS, AVX-512 with F32 FMAs, AVX2, or
+// the portable scalar code.
+enum class Isa { kAmx, kAvx512Bf16, kAvx512, kAvx2, kScalar };
 
 const char* isa_name(Isa isa) {
   switch (isa) {
+    case Isa::kAmx:
+      return "amx";
     case Isa::kAvx512Bf16:
       return "avx512bf16";
     case Isa::kAvx512:
@@ -64,8 +68,9 @@ std::string describe(const Case& c, DType dt, Isa isa) {
 
 // Builds a pool with shuffled, non-contiguous block tables, stores every
 // sequence's K/V through store_kv, runs paged_attention and compares each
-// sequence with the reference on the dequantised K/V.
-void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
+// sequence with the reference on the dequantised K/V. Returns how many
+// sequences took AMX tiles.
+int run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   SCOPED_TRACE(describe(c, dtype, isa) + " seed=" + std::to_string(seed));
   std::mt19937_64 rng(seed);
   // Every path out, a failed assertion's too, leaves the best ISA selected
@@ -75,15 +80,20 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
       set_simd_enabled(true);
       set_avx512_enabled(true);
       set_avx512_bf16_preferred(cpu_prefers_avx512_bf16());
+      set_amx_enabled(true);
     }
   } restore;
+  const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx;
   set_simd_enabled(isa != Isa::kScalar);
-  set_avx512_enabled(isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16);
+  set_avx512_enabled(avx512);
   set_avx512_bf16_preferred(isa == Isa::kAvx512Bf16);
-  ASSERT_EQ(use_avx512(), isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16)
-      << "the case would not run on " << isa_name(isa);
-  ASSERT_EQ(use_avx512_bf16(), isa == Isa::kAvx512Bf16)
-      << "the case would not run on " << isa_name(isa);
+  set_amx_enabled(isa == Isa::kAmx);
+  int amx_seqs = 0;
+  const bool runs_on_isa = use_avx512() == avx512 &&
+                           use_avx512_bf16() == (isa == Isa::kAvx512Bf16) &&
+                           use_amx_bf16() == (isa == Isa::kAmx);
+  EXPECT_TRUE(runs_on_isa) << "the case would not run on " << isa_name(isa);
+  if (!runs_on_isa) return 0;
   ThreadPool pool(2);
 
   const int32_t num_seqs = int32_t(c.seqs.size());
@@ -164,8 +174,10 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
     std::vector<float> qs(q.begin() + std::ptrdiff_t(query_start[size_t(s)] * q_width),
                           q.begin() + std::ptrdiff_t(query_start[size_t(s + 1)] * q_width));
     // Where the kernel scores int8 or BF16 queries, the reference takes
-    // them too.
-    const DType query_format = decode_query_format(layout, spec.query_len);
+    // them too. On AMX tiles the queries and the probabilities are BF16.
+    const bool amx = attention_takes_amx(layout, spec.query_len);
+    amx_seqs += amx;
+    const DType query_format = amx ? DType::kBF16 : decode_query_format(layout, spec.query_len);
     if (query_format != DType::kF32) {
       for (size_t v = 0; v < qs.size(); v += size_t(c.head_dim)) {
         std::vector<float> scaled(size_t(c.head_dim));
@@ -178,7 +190,9 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
     std::vector<double> ref =
         reference::attention(qs, spec.query_len, k, v, spec.context_len, c.num_heads,
                              c.num_kv_heads, c.head_dim, double(p.scale), c.window);
-    const double tol = 1e-4 * v_max;
+    // Probabilities rounded to BF16 (each within 2^-9 of itself, the sum
+    // of them too) move an output by at most 2 * 2^-9 of the largest |v|.
+    const double tol = (amx ? 2.0 * std::ldexp(1.0, -9) * 1.01 : 1e-4) * v_max;
     int failures = 0;
     for (size_t i = 0; i < ref.size() && failures < 5; ++i) {
       const float got = out[query_start[size_t(s)] * q_width + i];
@@ -190,6 +204,7 @@ void run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
       }
     }
   }
+  return amx_seqs;
 }
 
 // Mixed batches: decode rows (short and split-K long contexts), fresh
@@ -237,6 +252,11 @@ std::vector<Case> cases() {
   all.push_back({6, 2, 64, 5, kRagged, 9});
   all.push_back({8, 2, 64, 32, kLongDecode, 1});
   all.push_back({4, 4, 64, 16, kLongDecode, 1024});
+  // Prefill over blocks of 32 and 64 keys (AMX chunks inside one block,
+  // from its start and its middle), under a window too.
+  all.push_back({8, 2, 64, 32, kChunked});
+  all.push_back({4, 2, 128, 64, kMixed});
+  all.push_back({9, 3, 64, 32, kChunked, 50});
   return all;
 }
 
@@ -260,6 +280,18 @@ TEST_P(PagedAttentionTest, MatchesReferenceAvx512Bf16) {
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
   const uint64_t seed = fresh_seed();
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512Bf16, seed);
+}
+
+// BF16 prefill rows on AMX tiles; the rest of each batch as on AVX-512.
+TEST_P(PagedAttentionTest, MatchesReferenceAmx) {
+  if (GetParam() != DType::kBF16)
+    GTEST_SKIP()
+        << "only a BF16 cache is read on AMX tiles: MatchesReferenceAvx512 covers this dtype";
+  if (!cpu_has_amx_bf16()) GTEST_SKIP() << "this CPU (or its kernel) gives no AMX BF16 tiles";
+  const uint64_t seed = fresh_seed();
+  int amx_seqs = 0;
+  for (const Case& c : cases()) amx_seqs += run_case(c, GetParam(), Isa::kAmx, seed);
+  EXPECT_GT(amx_seqs, 20) << "too few sequences took the tiles";
 }
 
 TEST_P(PagedAttentionTest, MatchesReferenceScalar) {
