@@ -69,6 +69,7 @@ void CompletionExchange::start(std::vector<GenerationRequest> choices) {
     const auto& prompt = choices[i].prompt;
     choices_[i].prompt_tokens = int64_t(prompt.size());
     choices_[i].max_tokens = choices[i].sampling.max_tokens;
+    choices_[i].min_tokens = choices[i].sampling.min_tokens;
     choices_[i].stop_scan = stops_.scan();
     const size_t lead = std::min(prompt.size(), kDetokenizeContextTokens);
     choices_[i].lead.assign(prompt.end() - ptrdiff_t(lead), prompt.end());
@@ -231,8 +232,18 @@ size_t CompletionExchange::update_text(ChoiceState& choice) {
       [this](const auto& ids) { return detokenize(ids); }, choice.lead);
   size_t match = std::string::npos;
   if (!stops_.empty()) {
-    if (!appended) choice.stop_scan->restart();
-    match = choice.stop_scan->feed(choice.text);
+    StopStrings::Scan& scan = *choice.stop_scan;
+    if (!appended) scan.restart();
+    // As vLLM: stop strings count once the output has more than min_tokens
+    // tokens, and only where they end in text those tokens added.
+    if (int64_t(choice.tokens.size()) <= choice.min_tokens) {
+      scan.pass_over(choice.text);
+    } else {
+      if (choice.stops_from < 0) choice.stops_from = int64_t(scan.scanned());
+      const std::string_view text = choice.text;
+      scan.pass_over(text.substr(0, std::min(size_t(choice.stops_from), text.size())));
+      match = scan.feed(text);
+    }
   }
   if (match != std::string::npos) {
     choice.text.resize(match);

@@ -33,7 +33,11 @@ size_t StopStrings::Scan::partial() const {
   return most;
 }
 
-size_t StopStrings::Scan::feed(std::string_view text) {
+size_t StopStrings::Scan::feed(std::string_view text) { return read(text, /*report=*/true); }
+
+void StopStrings::Scan::pass_over(std::string_view text) { read(text, /*report=*/false); }
+
+size_t StopStrings::Scan::read(std::string_view text, bool report) {
   // A string that ends at byte i starts at i + 1 - its length: one ending
   // later may start earlier, so every new byte is read before answering.
   size_t earliest = std::string_view::npos;
@@ -44,8 +48,11 @@ size_t StopStrings::Scan::feed(std::string_view text) {
       while (m > 0 && text[i] != stop.text[m]) m = stop.failure[m - 1];
       if (text[i] == stop.text[m]) ++m;
       if (m == stop.text.size()) {
-        earliest = std::min(earliest, i + 1 - m);
-        break;  // its first match in the new text; later ones start later
+        if (report) {
+          earliest = std::min(earliest, i + 1 - m);
+          break;  // its first match in the new text; later ones start later
+        }
+        m = stop.failure[m - 1];  // not counted: go on as after a mismatch
       }
     }
     matched_[s] = m;

@@ -33,6 +33,10 @@ class StopStrings {
     // (the text is cut there); text[0, scanned()) must be what it read
     // before, else restart().
     size_t feed(std::string_view text);
+    // Reads text[scanned(), text.size()) as feed does but reports no match:
+    // text in which a stop string does not count yet (min_tokens). A stop
+    // string that begins in it and ends in text fed later still counts.
+    void pass_over(std::string_view text);
     void restart();
     size_t scanned() const { return scanned_; }
     // Bytes at the end of the text read so far that begin some stop string:
@@ -42,6 +46,7 @@ class StopStrings {
    private:
     friend class StopStrings;
     explicit Scan(const StopStrings* stops);
+    size_t read(std::string_view text, bool report);
     const StopStrings* stops_;
     std::vector<uint32_t> matched_;  // per stop string: its prefix the text ends with
     size_t scanned_ = 0;

@@ -1114,6 +1114,16 @@ TEST_F(ServingTest, StopStringsCutTheTextAndEndTheRequest) {
       streamed += json::parse(event)["choices"][0]["text"].get<std::string>();
     }
     EXPECT_EQ(streamed, want);
+    // Under min_tokens a stop string does not count (vLLM's rule): with all
+    // 40 tokens under it, the whole text comes back.
+    json at_least = body;
+    at_least["stream"] = false;
+    at_least["min_tokens"] = 40;
+    auto unstopped = cluster_->post("/v1/completions", at_least);
+    ASSERT_TRUE(unstopped.is_ok());
+    json whole_choice = json::parse(unstopped->body)["choices"][0];
+    EXPECT_EQ(whole_choice["text"], text);
+    EXPECT_EQ(whole_choice["finish_reason"], "length");
     // A stop string longer than the output: a stream holds back only an
     // end that begins it, so the text arrives as it is generated.
     body["stop"] = json::array({std::string(2000, '\x02')});

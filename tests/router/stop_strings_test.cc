@@ -19,6 +19,13 @@ std::string random_text(std::mt19937& rng, size_t length, int alphabet) {
   return text;
 }
 
+// One to four stop strings of one to seven letters.
+std::vector<std::string> random_stops(std::mt19937& rng, int alphabet) {
+  std::vector<std::string> stops(1 + rng() % 4);
+  for (std::string& stop : stops) stop = random_text(rng, 1 + rng() % 7, alphabet);
+  return stops;
+}
+
 // The earliest start of any stop string in `text`.
 size_t naive_match(const std::string& text, const std::vector<std::string>& stops) {
   size_t earliest = std::string::npos;
@@ -49,8 +56,7 @@ TEST(StopStringsTest, FindsWhatSearchingTheWholeTextFinds) {
   int matches = 0;
   for (int round = 0; round < 3000; ++round) {
     const int alphabet = 2 + int(rng() % 2);
-    std::vector<std::string> stops(1 + rng() % 4);
-    for (std::string& stop : stops) stop = random_text(rng, 1 + rng() % 7, alphabet);
+    const std::vector<std::string> stops = random_stops(rng, alphabet);
     const StopStrings strings(stops);
     StopStrings::Scan scan = strings.scan();
     std::string text;
@@ -68,6 +74,40 @@ TEST(StopStringsTest, FindsWhatSearchingTheWholeTextFinds) {
     }
   }
   EXPECT_GT(matches, 1000) << "the draws rarely matched: the test says little";
+}
+
+// Text passed over (what the first min_tokens tokens made) reports no
+// match; fed text afterwards reports the earliest stop string that ends in
+// it, one begun in the passed-over text included, as searching for matches
+// that end past the boundary finds.
+TEST(StopStringsTest, PassedOverTextCountsOnlyWhereAStringEndsAfterIt) {
+  std::mt19937 rng{std::random_device{}()};
+  int matches = 0, straddling = 0;
+  for (int round = 0; round < 3000; ++round) {
+    const int alphabet = 2 + int(rng() % 2);
+    const std::vector<std::string> stops = random_stops(rng, alphabet);
+    const StopStrings strings(stops);
+    StopStrings::Scan scan = strings.scan();
+    std::string text = random_text(rng, rng() % 40, alphabet);
+    scan.pass_over(text);
+    ASSERT_EQ(scan.scanned(), text.size());
+    ASSERT_EQ(scan.partial(), naive_partial(text, stops)) << "text '" << text << "'";
+    const size_t boundary = text.size();
+    text += random_text(rng, 1 + rng() % 20, alphabet);
+    size_t expected = std::string::npos;
+    for (const std::string& stop : stops)
+      for (size_t at = text.find(stop); at != std::string::npos; at = text.find(stop, at + 1))
+        if (at + stop.size() > boundary) {
+          expected = std::min(expected, at);
+          break;
+        }
+    const size_t found = scan.feed(text);
+    ASSERT_EQ(found, expected) << "text '" << text << "' passed over up to " << boundary;
+    matches += found != std::string::npos;
+    straddling += found != std::string::npos && found < boundary;
+  }
+  EXPECT_GT(matches, 1000) << "the draws rarely matched: the test says little";
+  EXPECT_GT(straddling, 100) << "few matches began in the passed-over text";
 }
 
 // A restarted scan reads the (rewritten) text from its start.
