@@ -9,8 +9,10 @@
 # set (seven files), written as each stage runs, so a run cut short still
 # brings back what it reached. It also serves
 # configs/gpu-1p1d.yaml's shape with a small model and load-tests it. Each
-# stage has a time limit (all of them together about 600 s), so one that
-# hangs fails alone.
+# stage has a time limit, cut to what is left of one overall deadline
+# (GPU_CHECK_SECONDS, 540 s: a device command gets 600), so one that hangs
+# fails alone and the stages after it still get their turn where time is
+# left.
 # Usage: bash deploy/gpu_check.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -56,10 +58,19 @@ done
 libpath="$bundle/lib:$cublas:${driver_dirs:+$driver_dirs:}/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 loader="$bundle/lib/ld-linux-x86-64.so.2"
 run() { "$loader" --library-path "$libpath" "$@"; }
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))
+# $1 seconds, or what is left before the deadline if less (at least 1:
+# timeout takes 0 as no limit).
+budget() {
+  local left=$((deadline - SECONDS))
+  ((left < 1)) && left=1
+  echo $(($1 < left ? $1 : left))
+}
 # run under a time limit of $1 seconds (the loader is the process timeout
 # stops).
 run_for() {
-  local seconds=$1
+  local seconds
+  seconds=$(budget "$1")
   shift
   timeout -k 5 "$seconds" "$loader" --library-path "$libpath" "$@"
 }
@@ -131,7 +142,7 @@ generate_ids() {
 export -f run generate_ids
 export loader libpath bundle model
 export NODE_PIDS="${roles[1]} ${roles[2]}"
-timeout 180 python3 - >"$out/cluster.log" 2>&1 <<'PY' || status=1
+timeout "$(budget 180)" python3 - >"$out/cluster.log" 2>&1 <<'PY' || status=1
 import json, os, random, subprocess, sys, time, urllib.request
 base = "http://127.0.0.1:8000"
 def alive(pid):
@@ -191,7 +202,7 @@ for c in 1 8 32; do
 done
 # Every transfer gave its staging slots back (a heartbeat after the last).
 sleep 1
-timeout 30 python3 - >>"$out/cluster.log" 2>&1 <<'PY' || status=1
+timeout "$(budget 30)" python3 - >>"$out/cluster.log" 2>&1 <<'PY' || status=1
 import json, sys, urllib.request
 with urllib.request.urlopen("http://127.0.0.1:8000/v1/nodes", timeout=10) as r:
     nodes = json.load(r)["nodes"]

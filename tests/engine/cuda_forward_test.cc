@@ -41,8 +41,13 @@ using testing::log_softmax;
 using testing::reference_logits;
 
 // BF16 activations and weights through two layers: the largest
-// |log p_cuda - log p_reference| accepted.
-constexpr double kBf16LogprobTolerance = 0.1;
+// |log p_cuda - log p_reference| accepted. The reference rounds the cache
+// and the projections' inputs to BF16 but not the backend's other BF16
+// activations (residual, norms' outputs, attention's output), so the bound
+// is the CPU's BF16-input GEMM test's (model_test.cc: errors up to 0.12 in
+// 70 runs against a reference that rounds the same way), not tighter; not
+// yet measured on a device.
+constexpr double kBf16LogprobTolerance = 0.3;
 
 struct Shape {
   const char* preset;
@@ -147,7 +152,8 @@ TEST_P(CudaForwardTest, ChunkedPrefillAndDecodeMatchReference) {
   std::vector<std::vector<int32_t>> tokens;
   for (size_t len : lengths) tokens.push_back(random_tokens(len + decode_steps));
   std::vector<std::vector<std::vector<double>>> ref;
-  for (const auto& t : tokens) ref.push_back(reference_logits(*checkpoint_, t, DType::kBF16));
+  for (const auto& t : tokens)
+    ref.push_back(reference_logits(*checkpoint_, t, DType::kBF16, DType::kBF16));
 
   std::vector<BlockTable> tables(lengths.size(), BlockTable(4));
   std::vector<int32_t> done(lengths.size(), 0);
@@ -245,6 +251,10 @@ TEST_P(CudaForwardTest, DecodeEqualsPrefillAndBatchEqualsAlone) {
 
     double prefill_diff = 0, batch_diff = 0, scale = 1;
     for (int32_t i = 0; i < vocab; ++i) {
+      // NaN would pass the max() below unnoticed.
+      ASSERT_TRUE(std::isfinite(solo[size_t(i)]) && std::isfinite(full[size_t(i)]) &&
+                  std::isfinite(pair[size_t(vocab) + size_t(i)]))
+          << "step " << t << " logit " << i;
       scale = std::max(scale, double(std::fabs(full[size_t(i)])));
       prefill_diff = std::max(prefill_diff, double(std::fabs(solo[size_t(i)] - full[size_t(i)])));
       batch_diff = std::max(batch_diff,
