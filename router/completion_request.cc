@@ -253,6 +253,16 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
     if (const json* u = member(*v, "include_usage")) {
       BATON_ASSIGN_OR_RETURN(s.include_usage, read_bool(*u, "stream_options.include_usage"));
     }
+    // No field goes unread (request_fields.h): vLLM's usage in every chunk
+    // is not sent, so asking for it is refused, not ignored.
+    for (const auto& [key, value] : v->items()) {
+      if (key == "include_usage") continue;
+      if (key == "continuous_usage_stats") {
+        if (value.is_null() || value == false) continue;
+        return bad("stream_options.continuous_usage_stats", "is not supported");
+      }
+      return bad("stream_options", "has no field '" + key + "'");
+    }
   }
   if (is_chat) {
     // Chat: "logprobs": bool, "top_logprobs": N.

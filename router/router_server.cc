@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "common/control_messages.h"
 #include "engine/model_config.h"
 
 namespace baton::router {
@@ -35,6 +36,14 @@ Result<std::unique_ptr<RouterServer>> RouterServer::start(RouterSettings setting
   service.max_model_len = service.max_model_len > 0
                               ? std::min(service.max_model_len, model.max_position_embeddings)
                               : model.max_position_embeddings;
+  // The control messages carry prompts of up to kMaxPromptTokens: a longer
+  // one would be refused by the node's decoder (a 500), not by the router
+  // (a 400 that names the limit).
+  if (service.max_model_len > int32_t(control::kMaxPromptTokens)) {
+    spdlog::info("router: prompts limited to {} tokens, what a control message carries",
+                 control::kMaxPromptTokens);
+    service.max_model_len = int32_t(control::kMaxPromptTokens);
+  }
   service.vocab_size = model.vocab_size;
   if (service.api_keys.required()) spdlog::info("router: the /v1/ routes require an API key");
   BATON_ASSIGN_OR_RETURN(

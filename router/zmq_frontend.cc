@@ -62,6 +62,23 @@ class ZmqFrontend::Responder final : public HttpResponder {
  public:
   Responder(ZmqFrontend* frontend, std::string identity, std::string tag)
       : frontend_(frontend), identity_(std::move(identity)), tag_(std::move(tag)) {}
+  // A handler that let go of its request without a reply (an exception on a
+  // worker) would leave the client waiting for good, since the protocol has
+  // no reply timeout: it gets a 500 as over HTTP, and a stream a 500 frame
+  // with the error and then its [DONE]. Cancelled responders (the client
+  // left, the front end stops) are done and post nothing.
+  ~Responder() override {
+    if (state_ == kDone) return;
+    spdlog::warn("zmq front end: a request was dropped without a reply");
+    ApiError error;
+    error.http_status = 500;
+    error.type = "InternalServerError";
+    error.message = "the request was dropped without a reply";
+    const bool streaming = state_ == kStreaming;
+    if (!streaming) tell_reply(500);
+    frontend_->post(identity_, tag_, 500, error.to_json().dump(), !streaming);
+    if (streaming) frontend_->post(identity_, tag_, 500, "[DONE]", true);
+  }
 
   void respond(int status, std::string, std::string body,
                std::vector<std::pair<std::string, std::string>>) override {
@@ -335,13 +352,9 @@ void ZmqFrontend::handle_monitor_events() {
 }
 
 void ZmqFrontend::cancel_client(const std::string& identity, const char* why) {
-  const std::string prefix = identity + '\0';
   size_t cancelled = 0;
-  for (auto it = live_.begin(); it != live_.end();) {
-    if (!it->first.starts_with(prefix)) {
-      ++it;
-      continue;
-    }
+  for (auto it = live_.lower_bound({identity, std::string()});
+       it != live_.end() && it->first.first == identity;) {
     if (auto responder = it->second.lock()) {
       responder->cancel();
       ++cancelled;
@@ -376,7 +389,7 @@ void ZmqFrontend::receive_requests() {
       continue;
     }
     const std::string identity = parts[0].to_string();
-    const std::string key = identity + '\0' + read->tag;
+    const LiveKey key{identity, read->tag};
     // The connection it came on (identities are per connection), so that its
     // closing cancels what it asked for. A connection that closed while this
     // loop ran may have left its descriptor to this message's: libzmq queues

@@ -18,6 +18,7 @@
 #include <chrono>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -101,8 +102,11 @@ class ZmqFrontend {
   mutable std::mutex outbox_mutex_;
   std::vector<Outgoing> outbox_;
   ZmqFrontendConfig config_;
-  // Live requests by identity + tag, so "cancel" can reach them (socket thread only).
-  std::unordered_map<std::string, std::weak_ptr<Responder>> live_;
+  // Live requests by (identity, tag), so "cancel" can reach them (socket
+  // thread only). A pair, not the two joined: identities and tags may hold
+  // any bytes, so no separator tells where one ends.
+  using LiveKey = std::pair<std::string, std::string>;
+  std::map<LiveKey, std::weak_ptr<Responder>> live_;
   // The client identities seen on each connection (by its file descriptor),
   // to cancel their requests when it closes (socket thread only).
   std::unordered_map<int, std::unordered_set<std::string>> identities_by_fd_;

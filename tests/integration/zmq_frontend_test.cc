@@ -23,11 +23,14 @@ using json = nlohmann::json;
 class ZmqClient {
  public:
   // With `keys`, over CURVE as a holder of them; `receive_queue`: the
-  // replies libzmq takes in for it before it reads them (its default 1000).
+  // replies libzmq takes in for it before it reads them (its default 1000);
+  // `identity`: the routing id the router knows it by (else libzmq's).
   explicit ZmqClient(uint16_t port, const control::CurveKeys* keys = nullptr,
-                     std::chrono::milliseconds timeout = 20s, int receive_queue = 1000)
+                     std::chrono::milliseconds timeout = 20s, int receive_queue = 1000,
+                     const std::string& identity = "")
       : socket_(context_, zmq::socket_type::dealer) {
     socket_.set(zmq::sockopt::linger, 0);
+    if (!identity.empty()) socket_.set(zmq::sockopt::routing_id, identity);
     socket_.set(zmq::sockopt::rcvhwm, receive_queue);
     socket_.set(zmq::sockopt::rcvtimeo, int(timeout.count()));
     if (keys != nullptr) control::make_curve_client(socket_, *keys);
@@ -180,6 +183,40 @@ TEST(ZmqFrontendTest, AClientThatGoesAwayHasItsRequestsCancelled) {
   EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens / 2);
   EXPECT_EQ(
       cluster.metric("vllm:request_success_total", "finished_reason=\"abort\"") - aborts_before, 1);
+}
+
+// Identities and tags may hold any bytes: client "A" cancelling its tag
+// "B\0t", and then going away, reaches no request of client "A\0B" (whose
+// request "t" the two joined with a NUL once named too).
+TEST(ZmqFrontendTest, ClientsWhoseIdentitiesAndTagsJoinAlikeStayApart) {
+  ClusterShape shape;
+  shape.max_model_len = 2048;
+  Cluster cluster(shape);
+  const std::string nul_a = std::string("A\0B", 3), nul_tag = std::string("B\0t", 3);
+  ZmqClient other(cluster.zmq_port(), nullptr, 10s, 1000, nul_a);
+  constexpr int kMaxTokens = 200;
+  json body = {{"prompt", "a long story"},
+               {"max_tokens", kMaxTokens},
+               {"ignore_eos", true},
+               {"stream", true}};
+  other.send("t", "/v1/completions", body.dump());
+  std::vector<std::string> first = other.receive();
+  ASSERT_EQ(first.size(), 3u);
+  ASSERT_EQ(first[1], "200");
+  {
+    ZmqClient a(cluster.zmq_port(), nullptr, 10s, 1000, "A");
+    a.send(nul_tag, "cancel", "");
+    a.send("probe", "/health", "");
+    ASSERT_EQ(a.receive().size(), 3u);  // the cancel was read before this reply
+  }                                     // client "A" goes away
+  int events = 1;
+  for (;;) {
+    std::vector<std::string> reply = other.receive();
+    ASSERT_EQ(reply.size(), 3u) << "the stream stopped after " << events << " events";
+    if (reply[2] == "[DONE]") break;
+    ++events;
+  }
+  EXPECT_GE(events, kMaxTokens / 2) << "the stream ended early";
 }
 
 // A client that asks and never reads cannot make the router hold its

@@ -29,7 +29,7 @@ TEST(CompletionRequest, EveryFieldAndPromptForm) {
   auto r = parse_completion_request(R"({
     "model": "m", "prompt": [[1, 2, 3], "text", [7]], "max_tokens": 5, "temperature": 0,
     "top_p": 0.5, "top_k": -1, "seed": -3, "stop": ["a", "bc"], "stop_token_ids": [4, 5],
-    "ignore_eos": true, "n": 2, "stream": true, "stream_options": {"include_usage": true},
+    "ignore_eos": true, "n": 2, "stream": true, "stream_options": {"include_usage": true, "continuous_usage_stats": false},
     "logprobs": 3, "return_tokens_as_token_ids": true})");
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->prompts.size(), 3u);
@@ -107,6 +107,10 @@ TEST(CompletionRequest, InvalidFieldsAreNamed) {
       {R"({"prompt": "x", "stream": "yes"})", "'stream' must be true or false"},
       {R"({"prompt": "x", "stream_options": {"include_usage": true}})",
        "'stream_options' can only be given when 'stream' is true"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"continuous_usage_stats": true}})",
+       "'stream_options.continuous_usage_stats' is not supported"},
+      {R"({"prompt": "x", "stream": true, "stream_options": {"include_usage": true, "x": 1}})",
+       "'stream_options' has no field 'x'"},
       {R"({"prompt": "x", "logprobs": 100})", "'logprobs' must be in"},
       {R"({"prompt": "x", "return_tokens_as_token_ids": 1})",
        "'return_tokens_as_token_ids' must be true or false"},
