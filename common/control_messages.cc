@@ -28,8 +28,8 @@ class BoundedSax : public nlohmann::detail::json_sax_dom_parser<json> {
   static constexpr size_t kMaxListEntries = std::max(kMaxPromptTokens, kMaxBlocksPerRequest);
   // A heartbeat's kv_paths: one entry per decode node.
   static constexpr size_t kMaxMapEntries = kMaxKvPaths;
-  static constexpr size_t kMaxValues = kMaxPromptTokens + kMaxBlocksPerRequest + (64u << 10);
-  static constexpr size_t kMaxMaps = 4 * kMaxEventsPerMessage;
+  static constexpr size_t kMaxValues = kMaxFrameValues;
+  static constexpr size_t kMaxMaps = kMaxFrameMaps;
 
   explicit BoundedSax(json& root) : json_sax_dom_parser(root, /*allow_exceptions=*/false) {}
   bool start_object(size_t size) {
@@ -589,6 +589,54 @@ std::string_view message_type(const Message& message) {
       "prefill",  "prefill_done", "abort",     "events",    "rejected"};
   static_assert(std::size(kNames) == std::variant_size_v<Message>);
   return kNames[message.index()];
+}
+
+namespace {
+
+// What one event adds to a frame, counted as the decoder counts (values:
+// every scalar, list and map), and its bytes at most: msgpack writes a
+// token id or a float (an event's reals are floats) in 5 bytes, a list's
+// or map's header in up to 5, a log-probability's keys in 11.
+struct FrameCost {
+  size_t maps = 0, values = 0, bytes = 0;
+};
+
+FrameCost cost_of(const TokenEvent& e) {
+  FrameCost c;
+  c.maps = 1;
+  c.values = 10 + e.tokens.size();  // the map, its scalars, its lists
+  c.bytes = 128 + e.error.size();
+  for (const auto* list : {&e.logprobs, &e.prompt_logprobs}) {
+    for (const TokenLogprobs& t : *list) {
+      c.maps += 1;
+      c.values += 4 + t.top_ids.size() + t.top_logprobs.size();
+    }
+  }
+  c.bytes += 5 * c.values + 11 * c.maps;
+  return c;
+}
+
+}  // namespace
+
+std::vector<Events> split_events(std::vector<TokenEvent> events) {
+  std::vector<Events> frames;
+  FrameCost used;
+  for (TokenEvent& event : events) {
+    const FrameCost c = cost_of(event);
+    const bool fits = !frames.empty() && frames.back().events.size() < kMaxEventsPerMessage &&
+                      used.maps + c.maps <= kMaxFrameMaps / 4 * 3 &&
+                      used.values + c.values <= kMaxFrameValues / 4 * 3 &&
+                      used.bytes + c.bytes <= kMaxMessageBytes / 4 * 3;
+    if (!fits) {
+      frames.emplace_back();
+      used = {};
+    }
+    used.maps += c.maps;
+    used.values += c.values;
+    used.bytes += c.bytes;
+    frames.back().events.push_back(std::move(event));
+  }
+  return frames;
 }
 
 std::vector<uint8_t> encode(const Message& message) {

@@ -287,10 +287,23 @@ using Message = std::variant<Register, RegisterAck, Heartbeat, PeerInfo, Generat
 std::string_view message_type(const Message& message);
 
 std::vector<uint8_t> encode(const Message& message);
+
 // kDataLoss naming the type and field when anything is off.
 Result<Message> decode(std::span<const uint8_t> frame);
 // What can be read of a frame `decode` refused (its type and request id, when
 // its envelope is intact), with the refusal as the reason.
 Rejected rejection_of(std::span<const uint8_t> frame, const Status& refusal);
+
+// The decoder's bounds on one frame besides kMaxMessageBytes: its maps, and
+// its values (every scalar, list and map).
+inline constexpr size_t kMaxFrameMaps = 4 * kMaxEventsPerMessage;
+inline constexpr size_t kMaxFrameValues = kMaxPromptTokens + kMaxBlocksPerRequest + (64u << 10);
+
+// A step's events as frames that each stay within three quarters of those
+// bounds (an estimate of the encoded bytes, maps and values), in order:
+// several requests' first tokens with their prompt log-probabilities may
+// outgrow one frame, which the router would refuse whole. An event that
+// alone passes them goes alone (the router keeps a request's below half).
+std::vector<Events> split_events(std::vector<TokenEvent> events);
 
 }  // namespace baton::control

@@ -393,7 +393,8 @@ control::TokenEvent& DecodeServer::emit(uint64_t request_id, std::vector<int32_t
 
 void DecodeServer::flush_events() {
   if (events_.events.empty()) return;
-  runtime_->send(events_);
+  for (const control::Events& frame : control::split_events(std::move(events_.events)))
+    runtime_->send(frame);
   events_.events.clear();
   pending_event_.clear();
 }

@@ -532,6 +532,58 @@ TEST(ControlMessages, PromptLogprobsWithinTheRoutersBoundFitInAFrame) {
   EXPECT_FALSE(decode(encode(frame_of(2 * max_prompt_logprob_tokens(1), 1))).is_ok());
 }
 
+// A step's events, several of them first tokens carrying as many prompt
+// log-probabilities as the router allows a request, outgrow one frame (the
+// decoder refuses it whole); split_events gives frames that each decode,
+// holding the same events in the same order. Small events share frames.
+TEST(ControlMessages, EventsSplitIntoFramesTheDecoderTakes) {
+  std::mt19937_64 rng{std::random_device{}()};
+  const size_t alternatives = 1 + rng() % 5;
+  std::vector<TokenEvent> events;
+  for (int i = 0; i < 7; ++i) {
+    TokenEvent e;
+    e.request_id = rng();
+    e.tokens = {int32_t(rng() % 1000)};
+    if (i % 2 == 0) {
+      e.prompt_logprobs.resize(max_prompt_logprob_tokens(alternatives));
+      for (TokenLogprobs& lp : e.prompt_logprobs) {
+        lp.logprob = -float(rng() % 1000) / 7.0f;
+        for (size_t a = 0; a < alternatives; ++a) {
+          lp.top_ids.push_back(int32_t(rng() % 150000));
+          lp.top_logprobs.push_back(-float(rng() % 1000) / 3.0f);
+        }
+      }
+    }
+    events.push_back(std::move(e));
+  }
+  Events whole;
+  whole.events = events;
+  ASSERT_FALSE(decode(encode(whole)).is_ok()) << "one frame holds them: the test says nothing";
+
+  const std::vector<Events> frames = split_events(events);
+  std::vector<TokenEvent> back;
+  for (const Events& frame : frames) {
+    const std::vector<uint8_t> bytes = encode(frame);
+    EXPECT_LE(bytes.size(), kMaxMessageBytes / 4 * 3) << "the byte estimate is low";
+    Result<Message> decoded = decode(bytes);
+    ASSERT_TRUE(decoded.is_ok()) << decoded.status().to_string();
+    for (TokenEvent& e : std::get<Events>(*decoded).events) back.push_back(std::move(e));
+  }
+  ASSERT_EQ(back.size(), events.size());
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(back[i].request_id, events[i].request_id);
+    EXPECT_EQ(back[i].tokens, events[i].tokens);
+    ASSERT_EQ(back[i].prompt_logprobs.size(), events[i].prompt_logprobs.size());
+    if (!events[i].prompt_logprobs.empty())
+      EXPECT_EQ(back[i].prompt_logprobs.back().top_ids, events[i].prompt_logprobs.back().top_ids);
+  }
+  // A frame per large event at most, not one per event.
+  EXPECT_LE(frames.size(), 4u);
+  std::vector<TokenEvent> small(1000);
+  EXPECT_EQ(split_events(small).size(), 1u);
+  EXPECT_TRUE(split_events({}).empty());
+}
+
 TEST(ControlMessages, HeartbeatLoadFieldsAbsentReadAsZero) {
   Heartbeat hb{"decode-0", {}};
   hb.load.running = 5;
