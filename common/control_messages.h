@@ -126,6 +126,9 @@ struct NodeLoad {
   int64_t staging_slots = 0;
   int64_t staging_slots_free = 0;
   int64_t staging_waits = 0;  // staged sends that queued for slots, since start
+  // Requests the node keeps any state for (a decode node's in every state,
+  // a prefill node's jobs and held prompts): 0 once it is idle.
+  int64_t requests = 0;
 };
 
 // NodeLoad's fields by name, in one place for the codec and for reports. A
@@ -158,6 +161,7 @@ inline constexpr NodeLoadField kNodeLoadFields[] = {
     {"staging_slots", &NodeLoad::staging_slots},
     {"staging_slots_free", &NodeLoad::staging_slots_free},
     {"staging_waits", &NodeLoad::staging_waits},
+    {"requests", &NodeLoad::requests},
 };
 
 struct Register {  // node -> router, first message and after a reconnect

@@ -24,6 +24,7 @@ Status DecodeServer::run(const std::atomic<bool>& stop) {
     report_queued();
     if (runtime_->step_due()) BATON_RETURN_IF_ERROR(step());
     flush_events();
+    runtime_->set_requests(int64_t(requests_.size()));
     runtime_->tick();
   }
   std::vector<uint64_t> ids;
@@ -141,6 +142,7 @@ bool DecodeServer::try_reserve(Request& request) {
   request.transfer_id = transfer_id_for(request.request_id);
   if (by_transfer_.contains(request.transfer_id)) {
     scheduler.abort(*sequence);
+    collect_finished();
     request.sequence_id = -1;
     end(request, FinishReason::kError, "transfer id collision with a live transfer");
     return true;
@@ -173,6 +175,7 @@ bool DecodeServer::try_reserve(Request& request) {
   }
   if (!expected.is_ok()) {
     scheduler.abort(*sequence);
+    collect_finished();
     request.sequence_id = -1;
     end(request, FinishReason::kError, "cannot receive KV: " + expected.message());
     return true;
@@ -200,6 +203,7 @@ void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
     // Nothing writes the blocks any more: they can go back to the pool.
     runtime_->engine().scheduler().abort(request.sequence_id);
     by_sequence_.erase(request.sequence_id);
+    collect_finished();
     if (request.abandoned) {
       requests_.erase(it);
     } else {
@@ -349,8 +353,10 @@ void DecodeServer::end(Request& request, FinishReason finish_reason, std::string
     spdlog::warn("{}: request {} (#{}) failed: {}", runtime_->settings().name, request.client_id,
                  id, error);
   emit(id, {}, finish_reason, std::move(error));
-  if (request.state == State::kAwaitingKv && !request.kv_landed) {
-    // A transfer may still write the blocks: free them in its callback.
+  if (request.state == State::kAwaitingKv && !request.kv_landed &&
+      by_transfer_.contains(request.transfer_id)) {
+    // A transfer may still write the blocks: free them in its callback
+    // (one that called back already is off by_transfer_).
     request.abandoned = true;
     runtime_->cancel_expect_async(request.transfer_id);
     return;

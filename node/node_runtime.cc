@@ -322,6 +322,7 @@ control::NodeLoad NodeRuntime::load() const {
   load.running = stats.running;
   load.waiting = stats.waiting + held_requests_;
   load.awaiting_kv = stats.awaiting;
+  load.requests = requests_;
   load.waiting_tokens = stats.waiting_tokens + held_tokens_;
   load.free_blocks = stats.free_blocks;
   load.total_blocks = stats.total_blocks;

@@ -101,6 +101,8 @@ class NodeRuntime {
     held_requests_ = requests;
     held_tokens_ = prompt_tokens;
   }
+  // The requests the server keeps any state for (NodeLoad::requests).
+  void set_requests(int64_t requests) { requests_ = requests; }
   bool registered() const { return registration_.registered(); }
   // True once after the router refused this registered node ("register
   // again"): it restarted and knows none of the node's requests, or it
@@ -139,6 +141,7 @@ class NodeRuntime {
   uint64_t send_failures_ = 0;
   int64_t prompt_tokens_ = 0;
   int64_t held_requests_ = 0;
+  int64_t requests_ = 0;
   int64_t held_tokens_ = 0;
   int64_t generation_tokens_ = 0;
   bool stalled_ = false;

@@ -40,6 +40,7 @@ Status PrefillServer::run(const std::atomic<bool>& stop) {
     if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     admit_held();
+    runtime_->set_requests(int64_t(jobs_.size() + held_.size()));
     if (runtime_->step_due()) {
       runtime_->begin_step();
       Status status = scheduler.step(nullptr);

@@ -389,7 +389,7 @@ bool Cluster::wait_drained(std::chrono::milliseconds timeout) const {
       // Staged pools: every transfer gave its host slots back too.
       drained = drained && node.value("free_blocks", -1) == node.value("total_blocks", -2) &&
                 node.value("running", 1) == 0 && node.value("waiting", 1) == 0 &&
-                node.value("awaiting_kv", 1) == 0 &&
+                node.value("awaiting_kv", 1) == 0 && node.value("requests", 1) == 0 &&
                 node.value("staging_slots_free", -1) == node.value("staging_slots", -2);
     }
     if (drained) return true;

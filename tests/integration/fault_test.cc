@@ -595,6 +595,66 @@ TEST(FaultTest, ARequestThatCannotBeReservedLeavesTheQueueWhole) {
   EXPECT_EQ(tokens, 3u);
 }
 
+// A decode node whose KV never comes (its prefill node never sends)
+// fails the request when its receive times out, before any router abort,
+// and forgets it: its load reports no request held and every block free
+// (once, the request stayed held for good). The test plays the router.
+TEST(FaultTest, AReceiveThatTimesOutEndsItsRequestOnTheDecodeNode) {
+  ClusterShape shape;
+  shape.separate_roles = true;
+  shape.start_nodes = false;
+  shape.wait_until_up = false;
+  // The nodes wait request_timeout + heartbeat_timeout for KV.
+  shape.extra_router_yaml = "  request_timeout_ms: 1000\n";
+  Cluster cluster(shape);
+  cluster.kill_process("router");
+  auto router =
+      control::ControlSocket::bind("tcp://127.0.0.1:" + std::to_string(cluster.control_port()));
+  ASSERT_TRUE(router.is_ok()) << router.status().to_string();
+  cluster.start_node("decode", "decode-0");
+  bool registered = false;
+  for (auto until = Clock::now() + 60s; !registered && Clock::now() < until;) {
+    for (const auto& received : (*router)->poll(200ms)) {
+      if (std::holds_alternative<control::Register>(received.message)) {
+        ASSERT_TRUE((*router)->send("decode-0", control::RegisterAck{true, ""}).is_ok());
+        registered = true;
+      }
+    }
+  }
+  ASSERT_TRUE(registered) << "the decode node never registered";
+
+  control::Generate remote;
+  remote.request_id = 7;
+  remote.prompt.resize(40);
+  std::iota(remote.prompt.begin(), remote.prompt.end(), 1);
+  remote.sampling.max_tokens = 4;
+  remote.prefill_node = "prefill-0";  // no such node: no KV will come
+  ASSERT_TRUE((*router)->send("decode-0", remote).is_ok());
+  bool ready = false, failed = false;
+  std::optional<control::NodeLoad> idle;  // the first load after the failure that shows no work
+  for (auto until = Clock::now() + 20s; !idle && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(100ms)) {
+      if (auto* r = std::get_if<control::PrefillReady>(&received.message))
+        ready |= r->request_id == 7;
+      if (auto* e = std::get_if<control::Events>(&received.message))
+        for (const auto& event : e->events)
+          failed |= event.request_id == 7 && event.finish_reason == FinishReason::kError;
+      if (auto* h = std::get_if<control::Heartbeat>(&received.message);
+          h && failed && h->load.free_blocks == h->load.total_blocks && h->load.awaiting_kv == 0)
+        idle = h->load;
+    }
+  ASSERT_TRUE(ready) << "the node never reserved the request's blocks";
+  ASSERT_TRUE(failed) << "the node never failed the request whose KV did not come";
+  ASSERT_TRUE(idle.has_value()) << "the node's blocks never came back";
+  // Heartbeats are published by the node's loop: a few more show whether
+  // the request is still held.
+  int64_t held = idle->requests;
+  for (auto until = Clock::now() + 1s; held != 0 && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(100ms))
+      if (auto* h = std::get_if<control::Heartbeat>(&received.message)) held = h->load.requests;
+  EXPECT_EQ(held, 0) << "the decode node still holds the failed request";
+}
+
 // `staged`: the nodes stage their pools through host slots, as GPU nodes
 // do, as few as one longest prompt needs: the decode node's slots come back
 // too.
