@@ -516,32 +516,46 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
       << "the router did not abort the failed request on the node that came back";
 }
 
+// A cluster whose router the test plays: `baton router|decode` processes,
+// none started (extra_router_yaml: the router section's additions, which
+// the nodes read too).
+ClusterShape played_router_shape(const std::string& extra_router_yaml) {
+  ClusterShape shape;
+  shape.separate_roles = true;
+  shape.start_nodes = false;
+  shape.wait_until_up = false;
+  shape.extra_router_yaml = extra_router_yaml;
+  return shape;
+}
+
+// Stops the cluster's router, binds its control port in its place, starts
+// decode-0 and welcomes it.
+Result<std::unique_ptr<control::ControlSocket>> play_router_with_decode_node(Cluster& cluster) {
+  cluster.kill_process("router");
+  auto router =
+      control::ControlSocket::bind("tcp://127.0.0.1:" + std::to_string(cluster.control_port()));
+  if (!router.is_ok()) return router.status();
+  cluster.start_node("decode", "decode-0");
+  for (auto until = Clock::now() + 60s; Clock::now() < until;) {
+    for (const auto& received : (*router)->poll(200ms)) {
+      if (std::holds_alternative<control::Register>(received.message)) {
+        BATON_RETURN_IF_ERROR((*router)->send("decode-0", control::RegisterAck{true, ""}));
+        return router;
+      }
+    }
+  }
+  return unavailable("the decode node never registered");
+}
+
 // A request the decode node cannot reserve KV for (its sampling refused)
 // ends with an error, and the requests queued behind it are served: they
 // get their reservations, nothing is dropped, an abort of the ended one is
 // ignored and the node stays up. The test plays the router, so that it can
 // send what a router's own checks would stop.
 TEST(FaultTest, ARequestThatCannotBeReservedLeavesTheQueueWhole) {
-  ClusterShape shape;
-  shape.separate_roles = true;
-  shape.start_nodes = false;
-  shape.wait_until_up = false;
-  Cluster cluster(shape);
-  cluster.kill_process("router");
-  auto router =
-      control::ControlSocket::bind("tcp://127.0.0.1:" + std::to_string(cluster.control_port()));
+  Cluster cluster(played_router_shape(""));
+  auto router = play_router_with_decode_node(cluster);
   ASSERT_TRUE(router.is_ok()) << router.status().to_string();
-  cluster.start_node("decode", "decode-0");
-  bool registered = false;
-  for (auto until = Clock::now() + 60s; !registered && Clock::now() < until;) {
-    for (const auto& received : (*router)->poll(200ms)) {
-      if (std::holds_alternative<control::Register>(received.message)) {
-        ASSERT_TRUE((*router)->send("decode-0", control::RegisterAck{true, ""}).is_ok());
-        registered = true;
-      }
-    }
-  }
-  ASSERT_TRUE(registered) << "the decode node never registered";
 
   std::vector<int32_t> prompt(40);
   std::iota(prompt.begin(), prompt.end(), 1);
@@ -600,28 +614,10 @@ TEST(FaultTest, ARequestThatCannotBeReservedLeavesTheQueueWhole) {
 // and forgets it: its load reports no request held and every block free
 // (once, the request stayed held for good). The test plays the router.
 TEST(FaultTest, AReceiveThatTimesOutEndsItsRequestOnTheDecodeNode) {
-  ClusterShape shape;
-  shape.separate_roles = true;
-  shape.start_nodes = false;
-  shape.wait_until_up = false;
   // The nodes wait request_timeout + heartbeat_timeout for KV.
-  shape.extra_router_yaml = "  request_timeout_ms: 1000\n";
-  Cluster cluster(shape);
-  cluster.kill_process("router");
-  auto router =
-      control::ControlSocket::bind("tcp://127.0.0.1:" + std::to_string(cluster.control_port()));
+  Cluster cluster(played_router_shape("  request_timeout_ms: 1000\n"));
+  auto router = play_router_with_decode_node(cluster);
   ASSERT_TRUE(router.is_ok()) << router.status().to_string();
-  cluster.start_node("decode", "decode-0");
-  bool registered = false;
-  for (auto until = Clock::now() + 60s; !registered && Clock::now() < until;) {
-    for (const auto& received : (*router)->poll(200ms)) {
-      if (std::holds_alternative<control::Register>(received.message)) {
-        ASSERT_TRUE((*router)->send("decode-0", control::RegisterAck{true, ""}).is_ok());
-        registered = true;
-      }
-    }
-  }
-  ASSERT_TRUE(registered) << "the decode node never registered";
 
   control::Generate remote;
   remote.request_id = 7;
