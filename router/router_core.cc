@@ -30,6 +30,12 @@ RouterCore::RouterCore(RouterCoreConfig config)
     : config_(std::move(config)), registry_(config_.nodes, config_.policy) {
   std::random_device entropy;
   last_registration_ = (uint64_t(entropy()) << 32 | entropy()) >> 2;  // room to count up
+  // Request ids start anywhere in 48 bits too: nodes that outlive a router
+  // may still hold its requests (a transfer's callback, a job draining),
+  // and a restarted router counting from 1 again would hand them the same
+  // ids, which they ignore as duplicates (the client then waits out its
+  // timeout). 48 bits stay exact in any JSON reader.
+  next_id_ = (uint64_t(entropy()) << 16 | (entropy() & 0xffffu)) + 1;
 }
 
 Result<std::unique_ptr<RouterCore>> RouterCore::start(RouterCoreConfig config) {

@@ -114,5 +114,42 @@ TEST(RouterCoreTest, ASinkThatThrowsEndsItsRequestNotTheCore) {
   EXPECT_EQ((*core)->in_flight(), 0) << "a request was kept";
 }
 
+// A router started again (the same configuration, its nodes still up)
+// numbers its requests apart from the one before: nodes may still hold
+// the earlier router's requests (a transfer's callback, a job draining)
+// and ignore a request whose id they hold as a duplicate.
+TEST(RouterCoreTest, ARestartedRouterNumbersItsRequestsApart) {
+  RouterCoreConfig config;
+  config.control_endpoint = "tcp://127.0.0.1:*";
+  config.nodes = {{"decode-0", Role::kDecode}};
+  // The id of the first request a freshly started core sends its node.
+  auto first_id = [&]() -> uint64_t {
+    auto core = RouterCore::start(config);
+    if (!core.is_ok()) return 0;
+    auto node = control::ControlSocket::connect((*core)->control_endpoint(), "decode-0");
+    if (!node.is_ok()) return 0;
+    (void)(*node)->send(
+        "", control::Register{
+                "decode-0", Role::kDecode, {1, 2, 3}, 16, 1024, ::getpid(), "f32", 256, "cpu", ""});
+    GenerationRequest request;
+    request.prompt = {1, 2, 3};
+    request.sampling.max_tokens = 4;
+    Result<uint64_t> id = unavailable("not submitted");
+    for (auto until = Clock::now() + 10s; Clock::now() < until;) {
+      (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+      if (!id.is_ok()) id = (*core)->submit(request, [](const GenerationUpdate&) {});
+      for (auto& received : (*node)->poll(20ms))
+        if (auto* generate = std::get_if<control::Generate>(&received.message))
+          return generate->request_id;
+    }
+    return 0;
+  };
+  const uint64_t a = first_id(), b = first_id();
+  ASSERT_NE(a, 0u) << "the first core never sent its request";
+  ASSERT_NE(b, 0u) << "the second core never sent its request";
+  EXPECT_NE(a, b);
+  EXPECT_LT(a, uint64_t(1) << 49);  // exact in any JSON reader
+}
+
 }  // namespace
 }  // namespace baton::router
