@@ -297,10 +297,37 @@ NodeLoad load_from(FieldReader& parent, const char* key) {
   return l;
 }
 
+// What a node computed goes out as the decoder takes it (reals finite and
+// within kMaxRealMagnitude, strings within kMaxStringBytes): a frame it
+// refuses is lost whole, and an events frame carries every request of a
+// step. Non-finite log-probabilities (NaN logits the engine serves on)
+// become the most negative bound, the largest ones their bound.
+float wire_real(float v) {
+  // The largest float within the bound (float(1e30) itself is above it).
+  static const float bound = std::nextafter(float(kMaxRealMagnitude), 0.0f);
+  if (std::isnan(v)) return -bound;
+  return std::clamp(v, -bound, bound);
+}
+
+json wire_reals(const std::vector<float>& values) {
+  json out = json::array();
+  for (float v : values) out.push_back(wire_real(v));
+  return out;
+}
+
+// At most kMaxStringBytes, cut before a UTF-8 sequence the limit would split.
+std::string wire_string(const std::string& text) {
+  if (text.size() <= kMaxStringBytes) return text;
+  size_t end = kMaxStringBytes;
+  while (end > 0 && (uint8_t(text[end]) & 0xC0) == 0x80) --end;
+  return text.substr(0, end);
+}
+
 json to_json(const std::vector<TokenLogprobs>& list) {
   json out = json::array();
   for (const TokenLogprobs& t : list) {
-    out.push_back({{"lp", t.logprob}, {"ids", t.top_ids}, {"lps", t.top_logprobs}});
+    out.push_back(
+        {{"lp", wire_real(t.logprob)}, {"ids", t.top_ids}, {"lps", wire_reals(t.top_logprobs)}});
   }
   return out;
 }
@@ -334,10 +361,10 @@ json to_json(const TokenEvent& e) {
   json out = {{"request_id", e.request_id},
               {"tokens", e.tokens},
               {"finish_reason", finish_reason_name(e.finish_reason)},
-              {"error", e.error},
+              {"error", wire_string(e.error)},
               {"logprobs", to_json(e.logprobs)},
-              {"queue_s", e.queue_seconds},
-              {"prefill_s", e.prefill_seconds}};
+              {"queue_s", wire_real(e.queue_seconds)},
+              {"prefill_s", wire_real(e.prefill_seconds)}};
   if (!e.prompt_logprobs.empty()) out["prompt_logprobs"] = to_json(e.prompt_logprobs);
   return out;
 }
@@ -405,15 +432,15 @@ struct Codec {
                 {"request_id", m.request_id},
                 {"first_token", m.first_token},
                 {"rng_draws", m.rng_draws},
-                {"error", m.error},
+                {"error", wire_string(m.error)},
                 {"first_logprobs", to_json(m.first_logprobs)},
-                {"queue_s", m.queue_seconds},
-                {"prefill_s", m.prefill_seconds}};
+                {"queue_s", wire_real(m.queue_seconds)},
+                {"prefill_s", wire_real(m.prefill_seconds)}};
     if (!m.prompt_logprobs.empty()) out["prompt_logprobs"] = to_json(m.prompt_logprobs);
     return out;
   }
   json operator()(const Abort& m) const {
-    return {{"t", "abort"}, {"request_id", m.request_id}, {"reason", m.reason}};
+    return {{"t", "abort"}, {"request_id", m.request_id}, {"reason", wire_string(m.reason)}};
   }
   json operator()(const Events& m) const {
     json events = json::array();

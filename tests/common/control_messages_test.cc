@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <random>
 
@@ -582,6 +583,47 @@ TEST(ControlMessages, EventsSplitIntoFramesTheDecoderTakes) {
   std::vector<TokenEvent> small(1000);
   EXPECT_EQ(split_events(small).size(), 1u);
   EXPECT_TRUE(split_events({}).empty());
+}
+
+// What a node computed always decodes: non-finite or huge log-probabilities
+// (NaN logits the engine serves on) and an error past the string bound
+// would have the router refuse the frame, and with it every event of the
+// step. They go out clamped and cut (at a UTF-8 boundary).
+TEST(ControlMessages, WhatANodeComputedAlwaysDecodes) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  TokenEvent e;
+  e.request_id = 5;
+  e.tokens = {1};
+  e.finish_reason = FinishReason::kError;
+  while (e.error.size() < 3 * kMaxStringBytes) e.error += "\xc3\xa9";  // U+00E9, two bytes
+  e.error.insert(0, "x");  // the bound falls inside a sequence
+  e.logprobs.push_back({nan, {1, 2, 3}, {-inf, inf, 3e38f}});
+  e.queue_seconds = inf;
+  Events events;
+  events.events = {e};
+  Result<Message> back = decode(encode(events));
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  const TokenEvent& got = std::get<Events>(*back).events.at(0);
+  // The bound: the largest float within kMaxRealMagnitude.
+  const float bound = got.queue_seconds;
+  EXPECT_LE(double(bound), kMaxRealMagnitude);
+  EXPECT_GT(double(bound), 0.99 * kMaxRealMagnitude);
+  EXPECT_EQ(got.logprobs.at(0).logprob, -bound);
+  EXPECT_EQ(got.logprobs.at(0).top_logprobs, (std::vector<float>{-bound, bound, bound}));
+  ASSERT_LE(got.error.size(), kMaxStringBytes);
+  EXPECT_EQ(got.error, e.error.substr(0, got.error.size()));
+  EXPECT_EQ(got.error.size() % 2, 1u) << "cut inside a two-byte sequence";
+  EXPECT_GE(got.error.size(), kMaxStringBytes - 1);
+
+  PrefillDone done;
+  done.request_id = 6;
+  done.error = e.error;
+  done.first_logprobs.push_back({nan, {}, {}});
+  done.prefill_seconds = nan;
+  Result<Message> done_back = decode(encode(done));
+  ASSERT_TRUE(done_back.is_ok()) << done_back.status().to_string();
+  EXPECT_LE(std::get<PrefillDone>(*done_back).error.size(), kMaxStringBytes);
 }
 
 TEST(ControlMessages, HeartbeatLoadFieldsAbsentReadAsZero) {
