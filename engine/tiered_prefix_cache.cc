@@ -10,6 +10,18 @@
 #include "common/prefix_hash.h"
 
 namespace baton::engine {
+namespace {
+
+// Gives back the blocks of a chain (in chain order) last block first, as
+// BlockTable::release does: cached blocks are evicted in the order they
+// were given back, so the chain's tail goes before its head, whose loss
+// would leave every later block unreachable.
+void release_tail_first(BlockManager& blocks, std::vector<int32_t> chain) {
+  std::reverse(chain.begin(), chain.end());
+  blocks.release(chain);
+}
+
+}  // namespace
 
 TieredPrefixCache::TieredPrefixCache(BlockManager& blocks, KvPool& kv, bool enabled)
     : blocks_(blocks), kv_(kv), enabled_(enabled) {}
@@ -206,7 +218,7 @@ bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget) {
     // A block another sequence's restore is reading: wait for that one
     // rather than read it twice (a burst of requests sharing a prompt).
     if (const auto [other, key] = restore_reading(block_key(seq, j)); other != nullptr) {
-      blocks_.release(restore.held);
+      release_tail_first(blocks_, restore.held);
       other->waiters.push_back(seq.id);
       seq.ssd_restoring = true;
       return true;
@@ -214,7 +226,7 @@ bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget) {
     keys_to_restore(seq, j, shareable, budget, restore.tokens, restore.keys);
   }
   if (!start_reading(restore)) {
-    blocks_.release(restore.held);
+    release_tail_first(blocks_, restore.held);
     return false;
   }
   seq.ssd_restoring = true;
@@ -352,8 +364,9 @@ void TieredPrefixCache::finish(Restore& restore, const SequenceLookup& find,
   // aborted sequence's restored ones stay cached.
   for (int32_t i = 0; i < restored; ++i)
     blocks_.register_block(restore.fresh[size_t(i)], restore.keys[size_t(i)]);
-  blocks_.release(restore.fresh);
-  blocks_.release(restore.held);
+  std::vector<int32_t> chain = restore.held;
+  chain.insert(chain.end(), restore.fresh.begin(), restore.fresh.end());
+  release_tail_first(blocks_, std::move(chain));
   if (Sequence* owner = find(restore.sequence_id)) {
     if (owner->awaiting_kv) {
       // A reservation's blocks that failed are not counted as hits.
