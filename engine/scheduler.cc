@@ -92,6 +92,17 @@ Result<int64_t> Scheduler::add(std::vector<int32_t> prompt, const GenerationOpti
 Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
                                           const GenerationOptions& options) {
   BATON_RETURN_IF_ERROR(validate(prompt, options));
+  // Reserved sequences join the batch when their KV lands: they count
+  // against max_num_seqs from now on. And while a sequence waiting here
+  // (a preempted one, a prompt computed here) found too few free blocks at
+  // the last admission, the blocks freed go to it first: a stream of small
+  // reservations could starve it otherwise.
+  if (int32_t(running_.size() + awaiting_.size()) >= config_.max_num_seqs) {
+    return resource_exhausted("max_num_seqs (" + std::to_string(config_.max_num_seqs) +
+                              ") sequences are running or awaiting their KV");
+  }
+  if (admission_short_of_blocks_ && !waiting_.empty())
+    return resource_exhausted("a sequence waiting here for blocks goes first");
   // The id is used up even if the reservation fails below: a restore it
   // started or joined still names it, and must not settle a later sequence.
   auto seq =
@@ -325,8 +336,9 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
 void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget) {
   // Admit waiting sequences in arrival order while blocks and budget last,
   // passing those whose blocks are being read from the SSD tier.
-  for (size_t w = 0;
-       w < waiting_.size() && budget > 0 && int32_t(running_.size()) < config_.max_num_seqs;) {
+  admission_short_of_blocks_ = false;
+  for (size_t w = 0; w < waiting_.size() && budget > 0 &&
+                     int32_t(running_.size() + awaiting_.size()) < config_.max_num_seqs;) {
     Sequence& seq = *waiting_[w];
     // Prompt log-probabilities need the logits of every prompt position.
     const bool computes_whole_prompt = seq.options.prompt_logprobs >= 0;
@@ -355,6 +367,7 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
       seq.block_table.release(blocks_);
       seq.num_computed = 0;
       seq.registered_blocks = 0;
+      admission_short_of_blocks_ = true;
       break;
     }
     prefix_cache_.count_lookup(seq);

@@ -45,12 +45,14 @@ class RemoteKvTest : public ::testing::Test {
     config.block_size = block_size;
     config.max_num_batched_tokens = budget;
     config.kv_dtype = kv_dtype_;
+    if (max_num_seqs_ > 0) config.max_num_seqs = max_num_seqs_;
     auto engine = Engine::create(model_dir.empty() ? model_dir_ : model_dir, config);
     EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
     return std::move(engine).value();
   }
 
   std::optional<DType> kv_dtype_;  // engine.kv_dtype of make_engine; unset: auto
+  int32_t max_num_seqs_ = 0;       // engine.max_num_seqs of make_engine; 0: its default
 
   std::vector<int32_t> random_prompt(int32_t min_len, int32_t max_len) {
     std::uniform_int_distribution<int32_t> len(min_len, max_len), id(3, 511);
@@ -762,22 +764,24 @@ TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {
   auto blocked = engine->run_to_completion();
   EXPECT_EQ(blocked.status().code(), StatusCode::kResourceExhausted);
 
-  auto second = s.reserve_remote(std::vector<int32_t>(12, 5), greedy(4));  // 3 blocks: fits
-  ASSERT_TRUE(second.is_ok());
-  EXPECT_EQ(s.stats().free_blocks, 0);
-  EXPECT_EQ(s.stats().awaiting, 2);
-  ASSERT_NE(s.find(*second), nullptr);
-  EXPECT_TRUE(s.find(*second)->awaiting_kv);
+  // A reservation that would fit does not overtake it: first come, first
+  // served, so a stream of small ones cannot starve a waiting sequence.
+  auto overtaking = s.reserve_remote(std::vector<int32_t>(12, 5), greedy(4));  // 3 blocks
+  EXPECT_EQ(overtaking.status().code(), StatusCode::kResourceExhausted)
+      << overtaking.status().to_string();
+  EXPECT_EQ(s.stats().free_blocks, 3);
+  EXPECT_EQ(s.stats().awaiting, 1);
+  ASSERT_NE(s.find(*first), nullptr);
+  EXPECT_TRUE(s.find(*first)->awaiting_kv);
 
-  // Aborting awaiting sequences frees their blocks.
+  // Aborting an awaiting sequence frees its blocks.
   EXPECT_TRUE(s.abort(*first));
-  EXPECT_TRUE(s.abort(*second));
-  EXPECT_FALSE(s.abort(*second));
+  EXPECT_FALSE(s.abort(*first));
   EXPECT_EQ(s.find(*first), nullptr);
   EXPECT_EQ(s.stats().awaiting, 0);
   EXPECT_EQ(s.stats().free_blocks, 8);
   auto aborted = s.take_finished();
-  ASSERT_EQ(aborted.size(), 2u);
+  ASSERT_EQ(aborted.size(), 1u);
   for (const auto& seq : aborted) {
     EXPECT_EQ(seq->finish_reason, FinishReason::kAborted);
     EXPECT_TRUE(seq->block_table.blocks().empty());
@@ -790,6 +794,35 @@ TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {
   ASSERT_EQ(done->size(), 1u);
   EXPECT_EQ((*done)[0]->output.size(), 2u);
   EXPECT_EQ(s.stats().free_blocks, 8);
+}
+
+// Reserved sequences count against max_num_seqs from their reservation
+// on: activations never grow the batch past it, and a sequence waiting
+// here is admitted only while the running and awaiting ones leave room.
+TEST_F(RemoteKvTest, ReservationsCountAgainstMaxNumSeqs) {
+  max_num_seqs_ = 2;
+  auto engine = make_engine(/*blocks=*/32, /*block_size=*/4, /*budget=*/2048);
+  Scheduler& s = engine->scheduler();
+  auto a = s.reserve_remote({1, 2, 3, 4, 5}, greedy(8));
+  auto b = s.reserve_remote({6, 7, 8, 9, 10}, greedy(8));
+  ASSERT_TRUE(a.is_ok() && b.is_ok());
+  auto c = s.reserve_remote({11, 12, 13}, greedy(8));
+  EXPECT_EQ(c.status().code(), StatusCode::kResourceExhausted) << c.status().to_string();
+  // A local one waits while both await their KV, and after they run.
+  auto local = s.add({14, 15, 16}, greedy(2));
+  ASSERT_TRUE(local.is_ok());
+  ASSERT_TRUE(s.step(nullptr).is_ok());
+  EXPECT_EQ(s.stats().waiting, 1);
+  ASSERT_TRUE(s.activate_remote(*a, 5, 0).is_ok());
+  ASSERT_TRUE(s.activate_remote(*b, 5, 0).is_ok());
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(s.step(nullptr).is_ok());
+    EXPECT_LE(s.stats().running, 2);
+    EXPECT_EQ(s.stats().waiting, 1) << "admitted past max_num_seqs";
+  }
+  auto done = engine->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  EXPECT_EQ(done->size(), 3u);
 }
 
 TEST_F(RemoteKvTest, ActivateErrors) {
