@@ -47,7 +47,8 @@ fi
 cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DBATON_SANITIZE=ON \
   -DBATON_WITH_CUDA=OFF -DBATON_BUILD_BENCH=OFF
 cmake --build build-asan -j "$jobs" --target sanitize_tests
-ASAN_OPTIONS=detect_leaks=1 ctest --test-dir build-asan --output-on-failure -j "$jobs" \
+ASAN_OPTIONS=detect_leaks=1 LSAN_OPTIONS="suppressions=$PWD/tests/sanitizers/lsan.supp" \
+  ctest --test-dir build-asan --output-on-failure -j "$jobs" \
   --timeout 600 -L sanitize
 
 # UCX is not instrumented: tests/sanitizers/tsan.supp says what that hides,
