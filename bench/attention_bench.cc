@@ -11,12 +11,14 @@
 #include <random>
 #include <vector>
 
+#include "bench/amx_ceiling.h"
 #include "bench/ceilings.h"
 #include "bench/huge_buffer.h"
 #include "bench/manual_time.h"
 #include "bench/normal_fill.h"
 #include "bench/stats.h"
 #include "kernels/cpu/attention.h"
+#include "kernels/cpu/attention_amx.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/prefetch_stream.h"
 #include "kernels/cpu/simd_avx2.h"
@@ -206,7 +208,9 @@ void DecodeArgs(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_PagedDecodeAttention)->Apply(DecodeArgs);
 
 // Causal prefill of one sequence (context = q_len, no earlier chunks): the
-// attention FLOPs (QK and PV, causal half) per second.
+// attention FLOPs (QK and PV, causal half) per second, against sgemm passes
+// (the F32 FMA kernels' ceiling) and, where a BF16 cache's prefill runs on
+// AMX tiles, the tiles' peak, both measured between the calls.
 void BM_PagedPrefillAttention(benchmark::State& state) {
   const int32_t q_len = int32_t(state.range(0));
   const DType dtype = state.range(1) == 0 ? DType::kF32 : DType::kBF16;
@@ -240,22 +244,36 @@ void BM_PagedPrefillAttention(benchmark::State& state) {
   p.block_tables = ids.data();
   p.block_table_stride = blocks;
   p.scale = 1.0f / std::sqrt(float(kHeadDim));
+  const bool amx = kernels::cpu::attention_takes_amx(layout, q_len);
+  InterleavedCeiling sgemm(sgemm_pass_gflops);
+  InterleavedCeiling amx_peak(amx_bf16_pass_gflops);
+  double seconds = 0;
   for (auto _ : state) {
-    kernels::cpu::paged_attention(bench_pool(), p);
+    const double took =
+        time_iteration(state, seconds, [&] { kernels::cpu::paged_attention(bench_pool(), p); });
     benchmark::DoNotOptimize(out.data());
+    sgemm.after_iteration(took);
+    if (amx) amx_peak.after_iteration(took);
   }
   // Causal: about q_len^2 / 2 (query, key) pairs, 2 x head_dim FMAs each per head.
   const double flops = double(q_len) * (q_len + 1) / 2 * kHeads * kHeadDim * 4;
+  const double work = flops * double(state.iterations());
   state.counters["GFLOPs"] =
       benchmark::Counter(flops * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
-  state.SetLabel(std::string(dtype_name(dtype)));
+  state.counters["sgemm_ceiling_GFLOPs"] = sgemm.rate();
+  state.counters["ratio"] = sgemm.ratio(work, seconds);
+  if (amx) {
+    state.counters["amx_peak_GFLOPs"] = amx_peak.rate();
+    state.counters["of_amx_peak"] = amx_peak.ratio(work, seconds);
+  }
+  state.SetLabel(std::string(dtype_name(dtype)) + (amx ? " amx" : ""));
 }
 BENCHMARK(BM_PagedPrefillAttention)
     ->ArgNames({"q_len", "bf16"})
     ->Args({512, 0})
     ->Args({512, 1})
     ->Args({2048, 1})
-    ->UseRealTime()
+    ->UseManualTime()
     ->ComputeStatistics("min", min_of)
     ->ComputeStatistics("max", max_of);
 
