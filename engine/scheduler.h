@@ -243,6 +243,9 @@ class Scheduler {
   std::vector<std::unique_ptr<Sequence>> awaiting_;  // reserve_remote order
   std::vector<std::unique_ptr<Sequence>> finished_;
   std::vector<int32_t> step_tokens_;  // backing store of the plan's token spans
+  // Logits of the last step's rows; more than this many floats (64 MiB)
+  // are not kept past a step that needs a quarter of them.
+  static constexpr size_t kKeptLogitsFloats = size_t(16) << 20;
   std::vector<float> logits_;
   std::vector<float> adjusted_logits_;  // one row, when penalties or a bias change it
   LogThrottle non_finite_logits_log_{std::chrono::seconds(10)};
