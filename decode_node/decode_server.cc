@@ -21,6 +21,7 @@ Status DecodeServer::run(const std::atomic<bool>& stop) {
     if (runtime_->take_registration_lost()) drop_all();
     for (const auto& result : runtime_->take_completions()) on_transfer(result);
     admit_queued();
+    expire_reservations();
     report_queued();
     if (runtime_->step_due()) BATON_RETURN_IF_ERROR(step());
     flush_events();
@@ -183,6 +184,8 @@ bool DecodeServer::try_reserve(Request& request) {
   by_sequence_[*sequence] = request.request_id;
   by_transfer_[request.transfer_id] = request.request_id;
   request.state = State::kAwaitingKv;
+  request.prefill_deadline =
+      std::chrono::steady_clock::now() + runtime_->settings().kv_wait_timeout;
   request.generate = {};
   // The prefill node writes the blocks the transfer engine named (a staged
   // pool's slots stand for the pool's blocks).
@@ -215,6 +218,25 @@ void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
   }
   request.kv_landed = true;
   if (request.first_token_known) activate(request);
+}
+
+void DecodeServer::expire_reservations() {
+  const auto now = std::chrono::steady_clock::now();
+  if (now < next_expiry_check_) return;
+  next_expiry_check_ = now + std::chrono::milliseconds(100);
+  std::vector<uint64_t> expired;
+  for (const auto& [id, request] : requests_) {
+    if (request.state == State::kAwaitingKv && request.kv_landed && !request.abandoned &&
+        !request.first_token_known && now > request.prefill_deadline)
+      expired.push_back(id);
+  }
+  for (uint64_t id : expired) {
+    auto it = requests_.find(id);
+    if (it != requests_.end())
+      end(it->second, FinishReason::kError,
+          "no first token from " + it->second.prefill_node +
+              " within kv_wait_timeout after its KV landed");
+  }
 }
 
 void DecodeServer::on_prefill_done(const control::PrefillDone& done) {

@@ -20,6 +20,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <deque>
 #include <memory>
 #include <unordered_map>
@@ -55,6 +56,9 @@ class DecodeServer {
     // Staging slots a reservation of it last asked for and did not get: it
     // waits for that many free (a staged pool).
     int32_t slots_refused = 0;
+    // Reserved: by when the prefill node's result must have come
+    // (kv_wait_timeout), KV and first token both.
+    std::chrono::steady_clock::time_point prefill_deadline;
   };
 
   explicit DecodeServer(std::unique_ptr<node::NodeRuntime> runtime)
@@ -75,6 +79,11 @@ class DecodeServer {
   // when it was reserved, or failed and was ended (`request` is gone then).
   bool try_reserve(Request& request);
   void activate(Request& request);
+  // Ends reserved requests whose prefill result did not come in time: the
+  // transfer's own deadline covers the KV, this the first token after it
+  // (a prefill node gone after sending, its PrefillDone or the router's
+  // abort lost), whose blocks would otherwise stay reserved for good.
+  void expire_reservations();
   Status step();
   void collect_finished();
   // Ends a request for the router with `finish_reason` and forgets it (unless
@@ -94,6 +103,7 @@ class DecodeServer {
   std::unordered_map<uint64_t, uint64_t> by_transfer_;  // transfer id -> request id
   std::deque<uint64_t> queued_;                         // request ids waiting for blocks
   std::unordered_map<uint64_t, size_t> pending_event_;  // request id -> index in events_
+  std::chrono::steady_clock::time_point next_expiry_check_;
   control::Events events_;
 };
 

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <numeric>
 #include <optional>
 #include <set>
@@ -529,22 +530,32 @@ ClusterShape played_router_shape(const std::string& extra_router_yaml) {
 }
 
 // Stops the cluster's router, binds its control port in its place, starts
-// decode-0 and welcomes it.
-Result<std::unique_ptr<control::ControlSocket>> play_router_with_decode_node(Cluster& cluster) {
+// the nodes {role, name} and welcomes them; `registered` (if given) gets
+// each node's Register.
+Result<std::unique_ptr<control::ControlSocket>> play_router(
+    Cluster& cluster, const std::vector<std::pair<std::string, std::string>>& nodes,
+    std::map<std::string, control::Register>* registered = nullptr) {
   cluster.kill_process("router");
   auto router =
       control::ControlSocket::bind("tcp://127.0.0.1:" + std::to_string(cluster.control_port()));
   if (!router.is_ok()) return router.status();
-  cluster.start_node("decode", "decode-0");
-  for (auto until = Clock::now() + 60s; Clock::now() < until;) {
+  for (const auto& [role, name] : nodes) cluster.start_node(role, name);
+  std::set<std::string> welcomed;
+  for (auto until = Clock::now() + 60s; welcomed.size() < nodes.size() && Clock::now() < until;) {
     for (const auto& received : (*router)->poll(200ms)) {
-      if (std::holds_alternative<control::Register>(received.message)) {
-        BATON_RETURN_IF_ERROR((*router)->send("decode-0", control::RegisterAck{true, ""}));
-        return router;
+      if (const auto* hello = std::get_if<control::Register>(&received.message)) {
+        BATON_RETURN_IF_ERROR((*router)->send(hello->node, control::RegisterAck{true, ""}));
+        welcomed.insert(hello->node);
+        if (registered != nullptr) (*registered)[hello->node] = *hello;
       }
     }
   }
-  return unavailable("the decode node never registered");
+  if (welcomed.size() < nodes.size()) return unavailable("a node never registered");
+  return router;
+}
+
+Result<std::unique_ptr<control::ControlSocket>> play_router_with_decode_node(Cluster& cluster) {
+  return play_router(cluster, {{"decode", "decode-0"}});
 }
 
 // A request the decode node cannot reserve KV for (its sampling refused)
@@ -649,6 +660,55 @@ TEST(FaultTest, AReceiveThatTimesOutEndsItsRequestOnTheDecodeNode) {
     for (const auto& received : (*router)->poll(100ms))
       if (auto* h = std::get_if<control::Heartbeat>(&received.message)) held = h->load.requests;
   EXPECT_EQ(held, 0) << "the decode node still holds the failed request";
+}
+
+// A decode node whose KV landed but whose first token never comes (the
+// prefill node's PrefillDone lost on the way, its sender gone) fails the
+// request kv_wait_timeout after reserving it and frees its blocks, rather
+// than holding them for good. The test plays the router, between a real
+// prefill node and a real decode node, and keeps the PrefillDone.
+TEST(FaultTest, LandedKvWithoutAFirstTokenExpiresOnTheDecodeNode) {
+  // The nodes wait request_timeout + heartbeat_timeout for the prefill.
+  Cluster cluster(played_router_shape("  request_timeout_ms: 1000\n"));
+  std::map<std::string, control::Register> registered;
+  auto router =
+      play_router(cluster, {{"decode", "decode-0"}, {"prefill", "prefill-0"}}, &registered);
+  ASSERT_TRUE(router.is_ok()) << router.status().to_string();
+  ASSERT_TRUE(
+      (*router)
+          ->send("prefill-0", control::PeerInfo{"decode-0", registered.at("decode-0").descriptor})
+          .is_ok());
+  control::Generate remote;
+  remote.request_id = 11;
+  remote.prompt.resize(40);
+  std::iota(remote.prompt.begin(), remote.prompt.end(), 1);
+  remote.sampling.max_tokens = 4;
+  remote.prefill_node = "prefill-0";
+  ASSERT_TRUE((*router)->send("decode-0", remote).is_ok());
+  bool prefilled = false, failed = false;
+  std::optional<control::NodeLoad> idle;  // the decode node's load once it let go
+  const auto start = Clock::now();
+  for (auto until = start + 20s; !idle && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(50ms)) {
+      if (auto* ready = std::get_if<control::PrefillReady>(&received.message)) {
+        control::Prefill prefill{ready->request_id,    remote.prompt,         remote.sampling,
+                                 "decode-0",           ready->transfer_id,    ready->dst_blocks,
+                                 ready->cached_blocks, ready->skipped_blocks, ""};
+        ASSERT_TRUE((*router)->send("prefill-0", prefill).is_ok());
+      }
+      if (auto* done = std::get_if<control::PrefillDone>(&received.message))
+        prefilled |= done->request_id == 11 && done->error.empty();  // kept, not forwarded
+      if (auto* e = std::get_if<control::Events>(&received.message))
+        for (const auto& event : e->events)
+          failed |= event.request_id == 11 && event.finish_reason == FinishReason::kError;
+      if (auto* h = std::get_if<control::Heartbeat>(&received.message);
+          h && h->node == "decode-0" && failed && h->load.free_blocks == h->load.total_blocks &&
+          h->load.requests == 0)
+        idle = h->load;
+    }
+  ASSERT_TRUE(prefilled) << "the prefill node never sent the KV";
+  EXPECT_TRUE(failed) << "the decode node never failed the request whose first token never came";
+  EXPECT_TRUE(idle.has_value()) << "the decode node kept the request or its blocks";
 }
 
 // `staged`: the nodes stage their pools through host slots, as GPU nodes
