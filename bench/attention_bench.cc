@@ -213,7 +213,8 @@ BENCHMARK(BM_PagedDecodeAttention)->Apply(DecodeArgs);
 // AMX tiles, the tiles' peak, both measured between the calls.
 void BM_PagedPrefillAttention(benchmark::State& state) {
   const int32_t q_len = int32_t(state.range(0));
-  const DType dtype = state.range(1) == 0 ? DType::kF32 : DType::kBF16;
+  constexpr DType kDtypes[] = {DType::kF32, DType::kBF16, DType::kI8, DType::kFP8E4M3};
+  const DType dtype = kDtypes[state.range(1)];
   const int32_t blocks = (q_len + kBlockSize - 1) / kBlockSize;
   KvLayout layout;
   layout.num_layers = 1;
@@ -223,11 +224,21 @@ void BM_PagedPrefillAttention(benchmark::State& state) {
   layout.head_dim = kHeadDim;
   layout.dtype = dtype;
   HugeBuffer kv_pool(layout.total_bytes());
-  fill_normal(kv_pool.data(), dtype, layout.total_elements(), 42);
   std::mt19937_64 rng(42);
   std::vector<int32_t> ids(static_cast<size_t>(blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), rng);
+  {
+    // Stored as the engine stores them (8-bit formats with their scales).
+    std::vector<float> k(size_t(q_len) * kKvHeads * kHeadDim), v(k.size());
+    fill_normal(k.data(), DType::kF32, k.size(), 42);
+    fill_normal(v.data(), DType::kF32, v.size(), 43);
+    std::vector<int32_t> slots(static_cast<size_t>(q_len));
+    for (int32_t t = 0; t < q_len; ++t)
+      slots[size_t(t)] = ids[size_t(t / kBlockSize)] * kBlockSize + t % kBlockSize;
+    kernels::cpu::store_kv(bench_pool(), layout, kv_pool.data(), 0, k.data(), v.data(),
+                           slots.data(), q_len);
+  }
   std::vector<int32_t> query_start = {0, q_len}, context_lens = {q_len};
   std::vector<float> q(static_cast<size_t>(q_len) * kHeads * kHeadDim), out(q.size());
   std::normal_distribution<float> normal;
@@ -269,10 +280,12 @@ void BM_PagedPrefillAttention(benchmark::State& state) {
   state.SetLabel(std::string(dtype_name(dtype)) + (amx ? " amx" : ""));
 }
 BENCHMARK(BM_PagedPrefillAttention)
-    ->ArgNames({"q_len", "bf16"})
+    ->ArgNames({"q_len", "dtype"})  // f32, bf16, int8, fp8_e4m3
     ->Args({512, 0})
     ->Args({512, 1})
     ->Args({2048, 1})
+    ->Args({2048, 2})
+    ->Args({2048, 3})
     ->UseManualTime()
     ->ComputeStatistics("min", min_of)
     ->ComputeStatistics("max", max_of);

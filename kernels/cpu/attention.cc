@@ -112,16 +112,6 @@ void load_row_scales(const PagedAttentionParams& p, int32_t block, KvPart part, 
   std::memcpy(scales, src, size_t(keys) * sizeof(float));
 }
 
-// Every E4M3 code's value (fp8_e4m3_to_float), by code.
-const std::array<float, 256>& e4m3_values() {
-  static const std::array<float, 256> values = [] {
-    std::array<float, 256> v{};
-    for (int code = 0; code < 256; ++code) v[size_t(code)] = fp8_e4m3_to_float(uint8_t(code));
-    return v;
-  }();
-  return values;
-}
-
 // One block's K or V tile of `keys` tokens, as attend_block will read it
 // (AttentionBlockArgs): in place, in the pool's dtype, where attend_block
 // reads the pool; otherwise converted (quantized rows: dequantized) to F32

@@ -7,19 +7,21 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <vector>
 
 #include "kernels/cpu/amx_tiles.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/simd_avx512.h"
 #endif
 
 namespace baton::kernels::cpu {
 
 bool attention_takes_amx(const KvLayout& layout, int32_t q_len) {
-  return q_len >= kAmxAttentionMinRows && layout.dtype == DType::kBF16 &&
-         layout.key_order == KeyOrder::kGrouped && layout.head_dim % 32 == 0 &&
-         layout.block_size % 16 == 0 && use_amx_bf16();
+  const bool format = layout.dtype == DType::kBF16 || is_quantized(layout.dtype);
+  return q_len >= kAmxAttentionMinRows && format && layout.key_order == KeyOrder::kGrouped &&
+         layout.head_dim % 32 == 0 && layout.block_size % 16 == 0 && use_amx_bf16();
 }
 
 #if defined(__x86_64__)
@@ -45,6 +47,9 @@ struct Scratch {
   std::vector<float> alpha;              // [n_q]
   std::vector<float> sums;               // [n_q, 16]: partial sums of each row's probabilities
   std::vector<int32_t> visible, hidden;  // [rows]: of the chunk's keys
+  // 8-bit caches: the chunk's K tiles and V rows, dequantized and rounded
+  // to BF16, as a BF16 pool with blocks of 16 keys would hold them.
+  std::vector<uint16_t> k8, v8;
 };
 
 // The tile intrinsics are asm statements that take addresses only: memory
@@ -153,6 +158,87 @@ BATON_AMX_INLINE void interleave_v(const uint16_t* const* rows, int32_t keys, in
   }
 }
 
+// 16 floats from `at`, which may be unaligned (8-bit blocks' scales).
+BATON_AMX_INLINE __m512 load_scales(const char* at) { return _mm512_loadu_ps(at); }
+
+// 16 E4M3 codes' values (e4m3_values()) as floats.
+BATON_AMX_INLINE __m512 e4m3_16(const uint8_t* codes) {
+  const __m512i index =
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes)));
+  return _mm512_i32gather_ps(index, e4m3_values().data(), 4);
+}
+
+// 16 int8 codes as floats.
+BATON_AMX_INLINE __m512 int8_16(const int8_t* codes) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(codes))));
+}
+
+// Keys [slot, slot + 16) of an 8-bit K tile (common/kv_layout.h; `scales`:
+// their 16 scales) dequantized to BF16 as a BF16 tile of 16 keys holds them:
+// pair c of key t at out[(c * 16 + t) * 2].
+BATON_AMX_INLINE void stage_k_tile(const KvLayout& L, const uint8_t* tile, int32_t slot,
+                                   const char* scales, uint16_t* out) {
+  const int32_t d = L.head_dim;
+  const size_t stride = L.key_group_stride();
+  const __m512 s = load_scales(scales);
+  if (L.dtype == DType::kFP8E4M3) {
+    // Groups are pairs: a row of 16 keys' pairs is 32 codes, key-major.
+    const __m512i lo_keys = _mm512_set_epi32(7, 7, 6, 6, 5, 5, 4, 4, 3, 3, 2, 2, 1, 1, 0, 0);
+    const __m512i hi_keys = _mm512_add_epi32(lo_keys, _mm512_set1_epi32(8));
+    const __m512 s_lo = _mm512_permutexvar_ps(lo_keys, s), s_hi = _mm512_permutexvar_ps(hi_keys, s);
+    for (int32_t c = 0; c < d / 2; ++c) {
+      const uint8_t* codes = tile + size_t(c) * stride + size_t(slot) * 2;
+      const __m512 lo = _mm512_mul_ps(e4m3_16(codes), s_lo);
+      const __m512 hi = _mm512_mul_ps(e4m3_16(codes + 16), s_hi);
+      _mm512_storeu_si512(out + size_t(c) * 32, (__m512i)_mm512_cvtne2ps_pbh(hi, lo));
+    }
+    return;
+  }
+  // int8: groups of 4 dimensions, 16 keys' groups 64 codes, key-major; as
+  // 32-bit units of BF16 pairs, unit 2t + h is key t's pair h.
+  __m512 s4[4];
+  for (int q = 0; q < 4; ++q) {
+    alignas(64) int32_t keys[16];
+    for (int l = 0; l < 16; ++l) keys[l] = 4 * q + l / 4;
+    s4[q] = _mm512_permutexvar_ps(_mm512_load_si512(keys), s);
+  }
+  const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
+  for (int32_t g = 0; g < d / 4; ++g) {
+    const auto* codes =
+        reinterpret_cast<const int8_t*>(tile + size_t(g) * stride + size_t(slot) * 4);
+    const __m512i keys0_7 = (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(int8_16(codes + 16), s4[1]),
+                                                         _mm512_mul_ps(int8_16(codes), s4[0]));
+    const __m512i keys8_15 = (__m512i)_mm512_cvtne2ps_pbh(
+        _mm512_mul_ps(int8_16(codes + 48), s4[3]), _mm512_mul_ps(int8_16(codes + 32), s4[2]));
+    _mm512_storeu_si512(out + size_t(2 * g) * 32,
+                        _mm512_permutex2var_epi32(keys0_7, even, keys8_15));
+    _mm512_storeu_si512(out + size_t(2 * g + 1) * 32,
+                        _mm512_permutex2var_epi32(keys0_7, odd, keys8_15));
+  }
+}
+
+// One 8-bit V row of d codes times its scale, rounded to BF16.
+BATON_AMX_INLINE void stage_v_row(DType dtype, const uint8_t* codes, const char* scale, int32_t d,
+                                  uint16_t* out) {
+  float value;
+  std::memcpy(&value, scale, sizeof(value));
+  const __m512 s = _mm512_set1_ps(value);
+  for (int32_t e = 0; e < d; e += 32) {
+    __m512 lo, hi;
+    if (dtype == DType::kFP8E4M3) {
+      lo = e4m3_16(codes + e);
+      hi = e4m3_16(codes + e + 16);
+    } else {
+      lo = int8_16(reinterpret_cast<const int8_t*>(codes + e));
+      hi = int8_16(reinterpret_cast<const int8_t*>(codes + e + 16));
+    }
+    _mm512_storeu_si512(out + e,
+                        (__m512i)_mm512_cvtne2ps_pbh(_mm512_mul_ps(hi, s), _mm512_mul_ps(lo, s)));
+  }
+}
+
 // acc_i = acc_i * alpha_i + pv_i over n vectors of d floats.
 BATON_AMX_INLINE void rescale_add(float* acc, const float* alpha, const float* pv, int32_t n,
                                   int32_t d) {
@@ -217,7 +303,11 @@ BATON_AMX void attend_rows_amx(const PagedAttentionParams& p, int32_t seq, int32
   const int32_t first_row = p.query_start[seq] + row_begin;
   const int32_t* table = p.block_tables + size_t(seq) * p.block_table_stride;
   const auto* pool = static_cast<const uint16_t*>(p.kv_pool);
-  const size_t k_stride = L.key_group_stride();  // elements between dimension pairs
+  const auto* bytes = static_cast<const uint8_t*>(p.kv_pool);
+  const bool quantized = is_quantized(L.dtype);
+  // Elements between dimension pairs of a K tile: the pool's, or (8-bit
+  // caches) the staged tiles' of 16 keys.
+  const size_t k_stride = quantized ? size_t(2 * kTileKeys) : L.key_group_stride();
   const int64_t k_stride_bytes = int64_t(k_stride * sizeof(uint16_t));
   const int64_t q_stride_bytes = int64_t(d) * int64_t(sizeof(uint16_t));
   const int64_t v_stride_bytes = int64_t(2 * d) * int64_t(sizeof(uint16_t));
@@ -235,6 +325,10 @@ BATON_AMX void attend_rows_amx(const PagedAttentionParams& p, int32_t seq, int32
   sc.sums.assign(size_t(n_q) * 16, 0.0f);
   sc.visible.resize(size_t(rows));
   sc.hidden.resize(size_t(rows));
+  if (quantized) {
+    sc.k8.resize(size_t(kChunkKeys) * d);
+    sc.v8.resize(size_t(kChunkKeys) * d);
+  }
   // A row's query heads of the group are adjacent in q.
   for (int32_t r = 0; r < rows; ++r)
     scaled_to_bf16(static_cast<const float*>(p.q) +
@@ -268,13 +362,33 @@ BATON_AMX void attend_rows_amx(const PagedAttentionParams& p, int32_t seq, int32
         continue;
       }
       const int32_t key = kc + j * kTileKeys;
-      k_tile[j] = pool + L.head_tile_offset(p.layer, table[key / bs], KvPart::kKey, kv_head) +
-                  size_t(key % bs) * 2;
+      const int32_t block = table[key / bs];
+      if (quantized) {
+        uint16_t* staged = sc.k8.data() + size_t(j) * kTileKeys * d;
+        stage_k_tile(L, bytes + L.head_tile_offset(p.layer, block, KvPart::kKey, kv_head), key % bs,
+                     reinterpret_cast<const char*>(bytes) +
+                         L.scale_byte_offset(p.layer, block, KvPart::kKey, kv_head, key % bs),
+                     staged);
+        k_tile[j] = staged;
+        continue;
+      }
+      k_tile[j] =
+          pool + L.head_tile_offset(p.layer, block, KvPart::kKey, kv_head) + size_t(key % bs) * 2;
     }
     const uint16_t* v_rows[kChunkKeys];
     for (int32_t t = 0; t < max_visible; ++t) {
       const int32_t key = kc + t;
-      v_rows[t] = pool + L.value_offset(p.layer, table[key / bs], kv_head, key % bs);
+      const int32_t block = table[key / bs];
+      if (quantized) {
+        uint16_t* staged = sc.v8.data() + size_t(t) * d;
+        stage_v_row(L.dtype, bytes + L.value_offset(p.layer, block, kv_head, key % bs),
+                    reinterpret_cast<const char*>(bytes) +
+                        L.scale_byte_offset(p.layer, block, KvPart::kValue, kv_head, key % bs),
+                    d, staged);
+        v_rows[t] = staged;
+        continue;
+      }
+      v_rows[t] = pool + L.value_offset(p.layer, block, kv_head, key % bs);
     }
 
     // Scores: 32 query vectors by 32 keys at a time.

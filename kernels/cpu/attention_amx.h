@@ -1,6 +1,6 @@
-// kernels/cpu/attention_amx.h — prefill attention over a BF16 KV cache on
-// AMX tiles (Intel Sapphire Rapids and later): the block kernel's online
-// softmax (attention_block.h) with both products on TDPBF16PS.
+// kernels/cpu/attention_amx.h — prefill attention over a BF16 or 8-bit KV
+// cache on AMX tiles (Intel Sapphire Rapids and later): the block kernel's
+// online softmax (attention_block.h) with both products on TDPBF16PS.
 //
 // Keys go 32 at a time. The scores are queries (16 per tile, rounded to
 // BF16 once) times K tiles read in place: the pool keeps a BF16 key's
@@ -12,6 +12,8 @@
 // attention does, and the same step's GEMMs round x alike
 // (linear_rounds_x_to_bf16 in linear.h), so a sequence takes this path only
 // where they do: prefill runs of more than kAmxAttentionMinRows - 1 rows.
+// An 8-bit cache's keys and values are dequantized (code times scale, in
+// F32) and rounded to BF16 for the tiles, a chunk at a time.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +27,7 @@ inline constexpr int32_t kAmxAttentionMinRows = 33;
 
 // True when paged_attention takes the q_len rows of a sequence over
 // `layout` on AMX tiles: the CPU has them (use_amx_bf16()), the cache is
-// BF16 with keys grouped, head_dim and block_size multiples of 32 and 16,
+// BF16, int8 or E4M3 with keys grouped, head_dim and block_size multiples of 32 and 16,
 // and q_len at least kAmxAttentionMinRows.
 bool attention_takes_amx(const KvLayout& layout, int32_t q_len);
 

@@ -23,6 +23,15 @@ BATON_AVX2 void convert_half_avx2(const uint16_t* src, bool is_bf16, int64_t n, 
 
 }  // namespace
 
+const std::array<float, 256>& e4m3_values() {
+  static const std::array<float, 256> values = [] {
+    std::array<float, 256> v{};
+    for (int code = 0; code < 256; ++code) v[size_t(code)] = fp8_e4m3_to_float(uint8_t(code));
+    return v;
+  }();
+  return values;
+}
+
 void convert_to_f32(const void* src, DType type, int64_t n, float* dst) {
   if (n <= 0) return;
   if (type == DType::kF32) {

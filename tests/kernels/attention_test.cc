@@ -167,15 +167,22 @@ int run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
 
   for (int32_t s = 0; s < num_seqs; ++s) {
     const SeqSpec& spec = c.seqs[size_t(s)];
-    const std::vector<double> k = testing::stored_rows(k_of[size_t(s)], c.head_dim, dtype);
-    const std::vector<double> v = testing::stored_rows(v_of[size_t(s)], c.head_dim, dtype);
+    const bool amx = attention_takes_amx(layout, spec.query_len);
+    std::vector<double> k = testing::stored_rows(k_of[size_t(s)], c.head_dim, dtype);
+    std::vector<double> v = testing::stored_rows(v_of[size_t(s)], c.head_dim, dtype);
+    if (amx && is_quantized(dtype)) {
+      // On AMX tiles 8-bit K and V are dequantized (in F32) and rounded to
+      // BF16 first.
+      for (std::vector<double>* rows : {&k, &v})
+        *rows = testing::stored_rows(std::vector<float>(rows->begin(), rows->end()), c.head_dim,
+                                     DType::kBF16);
+    }
     double v_max = 0.0;
     for (double x : v) v_max = std::max(v_max, std::abs(x));
     std::vector<float> qs(q.begin() + std::ptrdiff_t(query_start[size_t(s)] * q_width),
                           q.begin() + std::ptrdiff_t(query_start[size_t(s + 1)] * q_width));
     // Where the kernel scores int8 or BF16 queries, the reference takes
     // them too. On AMX tiles the queries and the probabilities are BF16.
-    const bool amx = attention_takes_amx(layout, spec.query_len);
     amx_seqs += amx;
     const DType query_format = amx ? DType::kBF16 : decode_query_format(layout, spec.query_len);
     if (query_format != DType::kF32) {
@@ -282,11 +289,12 @@ TEST_P(PagedAttentionTest, MatchesReferenceAvx512Bf16) {
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512Bf16, seed);
 }
 
-// BF16 prefill rows on AMX tiles; the rest of each batch as on AVX-512.
+// BF16 and 8-bit prefill rows on AMX tiles; the rest of each batch as on
+// AVX-512.
 TEST_P(PagedAttentionTest, MatchesReferenceAmx) {
-  if (GetParam() != DType::kBF16)
-    GTEST_SKIP()
-        << "only a BF16 cache is read on AMX tiles: MatchesReferenceAvx512 covers this dtype";
+  if (GetParam() == DType::kF32 || GetParam() == DType::kF16)
+    GTEST_SKIP() << "F32 and F16 caches are not read on AMX tiles: MatchesReferenceAvx512 covers "
+                    "them";
   if (!cpu_has_amx_bf16()) GTEST_SKIP() << "this CPU (or its kernel) gives no AMX BF16 tiles";
   const uint64_t seed = fresh_seed();
   int amx_seqs = 0;
