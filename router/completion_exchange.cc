@@ -241,7 +241,9 @@ size_t CompletionExchange::update_text(ChoiceState& choice) {
     } else {
       if (choice.stops_from < 0) choice.stops_from = int64_t(scan.scanned());
       const std::string_view text = choice.text;
-      scan.pass_over(text.substr(0, std::min(size_t(choice.stops_from), text.size())));
+      // After a restart, the text before the boundary is read again first.
+      if (scan.scanned() < size_t(choice.stops_from))
+        scan.pass_over(text.substr(0, std::min(size_t(choice.stops_from), text.size())));
       match = scan.feed(text);
     }
   }

@@ -96,8 +96,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     int64_t prompt_tokens = 0;
     int64_t max_tokens = 0;  // what the choice asked for: a node never sends more
     int64_t min_tokens = 0;  // stop strings count only in the text of tokens past these
-    // Bytes of text the first min_tokens tokens (and those of the update that
-    // passed them) made: a stop string must end past them. -1: not yet known.
+    // Bytes of text before the update that took the output past min_tokens
+    // (vLLM's boundary too): a stop string must end past them. -1: not yet
+    // known.
     int64_t stops_from = -1;
     // Tokens whose log-probabilities have arrived (those come with the token).
     size_t scored() const { return std::min(tokens.size(), logprobs.size()); }

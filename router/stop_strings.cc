@@ -38,6 +38,9 @@ size_t StopStrings::Scan::feed(std::string_view text) { return read(text, /*repo
 void StopStrings::Scan::pass_over(std::string_view text) { read(text, /*report=*/false); }
 
 size_t StopStrings::Scan::read(std::string_view text, bool report) {
+  // Text no longer than what was read adds nothing (and must not move the
+  // scan back).
+  if (text.size() <= scanned_) return std::string_view::npos;
   // A string that ends at byte i starts at i + 1 - its length: one ending
   // later may start earlier, so every new byte is read before answering.
   size_t earliest = std::string_view::npos;

@@ -33,6 +33,19 @@ size_t naive_match(const std::string& text, const std::vector<std::string>& stop
   return earliest;
 }
 
+// The earliest start of a stop string in `text` that ends past `boundary`.
+size_t naive_match_past(const std::string& text, const std::vector<std::string>& stops,
+                        size_t boundary) {
+  size_t earliest = std::string::npos;
+  for (const std::string& stop : stops)
+    for (size_t at = text.find(stop); at != std::string::npos; at = text.find(stop, at + 1))
+      if (at + stop.size() > boundary) {
+        earliest = std::min(earliest, at);
+        break;
+      }
+  return earliest;
+}
+
 // The longest end of `text` that begins a stop string (and is not all of one).
 size_t naive_partial(const std::string& text, const std::vector<std::string>& stops) {
   size_t most = 0;
@@ -47,33 +60,49 @@ size_t naive_partial(const std::string& text, const std::vector<std::string>& st
   return most;
 }
 
-// Text of two or three letters grown in random pieces, with stop strings
-// drawn from the same letters (periodic ones like "aab" and "abab" among
-// them, where a naive automaton would lose a match): after every piece the
-// scan agrees with searching the whole text.
-TEST(StopStringsTest, FindsWhatSearchingTheWholeTextFinds) {
+// One random draw: an alphabet of two or three letters, stop strings of
+// its letters (periodic ones like "aab" and "abab" among them, where a
+// naive automaton would lose a match) and a fresh scan of them.
+struct Draw {
+  std::mt19937& rng;
+  int alphabet;
+  const std::vector<std::string>& stops;
+  StopStrings::Scan& scan;
+  std::string text(size_t length) const { return random_text(rng, length, alphabet); }
+};
+
+// Runs `check` over 3000 draws; it sets the match its scan reported (npos:
+// none). Fails where few matched: the draws would then say little.
+template <typename Check>
+void over_random_draws(Check&& check) {
   std::mt19937 rng{std::random_device{}()};
   int matches = 0;
-  for (int round = 0; round < 3000; ++round) {
+  for (int round = 0; round < 3000 && !::testing::Test::HasFatalFailure(); ++round) {
     const int alphabet = 2 + int(rng() % 2);
     const std::vector<std::string> stops = random_stops(rng, alphabet);
     const StopStrings strings(stops);
     StopStrings::Scan scan = strings.scan();
-    std::string text;
-    while (text.size() < 200) {
-      text += random_text(rng, rng() % 9, alphabet);
-      const size_t found = scan.feed(text);
-      const size_t expected = naive_match(text, stops);
-      ASSERT_EQ(found, expected) << "text '" << text << "'";
-      ASSERT_EQ(scan.scanned(), text.size());
-      if (found != std::string::npos) {
-        ++matches;
-        break;
-      }
-      ASSERT_EQ(scan.partial(), naive_partial(text, stops)) << "text '" << text << "'";
-    }
+    size_t found = std::string::npos;
+    check(Draw{rng, alphabet, stops, scan}, found);
+    matches += found != std::string::npos;
   }
   EXPECT_GT(matches, 1000) << "the draws rarely matched: the test says little";
+}
+
+// Text grown in random pieces: after every piece the scan agrees with
+// searching the whole text.
+TEST(StopStringsTest, FindsWhatSearchingTheWholeTextFinds) {
+  over_random_draws([](const Draw& d, size_t& found) {
+    std::string text;
+    while (text.size() < 200) {
+      text += d.text(d.rng() % 9);
+      found = d.scan.feed(text);
+      ASSERT_EQ(found, naive_match(text, d.stops)) << "text '" << text << "'";
+      ASSERT_EQ(d.scan.scanned(), text.size());
+      if (found != std::string::npos) break;
+      ASSERT_EQ(d.scan.partial(), naive_partial(text, d.stops)) << "text '" << text << "'";
+    }
+  });
 }
 
 // Text passed over (what the first min_tokens tokens made) reports no
@@ -81,33 +110,42 @@ TEST(StopStringsTest, FindsWhatSearchingTheWholeTextFinds) {
 // it, one begun in the passed-over text included, as searching for matches
 // that end past the boundary finds.
 TEST(StopStringsTest, PassedOverTextCountsOnlyWhereAStringEndsAfterIt) {
-  std::mt19937 rng{std::random_device{}()};
-  int matches = 0, straddling = 0;
-  for (int round = 0; round < 3000; ++round) {
-    const int alphabet = 2 + int(rng() % 2);
-    const std::vector<std::string> stops = random_stops(rng, alphabet);
-    const StopStrings strings(stops);
-    StopStrings::Scan scan = strings.scan();
-    std::string text = random_text(rng, rng() % 40, alphabet);
-    scan.pass_over(text);
-    ASSERT_EQ(scan.scanned(), text.size());
-    ASSERT_EQ(scan.partial(), naive_partial(text, stops)) << "text '" << text << "'";
+  int straddling = 0;
+  over_random_draws([&](const Draw& d, size_t& found) {
+    std::string text = d.text(d.rng() % 40);
+    d.scan.pass_over(text);
+    ASSERT_EQ(d.scan.scanned(), text.size());
+    ASSERT_EQ(d.scan.partial(), naive_partial(text, d.stops)) << "text '" << text << "'";
     const size_t boundary = text.size();
-    text += random_text(rng, 1 + rng() % 20, alphabet);
-    size_t expected = std::string::npos;
-    for (const std::string& stop : stops)
-      for (size_t at = text.find(stop); at != std::string::npos; at = text.find(stop, at + 1))
-        if (at + stop.size() > boundary) {
-          expected = std::min(expected, at);
-          break;
-        }
-    const size_t found = scan.feed(text);
-    ASSERT_EQ(found, expected) << "text '" << text << "' passed over up to " << boundary;
-    matches += found != std::string::npos;
+    text += d.text(1 + d.rng() % 20);
+    found = d.scan.feed(text);
+    ASSERT_EQ(found, naive_match_past(text, d.stops, boundary))
+        << "text '" << text << "' passed over up to " << boundary;
     straddling += found != std::string::npos && found < boundary;
-  }
-  EXPECT_GT(matches, 1000) << "the draws rarely matched: the test says little";
+  });
   EXPECT_GT(straddling, 100) << "few matches began in the passed-over text";
+}
+
+// As the exchange calls it at every update past min_tokens: the text up to
+// the boundary passed over (again, a no-op once read), then the whole text
+// fed. Found: the earliest stop string ending past the boundary, as
+// searching the whole text finds, update after update (once, passing over
+// the shorter text moved the scan back, and every update read the output
+// from the boundary again with a stale state).
+TEST(StopStringsTest, PassingOverTheBoundaryAtEveryUpdateReadsEachByteOnce) {
+  over_random_draws([](const Draw& d, size_t& found) {
+    std::string text = d.text(d.rng() % 10);
+    const size_t boundary = text.size();
+    d.scan.pass_over(text);
+    while (text.size() < 120 && found == std::string::npos) {
+      text += d.text(1 + d.rng() % 6);
+      d.scan.pass_over(std::string_view(text).substr(0, boundary));
+      found = d.scan.feed(text);
+      ASSERT_EQ(d.scan.scanned(), text.size());
+      ASSERT_EQ(found, naive_match_past(text, d.stops, boundary))
+          << "text '" << text << "' past " << boundary;
+    }
+  });
 }
 
 // A restarted scan reads the (rewritten) text from its start.
