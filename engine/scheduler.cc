@@ -94,15 +94,16 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   BATON_RETURN_IF_ERROR(validate(prompt, options));
   // Reserved sequences join the batch when their KV lands: they count
   // against max_num_seqs from now on. And while a sequence waiting here
-  // (a preempted one, a prompt computed here) found too few free blocks at
-  // the last admission, the blocks freed go to it first: a stream of small
-  // reservations could starve it otherwise.
+  // (a preempted one, a prompt computed here) was left by the last
+  // admission for want of free blocks or of room in the batch, what frees
+  // up goes to it first: a stream of small reservations could starve it
+  // otherwise.
   if (int32_t(running_.size() + awaiting_.size()) >= config_.max_num_seqs) {
     return resource_exhausted("max_num_seqs (" + std::to_string(config_.max_num_seqs) +
                               ") sequences are running or awaiting their KV");
   }
-  if (admission_short_of_blocks_ && !waiting_.empty())
-    return resource_exhausted("a sequence waiting here for blocks goes first");
+  if (admission_left_waiting_ && !waiting_.empty())
+    return resource_exhausted("a sequence waiting here goes first");
   // The id is used up even if the reservation fails below: a restore it
   // started or joined still names it, and must not settle a later sequence.
   auto seq =
@@ -336,7 +337,7 @@ std::vector<Scheduler::Scheduled> Scheduler::schedule() {
 void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget) {
   // Admit waiting sequences in arrival order while blocks and budget last,
   // passing those whose blocks are being read from the SSD tier.
-  admission_short_of_blocks_ = false;
+  admission_left_waiting_ = false;
   for (size_t w = 0; w < waiting_.size() && budget > 0 &&
                      int32_t(running_.size() + awaiting_.size()) < config_.max_num_seqs;) {
     Sequence& seq = *waiting_[w];
@@ -367,7 +368,7 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
       seq.block_table.release(blocks_);
       seq.num_computed = 0;
       seq.registered_blocks = 0;
-      admission_short_of_blocks_ = true;
+      admission_left_waiting_ = true;
       break;
     }
     prefix_cache_.count_lookup(seq);
@@ -384,6 +385,11 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
     scheduled.push_back({&seq, n});
     budget -= n;
   }
+  // Left for want of room in the batch (not of budget, which the next
+  // step renews): reservations wait too.
+  if (int32_t(running_.size() + awaiting_.size()) >= config_.max_num_seqs &&
+      std::ranges::any_of(waiting_, [](const auto& seq) { return !seq->ssd_restoring; }))
+    admission_left_waiting_ = true;
 }
 
 void Scheduler::land_restores(bool wait) {

@@ -234,9 +234,10 @@ class Scheduler {
   int64_t next_id_ = 0;
   int64_t preemptions_ = 0;
   int32_t peak_used_blocks_ = 0;
-  // The last admission left a waiting sequence for want of free blocks:
-  // reservations wait until it is admitted (reserve_remote).
-  bool admission_short_of_blocks_ = false;
+  // The last admission left a waiting sequence for want of free blocks or
+  // of room in the batch: reservations wait until it is admitted
+  // (reserve_remote).
+  bool admission_left_waiting_ = false;
   StepTokenCounts last_step_;
   std::deque<std::unique_ptr<Sequence>> waiting_;
   std::vector<std::unique_ptr<Sequence>> running_;   // admission order
