@@ -184,8 +184,6 @@ bool DecodeServer::try_reserve(Request& request) {
   by_sequence_[*sequence] = request.request_id;
   by_transfer_[request.transfer_id] = request.request_id;
   request.state = State::kAwaitingKv;
-  request.prefill_deadline =
-      std::chrono::steady_clock::now() + runtime_->settings().kv_wait_timeout;
   request.generate = {};
   // The prefill node writes the blocks the transfer engine named (a staged
   // pool's slots stand for the pool's blocks).
@@ -217,6 +215,8 @@ void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
     return;
   }
   request.kv_landed = true;
+  request.first_token_deadline =
+      std::chrono::steady_clock::now() + runtime_->settings().kv_wait_timeout;
   if (request.first_token_known) activate(request);
 }
 
@@ -227,7 +227,7 @@ void DecodeServer::expire_reservations() {
   std::vector<uint64_t> expired;
   for (const auto& [id, request] : requests_) {
     if (request.state == State::kAwaitingKv && request.kv_landed && !request.abandoned &&
-        !request.first_token_known && now > request.prefill_deadline)
+        !request.first_token_known && now > request.first_token_deadline)
       expired.push_back(id);
   }
   for (uint64_t id : expired) {

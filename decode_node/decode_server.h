@@ -56,9 +56,8 @@ class DecodeServer {
     // Staging slots a reservation of it last asked for and did not get: it
     // waits for that many free (a staged pool).
     int32_t slots_refused = 0;
-    // Reserved: by when the prefill node's result must have come
-    // (kv_wait_timeout), KV and first token both.
-    std::chrono::steady_clock::time_point prefill_deadline;
+    // KV landed: by when its first token must have come (kv_wait_timeout).
+    std::chrono::steady_clock::time_point first_token_deadline;
   };
 
   explicit DecodeServer(std::unique_ptr<node::NodeRuntime> runtime)
@@ -79,10 +78,11 @@ class DecodeServer {
   // when it was reserved, or failed and was ended (`request` is gone then).
   bool try_reserve(Request& request);
   void activate(Request& request);
-  // Ends reserved requests whose prefill result did not come in time: the
-  // transfer's own deadline covers the KV, this the first token after it
-  // (a prefill node gone after sending, its PrefillDone or the router's
-  // abort lost), whose blocks would otherwise stay reserved for good.
+  // Ends requests whose KV landed but whose first token did not come within
+  // kv_wait_timeout: the transfer's own deadline covers the KV, this the
+  // first token after it (a prefill node gone after sending, its
+  // PrefillDone or the router's abort lost), whose blocks would otherwise
+  // stay reserved for good.
   void expire_reservations();
   Status step();
   void collect_finished();
