@@ -61,12 +61,16 @@ struct ZmqFrontend::Sockets {
 class ZmqFrontend::Responder final : public HttpResponder {
  public:
   Responder(ZmqFrontend* frontend, std::string identity, std::string tag)
-      : frontend_(frontend), identity_(std::move(identity)), tag_(std::move(tag)) {}
+      : frontend_(frontend),
+        link_(frontend->link_),
+        identity_(std::move(identity)),
+        tag_(std::move(tag)) {}
   // A handler that let go of its request without a reply (an exception on a
   // worker) would leave the client waiting for good, since the protocol has
   // no reply timeout: it gets a 500 as over HTTP, and a stream a 500 frame
   // with the error and then its [DONE]. Cancelled responders (the client
-  // left, the front end stops) are done and post nothing.
+  // left, the front end stops) are done and post nothing, and none posts
+  // through the link once the front end is being destroyed.
   ~Responder() override {
     if (state_ == kDone) return;
     spdlog::warn("zmq front end: a request was dropped without a reply");
@@ -75,9 +79,11 @@ class ZmqFrontend::Responder final : public HttpResponder {
     error.type = "InternalServerError";
     error.message = "the request was dropped without a reply";
     const bool streaming = state_ == kStreaming;
+    std::lock_guard lock(link_->mutex);
+    if (link_->frontend == nullptr) return;
     if (!streaming) tell_reply(500);
-    frontend_->post(identity_, tag_, 500, error.to_json().dump(), !streaming);
-    if (streaming) frontend_->post(identity_, tag_, 500, "[DONE]", true);
+    link_->frontend->post(identity_, tag_, 500, error.to_json().dump(), !streaming);
+    if (streaming) link_->frontend->post(identity_, tag_, 500, "[DONE]", true);
   }
 
   void respond(int status, std::string, std::string body,
@@ -148,6 +154,7 @@ class ZmqFrontend::Responder final : public HttpResponder {
   }
 
   ZmqFrontend* frontend_;
+  std::shared_ptr<Link> link_;
   std::string identity_, tag_;
   mutable std::mutex mutex_;
   State state_ = kIdle;
@@ -160,6 +167,7 @@ Result<std::unique_ptr<ZmqFrontend>> ZmqFrontend::start(const ZmqFrontendConfig&
                                                         OpenAiService* service) {
   std::unique_ptr<ZmqFrontend> frontend(new ZmqFrontend());
   frontend->service_ = service;
+  frontend->link_->frontend = frontend.get();
   frontend->config_ = config;
   frontend->sockets_ = std::make_unique<Sockets>();
   try {
@@ -197,6 +205,10 @@ Result<std::unique_ptr<ZmqFrontend>> ZmqFrontend::start(const ZmqFrontendConfig&
 }
 
 ZmqFrontend::~ZmqFrontend() {
+  {
+    std::lock_guard lock(link_->mutex);
+    link_->frontend = nullptr;
+  }
   stop_ = true;
   wake_.signal();
   if (thread_.joinable()) thread_.join();

@@ -72,6 +72,14 @@ class ZmqFrontend {
  private:
   struct Sockets;
   class Responder;
+  // What a responder reaches the front end through when it is let go
+  // without a reply: null once the front end is being destroyed (a
+  // responder whose last owner lets go on another thread then may be
+  // destroyed after it).
+  struct Link {
+    std::mutex mutex;
+    ZmqFrontend* frontend = nullptr;
+  };
   struct Outgoing {
     std::string identity, tag;
     int status;
@@ -97,6 +105,7 @@ class ZmqFrontend {
   void cancel_client(const std::string& identity, const char* why);
 
   std::unique_ptr<Sockets> sockets_;
+  std::shared_ptr<Link> link_ = std::make_shared<Link>();
   OpenAiService* service_ = nullptr;
   control::WakeFd wake_;
   mutable std::mutex outbox_mutex_;
