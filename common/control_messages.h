@@ -307,7 +307,8 @@ inline constexpr size_t kMaxFrameValues = kMaxPromptTokens + kMaxBlocksPerReques
 // bounds (an estimate of the encoded bytes, maps and values), in order:
 // several requests' first tokens with their prompt log-probabilities may
 // outgrow one frame, which the router would refuse whole. An event that
-// alone passes them goes alone (the router keeps a request's below half).
+// alone passes them goes alone (the router bounds a request's prompt
+// log-probabilities so that one event still decodes).
 std::vector<Events> split_events(std::vector<TokenEvent> events);
 
 }  // namespace baton::control

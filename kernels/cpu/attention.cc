@@ -4,8 +4,10 @@
 // of query rows, run of keys): the query vectors of an item are all the query
 // heads of each KV head's group for those rows, so K and V are read once per
 // group.
-//  * Prefill rows are tiled by kQueryVectorsPerTile / group rows, one KV head
-//    per item; the key run is the causal prefix [0, last row's position].
+//  * Prefill rows are tiled by kQueryVectorsPerTile / group rows (more where
+//    the block is converted first or the tiles of attention_amx.h take the
+//    sequence), one KV head per item; the key run is the causal prefix [0,
+//    last row's position].
 //  * Decode rows (and very short query runs) take all KV heads of a block in
 //    one item, so each block is read as one contiguous run of memory (per
 //    head, a tile is only 2-4 KiB), and run the two-pass partition kernel of

@@ -39,13 +39,13 @@ constexpr int32_t kTileRows = int32_t(kAmxTileRows);
 constexpr int32_t kBlockRows = 2 * kTileRows;
 
 struct Scratch {
-  std::vector<uint16_t> q;               // [n_pad, d] BF16 queries, rows past n_q zero
-  std::vector<float> scores;             // [n_pad, 64]
-  std::vector<uint16_t> p;               // [n_pad, 64] BF16 probabilities, rows past n_q zero
-  std::vector<uint16_t> v;               // [32 key pairs, d, 2]: the chunk's V rows interleaved
-  std::vector<float> pv;                 // [n_pad, d]: the chunk's outputs
-  std::vector<float> alpha;              // [n_q]
-  std::vector<float> sums;               // [n_q, 16]: partial sums of each row's probabilities
+  std::vector<uint16_t> q;    // [n_pad, d] BF16 queries, rows past n_q zero
+  std::vector<float> scores;  // [n_pad, kChunkKeys]
+  std::vector<uint16_t> p;    // [n_pad, kChunkKeys] BF16 probabilities, rows past n_q zero
+  std::vector<uint16_t> v;    // [kChunkKeys / 2 key pairs, d, 2]: the chunk's V rows interleaved
+  std::vector<float> pv;      // [n_pad, d]: the chunk's outputs
+  std::vector<float> alpha;   // [n_q]
+  std::vector<float> sums;    // [n_q, 16]: partial sums of each row's probabilities
   std::vector<int32_t> visible, hidden;  // [rows]: of the chunk's keys
   // 8-bit caches: the chunk's K tiles and V rows, dequantized and rounded
   // to BF16, as a BF16 pool with blocks of 16 keys would hold them.
@@ -83,7 +83,7 @@ BATON_AMX_INLINE __m512 exp16_for_bf16(__m512 x) {
   return _mm512_scalef_ps(y, n);
 }
 
-// One query vector's online-softmax step over a chunk's 64 scores s, of
+// One query vector's online-softmax step over a chunk's kChunkKeys scores s, of
 // which keys [hidden, visible) are seen: writes their probabilities
 // relative to the new running max, rounded to BF16, to p (0 elsewhere);
 // updates row_max and the 16 partial sums of the row's probabilities
@@ -390,6 +390,8 @@ BATON_AMX void attend_rows_amx(const PagedAttentionParams& p, int32_t seq, int32
       }
       v_rows[t] = pool + L.value_offset(p.layer, block, kv_head, key % bs);
     }
+
+    compiler_barrier();  // the queries and staged K tiles are in memory
 
     // Scores: 32 query vectors by 32 keys at a time.
     for (int32_t m = 0; m < n_pad; m += kBlockRows) {

@@ -332,6 +332,7 @@ TEST(CudaGolden, LogprobsAndGreedyMatchTransformers) {
   // and Qwen2 with sliding windows (the scheduler gives Mistral's blocks
   // behind the window back while greedy decoding runs).
   EXPECT_EQ(dirs.size(), 8u);
+  size_t compared = 0;  // greedy tokens compared, all checkpoints
   for (const auto& dir : dirs) {
     SCOPED_TRACE(dir.string());
     std::ifstream in(dir / "golden.json");
@@ -388,13 +389,14 @@ TEST(CudaGolden, LogprobsAndGreedyMatchTransformers) {
     ASSERT_TRUE(done.is_ok()) << done.status().to_string();
     const auto& output = (*done)[0]->output;
     ASSERT_EQ(output.size(), want.size());
-    size_t compared = 0;
     for (size_t i = 0; i < want.size() && margins[i] > 2 * kBf16LogprobTolerance; ++i) {
       EXPECT_EQ(output[i], want[i]) << "greedy token " << i;
       ++compared;
     }
-    EXPECT_GT(compared, 0u) << "the first greedy step is a near-tie; nothing was compared";
   }
+  // Some checkpoints' first greedy step is a near-tie (margins 0.095-0.41 in
+  // data-gpu): those compare nothing, the others a few tokens each.
+  EXPECT_GT(compared, 4u) << "near-ties everywhere; the greedy check compared too little";
 }
 
 }  // namespace

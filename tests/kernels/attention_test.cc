@@ -80,7 +80,7 @@ int run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
       set_simd_enabled(true);
       set_avx512_enabled(true);
       set_avx512_bf16_preferred(cpu_prefers_avx512_bf16());
-      set_amx_enabled(true);
+      set_amx_enabled(max_cpu_isa() >= MaxCpuIsa::kAmx);
     }
   } restore;
   const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx;
@@ -259,8 +259,8 @@ std::vector<Case> cases() {
   all.push_back({6, 2, 64, 5, kRagged, 9});
   all.push_back({8, 2, 64, 32, kLongDecode, 1});
   all.push_back({4, 4, 64, 16, kLongDecode, 1024});
-  // Prefill over blocks of 32 and 64 keys (AMX chunks inside one block,
-  // from its start and its middle), under a window too.
+  // Prefill over blocks of 32 and 64 keys (AMX K tiles of 16 keys from a
+  // block's start and its middle, chunks across blocks), under a window too.
   all.push_back({8, 2, 64, 32, kChunked});
   all.push_back({4, 2, 128, 64, kMixed});
   all.push_back({9, 3, 64, 32, kChunked, 50});
