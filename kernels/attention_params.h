@@ -37,6 +37,12 @@ struct PagedAttentionParams {
   int32_t window = 0;
 };
 
+// The first key a query at `position` sees: 0, or under a sliding window
+// the first of its last `window` positions.
+inline int32_t first_seen_key(int32_t position, int32_t window) {
+  return window > 0 ? std::max(0, position - window + 1) : 0;
+}
+
 // Layer `layer`'s window in a list of them (> 0), or 0: none (no list, or
 // a layer it does not reach).
 inline int32_t layer_window(const std::vector<int32_t>& layer_windows, int32_t layer) {

@@ -74,15 +74,15 @@ class ZmqFrontend::Responder final : public HttpResponder {
   ~Responder() override {
     if (state_ == kDone) return;
     spdlog::warn("zmq front end: a request was dropped without a reply");
-    ApiError error;
-    error.http_status = 500;
-    error.type = "InternalServerError";
-    error.message = "the request was dropped without a reply";
+    const std::string error =
+        api_error_from_status(internal_error("the request was dropped without a reply"))
+            .to_json()
+            .dump();
     const bool streaming = state_ == kStreaming;
     std::lock_guard lock(link_->mutex);
     if (link_->frontend == nullptr) return;
     if (!streaming) tell_reply(500);
-    link_->frontend->post(identity_, tag_, 500, error.to_json().dump(), !streaming);
+    link_->frontend->post(identity_, tag_, 500, error, !streaming);
     if (streaming) link_->frontend->post(identity_, tag_, 500, "[DONE]", true);
   }
 
@@ -452,11 +452,9 @@ void ZmqFrontend::receive_requests() {
     } catch (const std::exception& e) {
       spdlog::error("zmq front end: handler threw: {}", e.what());
       if (!responder->done()) {
-        ApiError error;
-        error.http_status = 500;
-        error.type = "InternalServerError";
-        error.message = "internal error";
-        responder->respond(500, "application/json", error.to_json().dump(), {});
+        responder->respond(500, "application/json",
+                           api_error_from_status(internal_error("internal error")).to_json().dump(),
+                           {});
       }
     }
   }

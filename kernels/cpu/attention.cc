@@ -81,12 +81,6 @@ struct Scratch {
   std::vector<int32_t> visible, hidden;
 };
 
-// The first key a query at `position` sees: 0, or under a sliding window
-// the first of its last `window` positions.
-int32_t first_seen_key(int32_t position, int32_t window) {
-  return window > 0 ? std::max(0, position - window + 1) : 0;
-}
-
 int32_t round_up(int32_t x, int32_t m) { return (x + m - 1) / m * m; }
 
 // Blocks are scattered over the pool, so the hardware prefetcher cannot

@@ -491,8 +491,7 @@ SeenKeys seen_keys(const Partition& P, int32_t i, int32_t group, int32_t ctx, in
                    int32_t key_begin) {
   const int32_t row = (i % P.per_head) / group;
   const int32_t position = ctx - q_len + row;
-  const int32_t first = P.window > 0 ? position - P.window + 1 : 0;
-  return {std::clamp(first - key_begin, 0, P.keys),
+  return {std::clamp(first_seen_key(position, P.window) - key_begin, 0, P.keys),
           std::clamp(position + 1 - key_begin, 0, P.keys)};
 }
 
