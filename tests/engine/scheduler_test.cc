@@ -290,6 +290,13 @@ void expect_outputs_depend_on_prompts(const std::vector<std::vector<int32_t>>& a
 TEST_F(SchedulerTest, BatchEqualsAloneUnderChunkingAndPreemption) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   auto prompts = random_prompts(8);
+  // The tight pool below (16 blocks of 4) takes the first two prompts'
+  // 24 tokens together, but not their answers' 12 more each: one of them
+  // must be preempted, whatever the other prompts' drawn lengths.
+  for (auto* p : {&prompts[0], &prompts[1]}) {
+    p->resize(24);
+    for (auto& t : *p) t = std::uniform_int_distribution<int32_t>(3, 511)(rng_);
+  }
   auto options = greedy(12);
   std::vector<std::vector<int32_t>> alone;
   for (const auto& p : prompts) {
