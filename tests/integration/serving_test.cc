@@ -1010,10 +1010,15 @@ TEST_F(ServingTest, StreamedLogprobsAddUpToTheWholeAnswers) {
     }
     // The two may be computed differently (the second prefilled over the
     // first's cached prefix): the same tokens, values within float noise.
-    expect_json_near(joined, expected, 1e-4);
+    {
+      SCOPED_TRACE("whole answer: " + whole->body);
+      expect_json_near(joined, expected, 1e-4);
+    }
     EXPECT_GT(logprobs_without_text, 0) << "no chunk had log-probabilities while text was held";
     const size_t count = chat ? expected["content"].size() : expected["tokens"].size();
-    EXPECT_EQ(count, 24u) << "greedy with max_tokens 24, EOS ignored";
+    EXPECT_EQ(count, 24u) << "greedy with max_tokens 24, EOS ignored: " << whole->body;
+    EXPECT_EQ(json::parse(whole->body)["usage"]["completion_tokens"], count)
+        << "an entry for each token";
   }
 }
 
