@@ -15,6 +15,11 @@ Status lower_process_priority(int nice) {
   if (nice < 0 || nice > 19) {
     return invalid_argument("engine.nice: must be in [0, 19], got " + std::to_string(nice));
   }
+  // A process started at a lower priority already (under `nice -n 15`)
+  // keeps it: raising it back takes privileges an operator did not grant.
+  errno = 0;
+  const int current = getpriority(PRIO_PROCESS, 0);
+  if (errno == 0 && current >= nice) return Status::ok();
   // On Linux the niceness is a thread's: the calling thread's, which threads
   // started later inherit, and that of each thread already running (a BLAS
   // library may start its own when it is loaded).

@@ -8,8 +8,9 @@
 namespace baton::tools {
 
 // Lowers the scheduling priority of this process's threads, those running
-// and those it starts later, to `nice` (0-19). 0 leaves it as it is; an
-// unprivileged process may always lower its priority.
+// and those it starts later, to `nice` (0-19). 0, or a niceness of `nice` or
+// more already, leaves it as it is; an unprivileged process may always lower
+// its priority.
 Status lower_process_priority(int nice);
 
 }  // namespace baton::tools
