@@ -177,6 +177,7 @@ const engine::YamlSettings<RouterSection>& router_fields() {
       ms_setting("request_timeout_ms", &R::request_timeout, 1, 86400000),
       ms_setting("heartbeat_interval_ms", &R::heartbeat_interval, 1, 60000),
       ms_setting("heartbeat_timeout_ms", &R::heartbeat_timeout, 1, 3600000),
+      ms_setting("node_stall_timeout_ms", &R::node_stall_timeout, 0, 86400000),
       int_setting("min_remote_prefill_tokens", &R::min_remote_prefill_tokens, 0, int64_t(1) << 24),
       int_setting("max_prefill_queue_tokens", &R::max_prefill_queue_tokens, 0, int64_t(1) << 40),
       ms_setting("drain_timeout_ms", &R::drain_timeout, 0, 3600000),

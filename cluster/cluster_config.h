@@ -60,6 +60,10 @@ struct RouterSection {
   std::chrono::milliseconds request_timeout{600000};
   std::chrono::milliseconds heartbeat_interval{200};
   std::chrono::milliseconds heartbeat_timeout{2000};  // must exceed 2 intervals
+  // A node whose loop has not come round this long (a hung step or wait)
+  // stops heartbeating: the router fails its requests and places no more
+  // there until it comes back (node::NodeSettings::stall_timeout); 0: never.
+  std::chrono::milliseconds node_stall_timeout{120000};
   int32_t min_remote_prefill_tokens = 32;  // shorter prompts are prefilled on the decode node
   // Longer ones too when every prefill node has this many prompt tokens
   // waiting and the decode node fewer (router/prefill_placement.h); 0: never.

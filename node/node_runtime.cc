@@ -264,6 +264,7 @@ std::vector<control::Message> NodeRuntime::poll(std::chrono::milliseconds timeou
 
 void NodeRuntime::tick() {
   auto now = std::chrono::steady_clock::now();
+  came_round_ns_.store(now.time_since_epoch().count(), std::memory_order_relaxed);
   if (!registration_.registered() && now >= next_register_) send_register();
   // Heartbeats read the load every interval: publishing it a few times per
   // interval keeps it fresh without taking stats on every engine step.
@@ -277,12 +278,31 @@ void NodeRuntime::tick() {
   published_kv_paths_ = std::move(paths);
 }
 
+bool NodeRuntime::loop_alive() {
+  if (settings_.stall_timeout <= 0ms) return true;
+  const auto since = std::chrono::steady_clock::now().time_since_epoch() -
+                     std::chrono::steady_clock::duration(came_round_ns_.load());
+  const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(since).count();
+  const bool alive = since <= settings_.stall_timeout;
+  if (!alive && !stall_reported_) {
+    spdlog::error(
+        "{}: the node's loop has not come round in {} ms (router.node_stall_timeout_ms {}): "
+        "heartbeats stop, so that the router fails this node's requests",
+        settings_.name, ms, settings_.stall_timeout.count());
+  } else if (alive && stall_reported_) {
+    spdlog::warn("{}: the node's loop came round again; heartbeats resume", settings_.name);
+  }
+  stall_reported_ = !alive;
+  return alive;
+}
+
 void NodeRuntime::heartbeat_loop() {
+  came_round_ns_.store(std::chrono::steady_clock::now().time_since_epoch().count());
   while (!heartbeat_stop_.load()) {
     // Waiting on the socket doubles as the interval's sleep; the router
     // never writes to this identity.
     (void)heartbeat_socket_->poll(settings_.heartbeat_interval);
-    if (heartbeat_stop_.load() || !registration_.registered()) continue;
+    if (heartbeat_stop_.load() || !loop_alive() || !registration_.registered()) continue;
     control::Heartbeat heartbeat{settings_.name, {}, {}, registration_.number()};
     {
       std::lock_guard lock(load_mutex_);
@@ -306,6 +326,10 @@ bool NodeRuntime::step_due() const {
 }
 
 void NodeRuntime::begin_step() {
+  if (const auto stall = std::exchange(settings_.fault_first_step_stall, 0ms); stall > 0ms) {
+    spdlog::warn("{}: fault injection: the first step waits {} ms", settings_.name, stall.count());
+    std::this_thread::sleep_for(stall);
+  }
   next_step_at_ = std::chrono::steady_clock::now() + settings_.engine.min_step_interval;
 }
 

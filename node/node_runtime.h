@@ -44,6 +44,13 @@ struct NodeSettings {
   engine::EngineConfig engine;
   kv_transfer::TransferConfig transfer;
   std::chrono::milliseconds heartbeat_interval{200};
+  // A loop that has not come round in this long (a step or a wait that
+  // hangs) withholds the heartbeats, so the router declares the node dead,
+  // fails its requests and places no more on it; 0: never.
+  std::chrono::milliseconds stall_timeout{0};
+  // Fault injection (BATON_FAULT_STALL_FIRST_STEP): the loop sleeps this
+  // long before the node's first engine step, as a hung step would hold it.
+  std::chrono::milliseconds fault_first_step_stall{0};
   // Longest a decode node waits for a request's KV to arrive (the prefill may be queued).
   std::chrono::milliseconds kv_wait_timeout{600000};
   // A pool in host memory staged through host slots, as a device pool
@@ -151,6 +158,12 @@ class NodeRuntime {
   std::vector<kv_transfer::TransferResult> completions_;
 
   void heartbeat_loop();
+  // Whether the loop came round within stall_timeout; logs a stall's
+  // start and end once each (heartbeat thread).
+  bool loop_alive();
+  bool stall_reported_ = false;  // heartbeat thread
+  // steady_clock time (ns) of the loop's last tick().
+  std::atomic<int64_t> came_round_ns_{0};
   std::unique_ptr<control::ControlSocket> heartbeat_socket_;
   mutable std::mutex load_mutex_;
   control::NodeLoad published_load_;

@@ -57,6 +57,28 @@ Result<uint32_t> notices_to_drop() {
   return uint32_t(n);
 }
 
+// BATON_FAULT_STALL_FIRST_STEP=NAME:MS, for fault tests: node NAME's loop
+// sleeps MS milliseconds before its first engine step, as a hung step
+// would hold it (NodeSettings::fault_first_step_stall). Other nodes ignore it.
+Result<std::chrono::milliseconds> first_step_stall(const std::string& node) {
+  const char* text = std::getenv("BATON_FAULT_STALL_FIRST_STEP");
+  if (text == nullptr || *text == '\0') return std::chrono::milliseconds{0};
+  const std::string_view value = text;
+  const size_t colon = value.rfind(':');
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long ms =
+      colon == std::string_view::npos ? 0 : std::strtoul(text + colon + 1, &end, 10);
+  if (colon == std::string_view::npos || colon + 1 == value.size() || errno != 0 || *end != '\0' ||
+      text[colon + 1] == '-' || ms > 3600000) {
+    return invalid_argument(
+        std::string("BATON_FAULT_STALL_FIRST_STEP: expected NODE:MILLISECONDS, got '") + text +
+        "'");
+  }
+  if (value.substr(0, colon) != node) return std::chrono::milliseconds{0};
+  return std::chrono::milliseconds(ms);
+}
+
 // BATON_TEST_STAGED_POOL=1, for tests: a CPU node stages its KV pool through
 // host slots, the path a GPU node's pool takes (NodeSettings::stage_host_pool).
 bool stage_host_pool() {
@@ -121,6 +143,10 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   settings.transfer.drop_notices = *dropped;
   settings.stage_host_pool = stage_host_pool();
   settings.heartbeat_interval = config->router.heartbeat_interval;
+  settings.stall_timeout = config->router.node_stall_timeout;
+  Result<std::chrono::milliseconds> stall = first_step_stall(name);
+  if (!stall.is_ok()) return fail(stall.status());
+  settings.fault_first_step_stall = *stall;
   // A backstop behind the router, which aborts a request at its timeout (or
   // when the prefill node stops heartbeating) and so normally ends it first.
   settings.kv_wait_timeout = config->router.request_timeout + config->router.heartbeat_timeout;

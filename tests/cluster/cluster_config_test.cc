@@ -53,6 +53,7 @@ TEST(ClusterConfig, MissingMeansDefault) {
   EXPECT_EQ(r.request_timeout, std::chrono::milliseconds(600000));
   EXPECT_EQ(r.heartbeat_interval, std::chrono::milliseconds(200));
   EXPECT_EQ(r.heartbeat_timeout, std::chrono::milliseconds(2000));
+  EXPECT_EQ(r.node_stall_timeout, std::chrono::milliseconds(120000));
   EXPECT_EQ(r.min_remote_prefill_tokens, 32);
   EXPECT_EQ(r.max_prefill_queue_tokens, 0);
   EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(10000));
@@ -99,6 +100,7 @@ router:
   request_timeout_ms: 1234
   heartbeat_interval_ms: 50
   heartbeat_timeout_ms: 101
+  node_stall_timeout_ms: 0
   min_remote_prefill_tokens: 0
   max_prefill_queue_tokens: 4096
   drain_timeout_ms: 0
@@ -145,6 +147,7 @@ decode: [{name: d, host: 10.1.2.4}]
   EXPECT_EQ(r.request_timeout, std::chrono::milliseconds(1234));
   EXPECT_EQ(r.heartbeat_interval, std::chrono::milliseconds(50));
   EXPECT_EQ(r.heartbeat_timeout, std::chrono::milliseconds(101));
+  EXPECT_EQ(r.node_stall_timeout, std::chrono::milliseconds(0));
   EXPECT_EQ(r.min_remote_prefill_tokens, 0);
   EXPECT_EQ(r.max_prefill_queue_tokens, 4096);
   EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(0));
@@ -358,6 +361,7 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + kNodes + "router: {max_queued_requests: 0}\n", "router.max_queued_requests"},
       {kModel + kNodes + "router: {request_timeout_ms: -1}\n", "router.request_timeout_ms"},
       {kModel + kNodes + "router: {drain_timeout_ms: x}\n", "router.drain_timeout_ms"},
+      {kModel + kNodes + "router: {node_stall_timeout_ms: -5}\n", "router.node_stall_timeout_ms"},
       {kModel + kNodes + "router: {http_threads: 0}\n", "router.http_threads"},
       {kModel + kNodes + "router: {write_timeout_ms: 0}\n", "router.write_timeout_ms"},
       {kModel + kNodes + "router: {max_queued_write_bytes: 100}\n",

@@ -271,6 +271,44 @@ TEST(FaultTest, ANodeDeclaredDeadStopsTheWorkTheRouterFailed) {
       << generated << " generated";
 }
 
+// A decode node whose loop hangs in a step (BATON_FAULT_STALL_FIRST_STEP
+// holds it 6 s) while its heartbeat thread runs on: past
+// router.node_stall_timeout_ms the heartbeats stop, so the router fails the
+// request at once instead of at its request timeout, and places nothing
+// there meanwhile. When the loop comes round, the node registers again and
+// serves.
+TEST(FaultTest, ANodeWhoseLoopHangsStopsHeartbeatingAndComesBack) {
+  constexpr auto kStall = 6s;
+  ASSERT_EQ(::setenv("BATON_FAULT_STALL_FIRST_STEP",
+                     ("decode-0:" + std::to_string(kStall / 1ms)).c_str(), 1),
+            0);
+  ClusterShape shape;
+  shape.extra_router_yaml = "  node_stall_timeout_ms: 300\n";
+  Cluster cluster(shape);
+  ::unsetenv("BATON_FAULT_STALL_FIRST_STEP");  // the nodes took it
+  json body = {{"prompt", std::string(40, 'q')}, {"max_tokens", 4}, {"temperature", 0}};
+  const auto sent = Clock::now();
+  auto failed = cluster.post("/v1/completions", body);
+  const auto waited = Clock::now() - sent;
+  ASSERT_TRUE(failed.is_ok()) << failed.status().to_string();
+  EXPECT_GE(failed->status, 500) << failed->body;
+  EXPECT_NE(failed->body.find("heartbeat"), std::string::npos) << failed->body;
+  // Heartbeats stop 0.3 s into the stall and the router waits 0.6 s more.
+  EXPECT_LT(waited, kStall - 2s) << "the request waited for the stalled step";
+  EXPECT_FALSE(cluster.node_up("decode-0")) << cluster.nodes().dump(2);
+
+  for (auto until = Clock::now() + kStall + 20s; Clock::now() < until;) {
+    if (cluster.node_up("decode-0")) break;
+    std::this_thread::sleep_for(20ms);
+  }
+  ASSERT_TRUE(cluster.node_up("decode-0")) << cluster.nodes().dump(2);
+  body["prompt"] = std::string(41, 'q');
+  auto served = cluster.post("/v1/completions", body);
+  ASSERT_TRUE(served.is_ok()) << served.status().to_string();
+  EXPECT_EQ(served->status, 200) << served->body;
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
+}
+
 // A cluster whose one decode node the test plays (the prefill node is
 // configured but never started: prompts are prefilled on the decode node).
 ClusterShape played_decode_node_shape(int heartbeat_timeout_ms) {
