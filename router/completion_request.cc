@@ -329,7 +329,8 @@ Result<std::vector<Prompt>> read_prompts(const json& doc, const RequestLimits& l
 
 Result<std::string> read_content(const json& v, const std::string& field) {
   if (v.is_string()) return v.get<std::string>();
-  // The list form: [{"type": "text", "text": "..."}, ...]; only text parts.
+  // The list form: [{"type": "text", "text": "..."}, ...]; only text parts,
+  // joined by newlines as vLLM joins them for templates that take a string.
   if (!v.is_array()) return bad(field, "must be a string or a list of text parts");
   std::string text;
   for (size_t i = 0; i < v.size(); ++i) {
@@ -342,6 +343,7 @@ Result<std::string> read_content(const json& v, const std::string& field) {
       return bad(part_field,
                  "must be {\"type\": \"text\", \"text\": ...}; other parts are not supported");
     }
+    if (i > 0) text += '\n';
     text += text_part->get<std::string>();
   }
   return text;

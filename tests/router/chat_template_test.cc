@@ -31,7 +31,7 @@ TEST(ChatRequest, TemplateMessagesKeepOrderFlattenContentAndParseToolArguments) 
   const auto& m = r->template_messages;
   ASSERT_EQ(m.size(), 4u);
   EXPECT_EQ(m[0].dump(), R"({"role":"system","content":"sys","zeta":1,"alpha":2})");
-  EXPECT_EQ(m[1]["content"], "ab");
+  EXPECT_EQ(m[1]["content"], "a\nb");
   EXPECT_TRUE(m[2]["content"].is_null());
   EXPECT_EQ(m[2]["tool_calls"][0]["function"]["arguments"].dump(), R"({"z":1,"a":[2]})");
   EXPECT_EQ(m[2]["tool_calls"][1]["function"]["arguments"], "not json");

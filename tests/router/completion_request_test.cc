@@ -140,7 +140,7 @@ TEST(ChatRequest, MessagesAndChatOnlyFields) {
   ASSERT_TRUE(r.is_ok()) << r.status().to_string();
   ASSERT_EQ(r->messages.size(), 2u);
   EXPECT_EQ(r->messages[0].role, "system");
-  EXPECT_EQ(r->messages[1].content, "ab");
+  EXPECT_EQ(r->messages[1].content, "a\nb");  // vLLM's join
   EXPECT_EQ(r->sampling.max_tokens, 7);
   EXPECT_TRUE(r->sampling.want_logprobs);
   EXPECT_EQ(r->sampling.logprobs, 2);
