@@ -726,8 +726,11 @@ Result<Value> to_int(const Value& v, CallArgs& args) {
   BATON_ASSIGN_OR_RETURN(auto p, bind("int", args, {"default", "base"}));
   const Value fallback = p[0].is_undefined() ? Value::integer(0) : p[0];
   if (v.is_int() || v.is_bool()) return Value::integer(v.as_int());
-  if (v.is_float())
-    return std::isfinite(v.as_double()) ? Value::integer(int64_t(v.as_double())) : fallback;
+  if (v.is_float()) {
+    if (!std::isfinite(v.as_double())) return fallback;
+    BATON_ASSIGN_OR_RETURN(const int64_t i, float_to_integer(v.as_double()));
+    return Value::integer(i);
+  }
   if (v.is_string()) {
     const std::string s = python_text::strip(v.as_string(), Side::kBoth, std::nullopt);
     const int base = int(p[1].is_int() ? p[1].as_int() : 10);
@@ -736,7 +739,10 @@ Result<Value> to_int(const Value& v, CallArgs& args) {
     const long long i = std::strtoll(s.c_str(), &end, base);
     if (!s.empty() && *end == '\0' && errno == 0) return Value::integer(i);
     const double d = std::strtod(s.c_str(), &end);
-    if (!s.empty() && *end == '\0' && std::isfinite(d)) return Value::integer(int64_t(d));
+    if (!s.empty() && *end == '\0' && std::isfinite(d)) {
+      BATON_ASSIGN_OR_RETURN(const int64_t i, float_to_integer(d));
+      return Value::integer(i);
+    }
   }
   return fallback;
 }
@@ -818,8 +824,9 @@ Result<Value> apply_filter(Interpreter& interpreter, std::string_view name, cons
   if (name == "abs") {
     if (!v.is_number())
       return invalid_argument("bad operand type for abs(): '" + type_name(v) + "'");
-    return v.is_float() ? Value::floating(std::fabs(v.as_double()))
-                        : Value::integer(std::llabs(v.as_int()));
+    if (v.is_float()) return Value::floating(std::fabs(v.as_double()));
+    if (v.as_int() == INT64_MIN) return out_of_range("integer overflow");
+    return Value::integer(std::llabs(v.as_int()));
   }
   if (name == "round") return round_filter(v, args);
   if (name == "wordcount") return Value::integer(word_count(to_str(v)));

@@ -47,9 +47,20 @@ double python_fmod(double a, double b) {
 
 }  // namespace
 
+Result<int64_t> float_to_integer(double x) {
+  if (std::isnan(x)) return invalid_argument("cannot convert float NaN to integer");
+  // 2^63 is exact as a double; every double below it and at least -2^63 fits.
+  if (!(x < 9223372036854775808.0 && x >= -9223372036854775808.0))
+    return out_of_range("integer overflow: " + std::to_string(x));
+  return int64_t(x);
+}
+
 Result<Value> negate(const Value& v) {
   if (v.is_float()) return Value::floating(-v.as_double());
-  if (v.is_number()) return Value::integer(-v.as_int());
+  if (v.is_number()) {
+    if (v.as_int() == INT64_MIN) return out_of_range("integer overflow");
+    return Value::integer(-v.as_int());
+  }
   return invalid_argument("bad operand type for unary -: '" + type_name(v) + "'");
 }
 
@@ -138,10 +149,16 @@ Result<Value> arithmetic(std::string_view op, const Value& a, const Value& b) {
   }
   if (op == "**") {
     if (!any_float && b.as_int() >= 0) {
+      // By squaring: an exponent of 10**18 takes 60 steps, not 10**18.
+      // A square that overflows while exponent bits remain makes the result
+      // overflow too (|result| >= 1 then).
       int64_t result = 1, base = a.as_int();
-      for (int64_t e = b.as_int(); e > 0; --e) {
-        if (__builtin_mul_overflow(result, base, &result)) return out_of_range("integer overflow");
-        if (result == 0 || result == 1) break;
+      for (int64_t e = b.as_int(); e > 0;) {
+        if ((e & 1) && __builtin_mul_overflow(result, base, &result))
+          return out_of_range("integer overflow");
+        e >>= 1;
+        if (e > 0 && __builtin_mul_overflow(base, base, &base))
+          return out_of_range("integer overflow");
       }
       return Value::integer(result);
     }
@@ -256,7 +273,12 @@ Result<std::string> printf_format(const std::string& format, const Value& args) 
       return invalid_argument(std::move(message));
     }
     if (type == 'd' || type == 'i' || type == 'x' || type == 'X' || type == 'o' || type == 'c') {
-      const auto v = arg.is_float() ? int64_t(arg.as_double()) : arg.as_int();
+      int64_t v = 0;
+      if (arg.is_float()) {
+        BATON_ASSIGN_OR_RETURN(v, float_to_integer(arg.as_double()));
+      } else {
+        v = arg.as_int();
+      }
       if (type == 'c') {
         std::string ch;
         python_text::from_code_points({uint32_t(v)}, 0, 1).swap(ch);

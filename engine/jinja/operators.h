@@ -12,6 +12,9 @@ namespace baton::jinja {
 Result<Value> arithmetic(std::string_view op, const Value& a, const Value& b);
 Result<bool> contains(const Value& container, const Value& item);
 Result<Value> negate(const Value& v);
+// int(x) of a float, truncated as Python does; a value past int64's range
+// (which Python would hold in a big integer), or not finite, is an error.
+Result<int64_t> float_to_integer(double x);
 // "%s and %d" % args, as Python formats it (flags, width, precision; s r d i f e g x o c %).
 Result<std::string> printf_format(const std::string& format, const Value& args);
 

@@ -72,7 +72,8 @@ FEATURE_TEMPLATES = [
     "{{ n >= m }}{{ n == m }}{{ n != m }}|{{ a ~ n ~ f }}|{{ (n > 0 and a) or 'none' }}|"
     "{{ not flag }}|{{ 1 < n < 100 }}|{{ 'yes' if flag else 'no' }}|{{ 'x' if false }}|"
     "{{ [1, 'two', 3.0, none, true] }}|{{ {'k': a, 'n': n} }}|{{ (1, 2) }}|{{ (1,) }}|"
-    "{{ 0.1 + 0.2 }}|{{ 1e20 }}|{{ 1.5e-7 }}|{{ 2 ** 0.5 }}",
+    "{{ 0.1 + 0.2 }}|{{ 1e20 }}|{{ 1.5e-7 }}|{{ 2 ** 0.5 }}|{{ minus_one ** big }}|"
+    "{{ minus_two ** (big % 64) }}|{{ (m - 4) ** (big % 9) }}",
     # Strings: methods and slices.
     "{{ a.upper() }}|{{ a.lower() }}|{{ a.strip() }}|{{ a.strip('xa ') }}|{{ a.lstrip() }}|"
     "{{ a.rstrip() }}|{{ a.split() }}|{{ a.split(' ', 1) }}|{{ a.rsplit(' ', 1) }}|"
@@ -145,6 +146,12 @@ def feature_context(rng):
         "a": random_text(rng, 1, 5).strip() or "ab",
         "n": rng.randint(0, 100),
         "m": rng.randint(0, 9),
+        # Negative bases as names: jinja2 folds a literal (-1) into the
+        # constant -1 and renders (-1) ** 2 as -1 ** 2, which Python reads
+        # as -(1 ** 2); Baton computes what the parentheses say.
+        "big": rng.choice([0, 1, 2, 3, 62, 63, rng.randint(0, 10**18)]),
+        "minus_one": -1,
+        "minus_two": -2,
         "f": rng.choice([0.1, 2.5, -3.25, 1e-7, 123456.789, 3.0]),
         "flag": rng.random() < 0.5,
         "items": items,

@@ -72,6 +72,49 @@ TEST(JinjaTest, AttributePathsPastInt64AreKeysNotCrashes) {
   EXPECT_EQ(*out, "[Undefined]");
 }
 
+// Values from a request (chat_template_kwargs, tool arguments) past int64,
+// where Python would hold a big integer: errors, not undefined behaviour
+// (UBSan: negation and llabs of INT64_MIN, float-to-int casts out of range).
+TEST(JinjaTest, IntegersPastInt64AreErrorsNotUndefinedBehaviour) {
+  const Value context = context_with(
+      R"({"low": -9223372036854775808, "huge": 1e300, "text": "1e300", "wide": 18446744073709551615})");
+  for (const char* source :
+       {"{{ -low }}", "{{ low|abs }}", "{{ huge|int }}", "{{ text|int }}", "{{ wide|int }}",
+        "{{ '%d' % huge }}", "{{ '%x' % wide }}", "{{ 2 ** 63 }}", "{{ 3037000500 ** 3 }}"}) {
+    SCOPED_TRACE(source);
+    auto t = Template::parse(source);
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    auto out = t->render(context);
+    EXPECT_FALSE(out.is_ok()) << *out;
+  }
+}
+
+// Integer powers as Python computes them, in steps that grow with the
+// exponent's bits (an exponent of 10**18 rendered in about 60).
+TEST(JinjaTest, IntegerPowersKeepTheirSignAndTakeLogarithmicSteps) {
+  const int e = 2 * draw(0, 1000) + 1;  // odd
+  const std::string huge_odd = std::to_string(int64_t(1e18) + 1);
+  const struct {
+    std::string source, expected;
+  } cases[] = {
+      {"{{ (-1) ** " + std::to_string(e) + " }}", "-1"},
+      {"{{ (-1) ** " + std::to_string(e + 1) + " }}", "1"},
+      {"{{ (-1) ** " + huge_odd + " }}", "-1"},
+      {"{{ (-2) ** 63 }}", "-9223372036854775808"},
+      {"{{ 2 ** 62 }}", "4611686018427387904"},
+      {"{{ 0 ** 0 }}|{{ 0 ** " + huge_odd + " }}|{{ 1 ** " + huge_odd + " }}", "1|0|1"},
+      {"{{ (-3) ** 5 }}|{{ 7 ** 2 }}", "-243|49"},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.source);
+    auto t = Template::parse(c.source);
+    ASSERT_TRUE(t.is_ok()) << t.status().message();
+    auto out = t->render(Value::dict());
+    ASSERT_TRUE(out.is_ok()) << out.status().message();
+    EXPECT_EQ(*out, c.expected);
+  }
+}
+
 TEST(JinjaTest, FormatIndicesPastSizeTAreErrorsNotCrashes) {
   auto t = Template::parse("{{ '{99999999999999999999999}'.format(1) }}");
   ASSERT_TRUE(t.is_ok());
