@@ -7,6 +7,8 @@
 #include <random>
 #include <utility>
 
+#include "router/node_output_check.h"
+
 namespace baton::router {
 
 std::string client_id_for_logs(std::string_view id) {
@@ -356,6 +358,12 @@ void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& 
   if (!done.error.empty()) {
     return fail(request.id, unavailable("prefill on " + from + " failed: " + done.error));
   }
+  Status within = check_prompt_logprobs(request.request.sampling, done.prompt_logprobs,
+                                        request.request.prompt.size());
+  if (within.is_ok())
+    within = check_output_logprobs(request.request.sampling, done.first_logprobs, 1);
+  if (!within.is_ok())
+    return fail(request.id, internal_error("node " + from + " sent " + within.message()));
   request.queue_seconds = done.queue_seconds;
   request.prefill_seconds = done.prefill_seconds;
   request.prompt_logprobs = std::move(done.prompt_logprobs);  // the decode node needs none
@@ -376,6 +384,16 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       continue;
     }
     Request& request = it->second;
+    Status within =
+        check_output_logprobs(request.request.sampling, event.logprobs, event.tokens.size());
+    if (within.is_ok()) {
+      within = check_prompt_logprobs(request.request.sampling, event.prompt_logprobs,
+                                     request.request.prompt.size());
+    }
+    if (!within.is_ok()) {
+      fail(request.id, internal_error("node " + from + " sent " + within.message()));
+      continue;
+    }
     GenerationUpdate update;
     if (!request.got_tokens && !event.tokens.empty()) {
       // The node that computed the prompt timed it: this decode node, or

@@ -8,6 +8,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <numeric>
 #include <optional>
@@ -442,39 +443,77 @@ TEST(FaultTest, ARequestItsNodeRefusesFailsAtOnce) {
   EXPECT_TRUE(aborted) << "the router did not abort the request on the node";
 }
 
-// A node that sends more tokens than a request asked for is broken (or
-// hostile): the router fails the request at once instead of keeping what
-// it sends (memory it could grow without end). The test plays the node.
-TEST(FaultTest, ANodeSendingMoreTokensThanAskedFailsTheRequest) {
+// The reply to `body` where the test, playing the cluster's decode node,
+// answers the request's Generate with the one event `answer` makes of it.
+Result<tools::HttpResponse> reply_with(
+    const json& body, const std::function<control::TokenEvent(const control::Generate&)>& answer) {
   Cluster cluster(played_decode_node_shape(5000));
   auto node = register_played_decode_node(cluster);
-  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  if (!node.is_ok()) return node.status();
   std::atomic<bool> answered{false};
   Result<tools::HttpResponse> response = unavailable("not sent");
   std::thread client([&] {
-    response = cluster.post("/v1/completions", {{"prompt", "hello there"}, {"max_tokens", 4}});
+    response = cluster.post("/v1/completions", body);
     answered = true;
   });
-  bool flooded = false;
+  bool sent = false;
   for (auto until = Clock::now() + 20s; !answered && Clock::now() < until;) {
     (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
     for (const auto& received : (*node)->poll(50ms)) {
       if (auto* generate = std::get_if<control::Generate>(&received.message)) {
-        control::TokenEvent flood;
-        flood.request_id = generate->request_id;
-        flood.tokens.assign(1000, 7);
-        flood.finish_reason = FinishReason::kLength;
-        (void)(*node)->send("", control::Events{{flood}});
-        flooded = true;
+        (void)(*node)->send("", control::Events{{answer(*generate)}});
+        sent = true;
       }
     }
   }
   client.join();
-  ASSERT_TRUE(flooded) << "the router never sent the request";
+  if (!sent) return deadline_exceeded("the router never sent the request");
+  return response;
+}
+
+// A node that sends more tokens than a request asked for is broken (or
+// hostile): the router fails the request at once instead of keeping what
+// it sends (memory it could grow without end). The test plays the node.
+TEST(FaultTest, ANodeSendingMoreTokensThanAskedFailsTheRequest) {
+  auto response = reply_with({{"prompt", "hello there"}, {"max_tokens", 4}},
+                             [](const control::Generate& generate) {
+                               control::TokenEvent flood;
+                               flood.request_id = generate.request_id;
+                               flood.tokens.assign(1000, 7);
+                               flood.finish_reason = FinishReason::kLength;
+                               return flood;
+                             });
   ASSERT_TRUE(response.is_ok()) << response.status().to_string();
   EXPECT_EQ(response->status, 500) << response->body;
   EXPECT_NE(response->body.find("sent more tokens than the 4 asked for"), std::string::npos)
       << response->body;
+}
+
+// Nor does the router keep log-probabilities a request did not ask for
+// (up to 1024 alternatives a token pass the decoder), or more alternatives
+// than it asked for.
+TEST(FaultTest, ANodeSendingLogprobsNotAskedForFailsTheRequest) {
+  for (const int asked : {0, 2}) {
+    SCOPED_TRACE("logprobs " + std::to_string(asked));
+    json body = {{"prompt", "hello there"}, {"max_tokens", 4}};
+    if (asked > 0) body["logprobs"] = asked;
+    auto response = reply_with(body, [](const control::Generate& generate) {
+      control::TokenEvent event;
+      event.request_id = generate.request_id;
+      event.tokens = {7};
+      control::TokenLogprobs& scored = event.logprobs.emplace_back();
+      scored.logprob = -1;
+      for (int32_t k = 0; k < 1024; ++k) {
+        scored.top_ids.push_back(k);
+        scored.top_logprobs.push_back(-1 - float(k));
+      }
+      return event;
+    });
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    EXPECT_EQ(response->status, 500) << response->body;
+    EXPECT_NE(response->body.find("decode-0 sent log-probabilities"), std::string::npos)
+        << response->body;
+  }
 }
 
 // A node that only stopped is declared dead holding a request that makes
