@@ -216,6 +216,10 @@ Status read_sampling(const json& doc, const RequestLimits& limits, SamplingField
     }
     for (const auto& stop : s.stop) {
       if (stop.empty()) return bad("stop", "must not contain an empty string");
+      if (stop.size() > kMaxStopStringBytes) {
+        return bad("stop", "has a string of " + std::to_string(stop.size()) + " bytes (at most " +
+                               std::to_string(kMaxStopStringBytes) + ")");
+      }
     }
   }
   if (const json* v = member(doc, "stop_token_ids")) {

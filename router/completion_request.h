@@ -97,6 +97,10 @@ inline constexpr size_t kMaxJsonObjectMembers = 1024;
 // fewer; 8 MiB of "{}," would parse to half a gigabyte, and a chat body is
 // held parsed several times over.
 inline constexpr size_t kMaxJsonContainers = 65536;
+// The longest stop string: a request holds its strings (and automata of
+// about 6 bytes a byte) for its whole life, and a streamed reply holds back
+// up to the longest one's length.
+inline constexpr size_t kMaxStopStringBytes = 4096;
 
 using baton::RequestLimits;  // common/request_limits.h
 

@@ -129,6 +129,15 @@ TEST(CompletionRequest, InvalidFieldsAreNamed) {
     EXPECT_EQ(error["error"]["type"], "BadRequestError");
     EXPECT_EQ(error["error"]["message"], r.status().message());
   }
+  // Stop strings up to kMaxStopStringBytes, one byte more refused.
+  for (const size_t bytes : {kMaxStopStringBytes, kMaxStopStringBytes + 1}) {
+    const nlohmann::json body = {{"prompt", "x"}, {"stop", {"a", std::string(bytes, 's')}}};
+    auto r = parse_completion_request(body.dump());
+    EXPECT_EQ(r.is_ok(), bytes <= kMaxStopStringBytes) << bytes;
+    if (!r.is_ok())
+      EXPECT_NE(r.status().message().find("'stop' has a string of"), std::string::npos)
+          << r.status().message();
+  }
 }
 
 TEST(ChatRequest, MessagesAndChatOnlyFields) {
