@@ -66,7 +66,7 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
     node.load.prefix_cache_queries = 0;
     node.load.prefix_cache_hits = 0;
     node.load.prefix_cache_ssd_hits = 0;
-    node.sent_blocks.clear();
+    sent_blocks_.erase(node.name);
   }
   node.pid = message.pid;
   node.last_seen = now;
@@ -126,24 +126,26 @@ constexpr int64_t kMaxDecodeImbalance = 4;
 constexpr int64_t kMaxPrefillImbalance = 4096;
 
 // Leading blocks of `chain` the node was sent.
-size_t blocks_sent(const NodeState& node, const std::vector<uint64_t>& chain) {
+using SentBlocks = std::unordered_map<uint64_t, uint64_t>;
+
+size_t blocks_sent(const SentBlocks& sent, const std::vector<uint64_t>& chain) {
   size_t n = 0;
-  while (n < chain.size() && node.sent_blocks.contains(chain[n])) ++n;
+  while (n < chain.size() && sent.contains(chain[n])) ++n;
   return n;
 }
 
 // Records that `chain` went to the node; past the bound, forgets the half
 // sent longest ago.
-void remember_sent(NodeState& node, const std::vector<uint64_t>& chain, uint64_t& clock) {
-  for (uint64_t hash : chain) node.sent_blocks[hash] = ++clock;
-  if (node.sent_blocks.size() <= kMaxSentBlocks) return;
+void remember_sent(SentBlocks& sent, const std::vector<uint64_t>& chain, uint64_t& clock) {
+  for (uint64_t hash : chain) sent[hash] = ++clock;
+  if (sent.size() <= kMaxSentBlocks) return;
   std::vector<uint64_t> ages;
-  ages.reserve(node.sent_blocks.size());
-  for (const auto& [hash, at] : node.sent_blocks) ages.push_back(at);
+  ages.reserve(sent.size());
+  for (const auto& [hash, at] : sent) ages.push_back(at);
   auto middle = ages.begin() + ptrdiff_t(ages.size() / 2);
   std::nth_element(ages.begin(), middle, ages.end());
   const uint64_t cutoff = *middle;
-  std::erase_if(node.sent_blocks, [&](const auto& entry) { return entry.second < cutoff; });
+  std::erase_if(sent, [&](const auto& entry) { return entry.second < cutoff; });
 }
 
 }  // namespace
@@ -175,17 +177,22 @@ NodeState* NodeRegistry::pick(Role role, std::span<const int32_t> prompt) {
       prompt, block_size_, int32_t(prompt.size() - 1) / std::max(block_size_, 1));
   const int64_t margin = role == Role::kPrefill ? kMaxPrefillImbalance : kMaxDecodeImbalance;
   NodeState* holder = best;
-  size_t held = blocks_sent(*best, chain);
+  size_t held = blocks_sent(sent_blocks_[best->name], chain);
   for (size_t i = 0; i < candidates.size(); ++i) {
     NodeState* node = candidates[(start + i) % candidates.size()];
-    const size_t n = blocks_sent(*node, chain);
+    const size_t n = blocks_sent(sent_blocks_[node->name], chain);
     if (n > held && std::get<0>(load_key(node)) <= std::get<0>(load_key(best)) + margin) {
       holder = node;
       held = n;
     }
   }
-  remember_sent(*holder, chain, send_clock_);
+  remember_sent(sent_blocks_[holder->name], chain, send_clock_);
   return holder;
+}
+
+size_t NodeRegistry::sent_block_count(const std::string& name) const {
+  auto it = sent_blocks_.find(name);
+  return it == sent_blocks_.end() ? 0 : it->second.size();
 }
 
 NodeState* NodeRegistry::find(const std::string& name) {

@@ -55,10 +55,6 @@ struct NodeState {
   int64_t prefix_cache_queries = 0;
   int64_t prefix_cache_hits = 0;
   int64_t prefix_cache_ssd_hits = 0;
-  // Prefix-aware policy: the hashes (common/prefix_hash.h) of the prompt
-  // blocks the router sent here, with when it last did: its guess at what
-  // the node's cache holds. Bounded; the least recently sent go first.
-  std::unordered_map<uint64_t, uint64_t> sent_blocks;
 };
 
 class NodeRegistry {
@@ -88,14 +84,22 @@ class NodeRegistry {
   std::optional<int64_t> least_assigned_tokens(Role role) const;
   const std::map<std::string, NodeState>& nodes() const { return nodes_; }
   int32_t up_count(Role role) const;
+  // Prefix-aware policy: how many prompt blocks the router remembers
+  // sending to `name`.
+  size_t sent_block_count(const std::string& name) const;
 
  private:
   std::map<std::string, NodeState> nodes_;
   RoutingPolicy policy_;
   std::map<Role, size_t> round_robin_next_;
   int32_t block_size_ = 0;
-  std::string kv_dtype_;     // of the first node that registered
-  uint64_t send_clock_ = 0;  // orders sent_blocks' entries
+  std::string kv_dtype_;  // of the first node that registered
+  // Prefix-aware policy, by node: the hashes (common/prefix_hash.h) of the
+  // prompt blocks the router sent there, with when it last did: its guess at
+  // what the node's cache holds. Bounded; the least recently sent go first.
+  // Kept apart from NodeState, which every cluster snapshot copies.
+  std::map<std::string, std::unordered_map<uint64_t, uint64_t>> sent_blocks_;
+  uint64_t send_clock_ = 0;  // orders sent_blocks_' entries
 };
 
 }  // namespace baton::router

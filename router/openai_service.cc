@@ -161,7 +161,8 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
   }
   if (path == "/health") {
     // 503 whenever a request now could not be served, saying why.
-    ClusterSnapshot snapshot = core_.snapshot();
+    const std::shared_ptr<const ClusterSnapshot> shared = core_.snapshot();
+    const ClusterSnapshot& snapshot = *shared;
     std::string reason;
     if (draining_)
       reason = "the router is draining: it takes no new requests";
@@ -190,10 +191,11 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
     return send_json(*responder, 200, dump({{"object", "list"}, {"data", json::array({model})}}));
   }
   if (path == "/metrics") {
-    return responder->respond(200, "text/plain; version=0.0.4", metrics_.render(core_.snapshot()));
+    return responder->respond(200, "text/plain; version=0.0.4", metrics_.render(*core_.snapshot()));
   }
   // The table's last GET route: /v1/nodes.
-  ClusterSnapshot snapshot = core_.snapshot();
+  const std::shared_ptr<const ClusterSnapshot> shared = core_.snapshot();
+  const ClusterSnapshot& snapshot = *shared;
   json nodes = json::array();
   for (const NodeState& node : snapshot.nodes) nodes.push_back(node_json(node));
   send_json(*responder, 200,

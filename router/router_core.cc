@@ -91,7 +91,7 @@ void RouterCore::cancel(uint64_t request_id) {
   wake_.signal();
 }
 
-ClusterSnapshot RouterCore::snapshot() const {
+std::shared_ptr<const ClusterSnapshot> RouterCore::snapshot() const {
   std::lock_guard lock(snapshot_mutex_);
   return snapshot_;
 }
@@ -513,7 +513,8 @@ void RouterCore::forget(uint64_t request_id) {
 }
 
 void RouterCore::publish_snapshot() {
-  ClusterSnapshot snapshot;
+  auto published = std::make_shared<ClusterSnapshot>();
+  ClusterSnapshot& snapshot = *published;
   for (const auto& [name, node] : registry_.nodes()) snapshot.nodes.push_back(node);
   snapshot.requests_in_router = int32_t(requests_.size());
   snapshot.prefill_up = registry_.up_count(Role::kPrefill);
@@ -524,8 +525,9 @@ void RouterCore::publish_snapshot() {
   snapshot.kv_blocks_skipped = kv_blocks_skipped_;
   snapshot.placements = placements_;
   decode_up_.store(snapshot.decode_up);
+  std::shared_ptr<const ClusterSnapshot> previous;  // freed outside the lock
   std::lock_guard lock(snapshot_mutex_);
-  snapshot_ = std::move(snapshot);
+  previous = std::exchange(snapshot_, std::move(published));
 }
 
 bool RouterCore::call_sink(const UpdateSink& sink, const GenerationUpdate& update) {

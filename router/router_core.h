@@ -121,7 +121,8 @@ class RouterCore {
   Result<uint64_t> submit(GenerationRequest request, UpdateSink sink);
   // Thread-safe. Ends the request on its nodes; its sink gets nothing more.
   void cancel(uint64_t request_id);
-  ClusterSnapshot snapshot() const;
+  // The state as of the core's last pass; shared, never copied per reader.
+  std::shared_ptr<const ClusterSnapshot> snapshot() const;
   int32_t max_queued_requests() const { return config_.max_queued_requests; }
   int32_t in_flight() const { return in_flight_.load(); }
   // Where the control socket is bound ("tcp://127.0.0.1:41234" after port *).
@@ -203,7 +204,7 @@ class RouterCore {
   std::vector<uint64_t> cancels_;
 
   mutable std::mutex snapshot_mutex_;
-  ClusterSnapshot snapshot_;
+  std::shared_ptr<const ClusterSnapshot> snapshot_;
   std::atomic<int32_t> decode_up_{0};
   std::atomic<int32_t> in_flight_{0};
   std::atomic<uint64_t> next_id_{1};

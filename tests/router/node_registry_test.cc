@@ -216,12 +216,13 @@ TEST(NodeRegistry, PrefixAwareForgetsWhatARestartedNodeHeld) {
   const auto a = prompt_of(3, 2);
   const std::string holder = registry.pick(Role::kDecode, a)->name;
   EXPECT_EQ(registry.pick(Role::kDecode, a)->name, holder);
+  EXPECT_GT(registry.sent_block_count(holder), 0u);
   // The holder restarts (a new process): its cache is empty, so the prompt
   // goes by load again, and rotation picks the other node first.
   control::Register again = holder == "d0" ? d0 : d1;
   again.pid = 99;
   ASSERT_TRUE(registry.register_node(again, now).is_ok());
-  EXPECT_TRUE(registry.find(holder)->sent_blocks.empty());
+  EXPECT_EQ(registry.sent_block_count(holder), 0u);
   std::map<std::string, int> picks;
   for (const auto& p : {prompt_of(4, 2), prompt_of(5, 2)})
     picks[registry.pick(Role::kDecode, p)->name]++;
