@@ -443,7 +443,17 @@ TEST(ControlMessages, ARefusedFrameNamesItsTypeAndRequest) {
 // A heartbeat from a node of an older build lacks the newer load counters:
 // they read as 0, and the rest as sent. A present one must still be valid.
 // Every field of the load, each its own random value, comes back as sent.
+// The codec and this test walk kNodeLoadFields: a member missing from it
+// would never be sent, and nothing here would miss it. The table names
+// every member of NodeLoad (all int64_t), each once.
+static_assert(sizeof(NodeLoad) == std::size(kNodeLoadFields) * sizeof(int64_t),
+              "a NodeLoad member is missing from kNodeLoadFields");
+
 TEST(ControlMessages, HeartbeatCarriesEveryLoadField) {
+  for (size_t i = 0; i < std::size(kNodeLoadFields); ++i)
+    for (size_t j = 0; j < i; ++j)
+      EXPECT_NE(kNodeLoadFields[i].member, kNodeLoadFields[j].member)
+          << kNodeLoadFields[i].name << " and " << kNodeLoadFields[j].name;
   std::mt19937_64 rng{std::random_device{}()};
   Heartbeat hb{"decode-3", {}};
   for (const NodeLoadField& f : kNodeLoadFields) {

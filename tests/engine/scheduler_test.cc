@@ -677,8 +677,10 @@ TEST_F(SchedulerTest, TightPoolsWithAnSsdTierMatchAlone) {
     // Slots of the tiny model: a 4 KiB header and 2 layers of at most 8 tokens.
     const TightTotals t = run_tight_rounds(prompts, options, alone, 6, 2, slots * 8192 + 4096);
     totals.prefix_ssd_hit_tokens += t.prefix_ssd_hit_tokens;
+    totals.preemptions += t.preemptions;
   }
   EXPECT_GT(totals.prefix_ssd_hit_tokens, 0);
+  EXPECT_GT(totals.preemptions, 0) << "no round exercised preemption";
 }
 
 // A forward pass that fails (here: a pool of another geometry than the

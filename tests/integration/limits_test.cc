@@ -7,6 +7,7 @@
 
 #include <atomic>
 #include <limits>
+#include <mutex>
 #include <numeric>
 #include <thread>
 
@@ -168,8 +169,12 @@ namespace {
 
 TEST(LimitsTest, SigtermDrainsRunningRequestsThenStopsEveryProcess) {
   ClusterShape shape;
+  // Paced, so that SIGTERM finds the stream running (300 steps of at least
+  // 8 ms; unpaced, the tiny model may finish it first).
+  shape.decode_min_step_interval_ms = 8;
   Cluster cluster(shape);
   std::atomic<bool> first_bytes{false};
+  std::mutex received_mutex;
   std::string received;
   std::thread client([&] {
     json body = {{"prompt", std::string(40, 'd')},
@@ -178,6 +183,7 @@ TEST(LimitsTest, SigtermDrainsRunningRequestsThenStopsEveryProcess) {
                  {"stream", true}};
     auto response = tools::http_stream("127.0.0.1", cluster.http_port(), "/v1/completions",
                                        body.dump(), [&](std::string_view data) {
+                                         std::lock_guard lock(received_mutex);
                                          received.append(data);
                                          first_bytes = true;
                                          return true;
@@ -186,12 +192,19 @@ TEST(LimitsTest, SigtermDrainsRunningRequestsThenStopsEveryProcess) {
   });
   auto until = std::chrono::steady_clock::now() + 10s;
   while (!first_bytes && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+  size_t events_before = 0;
+  {
+    std::lock_guard lock(received_mutex);
+    events_before = sse_payloads(received).size();
+  }
   int status = cluster.terminate(10s);
   client.join();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
       << "baton up exits cleanly: " << status;
   std::vector<std::string> events = sse_payloads(received);
   ASSERT_GE(events.size(), 2u);
+  // The premise: the stream still ran when SIGTERM came, and went on.
+  EXPECT_GT(events.size(), events_before + 2) << "no tokens came after SIGTERM";
   EXPECT_EQ(events.back(), "[DONE]");
   json last = json::parse(events[events.size() - 2]);
   EXPECT_EQ(last["choices"][0]["finish_reason"], "length")

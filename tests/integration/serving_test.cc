@@ -806,6 +806,51 @@ TEST_F(ServingTest, LogprobsMatchOneEngineOnBothPrefillPaths) {
   }
 }
 
+// top_k and stop_token_ids reach the engine that samples: top_k 1 at
+// temperature 1 samples the likeliest token, as greedy decoding does (a
+// top_k lost on the way samples from the whole vocabulary instead), and a
+// stop id taken from the greedy output ends the request at its position.
+TEST_F(ServingTest, TopKAndStopTokenIdsReachTheNodes) {
+  const std::string prompt = random_prompt(rng_, 40, 60);  // prefilled remotely
+  json expected = baton_generate(
+      prompt, {"--max-tokens", "8", "--temperature", "0", "--logprobs", "2", "--ignore-eos"});
+  ASSERT_EQ(expected["output_ids"].size(), 8u);
+  json top_1 = with_tie_evidence({{"prompt", prompt},
+                                  {"max_tokens", 8},
+                                  {"temperature", 1.0},
+                                  {"top_k", 1},
+                                  {"seed", rng_()},
+                                  {"ignore_eos", true}});
+  auto sampled = cluster_->post("/v1/completions", top_1);
+  ASSERT_TRUE(sampled.is_ok());
+  ASSERT_EQ(sampled->status, 200) << sampled->body;
+  const json choice = json::parse(sampled->body)["choices"][0];
+  const bool parted = expect_greedy_equal_or_tied(choice, expected, "top_k 1");
+
+  // The first output id past the first that is not one seen before it:
+  // the engine stops where it first comes.
+  const json& ids = expected["output_ids"];
+  size_t at = 1;
+  while (at < ids.size() && std::find(ids.begin(), ids.begin() + ptrdiff_t(at), ids[at]) !=
+                                ids.begin() + ptrdiff_t(at))
+    ++at;
+  if (parted) GTEST_SKIP() << "top_k 1 parted from greedy at a tie: no stop id to take";
+  if (at == ids.size()) GTEST_SKIP() << "every output id is the first: " << ids.dump();
+  json stopping = {{"prompt", prompt},
+                   {"max_tokens", 8},
+                   {"temperature", 0},
+                   {"ignore_eos", true},
+                   {"stop_token_ids", {ids[at]}}};
+  auto stopped = cluster_->post("/v1/completions", stopping);
+  ASSERT_TRUE(stopped.is_ok());
+  ASSERT_EQ(stopped->status, 200) << stopped->body;
+  const json answer = json::parse(stopped->body);
+  EXPECT_EQ(answer["choices"][0]["finish_reason"], "stop") << answer.dump();
+  EXPECT_EQ(answer["usage"]["completion_tokens"], at + 1) << answer.dump();
+  const std::string text = answer["choices"][0]["text"];
+  EXPECT_EQ(expected["text"].get<std::string>().substr(0, text.size()), text);
+}
+
 // return_tokens_as_token_ids (vLLM's): log-probs name every token, chosen
 // or alternative, "token_id:ID", over both endpoints, the ids those of one
 // engine; completions' text offsets stay offsets in the text.

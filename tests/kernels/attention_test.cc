@@ -168,6 +168,16 @@ int run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   for (int32_t s = 0; s < num_seqs; ++s) {
     const SeqSpec& spec = c.seqs[size_t(s)];
     const bool amx = attention_takes_amx(layout, spec.query_len);
+    // The reference follows the kernel's path below, so the paths are
+    // pinned here as specified: the tiles only from 33 rows; 8-bit queries
+    // (int8 codes, BF16) only for decode rows, at most 4 of a sequence.
+    if (amx) {
+      EXPECT_GE(spec.query_len, 33) << "seq " << s;
+      EXPECT_FALSE(attention_takes_amx(layout, 32));
+    }
+    EXPECT_TRUE(spec.query_len <= 4 || decode_query_format(layout, spec.query_len) == DType::kF32)
+        << "seq " << s << ": " << spec.query_len << " rows";
+    EXPECT_EQ(decode_query_format(layout, 5), DType::kF32);
     std::vector<double> k = testing::stored_rows(k_of[size_t(s)], c.head_dim, dtype);
     std::vector<double> v = testing::stored_rows(v_of[size_t(s)], c.head_dim, dtype);
     if (amx && is_quantized(dtype)) {

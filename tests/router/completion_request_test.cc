@@ -52,6 +52,11 @@ TEST(CompletionRequest, EveryFieldAndPromptForm) {
   EXPECT_EQ(s.logprobs, 3);
   EXPECT_TRUE(s.tokens_as_ids);
 
+  // -1 is vLLM's "off" (0 on the wire); a positive top_k is kept.
+  auto top_k = parse_completion_request(R"({"prompt": "x", "top_k": 7})");
+  ASSERT_TRUE(top_k.is_ok()) << top_k.status().to_string();
+  EXPECT_EQ(top_k->sampling.top_k, 7);
+
   auto ids = parse_completion_request(R"({"prompt": [9, 8], "stop": "x"})");
   ASSERT_TRUE(ids.is_ok());
   EXPECT_FALSE(ids->sampling.want_logprobs) << "not asked for";
