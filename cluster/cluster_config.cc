@@ -213,7 +213,34 @@ Result<RouterSection> parse_router(const YAML::Node& node) {
                             std::to_string(2 * router.heartbeat_interval.count()) + "), got " +
                             std::to_string(router.heartbeat_timeout.count()));
   }
+  // A loop comes round within a step, and within its poll's wait: a bound
+  // as short as those would declare busy nodes dead (nodes' pacing is
+  // checked against it in check_stall_timeout).
+  if (router.node_stall_timeout.count() > 0 && router.node_stall_timeout < kMinNodeStallTimeout) {
+    return invalid_argument("router.node_stall_timeout_ms: 0 (never) or at least " +
+                            std::to_string(kMinNodeStallTimeout.count()) + ", got " +
+                            std::to_string(router.node_stall_timeout.count()));
+  }
   return router;
+}
+
+// A node paced by engine.min_step_interval_ms waits up to that long in a
+// turn of its loop: a stall timeout no longer would withhold its heartbeats
+// whenever it has work.
+Status check_stall_timeout(const ClusterConfig& config) {
+  const auto stall = config.router.node_stall_timeout;
+  if (stall.count() <= 0) return Status::ok();
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (const NodeSection& node : *nodes) {
+      if (node.engine.min_step_interval * 2 >= stall) {
+        return invalid_argument("router.node_stall_timeout_ms: " + std::to_string(stall.count()) +
+                                " ms must exceed " + "twice node '" + node.name +
+                                "''s engine.min_step_interval_ms (" +
+                                std::to_string(node.engine.min_step_interval.count()) + ")");
+      }
+    }
+  }
+  return Status::ok();
 }
 
 // Every port the cluster listens on, with the host it listens on: none twice.
@@ -497,6 +524,7 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
     }
   }
   BATON_RETURN_IF_ERROR(check_shared_kv_layout(config));
+  BATON_RETURN_IF_ERROR(check_stall_timeout(config));
   return config;
 }
 

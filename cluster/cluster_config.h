@@ -50,6 +50,8 @@ struct ModelSection {
   std::string served_name;     // the `model` name clients send; default: path's last component
 };
 
+inline constexpr std::chrono::milliseconds kMinNodeStallTimeout{1000};
+
 struct RouterSection {
   std::string host = "127.0.0.1";
   uint16_t http_port = 8000;
@@ -62,8 +64,12 @@ struct RouterSection {
   std::chrono::milliseconds heartbeat_timeout{2000};  // must exceed 2 intervals
   // A node whose loop has not come round this long (a hung step or wait)
   // stops heartbeating: the router fails its requests and places no more
-  // there until it comes back (node::NodeSettings::stall_timeout); 0: never.
-  std::chrono::milliseconds node_stall_timeout{120000};
+  // there until it comes back (node::NodeSettings::stall_timeout); 0: never,
+  // else at least kMinNodeStallTimeout and past twice every node's
+  // engine.min_step_interval_ms. It must outlast the longest engine step:
+  // a prefill of max_num_batched_tokens of a large model on CPUs may take
+  // minutes.
+  std::chrono::milliseconds node_stall_timeout{300000};
   int32_t min_remote_prefill_tokens = 32;  // shorter prompts are prefilled on the decode node
   // Longer ones too when every prefill node has this many prompt tokens
   // waiting and the decode node fewer (router/prefill_placement.h); 0: never.

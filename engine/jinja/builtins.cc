@@ -738,6 +738,10 @@ Result<Value> to_int(const Value& v, CallArgs& args) {
     errno = 0;
     const long long i = std::strtoll(s.c_str(), &end, base);
     if (!s.empty() && *end == '\0' && errno == 0) return Value::integer(i);
+    // An integer past int64 (Python would hold it whole): not its nearest
+    // double, which strtod would read it as.
+    if (!s.empty() && *end == '\0' && errno == ERANGE)
+      return out_of_range("integer overflow: " + s);
     const double d = std::strtod(s.c_str(), &end);
     if (!s.empty() && *end == '\0' && std::isfinite(d)) {
       BATON_ASSIGN_OR_RETURN(const int64_t i, float_to_integer(d));

@@ -53,7 +53,7 @@ TEST(ClusterConfig, MissingMeansDefault) {
   EXPECT_EQ(r.request_timeout, std::chrono::milliseconds(600000));
   EXPECT_EQ(r.heartbeat_interval, std::chrono::milliseconds(200));
   EXPECT_EQ(r.heartbeat_timeout, std::chrono::milliseconds(2000));
-  EXPECT_EQ(r.node_stall_timeout, std::chrono::milliseconds(120000));
+  EXPECT_EQ(r.node_stall_timeout, std::chrono::milliseconds(300000));
   EXPECT_EQ(r.min_remote_prefill_tokens, 32);
   EXPECT_EQ(r.max_prefill_queue_tokens, 0);
   EXPECT_EQ(r.drain_timeout, std::chrono::milliseconds(10000));
@@ -362,6 +362,11 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {kModel + kNodes + "router: {request_timeout_ms: -1}\n", "router.request_timeout_ms"},
       {kModel + kNodes + "router: {drain_timeout_ms: x}\n", "router.drain_timeout_ms"},
       {kModel + kNodes + "router: {node_stall_timeout_ms: -5}\n", "router.node_stall_timeout_ms"},
+      {kModel + kNodes + "router: {node_stall_timeout_ms: 999}\n",
+       "router.node_stall_timeout_ms: 0 (never) or at least 1000, got 999"},
+      {kModel + kNodes +
+           "engine: {min_step_interval_ms: 600}\nrouter: {node_stall_timeout_ms: 1200}\n",
+       "must exceed twice node"},
       {kModel + kNodes + "router: {http_threads: 0}\n", "router.http_threads"},
       {kModel + kNodes + "router: {write_timeout_ms: 0}\n", "router.write_timeout_ms"},
       {kModel + kNodes + "router: {max_queued_write_bytes: 100}\n",

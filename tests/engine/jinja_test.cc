@@ -80,7 +80,8 @@ TEST(JinjaTest, IntegersPastInt64AreErrorsNotUndefinedBehaviour) {
       R"({"low": -9223372036854775808, "huge": 1e300, "text": "1e300", "wide": 18446744073709551615})");
   for (const char* source :
        {"{{ -low }}", "{{ low|abs }}", "{{ huge|int }}", "{{ text|int }}", "{{ wide|int }}",
-        "{{ '%d' % huge }}", "{{ '%x' % wide }}", "{{ 2 ** 63 }}", "{{ 3037000500 ** 3 }}"}) {
+        "{{ '%d' % huge }}", "{{ '%x' % wide }}", "{{ 2 ** 63 }}", "{{ 3037000500 ** 3 }}",
+        "{{ '-9223372036854775809'|int }}", "{{ 'ffffffffffffffffffff'|int(base=16) }}"}) {
     SCOPED_TRACE(source);
     auto t = Template::parse(source);
     ASSERT_TRUE(t.is_ok()) << t.status().message();

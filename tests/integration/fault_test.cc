@@ -284,7 +284,7 @@ TEST(FaultTest, ANodeWhoseLoopHangsStopsHeartbeatingAndComesBack) {
                      ("decode-0:" + std::to_string(kStall / 1ms)).c_str(), 1),
             0);
   ClusterShape shape;
-  shape.extra_router_yaml = "  node_stall_timeout_ms: 300\n";
+  shape.extra_router_yaml = "  node_stall_timeout_ms: 1000\n";
   Cluster cluster(shape);
   ::unsetenv("BATON_FAULT_STALL_FIRST_STEP");  // the nodes took it
   json body = {{"prompt", std::string(40, 'q')}, {"max_tokens", 4}, {"temperature", 0}};
@@ -294,7 +294,7 @@ TEST(FaultTest, ANodeWhoseLoopHangsStopsHeartbeatingAndComesBack) {
   ASSERT_TRUE(failed.is_ok()) << failed.status().to_string();
   EXPECT_GE(failed->status, 500) << failed->body;
   EXPECT_NE(failed->body.find("heartbeat"), std::string::npos) << failed->body;
-  // Heartbeats stop 0.3 s into the stall and the router waits 0.6 s more.
+  // Heartbeats stop 1 s into the stall and the router waits 0.6 s more.
   EXPECT_LT(waited, kStall - 2s) << "the request waited for the stalled step";
   EXPECT_FALSE(cluster.node_up("decode-0")) << cluster.nodes().dump(2);
 
