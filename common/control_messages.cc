@@ -366,6 +366,7 @@ json to_json(const TokenEvent& e) {
               {"queue_s", wire_real(e.queue_seconds)},
               {"prefill_s", wire_real(e.prefill_seconds)}};
   if (!e.prompt_logprobs.empty()) out["prompt_logprobs"] = to_json(e.prompt_logprobs);
+  if (e.cached_tokens >= 0) out["cached"] = e.cached_tokens;
   return out;
 }
 
@@ -437,6 +438,7 @@ struct Codec {
                 {"queue_s", wire_real(m.queue_seconds)},
                 {"prefill_s", wire_real(m.prefill_seconds)}};
     if (!m.prompt_logprobs.empty()) out["prompt_logprobs"] = to_json(m.prompt_logprobs);
+    if (m.cached_tokens >= 0) out["cached"] = m.cached_tokens;
     return out;
   }
   json operator()(const Abort& m) const {
@@ -556,6 +558,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
       m.prompt_logprobs = logprobs_from(r, "prompt_logprobs", kMaxPromptTokens);
     m.queue_seconds = r.real("queue_s");
     m.prefill_seconds = r.real("prefill_s");
+    if (r.has("cached")) m.cached_tokens = r.int32("cached", 0, int32_t(kMaxPromptTokens));
     return finish(std::move(m));
   }
   if (type == "abort") {
@@ -589,6 +592,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
           event.prompt_logprobs = logprobs_from(e, "prompt_logprobs", kMaxPromptTokens);
         event.queue_seconds = e.real("queue_s");
         event.prefill_seconds = e.real("prefill_s");
+        if (e.has("cached")) event.cached_tokens = e.int32("cached", 0, int32_t(kMaxPromptTokens));
         if (!e.error().empty()) {
           r.fail("events", e.error());
           break;
@@ -631,7 +635,7 @@ struct FrameCost {
 FrameCost cost_of(const TokenEvent& e) {
   FrameCost c;
   c.maps = 1;
-  c.values = 10 + e.tokens.size();  // the map, its scalars, its lists
+  c.values = 11 + e.tokens.size();  // the map, its scalars, its lists
   c.bytes = 128 + e.error.size();
   for (const auto* list : {&e.logprobs, &e.prompt_logprobs}) {
     for (const TokenLogprobs& t : *list) {

@@ -253,6 +253,9 @@ struct PrefillDone {  // prefill -> router, forwarded to decode
   // The prefill node's queue and prefill seconds (engine::Sequence); -1: none.
   float queue_seconds = -1;
   float prefill_seconds = -1;
+  // Prompt tokens the prefill node's prefix cache held
+  // (engine::Sequence::cached_prompt_tokens); -1: not told (an older node).
+  int32_t cached_tokens = -1;
 };
 struct Abort {  // router -> node
   uint64_t request_id = 0;
@@ -279,6 +282,9 @@ struct TokenEvent {
   // and prefill seconds (engine::Sequence); -1 otherwise.
   float queue_seconds = -1;
   float prefill_seconds = -1;
+  // With the first token, where this node computed the prompt: the prompt
+  // tokens its prefix cache held; -1 otherwise.
+  int32_t cached_tokens = -1;
 };
 struct Events {  // decode -> router, once per step that produced something
   std::vector<TokenEvent> events;

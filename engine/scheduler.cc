@@ -372,6 +372,8 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
       break;
     }
     prefix_cache_.count_lookup(seq);
+    if (seq.cached_prompt_tokens < 0)
+      seq.cached_prompt_tokens = std::min(seq.num_computed, int32_t(seq.prompt.size()));
     // The blocks this step fills are registered now, not after the step:
     // a sequence admitted after this one in the same step then shares them.
     // The forward pass stores every token's K/V of a layer before any

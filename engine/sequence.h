@@ -101,6 +101,10 @@ struct Sequence {
   std::optional<std::chrono::steady_clock::time_point> first_scheduled;
   double queue_seconds = -1;
   double prefill_seconds = -1;
+  // Prompt tokens whose KV the prefix cache held (the pool's, or restored
+  // from the SSD tier) when the sequence was first admitted here (OpenAI's
+  // usage.prompt_tokens_details.cached_tokens); -1: not admitted here.
+  int32_t cached_prompt_tokens = -1;
 };
 
 }  // namespace baton::engine

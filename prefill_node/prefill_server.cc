@@ -271,6 +271,7 @@ void PrefillServer::maybe_complete(uint64_t request_id) {
       done.first_token = job.finished->output.front();
       done.queue_seconds = float(job.finished->queue_seconds);
       done.prefill_seconds = float(job.finished->prefill_seconds);
+      done.cached_tokens = job.finished->cached_prompt_tokens;
       done.rng_draws = job.finished->rng.draws();
       if (!job.finished->output_logprobs.empty()) {
         done.first_logprobs.push_back(node::to_wire(job.finished->output_logprobs.front()));

@@ -137,6 +137,7 @@ bool CompletionExchange::take_update(size_t index, const GenerationUpdate& updat
       if (update.prefill_seconds >= 0)
         metrics_.observe_queue_and_prefill(update.queue_seconds, update.prefill_seconds);
       choice.prefill_seconds = update.prefill_seconds;
+      choice.cached_tokens = std::clamp<int64_t>(update.cached_tokens, 0, choice.prompt_tokens);
       choice.first_token = now;
     } else {
       double gap = seconds_between(choice.last_token, now) / double(update.tokens.size());
@@ -411,6 +412,16 @@ void CompletionExchange::finish_exchange() {
   usage.prompt_tokens = spec_.prompt_tokens;
   for (const ChoiceState& choice : choices_)
     usage.completion_tokens += int64_t(choice.tokens.size());
+  // Each prompt once, as prompt_tokens counts it: what the cache held before
+  // this request, the least any of its generations found (the first to
+  // compute it may leave its blocks to the others).
+  const size_t per_prompt = size_t(std::max(spec_.best_of, 1));
+  for (size_t first = 0; first < choices_.size(); first += per_prompt) {
+    int64_t least = choices_[first].cached_tokens;
+    for (size_t i = first + 1; i < std::min(first + per_prompt, choices_.size()); ++i)
+      least = std::min(least, choices_[i].cached_tokens);
+    usage.cached_tokens += least;
+  }
   metrics_.count_tokens(spec_.prompt_tokens, 0);
   if (spec_.stream) {
     if (spec_.include_usage) {

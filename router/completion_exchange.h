@@ -94,8 +94,9 @@ class CompletionExchange : public std::enable_shared_from_this<CompletionExchang
     std::chrono::steady_clock::time_point last_token;
     double prefill_seconds = -1;  // on the node that computed the prompt; -1: unknown
     int64_t prompt_tokens = 0;
-    int64_t max_tokens = 0;  // what the choice asked for: a node never sends more
-    int64_t min_tokens = 0;  // stop strings count only in the text of tokens past these
+    int64_t cached_tokens = 0;  // of prompt_tokens, those the computing node's cache held
+    int64_t max_tokens = 0;     // what the choice asked for: a node never sends more
+    int64_t min_tokens = 0;     // stop strings count only in the text of tokens past these
     // Bytes of text before the update that took the output past min_tokens
     // (vLLM's boundary too): a stop string must end past them. -1: not yet
     // known.

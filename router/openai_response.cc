@@ -25,7 +25,8 @@ json finish(FinishReason reason) {
 json Usage::to_json() const {
   return {{"prompt_tokens", prompt_tokens},
           {"completion_tokens", completion_tokens},
-          {"total_tokens", prompt_tokens + completion_tokens}};
+          {"total_tokens", prompt_tokens + completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", cached_tokens}}}};
 }
 
 json completion_response(Endpoint endpoint, std::string_view id, std::string_view model,

@@ -15,6 +15,9 @@ namespace baton::router {
 struct Usage {
   int64_t prompt_tokens = 0;
   int64_t completion_tokens = 0;
+  // Of prompt_tokens, those a node's prefix cache held
+  // (prompt_tokens_details.cached_tokens, as OpenAI and vLLM report it).
+  int64_t cached_tokens = 0;
   nlohmann::json to_json() const;
 };
 

@@ -366,6 +366,7 @@ void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& 
     return fail(request.id, internal_error("node " + from + " sent " + within.message()));
   request.queue_seconds = done.queue_seconds;
   request.prefill_seconds = done.prefill_seconds;
+  request.cached_tokens = done.cached_tokens;
   request.prompt_logprobs = std::move(done.prompt_logprobs);  // the decode node needs none
   Status sent = send(request.decode_node, done);
   if (!sent.is_ok()) fail(request.id, sent);
@@ -401,6 +402,7 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       const bool here = event.prefill_seconds >= 0;
       update.queue_seconds = here ? event.queue_seconds : request.queue_seconds;
       update.prefill_seconds = here ? event.prefill_seconds : request.prefill_seconds;
+      update.cached_tokens = here ? event.cached_tokens : request.cached_tokens;
       update.prompt_logprobs = std::move(here ? event.prompt_logprobs : request.prompt_logprobs);
       request.got_tokens = true;
       release_local_prefill(request);

@@ -78,6 +78,9 @@ struct GenerationUpdate {
   // (engine::Sequence); -1: unknown.
   double queue_seconds = -1;
   double prefill_seconds = -1;
+  // With the first tokens: the prompt tokens the prefix cache of the node
+  // that computed it held; -1: unknown.
+  int32_t cached_tokens = -1;
 };
 // The last update of a request that failed.
 inline GenerationUpdate failed_update(Status error) {
@@ -143,6 +146,7 @@ class RouterCore {
     // The prefill node's timings (PrefillDone), until the first tokens carry them.
     float queue_seconds = -1;
     float prefill_seconds = -1;
+    int32_t cached_tokens = -1;
     std::vector<control::TokenLogprobs> prompt_logprobs;  // the prefill node's (PrefillDone)
     bool got_tokens = false;
     // Its sink threw: it is aborted on its nodes, and gets only its error,

@@ -193,6 +193,11 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(done2.prompt_logprobs[p].top_logprobs, done.prompt_logprobs[p].top_logprobs);
   }
 
+  // Cached prompt tokens: absent (an older node) reads as -1.
+  EXPECT_EQ(done2.cached_tokens, -1);
+  done.cached_tokens = int32_t(rng() % 100000);
+  EXPECT_EQ(round_trip(done).cached_tokens, done.cached_tokens);
+
   EXPECT_EQ(round_trip(Abort{42, "client disconnected"}).reason, "client disconnected");
   const uint64_t rejected_id = rng();
   Rejected rejected = round_trip(Rejected{"generate", rejected_id, "generate.prompt: not a list"});
@@ -211,6 +216,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     if (i == 0) {
       event.queue_seconds = float(rng() % 1000) / 64.0f;
       event.prefill_seconds = float(rng() % 1000) / 64.0f;
+      event.cached_tokens = int32_t(rng() % 100000);
       for (size_t p = 0; p < 1 + rng() % 4; ++p)
         event.prompt_logprobs.push_back({-float(rng() % 100) / 8.0f, {int32_t(p)}, {-0.75f}});
     }
@@ -224,6 +230,7 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
     EXPECT_EQ(events2.events[i].finish_reason, events.events[i].finish_reason);
     EXPECT_EQ(events2.events[i].queue_seconds, events.events[i].queue_seconds);
     EXPECT_EQ(events2.events[i].prefill_seconds, events.events[i].prefill_seconds);
+    EXPECT_EQ(events2.events[i].cached_tokens, events.events[i].cached_tokens);  // -1: absent
     ASSERT_EQ(events2.events[i].prompt_logprobs.size(), events.events[i].prompt_logprobs.size());
     for (size_t p = 0; p < events.events[i].prompt_logprobs.size(); ++p) {
       EXPECT_EQ(events2.events[i].prompt_logprobs[p].logprob,

@@ -532,6 +532,7 @@ TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
     };
     std::vector<Source> sources = {{cached, cached_blocks}};
     int64_t expected_hits = 0, expected_queries = first.prefix_query_tokens;
+    std::vector<int32_t> expected_cached;  // each sequence's own count
     for (const auto& p : prompts) {
       int32_t best = 0;
       for (const Source& source : sources) {
@@ -545,10 +546,19 @@ TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
         best = std::max(best, j);
       }
       expected_hits += int64_t(best) * block_size;
+      expected_cached.push_back(best * block_size);
       expected_queries += int64_t(p.size());
       sources.push_back({p, int32_t(p.size()) / block_size});
     }
-    EXPECT_EQ(generate(*engine, prompts, options), alone);
+    for (const auto& p : prompts) ASSERT_TRUE(engine->scheduler().add(p, options).is_ok());
+    auto done = engine->run_to_completion();
+    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+    ASSERT_EQ(done->size(), prompts.size());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      EXPECT_EQ((*done)[i]->output, alone[i]) << "prompt " << i;
+      // What usage.prompt_tokens_details.cached_tokens reports.
+      EXPECT_EQ((*done)[i]->cached_prompt_tokens, expected_cached[i]) << "prompt " << i;
+    }
     const SchedulerStats after = engine->scheduler().stats();
     EXPECT_EQ(after.prefix_hit_tokens, expected_hits);
     EXPECT_EQ(after.prefix_query_tokens, expected_queries);

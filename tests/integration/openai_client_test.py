@@ -207,6 +207,10 @@ def run(baton, work):
         check(done.choices[0].text == expected["text"], f"{done.choices[0].text!r} != {expected['text']!r}")
         check(done.usage.prompt_tokens == len(expected["prompt_ids"]), f"usage {done.usage}")
         check(done.usage.completion_tokens == len(expected["output_ids"]), f"usage {done.usage}")
+        # The client's own model of the details: a count no larger than the prompt.
+        details = done.usage.prompt_tokens_details
+        check(details is not None and 0 <= details.cached_tokens <= done.usage.prompt_tokens,
+              f"usage {done.usage}")
 
         stream = client.completions.create(model="tiny", prompt=prompt, max_tokens=12, temperature=0, stream=True,
                                            stream_options={"include_usage": True})

@@ -1399,15 +1399,28 @@ TEST_F(ServingTest, RepeatedPromptsShareADecodeNodesPrefixCache) {
   const std::string prompt = random_prompt(rng_, 100, 120);  // remote prefill
   const json expected =
       baton_generate(prompt, {"--max-tokens", "8", "--temperature", "0", "--logprobs", "2"});
+  std::vector<int64_t> told;  // usage.prompt_tokens_details.cached_tokens
+  int64_t prompt_tokens = 0;
   for (int i = 0; i < 3; ++i) {
     auto response = cluster_->post(
         "/v1/completions",
         with_tie_evidence({{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}}));
     ASSERT_TRUE(response.is_ok()) << response.status().to_string();
     ASSERT_EQ(response->status, 200) << response->body;
-    expect_same_answer(json::parse(response->body)["choices"][0], expected,
-                       "request " + std::to_string(i));
+    const json answer = json::parse(response->body);
+    expect_same_answer(answer["choices"][0], expected, "request " + std::to_string(i));
+    prompt_tokens = answer["usage"]["prompt_tokens"];
+    told.push_back(answer["usage"]["prompt_tokens_details"]["cached_tokens"]);
   }
+  // A fresh prompt first; then, where a request's prefill node computed it
+  // before (least-loaded sends the first and third to one of the two), its
+  // full blocks but the one holding its last token.
+  const int64_t shareable = (prompt_tokens - 1) / 16 * 16;
+  EXPECT_EQ(told[0], 0);
+  for (int i : {1, 2})
+    EXPECT_TRUE(told[size_t(i)] == 0 || told[size_t(i)] == shareable)
+        << "request " << i << ": " << told[size_t(i)] << " of " << prompt_tokens;
+  EXPECT_EQ(std::max(told[1], told[2]), shareable) << "no request was told of a hit";
   // Heartbeats carry the count to the router every 100 ms.
   double after = before;
   for (int i = 0; i < 50 && after <= before; ++i) {
