@@ -105,9 +105,12 @@ std::optional<LocalNodesView> view_local_nodes(const std::string& host, uint16_t
     if (!node.is_object()) continue;
     const std::string name = node.value("name", "");
     if (!local_nodes.contains(name)) continue;
-    view.listed.insert(name);
+    // The router lists every configured node from its start; one that never
+    // registered has no pid yet.
     const pid_t pid = node.value("pid", pid_t(0));
-    if (node.value("up", false) && pid != 0 && pid == group.pid(name)) view.up.insert(name);
+    if (pid == 0) continue;
+    view.listed.insert(name);
+    if (node.value("up", false) && pid == group.pid(name)) view.up.insert(name);
   }
   return view;
 }

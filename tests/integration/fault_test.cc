@@ -1168,6 +1168,27 @@ TEST(SupervisionTest, KilledRolesAreStartedAgainAndServe) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
 }
 
+// A node that exits while it starts (here: a fault setting it cannot read)
+// fails the start-up: `baton up` stops everything and exits, rather than
+// taking the node for one that registered and died, restarting it and
+// saying the cluster is up (the router lists every configured node from
+// its start, registered or not).
+TEST(SupervisionTest, ANodeThatNeverStartsFailsTheStartUp) {
+  ASSERT_EQ(::setenv("BATON_FAULT_STALL_FIRST_STEP", "decode-0:soon", 1), 0);
+  ClusterShape shape;
+  shape.wait_until_up = false;
+  Cluster cluster(shape);
+  ::unsetenv("BATON_FAULT_STALL_FIRST_STEP");  // the nodes took it
+  bool running = true;
+  for (auto until = Clock::now() + 30s; running && Clock::now() < until;) {
+    running = cluster.up_running();
+    if (running) std::this_thread::sleep_for(50ms);
+  }
+  EXPECT_FALSE(running) << "baton up went on without decode-0";
+  auto health = cluster.get("/health");
+  EXPECT_FALSE(health.is_ok()) << "the router still answers: " << health->status;
+}
+
 // A second `baton up` of a running cluster's YAML finds the router's ports
 // taken: it fails at once, naming the port, without ever saying the
 // cluster is up (the first cluster's router answers on the same port, with
