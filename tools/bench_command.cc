@@ -15,10 +15,12 @@
 #include <optional>
 
 #include "tools/commands.h"
+#include "tools/loadtest/bench_runner.h"
 #include "tools/loadtest/bench_session.h"
 #include "tools/loadtest/positive_number.h"
 #include "tools/loadtest/result_json.h"
 #include "tools/loadtest/sweep.h"
+#include "tools/open_file_limit.h"
 
 namespace baton::tools {
 namespace {
@@ -237,6 +239,15 @@ void print_start(const BenchSession& session, double rate, const BenchCli& cli) 
 
 // Prepares the session and sends the warm-up request.
 Result<BenchSession> start_session(const BenchCli& cli) {
+  // A request in flight holds about four descriptors (its socket, and its
+  // I/O context's epoll, eventfd and timerfd): a soft limit of 1024 would
+  // fail requests part way through a run of many workers.
+  const int64_t workers = cli.run.max_concurrency > 0
+                              ? std::min(cli.run.max_concurrency, loadtest::kMaxInFlight)
+                              : loadtest::kMaxInFlight;
+  if (Status raised = raise_open_file_limit(uint64_t(4 * workers + 256)); !raised.is_ok()) {
+    std::fprintf(stderr, "warning: %s: requests past it may fail\n", raised.message().c_str());
+  }
   BATON_ASSIGN_OR_RETURN(BenchSession session, BenchSession::prepare(cli.run));
   std::printf("Starting initial single prompt test run...\n");
   std::fflush(stdout);

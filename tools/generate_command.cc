@@ -3,10 +3,13 @@
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <iterator>
+#include <limits>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
@@ -222,10 +225,15 @@ int run_generate(const GenerateOptions& o) {
   for (const std::string& pair : o.logit_bias) {
     const size_t colon = pair.find(':');
     char* end = nullptr;
+    errno = 0;
     const long id = colon == std::string::npos ? -1 : std::strtol(pair.c_str(), &end, 10);
-    const float bias =
-        colon == std::string::npos ? 0 : std::strtof(pair.c_str() + colon + 1, nullptr);
-    if (id < 0 || end != pair.c_str() + colon) {
+    const bool id_ok = id >= 0 && id <= std::numeric_limits<int32_t>::max() && errno == 0 &&
+                       end != pair.c_str() && end == pair.c_str() + colon;
+    // The whole text after the colon, a finite number: "5:" or "5:1.5x" is no bias.
+    char* bias_end = nullptr;
+    const char* bias_text = id_ok ? pair.c_str() + colon + 1 : "";
+    const float bias = std::strtof(bias_text, &bias_end);
+    if (!id_ok || *bias_text == '\0' || *bias_end != '\0' || !std::isfinite(bias)) {
       return fail(invalid_argument("--logit-bias takes ID:BIAS, got " + pair));
     }
     gen.adjustments.logit_bias.emplace_back(int32_t(id), bias);

@@ -33,6 +33,11 @@ Status ProcessGroup::spawn(const std::string& name, const std::vector<std::strin
   if (pid < 0) return io_error("fork for " + name + ": " + std::strerror(errno));
   if (pid == 0) {
     ::setpgid(0, 0);
+    // The parent's stop handlers only set a flag in this copy of its
+    // memory: a SIGTERM before execv (the parent's death, its stop) must
+    // end the child, not be swallowed.
+    ::signal(SIGTERM, SIG_DFL);
+    ::signal(SIGINT, SIG_DFL);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) _exit(127);  // the parent died before prctl
     ::execv(args[0], args.data());

@@ -74,7 +74,10 @@ TEST_F(BatonCli, GenerateRefusesSamplingValuesAndFilesItCannotUse) {
            {"--prompt-ids 1,2 --temperature nan", "temperature"},
            {"--prompt-ids 1,2 --min-p nan", "min_p"},
            {"--prompt-ids 1,2 --repetition-penalty nan", "repetition_penalty"},
-           {"--prompt-ids 1,2 --logit-bias 3:nan", "logit_bias"},
+           {"--prompt-ids 1,2 --logit-bias 3:nan", "--logit-bias takes ID:BIAS"},
+           {"--prompt-ids 1,2 --logit-bias 3:", "--logit-bias takes ID:BIAS"},
+           {"--prompt-ids 1,2 --logit-bias 3:1.5x", "--logit-bias takes ID:BIAS"},
+           {"--prompt-ids 1,2 --logit-bias 4294967299:1", "--logit-bias takes ID:BIAS"},
            {"--prompt-ids 1,2 --seed -1", "--seed"},
            {"--prompts /dev/zero", "--prompts: /dev/zero"}}) {
     auto refused = run(base + args);

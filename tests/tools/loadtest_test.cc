@@ -6,9 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <sstream>
+#include <stdexcept>
 
 #include "tools/loadtest/arrivals.h"
+#include "tools/loadtest/bench_runner.h"
 #include "tools/loadtest/report.h"
 #include "tools/loadtest/result_json.h"
 #include "tools/loadtest/serving_stats.h"
@@ -285,6 +288,44 @@ TEST(ResultJson, MergeRecomputesOverAllShards) {
   b.config.model = "other";
   EXPECT_FALSE(merge_results({a, b}).is_ok());
   EXPECT_FALSE(merge_results({}).is_ok());
+}
+
+}  // namespace
+}  // namespace baton::loadtest
+
+namespace baton::loadtest {
+namespace {
+
+// A client whose every other request throws, as a request whose I/O context
+// finds no descriptor left does (Boost's epoll reactor throws then).
+class ThrowingClient final : public BenchClient {
+ public:
+  RequestRecord stream(const std::string&, const std::string& body, int64_t) override {
+    if (body.size() % 2 == 1) throw std::runtime_error("epoll: Too many open files");
+    RequestRecord record;
+    record.success = true;
+    return record;
+  }
+  Result<tools::HttpResponse> get(const std::string&) override { return unavailable("unused"); }
+};
+
+// A request that throws is a failed request with the exception's text; the
+// others of the run are served and recorded.
+TEST(BenchRunner, ARequestThatThrowsIsRecordedAsFailed) {
+  std::vector<PlannedRequest> plan;
+  for (int i = 0; i < 12; ++i) plan.push_back({std::string(size_t(4 + i), 'x'), 1, 0.0});
+  const ClientFactory connect = []() -> Result<std::unique_ptr<BenchClient>> {
+    return std::unique_ptr<BenchClient>(std::make_unique<ThrowingClient>());
+  };
+  const RunOutcome outcome = run_requests(plan, connect, RunOptions{.max_concurrency = 3});
+  ASSERT_EQ(outcome.records.size(), plan.size());
+  for (size_t i = 0; i < plan.size(); ++i) {
+    const bool throws = plan[i].body.size() % 2 == 1;
+    EXPECT_EQ(outcome.records[i].success, !throws) << i;
+    if (throws) {
+      EXPECT_EQ(outcome.records[i].error, "epoll: Too many open files") << i;
+    }
+  }
 }
 
 }  // namespace

@@ -6,6 +6,7 @@
 
 #include "common/zap_handler.h"
 
+#include "tools/loadtest/bench_runner.h"
 #include "tools/loadtest/stream_record.h"
 
 namespace baton::loadtest {
@@ -63,7 +64,12 @@ class HttpBenchClient final : public BenchClient {
 };
 
 zmq::context_t& zmq_context() {
-  static zmq::context_t context(1);
+  // A socket per worker: more than libzmq's default of 1023 may run.
+  static zmq::context_t context = [] {
+    zmq::context_t made(1);
+    zmq_ctx_set(made.handle(), ZMQ_MAX_SOCKETS, int(kMaxInFlight) + 64);
+    return made;
+  }();
   return context;
 }
 

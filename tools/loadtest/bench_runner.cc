@@ -82,9 +82,15 @@ RunOutcome run_requests(const std::vector<PlannedRequest>& plan, const ClientFac
       std::this_thread::sleep_until(start + std::chrono::duration_cast<Clock::duration>(
                                                 std::chrono::duration<double>(request.send_at_s)));
       const double sent_s = std::chrono::duration<double>(Clock::now() - start).count();
-      RequestRecord record = client.is_ok()
-                                 ? (*client)->stream(options.path, request.body, request.prompt_len)
-                                 : failed_record(client.status().message());
+      RequestRecord record;
+      // A request that throws (no descriptor left for its I/O context, out
+      // of memory) is a failed request, not the end of the run.
+      try {
+        record = client.is_ok() ? (*client)->stream(options.path, request.body, request.prompt_len)
+                                : failed_record(client.status().message());
+      } catch (const std::exception& e) {
+        record = failed_record(e.what());
+      }
       record.start_s = sent_s;
       progress.completed(record.success);
       outcome.records[i] = std::move(record);
