@@ -4,11 +4,11 @@
 
 namespace baton::tools {
 
-std::optional<std::chrono::milliseconds> RestartPolicy::on_exit(const std::string& role,
-                                                                Clock::time_point started,
-                                                                Clock::time_point now) {
+std::optional<std::chrono::milliseconds> RestartPolicy::on_exit(
+    const std::string& role, std::optional<Clock::time_point> healthy_since,
+    Clock::time_point now) {
   int& count = in_a_row_[role];
-  if (now - started >= limits_.healthy_after) count = 0;
+  if (healthy_since && now - *healthy_since >= limits_.healthy_after) count = 0;
   if (count >= limits_.max_restarts) return std::nullopt;
   std::chrono::milliseconds delay = limits_.first_delay;
   for (int i = 0; i < count && delay < limits_.max_delay; ++i) delay *= 2;

@@ -152,13 +152,21 @@ int run_up(const UpOptions& options) {
   ProcessGroup group;
   bool local_router = is_local_host(config.router.host);
   std::set<std::string> local_nodes;
-  // Each role's command line, and when it last started: a role that exits
-  // on its own is started again (restart_policy.h).
+  // Each role's command line, and since when its run has been seen healthy
+  // (a node up in the router as this process, the router answering): a
+  // role that exits on its own is started again (restart_policy.h).
   std::map<std::string, std::vector<std::string>> commands;
-  std::map<std::string, std::chrono::steady_clock::time_point> started;
+  std::map<std::string, std::optional<std::chrono::steady_clock::time_point>> healthy_since;
   auto start_role = [&](const std::string& name) {
-    started[name] = std::chrono::steady_clock::now();
+    healthy_since[name].reset();
     return group.spawn(name, commands[name]);
+  };
+  auto note_healthy = [&](const std::optional<LocalNodesView>& view) {
+    if (!view) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (local_router && !healthy_since["router"]) healthy_since["router"] = now;
+    for (const std::string& name : view->up)
+      if (!healthy_since[name]) healthy_since[name] = now;
   };
   if (local_router) {
     commands["router"] = {exe, "--log-level", log_level, "router", "--config", config_path};
@@ -195,7 +203,7 @@ int run_up(const UpOptions& options) {
     const auto now = std::chrono::steady_clock::now();
     const std::string what = (exit.name == "router" ? "the router " : "node " + exit.name + " ") +
                              describe_exit(exit.status);
-    if (auto delay = restarts.on_exit(exit.name, started[exit.name], now)) {
+    if (auto delay = restarts.on_exit(exit.name, healthy_since[exit.name], now)) {
       std::fprintf(stderr, "warning: %s; starting it again in %.1f s (restart %d of %d in a row)\n",
                    what.c_str(), double(delay->count()) / 1000.0, restarts.restarts(exit.name),
                    restarts.max_restarts());
@@ -211,20 +219,28 @@ int run_up(const UpOptions& options) {
                  restarts.max_restarts() > 0 ? " again, after its last restart" : "");
     return true;
   };
+  // Returns false when the cluster must stop. A start that fails (fork
+  // refused for want of memory or processes) counts as a run that exited
+  // at once: tried again after the next delay, up to the same limit.
   auto start_due_roles = [&] {
     const auto now = std::chrono::steady_clock::now();
+    bool go_on = true;
     for (auto it = pending.begin(); it != pending.end();) {
       if (it->second > now) {
         ++it;
         continue;
       }
-      if (Status s = start_role(it->first); !s.is_ok())
-        std::fprintf(stderr, "warning: cannot start %s again: %s\n", it->first.c_str(),
-                     s.message().c_str());
-      else
-        std::fprintf(stderr, "started %s again\n", it->first.c_str());
+      const std::string name = it->first;
       it = pending.erase(it);
+      if (Status s = start_role(name); !s.is_ok()) {
+        std::fprintf(stderr, "warning: cannot start %s again: %s\n", name.c_str(),
+                     s.message().c_str());
+        go_on = on_role_exit({name, 127 << 8}) && go_on;  // as a child that could not exec
+      } else {
+        std::fprintf(stderr, "started %s again\n", name.c_str());
+      }
     }
+    return go_on;
   };
 
   // Start-up lasts until every local node still running is up in the
@@ -275,9 +291,13 @@ int run_up(const UpOptions& options) {
       stop_all();
       return fail(unavailable(exit.name + " " + describe_exit(exit.status) + " during start-up"));
     }
-    start_due_roles();
+    if (!start_due_roles()) {
+      stop_all();
+      return fail(unavailable("a role could not be started again during start-up"));
+    }
     std::optional<LocalNodesView> view =
         view_local_nodes(router_host, port, local_nodes, api_key, group);
+    note_healthy(view);
     if (view && std::ranges::all_of(local_nodes, [&](const std::string& name) {
           return lost.contains(name) || view->up.contains(name);
         }))
@@ -309,10 +329,16 @@ int run_up(const UpOptions& options) {
   std::fflush(stdout);
 
   int code = 0;
+  auto next_look = std::chrono::steady_clock::now();
   while (!stop.load() && code == 0) {
     for (const auto& exit : group.reap())
       if (!on_role_exit(exit)) code = 1;
-    if (code == 0) start_due_roles();
+    if (code == 0 && !start_due_roles()) code = 1;
+    // Roles started again are healthy once seen so: a look a second.
+    if (std::chrono::steady_clock::now() >= next_look) {
+      next_look = std::chrono::steady_clock::now() + 1s;
+      note_healthy(view_local_nodes(router_host, port, local_nodes, api_key, group));
+    }
     std::this_thread::sleep_for(100ms);
   }
   std::printf("stopping: draining the router (up to %lld ms), then the nodes\n",
@@ -334,7 +360,7 @@ std::function<int()> add_up_command(CLI::App& app) {
       ->capture_default_str();
   sub->add_option("--max-restarts", options->max_restarts,
                   "Times in a row a role that exits on its own is started again (after 1, 2, "
-                  "4 ... up to 30 s; a minute's run starts the count over); 0: never")
+                  "4 ... up to 30 s; a minute up and healthy starts the count over); 0: never")
       ->check(CLI::Range(0, 1000))
       ->capture_default_str();
   return [options] { return run_up(*options); };

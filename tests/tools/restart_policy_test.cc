@@ -48,6 +48,26 @@ TEST(RestartPolicyTest, ARoleThatRanLongEnoughStartsOverAndRolesCountApart) {
   EXPECT_EQ(policy.restarts("router"), 1);
 }
 
+// A role that never came up (a node that loads for minutes and then fails
+// before registering) is given up however long each try ran: only a
+// healthy run starts the count over.
+TEST(RestartPolicyTest, LongRunsThatNeverCameUpStillCountTowardsGivingUp) {
+  RestartPolicy policy({.max_restarts = 3,
+                        .first_delay = milliseconds(10),
+                        .max_delay = milliseconds(100),
+                        .healthy_after = milliseconds(500)});
+  Clock::time_point now = Clock::now();
+  for (int i = 0; i < 3; ++i) {
+    now += milliseconds(5000);  // ten times healthy_after, never healthy
+    ASSERT_TRUE(policy.on_exit("decode-0", std::nullopt, now).has_value()) << i;
+  }
+  EXPECT_EQ(policy.on_exit("decode-0", std::nullopt, now + milliseconds(5000)), std::nullopt);
+  // Healthy, but not long enough: no reset either.
+  RestartPolicy brief({.max_restarts = 1, .healthy_after = milliseconds(500)});
+  ASSERT_TRUE(brief.on_exit("router", now, now).has_value());
+  EXPECT_EQ(brief.on_exit("router", now, now + milliseconds(499)), std::nullopt);
+}
+
 TEST(RestartPolicyTest, NoRestartsMeansNone) {
   RestartPolicy policy({.max_restarts = 0});
   const Clock::time_point now = Clock::now();
