@@ -327,7 +327,8 @@ int run_sweep(BenchCli& cli, const Metrics& metrics) {
       if (!point.is_ok()) return fail(point.status());
       mine.points.push_back(*point);
     }
-    if (Status s = save(cli.save_result.value_or(""), loadtest::sweep_json(cli.label, runs));
+    if (Status s =
+            save(result_path(cli, session->config().model), loadtest::sweep_json(cli.label, runs));
         !s.is_ok())
       return fail(s);
     all.insert(all.begin(), std::move(mine));
@@ -354,7 +355,7 @@ int run_merge(const BenchCli& cli, const Metrics& metrics) {
   auto merged = loadtest::merge_results(shards);
   if (!merged.is_ok()) return fail(merged.status());
   loadtest::print_report(stdout, *merged, metrics);
-  if (Status s = save(cli.save_result.value_or(""),
+  if (Status s = save(result_path(cli, merged->config.model),
                       loadtest::result_json(*merged, cli.save_detailed), cli.metadata);
       !s.is_ok())
     return fail(s);
@@ -388,7 +389,7 @@ void add_run_options(CLI::App* bench, BenchCli& cli) {
   bench->add_option("--burstiness", o.burstiness, "gamma shape of the gaps; 1 = Poisson")
       ->capture_default_str();
   bench->add_option("--max-concurrency", o.max_concurrency,
-                    "requests in flight at most (0: no limit)");
+                    "requests in flight at most (0: one worker per request, at most 1024)");
   bench->add_option("--seed", o.seed, "seeds the request list and the schedule")
       ->capture_default_str();
   bench->add_option("--random-input-len", o.random.input_len, "random: prompt tokens")

@@ -221,6 +221,17 @@ TEST_F(BenchTest, ShardsMergeIntoOneRun) {
   json merged = read_json(dir_ / "merged.json");
   EXPECT_EQ(merged["completed"], 9);
   EXPECT_EQ(merged["total_output_tokens"], 9 * kOutputLen);
+  // vLLM's form of the flags names the file too; a shard given twice (and
+  // so the other left out) is refused.
+  BatonRun vllm_flags =
+      run_baton({"bench", "merge", (dir_ / "shard0.json").string(), (dir_ / "shard1.json").string(),
+                 "--save-result", "--result-dir", dir_.string(), "--result-filename", "m2.json"});
+  ASSERT_EQ(vllm_flags.exit_code, 0) << vllm_flags.output;
+  EXPECT_EQ(read_json(dir_ / "m2.json")["completed"], 9);
+  BatonRun twice = run_baton(
+      {"bench", "merge", (dir_ / "shard0.json").string(), (dir_ / "shard0.json").string()});
+  EXPECT_NE(twice.exit_code, 0) << twice.output;
+  EXPECT_NE(twice.output.find("shard 0/2 given twice"), std::string::npos) << twice.output;
 }
 
 TEST_F(BenchTest, FailedWarmUpStopsTheRunWithTheReason) {

@@ -290,6 +290,26 @@ TEST(ResultJson, MergeRecomputesOverAllShards) {
   EXPECT_FALSE(merge_results({}).is_ok());
 }
 
+// A merge is of one run's shards, each once: a shard given twice would
+// count its requests twice, one left out would pass part of a run off as
+// the whole.
+TEST(ResultJson, MergeTakesEachShardOfOneRunOnce) {
+  BenchResult a = two_node_result(), b = two_node_result(), c = two_node_result();
+  a.config.shard = "0/3";
+  b.config.shard = "1/3";
+  c.config.shard = "2/3";
+  ASSERT_TRUE(merge_results({c, a, b}).is_ok());
+  auto message = [](const Result<BenchResult>& r) { return r.is_ok() ? "" : r.status().message(); };
+  EXPECT_NE(message(merge_results({a, b, b})).find("shard 1/3 given twice"), std::string::npos);
+  EXPECT_NE(message(merge_results({a, b})).find("shard 2/3 is missing"), std::string::npos);
+  BenchResult other_run = c;
+  other_run.config.seed += 1;
+  EXPECT_NE(message(merge_results({a, b, other_run})).find("of another run"), std::string::npos);
+  BenchResult unsharded = c;
+  unsharded.config.shard.clear();
+  EXPECT_FALSE(merge_results({a, b, unsharded}).is_ok());
+}
+
 }  // namespace
 }  // namespace baton::loadtest
 

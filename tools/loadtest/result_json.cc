@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "common/regular_file.h"
+#include "tools/loadtest/workload.h"
 
 namespace baton::loadtest {
 namespace {
@@ -195,6 +196,42 @@ Result<BenchResult> result_from_json(const json& doc, const std::string& name) {
   return result;
 }
 
+namespace {
+
+// Shards of one run (--shard i/N): each of the N once, all of the same run
+// (num_prompts, seed, rate). A shard given twice would count its requests
+// twice; one left out would report part of a run as the whole.
+Status check_shards_complete(const std::vector<BenchResult>& shards) {
+  std::vector<bool> seen;
+  const BenchConfig& first = shards.front().config;
+  for (const BenchResult& result : shards) {
+    const BenchConfig& c = result.config;
+    if (c.shard.empty()) {
+      return invalid_argument("a result without --shard: merge joins the shards of one run");
+    }
+    BATON_ASSIGN_OR_RETURN(const Shard shard, parse_shard(c.shard));
+    if (seen.empty()) seen.assign(size_t(shard.count), false);
+    if (size_t(shard.count) != seen.size() || c.num_prompts != first.num_prompts ||
+        c.seed != first.seed ||
+        !(c.request_rate == first.request_rate ||
+          (std::isinf(c.request_rate) && std::isinf(first.request_rate)))) {
+      return invalid_argument("shard " + c.shard + " is of another run than shard " + first.shard +
+                              " (shard count, num_prompts, seed or rate differ)");
+    }
+    if (seen[size_t(shard.index)]) return invalid_argument("shard " + c.shard + " given twice");
+    seen[size_t(shard.index)] = true;
+  }
+  for (size_t i = 0; i < seen.size(); ++i) {
+    if (!seen[i]) {
+      return invalid_argument("shard " + std::to_string(i) + "/" + std::to_string(seen.size()) +
+                              " is missing");
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<BenchResult> merge_results(const std::vector<BenchResult>& shards) {
   if (shards.empty()) return invalid_argument("no results to merge");
   BenchResult merged;
@@ -209,6 +246,7 @@ Result<BenchResult> merge_results(const std::vector<BenchResult>& shards) {
     start = std::min(start, shard.started_at_unix);
     end = std::max(end, shard.started_at_unix + shard.duration_s);
   }
+  BATON_RETURN_IF_ERROR(check_shards_complete(shards));
   for (const BenchResult& shard : shards) {
     for (RequestRecord r : shard.records) {
       r.start_s += shard.started_at_unix - start;
