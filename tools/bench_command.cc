@@ -134,8 +134,10 @@ Status apply_base_url(BenchCli& cli) {
 }
 
 // The file --save-result writes: Baton's FILE, or vLLM's
-// [DIR/]{label|backend}-{rate}qps[-concurrency{N}]-{model}-{time}.json.
-std::string result_path(const BenchCli& cli, const std::string& model) {
+// [DIR/]{label|backend}-{rate}qps[-concurrency{N}]-{model}-{time}.json, of
+// the run saved: its rate ("inf", "4"; "sweep" for a sweep's) and limit.
+std::string result_path(const BenchCli& cli, const std::string& model, const std::string& rate,
+                        int64_t max_concurrency) {
   if (!cli.save_result) return "";
   std::string name = !cli.save_result->empty() ? *cli.save_result : cli.result_filename;
   if (name.empty()) {
@@ -143,11 +145,11 @@ std::string result_path(const BenchCli& cli, const std::string& model) {
     const std::time_t now = std::time(nullptr);
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
     std::string base_model = model.substr(model.find_last_of('/') + 1);
-    name = (cli.run_label.empty() ? std::string("baton") : cli.run_label) + "-" + cli.request_rate +
-           "qps" +
-           (cli.run.max_concurrency > 0 ? "-concurrency" + std::to_string(cli.run.max_concurrency)
-                                        : std::string()) +
-           "-" + base_model + "-" + stamp + ".json";
+    name =
+        (cli.run_label.empty() ? std::string("baton") : cli.run_label) + "-" +
+        (rate == "sweep" ? rate : rate + "qps") +
+        (max_concurrency > 0 ? "-concurrency" + std::to_string(max_concurrency) : std::string()) +
+        "-" + base_model + "-" + stamp + ".json";
   }
   if (!cli.result_dir.empty()) return (std::filesystem::path(cli.result_dir) / name).string();
   return name;
@@ -242,9 +244,8 @@ Result<BenchSession> start_session(const BenchCli& cli) {
   // A request in flight holds about four descriptors (its socket, and its
   // I/O context's epoll, eventfd and timerfd): a soft limit of 1024 would
   // fail requests part way through a run of many workers.
-  const int64_t workers = cli.run.max_concurrency > 0
-                              ? std::min(cli.run.max_concurrency, loadtest::kMaxInFlight)
-                              : loadtest::kMaxInFlight;
+  const int64_t workers =
+      cli.run.max_concurrency > 0 ? cli.run.max_concurrency : loadtest::kMaxInFlight;
   if (Status raised = raise_open_file_limit(uint64_t(4 * workers + 256)); !raised.is_ok()) {
     std::fprintf(stderr, "warning: %s: requests past it may fail\n", raised.message().c_str());
   }
@@ -265,8 +266,9 @@ int run_bench(BenchCli& cli, const Metrics& metrics) {
   if (!result.is_ok()) return fail(result.status());
   loadtest::print_report(stdout, *result, metrics);
   const bool detailed = cli.save_detailed || !cli.run.shard.empty();
-  if (Status s = save(result_path(cli, session->config().model),
-                      loadtest::result_json(*result, detailed), cli.metadata);
+  if (Status s =
+          save(result_path(cli, session->config().model, cli.request_rate, cli.run.max_concurrency),
+               loadtest::result_json(*result, detailed), cli.metadata);
       !s.is_ok())
     return fail(s);
   return 0;
@@ -327,8 +329,8 @@ int run_sweep(BenchCli& cli, const Metrics& metrics) {
       if (!point.is_ok()) return fail(point.status());
       mine.points.push_back(*point);
     }
-    if (Status s =
-            save(result_path(cli, session->config().model), loadtest::sweep_json(cli.label, runs));
+    if (Status s = save(result_path(cli, session->config().model, "sweep", cli.run.max_concurrency),
+                        loadtest::sweep_json(cli.label, runs));
         !s.is_ok())
       return fail(s);
     all.insert(all.begin(), std::move(mine));
@@ -355,7 +357,11 @@ int run_merge(const BenchCli& cli, const Metrics& metrics) {
   auto merged = loadtest::merge_results(shards);
   if (!merged.is_ok()) return fail(merged.status());
   loadtest::print_report(stdout, *merged, metrics);
-  if (Status s = save(result_path(cli, merged->config.model),
+  const double rate = merged->config.request_rate;
+  char rate_text[32];
+  std::snprintf(rate_text, sizeof rate_text, "%g", rate);
+  if (Status s = save(result_path(cli, merged->config.model, std::isinf(rate) ? "inf" : rate_text,
+                                  merged->config.max_concurrency),
                       loadtest::result_json(*merged, cli.save_detailed), cli.metadata);
       !s.is_ok())
     return fail(s);
@@ -388,8 +394,13 @@ void add_run_options(CLI::App* bench, BenchCli& cli) {
       ->capture_default_str();
   bench->add_option("--burstiness", o.burstiness, "gamma shape of the gaps; 1 = Poisson")
       ->capture_default_str();
-  bench->add_option("--max-concurrency", o.max_concurrency,
-                    "requests in flight at most (0: one worker per request, at most 1024)");
+  // A worker a request in flight, each with its descriptors and socket: the
+  // open-file and socket limits the bench raises are sized for 1024.
+  bench
+      ->add_option("--max-concurrency", o.max_concurrency,
+                   "requests in flight at most, up to 1024 (0: one worker per request, at most "
+                   "1024)")
+      ->check(CLI::Range(int64_t(0), loadtest::kMaxInFlight));
   bench->add_option("--seed", o.seed, "seeds the request list and the schedule")
       ->capture_default_str();
   bench->add_option("--random-input-len", o.random.input_len, "random: prompt tokens")

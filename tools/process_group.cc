@@ -29,20 +29,32 @@ Status ProcessGroup::spawn(const std::string& name, const std::vector<std::strin
   for (const std::string& arg : argv) args.push_back(const_cast<char*>(arg.c_str()));
   args.push_back(nullptr);
   pid_t parent = ::getpid();
+  // The parent's stop handlers only set a flag, in the child a flag in its
+  // own copy of the parent: a SIGTERM between fork and execv (the parent's
+  // death, its stop) must end the child, not be swallowed. Held off across
+  // the fork, it reaches the child once its handlers are the defaults.
+  sigset_t stops, before;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGINT);
+  ::pthread_sigmask(SIG_BLOCK, &stops, &before);
   pid_t pid = ::fork();
-  if (pid < 0) return io_error("fork for " + name + ": " + std::strerror(errno));
+  if (pid < 0) {
+    const int error = errno;
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
+    return io_error("fork for " + name + ": " + std::strerror(error));
+  }
   if (pid == 0) {
     ::setpgid(0, 0);
-    // The parent's stop handlers only set a flag in this copy of its
-    // memory: a SIGTERM before execv (the parent's death, its stop) must
-    // end the child, not be swallowed.
     ::signal(SIGTERM, SIG_DFL);
     ::signal(SIGINT, SIG_DFL);
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
     ::prctl(PR_SET_PDEATHSIG, SIGTERM);
     if (::getppid() != parent) _exit(127);  // the parent died before prctl
     ::execv(args[0], args.data());
     _exit(127);
   }
+  ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
   ::setpgid(pid, pid);
   children_.push_back({name, pid});
   return Status::ok();
@@ -55,7 +67,7 @@ std::vector<ProcessGroup::Exit> ProcessGroup::reap() {
     int status = 0;
     if (::waitpid(child.pid, &status, WNOHANG) == child.pid) {
       child.exited = true;
-      exits.push_back({child.name, status});
+      exits.push_back({child.name, status, child.pid});
     }
   }
   return exits;

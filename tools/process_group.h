@@ -21,6 +21,7 @@ class ProcessGroup {
   struct Exit {
     std::string name;
     int status = 0;  // as waitpid reports it
+    pid_t pid = 0;   // the process that exited
   };
 
   ProcessGroup() = default;

@@ -84,19 +84,21 @@ std::string self_executable() {
   return ec ? "baton" : path.string();
 }
 
-// What the router's /v1/nodes says of the local nodes: which it lists (each
-// registered at least once, up or down since) and which are up. A node
-// counts as up only as the process this `baton up` started (its pid): a
-// router of another cluster on the same port lists nodes of the same names.
-// Empty when the router does not answer yet.
+// What the router's /v1/nodes says of the local nodes: the pid each last
+// registered with (none: never registered) and which are up as the process
+// this `baton up` started (a router of another cluster on the same port
+// lists nodes of the same names). Empty when the router does not answer
+// within `timeout`.
 struct LocalNodesView {
-  std::set<std::string> listed, up;
+  std::map<std::string, pid_t> listed;
+  std::set<std::string> up;
 };
 std::optional<LocalNodesView> view_local_nodes(const std::string& host, uint16_t port,
                                                const std::set<std::string>& local_nodes,
                                                const std::string& api_key,
-                                               const ProcessGroup& group) {
-  Result<HttpResponse> nodes = http_request(host, port, "GET", "/v1/nodes", {}, 2s, api_key);
+                                               const ProcessGroup& group,
+                                               std::chrono::milliseconds timeout = 2s) {
+  Result<HttpResponse> nodes = http_request(host, port, "GET", "/v1/nodes", {}, timeout, api_key);
   if (!nodes.is_ok() || nodes->status != 200) return std::nullopt;
   nlohmann::json doc = nlohmann::json::parse(nodes->body, nullptr, false);
   if (!doc.is_object() || !doc.contains("nodes") || !doc["nodes"].is_array()) return std::nullopt;
@@ -109,7 +111,7 @@ std::optional<LocalNodesView> view_local_nodes(const std::string& host, uint16_t
     // registered has no pid yet.
     const pid_t pid = node.value("pid", pid_t(0));
     if (pid == 0) continue;
-    view.listed.insert(name);
+    view.listed[name] = pid;
     if (node.value("up", false) && pid == group.pid(name)) view.up.insert(name);
   }
   return view;
@@ -161,12 +163,22 @@ int run_up(const UpOptions& options) {
     healthy_since[name].reset();
     return group.spawn(name, commands[name]);
   };
+  // The router counts as healthy once it lists one of this host's nodes up
+  // as the process started here (another cluster's router on the same port
+  // answers too), or answers at all where no node runs here.
   auto note_healthy = [&](const std::optional<LocalNodesView>& view) {
     if (!view) return;
     const auto now = std::chrono::steady_clock::now();
-    if (local_router && !healthy_since["router"]) healthy_since["router"] = now;
+    if (local_router && !healthy_since["router"] && (local_nodes.empty() || !view->up.empty()))
+      healthy_since["router"] = now;
     for (const std::string& name : view->up)
       if (!healthy_since[name]) healthy_since[name] = now;
+  };
+  // Whether a role running now has not been seen healthy yet.
+  auto unproven = [&] {
+    return std::ranges::any_of(group.names(), [&](const std::string& name) {
+      return group.running(name) && !healthy_since[name];
+    });
   };
   if (local_router) {
     commands["router"] = {exe, "--log-level", log_level, "router", "--config", config_path};
@@ -284,7 +296,13 @@ int run_up(const UpOptions& options) {
       std::optional<LocalNodesView> view =
           exit.name == "router" ? std::nullopt
                                 : view_local_nodes(router_host, port, local_nodes, api_key, group);
-      if (view && view->listed.contains(exit.name)) {
+      // Registered as this very process: its pid, not an earlier run's. A
+      // node lost before and started again follows the restart policy.
+      const bool registered = view && [&] {
+        const auto listed = view->listed.find(exit.name);
+        return listed != view->listed.end() && listed->second == exit.pid;
+      }();
+      if (registered || lost.contains(exit.name)) {
         lost.insert(exit.name);
         if (on_role_exit(exit)) continue;
       }
@@ -334,10 +352,12 @@ int run_up(const UpOptions& options) {
     for (const auto& exit : group.reap())
       if (!on_role_exit(exit)) code = 1;
     if (code == 0 && !start_due_roles()) code = 1;
-    // Roles started again are healthy once seen so: a look a second.
-    if (std::chrono::steady_clock::now() >= next_look) {
+    // Roles started again are healthy once seen so: a short look a second
+    // while one is not yet (and none once all are, so a settled cluster
+    // sees no requests of its supervisor).
+    if (std::chrono::steady_clock::now() >= next_look && unproven()) {
       next_look = std::chrono::steady_clock::now() + 1s;
-      note_healthy(view_local_nodes(router_host, port, local_nodes, api_key, group));
+      note_healthy(view_local_nodes(router_host, port, local_nodes, api_key, group, 300ms));
     }
     std::this_thread::sleep_for(100ms);
   }

@@ -560,6 +560,7 @@ TEST_F(SchedulerTest, SharedPrefixesGenerateWhatRecomputingThemDoes) {
       EXPECT_EQ((*done)[i]->cached_prompt_tokens, expected_cached[i]) << "prompt " << i;
     }
     const SchedulerStats after = engine->scheduler().stats();
+    EXPECT_EQ(after.free_blocks, after.total_blocks) << "blocks leaked";
     EXPECT_EQ(after.prefix_hit_tokens, expected_hits);
     EXPECT_EQ(after.prefix_query_tokens, expected_queries);
     if (prompts[0].size() > size_t(block_size)) {

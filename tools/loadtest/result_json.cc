@@ -210,6 +210,11 @@ Status check_shards_complete(const std::vector<BenchResult>& shards) {
       return invalid_argument("a result without --shard: merge joins the shards of one run");
     }
     BATON_ASSIGN_OR_RETURN(const Shard shard, parse_shard(c.shard));
+    // Checked before it sizes anything: a count read from a file.
+    if (shard.count != int64_t(shards.size())) {
+      return invalid_argument("shard " + c.shard + ": a run of " + std::to_string(shard.count) +
+                              " shards, " + std::to_string(shards.size()) + " results given");
+    }
     if (seen.empty()) seen.assign(size_t(shard.count), false);
     if (size_t(shard.count) != seen.size() || c.num_prompts != first.num_prompts ||
         c.seed != first.seed ||
