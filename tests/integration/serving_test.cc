@@ -1457,9 +1457,14 @@ TEST(SsdTierServingTest, AnEvictedPromptComesBackFromSsd) {
         with_tie_evidence({{"prompt", prompts[i]}, {"max_tokens", 6}, {"temperature", 0}}));
     ASSERT_TRUE(response.is_ok()) << response.status().to_string();
     ASSERT_EQ(response->status, 200) << response->body;
+    const json answer = json::parse(response->body);
+    const int64_t told = answer["usage"]["prompt_tokens_details"]["cached_tokens"];
+    if (i == 0) EXPECT_EQ(told, 0) << "a fresh prompt";
     if (prompts[i] != first) continue;
-    expect_same_answer(json::parse(response->body)["choices"][0], expected,
-                       "request " + std::to_string(i));
+    expect_same_answer(answer["choices"][0], expected, "request " + std::to_string(i));
+    // Back from the prefill node's SSD tier: its 18 full blocks but the one
+    // holding its last token count as cached.
+    if (i > 0) EXPECT_EQ(told, 16 * 18) << "request " << i;
   }
   // Heartbeats carry the counts to the router every 100 ms, each node's on
   // its own schedule: wait until both nodes' tiers show.
