@@ -234,8 +234,8 @@ Status check_stall_timeout(const ClusterConfig& config) {
     for (const NodeSection& node : *nodes) {
       if (node.engine.min_step_interval * 2 >= stall) {
         return invalid_argument("router.node_stall_timeout_ms: " + std::to_string(stall.count()) +
-                                " ms must exceed " + "twice node '" + node.name +
-                                "''s engine.min_step_interval_ms (" +
+                                " ms must exceed twice the engine.min_step_interval_ms of node '" +
+                                node.name + "' (" +
                                 std::to_string(node.engine.min_step_interval.count()) + ")");
       }
     }

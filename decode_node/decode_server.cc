@@ -348,8 +348,8 @@ Status DecodeServer::step() {
     if (output.prefill_seconds >= 0) {  // the prompt was computed here
       event.queue_seconds = float(output.queue_seconds);
       event.prefill_seconds = float(output.prefill_seconds);
-      if (sequence != nullptr) event.cached_tokens = sequence->cached_prompt_tokens;
       if (sequence != nullptr) {
+        event.cached_tokens = sequence->cached_prompt_tokens;
         for (const engine::OutputLogprobs& scored : sequence->prompt_logprobs)
           event.prompt_logprobs.push_back(node::to_wire(scored));
       }

@@ -49,4 +49,14 @@ Status check_prompt_logprobs(const control::SamplingSpec& asked,
   return check_entries(logprobs, asked.prompt_logprobs, "prompt log-probabilities");
 }
 
+Status check_node_logprobs(const std::string& from, const control::SamplingSpec& asked,
+                           size_t prompt_tokens,
+                           const std::vector<control::TokenLogprobs>& prompt_logprobs,
+                           const std::vector<control::TokenLogprobs>& logprobs, size_t tokens) {
+  Status within = check_prompt_logprobs(asked, prompt_logprobs, prompt_tokens);
+  if (within.is_ok()) within = check_output_logprobs(asked, logprobs, tokens);
+  if (within.is_ok()) return within;
+  return internal_error("node " + from + " sent " + within.message());
+}
+
 }  // namespace baton::router

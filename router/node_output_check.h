@@ -21,5 +21,10 @@ Status check_output_logprobs(const control::SamplingSpec& asked,
 Status check_prompt_logprobs(const control::SamplingSpec& asked,
                              const std::vector<control::TokenLogprobs>& logprobs,
                              size_t prompt_tokens);
+// Both, for a message from node `from` (its error names the node).
+Status check_node_logprobs(const std::string& from, const control::SamplingSpec& asked,
+                           size_t prompt_tokens,
+                           const std::vector<control::TokenLogprobs>& prompt_logprobs,
+                           const std::vector<control::TokenLogprobs>& logprobs, size_t tokens);
 
 }  // namespace baton::router

@@ -358,12 +358,11 @@ void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& 
   if (!done.error.empty()) {
     return fail(request.id, unavailable("prefill on " + from + " failed: " + done.error));
   }
-  Status within = check_prompt_logprobs(request.request.sampling, done.prompt_logprobs,
-                                        request.request.prompt.size());
-  if (within.is_ok())
-    within = check_output_logprobs(request.request.sampling, done.first_logprobs, 1);
-  if (!within.is_ok())
-    return fail(request.id, internal_error("node " + from + " sent " + within.message()));
+  if (Status within =
+          check_node_logprobs(from, request.request.sampling, request.request.prompt.size(),
+                              done.prompt_logprobs, done.first_logprobs, 1);
+      !within.is_ok())
+    return fail(request.id, within);
   request.queue_seconds = done.queue_seconds;
   request.prefill_seconds = done.prefill_seconds;
   request.cached_tokens = done.cached_tokens;
@@ -385,14 +384,11 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       continue;
     }
     Request& request = it->second;
-    Status within =
-        check_output_logprobs(request.request.sampling, event.logprobs, event.tokens.size());
-    if (within.is_ok()) {
-      within = check_prompt_logprobs(request.request.sampling, event.prompt_logprobs,
-                                     request.request.prompt.size());
-    }
-    if (!within.is_ok()) {
-      fail(request.id, internal_error("node " + from + " sent " + within.message()));
+    if (Status within =
+            check_node_logprobs(from, request.request.sampling, request.request.prompt.size(),
+                                event.prompt_logprobs, event.logprobs, event.tokens.size());
+        !within.is_ok()) {
+      fail(request.id, within);
       continue;
     }
     GenerationUpdate update;

@@ -135,7 +135,7 @@ Status apply_base_url(BenchCli& cli) {
 
 // The file --save-result writes: Baton's FILE, or vLLM's
 // [DIR/]{label|backend}-{rate}qps[-concurrency{N}]-{model}-{time}.json, of
-// the run saved: its rate ("inf", "4"; "sweep" for a sweep's) and limit.
+// the run saved: its rate ("infqps", "4qps"; "sweep" for a sweep's) and limit.
 std::string result_path(const BenchCli& cli, const std::string& model, const std::string& rate,
                         int64_t max_concurrency) {
   if (!cli.save_result) return "";
@@ -146,8 +146,7 @@ std::string result_path(const BenchCli& cli, const std::string& model, const std
     std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&now));
     std::string base_model = model.substr(model.find_last_of('/') + 1);
     name =
-        (cli.run_label.empty() ? std::string("baton") : cli.run_label) + "-" +
-        (rate == "sweep" ? rate : rate + "qps") +
+        (cli.run_label.empty() ? std::string("baton") : cli.run_label) + "-" + rate +
         (max_concurrency > 0 ? "-concurrency" + std::to_string(max_concurrency) : std::string()) +
         "-" + base_model + "-" + stamp + ".json";
   }
@@ -266,9 +265,9 @@ int run_bench(BenchCli& cli, const Metrics& metrics) {
   if (!result.is_ok()) return fail(result.status());
   loadtest::print_report(stdout, *result, metrics);
   const bool detailed = cli.save_detailed || !cli.run.shard.empty();
-  if (Status s =
-          save(result_path(cli, session->config().model, cli.request_rate, cli.run.max_concurrency),
-               loadtest::result_json(*result, detailed), cli.metadata);
+  if (Status s = save(result_path(cli, session->config().model, cli.request_rate + "qps",
+                                  cli.run.max_concurrency),
+                      loadtest::result_json(*result, detailed), cli.metadata);
       !s.is_ok())
     return fail(s);
   return 0;
@@ -357,11 +356,9 @@ int run_merge(const BenchCli& cli, const Metrics& metrics) {
   auto merged = loadtest::merge_results(shards);
   if (!merged.is_ok()) return fail(merged.status());
   loadtest::print_report(stdout, *merged, metrics);
-  const double rate = merged->config.request_rate;
-  char rate_text[32];
-  std::snprintf(rate_text, sizeof rate_text, "%g", rate);
-  if (Status s = save(result_path(cli, merged->config.model, std::isinf(rate) ? "inf" : rate_text,
-                                  merged->config.max_concurrency),
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%gqps", merged->config.request_rate);  // inf: "infqps"
+  if (Status s = save(result_path(cli, merged->config.model, rate, merged->config.max_concurrency),
                       loadtest::result_json(*merged, cli.save_detailed), cli.metadata);
       !s.is_ok())
     return fail(s);

@@ -51,7 +51,7 @@ Result<int64_t> float_to_integer(double x) {
   if (std::isnan(x)) return invalid_argument("cannot convert float NaN to integer");
   // 2^63 is exact as a double; every double below it and at least -2^63 fits.
   if (!(x < 9223372036854775808.0 && x >= -9223372036854775808.0))
-    return out_of_range("integer overflow: " + std::to_string(x));
+    return out_of_range("integer overflow");
   return int64_t(x);
 }
 

@@ -366,7 +366,7 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
        "router.node_stall_timeout_ms: 0 (never) or at least 1000, got 999"},
       {kModel + kNodes +
            "engine: {min_step_interval_ms: 600}\nrouter: {node_stall_timeout_ms: 1200}\n",
-       "must exceed twice node"},
+       "must exceed twice the engine.min_step_interval_ms of node"},
       {kModel + kNodes + "router: {http_threads: 0}\n", "router.http_threads"},
       {kModel + kNodes + "router: {write_timeout_ms: 0}\n", "router.write_timeout_ms"},
       {kModel + kNodes + "router: {max_queued_write_bytes: 100}\n",
