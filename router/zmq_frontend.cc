@@ -412,11 +412,20 @@ void ZmqFrontend::receive_requests() {
       identities_by_fd_[fd].insert(identity);
     }
     if (read->kind == ZmqRequest::Kind::kCancel) {
-      auto it = live_.find(key);
-      if (it != live_.end()) {
-        if (auto responder = it->second.lock()) responder->cancel();
+      bool cancelled = false;
+      if (auto it = live_.find(key); it != live_.end()) {
+        if (auto responder = it->second.lock()) {
+          cancelled = !responder->done();
+          responder->cancel();
+        }
         live_.erase(it);
       }
+      // Answered behind every reply the request had posted (a cancelled
+      // responder posts nothing more, and one posting finished before
+      // cancel() took its lock): once the client reads this, no frame of
+      // the old request follows and the tag is free again.
+      post(identity, read->tag, 200, cancelled ? R"({"cancelled":true})" : R"({"cancelled":false})",
+           true);
       continue;
     }
     auto responder = std::make_shared<Responder>(this, identity, read->tag);

@@ -5,7 +5,8 @@
 // API keys configured, as HTTP's Authorization: Bearer): `tag` is the client's own id for the
 // request (echoed on every reply, at most 256 bytes), `path` one of the HTTP
 // routes ("/v1/completions", "/v1/chat/completions", "/v1/models",
-// "/health", "/metrics", "/v1/nodes") or "cancel" (ends the request `tag`),
+// "/health", "/metrics", "/v1/nodes") or "cancel" (ends the request `tag`,
+// answered {"cancelled": true|false} after the request's last frame),
 // `body` the same JSON as over HTTP. Replies are [tag, status, payload]:
 // a whole JSON body; or, for a streamed request, one message per SSE event
 // holding its JSON, then a last one holding "[DONE]". The same routes and

@@ -146,6 +146,30 @@ TEST(ZmqFrontendTest, SameAnswersAsHttpStreamsCancelsAndShrugsOffGarbage) {
   ASSERT_TRUE(refused) << "a second request took the running one's tag";
   EXPECT_NE(reply[2].find("the tag is in use"), std::string::npos) << reply[2];
   client.send("r4", "cancel", "");
+  // The cancel's answer comes behind every frame the stream had sent: after
+  // it, the tag is free and its next reply belongs to the next request.
+  int stream_frames_after_cancel = 0;
+  for (;;) {
+    reply = client.receive();
+    ASSERT_EQ(reply.size(), 3u) << "no answer to the cancel";
+    ASSERT_EQ(reply[0], "r4");
+    if (reply[2] == R"({"cancelled":true})") break;
+    ASSERT_EQ(reply[1], "200") << reply[2];
+    ASSERT_NE(reply[2], "[DONE]") << "the stream ended before its cancel";
+    ++stream_frames_after_cancel;
+  }
+  EXPECT_EQ(reply[1], "200");
+  EXPECT_LT(stream_frames_after_cancel, kMaxTokens);
+  client.send("r4", "/v1/completions", R"({"prompt": "x", "max_tokens": 1})");
+  reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[1], "200") << reply[2];
+  EXPECT_EQ(json::parse(reply[2]).at("object"), "text_completion") << reply[2];
+  // A tag with nothing running is answered too.
+  client.send("r4", "cancel", "");
+  reply = client.receive();
+  ASSERT_EQ(reply.size(), 3u);
+  EXPECT_EQ(reply[2], R"({"cancelled":false})");
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
   // The node stopped: a router that never aborted let it generate them all.
   EXPECT_LT(cluster.generated_tokens("decode") - before, kMaxTokens / 2);
@@ -206,9 +230,11 @@ TEST(ZmqFrontendTest, ClientsWhoseIdentitiesAndTagsJoinAlikeStayApart) {
   {
     ZmqClient a(cluster.zmq_port(), nullptr, 10s, 1000, "A");
     a.send(nul_tag, "cancel", "");
-    a.send("probe", "/health", "");
-    ASSERT_EQ(a.receive().size(), 3u);  // the cancel was read before this reply
-  }                                     // client "A" goes away
+    std::vector<std::string> answer = a.receive();
+    ASSERT_EQ(answer.size(), 3u);
+    EXPECT_EQ(answer[0], nul_tag);
+    EXPECT_EQ(answer[2], R"({"cancelled":false})") << "it reached another client's request";
+  }  // client "A" goes away
   int events = 1;
   for (;;) {
     std::vector<std::string> reply = other.receive();
