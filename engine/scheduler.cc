@@ -506,9 +506,15 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     seq.high_water = std::max(seq.high_water, seq.num_computed);
     prefix_cache_.register_full_blocks(seq, seq.num_computed);
     // The next step's first query sits at num_computed and sees the last
-    // kv_window_ positions. A prefill node's retained blocks all travel.
-    if (kv_window_ > 0 && !seq.options.retain_blocks)
-      seq.block_table.release_before(blocks_, seq.num_computed - kv_window_ + 1);
+    // kv_window_ positions. A prefill node keeps the blocks it sends.
+    if (kv_window_ > 0) {
+      int32_t first_needed = seq.num_computed - kv_window_ + 1;
+      if (seq.options.retain_blocks) {
+        first_needed =
+            std::min(first_needed, seq.options.retained_from_block * seq.block_table.block_size());
+      }
+      seq.block_table.release_before(blocks_, first_needed);
+    }
     if (plan.sequences[i].wants_all_logits) {
       const int32_t start = plan.sequences[i].start_position;
       for (int32_t j = 0; j + 1 < scheduled[i].num_tokens; ++j)

@@ -30,6 +30,10 @@ struct GenerationOptions {
   // A finished sequence keeps its KV blocks until Scheduler::release_blocks
   // (a prefill node: until the transfer out of them completes).
   bool retain_blocks = false;
+  // With retain_blocks and sliding windows: the blocks before this one are
+  // not kept (a prefill node sends none of them), so they go back as soon
+  // as no window reads them, and a prompt longer than the pool fits.
+  int32_t retained_from_block = 0;
 };
 
 // The engine ends sequences with kStop, kLength or kAborted.

@@ -148,6 +148,7 @@ void PrefillServer::start(control::Prefill& prefill) {
   engine::GenerationOptions options = node::generation_options(prefill.sampling);
   options.max_tokens = 1;        // the first token; the decode node samples the rest
   options.retain_blocks = true;  // until the transfer out of them completes
+  options.retained_from_block = prefill.cached_blocks + prefill.skipped_blocks;
   Result<int64_t> sequence = runtime_->engine().scheduler().add(std::move(prefill.prompt), options);
   if (!sequence.is_ok()) return fail(id, prefill.client_id, sequence.status().message());
   spdlog::debug("{}: request {} (#{}): prefilling {} tokens for {}", runtime_->settings().name,

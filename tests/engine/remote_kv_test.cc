@@ -45,6 +45,7 @@ class RemoteKvTest : public ::testing::Test {
     config.block_size = block_size;
     config.max_num_batched_tokens = budget;
     config.kv_dtype = kv_dtype_;
+    config.enable_prefix_caching = prefix_caching_;
     if (max_num_seqs_ > 0) config.max_num_seqs = max_num_seqs_;
     auto engine = Engine::create(model_dir.empty() ? model_dir_ : model_dir, config);
     EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
@@ -53,6 +54,7 @@ class RemoteKvTest : public ::testing::Test {
 
   std::optional<DType> kv_dtype_;  // engine.kv_dtype of make_engine; unset: auto
   int32_t max_num_seqs_ = 0;       // engine.max_num_seqs of make_engine; 0: its default
+  bool prefix_caching_ = true;     // engine.enable_prefix_caching of make_engine
 
   std::vector<int32_t> random_prompt(int32_t min_len, int32_t max_len) {
     std::uniform_int_distribution<int32_t> len(min_len, max_len), id(3, 511);
@@ -661,14 +663,18 @@ TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
 // only the rest travel. What it decodes is one engine's. The free blocks are
 // poisoned with NaNs before the KV lands, so a kernel that read a block
 // given back would spoil every log-prob after it. The blocks given back
-// never held the prompt's KV: none of them joins the prefix cache.
+// never held the prompt's KV: none of them joins the prefix cache. The
+// prefill node keeps only what it sends: without prefix caching, a block it
+// gives back while computing the prompt in chunks is the next one a later
+// chunk writes (lowest id first), so giving back one it sends would spoil
+// the decode.
 TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   constexpr int32_t kWindow = 11, kBlock = 4;
   auto config = model_preset("tiny-qwen2");  // Qwen2's config can give every layer a window
   ASSERT_TRUE(config.is_ok());
   config->layer_windows.assign(size_t(config->num_layers), kWindow);
   const auto windowed = testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
-  const std::vector<int32_t> prompt = random_prompt(30, 60);
+  const std::vector<int32_t> prompt = random_prompt(44, 60);  // 11 to 15 blocks
   GenerationOptions o = greedy(20);
   o.ignore_eos = true;
   o.logprobs = 2;
@@ -677,15 +683,6 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
   auto whole = a->run_to_completion();
   ASSERT_TRUE(whole.is_ok() && whole->size() == 1);
-
-  auto b = make_engine(128, kBlock, 16, windowed);  // the prefill node, in chunks
-  GenerationOptions prefill = o;
-  prefill.max_tokens = 1;
-  prefill.retain_blocks = true;
-  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
-  auto prefilled = b->run_to_completion();
-  ASSERT_TRUE(prefilled.is_ok() && prefilled->size() == 1);
-  const Sequence& done = *(*prefilled)[0];
 
   auto c = make_engine(64, kBlock, 2048, windowed);  // the decode node
   Scheduler& cs = c->scheduler();
@@ -699,8 +696,27 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   const int32_t skipped = (len - kWindow + 1) / kBlock;
   ASSERT_GT(skipped, 0);
   EXPECT_EQ(awaiting->block_table.num_released(), skipped);
-  EXPECT_EQ(cs.stats().total_blocks - cs.stats().free_blocks,
-            awaiting->block_table.blocks_needed(len) - skipped);
+  const int32_t needed = awaiting->block_table.blocks_needed(len);
+  const int32_t sent = needed - skipped;
+  EXPECT_EQ(cs.stats().total_blocks - cs.stats().free_blocks, sent);
+
+  prefix_caching_ = false;
+  auto b = make_engine(16, kBlock, 16, windowed);  // the prefill node, in chunks
+  prefix_caching_ = true;
+  GenerationOptions prefill = o;
+  prefill.max_tokens = 1;
+  prefill.retain_blocks = true;
+  prefill.retained_from_block = skipped;
+  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
+  auto prefilled = b->run_to_completion();
+  ASSERT_TRUE(prefilled.is_ok() && prefilled->size() == 1) << prefilled.status().to_string();
+  const Sequence& done = *(*prefilled)[0];
+  EXPECT_EQ(done.block_table.num_released(), skipped);
+  EXPECT_EQ(b->scheduler().stats().total_blocks - b->scheduler().stats().free_blocks, sent)
+      << "the prefill node holds what it sends";
+  // Chunks of 16 tokens and the 10 positions before each: at most 8 blocks.
+  EXPECT_LE(b->scheduler().stats().peak_used_blocks, 8);
+
   for (int32_t block = 0; block < c->kv_pool().layout().num_blocks; ++block) {
     const std::vector<int32_t>& held = awaiting->block_table.blocks();
     if (std::find(held.begin() + skipped, held.end(), block) != held.end()) continue;
@@ -717,6 +733,17 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
   expect_all_decode_as(*c, 1, *(*whole)[0]);
+  b->scheduler().release_blocks(*(*prefilled)[0]);
+  EXPECT_EQ(b->scheduler().stats().free_blocks, b->scheduler().stats().total_blocks);
+  // For a decode node that skips none (its prefix on SSD is read into every
+  // block), the prefill node keeps every block.
+  prefill.retained_from_block = 0;
+  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
+  auto sends_all = b->run_to_completion();
+  ASSERT_TRUE(sends_all.is_ok() && sends_all->size() == 1) << sends_all.status().to_string();
+  EXPECT_EQ((*sends_all)[0]->block_table.num_released(), 0);
+  EXPECT_EQ(b->scheduler().stats().total_blocks - b->scheduler().stats().free_blocks, needed);
+  b->scheduler().release_blocks(*(*sends_all)[0]);
 
   const int32_t predicted_again = cs.blocks_to_receive(prompt, o);
   auto again = cs.reserve_remote(prompt, o);
