@@ -306,11 +306,14 @@ class TransferEngine::Impl {
   std::mutex staging_mutex_;
   // Copies a staged send's posted layers out of the pool, off the caller's
   // thread (a GPU's next layer computes meanwhile), then hands them to the
-  // progress thread. After staging_: stopped before the copier goes.
-  std::unique_ptr<SerialWorker> copy_out_;
+  // progress thread; each send on its lane (SendTicket::copy_lane). After
+  // staging_: stopped before the copier goes.
+  std::unique_ptr<LaneWorkers> copy_out_;
+  size_t next_copy_out_lane_ = 0;  // under api_mutex_
   // Copies verified receives from their slots into a staged pool, off the
-  // progress thread, and hands back (transfer id, how the copy went).
-  std::unique_ptr<SerialWorker> copy_in_;
+  // progress thread, and hands back (transfer id, how the copy went); each
+  // receive on the lane its serial picks.
+  std::unique_ptr<LaneWorkers> copy_in_;
   std::mutex copied_in_mutex_;
   // A copy into a staged pool that finished.
   struct CopiedIn {
@@ -356,6 +359,7 @@ class TransferEngine::Impl {
     // Copies of posted layers queued or running: the callback, which frees
     // the source blocks, waits until none is.
     int32_t copies_pending = 0;
+    size_t copy_lane = 0;  // of copy_out_: the send's copies run in order there
   };
   // Live transfers and expectations, from the API call until their callback
   // has been taken to run; `cancelled`: cancel_* accepted for it.

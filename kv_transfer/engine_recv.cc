@@ -261,8 +261,10 @@ void TransferEngine::Impl::copy_in_verified_layers(uint64_t id, Expectation& e) 
 
 void TransferEngine::Impl::post_copy_in(uint64_t id, Expectation& e, std::vector<int32_t> layers) {
   ++e.copies_in_flight;
-  copy_in_->post([this, id, serial = e.serial, blocks = e.pool_blocks, slots = e.spec.dst_blocks,
-                  layers = std::move(layers)] {
+  // A receive's copies keep to the lane its serial picks (in order there);
+  // other receives' run beside them.
+  copy_in_->post(size_t(e.serial), [this, id, serial = e.serial, blocks = e.pool_blocks,
+                                    slots = e.spec.dst_blocks, layers = std::move(layers)] {
     Status copied;
     for (size_t i = 0; i < layers.size() && copied.is_ok();) {
       size_t j = i + 1;  // adjacent layers in one copy

@@ -62,6 +62,7 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
     ticket.end = spec.layer_end;
     if (staging_ != nullptr) {
       ticket.staged_src = std::make_shared<const std::vector<int32_t>>(spec.src_blocks);
+      ticket.copy_lane = next_copy_out_lane_++ % copy_out_->lanes();
     }
     if (!send_tickets_.emplace(spec.transfer_id, std::move(ticket)).second) {
       return invalid_argument("transfer " + std::to_string(spec.transfer_id) +
@@ -114,6 +115,7 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
   std::unique_lock<std::mutex> in_order;
   if (staging_ != nullptr) in_order = std::unique_lock(staging_mutex_);
   int32_t staged_from = 0;
+  size_t lane = 0;
   std::shared_ptr<const std::vector<int32_t>> staged_src, slots;
   {
     std::lock_guard lock(api_mutex_);
@@ -131,6 +133,7 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
     }
     staged_from = ticket.posted;
     ticket.posted = layer_end;
+    lane = ticket.copy_lane;
     // A send still waiting for its slots copies these once it has them (its
     // release below only restarts its clock).
     if (ticket.staged_src != nullptr && ticket.slots != nullptr) {
@@ -140,11 +143,12 @@ Status TransferEngine::Impl::post_layers(uint64_t transfer_id, int32_t layer_end
     }
   }
   if (staged_src != nullptr) {
-    // A staged pool's new layers go out on copy_out_, one copy after
-    // another: the caller goes on to compute the next layer meanwhile.
-    // A post of no new layers goes that way too, behind the copies queued
-    // before it, so that its release sends nothing not yet copied.
-    copy_out_->post([this, transfer_id, staged_src, slots, staged_from, layer_end] {
+    // A staged pool's new layers go out on the send's lane of copy_out_,
+    // one copy after another: the caller goes on to compute the next layer
+    // meanwhile. A post of no new layers goes that way too, behind the
+    // copies queued before it, so that its release sends nothing not yet
+    // copied.
+    copy_out_->post(lane, [this, transfer_id, staged_src, slots, staged_from, layer_end] {
       copy_out_layers(transfer_id, *staged_src, *slots, staged_from, layer_end);
     });
     return Status::ok();

@@ -4,7 +4,7 @@
 // The slots are a small pool of the pool's block geometry, registered in
 // its place, so every transfer path works on them unchanged; the wire names
 // slots. A transfer holds a slot per block until its callback: the sender's
-// layers are copied out into its slots as they are posted (on a thread of
+// layers are copied out into its slots as they are posted (on threads of
 // their own, while the caller computes the next layer), the receiver's
 // copied from its slots into the pool once they are verified (before its
 // callback says they are filled). Sized by the transfers in flight, not by
@@ -15,6 +15,10 @@
 
 namespace baton::kv_transfer {
 namespace {
+
+// Copies each direction runs at once, one transfer's in order: as many as
+// the CUDA copier has streams a direction (kernels/cuda/pool_copier.cc).
+constexpr size_t kCopyLanes = 4;
 
 std::string size_text(uint64_t bytes) {
   return bytes >= (uint64_t(1) << 30) ? fmt::format("{:.1f} GiB", double(bytes) / (1 << 30))
@@ -36,8 +40,8 @@ Status TransferEngine::Impl::init_staging() {
   staging_path_ = std::string(staging_->name()) + " through " + std::to_string(layout_.num_blocks) +
                   " " + (pinned.is_ok() ? "pinned" : "pageable") + " host slots (" +
                   size_text(pool_bytes_) + ")";
-  copy_in_ = std::make_unique<SerialWorker>();
-  copy_out_ = std::make_unique<SerialWorker>();
+  copy_in_ = std::make_unique<LaneWorkers>(kCopyLanes);
+  copy_out_ = std::make_unique<LaneWorkers>(kCopyLanes);
   ucp_context_attr_t attr{};
   attr.field_mask = UCP_ATTR_FIELD_MEMORY_TYPES;
   const bool ucx_cuda = ucp_context_query(context_.get(), &attr) == UCS_OK &&
@@ -88,6 +92,7 @@ bool TransferEngine::Impl::give_slots_to(uint64_t id, SendTransfer& t) {
   std::shared_ptr<const std::vector<int32_t>> src, slots;
   const int32_t from = t.spec.layer_begin;
   int32_t to = from;
+  size_t lane = 0;
   {
     std::lock_guard lock(api_mutex_);
     // expect() takes slots on the caller's thread: checked and taken at once.
@@ -97,6 +102,7 @@ bool TransferEngine::Impl::give_slots_to(uint64_t id, SendTransfer& t) {
     SendTicket& ticket = send_tickets_.at(id);  // held until the send is reported
     ticket.slots = slots;
     src = ticket.staged_src;
+    lane = ticket.copy_lane;
     if (!ticket.cancelled) to = ticket.posted;
     if (from < to) ++ticket.copies_pending;
   }
@@ -110,7 +116,7 @@ bool TransferEngine::Impl::give_slots_to(uint64_t id, SendTransfer& t) {
   // Not under api_mutex_: a stopped worker runs the copy here, and it takes the lock.
   if (from < to) {
     copy_out_->post(
-        [this, id, src, slots, from, to] { copy_out_layers(id, *src, *slots, from, to); });
+        lane, [this, id, src, slots, from, to] { copy_out_layers(id, *src, *slots, from, to); });
   }
   return true;
 }

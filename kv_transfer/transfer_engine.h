@@ -48,11 +48,12 @@
 //    expect() takes them at once (the sender writes them, not the pool's
 //    blocks), a send takes them when it starts or, with too few free,
 //    waits for them in order. Layers are copied out of the pool into the
-//    send's slots as they are posted, on a copy-out thread while the caller
+//    send's slots as they are posted, on copy-out threads while the caller
 //    computes the next, and a received layer is copied from its slots into
 //    the pool once it has landed and matched its sender's hash of it (the
-//    rest once the transfer is verified, before the ack), on a copy-in
-//    thread (kv_transfer/engine_staging.cc).
+//    rest once the transfer is verified, before the ack), on copy-in
+//    threads; different transfers' copies run side by side
+//    (kv_transfer/engine_staging.cc).
 //  * Failure: deadlines on both sides; UCX peer error handling where the
 //    transports support it; a receiver ack closes every transfer, so a dead
 //    receiver is noticed even on shared memory. A failed endpoint is torn down
@@ -160,7 +161,7 @@ class TransferEngine {
   // pool_memory kCuda requires it) and the engine never touches it itself: it
   // registers config.staging_blocks host slots of the pool's block geometry
   // instead, has each sent layer copied out to its send's slots as it is
-  // posted (on a copy-out thread) and each received layer copied in from
+  // posted (on copy-out threads) and each received layer copied in from
   // its slots once verified (all of them before the callback). The slots
   // cost staging_blocks blocks of host memory, pinned where the copier can.
   static Result<std::unique_ptr<TransferEngine>> create(

@@ -67,13 +67,13 @@ class HostPoolCopier : public PoolCopier {
   HostPoolCopier(uint8_t* pool, size_t bytes) : copier_(make_host_pool_copier(pool, bytes)) {}
   Status to_host(void* slots, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-out failure");
-    return counted(copy_out_delay, copies_in_flight, to_host_bytes, ranges,
+    return counted(copy_out_delay, copies_in_flight, most_copies_in_flight, to_host_bytes, ranges,
                    [&] { return copier_->to_host(slots, ranges); });
   }
   Status to_device(const void* slots, std::span<const Range> ranges) override {
     if (fail) return internal_error("injected copy-in failure");
-    return counted(copy_in_delay, copy_ins_in_flight, to_device_bytes, ranges,
-                   [&] { return copier_->to_device(slots, ranges); });
+    return counted(copy_in_delay, copy_ins_in_flight, most_copy_ins_in_flight, to_device_bytes,
+                   ranges, [&] { return copier_->to_device(slots, ranges); });
   }
   // Not pinned, but the engine's host memory is known from here on: a copy
   // past it fails.
@@ -82,19 +82,24 @@ class HostPoolCopier : public PoolCopier {
 
   std::atomic<uint64_t> to_host_bytes{0}, to_device_bytes{0};
   std::atomic<bool> fail{false};  // every copy fails (a device error)
-  // A slow device: each copy out takes this long; copies_in_flight counts them.
+  // A slow device: each copy out takes this long; copies_in_flight counts
+  // them, most_copies_in_flight the most at once so far.
   std::chrono::milliseconds copy_out_delay{0};
-  std::atomic<int> copies_in_flight{0};
+  std::atomic<int> copies_in_flight{0}, most_copies_in_flight{0};
   // The same for copies into the pool.
   std::chrono::milliseconds copy_in_delay{0};
-  std::atomic<int> copy_ins_in_flight{0};
+  std::atomic<int> copy_ins_in_flight{0}, most_copy_ins_in_flight{0};
 
  private:
   // `copy` after `delay`, its bytes counted once it is done.
   template <typename Copy>
   static Status counted(std::chrono::milliseconds delay, std::atomic<int>& in_flight,
-                        std::atomic<uint64_t>& bytes, std::span<const Range> ranges, Copy copy) {
-    ++in_flight;
+                        std::atomic<int>& most_in_flight, std::atomic<uint64_t>& bytes,
+                        std::span<const Range> ranges, Copy copy) {
+    const int now = ++in_flight;
+    for (int most = most_in_flight.load(); now > most;) {
+      if (most_in_flight.compare_exchange_weak(most, now)) break;
+    }
     if (delay.count() > 0) std::this_thread::sleep_for(delay);
     Status copied = copy();
     if (copied.is_ok())

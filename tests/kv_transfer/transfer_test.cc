@@ -1635,6 +1635,75 @@ TEST_P(StagedTransferTest, CopyIntoThePoolLeavesTheProgressThreadFree) {
   peer_process_->quit();
 }
 
+// Copies of different transfers run side by side on a slow device, each
+// transfer's in order: two sends' copies out of the pool overlap, and so do
+// two receives' copies into it (with one copy thread a direction they took
+// turns), and every byte still lands where it belongs.
+TEST_P(StagedTransferTest, CopiesOfDifferentTransfersRunSideBySide) {
+  const KvLayout layout = make_layout(DType::kF16, 64, 4);
+  // Blocks of the pool that `taken` does not hold.
+  auto other_blocks = [&](const std::vector<int32_t>& taken, size_t n) {
+    std::vector<int32_t> other;
+    for (int32_t b : testing::random_blocks(rng_, layout.num_blocks, layout.num_blocks))
+      if (other.size() < n && std::find(taken.begin(), taken.end(), b) == taken.end())
+        other.push_back(b);
+    return other;
+  };
+  {
+    SCOPED_TRACE("copies out of the pool");
+    start(layout, /*local_sends=*/true, 8);
+    testing::HostPoolCopier& copier = *local_->copier();
+    copier.copy_out_delay = 300ms;
+    const std::vector<int32_t> src2 = other_blocks(src_, 8), dst2 = other_blocks(dst_, 8);
+    auto wire1 = peer_expects(1, 0, 4, 8000, src_, dst_);
+    auto wire2 = peer_expects(2, 0, 4, 8000, src2, dst2);
+    ASSERT_TRUE(wire1.has_value() && wire2.has_value());
+    ASSERT_TRUE(local_->engine()
+                    .begin_send(peer_, {1, 1, src_, *wire1, 0, 4, 8000ms}, local_->callback())
+                    .is_ok());
+    ASSERT_TRUE(local_->engine()
+                    .begin_send(peer_, {2, 2, src2, *wire2, 0, 4, 8000ms}, local_->callback())
+                    .is_ok());
+    for (int32_t layer = 1; layer <= 4; ++layer)
+      for (uint64_t tid = 1; tid <= 2; ++tid)
+        ASSERT_TRUE(local_->engine().post_layers(tid, layer).is_ok());
+    for (uint64_t tid = 1; tid <= 2; ++tid) {
+      auto sent = local_->mail().wait(tid, 15s);
+      ASSERT_TRUE(sent.has_value()) << "transfer " << tid;
+      EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
+      expect_peer_verified(tid);
+    }
+    EXPECT_EQ(copier.most_copies_in_flight.load(), 2) << "the sends' copies took turns";
+    peer_process_->quit();
+  }
+  {
+    SCOPED_TRACE("copies into the pool");
+    start(layout, /*local_sends=*/false, 8);
+    testing::HostPoolCopier& copier = *local_->copier();
+    copier.copy_in_delay = 300ms;
+    const std::vector<int32_t> src2 = other_blocks(src_, 8), dst2 = other_blocks(dst_, 8);
+    auto wire1 = local_expects(1, 1, dst_, 0, -1, 10000ms);
+    auto wire2 = local_expects(2, 2, dst2, 0, -1, 10000ms);
+    ASSERT_TRUE(wire1.has_value() && wire2.has_value());
+    peer_process_->send("SEND 1 1 0 0 4 10000 0 8" + join(src_) + join(*wire1));
+    peer_process_->send("SEND 2 2 0 0 4 10000 0 8" + join(src2) + join(*wire2));
+    for (uint64_t tid = 1; tid <= 2; ++tid) {
+      auto got = local_->mail().wait(tid, 15s);
+      ASSERT_TRUE(got.has_value()) << "transfer " << tid;
+      EXPECT_TRUE(got->status.is_ok()) << got->status.to_string();
+    }
+    EXPECT_EQ(copier.most_copy_ins_in_flight.load(), 2) << "the receives' copies took turns";
+    expect_local_blocks_hold_sent_ones(layout);
+    for (int32_t l = 0; l < layout.num_layers; ++l)
+      for (size_t i = 0; i < dst2.size(); ++i)
+        EXPECT_TRUE(testing::matches_pattern(local_->pool() + layout.block_byte_offset(l, dst2[i]),
+                                             layout.block_byte_offset(l, src2[i]),
+                                             layout.block_bytes(), seed_))
+            << "layer " << l << " block " << dst2[i];
+    peer_process_->quit();
+  }
+}
+
 // A transfer verified before its deadline is settled: neither the deadline
 // passing nor the sender dying during its copy into the pool changes it, and
 // its callback (which frees the blocks) waits for the copy.
@@ -1884,10 +1953,14 @@ TEST_P(StagedTransferTest, SendsWaitInOrderForSlots) {
   std::vector<std::vector<int32_t>> srcs, wires;
   std::atomic<int> done{0};
   int order[3] = {-1, -1, -1};
-  for (uint64_t tid = 1; tid <= 3; ++tid) {
+  // Destinations apart: the sends may write at once.
+  const std::vector<int32_t> dsts = testing::random_blocks(rng_, layout.num_blocks, 6 + 6 + 2);
+  for (uint64_t tid = 1, taken = 0; tid <= 3; taken += size_t(sizes[tid - 1]), ++tid) {
     srcs.push_back(testing::random_blocks(rng_, layout.num_blocks, sizes[tid - 1]));
-    auto wire = peer_expects(tid, 0, 4, 8000, srcs.back(),
-                             testing::random_blocks(rng_, layout.num_blocks, sizes[tid - 1]));
+    auto wire =
+        peer_expects(tid, 0, 4, 8000, srcs.back(),
+                     std::vector<int32_t>(dsts.begin() + ptrdiff_t(taken),
+                                          dsts.begin() + ptrdiff_t(taken) + sizes[tid - 1]));
     ASSERT_TRUE(wire.has_value());
     wires.push_back(*wire);
   }
