@@ -15,11 +15,29 @@
 # left.
 # Usage: bash deploy/gpu_check.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 2
+# From the start: unpacking the bundle counts against the device's time too.
+deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))
 bundle=$PWD/.gpu-bundle
 scratch=$(mktemp -d "${TMPDIR:-/tmp}/baton-gpu-check.XXXXXX")
 roles=()  # the cluster's processes, stopped on any exit
-trap 'kill "${roles[@]}" 2>/dev/null; wait "${roles[@]}" 2>/dev/null; rm -rf "$scratch"' EXIT
+# Stops the cluster's processes: SIGTERM, up to 15 s to drain, then SIGKILL
+# (a node that hangs on its way out must not hold up the stages after it).
+stop_roles() {
+  ((${#roles[@]})) || return 0
+  kill "${roles[@]}" 2>/dev/null
+  local pid alive
+  for _ in $(seq 150); do
+    alive=0
+    for pid in "${roles[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    ((alive)) || break
+    sleep 0.1
+  done
+  kill -9 "${roles[@]}" 2>/dev/null
+  wait "${roles[@]}" 2>/dev/null
+  roles=()
+}
+trap 'stop_roles; rm -rf "$scratch"' EXIT
 if [ ! -d "$bundle/bin" ] && [ -f "$bundle.tar.xz" ]; then
   # The compressed bundle is what fits the trip; unpack it beside the tree.
   tar -xJf "$bundle.tar.xz" -C "$scratch"
@@ -29,6 +47,13 @@ fi
 out=${OUT:-/tmp}
 echo "bundle of commit $(cat "$bundle/COMMIT")"
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv || true
+# The bundle's CUDA 13 runtime needs a driver of the R580 branch or later;
+# an older one shows up only as "no device" in every test.
+driver=$(nvidia-smi --query-gpu=driver_version --format=csv,noheader 2>/dev/null | head -n 1)
+if [[ $driver =~ ^[0-9]+ ]] && ((${driver%%.*} < 580)); then
+  echo "gpu_check: driver $driver is older than CUDA 13 needs (580 or later)" >&2
+  exit 2
+fi
 
 # The driver's libcuda lives outside the bundle: where the machine's loader
 # finds the 64-bit one, or the usual driver folders. Bundled libraries come
@@ -54,11 +79,14 @@ for dir in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib \
     break
   fi
 done
-[ -e "$cublas/libcublasLt.so.13" ] || echo "gpu_check: no libcublasLt.so.13 found on this machine" >&2
+if [ ! -e "$cublas/libcublasLt.so.13" ]; then
+  echo "gpu_check: no libcublasLt.so.13 on this machine (the CUDA 13 toolkit's, or pip's" \
+    "nvidia-cublas); every CUDA binary needs it" >&2
+  exit 2
+fi
 libpath="$bundle/lib:$cublas:${driver_dirs:+$driver_dirs:}/usr/local/nvidia/lib64:/usr/local/nvidia/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 loader="$bundle/lib/ld-linux-x86-64.so.2"
 run() { "$loader" --library-path "$libpath" "$@"; }
-deadline=$((SECONDS + ${GPU_CHECK_SECONDS:-540}))
 # $1 seconds, or what is left before the deadline if less (at least 1:
 # timeout takes 0 as no limit).
 budget() {
@@ -94,7 +122,7 @@ export BATON_GOLDEN_GPU_DIR="$PWD/tests/golden/data-gpu"
 # bundle cannot load would otherwise pass as "no device").
 : >"$out/tests.log"
 for t in kernels_cuda_test engine_cuda_test kv_transfer_cuda_test; do
-  echo "== $t" | tee -a "$out/tests.log"
+  echo "== $t (at ${SECONDS} s)" | tee -a "$out/tests.log"
   # Into $OUT as it runs: a test that hangs leaves its log up to there.
   run_for 150 "$bundle/bin/$t" --gtest_brief=0 2>&1 | tee "$out/$t.log" >"$scratch/$t.log" ||
     { echo "gpu_check: $t failed or ran past 150 s" | tee -a "$out/tests.log"; status=1; }
@@ -107,7 +135,7 @@ for t in kernels_cuda_test engine_cuda_test kv_transfer_cuda_test; do
 done
 # The whole engine from the command line, on the device and on the CPU.
 model=$scratch/model
-echo "== baton generate --device cuda (smollm2-135m shape, random BF16 weights)"
+echo "== baton generate --device cuda (smollm2-135m shape, random BF16 weights; at ${SECONDS} s)"
 run_for 60 "$bundle/bin/baton" make-model --preset smollm2-135m --dtype bf16 --out "$model" >/dev/null ||
   status=1
 : >"$out/generate.log"
@@ -122,7 +150,8 @@ done
 # the kill below (or the exit trap) stops it. Greedy
 # completions prefilled on one node and decoded on the other must equal one
 # engine's on the device; then `baton bench` at concurrency 1, 8 and 32.
-echo "== configs/gpu-1p1d.yaml (smollm2-135m): a GPU prefill node hands off to a GPU decode node"
+echo "== configs/gpu-1p1d.yaml (smollm2-135m): a GPU prefill node hands off to a GPU decode" \
+  "node (at ${SECONDS} s)"
 yaml=$scratch/gpu-1p1d.yaml
 sed -e "s|^  preset: .*|  preset: smollm2-135m|" -e "s|^  path: .*|  path: $model|" \
   -e "s|^  served_name: .*|  served_name: smollm2-135m|" -e "s|16GiB|2GiB|" \
@@ -194,7 +223,8 @@ PY
 cat "$out/cluster.log"
 : >"$out/cluster_bench.md"
 for c in 1 8 32; do
-  echo "== baton bench: random 1024 in / 128 out, concurrency $c" | tee -a "$out/cluster_bench.md"
+  echo "== baton bench: random 1024 in / 128 out, concurrency $c (at ${SECONDS} s)" |
+    tee -a "$out/cluster_bench.md"
   run_for 60 "$bundle/bin/baton" bench --port 8000 --num-prompts $((c < 8 ? 16 : 4 * c)) \
     --random-input-len 1024 --random-output-len 128 --max-concurrency "$c" --seed 1 \
     --vocab-size 49000 --ignore-eos --metric-percentiles 50,99 2>&1 |
@@ -210,14 +240,12 @@ held = {n["name"]: n["staging_slots"] - n["staging_slots_free"] for n in nodes}
 print("staging slots still held after the load:", held)
 sys.exit(1 if any(held.values()) or not all(n["staging_slots"] for n in nodes) else 0)
 PY
-kill "${roles[@]}" 2>/dev/null
-wait "${roles[@]}" 2>/dev/null
-roles=()
+stop_roles
 tail -n 20 "$scratch"/router.log "$scratch"/prefill.log "$scratch"/decode.log >>"$out/cluster.log"
-echo "== bench_cuda_forward"
+echo "== bench_cuda_forward (at ${SECONDS} s)"
 run_for 60 "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
   status=1
-echo "== bench_cuda_attention"
+echo "== bench_cuda_attention (at ${SECONDS} s)"
 run_for 60 "$bundle/bin/bench_cuda_attention" 2>>"$out/bench.log" |
   tee "$out/bench_cuda_attention.md" || status=1
 cat "$out/bench.log" >&2
