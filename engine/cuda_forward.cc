@@ -69,9 +69,13 @@ Result<kc::DeviceBuffer> upload_vectors(std::span<const std::vector<float>* cons
 }
 
 // A device buffer that grows to the largest request and is then reused.
+// The old one goes first, so that growing never holds both (device memory
+// is sized tight around the KV pool); its contents are not kept.
 Status ensure(kc::DeviceBuffer& buffer, size_t bytes) {
   if (buffer.bytes() >= bytes) return Status::ok();
-  BATON_ASSIGN_OR_RETURN(buffer, kc::DeviceBuffer::allocate(std::max(bytes, buffer.bytes() * 2)));
+  const size_t grown = std::max(bytes, buffer.bytes() * 2);
+  buffer = kc::DeviceBuffer();
+  BATON_ASSIGN_OR_RETURN(buffer, kc::DeviceBuffer::allocate(grown));
   return Status::ok();
 }
 

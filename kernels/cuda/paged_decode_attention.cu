@@ -16,7 +16,8 @@ namespace {
 
 constexpr int kWarpSize = 32;
 constexpr int kWarps = 4;
-constexpr int kMaxGroup = 8;  // query heads per KV head
+constexpr int kMaxGroup = 8;          // query heads per KV head
+constexpr int32_t kMaxGridY = 65535;  // sequences: the grid's y extent
 
 __device__ __forceinline__ float to_float(float v) { return v; }
 __device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
@@ -180,6 +181,10 @@ __global__ void __launch_bounds__(kWarps* kWarpSize)
 
 template <typename KvT>
 Status launch_for_dtype(const PagedAttentionParams& p, cudaStream_t stream) {
+  if (p.num_seqs > kMaxGridY) {
+    return invalid_argument("CUDA decode attention takes at most " + std::to_string(kMaxGridY) +
+                            " sequences a launch, not " + std::to_string(p.num_seqs));
+  }
   dim3 grid(unsigned(p.layout.num_kv_heads), unsigned(p.num_seqs));
   dim3 block(kWarps * kWarpSize);
   switch (p.layout.head_dim) {
