@@ -65,19 +65,49 @@ void DecodeServer::on_generate(control::Generate& generate) {
   spdlog::debug("{}: request {} (#{}): {} prompt tokens, prefilled {}{}", runtime_->settings().name,
                 request.client_id, id, generate.prompt.size(),
                 generate.prefill_node.empty() ? "here" : "on ", generate.prefill_node);
-  if (generate.prefill_node.empty()) {  // prefilled here
-    Result<int64_t> sequence = runtime_->engine().scheduler().add(
-        std::move(generate.prompt), node::generation_options(generate.sampling));
-    if (!sequence.is_ok()) return end(request, FinishReason::kError, sequence.status().message());
-    request.sequence_id = *sequence;
-    request.state = State::kRunning;
-    by_sequence_[*sequence] = id;
-    return;
-  }
+  const bool here = generate.prefill_node.empty();
   request.prefill_node = generate.prefill_node;
   request.generate = std::move(generate);
+  if (here) return start_here(request);
   request.state = State::kQueued;
   queued_.push_back(id);
+}
+
+void DecodeServer::start_here(Request& request) {
+  control::Generate& generate = request.generate;
+  Result<int64_t> sequence = runtime_->engine().scheduler().add(
+      std::move(generate.prompt), node::generation_options(generate.sampling));
+  generate = {};
+  if (!sequence.is_ok()) return end(request, FinishReason::kError, sequence.status().message());
+  request.sequence_id = *sequence;
+  request.state = State::kRunning;
+  by_sequence_[*sequence] = request.request_id;
+}
+
+void DecodeServer::prefill_here(Request& request, const std::string& why) {
+  spdlog::warn("{}: request {} (#{}): {}; its prompt is computed here", runtime_->settings().name,
+               request.client_id, request.request_id, why);
+  start_here_once_unwritten(request);
+}
+
+void DecodeServer::start_here_once_unwritten(Request& request) {
+  if (request.state == State::kQueued) {
+    auto queued = std::find(queued_.begin(), queued_.end(), request.request_id);
+    if (queued != queued_.end()) queued_.erase(queued);
+    return start_here(request);
+  }
+  if (by_transfer_.contains(request.transfer_id)) {
+    // The transfer may still write the blocks: its callback finishes this.
+    request.prefill_here = true;
+    runtime_->cancel_expect_async(request.transfer_id);
+    return;
+  }
+  runtime_->engine().scheduler().abort(request.sequence_id);
+  by_sequence_.erase(request.sequence_id);
+  collect_finished();
+  request.sequence_id = -1;
+  request.kv_landed = false;
+  start_here(request);
 }
 
 void DecodeServer::admit_queued() {
@@ -184,7 +214,6 @@ bool DecodeServer::try_reserve(Request& request) {
   by_sequence_[*sequence] = request.request_id;
   by_transfer_[request.transfer_id] = request.request_id;
   request.state = State::kAwaitingKv;
-  request.generate = {};
   // The prefill node writes the blocks the transfer engine named (a staged
   // pool's slots stand for the pool's blocks).
   runtime_->send(control::PrefillReady{request.request_id, request.transfer_id,
@@ -200,6 +229,14 @@ void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
   auto it = requests_.find(id);
   if (it == requests_.end()) return;
   Request& request = it->second;
+  // A KV that did not arrive whole is computed here, unless it timed out:
+  // the router has given up on the request by then.
+  if (!request.abandoned && request.prefill_here) return start_here_once_unwritten(request);
+  if (!request.abandoned && !result.status.is_ok() &&
+      result.status.code() != StatusCode::kDeadlineExceeded) {
+    return prefill_here(request, "the KV transfer from " + request.prefill_node +
+                                     " failed: " + result.status.message());
+  }
   if (request.abandoned || !result.status.is_ok()) {
     // Nothing writes the blocks any more: they can go back to the pool.
     runtime_->engine().scheduler().abort(request.sequence_id);
@@ -241,11 +278,13 @@ void DecodeServer::expire_reservations() {
 
 void DecodeServer::on_prefill_done(const control::PrefillDone& done) {
   auto it = requests_.find(done.request_id);
-  if (it == requests_.end() || it->second.abandoned || it->second.state != State::kAwaitingKv)
-    return;
+  if (it == requests_.end() || it->second.abandoned || it->second.prefill_here) return;
   Request& request = it->second;
-  if (!done.error.empty())
-    return end(request, FinishReason::kError, "prefill failed: " + done.error);
+  // A failed prefill (the router forwards its error, or reports its prefill
+  // node dead) may come before this node reserved the request's blocks.
+  if (!done.error.empty() && request.state != State::kRunning)
+    return prefill_here(request, done.error);
+  if (request.state != State::kAwaitingKv || !done.error.empty()) return;
   request.first_token_known = true;
   request.first_token = done.first_token;
   request.rng_draws = done.rng_draws;

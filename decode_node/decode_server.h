@@ -50,8 +50,11 @@ class DecodeServer {
     uint64_t rng_draws = 0;
     std::vector<control::TokenLogprobs> first_logprobs;
     bool wants_logprobs = false;
-    bool abandoned = false;      // ended for the router; blocks wait for the transfer callback
-    control::Generate generate;  // kept while queued
+    bool abandoned = false;  // ended for the router; blocks wait for the transfer callback
+    // Its prefill failed: computed here once nothing writes its reserved
+    // blocks any more (the transfer's callback).
+    bool prefill_here = false;
+    control::Generate generate;  // its prompt and sampling, kept to compute it here
     std::string prefill_node;    // where the KV comes from (for error messages)
     // Staging slots a reservation of it last asked for and did not get: it
     // waits for that many free (a staged pool).
@@ -78,6 +81,16 @@ class DecodeServer {
   // when it was reserved, or failed and was ended (`request` is gone then).
   bool try_reserve(Request& request);
   void activate(Request& request);
+  // The prompt computed on this node after its prefill failed (the router
+  // says so, or its KV did not arrive whole): nothing reached the client
+  // yet, and this node holds the prompt. Logs `why`.
+  void prefill_here(Request& request, const std::string& why);
+  // Once nothing writes the blocks reserved for the request's KV (at once,
+  // or in its transfer's callback), they go back and the prompt runs here.
+  void start_here_once_unwritten(Request& request);
+  // Runs the request's prompt on this node's scheduler (ends it with the
+  // scheduler's refusal).
+  void start_here(Request& request);
   // Ends requests whose KV landed but whose first token did not come within
   // kv_wait_timeout: the transfer's own deadline covers the KV, this the
   // first token after it (a prefill node gone after sending, its

@@ -279,6 +279,12 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
     fmt::format_to(std::back_inserter(out), "baton:kv_transfer_blocks_total{{route=\"{}\"}} {}\n",
                    route, blocks);
   }
+  fmt::format_to(std::back_inserter(out),
+                 "# HELP baton:prefill_fallbacks_total Prompts whose prefill failed (refused, KV "
+                 "not arrived whole, or the prefill node died) and that their decode node "
+                 "computed instead.\n# TYPE baton:prefill_fallbacks_total counter\n"
+                 "baton:prefill_fallbacks_total {}\n",
+                 snapshot.prefill_fallbacks);
   out +=
       "# HELP baton:prompt_placements_total Prompts dispatched, by where they were prefilled: "
       "on a prefill node, or on their decode node (short, no prefill node up, or every prefill "

@@ -310,6 +310,9 @@ void RouterCore::on_prefill_ready(const std::string& from, control::PrefillReady
     return;
   }
   Request& request = it->second;
+  // Its prefill failed meanwhile: the decode node computes the prompt and
+  // frees this reservation when it hears so.
+  if (request.prefill_fell_back) return;
   control::Prefill prefill;
   prefill.request_id = request.id;
   prefill.prompt = request.request.prompt;
@@ -356,7 +359,12 @@ void RouterCore::on_prefill_done(const std::string& from, control::PrefillDone& 
   Request& request = it->second;
   release_prefill(request);
   if (!done.error.empty()) {
-    return fail(request.id, unavailable("prefill on " + from + " failed: " + done.error));
+    // The decode node may have seen the transfer fail first, and be
+    // computing the prompt already.
+    if (request.prefill_fell_back) return;
+    const std::string why = "prefill on " + from + " failed: " + done.error;
+    if (!fall_back_to_decode_node(request, why)) fail(request.id, unavailable(why));
+    return;
   }
   if (Status within =
           check_node_logprobs(from, request.request.sampling, request.request.prompt.size(),
@@ -396,6 +404,13 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       // The node that computed the prompt timed it: this decode node, or
       // the prefill node (PrefillDone).
       const bool here = event.prefill_seconds >= 0;
+      // A prompt sent to a prefill node and computed here after all: its
+      // KV did not arrive whole, and the decode node fell back on its own.
+      if (here && !request.prefilled_by.empty() && !request.prefill_fell_back) {
+        request.prefill_fell_back = true;
+        request.prefilled_by.clear();
+        ++prefill_fallbacks_;
+      }
       update.queue_seconds = here ? event.queue_seconds : request.queue_seconds;
       update.prefill_seconds = here ? event.prefill_seconds : request.prefill_seconds;
       update.cached_tokens = here ? event.cached_tokens : request.cached_tokens;
@@ -439,14 +454,39 @@ void RouterCore::node_down(const std::string& name, const std::string& why) {
   for (const auto& [id, request] : requests_) {
     if (request.decode_node == name || request.prefill_node == name) affected.push_back(id);
   }
-  for (uint64_t id : affected)
-    fail(id, unavailable("node " + name + " failed during the request: " + why));
+  const std::string failed = "node " + name + " failed during the request: " + why;
+  for (uint64_t id : affected) {
+    Request& request = requests_.at(id);
+    // Its prefill node died, its decode node lives: the prompt is computed there.
+    if (request.decode_node != name) {
+      release_prefill(request);
+      if (request.prefill_fell_back || fall_back_to_decode_node(request, failed)) continue;
+    }
+    fail(id, unavailable(failed));
+  }
   if (NodeState* node = registry_.find(name)) {
     node->assigned_requests = 0;
     node->assigned_tokens = 0;
     ++node->times_down;
   }
   publish_snapshot();
+}
+
+bool RouterCore::fall_back_to_decode_node(Request& request, const std::string& why) {
+  NodeState* decode = registry_.find(request.decode_node);
+  if (request.got_tokens || decode == nullptr || !decode->up) return false;
+  control::PrefillDone notice;
+  notice.request_id = request.id;
+  notice.error = why;
+  if (!send(request.decode_node, notice).is_ok()) return false;
+  spdlog::warn("router: request {} (#{}): {}; its decode node {} computes the prompt",
+               request.request.client_id, request.id, why, request.decode_node);
+  request.prefill_fell_back = true;
+  request.prefilled_by.clear();
+  request.local_prefill_tokens = int64_t(request.request.prompt.size());
+  decode->assigned_tokens += request.local_prefill_tokens;
+  ++prefill_fallbacks_;
+  return true;
 }
 
 void RouterCore::fail(uint64_t request_id, Status error) {
@@ -521,6 +561,7 @@ void RouterCore::publish_snapshot() {
   snapshot.kv_blocks_sent = kv_blocks_sent_;
   snapshot.kv_blocks_cached = kv_blocks_cached_;
   snapshot.kv_blocks_skipped = kv_blocks_skipped_;
+  snapshot.prefill_fallbacks = prefill_fallbacks_;
   snapshot.placements = placements_;
   decode_up_.store(snapshot.decode_up);
   std::shared_ptr<const ClusterSnapshot> previous;  // freed outside the lock

@@ -110,6 +110,9 @@ struct ClusterSnapshot {
   uint64_t kv_blocks_skipped = 0;
   // Prompts dispatched, by where they were prefilled and why.
   std::map<PrefillPlacement, uint64_t> placements;
+  // Prompts whose prefill failed (the node refused, its KV did not arrive
+  // whole, or it died) and that their decode node computed instead.
+  uint64_t prefill_fallbacks = 0;
 };
 
 class RouterCore {
@@ -149,6 +152,8 @@ class RouterCore {
     int32_t cached_tokens = -1;
     std::vector<control::TokenLogprobs> prompt_logprobs;  // the prefill node's (PrefillDone)
     bool got_tokens = false;
+    // Its prefill failed and its decode node computes the prompt instead.
+    bool prefill_fell_back = false;
     // Its sink threw: it is aborted on its nodes, and gets only its error,
     // at the end of the loop's pass.
     bool undeliverable = false;
@@ -171,6 +176,10 @@ class RouterCore {
   void on_events(const std::string& from, control::Events& events);
   void on_rejected(const std::string& from, const control::Rejected& rejected);
   void node_down(const std::string& name, const std::string& why);
+  // A request whose prefill failed before any token reached its client:
+  // its decode node, which holds the prompt, computes it instead (told by
+  // a PrefillDone carrying the error). False where that node cannot be told.
+  bool fall_back_to_decode_node(Request& request, const std::string& why);
   // Ends a request with an error for its client and aborts it on its nodes.
   void fail(uint64_t request_id, Status error);
   void abort_on_nodes(const Request& request, const std::string& reason);
@@ -201,6 +210,7 @@ class RouterCore {
   uint64_t kv_blocks_sent_ = 0;
   uint64_t kv_blocks_cached_ = 0;
   uint64_t kv_blocks_skipped_ = 0;
+  uint64_t prefill_fallbacks_ = 0;
   std::map<PrefillPlacement, uint64_t> placements_;  // ClusterSnapshot's; core thread only
 
   std::mutex inbox_mutex_;

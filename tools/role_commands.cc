@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <optional>
 #include <string_view>
 #include <thread>
 
@@ -57,26 +58,44 @@ Result<uint32_t> notices_to_drop() {
   return uint32_t(n);
 }
 
-// BATON_FAULT_STALL_FIRST_STEP=NAME:MS, for fault tests: node NAME's loop
-// sleeps MS milliseconds before its first engine step, as a hung step
-// would hold it (NodeSettings::fault_first_step_stall). Other nodes ignore it.
-Result<std::chrono::milliseconds> first_step_stall(const std::string& node) {
-  const char* text = std::getenv("BATON_FAULT_STALL_FIRST_STEP");
-  if (text == nullptr || *text == '\0') return std::chrono::milliseconds{0};
+// A fault hook of one node, `variable`=NODE:VALUE (VALUE at most `max`):
+// the value where NODE is `node`, nothing for other nodes or unset.
+Result<std::optional<unsigned long>> node_fault(const char* variable, const std::string& node,
+                                                unsigned long max, const char* what) {
+  const char* text = std::getenv(variable);
+  if (text == nullptr || *text == '\0') return std::optional<unsigned long>();
   const std::string_view value = text;
   const size_t colon = value.rfind(':');
   char* end = nullptr;
   errno = 0;
-  const unsigned long ms =
+  const unsigned long n =
       colon == std::string_view::npos ? 0 : std::strtoul(text + colon + 1, &end, 10);
   if (colon == std::string_view::npos || colon + 1 == value.size() || errno != 0 || *end != '\0' ||
-      text[colon + 1] == '-' || ms > 3600000) {
-    return invalid_argument(
-        std::string("BATON_FAULT_STALL_FIRST_STEP: expected NODE:MILLISECONDS, got '") + text +
-        "'");
+      text[colon + 1] == '-' || n > max) {
+    return invalid_argument(std::string(variable) + ": expected NODE:" + what + ", got '" + text +
+                            "'");
   }
-  if (value.substr(0, colon) != node) return std::chrono::milliseconds{0};
-  return std::chrono::milliseconds(ms);
+  if (value.substr(0, colon) != node) return std::optional<unsigned long>();
+  return std::optional<unsigned long>(n);
+}
+
+// BATON_FAULT_STALL_FIRST_STEP=NAME:MS, for fault tests: node NAME's loop
+// sleeps MS milliseconds before its first engine step, as a hung step
+// would hold it (NodeSettings::fault_first_step_stall).
+Result<std::chrono::milliseconds> first_step_stall(const std::string& node) {
+  BATON_ASSIGN_OR_RETURN(std::optional<unsigned long> ms,
+                         node_fault("BATON_FAULT_STALL_FIRST_STEP", node, 3600000, "MILLISECONDS"));
+  return std::chrono::milliseconds(ms.value_or(0));
+}
+
+// BATON_FAULT_CORRUPT_LAYER=NAME:LAYER, for fault tests: node NAME flips a
+// bit of that layer of every transfer it receives, as a corrupting wire
+// would (TransferConfig::corrupt_landed_layer).
+Result<int32_t> corrupt_landed_layer(const std::string& node) {
+  BATON_ASSIGN_OR_RETURN(std::optional<unsigned long> layer,
+                         node_fault("BATON_FAULT_CORRUPT_LAYER", node, 1 << 16, "LAYER"));
+  if (layer) spdlog::warn("fault injection: layer {} of every KV received is corrupted", *layer);
+  return layer ? int32_t(*layer) : -1;
 }
 
 // BATON_TEST_STAGED_POOL=1, for tests: a CPU node stages its KV pool through
@@ -147,6 +166,9 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   Result<std::chrono::milliseconds> stall = first_step_stall(name);
   if (!stall.is_ok()) return fail(stall.status());
   settings.fault_first_step_stall = *stall;
+  Result<int32_t> corrupt = corrupt_landed_layer(name);
+  if (!corrupt.is_ok()) return fail(corrupt.status());
+  settings.transfer.corrupt_landed_layer = *corrupt;
   // A backstop behind the router, which aborts a request at its timeout (or
   // when the prefill node stops heartbeating) and so normally ends it first.
   settings.kv_wait_timeout = config->router.request_timeout + config->router.heartbeat_timeout;

@@ -179,6 +179,47 @@ json baton_generate(const std::string& prompt, const std::vector<std::string>& f
   return parsed;
 }
 
+json with_tie_evidence(json body) {
+  body["logprobs"] = 2;
+  body["return_tokens_as_token_ids"] = true;
+  return body;
+}
+
+size_t same_tokens(const json& choice, const json& expected) {
+  const json& tokens = choice["logprobs"]["tokens"];
+  const json& ids = expected["output_ids"];
+  auto id_of = [](const std::string& name) { return std::stoi(name.substr(name.find(':') + 1)); };
+  size_t k = 0;
+  while (k < tokens.size() && k < ids.size() &&
+         id_of(tokens[k].get<std::string>()) == ids[k].get<int>())
+    ++k;
+  return k;
+}
+
+bool expect_greedy_equal_or_tied(const json& choice, const json& expected,
+                                 const std::string& what) {
+  if (choice["text"] == expected["text"]) return false;
+  const json& lp = choice["logprobs"];
+  const json& ids = expected["output_ids"];
+  auto id_of = [](const std::string& name) { return std::stoi(name.substr(name.find(':') + 1)); };
+  const size_t k = same_tokens(choice, expected);
+  std::vector<std::pair<double, int>> top;  // the cluster's likeliest at token k
+  if (k < lp["top_logprobs"].size()) {
+    for (const auto& [name, value] : lp["top_logprobs"][k].items())
+      top.emplace_back(value.get<double>(), id_of(name));
+  }
+  std::ranges::sort(top, std::greater<>());
+  const bool tied = top.size() >= 2 && k < ids.size() && top[0].first - top[1].first < 1e-4 &&
+                    (top[0].second == ids[k] || top[1].second == ids[k]);
+  EXPECT_TRUE(tied) << what << ": the cluster's text " << choice["text"] << " and generate's "
+                    << expected["text"] << " part at token " << k
+                    << " where the two likeliest do not tie: " << lp["top_logprobs"].dump();
+  if (tied)
+    std::printf("%s: parted at token %zu, a tie within %.1e\n", what.c_str(), k,
+                top[0].first - top[1].first);
+  return true;
+}
+
 Cluster::Cluster(const ClusterShape& shape) {
   dir_ = std::filesystem::temp_directory_path() /
          ("baton-it-" + std::to_string(::getpid()) + "-" + std::to_string(std::random_device{}()));

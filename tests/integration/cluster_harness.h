@@ -145,4 +145,22 @@ BatonRun run_baton(const std::vector<std::string>& args);
 nlohmann::json baton_generate(const std::string& prompt, const std::vector<std::string>& flags,
                               const std::filesystem::path& model = tiny_model());
 
+// Greedy outputs of two runs are equal where their logits agree bit for
+// bit; a cluster batches a sequence otherwise than `baton generate` does
+// (the projections' GEMV of one row against several), so where the two
+// likeliest tokens tie within rounding the runs may take one each and part
+// there. A completion asked `with_tie_evidence` (two alternatives a token,
+// named by id) can tell such a tie.
+nlohmann::json with_tie_evidence(nlohmann::json body);
+// The tokens `choice` (asked with_tie_evidence) and `expected` (generate's
+// output_ids) have in common from the start.
+size_t same_tokens(const nlohmann::json& choice, const nlohmann::json& expected);
+// `choice` (asked with_tie_evidence) and `expected` (generate with
+// --logprobs 2): the same text, or a parting at a token where the cluster's
+// two likeliest are within 1e-4 and generate took the other of them (a
+// test failure otherwise). True where they parted (what follows then
+// differs too).
+bool expect_greedy_equal_or_tied(const nlohmann::json& choice, const nlohmann::json& expected,
+                                 const std::string& what);
+
 }  // namespace baton::testing

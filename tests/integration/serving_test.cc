@@ -33,60 +33,6 @@ std::string random_prompt(std::mt19937& rng, int min_chars, int max_chars) {
   return prompt;
 }
 
-// What a greedy completion asks for beside its own fields, so that
-// expect_greedy_equal_or_tied can tell a tie: two alternatives, named by id.
-const json kTieEvidence = {{"logprobs", 2}, {"return_tokens_as_token_ids", true}};
-
-json with_tie_evidence(json body) {
-  for (const auto& [key, value] : kTieEvidence.items()) body[key] = value;
-  return body;
-}
-
-// Greedy outputs of two runs are equal where their logits agree bit for
-// bit; a cluster batches a sequence otherwise than `baton generate` does
-// (the projections' GEMV of one row against several), so where the two
-// likeliest tokens tie within rounding the runs may take one each and part
-// there. `choice` (asked with_tie_evidence) and `expected` (generate with
-// --logprobs 2): the same text, or a parting at a token where the cluster's
-// two likeliest are within 1e-4 and generate took the other of them. True
-// where they parted (what follows then differs too).
-// The tokens `choice` (asked with_tie_evidence) and `expected` (generate's
-// output_ids) have in common from the start.
-size_t same_tokens(const json& choice, const json& expected) {
-  const json& tokens = choice["logprobs"]["tokens"];
-  const json& ids = expected["output_ids"];
-  auto id_of = [](const std::string& name) { return std::stoi(name.substr(name.find(':') + 1)); };
-  size_t k = 0;
-  while (k < tokens.size() && k < ids.size() &&
-         id_of(tokens[k].get<std::string>()) == ids[k].get<int>())
-    ++k;
-  return k;
-}
-
-bool expect_greedy_equal_or_tied(const json& choice, const json& expected,
-                                 const std::string& what) {
-  if (choice["text"] == expected["text"]) return false;
-  const json& lp = choice["logprobs"];
-  const json& ids = expected["output_ids"];
-  auto id_of = [](const std::string& name) { return std::stoi(name.substr(name.find(':') + 1)); };
-  const size_t k = same_tokens(choice, expected);
-  std::vector<std::pair<double, int>> top;  // the cluster's likeliest at token k
-  if (k < lp["top_logprobs"].size()) {
-    for (const auto& [name, value] : lp["top_logprobs"][k].items())
-      top.emplace_back(value.get<double>(), id_of(name));
-  }
-  std::ranges::sort(top, std::greater<>());
-  const bool tied = top.size() >= 2 && k < ids.size() && top[0].first - top[1].first < 1e-4 &&
-                    (top[0].second == ids[k] || top[1].second == ids[k]);
-  EXPECT_TRUE(tied) << what << ": the cluster's text " << choice["text"] << " and generate's "
-                    << expected["text"] << " part at token " << k
-                    << " where the two likeliest do not tie: " << lp["top_logprobs"].dump();
-  if (tied)
-    std::printf("%s: parted at token %zu, a tie within %.1e\n", what.c_str(), k,
-                top[0].first - top[1].first);
-  return true;
-}
-
 class ServingTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
