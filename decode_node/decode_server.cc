@@ -102,7 +102,9 @@ void DecodeServer::start_here_once_unwritten(Request& request) {
     runtime_->cancel_expect_async(request.transfer_id);
     return;
   }
-  runtime_->engine().scheduler().abort(request.sequence_id);
+  // Withdrawn, not aborted: the prompt's admission here counts its prefix
+  // lookup, which the reservation counted already.
+  runtime_->engine().scheduler().withdraw_reservation(request.sequence_id);
   by_sequence_.erase(request.sequence_id);
   collect_finished();
   request.sequence_id = -1;
@@ -192,6 +194,7 @@ bool DecodeServer::try_reserve(Request& request) {
   const auto travelling = int32_t(blocks.size());
   spec.dst_blocks = std::move(blocks);
   spec.deadline = runtime_->settings().kv_wait_timeout;
+  request.receive_deadline = std::chrono::steady_clock::now() + *spec.deadline;
   std::vector<int32_t> wire_blocks;
   Status expected =
       runtime_->transfer().expect(std::move(spec), runtime_->completion_sink(), &wire_blocks);
@@ -232,8 +235,9 @@ void DecodeServer::on_transfer(const kv_transfer::TransferResult& result) {
   // A KV that did not arrive whole is computed here, unless it timed out:
   // the router has given up on the request by then.
   if (!request.abandoned && request.prefill_here) return start_here_once_unwritten(request);
-  if (!request.abandoned && !result.status.is_ok() &&
-      result.status.code() != StatusCode::kDeadlineExceeded) {
+  const bool own_timeout = result.status.code() == StatusCode::kDeadlineExceeded &&
+                           std::chrono::steady_clock::now() >= request.receive_deadline;
+  if (!request.abandoned && !result.status.is_ok() && !own_timeout) {
     return prefill_here(request, "the KV transfer from " + request.prefill_node +
                                      " failed: " + result.status.message());
   }
@@ -303,6 +307,7 @@ void DecodeServer::activate(Request& request) {
                                 first_logprobs ? &*first_logprobs : nullptr);
   if (!first.is_ok()) return end(request, FinishReason::kError, first.status().message());
   request.state = State::kRunning;
+  request.generate = {};  // its prompt is the scheduler's now
   uint64_t id = request.request_id;
   bool finished = first->finish_reason != FinishReason::kNone;
   std::vector<control::TokenLogprobs> logprobs;

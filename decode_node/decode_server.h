@@ -13,10 +13,14 @@
 // and are reserved as blocks free up; running requests that outgrow the pool
 // are preempted by recompute (the scheduler's policy).
 //
-// Every way a request ends frees its blocks: finish, abort (router), a failed
-// prefill or transfer, an expired wait for KV. Blocks a transfer may still
-// write are freed only when the transfer engine says nothing writes them
-// any more (its callback).
+// A prefill that fails (the router forwards its error or reports its prefill
+// node dead, or the KV does not arrive whole) is computed here instead: no
+// token reached the client yet, and this node holds the prompt.
+//
+// Every way a request ends frees its blocks: finish, abort (router), an
+// expired wait for KV; so does a reservation given up for a fallback. Blocks
+// a transfer may still write are freed only when the transfer engine says
+// nothing writes them any more (its callback).
 #pragma once
 
 #include <atomic>
@@ -54,6 +58,10 @@ class DecodeServer {
     // Its prefill failed: computed here once nothing writes its reserved
     // blocks any more (the transfer's callback).
     bool prefill_here = false;
+    // When its receive gives up (kv_wait_timeout after the reservation):
+    // a receive failing then timed out here, and the router has given up on
+    // the request; one timing out earlier (UCX's own) falls back.
+    std::chrono::steady_clock::time_point receive_deadline;
     control::Generate generate;  // its prompt and sampling, kept to compute it here
     std::string prefill_node;    // where the KV comes from (for error messages)
     // Staging slots a reservation of it last asked for and did not get: it

@@ -459,6 +459,8 @@ void RouterCore::node_down(const std::string& name, const std::string& why) {
     Request& request = requests_.at(id);
     // Its prefill node died, its decode node lives: the prompt is computed there.
     if (request.decode_node != name) {
+      // Aborted there should it come back (it may only have stopped).
+      abort_on_node(name, id, failed);
       release_prefill(request);
       if (request.prefill_fell_back || fall_back_to_decode_node(request, failed)) continue;
     }
@@ -474,7 +476,7 @@ void RouterCore::node_down(const std::string& name, const std::string& why) {
 
 bool RouterCore::fall_back_to_decode_node(Request& request, const std::string& why) {
   NodeState* decode = registry_.find(request.decode_node);
-  if (request.got_tokens || decode == nullptr || !decode->up) return false;
+  if (request.got_tokens || request.undeliverable || decode == nullptr || !decode->up) return false;
   control::PrefillDone notice;
   notice.request_id = request.id;
   notice.error = why;
@@ -502,21 +504,24 @@ void RouterCore::fail(uint64_t request_id, Status error) {
 }
 
 void RouterCore::abort_on_nodes(const Request& request, const std::string& reason) {
+  for (const std::string& name : {request.decode_node, request.prefill_node})
+    abort_on_node(name, request.id, reason);
+}
+
+void RouterCore::abort_on_node(const std::string& name, uint64_t request_id,
+                               const std::string& reason) {
   // Enough for every request a node can hold at once.
   constexpr size_t kMaxOrphans = 1 << 16;
-  control::Abort abort{request.id, reason};
-  for (const std::string& name : {request.decode_node, request.prefill_node}) {
-    if (name.empty()) continue;
-    NodeState* node = registry_.find(name);
-    if (node == nullptr) continue;
-    if (node->up) {
-      (void)send(name, abort);
-      continue;
-    }
-    std::deque<uint64_t>& orphans = orphans_[name];
-    if (orphans.size() >= kMaxOrphans) orphans.pop_front();
-    orphans.push_back(request.id);
+  if (name.empty()) return;
+  NodeState* node = registry_.find(name);
+  if (node == nullptr) return;
+  if (node->up) {
+    (void)send(name, control::Abort{request_id, reason});
+    return;
   }
+  std::deque<uint64_t>& orphans = orphans_[name];
+  if (orphans.size() >= kMaxOrphans) orphans.pop_front();
+  orphans.push_back(request_id);
 }
 
 void RouterCore::release_prefill(Request& request) {

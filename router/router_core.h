@@ -183,6 +183,9 @@ class RouterCore {
   // Ends a request with an error for its client and aborts it on its nodes.
   void fail(uint64_t request_id, Status error);
   void abort_on_nodes(const Request& request, const std::string& reason);
+  // Aborts it on `name` now, or, while the node is down, once the same
+  // process comes back (orphans_).
+  void abort_on_node(const std::string& name, uint64_t request_id, const std::string& reason);
   void release_prefill(Request& request);
   void release_local_prefill(Request& request);
   void forget(uint64_t request_id);

@@ -131,16 +131,18 @@ class ZmqFrontend::Responder final : public HttpResponder {
     }
     on_close_ = std::move(cb);
   }
-  void cancel() {
+  // False where it had ended already (its last frame is posted).
+  bool cancel() {
     std::function<void()> cb;
     {
       std::lock_guard lock(mutex_);
-      if (cancelled_ || state_ == kDone) return;
+      if (cancelled_ || state_ == kDone) return false;
       cancelled_ = true;
       state_ = kDone;
       cb = std::move(on_close_);
     }
     if (cb) cb();
+    return true;
   }
   bool done() const {
     std::lock_guard lock(mutex_);
@@ -414,16 +416,14 @@ void ZmqFrontend::receive_requests() {
     if (read->kind == ZmqRequest::Kind::kCancel) {
       bool cancelled = false;
       if (auto it = live_.find(key); it != live_.end()) {
-        if (auto responder = it->second.lock()) {
-          cancelled = !responder->done();
-          responder->cancel();
-        }
+        if (auto responder = it->second.lock()) cancelled = responder->cancel();
         live_.erase(it);
       }
       // Answered behind every reply the request had posted (a cancelled
       // responder posts nothing more, and one posting finished before
       // cancel() took its lock): once the client reads this, no frame of
       // the old request follows and the tag is free again.
+      if (config_.on_reply) config_.on_reply(200);
       post(identity, read->tag, 200, cancelled ? R"({"cancelled":true})" : R"({"cancelled":false})",
            true);
       continue;

@@ -170,7 +170,8 @@ int run_node(const std::string& file, const std::string& name, cluster::Role rol
   if (!corrupt.is_ok()) return fail(corrupt.status());
   settings.transfer.corrupt_landed_layer = *corrupt;
   // A backstop behind the router, which aborts a request at its timeout (or
-  // when the prefill node stops heartbeating) and so normally ends it first.
+  // has the decode node compute it when the prefill node stops
+  // heartbeating) and so normally acts first.
   settings.kv_wait_timeout = config->router.request_timeout + config->router.heartbeat_timeout;
   const std::string node = std::string(cluster::role_name(role)) + " node '" + name + "'";
   Status status;

@@ -175,8 +175,8 @@ class CudaPoolCopier final : public PoolCopier {
 
   // Runs `body` with the pool's device current on the calling thread, and
   // leaves it current: the copies run on a prefill's compute thread (whose
-  // device is the pool's) and on the transfer engine's copy-in thread
-  // (which has none of its own). Switching back would, on a thread that never
+  // device is the pool's) and on the transfer engine's copy threads (which
+  // have none of their own). Switching back would, on a thread that never
   // chose a device, create a context on device 0 (CUDA 12+) that a process
   // serving from another GPU does not want. An error is also taken out of the
   // thread's last-error slot, so a failure the engine tolerates (pinning) or

@@ -790,6 +790,71 @@ TEST(FaultTest, LandedKvWithoutAFirstTokenExpiresOnTheDecodeNode) {
   EXPECT_TRUE(idle.has_value()) << "the decode node kept the request or its blocks";
 }
 
+// A failed prefill reported to the decode node (a PrefillDone carrying an
+// error: the router forwards the prefill node's, or makes one for a dead
+// prefill node) has it compute the prompt itself: it gives back the blocks
+// it reserved for the KV (cancelling a receive no one will send) and
+// answers with one engine's greedy tokens, timed as computed there. The
+// test plays the router; no prefill node exists.
+TEST(FaultTest, AFailedPrefillIsComputedOnTheDecodeNode) {
+  Cluster cluster(played_router_shape(""));
+  auto router = play_router_with_decode_node(cluster);
+  ASSERT_TRUE(router.is_ok()) << router.status().to_string();
+  control::Generate remote;
+  remote.request_id = 21;
+  remote.prompt.resize(40);
+  std::mt19937 rng(std::random_device{}());
+  for (int32_t& id : remote.prompt) id = 3 + int32_t(rng() % 500);
+  remote.sampling.max_tokens = 5;
+  remote.sampling.temperature = 0;
+  remote.sampling.ignore_eos = true;
+  remote.prefill_node = "prefill-0";  // no such node: it never sends
+  ASSERT_TRUE((*router)->send("decode-0", remote).is_ok());
+  bool ready = false, told = false, computed_here = false, finished = false;
+  std::vector<int32_t> tokens;
+  std::optional<control::NodeLoad> idle;  // the decode node's load once done
+  for (auto until = Clock::now() + 20s; !idle && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(50ms)) {
+      if (auto* r = std::get_if<control::PrefillReady>(&received.message))
+        ready |= r->request_id == 21;
+      if (ready && !told) {
+        control::PrefillDone failed;
+        failed.request_id = 21;
+        failed.error = "node prefill-0 failed during the request: killed";
+        ASSERT_TRUE((*router)->send("decode-0", failed).is_ok());
+        told = true;
+      }
+      if (auto* e = std::get_if<control::Events>(&received.message))
+        for (const auto& event : e->events) {
+          if (event.request_id != 21) continue;
+          ASSERT_NE(event.finish_reason, FinishReason::kError) << event.error;
+          if (tokens.empty() && !event.tokens.empty()) computed_here = event.prefill_seconds >= 0;
+          tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
+          finished |= event.finish_reason != FinishReason::kNone;
+        }
+      if (auto* h = std::get_if<control::Heartbeat>(&received.message);
+          h && finished && h->load.free_blocks == h->load.total_blocks && h->load.requests == 0)
+        idle = h->load;
+    }
+  ASSERT_TRUE(ready) << "the node never reserved the request's blocks";
+  ASSERT_TRUE(finished) << "the request never finished";
+  EXPECT_TRUE(computed_here) << "the first token's timings are not the decode node's";
+  EXPECT_TRUE(idle.has_value()) << "the decode node kept the request or its blocks";
+  std::string ids;
+  for (int32_t id : remote.prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const BatonRun one =
+      run_baton({"generate", "--model", cluster.model_dir().string(), "--prompt-ids", ids,
+                 "--max-tokens", "5", "--temperature", "0", "--ignore-eos", "--json"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const size_t at = one.output.find("{\"");
+  const json line =
+      at == std::string::npos
+          ? json()
+          : json::parse(one.output.substr(at, one.output.find('\n', at) - at), nullptr, false);
+  ASSERT_TRUE(line.is_object()) << one.output;
+  EXPECT_EQ(json(tokens), line["output_ids"]);
+}
+
 // The prefill node killed while it computes eight long prompts: nothing is
 // lost. Each request whose prefill died with it is computed by its decode
 // node instead (its answer names no prefill node), promptly, and greedy
@@ -905,7 +970,8 @@ TEST(FaultTest, ACorruptedKvTransferIsComputedOnTheDecodeNode) {
   EXPECT_EQ(cluster.metric("baton:prompt_placements_total", "placement=\"prefill_node\""), kPrompts)
       << "the prompts went to the prefill node first";
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump(2);
-  for (const auto& node : cluster.nodes()["nodes"])
+  const json nodes = cluster.nodes();  // the loop reads it: not a temporary
+  for (const auto& node : nodes["nodes"])
     EXPECT_EQ(node["free_blocks"], node["total_blocks"]) << node.dump();
 }
 
