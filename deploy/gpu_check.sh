@@ -8,7 +8,9 @@
 # (tests/golden/data-gpu). Logs and the benchmarks' tables go to $OUT when
 # set (seven files), written as each stage runs, so a run cut short still
 # brings back what it reached. It also serves
-# configs/gpu-1p1d.yaml's shape with a small model and load-tests it. Each
+# configs/gpu-1p1d.yaml's shape with a small model (greedy and seeded
+# handoffs against one engine, a corrupted transfer computed on the decode
+# node) and load-tests it. Each
 # stage has a time limit, cut to what is left of one overall deadline
 # (GPU_CHECK_SECONDS, 540 s: a device command gets 600), so one that hangs
 # fails alone and the stages after it still get their turn where time is
@@ -23,18 +25,21 @@ scratch=$(mktemp -d "${TMPDIR:-/tmp}/baton-gpu-check.XXXXXX")
 roles=()  # the cluster's processes, stopped on any exit
 # Stops the cluster's processes: SIGTERM, up to 15 s to drain, then SIGKILL
 # (a node that hangs on its way out must not hold up the stages after it).
-stop_roles() {
-  ((${#roles[@]})) || return 0
-  kill "${roles[@]}" 2>/dev/null
+stop_pids() {
+  (($#)) || return 0
+  kill "$@" 2>/dev/null
   local pid alive
   for _ in $(seq 150); do
     alive=0
-    for pid in "${roles[@]}"; do kill -0 "$pid" 2>/dev/null && alive=1; done
+    for pid in "$@"; do kill -0 "$pid" 2>/dev/null && alive=1; done
     ((alive)) || break
     sleep 0.1
   done
-  kill -9 "${roles[@]}" 2>/dev/null
-  wait "${roles[@]}" 2>/dev/null
+  kill -9 "$@" 2>/dev/null
+  wait "$@" 2>/dev/null
+}
+stop_roles() {
+  stop_pids "${roles[@]}"
   roles=()
 }
 trap 'stop_roles; rm -rf "$scratch"' EXIT
@@ -164,9 +169,10 @@ for role in prefill decode; do
     --name "$role-0" >"$scratch/$role.log" 2>&1 &
   roles+=($!)
 done
+# One engine's answer on the device: $1 the prompt's ids, then sampling flags.
 generate_ids() {
-  run "$bundle/bin/baton" generate --model "$model" --device cuda --prompt-ids "$1" \
-    --max-tokens 32 --temperature 0 --ignore-eos --json 2>/dev/null
+  run "$bundle/bin/baton" generate --model "$model" --device cuda --prompt-ids "$1" "${@:2}" \
+    --max-tokens 32 --ignore-eos --json 2>/dev/null
 }
 export -f run generate_ids
 export loader libpath bundle model
@@ -204,19 +210,25 @@ failed = bool(bad)
 if bad:
     print("not on cuda:0 behind a staged pool:", bad)
 rng = random.Random()
+# Greedy and seeded sampling: the prefill node samples the first token, the
+# decode node the rest from the same seeded generator.
 for i in range(4):
     ids = [rng.randrange(3, 49000) for _ in range(rng.randrange(40, 400))]
+    seed = rng.randrange(1 << 31)
+    sampling = {"temperature": 0.8, "seed": seed} if i % 2 else {"temperature": 0}
+    flags = ["--temperature", "0.8", "--seed", str(seed)] if i % 2 else ["--temperature", "0"]
     body = json.dumps({"model": "smollm2-135m", "prompt": ids, "max_tokens": 32,
-                       "temperature": 0, "ignore_eos": True}).encode()
+                       "ignore_eos": True, **sampling}).encode()
     req = urllib.request.Request(base + "/v1/completions", body,
                                  {"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=60) as r:
         answer = json.load(r)
-    one = json.loads(subprocess.run(["bash", "-c", 'generate_ids "$0"', ",".join(map(str, ids))],
+    one = json.loads(subprocess.run(["bash", "-c", 'generate_ids "$@"', "_",
+                                     ",".join(map(str, ids)), *flags],
                                     capture_output=True, text=True, check=True).stdout)
     same = answer["choices"][0]["text"] == one["text"]
     failed |= not same
-    print(f"prompt {i} ({len(ids)} tokens), prefilled by",
+    print(f"prompt {i} ({len(ids)} tokens, {'seeded' if i % 2 else 'greedy'}), prefilled by",
           answer["choices"][0].get("served_by"), "equals one engine:", same)
 sys.exit(1 if failed else 0)
 PY
@@ -240,8 +252,67 @@ held = {n["name"]: n["staging_slots"] - n["staging_slots_free"] for n in nodes}
 print("staging slots still held after the load:", held)
 sys.exit(1 if any(held.values()) or not all(n["staging_slots"] for n in nodes) else 0)
 PY
+# A corrupted transfer on the device: decode-0 again, flipping a bit of
+# layer 0 of every KV it receives (BATON_FAULT_CORRUPT_LAYER). Each prompt
+# fails its checksum and is computed on the decode node instead, once it
+# gave back the device blocks it had reserved, as one engine answers it.
+echo "== a corrupted KV transfer is computed on the decode node (at ${SECONDS} s)" |
+  tee -a "$out/cluster.log"
+stop_pids "${roles[2]}"
+BATON_FAULT_CORRUPT_LAYER=decode-0:0 "$loader" --library-path "$libpath" "$bundle/bin/baton" \
+  decode --config "$yaml" --name decode-0 >"$scratch/decode-corrupting.log" 2>&1 &
+roles[2]=$!
+export DECODE_PID=$!
+timeout "$(budget 120)" python3 - >>"$out/cluster.log" 2>&1 <<'PY' || status=1
+import json, os, random, subprocess, sys, time, urllib.request
+base = "http://127.0.0.1:8000"
+def get(path):
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        return r.read().decode()
+def fallbacks():
+    for line in get("/metrics").splitlines():
+        if line.startswith("baton:prefill_fallbacks_total "):
+            return float(line.split()[1])
+    sys.exit("no baton:prefill_fallbacks_total in /metrics")
+deadline = time.time() + 90
+while True:
+    try:
+        nodes = {n["name"]: n for n in json.loads(get("/v1/nodes"))["nodes"]}
+    except Exception:
+        nodes = {}
+    decode = nodes.get("decode-0", {})
+    if decode.get("up") and str(decode.get("pid")) == os.environ["DECODE_PID"] and \
+            nodes.get("prefill-0", {}).get("up"):
+        break
+    if time.time() > deadline:
+        sys.exit("decode-0 did not come back: " + json.dumps(nodes))
+    time.sleep(0.5)
+before = fallbacks()
+failed = False
+rng = random.Random()
+for i in range(2):
+    ids = [rng.randrange(3, 49000) for _ in range(rng.randrange(40, 400))]
+    body = json.dumps({"model": "smollm2-135m", "prompt": ids, "max_tokens": 32,
+                       "temperature": 0, "ignore_eos": True}).encode()
+    req = urllib.request.Request(base + "/v1/completions", body,
+                                 {"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        answer = json.load(r)
+    one = json.loads(subprocess.run(["bash", "-c", 'generate_ids "$@"', "_",
+                                     ",".join(map(str, ids)), "--temperature", "0"],
+                                    capture_output=True, text=True, check=True).stdout)
+    here = answer["choices"][0]["served_by"]["prefill"] is None
+    same = answer["choices"][0]["text"] == one["text"]
+    failed |= not (here and same)
+    print(f"corrupted prompt {i} ({len(ids)} tokens): computed on the decode node: {here}, "
+          f"equals one engine: {same}")
+print("prefill fallbacks counted:", fallbacks() - before)
+failed |= fallbacks() - before != 2
+sys.exit(1 if failed else 0)
+PY
 stop_roles
-tail -n 20 "$scratch"/router.log "$scratch"/prefill.log "$scratch"/decode.log >>"$out/cluster.log"
+tail -n 20 "$scratch"/router.log "$scratch"/prefill.log "$scratch"/decode.log \
+  "$scratch"/decode-corrupting.log >>"$out/cluster.log"
 echo "== bench_cuda_forward (at ${SECONDS} s)"
 run_for 60 "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
   status=1
