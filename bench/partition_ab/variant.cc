@@ -31,6 +31,7 @@
 #define decode_partition_supported BATON_AB_NAME(decode_partition_supported, BATON_AB_SIDE)
 #define decode_partition_start BATON_AB_NAME(decode_partition_start, BATON_AB_SIDE)
 #define decode_partition_avx512 BATON_AB_NAME(decode_partition_avx512, BATON_AB_SIDE)
+#define e4m3_scores_on_fmas BATON_AB_NAME(e4m3_scores_on_fmas, BATON_AB_SIDE)
 // Each side's prefetch stream is its own class, so that a change to
 // prefetch_stream.h is compared too, and the templates taking it (the AVX2
 // tile passes of key_tile_scores.h among them) are each side's own
@@ -53,6 +54,8 @@
 #define bf16_query_pairs BATON_AB_NAME(bf16_query_pairs, BATON_AB_SIDE)
 #define key_tile_scores_fp8 BATON_AB_NAME(key_tile_scores_fp8, BATON_AB_SIDE)
 #define key_run_scores_fp8 BATON_AB_NAME(key_run_scores_fp8, BATON_AB_SIDE)
+#define key_tile_scores_e4m3_fma BATON_AB_NAME(key_tile_scores_e4m3_fma, BATON_AB_SIDE)
+#define key_run_scores_e4m3_fma BATON_AB_NAME(key_run_scores_e4m3_fma, BATON_AB_SIDE)
 #include BATON_AB_FP8_SOURCE
 #define signed_query_codes BATON_AB_NAME(signed_query_codes, BATON_AB_SIDE)
 #define key_tile_scores_i8_avx2 BATON_AB_NAME(key_tile_scores_i8_avx2, BATON_AB_SIDE)

@@ -412,7 +412,7 @@ DType decode_query_format(const KvLayout& layout, int32_t q_len) {
   if (!is_quantized(layout.dtype) || q_len > kMaxSplitRows || !decode_partition_supported(layout))
     return DType::kF32;
   if (layout.dtype == DType::kI8) return DType::kI8;  // AVX2 and VNNI alike
-  return decode_partition_avx512(layout) ? DType::kBF16 : DType::kF32;
+  return decode_partition_avx512(layout) && !e4m3_scores_on_fmas() ? DType::kBF16 : DType::kF32;
 }
 
 void paged_attention(ThreadPool& pool, const PagedAttentionParams& p) {

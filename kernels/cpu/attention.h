@@ -53,7 +53,8 @@ void paged_attention(ThreadPool& pool, const PagedAttentionParams& params);
 // (quantize_queries in decode_scores_vnni.h), for int8 KV's decode rows on
 // CPUs with AVX2; kBF16, rounded to BF16 (bf16_query_pairs in
 // decode_scores_fp8.h), for E4M3 KV's decode rows on CPUs with AVX-512 BF16
-// and VBMI; otherwise kF32, as they are.
+// and VBMI that prefer VDPBF16PS (e4m3_scores_on_fmas() false); otherwise
+// kF32, as they are.
 DType decode_query_format(const KvLayout& layout, int32_t q_len);
 
 }  // namespace baton::kernels::cpu

@@ -331,8 +331,10 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
           signed_codes = {sc.q_codes.data() + at, sc.q_magnitudes.data() + at,
                           sc.q_scales.data() + i};
       }
-      const uint32_t* pairs =
-          T == DType::kFP8E4M3 && avx512 ? sc.q_pairs.data() + size_t(i) * (P.d / 2) : nullptr;
+      const bool fmas = T == DType::kFP8E4M3 && avx512 && e4m3_scores_on_fmas();
+      const uint32_t* pairs = T == DType::kFP8E4M3 && avx512 && !fmas
+                                  ? sc.q_pairs.data() + size_t(i) * (P.d / 2)
+                                  : nullptr;
       const ptrdiff_t scale_delta = P.k_scale_delta + h * P.k_scale_step;
       if (avx512 && P.bs == 16 && run_blocks > 1) {
         // The run's tiles of head h, as prepare_runs lists them: two at a
@@ -344,10 +346,14 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
         if constexpr (T == DType::kI8)
           key_run_scores_vnni(R, codes, P.d, tiles, P.k_group_stride, scale_delta, keys, s,
                               P.stride, prefetch);
-        else if constexpr (T == DType::kFP8E4M3)
-          key_run_scores_fp8(R, pairs, P.d, tiles, P.k_group_stride, scale_delta, keys, s, P.stride,
-                             prefetch);
-        else
+        else if constexpr (T == DType::kFP8E4M3) {
+          if (fmas)
+            key_run_scores_e4m3_fma(R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
+                                    scale_delta, keys, s, P.stride, prefetch);
+          else
+            key_run_scores_fp8(R, pairs, P.d, tiles, P.k_group_stride, scale_delta, keys, s,
+                               P.stride, prefetch);
+        } else
           key_run_scores_avx512(T, R, sc.q.data() + size_t(i) * P.d, P.d, tiles, P.k_group_stride,
                                 keys, s, P.stride, prefetch);
         return;
@@ -369,7 +375,10 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
             key_tile_scores_i8_avx2(R, signed_codes, P.d, tile, P.k_group_stride, scale_delta, n8,
                                     s, P.stride, prefetch);
         } else if constexpr (T == DType::kFP8E4M3) {
-          if (avx512)
+          if (fmas)
+            key_tile_scores_e4m3_fma(R, q, P.d, tile, P.k_group_stride, scale_delta, n8, s,
+                                     P.stride, prefetch);
+          else if (avx512)
             key_tile_scores_fp8(R, pairs, P.d, tile, P.k_group_stride, scale_delta, n8, s, P.stride,
                                 prefetch);
           else
@@ -607,8 +616,8 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
       signed_query_codes(sc.q_words.data(), words, sc.q_codes.data(), sc.q_magnitudes.data());
     }
   } else if constexpr (T == DType::kFP8E4M3) {
-    // The AVX2 score pass takes the F32 queries.
-    if (passes == Passes::kAvx512) {
+    // The AVX2 and the F32 FMA score passes take the F32 queries.
+    if (passes == Passes::kAvx512 && !e4m3_scores_on_fmas()) {
       sc.q_pairs.resize(size_t(P.n_q) * size_t(d / 2));
       bf16_query_pairs(sc.q.data(), sc.q.size(), sc.q_pairs.data());
     }
@@ -707,6 +716,8 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 #endif  // BATON_HAVE_X86
 
 }  // namespace
+
+bool e4m3_scores_on_fmas() { return !avx512_bf16_preferred(); }
 
 bool decode_partition_avx512(const KvLayout& layout) {
 #if BATON_HAVE_X86

@@ -43,6 +43,10 @@ bool decode_partition_supported(const KvLayout& layout);
 // BF16 and VBMI, which their score passes take) and head_dim fills their
 // chunks. Otherwise it takes the AVX2 passes.
 bool decode_partition_avx512(const KvLayout& layout);
+// E4M3 KV's 512-bit score pass: on VDPBF16PS against BF16 queries where
+// that instruction is preferred (AMD, cpu_features.h), else widened to F32
+// for FMAs against the F32 queries (decode_scores_fp8.h).
+bool e4m3_scores_on_fmas();
 
 // Attends every query row of sequence `seq` (at most a few) over its keys
 // [key_begin, key_end); key_begin is a multiple of the block size and

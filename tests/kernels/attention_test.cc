@@ -291,9 +291,12 @@ TEST_P(PagedAttentionTest, MatchesReferenceAvx512) {
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512, seed);
 }
 
+// BF16's V pass and E4M3's score pass on VDPBF16PS (where it is preferred;
+// MatchesReferenceAvx512 runs their F32 FMA passes).
 TEST_P(PagedAttentionTest, MatchesReferenceAvx512Bf16) {
-  if (GetParam() != DType::kBF16)
-    GTEST_SKIP() << "only BF16 has a VDPBF16PS path: MatchesReferenceAvx512 covers this dtype";
+  if (GetParam() != DType::kBF16 && GetParam() != DType::kFP8E4M3)
+    GTEST_SKIP() << "only BF16 and E4M3 have VDPBF16PS passes: MatchesReferenceAvx512 covers this "
+                    "dtype";
   if (!cpu_has_avx512_bf16()) GTEST_SKIP() << "this CPU has no AVX-512 BF16";
   const uint64_t seed = fresh_seed();
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512Bf16, seed);
