@@ -32,7 +32,7 @@ namespace baton::kernels::cpu {
 
 // pairs[c] = the BF16 values of q[2c] (low half) and q[2c + 1] (high half),
 // rounded to nearest even, for c in [0, n / 2); n a multiple of 32. Call
-// only when use_avx512_fp8_scores().
+// only when use_avx512_bf16_vbmi().
 void bf16_query_pairs(const float* q, size_t n, uint32_t* pairs);
 
 // s[r * s_stride + t] = scale_t (q_r · k_t) for `queries` (1..4) query
@@ -40,7 +40,7 @@ void bf16_query_pairs(const float* q, size_t n, uint32_t* pairs);
 // [0, n8) of an E4M3 K tile k laid out as common/kv_layout.h says (pair c
 // of key t at byte c * group_stride + 2 t); n8 a multiple of 8, d of 4. Key
 // t's scale is the float at byte k + scale_delta + 4 t. Call only when
-// use_avx512_fp8_scores().
+// use_avx512_bf16_vbmi().
 void key_tile_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const void* k,
                          size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
                          int32_t s_stride, PrefetchStream& stream);
@@ -51,7 +51,7 @@ void key_run_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const cha
                         size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
                         int32_t s_stride, PrefetchStream& stream);
 // As key_tile_scores_fp8 and key_run_scores_fp8, on F32 FMAs: q the F32
-// query vectors (vector r at q + r d). Call only when use_avx512_fp8_scores().
+// query vectors (vector r at q + r d). Call only when use_avx512_bf16_vbmi().
 void key_tile_scores_e4m3_fma(int32_t queries, const float* q, int32_t d, const void* k,
                               size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
                               int32_t s_stride, PrefetchStream& stream);
