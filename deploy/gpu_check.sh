@@ -39,7 +39,7 @@ stop_pids() {
   wait "$@" 2>/dev/null
 }
 stop_roles() {
-  stop_pids "${roles[@]}"
+  ((${#roles[@]})) && stop_pids "${roles[@]}"
   roles=()
 }
 trap 'stop_roles; rm -rf "$scratch"' EXIT
@@ -284,6 +284,10 @@ while True:
     if decode.get("up") and str(decode.get("pid")) == os.environ["DECODE_PID"] and \
             nodes.get("prefill-0", {}).get("up"):
         break
+    try:
+        os.kill(int(os.environ["DECODE_PID"]), 0)
+    except OSError:
+        sys.exit("decode-0 stopped at start (its log follows)")
     if time.time() > deadline:
         sys.exit("decode-0 did not come back: " + json.dumps(nodes))
     time.sleep(0.5)
@@ -308,11 +312,23 @@ for i in range(2):
           f"equals one engine: {same}")
 print("prefill fallbacks counted:", fallbacks() - before)
 failed |= fallbacks() - before != 2
+# The device blocks and staging slots reserved for the corrupted KV came back.
+time.sleep(1)  # a heartbeat after the last request
+decode = {n["name"]: n for n in json.loads(get("/v1/nodes"))["nodes"]}["decode-0"]
+print("decode-0 after the fallbacks: free blocks", decode["free_blocks"], "of",
+      decode["total_blocks"], "; staging slots free", decode["staging_slots_free"], "of",
+      decode["staging_slots"])
+failed |= decode["free_blocks"] != decode["total_blocks"] or \
+    decode["staging_slots_free"] != decode["staging_slots"]
 sys.exit(1 if failed else 0)
 PY
+# The fallbacks above came from checksum failures, not from something else.
+grep -q "checksum mismatch" "$scratch/decode-corrupting.log" ||
+  { echo "gpu_check: decode-0 logged no checksum mismatch" | tee -a "$out/cluster.log"; status=1; }
 stop_roles
 tail -n 20 "$scratch"/router.log "$scratch"/prefill.log "$scratch"/decode.log \
   "$scratch"/decode-corrupting.log >>"$out/cluster.log"
+sed -n '/== a corrupted KV transfer/,$p' "$out/cluster.log"
 echo "== bench_cuda_forward (at ${SECONDS} s)"
 run_for 60 "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
   status=1

@@ -217,6 +217,9 @@ struct Partition {
   // k_scale_delta + h * k_scale_step bytes.
   ptrdiff_t k_scale_delta;
   ptrdiff_t k_scale_step;
+  // E4M3 KV on the 512-bit passes: scores on F32 FMAs (e4m3_scores_on_fmas,
+  // read once: the queries are prepared for one pass or the other).
+  bool e4m3_fmas;
 };
 
 // Parts (K or V of every head of a block) the AVX2 passes prefetch ahead:
@@ -331,7 +334,7 @@ BATON_AVX2 void k_run(const Partition& P, Scratch& sc, int32_t run_blocks, int32
           signed_codes = {sc.q_codes.data() + at, sc.q_magnitudes.data() + at,
                           sc.q_scales.data() + i};
       }
-      const bool fmas = T == DType::kFP8E4M3 && avx512 && e4m3_scores_on_fmas();
+      const bool fmas = T == DType::kFP8E4M3 && avx512 && P.e4m3_fmas;
       const uint32_t* pairs = T == DType::kFP8E4M3 && avx512 && !fmas
                                   ? sc.q_pairs.data() + size_t(i) * (P.d / 2)
                                   : nullptr;
@@ -584,6 +587,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
   P.v_offset = L.part_elements() * esize;  // V part after the K part
   P.k_group_stride = L.key_group_stride();
   P.window = p.window;
+  P.e4m3_fmas = e4m3_scores_on_fmas();
   const int32_t d = P.d;
 
   // 512-bit passes where the CPU has them (and the 8-bit formats' score
@@ -617,7 +621,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
     }
   } else if constexpr (T == DType::kFP8E4M3) {
     // The AVX2 and the F32 FMA score passes take the F32 queries.
-    if (passes == Passes::kAvx512 && !e4m3_scores_on_fmas()) {
+    if (passes == Passes::kAvx512 && !P.e4m3_fmas) {
       sc.q_pairs.resize(size_t(P.n_q) * size_t(d / 2));
       bf16_query_pairs(sc.q.data(), sc.q.size(), sc.q_pairs.data());
     }
