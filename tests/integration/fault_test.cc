@@ -855,6 +855,73 @@ TEST(FaultTest, AFailedPrefillIsComputedOnTheDecodeNode) {
   EXPECT_EQ(json(tokens), line["output_ids"]);
 }
 
+// A failed prefill reported for a request still queued on the decode node
+// (its blocks not yet reserved: another request's reservation holds the
+// pool) is computed there once the blocks free up, never reserved for KV.
+TEST(FaultTest, AFailedPrefillOfAQueuedRequestIsComputedOnTheDecodeNode) {
+  ClusterShape shape = played_router_shape("");
+  shape.kv_cache_bytes = "256KiB";  // 1024 tokens of the tiny model: one long prompt
+  Cluster cluster(shape);
+  auto router = play_router_with_decode_node(cluster);
+  ASSERT_TRUE(router.is_ok()) << router.status().to_string();
+  auto remote = [](uint64_t id) {
+    control::Generate g;
+    g.request_id = id;
+    g.prompt.resize(700);
+    for (size_t i = 0; i < g.prompt.size(); ++i) g.prompt[i] = int32_t(3 + (i * 7 + id) % 500);
+    g.sampling.max_tokens = 4;
+    g.sampling.temperature = 0;
+    g.sampling.ignore_eos = true;
+    g.prefill_node = "prefill-0";  // no such node: it never sends
+    return g;
+  };
+  const control::Generate first = remote(31), second = remote(32);
+  ASSERT_TRUE((*router)->send("decode-0", first).is_ok());
+  std::set<uint64_t> ready;
+  for (auto until = Clock::now() + 10s; !ready.contains(31) && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(100ms))
+      if (auto* r = std::get_if<control::PrefillReady>(&received.message))
+        ready.insert(r->request_id);
+  ASSERT_TRUE(ready.contains(31)) << "the first request was never reserved";
+  ASSERT_TRUE((*router)->send("decode-0", second).is_ok());
+  for (auto until = Clock::now() + 500ms; Clock::now() < until;)
+    for (const auto& received : (*router)->poll(100ms))
+      if (auto* r = std::get_if<control::PrefillReady>(&received.message))
+        ready.insert(r->request_id);
+  ASSERT_FALSE(ready.contains(32)) << "the pool held both: the second was never queued";
+  control::PrefillDone failed;
+  failed.request_id = 32;
+  failed.error = "node prefill-0 failed during the request: killed";
+  ASSERT_TRUE((*router)->send("decode-0", failed).is_ok());
+  ASSERT_TRUE((*router)->send("decode-0", control::Abort{31, "client left"}).is_ok());
+  std::vector<int32_t> tokens;
+  bool finished = false;
+  for (auto until = Clock::now() + 20s; !finished && Clock::now() < until;)
+    for (const auto& received : (*router)->poll(100ms)) {
+      if (auto* r = std::get_if<control::PrefillReady>(&received.message))
+        ready.insert(r->request_id);
+      if (auto* e = std::get_if<control::Events>(&received.message))
+        for (const auto& event : e->events) {
+          if (event.request_id != 32) continue;
+          ASSERT_NE(event.finish_reason, FinishReason::kError) << event.error;
+          tokens.insert(tokens.end(), event.tokens.begin(), event.tokens.end());
+          finished |= event.finish_reason != FinishReason::kNone;
+        }
+    }
+  ASSERT_TRUE(finished) << "the queued request was never computed";
+  EXPECT_FALSE(ready.contains(32)) << "blocks were reserved for KV that will never come";
+  std::string ids;
+  for (int32_t id : second.prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const BatonRun one =
+      run_baton({"generate", "--model", cluster.model_dir().string(), "--prompt-ids", ids,
+                 "--max-tokens", "4", "--temperature", "0", "--ignore-eos", "--json"});
+  ASSERT_EQ(one.exit_code, 0) << one.output;
+  const size_t at = one.output.find("{\"");
+  ASSERT_NE(at, std::string::npos) << one.output;
+  EXPECT_EQ(json(tokens),
+            json::parse(one.output.substr(at, one.output.find('\n', at) - at)).at("output_ids"));
+}
+
 // The prefill node killed while it computes eight long prompts: nothing is
 // lost. Each request whose prefill died with it is computed by its decode
 // node instead (its answer names no prefill node), promptly, and greedy
