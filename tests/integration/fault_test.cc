@@ -790,6 +790,25 @@ TEST(FaultTest, LandedKvWithoutAFirstTokenExpiresOnTheDecodeNode) {
   EXPECT_TRUE(idle.has_value()) << "the decode node kept the request or its blocks";
 }
 
+// One engine's greedy answer to `prompt` (`baton generate --prompt-ids`,
+// ignoring EOS): its output ids, or null where it printed none.
+json one_engine_greedy_ids(const Cluster& cluster, const std::vector<int32_t>& prompt,
+                           int max_tokens) {
+  std::string ids;
+  for (int32_t id : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+  const BatonRun one = run_baton({"generate", "--model", cluster.model_dir().string(),
+                                  "--prompt-ids", ids, "--max-tokens", std::to_string(max_tokens),
+                                  "--temperature", "0", "--ignore-eos", "--json"});
+  EXPECT_EQ(one.exit_code, 0) << one.output;
+  const size_t at = one.output.find("{\"");
+  const json line =
+      at == std::string::npos
+          ? json()
+          : json::parse(one.output.substr(at, one.output.find('\n', at) - at), nullptr, false);
+  EXPECT_TRUE(line.is_object()) << one.output;
+  return line.is_object() ? line.value("output_ids", json()) : json();
+}
+
 // A failed prefill reported to the decode node (a PrefillDone carrying an
 // error: the router forwards the prefill node's, or makes one for a dead
 // prefill node) has it compute the prompt itself: it gives back the blocks
@@ -840,19 +859,7 @@ TEST(FaultTest, AFailedPrefillIsComputedOnTheDecodeNode) {
   ASSERT_TRUE(finished) << "the request never finished";
   EXPECT_TRUE(computed_here) << "the first token's timings are not the decode node's";
   EXPECT_TRUE(idle.has_value()) << "the decode node kept the request or its blocks";
-  std::string ids;
-  for (int32_t id : remote.prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  const BatonRun one =
-      run_baton({"generate", "--model", cluster.model_dir().string(), "--prompt-ids", ids,
-                 "--max-tokens", "5", "--temperature", "0", "--ignore-eos", "--json"});
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  const size_t at = one.output.find("{\"");
-  const json line =
-      at == std::string::npos
-          ? json()
-          : json::parse(one.output.substr(at, one.output.find('\n', at) - at), nullptr, false);
-  ASSERT_TRUE(line.is_object()) << one.output;
-  EXPECT_EQ(json(tokens), line["output_ids"]);
+  EXPECT_EQ(json(tokens), one_engine_greedy_ids(cluster, remote.prompt, 5));
 }
 
 // A failed prefill reported for a request still queued on the decode node
@@ -910,16 +917,7 @@ TEST(FaultTest, AFailedPrefillOfAQueuedRequestIsComputedOnTheDecodeNode) {
     }
   ASSERT_TRUE(finished) << "the queued request was never computed";
   EXPECT_FALSE(ready.contains(32)) << "blocks were reserved for KV that will never come";
-  std::string ids;
-  for (int32_t id : second.prompt) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-  const BatonRun one =
-      run_baton({"generate", "--model", cluster.model_dir().string(), "--prompt-ids", ids,
-                 "--max-tokens", "4", "--temperature", "0", "--ignore-eos", "--json"});
-  ASSERT_EQ(one.exit_code, 0) << one.output;
-  const size_t at = one.output.find("{\"");
-  ASSERT_NE(at, std::string::npos) << one.output;
-  EXPECT_EQ(json(tokens),
-            json::parse(one.output.substr(at, one.output.find('\n', at) - at)).at("output_ids"));
+  EXPECT_EQ(json(tokens), one_engine_greedy_ids(cluster, second.prompt, 4));
 }
 
 // The prefill node killed while it computes eight long prompts: nothing is
