@@ -107,8 +107,7 @@ void DecodeServer::start_here_once_unwritten(Request& request) {
   runtime_->engine().scheduler().withdraw_reservation(request.sequence_id);
   by_sequence_.erase(request.sequence_id);
   collect_finished();
-  request.sequence_id = -1;
-  request.kv_landed = false;
+  request.sequence_id = -1;  // nothing for end() to abort should the scheduler refuse it
   start_here(request);
 }
 
@@ -284,11 +283,14 @@ void DecodeServer::on_prefill_done(const control::PrefillDone& done) {
   auto it = requests_.find(done.request_id);
   if (it == requests_.end() || it->second.abandoned || it->second.prefill_here) return;
   Request& request = it->second;
-  // A failed prefill (the router forwards its error, or reports its prefill
-  // node dead) may come before this node reserved the request's blocks.
-  if (!done.error.empty() && request.state != State::kRunning)
-    return prefill_here(request, done.error);
-  if (request.state != State::kAwaitingKv || !done.error.empty()) return;
+  if (!done.error.empty()) {
+    // A failed prefill (the router forwards its error, or reports its
+    // prefill node dead) may come before this node reserved the request's
+    // blocks; a running request fell back here already.
+    if (request.state != State::kRunning) prefill_here(request, done.error);
+    return;
+  }
+  if (request.state != State::kAwaitingKv) return;
   request.first_token_known = true;
   request.first_token = done.first_token;
   request.rng_draws = done.rng_draws;

@@ -32,7 +32,8 @@ struct GenerationOptions {
   bool retain_blocks = false;
   // With retain_blocks and sliding windows: the blocks before this one are
   // not kept (a prefill node sends none of them), so they go back as soon
-  // as no window reads them, and a prompt longer than the pool fits.
+  // as no window reads them: a windowed prompt computed in chunks holds
+  // about a window and a chunk of the pool, and what it sends.
   int32_t retained_from_block = 0;
 };
 

@@ -128,44 +128,6 @@ BATON_AVX512_FP8_INLINE void scores16(const uint32_t* q, int32_t d, const char* 
   }
 }
 
-template <int R>
-BATON_AVX512_FP8 void tile_scores(const uint32_t* q, int32_t d, const char* tile,
-                                  size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
-                                  int32_t s_stride, PrefetchStream& stream) {
-  PrefetchStream local = stream;  // a local copy stays in registers
-  const Tables t = load_tables();
-  const char* scales = tile + scale_delta;
-  int32_t k = 0;
-  for (; k + 16 <= n8; k += 16)
-    scores16<R, false>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4, s + k,
-                       s_stride, t, local);
-  if (k < n8)
-    scores16<R, true>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4, s + k,
-                      s_stride, t, local);
-  stream = local;
-}
-
-template <int R>
-BATON_AVX512_FP8 void run_scores(const uint32_t* q, int32_t d, const char* const* tiles,
-                                 size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
-                                 int32_t s_stride, PrefetchStream& stream) {
-  PrefetchStream local = stream;
-  const Tables t = load_tables();
-  int32_t k = 0, j = 0;
-  for (; k + 16 <= keys; k += 16, ++j)
-    scores16<R, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k, s_stride, t,
-                       local);
-  // The run's last, partly filled tile: its slots past `keys` score
-  // whatever they hold, and the softmax masks them.
-  if (keys - k > 8)
-    scores16<R, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k, s_stride, t,
-                       local);
-  else if (k < keys)
-    scores16<R, true>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k, s_stride, t,
-                      local);
-  stream = local;
-}
-
 // One dimension pair of 16 keys (8 when kHalf) at `row`, widened to F32
 // through F16 (a code shifted into an F16 word is the code's value times
 // 2^-8; the scales take it back): keys 0-7 in lo, 8-15 in hi, each key's
@@ -228,38 +190,56 @@ BATON_AVX512_FP8_INLINE void fma_scores16(const float* q, int32_t d, const char*
   }
 }
 
-template <int R>
-BATON_AVX512_FP8 void fma_tile_scores(const float* q, int32_t d, const char* tile,
-                                      size_t group_stride, ptrdiff_t scale_delta, int32_t n8,
-                                      float* s, int32_t s_stride, PrefetchStream& stream) {
-  PrefetchStream local = stream;
+// 16 keys' scores (8 when kHalf) on the VDPBF16PS pass (q BF16 pairs) or,
+// kFma, the FMA pass (q F32 vectors).
+template <int R, bool kFma, bool kHalf>
+BATON_AVX512_FP8_INLINE void any_scores16(const void* q, int32_t d, const char* row,
+                                          size_t group_bytes, const char* scales, float* s,
+                                          int32_t s_stride, const Tables& t,
+                                          PrefetchStream& stream) {
+  if constexpr (kFma)
+    fma_scores16<R, kHalf>(static_cast<const float*>(q), d, row, group_bytes, scales, s, s_stride,
+                           stream);
+  else
+    scores16<R, kHalf>(static_cast<const uint32_t*>(q), d, row, group_bytes, scales, s, s_stride, t,
+                       stream);
+}
+
+template <int R, bool kFma>
+BATON_AVX512_FP8 void tile_scores(const void* q, int32_t d, const char* tile, size_t group_stride,
+                                  ptrdiff_t scale_delta, int32_t n8, float* s, int32_t s_stride,
+                                  PrefetchStream& stream) {
+  PrefetchStream local = stream;  // a local copy stays in registers
+  const Tables t = kFma ? Tables{} : load_tables();
   const char* scales = tile + scale_delta;
   int32_t k = 0;
   for (; k + 16 <= n8; k += 16)
-    fma_scores16<R, false>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4, s + k,
-                           s_stride, local);
+    any_scores16<R, kFma, false>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4,
+                                 s + k, s_stride, t, local);
   if (k < n8)
-    fma_scores16<R, true>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4, s + k,
-                          s_stride, local);
+    any_scores16<R, kFma, true>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4,
+                                s + k, s_stride, t, local);
   stream = local;
 }
 
-template <int R>
-BATON_AVX512_FP8 void fma_run_scores(const float* q, int32_t d, const char* const* tiles,
-                                     size_t group_stride, ptrdiff_t scale_delta, int32_t keys,
-                                     float* s, int32_t s_stride, PrefetchStream& stream) {
+template <int R, bool kFma>
+BATON_AVX512_FP8 void run_scores(const void* q, int32_t d, const char* const* tiles,
+                                 size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
+                                 int32_t s_stride, PrefetchStream& stream) {
   PrefetchStream local = stream;
+  const Tables t = kFma ? Tables{} : load_tables();
   int32_t k = 0, j = 0;
   for (; k + 16 <= keys; k += 16, ++j)
-    fma_scores16<R, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k, s_stride,
-                           local);
-  // As run_scores: the last tile's slots past `keys` are masked later.
+    any_scores16<R, kFma, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k,
+                                 s_stride, t, local);
+  // The run's last, partly filled tile: its slots past `keys` score
+  // whatever they hold, and the softmax masks them.
   if (keys - k > 8)
-    fma_scores16<R, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k, s_stride,
-                           local);
+    any_scores16<R, kFma, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k,
+                                 s_stride, t, local);
   else if (k < keys)
-    fma_scores16<R, true>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k, s_stride,
-                          local);
+    any_scores16<R, kFma, true>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k,
+                                s_stride, t, local);
   stream = local;
 }
 
@@ -278,8 +258,8 @@ void key_tile_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const vo
                          size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
                          int32_t s_stride, PrefetchStream& stream) {
   with_queries<4>(queries, [&]<int R>() {
-    fp8::tile_scores<R>(q, d, static_cast<const char*>(k), group_stride, scale_delta, n8, s,
-                        s_stride, stream);
+    fp8::tile_scores<R, false>(q, d, static_cast<const char*>(k), group_stride, scale_delta, n8, s,
+                               s_stride, stream);
   });
 }
 
@@ -287,7 +267,7 @@ void key_run_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const cha
                         size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
                         int32_t s_stride, PrefetchStream& stream) {
   with_queries<4>(queries, [&]<int R>() {
-    fp8::run_scores<R>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride, stream);
+    fp8::run_scores<R, false>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride, stream);
   });
 }
 
@@ -295,8 +275,8 @@ void key_tile_scores_e4m3_fma(int32_t queries, const float* q, int32_t d, const 
                               size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
                               int32_t s_stride, PrefetchStream& stream) {
   with_queries<4>(queries, [&]<int R>() {
-    fp8::fma_tile_scores<R>(q, d, static_cast<const char*>(k), group_stride, scale_delta, n8, s,
-                            s_stride, stream);
+    fp8::tile_scores<R, true>(q, d, static_cast<const char*>(k), group_stride, scale_delta, n8, s,
+                              s_stride, stream);
   });
 }
 
@@ -304,7 +284,7 @@ void key_run_scores_e4m3_fma(int32_t queries, const float* q, int32_t d, const c
                              size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
                              int32_t s_stride, PrefetchStream& stream) {
   with_queries<4>(queries, [&]<int R>() {
-    fp8::fma_run_scores<R>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride, stream);
+    fp8::run_scores<R, true>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride, stream);
   });
 }
 

@@ -595,6 +595,20 @@ TEST(FaultTest, ANodeBackFromTheDeadIsToldWhatFailedMeanwhile) {
       << "the router did not abort the failed request on the node that came back";
 }
 
+// A request for decode-0 whose prompt prefill-0 is to compute (no such node
+// sends KV unless the test starts one): greedy, max_tokens tokens whatever
+// EOS.
+control::Generate remote_request(uint64_t id, std::vector<int32_t> prompt, int32_t max_tokens) {
+  control::Generate g;
+  g.request_id = id;
+  g.prompt = std::move(prompt);
+  g.sampling.max_tokens = max_tokens;
+  g.sampling.temperature = 0;
+  g.sampling.ignore_eos = true;
+  g.prefill_node = "prefill-0";
+  return g;
+}
+
 // A cluster whose router the test plays: `baton router|decode` processes,
 // none started (extra_router_yaml: the router section's additions, which
 // the nodes read too).
@@ -708,12 +722,9 @@ TEST(FaultTest, AReceiveThatTimesOutEndsItsRequestOnTheDecodeNode) {
   auto router = play_router_with_decode_node(cluster);
   ASSERT_TRUE(router.is_ok()) << router.status().to_string();
 
-  control::Generate remote;
-  remote.request_id = 7;
-  remote.prompt.resize(40);
-  std::iota(remote.prompt.begin(), remote.prompt.end(), 1);
-  remote.sampling.max_tokens = 4;
-  remote.prefill_node = "prefill-0";  // no such node: no KV will come
+  std::vector<int32_t> prompt(40);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  const control::Generate remote = remote_request(7, prompt, 4);  // no KV will come
   ASSERT_TRUE((*router)->send("decode-0", remote).is_ok());
   bool ready = false, failed = false;
   std::optional<control::NodeLoad> idle;  // the first load after the failure that shows no work
@@ -756,12 +767,9 @@ TEST(FaultTest, LandedKvWithoutAFirstTokenExpiresOnTheDecodeNode) {
       (*router)
           ->send("prefill-0", control::PeerInfo{"decode-0", registered.at("decode-0").descriptor})
           .is_ok());
-  control::Generate remote;
-  remote.request_id = 11;
-  remote.prompt.resize(40);
-  std::iota(remote.prompt.begin(), remote.prompt.end(), 1);
-  remote.sampling.max_tokens = 4;
-  remote.prefill_node = "prefill-0";
+  std::vector<int32_t> prompt(40);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  const control::Generate remote = remote_request(11, prompt, 4);
   ASSERT_TRUE((*router)->send("decode-0", remote).is_ok());
   bool prefilled = false, failed = false;
   std::optional<control::NodeLoad> idle;  // the decode node's load once it let go
@@ -819,15 +827,10 @@ TEST(FaultTest, AFailedPrefillIsComputedOnTheDecodeNode) {
   Cluster cluster(played_router_shape(""));
   auto router = play_router_with_decode_node(cluster);
   ASSERT_TRUE(router.is_ok()) << router.status().to_string();
-  control::Generate remote;
-  remote.request_id = 21;
-  remote.prompt.resize(40);
+  std::vector<int32_t> prompt(40);
   std::mt19937 rng(std::random_device{}());
-  for (int32_t& id : remote.prompt) id = 3 + int32_t(rng() % 500);
-  remote.sampling.max_tokens = 5;
-  remote.sampling.temperature = 0;
-  remote.sampling.ignore_eos = true;
-  remote.prefill_node = "prefill-0";  // no such node: it never sends
+  for (int32_t& id : prompt) id = 3 + int32_t(rng() % 500);
+  const control::Generate remote = remote_request(21, prompt, 5);
   ASSERT_TRUE((*router)->send("decode-0", remote).is_ok());
   bool ready = false, told = false, computed_here = false, finished = false;
   std::vector<int32_t> tokens;
@@ -871,16 +874,11 @@ TEST(FaultTest, AFailedPrefillOfAQueuedRequestIsComputedOnTheDecodeNode) {
   Cluster cluster(shape);
   auto router = play_router_with_decode_node(cluster);
   ASSERT_TRUE(router.is_ok()) << router.status().to_string();
+  // Two 700-token prompts: the first's reservation leaves no room for the second.
   auto remote = [](uint64_t id) {
-    control::Generate g;
-    g.request_id = id;
-    g.prompt.resize(700);
-    for (size_t i = 0; i < g.prompt.size(); ++i) g.prompt[i] = int32_t(3 + (i * 7 + id) % 500);
-    g.sampling.max_tokens = 4;
-    g.sampling.temperature = 0;
-    g.sampling.ignore_eos = true;
-    g.prefill_node = "prefill-0";  // no such node: it never sends
-    return g;
+    std::vector<int32_t> prompt(700);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t(3 + (i * 7 + id) % 500);
+    return remote_request(id, std::move(prompt), 4);
   };
   const control::Generate first = remote(31), second = remote(32);
   ASSERT_TRUE((*router)->send("decode-0", first).is_ok());
