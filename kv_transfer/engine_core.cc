@@ -620,6 +620,7 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
       break;
     case OpContext::kSendData:
     case OpContext::kFlush:
+    case OpContext::kLayerFlush:
     case OpContext::kNotice: {
       auto it = sends_.find(op->transfer_id);
       if (it != sends_.end() && it->second.serial == op->serial &&
@@ -636,6 +637,10 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
                         std::string("UCX operation failed: ") + ucs_status_string(status)));
         }
         if (op->kind == OpContext::kFlush && status == UCS_OK) t.flush_completed();
+        if (op->kind == OpContext::kLayerFlush && status == UCS_OK) {
+          t.layer_flushed[size_t(op->layer - t.spec.layer_begin)] = true;
+          announce_layer_hash(op->transfer_id, op->layer);
+        }
         dirty_sends_.push_back(op->transfer_id);
       }
       break;

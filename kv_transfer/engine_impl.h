@@ -38,6 +38,7 @@ struct OpContext {
   enum Kind : uint8_t {
     kSendData,
     kFlush,
+    kLayerFlush,  // one layer's puts, for a staged receiver (layer: which)
     kNotice,
     kRecvData,
     kAck,
@@ -218,7 +219,12 @@ class TransferEngine::Impl {
   void start_send(uint64_t transfer_id);
   void pump(SendTransfer& t, uint64_t id);
   void issue_layer(SendTransfer& t, uint64_t id, PeerState& peer, int32_t layer);
-  // kLayerHash for a staged receiver, once the sender has hashed the layer.
+  // Puts land unseen: a flush of `layer`'s puts tells a staged receiver
+  // that the layer is in its slots (announce_layer_hash).
+  void flush_layer(SendTransfer& t, uint64_t id, PeerState& peer, int32_t layer);
+  // A staged receiver's notice that `layer` is verifiable: kLayerHash once
+  // the sender has hashed it (messages, which the receiver counts as they
+  // land), kLayerLanded once it is also flushed (puts).
   void announce_layer_hash(uint64_t id, int32_t layer);
   void maybe_finish_send(uint64_t id);
   void apply_cancel_send(uint64_t id);

@@ -213,8 +213,9 @@ void TransferEngine::Impl::handle_put_ask(const Notice& n, ucp_ep_h reply_ep) {
   send_control(reply_ep, grant, /*want_reply=*/false, "put grant");
 }
 
-// A layer the sender copied into our pool: hash it while the next one is on
-// its way, instead of all of them after the notice.
+// A layer the sender copied into our pool, or whose puts into our staged
+// slots it flushed: hash it while the next one is on its way, instead of all
+// of them after the notice (and copy it in once it matches).
 void TransferEngine::Impl::hash_announced_layer(const Notice& n) {
   Expectation* e = granted_expectation(n, "layer announcement");
   if (e == nullptr) return;

@@ -96,6 +96,9 @@ Status TransferEngine::Impl::begin_send(PeerId peer, SendSpec spec, TransferCall
         t.peer = peer;
         t.on_done = std::move(on_done);
         t.hashes = BlockHashes(t.spec.layer_begin, t.spec.layer_end, t.spec.src_blocks.size());
+        const auto layers = size_t(t.spec.layer_end - t.spec.layer_begin);
+        t.layer_flushed.assign(layers, false);
+        t.layer_announced.assign(layers, false);
         if (cancelled) return apply_cancel_send(id);
         if (staged) {
           {
@@ -349,6 +352,27 @@ void TransferEngine::Impl::issue_layer(SendTransfer& t, uint64_t id, PeerState& 
     // completion. A staged receiver gets the layer's hash once it is done.
     queue_hash({id, t.serial, /*sender=*/true, layer, every_pair(t.spec.src_blocks.size())},
                t.hash_jobs);
+    // The last layer's puts land with the flush before the notice.
+    if (t.mode == TransferMode::kRma && (peer.descriptor.flags & kPoolFlagStaged) != 0 &&
+        layer + 1 < t.spec.layer_end)
+      flush_layer(t, id, peer, layer);
+  }
+}
+
+void TransferEngine::Impl::flush_layer(SendTransfer& t, uint64_t id, PeerState& peer,
+                                       int32_t layer) {
+  auto* op = send_op(t, id, OpContext::kLayerFlush, peer);
+  op->layer = layer;
+  ucp_request_param_t param = request_param(op);
+  ucs_status_ptr_t request = post_op(op, ucp_ep_flush_nbx(peer.ep, &param));
+  if (UCS_PTR_IS_ERR(request)) {
+    t.fail(ucx_error("ucp_ep_flush_nbx", UCS_PTR_STATUS(request), __FILE__, __LINE__));
+    failed_endpoints_.emplace_back(t.peer, peer.generation, UCS_PTR_STATUS(request));
+  } else if (request == nullptr) {
+    t.layer_flushed[size_t(layer - t.spec.layer_begin)] = true;
+    announce_layer_hash(id, layer);
+  } else {
+    ++t.outstanding;
   }
 }
 
@@ -530,17 +554,25 @@ Status TransferEngine::Impl::send_control_bytes(PeerId peer_id, std::vector<uint
 
 // A layer's source blocks are hashed: a receiver that stages its pool copies
 // the layer in as soon as it has landed and matches this, instead of after
-// the whole transfer. Messages it counts as they land (tagged, AM) only:
-// puts land unseen, and those layers are verified after the notice.
+// the whole transfer. Messages it counts as they land (tagged, AM); puts land
+// unseen, so with them the notice waits for the layer's flush too.
 void TransferEngine::Impl::announce_layer_hash(uint64_t id, int32_t layer) {
   auto it = sends_.find(id);
   if (it == sends_.end() || it->second.failed()) return;
   SendTransfer& t = it->second;
   PeerState& peer = peers_[t.peer];
-  if ((peer.descriptor.flags & kPoolFlagStaged) == 0 || peer.phase != PeerState::Phase::kReady ||
-      (t.mode != TransferMode::kTag && t.mode != TransferMode::kAm))
+  if ((peer.descriptor.flags & kPoolFlagStaged) == 0 || peer.phase != PeerState::Phase::kReady)
     return;
-  Notice hashed = transfer_message(WireKind::kLayerHash, t, id);
+  WireKind kind = WireKind::kLayerHash;
+  if (t.mode == TransferMode::kRma) {
+    const auto i = size_t(layer - t.spec.layer_begin);
+    if (!t.layer_flushed[i] || !t.hashes.layer_complete(layer) || t.layer_announced[i]) return;
+    t.layer_announced[i] = true;
+    kind = WireKind::kLayerLanded;
+  } else if (t.mode != TransferMode::kTag && t.mode != TransferMode::kAm) {
+    return;
+  }
+  Notice hashed = transfer_message(kind, t, id);
   hashed.layer_begin = layer;
   hashed.layer_end = layer + 1;
   hashed.checksum = t.hashes.layer_digest(layer);

@@ -108,7 +108,8 @@ class Expectation {
   Clock::time_point last_grant;
   bool puts_stopped = false;
   // Whole layers queued for hashing: announced by kLayerLanded (mapped
-  // copies), or all of them after the notice (puts land unseen).
+  // copies; puts into a staged pool, flushed), or the rest of them after
+  // the notice (other puts land unseen).
   std::vector<bool> layer_hashed;
   int hash_jobs = 0;  // queued hashing of landed blocks; the verdict waits
   // A staged pool's layers (index: layer - spec.layer_begin): the sender's

@@ -102,6 +102,9 @@ class SendTransfer {
   // receiver writes a grant off close_timeout after giving it.
   Clock::time_point asked_at;
   int hash_jobs = 0;  // queued hashing of its source blocks; the notice waits
+  // RMA into a staged pool: layers whose puts a flush saw land, and those
+  // announced to the receiver since (index: layer - spec.layer_begin).
+  std::vector<bool> layer_flushed, layer_announced;
   uint64_t digest = 0;
 
  private:

@@ -14,7 +14,8 @@
 //    go; anything else: stop), and kPutsStopped "T failed or was cancelled,
 //    and every put of it has reached you" (sent after a flush). kLayerLanded
 //    "layer L of T is in your pool" lets a verifying receiver hash each layer
-//    as it lands when the sender copies into a mapped pool; kLayerHash
+//    as it lands when the sender copies into a mapped pool, or puts into a
+//    staged pool's slots (sent once a flush saw the layer's puts land); kLayerHash
 //    "layer L of T hashes to H" lets a receiver whose pool is staged verify
 //    each layer, and copy it in, as soon as the layer has landed. Both carry
 //    the sender's hash of the layer (BlockHashes::layer_digest) in checksum.

@@ -68,8 +68,10 @@ const Transport kForcedModes[] = {{"tcp_rma", "tcp", "rma"},
                                   {"tcp_no_peer_errors", "tcp", "auto", false},
                                   {"shm_shared_pool", "sm,self", "auto", true, true}};
 // Staged pools: over TCP the slots are private to their process (tagged
-// rendezvous into them); over shared memory the peer maps them (puts).
+// rendezvous into them, or forced puts); over shared memory the peer maps
+// them (copies).
 const Transport kStagedPools[] = {{"tcp_staged", "tcp", "auto", true, false, true},
+                                  {"tcp_staged_rma", "tcp", "rma", true, false, true},
                                   {"shm_staged", "sm,self", "auto", true, true, true}};
 
 // Past a deadline, what a side may take to learn of it (process scheduling).
@@ -1437,7 +1439,8 @@ TEST_P(StagedTransferTest, BothPoolsStagedEveryDtype) {
       ASSERT_TRUE(sent.has_value());
       EXPECT_EQ(local_->copier()->to_host_bytes.load(), copied);
       EXPECT_TRUE(sent->status.is_ok()) << sent->status.to_string();
-      EXPECT_EQ(sent->mode, GetParam().shared_pools ? TransferMode::kRma : TransferMode::kTag);
+      const bool puts = GetParam().shared_pools || std::string_view(GetParam().mode) == "rma";
+      EXPECT_EQ(sent->mode, puts ? TransferMode::kRma : TransferMode::kTag);
       expect_peer_verified(tid);
     }
     expect_peer_pool_untouched_elsewhere();
