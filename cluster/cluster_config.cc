@@ -343,7 +343,10 @@ Result<std::vector<NodeSection>> parse_nodes(const YAML::Node& node, Role role,
       nodes.push_back(std::move(parsed));
     }
   }
-  if (nodes.empty()) return invalid_argument(key + ": at least one node is required");
+  // Without prefill nodes every decode node prefills its own prompts
+  // (colocated serving); without decode nodes nothing could generate.
+  if (nodes.empty() && role == Role::kDecode)
+    return invalid_argument(key + ": at least one node is required");
   return nodes;
 }
 

@@ -168,7 +168,7 @@ void OpenAiService::handle(HttpRequest request, std::shared_ptr<HttpResponder> r
       reason = "the router is draining: it takes no new requests";
     else if (snapshot.decode_up == 0)
       reason = "no decode node is up";
-    else if (snapshot.prefill_up == 0)
+    else if (snapshot.prefill_up == 0 && snapshot.prefill_configured > 0)
       reason = "no prefill node is up";
     else if (core_.in_flight() >= core_.max_queued_requests())  // what admission counts
       reason = "the queue is full: " + std::to_string(core_.max_queued_requests()) +

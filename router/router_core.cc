@@ -558,7 +558,10 @@ void RouterCore::forget(uint64_t request_id) {
 void RouterCore::publish_snapshot() {
   auto published = std::make_shared<ClusterSnapshot>();
   ClusterSnapshot& snapshot = *published;
-  for (const auto& [name, node] : registry_.nodes()) snapshot.nodes.push_back(node);
+  for (const auto& [name, node] : registry_.nodes()) {
+    snapshot.nodes.push_back(node);
+    if (node.role == Role::kPrefill) ++snapshot.prefill_configured;
+  }
   snapshot.requests_in_router = int32_t(requests_.size());
   snapshot.prefill_up = registry_.up_count(Role::kPrefill);
   snapshot.decode_up = registry_.up_count(Role::kDecode);

@@ -100,6 +100,8 @@ struct ClusterSnapshot {
   int32_t requests_in_router = 0;
   int32_t prefill_up = 0;
   int32_t decode_up = 0;
+  // None: every decode node prefills its own prompts (colocated serving).
+  int32_t prefill_configured = 0;
   uint64_t control_messages_rejected = 0;
   // Blocks of prompts prefilled on a prefill node, by what became of them
   // on the way to the decode node: sent over UCX, already held there (its

@@ -234,6 +234,18 @@ TEST(ClusterConfig, NodesWithoutNamesAreNamedByRoleAndIndex) {
   EXPECT_EQ(config->decode[0].transfer.node_name, "decode-0");
 }
 
+// No prefill nodes: colocated serving, every decode node prefills its own
+// prompts.
+TEST(ClusterConfig, PrefillNodesMayBeLeftOut) {
+  for (const std::string& prefill :
+       {std::string(), std::string("prefill: []\n"), std::string("prefill:\n")}) {
+    auto config = parse(kModel + prefill + "decode: [{name: d}, {name: e}]\n");
+    ASSERT_TRUE(config.is_ok()) << prefill << config.status().to_string();
+    EXPECT_TRUE(config->prefill.empty());
+    EXPECT_EQ(config->decode.size(), 2u);
+  }
+}
+
 TEST(ClusterConfig, FindNode) {
   auto config = parse(kModel + "prefill: [{name: a}, {name: b}]\ndecode: [{name: c}]\n");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
@@ -418,8 +430,6 @@ TEST(ClusterConfig, ErrorsNameTheKey) {
       {"model: [m]\n" + kNodes, "model: expected a mapping"},
       {"[1, 2]", "top level: expected a mapping"},
       // Nodes.
-      {kModel + node_d, "prefill: at least one node is required"},
-      {kModel + node_d + "prefill: []\n", "prefill: at least one node is required"},
       {kModel + node_p, "decode: at least one node is required"},
       {kModel + node_p + "decode:\n", "decode: at least one node is required"},
       {kModel + "prefill: [{name: x}]\ndecode: [{name: x}]\n",
@@ -686,6 +696,27 @@ TEST(ShippedConfigs, OneGpuLoadsAndFitsItsModel) {
     EXPECT_EQ(node->engine.kv_cache_bytes, 16ull << 30) << node->name;
   }
   Status status = validate_shipped(*config);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+}
+
+// The colocated configs have no prefill node: their decode nodes prefill.
+TEST(ShippedConfigs, ColocatedConfigsLoadAndFitTheirModels) {
+  auto local = load_cluster_config(shipped("local-colocated.yaml"));
+  ASSERT_TRUE(local.is_ok()) << local.status().to_string();
+  EXPECT_TRUE(local->prefill.empty());
+  ASSERT_EQ(local->decode.size(), 2u);
+  EXPECT_EQ(local->decode[1].engine.max_num_batched_tokens, 256);
+  Status status = validate_shipped(*local);
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
+
+  auto gpu = load_cluster_config(shipped("gpu-colocated.yaml"));
+  ASSERT_TRUE(gpu.is_ok()) << gpu.status().to_string();
+  EXPECT_EQ(gpu->model.preset, "llama3-8b");
+  EXPECT_TRUE(gpu->prefill.empty());
+  ASSERT_EQ(gpu->decode.size(), 1u);
+  EXPECT_EQ(gpu->decode[0].engine.device.name(), "cuda:0");
+  EXPECT_EQ(gpu->decode[0].engine.kv_cache_bytes, 48ull << 30);
+  status = validate_shipped(*gpu);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
 

@@ -372,6 +372,41 @@ TEST(NiceServingTest, APrefillNodeRunsEveryThreadAtItsNiceness) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
+// A cluster without prefill nodes (colocated serving): every decode node
+// prefills its own prompts, /health is 200, and the answers are one
+// engine's, naming no prefill node.
+TEST(ColocatedServingTest, AClusterWithoutPrefillNodesServesOnItsDecodeNodes) {
+  ClusterShape shape;
+  shape.prefill_nodes = 0;
+  shape.decode_nodes = 2;
+  Cluster cluster(shape);
+  auto health = cluster.get("/health");
+  ASSERT_TRUE(health.is_ok()) << health.status().to_string();
+  EXPECT_EQ(health->status, 200) << health->body;
+  EXPECT_EQ(json::parse(health->body)["prefill_up"], 0) << health->body;
+  std::mt19937 rng{std::random_device{}()};
+  std::set<std::string> decode_nodes;
+  constexpr int kPrompts = 4;
+  for (int i = 0; i < kPrompts; ++i) {
+    const std::string prompt = random_prompt(rng, 40, 120);  // above the remote-prefill threshold
+    auto response = cluster.post(
+        "/v1/completions",
+        with_tie_evidence({{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}}));
+    ASSERT_TRUE(response.is_ok()) << response.status().to_string();
+    ASSERT_EQ(response->status, 200) << response->body;
+    const json choice = json::parse(response->body)["choices"][0];
+    EXPECT_EQ(choice["served_by"]["prefill"], nullptr) << choice.dump();
+    decode_nodes.insert(choice["served_by"]["decode"].get<std::string>());
+    json expected =
+        baton_generate(prompt, {"--max-tokens", "8", "--temperature", "0", "--logprobs", "2"});
+    expect_greedy_equal_or_tied(choice, expected, "prompt '" + prompt + "'");
+  }
+  EXPECT_EQ(decode_nodes.size(), 2u) << "round robin over both decode nodes";
+  EXPECT_EQ(cluster.metric("baton:prompt_placements_total", "placement=\"no_prefill_node\""),
+            kPrompts);
+  EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+}
+
 // engine.min_step_interval_ms: a decode node starts its steps at least that
 // far apart (the prefill node beside it gets the time between), and serves
 // the same tokens as ever.
