@@ -13,7 +13,8 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 bundle=.gpu-bundle
 tests=(tests/kernels/kernels_cuda_test tests/engine/engine_cuda_test tests/kv_transfer/kv_transfer_cuda_test)
-helpers=(tests/kv_transfer/kv_transfer_test_peer bench/bench_cuda_attention bench/bench_cuda_forward tools/baton)
+helpers=(tests/kv_transfer/kv_transfer_test_peer bench/bench_cuda_attention bench/bench_cuda_forward
+  bench/transfer/bench_transfer tools/baton)
 
 if [ -f "$build/CMakeCache.txt" ]; then
   configured=$(cmake -S . -B "$build")
@@ -23,7 +24,7 @@ fi
 grep -q "Baton CUDA backend: ON" <<<"$configured" ||
   { echo "gpu_bundle: $build has no CUDA backend (is nvcc in /usr/local/cuda?)" >&2; exit 1; }
 cmake --build "$build" -j2 --target kernels_cuda_test engine_cuda_test kv_transfer_cuda_test \
-  kv_transfer_test_peer bench_cuda_attention bench_cuda_forward baton
+  kv_transfer_test_peer bench_cuda_attention bench_cuda_forward bench_transfer baton
 
 rm -rf "$bundle"
 mkdir -p "$bundle/bin" "$bundle/lib" "$bundle/ucx"

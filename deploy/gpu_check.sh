@@ -6,11 +6,13 @@
 # driver and a CUDA 13 cuBLASLt and nothing else; the engine test compares
 # against the committed golden checkpoints of the CUDA backend's shapes
 # (tests/golden/data-gpu). Logs and the benchmarks' tables go to $OUT when
-# set (seven files), written as each stage runs, so a run cut short still
+# set (eight files), written as each stage runs, so a run cut short still
 # brings back what it reached. It also serves
 # configs/gpu-1p1d.yaml's shape with a small model (greedy and seeded
 # handoffs against one engine, a corrupted transfer computed on the decode
-# node) and load-tests it. Each
+# node, a prefill node killed with a prompt in hand; deploy/cluster_checks.py)
+# and load-tests it beside configs/gpu-colocated.yaml's, and runs the KV
+# transfer benchmark between device pools. Each
 # stage has a time limit, cut to what is left of one overall deadline
 # (GPU_CHECK_SECONDS, 540 s: a device command gets 600), so one that hangs
 # fails alone and the stages after it still get their turn where time is
@@ -152,188 +154,143 @@ done
 # configs/gpu-1p1d.yaml with the model above. Each role runs as its own
 # process (`baton up` would start its children as the loader), started
 # through the loader itself, not a function, so that $! is that process and
-# the kill below (or the exit trap) stops it. Greedy
-# completions prefilled on one node and decoded on the other must equal one
-# engine's on the device; then `baton bench` at concurrency 1, 8 and 32.
-echo "== configs/gpu-1p1d.yaml (smollm2-135m): a GPU prefill node hands off to a GPU decode" \
-  "node (at ${SECONDS} s)"
+# stop_pids (or the exit trap) stops it. deploy/cluster_checks.py does the
+# checks against one engine on the device: greedy and seeded handoffs,
+# staging slots back after `baton bench` at concurrency 1, 8 and 32, a
+# corrupted transfer computed on the decode node, a prefill node killed
+# while it holds a prompt. Then configs/gpu-colocated.yaml's shape under
+# the same load.
+: >"$out/cluster.log"
+: >"$out/cluster_bench.md"
+generate=$(printf '%q ' "$loader" --library-path "$libpath" "$bundle/bin/baton" generate \
+  --model "$model" --device cuda)
+# cluster_checks.py SECONDS CHECK [FLAGS...], its output into cluster.log.
+checks() {
+  local seconds=$1
+  shift
+  timeout "$(budget "$seconds")" python3 deploy/cluster_checks.py "$@" --generate "$generate" \
+    >>"$out/cluster.log" 2>&1
+}
+# NAME-OF-ROLE YAML NODE [ENV=VALUE...]: starts a node; its pid in $started.
+start_node() {
+  local role=$1 config=$2 name=$3
+  shift 3
+  env "$@" "$loader" --library-path "$libpath" "$bundle/bin/baton" "$role" --config "$config" \
+    --name "$name" >>"$scratch/$name.log" 2>&1 &
+  started=$!
+}
+# baton bench at concurrency 1, 8 and 32, headed by $1.
+bench_cluster() {
+  local c
+  for c in 1 8 32; do
+    echo "== $1: baton bench, random 1024 in / 128 out, concurrency $c (at ${SECONDS} s)" |
+      tee -a "$out/cluster_bench.md"
+    run_for 60 "$bundle/bin/baton" bench --port 8000 --num-prompts $((c < 8 ? 16 : 4 * c)) \
+      --random-input-len 1024 --random-output-len 128 --max-concurrency "$c" --seed 1 \
+      --vocab-size 49000 --ignore-eos --metric-percentiles 50,99 2>&1 |
+      tee -a "$out/cluster_bench.md" || status=1
+  done
+}
+stage() { echo "== $1 (at ${SECONDS} s)" | tee -a "$out/cluster.log"; }
+# A shipped GPU config with the model above and a pool that fits beside it.
+shape_of() {
+  sed -e "s|^  preset: .*|  preset: smollm2-135m|" -e "s|^  path: .*|  path: $model|" \
+    -e "s|^  served_name: .*|  served_name: smollm2-135m|" \
+    -e "s|kv_cache_bytes: [0-9]*GiB|kv_cache_bytes: 2GiB|" "$1"
+}
+
+stage "configs/gpu-1p1d.yaml (smollm2-135m): a GPU prefill node hands off to a GPU decode node"
 yaml=$scratch/gpu-1p1d.yaml
-sed -e "s|^  preset: .*|  preset: smollm2-135m|" -e "s|^  path: .*|  path: $model|" \
-  -e "s|^  served_name: .*|  served_name: smollm2-135m|" -e "s|16GiB|2GiB|" \
-  configs/gpu-1p1d.yaml >"$yaml"
+shape_of configs/gpu-1p1d.yaml >"$yaml"
 "$loader" --library-path "$libpath" "$bundle/bin/baton" router --config "$yaml" \
   >"$scratch/router.log" 2>&1 &
 roles+=($!)
-for role in prefill decode; do
-  "$loader" --library-path "$libpath" "$bundle/bin/baton" "$role" --config "$yaml" \
-    --name "$role-0" >"$scratch/$role.log" 2>&1 &
-  roles+=($!)
-done
-# One engine's answer on the device: $1 the prompt's ids, then sampling flags.
-generate_ids() {
-  run "$bundle/bin/baton" generate --model "$model" --device cuda --prompt-ids "$1" "${@:2}" \
-    --max-tokens 32 --ignore-eos --json 2>/dev/null
-}
-export -f run generate_ids
-export loader libpath bundle model
-export NODE_PIDS="${roles[1]} ${roles[2]}"
-timeout "$(budget 180)" python3 - >"$out/cluster.log" 2>&1 <<'PY' || status=1
-import json, os, random, subprocess, sys, time, urllib.request
-base = "http://127.0.0.1:8000"
-def alive(pid):
-    try:
-        os.kill(int(pid), 0)
-        return True
-    except OSError:
-        return False
-def get(path):
-    with urllib.request.urlopen(base + path, timeout=10) as r:
-        return json.load(r)
-deadline = time.time() + 120
-nodes = []
-while time.time() < deadline:
-    try:
-        nodes = [n for n in get("/v1/nodes")["nodes"] if n.get("up")]
-    except Exception:
-        nodes = []
-    if len(nodes) == 2:
-        break
-    # A node that stopped at start (its log says why) never comes up.
-    if not all(alive(pid) for pid in os.environ["NODE_PIDS"].split()):
-        break
-    time.sleep(0.5)
-print(json.dumps(nodes, indent=1))
-if len(nodes) != 2:
-    sys.exit("the GPU cluster did not come up (its nodes' logs follow)")
-bad = [n["name"] for n in nodes if n["device"] != "cuda:0" or not n["kv_staging"]]
-failed = bool(bad)
-if bad:
-    print("not on cuda:0 behind a staged pool:", bad)
-rng = random.Random()
-# Greedy and seeded sampling: the prefill node samples the first token, the
-# decode node the rest from the same seeded generator.
-for i in range(4):
-    ids = [rng.randrange(3, 49000) for _ in range(rng.randrange(40, 400))]
-    seed = rng.randrange(1 << 31)
-    sampling = {"temperature": 0.8, "seed": seed} if i % 2 else {"temperature": 0}
-    flags = ["--temperature", "0.8", "--seed", str(seed)] if i % 2 else ["--temperature", "0"]
-    body = json.dumps({"model": "smollm2-135m", "prompt": ids, "max_tokens": 32,
-                       "ignore_eos": True, **sampling}).encode()
-    req = urllib.request.Request(base + "/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        answer = json.load(r)
-    one = json.loads(subprocess.run(["bash", "-c", 'generate_ids "$@"', "_",
-                                     ",".join(map(str, ids)), *flags],
-                                    capture_output=True, text=True, check=True).stdout)
-    same = answer["choices"][0]["text"] == one["text"]
-    failed |= not same
-    print(f"prompt {i} ({len(ids)} tokens, {'seeded' if i % 2 else 'greedy'}), prefilled by",
-          answer["choices"][0].get("served_by"), "equals one engine:", same)
-sys.exit(1 if failed else 0)
-PY
-cat "$out/cluster.log"
-: >"$out/cluster_bench.md"
-for c in 1 8 32; do
-  echo "== baton bench: random 1024 in / 128 out, concurrency $c (at ${SECONDS} s)" |
-    tee -a "$out/cluster_bench.md"
-  run_for 60 "$bundle/bin/baton" bench --port 8000 --num-prompts $((c < 8 ? 16 : 4 * c)) \
-    --random-input-len 1024 --random-output-len 128 --max-concurrency "$c" --seed 1 \
-    --vocab-size 49000 --ignore-eos --metric-percentiles 50,99 2>&1 |
-    tee -a "$out/cluster_bench.md" || status=1
-done
-# Every transfer gave its staging slots back (a heartbeat after the last).
-sleep 1
-timeout "$(budget 30)" python3 - >>"$out/cluster.log" 2>&1 <<'PY' || status=1
-import json, sys, urllib.request
-with urllib.request.urlopen("http://127.0.0.1:8000/v1/nodes", timeout=10) as r:
-    nodes = json.load(r)["nodes"]
-held = {n["name"]: n["staging_slots"] - n["staging_slots_free"] for n in nodes}
-print("staging slots still held after the load:", held)
-sys.exit(1 if any(held.values()) or not all(n["staging_slots"] for n in nodes) else 0)
-PY
-# A corrupted transfer on the device: decode-0 again, flipping a bit of
-# layer 0 of every KV it receives (BATON_FAULT_CORRUPT_LAYER). Each prompt
-# fails its checksum and is computed on the decode node instead, once it
-# gave back the device blocks it had reserved, as one engine answers it.
-echo "== a corrupted KV transfer is computed on the decode node (at ${SECONDS} s)" |
-  tee -a "$out/cluster.log"
-stop_pids "${roles[2]}"
-BATON_FAULT_CORRUPT_LAYER=decode-0:0 "$loader" --library-path "$libpath" "$bundle/bin/baton" \
-  decode --config "$yaml" --name decode-0 >"$scratch/decode-corrupting.log" 2>&1 &
-roles[2]=$!
-export DECODE_PID=$!
-timeout "$(budget 120)" python3 - >>"$out/cluster.log" 2>&1 <<'PY' || status=1
-import json, os, random, subprocess, sys, time, urllib.request
-base = "http://127.0.0.1:8000"
-def get(path):
-    with urllib.request.urlopen(base + path, timeout=10) as r:
-        return r.read().decode()
-def fallbacks():
-    for line in get("/metrics").splitlines():
-        if line.startswith("baton:prefill_fallbacks_total "):
-            return float(line.split()[1])
-    sys.exit("no baton:prefill_fallbacks_total in /metrics")
-deadline = time.time() + 90
-while True:
-    try:
-        nodes = {n["name"]: n for n in json.loads(get("/v1/nodes"))["nodes"]}
-    except Exception:
-        nodes = {}
-    decode = nodes.get("decode-0", {})
-    if decode.get("up") and str(decode.get("pid")) == os.environ["DECODE_PID"] and \
-            nodes.get("prefill-0", {}).get("up"):
-        break
-    try:
-        os.kill(int(os.environ["DECODE_PID"]), 0)
-    except OSError:
-        sys.exit("decode-0 stopped at start (its log follows)")
-    if time.time() > deadline:
-        sys.exit("decode-0 did not come back: " + json.dumps(nodes))
-    time.sleep(0.5)
-before = fallbacks()
-failed = False
-rng = random.Random()
-for i in range(2):
-    ids = [rng.randrange(3, 49000) for _ in range(rng.randrange(40, 400))]
-    body = json.dumps({"model": "smollm2-135m", "prompt": ids, "max_tokens": 32,
-                       "temperature": 0, "ignore_eos": True}).encode()
-    req = urllib.request.Request(base + "/v1/completions", body,
-                                 {"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        answer = json.load(r)
-    one = json.loads(subprocess.run(["bash", "-c", 'generate_ids "$@"', "_",
-                                     ",".join(map(str, ids)), "--temperature", "0"],
-                                    capture_output=True, text=True, check=True).stdout)
-    here = answer["choices"][0]["served_by"]["prefill"] is None
-    same = answer["choices"][0]["text"] == one["text"]
-    failed |= not (here and same)
-    print(f"corrupted prompt {i} ({len(ids)} tokens): computed on the decode node: {here}, "
-          f"equals one engine: {same}")
-print("prefill fallbacks counted:", fallbacks() - before)
-failed |= fallbacks() - before != 2
-# The device blocks and staging slots reserved for the corrupted KV came back.
-time.sleep(1)  # a heartbeat after the last request
-decode = {n["name"]: n for n in json.loads(get("/v1/nodes"))["nodes"]}["decode-0"]
-print("decode-0 after the fallbacks: free blocks", decode["free_blocks"], "of",
-      decode["total_blocks"], "; staging slots free", decode["staging_slots_free"], "of",
-      decode["staging_slots"])
-failed |= decode["free_blocks"] != decode["total_blocks"] or \
-    decode["staging_slots_free"] != decode["staging_slots"]
-sys.exit(1 if failed else 0)
-PY
-# The fallbacks above came from checksum failures, not from something else.
-grep -q "checksum mismatch" "$scratch/decode-corrupting.log" ||
-  { echo "gpu_check: decode-0 logged no checksum mismatch" | tee -a "$out/cluster.log"; status=1; }
+start_node prefill "$yaml" prefill-0 && prefill_pid=$started && roles+=("$started")
+start_node decode "$yaml" decode-0 && decode_pid=$started && roles+=("$started")
+if checks 150 wait --nodes "prefill-0=$prefill_pid,decode-0=$decode_pid"; then
+  checks 180 handoffs --staged --device cuda:0 || status=1
+  bench_cluster "gpu-1p1d"
+  # Every transfer gave its staging slots back.
+  checks 30 slots-back --staged || status=1
+
+  # decode-0 again, flipping a bit of layer 0 of every KV it receives
+  # (BATON_FAULT_CORRUPT_LAYER): each prompt fails its checksum and is
+  # computed on the decode node, once it gave back the device blocks it had
+  # reserved, as one engine answers it.
+  stage "a corrupted KV transfer is computed on the decode node"
+  stop_pids "$decode_pid"
+  start_node decode "$yaml" decode-0 BATON_FAULT_CORRUPT_LAYER=decode-0:0
+  decode_pid=$started && roles+=("$started")
+  if checks 90 wait --nodes "decode-0=$decode_pid,prefill-0"; then
+    checks 120 fallbacks --prompts 2 || status=1
+  else
+    status=1
+  fi
+  # The fallbacks came from checksum failures, not from something else.
+  grep -q "checksum mismatch" "$scratch/decode-0.log" ||
+    { echo "gpu_check: decode-0 logged no checksum mismatch" | tee -a "$out/cluster.log"; status=1; }
+
+  # prefill-0 again, its first step held 5 s (BATON_FAULT_STALL_FIRST_STEP),
+  # and decode-0 as it was: the decode node reserves device blocks for the
+  # prompt, the prefill node is killed (SIGKILL) while it holds it; the
+  # router declares it dead after the 2 s heartbeat timeout, the decode node
+  # gives its blocks back and computes the prompt.
+  stage "a prefill node killed with a prompt in hand: the decode node answers"
+  stop_pids "$decode_pid" "$prefill_pid"
+  start_node decode "$yaml" decode-0 && decode_pid=$started && roles+=("$started")
+  start_node prefill "$yaml" prefill-0 BATON_FAULT_STALL_FIRST_STEP=prefill-0:5000
+  prefill_pid=$started && roles+=("$started")
+  if checks 90 wait --nodes "prefill-0=$prefill_pid,decode-0=$decode_pid"; then
+    checks 90 killed-prefill --victim "$prefill_pid" --bound 20 || status=1
+  else
+    status=1
+  fi
+else
+  status=1
+fi
 stop_roles
-tail -n 20 "$scratch"/router.log "$scratch"/prefill.log "$scratch"/decode.log \
-  "$scratch"/decode-corrupting.log >>"$out/cluster.log"
-sed -n '/== a corrupted KV transfer/,$p' "$out/cluster.log"
+tail -n 20 "$scratch"/router.log "$scratch"/prefill-0.log "$scratch"/decode-0.log >>"$out/cluster.log"
+
+# One node on the device that prefills and decodes, under the same load.
+stage "configs/gpu-colocated.yaml (smollm2-135m): one GPU node prefills and decodes"
+colocated=$scratch/gpu-colocated.yaml
+shape_of configs/gpu-colocated.yaml >"$colocated"
+"$loader" --library-path "$libpath" "$bundle/bin/baton" router --config "$colocated" \
+  >"$scratch/router-colocated.log" 2>&1 &
+roles+=($!)
+start_node decode "$colocated" decode-0 && roles+=("$started")
+if checks 90 wait --nodes "decode-0=$started"; then
+  bench_cluster "gpu-colocated"
+else
+  status=1
+fi
+stop_roles
+tail -n 20 "$scratch"/router-colocated.log "$scratch"/decode-0.log >>"$out/cluster.log"
+cat "$out/cluster.log"
 echo "== bench_cuda_forward (at ${SECONDS} s)"
 run_for 60 "$bundle/bin/bench_cuda_forward" 2>"$out/bench.log" | tee "$out/bench_cuda_forward.md" ||
   status=1
 echo "== bench_cuda_attention (at ${SECONDS} s)"
 run_for 60 "$bundle/bin/bench_cuda_attention" 2>>"$out/bench.log" |
   tee "$out/bench_cuda_attention.md" || status=1
+# KV transfer between two processes on this host: device pools staged
+# through pinned host slots (the path Debian's UCX leaves) beside host pools
+# over the same transports, with the device copier's own rates (out / in)
+# in each staged row: the bound of a staged transfer is the slowest of them
+# and the wire.
+echo "== bench_transfer: device pools against host pools (at ${SECONDS} s)"
+self=$scratch/bench_transfer
+printf '#!/bin/bash\nexec %q --library-path %q %q "$@"\n' \
+  "$loader" "$libpath" "$bundle/bin/bench_transfer" >"$self"
+chmod +x "$self"
+export BATON_BENCH_TRANSFER_SELF=$self
+: >"$out/transfer_bench.md"
+for pool in cuda host; do
+  for tls in tcp sm,self; do
+    run_for 60 "$bundle/bin/bench_transfer" --pool "$pool" \
+      --tls "$tls" --iters 3 --models llama3-8b --tokens 2048,8192 --block-sizes 16 \
+      2>>"$out/bench.log" | tee -a "$out/transfer_bench.md" || status=1
+  done
+done
 cat "$out/bench.log" >&2
 exit $status

@@ -16,7 +16,11 @@
 #              MODELS (default smollm2-135m,llama3-8b), BLOCK (default 16),
 #              VERIFY (default 1: xxhash on both sides, as in production),
 #              SHARE_POOL (default 0; 1: UCX allocates both pools, as with
-#              transfer.share_pool, so a same-host sender maps the receiver's).
+#              transfer.share_pool, so a same-host sender maps the receiver's),
+#              POOL (default host; staged: host pools moved through the
+#              engine's host slots by memcpy; cuda: device pools staged
+#              through pinned slots, which needs the CUDA build and a GPU;
+#              staged rows add the copier's own out / in rate).
 set -euo pipefail
 
 build_dir="${1:-build}"
@@ -32,6 +36,7 @@ models="${MODELS:-smollm2-135m,llama3-8b}"
 block="${BLOCK:-16}"
 verify="${VERIFY:-1}"
 ucx_pool="${SHARE_POOL:-0}"
+pool="${POOL:-host}"
 
 # KV bytes one token adds to one layer: 2 (K,V) x kv_heads x head_dim x 2 (bf16).
 declare -A bytes_per_token_layer=([smollm2-135m]=768 [llama3-8b]=4096)
@@ -63,8 +68,8 @@ ceiling() {
 
 failed=0
 echo "| transport | peer errors | model | tokens | op size KiB | ops | bench MB/s (median / best) |" \
-     "last layer -> notified ms | ucp_put_bw | tag_bw | best / ceiling |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+     "last layer -> notified ms | ucp_put_bw | tag_bw | best / ceiling | copier out / in MB/s |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for tls in "${transports[@]}"; do
   for pe in 1 0; do
     errmode=""; [[ "${pe}" == 1 ]] && errmode="-e"
@@ -75,23 +80,25 @@ for tls in "${transports[@]}"; do
         tag=$(ceiling "${tls}" tag_bw "${size}" "${errmode}")
         if ! out=$("${bench}" --tls "${tls}" --peer-errors "${pe}" --iters "${iters}" \
                 --models "${model}" --tokens "${tok}" --block-sizes "${block}" --verify "${verify}" \
-                --ucx-pool "${ucx_pool}" 2>&1); then
+                --ucx-pool "${ucx_pool}" --pool "${pool}" 2>&1); then
           why=$(grep -m1 'cannot measure' <<<"${out}" || tail -1 <<<"${out}")
           echo "| ${tls} | $([[ ${pe} == 1 ]] && echo on || echo off) | ${model} | ${tok} |" \
-               "not measured: ${why//|/ } | | | | | | |"
+               "not measured: ${why//|/ } | | | | | | | |"
           failed=1
           continue
         fi
         row=$(grep '^| ' <<<"${out}" | tail -1)  # the table's last row; logs may follow
-        # | tls | pe | mode | model | block | tokens | MiB | ops | op KiB | median | best | tail |
-        IFS='|' read -r _ _ _ mode _ _ _ _ ops opkib median best tail _ <<<"${row}"
+        # | tls | pe | mode | pool | model | block | tokens | MiB | ops | op KiB | median | best |
+        #   tail | copier |
+        IFS='|' read -r _ _ _ mode _ _ _ _ _ ops opkib median best tail copier _ <<<"${row}"
         ceiling=$(python3 -c "print(max(${put}, ${tag}))")
         # ucx_perftest that could not run gives 0: no ratio against it.
         ratio=$(python3 -c "print(f'{100*${best}/${ceiling}:.0f}%' if ${ceiling} > 0 else 'no ceiling measured')")
         [[ "${put}" == 0 ]] && put="not measured"
         [[ "${tag}" == 0 ]] && tag="not measured"
         echo "| ${tls} | $([[ ${pe} == 1 ]] && echo on || echo off) | ${model} | ${tok} | ${opkib// /} | ${ops// /} |" \
-             "${median// /} / ${best// /} (${mode// /}) | ${tail// /} | ${put} | ${tag} | ${ratio} |"
+             "${median// /} / ${best// /} (${mode// /}) | ${tail// /} | ${put} | ${tag} | ${ratio} |" \
+             "${copier} |"
       done
     done
   done

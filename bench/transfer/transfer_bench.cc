@@ -8,10 +8,19 @@
 // receiver's completion callback). The ceiling beside it is ucx_perftest's, run
 // by run_transfer_bench.sh at the same message size.
 //
+// --pool says where both pools live: `host` (UCX reads and writes them in
+// place), `staged` (host memory moved through the engine's host slots by
+// memcpy: the path of a device pool, with the device's copies replaced) or
+// `cuda` (device memory, staged through pinned slots; builds with the CUDA
+// backend only). Staged rows also print the copier's own rate over the
+// whole pool, out and in: a staged transfer overlaps its copies with the
+// wire, so the slowest of the three bounds it.
+//
 //   transfer_bench --tls tcp --mode auto [--verify 1] [--iters 5] [--streamed 0]
 //                  [--models smollm2-135m,llama3-8b] [--tokens 512,2048,8192,16384]
 //                  [--block-sizes 16,64] [--fragmented 0] [--peer-errors 1]
-//                  [--layer-gap-us 0] [--net-devices lo]
+//                  [--layer-gap-us 0] [--net-devices lo] [--pool host]
+//                  [--staging-blocks 0]
 // The process re-executes itself with --receiver for the decode side.
 #include <fcntl.h>
 #include <poll.h>
@@ -37,7 +46,12 @@
 #include <vector>
 
 #include "common/logging.h"
+#include "common/pool_copier.h"
 #include "kv_transfer/transfer_engine.h"
+#ifdef BATON_BENCH_CUDA
+#include "kernels/cuda/device.h"
+#include "kernels/cuda/pool_copier.h"
+#endif
 
 extern char** environ;
 
@@ -71,6 +85,8 @@ std::map<std::string, std::string> parse_args(int argc, char** argv) {
                                           {"num-blocks", "0"},
                                           {"peer-errors", "1"},
                                           {"ucx-pool", "0"},
+                                          {"pool", "host"},
+                                          {"staging-blocks", "0"},
                                           {"net-devices", "lo"}};
   for (int i = 1; i + 1 < argc; i += 2) a[std::string(argv[i]).substr(2)] = argv[i + 1];
   return a;
@@ -128,6 +144,10 @@ TransferConfig config_from(const std::map<std::string, std::string>& a, const ch
   c.peer_error_handling = a.at("peer-errors") == "1";
   c.default_deadline = 60s;
   c.node_name = name;
+  if (a.at("pool") != "host") {
+    c.pool_memory = PoolMemory::kCuda;  // staged, whatever holds the pool
+    c.staging_blocks = std::stoi(a.at("staging-blocks"));
+  }
   return c;
 }
 
@@ -138,9 +158,80 @@ struct Pool {
     std::memset(data, 0x5a, n);  // touch every page before timing
   }
   ~Pool() { munmap(data, bytes); }
+  Pool(const Pool&) = delete;
+  Pool& operator=(const Pool&) = delete;
   uint8_t* data;
   size_t bytes;
 };
+
+// One side's pool as --pool asks, and the copier that stages it (none for
+// `host`, or where UCX allocates the pool: --ucx-pool 1).
+struct BenchPool {
+  std::unique_ptr<Pool> host;
+#ifdef BATON_BENCH_CUDA
+  kernels::cuda::DeviceBuffer device;
+#endif
+  void* data = nullptr;
+  std::unique_ptr<PoolCopier> copier;
+};
+
+// A copier for the pool at `data` as --pool asks (none for `host`).
+Result<std::unique_ptr<PoolCopier>> make_copier(const std::string& kind, void* data, size_t bytes) {
+  if (kind == "staged") return make_host_pool_copier(data, bytes);
+#ifdef BATON_BENCH_CUDA
+  if (kind == "cuda") return kernels::cuda::make_pool_copier(data, bytes);
+#endif
+  return std::unique_ptr<PoolCopier>();
+}
+
+Result<BenchPool> make_pool(const std::map<std::string, std::string>& a, size_t bytes) {
+  BenchPool p;
+  const std::string& kind = a.at("pool");
+  if (kind != "host" && kind != "staged" && kind != "cuda")
+    return invalid_argument("--pool " + kind + ": host, staged or cuda");
+  if (kind == "cuda") {
+#ifdef BATON_BENCH_CUDA
+    BATON_ASSIGN_OR_RETURN(p.device, kernels::cuda::DeviceBuffer::allocate(bytes));
+    std::vector<uint8_t> fill(std::min<size_t>(bytes, 64 << 20), 0x5a);
+    for (size_t at = 0; at < bytes; at += fill.size())
+      BATON_RETURN_IF_ERROR(
+          p.device.copy_from_host(fill.data(), std::min(fill.size(), bytes - at), at));
+    p.data = p.device.data();
+#else
+    return unimplemented("--pool cuda: this build has no CUDA backend");
+#endif
+  } else if (a.at("ucx-pool") == "1") {
+    if (kind != "host") return invalid_argument("--ucx-pool 1 needs --pool host");
+    return p;  // UCX allocates it
+  } else {
+    p.host = std::make_unique<Pool>(bytes);
+    p.data = p.host->data;
+  }
+  BATON_ASSIGN_OR_RETURN(p.copier, make_copier(kind, p.data, bytes));
+  return p;
+}
+
+// MB/s of the copier moving the whole pool out to pinned host memory, then
+// back (best of three each): the staging's own ceiling.
+struct CopierRate {
+  double out = 0, in = 0;
+};
+CopierRate copier_rate(PoolCopier& copier, size_t bytes) {
+  Pool host(bytes);
+  (void)copier.pin(host.data, bytes);  // a device copier pins; the host one refuses
+  const PoolCopier::Range whole{.offset = 0, .bytes = bytes, .host_offset = 0};
+  CopierRate best;
+  for (int round = 0; round < 3; ++round) {
+    int64_t t0 = now_ns();
+    if (!copier.to_host(host.data, {&whole, 1}).is_ok()) return {};
+    int64_t t1 = now_ns();
+    if (!copier.to_device(host.data, {&whole, 1}).is_ok()) return {};
+    int64_t t2 = now_ns();
+    best.out = std::max(best.out, double(bytes) / (double(t1 - t0) * 1e-9) / (1 << 20));
+    best.in = std::max(best.in, double(bytes) / (double(t2 - t1) * 1e-9) / (1 << 20));
+  }
+  return best;
+}
 
 // The decode side: obeys "EXPECT tid n dst..." lines, answers "DONE tid code ns".
 int run_receiver(const std::map<std::string, std::string>& a) {
@@ -151,10 +242,13 @@ int run_receiver(const std::map<std::string, std::string>& a) {
   KvLayout layout =
       layout_for(*model, std::stoi(a.at("block-size")), std::stoi(a.at("num-blocks")));
   // --ucx-pool 1: UCX allocates the pool (shared memory on one host).
-  std::optional<Pool> pool;
-  if (a.at("ucx-pool") != "1") pool.emplace(layout.total_bytes());
-  auto engine = TransferEngine::create(config_from(a, "decode"), layout,
-                                       pool ? pool->data : nullptr, layout.total_bytes());
+  auto pool = make_pool(a, layout.total_bytes());
+  if (!pool.is_ok()) {
+    std::cout << "ERR " << pool.status().to_string() << std::endl;
+    return 1;
+  }
+  auto engine = TransferEngine::create(config_from(a, "decode"), layout, pool->data,
+                                       layout.total_bytes(), std::move(pool->copier));
   if (!engine.is_ok()) {
     std::cout << "ERR " << engine.status().to_string() << std::endl;
     return 1;
@@ -179,14 +273,25 @@ int run_receiver(const std::map<std::string, std::string>& a) {
       spec.request_id = spec.transfer_id;
       spec.dst_blocks.resize(n);
       for (auto& b : spec.dst_blocks) in >> b;
-      Status s = (*engine)->expect(std::move(spec), [&](const TransferResult& r) {
-        int64_t t = now_ns();
-        std::lock_guard lock(out);
-        std::cout << "DONE " << r.transfer_id << " " << int(r.status.code()) << " " << t
-                  << std::endl;
-      });
+      std::vector<int32_t> wire;
+      Status s = (*engine)->expect(
+          std::move(spec),
+          [&](const TransferResult& r) {
+            int64_t t = now_ns();
+            std::lock_guard lock(out);
+            std::cout << "DONE " << r.transfer_id << " " << int(r.status.code()) << " " << t
+                      << std::endl;
+          },
+          &wire);
       std::lock_guard lock(out);
-      std::cout << (s.is_ok() ? "READY" : "ERR " + s.to_string()) << std::endl;
+      if (!s.is_ok()) {
+        std::cout << "ERR " << s.to_string() << std::endl;
+        continue;
+      }
+      // The blocks the sender is to write: these, or a staged pool's slots.
+      std::cout << "READY";
+      for (int32_t b : wire) std::cout << ' ' << b;
+      std::cout << std::endl;
     }
   }
   engine->reset();
@@ -261,9 +366,10 @@ int main(int argc, char** argv) {
   bool fragmented = a.at("fragmented") == "1";
   auto gap = std::chrono::microseconds(std::stoi(a.at("layer-gap-us")));
   std::printf(
-      "| transport | peer errors | mode | model | block | tokens | MiB | ops | op size KiB | "
-      "MB/s median | MB/s best | last layer -> notified ms |\n"
-      "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+      "| transport | peer errors | mode | pool | model | block | tokens | MiB | ops | op size KiB "
+      "| "
+      "MB/s median | MB/s best | last layer -> notified ms | copier out / in MB/s |\n"
+      "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& model_name : split(a.at("models"), ',')) {
     const Model* model = nullptr;
     for (const Model& m : kModels) {
@@ -280,15 +386,25 @@ int main(int argc, char** argv) {
         // Fragmented: the request's blocks are scattered over a pool twice its size.
         int32_t pool_blocks = fragmented ? 2 * blocks : blocks;
         KvLayout layout = layout_for(*model, block_size, pool_blocks);
-        std::optional<Pool> pool;
-        if (a.at("ucx-pool") != "1") pool.emplace(layout.total_bytes());
-        auto engine = TransferEngine::create(config_from(a, "prefill"), layout,
-                                             pool ? pool->data : nullptr, layout.total_bytes());
+        auto pool = make_pool(a, layout.total_bytes());
+        if (!pool.is_ok()) {
+          std::fprintf(stderr, "%s\n", pool.status().to_string().c_str());
+          return 1;
+        }
+        // With a copier of its own: a copier pins one region, and the
+        // engine's pins its slots.
+        CopierRate staging;
+        if (pool->copier != nullptr) {
+          auto copier = make_copier(a.at("pool"), pool->data, layout.total_bytes());
+          if (copier.is_ok()) staging = copier_rate(**copier, layout.total_bytes());
+        }
+        auto engine = TransferEngine::create(config_from(a, "prefill"), layout, pool->data,
+                                             layout.total_bytes(), std::move(pool->copier));
         if (!engine.is_ok()) {
           std::fprintf(stderr, "%s\n", engine.status().to_string().c_str());
           return 1;
         }
-        if (!pool) std::memset((*engine)->pool(), 0x5a, layout.total_bytes());
+        if (pool->data == nullptr) std::memset((*engine)->pool(), 0x5a, layout.total_bytes());
         std::vector<std::string> rargv = {"/proc/self/exe",
                                           "--receiver",
                                           "1",
@@ -298,11 +414,16 @@ int main(int argc, char** argv) {
                                           bs,
                                           "--num-blocks",
                                           std::to_string(pool_blocks)};
-        for (const char* k : {"tls", "mode", "verify", "peer-errors", "net-devices", "ucx-pool"}) {
+        for (const char* k : {"tls", "mode", "verify", "peer-errors", "net-devices", "ucx-pool",
+                              "pool", "staging-blocks"}) {
           rargv.push_back(std::string("--") + k);
           rargv.push_back(a.at(k));
         }
-        rargv[0] = argv[0];
+        // The receiver is this program again; BATON_BENCH_TRANSFER_SELF names
+        // another way to start it (a wrapper that runs it through a bundled
+        // loader, as deploy/gpu_check.sh does).
+        const char* self = std::getenv("BATON_BENCH_TRANSFER_SELF");
+        rargv[0] = self != nullptr ? self : argv[0];
         ReceiverProcess receiver(rargv);
         std::string desc = receiver.line();
         if (desc.rfind("DESC ", 0) != 0) {
@@ -334,7 +455,16 @@ int main(int argc, char** argv) {
             cmd += std::to_string(b);
           }
           receiver.send(cmd);
-          receiver.line();  // READY
+          std::istringstream ready(receiver.line());
+          std::string word;
+          ready >> word;
+          std::vector<int32_t> wire;
+          for (int32_t b; ready >> b;) wire.push_back(b);
+          if (word != "READY" || wire.size() != dst.size()) {
+            std::fprintf(stderr, "cannot measure: the receiver did not take transfer %llu\n",
+                         static_cast<unsigned long long>(tid));
+            return 1;
+          }
           std::mutex m;
           std::condition_variable cv;
           bool done = false;
@@ -345,7 +475,7 @@ int main(int argc, char** argv) {
             done = true;
             cv.notify_all();
           };
-          SendSpec spec{tid, tid, src, dst, 0, -1, std::nullopt};
+          SendSpec spec{tid, tid, src, wire, 0, -1, std::nullopt};
           int64_t start = now_ns(), last_posted = start;
           if (!streamed) {
             (void)(*engine)->write_blocks(peer, std::move(spec), on_done);
@@ -360,7 +490,6 @@ int main(int argc, char** argv) {
           }
           std::string reply = receiver.line();
           std::istringstream in(reply);
-          std::string word;
           uint64_t rtid = 0;
           int code = -1;
           int64_t finished = 0;
@@ -404,12 +533,18 @@ int main(int argc, char** argv) {
             for (auto& s : samples) tails.push_back(s.tail_seconds);
             std::sort(tails.begin(), tails.end());
             double bytes = double(blocks) * layout.block_bytes() * layout.num_layers;
-            std::printf("| %s | %s | %s | %s | %d | %d | %.1f | %u | %.0f | %.0f | %.0f | %.2f |\n",
-                        a.at("tls").c_str(), a.at("peer-errors") == "1" ? "on" : "off",
-                        transfer_mode_name(result.mode).data(), model_name.c_str(), block_size,
-                        tokens, bytes / (1 << 20), med.ops, bytes / med.ops / 1024,
-                        bytes / med.seconds / (1 << 20),
-                        bytes / samples.front().seconds / (1 << 20), tails[tails.size() / 2] * 1e3);
+            const std::string copier = staging.out > 0
+                                           ? std::to_string(int64_t(staging.out)) + " / " +
+                                                 std::to_string(int64_t(staging.in))
+                                           : "-";
+            std::printf(
+                "| %s | %s | %s | %s | %s | %d | %d | %.1f | %u | %.0f | %.0f | %.0f | %.2f | %s "
+                "|\n",
+                a.at("tls").c_str(), a.at("peer-errors") == "1" ? "on" : "off",
+                transfer_mode_name(result.mode).data(), a.at("pool").c_str(), model_name.c_str(),
+                block_size, tokens, bytes / (1 << 20), med.ops, bytes / med.ops / 1024,
+                bytes / med.seconds / (1 << 20), bytes / samples.front().seconds / (1 << 20),
+                tails[tails.size() / 2] * 1e3, copier.c_str());
             std::fflush(stdout);
           }
         }
