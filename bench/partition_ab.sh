@@ -10,7 +10,7 @@
 # kernels/cpu/attention_decode.cc, its 512-bit tile passes
 # (decode_tiles_avx512.cc), VDPBF16PS V pass (attention_decode_avx512.cc) and
 # 8-bit score passes (decode_scores_vnni.cc, decode_scores_fp8.cc,
-# decode_scores_avx2.cc), built
+# decode_scores_e4m3_fma.cc, decode_scores_avx2.cc), built
 # with its own
 # kernels/cpu and common headers; a file is an attention_decode.cc, with this
 # tree's other sources and headers. A is OLD, B is NEW. Each side
@@ -40,6 +40,7 @@ source_of() {
   local vnni=kernels/cpu/decode_scores_vnni.cc  # absent before int8 KV: empty
   local fp8=kernels/cpu/decode_scores_fp8.cc    # absent before its own pass: empty
   local avx2=kernels/cpu/decode_scores_avx2.cc  # absent before 8-bit AVX2 passes: empty
+  local e4m3=kernels/cpu/decode_scores_e4m3_fma.cc  # absent before its own file: empty
   rm -rf "$work/${side}_root"
   mkdir -p "$work/${side}_root/kernels/cpu" "$work/${side}_root/common"
   if [ -f "$spec" ]; then
@@ -49,6 +50,7 @@ source_of() {
     cp "$root/$vnni" "$work/${side}_vnni.cc"
     cp "$root/$fp8" "$work/${side}_fp8.cc"
     cp "$root/$avx2" "$work/${side}_avx2.cc"
+    cp "$root/$e4m3" "$work/${side}_e4m3.cc"
   else
     git -C "$root" show "$spec:kernels/cpu/attention_decode.cc" >"$work/$side.cc"
     git -C "$root" show "$spec:$tiles" >"$work/${side}_tiles.cc"
@@ -56,8 +58,9 @@ source_of() {
     git -C "$root" show "$spec:$vnni" >"$work/${side}_vnni.cc" 2>/dev/null || : >"$work/${side}_vnni.cc"
     git -C "$root" show "$spec:$fp8" >"$work/${side}_fp8.cc" 2>/dev/null || : >"$work/${side}_fp8.cc"
     git -C "$root" show "$spec:$avx2" >"$work/${side}_avx2.cc" 2>/dev/null || : >"$work/${side}_avx2.cc"
+    git -C "$root" show "$spec:$e4m3" >"$work/${side}_e4m3.cc" 2>/dev/null || : >"$work/${side}_e4m3.cc"
     local header
-    for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ common/ | grep '\.h$'); do
+    for header in $(git -C "$root" ls-tree --name-only "$spec" kernels/cpu/ common/ | grep -E '\.(h|inc)$'); do
       git -C "$root" show "$spec:$header" >"$work/${side}_root/$header"
     done
   fi
@@ -77,6 +80,7 @@ side() {
     -DBATON_AB_SOURCE="\"$work/$1.cc\"" -DBATON_AB_TILES_SOURCE="\"$work/${1}_tiles.cc\"" \
     -DBATON_AB_BF16_SOURCE="\"$work/${1}_bf16.cc\"" -DBATON_AB_VNNI_SOURCE="\"$work/${1}_vnni.cc\"" \
     -DBATON_AB_FP8_SOURCE="\"$work/${1}_fp8.cc\"" -DBATON_AB_AVX2_SCORES_SOURCE="\"$work/${1}_avx2.cc\"" \
+    -DBATON_AB_E4M3_FMA_SOURCE="\"$work/${1}_e4m3.cc\"" \
     -o "$work/$1.o"
 }
 # No object of an earlier run may stand in for one that failed to build.

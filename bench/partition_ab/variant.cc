@@ -2,9 +2,10 @@
 // BATON_AB_SIDE=b: the decode partition kernel of BATON_AB_SOURCE, its
 // 512-bit tile passes (BATON_AB_TILES_SOURCE), its VDPBF16PS V pass
 // (BATON_AB_BF16_SOURCE) and its 8-bit score passes (BATON_AB_VNNI_SOURCE,
-// BATON_AB_FP8_SOURCE, BATON_AB_AVX2_SCORES_SOURCE), by default this tree's
-// attention_decode.cc, decode_tiles_avx512.cc, attention_decode_avx512.cc,
-// decode_scores_vnni.cc, decode_scores_fp8.cc and decode_scores_avx2.cc,
+// BATON_AB_FP8_SOURCE, BATON_AB_E4M3_FMA_SOURCE, BATON_AB_AVX2_SCORES_SOURCE),
+// by default this tree's attention_decode.cc, decode_tiles_avx512.cc,
+// attention_decode_avx512.cc, decode_scores_vnni.cc, decode_scores_fp8.cc,
+// decode_scores_e4m3_fma.cc and decode_scores_avx2.cc,
 // under names ending in _a or _b, so two versions of them link into one
 // program.
 #ifndef BATON_AB_SOURCE
@@ -21,6 +22,9 @@
 #endif
 #ifndef BATON_AB_FP8_SOURCE
 #define BATON_AB_FP8_SOURCE "kernels/cpu/decode_scores_fp8.cc"
+#endif
+#ifndef BATON_AB_E4M3_FMA_SOURCE
+#define BATON_AB_E4M3_FMA_SOURCE "kernels/cpu/decode_scores_e4m3_fma.cc"
 #endif
 #ifndef BATON_AB_AVX2_SCORES_SOURCE
 #define BATON_AB_AVX2_SCORES_SOURCE "kernels/cpu/decode_scores_avx2.cc"
@@ -54,9 +58,12 @@
 #define bf16_query_pairs BATON_AB_NAME(bf16_query_pairs, BATON_AB_SIDE)
 #define key_tile_scores_fp8 BATON_AB_NAME(key_tile_scores_fp8, BATON_AB_SIDE)
 #define key_run_scores_fp8 BATON_AB_NAME(key_run_scores_fp8, BATON_AB_SIDE)
+// Before the FP8 source: revisions before the FMA pass's own file define
+// its functions there (and have no E4M3 FMA source: empty).
 #define key_tile_scores_e4m3_fma BATON_AB_NAME(key_tile_scores_e4m3_fma, BATON_AB_SIDE)
 #define key_run_scores_e4m3_fma BATON_AB_NAME(key_run_scores_e4m3_fma, BATON_AB_SIDE)
 #include BATON_AB_FP8_SOURCE
+#include BATON_AB_E4M3_FMA_SOURCE
 #define signed_query_codes BATON_AB_NAME(signed_query_codes, BATON_AB_SIDE)
 #define key_tile_scores_i8_avx2 BATON_AB_NAME(key_tile_scores_i8_avx2, BATON_AB_SIDE)
 #define key_tile_scores_e4m3_avx2 BATON_AB_NAME(key_tile_scores_e4m3_avx2, BATON_AB_SIDE)

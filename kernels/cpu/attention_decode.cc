@@ -8,6 +8,7 @@
 #include "kernels/cpu/attention_decode_avx512.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/decode_scores_avx2.h"
+#include "kernels/cpu/decode_scores_e4m3_fma.h"
 #include "kernels/cpu/decode_scores_fp8.h"
 #include "kernels/cpu/decode_scores_vnni.h"
 #include "kernels/cpu/decode_tiles_avx512.h"
@@ -721,7 +722,7 @@ BATON_AVX2 void attend_partition_avx2(const PagedAttentionParams& p, int32_t seq
 
 }  // namespace
 
-bool e4m3_scores_on_fmas() { return !avx512_bf16_preferred(); }
+bool e4m3_scores_on_fmas() { return !avx512_bf16_preferred() || !use_avx512_bf16_vbmi(); }
 
 bool decode_partition_avx512(const KvLayout& layout) {
 #if BATON_HAVE_X86
@@ -729,8 +730,8 @@ bool decode_partition_avx512(const KvLayout& layout) {
   switch (layout.dtype) {
     case DType::kI8:
       return use_avx512_vnni();
-    case DType::kFP8E4M3:
-      return use_avx512_bf16_vbmi();
+    case DType::kFP8E4M3:  // the F32 FMA pass needs nothing more
+      return true;
     default:
       return true;
   }

@@ -39,13 +39,14 @@ struct PartitionState {
 bool decode_partition_supported(const KvLayout& layout);
 
 // True when attend_decode_partition takes this layout on its 512-bit
-// passes: the CPU has AVX-512 (and for int8 KV VNNI, for E4M3 KV AVX-512
-// BF16 and VBMI, which their score passes take) and head_dim fills their
-// chunks. Otherwise it takes the AVX2 passes.
+// passes: the CPU has AVX-512 (and for int8 KV VNNI, which its score pass
+// takes) and head_dim fills their chunks. Otherwise it takes the AVX2
+// passes.
 bool decode_partition_avx512(const KvLayout& layout);
 // E4M3 KV's 512-bit score pass: on VDPBF16PS against BF16 queries where
-// that instruction is preferred (AMD, cpu_features.h), else widened to F32
-// for FMAs against the F32 queries (decode_scores_fp8.h).
+// the CPU has AVX-512 BF16 and VBMI and prefers VDPBF16PS (AMD,
+// cpu_features.h; decode_scores_fp8.h), else widened to F32 for FMAs
+// against the F32 queries (decode_scores_e4m3_fma.h).
 bool e4m3_scores_on_fmas();
 
 // Attends every query row of sequence `seq` (at most a few) over its keys

@@ -23,6 +23,11 @@ std::atomic<bool> g_simd_enabled{g_max_cpu_isa >= MaxCpuIsa::kAvx2};
 std::atomic<bool> g_avx512_enabled{g_max_cpu_isa >= MaxCpuIsa::kAvx512};
 std::atomic<bool> g_amx_enabled{g_max_cpu_isa >= MaxCpuIsa::kAmx};
 std::atomic<bool> g_avx512_bf16_preferred{cpu_prefers_avx512_bf16()};
+std::atomic<bool> g_avx512_extensions_enabled{true};
+
+bool avx512_extensions_enabled() {
+  return g_avx512_extensions_enabled.load(std::memory_order_relaxed);
+}
 }  // namespace
 
 std::optional<MaxCpuIsa> parse_max_cpu_isa(std::string_view value) {
@@ -88,6 +93,10 @@ void set_avx512_enabled(bool enabled) {
   g_avx512_enabled.store(enabled, std::memory_order_relaxed);
 }
 
+void set_avx512_extensions_enabled(bool enabled) {
+  g_avx512_extensions_enabled.store(enabled, std::memory_order_relaxed);
+}
+
 bool cpu_has_avx512_bf16() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = [] {
@@ -110,7 +119,7 @@ bool cpu_prefers_avx512_bf16() {
 }
 
 bool use_avx512_bf16() {
-  return use_avx512() && cpu_has_avx512_bf16() &&
+  return use_avx512() && avx512_extensions_enabled() && cpu_has_avx512_bf16() &&
          g_avx512_bf16_preferred.load(std::memory_order_relaxed);
 }
 
@@ -132,7 +141,9 @@ bool cpu_has_avx512_vnni() {
 #endif
 }
 
-bool use_avx512_vnni() { return use_avx512() && cpu_has_avx512_vnni(); }
+bool use_avx512_vnni() {
+  return use_avx512() && avx512_extensions_enabled() && cpu_has_avx512_vnni();
+}
 
 bool cpu_has_avx512_bf16_vbmi() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -146,7 +157,9 @@ bool cpu_has_avx512_bf16_vbmi() {
 #endif
 }
 
-bool use_avx512_bf16_vbmi() { return use_avx512() && cpu_has_avx512_bf16_vbmi(); }
+bool use_avx512_bf16_vbmi() {
+  return use_avx512() && avx512_extensions_enabled() && cpu_has_avx512_bf16_vbmi();
+}
 
 bool cpu_has_amx_bf16() {
 #if defined(__x86_64__) && defined(__linux__)
@@ -168,7 +181,8 @@ bool cpu_has_amx_bf16() {
 bool use_amx_bf16() {
   // The flag first: a process whose cap leaves AMX off never asks Linux for
   // the tile state.
-  return use_avx512() && g_amx_enabled.load(std::memory_order_relaxed) && cpu_has_amx_bf16();
+  return use_avx512() && avx512_extensions_enabled() &&
+         g_amx_enabled.load(std::memory_order_relaxed) && cpu_has_amx_bf16();
 }
 
 void set_amx_enabled(bool enabled) { g_amx_enabled.store(enabled, std::memory_order_relaxed); }

@@ -53,6 +53,11 @@ bool cpu_has_avx512();
 bool use_avx512();
 void set_avx512_enabled(bool enabled);
 
+// False hides every AVX-512 extension past F, BW and VL (BF16, VNNI, VBMI,
+// AMX) from the use_ functions below, as on a Skylake-X: tests cover the
+// paths such a CPU takes on machines that have more.
+void set_avx512_extensions_enabled(bool enabled);
+
 // True when the CPU has AVX-512 F, BW, VL and BF16 (checked once): the BF16
 // dot product (VDPBF16PS) of BF16 decode attention's V pass
 // (attention_decode_avx512.h) and of the prefill GEMM for BF16 weights

@@ -4,7 +4,6 @@
 #include <immintrin.h>
 
 #include <array>
-#include <cstring>
 
 #include "common/dtype.h"
 #include "kernels/cpu/dispatch.h"
@@ -128,120 +127,23 @@ BATON_AVX512_FP8_INLINE void scores16(const uint32_t* q, int32_t d, const char* 
   }
 }
 
-// One dimension pair of 16 keys (8 when kHalf) at `row`, widened to F32
-// through F16 (a code shifted into an F16 word is the code's value times
-// 2^-8; the scales take it back): keys 0-7 in lo, 8-15 in hi, each key's
-// pair side by side.
-template <bool kHalf>
-BATON_AVX512_FP8_INLINE void widen_pair(const char* row, __m512& lo, __m512& hi) {
-  const __m256i codes =
-      kHalf ? _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row)))
-            : _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row));
-  const __m512i f16 = _mm512_and_si512(_mm512_slli_epi16(_mm512_cvtepi8_epi16(codes), 7),
-                                       _mm512_set1_epi16(int16_t(0xbfff)));
-  lo = _mm512_cvtph_ps(_mm512_castsi512_si256(f16));
-  hi = _mm512_cvtph_ps(_mm512_extracti64x4_epi64(f16, 1));
-}
-
-// As scores16, on F32 FMAs against F32 query vectors (vector r at q + r d):
-// each lane sums one dimension (even or odd) of a key, and the pairs' lanes
-// are joined at the end. Where VDPBF16PS is slow (Intel issues a quarter as
-// many as 512-bit FMAs) this pass is the faster one. Fewer than three query
-// vectors rotate consecutive pairs over two sets of accumulators, so the
-// FMA chains do not wait on their latency.
-template <int R, bool kHalf>
-BATON_AVX512_FP8_INLINE void fma_scores16(const float* q, int32_t d, const char* row,
-                                          size_t group_bytes, const char* scales, float* s,
-                                          int32_t s_stride, PrefetchStream& stream) {
-  constexpr size_t kRowBytes = (kHalf ? 8 : 16) * 2;
-  constexpr int P = R <= 2 ? 2 : 1;
-  __m512 lo[R][P], hi[R][P];
-  for (int r = 0; r < R; ++r)
-    for (int x = 0; x < P; ++x) lo[r][x] = hi[r][x] = _mm512_setzero_ps();
-  const int32_t pairs = d / 2;
-  for (int32_t c = 0; c < pairs; c += P) {
-    stream.consumed(P * kRowBytes);
-    for (int x = 0; x < P; ++x, row += group_bytes) {
-      __m512 wl, wh;
-      widen_pair<kHalf>(row, wl, wh);
-      for (int r = 0; r < R; ++r) {
-        double pair;  // q's two dimensions of this pair, broadcast as one 64-bit lane
-        std::memcpy(&pair, q + size_t(r) * size_t(d) + 2 * (c + x), sizeof pair);
-        const __m512 qp = _mm512_castpd_ps(_mm512_set1_pd(pair));
-        lo[r][x] = _mm512_fmadd_ps(qp, wl, lo[r][x]);
-        hi[r][x] = _mm512_fmadd_ps(qp, wh, hi[r][x]);
-      }
-    }
+// The VDPBF16PS pass, for e4m3_score_runs.inc.
+struct Bf16Pass {
+  using Query = uint32_t;
+  using Context = Tables;
+  BATON_AVX512_FP8_INLINE static Context context() { return load_tables(); }
+  template <int R, bool kHalf>
+  BATON_AVX512_FP8_INLINE static void score16(const uint32_t* q, int32_t d, const char* row,
+                                              size_t group_bytes, const char* scales, float* s,
+                                              int32_t s_stride, const Tables& t,
+                                              PrefetchStream& stream) {
+    scores16<R, kHalf>(q, d, row, group_bytes, scales, s, s_stride, t, stream);
   }
-  constexpr __mmask16 kLanes = kHalf ? 0x00ff : 0xffff;
-  const __m512 scale = _mm512_mul_ps(_mm512_maskz_loadu_ps(kLanes, scales), _mm512_set1_ps(256.0f));
-  // Lanes 2t and 2t + 1 of (lo, hi) hold key t's two halves.
-  const __m512i even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
-  const __m512i odd = _mm512_add_epi32(even, _mm512_set1_epi32(1));
-  for (int r = 0; r < R; ++r) {
-    __m512 l = lo[r][0], h = hi[r][0];
-    for (int x = 1; x < P; ++x) {
-      l = _mm512_add_ps(l, lo[r][x]);
-      h = _mm512_add_ps(h, hi[r][x]);
-    }
-    const __m512 sums =
-        _mm512_add_ps(_mm512_permutex2var_ps(l, even, h), _mm512_permutex2var_ps(l, odd, h));
-    _mm512_mask_storeu_ps(s + size_t(r) * s_stride, kLanes, _mm512_mul_ps(sums, scale));
-  }
-}
+};
 
-// 16 keys' scores (8 when kHalf) on the VDPBF16PS pass (q BF16 pairs) or,
-// kFma, the FMA pass (q F32 vectors).
-template <int R, bool kFma, bool kHalf>
-BATON_AVX512_FP8_INLINE void any_scores16(const void* q, int32_t d, const char* row,
-                                          size_t group_bytes, const char* scales, float* s,
-                                          int32_t s_stride, const Tables& t,
-                                          PrefetchStream& stream) {
-  if constexpr (kFma)
-    fma_scores16<R, kHalf>(static_cast<const float*>(q), d, row, group_bytes, scales, s, s_stride,
-                           stream);
-  else
-    scores16<R, kHalf>(static_cast<const uint32_t*>(q), d, row, group_bytes, scales, s, s_stride, t,
-                       stream);
-}
-
-template <int R, bool kFma>
-BATON_AVX512_FP8 void tile_scores(const void* q, int32_t d, const char* tile, size_t group_stride,
-                                  ptrdiff_t scale_delta, int32_t n8, float* s, int32_t s_stride,
-                                  PrefetchStream& stream) {
-  PrefetchStream local = stream;  // a local copy stays in registers
-  const Tables t = kFma ? Tables{} : load_tables();
-  const char* scales = tile + scale_delta;
-  int32_t k = 0;
-  for (; k + 16 <= n8; k += 16)
-    any_scores16<R, kFma, false>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4,
-                                 s + k, s_stride, t, local);
-  if (k < n8)
-    any_scores16<R, kFma, true>(q, d, tile + size_t(k) * 2, group_stride, scales + size_t(k) * 4,
-                                s + k, s_stride, t, local);
-  stream = local;
-}
-
-template <int R, bool kFma>
-BATON_AVX512_FP8 void run_scores(const void* q, int32_t d, const char* const* tiles,
-                                 size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
-                                 int32_t s_stride, PrefetchStream& stream) {
-  PrefetchStream local = stream;
-  const Tables t = kFma ? Tables{} : load_tables();
-  int32_t k = 0, j = 0;
-  for (; k + 16 <= keys; k += 16, ++j)
-    any_scores16<R, kFma, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k,
-                                 s_stride, t, local);
-  // The run's last, partly filled tile: its slots past `keys` score
-  // whatever they hold, and the softmax masks them.
-  if (keys - k > 8)
-    any_scores16<R, kFma, false>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k,
-                                 s_stride, t, local);
-  else if (k < keys)
-    any_scores16<R, kFma, true>(q, d, tiles[j], group_stride, tiles[j] + scale_delta, s + k,
-                                s_stride, t, local);
-  stream = local;
-}
+#define BATON_E4M3_RUNS_TARGET BATON_AVX512_FP8
+#include "kernels/cpu/e4m3_score_runs.inc"
+#undef BATON_E4M3_RUNS_TARGET
 
 }  // namespace
 }  // namespace fp8
@@ -258,8 +160,8 @@ void key_tile_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const vo
                          size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
                          int32_t s_stride, PrefetchStream& stream) {
   with_queries<4>(queries, [&]<int R>() {
-    fp8::tile_scores<R, false>(q, d, static_cast<const char*>(k), group_stride, scale_delta, n8, s,
-                               s_stride, stream);
+    fp8::tile_scores<R, fp8::Bf16Pass>(q, d, static_cast<const char*>(k), group_stride, scale_delta,
+                                       n8, s, s_stride, stream);
   });
 }
 
@@ -267,24 +169,8 @@ void key_run_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const cha
                         size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
                         int32_t s_stride, PrefetchStream& stream) {
   with_queries<4>(queries, [&]<int R>() {
-    fp8::run_scores<R, false>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride, stream);
-  });
-}
-
-void key_tile_scores_e4m3_fma(int32_t queries, const float* q, int32_t d, const void* k,
-                              size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
-                              int32_t s_stride, PrefetchStream& stream) {
-  with_queries<4>(queries, [&]<int R>() {
-    fp8::tile_scores<R, true>(q, d, static_cast<const char*>(k), group_stride, scale_delta, n8, s,
-                              s_stride, stream);
-  });
-}
-
-void key_run_scores_e4m3_fma(int32_t queries, const float* q, int32_t d, const char* const* tiles,
-                             size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
-                             int32_t s_stride, PrefetchStream& stream) {
-  with_queries<4>(queries, [&]<int R>() {
-    fp8::run_scores<R, true>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride, stream);
+    fp8::run_scores<R, fp8::Bf16Pass>(q, d, tiles, group_stride, scale_delta, keys, s, s_stride,
+                                      stream);
   });
 }
 

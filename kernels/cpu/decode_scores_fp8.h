@@ -14,11 +14,8 @@
 //
 // Each score comes out multiplied by its key's scale, read from the block.
 //
-// Where VDPBF16PS is slow (Intel issues a quarter as many as 512-bit FMAs),
-// the _e4m3_fma passes widen the codes instead: a code shifted into an F16
-// word (its value times 2^-8), VCVTPH2PS to F32, and FMAs against the F32
-// query vectors, each lane one dimension of a key, the pair joined at the
-// end; exact products, F32 sums.
+// Where VDPBF16PS is slow, or the CPU lacks it, the F32 FMA pass of
+// decode_scores_e4m3_fma.h takes E4M3 scores instead.
 #pragma once
 
 #include <cstddef>
@@ -50,14 +47,6 @@ void key_tile_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const vo
 void key_run_scores_fp8(int32_t queries, const uint32_t* q, int32_t d, const char* const* tiles,
                         size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
                         int32_t s_stride, PrefetchStream& stream);
-// As key_tile_scores_fp8 and key_run_scores_fp8, on F32 FMAs: q the F32
-// query vectors (vector r at q + r d). Call only when use_avx512_bf16_vbmi().
-void key_tile_scores_e4m3_fma(int32_t queries, const float* q, int32_t d, const void* k,
-                              size_t group_stride, ptrdiff_t scale_delta, int32_t n8, float* s,
-                              int32_t s_stride, PrefetchStream& stream);
-void key_run_scores_e4m3_fma(int32_t queries, const float* q, int32_t d, const char* const* tiles,
-                             size_t group_stride, ptrdiff_t scale_delta, int32_t keys, float* s,
-                             int32_t s_stride, PrefetchStream& stream);
 
 #endif
 

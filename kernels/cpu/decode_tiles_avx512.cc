@@ -280,7 +280,7 @@ BATON_AVX512 void tile_pv(const float* p, int32_t p_stride, const char* const* r
 }  // namespace avx512
 
 // The 8-bit formats' keys take passes of their own (decode_scores_vnni.h,
-// decode_scores_fp8.h): with_dtype refuses them.
+// decode_scores_fp8.h, decode_scores_e4m3_fma.h): with_dtype refuses them.
 void key_tile_scores_avx512(DType t, int32_t queries, const float* q, int32_t d, const void* k,
                             size_t group_stride, int32_t n8, float* s, int32_t s_stride,
                             PrefetchStream& stream) {

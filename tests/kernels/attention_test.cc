@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/attention_amx.h"
+#include "kernels/cpu/attention_decode.h"
 #include "kernels/cpu/cpu_features.h"
 #include "kernels/cpu/decode_scores_vnni.h"
 #include "tests/kernels/reference.h"
@@ -39,7 +40,8 @@ struct Case {
 // The instruction sets a case runs with: AMX tiles for BF16 prefill rows,
 // AVX-512 with BF16's V pass on VDPBF16PS, AVX-512 with F32 FMAs, AVX2, or
 // the portable scalar code.
-enum class Isa { kAmx, kAvx512Bf16, kAvx512, kAvx2, kScalar };
+// kAvx512Foundation: AVX-512 F, BW and VL alone, as on a Skylake-X.
+enum class Isa { kAmx, kAvx512Bf16, kAvx512, kAvx512Foundation, kAvx2, kScalar };
 
 const char* isa_name(Isa isa) {
   switch (isa) {
@@ -49,6 +51,8 @@ const char* isa_name(Isa isa) {
       return "avx512bf16";
     case Isa::kAvx512:
       return "avx512";
+    case Isa::kAvx512Foundation:
+      return "avx512 without extensions";
     case Isa::kAvx2:
       return "avx2";
     case Isa::kScalar:
@@ -81,11 +85,14 @@ int run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
       set_avx512_enabled(true);
       set_avx512_bf16_preferred(cpu_prefers_avx512_bf16());
       set_amx_enabled(max_cpu_isa() >= MaxCpuIsa::kAmx);
+      set_avx512_extensions_enabled(true);
     }
   } restore;
-  const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx;
+  const bool avx512 = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 || isa == Isa::kAmx ||
+                      isa == Isa::kAvx512Foundation;
   set_simd_enabled(isa != Isa::kScalar);
   set_avx512_enabled(avx512);
+  set_avx512_extensions_enabled(isa != Isa::kAvx512Foundation);
   set_avx512_bf16_preferred(isa == Isa::kAvx512Bf16);
   set_amx_enabled(isa == Isa::kAmx);
   int amx_seqs = 0;
@@ -163,6 +170,17 @@ int run_case(const Case& c, DType dtype, Isa isa, uint64_t seed) {
   p.block_table_stride = stride;
   p.scale = 1.0f / std::sqrt(float(c.head_dim));
   p.window = c.window;
+  if (isa == Isa::kAvx512Foundation && c.head_dim % 32 == 0) {
+    // E4M3 keeps the 512-bit passes (its score pass on FMAs); int8 has
+    // no VNNI there and takes the AVX2 passes.
+    if (dtype == DType::kFP8E4M3) {
+      EXPECT_TRUE(decode_partition_avx512(layout));
+      EXPECT_TRUE(e4m3_scores_on_fmas());
+    }
+    if (dtype == DType::kI8) {
+      EXPECT_FALSE(decode_partition_avx512(layout));
+    }
+  }
   paged_attention(pool, p);
 
   for (int32_t s = 0; s < num_seqs; ++s) {
@@ -289,6 +307,13 @@ TEST_P(PagedAttentionTest, MatchesReferenceAvx512) {
   if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F, BW and VL";
   const uint64_t seed = fresh_seed();
   for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512, seed);
+}
+
+// AVX-512 F, BW and VL alone (Skylake-X): every path such a CPU takes.
+TEST_P(PagedAttentionTest, MatchesReferenceAvx512WithoutExtensions) {
+  if (!cpu_has_avx512()) GTEST_SKIP() << "this CPU has no AVX-512 F, BW and VL";
+  const uint64_t seed = fresh_seed();
+  for (const Case& c : cases()) run_case(c, GetParam(), Isa::kAvx512Foundation, seed);
 }
 
 // BF16's V pass and E4M3's score pass on VDPBF16PS (where it is preferred;
