@@ -177,6 +177,9 @@ def fallbacks(cluster, args):
 
 
 def killed_prefill(cluster, args):
+    if args.victim <= 1:  # 0 would be this process group, 1 init
+        sys.exit(f"killed-prefill: --victim {args.victim} is no node's pid")
+    before = cluster.metric("baton:prefill_fallbacks_total")
     rng = random.Random()
     ids = random_ids(rng, 100, 400)
     sampling = {"temperature": 0}
@@ -212,7 +215,11 @@ def killed_prefill(cluster, args):
     took = answer["at"] - killed_at
     print(f"prompt of {len(ids)} tokens answered {took:.1f} s after the kill; computed on the "
           f"decode node: {here}, equals one engine: {same}")
-    failed = not (reserved and here and same) or took > args.bound
+    # Computed on the decode node because its prefill node died, not
+    # placed there to begin with.
+    counted = cluster.metric("baton:prefill_fallbacks_total") - before
+    print("prefill fallbacks counted:", counted)
+    failed = not (reserved and here and same) or took > args.bound or counted != 1
     return failed | (not blocks_back(cluster, args.decode))
 
 
@@ -231,7 +238,8 @@ def main():
     parser.add_argument("--prompts", type=int, default=4)
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--decode", default="decode-0", help="the decode node to watch")
-    parser.add_argument("--victim", type=int, default=0, help="killed-prefill: its pid")
+    parser.add_argument("--victim", type=int, default=0,
+                        help="killed-prefill: the prefill node's pid (required there)")
     parser.add_argument("--bound", type=float, default=30,
                         help="killed-prefill: seconds from the kill to the answer, at most")
     args = parser.parse_args()

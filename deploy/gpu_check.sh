@@ -171,7 +171,8 @@ checks() {
   timeout "$(budget "$seconds")" python3 deploy/cluster_checks.py "$@" --generate "$generate" \
     >>"$out/cluster.log" 2>&1
 }
-# NAME-OF-ROLE YAML NODE [ENV=VALUE...]: starts a node; its pid in $started.
+# ROLE YAML NODE [ENV=VALUE...]: starts a node, its output appended to
+# $scratch/NODE.log; its pid in $started.
 start_node() {
   local role=$1 config=$2 name=$3
   shift 3
@@ -219,6 +220,7 @@ if checks 150 wait --nodes "prefill-0=$prefill_pid,decode-0=$decode_pid"; then
   # reserved, as one engine answers it.
   stage "a corrupted KV transfer is computed on the decode node"
   stop_pids "$decode_pid"
+  earlier=$(wc -l <"$scratch/decode-0.log")
   start_node decode "$yaml" decode-0 BATON_FAULT_CORRUPT_LAYER=decode-0:0
   decode_pid=$started && roles+=("$started")
   if checks 90 wait --nodes "decode-0=$decode_pid,prefill-0"; then
@@ -226,8 +228,9 @@ if checks 150 wait --nodes "prefill-0=$prefill_pid,decode-0=$decode_pid"; then
   else
     status=1
   fi
-  # The fallbacks came from checksum failures, not from something else.
-  grep -q "checksum mismatch" "$scratch/decode-0.log" ||
+  # The fallbacks came from checksum failures (in this run's log), not from
+  # something else.
+  tail -n +$((earlier + 1)) "$scratch/decode-0.log" | grep -q "checksum mismatch" ||
     { echo "gpu_check: decode-0 logged no checksum mismatch" | tee -a "$out/cluster.log"; status=1; }
 
   # prefill-0 again, its first step held 5 s (BATON_FAULT_STALL_FIRST_STEP),
