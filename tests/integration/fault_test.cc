@@ -973,7 +973,11 @@ void kill_the_prefill_node_mid_prefill(bool staged) {
     const json& choice = answers[i]["choices"][0];
     if (choice["served_by"]["prefill"].is_null()) {
       ++computed_on_decode;
-      EXPECT_LT(seconds_after_kill[i], 10.0);
+      // The decode node computes the prompts one after another (14 s for
+      // the last under ASan); a request left waiting for a timeout would
+      // wait ten minutes (router.request_timeout_ms, the decode node's KV
+      // wait).
+      EXPECT_LT(seconds_after_kill[i], 60.0);
     }
     const json expected =
         baton_generate(prompts[i], {"--max-tokens", "4", "--temperature", "0", "--logprobs", "2"});
