@@ -31,10 +31,12 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
                             std::string(role_name(node.role)) + ", registered as " +
                             std::string(role_name(message.role)));
   }
+  // The other node named in a refusal: the one whose geometry the cluster took.
+  const std::string first = "node '" + first_node_ + "'";
   if (block_size_ != 0 && message.block_size != block_size_) {
     return invalid_argument("node '" + message.node + "' has KV block size " +
                             std::to_string(message.block_size) + ", the cluster uses " +
-                            std::to_string(block_size_));
+                            std::to_string(block_size_) + " (" + first + ")");
   }
   // The format goes into /metrics as a label: one of Baton's, or refused.
   if (!message.kv_dtype.empty() && !parse_kv_dtype(message.kv_dtype)) {
@@ -43,12 +45,23 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
   // A node too old to say its format is not checked.
   if (!kv_dtype_.empty() && !message.kv_dtype.empty() && message.kv_dtype != kv_dtype_) {
     return invalid_argument("node '" + message.node + "' keeps KV as " + message.kv_dtype +
-                            ", the cluster's nodes as " + kv_dtype_ +
-                            ": KV blocks move between nodes as bytes, so every node needs the "
+                            ", the cluster's nodes as " + kv_dtype_ + " (" + first +
+                            "): KV blocks move between nodes as bytes, so every node needs the "
                             "same engine.kv_dtype");
   }
+  const std::string device_kind = message.device.starts_with("cuda") ? "cuda" : "cpu";
+  if (!device_kind_.empty() && !message.device.empty() && device_kind != device_kind_) {
+    return invalid_argument(
+        "node '" + message.node + "' computes on " + message.device + ", " + first + " on " +
+        device_kind_ +
+        ": KV blocks move between nodes byte for byte, and the CPU backend keeps keys grouped "
+        "where the CUDA backend keeps them token-major, so all nodes compute on the same kind of "
+        "device");
+  }
+  if (first_node_.empty()) first_node_ = message.node;
   block_size_ = message.block_size;
   if (!message.kv_dtype.empty()) kv_dtype_ = message.kv_dtype;
+  if (!message.device.empty()) device_kind_ = device_kind;
   node.up = true;
   node.ever_registered = true;
   node.descriptor = message.descriptor;

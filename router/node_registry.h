@@ -92,8 +92,12 @@ class NodeRegistry {
   std::map<std::string, NodeState> nodes_;
   RoutingPolicy policy_;
   std::map<Role, size_t> round_robin_next_;
+  // The KV geometry every node must share, as the first node to register
+  // (`first_node_`) gave it.
+  std::string first_node_;
   int32_t block_size_ = 0;
-  std::string kv_dtype_;  // of the first node that registered
+  std::string kv_dtype_;
+  std::string device_kind_;  // "cpu" or "cuda": the layouts' key orders differ
   // Prefix-aware policy, by node: the hashes (common/prefix_hash.h) of the
   // prompt blocks the router sent there, with when it last did: its guess at
   // what the node's cache holds. Bounded; the least recently sent go first.

@@ -58,7 +58,8 @@ TEST(NodeRegistry, RefusesANodeOfAnotherKvFormatNamingBoth) {
   control::Register other = registration("d0", Role::kDecode);
   other.kv_dtype = "int8";
   const std::string message = registry.register_node(other, now).message();
-  EXPECT_NE(message.find("keeps KV as int8, the cluster's nodes as bf16"), std::string::npos)
+  EXPECT_NE(message.find("node 'd0' keeps KV as int8, the cluster's nodes as bf16 (node 'p0')"),
+            std::string::npos)
       << message;
   EXPECT_EQ(registry.up_count(Role::kDecode), 0);
   other.kv_dtype = "bf16";
@@ -68,6 +69,26 @@ TEST(NodeRegistry, RefusesANodeOfAnotherKvFormatNamingBoth) {
   control::Register odd = registration("d1", Role::kDecode);
   odd.kv_dtype = "bf16\"} 1\nx";
   EXPECT_NE(registry.register_node(odd, now).message().find("unknown format"), std::string::npos);
+  EXPECT_EQ(registry.up_count(Role::kDecode), 1);
+}
+
+// A node on a GPU beside CPU nodes (or the reverse) lays its KV blocks out
+// otherwise (keys token-major, not grouped): refused, naming both nodes.
+TEST(NodeRegistry, RefusesANodeOnAnotherKindOfDeviceNamingBoth) {
+  NodeRegistry registry(two_by_two(), RoutingPolicy::kRoundRobin);
+  auto now = Clock::now();
+  control::Register p0 = registration("p0", Role::kPrefill);
+  p0.device = "cuda:0";
+  ASSERT_TRUE(registry.register_node(p0, now).is_ok());
+  control::Register d0 = registration("d0", Role::kDecode);
+  d0.device = "cpu";
+  const std::string message = registry.register_node(d0, now).message();
+  EXPECT_NE(message.find("node 'd0' computes on cpu, node 'p0' on cuda"), std::string::npos)
+      << message;
+  EXPECT_EQ(registry.up_count(Role::kDecode), 0);
+  // Another GPU is the same kind of device.
+  d0.device = "cuda:1";
+  EXPECT_TRUE(registry.register_node(d0, now).is_ok());
   EXPECT_EQ(registry.up_count(Role::kDecode), 1);
 }
 
