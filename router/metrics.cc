@@ -32,6 +32,22 @@ const std::vector<double> kTokenCountBuckets = [] {
 const std::vector<double> kTpotBuckets = {0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2,  0.3,  0.4, 0.5,
                                           0.75, 1.0,   2.5,  5.0,   7.5, 10.0, 20.0, 40.0, 80.0};
 
+// A label value as the text format wants it: backslash, quote and newline
+// escaped (a node's heartbeat says what its transfer paths are called).
+std::string label_value(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    if (c == '\\' || c == '"') out += '\\';
+    if (c == '\n') {
+      out += "\\n";
+      continue;
+    }
+    out += c;
+  }
+  return out;
+}
+
 void append_metric(std::string* out, std::string_view name, std::string_view type,
                    std::string_view help, std::string_view labels, double value) {
   fmt::format_to(std::back_inserter(*out), "# HELP {} {}\n# TYPE {} {}\n{}{{{}}} {}\n", name, help,
@@ -262,6 +278,19 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
       "KV sends of a node that found too few free staging slots and queued for them (a prefill "
       "node holds prompts back instead; many: transfer.staging_blocks is small for the load).",
       [](const NodeState& node) { return node.load.staging_waits; }, "counter");
+  // vLLM's *_info style: the path as a label of a constant 1.
+  out +=
+      "# HELP baton:kv_transfer_path_info How a prefill node's KV reaches each decode node "
+      "(the transfer mode over UCX's transports), as its last heartbeat said.\n"
+      "# TYPE baton:kv_transfer_path_info gauge\n";
+  for (const NodeState& node : snapshot.nodes) {
+    if (!node.up) continue;
+    for (const auto& [peer, path] : node.kv_paths) {
+      fmt::format_to(std::back_inserter(out),
+                     "baton:kv_transfer_path_info{{node=\"{}\",peer=\"{}\",path=\"{}\"}} 1\n",
+                     label_value(node.name), label_value(peer), label_value(path));
+    }
+  }
   fmt::format_to(
       std::back_inserter(out),
       "# HELP baton:control_messages_rejected_total Malformed control frames the router dropped.\n"

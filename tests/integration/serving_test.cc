@@ -171,6 +171,10 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
     EXPECT_GT(workspace, 0) << node.dump();
     EXPECT_LT(workspace, int64_t(64) << 20) << node.dump();
   }
+  // /metrics says the same: one path, from prefill-0 to decode-0.
+  EXPECT_EQ(cluster.metric("baton:kv_transfer_path_info",
+                           "node=\"prefill-0\",peer=\"decode-0\",path=\"tag over "),
+            1);
 }
 
 // `count` prompts of 260 to 400 bytes (17 to 25 blocks of the tiny model)
