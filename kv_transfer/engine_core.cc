@@ -273,7 +273,8 @@ void TransferEngine::Impl::process_events() {
   if (copy_in_ != nullptr) collect_copied_in();
   // Connections and endpoint failures first: they decide what transfers can do.
   while (!connected_.empty() || !failed_endpoints_.empty() || !dirty_sends_.empty() ||
-         !dirty_recvs_.empty() || !granted_sends_.empty() || !landed_layers_.empty()) {
+         !dirty_recvs_.empty() || !granted_sends_.empty() || !landed_layers_.empty() ||
+         !flushed_layers_.empty()) {
     auto connected = std::move(connected_);
     connected_.clear();
     for (auto [peer, generation, status] : connected) on_connected(peer, generation, status);
@@ -294,6 +295,9 @@ void TransferEngine::Impl::process_events() {
     auto landed = std::move(landed_layers_);
     landed_layers_.clear();
     for (const Notice& n : landed) hash_announced_layer(n);
+    auto flushed = std::move(flushed_layers_);
+    flushed_layers_.clear();
+    for (const auto& [id, layer] : flushed) announce_layer_hash(id, layer);
     auto sends = std::move(dirty_sends_);
     dirty_sends_.clear();
     for (uint64_t id : sends) maybe_finish_send(id);
@@ -639,7 +643,7 @@ void TransferEngine::Impl::on_op_complete(OpContext* op, ucs_status_t status) {
         if (op->kind == OpContext::kFlush && status == UCS_OK) t.flush_completed();
         if (op->kind == OpContext::kLayerFlush && status == UCS_OK) {
           t.layer_flushed[size_t(op->layer - t.spec.layer_begin)] = true;
-          announce_layer_hash(op->transfer_id, op->layer);
+          flushed_layers_.emplace_back(op->transfer_id, op->layer);  // announced by the loop
         }
         dirty_sends_.push_back(op->transfer_id);
       }

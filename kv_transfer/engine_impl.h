@@ -389,6 +389,9 @@ class TransferEngine::Impl {
   std::vector<uint64_t> dirty_sends_, dirty_recvs_;
   std::vector<uint64_t> granted_sends_;  // granted more layers: pumped by the loop
   std::vector<Notice> landed_layers_;    // kLayerLanded to hash, off the callback
+  // Layers of sends whose puts a flush saw land (transfer, layer), to
+  // announce off the callback.
+  std::vector<std::pair<uint64_t, int32_t>> flushed_layers_;
   std::deque<HashJob> hash_jobs_;
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> failed_endpoints_;
   std::vector<std::tuple<PeerId, uint64_t, ucs_status_t>> connected_;
