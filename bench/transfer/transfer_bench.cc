@@ -216,8 +216,12 @@ Result<BenchPool> make_pool(const std::map<std::string, std::string>& a, size_t 
 struct CopierRate {
   double out = 0, in = 0;
 };
-CopierRate copier_rate(PoolCopier& copier, size_t bytes) {
+CopierRate copier_rate(const std::string& kind, void* pool, size_t bytes) {
   Pool host(bytes);
+  // Declared after the memory it pins: destroyed (unpinning it) first.
+  auto made = make_copier(kind, pool, bytes);
+  if (!made.is_ok() || *made == nullptr) return {};
+  PoolCopier& copier = **made;
   (void)copier.pin(host.data, bytes);  // a device copier pins; the host one refuses
   const PoolCopier::Range whole{.offset = 0, .bytes = bytes, .host_offset = 0};
   CopierRate best;
@@ -394,10 +398,8 @@ int main(int argc, char** argv) {
         // With a copier of its own: a copier pins one region, and the
         // engine's pins its slots.
         CopierRate staging;
-        if (pool->copier != nullptr) {
-          auto copier = make_copier(a.at("pool"), pool->data, layout.total_bytes());
-          if (copier.is_ok()) staging = copier_rate(**copier, layout.total_bytes());
-        }
+        if (pool->copier != nullptr)
+          staging = copier_rate(a.at("pool"), pool->data, layout.total_bytes());
         auto engine = TransferEngine::create(config_from(a, "prefill"), layout, pool->data,
                                              layout.total_bytes(), std::move(pool->copier));
         if (!engine.is_ok()) {
