@@ -593,12 +593,14 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
               ? prefix + "kv_cache_blocks: " + std::to_string(engine.kv_cache_blocks) +
                     " blocks hold "
               : prefix + "kv_cache_bytes: " + format_bytes(engine.kv_cache_bytes) + " holds ";
-      return invalid_argument(
-          what + std::to_string(tokens) + " tokens of " + model_name + "'s KV, less than one " +
-          std::to_string(max_len) + "-token request (needs " + std::to_string(needed) +
-          " blocks of " + std::to_string(engine.block_size) + " tokens, at least " +
-          format_bytes_ceil(uint64_t(needed) * block_bytes) + " in " +
-          std::string(dtype_name(layout.dtype)) + "; or lower " + prefix + "max_model_len)");
+      return invalid_argument(what + std::to_string(tokens) + " tokens of " + model_name +
+                              "'s KV, less than one " + std::to_string(max_len) +
+                              "-token request (needs " + std::to_string(needed) + " blocks of " +
+                              std::to_string(engine.block_size) + " tokens, at least " +
+                              format_bytes_ceil(uint64_t(needed) * block_bytes) + " in " +
+                              std::string(dtype_name(layout.dtype)) + " at " +
+                              std::to_string(layout.bytes_per_token()) +
+                              " bytes a token; or lower " + prefix + "max_model_len)");
     }
   }
   return Status::ok();

@@ -130,10 +130,10 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   spdlog::info(
       "engine: on {}, {} layers, {} heads / {} KV heads, KV pool {} blocks x {} tokens ({} MiB, "
-      "{})",
+      "{} at {} bytes a token)",
       config.device.name(), model_config.num_layers, model_config.num_heads,
       model_config.num_kv_heads, layout.num_blocks, layout.block_size,
-      engine->kv_pool_.bytes() >> 20, dtype_name(layout.dtype));
+      engine->kv_pool_.bytes() >> 20, dtype_name(layout.dtype), layout.bytes_per_token());
   return engine;
 }
 

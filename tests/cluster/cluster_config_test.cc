@@ -527,6 +527,9 @@ TEST(ValidateAgainstModel, PoolTooSmallNamesTheNodesKey) {
             0u)
       << status.message();
   EXPECT_NE(status.message().find("128 blocks"), std::string::npos) << status.message();
+  // 30 layers, K and V of 3 heads of 64 dims in BF16.
+  EXPECT_NE(status.message().find("in bf16 at 23040 bytes a token"), std::string::npos)
+      << status.message();
 }
 
 TEST(ValidateAgainstModel, ExactFitPassesOneByteLessFails) {
