@@ -488,9 +488,13 @@ void TransferEngine::Impl::discard_scratch_changed(int64_t bytes) {
 void TransferEngine::Impl::corrupt_for_tests(Expectation& e, int32_t layer, int32_t block) {
   if (config_.corrupt_landed_layer != layer || e.corrupted) return;
   e.corrupted = true;
-  pool_[layout_.block_byte_offset(layer, block)] ^= 1;
-  spdlog::warn("kv_transfer[{}]: fault injection: flipped a bit of layer {} of transfer {}",
-               config_.node_name, layer, e.spec.transfer_id);
+  // An 8-bit block's bit goes into a row's scale (its second byte): a scale
+  // is checksummed as the codes are.
+  const bool scales = is_quantized(layout_.dtype);
+  pool_[scales ? layout_.scale_byte_offset(layer, block, KvPart::kValue, 0, 0) + 1
+               : layout_.block_byte_offset(layer, block)] ^= 1;
+  spdlog::warn("kv_transfer[{}]: fault injection: flipped a bit of layer {} of transfer {}{}",
+               config_.node_name, layer, e.spec.transfer_id, scales ? ", in a scale" : "");
 }
 
 void TransferEngine::Impl::hash_landed(Expectation& e, int32_t layer, int32_t first_block,

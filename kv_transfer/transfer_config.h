@@ -85,7 +85,8 @@ struct TransferConfig {
   uint32_t drop_notices = 0;
   // Fault injection, for fault tests only: as this receiver hashes the
   // blocks of this layer of a transfer (-1: none), it first flips a bit of
-  // the first one, as if the wire had corrupted it.
+  // the first one (of a row's scale in the 8-bit formats), as if the wire
+  // had corrupted it.
   int32_t corrupt_landed_layer = -1;
 };
 

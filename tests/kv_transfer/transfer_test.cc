@@ -1398,6 +1398,8 @@ class StagedTransferTest : public TransferTest {
       std::this_thread::sleep_for(1ms);
     return local_->copier()->copy_ins_in_flight.load() > 0;
   }
+  // ACorruptLayerIsNeverCopiedIn for one layout.
+  void expect_a_corrupt_layer_never_copied_in(const KvLayout& layout);
   // Every layer of the local blocks dst_ holds what the peer's src_ held.
   void expect_local_blocks_hold_sent_ones(const KvLayout& layout) {
     for (int32_t l = 0; l < layout.num_layers; ++l)
@@ -1577,9 +1579,16 @@ TEST_P(StagedTransferTest, ReceiverCopiesInEachLayerOnceVerified) {
 // A layer corrupted on the wire fails the transfer on both sides with a data
 // loss that names the layer, and is never copied into the pool; nor is any
 // layer after it. The layers before it may be (they matched), and go back
-// with the failed blocks.
+// with the failed blocks. In the 8-bit formats the bit flipped is a
+// scale's.
 TEST_P(StagedTransferTest, ACorruptLayerIsNeverCopiedIn) {
-  KvLayout layout = make_layout(DType::kBF16, 48, 5);
+  for (DType dtype : {DType::kBF16, DType::kI8, DType::kFP8E4M3}) {
+    SCOPED_TRACE(std::string(dtype_name(dtype)));
+    expect_a_corrupt_layer_never_copied_in(make_layout(dtype, 48, 5));
+  }
+}
+
+void StagedTransferTest::expect_a_corrupt_layer_never_copied_in(const KvLayout& layout) {
   constexpr int32_t kCorrupt = 2;
   start(layout, /*local_sends=*/false, 12, kCorrupt);
   const uint64_t layer_bytes = dst_.size() * layout.block_bytes();
