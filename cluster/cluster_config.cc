@@ -12,6 +12,7 @@
 #include "common/regular_file.h"
 #include "engine/kv_pool.h"
 #include "engine/make_model.h"
+#include "engine/scheduler.h"
 #include "engine/yaml_settings.h"
 
 namespace baton::cluster {
@@ -579,10 +580,16 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
                            : engine::kv_blocks_for_bytes(layout, engine.kv_cache_bytes);
       // As the engine does: token slots are int32 in the kernels.
       blocks = std::min<int64_t>(blocks, INT32_MAX / engine.block_size);
-      const int64_t needed = (max_len + engine.block_size - 1) / engine.block_size;
+      // With a sliding window on every layer a request holds only what its
+      // windows and a step reach, however long it runs.
+      const int32_t window = model.kv_window();
+      const int64_t held = engine::tokens_held_at_once(
+          max_len, window, engine.max_num_batched_tokens, engine.block_size);
+      const int64_t needed = (held + engine.block_size - 1) / engine.block_size;
       if (engine.device.is_cuda()) {  // only a pool in device memory is staged
         BATON_RETURN_IF_ERROR(kv_transfer::check_staging_blocks(
-            node.transfer.staging_blocks, max_len, engine.block_size,
+            node.transfer.staging_blocks,
+            engine::tokens_sent_at_most(max_len, window, engine.block_size), engine.block_size,
             std::string(role_name(node.role)) + "[" + std::to_string(i) +
                 "].transfer.staging_blocks"));
       }
@@ -593,10 +600,15 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
               ? prefix + "kv_cache_blocks: " + std::to_string(engine.kv_cache_blocks) +
                     " blocks hold "
               : prefix + "kv_cache_bytes: " + format_bytes(engine.kv_cache_bytes) + " holds ";
+      const std::string request =
+          held < max_len ? "the " + std::to_string(held) + " tokens a request holds at once (its " +
+                               std::to_string(window) + "-token sliding windows and a step of " +
+                               std::to_string(engine.max_num_batched_tokens) + " tokens)"
+                         : "one " + std::to_string(max_len) + "-token request";
       return invalid_argument(what + std::to_string(tokens) + " tokens of " + model_name +
-                              "'s KV, less than one " + std::to_string(max_len) +
-                              "-token request (needs " + std::to_string(needed) + " blocks of " +
-                              std::to_string(engine.block_size) + " tokens, at least " +
+                              "'s KV, less than " + request + " (needs " + std::to_string(needed) +
+                              " blocks of " + std::to_string(engine.block_size) +
+                              " tokens, at least " +
                               format_bytes_ceil(uint64_t(needed) * block_bytes) + " in " +
                               std::string(dtype_name(layout.dtype)) + " at " +
                               std::to_string(layout.bytes_per_token()) +

@@ -154,6 +154,14 @@ void BlockTable::release(BlockManager& manager) {
   num_released_ = 0;
 }
 
+void BlockTable::skip(int32_t n) {
+  BATON_CHECK(n >= 0 && num_released_ == int32_t(blocks_.size()) &&
+              num_tokens_ == int32_t(blocks_.size()) * block_size_);
+  blocks_.insert(blocks_.end(), size_t(n), kSkippedBlock);
+  num_released_ += n;
+  num_tokens_ += n * block_size_;
+}
+
 void BlockTable::release_before(BlockManager& manager, int32_t first_needed) {
   const int32_t end = std::min(std::max(first_needed, 0) / block_size_, int32_t(blocks_.size()));
   if (end <= num_released_) return;

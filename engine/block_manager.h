@@ -146,6 +146,14 @@ class BlockTable {
   // else's: only the first num_released() are so.
   void release_before(BlockManager& manager, int32_t first_needed);
   int32_t num_released() const { return num_released_; }
+  // Sliding windows: `n` more leading blocks that no query will read and
+  // that were never held (a remote prompt's, before its windows), as if
+  // written and released: their tokens count, and their id is
+  // kSkippedBlock, a block that may be anyone's, as a released block's
+  // stale id is (a kernel that read it anyway stays inside the pool).
+  // Every block the table has must be released.
+  void skip(int32_t n);
+  static constexpr int32_t kSkippedBlock = 0;
 
  private:
   int32_t block_size_;

@@ -23,13 +23,17 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
       config_(config),
       max_model_len_(config.max_model_len > 0 ? config.max_model_len
                                               : model.config().max_position_embeddings),
+      kv_window_(model.config().kv_window()),
       blocks_(kv.layout().num_blocks),
       prefix_cache_(blocks_, kv, config.enable_prefix_caching) {
   // A sequence can never hold more tokens than the whole pool: past that it
   // would preempt itself forever. It ends with "length" there instead, and
-  // users are told at start-up.
-  const int64_t pool_tokens = int64_t(kv.layout().num_blocks) * kv.layout().block_size;
-  if (pool_tokens < max_model_len_) {
+  // users are told at start-up. With a sliding window on every layer it
+  // holds only the window and a step's tokens, however long it runs.
+  const int32_t block_size = kv.layout().block_size;
+  const int64_t pool_tokens = int64_t(kv.layout().num_blocks) * block_size;
+  if (pool_tokens <
+      tokens_held_at_once(max_model_len_, kv_window_, config.max_num_batched_tokens, block_size)) {
     spdlog::warn(
         "engine: context length {} tokens, the KV pool's whole capacity, not {} ({}): raise "
         "engine.kv_cache_bytes or kv_cache_blocks for longer sequences",
@@ -37,7 +41,21 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
         config.max_model_len > 0 ? "engine.max_model_len" : "the model's max_position_embeddings");
     max_model_len_ = int32_t(pool_tokens);
   }
-  kv_window_ = model.config().kv_window();
+}
+
+int64_t tokens_held_at_once(int64_t max_model_len, int32_t window, int32_t max_num_batched_tokens,
+                            int32_t block_size) {
+  if (window <= 0) return max_model_len;
+  // A step reads the window behind its first row and writes its own
+  // tokens, over whole blocks (one more where they straddle a boundary).
+  const int64_t blocks =
+      (int64_t(window) - 1 + max_num_batched_tokens + block_size - 1) / block_size + 1;
+  return std::min(max_model_len, blocks * block_size);
+}
+
+int64_t tokens_sent_at_most(int64_t max_model_len, int32_t window, int32_t block_size) {
+  if (window <= 0) return max_model_len;
+  return std::min(max_model_len, int64_t(window) - 1 + block_size);
 }
 
 Status Scheduler::validate(const std::vector<int32_t>& prompt,
@@ -110,12 +128,21 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
       std::make_unique<Sequence>(next_id_++, std::move(prompt), options, kv_.layout().block_size);
   const auto tokens = int32_t(seq->prompt.size());
   // The prefix the cache holds is not transferred: the sequence shares it,
-  // and the part the SSD tier holds is read while the prefill node computes.
+  // and the part the SSD tier holds is read while the prefill node computes
+  // (not for a prompt longer than the pool: a restore holds every block of
+  // it until it lands).
   prefix_cache_.share_prefix(*seq);
-  prefix_cache_.start_remote_restore(*seq);
-  const int32_t shared = seq->num_computed;
-  const int32_t needed =
-      seq->block_table.blocks_needed(tokens) - int32_t(seq->block_table.blocks().size());
+  if (seq->block_table.blocks_needed(tokens) <= blocks_.num_blocks())
+    prefix_cache_.start_remote_restore(*seq);
+  // Sliding windows: the prompt's leading blocks that no window of the first
+  // decode step (at position `tokens`) reaches are never held, and the
+  // prefill node does not send them. Not while the SSD tier reads into the
+  // sequence's blocks: a block given back must not be written.
+  const bool windowed = kv_window_ > 0 && !seq->options.retain_blocks && !seq->ssd_restoring;
+  const int32_t first_needed = tokens - kv_window_ + 1;
+  const int32_t first_kept = windowed ? std::max(0, first_needed) / kv_.layout().block_size : 0;
+  const auto held = int32_t(seq->block_table.blocks().size());
+  const int32_t needed = seq->block_table.blocks_needed(tokens) - std::max(held, first_kept);
   if (needed > blocks_.num_free()) {
     seq->block_table.release(blocks_);
     return resource_exhausted("the KV of a " + std::to_string(tokens) + "-token prompt needs " +
@@ -123,13 +150,14 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
                               std::to_string(blocks_.num_free()) + " of " +
                               std::to_string(blocks_.num_blocks()) + " are free");
   }
-  BATON_RETURN_IF_ERROR(seq->block_table.reserve(blocks_, tokens - shared));
-  // Sliding windows: the prompt's leading blocks that no window of the first
-  // decode step (at position `tokens`) reaches go back at once, and the
-  // prefill node does not send them. Not while the SSD tier reads into the
-  // sequence's blocks: a block given back must not be written.
-  if (kv_window_ > 0 && !seq->options.retain_blocks && !seq->ssd_restoring)
-    seq->block_table.release_before(blocks_, tokens - kv_window_ + 1);
+  if (first_kept > held) {
+    // The shared prefix lies wholly before the windows: it goes back, and
+    // the blocks between it and the first one kept are skipped.
+    seq->block_table.release_before(blocks_, first_needed);
+    seq->block_table.skip(first_kept - held);
+  }
+  BATON_RETURN_IF_ERROR(seq->block_table.reserve(blocks_, tokens - seq->block_table.num_tokens()));
+  if (windowed) seq->block_table.release_before(blocks_, first_needed);
   prefix_cache_.count_lookup(*seq);
   seq->awaiting_kv = true;
   const int64_t id = seq->id;
@@ -143,13 +171,15 @@ int32_t Scheduler::blocks_to_receive(const std::vector<int32_t>& prompt,
   Sequence probe(-1, prompt, options, kv_.layout().block_size);
   const auto tokens = int32_t(prompt.size());
   const TieredPrefixCache::CachedPrefix cached = prefix_cache_.cached_prefix_blocks(probe);
-  // As reserve_remote lets go of the blocks no window reaches, but not while
-  // the SSD tier reads into the sequence's blocks.
+  // As reserve_remote: a prompt longer than the pool reads nothing from the
+  // SSD tier, and no block of the prompt is held before the windows, but
+  // not while the SSD tier reads into the sequence's blocks.
+  const int32_t on_ssd =
+      probe.block_table.blocks_needed(tokens) <= blocks_.num_blocks() ? cached.on_ssd : 0;
   int32_t released = 0;
-  if (kv_window_ > 0 && !options.retain_blocks && cached.on_ssd == 0)
+  if (kv_window_ > 0 && !options.retain_blocks && on_ssd == 0)
     released = std::max(0, tokens - kv_window_ + 1) / probe.block_table.block_size();
-  return probe.block_table.blocks_needed(tokens) -
-         std::max(cached.in_pool + cached.on_ssd, released);
+  return probe.block_table.blocks_needed(tokens) - std::max(cached.in_pool + on_ssd, released);
 }
 
 const Sequence* Scheduler::find(int64_t id) const {

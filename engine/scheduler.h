@@ -36,7 +36,8 @@ struct SchedulerConfig {
   int32_t max_num_seqs = 256;             // running sequences at once
   int32_t max_num_batched_tokens = 2048;  // token budget of one step
   int32_t max_model_len = 0;              // prompt + output limit; 0: the model's maximum. Never
-                                          // more than the pool holds.
+                                          // more than the pool holds, unless every layer has a
+                                          // sliding window (tokens_held_at_once).
   // Full blocks a sequence computed stay findable by their tokens after it
   // ends, and a sequence admitted later that starts with the same tokens
   // shares them instead of computing them (block_manager.h). A prefill
@@ -44,6 +45,18 @@ struct SchedulerConfig {
   // layer's K/V, so the transfer sends them with the computed ones.
   bool enable_prefix_caching = true;
 };
+
+// The tokens one sequence's blocks hold at once, at most: its whole context
+// (`max_model_len`), or, where every layer has a sliding window (`window`,
+// ModelConfig::kv_window), the window behind a step's first row and the
+// step's own tokens over whole blocks. A pool of fewer tokens caps the
+// context at the pool.
+int64_t tokens_held_at_once(int64_t max_model_len, int32_t window, int32_t max_num_batched_tokens,
+                            int32_t block_size);
+// The tokens of KV one prompt's transfer carries at most: the whole
+// context, or, with sliding windows, those the first decode step's windows
+// reach, from the start of the block that holds the first of them.
+int64_t tokens_sent_at_most(int64_t max_model_len, int32_t window, int32_t block_size);
 
 // What one step produced for one sequence.
 struct StepOutput {
@@ -176,6 +189,8 @@ class Scheduler {
   SchedulerStats stats() const;
   const StepTokenCounts& last_step() const { return last_step_; }
   int32_t max_model_len() const { return max_model_len_; }
+  // ModelConfig::kv_window of the model: 0 unless every layer has a window.
+  int32_t kv_window() const { return kv_window_; }
   const BlockManager& block_manager() const { return blocks_; }
 
   // The prefix cache's SSD tier: blocks evicted from the pool are saved

@@ -33,13 +33,13 @@ Status check_duration(std::chrono::milliseconds d, const std::string& what) {
   return Status::ok();
 }
 
-Status check_staging_blocks(int32_t staging_blocks, int64_t max_model_len, int32_t block_size,
+Status check_staging_blocks(int32_t staging_blocks, int64_t longest_tokens, int32_t block_size,
                             const std::string& key) {
-  const int64_t needed = (max_model_len + block_size - 1) / block_size;
+  const int64_t needed = (longest_tokens + block_size - 1) / block_size;
   if (staging_blocks <= 0 || staging_blocks >= needed) return Status::ok();
   return invalid_argument(key + ": " + std::to_string(staging_blocks) +
-                          " host slots cannot carry a prompt of max_model_len " +
-                          std::to_string(max_model_len) + " tokens, which needs " +
+                          " host slots cannot carry the longest prompt's KV, " +
+                          std::to_string(longest_tokens) + " tokens, which needs " +
                           std::to_string(needed) + " blocks");
 }
 

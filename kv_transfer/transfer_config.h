@@ -93,10 +93,12 @@ struct TransferConfig {
 // Checks ranges; a bad value is an error naming the field.
 Status validate(const TransferConfig& config);
 
-// A staged pool needs a slot per block of the longest prompt: an error
-// naming `key` (where staging_blocks was set) when `staging_blocks` (> 0)
-// are fewer than max_model_len tokens in `block_size`-token blocks need.
-Status check_staging_blocks(int32_t staging_blocks, int64_t max_model_len, int32_t block_size,
+// A staged pool needs a slot per block of the longest prompt's transfer:
+// an error naming `key` (where staging_blocks was set) when
+// `staging_blocks` (> 0) are fewer than `longest_tokens` (max_model_len, or
+// what sliding windows let a transfer carry: engine::tokens_sent_at_most)
+// in `block_size`-token blocks need.
+Status check_staging_blocks(int32_t staging_blocks, int64_t longest_tokens, int32_t block_size,
                             const std::string& key);
 
 // The longest deadline or timeout accepted. Far longer than any transfer of

@@ -63,17 +63,18 @@ engine::OutputLogprobs from_wire(const control::TokenLogprobs& logprobs, int32_t
 namespace {
 
 // The slots a staged pool's transfers pass through: transfer.staging_blocks,
-// or by default room for two transfers of max_model_len tokens or 1 GiB,
-// whichever is more; never more than the pool has blocks (its transfers
-// cannot hold more). Fewer than one longest prompt's blocks could never
+// or by default room for two of the longest transfers or 1 GiB, whichever
+// is more; never more than the pool has blocks (its transfers cannot hold
+// more). Fewer than the longest transfer's blocks (`longest_tokens`: a
+// max_model_len prompt's, or what its sliding windows reach) could never
 // carry it.
 Result<int32_t> staging_blocks(const NodeSettings& settings, const KvLayout& pool,
-                               int32_t max_model_len) {
+                               int32_t longest_tokens) {
   const int32_t set = settings.transfer.staging_blocks;
-  BATON_RETURN_IF_ERROR(kv_transfer::check_staging_blocks(set, max_model_len, pool.block_size,
+  BATON_RETURN_IF_ERROR(kv_transfer::check_staging_blocks(set, longest_tokens, pool.block_size,
                                                           "transfer.staging_blocks"));
   if (set > 0) return std::min(set, pool.num_blocks);
-  const int64_t longest = (int64_t(max_model_len) + pool.block_size - 1) / pool.block_size;
+  const int64_t longest = (int64_t(longest_tokens) + pool.block_size - 1) / pool.block_size;
   const uint64_t slot_bytes = uint64_t(pool.block_bytes()) * uint64_t(pool.num_layers);
   const int64_t in_a_gib = int64_t((uint64_t(1) << 30) / std::max<uint64_t>(slot_bytes, 1));
   return int32_t(std::min<int64_t>(pool.num_blocks, std::max(2 * longest, in_a_gib)));
@@ -115,7 +116,10 @@ Result<std::unique_ptr<NodeRuntime>> NodeRuntime::create(const NodeSettings& set
     if (staged) {
       BATON_ASSIGN_OR_RETURN(
           transfer_config.staging_blocks,
-          staging_blocks(settings, pool.layout(), node->engine_->scheduler().max_model_len()));
+          staging_blocks(settings, pool.layout(),
+                         int32_t(engine::tokens_sent_at_most(
+                             node->engine_->scheduler().max_model_len(),
+                             node->engine_->scheduler().kv_window(), pool.layout().block_size))));
       const uint64_t slot_bytes = uint64_t(transfer_config.staging_blocks) *
                                   pool.layout().block_bytes() * uint64_t(pool.layout().num_layers);
       // Pinned host memory, besides what the process holds already.

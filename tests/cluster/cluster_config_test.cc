@@ -532,6 +532,31 @@ TEST(ValidateAgainstModel, PoolTooSmallNamesTheNodesKey) {
       << status.message();
 }
 
+// With a window on every layer a request holds only its windows and a
+// step: a pool of that many blocks serves the whole context.
+TEST(ValidateAgainstModel, SlidingWindowsNeedOnlyWhatARequestHoldsAtOnce) {
+  auto model = preset("smollm2-135m", DType::kBF16);  // 8192 positions
+  // 1024-token windows, 2048-token steps (the default), 16-token blocks:
+  // (1023 + 2048 + 15) / 16 + 1 = 193 blocks.
+  for (int32_t blocks : {193, 192}) {
+    SCOPED_TRACE(std::to_string(blocks) + " blocks");
+    auto config = smol_cluster("{kv_cache_blocks: " + std::to_string(blocks) + "}");
+    ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+    model.layer_windows.clear();
+    EXPECT_FALSE(validate_against_model(*config, model).is_ok()) << "no windows: 512 blocks";
+    model.layer_windows.assign(size_t(model.num_layers), 1024);
+    const Status status = validate_against_model(*config, model);
+    if (blocks == 193) {
+      EXPECT_TRUE(status.is_ok()) << status.to_string();
+    } else {
+      EXPECT_NE(status.message().find("less than the 3088 tokens a request holds at once (its "
+                                      "1024-token sliding windows and a step of 2048 tokens)"),
+                std::string::npos)
+          << status.message();
+    }
+  }
+}
+
 TEST(ValidateAgainstModel, ExactFitPassesOneByteLessFails) {
   const auto model = preset("smollm2-135m", DType::kBF16);
   const uint64_t exact = 128 * kSmolBlockBytes;  // 2048 tokens
@@ -571,8 +596,8 @@ TEST(ValidateAgainstModel, StagingSlotsHoldAFullLengthPrompt) {
         EXPECT_TRUE(status.is_ok()) << status.to_string();
       } else {
         EXPECT_EQ(status.message(),
-                  "decode[0].transfer.staging_blocks: 127 host slots cannot carry a prompt of "
-                  "max_model_len 2048 tokens, which needs 128 blocks");
+                  "decode[0].transfer.staging_blocks: 127 host slots cannot carry the longest "
+                  "prompt's KV, 2048 tokens, which needs 128 blocks");
       }
     }
   }

@@ -104,6 +104,30 @@ TEST(BlockTable, ReleasesTheBlocksBeforeAWindowOnce) {
   for (int32_t b = 0; b < 8; ++b) EXPECT_EQ(manager.ref_count(b), 0);
 }
 
+// A remote prompt's blocks before its windows are never held: skipped, they
+// count as released tokens, hold no block, and reserve() grows the table
+// from there.
+TEST(BlockTable, SkippedBlocksCountTheirTokensAndHoldNone) {
+  BlockManager manager(8);
+  BlockTable table(4);
+  table.skip(3);
+  EXPECT_EQ(table.num_tokens(), 12);
+  EXPECT_EQ(table.num_released(), 3);
+  EXPECT_EQ(manager.num_free(), 8);
+  ASSERT_TRUE(table.reserve(manager, 6).is_ok());  // tokens 12..17: two blocks
+  EXPECT_EQ(manager.num_free(), 6);
+  ASSERT_EQ(table.blocks().size(), 5u);
+  for (int32_t i = 0; i < 3; ++i) EXPECT_EQ(table.blocks()[size_t(i)], BlockTable::kSkippedBlock);
+  table.commit(6);
+  EXPECT_EQ(table.slot_of(13), table.blocks()[3] * 4 + 1);
+  table.release_before(manager, 16);  // block 3 now wholly behind
+  EXPECT_EQ(table.num_released(), 4);
+  EXPECT_EQ(manager.num_free(), 7);
+  table.release(manager);  // only the block still held goes back
+  EXPECT_EQ(manager.num_free(), 8);
+  for (int32_t b = 0; b < 8; ++b) EXPECT_EQ(manager.ref_count(b), 0);
+}
+
 TEST(BlockManager, HandsOutTheLowestFreeIdsInOrder) {
   BlockManager manager(16);
   auto a = manager.allocate(6);

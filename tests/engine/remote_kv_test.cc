@@ -658,6 +658,27 @@ TEST_F(RemoteKvTest, PrefillNodeSharesItsCachedPrefixAndSendsItAll) {
   EXPECT_EQ(bs.stats().free_blocks, bs.stats().total_blocks);
 }
 
+// A windowed handoff's transfer: every block of the decode node's pool but
+// those `awaiting` holds past its `skipped` ones is poisoned with NaNs (a
+// kernel that read one would spoil every log-prob after it), then the
+// prefill node's blocks past the same point are copied into those.
+void send_the_unskipped_blocks(Engine& prefill, const Sequence& done, Engine& decode,
+                               const Sequence& awaiting, int32_t skipped) {
+  const KvLayout& layout = decode.kv_pool().layout();
+  const std::vector<int32_t>& held = awaiting.block_table.blocks();
+  for (int32_t block = 0; block < layout.num_blocks; ++block) {
+    if (std::find(held.begin() + skipped, held.end(), block) != held.end()) continue;
+    for (int32_t layer = 0; layer < layout.num_layers; ++layer)
+      std::memset(
+          static_cast<char*>(decode.kv_pool().data()) + layout.block_byte_offset(layer, block),
+          0xff, layout.block_bytes());
+  }
+  const std::vector<int32_t> src(done.block_table.blocks().begin() + skipped,
+                                 done.block_table.blocks().end());
+  const std::vector<int32_t> dst(held.begin() + skipped, held.end());
+  copy_kv(prefill.kv_pool(), src, decode.kv_pool(), dst, dst.size());
+}
+
 // Sliding windows on every layer: the decode node gives back at once the
 // prompt's leading blocks that its first step's window does not reach, and
 // only the rest travel. What it decodes is one engine's. The free blocks are
@@ -717,19 +738,7 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   // Chunks of 16 tokens and the 10 positions before each: at most 8 blocks.
   EXPECT_LE(b->scheduler().stats().peak_used_blocks, 8);
 
-  for (int32_t block = 0; block < c->kv_pool().layout().num_blocks; ++block) {
-    const std::vector<int32_t>& held = awaiting->block_table.blocks();
-    if (std::find(held.begin() + skipped, held.end(), block) != held.end()) continue;
-    for (int32_t layer = 0; layer < c->kv_pool().layout().num_layers; ++layer)
-      std::memset(static_cast<char*>(c->kv_pool().data()) +
-                      c->kv_pool().layout().block_byte_offset(layer, block),
-                  0xff, c->kv_pool().layout().block_bytes());
-  }
-  const std::vector<int32_t> src(done.block_table.blocks().begin() + skipped,
-                                 done.block_table.blocks().end());
-  const std::vector<int32_t> dst(awaiting->block_table.blocks().begin() + skipped,
-                                 awaiting->block_table.blocks().end());
-  copy_kv(b->kv_pool(), src, c->kv_pool(), dst, dst.size());
+  send_the_unskipped_blocks(*b, done, *c, *awaiting, skipped);
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
   expect_all_decode_as(*c, 1, *(*whole)[0]);
@@ -751,6 +760,68 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   EXPECT_EQ(cs.find(*again)->registered_blocks, 0) << "a block that never held KV was cached";
   EXPECT_EQ(predicted_again, blocks_to_write(*cs.find(*again)));
   cs.abort(*again);
+}
+
+// A windowed prompt several times longer than either pool: the decode node
+// reserves only the blocks its first step's windows reach (never the whole
+// prompt's, not for a moment; the others are skipped, holding no block),
+// the prefill node computes it in chunks keeping only what it sends, and
+// the decode, which runs on far past the pool, is one engine's.
+TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
+  constexpr int32_t kWindow = 11, kBlock = 4, kChunk = 16;
+  auto config = model_preset("tiny-qwen2");
+  ASSERT_TRUE(config.is_ok());
+  config->layer_windows.assign(size_t(config->num_layers), kWindow);
+  const auto windowed = testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
+  // The window and a step: (10 + 16 + 3) / 4 + 1 = 8 blocks; two spare.
+  constexpr int32_t kPoolBlocks = 10;
+  const std::vector<int32_t> prompt = random_prompt(100, 140);  // 25 to 35 blocks
+  GenerationOptions o = greedy(60);
+  o.ignore_eos = true;
+  o.logprobs = 2;
+
+  auto a = make_engine(128, kBlock, 2048, windowed);  // the whole run, in one pool
+  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
+  auto whole = a->run_to_completion();
+  ASSERT_TRUE(whole.is_ok() && whole->size() == 1);
+
+  prefix_caching_ = false;
+  auto c = make_engine(kPoolBlocks, kBlock, kChunk, windowed);  // the decode node
+  Scheduler& cs = c->scheduler();
+  ASSERT_GT(cs.max_model_len(), int32_t(prompt.size()) + o.max_tokens);
+  const int32_t predicted = cs.blocks_to_receive(prompt, o);
+  auto id = cs.reserve_remote(prompt, o);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const Sequence* awaiting = cs.find(*id);
+  EXPECT_EQ(predicted, blocks_to_write(*awaiting));
+  const auto len = int32_t(prompt.size());
+  const int32_t skipped = (len - kWindow + 1) / kBlock;
+  EXPECT_EQ(awaiting->block_table.num_released(), skipped);
+  const int32_t sent = awaiting->block_table.blocks_needed(len) - skipped;
+  EXPECT_EQ(cs.stats().total_blocks - cs.stats().free_blocks, sent);
+  EXPECT_LE(cs.stats().peak_used_blocks, sent) << "the whole prompt was reserved for a moment";
+  for (int32_t j = 0; j < skipped; ++j)
+    EXPECT_EQ(awaiting->block_table.blocks()[size_t(j)], BlockTable::kSkippedBlock);
+
+  auto b = make_engine(kPoolBlocks, kBlock, kChunk, windowed);  // the prefill node
+  prefix_caching_ = true;
+  GenerationOptions prefill = o;
+  prefill.max_tokens = 1;
+  prefill.retain_blocks = true;
+  prefill.retained_from_block = skipped;
+  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
+  auto prefilled = b->run_to_completion();
+  ASSERT_TRUE(prefilled.is_ok() && prefilled->size() == 1) << prefilled.status().to_string();
+  const Sequence& done = *(*prefilled)[0];
+  EXPECT_EQ(done.block_table.num_released(), skipped);
+  EXPECT_LE(b->scheduler().stats().peak_used_blocks, kPoolBlocks);
+
+  send_the_unskipped_blocks(*b, done, *c, *awaiting, skipped);
+  ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
+                  .is_ok());
+  expect_all_decode_as(*c, 1, *(*whole)[0]);
+  EXPECT_LE(cs.stats().peak_used_blocks, kPoolBlocks);
+  b->scheduler().release_blocks(*(*prefilled)[0]);
 }
 
 TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {

@@ -1057,6 +1057,31 @@ TEST_F(SchedulerTest, DamagedSsdTierIsComputedAgain) {
   EXPECT_GT(engine->scheduler().stats().prefix_hit_tokens, after.prefix_hit_tokens);
 }
 
+// Two threads, the pool and step budget of a sliding-window test.
+EngineConfig windowed_engine_config(int32_t block_size, int32_t blocks, int32_t chunk) {
+  EngineConfig config;
+  config.threads = 2;
+  config.block_size = block_size;
+  config.kv_cache_blocks = blocks;
+  config.max_num_batched_tokens = chunk;
+  return config;
+}
+
+// Every token `seq` chose after `prompt` has the log-probability the double
+// reference of `checkpoint` (its windows included) gives it.
+void expect_logprobs_of_the_reference(const Checkpoint& checkpoint,
+                                      const std::vector<int32_t>& prompt, const Sequence& seq) {
+  std::vector<int32_t> tokens = prompt;
+  tokens.insert(tokens.end(), seq.output.begin(), seq.output.end() - 1);
+  const auto reference = testing::reference_logits(checkpoint, tokens, DType::kF32);
+  ASSERT_EQ(seq.output_logprobs.size(), seq.output.size());
+  for (size_t i = 0; i < seq.output.size(); ++i) {
+    const auto want = testing::log_softmax(reference[prompt.size() - 1 + i]);
+    EXPECT_NEAR(seq.output_logprobs[i].logprob, want[size_t(seq.output[i])], 2e-4)
+        << "output token " << i;
+  }
+}
+
 // Sliding windows on every layer: a long generation gives back the blocks
 // no window reads any more, so it holds a few at a time however long it
 // runs, and every token it chose has the log-probability the double
@@ -1074,11 +1099,7 @@ TEST(SlidingWindowTest, ALongGenerationHoldsOnlyItsWindowAndMatchesTheReference)
   constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
   config->layer_windows.assign(size_t(config->num_layers), kWindow);
   const auto path = testing::make_model(dir, *config, "windowed", DType::kF32, seed);
-  EngineConfig engine_config;
-  engine_config.threads = 2;
-  engine_config.block_size = kBlock;
-  engine_config.kv_cache_blocks = 64;
-  engine_config.max_num_batched_tokens = kChunk;
+  EngineConfig engine_config = windowed_engine_config(kBlock, 64, kChunk);
   std::uniform_int_distribution<int32_t> id(3, config->vocab_size - 1);
   std::vector<int32_t> prompt(21);
   for (int32_t& t : prompt) t = id(rng);
@@ -1104,16 +1125,58 @@ TEST(SlidingWindowTest, ALongGenerationHoldsOnlyItsWindowAndMatchesTheReference)
     EXPECT_LE(stats.peak_used_blocks, (kWindow - 1 + kChunk + kBlock - 1) / kBlock + 1);
     EXPECT_EQ(stats.free_blocks, stats.total_blocks);
 
-    std::vector<int32_t> tokens = prompt;
-    tokens.insert(tokens.end(), seq.output.begin(), seq.output.end() - 1);
-    const auto reference = testing::reference_logits(**checkpoint, tokens, DType::kF32);
-    ASSERT_EQ(seq.output_logprobs.size(), seq.output.size());
-    for (size_t i = 0; i < seq.output.size(); ++i) {
-      const auto want = testing::log_softmax(reference[prompt.size() - 1 + i]);
-      EXPECT_NEAR(seq.output_logprobs[i].logprob, want[size_t(seq.output[i])], 2e-4)
-          << "output token " << i;
-    }
+    expect_logprobs_of_the_reference(**checkpoint, prompt, seq);
   }
+}
+
+// With a window on every layer a sequence holds the window and a step's
+// tokens: a pool of a few blocks runs a context many times its size (its
+// max_model_len is not capped at the pool), and every token chosen has the
+// log-probability the double reference with the window gives it. A model
+// without windows and the same pool is capped at the pool.
+TEST(SlidingWindowTest, AContextManyTimesThePoolRunsInItsWindow) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  testing::TempDir dir;
+  auto config = model_preset("tiny-qwen2");
+  ASSERT_TRUE(config.is_ok());
+  constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
+  // The window behind a step's first row and the step's tokens: 5 blocks.
+  constexpr int32_t kPoolBlocks = (kWindow - 1 + kChunk + kBlock - 1) / kBlock + 1;
+  ASSERT_EQ(tokens_held_at_once(4096, kWindow, kChunk, kBlock), kPoolBlocks * kBlock);
+  const auto unwindowed = testing::make_model(dir, *config, "full", DType::kF32, seed);
+  config->layer_windows.assign(size_t(config->num_layers), kWindow);
+  const auto path = testing::make_model(dir, *config, "windowed", DType::kF32, seed);
+  EngineConfig engine_config = windowed_engine_config(kBlock, kPoolBlocks, kChunk);
+  engine_config.enable_prefix_caching = false;
+  auto capped = Engine::create(unwindowed, engine_config);
+  ASSERT_TRUE(capped.is_ok()) << capped.status().to_string();
+  EXPECT_EQ((*capped)->scheduler().max_model_len(), kPoolBlocks * kBlock);
+
+  auto engine = Engine::create(path, engine_config);
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  EXPECT_EQ((*engine)->scheduler().max_model_len(), config->max_position_embeddings);
+  std::uniform_int_distribution<int32_t> id(3, config->vocab_size - 1);
+  std::vector<int32_t> prompt(3 * kPoolBlocks * kBlock);  // three pools' worth, in chunks
+  for (int32_t& t : prompt) t = id(rng);
+  GenerationOptions options = testing::greedy(100);
+  options.ignore_eos = true;
+  options.logprobs = 1;
+  ASSERT_TRUE((*engine)->scheduler().add(prompt, options).is_ok());
+  auto done = (*engine)->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  const Sequence& seq = *(*done)[0];
+  ASSERT_EQ(seq.output.size(), 100u);
+  EXPECT_EQ(seq.finish_reason, FinishReason::kLength);
+  const SchedulerStats stats = (*engine)->scheduler().stats();
+  EXPECT_LE(stats.peak_used_blocks, kPoolBlocks);
+  EXPECT_EQ(stats.preemptions, 0);
+  EXPECT_EQ(stats.free_blocks, stats.total_blocks);
+
+  auto checkpoint = Checkpoint::open(path);
+  ASSERT_TRUE(checkpoint.is_ok());
+  expect_logprobs_of_the_reference(**checkpoint, prompt, seq);
 }
 
 }  // namespace

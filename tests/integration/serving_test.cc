@@ -328,6 +328,30 @@ TEST(WindowedServingTest, BlocksPastTheWindowStayOffTheWire) {
   EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
 }
 
+// With a window on every layer, pools far smaller than the prompts: 20
+// blocks of 16 tokens hold what a request keeps at once (its 24-token
+// windows and a step of 256 tokens), so prompts of 400 tokens and more are
+// prefilled in chunks, sent in part, decoded past the pool, and answered as
+// one engine with a large pool answers them; also with the pools staged
+// through host slots, as GPU nodes' are.
+TEST(WindowedServingTest, PromptsLongerThanEveryPoolAreServed) {
+  constexpr int32_t kWindow = 24;
+  const std::filesystem::path& model = windowed_tiny_model(kWindow);
+  for (const bool staged : {false, true}) {
+    SCOPED_TRACE(staged ? "staged pools" : "pools in place");
+    ClusterShape shape;
+    shape.model = model;
+    shape.kv_cache_bytes = "80KiB";  // 2 layers x K and V of 16 F32 dims: 256 bytes a token
+    if (staged) ASSERT_EQ(::setenv("BATON_TEST_STAGED_POOL", "1", 1), 0);
+    Cluster cluster(shape);
+    ::unsetenv("BATON_TEST_STAGED_POOL");  // the nodes took it
+    std::mt19937 rng{std::random_device{}()};
+    expect_remote_greedy_equals_generate(cluster, rng, 2, {}, model, /*min_chars=*/400);
+    for (const json& node : cluster.nodes()["nodes"]) EXPECT_EQ(node["total_blocks"], 20);
+    EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
+  }
+}
+
 // The niceness of every thread of a process, from /proc/PID/task/*/stat
 // (field 19, counted after the command name's closing parenthesis).
 std::vector<int> thread_niceness(pid_t pid) {
