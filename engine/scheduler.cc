@@ -53,6 +53,22 @@ int64_t tokens_held_at_once(int64_t max_model_len, int32_t window, int32_t max_n
   return std::min(max_model_len, blocks * block_size);
 }
 
+void Scheduler::release_behind_windows(Sequence& seq) {
+  if (kv_window_ <= 0) return;
+  // The next step's first query sits at num_computed and sees the last
+  // kv_window_ positions. A prefill node keeps the blocks it sends.
+  int32_t first_needed = seq.num_computed - kv_window_ + 1;
+  if (seq.options.retain_blocks) {
+    first_needed =
+        std::min(first_needed, seq.options.retained_from_block * seq.block_table.block_size());
+  }
+  seq.block_table.release_before(blocks_, first_needed);
+}
+
+bool Scheduler::restores_remote_prefix(int32_t tokens) const {
+  return kv_window_ <= 0 || tokens - kv_window_ + 1 <= 0;
+}
+
 int64_t tokens_sent_at_most(int64_t max_model_len, int32_t window, int32_t block_size) {
   if (window <= 0) return max_model_len;
   return std::min(max_model_len, int64_t(window) - 1 + block_size);
@@ -129,20 +145,25 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   const auto tokens = int32_t(seq->prompt.size());
   // The prefix the cache holds is not transferred: the sequence shares it,
   // and the part the SSD tier holds is read while the prefill node computes
-  // (not for a prompt longer than the pool: a restore holds every block of
-  // it until it lands).
+  // (only where no window leaves a block of the prompt behind: a restore
+  // holds every block until it lands, and what its blocks do not cover
+  // travels whole).
   prefix_cache_.share_prefix(*seq);
-  if (seq->block_table.blocks_needed(tokens) <= blocks_.num_blocks())
-    prefix_cache_.start_remote_restore(*seq);
+  if (restores_remote_prefix(tokens)) prefix_cache_.start_remote_restore(*seq);
   // Sliding windows: the prompt's leading blocks that no window of the first
   // decode step (at position `tokens`) reaches are never held, and the
-  // prefill node does not send them. Not while the SSD tier reads into the
-  // sequence's blocks: a block given back must not be written.
-  const bool windowed = kv_window_ > 0 && !seq->options.retain_blocks && !seq->ssd_restoring;
-  const int32_t first_needed = tokens - kv_window_ + 1;
-  const int32_t first_kept = windowed ? std::max(0, first_needed) / kv_.layout().block_size : 0;
-  const auto held = int32_t(seq->block_table.blocks().size());
-  const int32_t needed = seq->block_table.blocks_needed(tokens) - std::max(held, first_kept);
+  // prefill node does not send them: shared ones go back at once, the rest
+  // are skipped. Not while the SSD tier reads into the sequence's blocks: a
+  // block given back must not be written.
+  if (kv_window_ > 0 && !seq->options.retain_blocks && !seq->ssd_restoring) {
+    const int32_t first_needed = tokens - kv_window_ + 1;
+    seq->block_table.release_before(blocks_, first_needed);
+    const int32_t first_kept = std::max(0, first_needed) / kv_.layout().block_size;
+    const auto held = int32_t(seq->block_table.blocks().size());
+    if (first_kept > held) seq->block_table.skip(first_kept - held);
+  }
+  const int32_t needed =
+      seq->block_table.blocks_needed(tokens) - int32_t(seq->block_table.blocks().size());
   if (needed > blocks_.num_free()) {
     seq->block_table.release(blocks_);
     return resource_exhausted("the KV of a " + std::to_string(tokens) + "-token prompt needs " +
@@ -150,14 +171,7 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
                               std::to_string(blocks_.num_free()) + " of " +
                               std::to_string(blocks_.num_blocks()) + " are free");
   }
-  if (first_kept > held) {
-    // The shared prefix lies wholly before the windows: it goes back, and
-    // the blocks between it and the first one kept are skipped.
-    seq->block_table.release_before(blocks_, first_needed);
-    seq->block_table.skip(first_kept - held);
-  }
   BATON_RETURN_IF_ERROR(seq->block_table.reserve(blocks_, tokens - seq->block_table.num_tokens()));
-  if (windowed) seq->block_table.release_before(blocks_, first_needed);
   prefix_cache_.count_lookup(*seq);
   seq->awaiting_kv = true;
   const int64_t id = seq->id;
@@ -171,11 +185,9 @@ int32_t Scheduler::blocks_to_receive(const std::vector<int32_t>& prompt,
   Sequence probe(-1, prompt, options, kv_.layout().block_size);
   const auto tokens = int32_t(prompt.size());
   const TieredPrefixCache::CachedPrefix cached = prefix_cache_.cached_prefix_blocks(probe);
-  // As reserve_remote: a prompt longer than the pool reads nothing from the
-  // SSD tier, and no block of the prompt is held before the windows, but
-  // not while the SSD tier reads into the sequence's blocks.
-  const int32_t on_ssd =
-      probe.block_table.blocks_needed(tokens) <= blocks_.num_blocks() ? cached.on_ssd : 0;
+  // As reserve_remote: the SSD tier is read only where no window leaves a
+  // block of the prompt behind, and no block is held before the windows.
+  const int32_t on_ssd = restores_remote_prefix(tokens) ? cached.on_ssd : 0;
   int32_t released = 0;
   if (kv_window_ > 0 && !options.retain_blocks && on_ssd == 0)
     released = std::max(0, tokens - kv_window_ + 1) / probe.block_table.block_size();
@@ -384,7 +396,12 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
       ++w;
       continue;
     }
-    if (!computes_whole_prompt) prefix_cache_.share_prefix(seq);
+    if (!computes_whole_prompt) {
+      prefix_cache_.share_prefix(seq);
+      // A shared prefix longer than the windows reach (as long as the pool,
+      // even) is not held behind them: what is free then takes a chunk.
+      release_behind_windows(seq);
+    }
     int32_t n = std::min(seq.num_pending(), budget);
     if (seq.num_computed > 0) {
       // A cached prefix (restored from SSD, perhaps, at a step whose budget
@@ -535,16 +552,7 @@ Status Scheduler::step(std::vector<StepOutput>* outputs) {
     seq.num_computed += scheduled[i].num_tokens;
     seq.high_water = std::max(seq.high_water, seq.num_computed);
     prefix_cache_.register_full_blocks(seq, seq.num_computed);
-    // The next step's first query sits at num_computed and sees the last
-    // kv_window_ positions. A prefill node keeps the blocks it sends.
-    if (kv_window_ > 0) {
-      int32_t first_needed = seq.num_computed - kv_window_ + 1;
-      if (seq.options.retain_blocks) {
-        first_needed =
-            std::min(first_needed, seq.options.retained_from_block * seq.block_table.block_size());
-      }
-      seq.block_table.release_before(blocks_, first_needed);
-    }
+    release_behind_windows(seq);
     if (plan.sequences[i].wants_all_logits) {
       const int32_t start = plan.sequences[i].start_position;
       for (int32_t j = 0; j + 1 < scheduled[i].num_tokens; ++j)

@@ -234,6 +234,14 @@ class Scheduler {
   void append_token(Sequence& sequence, int32_t token);
   void retire_finished();
   void note_peak_usage();
+  // Sliding windows: gives back the blocks of `seq` wholly before its next
+  // step's windows (a prefill node's, only before what it sends).
+  void release_behind_windows(Sequence& seq);
+  // Whether a decode node's reservation of a `tokens`-token prompt reads
+  // its prefix from the SSD tier: only where no window leaves a block of
+  // the prompt behind (the restore would hold those, and the transfer
+  // would carry every block after them, more than tokens_sent_at_most).
+  bool restores_remote_prefix(int32_t tokens) const;
 
   LlamaModel& model_;
   KvPool& kv_;

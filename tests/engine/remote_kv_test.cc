@@ -816,12 +816,46 @@ TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
   EXPECT_EQ(done.block_table.num_released(), skipped);
   EXPECT_LE(b->scheduler().stats().peak_used_blocks, kPoolBlocks);
 
+  // The prefill node's chunks of 16 and the 10 positions before each: 8.
+  EXPECT_LE(b->scheduler().stats().peak_used_blocks, 8);
+
   send_the_unskipped_blocks(*b, done, *c, *awaiting, skipped);
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
   expect_all_decode_as(*c, 1, *(*whole)[0]);
-  EXPECT_LE(cs.stats().peak_used_blocks, kPoolBlocks);
+  EXPECT_LE(cs.stats().peak_used_blocks, 8) << "decoding holds its window and a step";
   b->scheduler().release_blocks(*(*prefilled)[0]);
+}
+
+// A decode node whose pool is nearly all one cached chain (a prompt it
+// computed itself) reserves a long windowed prompt that extends it: the
+// shared blocks behind the windows go back before the blocks it needs are
+// counted, so the reservation does not wait forever for blocks no one else
+// will give back.
+TEST_F(RemoteKvTest, AWindowedReservationOverACachedChainFillingThePoolGoesOn) {
+  constexpr int32_t kWindow = 11, kBlock = 4, kChunk = 16, kPoolBlocks = 10;
+  auto config = model_preset("tiny-qwen2");
+  ASSERT_TRUE(config.is_ok());
+  config->layer_windows.assign(size_t(config->num_layers), kWindow);
+  const auto windowed = testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
+  auto c = make_engine(kPoolBlocks, kBlock, kChunk, windowed);
+  Scheduler& cs = c->scheduler();
+  std::vector<int32_t> prompt = random_prompt(36, 37);  // 9 blocks, computed here
+  ASSERT_TRUE(cs.add(prompt, greedy(1)).is_ok());
+  ASSERT_TRUE(c->run_to_completion().is_ok());
+  const std::vector<int32_t> more = random_prompt(100, 101);
+  prompt.insert(prompt.end(), more.begin(), more.end());
+  const auto len = int32_t(prompt.size());
+  const int32_t first_kept = (len - kWindow + 1) / kBlock;
+  auto id = cs.reserve_remote(prompt, greedy(4));
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const Sequence* awaiting = cs.find(*id);
+  EXPECT_EQ(awaiting->block_table.num_released(), first_kept);
+  EXPECT_EQ(awaiting->registered_blocks, 9) << "the cached chain was found";
+  EXPECT_EQ(cs.stats().total_blocks - cs.stats().free_blocks,
+            awaiting->block_table.blocks_needed(len) - first_kept);
+  cs.abort(*id);
+  EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
 }
 
 TEST_F(RemoteKvTest, ReserveRemoteAllOrNothingAndAbortFreesBlocks) {

@@ -1179,5 +1179,49 @@ TEST(SlidingWindowTest, AContextManyTimesThePoolRunsInItsWindow) {
   expect_logprobs_of_the_reference(**checkpoint, prompt, seq);
 }
 
+// A follow-up whose cached prefix fills the whole pool: the blocks behind
+// its windows go back as it is admitted, so it takes a chunk of what is
+// free instead of waiting forever for blocks no one else will give back;
+// it shares the prefix and chooses what the double reference gives.
+TEST(SlidingWindowTest, AFollowUpWhosePrefixFillsThePoolGoesOn) {
+  const uint32_t seed = std::random_device{}();
+  SCOPED_TRACE("seed " + std::to_string(seed));
+  std::mt19937 rng(seed);
+  testing::TempDir dir;
+  auto config = model_preset("tiny-qwen2");
+  ASSERT_TRUE(config.is_ok());
+  constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
+  constexpr int32_t kPoolBlocks = (kWindow - 1 + kChunk + kBlock - 1) / kBlock + 1;
+  config->layer_windows.assign(size_t(config->num_layers), kWindow);
+  const auto path = testing::make_model(dir, *config, "windowed", DType::kF32, seed);
+  auto engine = Engine::create(path, windowed_engine_config(kBlock, kPoolBlocks, kChunk));
+  ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
+  Scheduler& s = (*engine)->scheduler();
+  std::uniform_int_distribution<int32_t> id(3, config->vocab_size - 1);
+  std::vector<int32_t> first(16);
+  for (int32_t& t : first) t = id(rng);
+  GenerationOptions options = testing::greedy(5);
+  options.ignore_eos = true;
+  ASSERT_TRUE(s.add(first, options).is_ok());
+  auto done = (*engine)->run_to_completion();
+  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  // 20 tokens computed: the pool's 5 blocks, all cached, none held.
+  std::vector<int32_t> follow_up = first;
+  const std::vector<int32_t>& out = (*done)[0]->output;
+  follow_up.insert(follow_up.end(), out.begin(), out.begin() + 4);
+  for (int32_t i = 0; i < 10; ++i) follow_up.push_back(id(rng));
+  const int64_t hits = s.stats().prefix_hit_tokens;
+  GenerationOptions more = testing::greedy(12);
+  more.ignore_eos = true;
+  more.logprobs = 1;
+  ASSERT_TRUE(s.add(follow_up, more).is_ok());
+  auto again = (*engine)->run_to_completion();
+  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  EXPECT_EQ(s.stats().prefix_hit_tokens - hits, kPoolBlocks * kBlock);
+  auto checkpoint = Checkpoint::open(path);
+  ASSERT_TRUE(checkpoint.is_ok());
+  expect_logprobs_of_the_reference(**checkpoint, follow_up, *(*again)[0]);
+}
+
 }  // namespace
 }  // namespace baton::engine

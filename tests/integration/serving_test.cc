@@ -342,12 +342,15 @@ TEST(WindowedServingTest, PromptsLongerThanEveryPoolAreServed) {
     ClusterShape shape;
     shape.model = model;
     shape.kv_cache_bytes = "80KiB";  // 2 layers x K and V of 16 F32 dims: 256 bytes a token
-    if (staged) ASSERT_EQ(::setenv("BATON_TEST_STAGED_POOL", "1", 1), 0);
+    if (staged) {
+      ASSERT_EQ(::setenv("BATON_TEST_STAGED_POOL", "1", 1), 0);
+    }
     Cluster cluster(shape);
     ::unsetenv("BATON_TEST_STAGED_POOL");  // the nodes took it
     std::mt19937 rng{std::random_device{}()};
     expect_remote_greedy_equals_generate(cluster, rng, 2, {}, model, /*min_chars=*/400);
-    for (const json& node : cluster.nodes()["nodes"]) EXPECT_EQ(node["total_blocks"], 20);
+    const json nodes = cluster.nodes();  // the loop reads into it
+    for (const json& node : nodes["nodes"]) EXPECT_EQ(node["total_blocks"], 20);
     EXPECT_TRUE(cluster.wait_drained(10s)) << cluster.nodes().dump();
   }
 }
