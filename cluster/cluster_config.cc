@@ -12,7 +12,7 @@
 #include "common/regular_file.h"
 #include "engine/kv_pool.h"
 #include "engine/make_model.h"
-#include "engine/scheduler.h"
+#include "engine/window_budget.h"
 #include "engine/yaml_settings.h"
 
 namespace baton::cluster {

@@ -43,16 +43,6 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
   }
 }
 
-int64_t tokens_held_at_once(int64_t max_model_len, int32_t window, int32_t max_num_batched_tokens,
-                            int32_t block_size) {
-  if (window <= 0) return max_model_len;
-  // A step reads the window behind its first row and writes its own
-  // tokens, over whole blocks (one more where they straddle a boundary).
-  const int64_t blocks =
-      (int64_t(window) - 1 + max_num_batched_tokens + block_size - 1) / block_size + 1;
-  return std::min(max_model_len, blocks * block_size);
-}
-
 void Scheduler::release_behind_windows(Sequence& seq) {
   if (kv_window_ <= 0) return;
   // The next step's first query sits at num_computed and sees the last
@@ -67,11 +57,6 @@ void Scheduler::release_behind_windows(Sequence& seq) {
 
 bool Scheduler::restores_remote_prefix(int32_t tokens) const {
   return kv_window_ <= 0 || tokens - kv_window_ + 1 <= 0;
-}
-
-int64_t tokens_sent_at_most(int64_t max_model_len, int32_t window, int32_t block_size) {
-  if (window <= 0) return max_model_len;
-  return std::min(max_model_len, int64_t(window) - 1 + block_size);
 }
 
 Status Scheduler::validate(const std::vector<int32_t>& prompt,

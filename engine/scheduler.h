@@ -29,6 +29,7 @@
 #include "engine/sequence.h"
 #include "engine/ssd_kv_store.h"
 #include "engine/tiered_prefix_cache.h"
+#include "engine/window_budget.h"
 
 namespace baton::engine {
 
@@ -45,18 +46,6 @@ struct SchedulerConfig {
   // layer's K/V, so the transfer sends them with the computed ones.
   bool enable_prefix_caching = true;
 };
-
-// The tokens one sequence's blocks hold at once, at most: its whole context
-// (`max_model_len`), or, where every layer has a sliding window (`window`,
-// ModelConfig::kv_window), the window behind a step's first row and the
-// step's own tokens over whole blocks. A pool of fewer tokens caps the
-// context at the pool.
-int64_t tokens_held_at_once(int64_t max_model_len, int32_t window, int32_t max_num_batched_tokens,
-                            int32_t block_size);
-// The tokens of KV one prompt's transfer carries at most: the whole
-// context, or, with sliding windows, those the first decode step's windows
-// reach, from the start of the block that holds the first of them.
-int64_t tokens_sent_at_most(int64_t max_model_len, int32_t window, int32_t block_size);
 
 // What one step produced for one sequence.
 struct StepOutput {

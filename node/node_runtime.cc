@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "engine/host_memory.h"
+#include "engine/window_budget.h"
 
 namespace baton::node {
 
