@@ -153,8 +153,8 @@ done
 # A GPU prefill node and a GPU decode node on this one device: the shape of
 # configs/gpu-1p1d.yaml with the model above. Each role runs as its own
 # process (`baton up` would start its children as the loader), started
-# through the loader itself, not a function, so that $! is that process and
-# stop_pids (or the exit trap) stops it. deploy/cluster_checks.py does the
+# through the loader in the background (env execs it), so that $! is that
+# process and stop_pids (or the exit trap) stops it. deploy/cluster_checks.py does the
 # checks against one engine on the device: greedy and seeded handoffs,
 # staging slots back after `baton bench` at concurrency 1, 8 and 32, a
 # corrupted transfer computed on the decode node, a prefill node killed
