@@ -49,11 +49,17 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
                             "): KV blocks move between nodes as bytes, so every node needs the "
                             "same engine.kv_dtype");
   }
-  const std::string device_kind = message.device.starts_with("cuda") ? "cuda" : "cpu";
-  if (!device_kind_.empty() && !message.device.empty() && device_kind != device_kind_) {
+  // A node too old to say its device is not checked.
+  std::optional<engine::Device> device;
+  if (!message.device.empty()) {
+    auto parsed = engine::parse_device(message.device, "node '" + message.node + "''s device");
+    if (!parsed.is_ok()) return parsed.status();
+    device = *parsed;
+  }
+  if (device && device_ && device->is_cuda() != device_->is_cuda()) {
     return invalid_argument(
-        "node '" + message.node + "' computes on " + message.device + ", " + first + " on " +
-        device_kind_ +
+        "node '" + message.node + "' computes on " + device->name() + ", " + first + " on " +
+        device_->name() +
         ": KV blocks move between nodes byte for byte, and the CPU backend keeps keys grouped "
         "where the CUDA backend keeps them token-major, so all nodes compute on the same kind of "
         "device");
@@ -61,7 +67,7 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
   if (first_node_.empty()) first_node_ = message.node;
   block_size_ = message.block_size;
   if (!message.kv_dtype.empty()) kv_dtype_ = message.kv_dtype;
-  if (!message.device.empty()) device_kind_ = device_kind;
+  if (device && !device_) device_ = device;
   node.up = true;
   node.ever_registered = true;
   node.descriptor = message.descriptor;

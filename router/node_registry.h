@@ -22,6 +22,7 @@
 #include "common/control_messages.h"
 #include "common/routing_policy.h"
 #include "common/status.h"
+#include "engine/device.h"
 
 namespace baton::router {
 
@@ -97,7 +98,8 @@ class NodeRegistry {
   std::string first_node_;
   int32_t block_size_ = 0;
   std::string kv_dtype_;
-  std::string device_kind_;  // "cpu" or "cuda": the layouts' key orders differ
+  // Its kind only is shared (the backends' key orders differ), not the index.
+  std::optional<engine::Device> device_;
   // Prefix-aware policy, by node: the hashes (common/prefix_hash.h) of the
   // prompt blocks the router sent there, with when it last did: its guess at
   // what the node's cache holds. Bounded; the least recently sent go first.

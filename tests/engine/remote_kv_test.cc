@@ -123,14 +123,25 @@ class RemoteKvTest : public ::testing::Test {
   Prefilled prefill_node_run(const std::vector<int32_t>& prompt, const GenerationOptions& o,
                              int32_t block_size) {
     Prefilled p{make_engine(128, block_size, 2048), nullptr};
+    p.done = prefill_on(*p.engine, prompt, o);
+    return p;
+  }
+  // `prefill_node` runs `prompt` as a prefill node does (max_tokens 1), keeping
+  // the blocks from `retained_from` on; its finished sequence, null (a failed
+  // expectation) if there is none.
+  static std::unique_ptr<Sequence> prefill_on(Engine& prefill_node,
+                                              const std::vector<int32_t>& prompt,
+                                              const GenerationOptions& o,
+                                              int32_t retained_from = 0) {
     GenerationOptions prefill = o;
     prefill.max_tokens = 1;
     prefill.retain_blocks = true;
-    EXPECT_TRUE(p.engine->scheduler().add(prompt, prefill).is_ok());
-    auto done = p.engine->run_to_completion();
+    prefill.retained_from_block = retained_from;
+    EXPECT_TRUE(prefill_node.scheduler().add(prompt, prefill).is_ok());
+    auto done = prefill_node.run_to_completion();
     EXPECT_TRUE(done.is_ok() && done->size() == 1);
-    if (done.is_ok() && done->size() == 1) p.done = std::move((*done)[0]);
-    return p;
+    if (!done.is_ok() || done->size() != 1) return nullptr;
+    return std::move((*done)[0]);
   }
 
   // A decode node that served `earlier` itself: its blocks are cached in the
@@ -724,14 +735,9 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   prefix_caching_ = false;
   auto b = make_engine(16, kBlock, 16, windowed);  // the prefill node, in chunks
   prefix_caching_ = true;
-  GenerationOptions prefill = o;
-  prefill.max_tokens = 1;
-  prefill.retain_blocks = true;
-  prefill.retained_from_block = skipped;
-  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
-  auto prefilled = b->run_to_completion();
-  ASSERT_TRUE(prefilled.is_ok() && prefilled->size() == 1) << prefilled.status().to_string();
-  const Sequence& done = *(*prefilled)[0];
+  const std::unique_ptr<Sequence> prefilled = prefill_on(*b, prompt, o, skipped);
+  ASSERT_NE(prefilled, nullptr);
+  const Sequence& done = *prefilled;
   EXPECT_EQ(done.block_table.num_released(), skipped);
   EXPECT_EQ(b->scheduler().stats().total_blocks - b->scheduler().stats().free_blocks, sent)
       << "the prefill node holds what it sends";
@@ -742,17 +748,15 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
   expect_all_decode_as(*c, 1, *(*whole)[0]);
-  b->scheduler().release_blocks(*(*prefilled)[0]);
+  b->scheduler().release_blocks(*prefilled);
   EXPECT_EQ(b->scheduler().stats().free_blocks, b->scheduler().stats().total_blocks);
   // For a decode node that skips none (its prefix on SSD is read into every
   // block), the prefill node keeps every block.
-  prefill.retained_from_block = 0;
-  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
-  auto sends_all = b->run_to_completion();
-  ASSERT_TRUE(sends_all.is_ok() && sends_all->size() == 1) << sends_all.status().to_string();
-  EXPECT_EQ((*sends_all)[0]->block_table.num_released(), 0);
+  const std::unique_ptr<Sequence> sends_all = prefill_on(*b, prompt, o, /*retained_from=*/0);
+  ASSERT_NE(sends_all, nullptr);
+  EXPECT_EQ(sends_all->block_table.num_released(), 0);
   EXPECT_EQ(b->scheduler().stats().total_blocks - b->scheduler().stats().free_blocks, needed);
-  b->scheduler().release_blocks(*(*sends_all)[0]);
+  b->scheduler().release_blocks(*sends_all);
 
   const int32_t predicted_again = cs.blocks_to_receive(prompt, o);
   auto again = cs.reserve_remote(prompt, o);
@@ -805,17 +809,10 @@ TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
 
   auto b = make_engine(kPoolBlocks, kBlock, kChunk, windowed);  // the prefill node
   prefix_caching_ = true;
-  GenerationOptions prefill = o;
-  prefill.max_tokens = 1;
-  prefill.retain_blocks = true;
-  prefill.retained_from_block = skipped;
-  ASSERT_TRUE(b->scheduler().add(prompt, prefill).is_ok());
-  auto prefilled = b->run_to_completion();
-  ASSERT_TRUE(prefilled.is_ok() && prefilled->size() == 1) << prefilled.status().to_string();
-  const Sequence& done = *(*prefilled)[0];
+  const std::unique_ptr<Sequence> prefilled = prefill_on(*b, prompt, o, skipped);
+  ASSERT_NE(prefilled, nullptr);
+  const Sequence& done = *prefilled;
   EXPECT_EQ(done.block_table.num_released(), skipped);
-  EXPECT_LE(b->scheduler().stats().peak_used_blocks, kPoolBlocks);
-
   // The prefill node's chunks of 16 and the 10 positions before each: 8.
   EXPECT_LE(b->scheduler().stats().peak_used_blocks, 8);
 
@@ -824,7 +821,7 @@ TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
                   .is_ok());
   expect_all_decode_as(*c, 1, *(*whole)[0]);
   EXPECT_LE(cs.stats().peak_used_blocks, 8) << "decoding holds its window and a step";
-  b->scheduler().release_blocks(*(*prefilled)[0]);
+  b->scheduler().release_blocks(*prefilled);
 }
 
 // A decode node whose pool is nearly all one cached chain (a prompt it

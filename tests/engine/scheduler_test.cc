@@ -1057,15 +1057,47 @@ TEST_F(SchedulerTest, DamagedSsdTierIsComputedAgain) {
   EXPECT_GT(engine->scheduler().stats().prefix_hit_tokens, after.prefix_hit_tokens);
 }
 
-// Two threads, the pool and step budget of a sliding-window test.
-EngineConfig windowed_engine_config(int32_t block_size, int32_t blocks, int32_t chunk) {
-  EngineConfig config;
-  config.threads = 2;
-  config.block_size = block_size;
-  config.kv_cache_blocks = blocks;
-  config.max_num_batched_tokens = chunk;
-  return config;
-}
+// Sliding-window tests: a tiny Qwen2-shaped model of fresh random weights,
+// every layer with a 9-token window (or none), 4-token blocks, 8-token steps.
+class SlidingWindowTest : public ::testing::Test {
+ protected:
+  static constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
+  // What one sequence holds at once: the window behind a step's first row
+  // and the step's tokens, 5 blocks.
+  static constexpr int32_t kPoolBlocks = (kWindow - 1 + kChunk + kBlock - 1) / kBlock + 1;
+
+  void SetUp() override {
+    auto preset = model_preset("tiny-qwen2");
+    ASSERT_TRUE(preset.is_ok());
+    config_ = *preset;
+  }
+  // The model, its every layer windowed or none.
+  std::filesystem::path make(bool windowed) {
+    ModelConfig c = config_;
+    if (windowed) c.layer_windows.assign(size_t(c.num_layers), kWindow);
+    return testing::make_model(dir_, c, windowed ? "windowed" : "full", DType::kF32, seed_);
+  }
+  // Two threads, `blocks` of kBlock tokens, steps of kChunk.
+  static EngineConfig engine_config(int32_t blocks) {
+    EngineConfig config;
+    config.threads = 2;
+    config.block_size = kBlock;
+    config.kv_cache_blocks = blocks;
+    config.max_num_batched_tokens = kChunk;
+    return config;
+  }
+  std::vector<int32_t> random_tokens(size_t n) {
+    std::uniform_int_distribution<int32_t> id(3, config_.vocab_size - 1);
+    std::vector<int32_t> tokens(n);
+    for (int32_t& t : tokens) t = id(rng_);
+    return tokens;
+  }
+
+  const uint32_t seed_ = std::random_device{}();
+  std::mt19937 rng_{seed_};
+  testing::TempDir dir_;
+  ModelConfig config_;
+};
 
 // Every token `seq` chose after `prompt` has the log-probability the double
 // reference of `checkpoint` (its windows included) gives it.
@@ -1089,20 +1121,11 @@ void expect_logprobs_of_the_reference(const Checkpoint& checkpoint,
 // decoded). With prefix caching on, the blocks given back stay cached;
 // off, the next block reserved is the one just given back (lowest id
 // first), so giving one back too early overwrites what a window reads.
-TEST(SlidingWindowTest, ALongGenerationHoldsOnlyItsWindowAndMatchesTheReference) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  testing::TempDir dir;
-  auto config = model_preset("tiny-qwen2");
-  ASSERT_TRUE(config.is_ok());
-  constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
-  config->layer_windows.assign(size_t(config->num_layers), kWindow);
-  const auto path = testing::make_model(dir, *config, "windowed", DType::kF32, seed);
-  EngineConfig engine_config = windowed_engine_config(kBlock, 64, kChunk);
-  std::uniform_int_distribution<int32_t> id(3, config->vocab_size - 1);
-  std::vector<int32_t> prompt(21);
-  for (int32_t& t : prompt) t = id(rng);
+TEST_F(SlidingWindowTest, ALongGenerationHoldsOnlyItsWindowAndMatchesTheReference) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const auto path = make(/*windowed=*/true);
+  EngineConfig engine_config = SlidingWindowTest::engine_config(64);
+  const std::vector<int32_t> prompt = random_tokens(21);
   auto checkpoint = Checkpoint::open(path);
   ASSERT_TRUE(checkpoint.is_ok());
   for (const bool prefix_caching : {true, false}) {
@@ -1134,21 +1157,12 @@ TEST(SlidingWindowTest, ALongGenerationHoldsOnlyItsWindowAndMatchesTheReference)
 // max_model_len is not capped at the pool), and every token chosen has the
 // log-probability the double reference with the window gives it. A model
 // without windows and the same pool is capped at the pool.
-TEST(SlidingWindowTest, AContextManyTimesThePoolRunsInItsWindow) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  testing::TempDir dir;
-  auto config = model_preset("tiny-qwen2");
-  ASSERT_TRUE(config.is_ok());
-  constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
-  // The window behind a step's first row and the step's tokens: 5 blocks.
-  constexpr int32_t kPoolBlocks = (kWindow - 1 + kChunk + kBlock - 1) / kBlock + 1;
+TEST_F(SlidingWindowTest, AContextManyTimesThePoolRunsInItsWindow) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
   ASSERT_EQ(tokens_held_at_once(4096, kWindow, kChunk, kBlock), kPoolBlocks * kBlock);
-  const auto unwindowed = testing::make_model(dir, *config, "full", DType::kF32, seed);
-  config->layer_windows.assign(size_t(config->num_layers), kWindow);
-  const auto path = testing::make_model(dir, *config, "windowed", DType::kF32, seed);
-  EngineConfig engine_config = windowed_engine_config(kBlock, kPoolBlocks, kChunk);
+  const auto unwindowed = make(/*windowed=*/false);
+  const auto path = make(/*windowed=*/true);
+  EngineConfig engine_config = SlidingWindowTest::engine_config(kPoolBlocks);
   engine_config.enable_prefix_caching = false;
   auto capped = Engine::create(unwindowed, engine_config);
   ASSERT_TRUE(capped.is_ok()) << capped.status().to_string();
@@ -1156,10 +1170,9 @@ TEST(SlidingWindowTest, AContextManyTimesThePoolRunsInItsWindow) {
 
   auto engine = Engine::create(path, engine_config);
   ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
-  EXPECT_EQ((*engine)->scheduler().max_model_len(), config->max_position_embeddings);
-  std::uniform_int_distribution<int32_t> id(3, config->vocab_size - 1);
-  std::vector<int32_t> prompt(3 * kPoolBlocks * kBlock);  // three pools' worth, in chunks
-  for (int32_t& t : prompt) t = id(rng);
+  EXPECT_EQ((*engine)->scheduler().max_model_len(), config_.max_position_embeddings);
+  // Three pools' worth, in chunks.
+  const std::vector<int32_t> prompt = random_tokens(3 * kPoolBlocks * kBlock);
   GenerationOptions options = testing::greedy(100);
   options.ignore_eos = true;
   options.logprobs = 1;
@@ -1183,23 +1196,13 @@ TEST(SlidingWindowTest, AContextManyTimesThePoolRunsInItsWindow) {
 // its windows go back as it is admitted, so it takes a chunk of what is
 // free instead of waiting forever for blocks no one else will give back;
 // it shares the prefix and chooses what the double reference gives.
-TEST(SlidingWindowTest, AFollowUpWhosePrefixFillsThePoolGoesOn) {
-  const uint32_t seed = std::random_device{}();
-  SCOPED_TRACE("seed " + std::to_string(seed));
-  std::mt19937 rng(seed);
-  testing::TempDir dir;
-  auto config = model_preset("tiny-qwen2");
-  ASSERT_TRUE(config.is_ok());
-  constexpr int32_t kWindow = 9, kBlock = 4, kChunk = 8;
-  constexpr int32_t kPoolBlocks = (kWindow - 1 + kChunk + kBlock - 1) / kBlock + 1;
-  config->layer_windows.assign(size_t(config->num_layers), kWindow);
-  const auto path = testing::make_model(dir, *config, "windowed", DType::kF32, seed);
-  auto engine = Engine::create(path, windowed_engine_config(kBlock, kPoolBlocks, kChunk));
+TEST_F(SlidingWindowTest, AFollowUpWhosePrefixFillsThePoolGoesOn) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  const auto path = make(/*windowed=*/true);
+  auto engine = Engine::create(path, engine_config(kPoolBlocks));
   ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
   Scheduler& s = (*engine)->scheduler();
-  std::uniform_int_distribution<int32_t> id(3, config->vocab_size - 1);
-  std::vector<int32_t> first(16);
-  for (int32_t& t : first) t = id(rng);
+  const std::vector<int32_t> first = random_tokens(16);
   GenerationOptions options = testing::greedy(5);
   options.ignore_eos = true;
   ASSERT_TRUE(s.add(first, options).is_ok());
@@ -1209,7 +1212,8 @@ TEST(SlidingWindowTest, AFollowUpWhosePrefixFillsThePoolGoesOn) {
   std::vector<int32_t> follow_up = first;
   const std::vector<int32_t>& out = (*done)[0]->output;
   follow_up.insert(follow_up.end(), out.begin(), out.begin() + 4);
-  for (int32_t i = 0; i < 10; ++i) follow_up.push_back(id(rng));
+  const std::vector<int32_t> more_tokens = random_tokens(10);
+  follow_up.insert(follow_up.end(), more_tokens.begin(), more_tokens.end());
   const int64_t hits = s.stats().prefix_hit_tokens;
   GenerationOptions more = testing::greedy(12);
   more.ignore_eos = true;

@@ -83,9 +83,12 @@ TEST(NodeRegistry, RefusesANodeOnAnotherKindOfDeviceNamingBoth) {
   control::Register d0 = registration("d0", Role::kDecode);
   d0.device = "cpu";
   const std::string message = registry.register_node(d0, now).message();
-  EXPECT_NE(message.find("node 'd0' computes on cpu, node 'p0' on cuda"), std::string::npos)
+  EXPECT_NE(message.find("node 'd0' computes on cpu, node 'p0' on cuda:0"), std::string::npos)
       << message;
   EXPECT_EQ(registry.up_count(Role::kDecode), 0);
+  d0.device = "tpu";  // no device Baton has
+  EXPECT_NE(registry.register_node(d0, now).message().find("node 'd0''s device"),
+            std::string::npos);
   // Another GPU is the same kind of device.
   d0.device = "cuda:1";
   EXPECT_TRUE(registry.register_node(d0, now).is_ok());
