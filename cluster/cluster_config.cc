@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <charconv>
 #include <functional>
+#include <map>
 #include <set>
 #include <utility>
 
@@ -468,6 +469,39 @@ static Status check_shared_kv_layout(const ClusterConfig& config) {
   return Status::ok();
 }
 
+// Nodes on one device of one host (or on one host's CPUs) share its memory:
+// the parts engine.memory_fraction gives them cannot add up to more than it.
+static Status check_memory_fractions(const ClusterConfig& config) {
+  struct Sharer {
+    std::string key, name;
+    double fraction;
+  };
+  std::map<std::pair<std::string, std::string>, std::vector<Sharer>> by_memory;
+  for (const auto* nodes : {&config.prefill, &config.decode}) {
+    for (size_t i = 0; i < nodes->size(); ++i) {
+      const NodeSection& node = (*nodes)[i];
+      if (node.engine.memory_fraction <= 0 || node.engine.kv_cache_blocks > 0) continue;
+      std::vector<Sharer>& sharers = by_memory[{node.host, node.engine.device.name()}];
+      sharers.push_back({std::string(role_name(node.role)) + "[" + std::to_string(i) + "]",
+                         node.name, node.engine.memory_fraction});
+      double sum = 0;
+      std::string names, parts;
+      for (const Sharer& s : sharers) {
+        sum += s.fraction;
+        names += (names.empty() ? "" : ", ") + s.name;
+        parts += (parts.empty() ? "" : " + ") + engine::format_fraction(s.fraction);
+      }
+      // A little slack for decimal fractions that add up to 1 exactly.
+      if (sum > 1 + 1e-9) {
+        return invalid_argument(sharers.back().key + ".engine.memory_fraction: " + names +
+                                " share " + node.engine.device.name() + " on " + node.host +
+                                " and ask for " + parts + " of its memory, more than all of it");
+      }
+    }
+  }
+  return Status::ok();
+}
+
 Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::path& base_dir) {
   static const char* const kTopLevel[] = {"model",    "router",  "engine",
                                           "transfer", "prefill", "decode"};
@@ -528,6 +562,7 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
     }
   }
   BATON_RETURN_IF_ERROR(check_shared_kv_layout(config));
+  BATON_RETURN_IF_ERROR(check_memory_fractions(config));
   BATON_RETURN_IF_ERROR(check_stall_timeout(config));
   return config;
 }
@@ -593,7 +628,10 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
             std::string(role_name(node.role)) + "[" + std::to_string(i) +
                 "].transfer.staging_blocks"));
       }
-      if (blocks >= needed) continue;
+      // A share of a device's memory is sized where the device is known: the
+      // engine caps its context at what the pool holds, and says so.
+      const bool sized_at_start = engine.kv_cache_blocks == 0 && engine.memory_fraction > 0;
+      if (blocks >= needed || sized_at_start) continue;
       const int64_t tokens = blocks * engine.block_size;
       std::string what =
           engine.kv_cache_blocks > 0

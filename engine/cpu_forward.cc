@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "engine/host_memory.h"
 #include "kernels/cpu/attention.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear.h"
@@ -52,6 +53,29 @@ uint64_t CpuForward::workspace_bytes() const {
   for (const std::vector<float>* v : {&x_, &h_, &q_, &k_, &v_, &attn_, &gate_, &up_})
     floats += v->capacity();
   return uint64_t(floats) * sizeof(float);
+}
+
+Status CpuForward::reserve_workspace(const StepLimits& limits) {
+  const auto tokens = size_t(std::max<int64_t>(limits.tokens, 1));
+  const ModelConfig& c = config_;
+  const size_t q_width = size_t(c.num_heads) * c.head_dim;
+  const size_t kv_width = size_t(c.num_kv_heads) * c.head_dim;
+  for (auto [v, width] : {std::pair{&x_, size_t(c.hidden_size)},
+                          {&h_, size_t(c.hidden_size)},
+                          {&q_, q_width},
+                          {&k_, kv_width},
+                          {&v_, kv_width},
+                          {&attn_, q_width},
+                          {&gate_, size_t(c.intermediate_size)},
+                          {&up_, size_t(c.intermediate_size)}})
+    v->reserve(tokens * width);
+  return Status::ok();
+}
+
+Result<uint64_t> CpuForward::memory_bytes() const {
+  const uint64_t memory = host_memory_bytes();
+  if (memory == 0) return unavailable("this machine's memory size is unknown");
+  return memory;
 }
 
 Status CpuForward::forward(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,

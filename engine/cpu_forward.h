@@ -39,6 +39,10 @@ class CpuForward final : public ForwardBackend {
   uint64_t weights_bytes() const override { return weights_bytes_; }
   // The step's own buffers (the kernels' per-thread scratch is not counted).
   uint64_t workspace_bytes() const override;
+  // Reserves the step's buffers without touching them: the memory is the
+  // host's, taken as steps first reach it.
+  Status reserve_workspace(const StepLimits& limits) override;
+  Result<uint64_t> memory_bytes() const override;
   Result<std::unique_ptr<PoolCopier>> make_pool_copier(KvPool& pool) override {
     return make_host_pool_copier(pool.data(), pool.bytes());
   }

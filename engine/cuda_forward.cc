@@ -148,6 +148,19 @@ class CudaForward final : public ForwardBackend {
 
   uint64_t weights_bytes() const override { return weights_bytes_; }
 
+  Status reserve_workspace(const StepLimits& limits) override {
+    BATON_RETURN_IF_ERROR(kc::use_device(index_));
+    BATON_RETURN_IF_ERROR(ensure_attention(limits.block_size));
+    const int64_t tokens = std::max<int64_t>(limits.tokens, 1);
+    return size_step_buffers(tokens, std::min(limits.logit_rows, tokens));
+  }
+
+  Result<uint64_t> memory_bytes() const override {
+    BATON_RETURN_IF_ERROR(kc::use_device(index_));
+    BATON_ASSIGN_OR_RETURN(kc::DeviceMemory memory, kc::device_memory());
+    return uint64_t(memory.total_bytes);
+  }
+
   uint64_t workspace_bytes() const override {
     uint64_t bytes = gemm_workspace_bytes_ + rope_.bytes() + step_ints_.bytes() +
                      (attention_ ? kc::kPagedAttentionWorkspaceBytes : 0);
@@ -173,12 +186,14 @@ class CudaForward final : public ForwardBackend {
       return invalid_argument("the CUDA backend's KV pool is BF16 and token-major");
     }
     BATON_RETURN_IF_ERROR(kc::use_device(index_));
-    // The attention's workspaces come at the first step: room is left for
-    // them, so that step does not run out of memory.
-    BATON_RETURN_IF_ERROR(check_fits("a KV pool of " + std::to_string(layout.num_blocks) +
-                                         " blocks (engine.kv_cache_bytes) and the attention's "
-                                         "workspaces",
-                                     layout.total_bytes() + kc::kPagedAttentionWorkspaceBytes));
+    // Without reserve_workspace, the attention's workspaces come at the
+    // first step: room is left for them, so that step does not run out.
+    const bool attention_ready =
+        attention_ != nullptr && attention_shape_block_ == layout.block_size;
+    BATON_RETURN_IF_ERROR(check_fits(
+        "a KV pool of " + std::to_string(layout.num_blocks) + " blocks" +
+            (attention_ready ? std::string() : " and the attention's workspaces"),
+        layout.total_bytes() + (attention_ready ? 0 : kc::kPagedAttentionWorkspaceBytes)));
     BATON_ASSIGN_OR_RETURN(kc::DeviceBuffer memory,
                            kc::DeviceBuffer::allocate(layout.total_bytes()));
     // Zero, as a CPU pool starts (mapped pages): no slot read before it is
@@ -245,6 +260,43 @@ class CudaForward final : public ForwardBackend {
                             : std::string()));
   }
 
+  // The attention of pools of `block_size` tokens a block, with its workspaces.
+  Status ensure_attention(int32_t block_size) {
+    if (attention_ != nullptr && attention_shape_block_ == block_size) return Status::ok();
+    attention_.reset();  // its workspaces go before the new one's are taken
+    const ModelConfig& c = config_;
+    BATON_ASSIGN_OR_RETURN(attention_,
+                           kc::PagedAttention::create({.num_heads = c.num_heads,
+                                                       .num_kv_heads = c.num_kv_heads,
+                                                       .head_dim = c.head_dim,
+                                                       .block_size = block_size,
+                                                       .layer_windows = c.layer_windows}));
+    attention_shape_block_ = block_size;
+    return Status::ok();
+  }
+
+  // The activations, logits and staged integers of a step of `tokens`
+  // tokens wanting `wanted` rows of logits.
+  Status size_step_buffers(int64_t tokens, int64_t wanted) {
+    const int64_t hidden = config_.hidden_size, ffn = config_.intermediate_size,
+                  vocab = config_.vocab_size;
+    const int64_t rows = std::max<int64_t>(wanted, 1);
+    BATON_RETURN_IF_ERROR(ensure(x_, size_t(tokens * hidden) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(h_, size_t(tokens * hidden) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(qkv_, size_t(tokens * qkv_width_) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(q_, size_t(tokens * q_width_) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(attn_, size_t(tokens * q_width_) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(gate_up_, size_t(tokens * 2 * ffn) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(act_, size_t(tokens * ffn) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(rows_, size_t(rows * hidden) * kBf16));
+    BATON_RETURN_IF_ERROR(ensure(logits_, size_t(rows * vocab) * 4));
+    BATON_RETURN_IF_ERROR(ensure(logits_host_, size_t(rows * vocab) * 4));
+    const int64_t zeros = config_.no_rope.empty() ? 0 : tokens;
+    const size_t ints = size_t(2 * tokens + wanted + zeros);
+    BATON_RETURN_IF_ERROR(ensure(step_ints_, ints * 4));
+    return ensure(step_ints_host_, ints * 4);
+  }
+
   Status run_step(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
                   const LayerDoneCallback* on_layer_done) {
     const ModelConfig& c = config_;
@@ -261,24 +313,13 @@ class CudaForward final : public ForwardBackend {
     // the CPU backend, which forms every angle as it goes: the table grows.
     if (last_position >= rope_positions_)
       BATON_RETURN_IF_ERROR(upload_rope_table(int64_t(last_position) + 1));
-    BATON_RETURN_IF_ERROR(ensure(x_, size_t(tokens * hidden) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(h_, size_t(tokens * hidden) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(qkv_, size_t(tokens * qkv_width_) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(q_, size_t(tokens * q_width_) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(attn_, size_t(tokens * q_width_) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(gate_up_, size_t(tokens * 2 * ffn) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(act_, size_t(tokens * ffn) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(rows_, size_t(std::max<int64_t>(wanted, 1) * hidden) * kBf16));
-    BATON_RETURN_IF_ERROR(ensure(logits_, size_t(std::max<int64_t>(wanted, 1) * vocab) * 4));
-    BATON_RETURN_IF_ERROR(ensure(logits_host_, size_t(std::max<int64_t>(wanted, 1) * vocab) * 4));
+    BATON_RETURN_IF_ERROR(size_step_buffers(tokens, wanted));
 
     // Token ids, positions and logit rows: one staged upload; then, for
     // layers without RoPE (SmolLM3's), a position 0 for every token, where
     // the rotation (cos 1, sin 0) leaves q and k as they are.
     const int64_t zeros = config_.no_rope.empty() ? 0 : tokens;
     const size_t ints = size_t(2 * tokens + wanted + zeros);
-    BATON_RETURN_IF_ERROR(ensure(step_ints_, ints * 4));
-    BATON_RETURN_IF_ERROR(ensure(step_ints_host_, ints * 4));
     auto* staged = static_cast<int32_t*>(step_ints_host_.data());
     std::copy_n(batch.token_ids, tokens, staged);
     std::copy_n(batch.positions, tokens, staged + tokens);
@@ -301,15 +342,7 @@ class CudaForward final : public ForwardBackend {
     attention.block_table_stride = batch.block_table_stride;
     attention.scale = c.attention_scale();
     attention.qo_dtype = DType::kBF16;
-    if (attention_shape_block_ != kv.layout().block_size) {
-      BATON_ASSIGN_OR_RETURN(attention_,
-                             kc::PagedAttention::create({.num_heads = c.num_heads,
-                                                         .num_kv_heads = c.num_kv_heads,
-                                                         .head_dim = c.head_dim,
-                                                         .block_size = kv.layout().block_size,
-                                                         .layer_windows = c.layer_windows}));
-      attention_shape_block_ = kv.layout().block_size;
-    }
+    BATON_RETURN_IF_ERROR(ensure_attention(kv.layout().block_size));
     void* s = stream_.handle();
     BATON_RETURN_IF_ERROR(attention_->plan(attention, s));
 

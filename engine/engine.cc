@@ -6,6 +6,7 @@
 #include <cstdio>
 
 #include "engine/host_memory.h"
+#include "engine/memory_share.h"
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_features.h"
 
@@ -69,11 +70,28 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
                          backend->kv_dtype(config.kv_dtype, model_config.torch_dtype));
   KvLayout layout =
       kv_layout_of(model_config, config.block_size, kv_dtype, backend->kv_key_order());
-  int64_t blocks = config.kv_cache_blocks > 0 ? config.kv_cache_blocks
-                                              : kv_blocks_for_bytes(layout, config.kv_cache_bytes);
+  // Before the pool: the largest step's workspace is then known, and never
+  // finds its memory taken by the pool.
+  BATON_RETURN_IF_ERROR(backend->reserve_workspace({.tokens = config.max_num_batched_tokens,
+                                                    .logit_rows = config.max_num_seqs,
+                                                    .block_size = config.block_size}));
+  uint64_t pool_bytes = config.kv_cache_bytes;
+  if (config.kv_cache_blocks == 0 && config.memory_fraction > 0) {
+    BATON_ASSIGN_OR_RETURN(const uint64_t memory, backend->memory_bytes());
+    const MemoryShare share{.fraction = config.memory_fraction,
+                            .memory = memory,
+                            .weights = backend->weights_bytes(),
+                            .workspace = backend->workspace_bytes()};
+    BATON_ASSIGN_OR_RETURN(pool_bytes, pool_bytes_of_share(share, config.device.name()));
+    spdlog::info("engine: memory_fraction {:g} of {}'s {}: weights {}, workspace {}, KV pool {}",
+                 config.memory_fraction, config.device.name(), bytes_text(memory),
+                 bytes_text(share.weights), bytes_text(share.workspace), bytes_text(pool_bytes));
+  }
+  const int64_t blocks =
+      config.kv_cache_blocks > 0 ? config.kv_cache_blocks : kv_blocks_for_bytes(layout, pool_bytes);
   if (blocks < 1) {
-    return invalid_argument("engine.kv_cache_bytes: " + std::to_string(config.kv_cache_bytes) +
-                            " bytes hold no KV block of " +
+    return invalid_argument(std::string(config.pool_size_setting()) + ": " +
+                            std::to_string(pool_bytes) + " bytes hold no KV block of " +
                             std::to_string(layout.bytes_per_token() * size_t(layout.block_size)) +
                             " bytes");
   }

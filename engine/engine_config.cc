@@ -57,7 +57,17 @@ const YamlSettings<EngineConfig>& settings() {
       byte_size_setting("kv_cache_bytes", &E::kv_cache_bytes,
                         "KV pool size in bytes (suffixes KiB, MiB, GiB, KB, MB, GB)"),
       int_setting("kv_cache_blocks", &E::kv_cache_blocks, 0, int64_t(1) << 30,
-                  "KV pool size in blocks; overrides kv_cache_bytes when > 0"),
+                  "KV pool size in blocks; overrides kv_cache_bytes and memory_fraction when > 0"),
+      {"memory_fraction",
+       "share of the memory the node computes in (the device's; the host's for a CPU node) "
+       "that its weights, a step's workspace and its KV pool may take together, the pool "
+       "getting what the others leave; overrides kv_cache_bytes when > 0 (0 = off); nodes "
+       "sharing a device each take their part of it",
+       [](const YAML::Node& node, const std::string& key, E& config) -> Status {
+         BATON_ASSIGN_OR_RETURN(config.memory_fraction, read_yaml_fraction(node, key));
+         return Status::ok();
+       },
+       [](const E& config) { return format_fraction(config.memory_fraction); }},
       int_setting("max_num_seqs", &E::max_num_seqs, 1, 65536,
                   "sequences in the running batch at once"),
       int_setting("max_num_batched_tokens", &E::max_num_batched_tokens, 1, int64_t(1) << 24,

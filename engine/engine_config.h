@@ -31,10 +31,15 @@ struct EngineConfig {
   std::optional<DType> kv_dtype;           // unset: the checkpoint's torch_dtype
   uint64_t kv_cache_bytes = 256ull << 20;  // pool size when kv_cache_blocks is unset
   int32_t kv_cache_blocks = 0;             // > 0 overrides kv_cache_bytes
-  int32_t max_num_seqs = 256;              // running sequences at once
-  int32_t max_num_batched_tokens = 2048;   // tokens per step (chunked prefill above it)
-  int32_t max_model_len = 0;               // 0: the model's max_position_embeddings
-  bool huge_page_weights = true;           // read weights in at start, in 2 MiB pages (CPU)
+  // > 0: the share of its memory (the device's, or the host's for the CPU
+  // backend) the node may hold in weights, a step's workspace and the KV
+  // pool, which gets what the first two leave; overrides kv_cache_bytes,
+  // kv_cache_blocks overrides it. Nodes sharing a device give each its part.
+  double memory_fraction = 0;
+  int32_t max_num_seqs = 256;             // running sequences at once
+  int32_t max_num_batched_tokens = 2048;  // tokens per step (chunked prefill above it)
+  int32_t max_model_len = 0;              // 0: the model's max_position_embeddings
+  bool huge_page_weights = true;          // read weights in at start, in 2 MiB pages (CPU)
   // CPU backend: whether BF16 weights' prefill GEMM and BF16 KV's decode V
   // pass take AVX-512 BF16 dot products (VDPBF16PS) where the CPU has them;
   // unset: where it issues them faster than F32 FMAs (AMD's cores, not
@@ -54,7 +59,9 @@ struct EngineConfig {
 
   // The setting that sized the KV pool, for messages about its size.
   const char* pool_size_setting() const {
-    return kv_cache_blocks > 0 ? "engine.kv_cache_blocks" : "engine.kv_cache_bytes";
+    return kv_cache_blocks > 0   ? "engine.kv_cache_blocks"
+           : memory_fraction > 0 ? "engine.memory_fraction"
+                                 : "engine.kv_cache_bytes";
   }
 };
 

@@ -50,6 +50,13 @@ struct StepBatch {
 // next layer writes anything.
 using LayerDoneCallback = std::function<void(int32_t layer)>;
 
+// The largest step an engine runs: what a backend sizes its workspace for.
+struct StepLimits {
+  int64_t tokens = 0;      // engine.max_num_batched_tokens
+  int64_t logit_rows = 0;  // rows of logits, one a sequence (engine.max_num_seqs)
+  int32_t block_size = 0;  // of the KV pool the steps read
+};
+
 class ForwardBackend {
  public:
   virtual ~ForwardBackend() = default;
@@ -70,6 +77,14 @@ class ForwardBackend {
   // (host memory for the CPU backend, the device's for the CUDA one). It
   // grows with the steps, so a node reports it with its load.
   virtual uint64_t workspace_bytes() const = 0;
+  // Sizes the workspace for steps up to `limits` now, so that the first
+  // such step does not find the memory taken by the pool, and
+  // workspace_bytes() says what they hold. A larger step still grows it
+  // (prompt logprobs want a row of logits a token).
+  virtual Status reserve_workspace(const StepLimits& limits) = 0;
+  // The memory the weights, the workspace and the KV pool share: the
+  // device's, or this machine's (its cgroup's) for the CPU backend.
+  virtual Result<uint64_t> memory_bytes() const = 0;
   // Copies byte ranges between `pool` (one of allocate_kv_pool's, outliving
   // the copier) and host memory of its layout: what stages the pool for the
   // transfer engine and the SSD tier where they cannot reach it in place.

@@ -40,6 +40,16 @@ inline std::string gib_text(uint64_t bytes) {
   return text;
 }
 
+// "1.5 GiB", "12.0 MiB", "300.0 KiB": the largest unit the bytes reach.
+inline std::string bytes_text(uint64_t bytes) {
+  if (bytes >= (1ull << 30)) return gib_text(bytes);
+  char text[32];
+  const bool mib = bytes >= (1ull << 20);
+  std::snprintf(text, sizeof text, "%.1f %s", double(bytes) / double(mib ? 1ull << 20 : 1ull << 10),
+                mib ? "MiB" : "KiB");
+  return text;
+}
+
 // Refuses `bytes` of host memory this process could never hold (nothing
 // where the machine's memory is unknown); `what` names them and the setting
 // that sized them, and starts the message.

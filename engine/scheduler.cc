@@ -36,7 +36,7 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
       tokens_held_at_once(max_model_len_, kv_window_, config.max_num_batched_tokens, block_size)) {
     spdlog::warn(
         "engine: context length {} tokens, the KV pool's whole capacity, not {} ({}): raise "
-        "engine.kv_cache_bytes or kv_cache_blocks for longer sequences",
+        "engine.kv_cache_bytes, kv_cache_blocks or memory_fraction for longer sequences",
         pool_tokens, max_model_len_,
         config.max_model_len > 0 ? "engine.max_model_len" : "the model's max_position_embeddings");
     max_model_len_ = int32_t(pool_tokens);

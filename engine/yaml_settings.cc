@@ -2,6 +2,7 @@
 
 #include <cctype>
 #include <charconv>
+#include <cstdio>
 #include <set>
 
 namespace baton::engine {
@@ -62,6 +63,23 @@ Result<bool> read_yaml_bool(const YAML::Node& node, const std::string& key) {
   if (text == "true" || text == "True" || text == "TRUE") return true;
   if (text == "false" || text == "False" || text == "FALSE") return false;
   return invalid_argument(key + ": expected true or false, got '" + text + "'");
+}
+
+Result<double> read_yaml_fraction(const YAML::Node& node, const std::string& key) {
+  const std::string text = node.IsScalar() ? node.Scalar() : "";
+  double value = 0;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || ec != std::errc() || end != text.data() + text.size())
+    return invalid_argument(key + ": expected a number in [0, 1] like 0.45, got '" + text + "'");
+  if (!(value >= 0 && value <= 1))
+    return invalid_argument(key + ": must be in [0, 1], got " + text);
+  return value;
+}
+
+std::string format_fraction(double fraction) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", fraction);
+  return text;
 }
 
 Result<uint64_t> parse_byte_size(std::string_view text, std::string_view key) {

@@ -77,6 +77,10 @@ Result<int64_t> read_yaml_int(const YAML::Node& node, const std::string& key, in
 Result<bool> read_yaml_bool(const YAML::Node& node, const std::string& key);
 // A non-empty scalar; errors name `key`.
 Result<std::string> read_yaml_string(const YAML::Node& node, const std::string& key);
+// A decimal number in [0, 1] ("0.45", "1", "0"); errors name `key`.
+Result<double> read_yaml_fraction(const YAML::Node& node, const std::string& key);
+// A fraction as read_yaml_fraction reads it back: "0.45", "0".
+std::string format_fraction(double fraction);
 // "512MiB", "2GiB", "1000000", "64 KB" -> bytes; errors name `key`.
 Result<uint64_t> parse_byte_size(std::string_view text, std::string_view key);
 // Bytes as the largest binary unit that divides them: "256MiB", "4GiB", "1000".

@@ -721,8 +721,10 @@ TEST(ShippedConfigs, OneGpuLoadsAndFitsItsModel) {
   for (const auto* node : {&config->prefill[0], &config->decode[0]}) {
     EXPECT_EQ(node->engine.device.name(), "cuda:0") << node->name;
     EXPECT_EQ(node->engine.kv_dtype, DType::kBF16) << node->name;
-    EXPECT_EQ(node->engine.kv_cache_bytes, 16ull << 30) << node->name;
   }
+  // Their parts of the one GPU, the decode node's batch the larger.
+  EXPECT_EQ(config->prefill[0].engine.memory_fraction, 0.4);
+  EXPECT_EQ(config->decode[0].engine.memory_fraction, 0.5);
   Status status = validate_shipped(*config);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
@@ -743,7 +745,7 @@ TEST(ShippedConfigs, ColocatedConfigsLoadAndFitTheirModels) {
   EXPECT_TRUE(gpu->prefill.empty());
   ASSERT_EQ(gpu->decode.size(), 1u);
   EXPECT_EQ(gpu->decode[0].engine.device.name(), "cuda:0");
-  EXPECT_EQ(gpu->decode[0].engine.kv_cache_bytes, 48ull << 30);
+  EXPECT_EQ(gpu->decode[0].engine.memory_fraction, 0.9);
   status = validate_shipped(*gpu);
   EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
@@ -780,6 +782,7 @@ TEST(ShippedConfigs, MultiHostGpuLoadsAndFitsItsModel) {
       EXPECT_EQ(node.host, nodes[0].host) << node.name;
       EXPECT_EQ(node.engine.device.name(), "cuda:" + std::to_string(i)) << node.name;
       EXPECT_EQ(node.engine.kv_dtype, DType::kBF16) << node.name;
+      EXPECT_EQ(node.engine.memory_fraction, 0.9) << node.name;
       EXPECT_EQ(node.transfer.ucx_env.at("UCX_NET_DEVICES"), "mlx5_" + std::to_string(i) + ":1")
           << node.name;
       EXPECT_EQ(node.transfer.ucx_env.at("UCX_TLS"), "rc,ud,sm,self") << node.name;
@@ -815,6 +818,54 @@ TEST(ClusterConfigKvLayout, NodesMustShareBlockSizeKvDtypeAndDeviceKind) {
   ASSERT_TRUE(gpus.is_ok()) << gpus.status().message();
   EXPECT_EQ(gpus->prefill[0].engine.device.name(), "cuda:0");
   EXPECT_EQ(gpus->decode[0].engine.device.name(), "cuda:1");
+}
+
+// Nodes on one device of one host share its memory: their parts of it add
+// up to all of it at most.
+TEST(ClusterConfigMemory, FractionsOfOneDeviceAddUpToItAtMost) {
+  auto cluster = [](const std::string& prefill, const std::string& decode) {
+    return parse(
+        "model: {preset: tiny}\nengine: {device: cuda}\nprefill: [{name: p, host: h1, "
+        "engine: {" +
+        prefill + "}}]\ndecode: [{name: d, host: h1, engine: {" + decode + "}}]\n");
+  };
+  const std::string both = "memory_fraction: 0.5";
+  expect_error(cluster(both, "memory_fraction: 0.6"),
+               "decode[0].engine.memory_fraction: p, d share cuda:0 on h1 and ask for 0.5 + 0.6 "
+               "of its memory, more than all of it",
+               "0.5 + 0.6");
+  for (const auto& [prefill, decode] : std::vector<std::pair<std::string, std::string>>{
+           {both, both},
+           {"memory_fraction: 0.45", "memory_fraction: 0.45"},
+           {"memory_fraction: 0.7", "memory_fraction: 0.3"},
+           // A pool sized in blocks takes no share.
+           {"memory_fraction: 0.9", "memory_fraction: 0.9, kv_cache_blocks: 100"},
+           // Two devices, or one without a share.
+           {"memory_fraction: 0.9", "memory_fraction: 0.9, device: 'cuda:1'"},
+           {"memory_fraction: 1", "kv_cache_bytes: 1GiB"}}) {
+    auto config = cluster(prefill, decode);
+    EXPECT_TRUE(config.is_ok()) << prefill << " / " << decode << ": " << config.status().message();
+  }
+  // Two hosts' devices are two devices.
+  auto hosts = parse(
+      "model: {preset: tiny}\nengine: {device: cuda, memory_fraction: 0.9}\n"
+      "prefill: [{name: p, host: h1}]\ndecode: [{name: d, host: h2}]\n");
+  EXPECT_TRUE(hosts.is_ok()) << hosts.status().message();
+  // Three nodes on one host's CPUs: the third is named.
+  expect_error(parse("model: {preset: tiny}\nengine: {memory_fraction: 0.4}\nprefill: [{name: "
+                     "p, host: h1}]\ndecode: [{name: d0, host: h1}, {name: d1, host: h1}]\n"),
+               "decode[1].engine.memory_fraction: p, d0, d1 share cpu on h1 and ask for 0.4 + "
+               "0.4 + 0.4",
+               "three CPU nodes");
+}
+
+// A share of a device is sized where the device is: `baton up` does not
+// hold it against the model beforehand.
+TEST(ValidateAgainstModel, AMemoryFractionIsSizedAtStart) {
+  auto config = smol_cluster("{kv_cache_bytes: 1MiB, max_model_len: 2048, memory_fraction: 0.3}");
+  ASSERT_TRUE(config.is_ok()) << config.status().to_string();
+  Status status = validate_against_model(*config, preset("smollm2-135m", DType::kBF16));
+  EXPECT_TRUE(status.is_ok()) << status.to_string();
 }
 
 }  // namespace

@@ -28,6 +28,7 @@
 #include "engine/make_model.h"
 #include "engine/model.h"
 #include "kernels/cuda/device.h"
+#include "kernels/cuda/paged_attention.h"
 #include "tests/cuda_device_check.h"
 #include "tests/engine/greedy_options.h"
 #include "tests/engine/reference_model.h"
@@ -299,6 +300,56 @@ TEST(CudaForward, RefusesHeadDimsItDoesNotServe) {
   ASSERT_FALSE(backend.is_ok());
   EXPECT_NE(backend.status().message().find("head_dim 16"), std::string::npos)
       << backend.status().message();
+}
+
+// engine.memory_fraction on a device: the pool is the share of the device's
+// memory its weights and a step's workspace leave, and the largest step
+// then runs in the workspace reserved for it, growing nothing.
+TEST(CudaForward, AMemoryFractionSizesTheDevicePool) {
+  BATON_SKIP_WITHOUT_NVIDIA_GPU();
+  testing::TempDir dir;
+  auto model = model_preset("tiny");
+  ASSERT_TRUE(model.is_ok());
+  model->num_heads = 4;
+  model->num_kv_heads = 2;
+  model->head_dim = 64;
+  const auto path = testing::make_model(dir, *model, "tiny", DType::kBF16, 7);
+  auto memory = kernels::cuda::device_memory();
+  ASSERT_TRUE(memory.is_ok()) << memory.status().to_string();
+  EngineConfig config;
+  config.device = Device{.kind = Device::Kind::kCuda, .index = 0};
+  config.block_size = 16;
+  config.max_num_batched_tokens = 1024;
+  config.max_num_seqs = 32;
+  config.memory_fraction = 0.01;
+  auto created = Engine::create(path, config);
+  ASSERT_TRUE(created.is_ok()) << created.status().to_string();
+  Engine& engine = **created;
+  ForwardBackend& backend = engine.model().backend();
+  const uint64_t workspace = backend.workspace_bytes();
+  // The attention's workspaces are among what was reserved.
+  EXPECT_GE(workspace, kernels::cuda::kPagedAttentionWorkspaceBytes);
+  const double share =
+      0.01 * double(memory->total_bytes) - double(backend.weights_bytes()) - double(workspace);
+  const KvLayout& layout = engine.kv_pool().layout();
+  const double block = double(layout.total_bytes()) / layout.num_blocks;
+  EXPECT_LE(double(layout.total_bytes()), share);
+  EXPECT_GT(double(layout.total_bytes()) + block, share);
+
+  // The largest step: every token of it, then its logits.
+  const int32_t tokens = config.max_num_batched_tokens;
+  BlockManager manager(layout.num_blocks);
+  BlockTable table(config.block_size);
+  ASSERT_TRUE(table.reserve(manager, tokens).is_ok());
+  std::vector<int32_t> ids(static_cast<size_t>(tokens));
+  for (int32_t i = 0; i < tokens; ++i) ids[size_t(i)] = (i * 7919) % model->vocab_size;
+  StepPlan plan{
+      {{.token_ids = ids, .start_position = 0, .block_table = &table, .wants_logits = true}}};
+  std::vector<float> logits;
+  ASSERT_TRUE(engine.model().forward(plan, engine.kv_pool(), &logits).is_ok());
+  ASSERT_EQ(logits.size(), size_t(model->vocab_size));
+  for (float l : logits) ASSERT_TRUE(std::isfinite(l));
+  EXPECT_EQ(backend.workspace_bytes(), workspace);
 }
 
 // transformers' golden logits at the shapes the CUDA backend serves

@@ -29,6 +29,7 @@ TEST(EngineConfig, MissingMeansDefault) {
   EXPECT_EQ(config->nice, 0);
   EXPECT_EQ(config->min_step_interval, std::chrono::milliseconds(0));
   EXPECT_FALSE(config->cpu_bf16_dot.has_value());
+  EXPECT_EQ(config->memory_fraction, 0.0);
 }
 
 TEST(EngineConfig, ReadsEveryKey) {
@@ -37,7 +38,8 @@ TEST(EngineConfig, ReadsEveryKey) {
       "kv_cache_blocks: 7,"
       " max_num_seqs: 9, max_num_batched_tokens: 512, max_model_len: 1024,"
       " huge_page_weights: false, enable_prefix_caching: false, ssd_cache_dir: /var/cache/kv,"
-      " ssd_cache_bytes: 64GiB, nice: 10, cpu_bf16_dot: false, min_step_interval_ms: 25}");
+      " ssd_cache_bytes: 64GiB, nice: 10, cpu_bf16_dot: false, min_step_interval_ms: 25,"
+      " memory_fraction: 0.45}");
   ASSERT_TRUE(config.is_ok()) << config.status().to_string();
   EXPECT_EQ(config->device, (Device{.kind = Device::Kind::kCuda, .index = 1}));
   EXPECT_EQ(config->device.name(), "cuda:1");
@@ -56,6 +58,9 @@ TEST(EngineConfig, ReadsEveryKey) {
   EXPECT_EQ(config->nice, 10);
   EXPECT_EQ(config->min_step_interval, std::chrono::milliseconds(25));
   EXPECT_EQ(config->cpu_bf16_dot, false);
+  EXPECT_EQ(config->memory_fraction, 0.45);
+  EXPECT_EQ(parse("{memory_fraction: 1}")->memory_fraction, 1.0);
+  EXPECT_EQ(parse("{memory_fraction: 0}")->memory_fraction, 0.0);
   EXPECT_EQ(parse("{cpu_bf16_dot: true}")->cpu_bf16_dot, true);
   EXPECT_FALSE(parse("{cpu_bf16_dot: auto}")->cpu_bf16_dot.has_value());
 }
@@ -106,6 +111,12 @@ TEST(EngineConfig, ErrorsNameTheKey) {
       {"{nice: 20}", "engine.nice: must be in [0, 19]"},
       {"{min_step_interval_ms: -1}", "engine.min_step_interval_ms: must be in [0, 10000]"},
       {"{min_step_interval_ms: 10001}", "engine.min_step_interval_ms: must be in [0, 10000]"},
+      {"{memory_fraction: 1.5}", "engine.memory_fraction: must be in [0, 1], got 1.5"},
+      {"{memory_fraction: -0.1}", "engine.memory_fraction: must be in [0, 1]"},
+      {"{memory_fraction: nan}", "engine.memory_fraction: must be in [0, 1]"},
+      {"{memory_fraction: 45%}", "engine.memory_fraction: expected a number in [0, 1]"},
+      {"{memory_fraction: ''}", "engine.memory_fraction: expected a number in [0, 1]"},
+      {"{memory_fraction: [0.5]}", "engine.memory_fraction: expected a number in [0, 1]"},
       {"{cpu_bf16_dot: yes}", "engine.cpu_bf16_dot: expected auto, true or false"},
       {"[1, 2]", "engine: expected a mapping"},
       {"{threads: 1, threads: 2}", "engine.threads: given twice"},

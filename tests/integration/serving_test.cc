@@ -166,7 +166,7 @@ TEST(PrivatePoolServingTest, GreedyCompletionsEqualBatonGenerate) {
     // F32 dims per token, 16-token blocks).
     const int64_t block_bytes = 2 * 2 * 16 * 4 * 16;
     EXPECT_EQ(pool, (int64_t(4) << 20) / block_bytes * block_bytes) << node.dump();
-    // Both nodes have run steps: their activations are held for the next.
+    // Each node holds the activations of its largest step, reserved at start.
     const int64_t workspace = node["memory_bytes"]["workspace"];
     EXPECT_GT(workspace, 0) << node.dump();
     EXPECT_LT(workspace, int64_t(64) << 20) << node.dump();
