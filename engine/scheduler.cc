@@ -133,7 +133,7 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   // (only where no window leaves a block of the prompt behind: a restore
   // holds every block until it lands, and what its blocks do not cover
   // travels whole).
-  prefix_cache_.share_prefix(*seq);
+  prefix_cache_.share_prefix(*seq, window_of(*seq));
   if (restores_remote_prefix(tokens)) prefix_cache_.start_remote_restore(*seq);
   // Sliding windows: the prompt's leading blocks that no window of the first
   // decode step (at position `tokens`) reaches are never held, and the
@@ -169,7 +169,8 @@ int32_t Scheduler::blocks_to_receive(const std::vector<int32_t>& prompt,
                                      const GenerationOptions& options) {
   Sequence probe(-1, prompt, options, kv_.layout().block_size);
   const auto tokens = int32_t(prompt.size());
-  const TieredPrefixCache::CachedPrefix cached = prefix_cache_.cached_prefix_blocks(probe);
+  const TieredPrefixCache::CachedPrefix cached =
+      prefix_cache_.cached_prefix_blocks(probe, window_of(probe));
   // As reserve_remote: the SSD tier is read only where no window leaves a
   // block of the prompt behind, and no block is held before the windows.
   const int32_t on_ssd = restores_remote_prefix(tokens) ? cached.on_ssd : 0;
@@ -370,7 +371,7 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
     Sequence& seq = *waiting_[w];
     // Prompt log-probabilities need the logits of every prompt position.
     const bool computes_whole_prompt = seq.options.prompt_logprobs >= 0;
-    if (!computes_whole_prompt && prefix_cache_.start_restore(seq, budget) &&
+    if (!computes_whole_prompt && prefix_cache_.start_restore(seq, budget, window_of(seq)) &&
         !prefix_cache_.loads_are_asynchronous()) {
       // Read already: it lands now, and the sequence moves to the head.
       land_restores(/*wait=*/false);
@@ -382,7 +383,7 @@ void Scheduler::admit_waiting(std::vector<Scheduled>& scheduled, int32_t& budget
       continue;
     }
     if (!computes_whole_prompt) {
-      prefix_cache_.share_prefix(seq);
+      prefix_cache_.share_prefix(seq, window_of(seq));
       // A shared prefix longer than the windows reach (as long as the pool,
       // even) is not held behind them: what is free then takes a chunk.
       release_behind_windows(seq);

@@ -226,6 +226,11 @@ class Scheduler {
   // Sliding windows: gives back the blocks of `seq` wholly before its next
   // step's windows (a prefill node's, only before what it sends).
   void release_behind_windows(Sequence& seq);
+  // The window the prefix cache matches `seq`'s prompt with (none for a
+  // prefill node's, which keeps the blocks it sends from the start).
+  int32_t window_of(const Sequence& seq) const {
+    return seq.options.retain_blocks ? 0 : kv_window_;
+  }
   // Whether a decode node's reservation of a `tokens`-token prompt reads
   // its prefix from the SSD tier: only where no window leaves a block of
   // the prompt behind (the restore would hold those, and the transfer

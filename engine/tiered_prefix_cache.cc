@@ -97,20 +97,38 @@ BlockKey TieredPrefixCache::block_key(Sequence& seq, int32_t j) {
                   .tokens = tokens};
 }
 
-void TieredPrefixCache::share_prefix(Sequence& seq) {
-  if (!enabled_ || seq.num_computed != 0 || !seq.block_table.blocks().empty()) return;
+TieredPrefixCache::PoolRun TieredPrefixCache::pool_run(Sequence& seq, int32_t window) {
   const int32_t bs = seq.block_table.block_size();
   const int32_t shareable = (seq.num_tokens() - 1) / bs;
-  int32_t j = 0;
-  for (; j < shareable; ++j) {
-    const std::optional<int32_t> block = blocks_.find(block_key(seq, j));
-    if (!block) break;
-    seq.block_table.share(blocks_, *block);
+  PoolRun best;
+  // Where the present run of cached blocks starts.
+  int32_t run_start = 0;
+  for (int32_t j = 0; j < shareable; ++j) {
+    if (!blocks_.find(block_key(seq, j))) {
+      if (window <= 0) break;  // the chain from the first block ends here
+      run_start = j + 1;
+      continue;
+    }
+    // A key names the hash of every token before its block, so a block
+    // found means the whole prefix before it matched. Continuing at
+    // (j + 1) * bs, the next query reads the blocks from this one on.
+    const int32_t first_needed = window <= 0 ? 0 : std::max(0, (j + 1) * bs - window + 1) / bs;
+    if (run_start <= first_needed) best = {.first = first_needed, .end = j + 1};
   }
+  return best;
+}
+
+void TieredPrefixCache::share_prefix(Sequence& seq, int32_t window) {
+  if (!enabled_ || seq.num_computed != 0 || !seq.block_table.blocks().empty()) return;
+  const int32_t bs = seq.block_table.block_size();
+  const PoolRun run = pool_run(seq, window);
+  seq.block_table.skip(run.first);
+  for (int32_t j = run.first; j < run.end; ++j)
+    seq.block_table.share(blocks_, *blocks_.find(block_key(seq, j)));
   // What an asynchronous restore brought back was found above, in the pool.
-  seq.ssd_restored_blocks = std::clamp(j - seq.ssd_first_block, 0, seq.ssd_landed_blocks);
-  seq.num_computed = j * bs;
-  seq.registered_blocks = j;
+  seq.ssd_restored_blocks = std::clamp(run.end - seq.ssd_first_block, 0, seq.ssd_landed_blocks);
+  seq.num_computed = run.end * bs;
+  seq.registered_blocks = run.end;
 }
 
 void TieredPrefixCache::register_full_blocks(Sequence& seq, int32_t computed) {
@@ -125,12 +143,12 @@ void TieredPrefixCache::register_full_blocks(Sequence& seq, int32_t computed) {
   seq.registered_blocks = std::max(seq.registered_blocks, full);
 }
 
-TieredPrefixCache::CachedPrefix TieredPrefixCache::cached_prefix_blocks(Sequence& seq) {
+TieredPrefixCache::CachedPrefix TieredPrefixCache::cached_prefix_blocks(Sequence& seq,
+                                                                        int32_t window) {
   CachedPrefix cached;
   if (!enabled_) return cached;
   const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
-  int32_t j = 0;
-  while (j < shareable && blocks_.find(block_key(seq, j))) ++j;
+  int32_t j = pool_run(seq, window).end;
   cached.in_pool = j;
   while (ssd_ && j < shareable) {
     const BlockKey key = block_key(seq, j);
@@ -197,11 +215,16 @@ void TieredPrefixCache::keys_to_restore(Sequence& seq, int32_t first, int32_t en
   }
 }
 
-bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget) {
+bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget, int32_t window) {
   if (!ssd_ || seq.ssd_restoring || seq.ssd_restore_failed || seq.num_computed != 0 ||
       !seq.block_table.blocks().empty())
     return false;
   const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
+  // A restore continues the chain from the first block. With windows, the
+  // pool may hold a later run that reaches further: the blocks a restore
+  // would read before its end are behind its windows, not worth reading.
+  const int32_t chain = pool_run(seq, 0).end;
+  if (window > 0 && pool_run(seq, window).end > chain) return false;
   Restore restore;
   restore.sequence_id = seq.id;
   // The cached prefix in the pool is held, not shared: the sequence holds no

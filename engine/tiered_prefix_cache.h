@@ -71,8 +71,11 @@ class TieredPrefixCache {
   // Match. For a sequence with no blocks and nothing computed: shares the
   // cached blocks its tokens start with (all but the last token, whose
   // logits a step needs) and marks their tokens computed. Blocks a restore
-  // brought back are among them.
-  void share_prefix(Sequence& sequence);
+  // brought back are among them. With a sliding `window` (> 0) on every
+  // layer, a prefix counts as cached wherever the blocks its window reaches
+  // are, those before them skipped (BlockTable::skip): the blocks behind a
+  // window are given back first as a sequence runs, and so evicted first.
+  void share_prefix(Sequence& sequence, int32_t window = 0);
   // Registers the sequence's blocks that are full once its first `computed`
   // tokens are, so that later sequences share them.
   void register_full_blocks(Sequence& sequence, int32_t computed);
@@ -84,7 +87,8 @@ class TieredPrefixCache {
     int32_t in_pool = 0;
     int32_t on_ssd = 0;  // after those in the pool
   };
-  CachedPrefix cached_prefix_blocks(Sequence& sequence);
+  // `window` as for share_prefix.
+  CachedPrefix cached_prefix_blocks(Sequence& sequence, int32_t window = 0);
   // Counts a sequence's lookup (at its first admission or reservation).
   void count_lookup(const Sequence& sequence);
   // Takes back what count_lookup counted, for a reservation withdrawn to be
@@ -99,7 +103,9 @@ class TieredPrefixCache {
   // sequence is ssd_restoring and true is returned. Once land() has landed
   // the reads, share_prefix finds the blocks cached. The pool blocks of the
   // prefix before them are held meanwhile, so they stay cached.
-  bool start_restore(Sequence& sequence, int32_t budget);
+  // With a `window` (as for share_prefix), none starts where the pool holds
+  // a run past the chain's end that reaches further.
+  bool start_restore(Sequence& sequence, int32_t budget, int32_t window = 0);
   // For a reservation after share_prefix: the blocks the SSD tier holds
   // after the shared prefix are read into fresh blocks of the sequence's
   // table (or shared from another restore reading them), counted as cached
@@ -154,6 +160,14 @@ class TieredPrefixCache {
   // The key of the sequence's full block j (its tokens are a buffer that
   // the next call reuses).
   static BlockKey block_key(Sequence& sequence, int32_t j);
+  // The pool's cached blocks [first, end) of the sequence's prompt that it
+  // would continue from: without a window (0), the chain from its first
+  // block; with one, the run ending furthest whose last block's window
+  // reaches none of the blocks before `first`.
+  struct PoolRun {
+    int32_t first = 0, end = 0;
+  };
+  PoolRun pool_run(Sequence& sequence, int32_t window);
   // The sequence's full blocks first.. (up to end, exclusive) that the SSD
   // tier holds, copied into `tokens` and `keys`, as many as leave room in
   // the pool for the chunk of at most `budget` tokens that follows them.

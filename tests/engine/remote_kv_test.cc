@@ -159,10 +159,21 @@ class RemoteKvTest : public ::testing::Test {
     return c;
   }
 
-  // The prompt run whole on one fresh engine of 4-token blocks.
+  // Qwen2's shape (whose config can give every layer a window) with a
+  // `window`-token sliding window on every layer, fresh random weights.
+  std::filesystem::path make_windowed_model(int32_t window) {
+    auto config = model_preset("tiny-qwen2");
+    EXPECT_TRUE(config.is_ok());
+    config->layer_windows.assign(size_t(config->num_layers), window);
+    return testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
+  }
+
+  // The prompt run whole on one fresh engine of 4-token blocks (of
+  // `model_dir`; empty: the fixture's model).
   std::unique_ptr<Sequence> run_whole(const std::vector<int32_t>& prompt,
-                                      const GenerationOptions& options) {
-    auto engine = make_engine(128, 4, 2048);
+                                      const GenerationOptions& options,
+                                      const std::filesystem::path& model_dir = {}) {
+    auto engine = make_engine(128, 4, 2048, model_dir);
     EXPECT_TRUE(engine->scheduler().add(prompt, options).is_ok());
     auto done = engine->run_to_completion();
     EXPECT_TRUE(done.is_ok() && done->size() == 1);
@@ -702,19 +713,13 @@ void send_the_unskipped_blocks(Engine& prefill, const Sequence& done, Engine& de
 // the decode.
 TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   constexpr int32_t kWindow = 11, kBlock = 4;
-  auto config = model_preset("tiny-qwen2");  // Qwen2's config can give every layer a window
-  ASSERT_TRUE(config.is_ok());
-  config->layer_windows.assign(size_t(config->num_layers), kWindow);
-  const auto windowed = testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
+  const auto windowed = make_windowed_model(kWindow);
   const std::vector<int32_t> prompt = random_prompt(44, 60);  // 11 to 15 blocks
   GenerationOptions o = greedy(20);
   o.ignore_eos = true;
   o.logprobs = 2;
-
-  auto a = make_engine(128, kBlock, 2048, windowed);  // the whole run
-  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
-  auto whole = a->run_to_completion();
-  ASSERT_TRUE(whole.is_ok() && whole->size() == 1);
+  const std::unique_ptr<Sequence> whole = run_whole(prompt, o, windowed);
+  ASSERT_NE(whole, nullptr);
 
   auto c = make_engine(64, kBlock, 2048, windowed);  // the decode node
   Scheduler& cs = c->scheduler();
@@ -747,7 +752,7 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   send_the_unskipped_blocks(*b, done, *c, *awaiting, skipped);
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
-  expect_all_decode_as(*c, 1, *(*whole)[0]);
+  expect_all_decode_as(*c, 1, *whole);
   b->scheduler().release_blocks(*prefilled);
   EXPECT_EQ(b->scheduler().stats().free_blocks, b->scheduler().stats().total_blocks);
   // For a decode node that skips none (its prefix on SSD is read into every
@@ -773,21 +778,15 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
 // the decode, which runs on far past the pool, is one engine's.
 TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
   constexpr int32_t kWindow = 11, kBlock = 4, kChunk = 16;
-  auto config = model_preset("tiny-qwen2");
-  ASSERT_TRUE(config.is_ok());
-  config->layer_windows.assign(size_t(config->num_layers), kWindow);
-  const auto windowed = testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
+  const auto windowed = make_windowed_model(kWindow);
   // The window and a step: (10 + 16 + 3) / 4 + 1 = 8 blocks; two spare.
   constexpr int32_t kPoolBlocks = 10;
   const std::vector<int32_t> prompt = random_prompt(100, 140);  // 25 to 35 blocks
   GenerationOptions o = greedy(60);
   o.ignore_eos = true;
   o.logprobs = 2;
-
-  auto a = make_engine(128, kBlock, 2048, windowed);  // the whole run, in one pool
-  ASSERT_TRUE(a->scheduler().add(prompt, o).is_ok());
-  auto whole = a->run_to_completion();
-  ASSERT_TRUE(whole.is_ok() && whole->size() == 1);
+  const std::unique_ptr<Sequence> whole = run_whole(prompt, o, windowed);
+  ASSERT_NE(whole, nullptr);
 
   prefix_caching_ = false;
   auto c = make_engine(kPoolBlocks, kBlock, kChunk, windowed);  // the decode node
@@ -819,7 +818,7 @@ TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
   send_the_unskipped_blocks(*b, done, *c, *awaiting, skipped);
   ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
-  expect_all_decode_as(*c, 1, *(*whole)[0]);
+  expect_all_decode_as(*c, 1, *whole);
   EXPECT_LE(cs.stats().peak_used_blocks, 8) << "decoding holds its window and a step";
   b->scheduler().release_blocks(*prefilled);
 }
@@ -831,10 +830,7 @@ TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
 // will give back.
 TEST_F(RemoteKvTest, AWindowedReservationOverACachedChainFillingThePoolGoesOn) {
   constexpr int32_t kWindow = 11, kBlock = 4, kChunk = 16, kPoolBlocks = 10;
-  auto config = model_preset("tiny-qwen2");
-  ASSERT_TRUE(config.is_ok());
-  config->layer_windows.assign(size_t(config->num_layers), kWindow);
-  const auto windowed = testing::make_model(dir_, *config, "windowed", DType::kF32, seed_);
+  const auto windowed = make_windowed_model(kWindow);
   auto c = make_engine(kPoolBlocks, kBlock, kChunk, windowed);
   Scheduler& cs = c->scheduler();
   std::vector<int32_t> prompt = random_prompt(36, 37);  // 9 blocks, computed here
@@ -1356,6 +1352,64 @@ TEST_F(RemoteKvTest, LayerObserverSeesEachLayerStoredBeforeTheNext) {
   ASSERT_TRUE(s.add(random_prompt(3, 3), greedy(2)).is_ok());
   ASSERT_TRUE(engine->run_to_completion().is_ok());
   EXPECT_TRUE(calls.empty());
+}
+
+// A decode node whose cached copy of a windowed prompt lost its first
+// blocks (a windowed sequence gives them back first, so they are evicted
+// first) still counts the prompt's prefix cached as far as its windows'
+// blocks are: the prefill node is asked for what comes after it alone, and
+// the decode equals one engine's.
+TEST_F(RemoteKvTest, AWindowedPrefixWhoseFirstBlocksWereEvictedIsNotSentAgain) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  constexpr int32_t kWindow = 11, kBlock = 4;
+  const auto windowed = make_windowed_model(kWindow);
+  // The decode node computes 44 tokens itself (blocks 0-10 cached, given
+  // back from the first on), then 36 others, which take its 5 blocks never
+  // used and evict the 4 given back first.
+  auto c = make_engine(16, kBlock, 8, windowed);
+  Scheduler& cs = c->scheduler();
+  const std::vector<int32_t> earlier = random_prompt(44, 44);
+  for (const auto& tokens : {earlier, random_prompt(36, 36)}) {
+    ASSERT_TRUE(cs.add(tokens, greedy(1)).is_ok());
+    ASSERT_TRUE(c->run_to_completion().is_ok());
+  }
+  std::vector<int32_t> prompt = earlier;
+  const std::vector<int32_t> own = random_prompt(8, 8);
+  prompt.insert(prompt.end(), own.begin(), own.end());
+  GenerationOptions o = greedy(20);
+  o.ignore_eos = true;
+  o.logprobs = 2;
+  const std::unique_ptr<Sequence> whole = run_whole(prompt, o, windowed);
+  ASSERT_NE(whole, nullptr);
+
+  const SchedulerStats before = cs.stats();
+  const int32_t predicted = cs.blocks_to_receive(prompt, o);
+  auto id = cs.reserve_remote(prompt, o);
+  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  const Sequence* awaiting = cs.find(*id);
+  ASSERT_NE(awaiting, nullptr);
+  // Blocks 0-10 count as cached; 52 tokens need blocks 0-12; the first
+  // decode step (at 52) reads from position 42, block 10, on.
+  const int32_t cached = awaiting->registered_blocks;
+  EXPECT_EQ(cached, 11);
+  EXPECT_EQ(blocks_to_write(*awaiting), 2);
+  EXPECT_EQ(predicted, blocks_to_write(*awaiting));
+  EXPECT_EQ(cs.stats().prefix_hit_tokens - before.prefix_hit_tokens, 44);
+  EXPECT_EQ(cs.stats().total_blocks - cs.stats().free_blocks, 3);
+
+  auto b = make_engine(64, kBlock, 16, windowed);  // the prefill node
+  const std::unique_ptr<Sequence> done = prefill_on(*b, prompt, o, cached);
+  ASSERT_NE(done, nullptr);
+  const auto& src = done->block_table.blocks();
+  const auto& dst = awaiting->block_table.blocks();
+  ASSERT_EQ(dst.size(), src.size());
+  copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()), c->kv_pool(),
+          std::vector<int32_t>(dst.begin() + cached, dst.end()), dst.size() - size_t(cached));
+  ASSERT_TRUE(
+      cs.activate_remote(*id, done->output[0], done->rng.draws(), &done->output_logprobs.at(0))
+          .is_ok());
+  expect_all_decode_as(*c, 1, *whole);
+  b->scheduler().release_blocks(*done);
 }
 
 }  // namespace
