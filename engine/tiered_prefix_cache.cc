@@ -223,8 +223,7 @@ bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget, int32_t win
   // A restore continues the chain from the first block. With windows, the
   // pool may hold a later run that reaches further: the blocks a restore
   // would read before its end are behind its windows, not worth reading.
-  const int32_t chain = pool_run(seq, 0).end;
-  if (window > 0 && pool_run(seq, window).end > chain) return false;
+  if (window > 0 && pool_run(seq, window).end > pool_run(seq, 0).end) return false;
   Restore restore;
   restore.sequence_id = seq.id;
   // The cached prefix in the pool is held, not shared: the sequence holds no
