@@ -9,8 +9,8 @@ For each preset, model_bench's DecodeSamePool benchmark (BF16 weights, 4096
 cached tokens per sequence, the pool that holds 32 sequences in BF16, filled
 in each format) runs once per format per round, the formats' order rotating
 from round to round so that drift of the machine falls on each alike.
-llama3-8b-8layers is Llama 3 8B's shape cut to 8 layers (10 GiB of weights
-and pool; not run by default). Prints
+llama3-8b-8layers is Llama 3 8B's shape cut to 8 layers (9.2 GiB of
+weights and pool; not run by default). Prints
 a markdown table of medians (min-max over rounds): the batch the pool holds,
 KV bytes per token, tokens/s and the ratio to BF16, and the memory rate the
 step reached against the read-pass ceiling model_bench measures beside it.

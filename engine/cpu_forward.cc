@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include "engine/host_memory.h"
 #include "kernels/cpu/attention.h"
@@ -67,8 +68,16 @@ Status CpuForward::reserve_workspace(const StepLimits& limits) {
                           {&v_, kv_width},
                           {&attn_, q_width},
                           {&gate_, size_t(c.intermediate_size)},
-                          {&up_, size_t(c.intermediate_size)}})
-    v->reserve(tokens * width);
+                          {&up_, size_t(c.intermediate_size)}}) {
+    try {
+      v->reserve(tokens * width);
+    } catch (const std::exception&) {  // bad_alloc, or length_error past max_size
+      return resource_exhausted(
+          "engine.max_num_batched_tokens: the activations of a " + std::to_string(tokens) +
+          "-token step need more memory than this process can reserve (" +
+          std::to_string(tokens * width * sizeof(float)) + " bytes for one of them)");
+    }
+  }
   return Status::ok();
 }
 

@@ -191,7 +191,7 @@ class CudaForward final : public ForwardBackend {
     const bool attention_ready =
         attention_ != nullptr && attention_shape_block_ == layout.block_size;
     BATON_RETURN_IF_ERROR(check_fits(
-        "a KV pool of " + std::to_string(layout.num_blocks) + " blocks" +
+        "the KV pool's " + std::to_string(layout.num_blocks) + " blocks" +
             (attention_ready ? std::string() : " and the attention's workspaces"),
         layout.total_bytes() + (attention_ready ? 0 : kc::kPagedAttentionWorkspaceBytes)));
     BATON_ASSIGN_OR_RETURN(kc::DeviceBuffer memory,

@@ -7,6 +7,8 @@
 
 #include "engine/host_memory.h"
 #include "engine/memory_share.h"
+#include "engine/window_budget.h"
+#include "engine/yaml_settings.h"
 #include "kernels/cpu/blas_setup.h"
 #include "kernels/cpu/cpu_features.h"
 
@@ -97,6 +99,27 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   // Token slots (block * block_size + offset) are int32 in the kernels.
   layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
+  if (config.kv_cache_blocks == 0 && config.memory_fraction > 0) {
+    // A share is sized here, where the memory is known, not by `baton up`:
+    // one that cannot hold a request is refused, rather than capping the
+    // context below what the router admits.
+    const int64_t max_len =
+        config.max_model_len > 0 ? config.max_model_len : model_config.max_position_embeddings;
+    const int64_t held = tokens_held_at_once(max_len, model_config.kv_window(),
+                                             config.max_num_batched_tokens, config.block_size);
+    const int64_t pool_tokens = int64_t(layout.num_blocks) * config.block_size;
+    if (pool_tokens < held) {
+      return invalid_argument(
+          "engine.memory_fraction: " + format_fraction(config.memory_fraction) + " of " +
+          config.device.name() + "'s memory leaves a KV pool of " + bytes_text(pool_bytes) + ", " +
+          std::to_string(pool_tokens) + " tokens at " + std::to_string(layout.bytes_per_token()) +
+          " bytes a token, less than the " + std::to_string(held) +
+          " tokens one request holds at once (" +
+          (config.max_model_len > 0 ? "engine.max_model_len"
+                                    : "the model's max_position_embeddings") +
+          " " + std::to_string(max_len) + "): raise the fraction or lower engine.max_model_len");
+    }
+  }
   if (!config.device.is_cuda()) {
     BATON_RETURN_IF_ERROR(check_fits_host_memory(
         layout.total_bytes(), std::string(config.pool_size_setting()) + ": a KV pool of " +
@@ -108,7 +131,9 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
     BATON_ASSIGN_OR_RETURN(void* memory, allocate_pool(layout));
     return KvPool::adopt(layout, memory);
   };
-  BATON_ASSIGN_OR_RETURN(KvPool pool, make_pool());
+  Result<KvPool> made = make_pool();
+  if (!made.is_ok()) return made.status().with_context(config.pool_size_setting());
+  KvPool pool = std::move(made).value();
 
   std::unique_ptr<Engine> engine(new Engine(config, std::move(pool)));
   engine->checkpoint_ = std::move(checkpoint);

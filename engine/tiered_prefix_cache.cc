@@ -133,12 +133,13 @@ void TieredPrefixCache::share_prefix(Sequence& seq, int32_t window) {
 
 void TieredPrefixCache::register_full_blocks(Sequence& seq, int32_t computed) {
   if (!enabled_) return;
-  // Blocks given back before they were registered (a remote prompt's, past
-  // its windows) leave a gap: no lookup, which walks the chain from the
-  // prompt's start, would reach the blocks after it.
-  if (seq.block_table.num_released() > seq.registered_blocks) return;
+  // Blocks given back or skipped before they were registered (a remote
+  // prompt's, behind its windows) hold no KV to share; the ones after them
+  // do. Only a windowed match (share_prefix), which needs no block before a
+  // window, finds those past such a gap.
+  const int32_t from = std::max(seq.registered_blocks, seq.block_table.num_released());
   const int32_t full = computed / seq.block_table.block_size();
-  for (int32_t j = seq.registered_blocks; j < full; ++j)
+  for (int32_t j = from; j < full; ++j)
     blocks_.register_block(seq.block_table.blocks()[size_t(j)], block_key(seq, j));
   seq.registered_blocks = std::max(seq.registered_blocks, full);
 }

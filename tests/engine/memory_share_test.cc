@@ -68,6 +68,8 @@ class MemoryFractionTest : public ::testing::Test {
     config_.block_size = 16;
     config_.max_num_batched_tokens = 512 + int32_t(std::random_device{}() % 1024);
     config_.max_num_seqs = 8;
+    // Pools of a block hold a request.
+    config_.max_model_len = 16;
     // The shape the engine reads, for the numbers below.
     EngineConfig probe = config_;
     probe.kv_cache_blocks = 1;
@@ -130,6 +132,23 @@ TEST_F(MemoryFractionTest, AShareTheWeightsAndWorkspaceFillIsRefusedWithTheNumbe
   EXPECT_NE(message.find("engine.memory_fraction"), std::string::npos) << message;
   EXPECT_NE(message.find("nothing is left for the KV pool"), std::string::npos) << message;
   EXPECT_NE(message.find(bytes_text(memory_)), std::string::npos) << message;
+
+  // A pool of blocks that cannot hold one request: refused with the
+  // numbers, not capped below what a router would admit.
+  config.max_model_len = 100;
+  config.memory_fraction = fraction_of(double(weights_ + workspace_) + 6.5 * double(block_bytes_));
+  engine = Engine::create(model_dir_, config);
+  ASSERT_FALSE(engine.is_ok());
+  EXPECT_NE(engine.status().message().find("leaves a KV pool of"), std::string::npos)
+      << engine.status().message();
+  EXPECT_NE(engine.status().message().find("96 tokens"), std::string::npos)
+      << engine.status().message();
+  EXPECT_NE(engine.status().message().find("engine.max_model_len 100"), std::string::npos)
+      << engine.status().message();
+  config.max_model_len = 96;
+  engine = Engine::create(model_dir_, config);
+  EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
+  config.max_model_len = 16;
 
   // Less than a block left: refused, naming the setting.
   config.memory_fraction = fraction_of(double(weights_ + workspace_) + 0.5 * double(block_bytes_));

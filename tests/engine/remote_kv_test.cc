@@ -1412,5 +1412,69 @@ TEST_F(RemoteKvTest, AWindowedPrefixWhoseFirstBlocksWereEvictedIsNotSentAgain) {
   b->scheduler().release_blocks(*done);
 }
 
+// A decode node registers a windowed remote prompt's blocks after the ones
+// its windows let it skip, and the blocks its decode fills: a follow-up
+// (the prompt, the first answer tokens, a new turn) finds all it needs of
+// them, is sent only its own blocks, and decodes as one engine.
+TEST_F(RemoteKvTest, AFollowUpOfAWindowedRemotePromptSharesWhatItsWindowReads) {
+  SCOPED_TRACE("seed " + std::to_string(seed_));
+  constexpr int32_t kWindow = 11, kBlock = 4;
+  const auto windowed = make_windowed_model(kWindow);
+  auto b = make_engine(64, kBlock, 16, windowed);    // the prefill node
+  auto c = make_engine(64, kBlock, 2048, windowed);  // the decode node
+  Scheduler& cs = c->scheduler();
+  // Reserves `prompt` on the decode node, sends it the blocks it lacks
+  // from the prefill node's run, and decodes; the decoded sequence.
+  auto serve = [&](const std::vector<int32_t>& prompt, const GenerationOptions& o,
+                   int32_t expect_cached) -> std::unique_ptr<Sequence> {
+    auto id = cs.reserve_remote(prompt, o);
+    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+    if (!id.is_ok()) return nullptr;
+    const Sequence* awaiting = cs.find(*id);
+    const int32_t cached = awaiting->registered_blocks;
+    EXPECT_EQ(cached, expect_cached);
+    const int32_t first = std::max(cached, awaiting->block_table.num_released());
+    const std::unique_ptr<Sequence> done = prefill_on(*b, prompt, o, first);
+    if (done == nullptr) return nullptr;
+    const auto& src = done->block_table.blocks();
+    const auto& dst = awaiting->block_table.blocks();
+    copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + first, src.end()), c->kv_pool(),
+            std::vector<int32_t>(dst.begin() + first, dst.end()), dst.size() - size_t(first));
+    EXPECT_TRUE(
+        cs.activate_remote(*id, done->output[0], done->rng.draws(), &done->output_logprobs.at(0))
+            .is_ok());
+    b->scheduler().release_blocks(*done);
+    auto decoded = c->run_to_completion();
+    EXPECT_TRUE(decoded.is_ok() && decoded->size() == 1);
+    if (!decoded.is_ok() || decoded->size() != 1) return nullptr;
+    return std::move((*decoded)[0]);
+  };
+  GenerationOptions o = greedy(6);
+  o.ignore_eos = true;
+  o.logprobs = 2;
+  // 48 tokens: the first decode step reads from position 38, block 9, on;
+  // blocks 0-8 are skipped, 9-11 sent.
+  const std::vector<int32_t> prompt = random_prompt(48, 48);
+  const std::unique_ptr<Sequence> first = serve(prompt, o, 0);
+  ASSERT_NE(first, nullptr);
+  EXPECT_EQ(first->output, run_whole(prompt, o, windowed)->output);
+
+  // The follow-up: blocks 0-12 are its prompt's and the first answer's
+  // first 4 tokens (block 12, filled by the decode); its next query, at 52,
+  // reads blocks 10-12.
+  std::vector<int32_t> follow_up = prompt;
+  follow_up.insert(follow_up.end(), first->output.begin(), first->output.begin() + 4);
+  const std::vector<int32_t> turn = random_prompt(8, 8);
+  follow_up.insert(follow_up.end(), turn.begin(), turn.end());
+  const SchedulerStats before = cs.stats();
+  const std::unique_ptr<Sequence> second = serve(follow_up, o, 13);
+  ASSERT_NE(second, nullptr);
+  EXPECT_EQ(cs.stats().prefix_hit_tokens - before.prefix_hit_tokens, 52);
+  const std::unique_ptr<Sequence> whole = run_whole(follow_up, o, windowed);
+  ASSERT_NE(whole, nullptr);
+  expect_same_decode(*second, *whole);
+  EXPECT_EQ(cs.stats().free_blocks, cs.stats().total_blocks);
+}
+
 }  // namespace
 }  // namespace baton::engine
