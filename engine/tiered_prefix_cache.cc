@@ -220,11 +220,8 @@ bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget, int32_t win
   if (!ssd_ || seq.ssd_restoring || seq.ssd_restore_failed || seq.num_computed != 0 ||
       !seq.block_table.blocks().empty())
     return false;
+  if (window > 0) return start_window_restore(seq, budget, window);
   const int32_t shareable = (seq.num_tokens() - 1) / seq.block_table.block_size();
-  // A restore continues the chain from the first block. With windows, the
-  // pool may hold a later run that reaches further: the blocks a restore
-  // would read before its end are behind its windows, not worth reading.
-  if (window > 0 && pool_run(seq, window).end > pool_run(seq, 0).end) return false;
   Restore restore;
   restore.sequence_id = seq.id;
   // The cached prefix in the pool is held, not shared: the sequence holds no
@@ -254,6 +251,63 @@ bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget, int32_t win
   }
   seq.ssd_restoring = true;
   if (seq.ssd_landed_blocks == 0) seq.ssd_first_block = j;
+  restores_.push_back(std::move(restore));
+  return true;
+}
+
+bool TieredPrefixCache::start_window_restore(Sequence& seq, int32_t budget, int32_t window) {
+  const int32_t bs = seq.block_table.block_size();
+  const int32_t shareable = (seq.num_tokens() - 1) / bs;
+  // The run the pool and the tier hold together that ends furthest with
+  // every block its window reads, as pool_run finds one in the pool alone.
+  PoolRun best;
+  int32_t run_start = 0;
+  for (int32_t j = 0; j < shareable; ++j) {
+    const BlockKey key = block_key(seq, j);
+    if (!blocks_.find(key) && !ssd_->contains(key)) {
+      run_start = j + 1;
+      continue;
+    }
+    const int32_t first_needed = std::max(0, (j + 1) * bs - window + 1) / bs;
+    if (run_start <= first_needed) best = {.first = first_needed, .end = j + 1};
+  }
+  if (best.end <= pool_run(seq, window).end) return false;  // the pool alone reaches as far
+  Restore restore;
+  restore.sequence_id = seq.id;
+  // Of the blocks the window reads, the pool's are held until the others
+  // land; those are read, none before them.
+  for (int32_t j = best.first; j < best.end; ++j) {
+    const BlockKey key = block_key(seq, j);
+    if (const std::optional<int32_t> block = blocks_.find(key)) {
+      blocks_.add_ref(*block);
+      restore.held.push_back(*block);
+      continue;
+    }
+    if (const auto [other, at] = restore_reading(key); other != nullptr) {
+      // Another sequence's restore reads it: wait for that one.
+      release_tail_first(blocks_, restore.held);
+      other->waiters.push_back(seq.id);
+      seq.ssd_restoring = true;
+      return true;
+    }
+    restore.keys.push_back(key);
+    restore.tokens.insert(restore.tokens.end(), key.tokens.begin(), key.tokens.end());
+  }
+  // Only with room for the chunk after them: a restore that took the blocks
+  // the chunk needs would only make the admission fail.
+  const int32_t after = best.end * bs;
+  const int32_t chunk_blocks =
+      seq.block_table.blocks_needed(after + std::min(seq.num_tokens() - after, budget)) - best.end;
+  if (int32_t(restore.keys.size()) + chunk_blocks > blocks_.num_free()) restore.keys.clear();
+  for (size_t i = 0; i < restore.keys.size(); ++i)
+    restore.keys[i].tokens =
+        std::span<const int32_t>(restore.tokens).subspan(i * size_t(bs), size_t(bs));
+  if (!start_reading(restore)) {
+    release_tail_first(blocks_, restore.held);
+    return false;
+  }
+  seq.ssd_restoring = true;
+  if (seq.ssd_landed_blocks == 0) seq.ssd_first_block = best.first;
   restores_.push_back(std::move(restore));
   return true;
 }

@@ -103,8 +103,10 @@ class TieredPrefixCache {
   // sequence is ssd_restoring and true is returned. Once land() has landed
   // the reads, share_prefix finds the blocks cached. The pool blocks of the
   // prefix before them are held meanwhile, so they stay cached.
-  // With a `window` (as for share_prefix), none starts where the pool holds
-  // a run past the chain's end that reaches further.
+  // With a `window` (as for share_prefix), the blocks read are those the
+  // window of the furthest run the pool and the tier hold together reads
+  // and the pool lacks, none before them; none where the pool alone
+  // reaches as far.
   bool start_restore(Sequence& sequence, int32_t budget, int32_t window = 0);
   // For a reservation after share_prefix: the blocks the SSD tier holds
   // after the shared prefix are read into fresh blocks of the sequence's
@@ -168,6 +170,8 @@ class TieredPrefixCache {
     int32_t first = 0, end = 0;
   };
   PoolRun pool_run(Sequence& sequence, int32_t window);
+  // start_restore with a window.
+  bool start_window_restore(Sequence& sequence, int32_t budget, int32_t window);
   // The sequence's full blocks first.. (up to end, exclusive) that the SSD
   // tier holds, copied into `tokens` and `keys`, as many as leave room in
   // the pool for the chunk of at most `budget` tokens that follows them.

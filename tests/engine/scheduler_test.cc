@@ -1230,17 +1230,29 @@ TEST_F(SlidingWindowTest, AFollowUpWhosePrefixFillsThePoolGoesOn) {
 // A windowed sequence gives back its first blocks first, so the pool evicts
 // them first: a follow-up whose prefix's leading blocks are gone (evicted,
 // or saved to the SSD tier) still shares the blocks its windows reach, the
-// ones before them skipped and not read back from the tier, and chooses
-// what the double reference gives.
+// ones before them skipped and not read back from the tier; where the tier
+// holds the whole prefix, only the blocks its window reads come back. It
+// chooses what the double reference gives.
 TEST_F(SlidingWindowTest, AFollowUpSharesItsWindowWhenItsFirstBlocksWereEvicted) {
   SCOPED_TRACE("seed " + std::to_string(seed_));
   const auto path = make(/*windowed=*/true);
   auto checkpoint = Checkpoint::open(path);
   ASSERT_TRUE(checkpoint.is_ok());
-  for (const bool ssd : {false, true}) {
-    SCOPED_TRACE(ssd ? "with an SSD tier" : "pool only");
+  struct Case {
+    const char* name;
+    bool ssd;
+    size_t others;     // tokens computed after the prompt, evicting its blocks
+    int64_t from_ssd;  // of the follow-up's 44 tokens found cached
+  };
+  // 44 tokens: blocks 0-10 cached, given back from the first one on as the
+  // windows passed them. Then 36 other tokens take the 5 blocks never used
+  // and evict the 4 given back first, blocks 0-3; or 64 evict all 11. The
+  // follow-up's next query (at 44) reads blocks 9 and 10.
+  for (const Case& c : {Case{"pool only", false, 36, 0}, Case{"SSD tier", true, 36, 0},
+                        Case{"all on the SSD tier", true, 64, 8}}) {
+    SCOPED_TRACE(c.name);
     EngineConfig config = engine_config(16);
-    if (ssd) {
+    if (c.ssd) {
       config.ssd_cache_dir = dir_.path().string();
       config.ssd_cache_bytes = 1 << 20;
     }
@@ -1249,20 +1261,17 @@ TEST_F(SlidingWindowTest, AFollowUpSharesItsWindowWhenItsFirstBlocksWereEvicted)
     Scheduler& s = (*engine)->scheduler();
     GenerationOptions one = testing::greedy(1);
     one.ignore_eos = true;
-    // 44 tokens: blocks 0-10 cached, given back from the first one on as
-    // the windows passed them. Then 36 other tokens take the 5 blocks never
-    // used and evict the 4 given back first, blocks 0-3.
     const std::vector<int32_t> prompt = random_tokens(44);
-    for (const auto& tokens : {prompt, random_tokens(36)}) {
+    for (const auto& tokens : {prompt, random_tokens(c.others)}) {
       ASSERT_TRUE(s.add(tokens, one).is_ok());
       auto done = (*engine)->run_to_completion();
       ASSERT_TRUE(done.is_ok()) << done.status().to_string();
     }
-    // The follow-up's next query (at 44) reads blocks 9 and 10.
     std::vector<int32_t> follow_up = prompt;
     const std::vector<int32_t> more_tokens = random_tokens(8);
     follow_up.insert(follow_up.end(), more_tokens.begin(), more_tokens.end());
     const SchedulerStats before = s.stats();
+    const int64_t loaded = c.ssd ? s.ssd_store()->stats().loaded_blocks : 0;
     GenerationOptions more = testing::greedy(6);
     more.ignore_eos = true;
     more.logprobs = 1;
@@ -1271,9 +1280,10 @@ TEST_F(SlidingWindowTest, AFollowUpSharesItsWindowWhenItsFirstBlocksWereEvicted)
     ASSERT_TRUE(again.is_ok()) << again.status().to_string();
     const SchedulerStats after = s.stats();
     EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, 44);
-    EXPECT_EQ(after.prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens, 0);
-    if (ssd) {
+    EXPECT_EQ(after.prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens, c.from_ssd);
+    if (c.ssd) {
       EXPECT_GT(s.ssd_store()->stats().saved_blocks, 0);
+      EXPECT_EQ(s.ssd_store()->stats().loaded_blocks - loaded, c.from_ssd / kBlock);
     }
     EXPECT_EQ(after.free_blocks, after.total_blocks);
     expect_logprobs_of_the_reference(**checkpoint, follow_up, *(*again)[0]);
