@@ -12,6 +12,7 @@
 
 #include "engine/engine.h"
 #include "engine/host_memory.h"
+#include "engine/make_model.h"
 #include "tests/engine/temp_model.h"
 
 namespace baton::engine {
@@ -157,6 +158,31 @@ TEST_F(MemoryFractionTest, AShareTheWeightsAndWorkspaceFillIsRefusedWithTheNumbe
   EXPECT_NE(engine.status().message().find("engine.memory_fraction: "), std::string::npos)
       << engine.status().message();
   EXPECT_NE(engine.status().message().find("hold no KV block"), std::string::npos)
+      << engine.status().message();
+}
+
+// A step limit whose activations no process could hold is refused at start
+// with the setting named, not a crash when the workspace is reserved (where
+// the kernel would let a process map any size, it is not refused there).
+TEST(EngineWorkspace, AnOutsizedStepIsRefusedNotACrash) {
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = -1;
+  if (!(overcommit >> mode) || mode == 1) GTEST_SKIP() << "this kernel maps any size";
+  testing::TempDir dir;
+  auto model = model_preset("tiny");
+  ASSERT_TRUE(model.is_ok());
+  model->intermediate_size = 4096;
+  const auto path = testing::make_model(dir, *model, "wide", DType::kF32, 3);
+  EngineConfig config;
+  config.threads = 1;
+  config.huge_page_weights = false;
+  config.kv_cache_blocks = 4;
+  // 2^24 tokens of 4096 F32 activations: 256 GiB for one buffer.
+  config.max_num_batched_tokens = 1 << 24;
+  auto engine = Engine::create(path, config);
+  ASSERT_FALSE(engine.is_ok());
+  EXPECT_EQ(engine.status().code(), StatusCode::kResourceExhausted);
+  EXPECT_NE(engine.status().message().find("engine.max_num_batched_tokens"), std::string::npos)
       << engine.status().message();
 }
 
