@@ -469,9 +469,13 @@ static Status check_shared_kv_layout(const ClusterConfig& config) {
   return Status::ok();
 }
 
-// Nodes on one device of one host (or on one host's CPUs) share its memory:
-// the parts engine.memory_fraction gives them cannot add up to more than it.
-static Status check_memory_fractions(const ClusterConfig& config) {
+std::string loopback_host_key(const std::string& host) {
+  static const std::set<std::string> kThisHost = {"127.0.0.1", "localhost", "::1", "0.0.0.0", "::"};
+  return kThisHost.contains(host) ? "this host" : host;
+}
+
+Status check_memory_fractions(const ClusterConfig& config,
+                              const std::function<std::string(const std::string&)>& host_key) {
   struct Sharer {
     std::string key, name;
     double fraction;
@@ -481,7 +485,9 @@ static Status check_memory_fractions(const ClusterConfig& config) {
     for (size_t i = 0; i < nodes->size(); ++i) {
       const NodeSection& node = (*nodes)[i];
       if (node.engine.memory_fraction <= 0 || node.engine.kv_cache_blocks > 0) continue;
-      std::vector<Sharer>& sharers = by_memory[{node.host, node.engine.device.name()}];
+      const std::string host = host_key(node.host);
+      if (host.empty()) continue;
+      std::vector<Sharer>& sharers = by_memory[{host, node.engine.device.name()}];
       sharers.push_back({std::string(role_name(node.role)) + "[" + std::to_string(i) + "]",
                          node.name, node.engine.memory_fraction});
       double sum = 0;
@@ -494,7 +500,7 @@ static Status check_memory_fractions(const ClusterConfig& config) {
       // A little slack for decimal fractions that add up to 1 exactly.
       if (sum > 1 + 1e-9) {
         return invalid_argument(sharers.back().key + ".engine.memory_fraction: " + names +
-                                " share " + node.engine.device.name() + " on " + node.host +
+                                " share " + node.engine.device.name() + " on " + host +
                                 " and ask for " + parts + " of its memory, more than all of it");
       }
     }
@@ -562,7 +568,7 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root, const fs::pat
     }
   }
   BATON_RETURN_IF_ERROR(check_shared_kv_layout(config));
-  BATON_RETURN_IF_ERROR(check_memory_fractions(config));
+  BATON_RETURN_IF_ERROR(check_memory_fractions(config, loopback_host_key));
   BATON_RETURN_IF_ERROR(check_stall_timeout(config));
   return config;
 }

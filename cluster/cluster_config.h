@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -141,6 +142,17 @@ Result<ClusterConfig> parse_cluster_config(const YAML::Node& root,
 // than one 8192-token request ...". `model` is the checkpoint's config.json: its
 // torch_dtype is the KV dtype of nodes whose engine.kv_dtype is auto.
 Status validate_against_model(const ClusterConfig& config, const engine::ModelConfig& model);
+
+// Nodes on one device of one host (or on one host's CPUs) share its memory:
+// the parts engine.memory_fraction gives them cannot add up to more than it.
+// `host_key` names the machine a node's host is (nodes with the same key
+// share it; an empty key leaves the node out). parse_cluster_config checks
+// with loopback_host_key; `baton up`, which knows this host's names and
+// addresses, checks the nodes it starts again as one host.
+Status check_memory_fractions(const ClusterConfig& config,
+                              const std::function<std::string(const std::string&)>& host_key);
+// The host, or "this host" for the loopback and wildcard names.
+std::string loopback_host_key(const std::string& host);
 
 // Parses the `transfer:` mapping (keys: mode auto|rma|tag|am, default_deadline_ms,
 // close_timeout_ms, idle_wait_ms, verify_checksum, peer_error_handling,

@@ -138,6 +138,12 @@ int run_up(const UpOptions& options) {
       }
     }
   }
+  // The nodes started here share this host's memory, whichever of its names
+  // or addresses each one's host is.
+  if (Status shares = cluster::check_memory_fractions(
+          config, [](const std::string& host) { return is_local_host(host) ? "this host" : ""; });
+      !shares.is_ok())
+    return fail(shares);
   if (Status made = ensure_model(config); !made.is_ok()) return fail(made);
   Result<engine::ModelConfig> model = engine::load_model_config(config.model.path / "config.json");
   if (!model.is_ok()) return fail(model.status());

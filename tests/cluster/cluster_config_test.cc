@@ -846,6 +846,12 @@ TEST(ClusterConfigMemory, FractionsOfOneDeviceAddUpToItAtMost) {
     auto config = cluster(prefill, decode);
     EXPECT_TRUE(config.is_ok()) << prefill << " / " << decode << ": " << config.status().message();
   }
+  // The loopback names are one host.
+  expect_error(parse("model: {preset: tiny}\nengine: {memory_fraction: 0.6}\nprefill: [{name: p, "
+                     "host: 127.0.0.1}]\ndecode: [{name: d, host: localhost}]\n"),
+               "decode[0].engine.memory_fraction: p, d share cpu on this host and ask for 0.6 + "
+               "0.6",
+               "127.0.0.1 and localhost");
   // Two hosts' devices are two devices.
   auto hosts = parse(
       "model: {preset: tiny}\nengine: {device: cuda, memory_fraction: 0.9}\n"

@@ -504,4 +504,25 @@ TEST_F(BatonCli, UpSaysWhatItWaitsFor) {
   EXPECT_EQ(r.out.find("Baton is up"), std::string::npos) << r.out;
 }
 
+// Nodes `baton up` starts here share this host's memory whatever name or
+// address of it their YAML gives: their memory fractions adding up to more
+// than all of it are refused before anything starts, naming them.
+TEST_F(BatonCli, UpRefusesMemorySharesOfThisHostAddingUpToMoreThanIt) {
+  char name[256] = {};
+  ASSERT_EQ(::gethostname(name, sizeof(name) - 1), 0);
+  const std::filesystem::path yaml = *dir_ / "shares.yaml";
+  std::ofstream(yaml) << "model: {path: " << model().string() << "}\n"
+                      << "router: {http_port: 18441, zmq_port: 18442, control_port: 18443}\n"
+                      << "prefill: [{name: p0, host: '" << name
+                      << "', engine: {memory_fraction: 0.6}}]\n"
+                      << "decode: [{name: d0, host: 127.0.0.1, engine: {memory_fraction: 0.5}}]\n";
+  auto r = run("up --ready-timeout 9 --max-restarts 0 " + yaml.string());
+  EXPECT_EQ(r.exit_code, 1) << r.out;
+  EXPECT_NE(r.out.find("decode[0].engine.memory_fraction: p0, d0 share cpu on this host and ask "
+                       "for 0.6 + 0.5 of its memory"),
+            std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("Baton is up"), std::string::npos) << r.out;
+}
+
 }  // namespace
