@@ -555,11 +555,18 @@ void TransferEngine::Impl::on_connected(PeerId id, uint64_t generation, ucs_stat
 
 void TransferEngine::Impl::tear_down(PeerId id, const Status& why) {
   PeerState& peer = peers_[id];
+  const auto failing = std::ranges::count_if(
+      sends_, [&](const auto& entry) { return entry.second.peer == id && !entry.second.failed(); });
   if (why.code() == StatusCode::kAborted) {  // our own shutdown
     spdlog::debug("kv_transfer[{}]: closing endpoint to peer {}", config_.node_name, id);
+  } else if (failing == 0) {
+    // A peer that stops or restarts with no send in flight to it (a
+    // cluster shutting down) costs nothing.
+    spdlog::info("kv_transfer[{}]: closing endpoint to peer {}, no send in flight to it: {}",
+                 config_.node_name, id, why.to_string());
   } else {
-    spdlog::warn("kv_transfer[{}]: tearing down endpoint to peer {}: {}", config_.node_name, id,
-                 why.to_string());
+    spdlog::warn("kv_transfer[{}]: tearing down endpoint to peer {}, failing {} send{}: {}",
+                 config_.node_name, id, failing, failing == 1 ? "" : "s", why.to_string());
   }
   counters_.torn_down++;
   // Fail this peer's transfers first, so completions arriving from the forced

@@ -340,9 +340,20 @@ int run_up(const UpOptions& options) {
     std::this_thread::sleep_for(100ms);
   }
   const std::string& url = router_url;
-  std::printf("Baton is up: %s  (%zu processes: %s%zu prefill, %zu decode)\n", url.c_str(),
-              group.names().size(), local_router ? "router, " : "", config.prefill.size(),
-              config.decode.size());
+  // What this host runs; the file's other nodes run elsewhere.
+  auto started_here = [&](const std::vector<cluster::NodeSection>& nodes) {
+    return std::ranges::count_if(
+        nodes, [&](const cluster::NodeSection& node) { return local_nodes.contains(node.name); });
+  };
+  const auto prefill_here = size_t(started_here(config.prefill));
+  const auto decode_here = size_t(started_here(config.decode));
+  const size_t elsewhere = config.prefill.size() + config.decode.size() - local_nodes.size();
+  std::printf("Baton is up: %s  (%zu processes: %s%zu prefill, %zu decode%s)\n", url.c_str(),
+              group.names().size(), local_router ? "router, " : "", prefill_here, decode_here,
+              elsewhere == 0 ? ""
+                             : ("; " + std::to_string(elsewhere) + " more node" +
+                                (elsewhere == 1 ? "" : "s") + " on other hosts")
+                                   .c_str());
   std::printf(
       "Try:\n  curl %s/v1/completions -H 'Content-Type: application/json' \\\n%s"
       "    -d '{\"model\": \"%s\", \"prompt\": \"The capital of France is\", \"max_tokens\": "
