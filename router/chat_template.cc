@@ -16,6 +16,30 @@ std::string apply_default_chat_template(const std::vector<ChatMessage>& messages
   return prompt;
 }
 
+namespace {
+
+// A model without a chat template takes the fixed format, which shows each
+// message's role and content and nothing else: what it would drop is
+// refused, naming the field, rather than ignored.
+Status check_fixed_format_shows(const ChatRequest& chat) {
+  auto refuse = [](const std::string& field) {
+    return invalid_argument("'" + field +
+                            "' cannot be shown: this model has no chat template, and Baton's "
+                            "fixed chat format shows only each message's role and content");
+  };
+  if (chat.tools.is_array() && !chat.tools.empty()) return refuse("tools");
+  if (!chat.chat_template_kwargs.empty()) return refuse("chat_template_kwargs");
+  for (size_t i = 0; i < chat.template_messages.size(); ++i) {
+    for (const auto& [key, value] : chat.template_messages[i].items()) {
+      if (key != "role" && key != "content" && !value.is_null())
+        return refuse("messages[" + std::to_string(i) + "]." + key);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 Result<ChatPrompter> ChatPrompter::for_checkpoint(const std::filesystem::path& dir) {
   ChatPrompter prompter;
   Result<engine::ChatTemplate> loaded = engine::ChatTemplate::load(dir);
@@ -38,7 +62,10 @@ Result<ChatPrompter> ChatPrompter::for_checkpoint(const std::filesystem::path& d
 
 Result<std::string> ChatPrompter::render(const ChatRequest& chat) const {
   if (!refusal_.is_ok()) return refusal_;
-  if (!template_) return apply_default_chat_template(chat.messages, chat.add_generation_prompt);
+  if (!template_) {
+    BATON_RETURN_IF_ERROR(check_fixed_format_shows(chat));
+    return apply_default_chat_template(chat.messages, chat.add_generation_prompt);
+  }
   engine::ChatTemplateInputs inputs;
   inputs.messages = chat.template_messages;
   inputs.tools = chat.tools;

@@ -462,6 +462,8 @@ Status read_messages(const json& doc, const ordered_json& ordered, ChatRequest& 
       const json* v = member(m, key);
       if (v != nullptr && !v->is_string()) return bad(field + "." + key, "must be a string");
     }
+    if (role_name == "tool" && member(m, "tool_call_id") == nullptr)
+      return bad(field + ".tool_call_id", "is required for a tool message");
     const json* content = member(m, "content");
     std::string text;
     if (content != nullptr) {

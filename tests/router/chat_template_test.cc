@@ -62,6 +62,8 @@ TEST(ChatRequest, MalformedToolFieldsNameTheField) {
        "'messages[0].tool_calls' must be a list"},
       {R"({"messages": [{"role": "tool", "content": "x", "tool_call_id": 7}]})",
        "'messages[0].tool_call_id' must be a string"},
+      {R"({"messages": [{"role": "tool", "content": "x"}]})",
+       "'messages[0].tool_call_id' is required for a tool message"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": {}})",
        "'tools' must be a list"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "code"}]})",
@@ -190,6 +192,40 @@ TEST_F(ChatPrompterTest, WithoutATemplateBatonsFormatFollowsTheBos) {
   EXPECT_EQ(*prompter->render(chat(R"({"messages": [{"role": "system", "content": "s"},
     {"role": "user", "content": "u"}]})")),
             "<|system|>\ns\n<|user|>\nu\n<|assistant|>\n");
+}
+
+// Without a template, what the fixed format cannot show is refused naming
+// the field, not dropped: tools, the template's arguments, and a message's
+// keys beyond role and content (a null one asks for nothing).
+TEST_F(ChatPrompterTest, WithoutATemplateWhatTheFormatCannotShowIsRefused) {
+  auto prompter = ChatPrompter::for_checkpoint(dir_);
+  ASSERT_TRUE(prompter.is_ok());
+  const std::string user = R"({"role": "user", "content": "u"})";
+  for (const auto& [body, field] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"messages": [)" + user +
+                R"(], "tools": [{"type": "function", "function": {"name": "f"}}]})",
+            "'tools'"},
+           {R"({"messages": [)" + user + R"(], "chat_template_kwargs": {"enable_thinking": true}})",
+            "'chat_template_kwargs'"},
+           {R"({"messages": [{"role": "user", "content": "u", "name": "ann"}]})",
+            "'messages[0].name'"},
+           {R"({"messages": [)" + user +
+                R"(, {"role": "assistant", "tool_calls": [{"id": "c", "type": "function",
+                 "function": {"name": "f", "arguments": "{}"}}]}]})",
+            "'messages[1].tool_calls'"},
+           {R"({"messages": [{"role": "tool", "content": "42", "tool_call_id": "c"}]})",
+            "'messages[0].tool_call_id'"},
+           {R"({"messages": [{"role": "user", "content": "u", "zeta": 1}]})",
+            "'messages[0].zeta'"}}) {
+    auto text = prompter->render(chat(body));
+    ASSERT_FALSE(text.is_ok()) << body;
+    EXPECT_EQ(text.status().code(), StatusCode::kInvalidArgument) << body;
+    EXPECT_EQ(text.status().message().rfind(field + " cannot be shown", 0), 0u)
+        << body << " -> " << text.status().message();
+  }
+  EXPECT_EQ(*prompter->render(chat(R"({"messages": [{"role": "user", "content": "u", "name": null}],
+    "tools": []})")),
+            "<|user|>\nu\n<|assistant|>\n");
 }
 
 TEST_F(ChatPrompterTest, ACorruptTokenizerConfigIsAnErrorNamingIt) {
