@@ -30,6 +30,14 @@ Scheduler::Scheduler(LlamaModel& model, KvPool& kv, const SchedulerConfig& confi
   // would preempt itself forever. It ends with "length" there instead, and
   // users are told at start-up. With a sliding window on every layer it
   // holds only the window and a step's tokens, however long it runs.
+  if (max_model_len_ > model.config().max_position_embeddings) {
+    // Allowed (the rotary angles are formed for any position), but past
+    // what the model was trained on; a cluster's YAML refuses it.
+    spdlog::warn(
+        "engine: engine.max_model_len {} is past the model's max_position_embeddings {}: "
+        "positions beyond it were never trained",
+        max_model_len_, model.config().max_position_embeddings);
+  }
   const int32_t block_size = kv.layout().block_size;
   const int64_t pool_tokens = int64_t(kv.layout().num_blocks) * block_size;
   if (pool_tokens <

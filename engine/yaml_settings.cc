@@ -66,7 +66,8 @@ Result<bool> read_yaml_bool(const YAML::Node& node, const std::string& key) {
 }
 
 Result<double> read_yaml_fraction(const YAML::Node& node, const std::string& key) {
-  const std::string text = node.IsScalar() ? node.Scalar() : "";
+  if (!node.IsScalar()) return invalid_argument(key + ": expected a number in [0, 1] like 0.45");
+  const std::string& text = node.Scalar();
   double value = 0;
   auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || ec != std::errc() || end != text.data() + text.size())

@@ -412,6 +412,11 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
       !in_vocabulary.is_ok()) {
     return send_error(*responder, in_vocabulary);
   }
+  // A stop token the model cannot generate would never stop anything.
+  if (Status in_vocabulary = check_vocabulary(sampling.stop_token_ids, "stop_token_ids: token id");
+      !in_vocabulary.is_ok()) {
+    return send_error(*responder, in_vocabulary);
+  }
 
   // Echo with logprobs scores every prompt token with its alternatives, all
   // in the node's one answer: a frame past the control codec's bounds would

@@ -216,8 +216,10 @@ int run_generate(const GenerateOptions& o) {
   auto prompts = read_prompts(o, eng.tokenizer());
   if (!prompts.is_ok()) return fail(prompts.status());
   engine::GenerationOptions gen;
-  gen.sampling = {
-      .temperature = o.temperature, .top_k = o.top_k, .top_p = o.top_p, .min_p = o.min_p};
+  gen.sampling = {.temperature = o.temperature,
+                  .top_k = std::max(o.top_k, 0),
+                  .top_p = o.top_p,
+                  .min_p = o.min_p};
   gen.adjustments.presence_penalty = o.presence_penalty;
   gen.adjustments.frequency_penalty = o.frequency_penalty;
   gen.adjustments.repetition_penalty = o.repetition_penalty;
@@ -348,7 +350,8 @@ std::function<int()> add_generate_command(CLI::App& app) {
   cmd->add_option("--max-tokens", o->max_tokens, "tokens to generate")->capture_default_str();
   cmd->add_option("--temperature", o->temperature, "0 = greedy")->capture_default_str();
   cmd->add_option("--top-p", o->top_p, "nucleus sampling mass")->capture_default_str();
-  cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens; 0 = all")
+  cmd->add_option("--top-k", o->top_k, "keep the k most likely tokens; 0 or -1 = all")
+      ->check(CLI::Range(-1, std::numeric_limits<int32_t>::max()))
       ->capture_default_str();
   cmd->add_option("--seed", o->seed, "sampling seed (prompt i uses seed + i)")
       ->check([](const std::string& text) -> std::string {

@@ -104,6 +104,18 @@ TEST(LimitsTest, RequestsTooCostlyForTheRouterAreRefusedBeforeTheyRun) {
 
   // The tiny model's tokenizer makes a token of each byte: 6 MB of text is
   // six million tokens.
+  // Token ids the model has no row for, named with their field.
+  for (const auto& [field, value] : std::vector<std::pair<std::string, json>>{
+           {"logit_bias", json{{"999999", 1}}}, {"stop_token_ids", json::array({3, 999999})}}) {
+    auto out_of_vocabulary =
+        cluster.post("/v1/completions", json{{"prompt", ids}, {"max_tokens", 1}, {field, value}});
+    ASSERT_TRUE(out_of_vocabulary.is_ok());
+    EXPECT_EQ(out_of_vocabulary->status, 400) << out_of_vocabulary->body;
+    EXPECT_NE(out_of_vocabulary->body.find(field + ": token id 999999 is out of vocabulary"),
+              std::string::npos)
+        << out_of_vocabulary->body;
+  }
+
   const std::string text(6u << 20, 'x');
   auto too_long = cluster.post("/v1/completions", json{{"prompt", text}, {"max_tokens", 1}});
   ASSERT_TRUE(too_long.is_ok());

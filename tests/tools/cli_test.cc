@@ -79,12 +79,13 @@ TEST_F(BatonCli, GenerateRefusesSamplingValuesAndFilesItCannotUse) {
            {"--prompt-ids 1,2 --logit-bias 3:1.5x", "--logit-bias takes ID:BIAS"},
            {"--prompt-ids 1,2 --logit-bias 4294967299:1", "--logit-bias takes ID:BIAS"},
            {"--prompt-ids 1,2 --seed -1", "--seed"},
+           {"--prompt-ids 1,2 --top-k -5", "--top-k"},
            {"--prompts /dev/zero", "--prompts: /dev/zero"}}) {
     auto refused = run(base + args);
     EXPECT_NE(refused.exit_code, 0) << args;
     EXPECT_NE(refused.out.find(named), std::string::npos) << args << ": " << refused.out;
   }
-  auto fine = run(base + "--prompt-ids 1,2 --temperature 0.5 --seed 7");
+  auto fine = run(base + "--prompt-ids 1,2 --temperature 0.5 --seed 7 --top-k -1");
   EXPECT_EQ(fine.exit_code, 0) << fine.out;
 }
 
