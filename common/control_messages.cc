@@ -372,19 +372,21 @@ json to_json(const TokenEvent& e) {
 
 struct Codec {
   json operator()(const Register& m) const {
-    return {{"t", "register"},
-            {"node", m.node},
-            {"role", role_name(m.role)},
-            {"descriptor", binary(m.descriptor)},
-            {"block_size", m.block_size},
-            {"max_model_len", m.max_model_len},
-            {"pid", m.pid},
-            {"kv_dtype", m.kv_dtype},
-            {"kv_bytes_per_token", m.kv_bytes_per_token},
-            {"device", m.device},
-            {"kv_staging", m.kv_staging},
-            {"weights_bytes", m.weights_bytes},
-            {"kv_pool_bytes", m.kv_pool_bytes}};
+    json out = {{"t", "register"},
+                {"node", m.node},
+                {"role", role_name(m.role)},
+                {"descriptor", binary(m.descriptor)},
+                {"block_size", m.block_size},
+                {"max_model_len", m.max_model_len},
+                {"pid", m.pid},
+                {"kv_dtype", m.kv_dtype},
+                {"kv_bytes_per_token", m.kv_bytes_per_token},
+                {"device", m.device},
+                {"kv_staging", m.kv_staging},
+                {"weights_bytes", m.weights_bytes},
+                {"kv_pool_bytes", m.kv_pool_bytes}};
+    if (!m.prefix_caching) out["prefix_caching"] = false;
+    return out;
   }
   json operator()(const RegisterAck& m) const {
     json out = {{"t", "register_ack"}, {"accepted", m.accepted}, {"message", m.message}};
@@ -475,6 +477,7 @@ Result<Message> decode_fields(const json& object, const std::string& type) {
     m.kv_staging = r.string("kv_staging", 128);
     m.weights_bytes = r.integer("weights_bytes", 0, int64_t(1) << 50);
     m.kv_pool_bytes = r.integer("kv_pool_bytes", 0, int64_t(1) << 50);
+    if (r.has("prefix_caching")) m.prefix_caching = r.boolean("prefix_caching");
     const std::optional<Role> parsed = parse_role(role);
     if (parsed == Role::kPrefill || parsed == Role::kDecode)
       m.role = *parsed;

@@ -185,6 +185,9 @@ struct Register {  // node -> router, first message and after a reconnect
   // keeps them) and its KV pool.
   int64_t weights_bytes = 0;
   int64_t kv_pool_bytes = 0;
+  // Whether its prefix cache shares computed blocks (engine.enable_prefix_caching).
+  // Optional on the wire (absent: true).
+  bool prefix_caching = true;
 };
 struct RegisterAck {  // router -> node
   bool accepted = false;

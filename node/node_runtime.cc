@@ -228,6 +228,7 @@ void NodeRuntime::send_register() {
   reg.kv_staging = transfer_->staging();
   reg.weights_bytes = int64_t(engine_->model().backend().weights_bytes());
   reg.kv_pool_bytes = int64_t(engine_->kv_pool().bytes());
+  reg.prefix_caching = settings_.engine.enable_prefix_caching;
   send(reg);
   next_register_ = std::chrono::steady_clock::now() + kRegisterRetry;
 }

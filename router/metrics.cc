@@ -316,8 +316,9 @@ std::string RouterMetrics::render(const ClusterSnapshot& snapshot) const {
                  snapshot.prefill_fallbacks);
   out +=
       "# HELP baton:prompt_placements_total Prompts dispatched, by where they were prefilled: "
-      "on a prefill node, or on their decode node (short, no prefill node up, or every prefill "
-      "node's queue at router.max_prefill_queue_tokens).\n"
+      "on a prefill node, or on their decode node (short, no prefill node up, every prefill "
+      "node's queue at router.max_prefill_queue_tokens, or another sample of the prompt left "
+      "its KV there).\n"
       "# TYPE baton:prompt_placements_total counter\n";
   for (PrefillPlacement placement : kAllPrefillPlacements) {
     const auto it = snapshot.placements.find(placement);

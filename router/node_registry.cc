@@ -78,6 +78,7 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
   node.device = message.device;
   node.kv_staging = message.kv_staging;
   node.weights_bytes = message.weights_bytes;
+  node.prefix_caching = message.prefix_caching;
   node.kv_pool_bytes = message.kv_pool_bytes;
   if (message.pid != node.pid) {
     // A new process counts from zero: its first heartbeat adds all it

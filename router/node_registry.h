@@ -37,9 +37,10 @@ struct NodeState {
   int64_t pid = 0;
   std::string kv_dtype;  // the KV format, as control::Register names it
   int64_t kv_bytes_per_token = 0;
-  std::string device;         // control::Register's
-  std::string kv_staging;     // control::Register's; "" when the pool is registered in place
-  int64_t weights_bytes = 0;  // control::Register's
+  std::string device;          // control::Register's
+  std::string kv_staging;      // control::Register's; "" when the pool is registered in place
+  int64_t weights_bytes = 0;   // control::Register's
+  bool prefix_caching = true;  // control::Register's
   int64_t kv_pool_bytes = 0;
   std::chrono::steady_clock::time_point last_seen{};
   control::NodeLoad load;  // from the last heartbeat
@@ -88,6 +89,8 @@ class NodeRegistry {
   // Prefix-aware policy: how many prompt blocks the router remembers
   // sending to `name`.
   size_t sent_block_count(const std::string& name) const;
+  // The KV block size every node shares (0 until one has registered).
+  int32_t block_size() const { return block_size_; }
 
  private:
   std::map<std::string, NodeState> nodes_;

@@ -57,6 +57,7 @@ json node_json(const NodeState& node) {
                 {"kv_pool", node.kv_pool_bytes},
                 {"workspace", node.load.workspace_bytes}}},
               {"kv_paths", node.kv_paths},
+              {"prefix_caching", node.prefix_caching},
               {"assigned_requests", node.assigned_requests},
               {"queued_prompt_tokens", node.assigned_tokens}};
   for (const control::NodeLoadField& f : control::kNodeLoadFields)
@@ -464,9 +465,12 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   std::vector<GenerationRequest> choices;
   std::random_device entropy;
   for (const std::vector<int32_t>& ids : token_prompts) {
+    // The samples of one prompt go where the first left the prompt's KV.
+    const uint64_t group = sampling.best_of > 1 ? next_prompt_group_++ : 0;
     for (int32_t j = 0; j < sampling.best_of; ++j) {
       GenerationRequest choice;
       choice.prompt = ids;
+      choice.prompt_group = group;
       choice.client_id = client_id_for_logs(x_request_id.empty() ? spec.id : x_request_id);
       control::SamplingSpec& s = choice.sampling;
       s.temperature = sampling.temperature;

@@ -92,6 +92,8 @@ class OpenAiService {
   RouterMetrics& metrics_;
   std::atomic<bool> draining_{false};
   std::atomic<uint64_t> next_id_{0};
+  // GenerationRequest::prompt_group of the next prompt with several samples.
+  std::atomic<uint64_t> next_prompt_group_{1};
   RequestWorkers workers_;  // last: stopped before anything its work uses goes
 };
 

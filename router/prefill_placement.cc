@@ -12,6 +12,8 @@ std::string_view placement_name(PrefillPlacement placement) {
       return "no_prefill_node";
     case PrefillPlacement::kPrefillQueuesFull:
       return "prefill_queues_full";
+    case PrefillPlacement::kCachedPrompt:
+      return "cached_prompt";
   }
   return "unknown";
 }

@@ -28,10 +28,12 @@ enum class PrefillPlacement {
   kShortPrompt,        // on the decode node: below min_remote_prefill_tokens
   kNoPrefillNode,      // on the decode node: no prefill node is up
   kPrefillQueuesFull,  // on the decode node: every prefill node is at the queue limit
+  kCachedPrompt,       // on the decode node: another sample of the prompt left its KV there
 };
 inline constexpr PrefillPlacement kAllPrefillPlacements[] = {
     PrefillPlacement::kPrefillNode, PrefillPlacement::kShortPrompt,
-    PrefillPlacement::kNoPrefillNode, PrefillPlacement::kPrefillQueuesFull};
+    PrefillPlacement::kNoPrefillNode, PrefillPlacement::kPrefillQueuesFull,
+    PrefillPlacement::kCachedPrompt};
 
 // The label /metrics gives a placement.
 std::string_view placement_name(PrefillPlacement placement);

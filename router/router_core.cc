@@ -109,6 +109,7 @@ void RouterCore::loop() {
     const bool socket_drained = received.size() < kMaxMessagesPerPoll;
     wake_.drain();
     for (auto& r : received) handle(r.from, r.message);
+    release_groups();
 
     std::vector<Submission> submissions;
     std::vector<uint64_t> cancels;
@@ -117,14 +118,18 @@ void RouterCore::loop() {
       submissions.swap(submissions_);
       cancels.swap(cancels_);
     }
-    for (Submission& submission : submissions) dispatch(submission);
+    for (Submission& submission : submissions) submit_or_hold(submission);
     end_undeliverable();
     for (uint64_t id : cancels) {
       auto it = requests_.find(id);
-      if (it == requests_.end()) continue;
+      if (it == requests_.end()) {
+        drop_held(id);
+        continue;
+      }
       abort_on_nodes(it->second, "cancelled by the client");
       forget(id);
     }
+    release_groups();
 
     auto now = Clock::now();
     if (socket_drained) {
@@ -159,6 +164,12 @@ void RouterCore::loop() {
   std::vector<uint64_t> left;
   for (const auto& [id, request] : requests_) left.push_back(id);
   for (uint64_t id : left) fail(id, unavailable("the router is shutting down"));
+  for (auto& [group, held] : std::exchange(groups_, {})) {
+    for (Submission& s : held.held) {
+      in_flight_.fetch_sub(1);
+      call_sink(s.sink, failed_update(unavailable("the router is shutting down")));
+    }
+  }
   std::vector<Submission> submissions;
   {
     std::lock_guard lock(inbox_mutex_);
@@ -170,18 +181,97 @@ void RouterCore::loop() {
   }
 }
 
-void RouterCore::dispatch(Submission& submission) {
+void RouterCore::submit_or_hold(Submission& submission) {
+  const uint64_t group_id = submission.request.prompt_group;
+  if (group_id == 0) return dispatch(submission);
+  auto [it, first] = groups_.try_emplace(group_id);
+  PromptGroup& group = it->second;
+  if (first) {
+    const uint64_t leader = submission.id;
+    group.leader = leader;
+    dispatch(submission);
+    auto placed = requests_.find(leader);
+    if (placed == requests_.end()) {  // failed at once: the next sample leads
+      groups_.erase(group_id);
+      return;
+    }
+    const NodeState* decode = registry_.find(placed->second.decode_node);
+    if (decode == nullptr || !decode->prefix_caching) {
+      // Nothing would be shared there: the others go as any request.
+      group.ready = true;
+    } else if (placed->second.prefill_node.empty()) {
+      // Computed on its decode node, where a sample admitted beside it
+      // shares the blocks as the step computing them fills them.
+      group.ready = true;
+      group.decode_node = placed->second.decode_node;
+    }
+    return;
+  }
+  if (!group.ready) {
+    group.held.push_back(std::move(submission));
+    return;
+  }
+  dispatch(submission, group.decode_node);
+}
+
+void RouterCore::group_leader_moved(Request& leader, bool ended) {
+  const uint64_t group_id = leader.request.prompt_group;
+  auto it = groups_.find(group_id);
+  if (group_id == 0 || it == groups_.end() || it->second.leader != leader.id) return;
+  PromptGroup& group = it->second;
+  if (!group.ready) {
+    group.ready = true;
+    // Ended before its first tokens (failed, cancelled): the others are
+    // placed as any request is.
+    if (!ended) group.decode_node = leader.decode_node;
+    groups_to_release_.push_back(group_id);
+  }
+  if (ended) {
+    group.leader_gone = true;
+    groups_to_release_.push_back(group_id);
+  }
+}
+
+void RouterCore::release_groups() {
+  for (const uint64_t group_id : std::exchange(groups_to_release_, {})) {
+    auto it = groups_.find(group_id);
+    if (it == groups_.end()) continue;
+    std::vector<Submission> held = std::exchange(it->second.held, {});
+    const std::string beside = it->second.decode_node;
+    // Samples that come after their leader ended lead a group of their own.
+    if (it->second.leader_gone) groups_.erase(it);
+    for (Submission& submission : held) dispatch(submission, beside);
+  }
+}
+
+bool RouterCore::drop_held(uint64_t request_id) {
+  for (auto& [group_id, group] : groups_) {
+    auto it =
+        std::ranges::find_if(group.held, [&](const Submission& s) { return s.id == request_id; });
+    if (it == group.held.end()) continue;
+    group.held.erase(it);
+    in_flight_.fetch_sub(1);
+    return true;
+  }
+  return false;
+}
+
+void RouterCore::dispatch(Submission& submission, const std::string& beside) {
   const std::vector<int32_t>& prompt = submission.request.prompt;
   while (true) {
-    NodeState* decode = registry_.pick(Role::kDecode, prompt);
+    NodeState* decode = beside.empty() ? nullptr : registry_.find(beside);
+    const bool cached_there = decode != nullptr && decode->up;
+    if (!cached_there) decode = registry_.pick(Role::kDecode, prompt);
     if (decode == nullptr) {
       in_flight_.fetch_sub(1);
       call_sink(submission.sink, failed_update(unavailable("no decode node is up")));
       return;
     }
     const PrefillPlacement placement =
-        place_prefill(config_.placement, int64_t(prompt.size()),
-                      registry_.least_assigned_tokens(Role::kPrefill), decode->assigned_tokens);
+        cached_there ? PrefillPlacement::kCachedPrompt
+                     : place_prefill(config_.placement, int64_t(prompt.size()),
+                                     registry_.least_assigned_tokens(Role::kPrefill),
+                                     decode->assigned_tokens);
     NodeState* prefill = placement == PrefillPlacement::kPrefillNode
                              ? registry_.pick(Role::kPrefill, prompt)
                              : nullptr;
@@ -194,7 +284,7 @@ void RouterCore::dispatch(Submission& submission) {
     Status sent = send(decode->name, generate);
     if (!sent.is_ok()) {
       // Its connection is gone (it died before its heartbeats ran out): take
-      // it out now and place the request elsewhere.
+      // it out now and place the request elsewhere (`beside` is down now).
       std::string name = decode->name;
       registry_.mark_down(name);
       node_down(name, sent.message());
@@ -213,7 +303,12 @@ void RouterCore::dispatch(Submission& submission) {
       prefill->assigned_requests++;
       prefill->assigned_tokens += int64_t(request.request.prompt.size());
     } else {
-      request.local_prefill_tokens = int64_t(request.request.prompt.size());
+      // Beside a sample of the same prompt, only what follows its full
+      // blocks is computed.
+      const int32_t block = registry_.block_size();
+      const auto tokens = int64_t(request.request.prompt.size());
+      request.local_prefill_tokens =
+          cached_there && block > 0 ? tokens - (tokens - 1) / block * block : tokens;
       decode->assigned_tokens += request.local_prefill_tokens;
     }
     placements_[placement]++;
@@ -417,6 +512,7 @@ void RouterCore::on_events(const std::string& from, control::Events& events) {
       update.prompt_logprobs = std::move(here ? event.prompt_logprobs : request.prompt_logprobs);
       request.got_tokens = true;
       release_local_prefill(request);
+      group_leader_moved(request, /*ended=*/false);
     }
     update.tokens = std::move(event.tokens);
     update.logprobs = std::move(event.logprobs);
@@ -546,6 +642,7 @@ void RouterCore::release_local_prefill(Request& request) {
 void RouterCore::forget(uint64_t request_id) {
   auto it = requests_.find(request_id);
   if (it == requests_.end()) return;
+  group_leader_moved(it->second, /*ended=*/true);
   release_prefill(it->second);
   release_local_prefill(it->second);
   if (NodeState* node = registry_.find(it->second.decode_node)) {

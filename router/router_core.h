@@ -52,6 +52,12 @@ struct GenerationRequest {
   // the logs of the router and of the nodes serving it: printable ASCII, at
   // most control::kMaxClientIdBytes (client_id_for_logs).
   std::string client_id;
+  // Nonzero: the samples of one prompt of one client request (n or best_of
+  // above 1) share it. The first dispatched leads; the others wait until
+  // its decode node holds the prompt's KV (its first tokens) and are then
+  // computed there, where its prefix cache shares the prompt's blocks,
+  // rather than each prefilled, sent and stored again.
+  uint64_t prompt_group = 0;
 };
 
 // `id` as a request id in logs: its printable ASCII characters (no
@@ -165,10 +171,31 @@ class RouterCore {
     GenerationRequest request;
     UpdateSink sink;
   };
+  // The samples of one prompt (GenerationRequest::prompt_group): the
+  // leader's id, and the others held until its decode node has the
+  // prompt's KV (ready: then they go to `decode_node`; empty, when the
+  // leader ended first: anywhere).
+  struct PromptGroup {
+    uint64_t leader = 0;
+    bool ready = false;
+    bool leader_gone = false;
+    std::string decode_node;
+    std::vector<Submission> held;
+  };
 
   explicit RouterCore(RouterCoreConfig config);
   void loop();
-  void dispatch(Submission& submission);
+  // Places a submission, or holds it with its prompt group's leader.
+  void submit_or_hold(Submission& submission);
+  // Places a submission: on `beside`'s decode node where that node is up
+  // (it computes the prompt, whose KV it holds), else by the policy.
+  void dispatch(Submission& submission, const std::string& beside = {});
+  // A prompt group's leader has its first tokens, or `ended`: its held
+  // samples are placed by release_groups(), outside any walk of requests_.
+  void group_leader_moved(Request& leader, bool ended);
+  void release_groups();
+  // Removes a held sample the client cancelled; false when none is held.
+  bool drop_held(uint64_t request_id);
   // Calls a front end's sink; false (logged) when it threw.
   static bool call_sink(const UpdateSink& sink, const GenerationUpdate& update);
   void handle(const std::string& from, control::Message& message);
@@ -216,7 +243,9 @@ class RouterCore {
   uint64_t kv_blocks_cached_ = 0;
   uint64_t kv_blocks_skipped_ = 0;
   uint64_t prefill_fallbacks_ = 0;
-  std::map<PrefillPlacement, uint64_t> placements_;  // ClusterSnapshot's; core thread only
+  std::map<PrefillPlacement, uint64_t> placements_;   // ClusterSnapshot's; core thread only
+  std::unordered_map<uint64_t, PromptGroup> groups_;  // core thread only
+  std::vector<uint64_t> groups_to_release_;           // core thread only
 
   std::mutex inbox_mutex_;
   std::vector<Submission> submissions_;

@@ -106,6 +106,9 @@ TEST(ControlMessages, EveryTypeRoundTrips) {
   EXPECT_EQ(reg2.kv_staging, reg.kv_staging);
   EXPECT_EQ(reg2.weights_bytes, reg.weights_bytes);
   EXPECT_EQ(reg2.kv_pool_bytes, reg.kv_pool_bytes);
+  EXPECT_TRUE(reg2.prefix_caching);  // absent on the wire: on
+  reg.prefix_caching = false;
+  EXPECT_FALSE(round_trip(reg).prefix_caching);
 
   EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).message, "welcome");
   EXPECT_EQ(round_trip(RegisterAck{true, "welcome"}).registration, 0u);  // absent: none

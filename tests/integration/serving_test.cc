@@ -575,6 +575,41 @@ TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
   ADD_FAILURE() << "samples parted for " << kSampledAttempts << " seeds:\n" << parted;
 }
 
+// The samples of one prompt share its KV: the first is prefilled on a
+// prefill node and its blocks sent; the others wait for its first tokens
+// and are computed on the same decode node, over the prompt's blocks its
+// prefix cache holds, so one prompt's blocks cross the wire, not five.
+// (That each sample equals one engine's with its seed is
+// SeededSamplingOverTwoNodesEqualsOneEngine's.)
+TEST_F(ServingTest, TheSamplesOfOnePromptShareItsKv) {
+  const std::string prompt = random_prompt(rng_, 200, 260);
+  const auto placed = [&] {
+    return cluster_->metric("baton:prompt_placements_total", "placement=\"cached_prompt\"");
+  };
+  const auto sent = [&] {
+    return cluster_->metric("baton:kv_transfer_blocks_total", "route=\"sent\"");
+  };
+  const double placed_before = placed(), sent_before = sent();
+  ASSERT_GE(placed_before, 0) << "no such metric";
+  auto answer = cluster_->post("/v1/completions", json{{"prompt", prompt},
+                                                       {"max_tokens", 3},
+                                                       {"temperature", 1.0},
+                                                       {"n", 5},
+                                                       {"ignore_eos", true}});
+  ASSERT_TRUE(answer.is_ok());
+  ASSERT_EQ(answer->status, 200) << answer->body;
+  const json doc = json::parse(answer->body);
+  ASSERT_EQ(doc["choices"].size(), 5u);
+  for (const json& choice : doc["choices"]) EXPECT_EQ(choice["finish_reason"], "length");
+  const int64_t tokens = doc["usage"]["prompt_tokens"];
+  EXPECT_EQ(placed() - placed_before, 4);
+  // 16-token blocks: at most one prompt's.
+  EXPECT_GT(sent() - sent_before, 0);
+  EXPECT_LE(sent() - sent_before, double((tokens + 15) / 16));
+  const json nodes = cluster_->nodes();
+  for (const json& node : nodes["nodes"]) EXPECT_EQ(node["prefix_caching"], true);
+}
+
 // best_of: the n returned are the samples of highest cumulative
 // log-probability among best_of, highest first. The same seed with n =
 // best_of and logprobs gives every sample and its log-probabilities, so the

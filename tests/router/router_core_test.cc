@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <future>
+#include <numeric>
 #include <stdexcept>
 #include <thread>
 
@@ -149,6 +150,128 @@ TEST(RouterCoreTest, ARestartedRouterNumbersItsRequestsApart) {
   ASSERT_NE(b, 0u) << "the second core never sent its request";
   EXPECT_NE(a, b);
   EXPECT_LT(a, uint64_t(1) << 49);  // exact in any JSON reader
+}
+
+// The samples of one prompt (prompt_group): the first is placed alone; the
+// others wait for its first tokens and then go to its decode node, to be
+// computed there (no prefill node), where its KV is. A sample the client
+// cancels while it waits is never placed; where the first fails before any
+// token, the others are placed as any request is.
+TEST(RouterCoreTest, TheSamplesOfAPromptFollowTheFirstToItsDecodeNode) {
+  RouterCoreConfig config;
+  config.control_endpoint = "tcp://127.0.0.1:*";
+  config.nodes = {
+      {"decode-0", Role::kDecode}, {"decode-1", Role::kDecode}, {"prefill-0", Role::kPrefill}};
+  auto core = RouterCore::start(config);
+  ASSERT_TRUE(core.is_ok()) << core.status().to_string();
+  struct Node {
+    std::string name;
+    std::unique_ptr<control::ControlSocket> socket;
+    std::vector<control::Generate> generates;
+  };
+  std::vector<Node> nodes;
+  for (const auto& [name, role] : config.nodes) {
+    auto socket = control::ControlSocket::connect((*core)->control_endpoint(), name);
+    ASSERT_TRUE(socket.is_ok()) << socket.status().to_string();
+    control::Register reg{name, role, {1, 2, 3}, 16, 1024, ::getpid(), "f32", 256, "cpu", ""};
+    ASSERT_TRUE((*socket)->send("", reg).is_ok());
+    nodes.push_back({name, std::move(socket).value(), {}});
+  }
+  // Heartbeats every node and keeps what it is sent, until `done`.
+  auto serve = [&](auto&& done) {
+    for (auto until = Clock::now() + 10s; !done() && Clock::now() < until;) {
+      for (Node& node : nodes) {
+        (void)node.socket->send("", control::Heartbeat{node.name, {}});
+        for (auto& received : node.socket->poll(5ms)) {
+          if (auto* generate = std::get_if<control::Generate>(&received.message))
+            node.generates.push_back(*generate);
+        }
+      }
+    }
+  };
+  auto placed = [&] {
+    size_t n = 0;
+    for (const Node& node : nodes) n += node.generates.size();
+    return n;
+  };
+  std::vector<int32_t> prompt(100);
+  std::iota(prompt.begin(), prompt.end(), 1);
+  std::atomic<int> finished = 0;
+  auto sample = [&](uint64_t group) {
+    GenerationRequest request;
+    request.prompt = prompt;
+    request.sampling.max_tokens = 4;
+    request.prompt_group = group;
+    Result<uint64_t> id = unavailable("not submitted");
+    serve([&] {
+      return (id = (*core)->submit(request,
+                                   [&](const GenerationUpdate& update) {
+                                     if (update.finished) ++finished;
+                                   }))
+          .is_ok();
+    });
+    return id;
+  };
+
+  for (const bool first_fails : {false, true}) {
+    SCOPED_TRACE(first_fails ? "the first fails" : "the first answers");
+    for (Node& node : nodes) node.generates.clear();
+    const uint64_t group = first_fails ? 2 : 1;
+    std::vector<uint64_t> ids;
+    for (int j = 0; j < 4; ++j) {
+      auto id = sample(group);
+      ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+      ids.push_back(*id);
+    }
+    (*core)->cancel(ids[3]);  // waiting still: never placed
+    const auto settled = Clock::now() + 300ms;
+    serve([&] { return Clock::now() > settled; });
+    ASSERT_EQ(placed(), 1u) << "the others were placed before the first's tokens";
+    Node* leader_node = nullptr;
+    for (Node& node : nodes)
+      if (node.name.starts_with("decode") && !node.generates.empty()) leader_node = &node;
+    ASSERT_NE(leader_node, nullptr);
+    const control::Generate first = leader_node->generates[0];
+    EXPECT_EQ(first.request_id, ids[0]);
+    EXPECT_EQ(first.prefill_node, "prefill-0") << "a long prompt goes to the prefill node";
+    control::TokenEvent event;
+    event.request_id = first.request_id;
+    if (first_fails) {
+      event.finish_reason = FinishReason::kError;
+      event.error = "injected";
+    } else {
+      event.tokens = {7};
+    }
+    ASSERT_TRUE(leader_node->socket->send("", control::Events{{event}}).is_ok());
+    serve([&] { return placed() == 3; });
+    ASSERT_EQ(placed(), 3u);
+    for (const Node& node : nodes) {
+      for (const control::Generate& generate : node.generates) {
+        if (generate.request_id == first.request_id) continue;
+        EXPECT_NE(generate.request_id, ids[3]) << "a cancelled sample was placed";
+        if (first_fails) {
+          EXPECT_EQ(generate.prefill_node, "prefill-0") << "placed as any request";
+        } else {
+          EXPECT_EQ(node.name, leader_node->name) << "not beside the first";
+          EXPECT_EQ(generate.prefill_node, "") << "not computed where the KV is";
+        }
+      }
+    }
+    // The rest end; nothing is left in the router.
+    for (Node& node : nodes) {
+      for (const control::Generate& generate : node.generates) {
+        if (!node.name.starts_with("decode")) continue;
+        if (first_fails && generate.request_id == first.request_id) continue;
+        control::TokenEvent last;
+        last.request_id = generate.request_id;
+        last.tokens = {8};
+        last.finish_reason = FinishReason::kLength;
+        ASSERT_TRUE(node.socket->send("", control::Events{{last}}).is_ok());
+      }
+    }
+    serve([&] { return (*core)->in_flight() == 0; });
+    EXPECT_EQ((*core)->in_flight(), 0);
+  }
 }
 
 }  // namespace
