@@ -20,7 +20,8 @@ namespace {
 
 // A model without a chat template takes the fixed format, which shows each
 // message's role and content and nothing else: what it would drop is
-// refused, naming the field, rather than ignored.
+// refused, naming the field, rather than ignored (a tool message among it:
+// the format cannot show which call it answers).
 Status check_fixed_format_shows(const ChatRequest& chat) {
   auto refuse = [](const std::string& field) {
     return invalid_argument("'" + field +
@@ -31,7 +32,11 @@ Status check_fixed_format_shows(const ChatRequest& chat) {
   if (!chat.chat_template_kwargs.empty()) return refuse("chat_template_kwargs");
   for (size_t i = 0; i < chat.template_messages.size(); ++i) {
     for (const auto& [key, value] : chat.template_messages[i].items()) {
-      if (key != "role" && key != "content" && !value.is_null())
+      // null, [] and {} ask for nothing (a client sending back an
+      // assistant message with no tool calls).
+      const bool nothing =
+          value.is_null() || ((value.is_array() || value.is_object()) && value.empty());
+      if (key != "role" && key != "content" && !nothing)
         return refuse("messages[" + std::to_string(i) + "]." + key);
     }
   }

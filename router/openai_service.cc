@@ -465,8 +465,11 @@ void OpenAiService::generate(const HttpRequest& request, std::shared_ptr<HttpRes
   std::vector<GenerationRequest> choices;
   std::random_device entropy;
   for (const std::vector<int32_t>& ids : token_prompts) {
-    // The samples of one prompt go where the first left the prompt's KV.
-    const uint64_t group = sampling.best_of > 1 ? next_prompt_group_++ : 0;
+    // The samples of one prompt go where the first left the prompt's KV;
+    // not where each scores the prompt (echo with logprobs), which computes
+    // it whole, past the prefix cache.
+    const bool scores_prompt = sampling.echo && sampling.want_logprobs;
+    const uint64_t group = sampling.best_of > 1 && !scores_prompt ? next_prompt_group_++ : 0;
     for (int32_t j = 0; j < sampling.best_of; ++j) {
       GenerationRequest choice;
       choice.prompt = ids;

@@ -77,7 +77,7 @@ Result<uint64_t> RouterCore::submit(GenerationRequest request, UpdateSink sink) 
       in_flight_.fetch_sub(1);
       return unavailable("the router is shutting down");
     }
-    submissions_.push_back({id, std::move(request), std::move(sink)});
+    submissions_.push_back({id, std::move(request), std::move(sink), Clock::now()});
   }
   wake_.signal();
   return id;
@@ -109,7 +109,6 @@ void RouterCore::loop() {
     const bool socket_drained = received.size() < kMaxMessagesPerPoll;
     wake_.drain();
     for (auto& r : received) handle(r.from, r.message);
-    release_groups();
 
     std::vector<Submission> submissions;
     std::vector<uint64_t> cancels;
@@ -129,6 +128,8 @@ void RouterCore::loop() {
       abort_on_nodes(it->second, "cancelled by the client");
       forget(id);
     }
+    // After the cancels: a first sample that failed fails its client's
+    // whole request, whose other samples are then cancelled, not placed.
     release_groups();
 
     auto now = Clock::now();
@@ -240,7 +241,17 @@ void RouterCore::release_groups() {
     const std::string beside = it->second.decode_node;
     // Samples that come after their leader ended lead a group of their own.
     if (it->second.leader_gone) groups_.erase(it);
-    for (Submission& submission : held) dispatch(submission, beside);
+    const auto now = Clock::now();
+    for (Submission& submission : held) {
+      if (now > submission.submitted + config_.request_timeout) {
+        in_flight_.fetch_sub(1);
+        call_sink(submission.sink, failed_update(deadline_exceeded(
+                                       "the request ran past the router's request timeout of " +
+                                       std::to_string(config_.request_timeout.count()) + " ms")));
+        continue;
+      }
+      dispatch(submission, beside);
+    }
   }
 }
 
@@ -295,7 +306,9 @@ void RouterCore::dispatch(Submission& submission, const std::string& beside) {
     request.request = std::move(submission.request);
     request.sink = std::move(submission.sink);
     request.decode_node = decode->name;
-    request.deadline = Clock::now() + config_.request_timeout;
+    // From its submission: a sample held for its prompt's first is not
+    // given a whole timeout more.
+    request.deadline = submission.submitted + config_.request_timeout;
     decode->assigned_requests++;
     if (prefill != nullptr) {
       request.prefill_node = prefill->name;
@@ -659,7 +672,9 @@ void RouterCore::publish_snapshot() {
     snapshot.nodes.push_back(node);
     if (node.role == Role::kPrefill) ++snapshot.prefill_configured;
   }
-  snapshot.requests_in_router = int32_t(requests_.size());
+  size_t held = 0;
+  for (const auto& [group_id, group] : groups_) held += group.held.size();
+  snapshot.requests_in_router = int32_t(requests_.size() + held);
   snapshot.prefill_up = registry_.up_count(Role::kPrefill);
   snapshot.decode_up = registry_.up_count(Role::kDecode);
   snapshot.control_messages_rejected = socket_->rejected();

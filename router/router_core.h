@@ -170,6 +170,7 @@ class RouterCore {
     uint64_t id;
     GenerationRequest request;
     UpdateSink sink;
+    std::chrono::steady_clock::time_point submitted;  // its timeout runs from here
   };
   // The samples of one prompt (GenerationRequest::prompt_group): the
   // leader's id, and the others held until its decode node has the

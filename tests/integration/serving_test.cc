@@ -580,7 +580,8 @@ TEST_F(ServingTest, SeededSamplingOverTwoNodesEqualsOneEngine) {
 // and are computed on the same decode node, over the prompt's blocks its
 // prefix cache holds, so one prompt's blocks cross the wire, not five.
 // (That each sample equals one engine's with its seed is
-// SeededSamplingOverTwoNodesEqualsOneEngine's.)
+// SeededSamplingOverTwoNodesEqualsOneEngine's.) Samples that each score
+// the prompt (echo with logprobs) gain nothing from it and go as any.
 TEST_F(ServingTest, TheSamplesOfOnePromptShareItsKv) {
   const std::string prompt = random_prompt(rng_, 200, 260);
   const auto placed = [&] {
@@ -608,6 +609,16 @@ TEST_F(ServingTest, TheSamplesOfOnePromptShareItsKv) {
   EXPECT_LE(sent() - sent_before, double((tokens + 15) / 16));
   const json nodes = cluster_->nodes();
   for (const json& node : nodes["nodes"]) EXPECT_EQ(node["prefix_caching"], true);
+
+  // Samples that each score the prompt (echo with logprobs) compute it
+  // whole, past the prefix cache: they go as any request.
+  const double placed_then = placed();
+  auto scored = cluster_->post(
+      "/v1/completions",
+      json{{"prompt", prompt}, {"max_tokens", 2}, {"n", 3}, {"echo", true}, {"logprobs", 1}});
+  ASSERT_TRUE(scored.is_ok());
+  ASSERT_EQ(scored->status, 200) << scored->body.substr(0, 300);
+  EXPECT_EQ(placed(), placed_then);
 }
 
 // best_of: the n returned are the samples of highest cumulative

@@ -223,9 +223,9 @@ TEST_F(ChatPrompterTest, WithoutATemplateWhatTheFormatCannotShowIsRefused) {
     EXPECT_EQ(text.status().message().rfind(field + " cannot be shown", 0), 0u)
         << body << " -> " << text.status().message();
   }
-  EXPECT_EQ(*prompter->render(chat(R"({"messages": [{"role": "user", "content": "u", "name": null}],
-    "tools": []})")),
-            "<|user|>\nu\n<|assistant|>\n");
+  EXPECT_EQ(*prompter->render(chat(R"({"messages": [{"role": "user", "content": "u", "name": null,
+    "annotations": {}}, {"role": "assistant", "content": "a", "tool_calls": []}], "tools": []})")),
+            "<|user|>\nu\n<|assistant|>\na\n<|assistant|>\n");
 }
 
 TEST_F(ChatPrompterTest, ACorruptTokenizerConfigIsAnErrorNamingIt) {

@@ -194,6 +194,11 @@ TEST(RouterCoreTest, TheSamplesOfAPromptFollowTheFirstToItsDecodeNode) {
     for (const Node& node : nodes) n += node.generates.size();
     return n;
   };
+  // Every node up before the first sample, which a prefill node must take.
+  serve([&] {
+    const auto cluster = (*core)->snapshot();
+    return cluster->prefill_up == 1 && cluster->decode_up == 2;
+  });
   std::vector<int32_t> prompt(100);
   std::iota(prompt.begin(), prompt.end(), 1);
   std::atomic<int> finished = 0;
@@ -272,6 +277,78 @@ TEST(RouterCoreTest, TheSamplesOfAPromptFollowTheFirstToItsDecodeNode) {
     serve([&] { return (*core)->in_flight() == 0; });
     EXPECT_EQ((*core)->in_flight(), 0);
   }
+}
+
+// A sample held for its prompt's first has no timeout of its own beyond
+// the request's: where the first runs out of time without a token, the
+// others end with it, never placed.
+TEST(RouterCoreTest, HeldSamplesEndWithinTheRequestsTimeout) {
+  RouterCoreConfig config;
+  config.control_endpoint = "tcp://127.0.0.1:*";
+  // A prefill node up: the first is placed to be prefilled there, and its
+  // samples held (where it is computed on its decode node they go at once).
+  config.nodes = {{"decode-0", Role::kDecode}, {"prefill-0", Role::kPrefill}};
+  config.request_timeout = 600ms;
+  auto core = RouterCore::start(config);
+  ASSERT_TRUE(core.is_ok()) << core.status().to_string();
+  auto node = control::ControlSocket::connect((*core)->control_endpoint(), "decode-0");
+  ASSERT_TRUE(node.is_ok()) << node.status().to_string();
+  ASSERT_TRUE((*node)
+                  ->send("", control::Register{"decode-0",
+                                               Role::kDecode,
+                                               {1, 2, 3},
+                                               16,
+                                               1024,
+                                               ::getpid(),
+                                               "f32",
+                                               256,
+                                               "cpu",
+                                               ""})
+                  .is_ok());
+  auto prefill = control::ControlSocket::connect((*core)->control_endpoint(), "prefill-0");
+  ASSERT_TRUE(prefill.is_ok()) << prefill.status().to_string();
+  control::Register as_prefill{"prefill-0", Role::kPrefill, {1, 2, 3}, 16,    1024,
+                               ::getpid(),  "f32",          256,       "cpu", ""};
+  ASSERT_TRUE((*prefill)->send("", as_prefill).is_ok());
+  int generates = 0;
+  auto serve = [&](auto&& done) {
+    for (auto until = Clock::now() + 10s; !done() && Clock::now() < until;) {
+      (void)(*node)->send("", control::Heartbeat{"decode-0", {}});
+      (void)(*prefill)->send("", control::Heartbeat{"prefill-0", {}});
+      (void)(*prefill)->poll(1ms);
+      for (auto& received : (*node)->poll(5ms))
+        generates += std::holds_alternative<control::Generate>(received.message);
+    }
+  };
+  serve([&] {
+    const auto cluster = (*core)->snapshot();
+    return cluster->prefill_up == 1 && cluster->decode_up == 1;
+  });
+  GenerationRequest request;
+  request.prompt = std::vector<int32_t>(100, 5);
+  request.sampling.max_tokens = 4;
+  request.prompt_group = 7;
+  std::atomic<int> timed_out = 0;
+  const auto start = Clock::now();
+  for (int j = 0; j < 3; ++j) {
+    Result<uint64_t> id = unavailable("not submitted");
+    serve([&] {
+      return (id = (*core)->submit(request,
+                                   [&](const GenerationUpdate& update) {
+                                     if (update.finished &&
+                                         update.error.code() == StatusCode::kDeadlineExceeded)
+                                       ++timed_out;
+                                   }))
+          .is_ok();
+    });
+    ASSERT_TRUE(id.is_ok()) << id.status().to_string();
+  }
+  serve([&] { return timed_out == 3; });
+  EXPECT_EQ(timed_out.load(), 3);
+  EXPECT_LT(Clock::now() - start, 1500ms) << "a held sample got a timeout of its own";
+  EXPECT_EQ(generates, 1) << "held samples were placed after their first timed out";
+  serve([&] { return (*core)->in_flight() == 0; });
+  EXPECT_EQ((*core)->in_flight(), 0);
 }
 
 }  // namespace
