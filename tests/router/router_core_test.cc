@@ -17,6 +17,12 @@ namespace {
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
 
+// What a node of `role` named `name` registers with (a CPU node of 16-token
+// F32 blocks).
+control::Register registration(const std::string& name, Role role) {
+  return control::Register{name, role, {1, 2, 3}, 16, 1024, ::getpid(), "f32", 256, "cpu", ""};
+}
+
 // A front end whose sink throws (out of memory building a reply, a bug)
 // loses that request, not the core's thread: the request is aborted on its
 // node, and the next one is served.
@@ -28,18 +34,7 @@ TEST(RouterCoreTest, ASinkThatThrowsEndsItsRequestNotTheCore) {
   ASSERT_TRUE(core.is_ok()) << core.status().to_string();
   auto node = control::ControlSocket::connect((*core)->control_endpoint(), "decode-0");
   ASSERT_TRUE(node.is_ok()) << node.status().to_string();
-  ASSERT_TRUE((*node)
-                  ->send("", control::Register{"decode-0",
-                                               Role::kDecode,
-                                               {1, 2, 3},
-                                               16,
-                                               1024,
-                                               ::getpid(),
-                                               "f32",
-                                               256,
-                                               "cpu",
-                                               ""})
-                  .is_ok());
+  ASSERT_TRUE((*node)->send("", registration("decode-0", Role::kDecode)).is_ok());
   // What the node is sent, heartbeating meanwhile, until `done`.
   auto serve = [&](auto&& on_message, auto&& done) {
     for (auto until = Clock::now() + 10s; !done() && Clock::now() < until;) {
@@ -173,8 +168,7 @@ TEST(RouterCoreTest, TheSamplesOfAPromptFollowTheFirstToItsDecodeNode) {
   for (const auto& [name, role] : config.nodes) {
     auto socket = control::ControlSocket::connect((*core)->control_endpoint(), name);
     ASSERT_TRUE(socket.is_ok()) << socket.status().to_string();
-    control::Register reg{name, role, {1, 2, 3}, 16, 1024, ::getpid(), "f32", 256, "cpu", ""};
-    ASSERT_TRUE((*socket)->send("", reg).is_ok());
+    ASSERT_TRUE((*socket)->send("", registration(name, role)).is_ok());
     nodes.push_back({name, std::move(socket).value(), {}});
   }
   // Heartbeats every node and keeps what it is sent, until `done`.
@@ -293,18 +287,7 @@ TEST(RouterCoreTest, HeldSamplesEndWithinTheRequestsTimeout) {
   ASSERT_TRUE(core.is_ok()) << core.status().to_string();
   auto node = control::ControlSocket::connect((*core)->control_endpoint(), "decode-0");
   ASSERT_TRUE(node.is_ok()) << node.status().to_string();
-  ASSERT_TRUE((*node)
-                  ->send("", control::Register{"decode-0",
-                                               Role::kDecode,
-                                               {1, 2, 3},
-                                               16,
-                                               1024,
-                                               ::getpid(),
-                                               "f32",
-                                               256,
-                                               "cpu",
-                                               ""})
-                  .is_ok());
+  ASSERT_TRUE((*node)->send("", registration("decode-0", Role::kDecode)).is_ok());
   auto prefill = control::ControlSocket::connect((*core)->control_endpoint(), "prefill-0");
   ASSERT_TRUE(prefill.is_ok()) << prefill.status().to_string();
   control::Register as_prefill{"prefill-0", Role::kPrefill, {1, 2, 3}, 16,    1024,
