@@ -448,12 +448,10 @@ static Status check_shared_kv_layout(const ClusterConfig& config) {
       if (node.engine.device.is_cuda() != first->engine.device.is_cuda()) {
         // The layouts' key orders (engine/forward_backend.h): a block's
         // bytes mean different things to the two backends.
-        return invalid_argument(
-            key + ".engine.device: " + node.name + " computes on " + node.engine.device.name() +
-            ", " + first->name + " (" + first_key + ") on " + first->engine.device.name() +
-            "; KV blocks move between nodes byte for byte, and the CPU backend keeps keys "
-            "grouped where the CUDA backend keeps them token-major, so all nodes compute on "
-            "the same kind of device");
+        return invalid_argument(key + ".engine.device: " + node.name + " computes on " +
+                                node.engine.device.name() + ", " + first->name + " (" + first_key +
+                                ") on " + first->engine.device.name() + "; " +
+                                std::string(engine::kOneDeviceKindReason));
       }
       if (node.engine.kv_dtype != first->engine.kv_dtype) {
         auto name = [](const std::optional<DType>& d) {
@@ -484,7 +482,7 @@ Status check_memory_fractions(const ClusterConfig& config,
   for (const auto* nodes : {&config.prefill, &config.decode}) {
     for (size_t i = 0; i < nodes->size(); ++i) {
       const NodeSection& node = (*nodes)[i];
-      if (node.engine.memory_fraction <= 0 || node.engine.kv_cache_blocks > 0) continue;
+      if (!node.engine.sized_by_memory_fraction()) continue;
       const std::string host = host_key(node.host);
       if (host.empty()) continue;
       std::vector<Sharer>& sharers = by_memory[{host, node.engine.device.name()}];
@@ -635,9 +633,8 @@ Status validate_against_model(const ClusterConfig& config, const engine::ModelCo
                 "].transfer.staging_blocks"));
       }
       // A share of a device's memory is sized where the device is known: the
-      // engine caps its context at what the pool holds, and says so.
-      const bool sized_at_start = engine.kv_cache_blocks == 0 && engine.memory_fraction > 0;
-      if (blocks >= needed || sized_at_start) continue;
+      // engine refuses one that cannot hold a request there.
+      if (blocks >= needed || engine.sized_by_memory_fraction()) continue;
       const int64_t tokens = blocks * engine.block_size;
       std::string what =
           engine.kv_cache_blocks > 0

@@ -291,11 +291,18 @@ class CudaForward final : public ForwardBackend {
     BATON_RETURN_IF_ERROR(ensure(rows_, size_t(rows * hidden) * kBf16));
     BATON_RETURN_IF_ERROR(ensure(logits_, size_t(rows * vocab) * 4));
     BATON_RETURN_IF_ERROR(ensure(logits_host_, size_t(rows * vocab) * 4));
-    const int64_t zeros = config_.no_rope.empty() ? 0 : tokens;
-    const size_t ints = size_t(2 * tokens + wanted + zeros);
+    const size_t ints = step_int_count(tokens, wanted);
     BATON_RETURN_IF_ERROR(ensure(step_ints_, ints * 4));
     return ensure(step_ints_host_, ints * 4);
   }
+
+  // Token ids, positions and logit rows: one staged upload; then, for
+  // layers without RoPE (SmolLM3's), a position 0 for every token, where
+  // the rotation (cos 1, sin 0) leaves q and k as they are.
+  size_t step_int_count(int64_t tokens, int64_t wanted) const {
+    return size_t(2 * tokens + wanted + no_rope_positions(tokens));
+  }
+  int64_t no_rope_positions(int64_t tokens) const { return config_.no_rope.empty() ? 0 : tokens; }
 
   Status run_step(const StepBatch& batch, KvPool& kv, std::vector<float>* logits,
                   const LayerDoneCallback* on_layer_done) {
@@ -315,11 +322,8 @@ class CudaForward final : public ForwardBackend {
       BATON_RETURN_IF_ERROR(upload_rope_table(int64_t(last_position) + 1));
     BATON_RETURN_IF_ERROR(size_step_buffers(tokens, wanted));
 
-    // Token ids, positions and logit rows: one staged upload; then, for
-    // layers without RoPE (SmolLM3's), a position 0 for every token, where
-    // the rotation (cos 1, sin 0) leaves q and k as they are.
-    const int64_t zeros = config_.no_rope.empty() ? 0 : tokens;
-    const size_t ints = size_t(2 * tokens + wanted + zeros);
+    const int64_t zeros = no_rope_positions(tokens);
+    const size_t ints = step_int_count(tokens, wanted);
     auto* staged = static_cast<int32_t*>(step_ints_host_.data());
     std::copy_n(batch.token_ids, tokens, staged);
     std::copy_n(batch.positions, tokens, staged + tokens);

@@ -20,6 +20,12 @@ struct Device {
   bool operator==(const Device&) const = default;
 };
 
+// Why every node of a cluster computes on one kind of device, for the
+// refusals of the cluster's YAML and of the router's registry.
+inline constexpr std::string_view kOneDeviceKindReason =
+    "KV blocks move between nodes byte for byte, and the CPU backend keeps keys grouped where "
+    "the CUDA backend keeps them token-major, so all nodes compute on the same kind of device";
+
 // "cpu", "cuda" (device 0) or "cuda:N"; anything else is InvalidArgument
 // naming `key` and what was given.
 Result<Device> parse_device(std::string_view text, std::string_view key);

@@ -78,7 +78,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
                                                     .logit_rows = config.max_num_seqs,
                                                     .block_size = config.block_size}));
   uint64_t pool_bytes = config.kv_cache_bytes;
-  if (config.kv_cache_blocks == 0 && config.memory_fraction > 0) {
+  if (config.sized_by_memory_fraction()) {
     BATON_ASSIGN_OR_RETURN(const uint64_t memory, backend->memory_bytes());
     const MemoryShare share{.fraction = config.memory_fraction,
                             .memory = memory,
@@ -99,7 +99,7 @@ Result<std::unique_ptr<Engine>> Engine::create(const std::filesystem::path& mode
   }
   // Token slots (block * block_size + offset) are int32 in the kernels.
   layout.num_blocks = int32_t(std::min<int64_t>(blocks, INT32_MAX / config.block_size));
-  if (config.kv_cache_blocks == 0 && config.memory_fraction > 0) {
+  if (config.sized_by_memory_fraction()) {
     // A share is sized here, where the memory is known, not by `baton up`:
     // one that cannot hold a request is refused, rather than capping the
     // context below what the router admits.

@@ -57,6 +57,9 @@ struct EngineConfig {
   // engine itself does not read it (node/node_runtime.h).
   std::chrono::milliseconds min_step_interval{0};
 
+  // Whether memory_fraction sizes the KV pool (where the memory is known,
+  // at start: `baton up` cannot hold it against the model beforehand).
+  bool sized_by_memory_fraction() const { return kv_cache_blocks == 0 && memory_fraction > 0; }
   // The setting that sized the KV pool, for messages about its size.
   const char* pool_size_setting() const {
     return kv_cache_blocks > 0   ? "engine.kv_cache_blocks"

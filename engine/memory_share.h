@@ -11,6 +11,7 @@
 
 #include "common/status.h"
 #include "engine/host_memory.h"
+#include "engine/yaml_settings.h"
 
 namespace baton::engine {
 
@@ -26,10 +27,8 @@ inline Result<uint64_t> pool_bytes_of_share(const MemoryShare& share, const std:
   const auto budget = uint64_t(std::floor(share.fraction * double(share.memory)));
   const uint64_t taken = share.weights + share.workspace;
   if (budget > taken) return budget - taken;
-  char fraction[32];
-  std::snprintf(fraction, sizeof fraction, "%.6g", share.fraction);
-  return invalid_argument("engine.memory_fraction: " + std::string(fraction) + " of " + where +
-                          "'s " + bytes_text(share.memory) + " is " + bytes_text(budget) +
+  return invalid_argument("engine.memory_fraction: " + format_fraction(share.fraction) + " of " +
+                          where + "'s " + bytes_text(share.memory) + " is " + bytes_text(budget) +
                           ", and the weights hold " + bytes_text(share.weights) +
                           " and a step's workspace " + bytes_text(share.workspace) +
                           " of it: nothing is left for the KV pool");

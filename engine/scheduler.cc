@@ -149,9 +149,8 @@ Result<int64_t> Scheduler::reserve_remote(std::vector<int32_t> prompt,
   // are skipped. Not while the SSD tier reads into the sequence's blocks: a
   // block given back must not be written.
   if (kv_window_ > 0 && !seq->options.retain_blocks && !seq->ssd_restoring) {
-    const int32_t first_needed = tokens - kv_window_ + 1;
-    seq->block_table.release_before(blocks_, first_needed);
-    const int32_t first_kept = std::max(0, first_needed) / kv_.layout().block_size;
+    seq->block_table.release_before(blocks_, tokens - kv_window_ + 1);
+    const int32_t first_kept = first_block_in_window(tokens, kv_window_, kv_.layout().block_size);
     const auto held = int32_t(seq->block_table.blocks().size());
     if (first_kept > held) seq->block_table.skip(first_kept - held);
   }
@@ -184,7 +183,7 @@ int32_t Scheduler::blocks_to_receive(const std::vector<int32_t>& prompt,
   const int32_t on_ssd = restores_remote_prefix(tokens) ? cached.on_ssd : 0;
   int32_t released = 0;
   if (kv_window_ > 0 && !options.retain_blocks && on_ssd == 0)
-    released = std::max(0, tokens - kv_window_ + 1) / probe.block_table.block_size();
+    released = first_block_in_window(tokens, kv_window_, probe.block_table.block_size());
   return probe.block_table.blocks_needed(tokens) - std::max(cached.in_pool + on_ssd, released);
 }
 

@@ -8,6 +8,7 @@
 
 #include "common/check.h"
 #include "common/prefix_hash.h"
+#include "engine/window_budget.h"
 
 namespace baton::engine {
 namespace {
@@ -97,14 +98,15 @@ BlockKey TieredPrefixCache::block_key(Sequence& seq, int32_t j) {
                   .tokens = tokens};
 }
 
-TieredPrefixCache::PoolRun TieredPrefixCache::pool_run(Sequence& seq, int32_t window) {
+TieredPrefixCache::PoolRun TieredPrefixCache::furthest_run(
+    Sequence& seq, int32_t window, const std::function<bool(const BlockKey&)>& cached) {
   const int32_t bs = seq.block_table.block_size();
   const int32_t shareable = (seq.num_tokens() - 1) / bs;
   PoolRun best;
   // Where the present run of cached blocks starts.
   int32_t run_start = 0;
   for (int32_t j = 0; j < shareable; ++j) {
-    if (!blocks_.find(block_key(seq, j))) {
+    if (!cached(block_key(seq, j))) {
       if (window <= 0) break;  // the chain from the first block ends here
       run_start = j + 1;
       continue;
@@ -112,10 +114,15 @@ TieredPrefixCache::PoolRun TieredPrefixCache::pool_run(Sequence& seq, int32_t wi
     // A key names the hash of every token before its block, so a block
     // found means the whole prefix before it matched. Continuing at
     // (j + 1) * bs, the next query reads the blocks from this one on.
-    const int32_t first_needed = window <= 0 ? 0 : std::max(0, (j + 1) * bs - window + 1) / bs;
+    const int32_t first_needed = first_block_in_window((j + 1) * bs, window, bs);
     if (run_start <= first_needed) best = {.first = first_needed, .end = j + 1};
   }
   return best;
+}
+
+TieredPrefixCache::PoolRun TieredPrefixCache::pool_run(Sequence& seq, int32_t window) {
+  return furthest_run(seq, window,
+                      [this](const BlockKey& key) { return blocks_.find(key).has_value(); });
 }
 
 void TieredPrefixCache::share_prefix(Sequence& seq, int32_t window) {
@@ -257,20 +264,11 @@ bool TieredPrefixCache::start_restore(Sequence& seq, int32_t budget, int32_t win
 
 bool TieredPrefixCache::start_window_restore(Sequence& seq, int32_t budget, int32_t window) {
   const int32_t bs = seq.block_table.block_size();
-  const int32_t shareable = (seq.num_tokens() - 1) / bs;
   // The run the pool and the tier hold together that ends furthest with
-  // every block its window reads, as pool_run finds one in the pool alone.
-  PoolRun best;
-  int32_t run_start = 0;
-  for (int32_t j = 0; j < shareable; ++j) {
-    const BlockKey key = block_key(seq, j);
-    if (!blocks_.find(key) && !ssd_->contains(key)) {
-      run_start = j + 1;
-      continue;
-    }
-    const int32_t first_needed = std::max(0, (j + 1) * bs - window + 1) / bs;
-    if (run_start <= first_needed) best = {.first = first_needed, .end = j + 1};
-  }
+  // every block its window reads.
+  const PoolRun best = furthest_run(seq, window, [this](const BlockKey& key) {
+    return blocks_.find(key).has_value() || ssd_->contains(key);
+  });
   if (best.end <= pool_run(seq, window).end) return false;  // the pool alone reaches as far
   Restore restore;
   restore.sequence_id = seq.id;

@@ -170,6 +170,9 @@ class TieredPrefixCache {
     int32_t first = 0, end = 0;
   };
   PoolRun pool_run(Sequence& sequence, int32_t window);
+  // The same run, of the blocks `cached` says are there.
+  PoolRun furthest_run(Sequence& sequence, int32_t window,
+                       const std::function<bool(const BlockKey&)>& cached);
   // start_restore with a window.
   bool start_window_restore(Sequence& sequence, int32_t budget, int32_t window);
   // The sequence's full blocks first.. (up to end, exclusive) that the SSD

@@ -21,6 +21,13 @@ inline int64_t tokens_held_at_once(int64_t max_model_len, int32_t window,
   return std::min(max_model_len, blocks * block_size);
 }
 
+// The first block the windows of a query at `position` read: blocks
+// wholly before it no query from there on reads again (0 without windows).
+inline int32_t first_block_in_window(int64_t position, int32_t window, int32_t block_size) {
+  if (window <= 0) return 0;
+  return int32_t(std::max<int64_t>(0, position - window + 1) / block_size);
+}
+
 // The tokens of KV one prompt's transfer carries at most: the whole
 // context, or, with sliding windows, those the first decode step's windows
 // reach, from the start of the block that holds the first of them.

@@ -57,12 +57,9 @@ Status NodeRegistry::register_node(const control::Register& message, Clock::time
     device = *parsed;
   }
   if (device && device_ && device->is_cuda() != device_->is_cuda()) {
-    return invalid_argument(
-        "node '" + message.node + "' computes on " + device->name() + ", " + first + " on " +
-        device_->name() +
-        ": KV blocks move between nodes byte for byte, and the CPU backend keeps keys grouped "
-        "where the CUDA backend keeps them token-major, so all nodes compute on the same kind of "
-        "device");
+    return invalid_argument("node '" + message.node + "' computes on " + device->name() + ", " +
+                            first + " on " + device_->name() + ": " +
+                            std::string(engine::kOneDeviceKindReason));
   }
   if (first_node_.empty()) first_node_ = message.node;
   block_size_ = message.block_size;

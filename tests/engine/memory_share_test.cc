@@ -124,41 +124,37 @@ TEST_F(MemoryFractionTest, KvCacheBlocksOverridesIt) {
   EXPECT_EQ((*engine)->kv_pool().layout().num_blocks, 7);
 }
 
+// `created` failed, its message saying each of `said`.
+void expect_refused_saying(const Result<std::unique_ptr<Engine>>& created,
+                           std::initializer_list<std::string> said) {
+  ASSERT_FALSE(created.is_ok());
+  const std::string& message = created.status().message();
+  for (const std::string& part : said)
+    EXPECT_NE(message.find(part), std::string::npos) << part << " in " << message;
+}
+
 TEST_F(MemoryFractionTest, AShareTheWeightsAndWorkspaceFillIsRefusedWithTheNumbers) {
   EngineConfig config = config_;
   config.memory_fraction = fraction_of(double(weights_ + workspace_) - 4096);
-  auto engine = Engine::create(model_dir_, config);
-  ASSERT_FALSE(engine.is_ok());
-  const std::string message = engine.status().message();
-  EXPECT_NE(message.find("engine.memory_fraction"), std::string::npos) << message;
-  EXPECT_NE(message.find("nothing is left for the KV pool"), std::string::npos) << message;
-  EXPECT_NE(message.find(bytes_text(memory_)), std::string::npos) << message;
+  expect_refused_saying(
+      Engine::create(model_dir_, config),
+      {"engine.memory_fraction", "nothing is left for the KV pool", bytes_text(memory_)});
 
   // A pool of blocks that cannot hold one request: refused with the
   // numbers, not capped below what a router would admit.
   config.max_model_len = 100;
   config.memory_fraction = fraction_of(double(weights_ + workspace_) + 6.5 * double(block_bytes_));
-  engine = Engine::create(model_dir_, config);
-  ASSERT_FALSE(engine.is_ok());
-  EXPECT_NE(engine.status().message().find("leaves a KV pool of"), std::string::npos)
-      << engine.status().message();
-  EXPECT_NE(engine.status().message().find("96 tokens"), std::string::npos)
-      << engine.status().message();
-  EXPECT_NE(engine.status().message().find("engine.max_model_len 100"), std::string::npos)
-      << engine.status().message();
+  expect_refused_saying(Engine::create(model_dir_, config),
+                        {"leaves a KV pool of", "96 tokens", "engine.max_model_len 100"});
   config.max_model_len = 96;
-  engine = Engine::create(model_dir_, config);
+  auto engine = Engine::create(model_dir_, config);
   EXPECT_TRUE(engine.is_ok()) << engine.status().to_string();
   config.max_model_len = 16;
 
   // Less than a block left: refused, naming the setting.
   config.memory_fraction = fraction_of(double(weights_ + workspace_) + 0.5 * double(block_bytes_));
-  engine = Engine::create(model_dir_, config);
-  ASSERT_FALSE(engine.is_ok());
-  EXPECT_NE(engine.status().message().find("engine.memory_fraction: "), std::string::npos)
-      << engine.status().message();
-  EXPECT_NE(engine.status().message().find("hold no KV block"), std::string::npos)
-      << engine.status().message();
+  expect_refused_saying(Engine::create(model_dir_, config),
+                        {"engine.memory_fraction: ", "hold no KV block"});
 }
 
 // A step limit whose activations no process could hold is refused at start

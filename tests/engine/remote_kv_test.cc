@@ -27,6 +27,9 @@
 namespace baton::engine {
 namespace {
 
+void copy_kv(const KvPool& from, const std::vector<int32_t>& src, KvPool& to,
+             const std::vector<int32_t>& dst, size_t n);
+
 class RemoteKvTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -142,6 +145,30 @@ class RemoteKvTest : public ::testing::Test {
     EXPECT_TRUE(done.is_ok() && done->size() == 1);
     if (!done.is_ok() || done->size() != 1) return nullptr;
     return std::move((*done)[0]);
+  }
+
+  // The prefill node `prefill` computes `prompt` for the decode node's
+  // reservation `awaiting`; the blocks the reservation lacks (after those
+  // cached and those its windows let go) are copied into their blocks, as
+  // the transfer would, and the reservation is activated. False (a failed
+  // expectation) where either step fails.
+  static bool send_what_it_lacks(Engine& prefill, Engine& decode, const Sequence& awaiting,
+                                 const std::vector<int32_t>& prompt, const GenerationOptions& o) {
+    const int32_t first = std::max(awaiting.registered_blocks, awaiting.block_table.num_released());
+    const std::unique_ptr<Sequence> done = prefill_on(prefill, prompt, o, first);
+    if (done == nullptr) return false;
+    const auto& src = done->block_table.blocks();
+    const auto& dst = awaiting.block_table.blocks();
+    copy_kv(prefill.kv_pool(), std::vector<int32_t>(src.begin() + first, src.end()),
+            decode.kv_pool(), std::vector<int32_t>(dst.begin() + first, dst.end()),
+            dst.size() - size_t(first));
+    const Status activated = decode.scheduler()
+                                 .activate_remote(awaiting.id, done->output[0], done->rng.draws(),
+                                                  &done->output_logprobs.at(0))
+                                 .status();
+    EXPECT_TRUE(activated.is_ok()) << activated.to_string();
+    prefill.scheduler().release_blocks(*done);
+    return activated.is_ok();
   }
 
   // A decode node that served `earlier` itself: its blocks are cached in the
@@ -442,6 +469,22 @@ int32_t blocks_to_write(const Sequence& reserved) {
   return int32_t(reserved.block_table.blocks().size()) - cached - skipped;
 }
 
+// Reserves `prompt` on the decode node's scheduler `cs` as
+// blocks_to_receive, asked first, predicts: the blocks the reservation
+// leaves for the prefill node to write (the staging slots it would need).
+// The awaiting sequence; null (a failed expectation) if refused.
+const Sequence* reserve_as_predicted(Scheduler& cs, const std::vector<int32_t>& prompt,
+                                     const GenerationOptions& o) {
+  const int32_t predicted = cs.blocks_to_receive(prompt, o);
+  auto id = cs.reserve_remote(prompt, o);
+  EXPECT_TRUE(id.is_ok()) << id.status().to_string();
+  if (!id.is_ok()) return nullptr;
+  const Sequence* awaiting = cs.find(*id);
+  EXPECT_NE(awaiting, nullptr);
+  if (awaiting != nullptr) EXPECT_EQ(predicted, blocks_to_write(*awaiting));
+  return awaiting;
+}
+
 // A reservation withdrawn to be made again (the decode node waits for
 // staging slots) counts its prefix lookup once: withdrawn, the counters
 // are as before it; made again, they count it as the first did; and the
@@ -723,11 +766,9 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
 
   auto c = make_engine(64, kBlock, 2048, windowed);  // the decode node
   Scheduler& cs = c->scheduler();
-  const int32_t predicted = cs.blocks_to_receive(prompt, o);
-  auto id = cs.reserve_remote(prompt, o);
-  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
-  const Sequence* awaiting = cs.find(*id);
-  EXPECT_EQ(predicted, blocks_to_write(*awaiting));
+  const Sequence* awaiting = reserve_as_predicted(cs, prompt, o);
+  ASSERT_NE(awaiting, nullptr);
+  const int64_t id = awaiting->id;
   const auto len = int32_t(prompt.size());
   // The first decode step, at position len, reads from len - kWindow + 1.
   const int32_t skipped = (len - kWindow + 1) / kBlock;
@@ -750,7 +791,7 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   EXPECT_LE(b->scheduler().stats().peak_used_blocks, 8);
 
   send_the_unskipped_blocks(*b, done, *c, *awaiting, skipped);
-  ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
+  ASSERT_TRUE(cs.activate_remote(id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
   expect_all_decode_as(*c, 1, *whole);
   b->scheduler().release_blocks(*prefilled);
@@ -763,12 +804,14 @@ TEST_F(RemoteKvTest, AWindowedPromptTravelsOnlyWhatTheWindowReads) {
   EXPECT_EQ(b->scheduler().stats().total_blocks - b->scheduler().stats().free_blocks, needed);
   b->scheduler().release_blocks(*sends_all);
 
-  const int32_t predicted_again = cs.blocks_to_receive(prompt, o);
-  auto again = cs.reserve_remote(prompt, o);
-  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
-  EXPECT_EQ(cs.find(*again)->registered_blocks, 0) << "a block that never held KV was cached";
-  EXPECT_EQ(predicted_again, blocks_to_write(*cs.find(*again)));
-  cs.abort(*again);
+  // The prompt again: what it finds cached (the blocks its window reads,
+  // registered as they landed, where they reach its own window) holds the
+  // prompt's KV, never a block given back or skipped before it held any
+  // (every block no transfer wrote was poisoned above).
+  const Sequence* again = reserve_as_predicted(cs, prompt, o);
+  ASSERT_NE(again, nullptr);
+  ASSERT_TRUE(send_what_it_lacks(*b, *c, *again, prompt, o));
+  expect_all_decode_as(*c, 1, *whole);
 }
 
 // A windowed prompt several times longer than either pool: the decode node
@@ -792,11 +835,9 @@ TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
   auto c = make_engine(kPoolBlocks, kBlock, kChunk, windowed);  // the decode node
   Scheduler& cs = c->scheduler();
   ASSERT_GT(cs.max_model_len(), int32_t(prompt.size()) + o.max_tokens);
-  const int32_t predicted = cs.blocks_to_receive(prompt, o);
-  auto id = cs.reserve_remote(prompt, o);
-  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
-  const Sequence* awaiting = cs.find(*id);
-  EXPECT_EQ(predicted, blocks_to_write(*awaiting));
+  const Sequence* awaiting = reserve_as_predicted(cs, prompt, o);
+  ASSERT_NE(awaiting, nullptr);
+  const int64_t id = awaiting->id;
   const auto len = int32_t(prompt.size());
   const int32_t skipped = (len - kWindow + 1) / kBlock;
   EXPECT_EQ(awaiting->block_table.num_released(), skipped);
@@ -816,7 +857,7 @@ TEST_F(RemoteKvTest, AWindowedPromptLongerThanBothPoolsEqualsOneEngine) {
   EXPECT_LE(b->scheduler().stats().peak_used_blocks, 8);
 
   send_the_unskipped_blocks(*b, done, *c, *awaiting, skipped);
-  ASSERT_TRUE(cs.activate_remote(*id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
+  ASSERT_TRUE(cs.activate_remote(id, done.output[0], done.rng.draws(), &done.output_logprobs.at(0))
                   .is_ok());
   expect_all_decode_as(*c, 1, *whole);
   EXPECT_LE(cs.stats().peak_used_blocks, 8) << "decoding holds its window and a step";
@@ -1383,17 +1424,14 @@ TEST_F(RemoteKvTest, AWindowedPrefixWhoseFirstBlocksWereEvictedIsNotSentAgain) {
   ASSERT_NE(whole, nullptr);
 
   const SchedulerStats before = cs.stats();
-  const int32_t predicted = cs.blocks_to_receive(prompt, o);
-  auto id = cs.reserve_remote(prompt, o);
-  ASSERT_TRUE(id.is_ok()) << id.status().to_string();
-  const Sequence* awaiting = cs.find(*id);
+  const Sequence* awaiting = reserve_as_predicted(cs, prompt, o);
   ASSERT_NE(awaiting, nullptr);
+  const int64_t id = awaiting->id;
   // Blocks 0-10 count as cached; 52 tokens need blocks 0-12; the first
   // decode step (at 52) reads from position 42, block 10, on.
   const int32_t cached = awaiting->registered_blocks;
   EXPECT_EQ(cached, 11);
   EXPECT_EQ(blocks_to_write(*awaiting), 2);
-  EXPECT_EQ(predicted, blocks_to_write(*awaiting));
   EXPECT_EQ(cs.stats().prefix_hit_tokens - before.prefix_hit_tokens, 44);
   EXPECT_EQ(cs.stats().total_blocks - cs.stats().free_blocks, 3);
 
@@ -1406,7 +1444,7 @@ TEST_F(RemoteKvTest, AWindowedPrefixWhoseFirstBlocksWereEvictedIsNotSentAgain) {
   copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + cached, src.end()), c->kv_pool(),
           std::vector<int32_t>(dst.begin() + cached, dst.end()), dst.size() - size_t(cached));
   ASSERT_TRUE(
-      cs.activate_remote(*id, done->output[0], done->rng.draws(), &done->output_logprobs.at(0))
+      cs.activate_remote(id, done->output[0], done->rng.draws(), &done->output_logprobs.at(0))
           .is_ok());
   expect_all_decode_as(*c, 1, *whole);
   b->scheduler().release_blocks(*done);
@@ -1427,23 +1465,10 @@ TEST_F(RemoteKvTest, AFollowUpOfAWindowedRemotePromptSharesWhatItsWindowReads) {
   // from the prefill node's run, and decodes; the decoded sequence.
   auto serve = [&](const std::vector<int32_t>& prompt, const GenerationOptions& o,
                    int32_t expect_cached) -> std::unique_ptr<Sequence> {
-    auto id = cs.reserve_remote(prompt, o);
-    EXPECT_TRUE(id.is_ok()) << id.status().to_string();
-    if (!id.is_ok()) return nullptr;
-    const Sequence* awaiting = cs.find(*id);
-    const int32_t cached = awaiting->registered_blocks;
-    EXPECT_EQ(cached, expect_cached);
-    const int32_t first = std::max(cached, awaiting->block_table.num_released());
-    const std::unique_ptr<Sequence> done = prefill_on(*b, prompt, o, first);
-    if (done == nullptr) return nullptr;
-    const auto& src = done->block_table.blocks();
-    const auto& dst = awaiting->block_table.blocks();
-    copy_kv(b->kv_pool(), std::vector<int32_t>(src.begin() + first, src.end()), c->kv_pool(),
-            std::vector<int32_t>(dst.begin() + first, dst.end()), dst.size() - size_t(first));
-    EXPECT_TRUE(
-        cs.activate_remote(*id, done->output[0], done->rng.draws(), &done->output_logprobs.at(0))
-            .is_ok());
-    b->scheduler().release_blocks(*done);
+    const Sequence* awaiting = reserve_as_predicted(cs, prompt, o);
+    if (awaiting == nullptr) return nullptr;
+    EXPECT_EQ(awaiting->registered_blocks, expect_cached);
+    if (!send_what_it_lacks(*b, *c, *awaiting, prompt, o)) return nullptr;
     auto decoded = c->run_to_completion();
     EXPECT_TRUE(decoded.is_ok() && decoded->size() == 1);
     if (!decoded.is_ok() || decoded->size() != 1) return nullptr;

@@ -1086,6 +1086,21 @@ class SlidingWindowTest : public ::testing::Test {
     config.max_num_batched_tokens = kChunk;
     return config;
   }
+  // `prompt` run alone on `engine` to its end: `max_tokens` greedy tokens,
+  // EOS ignored, each with its log-probability; null (a failed
+  // expectation) if it did not finish.
+  static std::unique_ptr<Sequence> generate_alone(Engine& engine,
+                                                  const std::vector<int32_t>& prompt,
+                                                  int32_t max_tokens) {
+    GenerationOptions options = testing::greedy(max_tokens);
+    options.ignore_eos = true;
+    options.logprobs = 1;
+    EXPECT_TRUE(engine.scheduler().add(prompt, options).is_ok());
+    auto done = engine.run_to_completion();
+    EXPECT_TRUE(done.is_ok() && done->size() == 1)
+        << (done.is_ok() ? "not one sequence" : done.status().to_string());
+    return done.is_ok() && done->size() == 1 ? std::move((*done)[0]) : nullptr;
+  }
   std::vector<int32_t> random_tokens(size_t n) {
     std::uniform_int_distribution<int32_t> id(3, config_.vocab_size - 1);
     std::vector<int32_t> tokens(n);
@@ -1133,13 +1148,9 @@ TEST_F(SlidingWindowTest, ALongGenerationHoldsOnlyItsWindowAndMatchesTheReferenc
     engine_config.enable_prefix_caching = prefix_caching;
     auto engine = Engine::create(path, engine_config);
     ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
-    GenerationOptions options = testing::greedy(150);
-    options.ignore_eos = true;
-    options.logprobs = 1;
-    ASSERT_TRUE((*engine)->scheduler().add(prompt, options).is_ok());
-    auto done = (*engine)->run_to_completion();
-    ASSERT_TRUE(done.is_ok()) << done.status().to_string();
-    const Sequence& seq = *(*done)[0];
+    const std::unique_ptr<Sequence> done = generate_alone(**engine, prompt, 150);
+    ASSERT_NE(done, nullptr);
+    const Sequence& seq = *done;
     ASSERT_EQ(seq.output.size(), 150u);
     // A step reads the window behind its first row and writes its own
     // tokens: at most (kWindow - 1 + kChunk) tokens over whole blocks, one
@@ -1173,13 +1184,9 @@ TEST_F(SlidingWindowTest, AContextManyTimesThePoolRunsInItsWindow) {
   EXPECT_EQ((*engine)->scheduler().max_model_len(), config_.max_position_embeddings);
   // Three pools' worth, in chunks.
   const std::vector<int32_t> prompt = random_tokens(3 * kPoolBlocks * kBlock);
-  GenerationOptions options = testing::greedy(100);
-  options.ignore_eos = true;
-  options.logprobs = 1;
-  ASSERT_TRUE((*engine)->scheduler().add(prompt, options).is_ok());
-  auto done = (*engine)->run_to_completion();
-  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
-  const Sequence& seq = *(*done)[0];
+  const std::unique_ptr<Sequence> done = generate_alone(**engine, prompt, 100);
+  ASSERT_NE(done, nullptr);
+  const Sequence& seq = *done;
   ASSERT_EQ(seq.output.size(), 100u);
   EXPECT_EQ(seq.finish_reason, FinishReason::kLength);
   const SchedulerStats stats = (*engine)->scheduler().stats();
@@ -1203,28 +1210,21 @@ TEST_F(SlidingWindowTest, AFollowUpWhosePrefixFillsThePoolGoesOn) {
   ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
   Scheduler& s = (*engine)->scheduler();
   const std::vector<int32_t> first = random_tokens(16);
-  GenerationOptions options = testing::greedy(5);
-  options.ignore_eos = true;
-  ASSERT_TRUE(s.add(first, options).is_ok());
-  auto done = (*engine)->run_to_completion();
-  ASSERT_TRUE(done.is_ok()) << done.status().to_string();
+  const std::unique_ptr<Sequence> done = generate_alone(**engine, first, 5);
+  ASSERT_NE(done, nullptr);
   // 20 tokens computed: the pool's 5 blocks, all cached, none held.
   std::vector<int32_t> follow_up = first;
-  const std::vector<int32_t>& out = (*done)[0]->output;
+  const std::vector<int32_t>& out = done->output;
   follow_up.insert(follow_up.end(), out.begin(), out.begin() + 4);
   const std::vector<int32_t> more_tokens = random_tokens(10);
   follow_up.insert(follow_up.end(), more_tokens.begin(), more_tokens.end());
   const int64_t hits = s.stats().prefix_hit_tokens;
-  GenerationOptions more = testing::greedy(12);
-  more.ignore_eos = true;
-  more.logprobs = 1;
-  ASSERT_TRUE(s.add(follow_up, more).is_ok());
-  auto again = (*engine)->run_to_completion();
-  ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+  const std::unique_ptr<Sequence> again = generate_alone(**engine, follow_up, 12);
+  ASSERT_NE(again, nullptr);
   EXPECT_EQ(s.stats().prefix_hit_tokens - hits, kPoolBlocks * kBlock);
   auto checkpoint = Checkpoint::open(path);
   ASSERT_TRUE(checkpoint.is_ok());
-  expect_logprobs_of_the_reference(**checkpoint, follow_up, *(*again)[0]);
+  expect_logprobs_of_the_reference(**checkpoint, follow_up, *again);
 }
 
 // A windowed sequence gives back its first blocks first, so the pool evicts
@@ -1259,25 +1259,16 @@ TEST_F(SlidingWindowTest, AFollowUpSharesItsWindowWhenItsFirstBlocksWereEvicted)
     auto engine = Engine::create(path, config);
     ASSERT_TRUE(engine.is_ok()) << engine.status().to_string();
     Scheduler& s = (*engine)->scheduler();
-    GenerationOptions one = testing::greedy(1);
-    one.ignore_eos = true;
     const std::vector<int32_t> prompt = random_tokens(44);
-    for (const auto& tokens : {prompt, random_tokens(c.others)}) {
-      ASSERT_TRUE(s.add(tokens, one).is_ok());
-      auto done = (*engine)->run_to_completion();
-      ASSERT_TRUE(done.is_ok()) << done.status().to_string();
-    }
+    for (const auto& tokens : {prompt, random_tokens(c.others)})
+      ASSERT_NE(generate_alone(**engine, tokens, 1), nullptr);
     std::vector<int32_t> follow_up = prompt;
     const std::vector<int32_t> more_tokens = random_tokens(8);
     follow_up.insert(follow_up.end(), more_tokens.begin(), more_tokens.end());
     const SchedulerStats before = s.stats();
     const int64_t loaded = c.ssd ? s.ssd_store()->stats().loaded_blocks : 0;
-    GenerationOptions more = testing::greedy(6);
-    more.ignore_eos = true;
-    more.logprobs = 1;
-    ASSERT_TRUE(s.add(follow_up, more).is_ok());
-    auto again = (*engine)->run_to_completion();
-    ASSERT_TRUE(again.is_ok()) << again.status().to_string();
+    const std::unique_ptr<Sequence> again = generate_alone(**engine, follow_up, 6);
+    ASSERT_NE(again, nullptr);
     const SchedulerStats after = s.stats();
     EXPECT_EQ(after.prefix_hit_tokens - before.prefix_hit_tokens, 44);
     EXPECT_EQ(after.prefix_ssd_hit_tokens - before.prefix_ssd_hit_tokens, c.from_ssd);
@@ -1286,7 +1277,7 @@ TEST_F(SlidingWindowTest, AFollowUpSharesItsWindowWhenItsFirstBlocksWereEvicted)
       EXPECT_EQ(s.ssd_store()->stats().loaded_blocks - loaded, c.from_ssd / kBlock);
     }
     EXPECT_EQ(after.free_blocks, after.total_blocks);
-    expect_logprobs_of_the_reference(**checkpoint, follow_up, *(*again)[0]);
+    expect_logprobs_of_the_reference(**checkpoint, follow_up, *again);
   }
 }
 
