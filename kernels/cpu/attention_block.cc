@@ -109,6 +109,53 @@ BATON_AVX2_INLINE void pv_chunk_avx2(const float* p, int32_t p_stride, const flo
     for (int j = 0; j < C; ++j) _mm256_storeu_ps(acc + size_t(r) * d + c0 + 8 * j, a[r][j]);
 }
 
+// Scores of R (1..3) query vectors against keys [0, n8) of a K tile, 16 keys
+// at a time where they are, each query element broadcast once for both
+// groups of 8 keys. A block step's tile is computed, not read from memory,
+// so the loads and broadcasts per FMA set its rate: 3 queries x 16 keys take
+// one broadcast per two FMAs, where key_tile_scores' 4 x 8 (tuned for
+// decode, which waits on memory) take one per FMA.
+template <DType T, int R>
+BATON_AVX2 void block_key_scores(const float* q, int32_t d, const void* k, size_t group_stride,
+                                 int32_t n8, float* s, int32_t s_stride) {
+  static_assert(R >= 1 && R <= 3);
+  constexpr int g = key_group_of(T);
+  NoPrefetch none;
+  int32_t t = 0;
+  if constexpr (g == 1) {
+    // Two accumulators per (query, 8 keys), alternating over dimensions,
+    // keep 12 FMA chains for R = 3; with the two key rows and a broadcast
+    // they fill 15 registers.
+    constexpr int S = 2;
+    for (; t + 16 <= n8; t += 16) {
+      __m256 acc[R][2][S];
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 2; ++j)
+          for (int x = 0; x < S; ++x) acc[r][j][x] = _mm256_setzero_ps();
+      size_t row = size_t(t);
+      for (int32_t c = 0; c < d; c += S)
+        for (int u = 0; u < S; ++u, row += group_stride) {
+          const __m256 k0 = load_key_dim8<T, 0>(k, row);
+          const __m256 k1 = load_key_dim8<T, 0>(k, row + 8);
+          for (int r = 0; r < R; ++r) {
+            const __m256 b = _mm256_broadcast_ss(q + size_t(r) * d + c + u);
+            acc[r][0][u] = _mm256_fmadd_ps(b, k0, acc[r][0][u]);
+            acc[r][1][u] = _mm256_fmadd_ps(b, k1, acc[r][1][u]);
+          }
+        }
+      for (int r = 0; r < R; ++r)
+        for (int j = 0; j < 2; ++j)
+          _mm256_storeu_ps(s + size_t(r) * s_stride + t + 8 * j,
+                           _mm256_add_ps(acc[r][j][0], acc[r][j][1]));
+    }
+  } else {
+    // BF16's passes of 16 keys share their broadcasts already.
+    for (; t + 16 <= n8; t += 16)
+      key_scores_pass<T, R, 2>(q, d, k, group_stride, t, s, s_stride, none);
+  }
+  for (; t < n8; t += 8) key_scores_pass<T, R, 1>(q, d, k, group_stride, t, s, s_stride, none);
+}
+
 // C chunks per pass such that R x C accumulators plus C V registers fit in 16.
 template <DType T, int R>
 BATON_AVX2 void pv_avx2(const float* p, int32_t p_stride, const float* alpha, const void* v,
@@ -126,21 +173,26 @@ BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
   const int32_t d = a.head_dim;
   const bool avx512 = use_avx512() && d % 16 == 0;
   int32_t max_visible = 0;
-  // Up to four query vectors at a time over the keys any of them sees, so
-  // each loaded K row serves them all.
-  for_query_groups(a.n_q, [&]<int R>(int32_t i) {
+  // A few query vectors at a time over the keys any of them sees, so each
+  // loaded K row serves them all: up to four with AVX-512, three with AVX2
+  // (block_key_scores).
+  const auto scores = [&]<int R>(int32_t i) {
     int32_t visible = 0;
     for (int32_t j = i; j < i + R; ++j) visible = std::max(visible, a.visible[j]);
     const int32_t keys = (std::min(visible, a.keys_padded) + 7) & ~7;
     const float* q = a.q + size_t(i) * d;
     float* s = a.scores + size_t(i) * a.keys_padded;
-    if (avx512) {
-      key_tile_scores_avx512(T, R, q, d, a.k, a.k_group_stride, keys, s, a.keys_padded);
-    } else {
-      NoPrefetch none;
-      key_tile_scores<T, R>(q, d, a.k, a.k_group_stride, keys, s, a.keys_padded, none);
+    if constexpr (R <= 3) {
+      if (!avx512)
+        return block_key_scores<T, R>(q, d, a.k, a.k_group_stride, keys, s, a.keys_padded);
     }
-  });
+    key_tile_scores_avx512(T, R, q, d, a.k, a.k_group_stride, keys, s, a.keys_padded);
+  };
+  if (avx512) {
+    for_query_groups(a.n_q, scores);
+  } else {
+    for_query_groups<3>(a.n_q, scores);
+  }
   for (int32_t i = 0; i < a.n_q; ++i) {
     float* s = a.scores + size_t(i) * a.keys_padded;
     int32_t visible = std::min(a.visible[i], a.keys_padded);
@@ -148,10 +200,12 @@ BATON_AVX2 void attend_block_avx2(const AttentionBlockArgs& a) {
     max_visible = std::max(max_visible, visible);
     a.alpha[i] = softmax_update_avx2(s, visible, a.keys_padded, a.row_max + i, a.row_sum + i);
   }
-  constexpr int kRows = 4;
+  // AVX2 takes three query vectors at a time: their four 8-dimension
+  // chunks each share every V load, one broadcast per four FMAs (pv_avx2).
+  const int32_t row_group = avx512 ? 4 : 3;
   int32_t i = 0;
-  for (; i < a.n_q; i += kRows) {
-    const int32_t rows = std::min(kRows, a.n_q - i);
+  for (; i < a.n_q; i += row_group) {
+    const int32_t rows = std::min(row_group, a.n_q - i);
     const float* p = a.scores + size_t(i) * a.keys_padded;
     float* acc = a.acc + size_t(i) * d;
     if (avx512) {
