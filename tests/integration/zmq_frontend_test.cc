@@ -3,8 +3,10 @@
 // with router.zmq_keys, only holders of the client key are served.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <random>
 #include <thread>
 #include <utility>
@@ -261,9 +263,16 @@ TEST(ZmqFrontendTest, AClientThatStopsReadingLosesItsRepliesNotTheRoutersMemory)
   // all, more than the sockets' buffers on both sides hold.
   constexpr int kRequests = 100;
   const std::string body = json{{"prompt", std::string(100000, 'b')}}.dump();
+  // Time for the router to answer them all while nothing is read: three
+  // times what they take one after another (a sanitizer's build takes
+  // several times the release's), and at least 4 s.
+  const auto one_started = std::chrono::steady_clock::now();
+  client.send("one", "/tokenize", body);
+  ASSERT_EQ(client.receive().size(), 3u);
+  const auto answer_all = std::max<std::chrono::steady_clock::duration>(
+      4s, 3 * kRequests * (std::chrono::steady_clock::now() - one_started));
   for (int i = 0; i < kRequests; ++i) client.send(std::to_string(i), "/tokenize", body);
-  // Time for the router to answer them all while nothing is read.
-  std::this_thread::sleep_for(4s);
+  std::this_thread::sleep_for(answer_all);
   int received = 0;
   for (std::vector<std::string> reply = client.receive(); !reply.empty();
        reply = client.receive()) {
