@@ -149,8 +149,7 @@ void RouterCore::loop() {
       }
     }
     for (uint64_t id : expired) {
-      fail(id, deadline_exceeded("the request ran past the router's request timeout of " +
-                                 std::to_string(config_.request_timeout.count()) + " ms"));
+      fail(id, timed_out());
     }
     // A pass that placed requests publishes at once: a reply (built on a
     // request worker) can reach its client before this thread's next pass,
@@ -233,6 +232,11 @@ void RouterCore::group_leader_moved(Request& leader, bool ended) {
   }
 }
 
+Status RouterCore::timed_out() const {
+  return deadline_exceeded("the request ran past the router's request timeout of " +
+                           std::to_string(config_.request_timeout.count()) + " ms");
+}
+
 void RouterCore::release_groups() {
   for (const uint64_t group_id : std::exchange(groups_to_release_, {})) {
     auto it = groups_.find(group_id);
@@ -245,9 +249,7 @@ void RouterCore::release_groups() {
     for (Submission& submission : held) {
       if (now > submission.submitted + config_.request_timeout) {
         in_flight_.fetch_sub(1);
-        call_sink(submission.sink, failed_update(deadline_exceeded(
-                                       "the request ran past the router's request timeout of " +
-                                       std::to_string(config_.request_timeout.count()) + " ms")));
+        call_sink(submission.sink, failed_update(timed_out()));
         continue;
       }
       dispatch(submission, beside);

@@ -195,6 +195,8 @@ class RouterCore {
   // samples are placed by release_groups(), outside any walk of requests_.
   void group_leader_moved(Request& leader, bool ended);
   void release_groups();
+  // What a request that ran past config_.request_timeout fails with.
+  Status timed_out() const;
   // Removes a held sample the client cancelled; false when none is held.
   bool drop_held(uint64_t request_id);
   // Calls a front end's sink; false (logged) when it threw.

@@ -290,9 +290,7 @@ TEST(RouterCoreTest, HeldSamplesEndWithinTheRequestsTimeout) {
   ASSERT_TRUE((*node)->send("", registration("decode-0", Role::kDecode)).is_ok());
   auto prefill = control::ControlSocket::connect((*core)->control_endpoint(), "prefill-0");
   ASSERT_TRUE(prefill.is_ok()) << prefill.status().to_string();
-  control::Register as_prefill{"prefill-0", Role::kPrefill, {1, 2, 3}, 16,    1024,
-                               ::getpid(),  "f32",          256,       "cpu", ""};
-  ASSERT_TRUE((*prefill)->send("", as_prefill).is_ok());
+  ASSERT_TRUE((*prefill)->send("", registration("prefill-0", Role::kPrefill)).is_ok());
   int generates = 0;
   auto serve = [&](auto&& done) {
     for (auto until = Clock::now() + 10s; !done() && Clock::now() < until;) {
